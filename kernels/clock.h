@@ -1,0 +1,19 @@
+// The clock seam: every duration in shardcheck is read through an sc_clock.
+//
+// Real mode uses CLOCK_MONOTONIC (never wall time for durations: clock-jump faults move the
+// wall clock and nothing may notice). Sim mode (kernels/sim/, later) supplies a virtual clock
+// advanced by the event loop. This file implements only the monotonic clock.
+#pragma once
+
+#include <stdint.h>
+
+typedef struct sc_clock {
+  uint64_t (*now_ns)(void *ctx); // ns since an arbitrary fixed origin; never goes back
+  void *ctx;
+} sc_clock;
+
+// The process-wide monotonic clock (ctx unused).
+sc_clock sc_clock_monotonic(void);
+uint64_t sc_monotonic_ns(void);
+
+static inline uint64_t sc_clock_now(const sc_clock *c) { return c->now_ns(c->ctx); }

@@ -1,0 +1,111 @@
+// The device seam: what the executor needs from a backend (memory, copies, and the ops of a
+// Llama decoder), as a vtable plus a context, after ggml-backend.
+//
+// Backends: cpu (kernels/cpu/, CBLAS + C), cuda (kernels/cuda/, later), sim (kernels/sim/,
+// later). This file declares the vtable and the public wrappers; the wrappers are where fault
+// hooks go, so every backend gets them. Activations are fp32 row-major everywhere; a
+// "device pointer" is whatever alloc returned (host memory on cpu).
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/status.h"
+
+typedef enum dev_copy_kind { DEV_H2D, DEV_D2H, DEV_D2D } dev_copy_kind;
+
+// Where each token of a step sits in the paged KV cache. All arrays live in device memory.
+typedef struct dev_kv_batch {
+  int n_tok;                   // tokens in this step, over all sequences
+  const int32_t *pos;          // (n_tok) position of each token within its sequence
+  const int32_t *seq;          // (n_tok) row of block_tables that each token belongs to
+  const int32_t *block_tables; // (n_seq, max_blocks) physical block ids, row per sequence
+  int max_blocks;              // columns of block_tables
+  int block_size;              // tokens per KV block
+} dev_kv_batch;
+
+// KV storage of one layer on one device: (n_blocks, block_size, n_kv_heads, head_dim) each.
+typedef struct dev_kv_layer {
+  float *k;
+  float *v;
+} dev_kv_layer;
+
+typedef struct device_i {
+  const char *name; // "cpu", "cuda", "sim"
+
+  // --- memory
+  sc_status (*alloc)(void *ctx, size_t bytes, void **out); // zeroed; SC_OOM when it cannot
+  void (*free)(void *ctx, void *ptr);
+  sc_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes, dev_copy_kind kind);
+  sc_status (*mem_info)(void *ctx, size_t *used, size_t *total); // bytes
+  sc_status (*synchronize)(void *ctx);
+
+  // --- ops (m = rows/tokens; every pointer is device memory)
+  // y(m,n) = x(m,k) * w(n,k)^T + beta * y(m,n); w in Hugging Face (out, in) layout.
+  sc_status (*matmul)(void *ctx, int m, int n, int k, const float *x, const float *w, float beta,
+                      float *y);
+  // y(m,d) = x / sqrt(mean(x^2) + eps) * w(d); y may alias x.
+  sc_status (*rmsnorm)(void *ctx, int m, int d, const float *x, const float *w, float eps,
+                       float *y);
+  // In place on x(m, n_heads, head_dim): Hugging Face rotate-half RoPE at positions pos(m).
+  sc_status (*rope)(void *ctx, int m, int n_heads, int head_dim, const int32_t *pos, float theta,
+                    float *x);
+  // Writes k, v (n_tok, n_kv_heads, head_dim) into the cache slots the batch names.
+  sc_status (*kv_store)(void *ctx, const dev_kv_batch *b, int n_kv_heads, int head_dim,
+                        const float *k, const float *v, dev_kv_layer kv);
+  // Causal attention over the paged cache: token t of sequence s at position p attends to
+  // positions 0..p of s. q, out: (n_tok, n_heads, head_dim); query head h reads KV head
+  // h / (n_heads / n_kv_heads). scale is usually 1/sqrt(head_dim).
+  sc_status (*attention)(void *ctx, const dev_kv_batch *b, int n_heads, int n_kv_heads,
+                         int head_dim, float scale, const float *q, dev_kv_layer kv, float *out);
+  // out(m,d) = silu(gate) * up; out may alias gate.
+  sc_status (*swiglu)(void *ctx, int m, int d, const float *gate, const float *up, float *out);
+  // y(n) += a(n)
+  sc_status (*add)(void *ctx, size_t n, const float *a, float *y);
+  // out(m,d) = table[ids[i] - row0] for rows in [row0, row0 + rows); other ids give zeros
+  // (vocab-sharded embedding: the partial results are summed across ranks).
+  sc_status (*embedding)(void *ctx, int m, int d, const int32_t *ids, const float *table,
+                         int row0, int rows, float *out);
+
+  void (*destroy)(void *ctx);
+} device_i;
+
+typedef struct device device;
+
+// Opens a backend by name ("cpu"; "cuda" when built with it). index picks the GPU; ignored on
+// cpu. On error returns a status, fills err, and *out is NULL.
+sc_status device_open(const char *backend, int index, device **out, sc_error *err);
+void device_free(device *d); // NULL is a no-op
+const char *device_name(const device *d);
+bool device_backend_available(const char *backend);
+
+// Wraps a vtable and its context in a device (used by backends' open functions).
+sc_status device_wrap(const device_i *iface, void *ctx, device **out);
+
+// --- public wrappers (one place for fault hooks)
+sc_status dev_alloc(device *d, size_t bytes, void **out);
+void dev_free(device *d, void *ptr);
+sc_status dev_copy(device *d, void *dst, const void *src, size_t bytes, dev_copy_kind kind);
+sc_status dev_mem_info(device *d, size_t *used, size_t *total);
+sc_status dev_synchronize(device *d);
+sc_status dev_matmul(device *d, int m, int n, int k, const float *x, const float *w, float beta,
+                     float *y);
+sc_status dev_rmsnorm(device *d, int m, int dim, const float *x, const float *w, float eps,
+                      float *y);
+sc_status dev_rope(device *d, int m, int n_heads, int head_dim, const int32_t *pos, float theta,
+                   float *x);
+sc_status dev_kv_store(device *d, const dev_kv_batch *b, int n_kv_heads, int head_dim,
+                       const float *k, const float *v, dev_kv_layer kv);
+sc_status dev_attention(device *d, const dev_kv_batch *b, int n_heads, int n_kv_heads,
+                        int head_dim, float scale, const float *q, dev_kv_layer kv, float *out);
+sc_status dev_swiglu(device *d, int m, int dim, const float *gate, const float *up, float *out);
+sc_status dev_add(device *d, size_t n, const float *a, float *y);
+sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const float *table,
+                        int row0, int rows, float *out);
+
+// --- backends' open functions (registration point: kernels/device.c)
+sc_status device_cpu_open(device **out, sc_error *err);
+// Threads the CPU backend's BLAS may use in this process (global to the BLAS library).
+void device_cpu_set_threads(int n);
+int device_cpu_cores(void);
