@@ -1,0 +1,338 @@
+// One replica's engine (see engine.h): request bookkeeping, the step loop that joins the
+// scheduler, the executor and the sampler, and the events it returns.
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/executor.h"
+#include "engine/kv_cache.h"
+#include "engine/scheduler.h"
+#include "engine/shard.h"
+#include "engine/weights.h"
+#include "kernels/device.h"
+
+struct engine {
+  engine_config cfg;
+  weight_source *weights;
+  executor *ex;
+  kv_cache *kv;
+  scheduler *sched;
+  uint64_t next_id;
+  bool admitting;
+  sc_status broken;
+
+  sched_item *items;     // (max_running)
+  exec_seq *eseqs;       // (max_running)
+  float *logits;         // (max_running, vocab)
+  void *sample_scratch;  // sampler_scratch_bytes(vocab)
+  engine_event *events;  // growable
+  int n_events, cap_events;
+
+  uint64_t steps, preemptions, generated;
+};
+
+engine_config engine_config_defaults(void) {
+  return (engine_config){
+      .backend = "cpu",
+      .tp = 1,
+      .pp = 1,
+      .block_size = 16,
+      .kv_bytes_max = (size_t)1 << 30,
+      .max_running = 256,
+      .token_budget = 8192,
+      .collective_timeout_ns = 30ull * 1000000000ull,
+      .clock = sc_clock_monotonic(),
+      .weights_seed = 0,
+  };
+}
+
+const char *engine_finish_reason_name(engine_finish_reason r) {
+  switch (r) {
+  case FINISH_NONE: return "none";
+  case FINISH_LENGTH: return "length";
+  case FINISH_STOP: return "stop";
+  case FINISH_CONTEXT: return "context";
+  case FINISH_CANCELLED: return "cancelled";
+  }
+  return "unknown";
+}
+
+// KV bytes one block costs on the rank that holds the most (layers x local KV heads).
+static size_t kv_block_bytes_max(const engine_config *c) {
+  size_t mx = 0;
+  for (int p = 0; p < c->pp; p++) {
+    shard_rank s = shard_rank_plan(&c->model, c->tp, c->pp, 0, p);
+    size_t b = 2 * (size_t)s.n_layers * s.n_kv * c->model.head_dim * sizeof(float) *
+               (size_t)c->block_size;
+    if (b > mx) mx = b;
+  }
+  return mx;
+}
+
+static sc_status check_config(engine_config *c, sc_error *err) {
+  if (c->block_size < 1 || c->max_running < 1 || c->token_budget < 1)
+    return sc_fail(err, SC_INVALID,
+                   "engine: block_size, max_running and token_budget must be at least 1");
+  if (c->prefill_chunk == 0) c->prefill_chunk = c->token_budget / 4 > 0 ? c->token_budget / 4 : 1;
+  if (c->prefill_chunk < 1)
+    return sc_fail(err, SC_INVALID, "engine: prefill_chunk must be at least 1");
+  SC_TRY(shard_layout_check(&c->model, c->tp, c->pp, err));
+  int per_seq = (c->model.max_seq_len + c->block_size - 1) / c->block_size;
+  if (c->kv_blocks == 0) {
+    size_t cap = c->kv_bytes_max / kv_block_bytes_max(c);
+    size_t want = (size_t)c->max_running * (size_t)per_seq;
+    c->kv_blocks = (int)(want < cap ? want : cap);
+    if (c->kv_blocks < 1)
+      return sc_fail(err, SC_INVALID, "engine: kv_bytes_max %zu holds no KV block",
+                     c->kv_bytes_max);
+  }
+  return SC_OK;
+}
+
+sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
+  *out = NULL;
+  engine *e = calloc(1, sizeof *e);
+  if (!e) return SC_OOM;
+  e->cfg = *cfg;
+  e->admitting = true;
+  e->next_id = 1;
+  if (!e->cfg.clock.now_ns) e->cfg.clock = sc_clock_monotonic();
+  sc_status s = check_config(&e->cfg, err);
+  const engine_config *c = &e->cfg;
+  if (s == SC_OK) {
+    int threads = c->threads;
+    if (threads <= 0) {
+      threads = device_cpu_cores() / (c->tp * c->pp);
+      if (threads < 1) threads = 1;
+    }
+    device_cpu_set_threads(threads);
+    s = weight_source_open(&c->model, c->weights_dir, c->weights_seed, &e->weights, err);
+  }
+  if (s == SC_OK) {
+    exec_config xc = {.model = c->model,
+                      .weights = e->weights,
+                      .backend = c->backend,
+                      .tp = c->tp,
+                      .pp = c->pp,
+                      .block_size = c->block_size,
+                      .n_blocks = c->kv_blocks,
+                      .max_tokens = c->token_budget,
+                      .max_seqs = c->max_running,
+                      .comm_deadline_ns = c->collective_timeout_ns};
+    s = executor_new(&xc, &e->ex, err);
+  }
+  // The weights are on the ranks now; the files need not stay mapped.
+  weight_source_free(e->weights);
+  e->weights = NULL;
+  if (s == SC_OK) s = kv_cache_new(c->kv_blocks, c->block_size, &e->kv);
+  if (s == SC_OK)
+    s = sched_new((sched_config){.max_running = c->max_running,
+                                 .token_budget = c->token_budget,
+                                 .prefill_chunk = c->prefill_chunk},
+                  e->kv, &e->sched);
+  if (s == SC_OK) {
+    size_t R = (size_t)c->max_running, V = (size_t)c->model.vocab_size;
+    e->items = calloc(R, sizeof *e->items);
+    e->eseqs = calloc(R, sizeof *e->eseqs);
+    e->logits = malloc(R * V * sizeof(float));
+    e->sample_scratch = malloc(sampler_scratch_bytes(c->model.vocab_size));
+    if (!e->items || !e->eseqs || !e->logits || !e->sample_scratch)
+      s = sc_fail(err, SC_OOM, "engine: out of host memory for step buffers");
+  }
+  if (s != SC_OK) {
+    engine_free(e);
+    return s;
+  }
+  *out = e;
+  return SC_OK;
+}
+
+static void seq_free(seq *q) {
+  if (!q) return;
+  free(q->tokens);
+  free(q->blocks);
+  free(q);
+}
+
+// Frees every queued or running sequence (their blocks go back to the cache).
+static void drop_all(engine *e) {
+  seq *q;
+  while ((q = sched_any(e->sched)) != NULL) {
+    sched_remove(e->sched, q);
+    seq_free(q);
+  }
+}
+
+void engine_free(engine *e) {
+  if (!e) return;
+  if (e->sched) drop_all(e);
+  sched_free(e->sched);
+  kv_cache_free(e->kv);
+  executor_free(e->ex);
+  weight_source_free(e->weights);
+  free(e->items);
+  free(e->eseqs);
+  free(e->logits);
+  free(e->sample_scratch);
+  free(e->events);
+  free(e);
+}
+
+static sc_status push_event(engine *e, engine_event ev) {
+  if (e->n_events == e->cap_events) {
+    int cap = e->cap_events ? 2 * e->cap_events : 256;
+    engine_event *v = realloc(e->events, sizeof *v * (size_t)cap);
+    if (!v) return SC_OOM;
+    e->events = v;
+    e->cap_events = cap;
+  }
+  e->events[e->n_events++] = ev;
+  return SC_OK;
+}
+
+sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_error *err) {
+  const model_config *m = &e->cfg.model;
+  if (e->broken != SC_OK) return sc_fail(err, e->broken, "engine: the replica has failed");
+  if (!e->admitting) return sc_fail(err, SC_ABORTED, "engine: draining, not admitting requests");
+  if (r->n_prompt < 1) return sc_fail(err, SC_INVALID, "request: the prompt is empty");
+  if (r->max_tokens < 1) return sc_fail(err, SC_INVALID, "request: max_tokens must be at least 1");
+  if (r->n_prompt >= m->max_seq_len)
+    return sc_fail(err, SC_INVALID,
+                   "request: prompt of %d tokens leaves no room in the context of %d tokens "
+                   "(max_position_embeddings of %s)",
+                   r->n_prompt, m->max_seq_len, m->name);
+  for (int i = 0; i < r->n_prompt; i++)
+    if (r->prompt[i] < 0 || r->prompt[i] >= m->vocab_size)
+      return sc_fail(err, SC_INVALID, "request: token %d at position %d is outside the vocabulary [0, %d)",
+                     r->prompt[i], i, m->vocab_size);
+  int cap = r->n_prompt + r->max_tokens;
+  if (cap > m->max_seq_len) cap = m->max_seq_len;
+  int blocks = kv_cache_blocks_for(e->kv, cap);
+  if (blocks > kv_cache_total(e->kv))
+    return sc_fail(err, SC_INVALID,
+                   "request: %d tokens need %d KV blocks, the cache has %d in all", cap, blocks,
+                   kv_cache_total(e->kv));
+  seq *q = calloc(1, sizeof *q);
+  if (!q) return SC_OOM;
+  q->tokens = malloc(sizeof(int32_t) * (size_t)cap);
+  q->blocks = malloc(sizeof(int32_t) * (size_t)blocks);
+  if (!q->tokens || !q->blocks) {
+    seq_free(q);
+    return SC_OOM;
+  }
+  memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+  q->id = e->next_id++;
+  q->n_tokens = q->n_prompt = r->n_prompt;
+  q->cap = cap;
+  q->max_new = r->max_tokens;
+  q->blocks_cap = blocks;
+  q->sampling = r->sampling;
+  q->stop_at_eos = r->stop_at_eos;
+  sc_status s = sched_add(e->sched, q);
+  if (s != SC_OK) {
+    seq_free(q);
+    return s;
+  }
+  *id = q->id;
+  return SC_OK;
+}
+
+static sc_status finish(engine *e, seq *q, engine_finish_reason why) {
+  sc_status s = push_event(e, (engine_event){.kind = ENGINE_EV_FINISHED, .req_id = q->id,
+                                             .reason = why, .n_generated = q->n_generated});
+  sched_remove(e->sched, q);
+  seq_free(q);
+  return s;
+}
+
+sc_status engine_cancel(engine *e, uint64_t id) {
+  seq *q = sched_find(e->sched, id);
+  if (!q) return SC_INVALID;
+  return finish(e, q, FINISH_CANCELLED);
+}
+
+// Samples, appends and reports the token of q; finishes q when it is done.
+static sc_status emit_token(engine *e, seq *q, const float *logits) {
+  const model_config *m = &e->cfg.model;
+  if (e->cfg.on_logits) e->cfg.on_logits(e->cfg.on_logits_ud, q->id, q->n_generated, logits, m->vocab_size);
+  int32_t tok = sampler_pick(&q->sampling, logits, m->vocab_size, q->n_generated, e->sample_scratch);
+  q->tokens[q->n_tokens++] = tok;
+  SC_TRY(push_event(e, (engine_event){.kind = ENGINE_EV_TOKEN, .req_id = q->id, .token = tok,
+                                      .index = q->n_generated}));
+  q->n_generated++;
+  e->generated++;
+  if (q->stop_at_eos && tok == m->eos_token_id) return finish(e, q, FINISH_STOP);
+  if (q->n_generated >= q->max_new) return finish(e, q, FINISH_LENGTH);
+  if (q->n_tokens >= q->cap) return finish(e, q, FINISH_CONTEXT);
+  return SC_OK;
+}
+
+sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
+  memset(out, 0, sizeof *out);
+  if (e->broken != SC_OK) return sc_fail(err, e->broken, "engine: the replica has failed");
+  engine_step_info *info = &out->info;
+  info->t_start_ns = sc_clock_now(&e->cfg.clock);
+  int n_pre = 0;
+  int n = sched_plan(e->sched, e->items, &n_pre);
+  info->n_preempted = n_pre;
+  e->preemptions += (uint64_t)n_pre;
+  if (n > 0) {
+    for (int i = 0; i < n; i++) {
+      const sched_item *it = &e->items[i];
+      e->eseqs[i] = (exec_seq){.start = it->start, .n = it->n, .tokens = it->s->tokens + it->start,
+                               .blocks = it->s->blocks, .n_blocks = it->s->n_blocks,
+                               .want_logits = it->sample};
+      // One token past the prompt is a decode token; anything else is (re)prefill.
+      if (it->n == 1 && it->start >= it->s->n_prompt)
+        info->decode_tokens++;
+      else
+        info->prefill_tokens += it->n;
+    }
+    exec_batch b = {.n_seqs = n, .seqs = e->eseqs, .logits = e->logits};
+    sc_status s = executor_run(e->ex, &b, err);
+    info->duration_ns = sc_clock_now(&e->cfg.clock) - info->t_start_ns;
+    if (s != SC_OK) {
+      e->broken = s;
+      return s;
+    }
+    e->steps++;
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+      sched_item *it = &e->items[i];
+      it->s->n_computed += it->n;
+      if (it->sample) SC_TRY(emit_token(e, it->s, e->logits + (size_t)row++ * e->cfg.model.vocab_size));
+    }
+  }
+  info->n_seqs = n;
+  info->queue_len = sched_n_waiting(e->sched);
+  info->running = sched_n_running(e->sched);
+  info->kv_used = kv_cache_used(e->kv);
+  info->kv_total = kv_cache_total(e->kv);
+  out->events = e->events;
+  out->n_events = e->n_events;
+  e->n_events = 0; // the buffer stays valid until the next step appends to it
+  return SC_OK;
+}
+
+bool engine_idle(const engine *e) {
+  return sched_n_running(e->sched) == 0 && sched_n_waiting(e->sched) == 0 && e->n_events == 0;
+}
+
+void engine_set_admitting(engine *e, bool admitting) { e->admitting = admitting; }
+
+void engine_stats_get(const engine *e, engine_stats *out) {
+  *out = (engine_stats){.queue_len = sched_n_waiting(e->sched),
+                        .running = sched_n_running(e->sched),
+                        .kv_used = kv_cache_used(e->kv),
+                        .kv_total = kv_cache_total(e->kv),
+                        .kv_block_size = kv_cache_block_size(e->kv),
+                        .steps = e->steps,
+                        .preemptions = e->preemptions,
+                        .generated_tokens = e->generated,
+                        .n_ranks = executor_n_ranks(e->ex)};
+}
+
+sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total) {
+  return executor_rank_mem(e->ex, r, used, total);
+}

@@ -1,0 +1,119 @@
+// The engine API of one replica (one TP x PP group): create, submit, cancel, step -> events,
+// drain, stats, free. Several engines may live in one process (DP = several replicas).
+//
+// Status codes out; never prints, never exits. Calls on one engine must come from one thread
+// at a time (the replica handle serialises them); the ranks' threads are the engine's own.
+// Hot weight swaps are the fault-injection layer's, built on engine_free + engine_new.
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "kernels/clock.h"
+#include "kernels/status.h"
+
+typedef struct engine_config {
+  model_config model;
+  const char *weights_dir;  // safetensors directory; NULL: random weights from weights_seed
+  uint64_t weights_seed;    // seed of generated weights
+  const char *backend;      // device backend: "cpu"
+  int tp, pp;               // layout of the replica
+  int block_size;           // KV block, tokens (16)
+  int kv_blocks;            // KV blocks per rank; 0: enough for max_running full-context
+                            // sequences, capped at kv_bytes_max per rank
+  size_t kv_bytes_max;      // cap for the default above (1 GiB)
+  int max_running;          // running sequences at most (256)
+  int token_budget;         // tokens per step at most (8192)
+  int prefill_chunk;        // prefill tokens of one sequence per step; 0: token_budget / 4
+  int threads;              // BLAS threads per rank; 0: cores / (tp * pp), at least 1
+  uint64_t collective_timeout_ns; // deadline of one collective (30 s)
+  sc_clock clock;           // step timing; monotonic by default
+  // Optional: called for every row of logits before it is sampled (tests, quality checks).
+  void (*on_logits)(void *ud, uint64_t req_id, int index, const float *logits, int vocab);
+  void *on_logits_ud;
+} engine_config;
+
+// Defaults close to vLLM's; the model, tp and pp are left for the caller.
+engine_config engine_config_defaults(void);
+
+typedef struct engine_request {
+  const int32_t *prompt; // (n_prompt) token ids, copied at submit
+  int n_prompt;
+  int max_tokens;        // generated tokens at most (>= 1)
+  sampling_params sampling;
+  bool stop_at_eos;      // finish when the model's eos_token_id is generated
+} engine_request;
+
+typedef enum engine_event_kind { ENGINE_EV_TOKEN, ENGINE_EV_FINISHED } engine_event_kind;
+
+typedef enum engine_finish_reason {
+  FINISH_NONE = 0,
+  FINISH_LENGTH,    // max_tokens generated
+  FINISH_STOP,      // eos generated
+  FINISH_CONTEXT,   // the model's context is full
+  FINISH_CANCELLED, // engine_cancel
+} engine_finish_reason;
+
+const char *engine_finish_reason_name(engine_finish_reason r);
+
+typedef struct engine_event {
+  engine_event_kind kind;
+  uint64_t req_id;
+  int32_t token;              // ENGINE_EV_TOKEN: the id
+  int index;                  // ENGINE_EV_TOKEN: 0 for the first generated token
+  engine_finish_reason reason; // ENGINE_EV_FINISHED
+  int n_generated;            // ENGINE_EV_FINISHED: tokens generated in all
+} engine_event;
+
+typedef struct engine_step_info {
+  uint64_t t_start_ns;   // engine clock
+  uint64_t duration_ns;  // of the executor run (0 when nothing ran)
+  int n_seqs;            // sequences in the step
+  int prefill_tokens;    // prompt (or recomputed) tokens computed
+  int decode_tokens;     // generation tokens computed
+  int n_preempted;       // sequences preempted to make room
+  int queue_len;         // waiting after the step
+  int running;           // running after the step
+  int kv_used, kv_total; // blocks after the step
+} engine_step_info;
+
+typedef struct engine_step_result {
+  const engine_event *events; // owned by the engine; valid until engine_step or engine_cancel
+  int n_events;
+  engine_step_info info;
+} engine_step_result;
+
+typedef struct engine_stats {
+  int queue_len, running;
+  int kv_used, kv_total, kv_block_size;
+  uint64_t steps, preemptions, generated_tokens;
+  int n_ranks;
+} engine_stats;
+
+typedef struct engine engine;
+
+// Builds the replica: checks the layout, loads every rank's weight slices, allocates KV and
+// workspace, starts the rank threads. On error *out is NULL and err says why.
+sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err);
+void engine_free(engine *e); // NULL is a no-op
+
+// Queues a request; *id identifies it in events. SC_INVALID (err says why) for an empty
+// prompt, a token id outside the vocabulary, a prompt that leaves no room in the context, or
+// one that needs more KV blocks than the cache has; SC_ABORTED while draining.
+sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_error *err);
+// Cancels a queued or running request: its blocks are freed at once and a FINISHED event
+// (FINISH_CANCELLED) comes with the next step. SC_INVALID for an unknown id.
+sc_status engine_cancel(engine *e, uint64_t id);
+// Runs one step (or none, when nothing is queued) and returns its events. A failure in the
+// executor (device, collective) is returned with err; the engine is then unusable.
+sc_status engine_step(engine *e, engine_step_result *out, sc_error *err);
+// true when nothing is queued, running, or waiting to be reported.
+bool engine_idle(const engine *e);
+// Stops (false) or resumes (true) admitting new requests; running ones go on.
+void engine_set_admitting(engine *e, bool admitting);
+void engine_stats_get(const engine *e, engine_stats *out);
+// Device memory of rank r: in use through its device and in total.
+sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total);

@@ -1,0 +1,609 @@
+// The executor (see executor.h): per-rank arenas, the Llama forward pass over a flat batch
+// of tokens, TP collectives, PP micro-batches, and the thread per rank that runs it.
+#include "engine/executor.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/shard.h"
+#include "kernels/comm.h"
+#include "kernels/device.h"
+
+#define ALIGN 64
+
+// --- per-rank state
+
+typedef struct layer_w {
+  float *attn_norm; // (dim)
+  float *wq;        // (n_heads_local * head_dim, dim)
+  float *wk;        // (n_kv_local * head_dim, dim)
+  float *wv;        // (n_kv_local * head_dim, dim)
+  float *wo;        // (dim, n_heads_local * head_dim)
+  float *ffn_norm;  // (dim)
+  float *wg;        // (ffn_local, dim)
+  float *wu;        // (ffn_local, dim)
+  float *wd;        // (dim, ffn_local)
+} layer_w;
+
+typedef struct rank {
+  executor *ex;
+  int index; // pp_rank * tp + tp_rank
+  shard_rank sh;
+  device *dev;
+  comm *tp_comm; // NULL when tp == 1
+  comm *pp_comm; // NULL when pp == 1
+
+  void *w_arena; // every weight slice of this rank
+  size_t w_bytes;
+  float *embed;      // (vocab_local, dim), first stage only
+  float *final_norm; // (dim), last stage only
+  float *lm_head;    // (vocab_local, dim), last stage only
+  layer_w *layers;   // (n_layers local)
+
+  void *kv_arena; // K and V of every local layer
+  size_t kv_bytes;
+  dev_kv_layer *kv; // (n_layers local), each (n_blocks, block_size, n_kv_local, head_dim)
+
+  void *ws_arena; // activations, T = max_tokens, S = max_seqs
+  float *x;          // (T, dim) residual stream
+  float *h;          // (T, dim) normed
+  float *q;          // (T, n_heads_local * head_dim)
+  float *k;          // (T, n_kv_local * head_dim)
+  float *v;          // (T, n_kv_local * head_dim)
+  float *att;        // (T, n_heads_local * head_dim)
+  float *o;          // (T, dim) partial projection output
+  float *g;          // (T, ffn_local)
+  float *u;          // (T, ffn_local)
+  float *xs;         // (S, dim) rows that produce logits
+  float *logits_l;   // (S, vocab_local)
+  float *logits_all; // (tp, S, vocab_local) after the all-gather; NULL when tp == 1
+  int32_t *d_ids;    // (T)
+  int32_t *d_pos;    // (T)
+  int32_t *d_seq;    // (T)
+  int32_t *d_bt;     // (S, max_blocks)
+
+  pthread_t thread;
+  bool thread_started;
+  sc_status status;
+  sc_error err;
+} rank;
+
+// One micro-batch of the current step, on the host; every rank reads it.
+typedef struct mb_meta {
+  int seq0, n_seq;  // seqs [seq0, seq0 + n_seq) of the batch
+  int tok0, n_tok;  // flat tokens [tok0, tok0 + n_tok)
+  int sample0, n_sample; // rows [sample0, sample0 + n_sample) of the logits
+} mb_meta;
+
+struct executor {
+  exec_config cfg;
+  int n_ranks;
+  int max_blocks; // block-table columns: blocks of a max_seq_len sequence
+  rank *ranks;
+  comm_shm_group **tp_groups; // (pp) one per stage, NULL entries when tp == 1
+  comm_shm_group **pp_groups; // (tp) one per TP index, NULL entries when pp == 1
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv_go, cv_done;
+  uint64_t gen; // bumped once per step
+  int n_done;
+  bool quit;
+
+  // the current step, flattened (host)
+  const exec_batch *batch;
+  int n_mb;
+  mb_meta *mb;         // (pp)
+  int32_t *h_ids;      // (T)
+  int32_t *h_pos;      // (T)
+  int32_t *h_seq;      // (T) row within its micro-batch
+  int32_t *h_bt;       // (S, max_blocks) rows in batch order
+  int32_t *h_sample;   // (S) token index within its micro-batch, in logits-row order
+  sc_status broken;    // first failure; the executor refuses work after one
+  sc_error broken_err;
+};
+
+// --- arenas
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+// Carves typed pointers from one allocation: first pass counts (base NULL), second assigns.
+typedef struct carver {
+  char *base;
+  size_t off;
+} carver;
+
+static void *carve(carver *c, size_t bytes) {
+  void *p = c->base ? c->base + c->off : NULL;
+  c->off += align_up(bytes);
+  return p;
+}
+
+static void carve_weights(rank *r, carver *cv) {
+  const model_config *m = &r->ex->cfg.model;
+  const shard_rank *s = &r->sh;
+  size_t d = (size_t)m->dim, qd = (size_t)s->n_heads * m->head_dim,
+         kvd = (size_t)s->n_kv * m->head_dim, f = (size_t)s->ffn, fl = sizeof(float);
+  r->embed = s->first_stage ? carve(cv, (size_t)s->vocab * d * fl) : NULL;
+  for (int l = 0; l < s->n_layers; l++) {
+    layer_w *w = &r->layers[l];
+    w->attn_norm = carve(cv, d * fl);
+    w->wq = carve(cv, qd * d * fl);
+    w->wk = carve(cv, kvd * d * fl);
+    w->wv = carve(cv, kvd * d * fl);
+    w->wo = carve(cv, d * qd * fl);
+    w->ffn_norm = carve(cv, d * fl);
+    w->wg = carve(cv, f * d * fl);
+    w->wu = carve(cv, f * d * fl);
+    w->wd = carve(cv, d * f * fl);
+  }
+  r->final_norm = s->last_stage ? carve(cv, d * fl) : NULL;
+  r->lm_head = s->last_stage ? carve(cv, (size_t)s->vocab * d * fl) : NULL;
+}
+
+static void carve_workspace(rank *r, carver *cv) {
+  const exec_config *c = &r->ex->cfg;
+  const model_config *m = &c->model;
+  const shard_rank *s = &r->sh;
+  size_t T = (size_t)c->max_tokens, S = (size_t)c->max_seqs, d = (size_t)m->dim,
+         qd = (size_t)s->n_heads * m->head_dim, kvd = (size_t)s->n_kv * m->head_dim,
+         f = (size_t)s->ffn, fl = sizeof(float), il = sizeof(int32_t);
+  r->x = carve(cv, T * d * fl);
+  r->h = carve(cv, T * d * fl);
+  r->q = carve(cv, T * qd * fl);
+  r->k = carve(cv, T * kvd * fl);
+  r->v = carve(cv, T * kvd * fl);
+  r->att = carve(cv, T * qd * fl);
+  r->o = carve(cv, T * d * fl);
+  r->g = carve(cv, T * f * fl);
+  r->u = carve(cv, T * f * fl);
+  r->xs = s->last_stage ? carve(cv, S * d * fl) : NULL;
+  r->logits_l = s->last_stage ? carve(cv, S * (size_t)s->vocab * fl) : NULL;
+  r->logits_all =
+      s->last_stage && s->tp > 1 ? carve(cv, (size_t)s->tp * S * (size_t)s->vocab * fl) : NULL;
+  r->d_ids = carve(cv, T * il);
+  r->d_pos = carve(cv, T * il);
+  r->d_seq = carve(cv, T * il);
+  r->d_bt = carve(cv, S * (size_t)r->ex->max_blocks * il);
+}
+
+// Allocates one arena on the rank's device and carves it with fn.
+static sc_status alloc_arena(rank *r, void (*fn)(rank *, carver *), void **arena, size_t *bytes) {
+  carver cv = {0};
+  fn(r, &cv);
+  SC_TRY(dev_alloc(r->dev, cv.off ? cv.off : ALIGN, arena));
+  if (bytes) *bytes = cv.off;
+  cv = (carver){.base = *arena};
+  fn(r, &cv);
+  return SC_OK;
+}
+
+// --- loading
+
+// Reads rows [r0, r0+nr) x cols [c0, c0+nc) of `name` and copies them to dst on the device.
+static sc_status load_slice(rank *r, float *staging, const char *name, int64_t r0, int64_t nr,
+                            int64_t c0, int64_t nc, float *dst, sc_error *err) {
+  SC_TRY(weight_source_read(r->ex->cfg.weights, name, r0, nr, c0, nc, staging, err));
+  sc_status s = dev_copy(r->dev, dst, staging, (size_t)(nr * nc) * sizeof(float), DEV_H2D);
+  if (s != SC_OK) return sc_fail(err, s, "copying '%s' to rank %d's device", name, r->index);
+  return SC_OK;
+}
+
+static sc_status load_weights(rank *r, float *staging, sc_error *err) {
+  const model_config *m = &r->ex->cfg.model;
+  const shard_rank *s = &r->sh;
+  int64_t d = m->dim, hd = m->head_dim, D = m->dim;
+  char name[MODEL_TENSOR_NAME_MAX];
+  if (s->first_stage)
+    SC_TRY(load_slice(r, staging, "model.embed_tokens.weight", s->vocab0, s->vocab, 0, d,
+                      r->embed, err));
+  for (int l = 0; l < s->n_layers; l++) {
+    layer_w *w = &r->layers[l];
+    int gl = s->layer0 + l;
+#define LAYER_T(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", gl, suffix), name)
+    SC_TRY(load_slice(r, staging, LAYER_T("input_layernorm.weight"), 0, 1, 0, D, w->attn_norm,
+                      err));
+    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.q_proj.weight"), s->q_head0 * hd,
+                      s->n_heads * hd, 0, D, w->wq, err));
+    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.k_proj.weight"), s->kv_head0 * hd,
+                      s->n_kv * hd, 0, D, w->wk, err));
+    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.v_proj.weight"), s->kv_head0 * hd,
+                      s->n_kv * hd, 0, D, w->wv, err));
+    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.o_proj.weight"), 0, D, s->q_head0 * hd,
+                      s->n_heads * hd, w->wo, err));
+    SC_TRY(load_slice(r, staging, LAYER_T("post_attention_layernorm.weight"), 0, 1, 0, D,
+                      w->ffn_norm, err));
+    SC_TRY(load_slice(r, staging, LAYER_T("mlp.gate_proj.weight"), s->ffn0, s->ffn, 0, D, w->wg,
+                      err));
+    SC_TRY(load_slice(r, staging, LAYER_T("mlp.up_proj.weight"), s->ffn0, s->ffn, 0, D, w->wu,
+                      err));
+    SC_TRY(load_slice(r, staging, LAYER_T("mlp.down_proj.weight"), 0, D, s->ffn0, s->ffn, w->wd,
+                      err));
+#undef LAYER_T
+  }
+  if (s->last_stage) {
+    SC_TRY(load_slice(r, staging, "model.norm.weight", 0, 1, 0, D, r->final_norm, err));
+    const char *head = m->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    SC_TRY(load_slice(r, staging, head, s->vocab0, s->vocab, 0, D, r->lm_head, err));
+  }
+  return SC_OK;
+}
+
+// Largest slice any rank reads, in floats (sizes the host staging buffer).
+static size_t max_slice_floats(const model_config *m, const shard_rank *s) {
+  size_t d = (size_t)m->dim, hd = (size_t)m->head_dim, mx = (size_t)s->vocab * d;
+  size_t cand[] = {(size_t)s->n_heads * hd * d, (size_t)s->ffn * d};
+  for (size_t i = 0; i < 2; i++)
+    if (cand[i] > mx) mx = cand[i];
+  return mx;
+}
+
+// --- the forward pass
+
+#define RTRY(what, expr)                                                                           \
+  do {                                                                                             \
+    sc_status rs_ = (expr);                                                                        \
+    if (rs_ != SC_OK)                                                                              \
+      return sc_fail(&r->err, rs_, "rank %d (tp_rank=%d pp_rank=%d): %s: %s", r->index,            \
+                     r->sh.tp_rank, r->sh.pp_rank, what, sc_status_name(rs_));                     \
+  } while (0)
+
+static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const dev_kv_batch *kb) {
+  const model_config *m = &r->ex->cfg.model;
+  const shard_rank *s = &r->sh;
+  device *d = r->dev;
+  int T = kb->n_tok, D = m->dim, hd = m->head_dim, qd = s->n_heads * hd, kvd = s->n_kv * hd;
+  RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->attn_norm, m->norm_eps, r->h));
+  RTRY("q_proj", dev_matmul(d, T, qd, D, r->h, w->wq, 0.0f, r->q));
+  RTRY("k_proj", dev_matmul(d, T, kvd, D, r->h, w->wk, 0.0f, r->k));
+  RTRY("v_proj", dev_matmul(d, T, kvd, D, r->h, w->wv, 0.0f, r->v));
+  RTRY("rope", dev_rope(d, T, s->n_heads, hd, r->d_pos, m->rope_theta, r->q));
+  RTRY("rope", dev_rope(d, T, s->n_kv, hd, r->d_pos, m->rope_theta, r->k));
+  RTRY("kv_store", dev_kv_store(d, kb, s->n_kv, hd, r->k, r->v, kv));
+  RTRY("attention", dev_attention(d, kb, s->n_heads, s->n_kv, hd, 1.0f / sqrtf((float)hd), r->q,
+                                  kv, r->att));
+  RTRY("o_proj", dev_matmul(d, T, D, qd, r->att, w->wo, 0.0f, r->o));
+  if (r->tp_comm) RTRY("all-reduce after o_proj", comm_allreduce_sum(r->tp_comm, r->o, (size_t)T * D));
+  RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
+  RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->ffn_norm, m->norm_eps, r->h));
+  RTRY("gate_proj", dev_matmul(d, T, s->ffn, D, r->h, w->wg, 0.0f, r->g));
+  RTRY("up_proj", dev_matmul(d, T, s->ffn, D, r->h, w->wu, 0.0f, r->u));
+  RTRY("swiglu", dev_swiglu(d, T, s->ffn, r->g, r->u, r->g));
+  RTRY("down_proj", dev_matmul(d, T, D, s->ffn, r->g, w->wd, 0.0f, r->o));
+  if (r->tp_comm)
+    RTRY("all-reduce after down_proj", comm_allreduce_sum(r->tp_comm, r->o, (size_t)T * D));
+  RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
+  return SC_OK;
+}
+
+// The last stage: logits of the sampled rows, gathered over TP, copied to the host.
+static sc_status forward_head(rank *r, const mb_meta *mb) {
+  executor *ex = r->ex;
+  const model_config *m = &ex->cfg.model;
+  const shard_rank *s = &r->sh;
+  device *d = r->dev;
+  int ns = mb->n_sample, D = m->dim, V = s->vocab;
+  if (ns == 0) return SC_OK;
+  for (int j = 0; j < ns; j++)
+    RTRY("gather rows", dev_copy(d, r->xs + (size_t)j * D,
+                                 r->x + (size_t)ex->h_sample[mb->sample0 + j] * D,
+                                 (size_t)D * sizeof(float), DEV_D2D));
+  RTRY("final rmsnorm", dev_rmsnorm(d, ns, D, r->xs, r->final_norm, m->norm_eps, r->xs));
+  RTRY("lm_head", dev_matmul(d, ns, V, D, r->xs, r->lm_head, 0.0f, r->logits_l));
+  const float *src = r->logits_l;
+  if (r->tp_comm) {
+    RTRY("all-gather of logits", comm_allgather(r->tp_comm, r->logits_l, r->logits_all, (size_t)ns * V));
+    src = r->logits_all;
+  }
+  if (s->tp_rank != 0) return SC_OK;
+  float *out = ex->batch->logits + (size_t)mb->sample0 * m->vocab_size;
+  for (int tr = 0; tr < s->tp; tr++)
+    for (int j = 0; j < ns; j++)
+      RTRY("logits to host",
+           dev_copy(d, out + (size_t)j * m->vocab_size + (size_t)tr * V,
+                    src + ((size_t)tr * ns + j) * V, (size_t)V * sizeof(float), DEV_D2H));
+  return SC_OK;
+}
+
+static sc_status forward_microbatch(rank *r, const mb_meta *mb) {
+  executor *ex = r->ex;
+  const model_config *m = &ex->cfg.model;
+  const shard_rank *s = &r->sh;
+  device *d = r->dev;
+  int T = mb->n_tok, D = m->dim;
+  size_t il = sizeof(int32_t);
+  RTRY("upload positions", dev_copy(d, r->d_pos, ex->h_pos + mb->tok0, (size_t)T * il, DEV_H2D));
+  RTRY("upload seq ids", dev_copy(d, r->d_seq, ex->h_seq + mb->tok0, (size_t)T * il, DEV_H2D));
+  RTRY("upload block tables",
+       dev_copy(d, r->d_bt, ex->h_bt + (size_t)mb->seq0 * ex->max_blocks,
+                (size_t)mb->n_seq * ex->max_blocks * il, DEV_H2D));
+  dev_kv_batch kb = {.n_tok = T, .pos = r->d_pos, .seq = r->d_seq, .block_tables = r->d_bt,
+                     .max_blocks = ex->max_blocks, .block_size = ex->cfg.block_size};
+  if (s->first_stage) {
+    RTRY("upload ids", dev_copy(d, r->d_ids, ex->h_ids + mb->tok0, (size_t)T * il, DEV_H2D));
+    RTRY("embedding", dev_embedding(d, T, D, r->d_ids, r->embed, s->vocab0, s->vocab, r->x));
+    if (r->tp_comm)
+      RTRY("all-reduce of embeddings", comm_allreduce_sum(r->tp_comm, r->x, (size_t)T * D));
+  } else {
+    RTRY("receive activations",
+         comm_recv(r->pp_comm, r->x, (size_t)T * D * sizeof(float), s->pp_rank - 1));
+  }
+  for (int l = 0; l < s->n_layers; l++) SC_TRY(forward_layer(r, &r->layers[l], r->kv[l], &kb));
+  if (!s->last_stage)
+    RTRY("send activations",
+         comm_send(r->pp_comm, r->x, (size_t)T * D * sizeof(float), s->pp_rank + 1));
+  else
+    SC_TRY(forward_head(r, mb));
+  return SC_OK;
+}
+
+static sc_status rank_forward(rank *r) {
+  r->err.msg[0] = 0;
+  for (int i = 0; i < r->ex->n_mb; i++) SC_TRY(forward_microbatch(r, &r->ex->mb[i]));
+  RTRY("synchronize", dev_synchronize(r->dev));
+  return SC_OK;
+}
+
+// --- threads
+
+static void abort_groups(executor *ex) {
+  for (int i = 0; i < ex->cfg.pp; i++) comm_shm_group_abort(ex->tp_groups[i]);
+  for (int i = 0; i < ex->cfg.tp; i++) comm_shm_group_abort(ex->pp_groups[i]);
+}
+
+static void *rank_main(void *arg) {
+  rank *r = arg;
+  executor *ex = r->ex;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&ex->mu);
+  for (;;) {
+    while (ex->gen == seen && !ex->quit) pthread_cond_wait(&ex->cv_go, &ex->mu);
+    if (ex->quit) break;
+    seen = ex->gen;
+    pthread_mutex_unlock(&ex->mu);
+    sc_status s = rank_forward(r);
+    if (s != SC_OK) abort_groups(ex);
+    pthread_mutex_lock(&ex->mu);
+    r->status = s;
+    if (++ex->n_done == ex->n_ranks) pthread_cond_signal(&ex->cv_done);
+  }
+  pthread_mutex_unlock(&ex->mu);
+  return NULL;
+}
+
+// --- lifecycle
+
+static sc_status make_groups(executor *ex) {
+  int tp = ex->cfg.tp, pp = ex->cfg.pp;
+  ex->tp_groups = calloc((size_t)pp, sizeof *ex->tp_groups);
+  ex->pp_groups = calloc((size_t)tp, sizeof *ex->pp_groups);
+  if (!ex->tp_groups || !ex->pp_groups) return SC_OOM;
+  for (int s = 0; tp > 1 && s < pp; s++)
+    SC_TRY(comm_shm_group_new(tp, ex->cfg.comm_deadline_ns, &ex->tp_groups[s]));
+  for (int t = 0; pp > 1 && t < tp; t++)
+    SC_TRY(comm_shm_group_new(pp, ex->cfg.comm_deadline_ns, &ex->pp_groups[t]));
+  for (int i = 0; i < ex->n_ranks; i++) {
+    rank *r = &ex->ranks[i];
+    if (tp > 1) r->tp_comm = comm_shm_group_rank(ex->tp_groups[r->sh.pp_rank], r->sh.tp_rank);
+    if (pp > 1) r->pp_comm = comm_shm_group_rank(ex->pp_groups[r->sh.tp_rank], r->sh.pp_rank);
+  }
+  return SC_OK;
+}
+
+static sc_status rank_init(executor *ex, rank *r, float **staging, size_t *staging_cap,
+                           sc_error *err) {
+  const exec_config *c = &ex->cfg;
+  const model_config *m = &c->model;
+  SC_TRY(device_open(c->backend, 0, &r->dev, err));
+  r->layers = calloc((size_t)r->sh.n_layers, sizeof *r->layers);
+  r->kv = calloc((size_t)r->sh.n_layers, sizeof *r->kv);
+  if (!r->layers || !r->kv) return SC_OOM;
+  sc_status s = alloc_arena(r, carve_weights, &r->w_arena, &r->w_bytes);
+  if (s != SC_OK)
+    return sc_fail(err, s, "rank %d: cannot allocate %s of weights", r->index, "its slices");
+  size_t need = max_slice_floats(m, &r->sh);
+  if (need > *staging_cap) {
+    float *p = realloc(*staging, need * sizeof(float));
+    if (!p) return sc_fail(err, SC_OOM, "cannot allocate a staging buffer of %zu floats", need);
+    *staging = p;
+    *staging_cap = need;
+  }
+  SC_TRY(load_weights(r, *staging, err));
+  // KV: (n_blocks, block_size, n_kv_local, head_dim) for K and for V, per local layer.
+  size_t per = (size_t)c->n_blocks * c->block_size * r->sh.n_kv * m->head_dim * sizeof(float);
+  r->kv_bytes = 2 * align_up(per) * (size_t)r->sh.n_layers;
+  s = dev_alloc(r->dev, r->kv_bytes ? r->kv_bytes : ALIGN, &r->kv_arena);
+  if (s != SC_OK)
+    return sc_fail(err, s, "rank %d: cannot allocate %zu bytes of KV cache (%d blocks)",
+                   r->index, r->kv_bytes, c->n_blocks);
+  for (int l = 0; l < r->sh.n_layers; l++) {
+    r->kv[l].k = (float *)((char *)r->kv_arena + (2 * (size_t)l) * align_up(per));
+    r->kv[l].v = (float *)((char *)r->kv_arena + (2 * (size_t)l + 1) * align_up(per));
+  }
+  s = alloc_arena(r, carve_workspace, &r->ws_arena, NULL);
+  if (s != SC_OK) return sc_fail(err, s, "rank %d: cannot allocate its activation workspace", r->index);
+  return SC_OK;
+}
+
+sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
+  *out = NULL;
+  SC_TRY(shard_layout_check(&cfg->model, cfg->tp, cfg->pp, err));
+  if (cfg->max_tokens < 1 || cfg->max_seqs < 1 || cfg->n_blocks < 1 || cfg->block_size < 1)
+    return sc_fail(err, SC_INVALID, "executor: max_tokens, max_seqs, n_blocks and block_size must be positive");
+  executor *ex = calloc(1, sizeof *ex);
+  if (!ex) return SC_OOM;
+  ex->cfg = *cfg;
+  ex->n_ranks = cfg->tp * cfg->pp;
+  ex->max_blocks = (cfg->model.max_seq_len + cfg->block_size - 1) / cfg->block_size;
+  pthread_mutex_init(&ex->mu, NULL);
+  pthread_cond_init(&ex->cv_go, NULL);
+  pthread_cond_init(&ex->cv_done, NULL);
+  size_t T = (size_t)cfg->max_tokens, S = (size_t)cfg->max_seqs;
+  ex->ranks = calloc((size_t)ex->n_ranks, sizeof *ex->ranks);
+  ex->mb = calloc((size_t)cfg->pp, sizeof *ex->mb);
+  ex->h_ids = malloc(T * sizeof(int32_t));
+  ex->h_pos = malloc(T * sizeof(int32_t));
+  ex->h_seq = malloc(T * sizeof(int32_t));
+  ex->h_bt = calloc(S * (size_t)ex->max_blocks, sizeof(int32_t));
+  ex->h_sample = malloc(S * sizeof(int32_t));
+  sc_status s = SC_OK;
+  if (!ex->ranks || !ex->mb || !ex->h_ids || !ex->h_pos || !ex->h_seq || !ex->h_bt ||
+      !ex->h_sample)
+    s = sc_fail(err, SC_OOM, "executor: out of host memory");
+  float *staging = NULL;
+  size_t staging_cap = 0;
+  for (int i = 0; s == SC_OK && i < ex->n_ranks; i++) {
+    rank *r = &ex->ranks[i];
+    r->ex = ex;
+    r->index = i;
+    r->sh = shard_rank_plan(&cfg->model, cfg->tp, cfg->pp, i % cfg->tp, i / cfg->tp);
+    s = rank_init(ex, r, &staging, &staging_cap, err);
+  }
+  free(staging);
+  if (s == SC_OK) s = make_groups(ex);
+  for (int i = 0; s == SC_OK && ex->n_ranks > 1 && i < ex->n_ranks; i++) {
+    if (pthread_create(&ex->ranks[i].thread, NULL, rank_main, &ex->ranks[i]) != 0)
+      s = sc_fail(err, SC_OOM, "executor: cannot start the thread of rank %d", i);
+    else
+      ex->ranks[i].thread_started = true;
+  }
+  if (s != SC_OK) {
+    executor_free(ex);
+    return s;
+  }
+  *out = ex;
+  return SC_OK;
+}
+
+void executor_free(executor *ex) {
+  if (!ex) return;
+  pthread_mutex_lock(&ex->mu);
+  ex->quit = true;
+  pthread_cond_broadcast(&ex->cv_go);
+  pthread_mutex_unlock(&ex->mu);
+  for (int i = 0; ex->ranks && i < ex->n_ranks; i++) {
+    rank *r = &ex->ranks[i];
+    if (r->thread_started) pthread_join(r->thread, NULL);
+    if (r->dev) {
+      dev_free(r->dev, r->w_arena);
+      dev_free(r->dev, r->kv_arena);
+      dev_free(r->dev, r->ws_arena);
+    }
+    device_free(r->dev);
+    free(r->layers);
+    free(r->kv);
+  }
+  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_shm_group_free(ex->tp_groups[i]);
+  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_shm_group_free(ex->pp_groups[i]);
+  free(ex->tp_groups);
+  free(ex->pp_groups);
+  free(ex->ranks);
+  free(ex->mb);
+  free(ex->h_ids);
+  free(ex->h_pos);
+  free(ex->h_seq);
+  free(ex->h_bt);
+  free(ex->h_sample);
+  pthread_mutex_destroy(&ex->mu);
+  pthread_cond_destroy(&ex->cv_go);
+  pthread_cond_destroy(&ex->cv_done);
+  free(ex);
+}
+
+// --- one step
+
+// Flattens the batch into host arrays and splits it into micro-batches (one per stage at
+// most, balanced by tokens, each at least one sequence).
+static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
+  int total = 0, n_sample = 0;
+  for (int i = 0; i < b->n_seqs; i++) {
+    const exec_seq *q = &b->seqs[i];
+    if (q->n < 1 || q->start < 0 || q->start + q->n > ex->cfg.model.max_seq_len ||
+        q->n_blocks > ex->max_blocks ||
+        (long)q->n_blocks * ex->cfg.block_size < (long)q->start + q->n)
+      return sc_fail(err, SC_INVALID, "executor: sequence %d of the step is malformed", i);
+    total += q->n;
+  }
+  if (b->n_seqs < 1 || b->n_seqs > ex->cfg.max_seqs || total > ex->cfg.max_tokens)
+    return sc_fail(err, SC_INVALID, "executor: step of %d sequences / %d tokens exceeds %d / %d",
+                   b->n_seqs, total, ex->cfg.max_seqs, ex->cfg.max_tokens);
+  int n_mb = b->n_seqs < ex->cfg.pp ? b->n_seqs : ex->cfg.pp;
+  int tok = 0, m = 0;
+  mb_meta *cur = &ex->mb[0];
+  *cur = (mb_meta){0};
+  for (int i = 0; i < b->n_seqs; i++) {
+    const exec_seq *q = &b->seqs[i];
+    // Start the next micro-batch once this one has its share of tokens, keeping at least
+    // one sequence for each micro-batch still to come.
+    if (cur->n_seq > 0 && m + 1 < n_mb &&
+        (tok >= (long)total * (m + 1) / n_mb || b->n_seqs - i <= n_mb - m - 1)) {
+      m++;
+      cur = &ex->mb[m];
+      *cur = (mb_meta){.seq0 = i, .tok0 = tok, .sample0 = n_sample};
+    }
+    int row = cur->n_seq++;
+    for (int j = 0; j < q->n; j++) {
+      ex->h_ids[tok + j] = q->tokens[j];
+      ex->h_pos[tok + j] = q->start + j;
+      ex->h_seq[tok + j] = row;
+    }
+    int32_t *bt = ex->h_bt + (size_t)i * ex->max_blocks;
+    memcpy(bt, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
+    for (int j = q->n_blocks; j < ex->max_blocks; j++) bt[j] = q->n_blocks ? q->blocks[0] : 0;
+    if (q->want_logits) {
+      ex->h_sample[n_sample++] = tok + q->n - 1 - cur->tok0;
+      cur->n_sample++;
+    }
+    tok += q->n;
+    cur->n_tok += q->n;
+  }
+  ex->n_mb = m + 1;
+  return SC_OK;
+}
+
+sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
+  if (ex->broken != SC_OK) {
+    if (err) *err = ex->broken_err;
+    return ex->broken;
+  }
+  SC_TRY(flatten(ex, b, err));
+  ex->batch = b;
+  sc_status s = SC_OK;
+  if (ex->n_ranks == 1) {
+    s = rank_forward(&ex->ranks[0]);
+    ex->ranks[0].status = s;
+  } else {
+    pthread_mutex_lock(&ex->mu);
+    ex->n_done = 0;
+    ex->gen++;
+    pthread_cond_broadcast(&ex->cv_go);
+    while (ex->n_done < ex->n_ranks) pthread_cond_wait(&ex->cv_done, &ex->mu);
+    pthread_mutex_unlock(&ex->mu);
+  }
+  // Report the root cause: the first failure that is not a consequence of the abort.
+  const rank *bad = NULL;
+  for (int i = 0; i < ex->n_ranks; i++) {
+    const rank *r = &ex->ranks[i];
+    if (r->status != SC_OK && (!bad || (bad->status == SC_ABORTED && r->status != SC_ABORTED)))
+      bad = r;
+  }
+  ex->batch = NULL;
+  if (!bad) return SC_OK;
+  s = bad->status;
+  ex->broken = s;
+  ex->broken_err = bad->err;
+  if (err) *err = bad->err;
+  return s;
+}
+
+int executor_n_ranks(const executor *ex) { return ex->n_ranks; }
+
+sc_status executor_rank_mem(executor *ex, int r, size_t *used, size_t *total) {
+  if (r < 0 || r >= ex->n_ranks) return SC_INVALID;
+  return dev_mem_info(ex->ranks[r].dev, used, total);
+}
+
+size_t executor_rank_weight_bytes(const executor *ex, int r) { return ex->ranks[r].w_bytes; }
+size_t executor_rank_kv_bytes(const executor *ex, int r) { return ex->ranks[r].kv_bytes; }

@@ -1,0 +1,65 @@
+// The executor: runs one scheduled step of a replica on all of its TP x PP ranks.
+//
+// Ranks are threads (one per rank when the replica has more than one), each with its own
+// device, its weight slices in one arena, its KV storage in one arena, and its activations
+// in one arena. TP collectives (two all-reduces per layer, an all-gather of the vocab-split
+// logits) go through a comm group per PP stage; activations move stage to stage through a
+// comm group per TP index, in micro-batches so that stages overlap. What to run comes from
+// engine/scheduler.c; which block holds what is engine/kv_cache.c's. Sampling is the
+// engine's (on the host, from the logits this returns).
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "engine/weights.h"
+#include "kernels/status.h"
+
+typedef struct exec_config {
+  model_config model;
+  const weight_source *weights; // read during executor_new only
+  const char *backend;          // device backend, "cpu"
+  int tp, pp;
+  int block_size;          // tokens per KV block
+  int n_blocks;            // KV blocks per rank (same logical blocks on every rank)
+  int max_tokens;          // most tokens in one step (the scheduler's token budget)
+  int max_seqs;            // most sequences in one step
+  uint64_t comm_deadline_ns; // deadline of one collective
+} exec_config;
+
+// One sequence's share of a step: tokens [start, start + n) of the sequence, whose KV goes
+// to (and attention reads from) the blocks listed. want_logits: return the logits of the
+// last of those tokens.
+typedef struct exec_seq {
+  int32_t start;         // position of the first token computed in this step
+  int32_t n;             // tokens computed in this step (>= 1)
+  const int32_t *tokens; // (n) their ids
+  const int32_t *blocks; // block table: enough blocks for start + n tokens
+  int n_blocks;
+  bool want_logits;
+} exec_seq;
+
+typedef struct exec_batch {
+  int n_seqs;
+  const exec_seq *seqs;
+  float *logits; // host (n_want, vocab): one row per seq with want_logits, in seq order
+} exec_batch;
+
+typedef struct executor executor;
+
+// Loads every rank's weights and allocates KV and workspace. On error *out is NULL.
+sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err);
+void executor_free(executor *ex); // NULL is a no-op
+
+// Runs one step. On error the replica's communicators are aborted (every rank returns) and
+// the executor is unusable: later calls return the same status.
+sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err);
+
+int executor_n_ranks(const executor *ex);
+// Device memory of rank r (pp_rank * tp + tp_rank): bytes in use through it and in total.
+sc_status executor_rank_mem(executor *ex, int r, size_t *used, size_t *total);
+// Bytes of weights / KV held by rank r.
+size_t executor_rank_weight_bytes(const executor *ex, int r);
+size_t executor_rank_kv_bytes(const executor *ex, int r);

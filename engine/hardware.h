@@ -1,0 +1,29 @@
+// Hardware profiles: what a device offers (memory, bandwidth, throughput, links), read from
+// scenarios/hardware/NAME.yaml (embedded in the binary) or a YAML path.
+//
+// The planner (engine/memplan.h) uses memory; the simulator (kernels/sim/, later) uses the
+// rest. Figures and their sources live in the YAML files, not here.
+#pragma once
+
+#include "kernels/status.h"
+
+typedef struct hw_profile {
+  char name[64];         // e.g. "h100-sxm"
+  char description[128]; // e.g. "NVIDIA H100 SXM5 80GB"
+  double mem_bytes;      // device memory, bytes
+  double mem_bw;         // memory bandwidth, bytes/s
+  double flops_bf16;     // dense bf16 matrix throughput, FLOP/s
+  double flops_fp16;     // dense fp16 matrix throughput, FLOP/s
+  double flops_fp32;     // fp32 throughput (non-tensor), FLOP/s
+  double flops_int8;     // dense int8 throughput, OP/s (0 when unknown)
+  char link[32];         // intra-node link kind: "nvlink4", "pcie4", "pcie5", "memory"
+  double link_bw;        // intra-node link bandwidth per direction per GPU, bytes/s
+  double link_latency_s; // intra-node link latency, seconds
+  int gpus_per_node;     // how many of these one node holds (limits TP within a node)
+} hw_profile;
+
+// Loads a profile by name (embedded scenarios/hardware/NAME.yaml) or from a .yaml path.
+// Unknown keys, missing keys and wrong types are SC_INVALID naming file:line:column and key.
+sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *err);
+// Fills names[] with the embedded profile names (static strings); returns how many exist.
+int hw_profile_names(const char **names, int cap);

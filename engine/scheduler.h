@@ -1,0 +1,72 @@
+// The scheduler: iteration-level continuous batching over one replica's KV cache.
+//
+// Each step: running sequences first, in the order they were admitted (a decode token each,
+// or their next prefill chunk), then waiting sequences FCFS while the per-step token budget,
+// the running limit and free blocks allow. A prefill chunk is at most prefill_chunk tokens,
+// so a long prompt never holds the whole budget and short prompts mix in beside it. When a
+// running sequence needs a block and none is free, the most recently admitted running
+// sequence is preempted by recompute: its blocks are freed and it returns to the front of
+// the queue with its generated tokens appended to its prompt. Cancel frees blocks at once.
+// Running the step is engine/executor.c's; sampling and events are engine/engine.c's.
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/kv_cache.h"
+#include "engine/sampler.h"
+
+typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
+
+typedef struct seq {
+  uint64_t id;
+  int32_t *tokens;  // (cap) prompt, then generated tokens
+  int n_tokens;     // prompt + generated so far
+  int n_prompt;
+  int cap;          // n_prompt + max_new, at most the context
+  int n_computed;   // tokens whose KV is in the cache
+  int max_new;      // generated tokens at most
+  int n_generated;
+  int32_t *blocks;  // (blocks_cap) block table
+  int n_blocks;
+  int blocks_cap;
+  sampling_params sampling;
+  bool stop_at_eos;
+  int n_preempted;  // times this sequence was preempted
+  seq_state state;
+} seq;
+
+typedef struct sched_config {
+  int max_running;   // sequences in one step at most
+  int token_budget;  // tokens in one step at most
+  int prefill_chunk; // prefill tokens of one sequence in one step at most
+} sched_config;
+
+// One sequence's part of a step: tokens [start, start + n); sample when that reaches the end.
+typedef struct sched_item {
+  seq *s;
+  int start;
+  int n;
+  bool sample;
+} sched_item;
+
+typedef struct scheduler scheduler;
+
+sc_status sched_new(sched_config cfg, kv_cache *kv, scheduler **out);
+void sched_free(scheduler *s); // NULL is a no-op; does not free the seqs
+
+// Queues q at the back (FCFS). SC_OOM if the queue cannot grow.
+sc_status sched_add(scheduler *s, seq *q);
+// Takes q out of whichever queue holds it and returns its blocks; q->state = SEQ_DONE.
+void sched_remove(scheduler *s, seq *q);
+
+// Plans one step into items (capacity max_running) and returns how many; *n_preempted says
+// how many sequences were preempted to make room.
+int sched_plan(scheduler *s, sched_item *items, int *n_preempted);
+
+int sched_n_waiting(const scheduler *s);
+int sched_n_running(const scheduler *s);
+// Some seq in either queue (the first running, else the first waiting), or NULL.
+seq *sched_any(const scheduler *s);
+// The seq with that id in either queue, or NULL.
+seq *sched_find(const scheduler *s, uint64_t id);
