@@ -1,0 +1,41 @@
+// main(): dispatches to the subcommands in cli/cmd_*.c.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *help;
+} cmds[] = {
+    {"generate", cmd_generate, "run one prompt through a sharded engine and print the tokens"},
+    {"plan", cmd_plan, "list every tp x pp x dp layout with its memory per GPU"},
+    {"model", cmd_model, "model utilities: `model gen` writes random weights for a preset"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: shardcheck <command> [options]\n\n"
+             "shardcheck validates a sharded LLM serving configuration: it runs a real\n"
+             "tensor/pipeline-parallel engine and measures it.\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].help);
+  fprintf(f, "\n`shardcheck <command> --help` for its options.\n"
+             "exit codes: 0 ok, 2 bad input or usage, 3 runtime failure.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (!strcmp(argv[1], cmds[i].name)) return cmds[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "shardcheck: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return CLI_USAGE;
+}
