@@ -7,6 +7,29 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+// --- running under ThreadSanitizer
+//
+// Criterion's sandbox (BoxFort) maps an arena at a random address in [0x2000_0000_0000,
+// 0x6000_0000_0000), drawn as 0x2000_0000_0000 + (rand_r() & 0x3fffff) << 24, and gives up
+// ("Could not initialize inheritable arena") after 10 draws that land on mapped pages. TSan's
+// x86-64 layout reserves almost all of that range for its shadow and meta memory; the only
+// free part is its "mid app" window [0x5500_0000_0000, 0x5680_0000_0000), so most runs die
+// before any test starts. In TSan builds every test binary supplies rand_r (from here) (BoxFort's only
+// caller of it here) drawing inside that window. Nothing else in the process uses rand_r.
+#if defined(__SANITIZE_THREAD__)
+#define SC_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SC_TEST_TSAN 1
+#endif
+#endif
+#ifdef SC_TEST_TSAN
+int rand_r(unsigned int *seed) {
+  *seed = *seed * 1103515245u + 12345u;
+  return 0x350000 + (int)((*seed >> 8) % 0x18000); // base in [0x5500.., 0x5680..) << 24
+}
+#endif
+
 const char *sc_test_tmpdir(const char *tag) {
   static char bufs[8][256];
   static int slot;
