@@ -82,6 +82,10 @@ sc_status model_tensor_find(const model_config *c, const char *name, model_tenso
 sc_status model_gen_slice(const model_config *c, uint64_t seed, const char *name, int64_t r0,
                           int64_t nr, int64_t c0, int64_t nc, float *dst, sc_error *err);
 // Writes config.json and model.safetensors for (c, seed) into dir (created if missing),
-// weights stored as dtype (f32, f16 or bf16), one tensor at a time.
+// weights stored as dtype (f32, f16 or bf16), one tensor at a time (streamed in chunks of
+// rows, so memory stays a few MB whatever the model), then removes a stale
+// model.safetensors.index.json (it would shadow the new file) and writes config.json last.
+// model.safetensors is never left half-written: a failure while writing it leaves dir's
+// files as they were.
 sc_status model_gen_write(const model_config *c, uint64_t seed, sc_dtype dtype, const char *dir,
                           sc_error *err);
