@@ -1,0 +1,334 @@
+// Strict flat-mapping reader over libfyaml, and named documents (see yaml_map.h).
+//
+// libfyaml is run with diagnostics collected, never printed: a syntax error comes back as
+// "FILE:LINE:COL: invalid YAML: ..." in sc_error. What the keys mean is the caller's business.
+#include "engine/yaml_map.h"
+
+#include <errno.h>
+#include <libfyaml.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/embedded.h"
+
+// --- positions
+
+// First token of a node: the scalar itself, or the first key/item of a collection.
+static struct fy_token *first_token(struct fy_node *node) {
+  for (int depth = 0; node && depth < 64; depth++) {
+    void *it = NULL;
+    switch (fy_node_get_type(node)) {
+    case FYNT_SCALAR: return fy_node_get_scalar_token(node);
+    case FYNT_MAPPING: {
+      struct fy_node_pair *p = fy_node_mapping_iterate(node, &it);
+      node = p ? fy_node_pair_key(p) : NULL;
+      break;
+    }
+    case FYNT_SEQUENCE: node = fy_node_sequence_iterate(node, &it); break;
+    default: return NULL;
+    }
+  }
+  return NULL;
+}
+
+void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap) {
+  struct fy_token *t = first_token(node);
+  const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
+  if (m)
+    snprintf(buf, cap, "%s:%d:%d", file, m->line + 1, m->column + 1);
+  else
+    snprintf(buf, cap, "%s", file);
+}
+
+// --- scalars
+
+static const char *type_expect(const yaml_map_field *f) {
+  switch (f->type) {
+  case YAML_MAP_INT: return "an integer";
+  case YAML_MAP_DOUBLE: return "a number";
+  case YAML_MAP_STRING: return "a string";
+  case YAML_MAP_BOOL: return "true or false";
+  case YAML_MAP_CUSTOM: return f->expect ? f->expect : "a scalar";
+  }
+  return "a value";
+}
+
+// Describes what a value node is, for "got ...": 'text', "text" (quoted), null, a mapping.
+static void describe(struct fy_node *v, char *buf, size_t cap) {
+  if (!v || fy_node_is_null(v)) {
+    snprintf(buf, cap, "null");
+    return;
+  }
+  switch (fy_node_get_type(v)) {
+  case FYNT_MAPPING: snprintf(buf, cap, "a mapping"); return;
+  case FYNT_SEQUENCE: snprintf(buf, cap, "a sequence"); return;
+  default: break;
+  }
+  size_t len = 0;
+  const char *s = fy_node_get_scalar(v, &len);
+  bool quoted = fy_node_get_style(v) != FYNS_PLAIN;
+  int shown = len > 60 ? 60 : (int)len;
+  snprintf(buf, cap, "%s'%.*s'%s", quoted ? "the quoted string " : "", shown, s ? s : "",
+           len > 60 ? "..." : "");
+}
+
+static bool parse_int(const char *s, int *out) {
+  const char *p = s;
+  if (*p == '+' || *p == '-') p++;
+  if (!*p) return false;
+  for (; *p; p++)
+    if (*p < '0' || *p > '9') return false;
+  errno = 0;
+  long long v = strtoll(s, NULL, 10);
+  if (errno || v < -2147483647LL - 1 || v > 2147483647LL) return false;
+  *out = (int)v;
+  return true;
+}
+
+static bool parse_double(const char *s, double *out) {
+  // Decimal only: no hex floats, inf or nan (strtod would take them).
+  for (const char *p = s; *p; p++)
+    if (!strchr("0123456789+-.eE", *p)) return false;
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!*s || *end || errno || !isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_bool(const char *s, bool *out) {
+  if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE")) {
+    *out = true;
+    return true;
+  }
+  if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE")) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+// Converts value node v for field f. Returns false (and leaves *dst alone) on a type mismatch.
+static bool convert(const yaml_map_field *f, struct fy_node *v) {
+  if (!v || fy_node_get_type(v) != FYNT_SCALAR || fy_node_is_null(v)) return false;
+  size_t len = 0;
+  const char *raw = fy_node_get_scalar(v, &len);
+  if (!raw) return false;
+  char text[512];
+  if (len >= sizeof text) return false;
+  memcpy(text, raw, len);
+  text[len] = 0;
+  bool plain = fy_node_get_style(v) == FYNS_PLAIN;
+  switch (f->type) {
+  case YAML_MAP_INT: return plain && parse_int(text, f->dst);
+  case YAML_MAP_DOUBLE: return plain && parse_double(text, f->dst);
+  case YAML_MAP_BOOL: return plain && parse_bool(text, f->dst);
+  case YAML_MAP_STRING:
+    if (len + 1 > f->cap) return false;
+    memcpy(f->dst, text, len + 1);
+    return true;
+  case YAML_MAP_CUSTOM: return f->parse && f->parse(text, f->dst);
+  }
+  return false;
+}
+
+// --- mappings
+
+static void key_list(const yaml_map_field *fields, int n, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", fields[i].key);
+}
+
+sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_map_field *fields,
+                             int n, sc_error *err) {
+  char where[300], got[100];
+  if (!map || fy_node_get_type(map) != FYNT_MAPPING) {
+    yaml_map_where(map, file, where, sizeof where);
+    describe(map, got, sizeof got);
+    return sc_fail(err, SC_INVALID, "%s: expected a mapping of keys, got %s", where, got);
+  }
+  bool seen[128] = {false};
+  SC_ASSERT(n <= (int)(sizeof seen / sizeof seen[0]));
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(map, &it))) {
+    struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
+    yaml_map_where(k, file, where, sizeof where);
+    const char *key = k && fy_node_get_type(k) == FYNT_SCALAR ? fy_node_get_scalar0(k) : NULL;
+    if (!key) return sc_fail(err, SC_INVALID, "%s: expected a plain key", where);
+    int i = 0;
+    while (i < n && strcmp(fields[i].key, key)) i++;
+    if (i == n) {
+      char keys[400];
+      key_list(fields, n, keys, sizeof keys);
+      return sc_fail(err, SC_INVALID, "%s: unknown key '%s'; expected one of: %s", where, key,
+                     keys);
+    }
+    if (v && fy_node_get_type(v) == FYNT_SCALAR) yaml_map_where(v, file, where, sizeof where);
+    if (!convert(&fields[i], v)) {
+      describe(v, got, sizeof got);
+      if (fields[i].type == YAML_MAP_STRING && v && fy_node_get_type(v) == FYNT_SCALAR &&
+          !fy_node_is_null(v))
+        return sc_fail(err, SC_INVALID,
+                       "%s: key '%s': expected a string of at most %zu characters, got %s", where,
+                       key, fields[i].cap - 1, got);
+      return sc_fail(err, SC_INVALID, "%s: key '%s': expected %s, got %s", where, key,
+                     type_expect(&fields[i]), got);
+    }
+    seen[i] = true;
+  }
+  for (int i = 0; i < n; i++) {
+    if (fields[i].seen) *fields[i].seen = seen[i];
+    if (fields[i].required && !seen[i]) {
+      yaml_map_where(map, file, where, sizeof where);
+      return sc_fail(err, SC_INVALID, "%s: missing required key '%s' (%s)", where, fields[i].key,
+                     type_expect(&fields[i]));
+    }
+  }
+  return SC_OK;
+}
+
+sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
+                               const yaml_map_field *fields, int n, sc_error *err) {
+  // Diagnostics are collected, not printed (engine/ never prints).
+  struct fy_diag_cfg dcfg;
+  fy_diag_cfg_default(&dcfg);
+  dcfg.fp = NULL;
+  dcfg.colorize = false;
+  struct fy_diag *diag = fy_diag_create(&dcfg);
+  if (!diag) return sc_fail(err, SC_OOM, "%s: cannot create a YAML diagnostic object", name);
+  fy_diag_set_collect_errors(diag, true);
+  struct fy_parse_cfg cfg = {.flags = FYPCF_QUIET | FYPCF_RESOLVE_DOCUMENT, .diag = diag};
+  struct fy_document *doc = fy_document_build_from_string(&cfg, text, len);
+  sc_status s;
+  if (!doc) {
+    void *it = NULL;
+    struct fy_diag_error *e = fy_diag_errors_iterate(diag, &it);
+    if (e)
+      s = sc_fail(err, SC_INVALID, "%s:%d:%d: invalid YAML: %s", name, e->line, e->column,
+                  e->msg ? e->msg : "syntax error"); // libfyaml's diag positions are 1-based
+    else // no document and no complaint: nothing but whitespace and comments
+      s = sc_fail(err, SC_INVALID, "%s: empty document; expected a mapping of keys", name);
+  } else {
+    struct fy_node *root = fy_document_root(doc);
+    if (!root)
+      s = sc_fail(err, SC_INVALID, "%s: empty document; expected a mapping of keys", name);
+    else
+      s = yaml_map_read_node(root, name, fields, n, err);
+    fy_document_destroy(doc);
+  }
+  fy_diag_destroy(diag);
+  return s;
+}
+
+sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int n,
+                             sc_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return sc_fail(err, SC_IO, "%s: cannot open: %s", path, strerror(errno));
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    len += fread(buf + len, 1, cap - len, f);
+    if (len < cap) break;
+    char *bigger = cap < ((size_t)64 << 20) ? realloc(buf, cap * 2) : NULL;
+    if (!bigger) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = bigger;
+    cap *= 2;
+  }
+  bool bad = ferror(f) != 0;
+  fclose(f);
+  if (!buf) return sc_fail(err, SC_IO, "%s: too large or out of memory", path);
+  if (bad) {
+    free(buf);
+    return sc_fail(err, SC_IO, "%s: read error", path);
+  }
+  sc_status s = yaml_map_read_string(buf, len, path, fields, n, err);
+  free(buf);
+  return s;
+}
+
+// --- named documents
+
+bool yaml_map_is_path(const char *s) {
+  size_t n = strlen(s);
+  return (n > 5 && !strcmp(s + n - 5, ".yaml")) || (n > 4 && !strcmp(s + n - 4, ".yml"));
+}
+
+#define NAMES_DIRS 8
+#define NAMES_MAX 64
+#define NAME_LEN 64
+
+static struct {
+  char dir[128];
+  int n;                          // how many embedded DIR/*.yaml exist
+  char names[NAMES_MAX][NAME_LEN]; // sorted stems (the first NAMES_MAX)
+} names_cache[NAMES_DIRS];
+static int names_cache_n;
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int cmp_name(const void *a, const void *b) { return strcmp(a, b); }
+
+int yaml_map_names(const char *dir, const char **names, int cap) {
+  pthread_mutex_lock(&names_lock);
+  int c = 0;
+  while (c < names_cache_n && strcmp(names_cache[c].dir, dir)) c++;
+  if (c == names_cache_n && c < NAMES_DIRS) {
+    snprintf(names_cache[c].dir, sizeof names_cache[c].dir, "%s", dir);
+    size_t dl = strlen(dir);
+    int k = 0;
+    for (const sc_embedded_file *f = sc_embedded_files; f->path; f++) {
+      const char *rest = f->path + dl;
+      if (strncmp(f->path, dir, dl) || *rest != '/' || strchr(rest + 1, '/')) continue;
+      size_t rl = strlen(rest + 1);
+      if (rl <= 5 || strcmp(rest + 1 + rl - 5, ".yaml") || rl - 5 >= NAME_LEN) continue;
+      if (k < NAMES_MAX)
+        snprintf(names_cache[c].names[k], NAME_LEN, "%.*s", (int)(rl - 5), rest + 1);
+      k++;
+    }
+    names_cache[c].n = k;
+    qsort(names_cache[c].names, (size_t)(k < NAMES_MAX ? k : NAMES_MAX), NAME_LEN, cmp_name);
+    names_cache_n++;
+  }
+  int total = c < names_cache_n ? names_cache[c].n : 0;
+  for (int i = 0; i < total && i < cap && i < NAMES_MAX; i++) names[i] = names_cache[c].names[i];
+  pthread_mutex_unlock(&names_lock);
+  return total;
+}
+
+void yaml_map_names_list(const char *dir, char *buf, size_t cap) {
+  const char *names[NAMES_MAX];
+  int n = yaml_map_names(dir, names, NAMES_MAX);
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && i < NAMES_MAX && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
+}
+
+sc_status yaml_map_read_named(const char *dir, const char *what, const char *name_or_path,
+                              const yaml_map_field *fields, int n, sc_error *err) {
+  if (!name_or_path || !*name_or_path)
+    return sc_fail(err, SC_INVALID, "empty %s name", what);
+  if (yaml_map_is_path(name_or_path)) return yaml_map_read_file(name_or_path, fields, n, err);
+  char path[256];
+  const sc_embedded_file *f = NULL;
+  if (!strchr(name_or_path, '/') &&
+      (size_t)snprintf(path, sizeof path, "%s/%s.yaml", dir, name_or_path) < sizeof path)
+    f = sc_embedded_find(path);
+  if (!f) {
+    char list[400];
+    yaml_map_names_list(dir, list, sizeof list);
+    return sc_fail(err, SC_INVALID, "unknown %s '%s'; available: %s (or a path to a .yaml file)",
+                   what, name_or_path, list);
+  }
+  return yaml_map_read_string(f->data, f->size, f->path, fields, n, err);
+}

@@ -1,0 +1,67 @@
+// A small strict reader for flat YAML mappings (over libfyaml): a table of fields says which
+// keys exist, their types and where the values go; unknown keys, missing required keys and
+// wrong types are SC_INVALID with "FILE:LINE:COL: key 'K': expected ..., got ...".
+//
+// Also "named documents": a name resolved to an embedded file DIR/NAME.yaml (kernels/
+// embedded.h) or, when it ends in .yaml, to a file on disk; presets (engine/presets.c) and
+// hardware profiles (engine/hardware.c) use it. Nested documents (scenarios) walk the tree
+// themselves and hand each flat mapping to yaml_map_read_node. Nothing here knows what the
+// keys mean; defaults are whatever the caller put in the destinations before the call.
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernels/status.h"
+
+struct fy_node; // libfyaml
+
+typedef enum yaml_map_type {
+  YAML_MAP_INT,    // int: a plain decimal integer
+  YAML_MAP_DOUBLE, // double: a plain number (64, 1e-5, 3.35e12); byte sizes and rates too
+  YAML_MAP_STRING, // char[cap]: any scalar
+  YAML_MAP_BOOL,   // bool: true | false
+  YAML_MAP_CUSTOM, // a plain or quoted scalar handed to parse()
+} yaml_map_type;
+
+// YAML_MAP_CUSTOM: converts text into *dst; returns false when text is not acceptable.
+typedef bool (*yaml_map_parse_fn)(const char *text, void *dst);
+
+typedef struct yaml_map_field {
+  const char *key;
+  yaml_map_type type;
+  void *dst;               // int *, double *, char[cap], bool *, or what parse fills
+  size_t cap;              // YAML_MAP_STRING: bytes at dst, NUL included
+  bool required;           // absent -> "missing required key"
+  yaml_map_parse_fn parse; // YAML_MAP_CUSTOM only
+  const char *expect;      // YAML_MAP_CUSTOM only: e.g. "a dtype (f32, f16, bf16, int8, int4)"
+  bool *seen;              // optional: set to whether the key was present
+} yaml_map_field;
+
+// Reads the mapping `map` into fields[0..n). `file` names the source in messages. On error
+// the destinations of keys read before the bad one are already written.
+sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_map_field *fields,
+                             int n, sc_error *err);
+
+// Parses text[0..len) (a YAML document whose root is a flat mapping) shown as `name`.
+sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
+                               const yaml_map_field *fields, int n, sc_error *err);
+// Reads the file at path (SC_IO when it cannot be read) and parses it as above.
+sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int n,
+                             sc_error *err);
+
+// Writes "FILE:LINE:COL" for node (1-based; "FILE" alone when libfyaml has no position).
+void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap);
+
+// --- named documents: embedded DIR/NAME.yaml, or a path ending in .yaml
+// `what` names the kind in messages ("model preset", "hardware profile"). An unknown name is
+// SC_INVALID listing the names that exist.
+sc_status yaml_map_read_named(const char *dir, const char *what, const char *name_or_path,
+                              const yaml_map_field *fields, int n, sc_error *err);
+// Fills names[] with the stems of the embedded DIR/*.yaml, sorted (static strings, valid for
+// the life of the process); returns how many exist (may exceed cap).
+int yaml_map_names(const char *dir, const char **names, int cap);
+// Writes "a, b, c" (the embedded names under dir) into buf.
+void yaml_map_names_list(const char *dir, char *buf, size_t cap);
+// True when s ends with ".yaml" or ".yml".
+bool yaml_map_is_path(const char *s);
