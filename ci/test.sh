@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# What CI runs (.ci/run) and what the README shows: set-up, a warnings-as-errors build with
+# every test, the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
+# threaded tests (communicator, engine) under ThreadSanitizer.
+#
+# Criterion does not fail a test on a LeakSanitizer report or on a TSan report without
+# halt_on_error, so sanitizer logs are also searched for reports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash ci/setup.sh
+
+jobs=$(nproc)
+mkdir -p build
+
+build() { # dir, extra cmake args...
+  local dir=$1
+  shift
+  echo "== $dir: configure and build"
+  cmake -S . -B "build/$dir" -DSHARDCHECK_WERROR=ON "$@" >"build/$dir.configure.log" 2>&1 ||
+    { cat "build/$dir.configure.log"; return 1; }
+  grep "shardcheck:" "build/$dir.configure.log" || true
+  cmake --build "build/$dir" -j"$jobs"
+}
+
+# Runs ctest in build/$1 (more ctest args after), keeps the log, fails on sanitizer reports.
+run_tests() {
+  local dir=$1
+  shift
+  echo "== $dir: tests"
+  local rc=0
+  ctest --test-dir "build/$dir" --output-on-failure "$@" 2>&1 | tee "build/$dir.test.log" || rc=$?
+  if grep -qE 'ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
+    "build/$dir.test.log"; then
+    echo "== $dir: sanitizer reports found (see build/$dir.test.log)"
+    return 1
+  fi
+  return $rc
+}
+
+build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_tests release
+
+build asan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=address,undefined
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
+
+build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine)$'
+
+echo "== all suites passed"
