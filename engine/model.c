@@ -472,7 +472,7 @@ static uint64_t fnv1a64(const char *s) {
 sc_status model_gen_slice(const model_config *c, uint64_t seed, const char *name, int64_t r0,
                           int64_t nr, int64_t c0, int64_t nc, float *dst, sc_error *err) {
   model_tensor_desc d;
-  tensor_kind kind;
+  tensor_kind kind = TK_PROJ;
   SC_TRY(tensor_parse(c, name, &d, &kind, err));
   int64_t rows = d.ndim == 2 ? d.shape[0] : 1, cols = d.ndim == 2 ? d.shape[1] : d.shape[0];
   if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 > rows - nr || c0 > cols - nc)
