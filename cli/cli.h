@@ -4,6 +4,10 @@
 // field), 3 runtime failure. Library code returns sc_status; cli_exit_code maps it.
 #pragma once
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
 #include "kernels/status.h"
 
 enum { CLI_OK = 0, CLI_USAGE = 2, CLI_RUNTIME = 3 };
@@ -16,3 +20,16 @@ int cmd_model(int argc, char **argv);
 int cli_exit_code(sc_status s);
 // Prints "shardcheck CMD: MSG" on stderr and returns cli_exit_code(s).
 int cli_fail(const char *cmd, sc_status s, const sc_error *err);
+
+// Prints "shardcheck CMD: MSG 'ARG'" (ARG may be NULL) and a pointer to --help on stderr;
+// returns CLI_USAGE.
+int cli_usage_error(const char *cmd, const char *msg, const char *arg);
+
+// Whole-string number parsers: false for empty input, trailing characters or out of range.
+bool cli_parse_int(const char *s, long lo, long hi, int *out);
+bool cli_parse_double(const char *s, double lo, double hi, double *out);
+bool cli_parse_u64(const char *s, uint64_t *out); // no sign allowed
+
+// Prints "what: a, b, c" (or "what: (none)") from a names function such as
+// model_preset_names or hw_profile_names.
+void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, int));

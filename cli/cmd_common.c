@@ -1,5 +1,8 @@
-// Helpers shared by the subcommands: status -> exit code, one-line error reports.
+// Helpers shared by the subcommands: status -> exit code, one-line error reports, number
+// parsing, name lists.
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/cli.h"
 
@@ -16,4 +19,50 @@ int cli_fail(const char *cmd, sc_status s, const sc_error *err) {
   fprintf(stderr, "shardcheck %s: %s\n", cmd,
           err && err->msg[0] ? err->msg : sc_status_name(s));
   return cli_exit_code(s);
+}
+
+int cli_usage_error(const char *cmd, const char *msg, const char *arg) {
+  fprintf(stderr, "shardcheck %s: %s%s%s%s\n", cmd, msg, arg ? " '" : "", arg ? arg : "",
+          arg ? "'" : "");
+  fprintf(stderr, "`shardcheck %s --help` for usage.\n", cmd);
+  return CLI_USAGE;
+}
+
+bool cli_parse_int(const char *s, long lo, long hi, int *out) {
+  if (!s || !*s) return false;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = (int)v;
+  return true;
+}
+
+bool cli_parse_double(const char *s, double lo, double hi, double *out) {
+  if (!s || !*s) return false;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *end || !(v >= lo && v <= hi)) return false;
+  *out = v;
+  return true;
+}
+
+bool cli_parse_u64(const char *s, uint64_t *out) {
+  if (!s || !*s || *s == '-' || *s == '+') return false;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end) return false;
+  *out = (uint64_t)v;
+  return true;
+}
+
+void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, int)) {
+  const char *names[64];
+  int n = names_fn(names, 64);
+  if (n > 64) n = 64;
+  fprintf(f, "%s:", what);
+  for (int i = 0; i < n; i++) fprintf(f, "%s %s", i ? "," : "", names[i]);
+  fprintf(f, "%s\n", n ? "" : " (none)");
 }

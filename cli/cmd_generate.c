@@ -72,34 +72,17 @@ static int parse_ids(const char *s, int32_t **out, sc_error *err) {
   return n;
 }
 
-static int parse_int(const char *flag, const char *val, int lo, int *out) {
-  char *end;
-  long x = strtol(val, &end, 10);
-  if (*val == 0 || *end || x < lo || x > 1000000000) {
-    fprintf(stderr, "shardcheck generate: %s: '%s' is not an integer >= %d\n", flag, val, lo);
-    return CLI_USAGE;
-  }
-  *out = (int)x;
-  return CLI_OK;
-}
-
-static int parse_float(const char *flag, const char *val, float lo, float hi, float *out) {
-  char *end;
-  double x = strtod(val, &end);
-  if (*val == 0 || *end || x < lo || x > hi) {
-    fprintf(stderr, "shardcheck generate: %s: '%s' is not a number in [%g, %g]\n", flag, val,
-            lo, hi);
-    return CLI_USAGE;
-  }
-  *out = (float)x;
-  return CLI_OK;
+// Prints which flag had which bad value and what it must be; returns the usage exit code.
+static int bad_value(const char *flag, const char *val, const char *what) {
+  fprintf(stderr, "shardcheck generate: %s: '%s' is not %s\n", flag, val, what);
+  return CLI_USAGE;
 }
 
 int cmd_generate(int argc, char **argv) {
   const char *model = NULL, *prompt = NULL, *prompt_ids = NULL;
   int tp = 1, pp = 1, max_tokens = 32, threads = 0, json = 0, rc;
-  float temperature = 0.0f, top_p = 1.0f;
-  long long seed = 0, wseed = 0;
+  double temperature = 0.0, top_p = 1.0;
+  uint64_t seed = 0, wseed = 0;
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
       {"prompt-ids", required_argument, 0, 'i'},  {"tp", required_argument, 0, 't'},
@@ -116,14 +99,33 @@ int cmd_generate(int argc, char **argv) {
     case 'm': model = optarg; break;
     case 'p': prompt = optarg; break;
     case 'i': prompt_ids = optarg; break;
-    case 't': if ((rc = parse_int("--tp", optarg, 1, &tp))) return rc; break;
-    case 'P': if ((rc = parse_int("--pp", optarg, 1, &pp))) return rc; break;
-    case 'n': if ((rc = parse_int("--max-tokens", optarg, 1, &max_tokens))) return rc; break;
-    case 'j': if ((rc = parse_int("--threads", optarg, 1, &threads))) return rc; break;
-    case 'T': if ((rc = parse_float("--temperature", optarg, 0, 100, &temperature))) return rc; break;
-    case 'k': if ((rc = parse_float("--top-p", optarg, 0, 1, &top_p))) return rc; break;
-    case 's': seed = strtoll(optarg, NULL, 10); break;
-    case 'w': wseed = strtoll(optarg, NULL, 10); break;
+    case 't':
+      if (!cli_parse_int(optarg, 1, 1024, &tp)) return bad_value("--tp", optarg, "an integer in 1..1024");
+      break;
+    case 'P':
+      if (!cli_parse_int(optarg, 1, 1024, &pp)) return bad_value("--pp", optarg, "an integer in 1..1024");
+      break;
+    case 'n':
+      if (!cli_parse_int(optarg, 1, 1 << 30, &max_tokens))
+        return bad_value("--max-tokens", optarg, "a positive integer");
+      break;
+    case 'j':
+      if (!cli_parse_int(optarg, 1, 1024, &threads))
+        return bad_value("--threads", optarg, "an integer in 1..1024");
+      break;
+    case 'T':
+      if (!cli_parse_double(optarg, 0, 100, &temperature))
+        return bad_value("--temperature", optarg, "a number in [0, 100]");
+      break;
+    case 'k':
+      if (!cli_parse_double(optarg, 0, 1, &top_p)) return bad_value("--top-p", optarg, "a number in [0, 1]");
+      break;
+    case 's':
+      if (!cli_parse_u64(optarg, &seed)) return bad_value("--seed", optarg, "an unsigned integer");
+      break;
+    case 'w':
+      if (!cli_parse_u64(optarg, &wseed)) return bad_value("--weights-seed", optarg, "an unsigned integer");
+      break;
     case 'J': json = 1; break;
     case 'h': fputs(usage_text, stdout); return CLI_OK;
     default:
@@ -148,7 +150,7 @@ int cmd_generate(int argc, char **argv) {
   sc_status s = model_config_resolve(model, &cfg.model, &has_weights, &err);
   if (s != SC_OK) return cli_fail("generate", s, &err);
   cfg.weights_dir = has_weights ? model : NULL;
-  cfg.weights_seed = (uint64_t)wseed;
+  cfg.weights_seed = wseed;
   cfg.tp = tp;
   cfg.pp = pp;
   cfg.threads = threads;
@@ -192,7 +194,7 @@ int cmd_generate(int argc, char **argv) {
   }
   double load_ms = (double)(sc_monotonic_ns() - t_load) / 1e6;
   engine_request req = {.prompt = ids, .n_prompt = n_ids, .max_tokens = max_tokens,
-                        .sampling = {.temperature = temperature, .top_p = top_p, .seed = (uint64_t)seed}};
+                        .sampling = {.temperature = (float)temperature, .top_p = (float)top_p, .seed = seed}};
   uint64_t id;
   s = engine_submit(e, &req, &id, &err);
   int32_t *out = malloc(sizeof *out * (size_t)max_tokens);

@@ -28,15 +28,6 @@ static void usage_model(FILE *f) {
              "`shardcheck model <gen|info|list> --help` for details.\n");
 }
 
-static void print_presets(FILE *f) {
-  const char *names[64];
-  int n = model_preset_names(names, 64);
-  if (n > 64) n = 64;
-  fprintf(f, "built-in presets:");
-  for (int i = 0; i < n; i++) fprintf(f, "%s %s", i ? "," : "", names[i]);
-  fprintf(f, "%s\n", n ? "" : " (none)");
-}
-
 static void usage_gen(FILE *f) {
   fprintf(f,
           "usage: shardcheck model gen --preset NAME --seed N --out DIR [--dtype T]\n\n"
@@ -50,7 +41,7 @@ static void usage_gen(FILE *f) {
           "  --out DIR      output directory (required)\n"
           "  --dtype T      weight dtype on disk: f32, f16 or bf16 (default f32)\n"
           "  -h, --help     this text\n\n");
-  print_presets(f);
+  cli_print_names(f, "built-in presets", model_preset_names);
   fprintf(f, "exit codes: 0 ok, 2 bad input or usage, 3 runtime failure.\n");
 }
 
@@ -59,30 +50,13 @@ static void usage_info(FILE *f) {
              "Prints the model's config fields and parameter count. For a directory holding\n"
              "config.json and safetensors weights, also checks that every tensor the config\n"
              "implies is present with its shape (exit 2 naming the first that is not).\n\n");
-  print_presets(f);
+  cli_print_names(f, "built-in presets", model_preset_names);
   fprintf(f, "exit codes: 0 ok, 2 bad input or usage, 3 runtime failure.\n");
 }
 
 // --- argument helpers
 
 // Prints "shardcheck CMD: MSG 'ARG'" and where to find the usage; returns the usage exit code.
-static int usage_error(const char *cmd, const char *msg, const char *arg) {
-  fprintf(stderr, "shardcheck %s: %s%s%s%s\n", cmd, msg, arg ? " '" : "", arg ? arg : "",
-          arg ? "'" : "");
-  fprintf(stderr, "`shardcheck %s --help` for usage.\n", cmd);
-  return CLI_USAGE;
-}
-
-static bool parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-' || *s == '+') return false;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end) return false;
-  *out = (uint64_t)v;
-  return true;
-}
-
 // Does any of argv[1..] ask for help?
 static bool wants_help(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
@@ -119,25 +93,25 @@ static int model_gen(int argc, char **argv) {
     case 'o': out = optarg; break;
     case 's':
       seed_s = optarg;
-      if (!parse_u64(optarg, &seed))
-        return usage_error("model gen", "--seed must be an unsigned integer, got", optarg);
+      if (!cli_parse_u64(optarg, &seed))
+        return cli_usage_error("model gen", "--seed must be an unsigned integer, got", optarg);
       break;
     case 'd':
       if (sc_dtype_parse(optarg, &dtype) != SC_OK ||
           (dtype != SC_F32 && dtype != SC_F16 && dtype != SC_BF16))
-        return usage_error("model gen", "--dtype must be f32, f16 or bf16, got", optarg);
+        return cli_usage_error("model gen", "--dtype must be f32, f16 or bf16, got", optarg);
       break;
     case 'h': usage_gen(stdout); return CLI_OK;
     case ':':
-      return usage_error("model gen", "missing the value of", argv[optind - 1]);
-    default: return usage_error("model gen", "unknown option", argv[optind - 1]);
+      return cli_usage_error("model gen", "missing the value of", argv[optind - 1]);
+    default: return cli_usage_error("model gen", "unknown option", argv[optind - 1]);
     }
   }
   if (optind < argc)
-    return usage_error("model gen", "unexpected argument", argv[optind]);
-  if (!preset) return usage_error("model gen", "--preset is required", NULL);
-  if (!seed_s) return usage_error("model gen", "--seed is required", NULL);
-  if (!out) return usage_error("model gen", "--out is required", NULL);
+    return cli_usage_error("model gen", "unexpected argument", argv[optind]);
+  if (!preset) return cli_usage_error("model gen", "--preset is required", NULL);
+  if (!seed_s) return cli_usage_error("model gen", "--seed is required", NULL);
+  if (!out) return cli_usage_error("model gen", "--out is required", NULL);
 
   sc_error err = {{0}};
   model_config c;
@@ -202,9 +176,9 @@ static int model_info(int argc, char **argv) {
     return CLI_OK;
   }
   if (argc != 2)
-    return usage_error("model info", argc < 2 ? "expected DIR or PRESET" : "unexpected argument",
+    return cli_usage_error("model info", argc < 2 ? "expected DIR or PRESET" : "unexpected argument",
                        argc < 2 ? NULL : argv[2]);
-  if (argv[1][0] == '-') return usage_error("model info", "unknown option", argv[1]);
+  if (argv[1][0] == '-') return cli_usage_error("model info", "unknown option", argv[1]);
   sc_error err = {{0}};
   model_config c;
   bool has_weights = false;
@@ -245,7 +219,7 @@ static int model_list(int argc, char **argv) {
     printf("usage: shardcheck model list\n\nPrints the built-in preset names, one a line.\n");
     return CLI_OK;
   }
-  if (argc != 1) return usage_error("model list", "unexpected argument", argv[1]);
+  if (argc != 1) return cli_usage_error("model list", "unexpected argument", argv[1]);
   const char *names[256];
   int n = model_preset_names(names, 256);
   for (int i = 0; i < n && i < 256; i++) printf("%s\n", names[i]);

@@ -21,15 +21,6 @@
 
 // --- usage
 
-static void print_names(FILE *f, const char *what, int (*names_fn)(const char **, int)) {
-  const char *names[64];
-  int n = names_fn(names, 64);
-  if (n > 64) n = 64;
-  fprintf(f, "%s:", what);
-  for (int i = 0; i < n; i++) fprintf(f, "%s %s", i ? "," : "", names[i]);
-  fprintf(f, "%s\n", n ? "" : " (none)");
-}
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck plan --model PRESET|DIR --gpu PROFILE --gpus N [options]\n\n"
@@ -48,26 +39,9 @@ static void usage(FILE *f) {
           "  -h, --help              this text\n\n"
           "Units: 1 GB = 1e9 bytes. Formulas: docs/planner.md.\n",
           PLAN_MAX_GPUS);
-  print_names(f, "built-in presets", model_preset_names);
-  print_names(f, "hardware profiles", hw_profile_names);
+  cli_print_names(f, "built-in presets", model_preset_names);
+  cli_print_names(f, "hardware profiles", hw_profile_names);
   fprintf(f, "exit codes: 0 ok, 2 bad input or usage, 3 runtime failure.\n");
-}
-
-static int usage_error(const char *msg, const char *arg) {
-  fprintf(stderr, "shardcheck plan: %s%s%s%s\n", msg, arg ? " '" : "", arg ? arg : "",
-          arg ? "'" : "");
-  fprintf(stderr, "`shardcheck plan --help` for usage.\n");
-  return CLI_USAGE;
-}
-
-static bool parse_int(const char *s, int lo, int hi, int *out) {
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || v < lo || v > hi) return false;
-  *out = (int)v;
-  return true;
 }
 
 static bool parse_fraction(const char *s, double *out) {
@@ -192,34 +166,34 @@ int cmd_plan(int argc, char **argv) {
     case 'm': model = optarg; break;
     case 'g': gpu = optarg; break;
     case 'n':
-      if (!parse_int(optarg, 1, PLAN_MAX_GPUS, &gpus))
-        return usage_error("--gpus must be an integer in 1..1024, got", optarg);
+      if (!cli_parse_int(optarg, 1, PLAN_MAX_GPUS, &gpus))
+        return cli_usage_error("plan", "--gpus must be an integer in 1..1024, got", optarg);
       break;
     case OPT_DTYPE: dtype = optarg; break;
     case OPT_CONTEXT:
-      if (!parse_int(optarg, 1, 1 << 30, &context))
-        return usage_error("--context must be a positive number of tokens, got", optarg);
+      if (!cli_parse_int(optarg, 1, 1 << 30, &context))
+        return cli_usage_error("plan", "--context must be a positive number of tokens, got", optarg);
       break;
     case OPT_HEADROOM:
       if (!parse_fraction(optarg, &headroom))
-        return usage_error("--headroom must be a fraction in [0, 1), got", optarg);
+        return cli_usage_error("plan", "--headroom must be a fraction in [0, 1), got", optarg);
       have_headroom = true;
       break;
     case OPT_JSON: json = true; break;
     case 'h': usage(stdout); return CLI_OK;
-    case ':': return usage_error("missing value for", argv[optind - 1]);
+    case ':': return cli_usage_error("plan", "missing value for", argv[optind - 1]);
     default:
       if (optopt) { // an unknown short option, possibly inside a cluster such as -xv
         char o[3] = {'-', (char)optopt, 0};
-        return usage_error("unknown option", o);
+        return cli_usage_error("plan", "unknown option", o);
       }
-      return usage_error("unknown option", argv[optind - 1]);
+      return cli_usage_error("plan", "unknown option", argv[optind - 1]);
     }
   }
-  if (optind < argc) return usage_error("unexpected argument", argv[optind]);
-  if (!model) return usage_error("missing --model PRESET|DIR", NULL);
-  if (!gpu) return usage_error("missing --gpu PROFILE", NULL);
-  if (!gpus) return usage_error("missing --gpus N", NULL);
+  if (optind < argc) return cli_usage_error("plan", "unexpected argument", argv[optind]);
+  if (!model) return cli_usage_error("plan", "missing --model PRESET|DIR", NULL);
+  if (!gpu) return cli_usage_error("plan", "missing --gpu PROFILE", NULL);
+  if (!gpus) return cli_usage_error("plan", "missing --gpus N", NULL);
 
   sc_error err = {{0}};
   model_config m;
@@ -233,7 +207,7 @@ int cmd_plan(int argc, char **argv) {
   memplan_params p = memplan_defaults();
   p.weight_dtype = m.dtype;
   if (dtype && sc_dtype_parse(dtype, &p.weight_dtype) != SC_OK)
-    return usage_error("--dtype must be one of fp32, bf16, fp16, int8, int4, got", dtype);
+    return cli_usage_error("plan", "--dtype must be one of fp32, bf16, fp16, int8, int4, got", dtype);
   // The KV cache is kept in the activation dtype: f32 and f16 models keep theirs, the rest
   // (bf16 and weight-only quantized) use bf16.
   p.kv_dtype = p.weight_dtype == SC_F32 || p.weight_dtype == SC_F16 ? p.weight_dtype : SC_BF16;

@@ -163,6 +163,10 @@ Test(cli_bad_input, bad_numbers_and_unknown_flags_are_usage_errors) {
   cr_expect_eq(rc, 2, "%s", out);
   rc = sc_test_run_cli("generate --model llama-tiny --prompt-ids 1 --bogus", out, sizeof out);
   cr_expect_eq(rc, 2, "%s", out);
+  rc = sc_test_run_cli("generate --model llama-tiny --prompt-ids 1 --seed abc", out, sizeof out);
+  cr_expect_eq(rc, 2, "%s", out);
+  rc = sc_test_run_cli("generate --model llama-tiny --prompt-ids 1 --top-p 2", out, sizeof out);
+  cr_expect_eq(rc, 2, "%s", out);
   rc = sc_test_run_cli("frobnicate", out, sizeof out);
   cr_expect_eq(rc, 2, "%s", out);
 }
