@@ -7,7 +7,6 @@
 
 #include "cli/cli.h"
 #include "engine/engine.h"
-#include "engine/shard.h"
 #include "engine/tokenizer.h"
 #include "kernels/clock.h"
 
@@ -177,11 +176,6 @@ int cmd_generate(int argc, char **argv) {
             n_ids, model, cfg.model.max_seq_len);
     free(ids);
     return CLI_USAGE;
-  }
-  s = shard_layout_check(&cfg.model, tp, pp, &err);
-  if (s != SC_OK) {
-    free(ids);
-    return cli_fail("generate", s, &err);
   }
   cfg.kv_blocks = (cfg.model.max_seq_len + cfg.block_size - 1) / cfg.block_size;
 

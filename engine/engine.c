@@ -14,7 +14,6 @@
 
 struct engine {
   engine_config cfg;
-  weight_source *weights;
   executor *ex;
   kv_cache *kv;
   scheduler *sched;
@@ -63,8 +62,7 @@ static size_t kv_block_bytes_max(const engine_config *c) {
   size_t mx = 0;
   for (int p = 0; p < c->pp; p++) {
     shard_rank s = shard_rank_plan(&c->model, c->tp, c->pp, 0, p);
-    size_t b = 2 * (size_t)s.n_layers * s.n_kv * c->model.head_dim * sizeof(float) *
-               (size_t)c->block_size;
+    size_t b = (size_t)shard_kv_elems_per_token(&c->model, &s) * sizeof(float) * (size_t)c->block_size;
     if (b > mx) mx = b;
   }
   return mx;
@@ -100,18 +98,20 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   if (!e->cfg.clock.now_ns) e->cfg.clock = sc_clock_monotonic();
   sc_status s = check_config(&e->cfg, err);
   const engine_config *c = &e->cfg;
-  if (s == SC_OK) {
+  weight_source *weights = NULL; // needed only while the ranks load their slices
+  if (s == SC_OK && strcmp(c->backend, "cpu") == 0) {
+    // BLAS threads x ranks stay within the cores unless the caller asks for more.
     int threads = c->threads;
     if (threads <= 0) {
       threads = device_cpu_cores() / (c->tp * c->pp);
       if (threads < 1) threads = 1;
     }
     device_cpu_set_threads(threads);
-    s = weight_source_open(&c->model, c->weights_dir, c->weights_seed, &e->weights, err);
   }
+  if (s == SC_OK) s = weight_source_open(&c->model, c->weights_dir, c->weights_seed, &weights, err);
   if (s == SC_OK) {
     exec_config xc = {.model = c->model,
-                      .weights = e->weights,
+                      .weights = weights,
                       .backend = c->backend,
                       .tp = c->tp,
                       .pp = c->pp,
@@ -123,8 +123,7 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
     s = executor_new(&xc, &e->ex, err);
   }
   // The weights are on the ranks now; the files need not stay mapped.
-  weight_source_free(e->weights);
-  e->weights = NULL;
+  weight_source_free(weights);
   if (s == SC_OK) s = kv_cache_new(c->kv_blocks, c->block_size, &e->kv);
   if (s == SC_OK)
     s = sched_new((sched_config){.max_running = c->max_running,
@@ -170,7 +169,6 @@ void engine_free(engine *e) {
   sched_free(e->sched);
   kv_cache_free(e->kv);
   executor_free(e->ex);
-  weight_source_free(e->weights);
   free(e->items);
   free(e->eseqs);
   free(e->logits);

@@ -120,7 +120,7 @@ sc_status memplan_eval(const model_config *m, const hw_profile *hw, const mempla
     shard_rank r = shard_rank_plan(m, tp, pp, 0, s);
     double w = stage_weight_bytes(m, &r, p->weight_dtype);
     double ws = stage_workspace_bytes(m, &r, p);
-    double kvt = 2.0 * r.n_layers * r.n_kv * m->head_dim * sc_dtype_bytes(p->kv_dtype);
+    double kvt = (double)shard_kv_elems_per_token(m, &r) * sc_dtype_bytes(p->kv_dtype);
     if (w > out->weight_bytes) out->weight_bytes = w;
     if (ws > out->workspace_bytes) out->workspace_bytes = ws;
     if (kvt > out->kv_bytes_per_token) out->kv_bytes_per_token = kvt;

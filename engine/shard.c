@@ -47,6 +47,10 @@ void shard_stage_layers(int n_layers, int pp, int s, int *layer0, int *n) {
   *n = b - a;
 }
 
+int64_t shard_kv_elems_per_token(const model_config *c, const shard_rank *r) {
+  return 2 * (int64_t)r->n_layers * r->n_kv * c->head_dim;
+}
+
 shard_rank shard_rank_plan(const model_config *c, int tp, int pp, int tp_rank, int pp_rank) {
   shard_rank r;
   memset(&r, 0, sizeof r);

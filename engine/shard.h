@@ -34,3 +34,6 @@ void shard_stage_layers(int n_layers, int pp, int s, int *layer0, int *n);
 
 // The slice held by (tp_rank, pp_rank); the layout must have passed shard_layout_check.
 shard_rank shard_rank_plan(const model_config *c, int tp, int pp, int tp_rank, int pp_rank);
+
+// KV-cache elements one token costs on rank r: K and V of every layer it holds, its KV heads.
+int64_t shard_kv_elems_per_token(const model_config *c, const shard_rank *r);
