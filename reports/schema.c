@@ -1,0 +1,138 @@
+// The SQLite schema of a shardcheck results database (docs/schema.md explains every column).
+//
+// One file holds many runs. Every time column (*_ns) counts nanoseconds from the start of its
+// run on the run's clock (monotonic in real mode, virtual in sim mode), so real and simulated
+// runs compare; wall-clock times appear only as UTC text for people (run.started_at/ended_at).
+// This file holds only the DDL; reports/store.c opens, migrates and writes.
+#include "reports/store.h"
+
+const int store_schema_version = 1;
+
+const char *const store_schema_sql =
+    "CREATE TABLE IF NOT EXISTS meta(\n"
+    "  key TEXT PRIMARY KEY,\n"
+    "  value TEXT NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS run(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  scenario TEXT NOT NULL,\n"        // the scenario's name
+    "  scenario_path TEXT,\n"
+    "  scenario_text TEXT NOT NULL,\n"
+    "  mode TEXT NOT NULL,\n"            // real | sim
+    "  backend TEXT,\n"                  // cpu | cuda | sim
+    "  model TEXT,\n"
+    "  git_rev TEXT,\n"
+    "  host TEXT,\n"
+    "  pid INTEGER,\n"
+    "  seed INTEGER NOT NULL,\n"
+    "  config TEXT,\n"                   // JSON: the effective limits and defaults
+    "  started_at TEXT NOT NULL,\n"      // UTC, ISO 8601
+    "  ended_at TEXT,\n"
+    "  duration_ns INTEGER,\n"
+    "  status TEXT NOT NULL,\n"          // running | complete | interrupted | failed
+    "  verdict TEXT,\n"                  // pass | fail | NULL (no SLO, or not finished)
+    "  error TEXT,\n"
+    "  baseline INTEGER NOT NULL DEFAULT 0);\n"
+    "CREATE TABLE IF NOT EXISTS deployment(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  idx INTEGER NOT NULL,\n"
+    "  label TEXT NOT NULL,\n"
+    "  tp INTEGER NOT NULL, pp INTEGER NOT NULL, dp INTEGER NOT NULL, gpus INTEGER NOT NULL,\n"
+    "  start_ns INTEGER NOT NULL,\n"
+    "  end_ns INTEGER,\n"
+    "  status TEXT NOT NULL,\n"          // running | complete | interrupted | failed
+    "  error TEXT);\n"
+    "CREATE TABLE IF NOT EXISTS phase(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
+    "  idx INTEGER NOT NULL,\n"          // order within the deployment (ramp steps count apart)
+    "  name TEXT NOT NULL,\n"
+    "  kind TEXT NOT NULL,\n"            // ramp | rate | fixed
+    "  concurrency INTEGER,\n"           // ramp, fixed
+    "  rate REAL,\n"                     // rate: requests/s
+    "  arrival TEXT,\n"                  // rate: poisson | constant | gamma
+    "  start_ns INTEGER NOT NULL,\n"
+    "  warmup_end_ns INTEGER NOT NULL,\n"
+    "  end_ns INTEGER);\n"
+    "CREATE TABLE IF NOT EXISTS request(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
+    "  phase_id INTEGER NOT NULL REFERENCES phase(id),\n"
+    "  seq INTEGER NOT NULL,\n"          // index of the request within its deployment
+    "  class TEXT NOT NULL,\n"
+    "  replica INTEGER,\n"               // NULL when never dispatched
+    "  prompt_tokens INTEGER NOT NULL,\n"
+    "  max_tokens INTEGER NOT NULL,\n"
+    "  output_tokens INTEGER NOT NULL,\n" // tokens delivered to the client
+    "  arrival_ns INTEGER NOT NULL,\n"
+    "  dispatch_ns INTEGER,\n"
+    "  first_token_ns INTEGER,\n"
+    "  finish_ns INTEGER,\n"
+    "  status TEXT NOT NULL,\n"          // ok | cancelled | failed | timeout
+    "  reason TEXT,\n"                   // ok: length | stop | context; failed: oom, ...
+    "  error TEXT,\n"
+    "  retries INTEGER NOT NULL DEFAULT 0,\n"
+    "  warmup INTEGER NOT NULL DEFAULT 0,\n"
+    "  weight_version INTEGER NOT NULL DEFAULT 0);\n"
+    "CREATE INDEX IF NOT EXISTS request_by_deployment ON request(deployment_id, phase_id);\n"
+    "CREATE TABLE IF NOT EXISTS token(\n"
+    "  request_id INTEGER NOT NULL REFERENCES request(id),\n"
+    "  idx INTEGER NOT NULL,\n"          // 0 = first output token
+    "  t_ns INTEGER NOT NULL,\n"         // when the client saw it
+    "  PRIMARY KEY(request_id, idx)) WITHOUT ROWID;\n"
+    "CREATE TABLE IF NOT EXISTS step(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
+    "  replica INTEGER NOT NULL,\n"
+    "  t_ns INTEGER NOT NULL,\n"         // step start
+    "  duration_ns INTEGER NOT NULL,\n"
+    "  seqs INTEGER NOT NULL,\n"
+    "  prefill_tokens INTEGER NOT NULL,\n"
+    "  decode_tokens INTEGER NOT NULL,\n"
+    "  preempted INTEGER NOT NULL,\n"
+    "  queue_len INTEGER NOT NULL,\n"
+    "  running INTEGER NOT NULL,\n"
+    "  kv_used INTEGER NOT NULL,\n"      // blocks
+    "  kv_total INTEGER NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS step_by_deployment ON step(deployment_id, t_ns);\n"
+    "CREATE TABLE IF NOT EXISTS device_sample(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
+    "  replica INTEGER NOT NULL,\n"
+    "  rank INTEGER NOT NULL,\n"
+    "  t_ns INTEGER NOT NULL,\n"
+    "  mem_used INTEGER NOT NULL,\n"     // bytes
+    "  mem_total INTEGER NOT NULL,\n"    // bytes
+    "  link_bytes INTEGER);\n"           // bytes sent by collectives so far (NULL: unknown)
+    "CREATE TABLE IF NOT EXISTS fault(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER REFERENCES deployment(id),\n"
+    "  kind TEXT NOT NULL,\n"
+    "  target TEXT,\n"
+    "  injected_ns INTEGER NOT NULL,\n"
+    "  detected_ns INTEGER,\n"
+    "  recovered_ns INTEGER,\n"
+    "  affected INTEGER,\n"              // requests affected
+    "  detail TEXT);\n"
+    "CREATE TABLE IF NOT EXISTS metric(\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER REFERENCES deployment(id),\n" // NULL: across deployments
+    "  phase_id INTEGER REFERENCES phase(id),\n"           // NULL: the whole deployment
+    "  class TEXT NOT NULL DEFAULT '',\n"                  // '' = every prompt class
+    "  name TEXT NOT NULL,\n"
+    "  value REAL);\n"
+    "CREATE INDEX IF NOT EXISTS metric_by_run ON metric(run_id, deployment_id, phase_id);\n"
+    "CREATE TABLE IF NOT EXISTS verdict(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
+    "  slo TEXT NOT NULL,\n"             // the SLO key, e.g. ttft_p95_ms
+    "  op TEXT NOT NULL,\n"              // <= or >=
+    "  expected REAL NOT NULL,\n"
+    "  actual REAL,\n"                   // NULL: no data (counts as a failure)
+    "  pass INTEGER NOT NULL);\n";

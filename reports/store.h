@@ -1,0 +1,149 @@
+// The results database: open (create or check the schema), write a run's rows, read runs back.
+//
+// SQLite in WAL mode, prepared statements, writes batched into one transaction that
+// store_flush commits (the runner flushes periodically and at the end), so a run killed at any
+// point leaves a file that passes PRAGMA integrity_check, holding every flushed row, with the
+// run's status still "running" (shown as "incomplete" when its process is gone). The schema
+// text is reports/schema.c; docs/schema.md explains it. Reports and the gate read with their
+// own queries through store_db.
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/status.h"
+
+typedef struct sqlite3 sqlite3;
+
+extern const int store_schema_version;
+extern const char *const store_schema_sql;
+
+typedef struct store store;
+
+// Opens (creating when absent) the database at path. SC_INVALID when the file is not a
+// shardcheck database or its schema is newer than this binary's (the message says which);
+// SC_IO when it cannot be opened or created. On error *out is NULL.
+sc_status store_open(const char *path, store **out, sc_error *err);
+// Opens an existing database for reading only (SC_IO when it does not exist).
+sc_status store_open_readonly(const char *path, store **out, sc_error *err);
+// Commits what is pending and closes. NULL is a no-op.
+void store_close(store *s);
+sqlite3 *store_db(store *s);
+
+// Commits the open write transaction (if any). Writes below open one when none is open.
+sc_status store_flush(store *s, sc_error *err);
+
+// --- writing a run
+typedef struct store_run {
+  const char *scenario, *scenario_path, *scenario_text; // name, path (may be NULL), text
+  const char *mode;    // "real" | "sim"
+  const char *backend; // "cpu" | "cuda" | "sim"
+  const char *model;   // preset or path
+  const char *config;  // JSON text of the effective limits and defaults (may be NULL)
+  uint64_t seed;
+} store_run;
+
+// Inserts the run with status "running", started_at = now (UTC), git revision (from
+// `git rev-parse --short HEAD` in the current directory, or the SHARDCHECK_GIT_REV
+// environment variable, else NULL), host name and pid; commits at once.
+sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_error *err);
+// Sets status ("complete" | "interrupted" | "failed"), verdict ("pass" | "fail" | NULL), error
+// (NULL), ended_at = now and duration_ns; commits everything pending.
+sc_status store_run_end(store *s, int64_t run_id, const char *status, const char *verdict,
+                        const char *error, uint64_t duration_ns, sc_error *err);
+
+typedef struct store_deployment {
+  int64_t run_id;
+  int idx;
+  const char *label;
+  int tp, pp, dp;
+  uint64_t start_ns;
+} store_deployment;
+sc_status store_deployment_begin(store *s, const store_deployment *d, int64_t *id, sc_error *err);
+sc_status store_deployment_end(store *s, int64_t id, const char *status, const char *error,
+                               uint64_t end_ns, sc_error *err);
+
+typedef struct store_phase {
+  int64_t run_id, deployment_id;
+  int idx;
+  const char *name, *kind;  // kind: ramp | rate | fixed
+  int concurrency;          // 0 -> NULL
+  double rate;              // 0 -> NULL
+  const char *arrival;      // NULL for closed loop
+  uint64_t start_ns, warmup_end_ns;
+} store_phase;
+sc_status store_phase_begin(store *s, const store_phase *p, int64_t *id, sc_error *err);
+sc_status store_phase_end(store *s, int64_t id, uint64_t end_ns, sc_error *err);
+
+// A request as it ended. Times are ns from the run start; 0 with the has_* flag false -> NULL.
+typedef struct store_request {
+  int64_t run_id, deployment_id, phase_id;
+  int64_t seq;
+  const char *class_name;
+  int replica;              // -1 -> NULL
+  int prompt_tokens, max_tokens, output_tokens;
+  uint64_t arrival_ns, dispatch_ns, first_token_ns, finish_ns;
+  bool has_dispatch, has_first_token, has_finish;
+  const char *status;       // ok | cancelled | failed | timeout
+  const char *reason;       // may be NULL
+  const char *error;        // may be NULL
+  int retries;
+  bool warmup;
+  int weight_version;
+} store_request;
+// Inserts the request and its token times (token_ns[0..n_tokens), ns from the run start) in the
+// open transaction; *id (may be NULL) receives request.id.
+sc_status store_request_add(store *s, const store_request *r, const uint64_t *token_ns,
+                            int n_tokens, int64_t *id, sc_error *err);
+
+typedef struct store_step {
+  int64_t run_id, deployment_id;
+  int replica;
+  uint64_t t_ns, duration_ns;
+  int seqs, prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, kv_total;
+} store_step;
+sc_status store_step_add(store *s, const store_step *st, sc_error *err);
+
+typedef struct store_device_sample {
+  int64_t run_id, deployment_id;
+  int replica, rank;
+  uint64_t t_ns;
+  uint64_t mem_used, mem_total;
+  int64_t link_bytes; // < 0 -> NULL
+} store_device_sample;
+sc_status store_device_sample_add(store *s, const store_device_sample *d, sc_error *err);
+
+typedef struct store_fault {
+  int64_t run_id, deployment_id; // deployment_id 0 -> NULL
+  const char *kind, *target, *detail;
+  uint64_t injected_ns, detected_ns, recovered_ns;
+  bool has_detected, has_recovered;
+  int affected;                  // < 0 -> NULL
+} store_fault;
+sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error *err);
+
+// deployment_id / phase_id 0 -> NULL; class NULL -> ''. A NaN value is stored as NULL.
+sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
+                           const char *class_name, const char *name, double value, sc_error *err);
+// actual NaN -> NULL. op: "<=" or ">=".
+sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, const char *slo,
+                            const char *op, double expected, double actual, bool pass,
+                            sc_error *err);
+
+// --- reading runs (shardcheck runs, report, gate)
+typedef struct store_run_row {
+  int64_t id;
+  char scenario[128];
+  char mode[8];
+  char status[16];   // as stored; "incomplete" when stored "running" and its pid is not alive
+                     // on this host (or the host differs)
+  char started_at[32];
+  char verdict[8];   // "" when NULL
+  char git_rev[48];
+  bool baseline;
+} store_run_row;
+// Runs newest first. Writes at most cap rows into out; returns the count that exist (>= 0), or
+// -1 with err on a database error.
+int store_runs_list(store *s, store_run_row *out, int cap, sc_error *err);
+// One run by id; SC_INVALID "no run N in PATH" when absent.
+sc_status store_run_get(store *s, int64_t id, store_run_row *out, sc_error *err);

@@ -1,0 +1,221 @@
+// The scenario language: parse and validate a scenario YAML file (libfyaml) into a struct the
+// runner drives. docs/scenarios.md is the reference for every key.
+//
+// This file parses and validates; it runs nothing. The workload generator (scenarios/
+// workload.h) turns the workload block into requests; the runner (scenarios/runner.h) drives
+// deployments and phases; faults are parsed and validated here and injected by faults/.
+// Errors are SC_INVALID with "FILE:LINE:COL: key 'K': expected ..., got ..." (the first error
+// found); unknown keys are errors.
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "kernels/status.h"
+
+enum {
+  SCN_MAX_DEPLOYMENTS = 32,
+  SCN_MAX_CLASSES = 16,
+  SCN_MAX_PHASES = 16,
+  SCN_MAX_RAMP = 32,
+  SCN_MAX_FAULTS = 64,
+  SCN_MAX_SLO = 32,
+};
+
+typedef enum scn_mode { SCN_MODE_REAL, SCN_MODE_SIM } scn_mode;
+
+// --- model and hardware
+typedef struct scn_model {
+  char source[1024];    // what the file says: a preset name, a preset .yaml path, or a
+                        // directory with config.json (+ safetensors), as written
+  char resolved[1024];  // source with a relative path made relative to the scenario's directory
+  bool has_weights;     // resolved is a directory with safetensors (else weights are generated)
+  char dtype[8];        // "" = the model's own dtype; else f32 | f16 | bf16 | int8 | int4
+  uint64_t weights_seed; // seed of generated weights (key weights_seed; default 0)
+  model_config config;  // resolved shapes (model_config_resolve)
+} scn_model;
+
+typedef struct scn_hardware {
+  char backend[16];  // real mode: "cpu" (default) | "cuda"; sim mode: ""
+  char profile[1024]; // hardware profile name or .yaml path: sim's devices, and the planner's
+                      // memory check; real cpu default "cpu"
+  int gpus;          // devices available (sim; real: ranks at most); 0 = no limit (real cpu)
+  int devices[16];   // real cuda: device indices
+  int n_devices;
+  int threads;       // real cpu: BLAS threads per rank; 0 = cores / ranks of the deployment
+} scn_hardware;
+
+typedef struct scn_deployment {
+  int tp, pp, dp;
+  char label[32]; // "tp2", "dp4", "tp2-pp2", "tp2-dp2", "tp1" (1 GPU): made by the parser
+  int line, col;  // where it was declared (or the scaling block it came from)
+} scn_deployment;
+
+// --- workload
+typedef enum scn_dist_kind {
+  SCN_DIST_FIXED,     // a
+  SCN_DIST_UNIFORM,   // integers in [a, b], inclusive
+  SCN_DIST_NORMAL,    // mean a, stddev b
+  SCN_DIST_LOGNORMAL, // median a (mu = ln a), sigma b
+} scn_dist_kind;
+
+// A token-count distribution. Draws are rounded to the nearest integer and clamped to
+// [1, the model's context]; the workload generator also keeps input + output within it.
+typedef struct scn_dist {
+  scn_dist_kind kind;
+  double a, b;
+} scn_dist;
+
+typedef struct scn_class {
+  char name[32]; // key name; default "class<i>"
+  double weight; // relative; > 0; default 1
+  scn_dist input, output;
+} scn_class;
+
+typedef enum scn_phase_kind {
+  SCN_PHASE_RAMP,  // closed loop, one step per concurrency, each held for hold_ns
+  SCN_PHASE_RATE,  // open loop at `rate` requests/s, for duration_ns or `requests`
+  SCN_PHASE_FIXED, // closed loop: `requests` in all at `concurrency`
+} scn_phase_kind;
+
+typedef enum scn_arrival { SCN_ARRIVAL_POISSON, SCN_ARRIVAL_CONSTANT, SCN_ARRIVAL_GAMMA } scn_arrival;
+
+typedef struct scn_phase {
+  scn_phase_kind kind;
+  char name[48];                   // key name; default "ramp", "rate-8", "fixed" (+ index if repeated)
+  int concurrency[SCN_MAX_RAMP];   // RAMP: the steps; FIXED: [0] only
+  int n_concurrency;
+  uint64_t hold_ns;                // RAMP: time per step (required)
+  uint64_t think_ns;               // RAMP, FIXED: a user's pause between requests (default 0)
+  double rate;                     // RATE: requests/s (> 0)
+  scn_arrival arrival;             // RATE: default poisson
+  double burstiness;               // RATE gamma: shape k (1 = poisson; < 1 burstier); default 1
+  uint64_t duration_ns;            // RATE: how long to send (0 when requests is given)
+  int requests;                    // RATE or FIXED: how many to send (0 when duration is given)
+  uint64_t warmup_ns;              // requests arriving in the first warmup_ns of the phase (of
+                                   // each RAMP step) are run but excluded from metrics
+  int line, col;
+} scn_phase;
+
+typedef struct scn_workload {
+  scn_class classes[SCN_MAX_CLASSES]; // key prompts (when no dataset)
+  int n_classes;
+  char dataset[1024];   // key dataset: a .jsonl path, relative to the scenario's directory
+                        // ("" when prompts are given); exactly one of prompts / dataset
+  scn_phase phases[SCN_MAX_PHASES];
+  int n_phases;
+  double temperature;   // key sampling.temperature; 0 = greedy (default)
+  double top_p;         // key sampling.top_p; default 1
+  bool stop_at_eos;     // key stop_at_eos; default false: output lengths are the workload's
+} scn_workload;
+
+// --- faults: parsed and validated here, injected by faults/ (see docs/scenarios.md)
+typedef enum scn_fault_kind {
+  SCN_FAULT_KILL,         // what: "gpu" (target replicaR.rankK) | "replica" (target replicaR)
+  SCN_FAULT_HANG,         // what: "rank" | "replica"; duration_ns = resume_after (0: never)
+  SCN_FAULT_SLOW,         // what: "rank" | "link"; factor, latency_ns, bandwidth
+  SCN_FAULT_CANCEL_STORM, // fraction or count; stages mask
+  SCN_FAULT_HOT_SWAP,     // swap_model or swap_dtype
+  SCN_FAULT_CLOCK_JUMP,   // offset_ns (signed)
+  SCN_FAULT_OOM,          // what: "transient" | "persistent"; after_allocs
+  SCN_FAULT_CORRUPT,      // what: "nan" | "bitflip"
+  SCN_FAULT_CHAOS,        // kinds_mask, count_min/max, between, keep_alive
+} scn_fault_kind;
+
+enum { SCN_STAGE_QUEUED = 1, SCN_STAGE_PREFILL = 2, SCN_STAGE_DECODE = 4 };
+
+typedef struct scn_fault {
+  scn_fault_kind kind;
+  uint64_t at_ns;        // key at: a duration from the start of each deployment's first phase
+  char at_phase[48];     // key at_phase: instead of at, the start of the named phase
+  char target[64];       // "replica0", "replica0.rank1", "every-rank", "" (none/all)
+  char what[16];         // see the kinds above
+  double factor;         // slow: step-time multiplier (> 1)
+  uint64_t latency_ns;   // slow link: added latency
+  double bandwidth;      // slow link: bytes/s cap (0 = unchanged)
+  uint64_t duration_ns;  // hang resume_after, slow duration; 0 = until the end
+  double fraction;       // cancel_storm: fraction of in-flight requests (0 when count given)
+  int count;             // cancel_storm: count
+  int stages;            // cancel_storm: SCN_STAGE_* mask (default all)
+  char swap_model[1024]; // hot_swap: a preset or directory ("" = same model)
+  char swap_dtype[8];    // hot_swap: new weight dtype ("" = same)
+  int64_t offset_ns;     // clock_jump: signed offset of the wall clock
+  int after_allocs;      // oom: fail after this many allocations
+  unsigned kinds_mask;   // chaos: bit (1u << scn_fault_kind) per kind it may draw
+  int count_min, count_max;       // chaos
+  uint64_t between_ns[2];          // chaos: window of fault times
+  char keep_alive[8][32];          // chaos: replicas never targeted
+  int n_keep_alive;
+  int line, col;
+} scn_fault;
+
+// --- SLOs: each key is a metric name of reports/metrics.h and a limit; the metric's direction
+// says whether the limit is a maximum (latencies, error_rate, lost_requests) or a minimum
+// (output_tok_s, req_s, goodput_rps).
+typedef struct scn_slo_item {
+  char key[32];  // e.g. "ttft_p95_ms", "error_rate", "goodput_rps"
+  double limit;
+  int line, col;
+} scn_slo_item;
+
+typedef struct scn_slo {
+  scn_slo_item items[SCN_MAX_SLO];
+  int n;
+} scn_slo;
+
+// --- limits (engine settings; defaults close to vLLM's, stored with every run)
+typedef struct scn_limits {
+  uint64_t request_timeout_ns;   // a request not finished after this is cancelled and counted
+                                 // as status timeout (default 60 s; 0 = none)
+  int max_running;               // running sequences per replica (256)
+  int token_budget;              // tokens per step (8192)
+  int prefill_chunk;             // prefill tokens of one sequence per step (0 = budget / 4)
+  int block_size;                // KV block, tokens (16)
+  double kv_headroom;            // fraction of device memory kept free (0.10)
+  uint64_t collective_timeout_ns; // deadline of one collective (30 s)
+} scn_limits;
+
+typedef enum scn_router_policy { SCN_ROUTER_LEAST_OUTSTANDING, SCN_ROUTER_ROUND_ROBIN } scn_router_policy;
+
+typedef struct scn_router {
+  scn_router_policy policy; // key router.policy: least-outstanding (default) | round-robin
+} scn_router;
+
+typedef struct scenario {
+  char path[1024];     // the file as given ("" when parsed from a string)
+  char dir[1024];      // its directory: relative paths inside are resolved against it
+  char *text;          // the file's text, NUL-terminated (stored with each run)
+  size_t text_len;
+  char name[128];      // required
+  char description[512];
+  scn_mode mode;       // key mode: real (default) | sim
+  scn_model model;
+  scn_hardware hardware;
+  scn_deployment deployments[SCN_MAX_DEPLOYMENTS];
+  int n_deployments;
+  scn_workload workload;
+  scn_fault faults[SCN_MAX_FAULTS];
+  int n_faults;
+  scn_slo slo;
+  scn_limits limits;
+  scn_router router;
+  uint64_t seed;       // key seed (default 0)
+} scenario;
+
+// Reads and validates the file at path. On success *out owns everything (scenario_free); on
+// error *out is NULL and err holds the first error (SC_IO when the file cannot be read,
+// SC_INVALID for everything else, with FILE:LINE:COL).
+sc_status scenario_load(const char *path, scenario **out, sc_error *err);
+// Same from text shown as `name`; dir resolves relative paths ("." when NULL).
+sc_status scenario_parse(const char *text, size_t len, const char *name, const char *dir,
+                         scenario **out, sc_error *err);
+void scenario_free(scenario *s); // NULL is a no-op
+
+// Total requests a phase sends when known up front (FIXED, RATE with requests), else 0.
+int scenario_phase_requests(const scn_phase *p);
+// Expected wall time of a phase in ns when known (RAMP: steps x hold; RATE with duration), else 0.
+uint64_t scenario_phase_duration_ns(const scn_phase *p);
+const char *scenario_phase_kind_name(scn_phase_kind k); // "ramp", "rate", "fixed"
+const char *scenario_fault_kind_name(scn_fault_kind k); // "kill", "hang", ..., "chaos"

@@ -1,0 +1,50 @@
+// The workload generator: the requests a scenario sends (prompt tokens, output length, class)
+// and when an open-loop phase sends them. Deterministic: request i of a deployment depends only
+// on (seed, i), and arrival gap j of phase p only on (seed, p, j), so every deployment of a run
+// sees the same requests in the same order, and the same seed gives the same run.
+//
+// Nothing here knows about time sources, replicas or the database: the runner asks for the next
+// request and the next gap; closed-loop users (ramp, fixed) are the runner's.
+#pragma once
+
+#include <stdint.h>
+
+#include "kernels/status.h"
+#include "scenarios/scenario.h"
+
+typedef struct workload workload;
+
+typedef struct wl_request {
+  const int32_t *prompt; // (n_prompt) token ids in [3, vocab); owned by the generator, valid
+                         // until the next workload_next or workload_free
+  int n_prompt;
+  int max_tokens;        // output tokens asked for (>= 1)
+  int class_idx;         // index into the classes (dataset: 0)
+} wl_request;
+
+// Builds the generator for s (reads s->workload.dataset when set: one JSON object per line,
+// {"prompt_tokens": n, "output_tokens": m} or {"prompt": "text", "output_tokens": m}; text is
+// tokenized with the byte tokenizer). Input + output are kept within the model's context
+// (input first clamped to context - 1, then output to context - input). SC_INVALID names the
+// dataset's FILE:LINE and the field for a bad line; SC_IO when the file cannot be read.
+sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_error *err);
+void workload_free(workload *w); // NULL is a no-op
+
+// Request `index` (0, 1, 2, ... within one deployment; any order, any number of times: the
+// result depends only on seed and index). Dataset lines are used in file order, cycling.
+void workload_request(workload *w, uint64_t index, wl_request *out);
+
+int workload_n_classes(const workload *w);
+const char *workload_class_name(const workload *w, int idx); // "dataset" for a dataset
+
+// Gap in ns before arrival j (j = 0: the first arrival, counted from the phase start) of open-
+// loop phase `phase` (index into s->workload.phases; must be SCN_PHASE_RATE): poisson =
+// exponential gaps of mean 1/rate; constant = exactly 1/rate (first at 0); gamma = gamma gaps
+// with shape `burstiness` and mean 1/rate.
+uint64_t workload_gap_ns(const workload *w, int phase, uint64_t j);
+
+// --- the deterministic random numbers the generator (and others: chaos faults) draw from
+// splitmix64 of (seed, stream, index): independent streams without state.
+uint64_t wl_hash(uint64_t seed, uint64_t stream, uint64_t index);
+// Uniform in [0, 1) from a hash.
+double wl_unit(uint64_t h);
