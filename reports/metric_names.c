@@ -1,0 +1,54 @@
+// The table of metric names: unit, direction, one line each. SLO keys (scenarios/), stored
+// metric rows (reports/store.h) and the gate all use these names; docs/metrics.md gives the
+// formulas. Computing the values is reports/metrics.c.
+#include <string.h>
+
+#include "reports/metrics.h"
+
+#define LAT(m, what)                                                                               \
+  {m "_mean_ms", "ms", MT_LOWER_BETTER, what " (mean)"},                                           \
+      {m "_p50_ms", "ms", MT_LOWER_BETTER, what " (p50)"},                                         \
+      {m "_p90_ms", "ms", MT_LOWER_BETTER, what " (p90)"},                                         \
+      {m "_p95_ms", "ms", MT_LOWER_BETTER, what " (p95)"},                                         \
+      {m "_p99_ms", "ms", MT_LOWER_BETTER, what " (p99)"},                                         \
+      {m "_max_ms", "ms", MT_LOWER_BETTER, what " (max)"}
+
+static const mt_metric_info metrics[] = {
+    LAT("ttft", "time to first token"),
+    LAT("tpot", "time per output token after the first"),
+    LAT("itl", "inter-token latency, pooled gaps"),
+    LAT("e2el", "end-to-end request latency"),
+    {"output_tok_s", "tok/s", MT_HIGHER_BETTER, "output tokens per second"},
+    {"req_s", "req/s", MT_HIGHER_BETTER, "completed requests per second"},
+    {"goodput_rps", "req/s", MT_HIGHER_BETTER, "requests meeting every per-request SLO per second"},
+    {"error_rate", "fraction", MT_LOWER_BETTER, "(failed + timed out) / requests"},
+    {"requests", "requests", MT_NEUTRAL, "requests measured (warm-up excluded)"},
+    {"ok_requests", "requests", MT_NEUTRAL, "requests completed"},
+    {"cancelled_requests", "requests", MT_NEUTRAL, "requests cancelled by the client"},
+    {"failed_requests", "requests", MT_LOWER_BETTER, "requests failed with an error"},
+    {"timeout_requests", "requests", MT_LOWER_BETTER, "requests past the request timeout"},
+    {"lost_requests", "requests", MT_LOWER_BETTER, "requests that never reached a terminal status"},
+    {"good_requests", "requests", MT_NEUTRAL, "requests meeting every per-request SLO"},
+    {"input_tokens", "tokens", MT_NEUTRAL, "prompt tokens of completed requests"},
+    {"output_tokens", "tokens", MT_NEUTRAL, "output tokens of completed requests"},
+    {"window_s", "s", MT_NEUTRAL, "the time the rates are over"},
+    {"peak_queue", "requests", MT_NEUTRAL, "longest queue of any replica"},
+    {"peak_batch", "sequences", MT_NEUTRAL, "most sequences in one step of any replica"},
+    {"kv_peak_frac", "fraction", MT_LOWER_BETTER, "highest KV-cache use of any replica"},
+    {"peak_output_tok_s", "tok/s", MT_HIGHER_BETTER, "highest output tokens/s of any phase"},
+    {"speedup", "x", MT_HIGHER_BETTER, "peak throughput over the fewest-GPU deployment's"},
+    {"efficiency", "fraction", MT_HIGHER_BETTER, "speedup / (GPUs / the fewest-GPU deployment's)"},
+    {"knee_concurrency", "users", MT_HIGHER_BETTER, "highest ramp concurrency meeting the TTFT p95 SLO"},
+    {"gpus", "GPUs", MT_NEUTRAL, "GPUs (ranks) of the deployment"},
+};
+
+const mt_metric_info *mt_metric_find(const char *name) {
+  for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++)
+    if (!strcmp(metrics[i].name, name)) return &metrics[i];
+  return NULL;
+}
+
+int mt_metric_all(const mt_metric_info **out) {
+  *out = metrics;
+  return (int)(sizeof metrics / sizeof metrics[0]);
+}
