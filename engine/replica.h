@@ -1,0 +1,95 @@
+// The replica handle: what the router and the runner talk to for one DP replica (one TP x PP
+// group). A vtable with more than one implementation (DESIGN.md "Seams"):
+//   local   — the engine in this process, stepped by its own thread (this file + replica_local.c)
+//   process — a `shardcheck worker` child over a Unix socket (fault injection, later)
+//   sim     — the engine on simulated devices, stepped by the event loop (simulator, later)
+//
+// Requests are named by the caller's key (any uint64 unique within the replica's life), so
+// the runner never sees engine ids. submit and cancel never block on a step: their outcome
+// arrives as events. Events are pulled with poll; wait_fd (optional) becomes readable when
+// events are pending, so a real-mode loop can sleep in ppoll. Calls come from one thread.
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "kernels/status.h"
+
+typedef enum replica_ev_kind {
+  REPLICA_EV_TOKEN,    // one output token of `key`
+  REPLICA_EV_FINISHED, // `key` ended normally or was cancelled (reason)
+  REPLICA_EV_FAILED,   // `key` failed (status, what); no more events for it
+  REPLICA_EV_STEP,     // one engine step ran (step); key unused
+} replica_ev_kind;
+
+typedef struct replica_event {
+  replica_ev_kind kind;
+  uint64_t key;
+  int32_t token;               // TOKEN
+  int index;                   // TOKEN: 0 for the first output token
+  engine_finish_reason reason; // FINISHED
+  int n_generated;             // FINISHED
+  sc_status status;            // FAILED
+  char what[32];               // FAILED: the error kind ("invalid", "oom", "replica_failed")
+  engine_step_info step;       // STEP (t_start_ns on the replica's clock)
+  uint64_t t_ns;               // when the replica produced the event, on its clock
+} replica_event;
+
+typedef enum replica_health {
+  REPLICA_HEALTHY,
+  REPLICA_DRAINING, // not admitting; running requests go on
+  REPLICA_DEAD,     // failed: every request it held got a FAILED event
+} replica_health;
+
+typedef struct replica_i {
+  // Queues a request. Fails only when the replica is dead (SC_ABORTED); a request the engine
+  // refuses comes back as a FAILED event.
+  sc_status (*submit)(void *ctx, uint64_t key, const engine_request *r, sc_error *err);
+  // Cancels a request (a FINISHED event with FINISH_CANCELLED follows); unknown keys ignored.
+  void (*cancel)(void *ctx, uint64_t key);
+  // Moves up to cap pending events into out, oldest first; returns how many. Never blocks.
+  int (*poll)(void *ctx, replica_event *out, int cap);
+  // Optional (NULL): an fd that is readable while events are pending.
+  int (*wait_fd)(void *ctx);
+  replica_health (*health)(void *ctx);
+  void (*set_admitting)(void *ctx, bool admitting);
+  // The engine's stats after its latest step.
+  void (*stats)(void *ctx, engine_stats *out);
+  // Device memory of rank r after the latest step (bytes).
+  sc_status (*rank_mem)(void *ctx, int r, size_t *used, size_t *total);
+  // Why the replica died ("" while it lives).
+  const char *(*error)(void *ctx);
+  void (*free)(void *ctx);
+} replica_i;
+
+typedef struct replica {
+  const replica_i *i;
+  void *ctx;
+  int index; // replica number within the deployment
+  int n_ranks;
+} replica;
+
+// Builds a local replica: engine_new on the calling thread (errors come back here, err says
+// why), then a stepping thread. On error *out is NULL.
+sc_status replica_local_new(const engine_config *cfg, int index, replica **out, sc_error *err);
+// Stops the replica's thread and frees everything. NULL is a no-op.
+void replica_free(replica *r);
+
+static inline sc_status replica_submit(replica *r, uint64_t key, const engine_request *q,
+                                       sc_error *err) {
+  return r->i->submit(r->ctx, key, q, err);
+}
+static inline void replica_cancel(replica *r, uint64_t key) { r->i->cancel(r->ctx, key); }
+static inline int replica_poll(replica *r, replica_event *out, int cap) {
+  return r->i->poll(r->ctx, out, cap);
+}
+static inline int replica_wait_fd(replica *r) { return r->i->wait_fd ? r->i->wait_fd(r->ctx) : -1; }
+static inline replica_health replica_health_get(replica *r) { return r->i->health(r->ctx); }
+static inline void replica_set_admitting(replica *r, bool a) { r->i->set_admitting(r->ctx, a); }
+static inline void replica_stats(replica *r, engine_stats *out) { r->i->stats(r->ctx, out); }
+static inline sc_status replica_rank_mem(replica *r, int rank, size_t *used, size_t *total) {
+  return r->i->rank_mem(r->ctx, rank, used, total);
+}
+static inline const char *replica_error(replica *r) { return r->i->error(r->ctx); }
