@@ -15,8 +15,9 @@
 typedef struct workload workload;
 
 typedef struct wl_request {
-  const int32_t *prompt; // (n_prompt) token ids in [3, vocab); owned by the generator, valid
-                         // until the next workload_next or workload_free
+  const int32_t *prompt; // (n_prompt) token ids: generated ones in [3, vocab); dataset text
+                         // tokenized with BOS first. Owned by the generator, valid until the
+                         // next workload_request or workload_free
   int n_prompt;
   int max_tokens;        // output tokens asked for (>= 1)
   int class_idx;         // index into the classes (dataset: 0)

@@ -1,0 +1,572 @@
+// The workload generator (see workload.h): prompt classes or a JSONL dataset turned into
+// requests, and the arrival gaps of open-loop (rate) phases, all drawn from a counter-based
+// hash so that request i and gap j are pure functions of (seed, i) and (seed, phase, j).
+//
+// Parsing the scenario's workload block is scenarios/scenario.c; deciding when a closed-loop
+// user sends its next request, and what to do with a request, is the runner's.
+//
+// Random numbers: wl_hash(seed, stream, index) is three rounds of the splitmix64 finalizer over
+// seed, stream and index. Each quantity has its own stream (WL_STREAM_* below): the class of
+// request i, its input length, its output length, its prompt tokens, and the gaps of phase p
+// (stream WL_STREAM_GAP + p). A draw that needs several numbers (a normal: two uniforms, Box-
+// Muller; a gamma: a rejection loop) takes them from sub-streams keyed by the draw's own hash,
+// so no draw moves any other. Prompt tokens come two per hash from the splitmix64 sequence
+// keyed by the request's token hash: 3 + floor(half * (vocab - 3) / 2^32), ids in [3, vocab).
+//
+// Lengths: a class draw is rounded to the nearest integer and clamped to [1, context]
+// (context = the model's max_seq_len); then input is clamped to context - 1 and output to
+// context - input, so every request fits. Distributions: fixed a; uniform integers in
+// [round(a), round(b)]; normal mean a, stddev b; lognormal median a (mu = ln a), sigma b.
+//
+// Dataset (workload.dataset, relative to the scenario's directory unless absolute): one JSON
+// object per line, lines used in file order and cycled (request i uses line i mod n).
+//   {"prompt_tokens": n, "output_tokens": m}  n random prompt tokens (drawn per request index)
+//   {"prompt": "text", "output_tokens": m}    text through the byte tokenizer (engine/
+//                                             tokenizer.h: BOS first when the model has one)
+// "output_tokens" is optional and defaults to 128 (WL_DEFAULT_OUTPUT_TOKENS, the output length
+// of vLLM's random-dataset benchmark). n and m are integers >= 1; exactly one of
+// "prompt_tokens" and "prompt" (a non-empty string); no other key. Blank lines are skipped; a
+// dataset with no request is an error. Lengths are clamped to the context as above (a long
+// text keeps its first context - 1 tokens). Errors: SC_INVALID "FILE:LINE: key 'K': expected
+// ..., got ..." (FILE as opened: the dataset path joined to the scenario's directory), SC_IO
+// when the file cannot be read. A scenario has prompts or a dataset (the parser refuses both);
+// given both, the dataset is used. A text prompt's ids are the tokenizer's (a BOS id below 3
+// first); generated prompts are in [3, vocab).
+//
+// Arrivals: poisson = exponential gaps of mean 1/rate; constant = arrival j at exactly j/rate
+// (gap j = round(j/rate) - round((j-1)/rate) in ns, so the first gap is 0 and rounding never
+// accumulates); gamma = Gamma(k, 1/(rate k)) gaps, k = burstiness (mean 1/rate, CV^2 = 1/k),
+// by Marsaglia-Tsang with the U^(1/k) boost when k < 1.
+//
+// Cost: workload_request allocates nothing; generated prompts are written into one buffer of
+// the largest prompt the workload can make (reused by every call), dataset text prompts point
+// into the tokens read at load time. A generator is not safe to share between threads.
+#include "scenarios/workload.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "engine/tokenizer.h"
+
+enum {
+  WL_DEFAULT_OUTPUT_TOKENS = 128, // a dataset line without "output_tokens"
+  WL_FIRST_TOKEN = 3,             // ids 0..2 are special (pad/unk, BOS, EOS in Llama presets)
+  WL_GAMMA_MAX_TRIES = 1000,      // Marsaglia-Tsang accepts > 95% per try; a cap for safety
+};
+
+// Streams of wl_hash used here ("wl" in the high bytes); other users of wl_hash pick others.
+static const uint64_t WL_STREAM_CLASS = 0x776c000000000001ull;
+static const uint64_t WL_STREAM_INPUT = 0x776c000000000002ull;
+static const uint64_t WL_STREAM_OUTPUT = 0x776c000000000003ull;
+static const uint64_t WL_STREAM_TOKENS = 0x776c000000000004ull;
+static const uint64_t WL_STREAM_GAP = 0x776c000000010000ull; // + phase index
+// Sub-streams of one draw (wl_hash(draw_hash, WL_SUB_*, k)).
+static const uint64_t WL_SUB_UNIT = 1;
+static const uint64_t WL_SUB_NORMAL = 2;
+
+static const uint64_t WL_GOLDEN = 0x9e3779b97f4a7c15ull;
+
+// One dataset line after validation and clamping.
+typedef struct wl_line {
+  int n_prompt;     // prompt tokens, in [1, context - 1]
+  int max_tokens;   // in [1, context - n_prompt]
+  int64_t text_off; // offset of its tokens in workload.text; -1: random tokens per request
+} wl_line;
+
+// What a phase needs to make gaps.
+typedef struct wl_phase {
+  scn_phase_kind kind;
+  scn_arrival arrival;
+  double mean_ns; // 1e9 / rate (RATE phases)
+  double shape;   // gamma shape k (= burstiness)
+} wl_phase;
+
+struct workload {
+  uint64_t seed;
+  int context; // tokens: the model's max_seq_len
+  int vocab;   // the model's vocab_size
+
+  // classes (when no dataset)
+  int n_classes;
+  scn_class classes[SCN_MAX_CLASSES];
+  char names[SCN_MAX_CLASSES][32]; // class names ("class<i>" when the scenario left one empty)
+  double cdf[SCN_MAX_CLASSES];     // cumulative weights / total; cdf[n_classes - 1] == 1
+
+  // dataset
+  bool dataset;
+  wl_line *lines; // (n_lines) in file order, blank lines left out
+  int n_lines, lines_cap;
+  int32_t *text;  // (n_text) token ids of the "prompt" lines, back to back
+  int64_t n_text, text_cap;
+
+  wl_phase phases[SCN_MAX_PHASES];
+  int n_phases;
+
+  int32_t *buf; // (buf_cap) the prompt of the last generated request; reused by every call
+  int buf_cap;
+};
+
+// --- the hash and the draws
+
+static uint64_t mix64(uint64_t z) { // splitmix64: one step of the sequence from state z
+  z += WL_GOLDEN;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t wl_hash(uint64_t seed, uint64_t stream, uint64_t index) {
+  return mix64(mix64(mix64(seed) ^ stream) ^ index);
+}
+
+double wl_unit(uint64_t h) { return (double)(h >> 11) * 0x1.0p-53; }
+
+// Uniform [0, 1): draw k of the sub-stream of key.
+static double unit_at(uint64_t key, uint64_t k) { return wl_unit(wl_hash(key, WL_SUB_UNIT, k)); }
+
+// Standard normal: draw k of key's normal sub-stream (Box-Muller of two uniforms).
+static double normal_at(uint64_t key, uint64_t k) {
+  double u1 = wl_unit(wl_hash(key, WL_SUB_NORMAL, 2 * k));
+  double u2 = wl_unit(wl_hash(key, WL_SUB_NORMAL, 2 * k + 1));
+  return sqrt(-2.0 * log1p(-u1)) * cos(2.0 * M_PI * u2); // 1 - u1 in (0, 1]: finite
+}
+
+// Gamma(k, 1) from key: Marsaglia and Tsang (2000), "A simple method for generating gamma
+// variables"; for k < 1, Gamma(k) = Gamma(k + 1) * U^(1/k).
+static double gamma_draw(uint64_t key, double k) {
+  double boost = 1.0;
+  if (k < 1.0) {
+    boost = pow(unit_at(key, 0), 1.0 / k);
+    k += 1.0;
+  }
+  double d = k - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+  for (uint64_t i = 0; i < WL_GAMMA_MAX_TRIES; i++) {
+    double x = normal_at(key, i);
+    double v = 1.0 + c * x;
+    if (v <= 0.0) continue;
+    v = v * v * v;
+    double u = unit_at(key, i + 1);
+    double x2 = x * x;
+    if (u < 1.0 - 0.0331 * x2 * x2 || log(u) < 0.5 * x2 + d * (1.0 - v + log(v)))
+      return boost * d * v;
+  }
+  return boost * d; // not reached in practice; deterministic all the same
+}
+
+// One draw of d for (stream, index), unrounded.
+static double dist_draw(const scn_dist *d, uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t h = wl_hash(seed, stream, index);
+  switch (d->kind) {
+  case SCN_DIST_FIXED: return d->a;
+  case SCN_DIST_UNIFORM: {
+    double lo = floor(d->a + 0.5), hi = floor(d->b + 0.5);
+    double v = lo + floor(wl_unit(h) * (hi - lo + 1.0));
+    return v > hi ? hi : v;
+  }
+  case SCN_DIST_NORMAL: return d->a + d->b * normal_at(h, 0);
+  case SCN_DIST_LOGNORMAL: return d->a * exp(d->b * normal_at(h, 0));
+  }
+  return d->a;
+}
+
+// A token count: x rounded and clamped to [1, hi] (NaN gives 1).
+static int clamp_len(double x, int hi) {
+  x = floor(x + 0.5);
+  if (!(x >= 1.0)) return 1;
+  if (x >= (double)hi) return hi;
+  return (int)x;
+}
+
+// The largest value a draw of d can give after clamp_len(., hi).
+static int dist_max(const scn_dist *d, int hi) {
+  switch (d->kind) {
+  case SCN_DIST_FIXED: return clamp_len(d->a, hi);
+  case SCN_DIST_UNIFORM: return clamp_len(d->b, hi);
+  case SCN_DIST_NORMAL:
+  case SCN_DIST_LOGNORMAL: return hi;
+  }
+  return hi;
+}
+
+// Writes n random prompt ids of request index into w->buf (two ids per hash).
+static void fill_tokens(workload *w, uint64_t index, int n) {
+  uint64_t key = wl_hash(w->seed, WL_STREAM_TOKENS, index);
+  uint64_t range = (uint64_t)(w->vocab - WL_FIRST_TOKEN);
+  int32_t *b = w->buf;
+  for (int j = 0; j < n; j += 2) {
+    uint64_t h = mix64(key + (uint64_t)j * WL_GOLDEN);
+    b[j] = WL_FIRST_TOKEN + (int32_t)(((h >> 32) * range) >> 32);
+    if (j + 1 < n) b[j + 1] = WL_FIRST_TOKEN + (int32_t)(((h & 0xffffffffull) * range) >> 32);
+  }
+}
+
+static uint64_t to_ns(double x) {
+  if (!(x > 0.0)) return 0;
+  if (x >= 18446744073709549568.0) return UINT64_MAX; // the largest double below 2^64
+  return (uint64_t)(x + 0.5);
+}
+
+// --- validation of what the parser gave (the parser reports with FILE:LINE:COL; these are
+// the generator's own preconditions)
+
+static const char *dist_name(scn_dist_kind k) {
+  switch (k) {
+  case SCN_DIST_FIXED: return "fixed";
+  case SCN_DIST_UNIFORM: return "uniform";
+  case SCN_DIST_NORMAL: return "normal";
+  case SCN_DIST_LOGNORMAL: return "lognormal";
+  }
+  return "unknown";
+}
+
+static sc_status check_dist(const scn_dist *d, const char *cls, const char *which,
+                            sc_error *err) {
+  const char *why = NULL;
+  if (!isfinite(d->a) || !isfinite(d->b)) why = "finite parameters";
+  else if ((unsigned)d->kind > SCN_DIST_LOGNORMAL) why = "a known distribution";
+  else if (d->kind == SCN_DIST_UNIFORM && d->a > d->b) why = "a <= b";
+  else if (d->kind == SCN_DIST_NORMAL && d->b < 0) why = "stddev b >= 0";
+  else if (d->kind == SCN_DIST_LOGNORMAL && (d->a <= 0 || d->b < 0))
+    why = "median a > 0 and sigma b >= 0";
+  if (!why) return SC_OK;
+  return sc_fail(err, SC_INVALID, "workload: class '%s': %s: %s needs %s, got a=%g b=%g", cls,
+                 which, dist_name(d->kind), why, d->a, d->b);
+}
+
+static sc_status setup_classes(workload *w, const scn_workload *wl, sc_error *err) {
+  if (wl->n_classes < 1 || wl->n_classes > SCN_MAX_CLASSES)
+    return sc_fail(err, SC_INVALID,
+                   "workload: expected 1 to %d prompt classes or a dataset, got %d classes",
+                   SCN_MAX_CLASSES, wl->n_classes);
+  w->n_classes = wl->n_classes;
+  double total = 0;
+  for (int i = 0; i < wl->n_classes; i++) {
+    const scn_class *c = &wl->classes[i];
+    w->classes[i] = *c;
+    if (c->name[0]) snprintf(w->names[i], sizeof w->names[i], "%.31s", c->name);
+    else snprintf(w->names[i], sizeof w->names[i], "class%d", i);
+    if (!(c->weight > 0) || !isfinite(c->weight))
+      return sc_fail(err, SC_INVALID, "workload: class '%s': weight must be > 0, got %g",
+                     w->names[i], c->weight);
+    SC_TRY(check_dist(&c->input, w->names[i], "input", err));
+    SC_TRY(check_dist(&c->output, w->names[i], "output", err));
+    total += c->weight;
+    w->cdf[i] = total;
+  }
+  if (!isfinite(total))
+    return sc_fail(err, SC_INVALID, "workload: class weights sum to %g", total);
+  for (int i = 0; i < w->n_classes; i++) w->cdf[i] /= total;
+  w->cdf[w->n_classes - 1] = 1.0;
+  return SC_OK;
+}
+
+static sc_status setup_phases(workload *w, const scn_workload *wl, sc_error *err) {
+  if (wl->n_phases < 0 || wl->n_phases > SCN_MAX_PHASES)
+    return sc_fail(err, SC_INVALID, "workload: expected at most %d phases, got %d",
+                   SCN_MAX_PHASES, wl->n_phases);
+  w->n_phases = wl->n_phases;
+  for (int i = 0; i < wl->n_phases; i++) {
+    const scn_phase *p = &wl->phases[i];
+    wl_phase *q = &w->phases[i];
+    q->kind = p->kind;
+    q->arrival = p->arrival;
+    if (p->kind != SCN_PHASE_RATE) continue;
+    if (!(p->rate > 0) || !isfinite(p->rate))
+      return sc_fail(err, SC_INVALID, "workload: phase '%s': rate must be > 0, got %g",
+                     p->name, p->rate);
+    if ((unsigned)p->arrival > SCN_ARRIVAL_GAMMA)
+      return sc_fail(err, SC_INVALID, "workload: phase '%s': unknown arrival process %d",
+                     p->name, (int)p->arrival);
+    if (p->arrival == SCN_ARRIVAL_GAMMA && (!(p->burstiness > 0) || !isfinite(p->burstiness)))
+      return sc_fail(err, SC_INVALID,
+                     "workload: phase '%s': gamma burstiness must be > 0, got %g", p->name,
+                     p->burstiness);
+    q->mean_ns = 1e9 / p->rate;
+    q->shape = p->burstiness;
+  }
+  return SC_OK;
+}
+
+// --- the dataset
+
+static const char *json_type_name(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a real";
+  case JSON_TRUE:
+  case JSON_FALSE: return "a boolean";
+  case JSON_NULL: return "null";
+  }
+  return "unknown";
+}
+
+// An integer >= 1 from key k of a dataset line.
+static sc_status line_count(const json_t *v, const char *path, int line, const char *k, int *out,
+                            sc_error *err) {
+  if (!json_is_integer(v))
+    return sc_fail(err, SC_INVALID, "%s:%d: key '%s': expected an integer >= 1, got %s", path,
+                   line, k, json_type_name(v));
+  json_int_t x = json_integer_value(v);
+  if (x < 1 || x > INT_MAX)
+    return sc_fail(err, SC_INVALID, "%s:%d: key '%s': expected an integer >= 1, got %lld", path,
+                   line, k, (long long)x);
+  *out = (int)x;
+  return SC_OK;
+}
+
+static sc_status grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+  if (need <= *cap) return SC_OK;
+  int64_t n = *cap ? *cap : 64;
+  while (n < need) n *= 2;
+  void *q = realloc(*p, (size_t)n * elem);
+  if (!q) return SC_OOM;
+  *p = q;
+  *cap = n;
+  return SC_OK;
+}
+
+// Parses one non-blank line into *out (text tokens appended to w->text).
+static sc_status parse_line(workload *w, const model_config *mc, const char *path, int lineno,
+                            const char *text, size_t len, wl_line *out, sc_error *err) {
+  json_error_t je;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root)
+    return sc_fail(err, SC_INVALID, "%s:%d: expected one JSON object, got malformed JSON at "
+                   "column %d: %s", path, lineno, je.column, je.text);
+  sc_status st = SC_OK;
+  int n_tokens = 0, max_tokens = WL_DEFAULT_OUTPUT_TOKENS;
+  const char *prompt = NULL;
+  bool has_tokens = false;
+  const char *k;
+  json_t *v;
+  if (!json_is_object(root)) {
+    st = sc_fail(err, SC_INVALID, "%s:%d: expected one JSON object, got %s", path, lineno,
+                 json_type_name(root));
+    goto done;
+  }
+  json_object_foreach(root, k, v) {
+    if (!strcmp(k, "prompt_tokens")) {
+      st = line_count(v, path, lineno, k, &n_tokens, err);
+      has_tokens = true;
+    } else if (!strcmp(k, "output_tokens")) {
+      st = line_count(v, path, lineno, k, &max_tokens, err);
+    } else if (!strcmp(k, "prompt")) {
+      if (!json_is_string(v) || json_string_length(v) == 0)
+        st = sc_fail(err, SC_INVALID, "%s:%d: key 'prompt': expected a non-empty string, got %s",
+                     path, lineno, json_is_string(v) ? "an empty string" : json_type_name(v));
+      else prompt = json_string_value(v);
+    } else {
+      st = sc_fail(err, SC_INVALID,
+                   "%s:%d: key '%.64s': expected one of prompt_tokens, prompt, output_tokens",
+                   path, lineno, k);
+    }
+    if (st != SC_OK) goto done;
+  }
+  if (has_tokens && prompt) {
+    st = sc_fail(err, SC_INVALID,
+                 "%s:%d: key 'prompt': expected either 'prompt' or 'prompt_tokens', got both",
+                 path, lineno);
+    goto done;
+  }
+  if (!has_tokens && !prompt) {
+    st = sc_fail(err, SC_INVALID,
+                 "%s:%d: key 'prompt_tokens': expected an integer >= 1 (or key 'prompt' with "
+                 "text), got neither", path, lineno);
+    goto done;
+  }
+  int keep = w->context - 1;
+  out->text_off = -1;
+  if (prompt) {
+    n_tokens = tokenizer_encode(mc, prompt, NULL, 0);
+    if (n_tokens < keep) keep = n_tokens;
+    if (grow((void **)&w->text, &w->text_cap, w->n_text + keep, sizeof *w->text) != SC_OK) {
+      st = sc_fail(err, SC_OOM, "%s:%d: out of memory for the prompt's %d tokens", path, lineno,
+                   keep);
+      goto done;
+    }
+    tokenizer_encode(mc, prompt, w->text + w->n_text, keep);
+    out->text_off = w->n_text;
+    w->n_text += keep;
+  }
+  out->n_prompt = n_tokens < keep ? n_tokens : keep;
+  out->max_tokens = clamp_len(max_tokens, w->context - out->n_prompt);
+done:
+  json_decref(root);
+  return st;
+}
+
+static bool blank(const char *s, ssize_t n) {
+  for (ssize_t i = 0; i < n; i++)
+    if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return false;
+  return true;
+}
+
+static sc_status load_dataset(workload *w, const model_config *mc, const char *path,
+                              sc_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return sc_fail(err, SC_IO, "%s: cannot read dataset: %s", path, strerror(errno));
+  char *line = NULL; // getline's buffer, one line
+  size_t cap = 0;
+  ssize_t len;
+  int lineno = 0, max_generated = 1;
+  sc_status st = SC_OK;
+  errno = 0;
+  while ((len = getline(&line, &cap, f)) >= 0) {
+    lineno++;
+    if (blank(line, len)) continue;
+    wl_line l;
+    st = parse_line(w, mc, path, lineno, line, (size_t)len, &l, err);
+    if (st != SC_OK) break;
+    int64_t lines_cap = w->lines_cap;
+    if (grow((void **)&w->lines, &lines_cap, (int64_t)w->n_lines + 1, sizeof *w->lines)) {
+      st = sc_fail(err, SC_OOM, "%s:%d: out of memory for the dataset", path, lineno);
+      break;
+    }
+    w->lines_cap = (int)lines_cap;
+    w->lines[w->n_lines++] = l;
+    if (l.text_off < 0 && l.n_prompt > max_generated) max_generated = l.n_prompt;
+    errno = 0;
+  }
+  int read_errno = errno;
+  if (st == SC_OK && ferror(f))
+    st = sc_fail(err, SC_IO, "%s: cannot read dataset: %s", path, strerror(read_errno));
+  free(line);
+  fclose(f);
+  if (st == SC_OK && w->n_lines == 0)
+    st = sc_fail(err, SC_INVALID,
+                 "%s: dataset has no requests: expected one JSON object per line", path);
+  w->buf_cap = max_generated;
+  return st;
+}
+
+// --- public
+
+sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_error *err) {
+  SC_ASSERT(s && out);
+  *out = NULL;
+  const model_config *mc = &s->model.config;
+  if (mc->max_seq_len < 2)
+    return sc_fail(err, SC_INVALID,
+                   "workload: model '%s' has a context (max_seq_len) of %d: no room for a "
+                   "prompt and an output token", mc->name, mc->max_seq_len);
+  if (mc->vocab_size <= WL_FIRST_TOKEN)
+    return sc_fail(err, SC_INVALID,
+                   "workload: model '%s' has vocab_size %d: prompts need ids from %d up",
+                   mc->name, mc->vocab_size, WL_FIRST_TOKEN);
+  workload *w = calloc(1, sizeof *w);
+  if (!w) return sc_fail(err, SC_OOM, "workload: out of memory");
+  w->seed = seed;
+  w->context = mc->max_seq_len;
+  w->vocab = mc->vocab_size;
+  const scn_workload *wl = &s->workload;
+  sc_status st = setup_phases(w, wl, err);
+  if (st == SC_OK && wl->dataset[0]) {
+    char path[2 * sizeof wl->dataset + 2]; // the dataset as opened
+    int n;
+    if (wl->dataset[0] == '/' || !s->dir[0]) n = snprintf(path, sizeof path, "%s", wl->dataset);
+    else n = snprintf(path, sizeof path, "%s/%s", s->dir, wl->dataset);
+    if (n < 0 || (size_t)n >= sizeof path) {
+      st = sc_fail(err, SC_INVALID, "workload: dataset path too long: %s", wl->dataset);
+    } else {
+      w->dataset = true;
+      w->n_classes = 1;
+      snprintf(w->names[0], sizeof w->names[0], "dataset");
+      st = load_dataset(w, mc, path, err);
+    }
+  } else if (st == SC_OK) {
+    st = setup_classes(w, wl, err);
+    w->buf_cap = 1;
+    for (int i = 0; st == SC_OK && i < w->n_classes; i++) {
+      int m = dist_max(&w->classes[i].input, w->context - 1);
+      if (m > w->buf_cap) w->buf_cap = m;
+    }
+  }
+  if (st == SC_OK) {
+    w->buf = malloc((size_t)w->buf_cap * sizeof *w->buf);
+    if (!w->buf) st = sc_fail(err, SC_OOM, "workload: out of memory for a %d-token prompt",
+                              w->buf_cap);
+  }
+  if (st != SC_OK) {
+    workload_free(w);
+    return st;
+  }
+  *out = w;
+  return SC_OK;
+}
+
+void workload_free(workload *w) {
+  if (!w) return;
+  free(w->lines);
+  free(w->text);
+  free(w->buf);
+  free(w);
+}
+
+void workload_request(workload *w, uint64_t index, wl_request *out) {
+  if (w->dataset) {
+    const wl_line *l = &w->lines[index % (uint64_t)w->n_lines];
+    out->n_prompt = l->n_prompt;
+    out->max_tokens = l->max_tokens;
+    out->class_idx = 0;
+    if (l->text_off >= 0) {
+      out->prompt = w->text + l->text_off;
+    } else {
+      fill_tokens(w, index, l->n_prompt);
+      out->prompt = w->buf;
+    }
+    return;
+  }
+  int c = 0;
+  if (w->n_classes > 1) {
+    double u = wl_unit(wl_hash(w->seed, WL_STREAM_CLASS, index));
+    while (c < w->n_classes - 1 && u >= w->cdf[c]) c++;
+  }
+  const scn_class *cls = &w->classes[c];
+  int in = clamp_len(dist_draw(&cls->input, w->seed, WL_STREAM_INPUT, index), w->context);
+  int outn = clamp_len(dist_draw(&cls->output, w->seed, WL_STREAM_OUTPUT, index), w->context);
+  if (in > w->context - 1) in = w->context - 1;
+  if (outn > w->context - in) outn = w->context - in;
+  SC_ASSERT(in <= w->buf_cap);
+  fill_tokens(w, index, in);
+  out->prompt = w->buf;
+  out->n_prompt = in;
+  out->max_tokens = outn;
+  out->class_idx = c;
+}
+
+int workload_n_classes(const workload *w) { return w->n_classes; }
+
+// NULL for an index outside [0, workload_n_classes).
+const char *workload_class_name(const workload *w, int idx) {
+  if (idx < 0 || idx >= w->n_classes) return NULL;
+  return w->names[idx];
+}
+
+// A phase index out of range or not SCN_PHASE_RATE is the caller's bug (SC_ASSERT).
+uint64_t workload_gap_ns(const workload *w, int phase, uint64_t j) {
+  SC_ASSERT(phase >= 0 && phase < w->n_phases && w->phases[phase].kind == SCN_PHASE_RATE);
+  const wl_phase *p = &w->phases[phase];
+  switch (p->arrival) {
+  case SCN_ARRIVAL_CONSTANT:
+    if (j == 0) return 0;
+    return to_ns(floor((double)j * p->mean_ns + 0.5)) -
+           to_ns(floor((double)(j - 1) * p->mean_ns + 0.5));
+  case SCN_ARRIVAL_GAMMA: {
+    uint64_t key = wl_hash(w->seed, WL_STREAM_GAP + (uint64_t)phase, j);
+    return to_ns(gamma_draw(key, p->shape) * p->mean_ns / p->shape);
+  }
+  case SCN_ARRIVAL_POISSON: break;
+  }
+  double u = wl_unit(wl_hash(w->seed, WL_STREAM_GAP + (uint64_t)phase, j));
+  return to_ns(-log1p(-u) * p->mean_ns);
+}
