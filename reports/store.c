@@ -1,0 +1,736 @@
+// The results database (reports/store.h): opening and checking the schema, the prepared
+// statements that write a run's rows in batched transactions, and the run listing that
+// `shardcheck runs`, the report and the gate start from.
+//
+// Durability model: WAL journal, synchronous=NORMAL. Every write joins one transaction that is
+// opened lazily (BEGIN IMMEDIATE) and committed by store_flush, store_run_begin, store_run_end
+// or store_close, so a process killed at any point leaves the last committed state: a file that
+// passes PRAGMA integrity_check, holding every flushed row. A run whose process died keeps the
+// status "running" in the file; store_runs_list shows it as "incomplete".
+//
+// Left to others: the DDL (reports/schema.c), what rows a run writes and when it flushes
+// (scenarios/runner.c, contract in docs/schema.md), the queries of reports and the gate (they
+// use store_db), marking baselines.
+#include "reports/store.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+// --- the handle
+
+// Prepared statements, created on first use and kept until store_close.
+enum {
+  ST_BEGIN,
+  ST_COMMIT,
+  ST_SP_BEGIN,
+  ST_SP_RELEASE,
+  ST_SP_ROLLBACK,
+  ST_RUN_INSERT,
+  ST_RUN_END,
+  ST_DEP_INSERT,
+  ST_DEP_END,
+  ST_PHASE_INSERT,
+  ST_PHASE_END,
+  ST_REQUEST,
+  ST_TOKEN,
+  ST_STEP,
+  ST_DEVICE,
+  ST_FAULT,
+  ST_METRIC,
+  ST_VERDICT,
+  ST_RUNS_LIST,
+  ST_RUN_GET,
+  ST_COUNT
+};
+
+static const char *const st_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_SP_BEGIN] = "SAVEPOINT store_request",
+    [ST_SP_RELEASE] = "RELEASE store_request",
+    [ST_SP_ROLLBACK] = "ROLLBACK TO store_request",
+    [ST_RUN_INSERT] = "INSERT INTO run(scenario, scenario_path, scenario_text, mode, backend, "
+                      "model, git_rev, host, pid, seed, config, started_at, status) "
+                      "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,'running')",
+    [ST_RUN_END] = "UPDATE run SET status=?, verdict=?, error=?, ended_at=?, duration_ns=? "
+                   "WHERE id=?",
+    [ST_DEP_INSERT] = "INSERT INTO deployment(run_id, idx, label, tp, pp, dp, gpus, start_ns, "
+                      "status) VALUES(?,?,?,?,?,?,?,?,'running')",
+    [ST_DEP_END] = "UPDATE deployment SET status=?, error=?, end_ns=? WHERE id=?",
+    [ST_PHASE_INSERT] = "INSERT INTO phase(run_id, deployment_id, idx, name, kind, concurrency, "
+                        "rate, arrival, start_ns, warmup_end_ns) VALUES(?,?,?,?,?,?,?,?,?,?)",
+    [ST_PHASE_END] = "UPDATE phase SET end_ns=? WHERE id=?",
+    [ST_REQUEST] = "INSERT INTO request(run_id, deployment_id, phase_id, seq, class, replica, "
+                   "prompt_tokens, max_tokens, output_tokens, arrival_ns, dispatch_ns, "
+                   "first_token_ns, finish_ns, status, reason, error, retries, warmup, "
+                   "weight_version) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [ST_TOKEN] = "INSERT INTO token(request_id, idx, t_ns) VALUES(?,?,?)",
+    [ST_STEP] = "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, "
+                "prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, "
+                "kv_total) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [ST_DEVICE] = "INSERT INTO device_sample(run_id, deployment_id, replica, rank, t_ns, "
+                  "mem_used, mem_total, link_bytes) VALUES(?,?,?,?,?,?,?,?)",
+    [ST_FAULT] = "INSERT INTO fault(run_id, deployment_id, kind, target, injected_ns, "
+                 "detected_ns, recovered_ns, affected, detail) VALUES(?,?,?,?,?,?,?,?,?)",
+    [ST_METRIC] = "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value) "
+                  "VALUES(?,?,?,?,?,?)",
+    [ST_VERDICT] = "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass) "
+                   "VALUES(?,?,?,?,?,?,?)",
+    [ST_RUNS_LIST] = "SELECT id, scenario, mode, status, started_at, verdict, git_rev, baseline, "
+                     "host, pid FROM run ORDER BY id DESC",
+    [ST_RUN_GET] = "SELECT id, scenario, mode, status, started_at, verdict, git_rev, baseline, "
+                   "host, pid FROM run WHERE id=?",
+};
+
+struct store {
+  sqlite3 *db;
+  char *path;                     // as given to store_open (owned)
+  bool readonly;
+  sqlite3_stmt *st[ST_COUNT];     // NULL until first used
+  char host[256];                 // this machine's host name ("" when unknown)
+};
+
+// --- errors
+
+// SQLite result code -> status: constraint and format problems are bad input, memory is OOM,
+// the rest (locking, disk, permissions) is I/O.
+static sc_status status_of(int rc) {
+  switch (rc & 0xff) {
+  case SQLITE_CONSTRAINT:
+  case SQLITE_NOTADB:
+  case SQLITE_MISMATCH:
+  case SQLITE_RANGE: return SC_INVALID;
+  case SQLITE_NOMEM: return SC_OOM;
+  default: return SC_IO;
+  }
+}
+
+// Records "PATH: WHAT: sqlite3_errmsg" and returns the status of rc.
+static sc_status db_fail(store *s, int rc, const char *what, sc_error *err) {
+  return sc_fail(err, status_of(rc), "%s: %s: %s", s->path, what,
+                 s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+}
+
+// --- small helpers
+
+// *out = the prepared statement k (prepared on first use, owned by the store).
+static sc_status prep(store *s, int k, sqlite3_stmt **out, sc_error *err) {
+  *out = s->st[k];
+  if (*out) return SC_OK;
+  int rc = sqlite3_prepare_v3(s->db, st_sql[k], -1, SQLITE_PREPARE_PERSISTENT, &s->st[k], NULL);
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(s->st[k]);
+    s->st[k] = NULL;
+    return db_fail(s, rc, "preparing a statement", err);
+  }
+  *out = s->st[k];
+  return SC_OK;
+}
+
+// Steps a statement that returns no rows and resets it; bindings stay for the next use.
+static sc_status exec_stmt(store *s, sqlite3_stmt *st, const char *what, sc_error *err) {
+  int rc = sqlite3_step(st);
+  sc_status r = rc == SQLITE_DONE ? SC_OK : db_fail(s, rc, what, err);
+  sqlite3_reset(st);
+  return r;
+}
+
+static sc_status exec_k(store *s, int k, const char *what, sc_error *err) {
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, k, &st, err));
+  return exec_stmt(s, st, what, err);
+}
+
+static sc_status exec_sql(store *s, const char *sql, const char *what, sc_error *err) {
+  int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+  return rc == SQLITE_OK ? SC_OK : db_fail(s, rc, what, err);
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *v) {
+  if (v) sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+  else sqlite3_bind_null(st, i);
+}
+
+static void bind_i64(sqlite3_stmt *st, int i, int64_t v) { sqlite3_bind_int64(st, i, v); }
+
+// ns counters are stored as signed 64-bit integers (enough for 292 years).
+static void bind_ns(sqlite3_stmt *st, int i, uint64_t v) {
+  sqlite3_bind_int64(st, i, (sqlite3_int64)v);
+}
+
+static void bind_ns_opt(sqlite3_stmt *st, int i, bool has, uint64_t v) {
+  if (has) bind_ns(st, i, v);
+  else sqlite3_bind_null(st, i);
+}
+
+static void bind_id_opt(sqlite3_stmt *st, int i, int64_t id) { // 0 -> NULL
+  if (id) sqlite3_bind_int64(st, i, id);
+  else sqlite3_bind_null(st, i);
+}
+
+static void bind_real_opt(sqlite3_stmt *st, int i, double v) { // NaN / inf -> NULL
+  if (isfinite(v)) sqlite3_bind_double(st, i, v);
+  else sqlite3_bind_null(st, i);
+}
+
+// Opens the write transaction when none is open.
+static sc_status tx_begin(store *s, sc_error *err) {
+  if (s->readonly) return sc_fail(err, SC_INVALID, "%s: opened read-only, cannot write", s->path);
+  if (!sqlite3_get_autocommit(s->db)) return SC_OK;
+  return exec_k(s, ST_BEGIN, "beginning a write transaction", err);
+}
+
+static bool one_of(const char *v, const char *const *allowed) {
+  for (; v && *allowed; allowed++)
+    if (!strcmp(v, *allowed)) return true;
+  return false;
+}
+
+// "YYYY-MM-DDTHH:MM:SSZ" for now (UTC) into buf[32].
+static void utc_now(char *buf, size_t cap) {
+  time_t t = time(NULL);
+  struct tm tm;
+  if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm)) buf[0] = 0;
+}
+
+// The git revision: SHARDCHECK_GIT_REV, else `git rev-parse --short HEAD` in the current
+// directory, else "" (stored as NULL). rev[cap].
+static void git_revision(char *rev, size_t cap) {
+  rev[0] = 0;
+  const char *env = getenv("SHARDCHECK_GIT_REV");
+  if (env && *env) {
+    snprintf(rev, cap, "%s", env);
+    return;
+  }
+  FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+  if (!p) return;
+  if (!fgets(rev, (int)cap, p)) rev[0] = 0;
+  char sink[256];
+  while (fread(sink, 1, sizeof sink, p)) {
+  }
+  if (pclose(p) != 0) rev[0] = 0;
+  size_t n = strlen(rev);
+  while (n && (rev[n - 1] == '\n' || rev[n - 1] == '\r' || rev[n - 1] == ' ')) rev[--n] = 0;
+}
+
+// --- opening
+
+// Reads meta.schema_version; checks the file is ours and not newer. *empty is true when the
+// file has no tables at all.
+static sc_status check_schema(store *s, bool *empty, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  const char *q = "SELECT count(*), coalesce(sum(name = 'meta'), 0), "
+                  "coalesce(sum(name = 'run'), 0) FROM sqlite_master WHERE type = 'table'";
+  int rc = sqlite3_prepare_v2(s->db, q, -1, &st, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW) {
+    sc_status r = (rc & 0xff) == SQLITE_NOTADB
+                      ? sc_fail(err, SC_INVALID, "%s is not a shardcheck results database: %s",
+                                s->path, sqlite3_errmsg(s->db))
+                      : db_fail(s, rc, "reading the schema", err);
+    sqlite3_finalize(st);
+    return r;
+  }
+  int n_tables = sqlite3_column_int(st, 0), has_meta = sqlite3_column_int(st, 1),
+      has_run = sqlite3_column_int(st, 2);
+  sqlite3_finalize(st);
+  *empty = n_tables == 0;
+  if (*empty) return SC_OK;
+  const char *why = !has_run ? "it has no run table" : "it has no meta table";
+  long version = -1;
+  if (has_meta && has_run) {
+    why = "it has no schema_version in its meta table";
+    rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
+                            &st, NULL);
+    if (rc != SQLITE_OK)
+      return sc_fail(err, SC_INVALID, "%s is not a shardcheck results database (reading "
+                     "meta.schema_version: %s)", s->path, sqlite3_errmsg(s->db));
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      const char *v = (const char *)sqlite3_column_text(st, 0);
+      char *end = NULL;
+      errno = 0;
+      version = v ? strtol(v, &end, 10) : -1;
+      if (!v || errno || *end || version < 1) version = -1;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+      return db_fail(s, rc, "reading meta.schema_version", err);
+    if (rc == SQLITE_ROW && version < 1) why = "its schema_version is not a positive integer";
+  }
+  if (version < 1)
+    return sc_fail(err, SC_INVALID, "%s is not a shardcheck results database (%s)", s->path, why);
+  if (version > store_schema_version)
+    return sc_fail(err, SC_INVALID, "%s has schema version %ld, newer than this shardcheck (%d)",
+                   s->path, version, store_schema_version);
+  // Older versions would be migrated here; version 1 is the first.
+  return SC_OK;
+}
+
+static sc_status create_schema(store *s, sc_error *err) {
+  SC_TRY(exec_sql(s, store_schema_sql, "creating the schema", err));
+  char sql[128];
+  snprintf(sql, sizeof sql, "INSERT INTO meta(key, value) VALUES('schema_version', '%d')",
+           store_schema_version);
+  return exec_sql(s, sql, "writing meta.schema_version", err);
+}
+
+static sc_status open_common(const char *path, bool readonly, store **out, sc_error *err) {
+  *out = NULL;
+  if (!path || !*path) return sc_fail(err, SC_INVALID, "results database: empty path");
+  store *s = calloc(1, sizeof *s);
+  char *p = strdup(path);
+  if (!s || !p) {
+    free(s);
+    free(p);
+    return sc_fail(err, SC_OOM, "%s: out of memory opening the results database", path);
+  }
+  s->path = p;
+  s->readonly = readonly;
+  if (gethostname(s->host, sizeof s->host) != 0) s->host[0] = 0;
+  s->host[sizeof s->host - 1] = 0;
+
+  int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+  sc_status r = SC_OK;
+  if (rc != SQLITE_OK) {
+    r = sc_fail(err, rc == SQLITE_NOMEM ? SC_OOM : SC_IO, "%s: cannot open the results "
+                "database: %s", path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+    goto fail;
+  }
+  sqlite3_extended_result_codes(s->db, 1);
+  sqlite3_busy_timeout(s->db, 5000);
+  if (!readonly && sqlite3_db_readonly(s->db, "main") == 1) {
+    r = sc_fail(err, SC_IO, "%s: cannot open the results database for writing (read-only "
+                "file or directory)", path);
+    goto fail;
+  }
+  bool empty = false;
+  if ((r = check_schema(s, &empty, err)) != SC_OK) goto fail;
+  if (readonly) {
+    if (empty) {
+      r = sc_fail(err, SC_INVALID, "%s is not a shardcheck results database (it has no tables)",
+                  path);
+      goto fail;
+    }
+    *out = s;
+    return SC_OK;
+  }
+  // journal_mode answers a row: sqlite3_exec runs it to completion.
+  if ((r = exec_sql(s, "PRAGMA journal_mode=WAL", "switching to WAL", err)) != SC_OK ||
+      (r = exec_sql(s, "PRAGMA synchronous=NORMAL", "setting synchronous", err)) != SC_OK ||
+      (r = exec_sql(s, "PRAGMA foreign_keys=ON", "setting foreign_keys", err)) != SC_OK)
+    goto fail;
+  if (empty) {
+    // Create in one transaction; check again inside it, another process may have won.
+    if ((r = exec_sql(s, "BEGIN IMMEDIATE", "beginning the schema transaction", err)) != SC_OK)
+      goto fail;
+    if ((r = check_schema(s, &empty, err)) == SC_OK && empty) r = create_schema(s, err);
+    if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema", err);
+    if (r != SC_OK) {
+      sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+      goto fail;
+    }
+  }
+  *out = s;
+  return SC_OK;
+fail:
+  store_close(s);
+  return r;
+}
+
+sc_status store_open(const char *path, store **out, sc_error *err) {
+  return open_common(path, false, out, err);
+}
+
+sc_status store_open_readonly(const char *path, store **out, sc_error *err) {
+  *out = NULL;
+  struct stat sb;
+  if (path && *path && stat(path, &sb) != 0)
+    return sc_fail(err, SC_IO, "%s: cannot open the results database: %s", path,
+                   strerror(errno));
+  return open_common(path, true, out, err);
+}
+
+void store_close(store *s) {
+  if (!s) return;
+  if (s->db && !sqlite3_get_autocommit(s->db)) {
+    // Commit what is pending; on failure (nothing to report it to) SQLite rolls it back.
+    if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+      sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  }
+  for (int k = 0; k < ST_COUNT; k++) sqlite3_finalize(s->st[k]);
+  sqlite3_close_v2(s->db);
+  free(s->path);
+  free(s);
+}
+
+sqlite3 *store_db(store *s) { return s ? s->db : NULL; }
+
+sc_status store_flush(store *s, sc_error *err) {
+  if (sqlite3_get_autocommit(s->db)) return SC_OK;
+  return exec_k(s, ST_COMMIT, "committing", err);
+}
+
+// --- writing a run
+
+sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_error *err) {
+  if (!r->scenario || !r->scenario_text || !r->mode)
+    return sc_fail(err, SC_INVALID, "%s: a run needs a scenario name, text and mode", s->path);
+  char started[32], rev[64];
+  utc_now(started, sizeof started);
+  git_revision(rev, sizeof rev);
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_RUN_INSERT, &st, err));
+  bind_text(st, 1, r->scenario);
+  bind_text(st, 2, r->scenario_path);
+  bind_text(st, 3, r->scenario_text);
+  bind_text(st, 4, r->mode);
+  bind_text(st, 5, r->backend);
+  bind_text(st, 6, r->model);
+  bind_text(st, 7, rev[0] ? rev : NULL);
+  bind_text(st, 8, s->host[0] ? s->host : NULL);
+  bind_i64(st, 9, (int64_t)getpid());
+  bind_i64(st, 10, (int64_t)r->seed); // seeds >= 2^63 read back negative (same 64 bits)
+  bind_text(st, 11, r->config);
+  bind_text(st, 12, started);
+  SC_TRY(exec_stmt(s, st, "inserting the run row", err));
+  if (run_id) *run_id = sqlite3_last_insert_rowid(s->db);
+  return store_flush(s, err);
+}
+
+sc_status store_run_end(store *s, int64_t run_id, const char *status, const char *verdict,
+                        const char *error, uint64_t duration_ns, sc_error *err) {
+  static const char *const statuses[] = {"complete", "interrupted", "failed", NULL};
+  static const char *const verdicts[] = {"pass", "fail", NULL};
+  if (!one_of(status, statuses))
+    return sc_fail(err, SC_INVALID, "%s: run %lld: status must be complete, interrupted or "
+                   "failed, got '%s'", s->path, (long long)run_id, status ? status : "(null)");
+  if (verdict && !one_of(verdict, verdicts))
+    return sc_fail(err, SC_INVALID, "%s: run %lld: verdict must be pass, fail or NULL, got '%s'",
+                   s->path, (long long)run_id, verdict);
+  char ended[32];
+  utc_now(ended, sizeof ended);
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_RUN_END, &st, err));
+  bind_text(st, 1, status);
+  bind_text(st, 2, verdict);
+  bind_text(st, 3, error);
+  bind_text(st, 4, ended);
+  bind_ns(st, 5, duration_ns);
+  bind_i64(st, 6, run_id);
+  SC_TRY(exec_stmt(s, st, "ending the run", err));
+  if (sqlite3_changes(s->db) != 1)
+    return sc_fail(err, SC_INVALID, "no run %lld in %s", (long long)run_id, s->path);
+  return store_flush(s, err);
+}
+
+sc_status store_deployment_begin(store *s, const store_deployment *d, int64_t *id, sc_error *err) {
+  char label[64];
+  snprintf(label, sizeof label, "tp%d pp%d dp%d", d->tp, d->pp, d->dp);
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_DEP_INSERT, &st, err));
+  bind_i64(st, 1, d->run_id);
+  bind_i64(st, 2, d->idx);
+  bind_text(st, 3, d->label ? d->label : label);
+  bind_i64(st, 4, d->tp);
+  bind_i64(st, 5, d->pp);
+  bind_i64(st, 6, d->dp);
+  bind_i64(st, 7, (int64_t)d->tp * d->pp * d->dp);
+  bind_ns(st, 8, d->start_ns);
+  SC_TRY(exec_stmt(s, st, "inserting a deployment row", err));
+  if (id) *id = sqlite3_last_insert_rowid(s->db);
+  return SC_OK;
+}
+
+sc_status store_deployment_end(store *s, int64_t id, const char *status, const char *error,
+                               uint64_t end_ns, sc_error *err) {
+  static const char *const statuses[] = {"complete", "interrupted", "failed", NULL};
+  if (!one_of(status, statuses))
+    return sc_fail(err, SC_INVALID, "%s: deployment %lld: status must be complete, interrupted "
+                   "or failed, got '%s'", s->path, (long long)id, status ? status : "(null)");
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_DEP_END, &st, err));
+  bind_text(st, 1, status);
+  bind_text(st, 2, error);
+  bind_ns(st, 3, end_ns);
+  bind_i64(st, 4, id);
+  SC_TRY(exec_stmt(s, st, "ending a deployment", err));
+  if (sqlite3_changes(s->db) != 1)
+    return sc_fail(err, SC_INVALID, "no deployment %lld in %s", (long long)id, s->path);
+  return SC_OK;
+}
+
+sc_status store_phase_begin(store *s, const store_phase *p, int64_t *id, sc_error *err) {
+  if (!p->name || !p->kind)
+    return sc_fail(err, SC_INVALID, "%s: a phase needs a name and a kind", s->path);
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_PHASE_INSERT, &st, err));
+  bind_i64(st, 1, p->run_id);
+  bind_i64(st, 2, p->deployment_id);
+  bind_i64(st, 3, p->idx);
+  bind_text(st, 4, p->name);
+  bind_text(st, 5, p->kind);
+  if (p->concurrency) bind_i64(st, 6, p->concurrency);
+  else sqlite3_bind_null(st, 6);
+  if (p->rate != 0) bind_real_opt(st, 7, p->rate);
+  else sqlite3_bind_null(st, 7);
+  bind_text(st, 8, p->arrival);
+  bind_ns(st, 9, p->start_ns);
+  bind_ns(st, 10, p->warmup_end_ns);
+  SC_TRY(exec_stmt(s, st, "inserting a phase row", err));
+  if (id) *id = sqlite3_last_insert_rowid(s->db);
+  return SC_OK;
+}
+
+sc_status store_phase_end(store *s, int64_t id, uint64_t end_ns, sc_error *err) {
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_PHASE_END, &st, err));
+  bind_ns(st, 1, end_ns);
+  bind_i64(st, 2, id);
+  SC_TRY(exec_stmt(s, st, "ending a phase", err));
+  if (sqlite3_changes(s->db) != 1)
+    return sc_fail(err, SC_INVALID, "no phase %lld in %s", (long long)id, s->path);
+  return SC_OK;
+}
+
+// The request row and its tokens, inside the savepoint store_request_add opened.
+static sc_status request_rows(store *s, const store_request *r, const uint64_t *token_ns,
+                              int n_tokens, int64_t *id, sc_error *err) {
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_REQUEST, &st, err));
+  bind_i64(st, 1, r->run_id);
+  bind_i64(st, 2, r->deployment_id);
+  bind_i64(st, 3, r->phase_id);
+  bind_i64(st, 4, r->seq);
+  bind_text(st, 5, r->class_name ? r->class_name : "");
+  if (r->replica >= 0) bind_i64(st, 6, r->replica);
+  else sqlite3_bind_null(st, 6);
+  bind_i64(st, 7, r->prompt_tokens);
+  bind_i64(st, 8, r->max_tokens);
+  bind_i64(st, 9, r->output_tokens);
+  bind_ns(st, 10, r->arrival_ns);
+  bind_ns_opt(st, 11, r->has_dispatch, r->dispatch_ns);
+  bind_ns_opt(st, 12, r->has_first_token, r->first_token_ns);
+  bind_ns_opt(st, 13, r->has_finish, r->finish_ns);
+  bind_text(st, 14, r->status);
+  bind_text(st, 15, r->reason);
+  bind_text(st, 16, r->error);
+  bind_i64(st, 17, r->retries);
+  bind_i64(st, 18, r->warmup ? 1 : 0);
+  bind_i64(st, 19, r->weight_version);
+  SC_TRY(exec_stmt(s, st, "inserting a request row", err));
+  int64_t rid = sqlite3_last_insert_rowid(s->db);
+  if (id) *id = rid;
+  if (n_tokens <= 0) return SC_OK;
+  // The hot loop (one row per generated token): one statement, request_id bound once,
+  // two integer binds per row, no allocation.
+  sqlite3_stmt *tk;
+  SC_TRY(prep(s, ST_TOKEN, &tk, err));
+  sqlite3_bind_int64(tk, 1, rid);
+  for (int i = 0; i < n_tokens; i++) {
+    sqlite3_bind_int64(tk, 2, i);
+    sqlite3_bind_int64(tk, 3, (sqlite3_int64)token_ns[i]);
+    int rc = sqlite3_step(tk);
+    if (rc != SQLITE_DONE) {
+      sc_status r2 = db_fail(s, rc, "inserting a token row", err);
+      sqlite3_reset(tk);
+      return r2;
+    }
+    sqlite3_reset(tk);
+  }
+  return SC_OK;
+}
+
+sc_status store_request_add(store *s, const store_request *r, const uint64_t *token_ns,
+                            int n_tokens, int64_t *id, sc_error *err) {
+  static const char *const statuses[] = {"ok", "cancelled", "failed", "timeout", NULL};
+  if (!one_of(r->status, statuses))
+    return sc_fail(err, SC_INVALID, "%s: request %lld: status must be ok, cancelled, failed or "
+                   "timeout, got '%s'", s->path, (long long)r->seq,
+                   r->status ? r->status : "(null)");
+  if (n_tokens > 0 && !token_ns)
+    return sc_fail(err, SC_INVALID, "%s: request %lld: %d token times but no array", s->path,
+                   (long long)r->seq, n_tokens);
+  SC_TRY(tx_begin(s, err));
+  // A savepoint makes the request and its tokens all-or-nothing.
+  SC_TRY(exec_k(s, ST_SP_BEGIN, "opening a savepoint", err));
+  sc_status st = request_rows(s, r, token_ns, n_tokens, id, err);
+  if (st != SC_OK) {
+    sc_error ignored;
+    exec_k(s, ST_SP_ROLLBACK, "rolling back a request", &ignored);
+  }
+  sc_error rel_err;
+  sc_status rel = exec_k(s, ST_SP_RELEASE, "releasing a savepoint", st == SC_OK ? err : &rel_err);
+  return st != SC_OK ? st : rel;
+}
+
+sc_status store_step_add(store *s, const store_step *x, sc_error *err) {
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_STEP, &st, err));
+  bind_i64(st, 1, x->run_id);
+  bind_i64(st, 2, x->deployment_id);
+  bind_i64(st, 3, x->replica);
+  bind_ns(st, 4, x->t_ns);
+  bind_ns(st, 5, x->duration_ns);
+  bind_i64(st, 6, x->seqs);
+  bind_i64(st, 7, x->prefill_tokens);
+  bind_i64(st, 8, x->decode_tokens);
+  bind_i64(st, 9, x->preempted);
+  bind_i64(st, 10, x->queue_len);
+  bind_i64(st, 11, x->running);
+  bind_i64(st, 12, x->kv_used);
+  bind_i64(st, 13, x->kv_total);
+  return exec_stmt(s, st, "inserting a step row", err);
+}
+
+sc_status store_device_sample_add(store *s, const store_device_sample *d, sc_error *err) {
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_DEVICE, &st, err));
+  bind_i64(st, 1, d->run_id);
+  bind_i64(st, 2, d->deployment_id);
+  bind_i64(st, 3, d->replica);
+  bind_i64(st, 4, d->rank);
+  bind_ns(st, 5, d->t_ns);
+  bind_i64(st, 6, (int64_t)d->mem_used);
+  bind_i64(st, 7, (int64_t)d->mem_total);
+  if (d->link_bytes >= 0) bind_i64(st, 8, d->link_bytes);
+  else sqlite3_bind_null(st, 8);
+  return exec_stmt(s, st, "inserting a device_sample row", err);
+}
+
+sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error *err) {
+  if (!f->kind) return sc_fail(err, SC_INVALID, "%s: a fault needs a kind", s->path);
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_FAULT, &st, err));
+  bind_i64(st, 1, f->run_id);
+  bind_id_opt(st, 2, f->deployment_id);
+  bind_text(st, 3, f->kind);
+  bind_text(st, 4, f->target);
+  bind_ns(st, 5, f->injected_ns);
+  bind_ns_opt(st, 6, f->has_detected, f->detected_ns);
+  bind_ns_opt(st, 7, f->has_recovered, f->recovered_ns);
+  if (f->affected >= 0) bind_i64(st, 8, f->affected);
+  else sqlite3_bind_null(st, 8);
+  bind_text(st, 9, f->detail);
+  SC_TRY(exec_stmt(s, st, "inserting a fault row", err));
+  if (id) *id = sqlite3_last_insert_rowid(s->db);
+  return SC_OK;
+}
+
+sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
+                           const char *class_name, const char *name, double value,
+                           sc_error *err) {
+  if (!name) return sc_fail(err, SC_INVALID, "%s: a metric needs a name", s->path);
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_METRIC, &st, err));
+  bind_i64(st, 1, run_id);
+  bind_id_opt(st, 2, deployment_id);
+  bind_id_opt(st, 3, phase_id);
+  bind_text(st, 4, class_name ? class_name : "");
+  bind_text(st, 5, name);
+  bind_real_opt(st, 6, value);
+  return exec_stmt(s, st, "inserting a metric row", err);
+}
+
+sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, const char *slo,
+                            const char *op, double expected, double actual, bool pass,
+                            sc_error *err) {
+  static const char *const ops[] = {"<=", ">=", NULL};
+  if (!slo || !one_of(op, ops) || !isfinite(expected))
+    return sc_fail(err, SC_INVALID, "%s: verdict %s: needs an SLO name, op <= or >= and a finite "
+                   "expected value", s->path, slo ? slo : "(null)");
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_VERDICT, &st, err));
+  bind_i64(st, 1, run_id);
+  bind_i64(st, 2, deployment_id);
+  bind_text(st, 3, slo);
+  bind_text(st, 4, op);
+  sqlite3_bind_double(st, 5, expected);
+  bind_real_opt(st, 6, actual);
+  bind_i64(st, 7, pass ? 1 : 0);
+  return exec_stmt(s, st, "inserting a verdict row", err);
+}
+
+// --- reading runs
+
+static void copy_col(char *dst, size_t cap, sqlite3_stmt *st, int col) {
+  const char *v = (const char *)sqlite3_column_text(st, col);
+  size_t n = v ? strlen(v) : 0;
+  if (n >= cap) n = cap - 1;
+  if (n) memcpy(dst, v, n);
+  dst[n] = 0;
+}
+
+// A "running" run whose process is gone (or lives on another host) is "incomplete".
+static bool run_alive(const store *s, sqlite3_stmt *st) {
+  const char *host = (const char *)sqlite3_column_text(st, 8);
+  if (!host || !s->host[0] || strcmp(host, s->host)) return false;
+  if (sqlite3_column_type(st, 9) == SQLITE_NULL) return false;
+  sqlite3_int64 pid = sqlite3_column_int64(st, 9);
+  if (pid <= 0 || pid > 0x7fffffff) return false;
+  return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+}
+
+// Fills out from a row of ST_RUNS_LIST / ST_RUN_GET.
+static void run_row(const store *s, sqlite3_stmt *st, store_run_row *out) {
+  memset(out, 0, sizeof *out);
+  out->id = sqlite3_column_int64(st, 0);
+  copy_col(out->scenario, sizeof out->scenario, st, 1);
+  copy_col(out->mode, sizeof out->mode, st, 2);
+  copy_col(out->status, sizeof out->status, st, 3);
+  if (!strcmp(out->status, "running") && !run_alive(s, st))
+    snprintf(out->status, sizeof out->status, "incomplete");
+  copy_col(out->started_at, sizeof out->started_at, st, 4);
+  copy_col(out->verdict, sizeof out->verdict, st, 5);
+  copy_col(out->git_rev, sizeof out->git_rev, st, 6);
+  out->baseline = sqlite3_column_int(st, 7) != 0;
+}
+
+int store_runs_list(store *s, store_run_row *out, int cap, sc_error *err) {
+  sqlite3_stmt *st;
+  if (prep(s, ST_RUNS_LIST, &st, err) != SC_OK) return -1;
+  int n = 0, rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n < cap) run_row(s, st, &out[n]);
+    n++;
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    db_fail(s, rc, "listing runs", err);
+    return -1;
+  }
+  return n;
+}
+
+sc_status store_run_get(store *s, int64_t id, store_run_row *out, sc_error *err) {
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_RUN_GET, &st, err));
+  sqlite3_bind_int64(st, 1, id);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) run_row(s, st, out);
+  sqlite3_reset(st);
+  if (rc == SQLITE_ROW) return SC_OK;
+  if (rc == SQLITE_DONE)
+    return sc_fail(err, SC_INVALID, "no run %lld in %s", (long long)id, s->path);
+  return db_fail(s, rc, "reading a run", err);
+}
