@@ -1,0 +1,151 @@
+// Private to reports/report*.c: a run's rows as the reports read them, and the helpers the plot
+// (report_plot.c), HTML (report_html.c) and JUnit (report_junit.c) writers share.
+//
+// report.c loads runs and implements report_write and report_print_verdicts; this header is no
+// part of the public API (reports/report.h) and nothing outside reports/report*.c includes it.
+#pragma once
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "reports/report.h"
+
+// --- a run's rows (time columns: ns since the run's start; -1 stands for SQL NULL)
+
+typedef struct rp_deployment {
+  int64_t id;
+  int idx;
+  char label[64];
+  int tp, pp, dp, gpus;
+  int64_t start_ns, end_ns; // end_ns -1: not finished
+  char status[16];
+} rp_deployment;
+
+typedef struct rp_phase {
+  int64_t id;
+  int dep;                  // index into rp_run.deps
+  int idx;                  // order within the deployment
+  char name[64];
+  char kind[8];             // ramp | rate | fixed
+  int concurrency;          // 0: NULL (rate phases)
+  double rate;              // requests/s; 0: NULL
+  int64_t start_ns, end_ns; // end_ns -1: not finished
+} rp_phase;
+
+typedef struct rp_verdict {
+  int dep;                  // index into rp_run.deps
+  char slo[32];
+  char op[4];               // "<=" | ">="
+  double expected;
+  double actual;            // NaN: no data
+  bool pass;
+} rp_verdict;
+
+typedef struct rp_fault {
+  int dep;                  // index into rp_run.deps; -1: the whole run
+  char kind[32];
+  char target[64];
+  char detail[256];
+  int64_t injected_ns, detected_ns, recovered_ns; // detected/recovered -1: never
+  int affected;             // requests; -1: unknown
+} rp_fault;
+
+typedef struct rp_run {
+  int64_t id;
+  // Owned strings, never NULL ("" where the column is NULL).
+  char *scenario, *scenario_path, *scenario_text, *mode, *backend, *model, *git_rev, *host,
+      *config, *started_at, *ended_at, *status, *verdict, *error;
+  int64_t seed;
+  int64_t duration_ns;      // -1: not finished
+  rp_deployment *deps;      // (n_deps) by idx
+  int n_deps;
+  rp_phase *phases;         // (n_phases) by deployment idx, then phase idx
+  int n_phases;
+  rp_verdict *verdicts;     // (n_verdicts) by deployment idx, then insertion order
+  int n_verdicts;
+  rp_fault *faults;         // (n_faults) by injection time
+  int n_faults;
+  char (*classes)[32];      // (n_classes) prompt class names with metric rows, sorted
+  int n_classes;
+} rp_run;
+
+// The reports' working state: the database, a cached metric lookup and the runs reported.
+typedef struct rp_ctx {
+  sqlite3 *db;
+  sqlite3_stmt *metric;     // SELECT value FROM metric WHERE ... (rp_metric)
+  rp_run *runs;             // (n_runs)
+  int n_runs;
+} rp_ctx;
+
+// Loads run `id` with its deployments, phases, verdicts, faults and class names into *r
+// (zeroed first). SC_INVALID "no run N in the database" when absent; SC_IO on a database error
+// (the message carries sqlite3_errmsg); SC_OOM. On error *r holds nothing to free.
+sc_status rp_run_load(sqlite3 *db, int64_t id, rp_run *r, sc_error *err);
+// Frees what rp_run_load allocated; a zeroed run is a no-op.
+void rp_run_free(rp_run *r);
+// The index in r->deps of deployment id dep_id; -1 when it is not one of r's.
+int rp_dep_index(const rp_run *r, int64_t dep_id);
+
+// Runs sql with ?1 bound to run_id and calls row(ud, st) for each result row (row returns false
+// when memory ran out: SC_OOM). SC_IO with sqlite3_errmsg on a database error; `what` names the
+// table in the message.
+sc_status rp_each_row(sqlite3 *db, const char *sql, int64_t run_id,
+                      bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
+                      sc_error *err);
+// Makes room for one more element in *arr (n used, *cap allocated, elements of elem bytes),
+// doubling the capacity; false when out of memory (*arr unchanged).
+bool rp_grow(void **arr, int n, int *cap, size_t elem);
+
+// The stored value of metric `name` for (deployment, phase, class) of run r: dep_id / phase_id
+// 0 stand for NULL (across deployments / the whole deployment), cls NULL for ''. NaN when there
+// is no such row or the value is NULL.
+double rp_metric(rp_ctx *c, const rp_run *r, int64_t dep_id, int64_t phase_id, const char *cls,
+                 const char *name);
+
+// --- formatting
+
+// A number with precision that suits its size: integers as integers, then 4 significant digits
+// at most ("612.3", "0.01234", "8123"); "-" for NaN. Writes at most n bytes into buf.
+void rp_fmt_num(double v, char *buf, size_t n);
+// rp_fmt_num plus the unit of metric `name` from mt_metric_find ("612.3 ms"); fractions and
+// unknown names get no unit.
+void rp_fmt_metric(const char *name, double v, char *buf, size_t n);
+// Writes s to f escaped for HTML and XML text and attribute values (& < > " ' become entities),
+// dropping control characters other than tab, newline and carriage return and replacing bytes
+// that are not valid UTF-8 by '?'. NULL writes nothing.
+void rp_put_esc(FILE *f, const char *s);
+// Seconds with millisecond precision for a ns time ("12.345"); "-" for a negative (NULL) one.
+void rp_fmt_s(int64_t ns, char *buf, size_t n);
+
+// Creates dir and its missing parents (mkdir -p). SC_IO with the path and strerror on failure.
+sc_status rp_mkdirs(const char *dir, sc_error *err);
+
+// --- plots (report_plot.c)
+
+typedef struct rp_plot {
+  char name[64];            // file stem in the output directory: NAME.dat .gp .png .svg
+  char title[160];
+  bool written;             // NAME.dat and NAME.gp were written
+  bool has_png;             // gnuplot wrote a non-empty NAME.png
+  bool has_svg;             // and a non-empty NAME.svg
+  char note[320];           // when !has_png: why (no data, gnuplot missing or failed)
+} rp_plot;
+
+// Writes each plot's data and script into dir and runs gnuplot on each script (program
+// `gnuplot`: a path or a name searched on PATH; NULL: $SHARDCHECK_GNUPLOT, else "gnuplot").
+// *plots (malloc'd, the caller frees) receives *n_plots entries, written or not, each with a
+// note when it has no PNG. Sets res->plots_skipped, res->why and res->n_plots. A missing or
+// failing gnuplot is no error; SC_IO when a file cannot be written, SC_OOM; on error *plots is
+// NULL.
+sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plot **plots,
+                         int *n_plots, report_result *res, sc_error *err);
+
+// --- HTML (report_html.c)
+
+// Writes dir/index.html from the runs in c and the plots (embedding each SVG). SC_IO when it
+// cannot be written.
+sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_plots,
+                        const report_result *res, sc_error *err);

@@ -1,0 +1,754 @@
+// Reports from a results database: the plots' data and scripts, the PNGs (gnuplot is
+// installed), plots skipped without gnuplot, index.html, JUnit XML, the terminal verdict table
+// and `shardcheck report` exit codes. The databases are built here with plain SQL against the
+// schema (reports/schema.c), so the tests need neither the runner nor the store's writer.
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "reports/report.h"
+#include "reports/store.h"
+#include "tests/helpers.h"
+
+#define S_NS 1000000000LL // ns per second
+#define MS_NS 1000000LL
+
+static const char *scenario_text = "name: ramp-test\n# a reviewer's note: <script>alert('x')"
+                                   "</script> & \"quotes\"\nslo: {ttft_p95_ms: 500}\n";
+
+// --- building a database
+
+static void exec(sqlite3 *db, const char *sql) {
+  char *msg = NULL;
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+  cr_assert_eq(rc, SQLITE_OK, "%s\n%s", msg ? msg : "", sql);
+}
+
+static void execf(sqlite3 *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void execf(sqlite3 *db, const char *fmt, ...) {
+  char sql[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(sql, sizeof sql, fmt, ap);
+  va_end(ap);
+  exec(db, sql);
+}
+
+static void metric(sqlite3 *db, int64_t run, int64_t dep, int64_t phase, const char *cls,
+                   const char *name, double v) {
+  char d[32] = "NULL", p[32] = "NULL";
+  if (dep) snprintf(d, sizeof d, "%lld", (long long)dep);
+  if (phase) snprintf(p, sizeof p, "%lld", (long long)phase);
+  execf(db, "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value) "
+            "VALUES(%lld, %s, %s, '%s', '%s', %.17g)",
+        (long long)run, d, p, cls, name, v);
+}
+
+// The phase-level (or deployment-level) metric rows the runner stores.
+static void summary_metrics(sqlite3 *db, int64_t run, int64_t dep, int64_t phase, double ttft95,
+                            double toks) {
+  const struct {
+    const char *name;
+    double v;
+  } m[] = {
+      {"requests", 4},          {"ok_requests", 4},         {"ttft_p50_ms", ttft95 * 0.6},
+      {"ttft_p95_ms", ttft95},  {"tpot_p50_ms", 20},        {"tpot_p95_ms", 24.5},
+      {"itl_p95_ms", 25},       {"e2el_p95_ms", ttft95 + 100}, {"output_tok_s", toks},
+      {"req_s", toks / 5},      {"goodput_rps", toks / 6},  {"error_rate", 0},
+      {"peak_queue", 3},        {"peak_batch", 4},          {"kv_peak_frac", 0.375},
+  };
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+    metric(db, run, dep, phase, "", m[i].name, m[i].v);
+  metric(db, run, dep, phase, "short", "ttft_p95_ms", ttft95 * 0.8);
+  metric(db, run, dep, phase, "long", "ttft_p95_ms", ttft95 * 1.2);
+}
+
+// Run `run` in db: deployments tp1 (1 GPU, 1 replica) and dp2 (2 GPUs, 2 replicas), 6 s each;
+// ramp phases at concurrency 1, 2, 4 (2 s each); 4 requests of 5 tokens per phase; a step per
+// replica every 100 ms; metrics per the runner's contract; verdicts ttft_p95_ms and error_rate
+// per deployment, tp1's TTFT failing (612.3 > 500); a killed GPU in dp2.
+static void add_run(sqlite3 *db, int64_t run, const char *status) {
+  exec(db, "BEGIN");
+  sqlite3_stmt *st;
+  cr_assert_eq(sqlite3_prepare_v2(db,
+                                  "INSERT INTO run(id, scenario, scenario_path, scenario_text, "
+                                  "mode, backend, model, git_rev, host, seed, started_at, "
+                                  "ended_at, duration_ns, status, verdict) VALUES(?1, "
+                                  "'ramp-test', 'scenarios/ramp-test.yaml', ?2, 'sim', 'sim', "
+                                  "'llama3-8b', 'abc1234', 'ci-host', 7, "
+                                  "'2025-01-01T00:00:00Z', '2025-01-01T00:00:12Z', 12000000000, "
+                                  "?3, 'fail')",
+                                  -1, &st, NULL),
+               SQLITE_OK);
+  sqlite3_bind_int64(st, 1, run);
+  sqlite3_bind_text(st, 2, scenario_text, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, status, -1, SQLITE_STATIC);
+  cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+  sqlite3_finalize(st);
+
+  const struct {
+    const char *label;
+    int dp;
+    double ttft[3], toks[3], ttft_all, peak, eff;
+  } deps[2] = {
+      {"tp1", 1, {120, 300, 612.3}, {200, 380, 700}, 612.3, 700, 1.0},
+      {"dp2", 2, {110, 180, 320}, {210, 400, 1218}, 320, 1218, 0.87},
+  };
+  for (int d = 0; d < 2; d++) {
+    int64_t t0 = d * 6 * S_NS;
+    execf(db,
+          "INSERT INTO deployment(run_id, idx, label, tp, pp, dp, gpus, start_ns, end_ns, "
+          "status) VALUES(%lld, %d, '%s', 1, 1, %d, %d, %lld, %lld, 'complete')",
+          (long long)run, d, deps[d].label, deps[d].dp, deps[d].dp, (long long)t0,
+          (long long)(t0 + 6 * S_NS));
+    int64_t dep = sqlite3_last_insert_rowid(db);
+    for (int ph = 0; ph < 3; ph++) {
+      int64_t p0 = t0 + ph * 2 * S_NS;
+      execf(db,
+            "INSERT INTO phase(run_id, deployment_id, idx, name, kind, concurrency, start_ns, "
+            "warmup_end_ns, end_ns) VALUES(%lld, %lld, %d, 'c%d', 'ramp', %d, %lld, %lld, %lld)",
+            (long long)run, (long long)dep, ph, 1 << ph, 1 << ph, (long long)p0, (long long)p0,
+            (long long)(p0 + 2 * S_NS));
+      int64_t phase = sqlite3_last_insert_rowid(db);
+      for (int q = 0; q < 4; q++) {
+        int64_t arr = p0 + q * 400 * MS_NS, first = arr + (50 + 30 * ph) * MS_NS;
+        execf(db,
+              "INSERT INTO request(run_id, deployment_id, phase_id, seq, class, replica, "
+              "prompt_tokens, max_tokens, output_tokens, arrival_ns, dispatch_ns, "
+              "first_token_ns, finish_ns, status, reason) VALUES(%lld, %lld, %lld, %d, '%s', "
+              "%d, 64, 5, 5, %lld, %lld, %lld, %lld, 'ok', 'length')",
+              (long long)run, (long long)dep, (long long)phase, ph * 4 + q,
+              q % 2 ? "long" : "short", q % deps[d].dp, (long long)arr, (long long)arr,
+              (long long)first, (long long)(first + 4 * 20 * MS_NS));
+        int64_t req = sqlite3_last_insert_rowid(db);
+        for (int k = 0; k < 5; k++)
+          execf(db, "INSERT INTO token(request_id, idx, t_ns) VALUES(%lld, %d, %lld)",
+                (long long)req, k, (long long)(first + k * 20 * MS_NS));
+      }
+      summary_metrics(db, run, dep, phase, deps[d].ttft[ph], deps[d].toks[ph]);
+    }
+    for (int rep = 0; rep < deps[d].dp; rep++)
+      for (int k = 0; k < 60; k++)
+        execf(db,
+              "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, "
+              "prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, kv_total) "
+              "VALUES(%lld, %lld, %d, %lld, 20000000, 2, 0, 2, 0, %d, 2, %d, 64)",
+              (long long)run, (long long)dep, rep, (long long)(t0 + k * 100 * MS_NS), k % 4,
+              (k * 3) % 64);
+    summary_metrics(db, run, dep, 0, deps[d].ttft_all, deps[d].peak / 1.5);
+    metric(db, run, dep, 0, "", "gpus", deps[d].dp);
+    metric(db, run, dep, 0, "", "peak_output_tok_s", deps[d].peak);
+    metric(db, run, dep, 0, "", "speedup", deps[d].peak / deps[0].peak);
+    metric(db, run, dep, 0, "", "efficiency", deps[d].eff);
+    metric(db, run, dep, 0, "", "knee_concurrency", d == 0 ? 2 : 4);
+    execf(db,
+          "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass) "
+          "VALUES(%lld, %lld, 'ttft_p95_ms', '<=', 500, %.17g, %d)",
+          (long long)run, (long long)dep, deps[d].ttft_all, deps[d].ttft_all <= 500);
+    execf(db,
+          "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass) "
+          "VALUES(%lld, %lld, 'error_rate', '<=', 0.01, 0, 1)",
+          (long long)run, (long long)dep);
+    if (d == 1)
+      execf(db,
+            "INSERT INTO fault(run_id, deployment_id, kind, target, injected_ns, detected_ns, "
+            "recovered_ns, affected, detail) VALUES(%lld, %lld, 'kill_gpu', 'replica0.rank1', "
+            "%lld, %lld, %lld, 3, 'SIGKILL <worker>')",
+            (long long)run, (long long)dep, (long long)(9 * S_NS), (long long)(9200 * MS_NS),
+            (long long)(10500 * MS_NS));
+  }
+  exec(db, "COMMIT");
+}
+
+// A fresh database file holding run 1 (complete); returns its path (static buffer).
+static const char *make_db(void) {
+  static char path[512];
+  const char *dir = sc_test_tmpdir("report-db");
+  cr_assert_not_null(dir);
+  snprintf(path, sizeof path, "%s/results.db", dir);
+  sqlite3 *db;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  exec(db, store_schema_sql);
+  execf(db, "INSERT INTO meta(key, value) VALUES('schema_version', '%d')", store_schema_version);
+  add_run(db, 1, "complete");
+  sqlite3_close(db);
+  return path;
+}
+
+static sqlite3 *open_db(const char *path) {
+  sqlite3 *db;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  return db;
+}
+
+// --- reading what was written
+
+static char *read_file(const char *dir, const char *name, long *len) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  cr_assert_not_null(b);
+  cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+  b[n] = 0;
+  fclose(f);
+  if (len) *len = n;
+  return b;
+}
+
+static bool exists(const char *dir, const char *name) {
+  char path[1024];
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return stat(path, &sb) == 0;
+}
+
+static int count(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
+typedef struct dat_info {
+  char header[256]; // the first line
+  int rows;         // data lines
+  int blocks;       // runs of data lines separated by blank lines
+  int cols;         // fields of the first data line
+} dat_info;
+
+static dat_info read_dat(const char *dir, const char *name) {
+  dat_info di = {{0}, 0, 0, 0};
+  char *text = read_file(dir, name, NULL);
+  cr_assert_not_null(text, "%s/%s was not written", dir, name);
+  bool in_block = false;
+  char *save = NULL;
+  int line_no = 0;
+  for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    // strtok_r skips empty lines: blocks are told apart by their "# block" comments
+    if (line_no++ == 0) snprintf(di.header, sizeof di.header, "%s", line);
+    if (!strncmp(line, "# block", 7)) {
+      in_block = false;
+      continue;
+    }
+    if (line[0] == '#') continue;
+    if (!in_block) di.blocks++;
+    in_block = true;
+    if (di.rows++ == 0) {
+      int n = 0;
+      for (char *p = line; *p;) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        n++;
+        if (*p == '"') {
+          p = strchr(p + 1, '"');
+          cr_assert_not_null(p);
+          p++;
+        } else {
+          while (*p && *p != ' ') p++;
+        }
+      }
+      di.cols = n;
+    }
+  }
+  free(text);
+  if (di.blocks == 0 && di.rows) di.blocks = 1;
+  return di;
+}
+
+static void expect_dat(const char *dir, const char *name, const char *header, int cols, int rows,
+                       int blocks) {
+  dat_info di = read_dat(dir, name);
+  cr_expect_str_eq(di.header, header, "%s header", name);
+  cr_expect_eq(di.cols, cols, "%s: %d columns, expected %d", name, di.cols, cols);
+  cr_expect_eq(di.rows, rows, "%s: %d rows, expected %d", name, di.rows, rows);
+  cr_expect_eq(di.blocks, blocks, "%s: %d blocks, expected %d", name, di.blocks, blocks);
+}
+
+static const char *const scaling_header =
+    "# gpus peak_output_tok_s ideal_tok_s efficiency_pct speedup label";
+
+static const char *const plot_names[] = {"scaling", "ttft", "tpot_throughput", "timeline", "kv"};
+
+// report_write of run 1 into a fresh directory with the given gnuplot; returns the directory.
+static const char *write_report(const char *db_path, const char *gnuplot, report_result *res) {
+  const char *base = sc_test_tmpdir("report-out");
+  cr_assert_not_null(base);
+  static char dir[512];
+  snprintf(dir, sizeof dir, "%s/nested/out", base); // parents are created
+  sqlite3 *db = open_db(db_path);
+  int64_t run = 1;
+  report_options o = {.out_dir = dir, .run_ids = &run, .n_runs = 1, .gnuplot = gnuplot};
+  sc_error err = {{0}};
+  cr_assert_eq(report_write(db, &o, res, &err), SC_OK, "%s", err.msg);
+  sqlite3_close(db);
+  return dir;
+}
+
+// Checks gnuplot is on PATH (ci/setup.sh installs it) and clears $SHARDCHECK_GNUPLOT, so that
+// report_write with no program finds it the way `shardcheck report` does.
+static void need_gnuplot(void) {
+  unsetenv("SHARDCHECK_GNUPLOT");
+  cr_assert_eq(system("command -v gnuplot >/dev/null 2>&1"), 0,
+               "gnuplot is not on PATH (ci/setup.sh installs gnuplot-nox)");
+}
+
+// --- plots
+
+Test(report, every_plot_has_data_and_script_with_expected_columns_and_rows) {
+  report_result res;
+  const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
+  // One dp family: the 1-GPU base then dp2.
+  expect_dat(dir, "scaling.dat", scaling_header, 6, 2, 1);
+  // Two deployments x three concurrencies.
+  expect_dat(dir, "ttft.dat", "# concurrency ttft_p50_ms ttft_p95_ms phase", 4, 6, 2);
+  expect_dat(dir, "tpot_throughput.dat",
+             "# concurrency tpot_p50_ms tpot_p95_ms output_tok_s phase", 5, 6, 2);
+  // 12 s run: 1 s bins would be 12 (< 30), so 0.2 s bins: 60 rows.
+  expect_dat(dir, "timeline.dat", "# t_s output_tok_s ttft_p95_ms queue_len", 4, 60, 1);
+  // tp1 r0, dp2 r0, dp2 r1; steps every 100 ms for 6 s -> 30 bins of 0.2 s each.
+  expect_dat(dir, "kv.dat", "# t_s kv_used_pct", 2, 90, 3);
+  for (size_t i = 0; i < sizeof plot_names / sizeof plot_names[0]; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.gp", plot_names[i]);
+    char *gp = read_file(dir, name, NULL);
+    cr_assert_not_null(gp, "%s missing", name);
+    char want[96];
+    snprintf(want, sizeof want, "\"%s.dat\"", plot_names[i]);
+    cr_expect(strstr(gp, want), "%s does not read %s", name, want);
+    snprintf(want, sizeof want, "set output \"%s.\".fmt", plot_names[i]);
+    cr_expect(strstr(gp, want), "%s does not write %s.png/.svg", name, plot_names[i]);
+    free(gp);
+  }
+}
+
+Test(report, scaling_points_carry_efficiency_and_an_ideal_line_from_the_fewest_gpus) {
+  report_result res;
+  const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
+  char *dat = read_file(dir, "scaling.dat", NULL);
+  cr_assert_not_null(dat);
+  // base: 1 GPU, 700 tok/s, ideal 700, 100%; dp2: 2 GPUs, 1218 tok/s, ideal 1400, 87%.
+  cr_expect(strstr(dat, "\n1 700 700 100 1 \"tp1\"\n"), "%s", dat);
+  cr_expect(strstr(dat, "\n2 1218 1400 87 1.74 \"dp2\"\n"), "%s", dat);
+  free(dat);
+  char *gp = read_file(dir, "scaling.gp", NULL);
+  cr_expect(strstr(gp, "ideal linear"));
+  cr_expect(strstr(gp, "with labels"));
+  free(gp);
+}
+
+Test(report, timeline_bins_count_every_token_and_mark_phases_and_faults) {
+  report_result res;
+  const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
+  char *dat = read_file(dir, "timeline.dat", NULL);
+  cr_assert_not_null(dat);
+  double tokens = 0;
+  int queue_rows = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(dat, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (line[0] == '#') continue;
+    double t, toks, q;
+    char ttft[32], qs[32];
+    cr_assert_eq(sscanf(line, "%lf %lf %31s %31s", &t, &toks, ttft, qs), 4, "%s", line);
+    tokens += toks * 0.2; // tok/s x bin width
+    if (strcmp(qs, "NaN")) {
+      q = atof(qs);
+      cr_expect(q >= 0 && q <= 6, "queue %g: two replicas of at most 3 each", q);
+      queue_rows++;
+    }
+  }
+  free(dat);
+  cr_expect(fabs(tokens - 2 * 3 * 4 * 5) < 1e-6, "tokens counted: %g, stored 120", tokens);
+  cr_expect_eq(queue_rows, 60, "every bin holds steps");
+  char *gp = read_file(dir, "timeline.gp", NULL);
+  cr_assert_not_null(gp);
+  cr_expect(strstr(gp, "\"tp1 c1\""), "phase marker label");
+  cr_expect(strstr(gp, "\"dp2 c4\""), "phase marker label");
+  cr_expect(strstr(gp, "\"kill_gpu replica0.rank1 injected\""));
+  cr_expect(strstr(gp, "\"kill_gpu replica0.rank1 detected\""));
+  cr_expect(strstr(gp, "\"kill_gpu replica0.rank1 recovered\""));
+  cr_expect(strstr(gp, "set multiplot layout 3,1"));
+  free(gp);
+}
+
+Test(report, ttft_plot_uses_log2_concurrency_and_draws_the_slo) {
+  report_result res;
+  const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
+  char *gp = read_file(dir, "ttft.gp", NULL);
+  cr_assert_not_null(gp);
+  cr_expect(strstr(gp, "set logscale x 2"));
+  cr_expect(strstr(gp, "500 with lines"), "SLO line at 500 ms:\n%s", gp);
+  cr_expect(strstr(gp, "SLO: TTFT p95 <= 500 ms"));
+  cr_expect(strstr(gp, "dt 2 title \"tp1 p50\""), "p50 dashed");
+  cr_expect(strstr(gp, "dt 1 title \"tp1 p95\""), "p95 solid");
+  free(gp);
+}
+
+Test(report, gnuplot_writes_every_png_and_the_page_embeds_the_svgs) {
+  need_gnuplot();
+  report_result res;
+  const char *dir = write_report(make_db(), NULL, &res);
+  cr_expect_not(res.plots_skipped, "why: %s", res.why);
+  cr_expect_eq(res.n_plots, 5);
+  for (size_t i = 0; i < sizeof plot_names / sizeof plot_names[0]; i++) {
+    char name[64];
+    long n = 0;
+    snprintf(name, sizeof name, "%s.png", plot_names[i]);
+    char *png = read_file(dir, name, &n);
+    cr_assert_not_null(png, "%s missing", name);
+    cr_expect_gt(n, 8, "%s is empty", name);
+    cr_expect_eq(memcmp(png, "\x89PNG\r\n\x1a\n", 8), 0, "%s is not a PNG", name);
+    free(png);
+    snprintf(name, sizeof name, "%s.svg", plot_names[i]);
+    char *svg = read_file(dir, name, &n);
+    cr_assert_not_null(svg, "%s missing", name);
+    cr_expect(strstr(svg, "<svg"), "%s is not an SVG", name);
+    free(svg);
+  }
+  char *html = read_file(dir, "index.html", NULL);
+  cr_assert_not_null(html);
+  cr_expect_eq(count(html, "data:image/svg+xml;base64,"), 5);
+  cr_expect(strstr(html, "<a href=\"timeline.png\">"));
+  cr_expect_not(strstr(html, "Plots skipped"));
+  free(html);
+  cr_expect(exists(dir, "gnuplot.log"));
+}
+
+Test(report, missing_gnuplot_skips_plots_but_writes_data_and_html) {
+  report_result res;
+  const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
+  cr_expect(res.plots_skipped);
+  cr_expect(strstr(res.why, "not found"), "why: %s", res.why);
+  cr_expect_eq(res.n_plots, 0);
+  cr_expect(strstr(res.index_path, "/nested/out/index.html"), "%s", res.index_path);
+  cr_expect(exists(dir, "index.html"));
+  cr_expect(exists(dir, "ttft.dat") && exists(dir, "ttft.gp"));
+  cr_expect_not(exists(dir, "ttft.png"));
+  char *html = read_file(dir, "index.html", NULL);
+  cr_assert_not_null(html);
+  cr_expect(strstr(html, "Plots skipped"));
+  cr_expect(strstr(html, "<a href=\"ttft.gp\">"), "scripts stay linked");
+  cr_expect_not(strstr(html, "href=\"ttft.png\""), "no link to a PNG that was not drawn");
+  cr_expect(strstr(html, "Deployments x phases"), "tables are written anyway");
+  free(html);
+}
+
+Test(report, no_gnuplot_on_path_says_so) {
+  const char *db = make_db();
+  const char *empty = sc_test_tmpdir("report-path");
+  setenv("PATH", empty, 1);
+  unsetenv("SHARDCHECK_GNUPLOT");
+  report_result res;
+  write_report(db, NULL, &res);
+  cr_expect(res.plots_skipped);
+  cr_expect_str_eq(res.why, "gnuplot not found on PATH");
+}
+
+Test(report, gnuplot_from_the_environment_is_used) {
+  const char *db = make_db();
+  setenv("SHARDCHECK_GNUPLOT", "/nonexistent/gp-from-env", 1);
+  report_result res;
+  write_report(db, NULL, &res);
+  cr_expect(res.plots_skipped);
+  cr_expect(strstr(res.why, "/nonexistent/gp-from-env"), "why: %s", res.why);
+}
+
+Test(report, failing_gnuplot_is_a_skipped_plot_not_an_error) {
+  cr_assert_eq(access("/bin/false", X_OK), 0);
+  report_result res;
+  const char *dir = write_report(make_db(), "/bin/false", &res);
+  cr_expect(res.plots_skipped);
+  cr_expect(strstr(res.why, "gnuplot.log"), "why: %s", res.why);
+  cr_expect_eq(res.n_plots, 0);
+  cr_expect(exists(dir, "index.html"));
+}
+
+Test(report, rate_phases_only_skip_the_concurrency_plots_with_a_note) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  exec(db, "UPDATE phase SET kind = 'rate', concurrency = NULL, rate = 4, arrival = 'poisson'");
+  sqlite3_close(db);
+  need_gnuplot();
+  report_result res;
+  const char *dir = write_report(db_path, NULL, &res);
+  cr_expect_not(res.plots_skipped, "why: %s", res.why);
+  cr_expect_eq(res.n_plots, 3, "scaling, timeline and kv");
+  cr_expect_not(exists(dir, "ttft.dat"));
+  cr_expect_not(exists(dir, "tpot_throughput.gp"));
+  char *html = read_file(dir, "index.html", NULL);
+  cr_assert_not_null(html);
+  cr_expect(strstr(html, "no TTFT plot: no phase has a concurrency"));
+  cr_expect(strstr(html, "<td class=\"t\">4 req/s</td>"), "phase load column");
+  free(html);
+}
+
+Test(report, sparse_runs_still_plot_with_empty_panels) {
+  // No step rows (no queue panel data, no KV plot) and no TPOT values (an empty top panel).
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  exec(db, "DELETE FROM step");
+  exec(db, "UPDATE metric SET value = NULL WHERE name LIKE 'tpot%'");
+  sqlite3_close(db);
+  need_gnuplot();
+  report_result res;
+  const char *dir = write_report(db_path, NULL, &res);
+  cr_expect_not(res.plots_skipped, "why: %s", res.why);
+  cr_expect_eq(res.n_plots, 4, "every plot but kv");
+  cr_expect_not(exists(dir, "kv.dat"), "no KV data file without step rows");
+  char *gp = read_file(dir, "timeline.gp", NULL);
+  cr_assert_not_null(gp);
+  cr_expect(strstr(gp, "\"no data\""), "the queue panel says no data");
+  free(gp);
+  gp = read_file(dir, "tpot_throughput.gp", NULL);
+  cr_assert_not_null(gp);
+  cr_expect_eq(count(gp, "\"no data\""), 1, "the TPOT panel is empty, throughput is not");
+  free(gp);
+  char *html = read_file(dir, "index.html", NULL);
+  cr_expect(strstr(html, "no KV-cache plot for run 1"));
+  free(html);
+}
+
+// --- index.html
+
+Test(report, index_html_has_verdict_tables_and_escaped_scenario) {
+  report_result res;
+  const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
+  char *html = read_file(dir, "index.html", NULL);
+  cr_assert_not_null(html);
+  cr_expect(strstr(html, "<!DOCTYPE html>"));
+  cr_expect(strstr(html, "<style>"), "inline CSS");
+  cr_expect(strstr(html, "<div class=\"verdict fail\">FAIL</div>"));
+  cr_expect(strstr(html, "1 of 4 SLOs failed"));
+  cr_expect(strstr(html, "&lt;= 500 ms</td><td>612.3 ms</td><td class=\"fail\">FAIL"),
+            "verdict row of tp1");
+  cr_expect(strstr(html, "<h3>Scaling</h3>"));
+  cr_expect(strstr(html, "<td>87%</td>"), "dp2 efficiency");
+  cr_expect(strstr(html, "<td>1.74x</td>"), "dp2 speed-up");
+  cr_expect(strstr(html, "Deployments x phases"));
+  cr_expect(strstr(html, "TTFT p95 (ms) per prompt class"));
+  cr_expect(strstr(html, "<th>long</th>") && strstr(html, "<th>short</th>"));
+  cr_expect(strstr(html, "<h3>Faults</h3>"));
+  cr_expect(strstr(html, "SIGKILL &lt;worker&gt;"));
+  cr_expect(strstr(html, "abc1234"), "git revision");
+  cr_expect(strstr(html, "ci-host"));
+  // The scenario text, escaped: no live <script> anywhere in the page.
+  cr_expect(strstr(html, "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; "
+                         "&quot;quotes&quot;"));
+  cr_expect_not(strstr(html, "<script"));
+  free(html);
+}
+
+Test(report, unknown_run_is_invalid_and_writes_nothing) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  const char *base = sc_test_tmpdir("report-none");
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/out", base);
+  int64_t run = 99;
+  report_options o = {.out_dir = dir, .run_ids = &run, .n_runs = 1, .gnuplot = "/nonexistent"};
+  report_result res;
+  sc_error err = {{0}};
+  cr_expect_eq(report_write(db, &o, &res, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "no run 99"), "%s", err.msg);
+  cr_expect_not(exists(dir, "."), "the output directory was created");
+  sqlite3_close(db);
+}
+
+Test(report, several_runs_prefix_families_and_get_a_timeline_each) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  add_run(db, 2, "complete");
+  const char *dir = sc_test_tmpdir("report-two");
+  int64_t runs[2] = {1, 2};
+  report_options o = {.out_dir = dir, .run_ids = runs, .n_runs = 2, .gnuplot = "/nonexistent"};
+  report_result res;
+  sc_error err = {{0}};
+  cr_assert_eq(report_write(db, &o, &res, &err), SC_OK, "%s", err.msg);
+  sqlite3_close(db);
+  expect_dat(dir, "scaling.dat", scaling_header, 6, 4, 2);
+  char *gp = read_file(dir, "scaling.gp", NULL);
+  cr_assert_not_null(gp);
+  cr_expect(strstr(gp, "\"run 1: dp: tp1, dp2\""), "%s", gp);
+  cr_expect(strstr(gp, "\"run 2: ideal linear\""));
+  free(gp);
+  cr_expect(exists(dir, "timeline-run1.dat") && exists(dir, "timeline-run2.dat"));
+  cr_expect(exists(dir, "kv-run1.gp") && exists(dir, "kv-run2.gp"));
+  expect_dat(dir, "ttft.dat", "# concurrency ttft_p50_ms ttft_p95_ms phase", 4, 12, 4);
+}
+
+Test(report, newest_run_is_the_default) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  add_run(db, 5, "complete");
+  const char *dir = sc_test_tmpdir("report-newest");
+  report_options o = {.out_dir = dir, .gnuplot = "/nonexistent"};
+  report_result res;
+  sc_error err = {{0}};
+  cr_assert_eq(report_write(db, &o, &res, &err), SC_OK, "%s", err.msg);
+  sqlite3_close(db);
+  char *html = read_file(dir, "index.html", NULL);
+  cr_assert_not_null(html);
+  cr_expect(strstr(html, "<h2>Run 5: ramp-test</h2>"));
+  cr_expect_not(strstr(html, "<h2>Run 1:"));
+  free(html);
+}
+
+// --- JUnit
+
+Test(report, junit_has_one_testcase_per_deployment_slo_and_the_failure) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  const char *dir = sc_test_tmpdir("report-junit");
+  char path[512];
+  snprintf(path, sizeof path, "%s/junit.xml", dir);
+  sc_error err = {{0}};
+  cr_assert_eq(report_junit_write(db, 1, path, &err), SC_OK, "%s", err.msg);
+  sqlite3_close(db);
+  char *x = read_file(dir, "junit.xml", NULL);
+  cr_assert_not_null(x);
+  cr_expect_eq(strncmp(x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites", 50), 0);
+  cr_expect_eq(count(x, "<testsuites "), 1);
+  cr_expect_eq(count(x, "</testsuites>"), 1);
+  cr_expect_eq(count(x, "<testsuite "), 1);
+  cr_expect_eq(count(x, "</testsuite>"), 1);
+  cr_expect(strstr(x, "<testsuite name=\"ramp-test\" tests=\"4\" failures=\"1\""), "%s", x);
+  cr_expect_eq(count(x, "<testcase "), 4);
+  // Each testcase closes: self-closing when it passes, </testcase> after its failure.
+  cr_expect_eq(count(x, "time=\"0\"/>"), 3);
+  cr_expect_eq(count(x, "</testcase>"), 1);
+  cr_expect_eq(count(x, "<failure "), 1);
+  cr_expect(strstr(x, "<testcase classname=\"ramp-test.tp1\" name=\"ttft_p95_ms\" time=\"0\">\n"
+                      "      <failure message=\"expected &lt;= 500, got 612.3\" type=\"slo\">"),
+            "%s", x);
+  cr_expect(strstr(x, "classname=\"ramp-test.dp2\" name=\"error_rate\""));
+  cr_expect_not(strstr(x, "name=\"run\""), "a complete run with SLOs has no run testcase");
+  free(x);
+}
+
+Test(report, junit_of_a_run_without_slos_has_one_run_testcase) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  add_run(db, 2, "complete");
+  add_run(db, 3, "interrupted");
+  exec(db, "DELETE FROM verdict WHERE run_id IN (2, 3)");
+  exec(db, "UPDATE run SET error = 'killed by <SIGINT>' WHERE id = 3");
+  const char *dir = sc_test_tmpdir("report-junit-run");
+  char path[512];
+  sc_error err = {{0}};
+  snprintf(path, sizeof path, "%s/ok.xml", dir);
+  cr_assert_eq(report_junit_write(db, 2, path, &err), SC_OK, "%s", err.msg);
+  snprintf(path, sizeof path, "%s/bad.xml", dir);
+  cr_assert_eq(report_junit_write(db, 3, path, &err), SC_OK, "%s", err.msg);
+  sqlite3_close(db);
+  char *ok = read_file(dir, "ok.xml", NULL);
+  cr_expect_eq(count(ok, "<testcase "), 1);
+  cr_expect(strstr(ok, "name=\"run\""));
+  cr_expect(strstr(ok, "tests=\"1\" failures=\"0\""));
+  cr_expect_eq(count(ok, "<failure"), 0);
+  free(ok);
+  char *bad = read_file(dir, "bad.xml", NULL);
+  cr_expect(strstr(bad, "tests=\"1\" failures=\"1\""));
+  cr_expect(strstr(bad, "<failure message=\"run 3 is interrupted: killed by &lt;SIGINT&gt;\" "
+                        "type=\"run\">"),
+            "%s", bad);
+  free(bad);
+}
+
+Test(report, junit_unwritable_path_is_io) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  sc_error err = {{0}};
+  cr_expect_eq(report_junit_write(db, 1, "/nonexistent/dir/junit.xml", &err), SC_IO);
+  cr_expect(strstr(err.msg, "/nonexistent/dir/junit.xml"), "%s", err.msg);
+  cr_expect_eq(report_junit_write(db, 42, "/tmp/never.xml", &err), SC_INVALID);
+  sqlite3_close(db);
+}
+
+// --- the terminal table
+
+static char *verdict_text(sqlite3 *db, int64_t run) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  cr_assert_not_null(f);
+  sc_error err = {{0}};
+  cr_assert_eq(report_print_verdicts(db, run, f, &err), SC_OK, "%s", err.msg);
+  fclose(f);
+  return buf;
+}
+
+Test(report, verdict_table_lists_each_slo_and_the_overall_result) {
+  const char *db_path = make_db();
+  sqlite3 *db = open_db(db_path);
+  add_run(db, 2, "complete");
+  exec(db, "UPDATE verdict SET actual = 480, pass = 1 WHERE run_id = 2");
+  add_run(db, 3, "complete");
+  exec(db, "DELETE FROM verdict WHERE run_id = 3");
+  char *t = verdict_text(db, 1);
+  // Text columns left-aligned, numbers right-aligned, widths from the widest cell.
+  cr_expect(strstr(t, "deployment  SLO           expected    actual  result\n"), "%s", t);
+  cr_expect(strstr(t, "tp1         ttft_p95_ms  <= 500 ms  612.3 ms  FAIL\n"), "%s", t);
+  cr_expect(strstr(t, "dp2         ttft_p95_ms  <= 500 ms    320 ms  PASS\n"), "%s", t);
+  cr_expect(strstr(t, "dp2         error_rate     <= 0.01         0  PASS\n\n"), "%s", t);
+  cr_expect(strstr(t, "tp1 (1 GPU): FAIL (1 of 2 SLOs failed: ttft_p95_ms)\n"), "%s", t);
+  cr_expect(strstr(t, "dp2 (2 GPUs): PASS (2/2 SLOs hold)\n"), "%s", t);
+  cr_expect(strstr(t, "verdict: FAIL (1 of 4 SLOs failed)\n"), "%s", t);
+  free(t);
+  t = verdict_text(db, 2);
+  cr_expect(strstr(t, "verdict: PASS (4/4 SLOs hold)\n"), "%s", t);
+  free(t);
+  t = verdict_text(db, 3);
+  cr_expect_str_eq(t, "no SLOs in the scenario\n");
+  free(t);
+  exec(db, "UPDATE run SET status = 'interrupted', error = 'SIGINT' WHERE id = 3");
+  t = verdict_text(db, 3);
+  cr_expect_str_eq(t, "run 3 is interrupted: SIGINT\nno SLOs in the scenario\n");
+  free(t);
+  sc_error err = {{0}};
+  cr_expect_eq(report_print_verdicts(db, 77, stdout, &err), SC_INVALID);
+  sqlite3_close(db);
+}
+
+// --- the CLI
+
+static char out[1 << 16];
+
+Test(report, cli_exit_codes) {
+  const char *db = make_db();
+  const char *dir = sc_test_tmpdir("report-cli");
+  char args[2048];
+
+  snprintf(args, sizeof args, "report --db %s/missing.db --out %s/a", dir, dir);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "missing.db"), "%s", out);
+
+  snprintf(args, sizeof args, "report --db %s --run 99 --out %s/b", db, dir);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "no run 99"), "%s", out);
+  cr_expect_not(exists(dir, "b"));
+
+  snprintf(args, sizeof args, "report --db %s --run abc", db);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+
+  cr_expect_eq(sc_test_run_cli("report --help", out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "usage: shardcheck report"), "%s", out);
+  cr_expect(strstr(out, "--junit PATH"), "%s", out);
+
+  snprintf(args, sizeof args,
+           "report --db %s --out %s/c --gnuplot /nonexistent/gnuplot --junit %s/j.xml", db, dir,
+           dir);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "warning: plots skipped"), "%s", out);
+  cr_expect(strstr(out, "/c/index.html"), "%s", out);
+  cr_expect(exists(dir, "c/index.html"));
+  cr_expect(exists(dir, "j.xml"));
+}
