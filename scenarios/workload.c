@@ -18,7 +18,8 @@
 // context - input, so every request fits. Distributions: fixed a; uniform integers in
 // [round(a), round(b)]; normal mean a, stddev b; lognormal median a (mu = ln a), sigma b.
 //
-// Dataset (workload.dataset, relative to the scenario's directory unless absolute): one JSON
+// Dataset (workload.dataset, already resolved against the scenario's directory by the
+// parser, opened as it is): one JSON
 // object per line, lines used in file order and cycled (request i uses line i mod n).
 //   {"prompt_tokens": n, "output_tokens": m}  n random prompt tokens (drawn per request index)
 //   {"prompt": "text", "output_tokens": m}    text through the byte tokenizer (engine/
@@ -28,7 +29,7 @@
 // "prompt_tokens" and "prompt" (a non-empty string); no other key. Blank lines are skipped; a
 // dataset with no request is an error. Lengths are clamped to the context as above (a long
 // text keeps its first context - 1 tokens). Errors: SC_INVALID "FILE:LINE: key 'K': expected
-// ..., got ..." (FILE as opened: the dataset path joined to the scenario's directory), SC_IO
+// ..., got ..." (FILE: the dataset path as stored), SC_IO
 // when the file cannot be read. A scenario has prompts or a dataset (the parser refuses both);
 // given both, the dataset is used. A text prompt's ids are the tokenizer's (a BOS id below 3
 // first); generated prompts are in [3, vocab).
@@ -473,8 +474,7 @@ sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_erro
   if (st == SC_OK && wl->dataset[0]) {
     char path[2 * sizeof wl->dataset + 2]; // the dataset as opened
     int n;
-    if (wl->dataset[0] == '/' || !s->dir[0]) n = snprintf(path, sizeof path, "%s", wl->dataset);
-    else n = snprintf(path, sizeof path, "%s/%s", s->dir, wl->dataset);
+    n = snprintf(path, sizeof path, "%s", wl->dataset); // resolved by the parser
     if (n < 0 || (size_t)n >= sizeof path) {
       st = sc_fail(err, SC_INVALID, "workload: dataset path too long: %s", wl->dataset);
     } else {

@@ -404,11 +404,11 @@ Test(workload, dataset_reads_both_line_forms_in_order_and_cycles) {
   free(s);
 }
 
-Test(workload, dataset_path_is_relative_to_the_scenario_directory) {
+Test(workload, dataset_path_is_opened_as_the_parser_resolved_it) {
   const char *path = write_dataset("wl-rel", "rel.jsonl", "{\"prompt_tokens\": 17}\n");
   scenario *s = tiny_scenario();
-  snprintf(s->dir, sizeof s->dir, "%.*s", (int)(strrchr(path, '/') - path), path);
-  snprintf(s->workload.dataset, sizeof s->workload.dataset, "rel.jsonl");
+  snprintf(s->dir, sizeof s->dir, "/nonexistent-scenario-dir"); // not joined again
+  snprintf(s->workload.dataset, sizeof s->workload.dataset, "%s", path);
   workload *w = make(s, 0);
   wl_request r;
   workload_request(w, 0, &r);
@@ -515,8 +515,7 @@ Test(workload, missing_dataset_is_an_io_error_naming_the_path) {
   const char *dir = sc_test_tmpdir("wl-missing");
   cr_assert(dir);
   scenario *s = tiny_scenario();
-  snprintf(s->dir, sizeof s->dir, "%s", dir);
-  snprintf(s->workload.dataset, sizeof s->workload.dataset, "nope.jsonl");
+  snprintf(s->workload.dataset, sizeof s->workload.dataset, "%s/nope.jsonl", dir);
   workload *w = (workload *)1;
   sc_error err = {{0}};
   cr_assert_eq(workload_new(s, 0, &w, &err), SC_IO);

@@ -1,0 +1,1774 @@
+// The scenario language (see scenario.h; docs/scenarios.md is the reference for every key):
+// YAML text -> a validated `scenario`. libfyaml builds the tree; this file walks it, hands
+// every mapping's scalar keys to the strict reader of engine/yaml_map.h (so types, unknown
+// keys and messages match the presets and profiles), and checks ranges, combinations and
+// cross-references itself: phases named by faults, replicas and ranks named by fault targets,
+// and every deployment against the memory planner (engine/memplan.h).
+//
+// Left to others: turning the workload into requests and reading the dataset's lines
+// (scenarios/workload.c), running anything (scenarios/runner.c), injecting faults (faults/),
+// computing SLO metrics (reports/metrics.c). Nothing here prints or exits.
+#include "scenarios/scenario.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <libfyaml.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "engine/hardware.h"
+#include "engine/memplan.h"
+#include "engine/shard.h"
+#include "engine/yaml_map.h"
+#include "reports/metrics.h"
+
+#define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
+#define SCN_MAX_GPUS 1024               // largest GPU count of a scaling item
+
+// One parse: where messages point, where relative paths start, what is filled.
+typedef struct ctx {
+  const char *file; // the name shown in messages
+  const char *dir;  // relative paths resolve against it
+  scenario *s;
+  sc_error *err;
+  struct fy_document *doc;
+  hw_profile hw;    // the scenario's hardware profile (when have_hw)
+  bool have_hw;
+  memplan_params mp; // the planner's parameters from limits, model and backend
+} ctx;
+
+// --- positions and messages
+
+// Line and column (1-based) of a node's first token: the scalar itself, or the first key or
+// item of a collection. False when the node has none (an empty collection, an empty value).
+static bool pos_of(struct fy_node *node, int *line, int *col) {
+  for (int depth = 0; node && depth < 64; depth++) {
+    void *it = NULL;
+    switch (fy_node_get_type(node)) {
+    case FYNT_SCALAR: {
+      struct fy_token *t = fy_node_get_scalar_token(node);
+      const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
+      if (!m) return false;
+      *line = m->line + 1;
+      *col = m->column + 1;
+      return true;
+    }
+    case FYNT_MAPPING: {
+      struct fy_node_pair *p = fy_node_mapping_iterate(node, &it);
+      node = p ? fy_node_pair_key(p) : NULL;
+      break;
+    }
+    case FYNT_SEQUENCE: node = fy_node_sequence_iterate(node, &it); break;
+    default: return false;
+    }
+  }
+  return false;
+}
+
+// "FILE:LINE:COL" of node, else of fallback, else "FILE".
+static void where(const ctx *c, struct fy_node *node, struct fy_node *fallback, char *buf,
+                  size_t cap) {
+  int line = 0, col = 0;
+  if (pos_of(node, &line, &col) || pos_of(fallback, &line, &col))
+    snprintf(buf, cap, "%s:%d:%d", c->file, line, col);
+  else
+    snprintf(buf, cap, "%s", c->file);
+}
+
+// What a value is, for "got ...": 'text', the quoted string 'text', null, a mapping, ...
+static void describe(struct fy_node *v, char *buf, size_t cap) {
+  if (!v || fy_node_is_null(v)) {
+    snprintf(buf, cap, "null");
+    return;
+  }
+  switch (fy_node_get_type(v)) {
+  case FYNT_MAPPING: snprintf(buf, cap, "a mapping"); return;
+  case FYNT_SEQUENCE: { // "[1, 2, 3]", "[]", "[a, ...]" for nested or long ones
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    void *it = NULL;
+    struct fy_node *item;
+    for (int i = 0; (item = fy_node_sequence_iterate(v, &it)) && len < cap; i++) {
+      size_t n = 0;
+      const char *t = fy_node_get_type(item) == FYNT_SCALAR ? fy_node_get_scalar(item, &n) : NULL;
+      if (!t || n > 24 || len + n > 60) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s...", i ? ", " : "");
+        break;
+      }
+      len += (size_t)snprintf(buf + len, cap - len, "%s%.*s", i ? ", " : "", (int)n, t);
+    }
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    return;
+  }
+  default: break;
+  }
+  size_t len = 0;
+  const char *s = fy_node_get_scalar(v, &len);
+  bool quoted = fy_node_get_style(v) != FYNS_PLAIN;
+  int shown = len > 60 ? 60 : (int)len;
+  snprintf(buf, cap, "%s'%.*s'%s", quoted ? "the quoted string " : "", shown, s ? s : "",
+           len > 60 ? "..." : "");
+}
+
+// SC_INVALID with "WHERE: MESSAGE", WHERE the position of node (or of fallback).
+__attribute__((format(printf, 4, 5))) static sc_status
+fail_at(ctx *c, struct fy_node *node, struct fy_node *fallback, const char *fmt, ...) {
+  char w[300], msg[480];
+  where(c, node, fallback, w, sizeof w);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return sc_fail(c->err, SC_INVALID, "%s: %s", w, msg);
+}
+
+// SC_INVALID with "WHERE: key 'KEY': expected EXPECT, got WHAT-V-IS".
+static sc_status expect_at(ctx *c, struct fy_node *v, struct fy_node *k, const char *key,
+                           const char *expect) {
+  char got[100];
+  describe(v, got, sizeof got);
+  return fail_at(c, v, k, "key '%s': expected %s, got %s", key, expect, got);
+}
+
+// --- scalar conversions (YAML_MAP_CUSTOM parsers)
+
+// Durations: a decimal number and a unit (ns, us, ms, s, m, h); a bare number is seconds.
+// Signed durations take a leading + or -. Fails on anything else or past +-292 years.
+static bool dur_parse(const char *s, bool sign_ok, int64_t *out) {
+  bool neg = false;
+  if (*s == '+' || *s == '-') {
+    if (!sign_ok) return false;
+    neg = *s == '-';
+    s++;
+  }
+  const char *p = s;
+  int digits = 0, dots = 0;
+  for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
+    if (*p == '.') dots++;
+    else digits++;
+  }
+  if (!digits || dots > 1 || p - s > 40) return false;
+  char num[48];
+  memcpy(num, s, (size_t)(p - s));
+  num[p - s] = 0;
+  static const struct {
+    const char *unit;
+    double ns;
+  } units[] = {{"", 1e9},   {"ns", 1},     {"us", 1e3},    {"ms", 1e6},
+               {"s", 1e9},  {"m", 60e9},   {"h", 3600e9}};
+  double scale = 0;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (!strcmp(p, units[i].unit)) scale = units[i].ns;
+  if (scale == 0) return false;
+  double ns = strtod(num, NULL) * scale;
+  if (!(ns < 9.2e18)) return false;
+  *out = (neg ? -1 : 1) * (int64_t)llround(ns);
+  return true;
+}
+
+#define DUR_EXPECT "a duration such as 250us, 500ms, 30s, 2m or 1h (a bare number is seconds)"
+#define SDUR_EXPECT "a signed duration such as +1h, -30m or 90s"
+
+static bool parse_dur(const char *text, void *dst) {
+  int64_t v;
+  if (!dur_parse(text, false, &v)) return false;
+  *(uint64_t *)dst = (uint64_t)v;
+  return true;
+}
+
+static bool parse_sdur(const char *text, void *dst) { return dur_parse(text, true, dst); }
+
+static bool parse_u64(const char *text, void *dst) {
+  if (!*text || *text == '-' || *text == '+' || strlen(text) > 20) return false;
+  for (const char *p = text; *p; p++)
+    if (*p < '0' || *p > '9') return false;
+  errno = 0;
+  unsigned long long v = strtoull(text, NULL, 10);
+  if (errno) return false;
+  *(uint64_t *)dst = (uint64_t)v;
+  return true;
+}
+
+// A token count: a plain integer >= 1 (the fixed form of a distribution).
+static bool parse_count(const char *text, void *dst) {
+  const char *p = text;
+  if (!*p || strlen(p) > 9) return false;
+  for (; *p; p++)
+    if (*p < '0' || *p > '9') return false;
+  long v = strtol(text, NULL, 10);
+  if (v < 1) return false;
+  *(double *)dst = (double)v;
+  return true;
+}
+
+static bool parse_dtype(const char *text, void *dst) {
+  sc_dtype t;
+  if (sc_dtype_parse(text, &t) != SC_OK) return false;
+  snprintf(dst, 8, "%s", sc_dtype_name(t));
+  return true;
+}
+#define DTYPE_EXPECT "a dtype (f32, f16, bf16, int8, int4)"
+
+// Field table entries (designated, so unused members stay zero).
+#define F_INT(k, d) {.key = (k), .type = YAML_MAP_INT, .dst = (d)}
+#define F_DBL(k, d) {.key = (k), .type = YAML_MAP_DOUBLE, .dst = (d)}
+#define F_STR(k, d) {.key = (k), .type = YAML_MAP_STRING, .dst = (d), .cap = sizeof(d)}
+#define F_BOOL(k, d) {.key = (k), .type = YAML_MAP_BOOL, .dst = (d)}
+#define F_DUR(k, d) {.key = (k), .type = YAML_MAP_CUSTOM, .dst = (d), .parse = parse_dur,        \
+                     .expect = DUR_EXPECT}
+#define F_CUSTOM(k, d, fn, ex) {.key = (k), .type = YAML_MAP_CUSTOM, .dst = (d), .parse = (fn), \
+                                .expect = (ex)}
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+// --- reading mappings
+//
+// read_map checks that every key of a mapping is known, reads the scalar keys (`fields`)
+// with yaml_map_read_node, and hands back every present key's nodes so the caller can walk
+// the nested ones and point at any key. The scalar pairs are copied into a temporary mapping
+// of the same document (copies keep their positions), so yaml_map sees a flat mapping.
+
+enum { MV_MAX = 32 };
+
+typedef struct mapview {
+  struct fy_node *map;
+  struct fy_node *owner;                    // the key whose value map is (NULL: the root)
+  int n;                                    // present keys, in file order
+  const char *name[MV_MAX];                 // key text (owned by the document)
+  struct fy_node *key[MV_MAX], *val[MV_MAX];
+} mapview;
+
+static int mv_find(const mapview *m, const char *k) {
+  for (int i = 0; i < m->n; i++)
+    if (!strcmp(m->name[i], k)) return i;
+  return -1;
+}
+static bool mv_has(const mapview *m, const char *k) { return mv_find(m, k) >= 0; }
+static struct fy_node *mv_key(const mapview *m, const char *k) {
+  int i = mv_find(m, k);
+  return i >= 0 ? m->key[i] : NULL;
+}
+static struct fy_node *mv_val(const mapview *m, const char *k) {
+  int i = mv_find(m, k);
+  return i >= 0 ? m->val[i] : NULL;
+}
+
+static void key_list(const yaml_map_field *f, int nf, const char *const *nested, int nn,
+                     char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < nf + nn && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
+                            i < nf ? f[i].key : nested[i - nf]);
+}
+
+// What a scalar field expects, in yaml_map's words.
+static const char *field_expect(const yaml_map_field *f) {
+  switch (f->type) {
+  case YAML_MAP_INT: return "an integer";
+  case YAML_MAP_DOUBLE: return "a number";
+  case YAML_MAP_STRING: return "a string";
+  case YAML_MAP_BOOL: return "true or false";
+  case YAML_MAP_CUSTOM: return f->expect ? f->expect : "a scalar";
+  }
+  return "a value";
+}
+
+// Appends copies of k and v to tmp. SC_OOM when libfyaml cannot.
+static sc_status append_copy(ctx *c, struct fy_node *tmp, struct fy_node *k, struct fy_node *v) {
+  struct fy_node *kc = fy_node_copy(c->doc, k);
+  struct fy_node *vc = fy_node_copy(c->doc, v);
+  if (kc && vc && fy_node_mapping_append(tmp, kc, vc) == 0) return SC_OK;
+  fy_node_free(kc);
+  fy_node_free(vc);
+  return sc_fail(c->err, SC_OOM, "%s: out of memory reading YAML", c->file);
+}
+
+// Reads mapping `map`, the value of key `key` (key node k; both NULL for the root).
+static sc_status read_map(ctx *c, struct fy_node *map, const char *key, struct fy_node *k,
+                          const yaml_map_field *f, int nf, const char *const *nested, int nn,
+                          mapview *out) {
+  SC_ASSERT(nf + nn <= MV_MAX);
+  char keys[400];
+  key_list(f, nf, nested, nn, keys, sizeof keys);
+  if (!map || fy_node_get_type(map) != FYNT_MAPPING) {
+    char expect[460];
+    snprintf(expect, sizeof expect, "a mapping with keys %s", keys);
+    if (key) return expect_at(c, map, k, key, expect);
+    char got[100];
+    describe(map, got, sizeof got);
+    return fail_at(c, map, k, "expected a mapping of scenario keys (%s), got %s", keys, got);
+  }
+  memset(out, 0, sizeof *out);
+  out->map = map;
+  out->owner = k;
+  struct fy_node *tmp = fy_node_create_mapping(c->doc);
+  if (!tmp) return sc_fail(c->err, SC_OOM, "%s: out of memory reading YAML", c->file);
+  sc_status st = SC_OK;
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while (st == SC_OK && (pair = fy_node_mapping_iterate(map, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name =
+        pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+    if (!name) {
+      st = fail_at(c, pk, map, "expected a plain key%s%s%s", key ? " in '" : "",
+                   key ? key : "", key ? "'" : "");
+      break;
+    }
+    int i = 0;
+    while (i < nf && strcmp(f[i].key, name)) i++;
+    int j = 0;
+    while (i == nf && j < nn && strcmp(nested[j], name)) j++;
+    if (i == nf && j == nn) {
+      st = fail_at(c, pk, NULL, "unknown key '%s'; expected one of: %s", name, keys);
+      break;
+    }
+    if (i < nf && (!pv || fy_node_is_null(pv))) { // no position of its own: point at the key
+      st = expect_at(c, pv, pk, name, field_expect(&f[i]));
+      break;
+    }
+    if (i < nf) st = append_copy(c, tmp, pk, pv);
+    out->name[out->n] = name;
+    out->key[out->n] = pk;
+    out->val[out->n] = pv;
+    out->n++;
+  }
+  if (st == SC_OK) st = yaml_map_read_node(tmp, c->file, f, nf, c->err);
+  fy_node_free(tmp);
+  return st;
+}
+
+// Reads one scalar value v of key node k with field f (f->key must be k's text): the form
+// for sequence items and for keys that take a scalar or a collection.
+static sc_status read_scalar(ctx *c, struct fy_node *k, struct fy_node *v,
+                             const yaml_map_field *f) {
+  struct fy_node *tmp = fy_node_create_mapping(c->doc);
+  if (!tmp) return sc_fail(c->err, SC_OOM, "%s: out of memory reading YAML", c->file);
+  sc_status st = !v || fy_node_is_null(v) ? expect_at(c, v, k, f->key, field_expect(f))
+                                           : append_copy(c, tmp, k, v);
+  if (st == SC_OK) st = yaml_map_read_node(tmp, c->file, f, 1, c->err);
+  fy_node_free(tmp);
+  return st;
+}
+
+static const char *key_text(struct fy_node *k) {
+  const char *t = k ? fy_node_get_scalar0(k) : NULL;
+  return t ? t : "?";
+}
+
+// SC_OK when key is present; else "missing required key 'KEY' (EXPECT)" at the mapping.
+static sc_status need(ctx *c, const mapview *m, const char *key, const char *expect) {
+  if (mv_has(m, key)) return SC_OK;
+  return fail_at(c, m->map, m->owner, "missing required key '%s' (%s)", key, expect);
+}
+
+// A range or form check on a present key: "key 'K': expected EXPECT, got V" at its value.
+static sc_status check(ctx *c, const mapview *m, const char *key, bool ok, const char *expect) {
+  if (ok || !mv_has(m, key)) return SC_OK;
+  return expect_at(c, mv_val(m, key), mv_key(m, key), key, expect);
+}
+
+// Index of text in names[0..n), or an error at key's value listing them.
+static sc_status pick(ctx *c, struct fy_node *v, struct fy_node *k, const char *text,
+                      const char *const *names, int n, int *out) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(text, names[i])) {
+      *out = i;
+      return SC_OK;
+    }
+  char expect[300];
+  size_t len = (size_t)snprintf(expect, sizeof expect, "one of ");
+  for (int i = 0; i < n && len < sizeof expect; i++)
+    len += (size_t)snprintf(expect + len, sizeof expect - len, "%s%s", i ? ", " : "", names[i]);
+  return expect_at(c, v, k, key_text(k), expect);
+}
+
+// pick() for a key read into text by read_map.
+static sc_status pick_key(ctx *c, const mapview *m, const char *key, const char *text,
+                          const char *const *names, int n, int *out) {
+  return pick(c, mv_val(m, key), mv_key(m, key), text, names, n, out);
+}
+
+// The items of a sequence value (key node k); error unless 1..cap items.
+static sc_status seq_items(ctx *c, struct fy_node *v, struct fy_node *k, const char *expect,
+                           int cap, struct fy_node **items, int *n) {
+  if (!v || fy_node_get_type(v) != FYNT_SEQUENCE) return expect_at(c, v, k, key_text(k), expect);
+  *n = 0;
+  void *it = NULL;
+  struct fy_node *item;
+  while ((item = fy_node_sequence_iterate(v, &it))) {
+    if (*n == cap)
+      return fail_at(c, item, k, "key '%s': expected %s, at most %d items; got more", key_text(k),
+                     expect, cap);
+    items[(*n)++] = item;
+  }
+  if (!*n) return expect_at(c, v, k, key_text(k), expect);
+  return SC_OK;
+}
+
+// Integer items of a sequence, each >= lo; their nodes in items[] when not NULL.
+static sc_status int_list(ctx *c, struct fy_node *v, struct fy_node *k, const char *expect,
+                          int lo, int cap, int *out, int *n, struct fy_node **nodes) {
+  struct fy_node *buf[64], **items = nodes ? nodes : buf;
+  SC_ASSERT(nodes || cap <= 64);
+  SC_TRY(seq_items(c, v, k, expect, cap, items, n));
+  for (int i = 0; i < *n; i++) {
+    yaml_map_field f = F_INT(key_text(k), &out[i]);
+    SC_TRY(read_scalar(c, k, items[i], &f));
+    if (out[i] < lo) {
+      char e[64];
+      snprintf(e, sizeof e, "an integer >= %d", lo);
+      return expect_at(c, items[i], k, key_text(k), e);
+    }
+  }
+  return SC_OK;
+}
+
+// Enumerated items of a sequence: out[i] = index into names.
+static sc_status enum_list(ctx *c, struct fy_node *v, struct fy_node *k, const char *expect,
+                           const char *const *names, int nnames, int cap, int *out, int *n,
+                           struct fy_node **items) {
+  SC_TRY(seq_items(c, v, k, expect, cap, items, n));
+  for (int i = 0; i < *n; i++) {
+    char text[32] = "";
+    yaml_map_field f = F_STR(key_text(k), text);
+    SC_TRY(read_scalar(c, k, items[i], &f));
+    SC_TRY(pick(c, items[i], k, text, names, nnames, &out[i]));
+  }
+  return SC_OK;
+}
+
+// --- paths
+
+// dst = p when absolute or dir is "" or "."; else DIR/p. False when it does not fit.
+static bool resolve_path(const ctx *c, const char *p, char *dst, size_t cap) {
+  int n;
+  if (p[0] == '/' || !c->dir[0] || !strcmp(c->dir, "."))
+    n = snprintf(dst, cap, "%s", p);
+  else
+    n = snprintf(dst, cap, "%s/%s", c->dir, p);
+  return n >= 0 && (size_t)n < cap;
+}
+
+static bool is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// True when dir holds a *.safetensors file or a model.safetensors.index.json.
+static bool has_safetensors(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    size_t n = strlen(e->d_name);
+    found = (n > 12 && !strcmp(e->d_name + n - 12, ".safetensors")) ||
+            !strcmp(e->d_name, "model.safetensors.index.json");
+  }
+  closedir(d);
+  return found;
+}
+
+// What a model key accepts: a preset (a name or a .yaml file) and/or a model directory.
+enum { SRC_PRESET = 1, SRC_DIR = 2 };
+
+// Loads the model `source`, the value v of key k, as `accept` allows: a directory (relative
+// to the scenario) wins over a preset name. resolved gets what was loaded (a preset name, or
+// a path); has_weights (may be NULL) whether a directory holds safetensors. Errors name v.
+static sc_status load_model(ctx *c, struct fy_node *v, struct fy_node *k, const char *source,
+                            int accept, char *resolved, size_t cap, model_config *out,
+                            bool *has_weights) {
+  const char *key = key_text(k);
+  if (has_weights) *has_weights = false;
+  if (!resolve_path(c, source, resolved, cap))
+    return fail_at(c, v, k, "key '%s': path too long", key);
+  bool yaml = yaml_map_is_path(source);
+  sc_error e = {{0}};
+  sc_status st;
+  if (!yaml && (accept & SRC_DIR) && is_dir(resolved)) {
+    bool any = false;
+    st = model_config_resolve(resolved, out, &any, &e);
+    if (st == SC_OK && has_weights) *has_weights = has_safetensors(resolved);
+  } else if (yaml && (accept & SRC_PRESET)) {
+    st = model_preset_load(resolved, out, &e);
+  } else if (!strchr(source, '/') && (accept & SRC_PRESET)) {
+    snprintf(resolved, cap, "%s", source);
+    st = model_preset_load(source, out, &e);
+  } else if (accept == SRC_PRESET) {
+    return fail_at(c, v, k, "key '%s': expected a preset name or a preset .yaml file, got '%s' "
+                   "(a model directory goes under 'path')", key, source);
+  } else {
+    return fail_at(c, v, k, "key '%s': expected a model directory holding config.json, got "
+                   "'%s' (%s: no such directory)", key, source, resolved);
+  }
+  if (st != SC_OK) return fail_at(c, v, k, "key '%s': %s", key, e.msg);
+  return SC_OK;
+}
+
+// --- model
+
+static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_model *mo = &c->s->model;
+  char preset[1024] = "", path[1024] = "";
+  struct fy_node *sv = v, *sk = k; // the source's value and key
+  bool is_path = false;
+  if (v && fy_node_get_type(v) == FYNT_SCALAR && !fy_node_is_null(v)) { // `model: NAME`
+    yaml_map_field f = F_STR("model", preset);
+    SC_TRY(read_scalar(c, k, v, &f));
+  } else {
+    static const char *const none[] = {NULL};
+    const yaml_map_field f[] = {
+        F_STR("preset", preset),
+        F_STR("path", path),
+        F_CUSTOM("dtype", mo->dtype, parse_dtype, DTYPE_EXPECT),
+        F_CUSTOM("weights_seed", &mo->weights_seed, parse_u64, "a non-negative integer"),
+    };
+    mapview m;
+    SC_TRY(read_map(c, v, "model", k, f, COUNT(f), none, 0, &m));
+    if (mv_has(&m, "preset") && mv_has(&m, "path"))
+      return fail_at(c, mv_key(&m, "path"), NULL,
+                     "key 'path': expected exactly one of 'preset' or 'path', got both");
+    if (!mv_has(&m, "preset") && !mv_has(&m, "path"))
+      return fail_at(c, v, k, "key 'model': expected exactly one of 'preset' (a preset name "
+                     "or .yaml file) or 'path' (a model directory), got neither");
+    is_path = mv_has(&m, "path");
+    sv = mv_val(&m, is_path ? "path" : "preset");
+    sk = mv_key(&m, is_path ? "path" : "preset");
+  }
+  const char *src = is_path ? path : preset;
+  if (!src[0]) return expect_at(c, sv, sk, key_text(sk), "a non-empty name or path");
+  snprintf(mo->source, sizeof mo->source, "%s", src);
+  return load_model(c, sv, sk, src, is_path ? SRC_DIR : SRC_PRESET, mo->resolved,
+                    sizeof mo->resolved, &mo->config, &mo->has_weights);
+}
+
+// --- hardware
+
+static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_hardware *h = &c->s->hardware;
+  char backend[16] = "cpu", profile[1024] = "cpu";
+  if (v) {
+    static const char *const nested[] = {"devices"};
+    const yaml_map_field f[] = {
+        F_STR("backend", backend), F_STR("profile", profile),
+        F_INT("gpus", &h->gpus),   F_INT("threads", &h->threads),
+    };
+    mapview m;
+    SC_TRY(read_map(c, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
+    static const char *const backends[] = {"cpu", "cuda"};
+    int b = 0;
+    SC_TRY(pick_key(c, &m, "backend", backend, backends, 2, &b));
+    SC_TRY(check(c, &m, "gpus", h->gpus >= 0, "an integer >= 0 (0 = no limit)"));
+    SC_TRY(check(c, &m, "threads", h->threads >= 0, "an integer >= 0 (0 = automatic)"));
+    SC_TRY(check(c, &m, "profile", profile[0] != 0, "a hardware profile name or .yaml path"));
+    if (b == 1 && !mv_has(&m, "profile")) profile[0] = 0; // no default for real GPUs
+    if (mv_has(&m, "devices")) {
+      if (b != 1)
+        return fail_at(c, mv_key(&m, "devices"), NULL,
+                       "key 'devices': only with backend: cuda (the backend is %s)", backend);
+      struct fy_node *dk = mv_key(&m, "devices");
+      SC_TRY(int_list(c, mv_val(&m, "devices"), dk, "a list of CUDA device indices",
+                      0, COUNT(h->devices), h->devices, &h->n_devices, NULL));
+      for (int i = 0; i < h->n_devices; i++)
+        for (int j = 0; j < i; j++)
+          if (h->devices[i] == h->devices[j])
+            return fail_at(c, mv_val(&m, "devices"), dk,
+                           "key 'devices': device %d is listed twice", h->devices[i]);
+      if (!mv_has(&m, "gpus")) h->gpus = h->n_devices;
+      SC_TRY(check(c, &m, "gpus", h->gpus <= h->n_devices,
+                   "an integer no larger than the number of devices listed"));
+    }
+  }
+  snprintf(h->backend, sizeof h->backend, "%s", backend);
+  if (!profile[0]) { // cuda without a profile: memory is not checked
+    h->profile[0] = 0;
+    return SC_OK;
+  }
+  struct fy_node *pv = v && fy_node_get_type(v) == FYNT_MAPPING
+                           ? fy_node_mapping_lookup_by_string(v, "profile", FY_NT)
+                           : NULL;
+  if (!yaml_map_is_path(profile))
+    snprintf(h->profile, sizeof h->profile, "%s", profile);
+  else if (!resolve_path(c, profile, h->profile, sizeof h->profile))
+    return fail_at(c, pv, k, "key 'profile': path too long");
+  sc_error e = {{0}};
+  if (hw_profile_load(h->profile, &c->hw, &e) != SC_OK)
+    return fail_at(c, pv, k, "key 'profile': %s", e.msg);
+  c->have_hw = true;
+  return SC_OK;
+}
+
+// --- limits and router
+
+static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_limits *l = &c->s->limits;
+  static const char *const none[] = {NULL};
+  const yaml_map_field f[] = {
+      F_DUR("request_timeout", &l->request_timeout_ns),
+      F_INT("max_running", &l->max_running),
+      F_INT("token_budget", &l->token_budget),
+      F_INT("prefill_chunk", &l->prefill_chunk),
+      F_INT("block_size", &l->block_size),
+      F_DBL("kv_headroom", &l->kv_headroom),
+      F_DUR("collective_timeout", &l->collective_timeout_ns),
+  };
+  mapview m;
+  SC_TRY(read_map(c, v, "limits", k, f, COUNT(f), none, 0, &m));
+  SC_TRY(check(c, &m, "max_running", l->max_running >= 1, "an integer >= 1"));
+  SC_TRY(check(c, &m, "token_budget", l->token_budget >= 1, "an integer >= 1"));
+  SC_TRY(check(c, &m, "prefill_chunk", l->prefill_chunk >= 0,
+               "an integer >= 0 (0 = token_budget / 4)"));
+  SC_TRY(check(c, &m, "prefill_chunk", l->prefill_chunk <= l->token_budget,
+               "an integer no larger than token_budget"));
+  SC_TRY(check(c, &m, "block_size", l->block_size >= 1, "an integer >= 1"));
+  SC_TRY(check(c, &m, "kv_headroom", l->kv_headroom >= 0 && l->kv_headroom <= 0.9,
+               "a fraction in [0, 0.9]"));
+  SC_TRY(check(c, &m, "collective_timeout", l->collective_timeout_ns > 0,
+               "a duration > 0 (a collective always has a deadline)"));
+  return SC_OK;
+}
+
+static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
+  static const char *const none[] = {NULL};
+  static const char *const policies[] = {"least-outstanding", "round-robin"};
+  char policy[32] = "least-outstanding";
+  const yaml_map_field f[] = {F_STR("policy", policy)};
+  mapview m;
+  SC_TRY(read_map(c, v, "router", k, f, COUNT(f), none, 0, &m));
+  int p = 0;
+  SC_TRY(pick_key(c, &m, "policy", policy, policies, 2, &p));
+  c->s->router.policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
+  return SC_OK;
+}
+
+// --- deployments
+
+// "tp2", "dp4", "tp2-pp2", "tp2-dp2", "pp2-dp2"; "tp1" for one GPU.
+static void deployment_label(int tp, int pp, int dp, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  const int v[3] = {tp, pp, dp};
+  static const char *const names[3] = {"tp", "pp", "dp"};
+  for (int i = 0; i < 3 && len < cap; i++)
+    if (v[i] != 1)
+      len += (size_t)snprintf(buf + len, cap - len, "%s%s%d", len ? "-" : "", names[i], v[i]);
+  if (!len) snprintf(buf, cap, "tp1");
+}
+
+// Appends (tp, pp, dp) declared at node unless the same layout is already there.
+static sc_status add_deployment(ctx *c, struct fy_node *at, int tp, int pp, int dp) {
+  scenario *s = c->s;
+  for (int i = 0; i < s->n_deployments; i++) {
+    const scn_deployment *d = &s->deployments[i];
+    if (d->tp == tp && d->pp == pp && d->dp == dp) return SC_OK;
+  }
+  if (s->n_deployments == SCN_MAX_DEPLOYMENTS)
+    return fail_at(c, at, NULL, "key 'deployments': expected at most %d deployments (after "
+                   "expanding scaling items), got more", SCN_MAX_DEPLOYMENTS);
+  scn_deployment *d = &s->deployments[s->n_deployments++];
+  *d = (scn_deployment){.tp = tp, .pp = pp, .dp = dp};
+  deployment_label(tp, pp, dp, d->label, sizeof d->label);
+  pos_of(at, &d->line, &d->col);
+  return SC_OK;
+}
+
+// Appends the planner's recommendation for up to g GPUs (declared at item); an error at the
+// GPU count `at` (of key k) when none fits.
+static sc_status auto_layout(ctx *c, struct fy_node *item, struct fy_node *at, struct fy_node *k,
+                             int g) {
+  const model_config *m = &c->s->model.config;
+  if (!c->have_hw)
+    return fail_at(c, at, k, "pattern auto needs hardware.profile to plan memory");
+  int n = memplan_enumerate(m, &c->hw, &c->mp, g, NULL, 0);
+  memplan_layout *l = calloc((size_t)n, sizeof *l);
+  if (!l) return sc_fail(c->err, SC_OOM, "%s: out of memory planning %d layouts", c->file, n);
+  memplan_enumerate(m, &c->hw, &c->mp, g, l, n);
+  int best = memplan_recommend(l, n, g, c->hw.gpus_per_node);
+  sc_status st = SC_OK;
+  if (best < 0)
+    st = fail_at(c, at, k, "pattern auto: no layout of up to %d %s GPU%s fits %s at %s with a "
+                 "context of %d tokens", g, c->hw.name, g > 1 ? "s" : "", m->name,
+                 sc_dtype_name(c->mp.weight_dtype), m->max_seq_len);
+  else
+    st = add_deployment(c, item, l[best].tp, l[best].pp, l[best].dp);
+  free(l);
+  return st;
+}
+
+static sc_status parse_scaling(ctx *c, struct fy_node *v, struct fy_node *k,
+                               struct fy_node *item) {
+  static const char *const nested[] = {"gpus", "pattern"};
+  mapview m;
+  SC_TRY(read_map(c, v, "scaling", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(need(c, &m, "gpus", "a list of GPU counts, e.g. [1, 2, 4]"));
+  SC_TRY(need(c, &m, "pattern", "dp, tp, pp, auto or a list of them"));
+  int gpus[32], ng = 0;
+  struct fy_node *gk = mv_key(&m, "gpus"), *gitems[32];
+  SC_TRY(int_list(c, mv_val(&m, "gpus"), gk, "a list of GPU counts, e.g. [1, 2, 4]", 1,
+                  COUNT(gpus), gpus, &ng, gitems));
+  for (int i = 0; i < ng; i++)
+    if (gpus[i] > SCN_MAX_GPUS) return expect_at(c, gitems[i], gk, "gpus", "at most 1024 GPUs");
+  static const char *const patterns[] = {"dp", "tp", "pp", "auto"};
+  const char *pexpect = "dp, tp, pp, auto or a list of them, e.g. [dp, tp]";
+  struct fy_node *pv = mv_val(&m, "pattern"), *pk = mv_key(&m, "pattern");
+  int pat[8], np = 0;
+  struct fy_node *pitems[8];
+  if (pv && fy_node_get_type(pv) == FYNT_SEQUENCE) {
+    SC_TRY(enum_list(c, pv, pk, pexpect, patterns, 4, 8, pat, &np, pitems));
+  } else {
+    char text[32] = "";
+    yaml_map_field f = F_STR("pattern", text);
+    SC_TRY(read_scalar(c, pk, pv, &f));
+    SC_TRY(pick(c, pv, pk, text, patterns, 4, &pat[0]));
+    np = 1;
+  }
+  for (int p = 0; p < np; p++)
+    for (int i = 0; i < ng; i++) {
+      int g = gpus[i];
+      switch (pat[p]) {
+      case 0: SC_TRY(add_deployment(c, item, 1, 1, g)); break;
+      case 1: SC_TRY(add_deployment(c, item, g, 1, 1)); break;
+      case 2: SC_TRY(add_deployment(c, item, 1, g, 1)); break;
+      default: SC_TRY(auto_layout(c, item, gitems[i], gk, g)); break;
+      }
+    }
+  return SC_OK;
+}
+
+static sc_status parse_deployment_item(ctx *c, struct fy_node *item, struct fy_node *k) {
+  static const char *const nested[] = {"scaling"};
+  int tp = 1, pp = 1, dp = 1;
+  const yaml_map_field f[] = {F_INT("tp", &tp), F_INT("pp", &pp), F_INT("dp", &dp)};
+  mapview m;
+  SC_TRY(read_map(c, item, "deployments", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (mv_has(&m, "scaling")) {
+    if (mv_has(&m, "tp") || mv_has(&m, "pp") || mv_has(&m, "dp"))
+      return fail_at(c, mv_key(&m, "scaling"), NULL,
+                     "key 'scaling': expected either tp/pp/dp or scaling in one deployment, "
+                     "got both");
+    return parse_scaling(c, mv_val(&m, "scaling"), mv_key(&m, "scaling"), item);
+  }
+  SC_TRY(check(c, &m, "tp", tp >= 1, "an integer >= 1"));
+  SC_TRY(check(c, &m, "pp", pp >= 1, "an integer >= 1"));
+  SC_TRY(check(c, &m, "dp", dp >= 1, "an integer >= 1"));
+  return add_deployment(c, item, tp, pp, dp);
+}
+
+// The planner's check of every deployment, and the GPU limit.
+static sc_status check_deployments(ctx *c) {
+  scenario *s = c->s;
+  for (int i = 0; i < s->n_deployments; i++) {
+    const scn_deployment *d = &s->deployments[i];
+    char w[300];
+    if (d->line)
+      snprintf(w, sizeof w, "%s:%d:%d", c->file, d->line, d->col);
+    else
+      snprintf(w, sizeof w, "%s", c->file);
+    int n = d->tp * d->pp * d->dp;
+    if (s->hardware.gpus > 0 && n > s->hardware.gpus)
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; hardware.gpus is %d",
+                     w, d->label, d->tp, d->pp, d->dp, n, s->hardware.gpus);
+    memplan_layout l = {.valid = true, .fits = true};
+    if (c->have_hw) {
+      memplan_eval(&s->model.config, &c->hw, &c->mp, d->tp, d->pp, d->dp, &l);
+    } else { // no profile (backend cuda): the layout alone, memory is not known
+      sc_error e = {{0}};
+      l.valid = l.fits = shard_layout_check(&s->model.config, d->tp, d->pp, &e) == SC_OK;
+      snprintf(l.why, sizeof l.why, "%.*s", (int)sizeof l.why - 1, e.msg);
+    }
+    if (!l.valid || !l.fits)
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: deployment '%s' (tp=%d pp=%d dp=%d) refused by the planner%s%s: %s", w,
+                     d->label, d->tp, d->pp, d->dp, c->have_hw ? " on " : "",
+                     c->have_hw ? c->hw.name : "", l.why);
+  }
+  return SC_OK;
+}
+
+static sc_status parse_deployments(ctx *c, struct fy_node *v, struct fy_node *k) {
+  if (v && fy_node_get_type(v) == FYNT_MAPPING) { // the form `deployments: {scaling: ...}`
+    static const char *const nested[] = {"scaling"};
+    mapview m;
+    SC_TRY(read_map(c, v, "deployments", k, NULL, 0, nested, COUNT(nested), &m));
+    SC_TRY(need(c, &m, "scaling", "{gpus: [...], pattern: ...}"));
+    SC_TRY(parse_scaling(c, mv_val(&m, "scaling"), mv_key(&m, "scaling"), v));
+  } else {
+    struct fy_node *items[SCN_MAX_DEPLOYMENTS];
+    int n = 0;
+    SC_TRY(seq_items(c, v, k,
+                     "a list of deployments ({tp, pp, dp} or {scaling: {gpus, pattern}}) or "
+                     "{scaling: {gpus, pattern}}",
+                     SCN_MAX_DEPLOYMENTS, items, &n));
+    for (int i = 0; i < n; i++) SC_TRY(parse_deployment_item(c, items[i], k));
+  }
+  return check_deployments(c);
+}
+
+// --- workload: distributions, classes, phases
+
+#define DIST_EXPECT                                                                                \
+  "a token count (an integer >= 1) or one of {uniform: [a, b]}, {normal: {mean, stddev}}, "      \
+  "{lognormal: {median, sigma}}"
+
+static sc_status parse_dist(ctx *c, struct fy_node *v, struct fy_node *k, scn_dist *d) {
+  const char *key = key_text(k);
+  if (!v || fy_node_get_type(v) != FYNT_MAPPING) {
+    if (!v || fy_node_get_type(v) != FYNT_SCALAR || fy_node_get_style(v) != FYNS_PLAIN)
+      return expect_at(c, v, k, key, DIST_EXPECT); // a count is a plain integer, as INT is
+    yaml_map_field f = F_CUSTOM(key, &d->a, parse_count, DIST_EXPECT);
+    SC_TRY(read_scalar(c, k, v, &f));
+    d->kind = SCN_DIST_FIXED;
+    d->b = 0;
+    return SC_OK;
+  }
+  static const char *const nested[] = {"uniform", "normal", "lognormal"};
+  mapview m;
+  SC_TRY(read_map(c, v, key, k, NULL, 0, nested, COUNT(nested), &m));
+  if (m.n != 1)
+    return m.n ? fail_at(c, m.key[1], NULL, "key '%s': expected one distribution in '%s', got "
+                         "'%s' and '%s'", m.name[1], key, m.name[0], m.name[1])
+               : expect_at(c, v, k, key, DIST_EXPECT);
+  struct fy_node *dv = m.val[0], *dk = m.key[0];
+  if (!strcmp(m.name[0], "uniform")) {
+    int ab[2], n = 0;
+    const char *e = "[a, b]: two integers, 1 <= a <= b";
+    SC_TRY(int_list(c, dv, dk, e, 1, 2, ab, &n, NULL));
+    if (n != 2 || ab[0] > ab[1]) return expect_at(c, dv, dk, "uniform", e);
+    *d = (scn_dist){SCN_DIST_UNIFORM, ab[0], ab[1]};
+    return SC_OK;
+  }
+  bool normal = !strcmp(m.name[0], "normal");
+  const char *ka = normal ? "mean" : "median", *kb = normal ? "stddev" : "sigma";
+  double a = 0, b = 0;
+  static const char *const none[] = {NULL};
+  const yaml_map_field f[] = {F_DBL(ka, &a), F_DBL(kb, &b)};
+  mapview dm;
+  SC_TRY(read_map(c, dv, m.name[0], dk, f, 2, none, 0, &dm));
+  SC_TRY(need(c, &dm, ka, "a number >= 1"));
+  SC_TRY(need(c, &dm, kb, "a number >= 0"));
+  SC_TRY(check(c, &dm, ka, a >= 1, "a number >= 1"));
+  SC_TRY(check(c, &dm, kb, b >= 0, "a number >= 0"));
+  *d = (scn_dist){normal ? SCN_DIST_NORMAL : SCN_DIST_LOGNORMAL, a, b};
+  return SC_OK;
+}
+
+static sc_status parse_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_workload *w = &c->s->workload;
+  struct fy_node *items[SCN_MAX_CLASSES];
+  SC_TRY(seq_items(c, v, k, "a list of prompt classes {name, weight, input, output}",
+                   SCN_MAX_CLASSES, items, &w->n_classes));
+  for (int i = 0; i < w->n_classes; i++) {
+    scn_class *cl = &w->classes[i];
+    cl->weight = 1;
+    static const char *const nested[] = {"input", "output"};
+    const yaml_map_field f[] = {F_STR("name", cl->name), F_DBL("weight", &cl->weight)};
+    mapview m;
+    SC_TRY(read_map(c, items[i], "prompts", k, f, COUNT(f), nested, COUNT(nested), &m));
+    SC_TRY(need(c, &m, "input", "prompt tokens: " DIST_EXPECT));
+    SC_TRY(need(c, &m, "output", "output tokens: " DIST_EXPECT));
+    SC_TRY(check(c, &m, "weight", cl->weight > 0, "a number > 0"));
+    SC_TRY(check(c, &m, "name", cl->name[0] != 0, "a non-empty name"));
+    if (!cl->name[0]) snprintf(cl->name, sizeof cl->name, "class%d", i);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(w->classes[j].name, cl->name))
+        return fail_at(c, mv_val(&m, "name"), items[i],
+                       "key 'name': class name '%s' is used twice", cl->name);
+    SC_TRY(parse_dist(c, mv_val(&m, "input"), mv_key(&m, "input"), &cl->input));
+    SC_TRY(parse_dist(c, mv_val(&m, "output"), mv_key(&m, "output"), &cl->output));
+  }
+  return SC_OK;
+}
+
+// Phase keys each kind takes (besides the kind key itself).
+static const char *const ramp_keys[] = {"name", "ramp", "hold", "think", "warmup"};
+static const char *const rate_keys[] = {"name",     "rate",     "arrival", "burstiness",
+                                        "duration", "requests", "warmup"};
+static const char *const fixed_keys[] = {"name", "fixed", "think", "warmup"};
+
+static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, scn_phase *p,
+                             bool *named) {
+  static const char *const nested[] = {"ramp", "fixed"};
+  char arrival[16] = "poisson";
+  p->burstiness = 1;
+  const yaml_map_field f[] = {
+      F_STR("name", p->name),
+      F_DBL("rate", &p->rate),
+      F_STR("arrival", arrival),
+      F_DBL("burstiness", &p->burstiness),
+      F_DUR("duration", &p->duration_ns),
+      F_INT("requests", &p->requests),
+      F_DUR("hold", &p->hold_ns),
+      F_DUR("think", &p->think_ns),
+      F_DUR("warmup", &p->warmup_ns),
+  };
+  mapview m;
+  SC_TRY(read_map(c, item, "phases", k, f, COUNT(f), nested, COUNT(nested), &m));
+  pos_of(item, &p->line, &p->col);
+  // exactly one kind
+  static const char *const kinds[] = {"ramp", "rate", "fixed"};
+  int kind = -1;
+  for (int i = 0; i < m.n; i++)
+    for (int j = 0; j < 3; j++) {
+      if (strcmp(m.name[i], kinds[j])) continue;
+      if (kind >= 0)
+        return fail_at(c, m.key[i], NULL, "key '%s': expected one phase kind (ramp, rate or "
+                       "fixed) per phase, got both '%s' and '%s'", kinds[j], kinds[kind],
+                       kinds[j]);
+      kind = j;
+    }
+  if (kind < 0)
+    return fail_at(c, item, k, "key 'phases': expected one phase kind per phase (ramp: "
+                   "{concurrency: [...]}, rate: R or fixed: {requests, concurrency}), got none");
+  p->kind = (scn_phase_kind)kind;
+  const char *const *allowed = kind == 0 ? ramp_keys : kind == 1 ? rate_keys : fixed_keys;
+  int n_allowed = kind == 0 ? COUNT(ramp_keys) : kind == 1 ? COUNT(rate_keys) : COUNT(fixed_keys);
+  for (int i = 0; i < m.n; i++) {
+    int j = 0;
+    while (j < n_allowed && strcmp(allowed[j], m.name[i])) j++;
+    if (j == n_allowed) {
+      char keys[200];
+      key_list(NULL, 0, allowed, n_allowed, keys, sizeof keys);
+      return fail_at(c, m.key[i], NULL, "key '%s': not part of a %s phase (a %s phase takes: "
+                     "%s)", m.name[i], kinds[kind], kinds[kind], keys);
+    }
+  }
+  *named = mv_has(&m, "name");
+  SC_TRY(check(c, &m, "name", p->name[0] != 0, "a non-empty name"));
+  switch (p->kind) {
+  case SCN_PHASE_RAMP: {
+    static const char *const rk[] = {"concurrency"};
+    mapview r;
+    struct fy_node *rv = mv_val(&m, "ramp"), *rkn = mv_key(&m, "ramp");
+    SC_TRY(read_map(c, rv, "ramp", rkn, NULL, 0, rk, 1, &r));
+    SC_TRY(need(c, &r, "concurrency", "a list of user counts, e.g. [1, 2, 4, 8]"));
+    SC_TRY(int_list(c, mv_val(&r, "concurrency"), mv_key(&r, "concurrency"),
+                    "a list of user counts, e.g. [1, 2, 4, 8]", 1, SCN_MAX_RAMP, p->concurrency,
+                    &p->n_concurrency, NULL));
+    SC_TRY(need(c, &m, "hold", "how long each step runs: " DUR_EXPECT));
+    SC_TRY(check(c, &m, "hold", p->hold_ns > 0, "a duration > 0"));
+    SC_TRY(check(c, &m, "warmup", p->warmup_ns < p->hold_ns,
+                 "a duration shorter than hold (warm-up is excluded from each step)"));
+    if (!*named) snprintf(p->name, sizeof p->name, "ramp");
+    break;
+  }
+  case SCN_PHASE_RATE: {
+    SC_TRY(check(c, &m, "rate", p->rate > 0, "requests per second, a number > 0"));
+    static const char *const arrivals[] = {"poisson", "constant", "gamma"};
+    int a = 0;
+    SC_TRY(pick_key(c, &m, "arrival", arrival, arrivals, 3, &a));
+    p->arrival = (scn_arrival)a;
+    if (mv_has(&m, "burstiness") && p->arrival != SCN_ARRIVAL_GAMMA)
+      return fail_at(c, mv_key(&m, "burstiness"), NULL,
+                     "key 'burstiness': only with arrival: gamma (arrival is %s)", arrival);
+    SC_TRY(check(c, &m, "burstiness", p->burstiness > 0,
+                 "a gamma shape > 0 (1 = poisson, < 1 burstier)"));
+    int id = mv_find(&m, "duration"), ir = mv_find(&m, "requests");
+    if (id >= 0 && ir >= 0) {
+      int later = id > ir ? id : ir;
+      return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of duration or "
+                     "requests in a rate phase, got both", m.name[later]);
+    }
+    if (id < 0 && ir < 0)
+      return fail_at(c, item, k, "missing required key 'duration' or 'requests' (how long a "
+                     "rate phase sends: exactly one of them)");
+    SC_TRY(check(c, &m, "duration", p->duration_ns > 0, "a duration > 0"));
+    SC_TRY(check(c, &m, "requests", p->requests >= 1, "an integer >= 1"));
+    SC_TRY(check(c, &m, "warmup", id < 0 || p->warmup_ns < p->duration_ns,
+                 "a duration shorter than the phase's duration"));
+    if (!*named) snprintf(p->name, sizeof p->name, "rate-%g", p->rate);
+    break;
+  }
+  case SCN_PHASE_FIXED: {
+    static const char *const none[] = {NULL};
+    int conc = 1;
+    const yaml_map_field ff[] = {F_INT("requests", &p->requests), F_INT("concurrency", &conc)};
+    mapview fm;
+    SC_TRY(read_map(c, mv_val(&m, "fixed"), "fixed", mv_key(&m, "fixed"), ff, 2, none, 0, &fm));
+    SC_TRY(need(c, &fm, "requests", "how many requests in all, an integer >= 1"));
+    SC_TRY(check(c, &fm, "requests", p->requests >= 1, "an integer >= 1"));
+    SC_TRY(check(c, &fm, "concurrency", conc >= 1, "an integer >= 1"));
+    p->concurrency[0] = conc;
+    p->n_concurrency = 1;
+    if (!*named) snprintf(p->name, sizeof p->name, "fixed");
+    break;
+  }
+  }
+  return SC_OK;
+}
+
+static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_workload *w = &c->s->workload;
+  struct fy_node *items[SCN_MAX_PHASES];
+  int n = 0;
+  SC_TRY(seq_items(c, v, k, "a list of phases (each one of ramp, rate or fixed)",
+                   SCN_MAX_PHASES, items, &n));
+  bool named[SCN_MAX_PHASES];
+  for (int i = 0; i < n; i++) {
+    SC_TRY(parse_phase(c, items[i], k, &w->phases[i], &named[i]));
+    for (int j = 0; named[i] && j < i; j++)
+      if (named[j] && !strcmp(w->phases[j].name, w->phases[i].name))
+        return fail_at(c, fy_node_mapping_lookup_by_string(items[i], "name", FY_NT), items[i],
+                       "key 'name': phase name '%s' is used twice", w->phases[i].name);
+  }
+  // default names: unique against the explicit ones and each other ("ramp", "ramp-2", ...)
+  for (int i = 0; i < n; i++) {
+    if (named[i]) continue;
+    scn_phase *p = &w->phases[i];
+    char base[48];
+    snprintf(base, sizeof base, "%s", p->name);
+    p->name[0] = 0;
+    bool taken = false;
+    for (int j = 0; j < n; j++) taken |= j != i && (named[j] || j < i) &&
+                                         !strcmp(w->phases[j].name, base);
+    if (!taken) {
+      snprintf(p->name, sizeof p->name, "%s", base);
+      continue;
+    }
+    for (int suffix = 2;; suffix++) {
+      char cand[48];
+      snprintf(cand, sizeof cand, "%.30s-%d", base, suffix);
+      taken = false;
+      for (int j = 0; j < n; j++)
+        taken |= j != i && (named[j] || j < i) && !strcmp(w->phases[j].name, cand);
+      if (!taken) {
+        snprintf(p->name, sizeof p->name, "%s", cand);
+        break;
+      }
+    }
+  }
+  w->n_phases = n;
+  return SC_OK;
+}
+
+static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_workload *w = &c->s->workload;
+  char dataset[1024] = "";
+  static const char *const nested[] = {"prompts", "phases", "sampling"};
+  const yaml_map_field f[] = {F_STR("dataset", dataset), F_BOOL("stop_at_eos", &w->stop_at_eos)};
+  mapview m;
+  SC_TRY(read_map(c, v, "workload", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (mv_has(&m, "prompts") && mv_has(&m, "dataset")) {
+    int later = mv_find(&m, "prompts") > mv_find(&m, "dataset") ? mv_find(&m, "prompts")
+                                                                 : mv_find(&m, "dataset");
+    return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of prompts or "
+                   "dataset, got both", m.name[later]);
+  }
+  if (!mv_has(&m, "prompts") && !mv_has(&m, "dataset"))
+    return fail_at(c, v, k, "missing required key 'prompts' or 'dataset' (a list of prompt "
+                   "classes, or a .jsonl file)");
+  SC_TRY(need(c, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
+  if (mv_has(&m, "prompts")) SC_TRY(parse_classes(c, mv_val(&m, "prompts"), mv_key(&m, "prompts")));
+  if (mv_has(&m, "dataset")) {
+    struct fy_node *dv = mv_val(&m, "dataset");
+    if (!dataset[0]) return expect_at(c, dv, mv_key(&m, "dataset"), "dataset", "a .jsonl path");
+    if (!resolve_path(c, dataset, w->dataset, sizeof w->dataset))
+      return fail_at(c, dv, NULL, "key 'dataset': path too long");
+    FILE *fp = is_dir(w->dataset) ? NULL : fopen(w->dataset, "rb");
+    if (!fp)
+      return fail_at(c, dv, NULL, "key 'dataset': cannot read '%s': %s", w->dataset,
+                     is_dir(w->dataset) ? "a directory, not a .jsonl file" : strerror(errno));
+    fclose(fp);
+  }
+  if (mv_has(&m, "sampling")) {
+    static const char *const none[] = {NULL};
+    const yaml_map_field sf[] = {F_DBL("temperature", &w->temperature), F_DBL("top_p", &w->top_p)};
+    mapview sm;
+    SC_TRY(read_map(c, mv_val(&m, "sampling"), "sampling", mv_key(&m, "sampling"), sf, 2, none,
+                    0, &sm));
+    SC_TRY(check(c, &sm, "temperature", w->temperature >= 0, "a number >= 0 (0 = greedy)"));
+    SC_TRY(check(c, &sm, "top_p", w->top_p > 0 && w->top_p <= 1, "a number in (0, 1]"));
+  }
+  return parse_phases(c, mv_val(&m, "phases"), mv_key(&m, "phases"));
+}
+
+// --- faults
+
+// Target forms (bits) a fault accepts.
+enum { TGT_REPLICA = 1, TGT_RANK = 2, TGT_EVERY = 4 };
+
+// Parses "replicaR", "replicaR.rankK" or "every-rank"; returns the form (0 when malformed).
+static int target_parse(const char *t, int *r, int *k) {
+  if (!strcmp(t, "every-rank")) return TGT_EVERY;
+  if (strncmp(t, "replica", 7)) return 0;
+  char *end;
+  const char *p = t + 7;
+  if (*p < '0' || *p > '9') return 0;
+  long rv = strtol(p, &end, 10);
+  if (rv > 1 << 20) return 0;
+  *r = (int)rv;
+  if (!*end) return TGT_REPLICA;
+  if (strncmp(end, ".rank", 5) || end[5] < '0' || end[5] > '9') return 0;
+  long kv = strtol(end + 5, &end, 10);
+  if (*end || kv > 1 << 20) return 0;
+  *k = (int)kv;
+  return TGT_RANK;
+}
+
+// True when some deployment has replica r (and rank k when k >= 0).
+static bool target_exists(const scenario *s, int r, int k) {
+  for (int i = 0; i < s->n_deployments; i++) {
+    const scn_deployment *d = &s->deployments[i];
+    if (r < d->dp && (k < 0 || k < d->tp * d->pp)) return true;
+  }
+  return false;
+}
+
+// "replicaR, replicaR.rankK or every-rank": the forms in accept.
+static void target_forms(int accept, char *buf, size_t cap) {
+  static const char *const forms[] = {"replicaR", "replicaR.rankK", "every-rank"};
+  const char *got[3];
+  int n = 0;
+  for (int i = 0; i < 3; i++)
+    if (accept & (1 << i)) got[n++] = forms[i];
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                            i == 0 ? "" : i == n - 1 ? " or " : ", ", got[i]);
+}
+
+// Checks target text (value v of key k) against the forms `accept` and the deployments.
+static sc_status check_target(ctx *c, struct fy_node *v, struct fy_node *k, const char *text,
+                              int accept) {
+  int r = 0, rk = -1;
+  int form = target_parse(text, &r, &rk);
+  if (!(form & accept)) {
+    char e[160];
+    target_forms(accept, e, sizeof e);
+    return expect_at(c, v, k, key_text(k), e);
+  }
+  if (form == TGT_EVERY || target_exists(c->s, r, form == TGT_RANK ? rk : -1)) return SC_OK;
+  char have[300];
+  size_t len = 0;
+  have[0] = 0;
+  for (int i = 0; i < c->s->n_deployments && len < sizeof have; i++) {
+    const scn_deployment *d = &c->s->deployments[i];
+    len += (size_t)snprintf(have + len, sizeof have - len, "%s%s: replica0..%d x rank0..%d",
+                            i ? ", " : "", d->label, d->dp - 1, d->tp * d->pp - 1);
+  }
+  return fail_at(c, v, k, "key '%s': '%s' exists in no deployment (%s)", key_text(k), text, have);
+}
+
+// Fault kind keys, in scn_fault_kind order.
+static const char *const fault_kinds[] = {"kill",     "hang",       "slow",
+                                          "cancel_storm", "hot_swap", "clock_jump",
+                                          "oom",      "corrupt",    "chaos"};
+
+static sc_status parse_slow(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+  static const char *const none[] = {NULL};
+  char on[16] = "";
+  const yaml_map_field f[] = {
+      F_STR("on", on),
+      F_DBL("factor", &ft->factor),
+      F_DUR("latency", &ft->latency_ns),
+      F_DBL("bandwidth", &ft->bandwidth),
+  };
+  mapview m;
+  SC_TRY(read_map(c, v, "slow", k, f, COUNT(f), none, 0, &m));
+  SC_TRY(need(c, &m, "on", "rank or link"));
+  static const char *const ons[] = {"rank", "link"};
+  int o = 0;
+  SC_TRY(pick_key(c, &m, "on", on, ons, 2, &o));
+  snprintf(ft->what, sizeof ft->what, "%s", on);
+  SC_TRY(check(c, &m, "factor", ft->factor > 1, "a step-time multiplier > 1"));
+  SC_TRY(check(c, &m, "bandwidth", ft->bandwidth > 0, "bytes/s, a number > 0"));
+  if (o == 0) {
+    for (int i = 0; i < m.n; i++)
+      if (!strcmp(m.name[i], "latency") || !strcmp(m.name[i], "bandwidth"))
+        return fail_at(c, m.key[i], NULL, "key '%s': only with on: link (a slow rank takes "
+                       "factor)", m.name[i]);
+    SC_TRY(need(c, &m, "factor", "a step-time multiplier > 1"));
+  } else if (!mv_has(&m, "factor") && !mv_has(&m, "latency") && !mv_has(&m, "bandwidth")) {
+    return fail_at(c, v, k, "key 'slow': expected at least one of factor, latency or "
+                   "bandwidth, got none");
+  }
+  return SC_OK;
+}
+
+static sc_status parse_cancel_storm(ctx *c, struct fy_node *v, struct fy_node *k,
+                                    scn_fault *ft) {
+  static const char *const nested[] = {"stages"};
+  const yaml_map_field f[] = {F_DBL("fraction", &ft->fraction), F_INT("count", &ft->count)};
+  mapview m;
+  SC_TRY(read_map(c, v, "cancel_storm", k, f, COUNT(f), nested, COUNT(nested), &m));
+  int ifr = mv_find(&m, "fraction"), ic = mv_find(&m, "count");
+  if (ifr >= 0 && ic >= 0) {
+    int later = ifr > ic ? ifr : ic;
+    return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of fraction or "
+                   "count, got both", m.name[later]);
+  }
+  if (ifr < 0 && ic < 0)
+    return fail_at(c, v, k, "missing required key 'fraction' or 'count' (how many in-flight "
+                   "requests to cancel)");
+  SC_TRY(check(c, &m, "fraction", ft->fraction > 0 && ft->fraction <= 1, "a number in (0, 1]"));
+  SC_TRY(check(c, &m, "count", ft->count >= 1, "an integer >= 1"));
+  ft->stages = SCN_STAGE_QUEUED | SCN_STAGE_PREFILL | SCN_STAGE_DECODE;
+  if (mv_has(&m, "stages")) {
+    static const char *const stages[] = {"queued", "prefill", "decode"};
+    int idx[3], n = 0;
+    struct fy_node *items[3];
+    SC_TRY(enum_list(c, mv_val(&m, "stages"), mv_key(&m, "stages"),
+                     "a list of stages: queued, prefill, decode", stages, 3, 3, idx, &n, items));
+    ft->stages = 0;
+    for (int i = 0; i < n; i++) {
+      if (ft->stages & (1 << idx[i]))
+        return fail_at(c, items[i], NULL, "key 'stages': '%s' is listed twice", stages[idx[i]]);
+      ft->stages |= 1 << idx[i];
+    }
+  }
+  return SC_OK;
+}
+
+static sc_status parse_hot_swap(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+  static const char *const none[] = {NULL};
+  char model[1024] = "";
+  const yaml_map_field f[] = {F_STR("model", model),
+                              F_CUSTOM("dtype", ft->swap_dtype, parse_dtype, DTYPE_EXPECT)};
+  mapview m;
+  SC_TRY(read_map(c, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
+  if (!m.n)
+    return fail_at(c, v, k, "key 'hot_swap': expected at least one of model or dtype, got "
+                   "neither");
+  if (mv_has(&m, "model")) {
+    struct fy_node *mv = mv_val(&m, "model"), *mk = mv_key(&m, "model");
+    if (!model[0]) return expect_at(c, mv, mk, "model", "a preset name, .yaml file or directory");
+    model_config cfg;
+    SC_TRY(load_model(c, mv, mk, model, SRC_PRESET | SRC_DIR, ft->swap_model,
+                      sizeof ft->swap_model, &cfg, NULL));
+  }
+  return SC_OK;
+}
+
+static sc_status parse_chaos(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+  static const char *const nested[] = {"kinds", "count", "between", "keep_alive"};
+  mapview m;
+  SC_TRY(read_map(c, v, "chaos", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(need(c, &m, "kinds", "a list of fault kinds to draw from"));
+  SC_TRY(need(c, &m, "count", "[min, max] faults to draw"));
+  SC_TRY(need(c, &m, "between", "[from, to]: the window of fault times"));
+  static const char *const drawable[] = {"kill", "hang", "slow", "cancel_storm", "oom", "corrupt"};
+  static const scn_fault_kind drawn[] = {SCN_FAULT_KILL,         SCN_FAULT_HANG, SCN_FAULT_SLOW,
+                                         SCN_FAULT_CANCEL_STORM, SCN_FAULT_OOM,
+                                         SCN_FAULT_CORRUPT};
+  int idx[6], n = 0;
+  struct fy_node *items[6];
+  SC_TRY(enum_list(c, mv_val(&m, "kinds"), mv_key(&m, "kinds"),
+                   "a list of kill, hang, slow, cancel_storm, oom, corrupt", drawable, 6, 6, idx,
+                   &n, items));
+  for (int i = 0; i < n; i++) ft->kinds_mask |= 1u << drawn[idx[i]];
+  int cnt[2] = {0, 0};
+  struct fy_node *cv = mv_val(&m, "count"), *ck = mv_key(&m, "count");
+  const char *ce = "[min, max]: two integers, 0 <= min <= max, max >= 1";
+  SC_TRY(int_list(c, cv, ck, ce, 0, 2, cnt, &n, NULL));
+  if (n != 2 || cnt[0] > cnt[1] || cnt[1] < 1) return expect_at(c, cv, ck, "count", ce);
+  ft->count_min = cnt[0];
+  ft->count_max = cnt[1];
+  struct fy_node *bv = mv_val(&m, "between"), *bk = mv_key(&m, "between"), *bi[2];
+  const char *be = "[from, to]: two durations, from <= to";
+  SC_TRY(seq_items(c, bv, bk, be, 2, bi, &n));
+  if (n != 2) return expect_at(c, bv, bk, "between", be);
+  for (int i = 0; i < 2; i++) {
+    yaml_map_field f = F_DUR("between", &ft->between_ns[i]);
+    SC_TRY(read_scalar(c, bk, bi[i], &f));
+  }
+  if (ft->between_ns[0] > ft->between_ns[1]) return expect_at(c, bv, bk, "between", be);
+  if (mv_has(&m, "keep_alive")) {
+    struct fy_node *kv = mv_val(&m, "keep_alive"), *kk = mv_key(&m, "keep_alive"), *ki[8];
+    SC_TRY(seq_items(c, kv, kk, "a list of replicas (replica0, replica1, ...)", 8, ki, &n));
+    for (int i = 0; i < n; i++) {
+      yaml_map_field f = F_STR("keep_alive", ft->keep_alive[i]);
+      SC_TRY(read_scalar(c, kk, ki[i], &f));
+      SC_TRY(check_target(c, ki[i], kk, ft->keep_alive[i], TGT_REPLICA));
+    }
+    ft->n_keep_alive = n;
+  }
+  return SC_OK;
+}
+
+// What each fault kind takes besides its own key, and the targets it accepts.
+typedef struct fault_rule {
+  bool timed;      // at or at_phase (exactly one)
+  bool duration;   // duration allowed
+  bool target;     // target allowed
+} fault_rule;
+
+static const fault_rule fault_rules[] = {
+    [SCN_FAULT_KILL] = {true, false, true},      [SCN_FAULT_HANG] = {true, true, true},
+    [SCN_FAULT_SLOW] = {true, true, true},       [SCN_FAULT_CANCEL_STORM] = {true, false, false},
+    [SCN_FAULT_HOT_SWAP] = {true, false, true},  [SCN_FAULT_CLOCK_JUMP] = {true, false, false},
+    [SCN_FAULT_OOM] = {true, true, true},        [SCN_FAULT_CORRUPT] = {true, true, true},
+    [SCN_FAULT_CHAOS] = {false, false, false},
+};
+
+// Target forms accepted (and whether one is required) for a parsed fault.
+static int fault_targets(const scn_fault *ft, bool *required) {
+  *required = true;
+  switch (ft->kind) {
+  case SCN_FAULT_KILL: return strcmp(ft->what, "gpu") ? TGT_REPLICA : TGT_RANK | TGT_EVERY;
+  case SCN_FAULT_HANG: return strcmp(ft->what, "rank") ? TGT_REPLICA : TGT_RANK | TGT_EVERY;
+  case SCN_FAULT_SLOW:
+    if (!strcmp(ft->what, "rank")) return TGT_RANK | TGT_EVERY;
+    *required = false;
+    return TGT_REPLICA | TGT_RANK | TGT_EVERY;
+  case SCN_FAULT_HOT_SWAP: *required = false; return TGT_REPLICA;
+  case SCN_FAULT_OOM:
+  case SCN_FAULT_CORRUPT: return TGT_REPLICA | TGT_RANK | TGT_EVERY;
+  default: *required = false; return 0;
+  }
+}
+
+static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, scn_fault *ft) {
+  const scn_workload *w = &c->s->workload;
+  char kill[16] = "", hang[16] = "";
+  uint64_t resume = 0;
+  static const char *const nested[] = {"slow", "cancel_storm", "hot_swap", "clock_jump",
+                                       "oom",  "corrupt",      "chaos"};
+  const yaml_map_field f[] = {
+      F_STR("kill", kill),           F_STR("hang", hang),
+      F_DUR("at", &ft->at_ns),       F_STR("at_phase", ft->at_phase),
+      F_STR("target", ft->target),   F_DUR("duration", &ft->duration_ns),
+      F_DUR("resume_after", &resume),
+  };
+  mapview m;
+  SC_TRY(read_map(c, item, "faults", k, f, COUNT(f), nested, COUNT(nested), &m));
+  pos_of(item, &ft->line, &ft->col);
+  int kind = -1, ki = -1;
+  for (int i = 0; i < m.n; i++)
+    for (int j = 0; j < COUNT(fault_kinds); j++) {
+      if (strcmp(m.name[i], fault_kinds[j])) continue;
+      if (kind >= 0)
+        return fail_at(c, m.key[i], NULL, "key '%s': expected one fault kind per fault, got "
+                       "both '%s' and '%s'", fault_kinds[j], fault_kinds[kind], fault_kinds[j]);
+      kind = j;
+      ki = i;
+    }
+  if (kind < 0)
+    return fail_at(c, item, k, "key 'faults': expected one fault kind per fault (kill, hang, "
+                   "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt or chaos), got none");
+  ft->kind = (scn_fault_kind)kind;
+  const fault_rule *r = &fault_rules[kind];
+  // keys the kind does not take
+  for (int i = 0; i < m.n; i++) {
+    const char *n = m.name[i];
+    bool ok = i == ki || ((!strcmp(n, "at") || !strcmp(n, "at_phase")) && r->timed) ||
+              (!strcmp(n, "duration") && r->duration) || (!strcmp(n, "target") && r->target) ||
+              (!strcmp(n, "resume_after") && kind == SCN_FAULT_HANG);
+    if (!ok)
+      return fail_at(c, m.key[i], NULL, "key '%s': a %s fault takes no %s", n, fault_kinds[kind],
+                     n);
+  }
+  int ia = mv_find(&m, "at"), ip = mv_find(&m, "at_phase");
+  if (r->timed && ia >= 0 && ip >= 0) {
+    int later = ia > ip ? ia : ip;
+    return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of at or at_phase, "
+                   "got both", m.name[later]);
+  }
+  if (r->timed && ia < 0 && ip < 0)
+    return fail_at(c, item, k, "missing required key 'at' or 'at_phase' (when the %s fault "
+                   "happens)", fault_kinds[kind]);
+  if (ip >= 0) {
+    bool found = false;
+    char names[300];
+    size_t len = 0;
+    names[0] = 0;
+    for (int i = 0; i < w->n_phases; i++) {
+      found |= !strcmp(w->phases[i].name, ft->at_phase);
+      if (len < sizeof names)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
+                                w->phases[i].name);
+    }
+    if (!found) {
+      char e[340];
+      snprintf(e, sizeof e, "the name of a phase (%s)", names);
+      return expect_at(c, m.val[ip], m.key[ip], "at_phase", e);
+    }
+  }
+  struct fy_node *kv = m.val[ki], *kk = m.key[ki];
+  switch (ft->kind) {
+  case SCN_FAULT_KILL: {
+    static const char *const whats[] = {"gpu", "replica"};
+    int i = 0;
+    SC_TRY(pick(c, kv, kk, kill, whats, 2, &i));
+    snprintf(ft->what, sizeof ft->what, "%s", kill);
+    break;
+  }
+  case SCN_FAULT_HANG: {
+    static const char *const whats[] = {"rank", "replica"};
+    int i = 0;
+    SC_TRY(pick(c, kv, kk, hang, whats, 2, &i));
+    snprintf(ft->what, sizeof ft->what, "%s", hang);
+    if (mv_has(&m, "resume_after") && mv_has(&m, "duration"))
+      return fail_at(c, mv_key(&m, "duration"), NULL, "key 'duration': a hang takes "
+                     "resume_after or duration (the same thing), got both");
+    if (mv_has(&m, "resume_after")) ft->duration_ns = resume;
+    break;
+  }
+  case SCN_FAULT_SLOW: SC_TRY(parse_slow(c, kv, kk, ft)); break;
+  case SCN_FAULT_CANCEL_STORM: SC_TRY(parse_cancel_storm(c, kv, kk, ft)); break;
+  case SCN_FAULT_HOT_SWAP: SC_TRY(parse_hot_swap(c, kv, kk, ft)); break;
+  case SCN_FAULT_CLOCK_JUMP: {
+    static const char *const none[] = {NULL};
+    const yaml_map_field cf[] = {F_CUSTOM("offset", &ft->offset_ns, parse_sdur, SDUR_EXPECT)};
+    mapview cm;
+    SC_TRY(read_map(c, kv, "clock_jump", kk, cf, 1, none, 0, &cm));
+    SC_TRY(need(c, &cm, "offset", SDUR_EXPECT));
+    SC_TRY(check(c, &cm, "offset", ft->offset_ns != 0, "a non-zero signed duration"));
+    break;
+  }
+  case SCN_FAULT_OOM: {
+    static const char *const none[] = {NULL};
+    static const char *const modes[] = {"transient", "persistent"};
+    char mode[16] = "transient";
+    const yaml_map_field of[] = {F_STR("mode", mode), F_INT("after_allocs", &ft->after_allocs)};
+    mapview om;
+    SC_TRY(read_map(c, kv, "oom", kk, of, 2, none, 0, &om));
+    int i = 0;
+    SC_TRY(pick_key(c, &om, "mode", mode, modes, 2, &i));
+    SC_TRY(check(c, &om, "after_allocs", ft->after_allocs >= 0, "an integer >= 0"));
+    snprintf(ft->what, sizeof ft->what, "%s", mode);
+    break;
+  }
+  case SCN_FAULT_CORRUPT: {
+    static const char *const none[] = {NULL};
+    static const char *const kinds[] = {"nan", "bitflip"};
+    char ck[16] = "";
+    const yaml_map_field cf[] = {F_STR("kind", ck)};
+    mapview cm;
+    SC_TRY(read_map(c, kv, "corrupt", kk, cf, 1, none, 0, &cm));
+    SC_TRY(need(c, &cm, "kind", "nan or bitflip"));
+    int i = 0;
+    SC_TRY(pick_key(c, &cm, "kind", ck, kinds, 2, &i));
+    snprintf(ft->what, sizeof ft->what, "%s", ck);
+    break;
+  }
+  case SCN_FAULT_CHAOS: SC_TRY(parse_chaos(c, kv, kk, ft)); break;
+  }
+  bool required = false;
+  int accept = fault_targets(ft, &required);
+  if (mv_has(&m, "target"))
+    return check_target(c, mv_val(&m, "target"), mv_key(&m, "target"), ft->target, accept);
+  if (required) {
+    char e[160];
+    target_forms(accept, e, sizeof e);
+    return fail_at(c, item, k, "missing required key 'target' (%s, for a %s%s%s fault)", e,
+                   fault_kinds[kind], ft->what[0] ? ": " : "", ft->what);
+  }
+  return SC_OK;
+}
+
+static sc_status parse_faults(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scenario *s = c->s;
+  if (v && fy_node_get_type(v) == FYNT_SEQUENCE && fy_node_sequence_item_count(v) == 0)
+    return SC_OK; // faults: []
+  struct fy_node *items[SCN_MAX_FAULTS];
+  SC_TRY(seq_items(c, v, k, "a list of faults", SCN_MAX_FAULTS, items, &s->n_faults));
+  for (int i = 0; i < s->n_faults; i++) SC_TRY(parse_fault(c, items[i], k, &s->faults[i]));
+  return SC_OK;
+}
+
+// --- SLOs
+
+// Edit distance of a and b (short strings, case ignored), for "did you mean".
+static int edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int row[64];
+  for (int j = 0; j <= lb; j++) row[j] = j;
+  for (int i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int up = row[j];
+      int best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+// Up to three SLO-able metric names close to key, "a, b or c", into buf ("" when none).
+static void close_names(const char *key, char *buf, size_t cap) {
+  const mt_metric_info *all;
+  int n = mt_metric_all(&all);
+  const char *best[3] = {NULL, NULL, NULL};
+  int score[3] = {99, 99, 99};
+  size_t kl = strlen(key);
+  for (int i = 0; i < n; i++) {
+    if (all[i].dir == MT_NEUTRAL) continue;
+    int d = edit_distance(key, all[i].name);
+    if (kl >= 3 && !strncasecmp(all[i].name, key, kl)) d = 0; // the key is a prefix
+    if (d > 4 && d * 3 > (int)kl) continue;
+    for (int j = 0; j < 3; j++)
+      if (d < score[j]) {
+        for (int m = 2; m > j; m--) {
+          score[m] = score[m - 1];
+          best[m] = best[m - 1];
+        }
+        score[j] = d;
+        best[j] = all[i].name;
+        break;
+      }
+  }
+  int nb = 0;
+  while (nb < 3 && best[nb]) nb++;
+  size_t len = 0;
+  buf[0] = 0;
+  for (int j = 0; j < nb && len < cap; j++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                            j == 0 ? "" : j == nb - 1 ? " or " : ", ", best[j]);
+}
+
+static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_slo *slo = &c->s->slo;
+  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
+    return expect_at(c, v, k, "slo", "a mapping of metric names to limits, e.g. "
+                     "{ttft_p95_ms: 500, error_rate: 0.01}");
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(v, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name =
+        pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+    if (!name) return fail_at(c, pk, v, "expected a plain key in 'slo'");
+    const mt_metric_info *mi = mt_metric_find(name);
+    if (!mi) {
+      char close[200];
+      close_names(name, close, sizeof close);
+      if (close[0])
+        return fail_at(c, pk, NULL, "unknown SLO key '%s'; did you mean %s? (SLO keys are "
+                       "metric names: docs/metrics.md)", name, close);
+      return fail_at(c, pk, NULL, "unknown SLO key '%s'; SLO keys are metric names such as "
+                     "ttft_p95_ms, tpot_p95_ms, e2el_p99_ms, error_rate, lost_requests, "
+                     "output_tok_s, goodput_rps (all: docs/metrics.md)", name);
+    }
+    if (mi->dir == MT_NEUTRAL)
+      return fail_at(c, pk, NULL, "key '%s': expected a metric an SLO can bound (lower or "
+                     "higher is better), got a count with neither (%s)", name, mi->what);
+    if (slo->n == SCN_MAX_SLO)
+      return fail_at(c, pk, NULL, "key 'slo': at most %d SLOs", SCN_MAX_SLO);
+    scn_slo_item *si = &slo->items[slo->n];
+    yaml_map_field f = F_DBL(name, &si->limit);
+    SC_TRY(read_scalar(c, pk, pv, &f));
+    if (!(si->limit >= 0)) {
+      char e[80];
+      snprintf(e, sizeof e, "a limit >= 0 (%s)", mi->unit);
+      return expect_at(c, pv, pk, name, e);
+    }
+    snprintf(si->key, sizeof si->key, "%s", name);
+    pos_of(pk, &si->line, &si->col);
+    slo->n++;
+  }
+  return SC_OK;
+}
+
+// --- the whole document
+
+static void set_defaults(scenario *s) {
+  s->mode = SCN_MODE_REAL;
+  snprintf(s->hardware.backend, sizeof s->hardware.backend, "cpu");
+  snprintf(s->hardware.profile, sizeof s->hardware.profile, "cpu");
+  s->workload.temperature = 0;
+  s->workload.top_p = 1;
+  s->limits = (scn_limits){
+      .request_timeout_ns = 60ull * 1000000000ull,
+      .max_running = 256,
+      .token_budget = 8192,
+      .prefill_chunk = 0,
+      .block_size = 16,
+      .kv_headroom = 0.10,
+      .collective_timeout_ns = 30ull * 1000000000ull,
+  };
+  s->router.policy = SCN_ROUTER_LEAST_OUTSTANDING;
+}
+
+static sc_status parse_root(ctx *c, struct fy_node *root) {
+  scenario *s = c->s;
+  char mode[16] = "real";
+  const yaml_map_field f[] = {
+      F_STR("name", s->name),
+      F_STR("description", s->description),
+      F_STR("mode", mode),
+      F_CUSTOM("seed", &s->seed, parse_u64, "a non-negative integer"),
+  };
+  static const char *const nested[] = {"model",  "hardware", "deployments", "workload",
+                                       "faults", "slo",      "limits",      "router"};
+  mapview m;
+  SC_TRY(read_map(c, root, NULL, NULL, f, COUNT(f), nested, COUNT(nested), &m));
+  SC_TRY(need(c, &m, "name", "a string naming the scenario"));
+  SC_TRY(need(c, &m, "model", "{preset: NAME} or {path: DIR}"));
+  SC_TRY(need(c, &m, "deployments", "a list of {tp, pp, dp} or {scaling: {gpus, pattern}}"));
+  SC_TRY(need(c, &m, "workload", "{prompts or dataset, phases}"));
+  SC_TRY(check(c, &m, "name", s->name[0] != 0, "a non-empty name"));
+  static const char *const modes[] = {"real", "sim"};
+  int md = 0;
+  SC_TRY(pick_key(c, &m, "mode", mode, modes, 2, &md));
+  if (md == 1)
+    return fail_at(c, mv_val(&m, "mode"), mv_key(&m, "mode"),
+                   "mode 'sim': simulated GPUs are not available yet in this version; use "
+                   "mode: real");
+  SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
+  SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware")));
+  if (mv_has(&m, "limits")) SC_TRY(parse_limits(c, mv_val(&m, "limits"), mv_key(&m, "limits")));
+  if (mv_has(&m, "router")) SC_TRY(parse_router(c, mv_val(&m, "router"), mv_key(&m, "router")));
+  // the planner's parameters (engine/memplan.h), as the engine will size itself
+  c->mp = memplan_defaults();
+  c->mp.headroom = s->limits.kv_headroom;
+  c->mp.block_size = s->limits.block_size;
+  c->mp.max_batch_tokens = s->limits.token_budget;
+  c->mp.max_seqs = s->limits.max_running;
+  c->mp.weight_dtype = s->model.config.dtype;
+  if (s->model.dtype[0]) sc_dtype_parse(s->model.dtype, &c->mp.weight_dtype);
+  c->mp.kv_dtype = !strcmp(s->hardware.backend, "cpu") ? SC_F32 : SC_BF16;
+  SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
+  SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
+  if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
+  if (mv_has(&m, "slo")) SC_TRY(parse_slo(c, mv_val(&m, "slo"), mv_key(&m, "slo")));
+  return SC_OK;
+}
+
+// Parses s->text into s.
+static sc_status parse_text(scenario *s, const char *name, sc_error *err) {
+  ctx c = {.file = name, .dir = s->dir, .s = s, .err = err};
+  struct fy_diag_cfg dcfg;
+  fy_diag_cfg_default(&dcfg);
+  dcfg.fp = NULL; // collected, never printed
+  dcfg.colorize = false;
+  struct fy_diag *diag = fy_diag_create(&dcfg);
+  if (!diag) return sc_fail(err, SC_OOM, "%s: cannot create a YAML diagnostic object", name);
+  fy_diag_set_collect_errors(diag, true);
+  struct fy_parse_cfg cfg = {.flags = FYPCF_QUIET | FYPCF_RESOLVE_DOCUMENT, .diag = diag};
+  c.doc = fy_document_build_from_string(&cfg, s->text, s->text_len);
+  sc_status st;
+  if (!c.doc) {
+    void *it = NULL;
+    struct fy_diag_error *e = fy_diag_errors_iterate(diag, &it);
+    if (e) // libfyaml's positions are 1-based
+      st = sc_fail(err, SC_INVALID, "%s:%d:%d: invalid YAML: %s", name, e->line, e->column,
+                   e->msg ? e->msg : "syntax error");
+    else
+      st = sc_fail(err, SC_INVALID, "%s: empty file; expected a scenario (a mapping of keys: "
+                   "name, model, deployments, workload, ...)", name);
+  } else {
+    struct fy_node *root = fy_document_root(c.doc);
+    if (!root || fy_node_is_null(root))
+      st = sc_fail(err, SC_INVALID, "%s: empty file; expected a scenario (a mapping of keys: "
+                   "name, model, deployments, workload, ...)", name);
+    else
+      st = parse_root(&c, root);
+    fy_document_destroy(c.doc);
+  }
+  fy_diag_destroy(diag);
+  return st;
+}
+
+// --- public API
+
+sc_status scenario_parse(const char *text, size_t len, const char *name, const char *dir,
+                         scenario **out, sc_error *err) {
+  *out = NULL;
+  if (!name) name = "<scenario>";
+  scenario *s = calloc(1, sizeof *s);
+  char *copy = malloc(len + 1);
+  if (!s || !copy) {
+    free(s);
+    free(copy);
+    return sc_fail(err, SC_OOM, "%s: out of memory", name);
+  }
+  memcpy(copy, text, len);
+  copy[len] = 0;
+  s->text = copy;
+  s->text_len = len;
+  snprintf(s->dir, sizeof s->dir, "%s", dir && *dir ? dir : ".");
+  set_defaults(s);
+  sc_status st = parse_text(s, name, err);
+  if (st != SC_OK) {
+    scenario_free(s);
+    return st;
+  }
+  *out = s;
+  return SC_OK;
+}
+
+sc_status scenario_load(const char *path, scenario **out, sc_error *err) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return sc_fail(err, SC_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
+    fclose(f);
+    return sc_fail(err, SC_IO, "%s: not a readable file", path);
+  }
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    len += fread(buf + len, 1, cap - len, f);
+    if (len < cap) break;
+    char *bigger = cap < SCN_MAX_TEXT ? realloc(buf, cap * 2) : NULL;
+    if (!bigger) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = bigger;
+    cap *= 2;
+  }
+  bool bad = ferror(f) != 0;
+  fclose(f);
+  if (!buf) return sc_fail(err, SC_IO, "%s: larger than %zu MiB or out of memory", path,
+                           SCN_MAX_TEXT >> 20);
+  if (bad) {
+    free(buf);
+    return sc_fail(err, SC_IO, "%s: read error", path);
+  }
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = 0; // "/x.yaml" -> "/"
+  else *slash = 0;
+  sc_status s = scenario_parse(buf, len, path, dir, out, err);
+  free(buf);
+  if (s == SC_OK) snprintf((*out)->path, sizeof (*out)->path, "%s", path);
+  return s;
+}
+
+void scenario_free(scenario *s) {
+  if (!s) return;
+  free(s->text);
+  free(s);
+}
+
+int scenario_phase_requests(const scn_phase *p) {
+  if (p->kind == SCN_PHASE_FIXED || (p->kind == SCN_PHASE_RATE && !p->duration_ns))
+    return p->requests;
+  return 0;
+}
+
+uint64_t scenario_phase_duration_ns(const scn_phase *p) {
+  if (p->kind == SCN_PHASE_RAMP) return (uint64_t)p->n_concurrency * p->hold_ns;
+  if (p->kind == SCN_PHASE_RATE) return p->duration_ns;
+  return 0;
+}
+
+const char *scenario_phase_kind_name(scn_phase_kind k) {
+  switch (k) {
+  case SCN_PHASE_RAMP: return "ramp";
+  case SCN_PHASE_RATE: return "rate";
+  case SCN_PHASE_FIXED: return "fixed";
+  }
+  return "unknown";
+}
+
+const char *scenario_fault_kind_name(scn_fault_kind k) {
+  return (unsigned)k < (unsigned)COUNT(fault_kinds) ? fault_kinds[k] : "unknown";
+}
