@@ -9,6 +9,10 @@ static const struct {
   int (*run)(int argc, char **argv);
   const char *help;
 } cmds[] = {
+    {"run", cmd_run, "run a scenario: every deployment, every phase; record, report, verdict"},
+    {"validate", cmd_validate, "check a scenario file without running it"},
+    {"runs", cmd_runs, "list the runs in a results database"},
+    {"report", cmd_report, "write plots, tables and index.html for runs in a results database"},
     {"generate", cmd_generate, "run one prompt through a sharded engine and print the tokens"},
     {"plan", cmd_plan, "list every tp x pp x dp layout with its memory per GPU"},
     {"model", cmd_model, "model utilities: `model gen` writes random weights for a preset"},
@@ -17,11 +21,12 @@ static const struct {
 static void usage(FILE *f) {
   fprintf(f, "usage: shardcheck <command> [options]\n\n"
              "shardcheck validates a sharded LLM serving configuration: it runs a real\n"
-             "tensor/pipeline-parallel engine and measures it.\n\ncommands:\n");
+             "tensor/pipeline/data-parallel engine under scripted scenarios, records every\n"
+             "request in SQLite, plots scaling and gives a verdict.\n\ncommands:\n");
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].help);
   fprintf(f, "\n`shardcheck <command> --help` for its options.\n"
-             "exit codes: 0 ok, 2 bad input or usage, 3 runtime failure.\n");
+             "exit codes: 0 ok, 1 an SLO failed (run), 2 bad input or usage, 3 runtime failure.\n");
 }
 
 int main(int argc, char **argv) {

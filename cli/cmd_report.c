@@ -1,0 +1,130 @@
+// `shardcheck report`: plots (PNG + SVG with the gnuplot script and data behind each) and a
+// self-contained index.html for one or several runs of a results database; optionally JUnit XML.
+//
+// This file parses arguments, opens the database read-only and prints where things went; the
+// report itself is reports/report*.c (report_write, report_junit_write).
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "reports/report.h"
+#include "reports/store.h"
+
+enum { REPORT_MAX_RUNS = 64 };
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: shardcheck report [--db PATH] [--run ID]... [--out DIR] [--junit PATH]\n\n"
+          "Writes the report of one run, or of several side by side (e.g. predicted vs\n"
+          "measured), from a results database: five plots, each as PNG and SVG with the\n"
+          "gnuplot script and data file behind it (scaling vs GPUs, TTFT vs concurrency,\n"
+          "TPOT and throughput vs concurrency, a timeline with phase and fault markers,\n"
+          "KV-cache use per replica), and index.html: one self-contained page with the\n"
+          "verdict, the tables, the plots and the scenario text.\n\n"
+          "  -d, --db PATH       results database (default results.db)\n"
+          "  -r, --run ID        a run to report; repeat for several, up to %d (default: the\n"
+          "                      newest run)\n"
+          "  -o, --out DIR       output directory, created when absent (default\n"
+          "                      reports/out/run-ID, or reports/out/runs-ID-ID... for several)\n"
+          "      --junit PATH    also write JUnit XML of the run: one testcase per deployment x\n"
+          "                      SLO (one run only)\n"
+          "      --gnuplot PROG  the gnuplot program (default $SHARDCHECK_GNUPLOT, else gnuplot\n"
+          "                      on PATH)\n"
+          "  -h, --help          this text\n\n"
+          "Without gnuplot the data files, scripts and index.html (tables, no plots) are still\n"
+          "written, a warning says the plots were skipped, and the exit code is unaffected.\n"
+          "exit codes: 0 ok, 2 bad input or usage (no database, unknown run), 3 runtime "
+          "failure.\n",
+          REPORT_MAX_RUNS);
+}
+
+int cmd_report(int argc, char **argv) {
+  enum { OPT_JUNIT = 1000, OPT_GNUPLOT };
+  static const struct option opts[] = {
+      {"db", required_argument, NULL, 'd'},
+      {"run", required_argument, NULL, 'r'},
+      {"out", required_argument, NULL, 'o'},
+      {"junit", required_argument, NULL, OPT_JUNIT},
+      {"gnuplot", required_argument, NULL, OPT_GNUPLOT},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  const char *db_path = "results.db", *out = NULL, *junit = NULL, *gnuplot = NULL;
+  int64_t runs[REPORT_MAX_RUNS];
+  int n_runs = 0;
+  optind = 0; // glibc: full re-initialisation, in case another command parsed before
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":d:r:o:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'd': db_path = optarg; break;
+    case 'r': {
+      uint64_t id;
+      if (!cli_parse_u64(optarg, &id) || id == 0 || id > INT64_MAX)
+        return cli_usage_error("report", "--run must be a run id (a positive integer), got",
+                               optarg);
+      if (n_runs == REPORT_MAX_RUNS)
+        return cli_usage_error("report", "too many --run options; the most is", "64");
+      runs[n_runs++] = (int64_t)id;
+      break;
+    }
+    case 'o': out = optarg; break;
+    case OPT_JUNIT: junit = optarg; break;
+    case OPT_GNUPLOT: gnuplot = optarg; break;
+    case 'h': usage(stdout); return CLI_OK;
+    case ':': return cli_usage_error("report", "missing value for", argv[optind - 1]);
+    default:
+      if (optopt) {
+        char o[3] = {'-', (char)optopt, 0};
+        return cli_usage_error("report", "unknown option", o);
+      }
+      return cli_usage_error("report", "unknown option", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return cli_usage_error("report", "unexpected argument", argv[optind]);
+  if (!*db_path) return cli_usage_error("report", "--db must name a file", NULL);
+  if (out && !*out) return cli_usage_error("report", "--out must name a directory", NULL);
+  if (junit && !*junit) return cli_usage_error("report", "--junit must name a file", NULL);
+  if (junit && n_runs > 1)
+    return cli_usage_error("report", "--junit takes one run; drop it or give one --run", NULL);
+
+  sc_error err = {{0}};
+  store *s = NULL;
+  sc_status st = store_open_readonly(db_path, &s, &err);
+  if (st != SC_OK) return cli_fail("report", st, &err);
+
+  // Check every run up front (so nothing is written for a bad id) and find the newest.
+  store_run_row row;
+  for (int i = 0; i < n_runs && st == SC_OK; i++) st = store_run_get(s, runs[i], &row, &err);
+  if (st == SC_OK && n_runs == 0) {
+    int n = store_runs_list(s, &row, 1, &err);
+    if (n < 0) st = SC_IO;
+    else if (n == 0) st = sc_fail(&err, SC_INVALID, "no runs in %s", db_path);
+    else runs[n_runs++] = row.id;
+  }
+  if (st != SC_OK) {
+    store_close(s);
+    return cli_fail("report", st, &err);
+  }
+
+  char dir[1024];
+  if (!out) {
+    int len = snprintf(dir, sizeof dir, "reports/out/run%s", n_runs > 1 ? "s" : "");
+    for (int i = 0; i < n_runs && len < (int)sizeof dir; i++)
+      len += snprintf(dir + len, sizeof dir - (size_t)len, "-%lld", (long long)runs[i]);
+    out = dir;
+  }
+  report_options o = {.out_dir = out, .run_ids = runs, .n_runs = n_runs, .gnuplot = gnuplot};
+  report_result res;
+  st = report_write(store_db(s), &o, &res, &err);
+  if (st == SC_OK && junit) st = report_junit_write(store_db(s), runs[0], junit, &err);
+  store_close(s);
+  if (st != SC_OK) return cli_fail("report", st, &err);
+  if (res.plots_skipped)
+    fprintf(stderr, "shardcheck report: warning: plots skipped: %s\n", res.why);
+  printf("report: %s (%d plot%s)\n", res.index_path, res.n_plots, res.n_plots == 1 ? "" : "s");
+  if (junit) printf("junit: %s\n", junit);
+  return CLI_OK;
+}

@@ -1,0 +1,135 @@
+// `shardcheck run FILE`: runs a scenario, records it, writes the report, prints the verdict.
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "reports/report.h"
+#include "reports/store.h"
+#include "scenarios/runner.h"
+#include "scenarios/scenario.h"
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: shardcheck run FILE [--db PATH] [--out DIR] [--seed N] [--junit PATH]\n"
+          "                      [--quiet] [--no-report]\n\n"
+          "Runs the scenario FILE: every deployment in turn, every phase of its workload, on\n"
+          "the real engine. Every request, token time, engine step and device sample goes to\n"
+          "the SQLite database; at the end the metrics, the SLO verdicts, the plots and\n"
+          "index.html are written, and the verdict table is printed.\n\n"
+          "  --db PATH      results database, created when absent (default results.db)\n"
+          "  --out DIR      report directory (default reports/out/<run-id>/)\n"
+          "  --seed N       override the scenario's seed\n"
+          "  --junit PATH   also write JUnit XML: one testcase per deployment x SLO\n"
+          "  --quiet        no progress lines or notes (the verdict table is still printed)\n"
+          "  --no-report    skip the plots and index.html (shardcheck report can make them later)\n\n"
+          "Ctrl-C stops cleanly: requests in flight are recorded as cancelled and the run as\n"
+          "interrupted.\n"
+          "exit codes: 0 every SLO holds, 1 an SLO failed, 2 bad input, 3 the run failed,\n"
+          "130 interrupted.\n");
+}
+
+int cmd_run(int argc, char **argv) {
+  const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *junit = NULL;
+  bool quiet = false, no_report = false;
+  runner_options ro = runner_options_defaults();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool has_val = i + 1 < argc;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return CLI_OK;
+    } else if (!strcmp(a, "--db") && has_val) {
+      db_path = argv[++i];
+    } else if (!strcmp(a, "--out") && has_val) {
+      out_dir = argv[++i];
+    } else if (!strcmp(a, "--junit") && has_val) {
+      junit = argv[++i];
+    } else if (!strcmp(a, "--seed") && has_val) {
+      if (!cli_parse_u64(argv[++i], &ro.seed))
+        return cli_usage_error("run", "--seed needs a non-negative integer, got", argv[i]);
+      ro.seed_set = true;
+    } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+      quiet = true;
+    } else if (!strcmp(a, "--no-report")) {
+      no_report = true;
+    } else if (a[0] == '-') {
+      return cli_usage_error("run", has_val || strncmp(a, "--", 2) ? "unknown option"
+                                                                   : "option needs a value",
+                             a);
+    } else if (file) {
+      return cli_usage_error("run", "one scenario file only; extra argument", a);
+    } else {
+      file = a;
+    }
+  }
+  if (!file) return cli_usage_error("run", "missing the scenario FILE", NULL);
+  sc_error err = {{0}};
+  scenario *s = NULL;
+  sc_status st = scenario_load(file, &s, &err);
+  if (st != SC_OK) return cli_fail("run", st, &err);
+  store *db = NULL;
+  st = store_open(db_path, &db, &err);
+  if (st != SC_OK) {
+    scenario_free(s);
+    return cli_fail("run", st, &err);
+  }
+  struct sigaction sa = {.sa_handler = on_sigint}, old_int, old_term;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  ro.interrupted = &interrupted;
+  ro.progress = quiet ? RUNNER_PROGRESS_NONE : RUNNER_PROGRESS_AUTO;
+  runner_result res;
+  st = runner_run(s, db, &ro, &res, &err);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (st != SC_OK) {
+    store_close(db);
+    scenario_free(s);
+    return cli_fail("run", st, &err);
+  }
+  int code = !strcmp(res.status, "interrupted") ? 130
+             : !strcmp(res.status, "failed")    ? CLI_RUNTIME
+             : res.n_failed > 0                 ? CLI_SLO_FAIL
+                                                : CLI_OK;
+  if (!quiet)
+    fprintf(stderr, "run %lld %s in %.1f s: %llu requests, %llu output tokens\n",
+            (long long)res.run_id, res.status, res.wall_s, (unsigned long long)res.requests,
+            (unsigned long long)res.tokens);
+  if (res.error[0]) fprintf(stderr, "shardcheck run: %s\n", res.error);
+  if (report_print_verdicts(store_db(db), res.run_id, stdout, &err) != SC_OK)
+    fprintf(stderr, "shardcheck run: verdict table: %s\n", err.msg);
+  char dir[1100];
+  if (out_dir)
+    snprintf(dir, sizeof dir, "%s", out_dir);
+  else
+    snprintf(dir, sizeof dir, "reports/out/%lld", (long long)res.run_id);
+  if (!no_report) {
+    report_result rr;
+    report_options opt = {.out_dir = dir, .run_ids = &res.run_id, .n_runs = 1};
+    if (report_write(store_db(db), &opt, &rr, &err) != SC_OK) {
+      fprintf(stderr, "shardcheck run: report: %s\n", err.msg);
+      if (code == CLI_OK) code = CLI_RUNTIME;
+    } else {
+      if (rr.plots_skipped) fprintf(stderr, "warning: plots skipped: %s\n", rr.why);
+      if (!quiet) fprintf(stderr, "report: %s\n", rr.index_path);
+    }
+  }
+  if (junit && report_junit_write(store_db(db), res.run_id, junit, &err) != SC_OK) {
+    fprintf(stderr, "shardcheck run: junit: %s\n", err.msg);
+    if (code == CLI_OK) code = CLI_RUNTIME;
+  }
+  if (!quiet) fprintf(stderr, "database: %s (run %lld)\n", db_path, (long long)res.run_id);
+  store_close(db);
+  scenario_free(s);
+  return code;
+}

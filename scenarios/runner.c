@@ -1,0 +1,1050 @@
+// The runner's event loop (see runner.h): deployments one after another, each built as DP
+// replicas, each phase driven to its end and drained before the next, every request, token,
+// step and device sample recorded as it happens, metrics and verdicts computed at the end.
+//
+// Time: every stamp is read from the run's clock at the moment the runner sees the event (what
+// a client would see), and stored as ns since the run's start. An arrival is stamped with the
+// time it was scheduled for (open loop: the arrival process; closed loop: the previous
+// request's end plus think time), so a runner that falls behind shows up as latency rather than
+// vanishing from it. Phases are drained: a phase ends when it has stopped sending and its last
+// request has ended, so each phase's numbers are its own.
+// Not here: the formulas (reports/metrics.c), the SQL (reports/store.c), plots (reports/).
+#include "scenarios/runner.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/replica.h"
+#include "engine/router.h"
+#include "kernels/device.h"
+#include "reports/metrics.h"
+#include "scenarios/recorder.h"
+#include "scenarios/workload.h"
+
+enum {
+  EV_BATCH = 1024,           // events pulled from a replica per poll
+};
+static const uint64_t TICK_NS = 10000000ull;      // timeout scan period
+static const uint64_t SAMPLE_NS = 1000000000ull;  // device samples and flushes
+static const uint64_t LINE_NS = 10000000000ull;   // plain progress lines
+static const uint64_t TTY_NS = 500000000ull;      // terminal progress refresh
+
+typedef enum req_state { REQ_INFLIGHT, REQ_DONE } req_state;
+
+// One request as the client sees it. Times: ns since the run's start.
+typedef struct req_rec {
+  uint64_t arrival, dispatch, finish;
+  uint64_t *tok;          // (n_tok) when each output token was seen
+  int n_tok, cap_tok;
+  int prompt_tokens, max_tokens, class_idx;
+  int phase;              // index into the deployment's phase runs
+  int replica;            // -1: never dispatched
+  int user;               // closed loop: the user who sent it; -1: open loop
+  req_state state;
+  bool warmup, dispatched;
+  mt_status status;
+  char reason[32];
+} req_rec;
+
+// One phase as run: a ramp runs one of these per concurrency step.
+typedef struct phase_run {
+  const scn_phase *p;
+  char name[64];
+  int concurrency;          // closed loop: users; 0 for open loop
+  int64_t id;
+  uint64_t start, warmup_end, end;
+  uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
+  int peak_queue, peak_batch;
+  double kv_peak;
+  double ttft_p95_ms;       // filled by the metrics pass
+  double output_tok_s;
+} phase_run;
+
+typedef struct dep_result {
+  int64_t id;
+  int gpus;
+  bool built;
+  mt_summary pooled;
+  double peak_tok_s, kv_peak;
+  int peak_queue, peak_batch;
+  int knee;                 // -1 none or not computed
+  bool has_knee;
+  double speedup, efficiency;
+} dep_result;
+
+typedef struct ev_meta {
+  uint64_t t; // when the event was pulled, ns since the run's start
+  int rep;    // from which replica
+} ev_meta;
+
+typedef struct rt {
+  const scenario *s;
+  const runner_options *o;
+  store *db;
+  recorder *rec;            // request, step and sample rows go through it
+  runner_result *res;
+  sc_clock clock;
+  uint64_t t0;              // clock at the run's start
+  uint64_t seed;
+  int64_t run_id;
+  workload *wl;
+  mt_goodput good;
+  // current deployment
+  const scn_deployment *dep;
+  int dep_idx;
+  int64_t dep_id;
+  replica **reps;
+  int n_reps;
+  bool *eligible;           // (n_reps)
+  router *rt;
+  req_rec *reqs;            // (n_reqs) all requests of the deployment, index = key
+  size_t n_reqs, cap_reqs;
+  size_t low;               // every request below it is done
+  int inflight;
+  phase_run *phases;        // (n_phases) of the deployment
+  int n_phases, cur;
+  // closed-loop users of the current phase
+  uint64_t *user_next;      // (n_users) next send time; UINT64_MAX: waiting for its request
+  int n_users;
+  uint64_t user_wake;       // min of user_next
+  // open loop
+  uint64_t arrival_j, next_arrival;
+  bool sending;
+  uint64_t send_end;        // closed ramp / rate duration: no arrival at or after it
+  int sent;                 // requests sent in the phase
+  // progress
+  uint64_t next_tick, next_sample, next_line;
+  uint64_t tok_window, tok_window_start;
+  double tok_rate;
+  double *ttft_scratch;
+  size_t cap_ttft;
+  bool tty;
+  bool stopping;            // interrupted
+  bool line_open;           // a \r progress line is on the terminal
+  replica_event *ev;        // (cap_ev) events pulled, waiting to be handled
+  ev_meta *ev_meta;         // (cap_ev)
+  size_t cap_ev;
+  sc_error err;             // first database error
+  sc_status db_status;
+} rt;
+
+static uint64_t now_rel(rt *r) { return sc_clock_now(&r->clock) - r->t0; }
+
+static bool db_ok(rt *r, sc_status s) {
+  if (s != SC_OK && r->db_status == SC_OK) r->db_status = s;
+  return s == SC_OK;
+}
+
+runner_options runner_options_defaults(void) {
+  return (runner_options){.progress = RUNNER_PROGRESS_AUTO};
+}
+
+// --- progress
+static void fmt_dur(char *b, size_t cap, double s) {
+  if (s < 0 || !isfinite(s)) snprintf(b, cap, "?");
+  else if (s < 60) snprintf(b, cap, "%.0fs", s);
+  else if (s < 3600) snprintf(b, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else snprintf(b, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// Expected length of a phase run in seconds (NaN when it depends on the engine's speed).
+static double phase_expect_s(const phase_run *ph) {
+  const scn_phase *p = ph->p;
+  if (p->kind == SCN_PHASE_RAMP) return (double)p->hold_ns / 1e9;
+  if (p->kind == SCN_PHASE_RATE)
+    return p->duration_ns ? (double)p->duration_ns / 1e9 : p->requests / p->rate;
+  return NAN;
+}
+
+static double eta_s(rt *r, uint64_t now) {
+  double left = 0;
+  for (int k = r->cur; k < r->n_phases; k++) {
+    double e = phase_expect_s(&r->phases[k]);
+    if (!isfinite(e)) {
+      const phase_run *ph = &r->phases[k];
+      int todo = ph->p->requests - (k == r->cur ? r->sent : 0);
+      double el = (double)(now - r->phases[r->cur].start) / 1e9;
+      if (k != r->cur || r->sent == 0 || el <= 0) return NAN;
+      e = todo / (r->sent / el) + el;
+    }
+    if (k == r->cur) e -= (double)(now - r->phases[k].start) / 1e9;
+    left += e > 0 ? e : 0;
+  }
+  double per_dep = 0;
+  for (int k = 0; k < r->n_phases; k++) per_dep += phase_expect_s(&r->phases[k]);
+  int deps_left = r->s->n_deployments - r->dep_idx - 1;
+  if (deps_left > 0) left += isfinite(per_dep) ? deps_left * per_dep : NAN;
+  return left;
+}
+
+// TTFT p95 (ms) so far over the current phase's measured requests; NaN when none has a token.
+static double phase_ttft_p95(rt *r) {
+  const phase_run *ph = &r->phases[r->cur];
+  size_t n = 0;
+  for (uint64_t i = ph->first_seq; i < r->n_reqs; i++) {
+    const req_rec *q = &r->reqs[i];
+    if (q->n_tok == 0 || q->warmup) continue;
+    if (n == r->cap_ttft) {
+      size_t cap = r->cap_ttft ? r->cap_ttft * 2 : 1024;
+      double *p = realloc(r->ttft_scratch, cap * sizeof *p);
+      if (!p) break;
+      r->ttft_scratch = p;
+      r->cap_ttft = cap;
+    }
+    r->ttft_scratch[n++] = (double)(q->tok[0] - q->arrival) / 1e6;
+  }
+  if (n == 0) return NAN;
+  qsort(r->ttft_scratch, n, sizeof(double), cmp_double);
+  return mt_percentile(r->ttft_scratch, (int)n, 95);
+}
+
+// The progress line: while a phase runs (a rewritten line on a terminal, else every 10 s),
+// and once when it ends (done: its own totals).
+static void progress(rt *r, uint64_t now, bool done) {
+  if (r->o->progress == RUNNER_PROGRESS_NONE || r->cur >= r->n_phases) return;
+  bool tty = r->tty && r->o->progress == RUNNER_PROGRESS_AUTO;
+  if (!done && now < r->next_line) return;
+  r->next_line = now + (tty ? TTY_NS : LINE_NS);
+  FILE *f = r->o->progress_out ? r->o->progress_out : stderr;
+  const phase_run *ph = &r->phases[r->cur];
+  double p95 = phase_ttft_p95(r);
+  char ttft[32] = "-";
+  if (isfinite(p95)) snprintf(ttft, sizeof ttft, "%.0f ms", p95);
+  char load[32];
+  if (ph->concurrency) snprintf(load, sizeof load, "c=%d", ph->concurrency);
+  else snprintf(load, sizeof load, "%g req/s", ph->p->rate);
+  const char *pre = tty ? "\r\033[K" : "";
+  if (done) {
+    uint64_t toks = 0;
+    for (uint64_t i = ph->first_seq; i < r->n_reqs; i++) toks += (uint64_t)r->reqs[i].n_tok;
+    double el = (double)(now - ph->start) / 1e9;
+    fprintf(f, "%s%s [%d/%d] %s %s: %d requests in %.1f s | TTFT p95 %s | %.0f tok/s\n", pre,
+            r->dep->label, r->dep_idx + 1, r->s->n_deployments, ph->name, load, r->sent, el, ttft,
+            el > 0 ? (double)toks / el : 0.0);
+    fflush(f);
+    r->line_open = false;
+    return;
+  }
+  char total[24] = "";
+  if (ph->p->requests) snprintf(total, sizeof total, "/%d", ph->p->requests);
+  char eta[16];
+  fmt_dur(eta, sizeof eta, eta_s(r, now));
+  fprintf(f, "%s%s [%d/%d] %s %s | %d%s sent, %d in flight | TTFT p95 %s | %.0f tok/s | ETA %s%s",
+          pre, r->dep->label, r->dep_idx + 1, r->s->n_deployments, ph->name, load, r->sent, total,
+          r->inflight, ttft, r->tok_rate, eta, tty ? "" : "\n");
+  fflush(f);
+  r->line_open = tty;
+}
+
+static void progress_note(rt *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress_note(rt *r, const char *fmt, ...) {
+  if (r->o->progress == RUNNER_PROGRESS_NONE) return;
+  FILE *f = r->o->progress_out ? r->o->progress_out : stderr;
+  if (r->line_open) fputs("\r\033[K", f);
+  r->line_open = false;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fputc('\n', f);
+  fflush(f);
+}
+
+// --- requests
+static const char *status_name(mt_status s) {
+  switch (s) {
+  case MT_OK: return "ok";
+  case MT_CANCELLED: return "cancelled";
+  case MT_FAILED: return "failed";
+  case MT_TIMEOUT: return "timeout";
+  }
+  return "failed";
+}
+
+// Ends request k with status st at time t and records it; its user (closed loop) may send again.
+static void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char *error,
+                       uint64_t t) {
+  req_rec *q = &r->reqs[k];
+  if (q->state == REQ_DONE) return;
+  q->state = REQ_DONE;
+  q->status = st;
+  q->finish = t;
+  snprintf(q->reason, sizeof q->reason, "%s", reason ? reason : "");
+  r->inflight--;
+  if (q->dispatched) router_done(r->rt, q->replica);
+  const phase_run *ph = &r->phases[q->phase];
+  store_request row = {.run_id = r->run_id,
+                       .deployment_id = r->dep_id,
+                       .phase_id = ph->id,
+                       .seq = (int64_t)k,
+                       .class_name = workload_class_name(r->wl, q->class_idx),
+                       .replica = q->dispatched ? q->replica : -1,
+                       .prompt_tokens = q->prompt_tokens,
+                       .max_tokens = q->max_tokens,
+                       .output_tokens = q->n_tok,
+                       .arrival_ns = q->arrival,
+                       .dispatch_ns = q->dispatch,
+                       .has_dispatch = q->dispatched,
+                       .first_token_ns = q->n_tok ? q->tok[0] : 0,
+                       .has_first_token = q->n_tok > 0,
+                       .finish_ns = t,
+                       .has_finish = true,
+                       .status = status_name(st),
+                       .reason = q->reason[0] ? q->reason : NULL,
+                       .error = error,
+                       .warmup = q->warmup};
+  rec_request(r->rec, &row, q->tok, q->n_tok);
+  r->res->tokens += (uint64_t)q->n_tok;
+  while (r->low < r->n_reqs && r->reqs[r->low].state == REQ_DONE) r->low++;
+  if (q->user >= 0 && q->user < r->n_users) {
+    uint64_t next = t + ph->p->think_ns;
+    r->user_next[q->user] = next;
+    if (next < r->user_wake) r->user_wake = next;
+  }
+}
+
+static bool grow_reqs(rt *r) {
+  if (r->n_reqs < r->cap_reqs) return true;
+  size_t cap = r->cap_reqs ? r->cap_reqs * 2 : 1024;
+  req_rec *p = realloc(r->reqs, cap * sizeof *p);
+  if (!p) return false;
+  r->reqs = p;
+  r->cap_reqs = cap;
+  return true;
+}
+
+// Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop).
+static void send_req(rt *r, uint64_t arrival, int user) {
+  if (!grow_reqs(r)) {
+    db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory recording requests"));
+    r->sending = false;
+    return;
+  }
+  uint64_t k = r->n_reqs++;
+  wl_request w;
+  workload_request(r->wl, k, &w);
+  phase_run *ph = &r->phases[r->cur];
+  req_rec *q = &r->reqs[k];
+  *q = (req_rec){.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
+                 .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
+                 .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
+  r->inflight++;
+  r->sent++;
+  r->res->requests++;
+  if (user >= 0) r->user_next[user] = UINT64_MAX;
+  int i = -1;
+  for (int j = 0; j < r->n_reps; j++)
+    r->eligible[j] = replica_health_get(r->reps[j]) == REPLICA_HEALTHY;
+  i = router_pick(r->rt, r->eligible);
+  uint64_t t = now_rel(r);
+  if (i < 0) {
+    finish_req(r, k, MT_FAILED, "no_replica", "no healthy replica to send the request to", t);
+    return;
+  }
+  q->replica = i;
+  q->dispatched = true;
+  q->dispatch = t;
+  engine_request er = {.prompt = w.prompt,
+                       .n_prompt = w.n_prompt,
+                       .max_tokens = w.max_tokens,
+                       .sampling = {.temperature = (float)r->s->workload.temperature,
+                                    .top_p = (float)r->s->workload.top_p,
+                                    .seed = r->seed ^ (k * 0x9E3779B97F4A7C15ull)},
+                       .stop_at_eos = r->s->workload.stop_at_eos};
+  sc_error e = {{0}};
+  if (replica_submit(r->reps[i], k, &er, &e) != SC_OK)
+    finish_req(r, k, MT_FAILED, "replica_failed", e.msg, t);
+}
+
+static bool add_token(rt *r, req_rec *q, uint64_t t) {
+  if (q->n_tok == q->cap_tok) {
+    int cap = q->cap_tok ? q->cap_tok * 2 : (q->max_tokens < 64 ? q->max_tokens : 64);
+    if (cap < 1) cap = 1;
+    uint64_t *p = realloc(q->tok, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    q->tok = p;
+    q->cap_tok = cap;
+  }
+  q->tok[q->n_tok++] = t;
+  return true;
+}
+
+// Request k is past the request timeout at time t: the client gave up at arrival + limit, so
+// that is its end, and tokens seen after it are not its.
+static void time_out(rt *r, uint64_t k) {
+  req_rec *q = &r->reqs[k];
+  uint64_t limit = r->s->limits.request_timeout_ns;
+  uint64_t end = q->arrival + limit;
+  while (q->n_tok > 0 && q->tok[q->n_tok - 1] > end) q->n_tok--;
+  if (q->dispatched) replica_cancel(r->reps[q->replica], k);
+  char msg[96];
+  snprintf(msg, sizeof msg, "not finished %.3f s after arrival", (double)limit / 1e9);
+  finish_req(r, k, MT_TIMEOUT, "timeout", msg, end);
+}
+
+static void check_timeouts(rt *r, uint64_t now) {
+  uint64_t limit = r->s->limits.request_timeout_ns;
+  if (!limit) return;
+  for (size_t k = r->low; k < r->n_reqs; k++) {
+    req_rec *q = &r->reqs[k];
+    if (q->state != REQ_DONE && now - q->arrival > limit) time_out(r, k);
+  }
+}
+
+static bool past_timeout(const rt *r, const req_rec *q, uint64_t t) {
+  return r->s->limits.request_timeout_ns && t - q->arrival > r->s->limits.request_timeout_ns;
+}
+
+static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
+  if (ev->kind == REPLICA_EV_STEP) {
+    const engine_step_info *si = &ev->step;
+    uint64_t ts = si->t_start_ns > r->t0 ? si->t_start_ns - r->t0 : 0;
+    store_step st = {.run_id = r->run_id, .deployment_id = r->dep_id, .replica = rep,
+                     .t_ns = ts, .duration_ns = si->duration_ns, .seqs = si->n_seqs,
+                     .prefill_tokens = si->prefill_tokens, .decode_tokens = si->decode_tokens,
+                     .preempted = si->n_preempted, .queue_len = si->queue_len,
+                     .running = si->running, .kv_used = si->kv_used, .kv_total = si->kv_total};
+    rec_step(r->rec, &st);
+    if (r->cur < r->n_phases) {
+      phase_run *ph = &r->phases[r->cur];
+      if (si->queue_len > ph->peak_queue) ph->peak_queue = si->queue_len;
+      if (si->n_seqs > ph->peak_batch) ph->peak_batch = si->n_seqs;
+      double kv = si->kv_total ? (double)si->kv_used / si->kv_total : 0;
+      if (kv > ph->kv_peak) ph->kv_peak = kv;
+    }
+    return;
+  }
+  if (ev->key >= r->n_reqs) return;
+  req_rec *q = &r->reqs[ev->key];
+  if (q->state == REQ_DONE || q->replica != rep) return; // timed out or cancelled: not listening
+  if (past_timeout(r, q, t)) { // seen after the client gave up
+    time_out(r, ev->key);
+    return;
+  }
+  switch (ev->kind) {
+  case REPLICA_EV_TOKEN:
+    if (!add_token(r, q, t)) {
+      replica_cancel(r->reps[rep], ev->key);
+      finish_req(r, ev->key, MT_FAILED, "oom", "runner: out of memory recording tokens", t);
+    } else {
+      r->tok_window++;
+    }
+    break;
+  case REPLICA_EV_FINISHED:
+    if (ev->reason == FINISH_CANCELLED)
+      finish_req(r, ev->key, MT_CANCELLED, "cancelled", NULL, t);
+    else
+      finish_req(r, ev->key, MT_OK, engine_finish_reason_name(ev->reason), NULL, t);
+    break;
+  case REPLICA_EV_FAILED:
+    finish_req(r, ev->key, MT_FAILED, ev->what,
+               ev->status == SC_INVALID ? "the engine refused the request"
+                                        : replica_error(r->reps[rep]),
+               t);
+    break;
+  default: break;
+  }
+}
+
+// Pulls every pending event from every replica, then handles them. Each chunk is stamped
+// with the time it was pulled, and pulling (a copy) comes before handling (recording), so a
+// token's stamp does not wait on the handling of the tokens pulled before it.
+static void drain_events(rt *r) {
+  size_t n = 0;
+  for (int i = 0; i < r->n_reps; i++) {
+    for (;;) {
+      if (r->cap_ev - n < EV_BATCH) {
+        size_t cap = r->cap_ev ? r->cap_ev * 2 : 4 * EV_BATCH;
+        replica_event *e = realloc(r->ev, cap * sizeof *e);
+        ev_meta *m = realloc(r->ev_meta, cap * sizeof *m);
+        if (e) r->ev = e;
+        if (m) r->ev_meta = m;
+        if (!e || !m) break; // handle what was pulled; the rest stays queued
+        r->cap_ev = cap;
+      }
+      uint64_t t = now_rel(r);
+      int got = replica_poll(r->reps[i], r->ev + n, EV_BATCH);
+      if (got <= 0) break;
+      for (int k = 0; k < got; k++) r->ev_meta[n + (size_t)k] = (ev_meta){.t = t, .rep = i};
+      n += (size_t)got;
+    }
+  }
+  for (size_t k = 0; k < n; k++) on_event(r, r->ev_meta[k].rep, &r->ev[k], r->ev_meta[k].t);
+}
+
+// Real mode: sleeps until `deadline` (ns since the run's start) or until a replica has
+// events or a signal arrives. The simulator replaces this with "advance the virtual clock to
+// the earlier of the deadline and the next replica step's end".
+static void wait_until(rt *r, uint64_t deadline) {
+  struct pollfd fds[64];
+  int n = 0;
+  for (int i = 0; i < r->n_reps && n < 64; i++) {
+    int fd = replica_wait_fd(r->reps[i]);
+    if (fd >= 0) fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+  }
+  uint64_t now = now_rel(r);
+  uint64_t d = deadline > now ? deadline - now : 0;
+  struct timespec ts = {.tv_sec = (time_t)(d / 1000000000ull), .tv_nsec = (long)(d % 1000000000ull)};
+  ppoll(fds, (nfds_t)n, &ts, NULL);
+}
+
+// --- periodic work
+static void sample_devices(rt *r, uint64_t now) {
+  for (int i = 0; i < r->n_reps; i++)
+    for (int k = 0; k < r->reps[i]->n_ranks; k++) {
+      size_t used = 0, total = 0;
+      if (replica_rank_mem(r->reps[i], k, &used, &total) != SC_OK) continue;
+      store_device_sample d = {.run_id = r->run_id, .deployment_id = r->dep_id, .replica = i,
+                               .rank = k, .t_ns = now, .mem_used = used, .mem_total = total,
+                               .link_bytes = -1};
+      rec_sample(r->rec, &d);
+    }
+  rec_flush(r->rec);
+}
+
+static void periodic(rt *r, uint64_t now) {
+  if (now >= r->next_tick) {
+    check_timeouts(r, now);
+    r->next_tick = now + TICK_NS;
+  }
+  if (now >= r->next_sample) {
+    sample_devices(r, now);
+    r->next_sample = now + SAMPLE_NS;
+    double el = (double)(now - r->tok_window_start) / 1e9;
+    if (el > 0) r->tok_rate = (double)r->tok_window / el;
+    r->tok_window = 0;
+    r->tok_window_start = now;
+  }
+  progress(r, now, false);
+}
+
+// --- one phase run
+static void issue_due(rt *r, uint64_t now) {
+  phase_run *ph = &r->phases[r->cur];
+  const scn_phase *p = ph->p;
+  if (!r->sending) return;
+  if (p->kind == SCN_PHASE_RATE) {
+    while (r->sending && r->next_arrival <= now) {
+      if ((p->duration_ns && r->next_arrival >= r->send_end) ||
+          (p->requests && r->sent >= p->requests)) {
+        r->sending = false;
+        break;
+      }
+      send_req(r, r->next_arrival, -1);
+      r->arrival_j++;
+      r->next_arrival += workload_gap_ns(r->wl, (int)(p - r->s->workload.phases), r->arrival_j);
+    }
+    if (p->requests && r->sent >= p->requests) r->sending = false;
+    if (p->duration_ns && r->next_arrival >= r->send_end) r->sending = false;
+    return;
+  }
+  // closed loop
+  if (p->kind == SCN_PHASE_RAMP && now >= r->send_end) {
+    r->sending = false;
+    return;
+  }
+  if (r->user_wake > now) return;
+  uint64_t wake = UINT64_MAX;
+  for (int u = 0; u < r->n_users && r->sending; u++) {
+    uint64_t t = r->user_next[u];
+    if (t <= now) {
+      if (p->kind == SCN_PHASE_RAMP && t >= r->send_end) continue;
+      if (p->kind == SCN_PHASE_FIXED && r->sent >= p->requests) {
+        r->sending = false;
+        break;
+      }
+      send_req(r, t, u);
+      t = r->user_next[u]; // UINT64_MAX, or a time if it ended at once
+    }
+    if (t < wake) wake = t;
+  }
+  r->user_wake = wake;
+  if (p->kind == SCN_PHASE_FIXED && r->sent >= p->requests) r->sending = false;
+}
+
+static uint64_t next_deadline(rt *r, uint64_t now) {
+  uint64_t d = r->next_tick;
+  if (r->next_sample < d) d = r->next_sample;
+  if (r->o->progress != RUNNER_PROGRESS_NONE && r->next_line < d) d = r->next_line;
+  if (r->sending) {
+    const scn_phase *p = r->phases[r->cur].p;
+    if (p->kind == SCN_PHASE_RATE) {
+      if (r->next_arrival < d) d = r->next_arrival;
+    } else {
+      if (r->user_wake < d) d = r->user_wake;
+      if (p->kind == SCN_PHASE_RAMP && r->send_end < d) d = r->send_end;
+    }
+  }
+  return d > now ? d : now;
+}
+
+static void interrupt_inflight(rt *r, uint64_t now) {
+  for (size_t k = r->low; k < r->n_reqs; k++) {
+    req_rec *q = &r->reqs[k];
+    if (q->state == REQ_DONE) continue;
+    if (q->dispatched) replica_cancel(r->reps[q->replica], k);
+    finish_req(r, k, MT_CANCELLED, "interrupted", "the run was interrupted", now);
+  }
+  r->sending = false;
+}
+
+static sc_status run_phase(rt *r, int k) {
+  phase_run *ph = &r->phases[k];
+  const scn_phase *p = ph->p;
+  r->cur = k;
+  uint64_t start = now_rel(r);
+  ph->start = start;
+  ph->warmup_end = start + p->warmup_ns;
+  ph->first_seq = r->n_reqs;
+  store_phase sp = {.run_id = r->run_id, .deployment_id = r->dep_id, .idx = k, .name = ph->name,
+                    .kind = scenario_phase_kind_name(p->kind), .concurrency = ph->concurrency,
+                    .rate = p->kind == SCN_PHASE_RATE ? p->rate : 0,
+                    .arrival = p->kind != SCN_PHASE_RATE ? NULL
+                               : p->arrival == SCN_ARRIVAL_POISSON ? "poisson"
+                               : p->arrival == SCN_ARRIVAL_CONSTANT ? "constant"
+                                                                    : "gamma",
+                    .start_ns = start, .warmup_end_ns = ph->warmup_end};
+  rec_lock(r->rec);
+  sc_status s = store_phase_begin(r->db, &sp, &ph->id, &r->err);
+  rec_unlock(r->rec);
+  SC_TRY(s);
+  r->sent = 0;
+  r->sending = true;
+  r->send_end = p->kind == SCN_PHASE_RAMP   ? start + p->hold_ns
+                : p->kind == SCN_PHASE_RATE ? (p->duration_ns ? start + p->duration_ns : UINT64_MAX)
+                                            : UINT64_MAX;
+  r->n_users = ph->concurrency;
+  for (int u = 0; u < r->n_users; u++) r->user_next[u] = start;
+  r->user_wake = start;
+  if (p->kind == SCN_PHASE_RATE) {
+    r->arrival_j = 0;
+    r->next_arrival = start + workload_gap_ns(r->wl, (int)(p - r->s->workload.phases), 0);
+  }
+  r->next_line = start + (r->tty ? TTY_NS : LINE_NS);
+  for (;;) {
+    uint64_t now = now_rel(r);
+    if (r->o->interrupted && *r->o->interrupted && !r->stopping) {
+      r->stopping = true;
+      interrupt_inflight(r, now);
+    }
+    if (!r->stopping) issue_due(r, now);
+    periodic(r, now);
+    if (!r->sending && r->inflight == 0) break;
+    if (r->db_status != SC_OK) break;
+    wait_until(r, next_deadline(r, now_rel(r)));
+    drain_events(r);
+  }
+  ph->end = now_rel(r);
+  ph->end_seq = r->n_reqs;
+  progress(r, ph->end, true);
+  rec_lock(r->rec);
+  s = store_phase_end(r->db, ph->id, ph->end, &r->err);
+  rec_unlock(r->rec);
+  SC_TRY(s);
+  return r->db_status;
+}
+
+// --- metrics of a deployment
+typedef struct emit_ctx {
+  rt *r;
+  int64_t phase_id;
+  const char *cls;
+} emit_ctx;
+
+static void emit_metric(void *ud, const char *name, double v) {
+  emit_ctx *c = ud;
+  db_ok(c->r, store_metric_add(c->r->db, c->r->run_id, c->r->dep_id, c->phase_id, c->cls, name, v,
+                               &c->r->err));
+}
+
+static void add_metric(rt *r, int64_t phase_id, const char *name, double v) {
+  db_ok(r, store_metric_add(r->db, r->run_id, r->dep_id, phase_id, NULL, name, v, &r->err));
+}
+
+static sc_status deployment_metrics(rt *r, dep_result *dr) {
+  size_t n = r->n_reqs;
+  mt_request *m = calloc(n ? n : 1, sizeof *m);
+  if (!m) return sc_fail(&r->err, SC_OOM, "runner: out of memory computing metrics");
+  for (size_t i = 0; i < n; i++) {
+    const req_rec *q = &r->reqs[i];
+    m[i] = (mt_request){.arrival_ns = q->arrival, .finish_ns = q->finish, .token_ns = q->tok,
+                        .n_tokens = q->n_tok, .prompt_tokens = q->prompt_tokens,
+                        .status = q->status, .reason = q->reason, .class_idx = q->class_idx,
+                        .warmup = q->warmup};
+  }
+  int n_classes = workload_n_classes(r->wl);
+  int conc[SCN_MAX_PHASES * SCN_MAX_RAMP];
+  double ttft95[SCN_MAX_PHASES * SCN_MAX_RAMP];
+  int n_knee = 0;
+  sc_status s = SC_OK;
+  for (int k = 0; k < r->n_phases && s == SC_OK; k++) {
+    phase_run *ph = &r->phases[k];
+    if (!ph->id) continue; // never started (interrupted before it)
+    const mt_request *pm = m + ph->first_seq;
+    int pn = (int)(ph->end_seq - ph->first_seq);
+    mt_summary sum;
+    s = mt_summarize(pm, pn, -1, &r->good, ph->warmup_end, ph->end, &sum);
+    if (s != SC_OK) break;
+    emit_ctx c = {.r = r, .phase_id = ph->id, .cls = NULL};
+    mt_summary_each(&sum, emit_metric, &c);
+    add_metric(r, ph->id, "peak_queue", ph->peak_queue);
+    add_metric(r, ph->id, "peak_batch", ph->peak_batch);
+    add_metric(r, ph->id, "kv_peak_frac", ph->kv_peak);
+    ph->ttft_p95_ms = sum.ttft_ms.p95;
+    ph->output_tok_s = sum.output_tok_s;
+    if (sum.output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum.output_tok_s;
+    if (ph->peak_queue > dr->peak_queue) dr->peak_queue = ph->peak_queue;
+    if (ph->peak_batch > dr->peak_batch) dr->peak_batch = ph->peak_batch;
+    if (ph->kv_peak > dr->kv_peak) dr->kv_peak = ph->kv_peak;
+    if (ph->concurrency) {
+      conc[n_knee] = ph->concurrency;
+      ttft95[n_knee++] = sum.ttft_ms.p95;
+    }
+    for (int cl = 0; cl < n_classes && n_classes > 1 && s == SC_OK; cl++) {
+      s = mt_summarize(pm, pn, cl, &r->good, ph->warmup_end, ph->end, &sum);
+      emit_ctx cc = {.r = r, .phase_id = ph->id, .cls = workload_class_name(r->wl, cl)};
+      if (s == SC_OK) mt_summary_each(&sum, emit_metric, &cc);
+    }
+  }
+  if (s == SC_OK) s = mt_summarize(m, (int)n, -1, &r->good, 0, 0, &dr->pooled);
+  if (s == SC_OK) {
+    emit_ctx c = {.r = r, .phase_id = 0, .cls = NULL};
+    mt_summary_each(&dr->pooled, emit_metric, &c);
+    add_metric(r, 0, "peak_queue", dr->peak_queue);
+    add_metric(r, 0, "peak_batch", dr->peak_batch);
+    add_metric(r, 0, "kv_peak_frac", dr->kv_peak);
+    add_metric(r, 0, "gpus", dr->gpus);
+    add_metric(r, 0, "peak_output_tok_s", dr->peak_tok_s);
+    for (int i = 0; i < r->s->slo.n; i++)
+      if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
+        dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);
+        dr->has_knee = true;
+        add_metric(r, 0, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
+      }
+    for (int cl = 0; cl < n_classes && n_classes > 1 && s == SC_OK; cl++) {
+      mt_summary sum;
+      s = mt_summarize(m, (int)n, cl, &r->good, 0, 0, &sum);
+      emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
+      if (s == SC_OK) mt_summary_each(&sum, emit_metric, &cc);
+    }
+  }
+  free(m);
+  if (s != SC_OK) return sc_fail(&r->err, s, "runner: computing the metrics failed");
+  return r->db_status;
+}
+
+// --- one deployment
+static void free_deployment(rt *r) {
+  for (int i = 0; i < r->n_reps; i++) replica_free(r->reps[i]);
+  free(r->reps);
+  r->reps = NULL;
+  r->n_reps = 0;
+  free(r->eligible);
+  r->eligible = NULL;
+  router_free(r->rt);
+  r->rt = NULL;
+  for (size_t i = 0; i < r->n_reqs; i++) free(r->reqs[i].tok);
+  r->n_reqs = 0;
+  r->low = 0;
+  r->inflight = 0;
+  free(r->phases);
+  r->phases = NULL;
+  r->n_phases = 0;
+  free(r->user_next);
+  r->user_next = NULL;
+}
+
+static int threads_per_rank(const scenario *s, const scn_deployment *d) {
+  if (s->hardware.threads > 0) return s->hardware.threads;
+  int t = device_cpu_cores() / (d->tp * d->pp * d->dp);
+  return t > 0 ? t : 1;
+}
+
+static sc_status build_phases(rt *r) {
+  const scn_workload *w = &r->s->workload;
+  int n = 0, max_users = 1;
+  for (int i = 0; i < w->n_phases; i++)
+    n += w->phases[i].kind == SCN_PHASE_RAMP ? w->phases[i].n_concurrency : 1;
+  r->phases = calloc((size_t)n, sizeof *r->phases);
+  if (!r->phases) return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  for (int i = 0; i < w->n_phases; i++) {
+    const scn_phase *p = &w->phases[i];
+    int steps = p->kind == SCN_PHASE_RAMP ? p->n_concurrency : 1;
+    for (int k = 0; k < steps; k++) {
+      phase_run *ph = &r->phases[r->n_phases++];
+      ph->p = p;
+      if (p->kind == SCN_PHASE_RAMP) {
+        ph->concurrency = p->concurrency[k];
+        snprintf(ph->name, sizeof ph->name, "%s-c%d", p->name, ph->concurrency);
+      } else {
+        ph->concurrency = p->kind == SCN_PHASE_FIXED ? p->concurrency[0] : 0;
+        snprintf(ph->name, sizeof ph->name, "%s", p->name);
+      }
+      if (ph->concurrency > max_users) max_users = ph->concurrency;
+    }
+  }
+  r->user_next = calloc((size_t)max_users, sizeof *r->user_next);
+  if (!r->user_next) return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  return SC_OK;
+}
+
+static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_clock clock) {
+  engine_config c = engine_config_defaults();
+  c.model = s->model.config;
+  c.weights_dir = s->model.has_weights ? s->model.resolved : NULL;
+  c.weights_seed = s->model.weights_seed;
+  c.backend = s->hardware.backend[0] ? s->hardware.backend : "cpu";
+  c.tp = d->tp;
+  c.pp = d->pp;
+  c.block_size = s->limits.block_size;
+  c.max_running = s->limits.max_running;
+  c.token_budget = s->limits.token_budget;
+  c.prefill_chunk = s->limits.prefill_chunk;
+  c.threads = threads_per_rank(s, d);
+  if (s->limits.collective_timeout_ns) c.collective_timeout_ns = s->limits.collective_timeout_ns;
+  c.clock = clock;
+  return c;
+}
+
+static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
+  const scn_deployment *d = &r->s->deployments[idx];
+  r->dep = d;
+  r->dep_idx = idx;
+  dr->gpus = d->tp * d->pp * d->dp;
+  dr->knee = -1;
+  store_deployment sd = {.run_id = r->run_id, .idx = idx, .label = d->label, .tp = d->tp,
+                         .pp = d->pp, .dp = d->dp, .start_ns = now_rel(r)};
+  rec_lock(r->rec);
+  sc_status s = store_deployment_begin(r->db, &sd, &r->dep_id, &r->err);
+  rec_unlock(r->rec);
+  SC_TRY(s);
+  dr->id = r->dep_id;
+  s = build_phases(r);
+  if (s != SC_OK) return s;
+  r->reps = calloc((size_t)d->dp, sizeof *r->reps);
+  r->eligible = calloc((size_t)d->dp, sizeof *r->eligible);
+  r->rt = router_new(r->s->router.policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
+                                                                   : ROUTER_LEAST_OUTSTANDING,
+                     d->dp);
+  if (!r->reps || !r->eligible || !r->rt) return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  engine_config ec = engine_cfg(r->s, d, r->clock);
+  progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
+                idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
+                ec.threads == 1 ? "" : "s");
+  sc_error be = {{0}};
+  sc_status bs = SC_OK;
+  for (int i = 0; i < d->dp && bs == SC_OK; i++) {
+    bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
+                            : replica_local_new(&ec, i, &r->reps[i], &be);
+    if (bs == SC_OK) r->n_reps++;
+  }
+  if (bs != SC_OK) {
+    snprintf(r->res->error, sizeof r->res->error, "deployment %s: %.400s", d->label, be.msg);
+    progress_note(r, "deployment %s failed to start: %s", d->label, be.msg);
+    SC_TRY(rec_drain(r->rec, &r->err));
+    return store_deployment_end(r->db, r->dep_id, "failed", be.msg, now_rel(r), &r->err);
+  }
+  dr->built = true;
+  uint64_t now = now_rel(r);
+  r->next_tick = now + TICK_NS;
+  r->next_sample = now; // one sample at the start
+  r->next_line = now;
+  r->tok_window = 0;
+  r->tok_window_start = now;
+  for (int k = 0; k < r->n_phases && !r->stopping; k++) {
+    s = run_phase(r, k);
+    if (s != SC_OK) return s;
+  }
+  bool dead = false;
+  for (int i = 0; i < r->n_reps; i++) dead |= replica_health_get(r->reps[i]) == REPLICA_DEAD;
+  const char *st = r->stopping ? "interrupted" : "complete";
+  if (dead && !r->res->error[0])
+    for (int i = 0; i < r->n_reps; i++)
+      if (replica_health_get(r->reps[i]) == REPLICA_DEAD)
+        snprintf(r->res->error, sizeof r->res->error, "deployment %s: replica %d failed: %.400s",
+                 d->label, i, replica_error(r->reps[i]));
+  SC_TRY(rec_drain(r->rec, &r->err)); // the writer is idle from here to the next phase
+  SC_TRY(store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
+                              now_rel(r), &r->err));
+  return deployment_metrics(r, dr);
+}
+
+// --- the run
+static char *config_json(const scenario *s, uint64_t seed) {
+  json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:I, s:i, s:f, s:f}",
+                        "backend", s->hardware.backend[0] ? s->hardware.backend : "cpu", "profile",
+                        s->hardware.profile, "max_running", s->limits.max_running,
+                        "token_budget", s->limits.token_budget, "prefill_chunk",
+                        s->limits.prefill_chunk, "block_size", s->limits.block_size,
+                        "kv_headroom", s->limits.kv_headroom, "request_timeout_s",
+                        (double)s->limits.request_timeout_ns / 1e9, "collective_timeout_s",
+                        (double)s->limits.collective_timeout_ns / 1e9, "router",
+                        s->router.policy == SCN_ROUTER_ROUND_ROBIN ? "round-robin"
+                                                                    : "least-outstanding",
+                        "seed", (json_int_t)seed, "cpu_cores", device_cpu_cores(), "temperature",
+                        s->workload.temperature, "top_p", s->workload.top_p);
+  if (!o) return NULL;
+  char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(o);
+  return txt;
+}
+
+typedef struct verdict_extra {
+  const dep_result *d;
+} verdict_extra;
+
+static bool extra_value(void *ud, const char *name, double *out) {
+  const dep_result *d = ((verdict_extra *)ud)->d;
+  if (!strcmp(name, "lost_requests")) *out = 0; // every request ends with a terminal status
+  else if (!strcmp(name, "peak_output_tok_s")) *out = d->peak_tok_s;
+  else if (!strcmp(name, "speedup")) *out = d->speedup;
+  else if (!strcmp(name, "efficiency")) *out = d->efficiency;
+  else if (!strcmp(name, "kv_peak_frac")) *out = d->kv_peak;
+  else if (!strcmp(name, "knee_concurrency") && d->has_knee) *out = d->knee >= 0 ? d->knee : NAN;
+  else return false;
+  return true;
+}
+
+static sc_status finish_run(rt *r, dep_result *drs, int n) {
+  int gpus[SCN_MAX_DEPLOYMENTS];
+  double tput[SCN_MAX_DEPLOYMENTS], sp[SCN_MAX_DEPLOYMENTS], ef[SCN_MAX_DEPLOYMENTS];
+  int m = 0, map[SCN_MAX_DEPLOYMENTS];
+  for (int i = 0; i < n; i++)
+    if (drs[i].built) {
+      gpus[m] = drs[i].gpus;
+      tput[m] = drs[i].peak_tok_s;
+      map[m++] = i;
+    }
+  if (m > 0) mt_scaling(gpus, tput, m, sp, ef);
+  for (int j = 0; j < m; j++) {
+    dep_result *d = &drs[map[j]];
+    d->speedup = sp[j];
+    d->efficiency = ef[j];
+    r->dep_id = d->id;
+    add_metric(r, 0, "speedup", sp[j]);
+    add_metric(r, 0, "efficiency", ef[j]);
+  }
+  for (int j = 0; j < m; j++) {
+    dep_result *d = &drs[map[j]];
+    mt_verdict v[SCN_MAX_SLO];
+    verdict_extra ex = {.d = d};
+    int nv = mt_verdicts(&r->s->slo, &d->pooled, extra_value, &ex, v, SCN_MAX_SLO);
+    for (int k = 0; k < nv; k++) {
+      db_ok(r, store_verdict_add(r->db, r->run_id, d->id, v[k].slo, v[k].op, v[k].expected,
+                                 v[k].actual, v[k].pass, &r->err));
+      r->res->n_verdicts++;
+      r->res->n_failed += !v[k].pass;
+    }
+  }
+  // A deployment that never ran fails every SLO: there is nothing to show it holds.
+  for (int i = 0; i < n; i++)
+    if (!drs[i].built && drs[i].id)
+      for (int k = 0; k < r->s->slo.n; k++) {
+        const scn_slo_item *it = &r->s->slo.items[k];
+        const mt_metric_info *mi = mt_metric_find(it->key);
+        db_ok(r, store_verdict_add(r->db, r->run_id, drs[i].id, it->key,
+                                   mi && mi->dir == MT_HIGHER_BETTER ? ">=" : "<=", it->limit,
+                                   NAN, false, &r->err));
+        r->res->n_verdicts++;
+        r->res->n_failed++;
+      }
+  return r->db_status;
+}
+
+static sc_status refuse(const scenario *s, sc_error *err) {
+  if (s->mode == SCN_MODE_SIM)
+    return sc_fail(err, SC_INVALID, "%s: mode sim: simulated GPUs are not available in this "
+                                    "version; use mode: real", s->path);
+  if (s->n_faults > 0)
+    return sc_fail(err, SC_INVALID,
+                   "%s:%d:%d: faults: %d fault%s validated, but fault injection is not available "
+                   "in this version; remove the faults block to run the scenario",
+                   s->path, s->faults[0].line, s->faults[0].col, s->n_faults,
+                   s->n_faults == 1 ? "" : "s");
+  if (s->hardware.backend[0] && strcmp(s->hardware.backend, "cpu") != 0) {
+#ifndef SHARDCHECK_HAVE_CUDA
+    return sc_fail(err, SC_INVALID,
+                   "%s: hardware.backend %s: this shardcheck was built without the CUDA backend "
+                   "(configure with -DSHARDCHECK_CUDA=ON on a machine with the CUDA toolkit)",
+                   s->path, s->hardware.backend);
+#endif
+  }
+  if (s->model.dtype[0] && (!strcmp(s->model.dtype, "int8") || !strcmp(s->model.dtype, "int4")))
+    return sc_fail(err, SC_INVALID,
+                   "%s: model.dtype %s: quantized weights are not available in real mode in this "
+                   "version; use f32, f16 or bf16",
+                   s->path, s->model.dtype);
+  return SC_OK;
+}
+
+sc_status runner_run(const scenario *s, store *db, const runner_options *o, runner_result *res,
+                     sc_error *err) {
+  memset(res, 0, sizeof *res);
+  SC_TRY(refuse(s, err));
+  rt r = {.s = s, .o = o, .db = db, .res = res};
+  r.clock = o->clock.now_ns ? o->clock : sc_clock_monotonic();
+  r.seed = o->seed_set ? o->seed : s->seed;
+  r.tty = isatty(fileno(o->progress_out ? o->progress_out : stderr));
+  mt_goodput_from_slo(&s->slo, &r.good);
+  sc_status st = workload_new(s, r.seed, &r.wl, err);
+  if (st != SC_OK) return st;
+  char *cfg = config_json(s, r.seed);
+  store_run sr = {.scenario = s->name, .scenario_path = s->path[0] ? s->path : NULL,
+                  .scenario_text = s->text ? s->text : "", .mode = "real",
+                  .backend = s->hardware.backend[0] ? s->hardware.backend : "cpu",
+                  .model = s->model.source, .config = cfg, .seed = r.seed};
+  r.t0 = sc_clock_now(&r.clock);
+  st = store_run_begin(db, &sr, &r.run_id, err);
+  free(cfg);
+  if (st != SC_OK) {
+    workload_free(r.wl);
+    return st;
+  }
+  res->run_id = r.run_id;
+  res->t0_ns = r.t0;
+  st = rec_new(db, &r.rec, err);
+  if (st != SC_OK) {
+    workload_free(r.wl);
+    return st;
+  }
+  dep_result drs[SCN_MAX_DEPLOYMENTS] = {0};
+  int n_done = 0;
+  for (int i = 0; i < s->n_deployments && !r.stopping && st == SC_OK; i++) {
+    st = run_deployment(&r, i, &drs[i]);
+    n_done = i + 1;
+    free_deployment(&r);
+    if (o->interrupted && *o->interrupted) r.stopping = true;
+  }
+  sc_status ds = rec_drain(r.rec, &r.err);
+  if (st == SC_OK) st = ds;
+  if (st == SC_OK) st = finish_run(&r, drs, n_done);
+  res->wall_s = (double)(sc_clock_now(&r.clock) - r.t0) / 1e9;
+  snprintf(res->status, sizeof res->status, "%s",
+           r.stopping ? "interrupted" : res->error[0] ? "failed" : "complete");
+  if (st == SC_OK) {
+    const char *verdict = res->n_verdicts == 0 ? NULL : res->n_failed ? "fail" : "pass";
+    if (r.stopping) verdict = NULL;
+    st = store_run_end(db, r.run_id, res->status, verdict, res->error[0] ? res->error : NULL,
+                       sc_clock_now(&r.clock) - r.t0, &r.err);
+  }
+  if (st != SC_OK && err) *err = r.err;
+  free_deployment(&r);
+  rec_free(r.rec);
+  free(r.ttft_scratch);
+  free(r.ev);
+  free(r.ev_meta);
+  workload_free(r.wl);
+  return st;
+}

@@ -1,0 +1,64 @@
+// The runner: drives a scenario through every deployment and phase, records everything in the
+// results database, computes the metrics and verdicts, and says how the run ended.
+//
+// One event loop (DESIGN.md "One event loop, two clocks"): arrivals from the workload (closed-
+// loop users and open-loop schedules), token/finish/step events from the replicas, request
+// timeouts, periodic device samples, flushes and progress lines. Real mode waits in ppoll on
+// the replicas' fds against the monotonic clock; the simulator plugs in a virtual clock and a
+// stepping wait (runner.c keeps both behind one `wait` function). Reports (plots, HTML, JUnit)
+// are reports/report.h's, made by the caller from the database afterwards.
+#pragma once
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/engine.h"
+#include "engine/replica.h"
+#include "kernels/clock.h"
+#include "kernels/status.h"
+#include "reports/store.h"
+#include "scenarios/scenario.h"
+
+typedef enum runner_progress {
+  RUNNER_PROGRESS_AUTO,  // a rewritten line on a terminal, else a plain line every 10 s
+  RUNNER_PROGRESS_LINES, // a plain line every 10 s
+  RUNNER_PROGRESS_NONE,
+} runner_progress;
+
+typedef struct runner_options {
+  uint64_t seed;                      // used when seed_set (else the scenario's seed)
+  bool seed_set;
+  runner_progress progress;
+  FILE *progress_out;                 // NULL: stderr
+  volatile sig_atomic_t *interrupted; // optional: set (by a SIGINT handler) to stop cleanly
+  sc_clock clock;                     // .now_ns NULL: the monotonic clock
+  // Optional: builds replica `index` of a deployment from its engine config (NULL: a local
+  // replica, replica_local_new). The seam for process replicas, simulated ones, and stand-ins.
+  sc_status (*make_replica)(void *ud, const engine_config *cfg, int index, replica **out,
+                            sc_error *err);
+  void *make_replica_ud;
+} runner_options;
+
+runner_options runner_options_defaults(void);
+
+typedef struct runner_result {
+  int64_t run_id;
+  char status[16];      // complete | interrupted | failed
+  char error[512];      // when failed: the first deployment error
+  int n_verdicts;       // SLO verdict rows written
+  int n_failed;         // of them failing
+  uint64_t requests;    // requests sent, all deployments
+  uint64_t tokens;      // output tokens delivered
+  double wall_s;        // run duration on the run's clock
+  uint64_t t0_ns;       // the run's clock at its start: stored times are relative to it
+} runner_result;
+
+// Runs s, recording into db. Returns SC_OK when the run took place (whatever its verdicts,
+// also when interrupted or when a deployment failed: res->status says so); SC_INVALID for a
+// scenario this build cannot run (mode sim, faults, backend cuda without CUDA) before anything
+// is recorded; SC_IO/SC_OOM when the database or memory fails (the run row is left "running",
+// i.e. incomplete).
+sc_status runner_run(const scenario *s, store *db, const runner_options *o, runner_result *res,
+                     sc_error *err);
