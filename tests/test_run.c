@@ -1,0 +1,356 @@
+// End-to-end tests of `shardcheck run`: the shipped scenarios, verdict exit codes, JUnit,
+// request timeouts, Ctrl-C, runs without gnuplot, and scenarios this version refuses to run.
+// Each test runs the real binary on the CPU backend and then reads the results database.
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+static char out[1 << 16];
+
+// The integer result of a one-value query on the database at path.
+static long long q1(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+               sqlite3_errmsg(db));
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+  long long v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+static const char *q1s(const char *path, const char *sql) {
+  static char buf[512];
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+  const unsigned char *t = sqlite3_column_text(st, 0);
+  snprintf(buf, sizeof buf, "%s", t ? (const char *)t : "(null)");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return buf;
+}
+
+static long file_size(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static bool is_png(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  unsigned char sig[8] = {0};
+  size_t n = fread(sig, 1, 8, f);
+  fclose(f);
+  return n == 8 && !memcmp(sig, "\x89PNG\r\n\x1a\n", 8);
+}
+
+static int count_substr(const char *path, const char *needle) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  int c = 0;
+  for (const char *p = buf; (p = strstr(p, needle)); p += strlen(needle)) c++;
+  return c;
+}
+
+// Writes a llama-tiny scenario with the given extra YAML into dir/name and returns its path.
+static const char *tiny_scenario(const char *dir, const char *name, const char *body) {
+  static char path[8][512];
+  static int slot;
+  char *p = path[slot++ % 8];
+  snprintf(p, 512, "%s/%s", dir, name);
+  char text[4096];
+  snprintf(text, sizeof text, "name: %s\nmodel: llama-tiny\n%s", name, body);
+  cr_assert_eq(sc_test_write_file(p, text, strlen(text)), 0);
+  return p;
+}
+
+// --- the shipped scenarios
+
+Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeout = 900) {
+  const char *dir = sc_test_tmpdir("run-qs");
+  char args[2048], db[600], junit[600], rep[600];
+  snprintf(db, sizeof db, "%s/results.db", dir);
+  snprintf(junit, sizeof junit, "%s/junit.xml", dir);
+  snprintf(rep, sizeof rep, "%s/report", dir);
+  snprintf(args, sizeof args, "run %s/scenarios/quickstart.yaml --db %s --out %s --junit %s",
+           SC_SOURCE_DIR, db, rep, junit);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
+  // the exit code is the verdict's
+  const char *verdict = q1s(db, "SELECT verdict FROM run");
+  cr_assert_str_eq(verdict, rc == 0 ? "pass" : "fail", "%s", out);
+  cr_assert_str_eq(q1s(db, "SELECT status FROM run"), "complete");
+  cr_assert(strstr(out, "verdict: "), "%s", out);
+  // rows in every table (no faults in this scenario: the fault table stays empty)
+  cr_assert_eq(q1(db, "SELECT count(*) FROM deployment WHERE status = 'complete'"), 5);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM phase WHERE end_ns IS NOT NULL"), 25);
+  cr_assert_gt(q1(db, "SELECT count(*) FROM request"), 100);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM token"),
+               q1(db, "SELECT sum(output_tokens) FROM request"));
+  cr_assert_gt(q1(db, "SELECT count(*) FROM step"), 100);
+  cr_assert_gt(q1(db, "SELECT count(*) FROM device_sample"), 5);
+  cr_assert_gt(q1(db, "SELECT count(*) FROM metric"), 500);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict"), 5 * 3);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM meta"), 1);
+  // per-class rows exist (two prompt classes) and scaling rows for every deployment
+  cr_assert_eq(q1(db, "SELECT count(DISTINCT class) FROM metric WHERE class != ''"), 2);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'efficiency' AND value > 0"), 5);
+  // token times are what a client saw: ascending, none before its request's arrival
+  cr_assert_eq(q1(db, "SELECT count(*) FROM token t JOIN request r ON r.id = t.request_id "
+                      "WHERE t.t_ns < r.arrival_ns OR t.t_ns > r.finish_ns"),
+               0);
+  const char *plots[] = {"scaling", "ttft", "tpot_throughput", "timeline", "kv"};
+  for (int i = 0; i < 5; i++) {
+    char png[700], svg[700];
+    snprintf(png, sizeof png, "%s/%s.png", rep, plots[i]);
+    snprintf(svg, sizeof svg, "%s/%s.svg", rep, plots[i]);
+    cr_assert_gt(file_size(png), 1000, "%s", png);
+    cr_assert(is_png(png), "%s", png);
+    cr_assert_gt(file_size(svg), 1000, "%s", svg);
+  }
+  char html[700];
+  snprintf(html, sizeof html, "%s/index.html", rep);
+  cr_assert_gt(count_substr(html, "ttft_p95_ms"), 0);
+  cr_assert_eq(count_substr(junit, "<testcase "), 15);
+  cr_assert_eq(count_substr(junit, "<failure "), (int)q1(db, "SELECT count(*) FROM verdict "
+                                                             "WHERE pass = 0"));
+}
+
+Test(run, concurrency_ramp_reports_the_knee_per_deployment, .timeout = 900) {
+  const char *dir = sc_test_tmpdir("run-ramp");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/results.db", dir);
+  snprintf(args, sizeof args,
+           "run %s/scenarios/concurrency-ramp.yaml --db %s --out %s/report --quiet",
+           SC_SOURCE_DIR, db, dir);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM phase"), 2 * 6);
+  // the knee is stored for both deployments (NULL when no step meets the SLO)
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'knee_concurrency' AND "
+                      "phase_id IS NULL"),
+               2);
+  // TTFT p95 per ramp step, the input of the knee and of the TTFT plot
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric m JOIN phase p ON p.id = m.phase_id "
+                      "WHERE m.name = 'ttft_p95_ms' AND m.class = '' AND p.concurrency > 0"),
+               12);
+}
+
+Test(run, mixed_prompts_reports_ttft_p95_per_prompt_class, .timeout = 900) {
+  const char *dir = sc_test_tmpdir("run-mixed");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/results.db", dir);
+  snprintf(args, sizeof args, "run %s/scenarios/mixed-prompts.yaml --db %s --out %s/report --quiet",
+           SC_SOURCE_DIR, db, dir);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
+  // one TTFT p95 per deployment x class, and the short class was not starved: every short
+  // request completed
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'ttft_p95_ms' AND phase_id IS "
+                      "NULL AND class IN ('short', 'long') AND value > 0"),
+               4);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE class = 'short' AND status != 'ok'"), 0);
+  cr_assert_gt(q1(db, "SELECT count(*) FROM request WHERE class = 'long'"), 0);
+  // open loop: arrivals follow the Poisson schedule, not the engine's pace
+  cr_assert_eq(q1(db, "SELECT count(*) FROM phase WHERE kind = 'rate' AND arrival = 'poisson'"),
+               2);
+}
+
+// --- verdicts and exit codes
+
+Test(run, an_slo_that_fails_exits_1_and_junit_carries_expected_vs_actual) {
+  const char *dir = sc_test_tmpdir("run-fail");
+  const char *sc = tiny_scenario(dir, "strict.yaml",
+                                 "deployments: [{tp: 1}, {dp: 2}]\n"
+                                 "workload:\n  prompts: [{input: 16, output: 8}]\n"
+                                 "  phases: [{fixed: {requests: 12, concurrency: 3}}]\n"
+                                 "slo: {ttft_p95_ms: 0.000001, error_rate: 0}\n");
+  char args[2048], db[600], junit[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(junit, sizeof junit, "%s/j.xml", dir);
+  snprintf(args, sizeof args, "run %s --db %s --out %s/rep --junit %s", sc, db, dir, junit);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_assert_eq(rc, 1, "%s", out);
+  cr_assert(strstr(out, "FAIL"), "%s", out);
+  cr_assert_str_eq(q1s(db, "SELECT verdict FROM run"), "fail");
+  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict WHERE slo = 'ttft_p95_ms' AND pass = 0"), 2);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict WHERE slo = 'error_rate' AND pass = 1"), 2);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request"), 2 * 12);
+  cr_assert_eq(count_substr(junit, "<testcase "), 4);
+  cr_assert_eq(count_substr(junit, "<failure "), 2);
+  cr_assert_gt(count_substr(junit, "expected &lt;= "), 0);
+}
+
+Test(run, passing_slos_exit_0_and_the_run_is_listed) {
+  const char *dir = sc_test_tmpdir("run-pass");
+  const char *sc = tiny_scenario(dir, "easy.yaml",
+                                 "deployments: [{tp: 2}]\n"
+                                 "workload:\n  prompts: [{input: {uniform: [4, 32]}, output: 4}]\n"
+                                 "  phases: [{rate: 50, arrival: constant, requests: 20}]\n"
+                                 "slo: {ttft_p95_ms: 60000, error_rate: 0}\n");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(args, sizeof args, "run %s --db %s --out %s/rep --quiet", sc, db, dir);
+  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'ok' AND output_tokens = 4"),
+               20);
+  snprintf(args, sizeof args, "runs --db %s", db);
+  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "easy.yaml") || strstr(out, "easy"), "%s", out);
+  cr_assert(strstr(out, "complete"), "%s", out);
+  cr_assert(strstr(out, "pass"), "%s", out);
+}
+
+Test(run, requests_past_the_timeout_end_as_timeouts_and_count_as_errors) {
+  const char *dir = sc_test_tmpdir("run-timeout");
+  char sc[600];
+  snprintf(sc, sizeof sc, "%s/timeout.yaml", dir);
+  const char *text = "name: timeout\nmodel: llama-small\ndeployments: [{tp: 1}]\n"
+                     "workload:\n  prompts: [{input: 256, output: 200}]\n"
+                     "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n"
+                     "limits: {request_timeout: 50ms}\n"
+                     "slo: {error_rate: 0}\n";
+  cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(args, sizeof args, "run %s --db %s --out %s/rep --quiet", sc, db, dir);
+  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 1, "%s", out);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'timeout'"), 4);
+  // the client gave up at arrival + 50 ms: that is the request's end, no token after it
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE finish_ns - arrival_ns != 50000000"),
+               0);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM token t JOIN request r ON r.id = t.request_id "
+                      "WHERE t.t_ns > r.finish_ns"),
+               0);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'error_rate' AND value = 1 AND "
+                      "phase_id IS NULL AND class = ''"),
+               1);
+}
+
+// --- Ctrl-C, gnuplot, refusals
+
+Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_interrupted) {
+  const char *dir = sc_test_tmpdir("run-int");
+  char sc[600], db[600], rep[600];
+  snprintf(sc, sizeof sc, "%s/long.yaml", dir);
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(rep, sizeof rep, "%s/rep", dir);
+  const char *text = "name: long\nmodel: llama-small\ndeployments: [{dp: 2}, {tp: 2}]\n"
+                     "workload:\n  prompts: [{input: 64, output: 400}]\n"
+                     "  phases: [{ramp: {concurrency: [4]}, hold: 60s}]\n";
+  cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(SC_BINARY, SC_BINARY, "run", sc, "--db", db, "--out", rep, (char *)NULL);
+    _exit(127);
+  }
+  // interrupt once the engine is stepping (step rows are flushed every second)
+  long long steps = 0;
+  for (int i = 0; i < 600 && steps == 0; i++) {
+    usleep(100000);
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+      sqlite3_stmt *q = NULL;
+      if (sqlite3_prepare_v2(h, "SELECT count(*) FROM step", -1, &q, NULL) == SQLITE_OK &&
+          sqlite3_step(q) == SQLITE_ROW)
+        steps = sqlite3_column_int64(q, 0);
+      sqlite3_finalize(q);
+    }
+    sqlite3_close(h);
+  }
+  cr_assert_gt(steps, 0, "the run never started stepping");
+  kill(pid, SIGINT);
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFEXITED(st), "the run did not exit cleanly");
+  cr_assert_eq(WEXITSTATUS(st), 130);
+  cr_assert_str_eq(q1s(db, "PRAGMA integrity_check"), "ok");
+  cr_assert_str_eq(q1s(db, "SELECT status FROM run"), "interrupted");
+  // only the first deployment started; its in-flight requests ended as cancelled
+  cr_assert_eq(q1(db, "SELECT count(*) FROM deployment"), 1);
+  cr_assert_str_eq(q1s(db, "SELECT status FROM deployment"), "interrupted");
+  cr_assert_gt(q1(db, "SELECT count(*) FROM request WHERE status = 'cancelled' AND reason = "
+                      "'interrupted'"),
+               0);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE finish_ns IS NULL"), 0);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM phase WHERE end_ns IS NULL"), 0);
+  char html[700];
+  snprintf(html, sizeof html, "%s/index.html", rep);
+  cr_assert_gt(file_size(html), 0);
+}
+
+Test(run, without_gnuplot_the_data_and_html_are_written_and_the_exit_code_holds) {
+  const char *dir = sc_test_tmpdir("run-nognuplot");
+  const char *sc = tiny_scenario(dir, "plain.yaml",
+                                 "deployments: [{tp: 1}]\n"
+                                 "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                                 "  phases: [{ramp: {concurrency: [1, 2]}, hold: 300ms}]\n"
+                                 "slo: {error_rate: 0}\n");
+  char args[2048], rep[600];
+  snprintf(rep, sizeof rep, "%s/rep", dir);
+  snprintf(args, sizeof args, "run %s --db %s/r.db --out %s", sc, dir, rep);
+  char cmd[2400];
+  snprintf(cmd, sizeof cmd, "env PATH=/nonexistent %s", SC_BINARY);
+  // run the binary with a PATH that has no gnuplot
+  char full[4600];
+  snprintf(full, sizeof full, "%s %s 2>&1", cmd, args);
+  FILE *p = popen(full, "r");
+  cr_assert(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  cr_assert(WIFEXITED(st));
+  cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
+  cr_assert(strstr(out, "warning: plots skipped"), "%s", out);
+  char path[700];
+  snprintf(path, sizeof path, "%s/index.html", rep);
+  cr_assert_gt(file_size(path), 0);
+  snprintf(path, sizeof path, "%s/ttft.dat", rep);
+  cr_assert_gt(file_size(path), 0);
+  snprintf(path, sizeof path, "%s/ttft.png", rep);
+  cr_assert_eq(file_size(path), -1);
+}
+
+Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recorded) {
+  const char *dir = sc_test_tmpdir("run-refuse");
+  const char *faults = tiny_scenario(dir, "faults.yaml",
+                                     "deployments: [{dp: 2}]\n"
+                                     "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                                     "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
+                                     "faults: [{at: 1s, kill: replica, target: replica1}]\n");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(args, sizeof args, "run %s --db %s", faults, db);
+  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "faults.yaml:") && strstr(out, "fault injection is not available"), "%s",
+            out);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM run"), 0);
+  snprintf(args, sizeof args, "run %s/missing.yaml --db %s", dir, db);
+  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(sc_test_run_cli("run", out, sizeof out), 2, "%s", out);
+  cr_assert_eq(sc_test_run_cli("run --help", out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "--junit"), "%s", out);
+}
