@@ -102,8 +102,9 @@ typedef struct scn_phase {
 typedef struct scn_workload {
   scn_class classes[SCN_MAX_CLASSES]; // key prompts (when no dataset)
   int n_classes;
-  char dataset[1024];   // key dataset: a .jsonl path, relative to the scenario's directory
-                        // ("" when prompts are given); exactly one of prompts / dataset
+  char dataset[1024];   // key dataset: a .jsonl path as written, resolved against the
+                        // scenario's directory ("" when prompts are given); exactly one of
+                        // prompts / dataset
   scn_phase phases[SCN_MAX_PHASES];
   int n_phases;
   double temperature;   // key sampling.temperature; 0 = greedy (default)
