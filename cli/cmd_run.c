@@ -26,7 +26,7 @@ static void usage(FILE *f) {
           "the SQLite database; at the end the metrics, the SLO verdicts, the plots and\n"
           "index.html are written, and the verdict table is printed.\n\n"
           "  --db PATH      results database, created when absent (default results.db)\n"
-          "  --out DIR      report directory (default reports/out/<run-id>/)\n"
+          "  --out DIR      report directory (default reports/out/run-<id>/)\n"
           "  --seed N       override the scenario's seed\n"
           "  --junit PATH   also write JUnit XML: one testcase per deployment x SLO\n"
           "  --quiet        no progress lines or notes (the verdict table is still printed)\n"
@@ -112,7 +112,7 @@ int cmd_run(int argc, char **argv) {
   if (out_dir)
     snprintf(dir, sizeof dir, "%s", out_dir);
   else
-    snprintf(dir, sizeof dir, "reports/out/%lld", (long long)res.run_id);
+    snprintf(dir, sizeof dir, "reports/out/run-%lld", (long long)res.run_id);
   if (!no_report) {
     report_result rr;
     report_options opt = {.out_dir = dir, .run_ids = &res.run_id, .n_runs = 1};
