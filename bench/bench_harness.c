@@ -34,7 +34,7 @@ typedef struct standin {
   standin_req *active; // (n_active)
   int n_active, cap_active;
   replica_event *out;  // pending events
-  size_t n_out, cap_out;
+  size_t head_out, n_out, cap_out; // pending: [head_out, n_out)
   int pipe_r, pipe_w;
   bool signalled;
   engine_stats stats;
@@ -46,6 +46,11 @@ typedef struct standin {
 } standin;
 
 static void push_ev(standin *s, const replica_event *ev) {
+  if (s->n_out == s->cap_out && s->head_out > 0) {
+    memmove(s->out, s->out + s->head_out, (s->n_out - s->head_out) * sizeof *s->out);
+    s->n_out -= s->head_out;
+    s->head_out = 0;
+  }
   if (s->n_out == s->cap_out) {
     s->cap_out = s->cap_out ? s->cap_out * 2 : 4096;
     s->out = realloc(s->out, s->cap_out * sizeof *s->out);
@@ -74,15 +79,16 @@ static void *standin_thread(void *arg) {
     }
     int n = s->n_active;
     uint64_t t = sc_monotonic_ns();
+    size_t pushed = 0; // events of this round: the last `pushed` in the outbox
     for (int i = 0; i < s->n_active;) {
       standin_req *q = &s->active[i];
-      if (q->key < s->n_emit_keys && q->next < s->emit_stride)
-        s->emit[q->key * (uint64_t)s->emit_stride + (uint64_t)q->next] = t;
       push_ev(s, &(replica_event){.kind = REPLICA_EV_TOKEN, .key = q->key, .index = q->next,
                                   .t_ns = t});
+      pushed++;
       if (++q->next >= q->max_tokens) {
         push_ev(s, &(replica_event){.kind = REPLICA_EV_FINISHED, .key = q->key,
                                     .reason = FINISH_LENGTH, .n_generated = q->next, .t_ns = t});
+        pushed++;
         s->active[i] = s->active[--s->n_active];
       } else {
         i++;
@@ -93,7 +99,16 @@ static void *standin_thread(void *arg) {
                                   .step = {.t_start_ns = t, .duration_ns = 1, .n_seqs = n,
                                            .decode_tokens = n, .running = s->n_active,
                                            .kv_used = s->n_active, .kv_total = 1 << 20}});
+    pushed += n > 0;
     s->stats.running = s->n_active;
+    // The step's tokens become visible to the runner when the lock is released: that is
+    // their emission time (as for an engine, whose tokens all appear at the end of a step).
+    uint64_t te = sc_monotonic_ns();
+    for (size_t k = s->n_out - pushed; k < s->n_out; k++) {
+      const replica_event *ev = &s->out[k];
+      if (ev->kind == REPLICA_EV_TOKEN && ev->key < s->n_emit_keys && ev->index < s->emit_stride)
+        s->emit[ev->key * (uint64_t)s->emit_stride + (uint64_t)ev->index] = te;
+    }
     pthread_mutex_unlock(&s->mu);
   }
   return NULL;
@@ -129,10 +144,11 @@ static void sti_cancel(void *ctx, uint64_t key) {
 static int sti_poll(void *ctx, replica_event *out, int cap) {
   standin *s = ctx;
   pthread_mutex_lock(&s->mu);
-  size_t n = s->n_out < (size_t)cap ? s->n_out : (size_t)cap;
-  memcpy(out, s->out, n * sizeof *out);
-  memmove(s->out, s->out + n, (s->n_out - n) * sizeof *out);
-  s->n_out -= n;
+  size_t left = s->n_out - s->head_out;
+  size_t n = left < (size_t)cap ? left : (size_t)cap;
+  memcpy(out, s->out + s->head_out, n * sizeof *out);
+  s->head_out += n;
+  if (s->head_out == s->n_out) s->head_out = s->n_out = 0;
   if (s->n_out == 0 && s->signalled) {
     char buf[64];
     while (read(s->pipe_r, buf, sizeof buf) > 0) {

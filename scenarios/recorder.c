@@ -9,6 +9,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 typedef enum item_kind { IT_REQUEST, IT_STEP, IT_SAMPLE } item_kind;
 
@@ -135,6 +138,10 @@ static sc_status write_item(recorder *r, const item *it, sc_error *err) {
 
 static void *writer(void *arg) {
   recorder *r = arg;
+  // Background work: yield the CPU to the event loop, whose token stamps must not wait on
+  // SQLite (Linux: a thread's nice value is its own). Failure only costs that preference.
+  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0) {
+  }
   pthread_mutex_lock(&r->mu);
   for (;;) {
     while (!r->head && !r->flush && !r->stop) pthread_cond_wait(&r->cv, &r->mu);

@@ -474,9 +474,9 @@ static void drain_events(rt *r) {
         if (!e || !m) break; // handle what was pulled; the rest stays queued
         r->cap_ev = cap;
       }
-      uint64_t t = now_rel(r);
       int got = replica_poll(r->reps[i], r->ev + n, EV_BATCH);
       if (got <= 0) break;
+      uint64_t t = now_rel(r); // in hand now: seen no earlier than this
       for (int k = 0; k < got; k++) r->ev_meta[n + (size_t)k] = (ev_meta){.t = t, .rep = i};
       n += (size_t)got;
     }

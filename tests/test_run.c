@@ -16,6 +16,19 @@
 
 static char out[1 << 16];
 
+// Fails the test when a sanitizer reported anything in a child's output (the CI builds run the
+// binary under ASan+UBSan and TSan; a report there must not pass as a verdict exit code).
+static void no_sanitizer_reports(const char *text) {
+  cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s", text);
+}
+
+// Runs the binary with args; returns its exit code, its output in `out`.
+static int cli(const char *args) {
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  no_sanitizer_reports(out);
+  return rc;
+}
+
 // The integer result of a one-value query on the database at path.
 static long long q1(const char *path, const char *sql) {
   sqlite3 *db = NULL;
@@ -92,7 +105,7 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
   snprintf(rep, sizeof rep, "%s/report", dir);
   snprintf(args, sizeof args, "run %s/scenarios/quickstart.yaml --db %s --out %s --junit %s",
            SC_SOURCE_DIR, db, rep, junit);
-  int rc = sc_test_run_cli(args, out, sizeof out);
+  int rc = cli(args);
   cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
   // the exit code is the verdict's
   const char *verdict = q1s(db, "SELECT verdict FROM run");
@@ -142,7 +155,7 @@ Test(run, concurrency_ramp_reports_the_knee_per_deployment, .timeout = 900) {
   snprintf(args, sizeof args,
            "run %s/scenarios/concurrency-ramp.yaml --db %s --out %s/report --quiet",
            SC_SOURCE_DIR, db, dir);
-  int rc = sc_test_run_cli(args, out, sizeof out);
+  int rc = cli(args);
   cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM phase"), 2 * 6);
   // the knee is stored for both deployments (NULL when no step meets the SLO)
@@ -161,7 +174,7 @@ Test(run, mixed_prompts_reports_ttft_p95_per_prompt_class, .timeout = 900) {
   snprintf(db, sizeof db, "%s/results.db", dir);
   snprintf(args, sizeof args, "run %s/scenarios/mixed-prompts.yaml --db %s --out %s/report --quiet",
            SC_SOURCE_DIR, db, dir);
-  int rc = sc_test_run_cli(args, out, sizeof out);
+  int rc = cli(args);
   cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
   // one TTFT p95 per deployment x class, and the short class was not starved: every short
   // request completed
@@ -188,7 +201,7 @@ Test(run, an_slo_that_fails_exits_1_and_junit_carries_expected_vs_actual) {
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(junit, sizeof junit, "%s/j.xml", dir);
   snprintf(args, sizeof args, "run %s --db %s --out %s/rep --junit %s", sc, db, dir, junit);
-  int rc = sc_test_run_cli(args, out, sizeof out);
+  int rc = cli(args);
   cr_assert_eq(rc, 1, "%s", out);
   cr_assert(strstr(out, "FAIL"), "%s", out);
   cr_assert_str_eq(q1s(db, "SELECT verdict FROM run"), "fail");
@@ -210,11 +223,11 @@ Test(run, passing_slos_exit_0_and_the_run_is_listed) {
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(args, sizeof args, "run %s --db %s --out %s/rep --quiet", sc, db, dir);
-  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(cli(args), 0, "%s", out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'ok' AND output_tokens = 4"),
                20);
   snprintf(args, sizeof args, "runs --db %s", db);
-  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(cli(args), 0, "%s", out);
   cr_assert(strstr(out, "easy.yaml") || strstr(out, "easy"), "%s", out);
   cr_assert(strstr(out, "complete"), "%s", out);
   cr_assert(strstr(out, "pass"), "%s", out);
@@ -233,7 +246,7 @@ Test(run, requests_past_the_timeout_end_as_timeouts_and_count_as_errors) {
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(args, sizeof args, "run %s --db %s --out %s/rep --quiet", sc, db, dir);
-  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 1, "%s", out);
+  cr_assert_eq(cli(args), 1, "%s", out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'timeout'"), 4);
   // the client gave up at arrival + 50 ms: that is the request's end, no token after it
   cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE finish_ns - arrival_ns != 50000000"),
@@ -250,7 +263,8 @@ Test(run, requests_past_the_timeout_end_as_timeouts_and_count_as_errors) {
 
 Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_interrupted) {
   const char *dir = sc_test_tmpdir("run-int");
-  char sc[600], db[600], rep[600];
+  char sc[600], db[600], rep[600], logp[600];
+  snprintf(logp, sizeof logp, "%s/run.log", dir);
   snprintf(sc, sizeof sc, "%s/long.yaml", dir);
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(rep, sizeof rep, "%s/rep", dir);
@@ -261,9 +275,9 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
   pid_t pid = fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    dup2(null, 2);
+    int log = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(log, 1);
+    dup2(log, 2);
     execl(SC_BINARY, SC_BINARY, "run", sc, "--db", db, "--out", rep, (char *)NULL);
     _exit(127);
   }
@@ -286,7 +300,13 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
   int st = 0;
   cr_assert_eq(waitpid(pid, &st, 0), pid);
   cr_assert(WIFEXITED(st), "the run did not exit cleanly");
-  cr_assert_eq(WEXITSTATUS(st), 130);
+  FILE *lf = fopen(logp, "r");
+  cr_assert(lf);
+  size_t ln = fread(out, 1, sizeof out - 1, lf);
+  out[ln] = 0;
+  fclose(lf);
+  no_sanitizer_reports(out);
+  cr_assert_eq(WEXITSTATUS(st), 130, "%s", out);
   cr_assert_str_eq(q1s(db, "PRAGMA integrity_check"), "ok");
   cr_assert_str_eq(q1s(db, "SELECT status FROM run"), "interrupted");
   // only the first deployment started; its in-flight requests ended as cancelled
@@ -322,6 +342,7 @@ Test(run, without_gnuplot_the_data_and_html_are_written_and_the_exit_code_holds)
   size_t n = fread(out, 1, sizeof out - 1, p);
   out[n] = 0;
   int st = pclose(p);
+  no_sanitizer_reports(out);
   cr_assert(WIFEXITED(st));
   cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
   cr_assert(strstr(out, "warning: plots skipped"), "%s", out);
@@ -344,13 +365,13 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(args, sizeof args, "run %s --db %s", faults, db);
-  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(cli(args), 2, "%s", out);
   cr_assert(strstr(out, "faults.yaml:") && strstr(out, "fault injection is not available"), "%s",
             out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM run"), 0);
   snprintf(args, sizeof args, "run %s/missing.yaml --db %s", dir, db);
-  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
-  cr_assert_eq(sc_test_run_cli("run", out, sizeof out), 2, "%s", out);
-  cr_assert_eq(sc_test_run_cli("run --help", out, sizeof out), 0, "%s", out);
+  cr_assert_eq(cli(args), 2, "%s", out);
+  cr_assert_eq(cli("run"), 2, "%s", out);
+  cr_assert_eq(cli("run --help"), 0, "%s", out);
   cr_assert(strstr(out, "--junit"), "%s", out);
 }
