@@ -34,11 +34,19 @@ static struct fy_token *first_token(struct fy_node *node) {
   return NULL;
 }
 
-void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap) {
+bool yaml_map_pos(struct fy_node *node, int *line, int *col) {
   struct fy_token *t = first_token(node);
   const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
-  if (m)
-    snprintf(buf, cap, "%s:%d:%d", file, m->line + 1, m->column + 1);
+  if (!m) return false;
+  *line = m->line + 1;
+  *col = m->column + 1;
+  return true;
+}
+
+void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap) {
+  int line, col;
+  if (yaml_map_pos(node, &line, &col))
+    snprintf(buf, cap, "%s:%d:%d", file, line, col);
   else
     snprintf(buf, cap, "%s", file);
 }

@@ -50,6 +50,9 @@ sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
 sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int n,
                              sc_error *err);
 
+// Line and column (1-based) of node's first token: the scalar itself, or the first key or item
+// of a collection. False when it has none (an empty collection or value).
+bool yaml_map_pos(struct fy_node *node, int *line, int *col);
 // Writes "FILE:LINE:COL" for node (1-based; "FILE" alone when libfyaml has no position).
 void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap);
 

@@ -45,37 +45,11 @@ typedef struct ctx {
 
 // --- positions and messages
 
-// Line and column (1-based) of a node's first token: the scalar itself, or the first key or
-// item of a collection. False when the node has none (an empty collection, an empty value).
-static bool pos_of(struct fy_node *node, int *line, int *col) {
-  for (int depth = 0; node && depth < 64; depth++) {
-    void *it = NULL;
-    switch (fy_node_get_type(node)) {
-    case FYNT_SCALAR: {
-      struct fy_token *t = fy_node_get_scalar_token(node);
-      const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
-      if (!m) return false;
-      *line = m->line + 1;
-      *col = m->column + 1;
-      return true;
-    }
-    case FYNT_MAPPING: {
-      struct fy_node_pair *p = fy_node_mapping_iterate(node, &it);
-      node = p ? fy_node_pair_key(p) : NULL;
-      break;
-    }
-    case FYNT_SEQUENCE: node = fy_node_sequence_iterate(node, &it); break;
-    default: return false;
-    }
-  }
-  return false;
-}
-
 // "FILE:LINE:COL" of node, else of fallback, else "FILE".
 static void where(const ctx *c, struct fy_node *node, struct fy_node *fallback, char *buf,
                   size_t cap) {
   int line = 0, col = 0;
-  if (pos_of(node, &line, &col) || pos_of(fallback, &line, &col))
+  if (yaml_map_pos(node, &line, &col) || yaml_map_pos(fallback, &line, &col))
     snprintf(buf, cap, "%s:%d:%d", c->file, line, col);
   else
     snprintf(buf, cap, "%s", c->file);
@@ -674,7 +648,7 @@ static sc_status add_deployment(ctx *c, struct fy_node *at, int tp, int pp, int 
   scn_deployment *d = &s->deployments[s->n_deployments++];
   *d = (scn_deployment){.tp = tp, .pp = pp, .dp = dp};
   deployment_label(tp, pp, dp, d->label, sizeof d->label);
-  pos_of(at, &d->line, &d->col);
+  yaml_map_pos(at, &d->line, &d->col);
   return SC_OK;
 }
 
@@ -910,7 +884,7 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
   };
   mapview m;
   SC_TRY(read_map(c, item, "phases", k, f, COUNT(f), nested, COUNT(nested), &m));
-  pos_of(item, &p->line, &p->col);
+  yaml_map_pos(item, &p->line, &p->col);
   // exactly one kind
   static const char *const kinds[] = {"ramp", "rate", "fixed"};
   int kind = -1;
@@ -1338,7 +1312,7 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   };
   mapview m;
   SC_TRY(read_map(c, item, "faults", k, f, COUNT(f), nested, COUNT(nested), &m));
-  pos_of(item, &ft->line, &ft->col);
+  yaml_map_pos(item, &ft->line, &ft->col);
   int kind = -1, ki = -1;
   for (int i = 0; i < m.n; i++)
     for (int j = 0; j < COUNT(fault_kinds); j++) {
@@ -1565,7 +1539,7 @@ static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
       return expect_at(c, pv, pk, name, e);
     }
     snprintf(si->key, sizeof si->key, "%s", name);
-    pos_of(pk, &si->line, &si->col);
+    yaml_map_pos(pk, &si->line, &si->col);
     slo->n++;
   }
   return SC_OK;
