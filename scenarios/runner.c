@@ -29,7 +29,7 @@
 #include "scenarios/workload.h"
 
 enum {
-  EV_BATCH = 1024,           // events pulled from a replica per poll
+  EV_BATCH = 8192,           // events pulled from a replica per poll
 };
 static const uint64_t TICK_NS = 10000000ull;      // timeout scan period
 static const uint64_t SAMPLE_NS = 1000000000ull;  // device samples and flushes
