@@ -146,7 +146,7 @@ static int sti_poll(void *ctx, replica_event *out, int cap) {
   pthread_mutex_lock(&s->mu);
   size_t left = s->n_out - s->head_out;
   size_t n = left < (size_t)cap ? left : (size_t)cap;
-  memcpy(out, s->out + s->head_out, n * sizeof *out);
+  if (n) memcpy(out, s->out + s->head_out, n * sizeof *out);
   s->head_out += n;
   if (s->head_out == s->n_out) s->head_out = s->n_out = 0;
   if (s->n_out == 0 && s->signalled) {

@@ -319,7 +319,7 @@ static int l_poll(void *ctx, replica_event *out, int cap) {
   pthread_mutex_lock(&l->mu);
   size_t n = l->n_out - l->head_out;
   if (n > (size_t)cap) n = (size_t)cap;
-  memcpy(out, l->out + l->head_out, n * sizeof *out);
+  if (n) memcpy(out, l->out + l->head_out, n * sizeof *out);
   l->head_out += n;
   if (l->head_out == l->n_out) {
     l->head_out = l->n_out = 0;

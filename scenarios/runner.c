@@ -1042,6 +1042,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   if (st != SC_OK && err) *err = r.err;
   free_deployment(&r);
   rec_free(r.rec);
+  free(r.reqs);
   free(r.ttft_scratch);
   free(r.ev);
   free(r.ev_meta);
