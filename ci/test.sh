@@ -41,7 +41,7 @@ run_tests() {
 build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_tests release
 
-build asan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=address,undefined
+build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undefined
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread

@@ -96,8 +96,21 @@ static const char *tiny_scenario(const char *dir, const char *name, const char *
 }
 
 // --- the shipped scenarios
+//
+// They are real-time load tests (phases last seconds of wall time whatever the engine's speed),
+// so they run in the optimized build. Under a sanitizer the engine is 10-50x slower and an
+// open-loop phase overloads it into timeouts, which says nothing about the harness: there they
+// are reported as skipped, and the short end-to-end tests below cover the runner's memory and
+// thread safety.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_SANITIZERS()                                                                    \
+  cr_skip_test("skipped: shipped scenarios are real-time load tests, run in the optimized build")
+#else
+#define SKIP_UNDER_SANITIZERS() ((void)0)
+#endif
 
 Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeout = 900) {
+  SKIP_UNDER_SANITIZERS();
   const char *dir = sc_test_tmpdir("run-qs");
   char args[2048], db[600], junit[600], rep[600];
   snprintf(db, sizeof db, "%s/results.db", dir);
@@ -149,6 +162,7 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
 }
 
 Test(run, concurrency_ramp_reports_the_knee_per_deployment, .timeout = 900) {
+  SKIP_UNDER_SANITIZERS();
   const char *dir = sc_test_tmpdir("run-ramp");
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/results.db", dir);
@@ -169,6 +183,7 @@ Test(run, concurrency_ramp_reports_the_knee_per_deployment, .timeout = 900) {
 }
 
 Test(run, mixed_prompts_reports_ttft_p95_per_prompt_class, .timeout = 900) {
+  SKIP_UNDER_SANITIZERS();
   const char *dir = sc_test_tmpdir("run-mixed");
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/results.db", dir);
