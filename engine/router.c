@@ -50,7 +50,9 @@ void router_done(router *r, int i) {
   if (i >= 0 && i < r->n && r->outstanding[i] > 0) r->outstanding[i]--;
 }
 
-int router_outstanding(const router *r, int i) { return i >= 0 && i < r->n ? r->outstanding[i] : 0; }
+int router_outstanding(const router *r, int i) {
+  return i >= 0 && i < r->n ? r->outstanding[i] : 0;
+}
 
 const char *router_policy_name(router_policy p) {
   return p == ROUTER_ROUND_ROBIN ? "round-robin" : "least-outstanding";

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kernels/embedded.h"
 
@@ -235,16 +236,23 @@ sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
   return s;
 }
 
-sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int n,
-                             sc_error *err) {
+sc_status yaml_map_slurp(const char *path, size_t max_bytes, char **out, size_t *len,
+                         sc_error *err) {
+  *out = NULL;
+  *len = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return sc_fail(err, SC_IO, "%s: cannot open: %s", path, strerror(errno));
-  size_t cap = 4096, len = 0;
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
+    fclose(f);
+    return sc_fail(err, SC_IO, "%s: not a readable file", path);
+  }
+  size_t cap = 4096, n = 0;
   char *buf = malloc(cap);
   while (buf) {
-    len += fread(buf + len, 1, cap - len, f);
-    if (len < cap) break;
-    char *bigger = cap < ((size_t)64 << 20) ? realloc(buf, cap * 2) : NULL;
+    n += fread(buf + n, 1, cap - 1 - n, f); // one byte kept for the NUL
+    if (n < cap - 1) break;
+    char *bigger = cap < max_bytes ? realloc(buf, cap * 2) : NULL;
     if (!bigger) {
       free(buf);
       buf = NULL;
@@ -255,11 +263,23 @@ sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int
   }
   bool bad = ferror(f) != 0;
   fclose(f);
-  if (!buf) return sc_fail(err, SC_IO, "%s: too large or out of memory", path);
+  if (!buf)
+    return sc_fail(err, SC_IO, "%s: larger than %zu MiB or out of memory", path, max_bytes >> 20);
   if (bad) {
     free(buf);
     return sc_fail(err, SC_IO, "%s: read error", path);
   }
+  buf[n] = 0;
+  *out = buf;
+  *len = n;
+  return SC_OK;
+}
+
+sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int n,
+                             sc_error *err) {
+  char *buf;
+  size_t len;
+  SC_TRY(yaml_map_slurp(path, (size_t)64 << 20, &buf, &len, err));
   sc_status s = yaml_map_read_string(buf, len, path, fields, n, err);
   free(buf);
   return s;

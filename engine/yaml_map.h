@@ -46,6 +46,10 @@ sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_m
 // Parses text[0..len) (a YAML document whose root is a flat mapping) shown as `name`.
 sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
                                const yaml_map_field *fields, int n, sc_error *err);
+// Reads the whole file at path into *out (NUL-terminated, caller frees; len excludes the NUL).
+// SC_IO for a missing, unreadable or directory path, or one over max_bytes; *out NULL then.
+sc_status yaml_map_slurp(const char *path, size_t max_bytes, char **out, size_t *len,
+                         sc_error *err);
 // Reads the file at path (SC_IO when it cannot be read) and parses it as above.
 sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int n,
                              sc_error *err);

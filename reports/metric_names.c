@@ -38,7 +38,8 @@ static const mt_metric_info metrics[] = {
     {"peak_output_tok_s", "tok/s", MT_HIGHER_BETTER, "highest output tokens/s of any phase"},
     {"speedup", "x", MT_HIGHER_BETTER, "peak throughput over the fewest-GPU deployment's"},
     {"efficiency", "fraction", MT_HIGHER_BETTER, "speedup / (GPUs / the fewest-GPU deployment's)"},
-    {"knee_concurrency", "users", MT_HIGHER_BETTER, "highest ramp concurrency meeting the TTFT p95 SLO"},
+    {"knee_concurrency", "users", MT_HIGHER_BETTER,
+     "highest ramp concurrency meeting the TTFT p95 SLO"},
     {"gpus", "GPUs", MT_NEUTRAL, "GPUs (ranks) of the deployment"},
 };
 

@@ -1146,7 +1146,8 @@ sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plo
       snprintf(res->why, sizeof res->why, "gnuplot not found on PATH");
     for (int i = 0; i < n; i++)
       if (ps[i].written)
-        snprintf(ps[i].note, sizeof ps[i].note, "plot skipped: %.180s (data: %.40s.dat, script: %.40s.gp)",
+        snprintf(ps[i].note, sizeof ps[i].note,
+                 "plot skipped: %.180s (data: %.40s.dat, script: %.40s.gp)",
                  res->why, ps[i].name, ps[i].name);
   } else if (any) {
     gp_run_all(&t, dir, ps, n, res);

@@ -11,7 +11,6 @@
 // Not here: the formulas (reports/metrics.c), the SQL (reports/store.c), plots (reports/).
 #include "scenarios/runner.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <poll.h>
@@ -103,6 +102,7 @@ typedef struct rt {
   replica **reps;
   int n_reps;
   bool *eligible;           // (n_reps)
+  struct pollfd *fds;       // (n_reps) what wait_until sleeps on
   router *rt;
   req_rec *reqs;            // (n_reqs) all requests of the deployment, index = key
   size_t n_reqs, cap_reqs;
@@ -344,10 +344,9 @@ static void send_req(rt *r, uint64_t arrival, int user) {
   r->sent++;
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
-  int i = -1;
   for (int j = 0; j < r->n_reps; j++)
     r->eligible[j] = replica_health_get(r->reps[j]) == REPLICA_HEALTHY;
-  i = router_pick(r->rt, r->eligible);
+  int i = router_pick(r->rt, r->eligible);
   uint64_t t = now_rel(r);
   if (i < 0) {
     finish_req(r, k, MT_FAILED, "no_replica", "no healthy replica to send the request to", t);
@@ -488,15 +487,16 @@ static void drain_events(rt *r) {
 // events or a signal arrives. The simulator replaces this with "advance the virtual clock to
 // the earlier of the deadline and the next replica step's end".
 static void wait_until(rt *r, uint64_t deadline) {
-  struct pollfd fds[64];
+  struct pollfd *fds = r->fds;
   int n = 0;
-  for (int i = 0; i < r->n_reps && n < 64; i++) {
+  for (int i = 0; i < r->n_reps; i++) {
     int fd = replica_wait_fd(r->reps[i]);
     if (fd >= 0) fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
   }
   uint64_t now = now_rel(r);
   uint64_t d = deadline > now ? deadline - now : 0;
-  struct timespec ts = {.tv_sec = (time_t)(d / 1000000000ull), .tv_nsec = (long)(d % 1000000000ull)};
+  struct timespec ts = {.tv_sec = (time_t)(d / 1000000000ull),
+                        .tv_nsec = (long)(d % 1000000000ull)};
   ppoll(fds, (nfds_t)n, &ts, NULL);
 }
 
@@ -753,6 +753,8 @@ static void free_deployment(rt *r) {
   r->n_reps = 0;
   free(r->eligible);
   r->eligible = NULL;
+  free(r->fds);
+  r->fds = NULL;
   router_free(r->rt);
   r->rt = NULL;
   for (size_t i = 0; i < r->n_reqs; i++) free(r->reqs[i].tok);
@@ -835,10 +837,12 @@ static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
   if (s != SC_OK) return s;
   r->reps = calloc((size_t)d->dp, sizeof *r->reps);
   r->eligible = calloc((size_t)d->dp, sizeof *r->eligible);
+  r->fds = calloc((size_t)d->dp, sizeof *r->fds);
   r->rt = router_new(r->s->router.policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
                                                                    : ROUTER_LEAST_OUTSTANDING,
                      d->dp);
-  if (!r->reps || !r->eligible || !r->rt) return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  if (!r->reps || !r->eligible || !r->fds || !r->rt)
+    return sc_fail(&r->err, SC_OOM, "runner: out of memory");
   engine_config ec = engine_cfg(r->s, d, r->clock);
   progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
                 idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,

@@ -1675,35 +1675,9 @@ sc_status scenario_parse(const char *text, size_t len, const char *name, const c
 
 sc_status scenario_load(const char *path, scenario **out, sc_error *err) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return sc_fail(err, SC_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
-    fclose(f);
-    return sc_fail(err, SC_IO, "%s: not a readable file", path);
-  }
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    len += fread(buf + len, 1, cap - len, f);
-    if (len < cap) break;
-    char *bigger = cap < SCN_MAX_TEXT ? realloc(buf, cap * 2) : NULL;
-    if (!bigger) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = bigger;
-    cap *= 2;
-  }
-  bool bad = ferror(f) != 0;
-  fclose(f);
-  if (!buf) return sc_fail(err, SC_IO, "%s: larger than %zu MiB or out of memory", path,
-                           SCN_MAX_TEXT >> 20);
-  if (bad) {
-    free(buf);
-    return sc_fail(err, SC_IO, "%s: read error", path);
-  }
+  char *buf;
+  size_t len;
+  SC_TRY(yaml_map_slurp(path, SCN_MAX_TEXT, &buf, &len, err));
   char dir[1024];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');

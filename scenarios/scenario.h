@@ -80,11 +80,16 @@ typedef enum scn_phase_kind {
   SCN_PHASE_FIXED, // closed loop: `requests` in all at `concurrency`
 } scn_phase_kind;
 
-typedef enum scn_arrival { SCN_ARRIVAL_POISSON, SCN_ARRIVAL_CONSTANT, SCN_ARRIVAL_GAMMA } scn_arrival;
+typedef enum scn_arrival {
+  SCN_ARRIVAL_POISSON,
+  SCN_ARRIVAL_CONSTANT,
+  SCN_ARRIVAL_GAMMA,
+} scn_arrival;
 
 typedef struct scn_phase {
   scn_phase_kind kind;
-  char name[48];                   // key name; default "ramp", "rate-8", "fixed" (+ index if repeated)
+  char name[48];                   // key name; default "ramp", "rate-8", "fixed" (-2, -3 ...
+                                   // when repeated)
   int concurrency[SCN_MAX_RAMP];   // RAMP: the steps; FIXED: [0] only
   int n_concurrency;
   uint64_t hold_ns;                // RAMP: time per step (required)
@@ -178,7 +183,10 @@ typedef struct scn_limits {
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
 } scn_limits;
 
-typedef enum scn_router_policy { SCN_ROUTER_LEAST_OUTSTANDING, SCN_ROUTER_ROUND_ROBIN } scn_router_policy;
+typedef enum scn_router_policy {
+  SCN_ROUTER_LEAST_OUTSTANDING,
+  SCN_ROUTER_ROUND_ROBIN,
+} scn_router_policy;
 
 typedef struct scn_router {
   scn_router_policy policy; // key router.policy: least-outstanding (default) | round-robin

@@ -666,6 +666,26 @@ Test(validate_cli, invalid_file_exits_2_naming_the_position) {
   cr_expect(strstr(out, "did you mean ttft_p95_ms"), "%s", out);
 }
 
+Test(validate_cli, a_bad_dataset_line_exits_2_naming_file_and_line) {
+  const char *dir = sc_test_tmpdir("scn-cli-ds");
+  cr_assert_not_null(dir);
+  char sc[512], ds[512], args[600];
+  snprintf(ds, sizeof ds, "%s/prompts.jsonl", dir);
+  const char *lines = "{\"prompt_tokens\": 12, \"output_tokens\": 4}\n{\"prompt_tokens\": \"x\"}\n";
+  cr_assert_eq(sc_test_write_file(ds, lines, strlen(lines)), 0);
+  snprintf(sc, sizeof sc, "%s/ds.yaml", dir);
+  const char *text = "name: ds\nmodel: llama-tiny\ndeployments: [{tp: 1}]\n"
+                     "workload:\n  dataset: prompts.jsonl\n"
+                     "  phases: [{fixed: {requests: 2}}]\n";
+  cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
+  snprintf(args, sizeof args, "validate %s", sc);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_expect_eq(rc, 2, "output: %s", out);
+  char want[600];
+  snprintf(want, sizeof want, "%s:2: key 'prompt_tokens'", ds);
+  cr_expect(strstr(out, want), "expected '%s' in: %s", want, out);
+}
+
 Test(validate_cli, missing_file_and_usage_exit_2) {
   cr_expect_eq(sc_test_run_cli("validate /nonexistent/x.yaml", out, sizeof out), 2);
   cr_expect(strstr(out, "/nonexistent/x.yaml"), "%s", out);
