@@ -514,6 +514,26 @@ void executor_free(executor *ex) {
 
 // --- one step
 
+bool exec_mb_starts_here(long tok, long total, int i, int n_seqs, int m, int pp) {
+  int n_mb = n_seqs < pp ? n_seqs : pp;
+  // Start the next micro-batch once this one has its share of tokens, keeping at least one
+  // sequence for each micro-batch still to come.
+  return m + 1 < n_mb && (tok >= total * (m + 1) / n_mb || n_seqs - i <= n_mb - m - 1);
+}
+
+int exec_split_microbatches(const int *n_tok, int n_seqs, int pp, int *mb_first) {
+  long total = 0, tok = 0;
+  for (int i = 0; i < n_seqs; i++) total += n_tok[i];
+  int m = 0;
+  mb_first[0] = 0;
+  for (int i = 0; i < n_seqs; i++) {
+    if (i > mb_first[m] && exec_mb_starts_here(tok, total, i, n_seqs, m, pp)) mb_first[++m] = i;
+    tok += n_tok[i];
+  }
+  mb_first[m + 1] = n_seqs;
+  return m + 1;
+}
+
 // Flattens the batch into host arrays and splits it into micro-batches (one per stage at
 // most, balanced by tokens, each at least one sequence).
 static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
@@ -529,16 +549,13 @@ static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
   if (b->n_seqs < 1 || b->n_seqs > ex->cfg.max_seqs || total > ex->cfg.max_tokens)
     return sc_fail(err, SC_INVALID, "executor: step of %d sequences / %d tokens exceeds %d / %d",
                    b->n_seqs, total, ex->cfg.max_seqs, ex->cfg.max_tokens);
-  int n_mb = b->n_seqs < ex->cfg.pp ? b->n_seqs : ex->cfg.pp;
   int tok = 0, m = 0;
   mb_meta *cur = &ex->mb[0];
   *cur = (mb_meta){0};
   for (int i = 0; i < b->n_seqs; i++) {
     const exec_seq *q = &b->seqs[i];
-    // Start the next micro-batch once this one has its share of tokens, keeping at least
-    // one sequence for each micro-batch still to come.
-    if (cur->n_seq > 0 && m + 1 < n_mb &&
-        (tok >= (long)total * (m + 1) / n_mb || b->n_seqs - i <= n_mb - m - 1)) {
+    if (m + 1 < ex->cfg.pp && cur->n_seq > 0 &&
+        exec_mb_starts_here(tok, total, i, b->n_seqs, m, ex->cfg.pp)) {
       m++;
       cur = &ex->mb[m];
       *cur = (mb_meta){.seq0 = i, .tok0 = tok, .sample0 = n_sample};

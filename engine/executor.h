@@ -49,6 +49,15 @@ typedef struct exec_batch {
 
 typedef struct executor executor;
 
+// How a step's sequences split into micro-batches (one per PP stage at most, balanced by
+// tokens, each at least one sequence): the executor's rule, shared with the simulator so both
+// run the same schedule. n_tok[i] = tokens of sequence i; writes mb_first[0..n_mb] (micro-batch
+// j = sequences [mb_first[j], mb_first[j + 1])) and returns n_mb. mb_first holds pp + 1 ints.
+int exec_split_microbatches(const int *n_tok, int n_seqs, int pp, int *mb_first);
+// The step of that rule: whether micro-batch m (holding sequences from some index before i,
+// tok tokens before sequence i) ends before sequence i.
+bool exec_mb_starts_here(long tok, long total, int i, int n_seqs, int m, int pp);
+
 // Loads every rank's weights and allocates KV and workspace. On error *out is NULL.
 sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err);
 void executor_free(executor *ex); // NULL is a no-op

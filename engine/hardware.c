@@ -5,31 +5,215 @@
 // is kernels/sim/.
 #include "engine/hardware.h"
 
+#include <libfyaml.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/yaml_map.h"
 
 #define HW_DIR "scenarios/hardware"
 
+// --- nested keys (the simulator's curves and measured tables)
+
+static sc_status read_curve(struct fy_node *v, const char *file, const char *key, sim_curve *c,
+                            sc_error *err) {
+  return yaml_map_pairs(v, file, key, c->x, c->y, SIM_CURVE_MAX, &c->n, err);
+}
+
+static sc_status node_gemm_eff(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  SC_TRY(read_curve(v, file, "gemm_eff", dst, err));
+  const sim_curve *c = dst;
+  for (int i = 0; i < c->n; i++)
+    if (!(c->y[i] > 0 && c->y[i] <= 1)) {
+      char where[300];
+      yaml_map_where(v, file, where, sizeof where);
+      return sc_fail(err, SC_INVALID, "%s: key 'gemm_eff': fractions must be in (0, 1], got %g",
+                     where, c->y[i]);
+    }
+  return SC_OK;
+}
+
+static sc_status pos_time_curve(struct fy_node *v, const char *file, const char *key, sim_curve *c,
+                                sc_error *err) {
+  SC_TRY(read_curve(v, file, key, c, err));
+  for (int i = 0; i < c->n; i++)
+    if (!(c->y[i] > 0)) {
+      char where[300];
+      yaml_map_where(v, file, where, sizeof where);
+      return sc_fail(err, SC_INVALID, "%s: key '%s': times must be positive seconds, got %g",
+                     where, key, c->y[i]);
+    }
+  return SC_OK;
+}
+
+static sc_status node_t(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  return pos_time_curve(v, file, "t", dst, err);
+}
+static sc_status node_decode(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  return pos_time_curve(v, file, "decode", dst, err);
+}
+static sc_status node_prefill(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  return pos_time_curve(v, file, "prefill", dst, err);
+}
+
+// Walks a list of mappings under `key`, calling item() for each with its index.
+static sc_status each_item(struct fy_node *v, const char *file, const char *key, int cap,
+                           int *n, void *dst,
+                           sc_status (*item)(struct fy_node *, const char *, void *, int,
+                                             sc_error *),
+                           sc_error *err) {
+  char where[300];
+  yaml_map_where(v, file, where, sizeof where);
+  if (!v || fy_node_get_type(v) != FYNT_SEQUENCE)
+    return sc_fail(err, SC_INVALID, "%s: key '%s': expected a list of mappings", where, key);
+  void *it = NULL;
+  struct fy_node *e;
+  *n = 0;
+  while ((e = fy_node_sequence_iterate(v, &it))) {
+    if (*n == cap) {
+      yaml_map_where(e, file, where, sizeof where);
+      return sc_fail(err, SC_INVALID, "%s: key '%s': at most %d entries", where, key, cap);
+    }
+    SC_TRY(item(e, file, dst, *n, err));
+    (*n)++;
+  }
+  return SC_OK;
+}
+
+static sc_status positive_ints(struct fy_node *e, const char *file, const char *key,
+                               const int *v, const char *const *names, int n, sc_error *err) {
+  for (int i = 0; i < n; i++)
+    if (v[i] < 1) {
+      char where[300];
+      yaml_map_where(e, file, where, sizeof where);
+      return sc_fail(err, SC_INVALID, "%s: %s entry: key '%s' must be at least 1, got %d",
+                     where, key, names[i], v[i]);
+    }
+  return SC_OK;
+}
+
+static sc_status gemm_item(struct fy_node *e, const char *file, void *dst, int i, sc_error *err) {
+  sim_gemm_table *g = &((sim_hw *)dst)->gemm[i];
+  const yaml_map_field f[] = {
+      {"n", YAML_MAP_INT, &g->n, 0, true, NULL, NULL, NULL, NULL},
+      {"k", YAML_MAP_INT, &g->k, 0, true, NULL, NULL, NULL, NULL},
+      {"threads", YAML_MAP_INT, &g->threads, 0, true, NULL, NULL, NULL, NULL},
+      {"t", YAML_MAP_NODE, &g->t, 0, true, NULL, "a list of [m, seconds] pairs", NULL, node_t},
+  };
+  SC_TRY(yaml_map_read_node(e, file, f, 4, err));
+  static const char *const names[] = {"n", "k", "threads"};
+  return positive_ints(e, file, "gemm", (int[]){g->n, g->k, g->threads}, names, 3, err);
+}
+
+static sc_status attn_item(struct fy_node *e, const char *file, void *dst, int i, sc_error *err) {
+  sim_attn_table *a = &((sim_hw *)dst)->attn[i];
+  const yaml_map_field f[] = {
+      {"heads", YAML_MAP_INT, &a->heads, 0, true, NULL, NULL, NULL, NULL},
+      {"kv_heads", YAML_MAP_INT, &a->kv_heads, 0, true, NULL, NULL, NULL, NULL},
+      {"head_dim", YAML_MAP_INT, &a->head_dim, 0, true, NULL, NULL, NULL, NULL},
+      {"threads", YAML_MAP_INT, &a->threads, 0, true, NULL, NULL, NULL, NULL},
+      {"decode", YAML_MAP_NODE, &a->decode, 0, true, NULL, "a list of [context, seconds] pairs",
+       NULL, node_decode},
+      {"prefill", YAML_MAP_NODE, &a->prefill, 0, true, NULL, "a list of [tokens, seconds] pairs",
+       NULL, node_prefill},
+  };
+  SC_TRY(yaml_map_read_node(e, file, f, 6, err));
+  static const char *const names[] = {"heads", "kv_heads", "head_dim", "threads"};
+  return positive_ints(e, file, "attention",
+                       (int[]){a->heads, a->kv_heads, a->head_dim, a->threads}, names, 4, err);
+}
+
+static sc_status coll_item(struct fy_node *e, const char *file, void *dst, int i, sc_error *err) {
+  sim_coll_table *c = &((sim_hw *)dst)->coll[i];
+  const yaml_map_field f[] = {
+      {"ranks", YAML_MAP_INT, &c->ranks, 0, true, NULL, NULL, NULL, NULL},
+      {"t", YAML_MAP_NODE, &c->allreduce, 0, true, NULL, "a list of [bytes, seconds] pairs",
+       NULL, node_t},
+  };
+  SC_TRY(yaml_map_read_node(e, file, f, 2, err));
+  static const char *const names[] = {"ranks"};
+  return positive_ints(e, file, "allreduce", &c->ranks, names, 1, err);
+}
+
+static sc_status node_gemm(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  sim_hw *h = dst;
+  return each_item(v, file, "gemm", SIM_TABLES_MAX, &h->n_gemm, h, gemm_item, err);
+}
+static sc_status node_attn(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  sim_hw *h = dst;
+  return each_item(v, file, "attention", 8, &h->n_attn, h, attn_item, err);
+}
+static sc_status node_coll(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  sim_hw *h = dst;
+  return each_item(v, file, "allreduce", 8, &h->n_coll, h, coll_item, err);
+}
+
 // --- loading
 
+static sc_status set_link(sim_link *l, const char *name, const char *where, const char *key,
+                          sc_error *err) {
+  if (sim_link_lookup(name, l)) return SC_OK;
+  char names[256];
+  sim_link_names(names, sizeof names);
+  return sc_fail(err, SC_INVALID, "%s: key '%s': unknown link '%s'; known links: %s", where, key,
+                 name, names);
+}
+
+sc_status hw_profile_set_link(hw_profile *p, const char *link, sc_error *err) {
+  SC_TRY(set_link(&p->sim.intra, link, p->name, "link", err));
+  snprintf(p->link, sizeof p->link, "%s", p->sim.intra.name);
+  p->link_bw = p->sim.intra.bw;
+  p->link_latency_s = p->sim.intra.latency_s;
+  return SC_OK;
+}
+
+static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_error *err);
+
 sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *err) {
-  hw_profile p;
-  memset(&p, 0, sizeof p);
+  static const hw_profile zero;
+  hw_profile *pp = malloc(sizeof *pp);
+  if (!pp) return sc_fail(err, SC_OOM, "out of memory reading a hardware profile");
+  *pp = zero;
+  sc_status st = hw_profile_read(name_or_path, pp, err);
+  if (st == SC_OK) *out = *pp;
+  free(pp);
+  return st;
+}
+
+static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_error *err) {
+  sim_hw *h = &p->sim;
+  char inter[32] = "ib-ndr";
+  double inter_bw = 0, inter_lat = -1;
+  h->mem_eff = 1;
   const yaml_map_field fields[] = {
-      {"name", YAML_MAP_STRING, p.name, sizeof p.name, true, NULL, NULL, NULL},
-      {"description", YAML_MAP_STRING, p.description, sizeof p.description, true, NULL, NULL,
-       NULL},
-      {"mem_bytes", YAML_MAP_DOUBLE, &p.mem_bytes, 0, true, NULL, NULL, NULL},
-      {"mem_bw", YAML_MAP_DOUBLE, &p.mem_bw, 0, true, NULL, NULL, NULL},
-      {"flops_bf16", YAML_MAP_DOUBLE, &p.flops_bf16, 0, true, NULL, NULL, NULL},
-      {"flops_fp16", YAML_MAP_DOUBLE, &p.flops_fp16, 0, true, NULL, NULL, NULL},
-      {"flops_fp32", YAML_MAP_DOUBLE, &p.flops_fp32, 0, true, NULL, NULL, NULL},
-      {"flops_int8", YAML_MAP_DOUBLE, &p.flops_int8, 0, true, NULL, NULL, NULL},
-      {"link", YAML_MAP_STRING, p.link, sizeof p.link, true, NULL, NULL, NULL},
-      {"link_bw", YAML_MAP_DOUBLE, &p.link_bw, 0, true, NULL, NULL, NULL},
-      {"link_latency_s", YAML_MAP_DOUBLE, &p.link_latency_s, 0, true, NULL, NULL, NULL},
-      {"gpus_per_node", YAML_MAP_INT, &p.gpus_per_node, 0, true, NULL, NULL, NULL},
+      {"name", YAML_MAP_STRING, p->name, sizeof p->name, true, NULL, NULL, NULL, NULL},
+      {"description", YAML_MAP_STRING, p->description, sizeof p->description, true, NULL, NULL,
+       NULL, NULL},
+      {"mem_bytes", YAML_MAP_DOUBLE, &p->mem_bytes, 0, true, NULL, NULL, NULL, NULL},
+      {"mem_bw", YAML_MAP_DOUBLE, &p->mem_bw, 0, true, NULL, NULL, NULL, NULL},
+      {"flops_bf16", YAML_MAP_DOUBLE, &p->flops_bf16, 0, true, NULL, NULL, NULL, NULL},
+      {"flops_fp16", YAML_MAP_DOUBLE, &p->flops_fp16, 0, true, NULL, NULL, NULL, NULL},
+      {"flops_fp32", YAML_MAP_DOUBLE, &p->flops_fp32, 0, true, NULL, NULL, NULL, NULL},
+      {"flops_int8", YAML_MAP_DOUBLE, &p->flops_int8, 0, true, NULL, NULL, NULL, NULL},
+      {"link", YAML_MAP_STRING, p->link, sizeof p->link, true, NULL, NULL, NULL, NULL},
+      {"link_bw", YAML_MAP_DOUBLE, &p->link_bw, 0, true, NULL, NULL, NULL, NULL},
+      {"link_latency_s", YAML_MAP_DOUBLE, &p->link_latency_s, 0, true, NULL, NULL, NULL, NULL},
+      {"gpus_per_node", YAML_MAP_INT, &p->gpus_per_node, 0, true, NULL, NULL, NULL, NULL},
+      // the simulator's (optional)
+      {"mem_eff", YAML_MAP_DOUBLE, &h->mem_eff, 0, false, NULL, NULL, NULL, NULL},
+      {"gemm_eff", YAML_MAP_NODE, &h->gemm_eff, 0, false, NULL, "a list of [m, fraction] pairs",
+       NULL, node_gemm_eff},
+      {"launch_s", YAML_MAP_DOUBLE, &h->launch_s, 0, false, NULL, NULL, NULL, NULL},
+      {"step_overhead_s", YAML_MAP_DOUBLE, &h->step_overhead_s, 0, false, NULL, NULL, NULL, NULL},
+      {"inter_link", YAML_MAP_STRING, inter, sizeof inter, false, NULL, NULL, NULL, NULL},
+      {"inter_link_bw", YAML_MAP_DOUBLE, &inter_bw, 0, false, NULL, NULL, NULL, NULL},
+      {"inter_link_latency_s", YAML_MAP_DOUBLE, &inter_lat, 0, false, NULL, NULL, NULL, NULL},
+      {"host_cores", YAML_MAP_INT, &h->host_cores, 0, false, NULL, NULL, NULL, NULL},
+      {"gemm", YAML_MAP_NODE, h, 0, false, NULL, "a list of {n, k, threads, t}", NULL, node_gemm},
+      {"attention", YAML_MAP_NODE, h, 0, false, NULL,
+       "a list of {heads, kv_heads, head_dim, threads, decode, prefill}", NULL, node_attn},
+      {"allreduce", YAML_MAP_NODE, h, 0, false, NULL, "a list of {ranks, t}", NULL, node_coll},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,
                              (int)(sizeof fields / sizeof fields[0]), err));
@@ -38,24 +222,51 @@ sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *e
   const struct {
     const char *key;
     double v;
-  } positive[] = {{"mem_bytes", p.mem_bytes},   {"mem_bw", p.mem_bw},
-                  {"flops_bf16", p.flops_bf16}, {"flops_fp16", p.flops_fp16},
-                  {"flops_fp32", p.flops_fp32}, {"link_bw", p.link_bw}};
+  } positive[] = {{"mem_bytes", p->mem_bytes},   {"mem_bw", p->mem_bw},
+                  {"flops_bf16", p->flops_bf16}, {"flops_fp16", p->flops_fp16},
+                  {"flops_fp32", p->flops_fp32}, {"link_bw", p->link_bw}};
   for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
     if (!(positive[i].v > 0))
       return sc_fail(err, SC_INVALID, "%s: key '%s' must be positive, got %g", where,
                      positive[i].key, positive[i].v);
-  if (p.flops_int8 < 0)
+  if (p->flops_int8 < 0)
     return sc_fail(err, SC_INVALID, "%s: key 'flops_int8' must be >= 0 (0 = unknown), got %g",
-                   where, p.flops_int8);
-  if (p.link_latency_s < 0 || p.link_latency_s > 1)
+                   where, p->flops_int8);
+  if (p->link_latency_s < 0 || p->link_latency_s > 1)
     return sc_fail(err, SC_INVALID, "%s: key 'link_latency_s' must be in [0, 1] seconds, got %g",
-                   where, p.link_latency_s);
-  if (p.gpus_per_node < 1 || p.gpus_per_node > 1024)
+                   where, p->link_latency_s);
+  if (p->gpus_per_node < 1 || p->gpus_per_node > 1024)
     return sc_fail(err, SC_INVALID, "%s: key 'gpus_per_node' must be in 1..1024, got %d", where,
-                   p.gpus_per_node);
-  if (!p.name[0]) return sc_fail(err, SC_INVALID, "%s: key 'name' must not be empty", where);
-  *out = p;
+                   p->gpus_per_node);
+  if (!p->name[0]) return sc_fail(err, SC_INVALID, "%s: key 'name' must not be empty", where);
+  if (!(h->mem_eff > 0 && h->mem_eff <= 1))
+    return sc_fail(err, SC_INVALID, "%s: key 'mem_eff' must be in (0, 1], got %g", where,
+                   h->mem_eff);
+  if (h->launch_s < 0 || h->launch_s > 1 || h->step_overhead_s < 0 || h->step_overhead_s > 10)
+    return sc_fail(err, SC_INVALID,
+                   "%s: keys 'launch_s' and 'step_overhead_s' must be non-negative seconds "
+                   "(at most 1 and 10), got %g and %g", where, h->launch_s, h->step_overhead_s);
+  if (h->host_cores < 0 || h->host_cores > 4096)
+    return sc_fail(err, SC_INVALID, "%s: key 'host_cores' must be in 0..4096, got %d", where,
+                   h->host_cores);
+  // --- the simulator's device
+  h->mem_bytes = p->mem_bytes;
+  h->mem_bw = p->mem_bw;
+  h->flops_f32 = p->flops_fp32;
+  h->flops_f16 = p->flops_fp16;
+  h->flops_bf16 = p->flops_bf16;
+  h->flops_int8 = p->flops_int8;
+  h->gpus_per_node = p->gpus_per_node;
+  snprintf(h->intra.name, sizeof h->intra.name, "%s", p->link);
+  h->intra.bw = p->link_bw;
+  h->intra.latency_s = p->link_latency_s;
+  SC_TRY(set_link(&h->inter, inter, where, "inter_link", err));
+  if (inter_bw < 0 || inter_lat > 1)
+    return sc_fail(err, SC_INVALID,
+                   "%s: keys 'inter_link_bw' and 'inter_link_latency_s' must be positive "
+                   "(latency at most 1 s)", where);
+  if (inter_bw > 0) h->inter.bw = inter_bw;
+  if (inter_lat >= 0) h->inter.latency_s = inter_lat;
   return SC_OK;
 }
 

@@ -5,6 +5,7 @@
 // rest. Figures and their sources live in the YAML files, not here.
 #pragma once
 
+#include "kernels/sim/sim_cost.h"
 #include "kernels/status.h"
 
 typedef struct hw_profile {
@@ -20,10 +21,18 @@ typedef struct hw_profile {
   double link_bw;        // intra-node link bandwidth per direction per GPU, bytes/s
   double link_latency_s; // intra-node link latency, seconds
   int gpus_per_node;     // how many of these one node holds (limits TP within a node)
+  // The simulator's view (kernels/sim/sim_cost.h): the figures above, plus the optional keys
+  // mem_eff, gemm_eff, launch_s, step_overhead_s, inter_link(_bw, _latency_s), host_cores and
+  // the measured tables gemm, attention, allreduce that `shardcheck profile` writes.
+  sim_hw sim;
 } hw_profile;
 
 // Loads a profile by name (embedded scenarios/hardware/NAME.yaml) or from a .yaml path.
 // Unknown keys, missing keys and wrong types are SC_INVALID naming file:line:column and key.
 sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *err);
+// Replaces the intra-node link (a named link, kernels/sim/sim_links.c) and, when nodes > 0,
+// keeps gpus_per_node as is: what a scenario's hardware.link overrides. SC_INVALID for an
+// unknown link name.
+sc_status hw_profile_set_link(hw_profile *p, const char *link, sc_error *err);
 // Fills names[] with the embedded profile names (static strings); returns how many exist.
 int hw_profile_names(const char **names, int cap);

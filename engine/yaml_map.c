@@ -61,6 +61,7 @@ static const char *type_expect(const yaml_map_field *f) {
   case YAML_MAP_STRING: return "a string";
   case YAML_MAP_BOOL: return "true or false";
   case YAML_MAP_CUSTOM: return f->expect ? f->expect : "a scalar";
+  case YAML_MAP_NODE: return f->expect ? f->expect : "a value";
   }
   return "a value";
 }
@@ -141,6 +142,7 @@ static bool convert(const yaml_map_field *f, struct fy_node *v) {
     memcpy(f->dst, text, len + 1);
     return true;
   case YAML_MAP_CUSTOM: return f->parse && f->parse(text, f->dst);
+  case YAML_MAP_NODE: return false; // handled by the caller
   }
   return false;
 }
@@ -179,6 +181,11 @@ sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_m
       return sc_fail(err, SC_INVALID, "%s: unknown key '%s'; expected one of: %s", where, key,
                      keys);
     }
+    if (fields[i].type == YAML_MAP_NODE) {
+      SC_TRY(fields[i].node(v, fields[i].dst, file, err));
+      seen[i] = true;
+      continue;
+    }
     if (v && fy_node_get_type(v) == FYNT_SCALAR) yaml_map_where(v, file, where, sizeof where);
     if (!convert(&fields[i], v)) {
       describe(v, got, sizeof got);
@@ -199,6 +206,50 @@ sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_m
       return sc_fail(err, SC_INVALID, "%s: missing required key '%s' (%s)", where, fields[i].key,
                      type_expect(&fields[i]));
     }
+  }
+  return SC_OK;
+}
+
+static bool node_double(struct fy_node *v, double *out) {
+  if (!v || fy_node_get_type(v) != FYNT_SCALAR || fy_node_get_style(v) != FYNS_PLAIN) return false;
+  size_t len = 0;
+  const char *raw = fy_node_get_scalar(v, &len);
+  char text[64];
+  if (!raw || len >= sizeof text) return false;
+  memcpy(text, raw, len);
+  text[len] = 0;
+  return parse_double(text, out);
+}
+
+sc_status yaml_map_pairs(struct fy_node *v, const char *file, const char *key, double *x,
+                         double *y, int cap, int *n, sc_error *err) {
+  char where[300], got[100];
+  *n = 0;
+  if (!v || fy_node_get_type(v) != FYNT_SEQUENCE) {
+    yaml_map_where(v, file, where, sizeof where);
+    describe(v, got, sizeof got);
+    return sc_fail(err, SC_INVALID, "%s: key '%s': expected a list of [x, y] pairs, got %s",
+                   where, key, got);
+  }
+  void *it = NULL;
+  struct fy_node *item;
+  while ((item = fy_node_sequence_iterate(v, &it))) {
+    yaml_map_where(item, file, where, sizeof where);
+    double a, b;
+    if (fy_node_get_type(item) != FYNT_SEQUENCE || fy_node_sequence_item_count(item) != 2 ||
+        !node_double(fy_node_sequence_get_by_index(item, 0), &a) ||
+        !node_double(fy_node_sequence_get_by_index(item, 1), &b))
+      return sc_fail(err, SC_INVALID, "%s: key '%s': expected a pair of numbers [x, y]", where,
+                     key);
+    if (*n == cap)
+      return sc_fail(err, SC_INVALID, "%s: key '%s': at most %d pairs", where, key, cap);
+    if (!(a > 0) || (*n > 0 && !(a > x[*n - 1])))
+      return sc_fail(err, SC_INVALID,
+                     "%s: key '%s': x must be positive and strictly increasing, got %g", where,
+                     key, a);
+    x[*n] = a;
+    y[*n] = b;
+    (*n)++;
   }
   return SC_OK;
 }

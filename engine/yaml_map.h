@@ -22,6 +22,7 @@ typedef enum yaml_map_type {
   YAML_MAP_STRING, // char[cap]: any scalar
   YAML_MAP_BOOL,   // bool: true | false
   YAML_MAP_CUSTOM, // a plain or quoted scalar handed to parse()
+  YAML_MAP_NODE,   // any value node handed to node() (nested lists and mappings)
 } yaml_map_type;
 
 // YAML_MAP_CUSTOM: converts text into *dst; returns false when text is not acceptable.
@@ -36,6 +37,8 @@ typedef struct yaml_map_field {
   yaml_map_parse_fn parse; // YAML_MAP_CUSTOM only
   const char *expect;      // YAML_MAP_CUSTOM only: e.g. "a dtype (f32, f16, bf16, int8, int4)"
   bool *seen;              // optional: set to whether the key was present
+  // YAML_MAP_NODE only: reads value node v into dst; on error fills err naming file:line:col.
+  sc_status (*node)(struct fy_node *v, void *dst, const char *file, sc_error *err);
 } yaml_map_field;
 
 // Reads the mapping `map` into fields[0..n). `file` names the source in messages. On error
@@ -53,6 +56,11 @@ sc_status yaml_map_slurp(const char *path, size_t max_bytes, char **out, size_t 
 // Reads the file at path (SC_IO when it cannot be read) and parses it as above.
 sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int n,
                              sc_error *err);
+
+// Reads a sequence of [x, y] number pairs (e.g. [[1, 0.1], [64, 0.5]]) into x[], y[] (cap
+// each), x strictly increasing and > 0. *n = how many. Errors name file:line:col and `key`.
+sc_status yaml_map_pairs(struct fy_node *v, const char *file, const char *key, double *x,
+                         double *y, int cap, int *n, sc_error *err);
 
 // Line and column (1-based) of node's first token: the scalar itself, or the first key or item
 // of a collection. False when it has none (an empty collection or value).

@@ -248,6 +248,7 @@ static const char *field_expect(const yaml_map_field *f) {
   case YAML_MAP_STRING: return "a string";
   case YAML_MAP_BOOL: return "true or false";
   case YAML_MAP_CUSTOM: return f->expect ? f->expect : "a scalar";
+  case YAML_MAP_NODE: return f->expect ? f->expect : "a value";
   }
   return "a value";
 }

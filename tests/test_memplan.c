@@ -299,10 +299,10 @@ Test(yaml_map, reads_every_type_and_reports_seen_keys) {
   char s[8] = "";
   bool b = false, seen_i = true, seen_b = false;
   const yaml_map_field f[] = {
-      {"i", YAML_MAP_INT, &i, 0, false, NULL, NULL, &seen_i},
-      {"d", YAML_MAP_DOUBLE, &d, 0, true, NULL, NULL, NULL},
-      {"s", YAML_MAP_STRING, s, sizeof s, true, NULL, NULL, NULL},
-      {"b", YAML_MAP_BOOL, &b, 0, true, NULL, NULL, &seen_b},
+      {"i", YAML_MAP_INT, &i, 0, false, NULL, NULL, &seen_i, NULL},
+      {"d", YAML_MAP_DOUBLE, &d, 0, true, NULL, NULL, NULL, NULL},
+      {"s", YAML_MAP_STRING, s, sizeof s, true, NULL, NULL, NULL, NULL},
+      {"b", YAML_MAP_BOOL, &b, 0, true, NULL, NULL, &seen_b, NULL},
   };
   const char *text = "d: 3.35e12\ns: short\nb: true\n";
   sc_error err = {{0}};
