@@ -13,13 +13,14 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "kernels/clock.h"
+#include "kernels/sim/sim_cost.h"
 #include "kernels/status.h"
 
 typedef struct engine_config {
   model_config model;
   const char *weights_dir;  // safetensors directory; NULL: random weights from weights_seed
   uint64_t weights_seed;    // seed of generated weights
-  const char *backend;      // device backend: "cpu"
+  const char *backend;      // device backend: "cpu", or "sim" (below)
   int tp, pp;               // layout of the replica
   int block_size;           // KV block, tokens (16)
   int kv_blocks;            // KV blocks per rank; 0: enough for max_running full-context
@@ -31,6 +32,12 @@ typedef struct engine_config {
   int threads;              // cpu backend: BLAS threads per rank; 0: cores / (tp * pp), >= 1
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
   sc_clock clock;           // step timing; monotonic by default
+  // backend "sim": no weights are loaded and no math runs. Each step is priced by the cost
+  // model (kernels/sim/sim_cost.h) on sim_hw, placed as sim_layout says (tp and pp are taken
+  // from above), and reported in info.duration_ns; tokens are synthetic ids (never eos).
+  // kv_blocks must be given (the planner's figure). The caller owns sim_hw.
+  const sim_hw *sim_hw;
+  sim_layout sim_layout;
   // Optional: called for every row of logits before it is sampled (tests, quality checks).
   void (*on_logits)(void *ud, uint64_t req_id, int index, const float *logits, int vocab);
   void *on_logits_ud;
@@ -70,7 +77,8 @@ typedef struct engine_event {
 
 typedef struct engine_step_info {
   uint64_t t_start_ns;   // engine clock
-  uint64_t duration_ns;  // of the executor run (0 when nothing ran)
+  uint64_t duration_ns;  // of the executor run (0 when nothing ran); sim: the priced time
+  double bubble_frac;    // sim with pp > 1: the pipeline's idle fraction (else 0)
   int n_seqs;            // sequences in the step
   int prefill_tokens;    // prompt (or recomputed) tokens computed
   int decode_tokens;     // generation tokens computed

@@ -1,8 +1,8 @@
 // The clock seam: every duration in shardcheck is read through an sc_clock.
 //
 // Real mode uses CLOCK_MONOTONIC (never wall time for durations: clock-jump faults move the
-// wall clock and nothing may notice). Sim mode (kernels/sim/, later) supplies a virtual clock
-// advanced by the event loop. This file implements only the monotonic clock.
+// wall clock and nothing may notice). Sim mode uses a virtual clock: a counter the event loop
+// advances (scenarios/runner.c); reading it costs nothing and it moves only when told.
 #pragma once
 
 #include <stdint.h>
@@ -15,5 +15,8 @@ typedef struct sc_clock {
 // The process-wide monotonic clock (ctx unused).
 sc_clock sc_clock_monotonic(void);
 uint64_t sc_monotonic_ns(void);
+
+// A virtual clock reading *now (ns); whoever owns *now advances it, never backwards.
+sc_clock sc_clock_virtual(uint64_t *now);
 
 static inline uint64_t sc_clock_now(const sc_clock *c) { return c->now_ns(c->ctx); }

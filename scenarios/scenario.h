@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/hardware.h"
+#include "engine/memplan.h"
 #include "engine/model.h"
 #include "kernels/status.h"
 
@@ -45,6 +47,8 @@ typedef struct scn_hardware {
   int devices[16];   // real cuda: device indices
   int n_devices;
   int threads;       // real cpu: BLAS threads per rank; 0 = cores / ranks of the deployment
+  char link[32];     // sim: intra-node link replacing the profile's ("" = the profile's)
+  int nodes;         // sim: nodes of gpus_per_node GPUs (0 = as many as the GPUs need)
 } scn_hardware;
 
 typedef struct scn_deployment {
@@ -211,7 +215,17 @@ typedef struct scenario {
   scn_limits limits;
   scn_router router;
   uint64_t seed;       // key seed (default 0)
+  // Resolved during validation, for the runner and the simulator:
+  bool have_hw;        // hardware.profile named a profile (always in sim mode)
+  hw_profile hw;       // that profile, hardware.link applied
+  memplan_params mp;   // the planner's parameters, as the engine sizes itself
 } scenario;
+
+// Command-line overrides applied before validation (shardcheck run --mode/--profile).
+typedef struct scn_overrides {
+  const char *mode;    // NULL: the file's; "real" | "sim"
+  const char *profile; // NULL: the file's hardware.profile; a name or a .yaml path (as given)
+} scn_overrides;
 
 // Reads and validates the file at path. On success *out owns everything (scenario_free); on
 // error *out is NULL and err holds the first error (SC_IO when the file cannot be read,
@@ -220,6 +234,11 @@ sc_status scenario_load(const char *path, scenario **out, sc_error *err);
 // Same from text shown as `name`; dir resolves relative paths ("." when NULL).
 sc_status scenario_parse(const char *text, size_t len, const char *name, const char *dir,
                          scenario **out, sc_error *err);
+// scenario_load with overrides (ov may be NULL). Switching a real scenario to sim keeps its
+// deployments and workload; the profile defaults to the file's hardware.profile ("cpu" for a
+// real CPU scenario), so a CPU run and its simulation compare the same thing.
+sc_status scenario_load_with(const char *path, const scn_overrides *ov, scenario **out,
+                             sc_error *err);
 void scenario_free(scenario *s); // NULL is a no-op
 
 // Total requests a phase sends when known up front (FIXED, RATE with requests), else 0.
