@@ -21,8 +21,12 @@ struct engine {
   bool admitting;
   sc_status broken;
 
+  bool sim;              // backend "sim": priced, not run
   sched_item *items;     // (max_running)
   exec_seq *eseqs;       // (max_running)
+  sim_seq *sseqs;        // sim: (max_running)
+  int *ntok;             // sim: (max_running) tokens per item, for the micro-batch split
+  int *mb_first;         // sim: (pp + 1)
   float *logits;         // (max_running, vocab)
   void *sample_scratch;  // sampler_scratch_bytes(vocab)
   engine_event *events;  // growable
@@ -77,7 +81,7 @@ static sc_status check_config(engine_config *c, sc_error *err) {
     return sc_fail(err, SC_INVALID, "engine: prefill_chunk must be at least 1");
   SC_TRY(shard_layout_check(&c->model, c->tp, c->pp, err));
   int per_seq = (c->model.max_seq_len + c->block_size - 1) / c->block_size;
-  if (c->kv_blocks == 0) {
+  if (c->kv_blocks == 0 && strcmp(c->backend, "sim") != 0) { // sim: the planner's, required
     size_t cap = c->kv_bytes_max / kv_block_bytes_max(c);
     size_t want = (size_t)c->max_running * (size_t)per_seq;
     c->kv_blocks = (int)(want < cap ? want : cap);
@@ -85,6 +89,30 @@ static sc_status check_config(engine_config *c, sc_error *err) {
       return sc_fail(err, SC_INVALID, "engine: kv_bytes_max %zu holds no KV block",
                      c->kv_bytes_max);
   }
+  return SC_OK;
+}
+
+// backend "sim": the same KV cache and scheduler, no executor, no weights.
+static sc_status sim_engine_init(engine *e, sc_error *err) {
+  const engine_config *c = &e->cfg;
+  if (!c->sim.hw) return sc_fail(err, SC_INVALID, "engine: backend sim needs a simulated device");
+  if (c->kv_blocks < 1)
+    return sc_fail(err, SC_INVALID, "engine: backend sim needs kv_blocks from the planner");
+  SC_TRY(kv_cache_new(c->kv_blocks, c->block_size, &e->kv));
+  SC_TRY(sched_new((sched_config){.max_running = c->max_running,
+                                  .token_budget = c->token_budget,
+                                  .prefill_chunk = c->prefill_chunk},
+                   e->kv, &e->sched));
+  size_t R = (size_t)c->max_running;
+  e->items = calloc(R, sizeof *e->items);
+  e->eseqs = calloc(R, sizeof *e->eseqs);
+  e->sseqs = calloc(R, sizeof *e->sseqs);
+  e->ntok = calloc(R, sizeof *e->ntok);
+  e->mb_first = calloc((size_t)c->pp + 1, sizeof *e->mb_first);
+  if (!e->items || !e->eseqs || !e->sseqs || !e->ntok || !e->mb_first)
+    return sc_fail(err, SC_OOM, "engine: out of host memory for step buffers");
+  e->cfg.sim.layout.tp = c->tp;
+  e->cfg.sim.layout.pp = c->pp;
   return SC_OK;
 }
 
@@ -98,6 +126,16 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   if (!e->cfg.clock.now_ns) e->cfg.clock = sc_clock_monotonic();
   sc_status s = check_config(&e->cfg, err);
   const engine_config *c = &e->cfg;
+  e->sim = strcmp(c->backend, "sim") == 0;
+  if (e->sim && s == SC_OK) {
+    s = sim_engine_init(e, err);
+    if (s != SC_OK) {
+      engine_free(e);
+      return s;
+    }
+    *out = e;
+    return SC_OK;
+  }
   weight_source *weights = NULL; // needed only while the ranks load their slices
   if (s == SC_OK && strcmp(c->backend, "cpu") == 0) {
     // BLAS threads x ranks stay within the cores unless the caller asks for more.
@@ -171,6 +209,9 @@ void engine_free(engine *e) {
   executor_free(e->ex);
   free(e->items);
   free(e->eseqs);
+  free(e->sseqs);
+  free(e->ntok);
+  free(e->mb_first);
   free(e->logits);
   free(e->sample_scratch);
   free(e->events);
@@ -250,11 +291,27 @@ sc_status engine_cancel(engine *e, uint64_t id) {
   return finish(e, q, FINISH_CANCELLED);
 }
 
-// Samples, appends and reports the token of q; finishes q when it is done.
+// A simulated token: a fixed function of (request, index), never eos, so that lengths come
+// from the request.
+static int32_t sim_token(const engine *e, const seq *q) {
+  const model_config *m = &e->cfg.model;
+  uint64_t h = (q->id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)q->n_generated * 0xBF58476D1CE4E5B9ull);
+  h ^= h >> 31;
+  int32_t tok = (int32_t)(h % (uint64_t)m->vocab_size);
+  if (tok == m->eos_token_id) tok = (tok + 1) % m->vocab_size;
+  return tok;
+}
+
+// Samples, appends and reports the token of q; finishes q when it is done. logits NULL: sim.
 static sc_status emit_token(engine *e, seq *q, const float *logits) {
   const model_config *m = &e->cfg.model;
-  if (e->cfg.on_logits) e->cfg.on_logits(e->cfg.on_logits_ud, q->id, q->n_generated, logits, m->vocab_size);
-  int32_t tok = sampler_pick(&q->sampling, logits, m->vocab_size, q->n_generated, e->sample_scratch);
+  int32_t tok;
+  if (logits) {
+    if (e->cfg.on_logits) e->cfg.on_logits(e->cfg.on_logits_ud, q->id, q->n_generated, logits, m->vocab_size);
+    tok = sampler_pick(&q->sampling, logits, m->vocab_size, q->n_generated, e->sample_scratch);
+  } else {
+    tok = sim_token(e, q);
+  }
   q->tokens[q->n_tokens++] = tok;
   SC_TRY(push_event(e, (engine_event){.kind = ENGINE_EV_TOKEN, .req_id = q->id, .token = tok,
                                       .index = q->n_generated}));
@@ -263,6 +320,33 @@ static sc_status emit_token(engine *e, seq *q, const float *logits) {
   if (q->stop_at_eos && tok == m->eos_token_id) return finish(e, q, FINISH_STOP);
   if (q->n_generated >= q->max_new) return finish(e, q, FINISH_LENGTH);
   if (q->n_tokens >= q->cap) return finish(e, q, FINISH_CONTEXT);
+  return SC_OK;
+}
+
+// Runs the planned items[0..n) on the executor; the duration is the clock's.
+static sc_status real_run(engine *e, int n, engine_step_info *info, sc_error *err) {
+  exec_batch b = {.n_seqs = n, .seqs = e->eseqs, .logits = e->logits};
+  sc_status s = executor_run(e->ex, &b, err);
+  info->duration_ns = sc_clock_now(&e->cfg.clock) - info->t_start_ns;
+  return s;
+}
+
+// Prices the planned items[0..n) with the cost model, split into micro-batches as the
+// executor would split them.
+static sc_status sim_run(engine *e, int n, engine_step_info *info, sc_error *err) {
+  for (int i = 0; i < n; i++) {
+    const exec_seq *q = &e->eseqs[i];
+    e->sseqs[i] = (sim_seq){.start = q->start, .n = q->n, .logits = q->want_logits};
+    e->ntok[i] = q->n;
+  }
+  int n_mb = exec_split_microbatches(e->ntok, n, e->cfg.pp, e->mb_first);
+  sim_step_cost c;
+  const engine_sim *sm = &e->cfg.sim;
+  if (sim_step_price(sm->hw, &sm->model, &sm->layout, e->sseqs, n, e->mb_first, n_mb, &c) != 0)
+    return sc_fail(err, SC_INVALID, "engine: the cost model refused a step of %d sequences", n);
+  double ns = c.total_s * 1e9;
+  info->duration_ns = ns < 1 ? 1 : (uint64_t)(ns + 0.5);
+  info->bubble_frac = c.bubble_frac;
   return SC_OK;
 }
 
@@ -287,9 +371,7 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
       else
         info->prefill_tokens += it->n;
     }
-    exec_batch b = {.n_seqs = n, .seqs = e->eseqs, .logits = e->logits};
-    sc_status s = executor_run(e->ex, &b, err);
-    info->duration_ns = sc_clock_now(&e->cfg.clock) - info->t_start_ns;
+    sc_status s = e->sim ? sim_run(e, n, info, err) : real_run(e, n, info, err);
     if (s != SC_OK) {
       e->broken = s;
       return s;
@@ -299,7 +381,9 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
     for (int i = 0; i < n; i++) {
       sched_item *it = &e->items[i];
       it->s->n_computed += it->n;
-      if (it->sample) SC_TRY(emit_token(e, it->s, e->logits + (size_t)row++ * e->cfg.model.vocab_size));
+      if (!it->sample) continue;
+      const float *lg = e->sim ? NULL : e->logits + (size_t)row++ * e->cfg.model.vocab_size;
+      SC_TRY(emit_token(e, it->s, lg));
     }
   }
   info->n_seqs = n;
@@ -328,9 +412,14 @@ void engine_stats_get(const engine *e, engine_stats *out) {
                         .steps = e->steps,
                         .preemptions = e->preemptions,
                         .generated_tokens = e->generated,
-                        .n_ranks = executor_n_ranks(e->ex)};
+                        .n_ranks = e->sim ? e->cfg.tp * e->cfg.pp : executor_n_ranks(e->ex)};
 }
 
 sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total) {
-  return executor_rank_mem(e->ex, r, used, total);
+  if (!e->sim) return executor_rank_mem(e->ex, r, used, total);
+  if (r < 0 || r >= e->cfg.tp * e->cfg.pp) return SC_INVALID;
+  const engine_sim *sm = &e->cfg.sim;
+  *used = (size_t)(sm->static_bytes + sm->kv_block_bytes * kv_cache_used(e->kv));
+  *total = (size_t)sm->hw->mem_bytes;
+  return SC_OK;
 }

@@ -16,6 +16,18 @@
 #include "kernels/sim/sim_cost.h"
 #include "kernels/status.h"
 
+// The simulated replica (backend "sim"): each step is priced by the cost model (kernels/sim/
+// sim_cost.h) and reported in info.duration_ns; the engine's clock is the caller's virtual
+// clock, which the engine never advances itself. Tokens are synthetic ids (never eos), so
+// lengths come from the requests. kv_blocks must be given (the planner's figure).
+typedef struct engine_sim {
+  const sim_hw *hw;      // the device and links (caller owns)
+  sim_model model;       // shapes and dtypes as priced
+  sim_layout layout;     // where the replica sits (tp and pp are the engine's own)
+  double static_bytes;   // per GPU: weights + workspace (the planner's), for rank memory
+  double kv_block_bytes; // per GPU per KV block
+} engine_sim;
+
 typedef struct engine_config {
   model_config model;
   const char *weights_dir;  // safetensors directory; NULL: random weights from weights_seed
@@ -32,12 +44,8 @@ typedef struct engine_config {
   int threads;              // cpu backend: BLAS threads per rank; 0: cores / (tp * pp), >= 1
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
   sc_clock clock;           // step timing; monotonic by default
-  // backend "sim": no weights are loaded and no math runs. Each step is priced by the cost
-  // model (kernels/sim/sim_cost.h) on sim_hw, placed as sim_layout says (tp and pp are taken
-  // from above), and reported in info.duration_ns; tokens are synthetic ids (never eos).
-  // kv_blocks must be given (the planner's figure). The caller owns sim_hw.
-  const sim_hw *sim_hw;
-  sim_layout sim_layout;
+  // backend "sim": no weights are loaded and no math runs (see engine_sim).
+  engine_sim sim;
   // Optional: called for every row of logits before it is sampled (tests, quality checks).
   void (*on_logits)(void *ud, uint64_t req_id, int index, const float *logits, int vocab);
   void *on_logits_ud;

@@ -2,7 +2,7 @@
 // group). A vtable with more than one implementation (DESIGN.md "Seams"):
 //   local   — the engine in this process, stepped by its own thread (this file + replica_local.c)
 //   process — a `shardcheck worker` child over a Unix socket (fault injection, later)
-//   sim     — the engine on simulated devices, stepped by the event loop (simulator, later)
+//   sim     — the engine on simulated devices, stepped by the event loop (replica_sim.c)
 //
 // Requests are named by the caller's key (any uint64 unique within the replica's life), so
 // the runner never sees engine ids. submit and cancel never block on a step: their outcome
@@ -74,6 +74,18 @@ typedef struct replica {
 // Builds a local replica: engine_new on the calling thread (errors come back here, err says
 // why), then a stepping thread. On error *out is NULL.
 sc_status replica_local_new(const engine_config *cfg, int index, replica **out, sc_error *err);
+// Builds a simulated replica: cfg->backend "sim" and cfg->clock the caller's virtual clock.
+// No thread: the event loop drives it with the two calls below. On error *out is NULL.
+sc_status replica_sim_new(const engine_config *cfg, int index, replica **out, sc_error *err);
+bool replica_is_sim(const replica *r);
+// When r next has work: the end of its step in flight; the clock's now when it is idle with
+// work queued (or events to hand back); UINT64_MAX when idle.
+uint64_t replica_sim_next_ns(replica *r);
+// Brings r to `now` (its clock already reads now): a step in flight that ends at or before now
+// completes and its events become pollable; then, if work is queued, the next step starts
+// (planned and priced at once, its events held until it ends). True when events became
+// pollable.
+bool replica_sim_advance(replica *r, uint64_t now);
 // Stops the replica's thread and frees everything. NULL is a no-op.
 void replica_free(replica *r);
 

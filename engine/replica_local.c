@@ -15,74 +15,7 @@
 #include <unistd.h>
 
 #include "engine/replica.h"
-
-// --- a small open-addressing map: caller key -> engine id (0 = empty slot)
-typedef struct keymap {
-  uint64_t *keys, *vals; // (cap)
-  size_t cap, n;
-} keymap;
-
-static size_t km_slot(const keymap *m, uint64_t key) {
-  uint64_t h = key * 0x9E3779B97F4A7C15ull;
-  size_t i = (size_t)(h >> 17) & (m->cap - 1);
-  while (m->vals[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
-  return i;
-}
-
-static bool km_grow(keymap *m) {
-  keymap g = {.cap = m->cap ? m->cap * 2 : 1024};
-  g.keys = calloc(g.cap, sizeof *g.keys);
-  g.vals = calloc(g.cap, sizeof *g.vals);
-  if (!g.keys || !g.vals) {
-    free(g.keys);
-    free(g.vals);
-    return false;
-  }
-  for (size_t i = 0; i < m->cap; i++)
-    if (m->vals[i]) {
-      size_t j = km_slot(&g, m->keys[i]);
-      g.keys[j] = m->keys[i];
-      g.vals[j] = m->vals[i];
-      g.n++;
-    }
-  free(m->keys);
-  free(m->vals);
-  *m = g;
-  return true;
-}
-
-static bool km_put(keymap *m, uint64_t key, uint64_t val) {
-  if ((m->n + 1) * 2 > m->cap && !km_grow(m)) return false;
-  size_t i = km_slot(m, key);
-  if (!m->vals[i]) m->n++;
-  m->keys[i] = key;
-  m->vals[i] = val;
-  return true;
-}
-
-static uint64_t km_get(const keymap *m, uint64_t key) {
-  return m->cap ? m->vals[km_slot(m, key)] : 0;
-}
-
-// Removes key, re-inserting the rest of its probe run (backward-shift deletion).
-static void km_del(keymap *m, uint64_t key) {
-  if (!m->cap) return;
-  size_t i = km_slot(m, key);
-  if (!m->vals[i]) return;
-  m->vals[i] = 0;
-  m->n--;
-  for (size_t j = (i + 1) & (m->cap - 1); m->vals[j]; j = (j + 1) & (m->cap - 1)) {
-    uint64_t k = m->keys[j], v = m->vals[j];
-    m->vals[j] = 0;
-    m->n--;
-    km_put(m, k, v);
-  }
-}
-
-static void km_free(keymap *m) {
-  free(m->keys);
-  free(m->vals);
-}
+#include "engine/replica_keys.h"
 
 // --- the replica
 typedef struct inbox_item {
@@ -115,10 +48,9 @@ typedef struct local {
   size_t *mem_used, *mem_total; // (n_ranks)
   int n_ranks;
   char error[512];
+  sc_status dying; // the status a dying replica fails its requests with
   // stepping thread only
-  keymap key_to_id;
-  uint64_t *id_to_key; // (cap_ids) indexed by engine id
-  size_t cap_ids;
+  replica_keys keys;
 } local;
 
 static uint64_t now_ns(local *l) { return sc_clock_now(&l->cfg.clock); }
@@ -155,30 +87,6 @@ static void fail_event(local *l, uint64_t key, sc_status s, const char *what) {
   push_out(l, &ev);
 }
 
-static const char *status_kind(sc_status s) {
-  switch (s) {
-  case SC_INVALID: return "invalid";
-  case SC_OOM: return "oom";
-  case SC_TIMEOUT: return "timeout";
-  case SC_NUMERICAL: return "numerical";
-  default: return "replica_failed";
-  }
-}
-
-// Records the engine id of key (stepping thread).
-static bool map_ids(local *l, uint64_t key, uint64_t id) {
-  if (id >= l->cap_ids) {
-    size_t cap = l->cap_ids ? l->cap_ids : 1024;
-    while (cap <= id) cap *= 2;
-    uint64_t *p = realloc(l->id_to_key, cap * sizeof *p);
-    if (!p) return false;
-    l->id_to_key = p;
-    l->cap_ids = cap;
-  }
-  l->id_to_key[id] = key;
-  return km_put(&l->key_to_id, key, id);
-}
-
 // Applies the inbox to the engine (mu held; engine calls here are cheap: no step runs).
 static void apply_inbox(local *l) {
   if (l->admitting_change) {
@@ -189,18 +97,18 @@ static void apply_inbox(local *l) {
   for (int i = 0; i < l->n_in; i++) {
     inbox_item *it = &l->in[i];
     if (it->cancel) {
-      uint64_t id = km_get(&l->key_to_id, it->key);
+      uint64_t id = rk_id(&l->keys, it->key);
       if (id) engine_cancel(l->e, id);
       continue;
     }
     uint64_t id = 0;
     sc_error err = {{0}};
     sc_status s = engine_submit(l->e, &it->req, &id, &err);
-    if (s == SC_OK && !map_ids(l, it->key, id)) {
+    if (s == SC_OK && !rk_put(&l->keys, it->key, id)) {
       engine_cancel(l->e, id);
       s = SC_OOM;
     }
-    if (s != SC_OK) fail_event(l, it->key, s, status_kind(s));
+    if (s != SC_OK) fail_event(l, it->key, s, rk_status_kind(s));
     free(it->prompt);
   }
   l->n_in = 0;
@@ -212,14 +120,18 @@ static void publish(local *l) {
   for (int r = 0; r < l->n_ranks; r++) engine_rank_mem(l->e, r, &l->mem_used[r], &l->mem_total[r]);
 }
 
+static void fail_key(void *ud, uint64_t key) {
+  local *l = ud;
+  fail_event(l, key, l->dying, "replica_failed");
+}
+
 // The engine failed: every request it holds fails; the replica is dead (mu held).
 static void die(local *l, sc_status s, const sc_error *err) {
   l->health = REPLICA_DEAD;
   snprintf(l->error, sizeof l->error, "%s", err->msg[0] ? err->msg : sc_status_name(s));
-  for (size_t i = 0; i < l->key_to_id.cap; i++)
-    if (l->key_to_id.vals[i]) fail_event(l, l->key_to_id.keys[i], s, "replica_failed");
-  km_free(&l->key_to_id);
-  l->key_to_id = (keymap){0};
+  l->dying = s;
+  rk_each(&l->keys, fail_key, l);
+  rk_free(&l->keys);
 }
 
 static void *step_thread(void *arg) {
@@ -242,19 +154,7 @@ static void *step_thread(void *arg) {
       continue;
     }
     for (int i = 0; i < res.n_events; i++) {
-      const engine_event *e = &res.events[i];
-      uint64_t key = e->req_id < l->cap_ids ? l->id_to_key[e->req_id] : 0;
-      replica_event ev = {.key = key, .t_ns = t};
-      if (e->kind == ENGINE_EV_TOKEN) {
-        ev.kind = REPLICA_EV_TOKEN;
-        ev.token = e->token;
-        ev.index = e->index;
-      } else {
-        ev.kind = REPLICA_EV_FINISHED;
-        ev.reason = e->reason;
-        ev.n_generated = e->n_generated;
-        km_del(&l->key_to_id, key);
-      }
+      replica_event ev = rk_event(&l->keys, &res.events[i], t);
       push_out(l, &ev);
     }
     if (res.info.duration_ns > 0)
@@ -388,8 +288,7 @@ static void l_free(void *ctx) {
   free(l->out);
   free(l->mem_used);
   free(l->mem_total);
-  km_free(&l->key_to_id);
-  free(l->id_to_key);
+  rk_free(&l->keys);
   if (l->pipe_r >= 0) close(l->pipe_r);
   if (l->pipe_w >= 0) close(l->pipe_w);
   pthread_cond_destroy(&l->cv);

@@ -62,6 +62,7 @@ typedef struct phase_run {
   uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
   int peak_queue, peak_batch;
   double kv_peak;
+  double bubble_ns, busy_ns; // sim, pp > 1: sum of bubble x duration, and of durations
   double ttft_p95_ms;       // filled by the metrics pass
   double output_tok_s;
 } phase_run;
@@ -85,6 +86,9 @@ typedef struct ev_meta {
 
 typedef struct rt {
   const scenario *s;
+  bool sim;                 // mode sim: virtual clock, simulated replicas, no waiting
+  uint64_t vnow;            // sim: the virtual clock (ns)
+  uint64_t wall_start;      // sim: monotonic ns at the run's start (progress pacing)
   const runner_options *o;
   store *db;
   recorder *rec;            // request, step and sample rows go through it
@@ -215,8 +219,9 @@ static double phase_ttft_p95(rt *r) {
 static void progress(rt *r, uint64_t now, bool done) {
   if (r->o->progress == RUNNER_PROGRESS_NONE || r->cur >= r->n_phases) return;
   bool tty = r->tty && r->o->progress == RUNNER_PROGRESS_AUTO;
-  if (!done && now < r->next_line) return;
-  r->next_line = now + (tty ? TTY_NS : LINE_NS);
+  uint64_t pace = r->sim ? sc_monotonic_ns() : now; // sim: lines follow the wall clock
+  if (!done && pace < r->next_line) return;
+  r->next_line = pace + (tty ? TTY_NS : LINE_NS);
   FILE *f = r->o->progress_out ? r->o->progress_out : stderr;
   const phase_run *ph = &r->phases[r->cur];
   double p95 = phase_ttft_p95(r);
@@ -239,11 +244,19 @@ static void progress(rt *r, uint64_t now, bool done) {
   }
   char total[24] = "";
   if (ph->p->requests) snprintf(total, sizeof total, "/%d", ph->p->requests);
-  char eta[16];
-  fmt_dur(eta, sizeof eta, eta_s(r, now));
-  fprintf(f, "%s%s [%d/%d] %s %s | %d%s sent, %d in flight | TTFT p95 %s | %.0f tok/s | ETA %s%s",
+  char eta[64];
+  if (r->sim) {
+    double wall = (double)(sc_monotonic_ns() - r->wall_start) / 1e9;
+    char t[16];
+    fmt_dur(t, sizeof t, (double)now / 1e9);
+    snprintf(eta, sizeof eta, "%s simulated, %.0fx real time", t,
+             wall > 0 ? (double)now / 1e9 / wall : 0.0);
+  } else {
+    fmt_dur(eta, sizeof eta, eta_s(r, now));
+  }
+  fprintf(f, "%s%s [%d/%d] %s %s | %d%s sent, %d in flight | TTFT p95 %s | %.0f tok/s | %s%s%s",
           pre, r->dep->label, r->dep_idx + 1, r->s->n_deployments, ph->name, load, r->sent, total,
-          r->inflight, ttft, r->tok_rate, eta, tty ? "" : "\n");
+          r->inflight, ttft, r->tok_rate, r->sim ? "" : "ETA ", eta, tty ? "" : "\n");
   fflush(f);
   r->line_open = tty;
 }
@@ -422,6 +435,8 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
       if (si->n_seqs > ph->peak_batch) ph->peak_batch = si->n_seqs;
       double kv = si->kv_total ? (double)si->kv_used / si->kv_total : 0;
       if (kv > ph->kv_peak) ph->kv_peak = kv;
+      ph->bubble_ns += si->bubble_frac * (double)si->duration_ns;
+      ph->busy_ns += (double)si->duration_ns;
     }
     return;
   }
@@ -483,10 +498,36 @@ static void drain_events(rt *r) {
   for (size_t k = 0; k < n; k++) on_event(r, r->ev_meta[k].rep, &r->ev[k], r->ev_meta[k].t);
 }
 
+// Sim mode: advances the virtual clock to the earlier of `deadline` (ns since the run's
+// start) and the first moment a replica has events to hand back, starting the steps of idle
+// replicas that have work on the way (a started step is priced at once and ends later).
+static void sim_wait_until(rt *r, uint64_t deadline) {
+  uint64_t until = r->t0 + deadline;
+  for (;;) {
+    uint64_t t = UINT64_MAX;
+    for (int i = 0; i < r->n_reps; i++) {
+      uint64_t n = replica_sim_next_ns(r->reps[i]);
+      if (n < t) t = n;
+    }
+    if (t > until) {
+      if (until > r->vnow) r->vnow = until;
+      return;
+    }
+    if (t > r->vnow) r->vnow = t;
+    bool ready = false;
+    for (int i = 0; i < r->n_reps; i++)
+      if (replica_sim_next_ns(r->reps[i]) <= r->vnow) ready |= replica_sim_advance(r->reps[i], r->vnow);
+    if (ready) return;
+  }
+}
+
 // Real mode: sleeps until `deadline` (ns since the run's start) or until a replica has
-// events or a signal arrives. The simulator replaces this with "advance the virtual clock to
-// the earlier of the deadline and the next replica step's end".
+// events or a signal arrives. Sim mode: sim_wait_until.
 static void wait_until(rt *r, uint64_t deadline) {
+  if (r->sim) {
+    sim_wait_until(r, deadline);
+    return;
+  }
   struct pollfd *fds = r->fds;
   int n = 0;
   for (int i = 0; i < r->n_reps; i++) {
@@ -577,7 +618,7 @@ static void issue_due(rt *r, uint64_t now) {
 static uint64_t next_deadline(rt *r, uint64_t now) {
   uint64_t d = r->next_tick;
   if (r->next_sample < d) d = r->next_sample;
-  if (r->o->progress != RUNNER_PROGRESS_NONE && r->next_line < d) d = r->next_line;
+  if (!r->sim && r->o->progress != RUNNER_PROGRESS_NONE && r->next_line < d) d = r->next_line;
   if (r->sending) {
     const scn_phase *p = r->phases[r->cur].p;
     if (p->kind == SCN_PHASE_RATE) {
@@ -632,7 +673,7 @@ static sc_status run_phase(rt *r, int k) {
     r->arrival_j = 0;
     r->next_arrival = start + workload_gap_ns(r->wl, (int)(p - r->s->workload.phases), 0);
   }
-  r->next_line = start + (r->tty ? TTY_NS : LINE_NS);
+  r->next_line = (r->sim ? sc_monotonic_ns() : start) + (r->tty ? TTY_NS : LINE_NS);
   for (;;) {
     uint64_t now = now_rel(r);
     if (r->o->interrupted && *r->o->interrupted && !r->stopping) {
@@ -702,6 +743,8 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
     add_metric(r, ph->id, "peak_queue", ph->peak_queue);
     add_metric(r, ph->id, "peak_batch", ph->peak_batch);
     add_metric(r, ph->id, "kv_peak_frac", ph->kv_peak);
+    if (r->sim && r->dep->pp > 1 && ph->busy_ns > 0)
+      add_metric(r, ph->id, "pp_bubble_frac", ph->bubble_ns / ph->busy_ns);
     ph->ttft_p95_ms = sum.ttft_ms.p95;
     ph->output_tok_s = sum.output_tok_s;
     if (sum.output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum.output_tok_s;
@@ -820,6 +863,39 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   return c;
 }
 
+// Sim mode: what a simulated replica of d needs on top of the real engine config: the device,
+// the shapes and dtypes as priced, the placement, and the planner's KV capacity and memory.
+static sc_status sim_config(rt *r, const scn_deployment *d, engine_config *c, sc_error *err) {
+  const scenario *s = r->s;
+  const sim_hw *hw = &s->hw.sim;
+  memplan_layout lay;
+  SC_TRY(memplan_eval(&s->model.config, &s->hw, &s->mp, d->tp, d->pp, d->dp, &lay));
+  if (!lay.valid || !lay.fits || lay.kv_blocks < 1)
+    return sc_fail(err, SC_INVALID, "deployment %s does not fit: %s", d->label, lay.why);
+  const model_config *m = &s->model.config;
+  // Never more blocks than max_running sequences of a full context can use.
+  int64_t per_seq = (m->max_seq_len + s->limits.block_size - 1) / s->limits.block_size;
+  int64_t most = (int64_t)s->limits.max_running * per_seq;
+  c->backend = "sim";
+  c->kv_blocks = (int)(lay.kv_blocks < most ? lay.kv_blocks : most);
+  c->threads = hw->host_cores > 0 ? hw->host_cores / (d->tp * d->pp * d->dp) : 1;
+  if (c->threads < 1) c->threads = 1;
+  c->sim = (engine_sim){
+      .hw = hw,
+      .model = {.dim = m->dim, .n_layers = m->n_layers, .n_heads = m->n_heads,
+                .n_kv_heads = m->n_kv_heads, .head_dim = m->head_dim, .ffn_dim = m->ffn_dim,
+                .vocab = m->vocab_size, .tied_embeddings = m->tied_embeddings,
+                // the CPU backend holds and multiplies weights in f32 whatever the file says
+                .weight_dtype = hw->host_cores > 0 ? SIM_F32 : (sim_dtype)s->mp.weight_dtype,
+                .act_dtype = (sim_dtype)s->mp.kv_dtype},
+      .layout = {.tp = d->tp, .pp = d->pp, .threads = c->threads,
+                 .cluster_ranks = d->tp * d->pp * d->dp},
+      .static_bytes = lay.weight_bytes + lay.workspace_bytes,
+      .kv_block_bytes = lay.kv_bytes_per_token * s->limits.block_size,
+  };
+  return SC_OK;
+}
+
 static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
   const scn_deployment *d = &r->s->deployments[idx];
   r->dep = d;
@@ -844,13 +920,20 @@ static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
   if (!r->reps || !r->eligible || !r->fds || !r->rt)
     return sc_fail(&r->err, SC_OOM, "runner: out of memory");
   engine_config ec = engine_cfg(r->s, d, r->clock);
-  progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
-                idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
-                ec.threads == 1 ? "" : "s");
   sc_error be = {{0}};
-  sc_status bs = SC_OK;
+  sc_status bs = r->sim ? sim_config(r, d, &ec, &be) : SC_OK;
+  if (r->sim)
+    progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d) on simulated %s, %d KV blocks "
+                  "per replica", idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp,
+                  r->s->hw.name, ec.kv_blocks);
+  else
+    progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
+                  idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
+                  ec.threads == 1 ? "" : "s");
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
+    ec.sim.layout.first_gpu = i * d->tp * d->pp;
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
+         : r->sim           ? replica_sim_new(&ec, i, &r->reps[i], &be)
                             : replica_local_new(&ec, i, &r->reps[i], &be);
     if (bs == SC_OK) r->n_reps++;
   }
@@ -900,6 +983,13 @@ static char *config_json(const scenario *s, uint64_t seed) {
                         "seed", (json_int_t)seed, "cpu_cores", device_cpu_cores(), "temperature",
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;
+  json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
+  if (s->mode == SCN_MODE_SIM) {
+    json_object_set_new(o, "backend", json_string("sim"));
+    json_object_set_new(o, "link", json_string(s->hw.link));
+    json_object_set_new(o, "gpus", json_integer(s->hardware.gpus));
+    json_object_set_new(o, "nodes", json_integer(s->hardware.nodes));
+  }
   char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(o);
   return txt;
@@ -968,15 +1058,15 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
 }
 
 static sc_status refuse(const scenario *s, sc_error *err) {
-  if (s->mode == SCN_MODE_SIM)
-    return sc_fail(err, SC_INVALID, "%s: mode sim: simulated GPUs are not available in this "
-                                    "version; use mode: real", s->path);
+  if (s->mode == SCN_MODE_SIM && !s->have_hw)
+    return sc_fail(err, SC_INVALID, "%s: mode sim needs a hardware profile", s->path);
   if (s->n_faults > 0)
     return sc_fail(err, SC_INVALID,
                    "%s:%d:%d: faults: %d fault%s validated, but fault injection is not available "
                    "in this version; remove the faults block to run the scenario",
                    s->path, s->faults[0].line, s->faults[0].col, s->n_faults,
                    s->n_faults == 1 ? "" : "s");
+  if (s->mode == SCN_MODE_SIM) return SC_OK; // no real device, any dtype the planner counts
   if (s->hardware.backend[0] && strcmp(s->hardware.backend, "cpu") != 0) {
 #ifndef SHARDCHECK_HAVE_CUDA
     return sc_fail(err, SC_INVALID,
@@ -998,7 +1088,9 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   memset(res, 0, sizeof *res);
   SC_TRY(refuse(s, err));
   rt r = {.s = s, .o = o, .db = db, .res = res};
-  r.clock = o->clock.now_ns ? o->clock : sc_clock_monotonic();
+  r.sim = s->mode == SCN_MODE_SIM;
+  r.wall_start = sc_monotonic_ns();
+  r.clock = r.sim ? sc_clock_virtual(&r.vnow) : o->clock.now_ns ? o->clock : sc_clock_monotonic();
   r.seed = o->seed_set ? o->seed : s->seed;
   r.tty = isatty(fileno(o->progress_out ? o->progress_out : stderr));
   mt_goodput_from_slo(&s->slo, &r.good);
@@ -1006,8 +1098,8 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   if (st != SC_OK) return st;
   char *cfg = config_json(s, r.seed);
   store_run sr = {.scenario = s->name, .scenario_path = s->path[0] ? s->path : NULL,
-                  .scenario_text = s->text ? s->text : "", .mode = "real",
-                  .backend = s->hardware.backend[0] ? s->hardware.backend : "cpu",
+                  .scenario_text = s->text ? s->text : "", .mode = r.sim ? "sim" : "real",
+                  .backend = r.sim ? "sim" : s->hardware.backend[0] ? s->hardware.backend : "cpu",
                   .model = s->model.source, .config = cfg, .seed = r.seed};
   r.t0 = sc_clock_now(&r.clock);
   st = store_run_begin(db, &sr, &r.run_id, err);
