@@ -1,0 +1,438 @@
+// Known-answer tests of the simulator's cost model (kernels/sim/sim_cost.c) on the shipped hardware
+// profiles and model presets: each expected figure is worked out here from the formulas of
+// docs/simulator.md, independently of the code under test.
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "engine/executor.h"
+#include "engine/hardware.h"
+#include "engine/model.h"
+#include "kernels/sim/sim_cost.h"
+
+// --- helpers
+
+// A shipped profile's device, without measured tables (the known answers are the roofline's; the
+// tests that pin the tables add their own).
+static sim_hw load_hw(const char *name) {
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load(name, &p, &err), SC_OK, "%s", err.msg);
+  p.sim.n_gemm = p.sim.n_attn = p.sim.n_coll = 0;
+  return p.sim;
+}
+
+static sim_dtype to_sim_dtype(sc_dtype t) {
+  switch (t) {
+  case SC_F32: return SIM_F32;
+  case SC_F16: return SIM_F16;
+  case SC_BF16: return SIM_BF16;
+  case SC_I8: return SIM_I8;
+  case SC_I4: return SIM_I4;
+  }
+  return SIM_F32;
+}
+
+// A preset's shapes as the cost model sees them: weights in w, activations and KV in bf16.
+static sim_model load_model(const char *preset, sc_dtype w) {
+  model_config c;
+  sc_error err = {{0}};
+  cr_assert_eq(model_preset_load(preset, &c, &err), SC_OK, "%s", err.msg);
+  return (sim_model){.dim = c.dim,
+                     .n_layers = c.n_layers,
+                     .n_heads = c.n_heads,
+                     .n_kv_heads = c.n_kv_heads,
+                     .head_dim = c.head_dim,
+                     .ffn_dim = c.ffn_dim,
+                     .vocab = c.vocab_size,
+                     .tied_embeddings = c.tied_embeddings,
+                     .weight_dtype = to_sim_dtype(w),
+                     .act_dtype = SIM_BF16};
+}
+
+static sim_layout layout(int tp, int pp) {
+  return (sim_layout){.tp = tp, .pp = pp, .first_gpu = 0, .threads = 1, .cluster_ranks = tp * pp};
+}
+
+// n decoding sequences, each with `ctx` tokens already in its KV cache.
+static void decode_batch(sim_seq *s, int n, int ctx) {
+  for (int i = 0; i < n; i++) s[i] = (sim_seq){.start = ctx, .n = 1, .logits = true};
+}
+
+// Prices seqs[0..n) split into micro-batches by the executor's rule.
+static sim_step_cost price(const sim_hw *hw, const sim_model *m, const sim_layout *l,
+                           const sim_seq *s, int n) {
+  int ntok[256], mb_first[65];
+  for (int i = 0; i < n; i++) ntok[i] = s[i].n;
+  int n_mb = exec_split_microbatches(ntok, n, l->pp, mb_first);
+  sim_step_cost c;
+  cr_assert_eq(sim_step_price(hw, m, l, s, n, mb_first, n_mb, &c), 0);
+  return c;
+}
+
+static void assert_near(double got, double want, double rel, const char *what) {
+  cr_assert(fabs(got - want) <= rel * fabs(want), "%s: got %.6g, want %.6g (within %g%%)", what,
+            got, want, rel * 100);
+}
+
+// --- 1. batch-1 decode is the weight read plus collectives, launches and step overhead
+
+// The collectives of a batch-1 decode step: 2 all-reduces per layer and 1 of the embedding, of
+// dim bf16 values each, the cheaper of ring and tree, and the all-gather of f32 logits.
+static double batch1_collectives(const sim_hw *hw, const sim_model *m, int tp) {
+  if (tp == 1) return 0;
+  double n = tp, bw = hw->intra.bw, lat = hw->intra.latency_s, ar_bytes = m->dim * 2.0;
+  double ring = 2 * (n - 1) / n * ar_bytes / bw + 2 * (n - 1) * lat;
+  double tree = 2 * log2(n) * lat + 2 * ar_bytes / bw;
+  return (2.0 * m->n_layers + 1) * fmin(ring, tree) + (n - 1) / n * m->vocab * 4.0 / bw +
+         (n - 1) * lat;
+}
+
+// The formula, written out: every weight of the rank read once (the embedding only for the token's
+// row, so not counted), the collectives, 12 kernels per layer + embedding + final norm + head.
+static double batch1_decode_formula(const sim_hw *hw, const sim_model *m, int tp) {
+  double D = m->dim, hd = m->head_dim, L = m->n_layers;
+  double qd = m->n_heads / tp * hd;
+  double kvd = (m->n_kv_heads % tp == 0 ? m->n_kv_heads / tp : 1) * hd;
+  double fl = m->ffn_dim / tp, vl = m->vocab / tp;
+  double layer = qd * D + 2 * kvd * D + D * qd + 3 * fl * D; // elements
+  double weight_bytes = (L * layer + vl * D) * 2;            // bf16
+  double t = weight_bytes / (hw->mem_bw * hw->mem_eff) + batch1_collectives(hw, m, tp);
+  t += (12 * L + 3) * hw->launch_s;
+  return t + hw->step_overhead_s;
+}
+
+static void check_batch1(const char *preset, int tp) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_model m = load_model(preset, SC_BF16);
+  sim_layout l = layout(tp, 1);
+  sim_seq s;
+  decode_batch(&s, 1, 100);
+  sim_step_cost c = price(&hw, &m, &l, &s, 1);
+  assert_near(c.total_s, batch1_decode_formula(&hw, &m, tp), 0.05, preset);
+  if (tp > 1) assert_near(c.comm_s, batch1_collectives(&hw, &m, tp), 1e-9, "collectives");
+  assert_near(c.overhead_s, (12.0 * m.n_layers + 3) * hw.launch_s + hw.step_overhead_s, 1e-9,
+              "launches and step overhead");
+  assert_near(c.compute_s + c.comm_s + c.overhead_s, c.total_s, 1e-9, "breakdown sums to total");
+  cr_assert_eq(c.n_microbatches, 1);
+  cr_assert_eq(c.bubble_frac, 0);
+  if (tp == 1) cr_assert_eq(c.comm_s, 0);
+}
+
+Test(sim_cost, batch1_decode_llama3_8b_tp1_is_weight_read_plus_overheads) {
+  check_batch1("llama3-8b", 1);
+}
+Test(sim_cost, batch1_decode_llama3_8b_tp2_adds_ring_allreduces) { check_batch1("llama3-8b", 2); }
+Test(sim_cost, batch1_decode_llama3_70b_tp4_adds_allreduces) { check_batch1("llama3-70b", 4); }
+
+// --- 2. TP scaling at a saturating decode batch
+
+static double tokens_per_s(const sim_hw *hw, int tp) {
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  sim_layout l = layout(tp, 1);
+  sim_seq s[256];
+  decode_batch(s, 256, 1000);
+  return 256 / price(hw, &m, &l, s, 256).total_s;
+}
+
+Test(sim_cost, tp2_decode_throughput_is_1_4_to_1_9x_tp1_on_nvlink_and_less_on_pcie4) {
+  sim_hw hw = load_hw("h100-sxm");
+  double r_nvlink = tokens_per_s(&hw, 2) / tokens_per_s(&hw, 1);
+  cr_assert(r_nvlink > 1.4 && r_nvlink < 1.9, "tp2/tp1 over nvlink4: %.3f", r_nvlink);
+  cr_assert(sim_link_lookup("pcie4", &hw.intra));
+  double r_pcie = tokens_per_s(&hw, 2) / tokens_per_s(&hw, 1);
+  cr_assert_lt(r_pcie, r_nvlink, "pcie4 %.3f vs nvlink4 %.3f", r_pcie, r_nvlink);
+}
+
+// --- 3. the PP bubble emerges from the schedule
+
+Test(sim_cost, pp2_one_microbatch_runs_stages_one_after_the_other) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  sim_layout l1 = layout(1, 1), l2 = layout(1, 2);
+  sim_seq s;
+  decode_batch(&s, 1, 100);
+  sim_step_cost c1 = price(&hw, &m, &l1, &s, 1), c2 = price(&hw, &m, &l2, &s, 1);
+  // The same ops split over two GPUs, plus one transfer of dim bf16 values between them.
+  double xfer = m.dim * 2.0 / hw.intra.bw + hw.intra.latency_s;
+  assert_near(c2.total_s, c1.total_s + xfer, 1e-9, "pp2 = pp1 + one transfer");
+  cr_assert(c2.bubble_frac > 0.45 && c2.bubble_frac < 0.55, "bubble %.3f", c2.bubble_frac);
+  assert_near(c2.compute_s + c2.comm_s + c2.overhead_s, c2.total_s, 1e-9, "breakdown");
+}
+
+Test(sim_cost, pp2_two_microbatches_shrink_the_bubble) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  sim_layout l = layout(1, 2);
+  sim_seq s[64];
+  decode_batch(s, 64, 100);
+  sim_step_cost c1 = price(&hw, &m, &l, s, 1), c64 = price(&hw, &m, &l, s, 64);
+  cr_assert_eq(c64.n_microbatches, 2);
+  cr_assert_gt(c64.bubble_frac, 0);
+  cr_assert_lt(c64.bubble_frac, c1.bubble_frac - 0.1, "%.3f vs %.3f", c64.bubble_frac,
+               c1.bubble_frac);
+  // Stage 0 runs micro-batch 1 while stage 1 runs micro-batch 0: less than twice one.
+  cr_assert_lt(c64.total_s, 2 * c1.total_s);
+  assert_near(c64.compute_s + c64.comm_s + c64.overhead_s, c64.total_s, 1e-9, "breakdown");
+}
+
+Test(sim_cost, pp2_slow_last_stage_runs_its_microbatches_back_to_back) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  // the LM head (vocab x dim) measured at 1 s whatever the rows: stage 1 takes ~1 s per
+  // micro-batch, stage 0 milliseconds
+  hw.gemm[0] = (sim_gemm_table){
+      .n = m.vocab, .k = m.dim, .threads = 1, .t = {.n = 2, .x = {1, 1024}, .y = {1.0, 1.0}}};
+  hw.n_gemm = 1;
+  sim_layout l = layout(1, 2);
+  sim_seq s[64];
+  decode_batch(s, 64, 100);
+  sim_step_cost c = price(&hw, &m, &l, s, 64);
+  cr_assert_eq(c.n_microbatches, 2);
+  // stage 1 runs micro-batch 1 only after micro-batch 0: 2 s, plus stage 0's first micro-batch
+  cr_assert_gt(c.total_s, 2.0);
+  cr_assert_lt(c.total_s, 2.1);
+  // stage 0 is busy ~1% of the time, stage 1 all of it after its start
+  cr_assert(c.bubble_frac > 0.48 && c.bubble_frac < 0.5, "bubble %.4f", c.bubble_frac);
+  assert_near(c.compute_s + c.comm_s + c.overhead_s, c.total_s, 1e-9, "breakdown");
+}
+
+// --- 4. weight dtype
+
+Test(sim_cost, int8_weights_decode_faster_than_bf16_at_batch1) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_model bf = load_model("llama3-8b", SC_BF16), i8 = load_model("llama3-8b", SC_I8);
+  sim_model i4 = load_model("llama3-8b", SC_I4);
+  sim_layout l = layout(1, 1);
+  sim_seq s;
+  decode_batch(&s, 1, 100);
+  double t_bf = price(&hw, &bf, &l, &s, 1).total_s, t_i8 = price(&hw, &i8, &l, &s, 1).total_s;
+  double t_i4 = price(&hw, &i4, &l, &s, 1).total_s;
+  cr_assert_lt(t_i8, 0.75 * t_bf, "int8 %.4g s vs bf16 %.4g s", t_i8, t_bf);
+  cr_assert_lt(t_i4, t_i8);
+  // one GEMM row: 1 byte (int8) or 0.5 (int4) per weight, a bf16 scale per output row, for int4
+  // one per group of 128 inputs too, and the bf16 row in and out
+  double B = hw.mem_bw * hw.mem_eff, nk = 4096.0 * 4096, io = 2 * 4096.0 * 2;
+  assert_near(sim_gemm_s(&hw, &l, 1, 4096, 4096, SIM_I8, SIM_BF16),
+              (nk + 4096 * 2 + io) / B + hw.launch_s, 1e-12, "int8 GEMV");
+  assert_near(sim_gemm_s(&hw, &l, 1, 4096, 4096, SIM_I4, SIM_BF16),
+              (nk / 2 + 4096 * 2 + 4096 * 32 * 2 + io) / B + hw.launch_s, 1e-12, "int4 GEMV");
+}
+
+// --- 5. attention
+
+Test(sim_cost, decode_attention_grows_with_context_and_prefill_costs_more) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_layout l = layout(1, 1);
+  double prev = 0;
+  for (int ctx = 100; ctx <= 8000; ctx *= 4) {
+    sim_seq s = {.start = ctx, .n = 1, .logits = true};
+    double t = sim_attention_s(&hw, &l, &s, 1, 32, 8, 128, SIM_BF16);
+    cr_assert_gt(t, prev, "context %d", ctx);
+    prev = t;
+  }
+  // Decode at a long context is KV-read bound: the K and V of 8 heads x 128 x bf16 per token.
+  sim_seq d = {.start = 7999, .n = 1, .logits = true};
+  double kv = 8000 * 2.0 * 8 * 128 * 2 / (hw.mem_bw * hw.mem_eff);
+  assert_near(sim_attention_s(&hw, &l, &d, 1, 32, 8, 128, SIM_BF16), kv + hw.launch_s, 0.01,
+              "decode at 8000 tokens");
+  // A long prefill is compute bound: 4 n (n/2) hd heads FLOP at gemm_eff(4096) = 0.75 of peak.
+  sim_seq big = {.start = 0, .n = 4096};
+  double flops = 4.0 * 4096 * 2048 * 128 * 32;
+  assert_near(sim_attention_s(&hw, &l, &big, 1, 32, 8, 128, SIM_BF16),
+              flops / (hw.flops_bf16 * 0.75) + hw.launch_s, 1e-9, "prefill of 4096 tokens");
+  sim_seq p = {.start = 0, .n = 512, .logits = true}, one = {.start = 511, .n = 1};
+  cr_assert_gt(sim_attention_s(&hw, &l, &p, 1, 32, 8, 128, SIM_BF16),
+               sim_attention_s(&hw, &l, &one, 1, 32, 8, 128, SIM_BF16));
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  cr_assert_gt(price(&hw, &m, &l, &p, 1).total_s, 2 * price(&hw, &m, &l, &one, 1).total_s);
+}
+
+// --- 6. measured tables and curves
+
+Test(sim_cost, curve_eff_is_linear_in_log_x_and_flat_beyond_the_ends) {
+  sim_curve c = {.n = 2, .x = {1, 100}, .y = {0.1, 0.5}};
+  assert_near(sim_curve_eff(&c, 10, -1), 0.3, 1e-12, "midpoint in log x");
+  cr_assert_eq(sim_curve_eff(&c, 0.5, -1), 0.1);
+  cr_assert_eq(sim_curve_eff(&c, 1000, -1), 0.5);
+  cr_assert_eq(sim_curve_eff(&c, 100, -1), 0.5);
+  sim_curve none = {0};
+  cr_assert_eq(sim_curve_eff(&none, 10, 0.7), 0.7);
+}
+
+Test(sim_cost, curve_time_is_log_log_and_proportional_beyond_the_last_point) {
+  sim_curve c = {.n = 3, .x = {10, 1000, 4000}, .y = {1e-3, 1e-1, 2e-1}};
+  assert_near(sim_curve_time(&c, 100), 1e-2, 1e-12, "log-log midpoint");
+  assert_near(sim_curve_time(&c, 2000), 1e-1 * sqrt(2), 1e-12, "second segment");
+  assert_near(sim_curve_time(&c, 8000), 4e-1, 1e-12, "proportional beyond the last point");
+  cr_assert_eq(sim_curve_time(&c, 1), 1e-3);
+  sim_curve none = {0};
+  cr_assert_lt(sim_curve_time(&none, 10), 0);
+}
+
+Test(sim_cost, measured_gemm_table_wins_over_the_roofline) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_layout l = layout(1, 1);
+  double roof = sim_gemm_s(&hw, &l, 8, 4096, 4096, SIM_BF16, SIM_BF16);
+  hw.gemm[0] = (sim_gemm_table){
+      .n = 4096, .k = 4096, .threads = 3, .t = {.n = 2, .x = {1, 64}, .y = {1e-3, 2e-3}}};
+  hw.n_gemm = 1;
+  // GPU profile: the table's thread count does not matter.
+  cr_assert_eq(sim_gemm_s(&hw, &l, 1, 4096, 4096, SIM_BF16, SIM_BF16), 1e-3);
+  assert_near(sim_gemm_s(&hw, &l, 8, 4096, 4096, SIM_BF16, SIM_BF16), 1e-3 * sqrt(2), 1e-12,
+              "m = 8");
+  assert_near(sim_gemm_s(&hw, &l, 128, 4096, 4096, SIM_BF16, SIM_BF16), 4e-3, 1e-12, "m = 128");
+  // other shapes keep the roofline
+  cr_assert_lt(sim_gemm_s(&hw, &l, 8, 4096, 1024, SIM_BF16, SIM_BF16), roof);
+  // o_proj of llama3-8b is (4096, 4096): 32 layers x 1 ms at batch 1 land in the step
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  sim_seq s;
+  decode_batch(&s, 1, 100);
+  sim_step_cost c = price(&hw, &m, &l, &s, 1);
+  cr_assert_gt(c.total_s, 32e-3);
+  cr_assert_lt(c.total_s, 32e-3 + 0.01);
+}
+
+Test(sim_cost, measured_attention_and_allreduce_tables_win) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_layout l = layout(1, 1);
+  hw.attn[0] = (sim_attn_table){.heads = 32,
+                                .kv_heads = 8,
+                                .head_dim = 128,
+                                .threads = 1,
+                                .decode = {.n = 2, .x = {100, 1000}, .y = {1e-5, 1e-4}},
+                                .prefill = {.n = 2, .x = {100, 1000}, .y = {1e-3, 1e-1}}};
+  hw.n_attn = 1;
+  sim_seq d = {.start = 99, .n = 1}, p = {.start = 0, .n = 1000}, chunk = {.start = 100, .n = 900};
+  cr_assert_eq(sim_attention_s(&hw, &l, &d, 1, 32, 8, 128, SIM_BF16), 1e-5);
+  cr_assert_eq(sim_attention_s(&hw, &l, &p, 1, 32, 8, 128, SIM_BF16), 1e-1);
+  // a chunk at start 100: prefill(1000) - prefill(100)
+  assert_near(sim_attention_s(&hw, &l, &chunk, 1, 32, 8, 128, SIM_BF16), 1e-1 - 1e-3, 1e-12,
+              "chunk");
+  // other head counts keep the roofline
+  cr_assert_lt(sim_attention_s(&hw, &l, &d, 1, 16, 4, 128, SIM_BF16), 1e-5);
+
+  hw.coll[0] =
+      (sim_coll_table){.ranks = 2, .allreduce = {.n = 2, .x = {1e3, 1e6}, .y = {1e-5, 1e-4}}};
+  hw.n_coll = 1;
+  cr_assert_eq(sim_allreduce_s(&hw, 0, 2, 1e6), 1e-4);
+  cr_assert_lt(sim_allreduce_s(&hw, 0, 4, 1e6),
+               1e-4); // no table for 4 ranks: the formula
+}
+
+// --- 7. topology and CPU sharing
+
+Test(sim_cost, group_crossing_nodes_costs_more_than_one_inside) {
+  sim_hw hw = load_hw("h100-sxm");
+  double bytes = 1 << 20;
+  cr_assert_gt(sim_allreduce_s(&hw, 4, 8, bytes), sim_allreduce_s(&hw, 0, 8, bytes));
+  cr_assert_gt(sim_allreduce_s(&hw, 0, 16, bytes), 2 * sim_allreduce_s(&hw, 0, 8, bytes));
+  cr_assert_gt(sim_allgather_s(&hw, 6, 4, bytes), sim_allgather_s(&hw, 8, 4, bytes));
+  assert_near(sim_sendrecv_s(&hw, 7, 8, bytes), bytes / hw.inter.bw + hw.inter.latency_s, 1e-12,
+              "sendrecv across nodes");
+  assert_near(sim_sendrecv_s(&hw, 6, 7, bytes), bytes / hw.intra.bw + hw.intra.latency_s, 1e-12,
+              "sendrecv inside a node");
+  // a small message on 4 ranks takes the tree: 2 log2(4) latencies + 2 bytes / bw
+  assert_near(sim_allreduce_s(&hw, 0, 4, 16384), 4 * hw.intra.latency_s + 2 * 16384 / hw.intra.bw,
+              1e-12, "tree");
+  // 2 ranks: the ring (bytes / bw + 2 latencies) always wins
+  assert_near(sim_allreduce_s(&hw, 0, 2, 16384), 16384 / hw.intra.bw + 2 * hw.intra.latency_s,
+              1e-12, "ring of 2");
+  // all-gather of a 1 MiB result on 4 ranks: 3/4 of it in, 3 latencies
+  assert_near(sim_allgather_s(&hw, 0, 4, bytes),
+              0.75 * bytes / hw.intra.bw + 3 * hw.intra.latency_s, 1e-12, "all-gather");
+  // ring all-reduce inside a node, large message: 2(n-1)/n bytes/bw + 2(n-1) latency
+  assert_near(sim_allreduce_s(&hw, 0, 8, 1e9),
+              2 * 7.0 / 8 * 1e9 / hw.intra.bw + 14 * hw.intra.latency_s, 1e-12, "ring");
+
+  sim_model m = load_model("llama3-70b", SC_BF16);
+  sim_seq s[32];
+  decode_batch(s, 32, 500);
+  sim_layout in = layout(8, 1), across = layout(8, 1), tp16 = layout(16, 1);
+  across.first_gpu = 4;
+  double t_in = price(&hw, &m, &in, s, 32).total_s;
+  cr_assert_gt(price(&hw, &m, &across, s, 32).total_s, t_in);
+  cr_assert_gt(price(&hw, &m, &tp16, s, 32).total_s, t_in);
+}
+
+Test(sim_cost, each_pp_stage_prices_its_own_tp_group_and_transfer_links) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  sim_seq s[8];
+  decode_batch(s, 8, 200);
+  // tp=4 x pp=2 on 8-GPU nodes: stage s holds GPUs first + 4s .. first + 4s + 3
+  sim_layout inside = layout(4, 2), hop = layout(4, 2), split = layout(4, 2);
+  hop.first_gpu = 4;   // stages on GPUs 4-7 and 8-11: only the transfer crosses nodes
+  split.first_gpu = 2; // stage 1 on GPUs 6-9: its all-reduces cross nodes
+  sim_step_cost c_in = price(&hw, &m, &inside, s, 8), c_hop = price(&hw, &m, &hop, s, 8);
+  sim_step_cost c_split = price(&hw, &m, &split, s, 8);
+  // the transfer of 4 tokens x dim bf16 (2 micro-batches) moves from NVLink to InfiniBand
+  double bytes = 4.0 * m.dim * 2;
+  double dx = bytes / hw.inter.bw + hw.inter.latency_s - bytes / hw.intra.bw - hw.intra.latency_s;
+  cr_assert_gt(c_hop.total_s, c_in.total_s + dx * 0.99);
+  cr_assert_lt(c_hop.total_s, c_in.total_s + 2 * dx * 1.01);
+  cr_assert_gt(c_split.total_s, c_hop.total_s);
+}
+
+Test(sim_cost, cpu_profile_oversubscription_multiplies_every_op) {
+  sim_hw hw = load_hw("cpu");
+  hw.host_cores = 2;
+  sim_layout fits = {.tp = 2, .pp = 1, .threads = 1, .cluster_ranks = 2};
+  sim_layout over = {.tp = 2, .pp = 1, .threads = 2, .cluster_ranks = 4};  // 8 / 2 cores = 4x
+  sim_layout under = {.tp = 1, .pp = 1, .threads = 1, .cluster_ranks = 1}; // never below 1x
+  double g = sim_gemm_s(&hw, &fits, 16, 1024, 1024, SIM_F32, SIM_F32);
+  assert_near(sim_gemm_s(&hw, &over, 16, 1024, 1024, SIM_F32, SIM_F32), 4 * g, 1e-12, "gemm");
+  assert_near(sim_gemm_s(&hw, &under, 16, 1024, 1024, SIM_F32, SIM_F32), g, 1e-12, "gemm 1x");
+  double e = sim_elementwise_s(&hw, &fits, 1e6);
+  assert_near(sim_elementwise_s(&hw, &over, 1e6), 4 * e, 1e-12, "elementwise");
+  sim_seq s = {.start = 10, .n = 4};
+  double a = sim_attention_s(&hw, &fits, &s, 1, 4, 2, 64, SIM_F32);
+  assert_near(sim_attention_s(&hw, &over, &s, 1, 4, 2, 64, SIM_F32), 4 * a, 1e-12, "attention");
+  // a measured table taken at another thread count does not apply on a CPU profile
+  hw.gemm[0] =
+      (sim_gemm_table){.n = 1024, .k = 1024, .threads = 2, .t = {.n = 1, .x = {16}, .y = {5.0}}};
+  hw.n_gemm = 1;
+  cr_assert_eq(sim_gemm_s(&hw, &over, 16, 1024, 1024, SIM_F32, SIM_F32), 20.0);
+  assert_near(sim_gemm_s(&hw, &fits, 16, 1024, 1024, SIM_F32, SIM_F32), g, 1e-12, "threads 1");
+}
+
+// --- 8. invalid arguments
+
+Test(sim_cost, invalid_arguments_return_minus_one) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_model m = load_model("llama3-8b", SC_BF16);
+  sim_layout l = layout(1, 1);
+  sim_seq s[300];
+  decode_batch(s, 300, 10);
+  int one[] = {0, 1}, two[] = {0, 1, 2}, bad[] = {0, 0, 2};
+  sim_step_cost c;
+  cr_assert_eq(sim_step_price(&hw, &m, &l, s, 1, one, 1, &c), 0);
+  cr_assert_eq(sim_step_price(NULL, &m, &l, s, 1, one, 1, &c), -1);
+  cr_assert_eq(sim_step_price(&hw, &m, &l, s, 1, one, 1, NULL), -1);
+  cr_assert_eq(sim_step_price(&hw, &m, &l, s, 0, one, 1, &c), -1);
+  cr_assert_eq(sim_step_price(&hw, &m, &l, s, 1, one, 0, &c), -1);
+  cr_assert_eq(sim_step_price(&hw, &m, &l, s, 1, two, 2, &c), -1); // n_mb > n
+  cr_assert_eq(sim_step_price(&hw, &m, &l, s, 2, bad, 2, &c),
+               -1); // empty micro-batch
+  cr_assert_eq(sim_step_price(&hw, &m, &l, s, 300, NULL, 1, &c), 0); // big batches are fine
+  int mb[66];
+  for (int i = 0; i < 66; i++) mb[i] = i;
+  sim_layout deep = layout(1, 65);
+  cr_assert_eq(sim_step_price(&hw, &m, &deep, s, 65, mb, 65, &c), -1); // 65 micro-batches
+  sim_layout tp0 = layout(0, 1), pp0 = layout(1, 0), tp3 = layout(3, 1), pp99 = layout(1, 99);
+  cr_assert_eq(sim_step_price(&hw, &m, &tp0, s, 1, one, 1, &c), -1);
+  cr_assert_eq(sim_step_price(&hw, &m, &pp0, s, 1, one, 1, &c), -1);
+  cr_assert_eq(sim_step_price(&hw, &m, &tp3, s, 1, one, 1, &c),
+               -1); // 3 does not divide 32
+  cr_assert_eq(sim_step_price(&hw, &m, &pp99, s, 1, one, 1, &c),
+               -1); // more stages than layers
+  sim_seq neg = {.start = -1, .n = 1}, empty = {.start = 0, .n = 0};
+  cr_assert_eq(sim_step_price(&hw, &m, &l, &neg, 1, one, 1, &c), -1);
+  cr_assert_eq(sim_step_price(&hw, &m, &l, &empty, 1, one, 1, &c), -1);
+  cr_assert_eq(sim_gemm_s(&hw, &l, 1, 0, 16, SIM_BF16, SIM_BF16), -1);
+  cr_assert_eq(sim_attention_s(&hw, &l, s, 0, 32, 8, 128, SIM_BF16), -1);
+  cr_assert_eq(sim_elementwise_s(&hw, &l, -1), -1);
+  cr_assert_eq(sim_allreduce_s(&hw, 0, 0, 16), -1);
+  cr_assert_eq(sim_allgather_s(&hw, -1, 2, 16), -1);
+  cr_assert_eq(sim_sendrecv_s(&hw, 0, 1, -5), -1);
+}
