@@ -109,9 +109,20 @@ static void print_summary(const char *path, const scenario *s) {
   add(line, cap, &len, "%s: ok: scenario '%s', mode %s, model %s (%s, %s)", path, s->name,
       s->mode == SCN_MODE_SIM ? "sim" : "real", m->config.name,
       m->dtype[0] ? m->dtype : sc_dtype_name(m->config.dtype),
-      m->has_weights ? "weights from disk" : "generated weights");
-  add(line, cap, &len, ", backend %s (profile %s)", s->hardware.backend,
-      s->hardware.profile[0] ? s->hardware.profile : "none: memory not checked");
+      s->mode == SCN_MODE_SIM ? "shapes only"
+      : m->has_weights        ? "weights from disk"
+                              : "generated weights");
+  const scn_hardware *h = &s->hardware;
+  if (s->mode == SCN_MODE_SIM) {
+    add(line, cap, &len, ", %d simulated GPU%s (profile %s", h->gpus, h->gpus == 1 ? "" : "s",
+        h->profile);
+    if (h->link[0]) add(line, cap, &len, ", link %s", h->link);
+    if (h->nodes) add(line, cap, &len, ", %d node%s", h->nodes, h->nodes == 1 ? "" : "s");
+    add(line, cap, &len, ")");
+  } else {
+    add(line, cap, &len, ", backend %s (profile %s)", h->backend,
+        h->profile[0] ? h->profile : "none: memory not checked");
+  }
   add(line, cap, &len, ", %d deployment%s (", s->n_deployments, s->n_deployments == 1 ? "" : "s");
   for (int i = 0; i < s->n_deployments; i++)
     add(line, cap, &len, "%s%s", i ? ", " : "", s->deployments[i].label);

@@ -3,7 +3,11 @@
 // every mapping's scalar keys to the strict reader of engine/yaml_map.h (so types, unknown
 // keys and messages match the presets and profiles), and checks ranges, combinations and
 // cross-references itself: phases named by faults, replicas and ranks named by fault targets,
-// and every deployment against the memory planner (engine/memplan.h).
+// and every deployment against the memory planner (engine/memplan.h). Both modes are checked
+// here (real: the CPU or CUDA backend; sim: simulated GPUs of a hardware profile), and the
+// command-line overrides --mode/--profile are applied before the checks (scenario_load_with).
+// The resolved profile (hardware.link applied) and the planner's parameters are left in the
+// scenario for the runner and the simulator.
 //
 // Left to others: turning the workload into requests and reading the dataset's lines
 // (scenarios/workload.c), running anything (scenarios/runner.c), injecting faults (faults/),
@@ -38,9 +42,9 @@ typedef struct ctx {
   scenario *s;
   sc_error *err;
   struct fy_document *doc;
-  hw_profile hw;    // the scenario's hardware profile (when have_hw)
-  bool have_hw;
-  memplan_params mp; // the planner's parameters from limits, model and backend
+  const scn_overrides *ov; // command-line overrides (NULL: none)
+  bool mode_from_ov;       // the mode is the override's, not the file's
+  bool switched;           // the file says real, the override sim: hardware is converted
 } ctx;
 
 // --- positions and messages
@@ -525,57 +529,150 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
 
 // --- hardware
 
-static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k) {
+// "a100-80g, cpu, h100-sxm, ...": the embedded hardware profiles, for messages.
+static void profile_names(char *buf, size_t cap) {
+  const char *names[64];
+  int n = hw_profile_names(names, 64);
+  if (n > 64) n = 64;
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
+}
+
+// Loads the scenario's hardware profile into s->hw and sets have_hw: the --profile override
+// when there is one (a name, or a .yaml path as given: relative to the working directory),
+// else `profile` from the file (value pv of key k; a .yaml path is resolved against the
+// scenario's directory). The override's errors name "--profile", the file's its position.
+static sc_status load_profile(ctx *c, const char *profile, struct fy_node *pv, struct fy_node *k) {
   scn_hardware *h = &c->s->hardware;
-  char backend[16] = "cpu", profile[1024] = "cpu";
+  sc_error e = {{0}};
+  if (c->ov && c->ov->profile) {
+    snprintf(h->profile, sizeof h->profile, "%s", c->ov->profile); // length checked on entry
+    if (hw_profile_load(h->profile, &c->s->hw, &e) != SC_OK)
+      return sc_fail(c->err, SC_INVALID, "--profile: %s", e.msg);
+  } else {
+    if (!yaml_map_is_path(profile))
+      snprintf(h->profile, sizeof h->profile, "%s", profile);
+    else if (!resolve_path(c, profile, h->profile, sizeof h->profile))
+      return fail_at(c, pv, k, "key 'profile': path too long");
+    if (hw_profile_load(h->profile, &c->s->hw, &e) != SC_OK)
+      return fail_at(c, pv, k, "key 'profile': %s", e.msg);
+  }
+  c->s->have_hw = true;
+  return SC_OK;
+}
+
+// The real-mode keys of a hardware mapping m: backend, gpus, threads, devices. *profile is
+// cleared for backend cuda without a profile (memory is then not checked).
+static sc_status hardware_real(ctx *c, const mapview *m, const char *backend, char *profile) {
+  scn_hardware *h = &c->s->hardware;
+  static const char *const backends[] = {"cpu", "cuda"};
+  int b = 0;
+  SC_TRY(pick_key(c, m, "backend", backend, backends, 2, &b));
+  SC_TRY(check(c, m, "gpus", h->gpus >= 0, "an integer >= 0 (0 = no limit)"));
+  SC_TRY(check(c, m, "threads", h->threads >= 0, "an integer >= 0 (0 = automatic)"));
+  if (b == 1 && !mv_has(m, "profile")) profile[0] = 0; // no default for real GPUs
+  if (!mv_has(m, "devices")) return SC_OK;
+  if (b != 1)
+    return fail_at(c, mv_key(m, "devices"), NULL,
+                   "key 'devices': only with backend: cuda (the backend is %s)", backend);
+  struct fy_node *dk = mv_key(m, "devices");
+  SC_TRY(int_list(c, mv_val(m, "devices"), dk, "a list of CUDA device indices", 0,
+                  COUNT(h->devices), h->devices, &h->n_devices, NULL));
+  for (int i = 0; i < h->n_devices; i++)
+    for (int j = 0; j < i; j++)
+      if (h->devices[i] == h->devices[j])
+        return fail_at(c, mv_val(m, "devices"), dk, "key 'devices': device %d is listed twice",
+                       h->devices[i]);
+  if (!mv_has(m, "gpus")) h->gpus = h->n_devices;
+  return check(c, m, "gpus", h->gpus <= h->n_devices,
+               "an integer no larger than the number of devices listed");
+}
+
+// hardware (value v of key k; NULL when absent) in the scenario's mode. root is the document's
+// root mapping, where a missing `hardware` is reported.
+static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
+                                struct fy_node *root) {
+  scenario *s = c->s;
+  scn_hardware *h = &s->hardware;
+  const bool sim = s->mode == SCN_MODE_SIM;
+  const bool sim_file = sim && !c->switched; // the file itself is a sim scenario
+  const bool ov_profile = c->ov && c->ov->profile;
+  char backend[16] = "cpu", profile[1024] = "cpu", link[32] = "", names[300];
+  profile_names(names, sizeof names);
+  mapview m;
+  memset(&m, 0, sizeof m);
+  if (!v && sim_file)
+    return fail_at(c, root, NULL, "missing required key 'hardware' (mode: sim simulates "
+                   "{profile: NAME, gpus: N}; profiles: %s, or a .yaml file)", names);
   if (v) {
     static const char *const nested[] = {"devices"};
     const yaml_map_field f[] = {
-        F_STR("backend", backend), F_STR("profile", profile),
-        F_INT("gpus", &h->gpus),   F_INT("threads", &h->threads),
+        F_STR("backend", backend), F_STR("profile", profile), F_INT("gpus", &h->gpus),
+        F_INT("threads", &h->threads), F_STR("link", link), F_INT("nodes", &h->nodes),
     };
-    mapview m;
     SC_TRY(read_map(c, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
-    static const char *const backends[] = {"cpu", "cuda"};
-    int b = 0;
-    SC_TRY(pick_key(c, &m, "backend", backend, backends, 2, &b));
-    SC_TRY(check(c, &m, "gpus", h->gpus >= 0, "an integer >= 0 (0 = no limit)"));
-    SC_TRY(check(c, &m, "threads", h->threads >= 0, "an integer >= 0 (0 = automatic)"));
+    for (int i = 0; i < m.n; i++) { // keys of the other mode
+      const char *n = m.name[i];
+      bool real_only = !strcmp(n, "backend") || !strcmp(n, "devices") || !strcmp(n, "threads");
+      bool sim_only = !strcmp(n, "link") || !strcmp(n, "nodes");
+      if (sim_file && real_only)
+        return fail_at(c, m.key[i], NULL, "key '%s': only in mode: real (mode: sim simulates "
+                       "the GPUs of hardware.profile)", n);
+      if (!sim && sim_only)
+        return fail_at(c, m.key[i], NULL, "key '%s': only in mode: sim%s", n,
+                       c->mode_from_ov ? " (the mode is real: --mode real)" : "");
+    }
     SC_TRY(check(c, &m, "profile", profile[0] != 0, "a hardware profile name or .yaml path"));
-    if (b == 1 && !mv_has(&m, "profile")) profile[0] = 0; // no default for real GPUs
-    if (mv_has(&m, "devices")) {
-      if (b != 1)
-        return fail_at(c, mv_key(&m, "devices"), NULL,
-                       "key 'devices': only with backend: cuda (the backend is %s)", backend);
-      struct fy_node *dk = mv_key(&m, "devices");
-      SC_TRY(int_list(c, mv_val(&m, "devices"), dk, "a list of CUDA device indices",
-                      0, COUNT(h->devices), h->devices, &h->n_devices, NULL));
-      for (int i = 0; i < h->n_devices; i++)
-        for (int j = 0; j < i; j++)
-          if (h->devices[i] == h->devices[j])
-            return fail_at(c, mv_val(&m, "devices"), dk,
-                           "key 'devices': device %d is listed twice", h->devices[i]);
-      if (!mv_has(&m, "gpus")) h->gpus = h->n_devices;
-      SC_TRY(check(c, &m, "gpus", h->gpus <= h->n_devices,
-                   "an integer no larger than the number of devices listed"));
+    if (!sim_file) {
+      SC_TRY(hardware_real(c, &m, backend, profile));
+    } else {
+      if (!mv_has(&m, "profile") && !ov_profile)
+        return fail_at(c, v, k, "missing required key 'profile' (mode: sim simulates the GPUs "
+                       "of a hardware profile: %s, or a .yaml file)", names);
+      SC_TRY(need(c, &m, "gpus", "mode: sim: how many GPUs are simulated, an integer >= 1"));
+      SC_TRY(check(c, &m, "gpus", h->gpus >= 1, "an integer >= 1"));
+      SC_TRY(check(c, &m, "nodes", h->nodes >= 0, "an integer >= 0 (0 = as many as needed)"));
+      SC_TRY(check(c, &m, "link", link[0] != 0, "a link name"));
     }
   }
-  snprintf(h->backend, sizeof h->backend, "%s", backend);
-  if (!profile[0]) { // cuda without a profile: memory is not checked
+  if (c->switched) { // a real scenario simulated (--mode sim): its devices are the profile's
+    h->threads = 0;
+    h->n_devices = 0;
+    memset(h->devices, 0, sizeof h->devices);
+    if (!profile[0] && !ov_profile)
+      return sc_fail(c->err, SC_INVALID, "--mode: sim needs a hardware profile and %s names "
+                     "none (backend cuda without hardware.profile): give --profile (%s, or a "
+                     ".yaml file)", c->file, names);
+  }
+  snprintf(h->backend, sizeof h->backend, "%s", sim ? "" : backend);
+  if (!profile[0] && !ov_profile) { // cuda without a profile: memory is not checked
     h->profile[0] = 0;
     return SC_OK;
   }
-  struct fy_node *pv = v && fy_node_get_type(v) == FYNT_MAPPING
-                           ? fy_node_mapping_lookup_by_string(v, "profile", FY_NT)
-                           : NULL;
-  if (!yaml_map_is_path(profile))
-    snprintf(h->profile, sizeof h->profile, "%s", profile);
-  else if (!resolve_path(c, profile, h->profile, sizeof h->profile))
-    return fail_at(c, pv, k, "key 'profile': path too long");
-  sc_error e = {{0}};
-  if (hw_profile_load(h->profile, &c->hw, &e) != SC_OK)
-    return fail_at(c, pv, k, "key 'profile': %s", e.msg);
-  c->have_hw = true;
+  SC_TRY(load_profile(c, profile, mv_val(&m, "profile"), k));
+  if (link[0]) {
+    sim_link l;
+    if (!sim_link_lookup(link, &l)) {
+      char links[256];
+      sim_link_names(links, sizeof links);
+      return fail_at(c, mv_val(&m, "link"), mv_key(&m, "link"),
+                     "key 'link': unknown link '%s'; known links: %s", link, links);
+    }
+    sc_error e = {{0}};
+    if (hw_profile_set_link(&s->hw, link, &e) != SC_OK)
+      return fail_at(c, mv_val(&m, "link"), mv_key(&m, "link"), "key 'link': %s", e.msg);
+    snprintf(h->link, sizeof h->link, "%s", link);
+  }
+  if (sim && h->nodes > 0 && (long long)h->gpus > (long long)h->nodes * s->hw.gpus_per_node) {
+    char e[200];
+    snprintf(e, sizeof e, "at most nodes x gpus_per_node = %d x %d = %lld (%d nodes of %d %s "
+             "GPUs)", h->nodes, s->hw.gpus_per_node,
+             (long long)h->nodes * s->hw.gpus_per_node, h->nodes, s->hw.gpus_per_node,
+             s->hw.name);
+    return expect_at(c, mv_val(&m, "gpus"), mv_key(&m, "gpus"), "gpus", e);
+  }
   return SC_OK;
 }
 
@@ -657,19 +754,20 @@ static sc_status add_deployment(ctx *c, struct fy_node *at, int tp, int pp, int 
 // GPU count `at` (of key k) when none fits.
 static sc_status auto_layout(ctx *c, struct fy_node *item, struct fy_node *at, struct fy_node *k,
                              int g) {
-  const model_config *m = &c->s->model.config;
-  if (!c->have_hw)
+  const scenario *s = c->s;
+  const model_config *m = &s->model.config;
+  if (!s->have_hw)
     return fail_at(c, at, k, "pattern auto needs hardware.profile to plan memory");
-  int n = memplan_enumerate(m, &c->hw, &c->mp, g, NULL, 0);
+  int n = memplan_enumerate(m, &s->hw, &s->mp, g, NULL, 0);
   memplan_layout *l = calloc((size_t)n, sizeof *l);
   if (!l) return sc_fail(c->err, SC_OOM, "%s: out of memory planning %d layouts", c->file, n);
-  memplan_enumerate(m, &c->hw, &c->mp, g, l, n);
-  int best = memplan_recommend(l, n, g, c->hw.gpus_per_node);
+  memplan_enumerate(m, &s->hw, &s->mp, g, l, n);
+  int best = memplan_recommend(l, n, g, s->hw.gpus_per_node);
   sc_status st = SC_OK;
   if (best < 0)
     st = fail_at(c, at, k, "pattern auto: no layout of up to %d %s GPU%s fits %s at %s with a "
-                 "context of %d tokens", g, c->hw.name, g > 1 ? "s" : "", m->name,
-                 sc_dtype_name(c->mp.weight_dtype), m->max_seq_len);
+                 "context of %d tokens", g, s->hw.name, g > 1 ? "s" : "", m->name,
+                 sc_dtype_name(s->mp.weight_dtype), m->max_seq_len);
   else
     st = add_deployment(c, item, l[best].tp, l[best].pp, l[best].dp);
   free(l);
@@ -735,9 +833,15 @@ static sc_status parse_deployment_item(ctx *c, struct fy_node *item, struct fy_n
   return add_deployment(c, item, tp, pp, dp);
 }
 
-// The planner's check of every deployment, and the GPU limit.
+// The planner's check of every deployment, and the GPU limit. A real scenario simulated with
+// --mode sim and no hardware.gpus gets as many GPUs as its largest deployment.
 static sc_status check_deployments(ctx *c) {
   scenario *s = c->s;
+  if (c->switched && s->hardware.gpus == 0)
+    for (int i = 0; i < s->n_deployments; i++) {
+      const scn_deployment *d = &s->deployments[i];
+      if (d->tp * d->pp * d->dp > s->hardware.gpus) s->hardware.gpus = d->tp * d->pp * d->dp;
+    }
   for (int i = 0; i < s->n_deployments; i++) {
     const scn_deployment *d = &s->deployments[i];
     char w[300];
@@ -751,8 +855,8 @@ static sc_status check_deployments(ctx *c) {
                      "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; hardware.gpus is %d",
                      w, d->label, d->tp, d->pp, d->dp, n, s->hardware.gpus);
     memplan_layout l = {.valid = true, .fits = true};
-    if (c->have_hw) {
-      memplan_eval(&s->model.config, &c->hw, &c->mp, d->tp, d->pp, d->dp, &l);
+    if (s->have_hw) {
+      memplan_eval(&s->model.config, &s->hw, &s->mp, d->tp, d->pp, d->dp, &l);
     } else { // no profile (backend cuda): the layout alone, memory is not known
       sc_error e = {{0}};
       l.valid = l.fits = shard_layout_check(&s->model.config, d->tp, d->pp, &e) == SC_OK;
@@ -761,8 +865,16 @@ static sc_status check_deployments(ctx *c) {
     if (!l.valid || !l.fits)
       return sc_fail(c->err, SC_INVALID,
                      "%s: deployment '%s' (tp=%d pp=%d dp=%d) refused by the planner%s%s: %s", w,
-                     d->label, d->tp, d->pp, d->dp, c->have_hw ? " on " : "",
-                     c->have_hw ? c->hw.name : "", l.why);
+                     d->label, d->tp, d->pp, d->dp, s->have_hw ? " on " : "",
+                     s->have_hw ? s->hw.name : "", l.why);
+    int node = s->hw.gpus_per_node;
+    if (s->mode == SCN_MODE_SIM && node > 0 && d->tp > node && d->tp % node)
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: deployment '%s' (tp=%d pp=%d dp=%d): a TP group larger than a node "
+                     "must span whole nodes (tp a multiple of %d, the GPUs per node of %s): "
+                     "each node then holds ranks of one group only and every all-reduce "
+                     "crosses the inter-node link in equal parts", w, d->label, d->tp, d->pp,
+                     d->dp, node, s->hw.name);
   }
   return SC_OK;
 }
@@ -1389,6 +1501,9 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   case SCN_FAULT_CANCEL_STORM: SC_TRY(parse_cancel_storm(c, kv, kk, ft)); break;
   case SCN_FAULT_HOT_SWAP: SC_TRY(parse_hot_swap(c, kv, kk, ft)); break;
   case SCN_FAULT_CLOCK_JUMP: {
+    if (c->s->mode == SCN_MODE_SIM)
+      return fail_at(c, kk, NULL, "clock_jump: not available in mode: sim (the virtual clock "
+                     "has no wall clock to jump)");
     static const char *const none[] = {NULL};
     const yaml_map_field cf[] = {F_CUSTOM("offset", &ft->offset_ns, parse_sdur, SDUR_EXPECT)};
     mapview cm;
@@ -1587,23 +1702,30 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   static const char *const modes[] = {"real", "sim"};
   int md = 0;
   SC_TRY(pick_key(c, &m, "mode", mode, modes, 2, &md));
-  if (md == 1)
-    return fail_at(c, mv_val(&m, "mode"), mv_key(&m, "mode"),
-                   "mode 'sim': simulated GPUs are not available yet in this version; use "
-                   "mode: real");
+  if (c->ov && c->ov->mode) { // checked to be real or sim on entry
+    int o = strcmp(c->ov->mode, "sim") ? 0 : 1;
+    c->switched = md == 0 && o == 1;
+    c->mode_from_ov = true;
+    md = o;
+  }
+  s->mode = md ? SCN_MODE_SIM : SCN_MODE_REAL;
   SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
-  SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware")));
+  SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware"), root));
   if (mv_has(&m, "limits")) SC_TRY(parse_limits(c, mv_val(&m, "limits"), mv_key(&m, "limits")));
   if (mv_has(&m, "router")) SC_TRY(parse_router(c, mv_val(&m, "router"), mv_key(&m, "router")));
-  // the planner's parameters (engine/memplan.h), as the engine will size itself
-  c->mp = memplan_defaults();
-  c->mp.headroom = s->limits.kv_headroom;
-  c->mp.block_size = s->limits.block_size;
-  c->mp.max_batch_tokens = s->limits.token_budget;
-  c->mp.max_seqs = s->limits.max_running;
-  c->mp.weight_dtype = s->model.config.dtype;
-  if (s->model.dtype[0]) sc_dtype_parse(s->model.dtype, &c->mp.weight_dtype);
-  c->mp.kv_dtype = !strcmp(s->hardware.backend, "cpu") ? SC_F32 : SC_BF16;
+  // the planner's parameters (engine/memplan.h), as the engine will size itself: the KV cache
+  // is f32 on the CPU backend (real cpu, or a simulated CPU profile: host_cores > 0), else bf16
+  memplan_params *mp = &s->mp;
+  *mp = memplan_defaults();
+  mp->headroom = s->limits.kv_headroom;
+  mp->block_size = s->limits.block_size;
+  mp->max_batch_tokens = s->limits.token_budget;
+  mp->max_seqs = s->limits.max_running;
+  mp->weight_dtype = s->model.config.dtype;
+  if (s->model.dtype[0]) sc_dtype_parse(s->model.dtype, &mp->weight_dtype);
+  bool cpu = s->mode == SCN_MODE_SIM ? s->have_hw && s->hw.sim.host_cores > 0
+                                     : !strcmp(s->hardware.backend, "cpu");
+  mp->kv_dtype = cpu ? SC_F32 : SC_BF16;
   SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
   SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
   if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
@@ -1611,9 +1733,10 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   return SC_OK;
 }
 
-// Parses s->text into s.
-static sc_status parse_text(scenario *s, const char *name, sc_error *err) {
-  ctx c = {.file = name, .dir = s->dir, .s = s, .err = err};
+// Parses s->text into s, with overrides ov (may be NULL).
+static sc_status parse_text(scenario *s, const char *name, const scn_overrides *ov,
+                            sc_error *err) {
+  ctx c = {.file = name, .dir = s->dir, .s = s, .err = err, .ov = ov};
   struct fy_diag_cfg dcfg;
   fy_diag_cfg_default(&dcfg);
   dcfg.fp = NULL; // collected, never printed
@@ -1648,8 +1771,9 @@ static sc_status parse_text(scenario *s, const char *name, sc_error *err) {
 
 // --- public API
 
-sc_status scenario_parse(const char *text, size_t len, const char *name, const char *dir,
-                         scenario **out, sc_error *err) {
+// scenario_parse with overrides (ov may be NULL, its values already checked).
+static sc_status parse_with(const char *text, size_t len, const char *name, const char *dir,
+                            const scn_overrides *ov, scenario **out, sc_error *err) {
   *out = NULL;
   if (!name) name = "<scenario>";
   scenario *s = calloc(1, sizeof *s);
@@ -1665,7 +1789,7 @@ sc_status scenario_parse(const char *text, size_t len, const char *name, const c
   s->text_len = len;
   snprintf(s->dir, sizeof s->dir, "%s", dir && *dir ? dir : ".");
   set_defaults(s);
-  sc_status st = parse_text(s, name, err);
+  sc_status st = parse_text(s, name, ov, err);
   if (st != SC_OK) {
     scenario_free(s);
     return st;
@@ -1674,8 +1798,25 @@ sc_status scenario_parse(const char *text, size_t len, const char *name, const c
   return SC_OK;
 }
 
+sc_status scenario_parse(const char *text, size_t len, const char *name, const char *dir,
+                         scenario **out, sc_error *err) {
+  return parse_with(text, len, name, dir, NULL, out, err);
+}
+
 sc_status scenario_load(const char *path, scenario **out, sc_error *err) {
+  return scenario_load_with(path, NULL, out, err);
+}
+
+sc_status scenario_load_with(const char *path, const scn_overrides *ov, scenario **out,
+                             sc_error *err) {
   *out = NULL;
+  if (ov && ov->mode && strcmp(ov->mode, "real") && strcmp(ov->mode, "sim"))
+    return sc_fail(err, SC_INVALID, "--mode: expected real or sim, got '%.100s'", ov->mode);
+  if (ov && ov->profile && !ov->profile[0])
+    return sc_fail(err, SC_INVALID,
+                   "--profile: expected a hardware profile name or a .yaml path, got ''");
+  if (ov && ov->profile && strlen(ov->profile) >= sizeof(((scn_hardware *)0)->profile))
+    return sc_fail(err, SC_INVALID, "--profile: path too long");
   char *buf;
   size_t len;
   SC_TRY(yaml_map_slurp(path, SCN_MAX_TEXT, &buf, &len, err));
@@ -1685,7 +1826,7 @@ sc_status scenario_load(const char *path, scenario **out, sc_error *err) {
   if (!slash) snprintf(dir, sizeof dir, ".");
   else if (slash == dir) dir[1] = 0; // "/x.yaml" -> "/"
   else *slash = 0;
-  sc_status s = scenario_parse(buf, len, path, dir, out, err);
+  sc_status s = parse_with(buf, len, path, dir, ov, out, err);
   free(buf);
   if (s == SC_OK) snprintf((*out)->path, sizeof (*out)->path, "%s", path);
   return s;

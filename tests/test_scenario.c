@@ -1,18 +1,25 @@
 // Tests for the scenario language (scenarios/scenario.c) and `shardcheck validate`: a full
 // scenario parses with every field as written, defaults fill what is left out, scaling items
 // expand (with dedupe, labels and the planner's auto choice), and each kind of bad input is
-// one SC_INVALID naming its exact FILE:LINE:COL and key.
+// one SC_INVALID naming its exact FILE:LINE:COL and key. mode: sim (its hardware keys, the
+// resolved profile and planner parameters, its refusals), the --mode/--profile overrides
+// (scenario_load_with), and every shipped scenario, with the planner's refusal of the
+// tests/data copies that add {tp: 1}.
 //
 // Not here: the planner's arithmetic (tests/test_memplan.c), the strict flat reader itself
 // (tests/test_memplan.c), reading dataset lines (the workload generator's tests).
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/hardware.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
+#include "engine/yaml_map.h"
 #include "scenarios/scenario.h"
 #include "tests/helpers.h"
 
@@ -571,11 +578,7 @@ Test(scenario_errors, deployment_larger_than_hardware_gpus) {
             NULL);
 }
 
-Test(scenario_errors, mode_sim_is_not_yet_available) {
-  parse_bad(BASE "mode: sim\n",
-            "t.yaml:7:7: mode 'sim': simulated GPUs are not available yet in this version; use "
-            "mode: real",
-            NULL);
+Test(scenario_errors, mode_is_real_or_sim) {
   parse_bad(BASE "mode: fake\n", "t.yaml:7:7: key 'mode': expected one of real, sim, got 'fake'",
             NULL);
 }
@@ -699,4 +702,494 @@ Test(validate_cli, help_exits_0) {
   cr_expect_eq(rc, 0);
   cr_expect(strstr(out, "usage: shardcheck validate"), "%s", out);
   cr_expect(strstr(out, "docs/scenarios.md"), "%s", out);
+}
+
+// --- mode: sim
+
+// A sim scenario of llama3-8b with the given hardware mapping and deployments.
+#define SIM(hardware, deployments)                                                                 \
+  "name: t\nmodel: {preset: llama3-8b}\nmode: sim\nhardware: " hardware "\n"                      \
+  "deployments: " deployments "\nworkload:\n"                                                      \
+  "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n"
+
+// Writes a profile like h100-sxm with gpus_per_node and host_cores to DIR/NAME.yaml; returns
+// the path (static buffer).
+static const char *write_profile(const char *tag, int gpus_per_node, int host_cores) {
+  const char *dir = sc_test_tmpdir(tag);
+  cr_assert_not_null(dir);
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s.yaml", dir, tag);
+  char text[1024];
+  snprintf(text, sizeof text,
+           "name: %s\ndescription: \"a test device\"\nmem_bytes: 85899345920\nmem_bw: 3.35e12\n"
+           "flops_bf16: 989.4e12\nflops_fp16: 989.4e12\nflops_fp32: 67e12\nflops_int8: 0\n"
+           "link: nvlink4\nlink_bw: 450e9\nlink_latency_s: 2e-6\ngpus_per_node: %d\n"
+           "host_cores: %d\n",
+           tag, gpus_per_node, host_cores);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  return path;
+}
+
+Test(sim_mode, is_accepted_and_fills_profile_gpus_and_planner_params) {
+  scenario *s = parse_ok(SIM("{profile: h100-sxm, gpus: 4}", "[{tp: 2}, {dp: 4}]"));
+  cr_expect_eq(s->mode, SCN_MODE_SIM);
+  cr_expect_str_eq(s->hardware.backend, "", "no backend in mode: sim");
+  cr_expect_str_eq(s->hardware.profile, "h100-sxm");
+  cr_expect_eq(s->hardware.gpus, 4);
+  cr_expect_str_eq(s->hardware.link, "");
+  cr_expect_eq(s->hardware.nodes, 0);
+  cr_assert(s->have_hw);
+  cr_expect_str_eq(s->hw.name, "h100-sxm");
+  cr_expect_str_eq(s->hw.link, "nvlink4", "the profile's own link");
+  cr_expect_eq(s->hw.gpus_per_node, 8);
+  cr_expect_float_eq(s->hw.sim.mem_bytes, s->hw.mem_bytes, 1);
+  cr_expect_eq(s->mp.weight_dtype, SC_BF16, "llama3-8b's own dtype");
+  cr_expect_eq(s->mp.kv_dtype, SC_BF16, "GPUs keep KV in bf16");
+  cr_expect_float_eq(s->mp.headroom, 0.10, 1e-12);
+  cr_expect_eq(s->mp.block_size, 16);
+  cr_expect_eq(s->mp.max_batch_tokens, 8192);
+  cr_expect_eq(s->mp.max_seqs, 256);
+  scenario_free(s);
+}
+
+Test(sim_mode, planner_params_follow_limits_and_dtype) {
+  scenario *s = parse_ok("name: t\nmodel: {preset: llama3-70b, dtype: int4}\nmode: sim\n"
+                         "hardware: {profile: rtx5090, gpus: 2}\ndeployments: [{tp: 2}]\n"
+                         "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                         "  phases: [{fixed: {requests: 1}}]\n"
+                         "limits: {kv_headroom: 0.05, block_size: 32, token_budget: 4096, "
+                         "max_running: 64}\n");
+  cr_expect_eq(s->mp.weight_dtype, SC_I4, "int4 weights are planned at int4 in mode: sim");
+  cr_expect_float_eq(s->mp.headroom, 0.05, 1e-12);
+  cr_expect_eq(s->mp.block_size, 32);
+  cr_expect_eq(s->mp.max_batch_tokens, 4096);
+  cr_expect_eq(s->mp.max_seqs, 64);
+  memplan_layout l;
+  memplan_eval(&s->model.config, &s->hw, &s->mp, 2, 1, 1, &l);
+  cr_expect(l.fits, "the parsed params are the planner's: %s", l.why);
+  scenario_free(s);
+}
+
+Test(sim_mode, real_mode_fills_the_profile_and_planner_params_too) {
+  scenario *s = parse_ok(BASE);
+  cr_assert(s->have_hw, "the real CPU default profile is cpu");
+  cr_expect_str_eq(s->hw.name, "cpu");
+  cr_expect_eq(s->mp.kv_dtype, SC_F32, "the CPU engine keeps KV in f32");
+  cr_expect_eq(s->mp.weight_dtype, SC_F32);
+  scenario_free(s);
+  s = parse_ok("name: t\nmodel: {preset: llama3-8b}\n"
+               "hardware: {backend: cuda, profile: h100-sxm, devices: [0]}\n"
+               "deployments: [{tp: 1}]\nworkload:\n  prompts: [{input: 10, output: 5}]\n"
+               "  phases: [{fixed: {requests: 1}}]\n");
+  cr_assert(s->have_hw);
+  cr_expect_str_eq(s->hw.name, "h100-sxm");
+  cr_expect_eq(s->mp.kv_dtype, SC_BF16);
+  scenario_free(s);
+  s = parse_ok("name: t\nmodel: {preset: llama3-8b}\nhardware: {backend: cuda, devices: [0]}\n"
+               "deployments: [{tp: 1}]\nworkload:\n  prompts: [{input: 10, output: 5}]\n"
+               "  phases: [{fixed: {requests: 1}}]\n");
+  cr_expect_not(s->have_hw, "cuda without a profile has none");
+  scenario_free(s);
+}
+
+Test(sim_mode, a_cpu_profile_plans_kv_in_f32) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "name: t\nmodel: llama-tiny\nmode: sim\nhardware: {profile: %s, gpus: 2}\n"
+           "deployments: [{tp: 2}]\nworkload:\n  prompts: [{input: 10, output: 5}]\n"
+           "  phases: [{fixed: {requests: 1}}]\n",
+           write_profile("host4", 8, 4));
+  scenario *s = parse_ok(text);
+  cr_expect_eq(s->hw.sim.host_cores, 4);
+  cr_expect_eq(s->mp.kv_dtype, SC_F32, "host_cores > 0: the CPU engine's KV");
+  scenario_free(s);
+}
+
+Test(sim_mode, link_replaces_the_profiles_intra_node_link) {
+  scenario *s = parse_ok(SIM("{profile: h100-sxm, gpus: 8, link: pcie4}", "[{tp: 8}]"));
+  cr_expect_str_eq(s->hardware.link, "pcie4");
+  cr_expect_str_eq(s->hw.link, "pcie4");
+  cr_expect_float_eq(s->hw.link_bw, 31.5e9, 1);
+  cr_expect_str_eq(s->hw.sim.intra.name, "pcie4");
+  cr_expect_float_eq(s->hw.sim.intra.bw, 31.5e9, 1);
+  scenario_free(s);
+}
+
+Test(sim_mode, nodes_bound_the_gpus) {
+  scenario *s = parse_ok(SIM("{profile: h100-sxm, gpus: 16, nodes: 2}", "[{tp: 8, dp: 2}]"));
+  cr_expect_eq(s->hardware.nodes, 2);
+  cr_expect_eq(s->hardware.gpus, 16);
+  scenario_free(s);
+  parse_bad(SIM("{profile: h100-sxm, gpus: 20, nodes: 2}", "[{tp: 1}]"),
+            "t.yaml:4:37: key 'gpus': expected at most nodes x gpus_per_node = 2 x 8 = 16",
+            "got '20'");
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2, nodes: -1}", "[{tp: 1}]"),
+            "t.yaml:4:47: key 'nodes': expected an integer >= 0", NULL);
+}
+
+Test(sim_mode, a_tp_group_larger_than_a_node_must_span_whole_nodes) {
+  char text[1024];
+  const char *six = write_profile("six", 6, 0);
+  snprintf(text, sizeof text,
+           "name: t\nmodel: llama3-8b\nmode: sim\nhardware: {profile: %s, gpus: 16}\n"
+           "deployments:\n  - {tp: 4, dp: 2}\n  - {tp: 8}\nworkload:\n"
+           "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n",
+           six);
+  parse_bad(text, "t.yaml:7:6: deployment 'tp8' (tp=8 pp=1 dp=1): a TP group larger than a node "
+            "must span whole nodes (tp a multiple of 6", "inter-node link");
+  // 8 GPUs over two rtx5090 workstations of 4: whole nodes
+  scenario *s = parse_ok("name: t\nmodel: {preset: llama3-70b, dtype: int4}\nmode: sim\n"
+                         "hardware: {profile: rtx5090, gpus: 8}\ndeployments: [{tp: 8}]\n"
+                         "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                         "  phases: [{fixed: {requests: 1}}]\n");
+  cr_expect_eq(s->deployments[0].tp, 8);
+  scenario_free(s);
+}
+
+Test(sim_mode, every_deployment_must_fit_the_gpus) {
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2}", "\n  - {tp: 2}\n  - {tp: 2, dp: 2}"),
+            "t.yaml:7:6: deployment 'tp2-dp2' (tp=2 pp=1 dp=2) needs 4 GPUs; hardware.gpus is 2",
+            NULL);
+}
+
+Test(sim_mode, the_planner_refuses_with_the_profile) {
+  parse_bad("name: t\nmodel: llama3-70b\nmode: sim\nhardware: {profile: h100-sxm, gpus: 8}\n"
+            "deployments:\n  - {tp: 1}\nworkload:\n  prompts: [{input: 10, output: 5}]\n"
+            "  phases: [{fixed: {requests: 1}}]\n",
+            "t.yaml:6:6: deployment 'tp1' (tp=1 pp=1 dp=1) refused by the planner on h100-sxm: "
+            "weights 141.11 GB",
+            "exceed");
+}
+
+Test(sim_mode_errors, hardware_profile_and_gpus_are_required) {
+  parse_bad("name: t\nmodel: llama3-8b\nmode: sim\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n",
+            "t.yaml:1:1: missing required key 'hardware' (mode: sim", "h100-sxm, h200");
+  parse_bad(SIM("{gpus: 2}", "[{tp: 1}]"),
+            "t.yaml:4:12: missing required key 'profile' (mode: sim", "a100-80g, cpu, h100-sxm");
+  parse_bad(SIM("{profile: h100-sxm}", "[{tp: 1}]"), "t.yaml:4:12: missing required key 'gpus'",
+            NULL);
+  parse_bad(SIM("{profile: h100-sxm, gpus: 0}", "[{tp: 1}]"),
+            "t.yaml:4:37: key 'gpus': expected an integer >= 1, got '0'", NULL);
+}
+
+Test(sim_mode_errors, real_mode_keys_are_refused) {
+  parse_bad(SIM("{backend: cpu, profile: h100-sxm, gpus: 1}", "[{tp: 1}]"),
+            "t.yaml:4:12: key 'backend': only in mode: real", NULL);
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2, devices: [0, 1]}", "[{tp: 1}]"),
+            "t.yaml:4:40: key 'devices': only in mode: real", NULL);
+  parse_bad(SIM("{profile: h100-sxm, gpus: 1, threads: 2}", "[{tp: 1}]"),
+            "t.yaml:4:40: key 'threads': only in mode: real", NULL);
+}
+
+Test(sim_mode_errors, sim_mode_keys_are_refused_in_real_mode) {
+  parse_bad(BASE "hardware: {link: pcie4}\n", "t.yaml:7:12: key 'link': only in mode: sim",
+            NULL);
+  parse_bad(BASE "hardware: {gpus: 2, nodes: 1}\n", "t.yaml:7:21: key 'nodes': only in mode: sim",
+            NULL);
+}
+
+Test(sim_mode_errors, unknown_link_lists_the_known_ones) {
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2, link: nvlink9}", "[{tp: 1}]"),
+            "t.yaml:4:46: key 'link': unknown link 'nvlink9'; known links: ",
+            "nvlink4, nvlink5, pcie4");
+}
+
+Test(sim_mode_errors, unknown_profile_lists_the_embedded_ones) {
+  parse_bad(SIM("{profile: h900, gpus: 2}", "[{tp: 1}]"),
+            "t.yaml:4:21: key 'profile': unknown hardware profile 'h900'", "h100-sxm");
+}
+
+Test(sim_mode_errors, clock_jump_is_refused_other_faults_are_checked) {
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2}", "[{dp: 2}]")
+                "faults:\n  - {at: 1s, clock_jump: {offset: +1h}}\n",
+            "t.yaml:10:14: clock_jump: not available in mode: sim (the virtual clock has no wall "
+            "clock to jump)",
+            NULL);
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2}", "[{dp: 2}]")
+                "faults:\n  - {at: 1s, kill: gpu, target: replica2.rank0}\n",
+            "t.yaml:10:33: key 'target': 'replica2.rank0' exists in no deployment", NULL);
+  scenario *s = parse_ok(SIM("{profile: h100-sxm, gpus: 2}", "[{dp: 2}]")
+                             "faults:\n  - {at: 1s, kill: gpu, target: replica1.rank0}\n"
+                             "  - {at: 2s, slow: {on: link, latency: 50us}}\n");
+  cr_assert_eq(s->n_faults, 2);
+  cr_expect_eq(s->faults[0].kind, SCN_FAULT_KILL);
+  cr_expect_eq(s->faults[1].latency_ns, 50000);
+  scenario_free(s);
+}
+
+// --- overrides (shardcheck run --mode / --profile)
+
+#define SHIPPED SC_SOURCE_DIR "/scenarios"
+
+static void load_with_bad(const char *path, const char *mode, const char *profile,
+                          const char *prefix, const char *needle) {
+  scenario *s = (scenario *)1;
+  sc_error err = {{0}};
+  scn_overrides ov = {.mode = mode, .profile = profile};
+  sc_status st = scenario_load_with(path, &ov, &s, &err);
+  cr_assert_eq(st, SC_INVALID, "expected SC_INVALID, got %s (%s)", sc_status_name(st), err.msg);
+  cr_assert_null(s);
+  cr_expect_eq(strncmp(err.msg, prefix, strlen(prefix)), 0, "expected '%s...', got '%s'", prefix,
+               err.msg);
+  if (needle) cr_expect(strstr(err.msg, needle), "'%s' missing from '%s'", needle, err.msg);
+}
+
+Test(overrides, mode_sim_simulates_a_real_cpu_scenario_on_the_cpu_profile) {
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  scn_overrides ov = {.mode = "sim"};
+  cr_assert_eq(scenario_load_with(SHIPPED "/quickstart.yaml", &ov, &s, &err), SC_OK, "%s",
+               err.msg);
+  cr_expect_eq(s->mode, SCN_MODE_SIM);
+  cr_expect_str_eq(s->hardware.backend, "", "the backend is cleared");
+  cr_expect_str_eq(s->hardware.profile, "cpu", "a real CPU scenario's profile");
+  cr_expect_eq(s->hardware.gpus, 4, "the largest deployment's GPUs");
+  cr_assert(s->have_hw);
+  cr_expect_str_eq(s->hw.name, "cpu");
+  cr_expect_eq(s->n_deployments, 5, "deployments are kept");
+  scenario_free(s);
+}
+
+Test(overrides, profile_replaces_the_files_and_resolves_against_the_cwd) {
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  scn_overrides ov = {.mode = "sim", .profile = "h100-sxm"};
+  cr_assert_eq(scenario_load_with(SHIPPED "/quickstart.yaml", &ov, &s, &err), SC_OK, "%s",
+               err.msg);
+  cr_expect_str_eq(s->hardware.profile, "h100-sxm");
+  cr_expect_str_eq(s->hw.name, "h100-sxm");
+  cr_expect_eq(s->mp.kv_dtype, SC_BF16);
+  scenario_free(s);
+  // a relative .yaml path is the working directory's, not the scenario's
+  const char *path = write_profile("cwdprof", 8, 0);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", path);
+  *strrchr(dir, '/') = 0;
+  cr_assert_eq(chdir(dir), 0);
+  ov = (scn_overrides){.profile = "cwdprof.yaml"};
+  cr_assert_eq(scenario_load_with(SHIPPED "/scaling-llama3-8b-h100.yaml", &ov, &s, &err), SC_OK,
+               "%s", err.msg);
+  cr_expect_str_eq(s->hardware.profile, "cwdprof.yaml");
+  cr_expect_str_eq(s->hw.name, "cwdprof");
+  cr_expect_eq(s->mode, SCN_MODE_SIM, "no --mode: the file's");
+  scenario_free(s);
+}
+
+Test(overrides, mode_real_on_a_sim_scenario_plans_for_the_cpu_backend) {
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  scn_overrides ov = {.mode = "real"};
+  cr_assert_eq(scenario_load_with(SHIPPED "/scaling-llama3-8b-h100.yaml", &ov, &s, &err), SC_OK,
+               "%s", err.msg);
+  cr_expect_eq(s->mode, SCN_MODE_REAL);
+  cr_expect_str_eq(s->hardware.backend, "cpu");
+  cr_expect_str_eq(s->hardware.profile, "h100-sxm");
+  cr_expect_eq(s->mp.kv_dtype, SC_F32);
+  scenario_free(s);
+  const char *dir = sc_test_tmpdir("ov-link");
+  cr_assert_not_null(dir);
+  char path[512];
+  snprintf(path, sizeof path, "%s/link.yaml", dir);
+  const char *text = SIM("{profile: h100-sxm, gpus: 2, link: pcie4}", "[{tp: 2}]");
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  char want[600];
+  snprintf(want, sizeof want, "%s:4:40: key 'link': only in mode: sim (the mode is real: --mode "
+           "real)", path);
+  load_with_bad(path, "real", NULL, want, NULL);
+}
+
+Test(overrides, a_real_scenario_with_a_clock_jump_cannot_be_simulated) {
+  char want[600];
+  snprintf(want, sizeof want, "%s/full.yaml:", DATA);
+  load_with_bad(DATA "/full.yaml", "sim", NULL, want, "clock_jump: not available in mode: sim");
+}
+
+Test(overrides, cuda_without_a_profile_needs_one_to_be_simulated) {
+  const char *dir = sc_test_tmpdir("ov-cuda");
+  cr_assert_not_null(dir);
+  char path[512];
+  snprintf(path, sizeof path, "%s/cuda.yaml", dir);
+  const char *text = "name: t\nmodel: {preset: llama3-8b}\n"
+                     "hardware: {backend: cuda, devices: [0, 1]}\ndeployments: [{tp: 2}]\n"
+                     "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                     "  phases: [{fixed: {requests: 1}}]\n";
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  load_with_bad(path, "sim", NULL, "--mode: sim needs a hardware profile", "--profile");
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  scn_overrides ov = {.mode = "sim", .profile = "h200"};
+  cr_assert_eq(scenario_load_with(path, &ov, &s, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(s->hardware.gpus, 2, "the devices listed");
+  cr_expect_eq(s->hardware.n_devices, 0, "no CUDA devices in mode: sim");
+  cr_expect_str_eq(s->hw.name, "h200");
+  scenario_free(s);
+}
+
+Test(overrides, unknown_values_name_the_option) {
+  load_with_bad(SHIPPED "/quickstart.yaml", "fake", NULL, "--mode: expected real or sim",
+                "'fake'");
+  load_with_bad(SHIPPED "/quickstart.yaml", "sim", "h900",
+                "--profile: unknown hardware profile 'h900'", "h100-sxm");
+  load_with_bad(SHIPPED "/quickstart.yaml", NULL, "",
+                "--profile: expected a hardware profile name or a .yaml path", NULL);
+}
+
+Test(overrides, null_overrides_are_scenario_load) {
+  scenario *a = NULL, *b = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_load_with(SHIPPED "/long-context.yaml", NULL, &a, &err), SC_OK, "%s",
+               err.msg);
+  scn_overrides none = {0};
+  cr_assert_eq(scenario_load_with(SHIPPED "/long-context.yaml", &none, &b, &err), SC_OK, "%s",
+               err.msg);
+  cr_expect_eq(a->mode, b->mode);
+  cr_expect_str_eq(a->hardware.profile, b->hardware.profile);
+  cr_expect_eq(a->hardware.gpus, b->hardware.gpus);
+  cr_expect_str_eq(a->path, SHIPPED "/long-context.yaml");
+  scenario_free(a);
+  scenario_free(b);
+}
+
+// --- the shipped scenarios
+
+Test(shipped, every_scenario_file_validates) {
+  DIR *d = opendir(SHIPPED);
+  cr_assert_not_null(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".yaml")) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", SHIPPED, e->d_name);
+    scenario *s = NULL;
+    sc_error err = {{0}};
+    cr_expect_eq(scenario_load(path, &s, &err), SC_OK, "%s: %s", e->d_name, err.msg);
+    scenario_free(s);
+    n++;
+  }
+  closedir(d);
+  cr_expect_geq(n, 7, "found %d shipped scenarios", n);
+}
+
+// Loads a shipped scenario and checks mode sim, profile, gpus and deployment labels.
+static scenario *shipped_sim(const char *file, const char *profile, int gpus,
+                             const char *want_labels) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", SHIPPED, file);
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_load(path, &s, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(s->mode, SCN_MODE_SIM, "%s", file);
+  cr_expect_str_eq(s->hardware.profile, profile);
+  cr_expect_eq(s->hardware.gpus, gpus);
+  char buf[256];
+  cr_expect_str_eq(labels(s, buf, sizeof buf), want_labels);
+  return s;
+}
+
+Test(shipped, sim_scenarios_have_their_layouts) {
+  scenario *s = shipped_sim("scaling-llama3-8b-h100.yaml", "h100-sxm", 4, "tp1 dp2 dp4 tp2 tp4");
+  cr_expect_str_eq(s->model.config.name, "llama3-8b");
+  cr_expect_eq(s->workload.phases[0].concurrency[s->workload.phases[0].n_concurrency - 1], 256);
+  scenario_free(s);
+  s = shipped_sim("scaling-llama3-70b-h100.yaml", "h100-sxm", 8,
+                  "tp2 tp4 tp2-dp2 tp2-pp2 tp8 tp4-dp2");
+  cr_expect_eq(s->mp.weight_dtype, SC_BF16);
+  scenario_free(s);
+  s = shipped_sim("rtx5090-70b-int4.yaml", "rtx5090", 2, "tp2 pp2");
+  cr_expect_eq(s->mp.weight_dtype, SC_I4);
+  cr_expect_str_eq(s->hw.link, "pcie5", "the profile's PCIe link");
+  scenario_free(s);
+  s = shipped_sim("long-context.yaml", "h100-sxm", 1, "tp1");
+  scenario_free(s);
+}
+
+// Phases shorter than a few minutes of simulated time, so a run takes seconds.
+Test(shipped, sim_scenarios_are_short) {
+  static const char *const files[] = {"scaling-llama3-8b-h100.yaml",
+                                      "scaling-llama3-70b-h100.yaml", "rtx5090-70b-int4.yaml",
+                                      "long-context.yaml"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", SHIPPED, files[i]);
+    scenario *s = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(scenario_load(path, &s, &err), SC_OK, "%s", err.msg);
+    for (int p = 0; p < s->workload.n_phases; p++) {
+      uint64_t ns = scenario_phase_duration_ns(&s->workload.phases[p]);
+      cr_expect(ns > 0 && ns <= 180 * SEC, "%s phase %d: %llu ns", files[i], p,
+                (unsigned long long)ns);
+    }
+    scenario_free(s);
+  }
+}
+
+// long-context.yaml's claim: KV, not weights, limits it; the ramp starts below the number
+// of full sequences the KV holds and ends above it.
+Test(shipped, long_context_ramps_past_the_kv_capacity) {
+  scenario *s = shipped_sim("long-context.yaml", "h100-sxm", 1, "tp1");
+  const scn_class *cl = &s->workload.classes[0];
+  cr_assert_eq(s->workload.n_classes, 1);
+  cr_assert(cl->input.kind == SCN_DIST_FIXED && cl->output.kind == SCN_DIST_FIXED);
+  cr_expect_geq(cl->input.a, 32000, "32k-token prompts");
+  cr_expect_leq(cl->input.a + cl->output.a, s->model.config.max_seq_len, "within the context");
+  memplan_layout l;
+  memplan_eval(&s->model.config, &s->hw, &s->mp, 1, 1, 1, &l);
+  cr_assert(l.fits, "%s", l.why);
+  cr_expect_lt(l.weight_bytes, l.kv_bytes, "weights are the smaller part");
+  double fit = (double)l.kv_tokens / (cl->input.a + cl->output.a);
+  const scn_phase *p = &s->workload.phases[0];
+  cr_expect_lt(p->concurrency[0], fit);
+  cr_expect_gt(p->concurrency[p->n_concurrency - 1], fit, "the ramp ends past %.1f sequences",
+               fit);
+  scenario_free(s);
+}
+
+// The copy in tests/data is the shipped file plus one deployment line.
+static void expect_copy_plus_line(const char *shipped, const char *copy, const char *line) {
+  char *a = NULL, *b = NULL;
+  size_t na = 0, nb = 0;
+  sc_error err = {{0}};
+  cr_assert_eq(yaml_map_slurp(shipped, 1 << 20, &a, &na, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(yaml_map_slurp(copy, 1 << 20, &b, &nb, &err), SC_OK, "%s", err.msg);
+  char *at = strstr(b, line);
+  cr_assert_not_null(at, "'%s' missing from %s", line, copy);
+  size_t ll = strlen(line);
+  memmove(at, at + ll, nb - (size_t)(at - b) - ll + 1);
+  cr_expect_str_eq(b, a, "%s drifted from %s", copy, shipped);
+  free(a);
+  free(b);
+}
+
+Test(shipped, validate_refuses_70b_on_one_h100_for_memory) {
+  expect_copy_plus_line(SHIPPED "/scaling-llama3-70b-h100.yaml",
+                        SC_SOURCE_DIR "/tests/data/scaling-llama3-70b-h100-tp1.yaml",
+                        "  - {tp: 1}\n");
+  int rc = sc_test_run_cli("validate " SC_SOURCE_DIR "/tests/data/scaling-llama3-70b-h100-tp1.yaml",
+                           out, sizeof out);
+  cr_expect_eq(rc, 2, "output: %s", out);
+  cr_expect(strstr(out, "deployment 'tp1' (tp=1 pp=1 dp=1) refused by the planner on h100-sxm: "
+                        "weights 141.11 GB"), "%s", out);
+  cr_expect(strstr(out, "exceed 77.31 GB usable"), "%s", out);
+}
+
+Test(shipped, validate_refuses_70b_int4_on_one_rtx5090_for_memory) {
+  expect_copy_plus_line(SHIPPED "/rtx5090-70b-int4.yaml",
+                        SC_SOURCE_DIR "/tests/data/rtx5090-70b-int4-tp1.yaml", "  - {tp: 1}\n");
+  int rc = sc_test_run_cli("validate " SC_SOURCE_DIR "/tests/data/rtx5090-70b-int4-tp1.yaml", out,
+                           sizeof out);
+  cr_expect_eq(rc, 2, "output: %s", out);
+  cr_expect(strstr(out, "deployment 'tp1' (tp=1 pp=1 dp=1) refused by the planner on rtx5090: "
+                        "weights "), "%s", out);
+  cr_expect(strstr(out, "exceed 30.92 GB usable"), "%s", out);
+}
+
+Test(shipped, validate_summarizes_a_sim_scenario) {
+  int rc = sc_test_run_cli("validate " SHIPPED "/scaling-llama3-70b-h100.yaml", out, sizeof out);
+  cr_expect_eq(rc, 0, "output: %s", out);
+  cr_expect(strstr(out, "mode sim, model llama3-70b (bf16, shapes only), 8 simulated GPUs "
+                        "(profile h100-sxm), 6 deployments (tp2, tp4, tp2-dp2, tp2-pp2, tp8, "
+                        "tp4-dp2)"), "%s", out);
 }
