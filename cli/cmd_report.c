@@ -1,8 +1,10 @@
 // `shardcheck report`: plots (PNG + SVG with the gnuplot script and data behind each) and a
 // self-contained index.html for one or several runs of a results database; optionally JUnit XML.
 //
-// This file parses arguments, opens the database read-only and prints where things went; the
-// report itself is reports/report*.c (report_write, report_junit_write).
+// This file parses arguments, opens the database read-only and prints where things went, then
+// the predicted vs measured tables when the runs include a sim run and a real run of the same
+// scenario; the report itself is reports/report*.c (report_write, report_junit_write,
+// report_compare).
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +25,13 @@ static void usage(FILE *f) {
           "TPOT and throughput vs concurrency, a timeline with phase and fault markers,\n"
           "KV-cache use per replica), and index.html: one self-contained page with the\n"
           "verdict, the tables, the plots and the scenario text.\n\n"
+          "Predicted vs measured: when the runs include a sim run and a real run of the\n"
+          "same scenario, each such pair is compared deployment by deployment (same\n"
+          "label): mean and p95 TTFT, TPOT and E2EL and output tokens/s of each deployment,\n"
+          "mean TTFT and TPOT of each phase (same name), with error = (predicted -\n"
+          "measured) / measured. The tables are printed here, ending with a line\n"
+          "\"mean |error|: TTFT x%%, TPOT y%%, ...\" over the deployments, and index.html\n"
+          "gets a section \"Predicted vs measured\".\n\n"
           "  -d, --db PATH       results database (default results.db)\n"
           "  -r, --run ID        a run to report; repeat for several, up to %d (default: the\n"
           "                      newest run)\n"
@@ -118,13 +127,20 @@ int cmd_report(int argc, char **argv) {
   }
   report_options o = {.out_dir = out, .run_ids = runs, .n_runs = n_runs, .gnuplot = gnuplot};
   report_result res;
+  report_comparison cmp = {0};
   st = report_write(store_db(s), &o, &res, &err);
   if (st == SC_OK && junit) st = report_junit_write(store_db(s), runs[0], junit, &err);
+  if (st == SC_OK) st = report_compare(store_db(s), runs, n_runs, &cmp, &err);
   store_close(s);
   if (st != SC_OK) return cli_fail("report", st, &err);
   if (res.plots_skipped)
     fprintf(stderr, "shardcheck report: warning: plots skipped: %s\n", res.why);
   printf("report: %s (%d plot%s)\n", res.index_path, res.n_plots, res.n_plots == 1 ? "" : "s");
   if (junit) printf("junit: %s\n", junit);
+  if (cmp.n_pairs) {
+    putchar('\n');
+    report_print_comparison(&cmp, stdout);
+  }
+  report_comparison_free(&cmp);
   return CLI_OK;
 }

@@ -39,3 +39,53 @@ sc_status report_print_verdicts(sqlite3 *db, int64_t run_id, FILE *f, sc_error *
 // JUnit XML: one testsuite per run, one testcase per deployment x SLO (classname = scenario.
 // deployment label, name = SLO key); a failure carries expected vs actual. SC_IO on write errors.
 sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_error *err);
+
+// --- predicted vs measured (reports/report_compare.c)
+//
+// Among the runs of a report, every pair of a sim run (mode "sim": the prediction) and a real
+// run (mode "real": the measurement) of the same scenario name is compared deployment by
+// deployment (by label), on the pooled deployment metric rows and per phase (by phase name).
+// docs/reports.md lists the metrics; the error of each is (predicted - measured) / measured.
+
+// One compared number.
+typedef struct report_cmp_row {
+  char label[64];          // the deployment's label, present in both runs
+  char phase[64];          // the phase's name; "" for the deployment pooled over its phases
+  char metric[32];         // metric name (docs/metrics.md), e.g. "ttft_mean_ms"
+  double predicted;        // the sim run's value; NaN: no row or NULL
+  double measured;         // the real run's value; NaN: no row or NULL
+  double error;            // (predicted - measured) / measured, a fraction; NaN when measured
+                           // is 0 or NaN, or predicted is NaN
+} report_cmp_row;
+
+// One sim run against one real run of the same scenario.
+typedef struct report_cmp_pair {
+  int64_t predicted_run;   // run id, mode sim
+  int64_t measured_run;    // run id, mode real
+  char scenario[128];      // the scenario name both carry
+  int n_deployments;       // deployment labels present in both runs
+  report_cmp_row *rows;    // (n_rows) the pooled rows (phase "") first, then the phase rows;
+                           // each group by the predicted run's deployment order
+  int n_rows;
+} report_cmp_pair;
+
+typedef struct report_comparison {
+  report_cmp_pair *pairs;  // (n_pairs) sim runs in the order given, each with the real runs
+  int n_pairs;             // in the order given; 0 when no pair exists
+} report_comparison;
+
+// Compares the runs run_ids[0..n_runs) of db as above into *out (zeroed first; the caller
+// frees it with report_comparison_free). A report without a sim run and a real run of the same
+// scenario gives n_pairs == 0, which is no error. SC_INVALID for a run that does not exist;
+// SC_IO on a database error; SC_OOM. On error *out holds nothing to free.
+sc_status report_compare(sqlite3 *db, const int64_t *run_ids, int n_runs,
+                         report_comparison *out, sc_error *err);
+// Frees what report_compare allocated; NULL or a zeroed comparison is a no-op.
+void report_comparison_free(report_comparison *c);
+// The mean of |error| over the pair's pooled rows (phase "") of metric `name` whose error is a
+// number; *n (may be NULL) receives how many rows that is. NaN when there is none.
+double report_cmp_mean_abs_error(const report_cmp_pair *p, const char *name, int *n);
+// Prints each pair's "predicted vs measured" tables (deployment x metric, then deployment x
+// phase x metric: predicted, measured, error %) and its "mean |error|: ..." line to f.
+// Prints nothing when c has no pair.
+void report_print_comparison(const report_comparison *c, FILE *f);

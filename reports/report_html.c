@@ -1,11 +1,13 @@
 // index.html: one self-contained page per report. Inline CSS; every plot's SVG embedded as a
 // base64 data URI (so the page is one file and plots cannot clash), linking the PNG beside it.
 //
-// For each run: metadata, the verdict (big PASS / FAIL) with the deployment x SLO table, the
-// scaling table, the deployment x phase metrics table, per-class TTFT p95 (when the run has
-// prompt classes), faults (when any); then the plots (or why each is missing), then each run's
-// scenario text. Every string from the database is HTML-escaped (rp_put_esc). The rows come from
-// reports/report.c, the plots from reports/report_plot.c.
+// First, when the report holds a sim run and a real run of the same scenario, "Predicted vs
+// measured" (reports/report_compare.c computes it). Then for each run: metadata, the verdict
+// (big PASS / FAIL) with the deployment x SLO table, the scaling table, the deployment x phase
+// metrics table, per-class TTFT p95 (when the run has prompt classes), faults (when any); then
+// the plots (or why each is missing), then each run's scenario text. Every string from the
+// database is HTML-escaped (rp_put_esc). The rows come from reports/report.c, the plots from
+// reports/report_plot.c.
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -27,6 +29,7 @@ static const char css[] =
     "border-radius:.2em;color:#fff;margin:.3em 0}\n"
     ".pass{background:#2e7d32}.fail{background:#c62828}.none{background:#757575}\n"
     "td.pass,td.fail{color:#fff;font-weight:700;text-align:center}\n"
+    "td.off{background:#ffebee;color:#b71c1c;font-weight:700}\n"
     ".note{background:#fff8e1;border-left:4px solid #f9a825;padding:.5em 1em}\n"
     "figure{margin:1em 0 2em}figure img{max-width:100%;border:1px solid #ddd}\n"
     "figcaption{font-size:.85em;color:#555}\n"
@@ -334,6 +337,74 @@ static void run_faults(FILE *f, const rp_run *r) {
   fputs("</table>\n", f);
 }
 
+// --- predicted vs measured
+
+// An error cell is highlighted when |error| exceeds this fraction.
+static const double cmp_flag = 0.10;
+
+static void cmp_table(FILE *f, const report_cmp_pair *p, bool phases) {
+  fputs("<table>\n<tr>", f);
+  th(f, "deployment", true);
+  if (phases) th(f, "phase", true);
+  th(f, "metric", true);
+  th(f, "predicted", false);
+  th(f, "measured", false);
+  th(f, "error", false);
+  fputs("</tr>\n", f);
+  for (int i = 0; i < p->n_rows; i++) {
+    const report_cmp_row *r = &p->rows[i];
+    if ((r->phase[0] != 0) != phases) continue;
+    char pv[48], mv[48], e[32];
+    rp_fmt_metric(r->metric, r->predicted, pv, sizeof pv);
+    rp_fmt_metric(r->metric, r->measured, mv, sizeof mv);
+    rp_fmt_error(r->error, e, sizeof e);
+    fputs("<tr>", f);
+    td_text(f, r->label);
+    if (phases) td_text(f, r->phase);
+    td_text(f, r->metric);
+    fputs("<td>", f);
+    esc(f, pv);
+    fputs("</td><td>", f);
+    esc(f, mv);
+    fprintf(f, "</td><td%s>%s</td></tr>\n", fabs(r->error) > cmp_flag ? " class=\"off\"" : "",
+            e);
+  }
+  fputs("</table>\n", f);
+}
+
+static void cmp_section(FILE *f, const report_comparison *cmp) {
+  if (!cmp->n_pairs) return;
+  fputs("<section id=\"compare\">\n<h2>Predicted vs measured</h2>\n<p>Each simulated run "
+        "(the prediction) against each real run (the measurement) of the same scenario, "
+        "deployment by deployment: error = (predicted - measured) / measured; errors beyond "
+        "&plusmn;10% are highlighted.</p>\n",
+        f);
+  for (int i = 0; i < cmp->n_pairs; i++) {
+    const report_cmp_pair *p = &cmp->pairs[i];
+    fprintf(f, "<h3>Run %lld (sim) vs run %lld (real): ", (long long)p->predicted_run,
+            (long long)p->measured_run);
+    esc(f, p->scenario);
+    fputs("</h3>\n", f);
+    if (!p->n_deployments) {
+      fputs("<p>No deployment label is in both runs.</p>\n", f);
+      continue;
+    }
+    cmp_table(f, p, false);
+    bool has_phases = false;
+    for (int k = 0; k < p->n_rows; k++) has_phases |= p->rows[k].phase[0] != 0;
+    if (has_phases) {
+      fputs("<h4>Per phase</h4>\n", f);
+      cmp_table(f, p, true);
+    }
+    char line[512];
+    rp_cmp_summary(p, line, sizeof line);
+    fputs("<p class=\"summary\">", f);
+    esc(f, line);
+    fputs("</p>\n", f);
+  }
+  fputs("</section>\n", f);
+}
+
 // --- plots
 
 static void plot_figure(FILE *f, const char *dir, const rp_plot *p) {
@@ -381,8 +452,13 @@ sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_
   char path[PATH_MAX];
   if (snprintf(path, sizeof path, "%s/index.html", dir) >= (int)sizeof path)
     return sc_fail(err, SC_INVALID, "output path too long: %s/index.html", dir);
+  report_comparison cmp;
+  SC_TRY(rp_compare(c, &cmp, err));
   FILE *f = fopen(path, "w");
-  if (!f) return sc_fail(err, SC_IO, "cannot write %s: %s", path, strerror(errno));
+  if (!f) {
+    report_comparison_free(&cmp);
+    return sc_fail(err, SC_IO, "cannot write %s: %s", path, strerror(errno));
+  }
 
   const rp_run *first = &c->runs[0];
   fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>", f);
@@ -402,6 +478,8 @@ sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_
     esc(f, res->why);
     fputs(". The data files, scripts and tables are complete.</p>\n", f);
   }
+  cmp_section(f, &cmp);
+  report_comparison_free(&cmp);
 
   for (int i = 0; i < c->n_runs; i++) {
     const rp_run *r = &c->runs[i];

@@ -149,3 +149,13 @@ sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plo
 // cannot be written.
 sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_plots,
                         const report_result *res, sc_error *err);
+
+// --- predicted vs measured (report_compare.c)
+
+// report_compare over the runs already loaded in c (the pairs among c->runs).
+sc_status rp_compare(rp_ctx *c, report_comparison *out, sc_error *err);
+// A relative error as a signed percentage with one decimal ("+12.5%", "-3.0%"); "-" for NaN.
+void rp_fmt_error(double error, char *buf, size_t n);
+// The pair's summary line, without a newline: "mean |error|: TTFT 12.5%, TPOT 3.0%, ...
+// (over N deployments)" (report_compare.c says which metrics). Writes at most n bytes.
+void rp_cmp_summary(const report_cmp_pair *p, char *buf, size_t n);

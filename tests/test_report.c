@@ -752,3 +752,320 @@ Test(report, cli_exit_codes) {
   cr_expect(exists(dir, "c/index.html"));
   cr_expect(exists(dir, "j.xml"));
 }
+
+// --- predicted vs measured
+
+// One deployment of a comparison run: its label and metric values (NaN: no row). Pooled values
+// in the order of cmp_names; per phase, mean TTFT and mean TPOT of phases c1 and c2 (a phase
+// whose TTFT is NaN is not recorded at all).
+static const char *const cmp_names[] = {"ttft_mean_ms", "ttft_p95_ms",  "tpot_mean_ms",
+                                        "tpot_p95_ms",  "e2el_mean_ms", "e2el_p95_ms",
+                                        "output_tok_s"};
+enum { CMP_NAMES = sizeof cmp_names / sizeof cmp_names[0] };
+
+typedef struct cmp_dep {
+  const char *label;
+  int tp, dp;
+  double pooled[CMP_NAMES];
+  double phase_ttft[2], phase_tpot[2];
+} cmp_dep;
+
+// Records a complete run of scenario `scenario` in mode `mode` into the database at path with
+// the store API; returns its id.
+static int64_t store_cmp_run(const char *path, const char *scenario, const char *mode,
+                             const cmp_dep *deps, int n_deps) {
+  setenv("SHARDCHECK_GIT_REV", "abc1234", 1);
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  store_run r = {.scenario = scenario, .scenario_text = "name: x\n", .mode = mode,
+                 .backend = strcmp(mode, "sim") ? "cpu" : "sim", .model = "llama3-8b", .seed = 7};
+  int64_t run = 0;
+  cr_assert_eq(store_run_begin(s, &r, &run, &err), SC_OK, "%s", err.msg);
+  for (int d = 0; d < n_deps; d++) {
+    store_deployment sd = {.run_id = run, .idx = d, .label = deps[d].label, .tp = deps[d].tp,
+                           .pp = 1, .dp = deps[d].dp, .start_ns = (uint64_t)d * 4 * S_NS};
+    int64_t dep = 0;
+    cr_assert_eq(store_deployment_begin(s, &sd, &dep, &err), SC_OK, "%s", err.msg);
+    for (int ph = 0; ph < 2; ph++) {
+      if (isnan(deps[d].phase_ttft[ph])) continue;
+      uint64_t t0 = sd.start_ns + (uint64_t)ph * 2 * S_NS;
+      store_phase sp = {.run_id = run, .deployment_id = dep, .idx = ph,
+                        .name = ph ? "c2" : "c1", .kind = "ramp", .concurrency = 1 << ph,
+                        .start_ns = t0, .warmup_end_ns = t0};
+      int64_t phase = 0;
+      cr_assert_eq(store_phase_begin(s, &sp, &phase, &err), SC_OK, "%s", err.msg);
+      cr_assert_eq(store_metric_add(s, run, dep, phase, NULL, "ttft_mean_ms",
+                                    deps[d].phase_ttft[ph], &err), SC_OK, "%s", err.msg);
+      cr_assert_eq(store_metric_add(s, run, dep, phase, NULL, "tpot_mean_ms",
+                                    deps[d].phase_tpot[ph], &err), SC_OK, "%s", err.msg);
+      cr_assert_eq(store_phase_end(s, phase, t0 + 2 * S_NS, &err), SC_OK, "%s", err.msg);
+    }
+    for (int k = 0; k < CMP_NAMES; k++)
+      if (!isnan(deps[d].pooled[k]))
+        cr_assert_eq(store_metric_add(s, run, dep, 0, NULL, cmp_names[k], deps[d].pooled[k],
+                                      &err), SC_OK, "%s", err.msg);
+    // A row of another class and one across deployments: neither is a pooled deployment row.
+    cr_assert_eq(store_metric_add(s, run, dep, 0, "short", "ttft_mean_ms", 1e6, &err), SC_OK);
+    cr_assert_eq(store_deployment_end(s, dep, "complete", NULL, sd.start_ns + 4 * S_NS, &err),
+                 SC_OK, "%s", err.msg);
+  }
+  cr_assert_eq(store_metric_add(s, run, 0, 0, NULL, "ttft_mean_ms", 1e6, &err), SC_OK);
+  cr_assert_eq(store_run_end(s, run, "complete", NULL, NULL, (uint64_t)n_deps * 4 * S_NS, &err),
+               SC_OK, "%s", err.msg);
+  store_close(s);
+  return run;
+}
+
+// The predicted (sim) deployments: tp1 and dp2 also ran for real, tp2 did not. dp2 has no TTFT
+// p95 and no E2EL p95 in either run; its TPOT p95 is predicted only.
+static const cmp_dep sim_deps[] = {
+    {"tp1", 1, 1, {110, 150, 19, 25, 500, 700, 900}, {90, 130}, {21, 18}},
+    {"dp2", 1, 2, {60, NAN, 2, 30, 300, NAN, 2000}, {55, 65}, {2, 2}},
+    {"tp2", 2, 1, {40, 50, 10, 12, 200, 250, 3000}, {35, 45}, {9, 11}},
+};
+// The measured (real) deployments: pp2 was not simulated; dp2's TPOT is 0 (no error) and its
+// throughput has no row (no error); dp2 lacks phase c2 (stopped early).
+static const cmp_dep real_deps[] = {
+    {"pp2", 1, 1, {45, 55, 11, 13, 210, 260, 2900}, {40, 50}, {10, 12}},
+    {"tp1", 1, 1, {100, 120, 20, 24, 400, 700, 1000}, {100, 100}, {20, 20}},
+    {"dp2", 1, 2, {50, NAN, 0, NAN, 400, NAN, NAN}, {50, NAN}, {1, NAN}},
+};
+
+// A fresh database with run 1 (sim) and run 2 (real) of scenario cmp-test; returns its path.
+static const char *make_cmp_db(void) {
+  static char path[512];
+  const char *dir = sc_test_tmpdir("report-cmp");
+  cr_assert_not_null(dir);
+  snprintf(path, sizeof path, "%s/results.db", dir);
+  cr_assert_eq(store_cmp_run(path, "cmp-test", "sim", sim_deps, 3), 1);
+  cr_assert_eq(store_cmp_run(path, "cmp-test", "real", real_deps, 3), 2);
+  return path;
+}
+
+static report_comparison compare(const char *db_path, const int64_t *runs, int n) {
+  sqlite3 *db = open_db(db_path);
+  report_comparison c;
+  sc_error err = {{0}};
+  cr_assert_eq(report_compare(db, runs, n, &c, &err), SC_OK, "%s", err.msg);
+  sqlite3_close(db);
+  return c;
+}
+
+static const report_cmp_row *cmp_row(const report_cmp_pair *p, const char *label,
+                                     const char *phase, const char *metric) {
+  for (int i = 0; i < p->n_rows; i++)
+    if (!strcmp(p->rows[i].label, label) && !strcmp(p->rows[i].phase, phase) &&
+        !strcmp(p->rows[i].metric, metric))
+      return &p->rows[i];
+  return NULL;
+}
+
+static void expect_cmp(const report_cmp_pair *p, const char *label, const char *phase,
+                       const char *metric, double predicted, double measured) {
+  const report_cmp_row *r = cmp_row(p, label, phase, metric);
+  cr_assert_not_null(r, "no row %s %s %s", label, phase, metric);
+  cr_expect_eq(r->predicted, predicted, "%s %s %s predicted %g", label, phase, metric,
+               r->predicted);
+  cr_expect_eq(r->measured, measured, "%s %s %s measured %g", label, phase, metric,
+               r->measured);
+  cr_expect_eq(r->error, (predicted - measured) / measured, "%s %s %s error %.17g", label,
+               phase, metric, r->error);
+}
+
+static void expect_no_error(const report_cmp_pair *p, const char *label, const char *metric) {
+  const report_cmp_row *r = cmp_row(p, label, "", metric);
+  cr_assert_not_null(r, "no row %s %s", label, metric);
+  cr_expect(isnan(r->error), "%s %s: error %g where measured is 0 or missing", label, metric,
+            r->error);
+}
+
+Test(report, compare_errors_are_predicted_minus_measured_over_measured) {
+  const char *db_path = make_cmp_db();
+  int64_t runs[2] = {2, 1}; // the order given does not decide which run predicts
+  report_comparison c = compare(db_path, runs, 2);
+  cr_assert_eq(c.n_pairs, 1);
+  const report_cmp_pair *p = &c.pairs[0];
+  cr_expect_eq(p->predicted_run, 1);
+  cr_expect_eq(p->measured_run, 2);
+  cr_expect_str_eq(p->scenario, "cmp-test");
+  cr_expect_eq(p->n_deployments, 2);
+  for (int k = 0; k < CMP_NAMES; k++)
+    expect_cmp(p, "tp1", "", cmp_names[k], sim_deps[0].pooled[k], real_deps[1].pooled[k]);
+  expect_cmp(p, "dp2", "", "ttft_mean_ms", 60, 50);
+  expect_cmp(p, "dp2", "", "e2el_mean_ms", 300, 400);
+  expect_no_error(p, "dp2", "tpot_mean_ms");  // measured 0
+  expect_no_error(p, "dp2", "tpot_p95_ms");   // measured missing
+  expect_no_error(p, "dp2", "output_tok_s");  // measured missing
+  cr_expect_null(cmp_row(p, "dp2", "", "ttft_p95_ms"), "a p95 neither run has is not listed");
+  cr_expect_null(cmp_row(p, "dp2", "", "e2el_p95_ms"));
+  expect_cmp(p, "tp1", "c1", "ttft_mean_ms", 90, 100);
+  expect_cmp(p, "tp1", "c2", "ttft_mean_ms", 130, 100);
+  expect_cmp(p, "tp1", "c1", "tpot_mean_ms", 21, 20);
+  expect_cmp(p, "tp1", "c2", "tpot_mean_ms", 18, 20);
+  expect_cmp(p, "dp2", "c1", "ttft_mean_ms", 55, 50);
+  expect_cmp(p, "dp2", "c1", "tpot_mean_ms", 2, 1);
+  cr_expect_null(cmp_row(p, "dp2", "c2", "ttft_mean_ms"), "c2 did not run for real");
+  // 7 + 5 pooled rows, 4 + 2 phase rows; the pooled rows first.
+  cr_expect_eq(p->n_rows, 18);
+  for (int i = 0; i < 12 && i < p->n_rows; i++) cr_expect_str_eq(p->rows[i].phase, "");
+  int n = 0;
+  cr_expect_eq(report_cmp_mean_abs_error(p, "ttft_mean_ms", &n), (0.1 + 0.2) / 2);
+  cr_expect_eq(n, 2);
+  cr_expect_eq(report_cmp_mean_abs_error(p, "tpot_mean_ms", &n), 0.05);
+  cr_expect_eq(n, 1, "dp2's TPOT error is no number and is left out");
+  cr_expect(isnan(report_cmp_mean_abs_error(p, "itl_mean_ms", &n)));
+  cr_expect_eq(n, 0);
+  report_comparison_free(&c);
+  report_comparison_free(&c); // a freed comparison is zeroed: freeing again is a no-op
+  report_comparison_free(NULL);
+}
+
+Test(report, compare_skips_labels_that_only_one_run_has) {
+  report_comparison c = compare(make_cmp_db(), (const int64_t[]){1, 2}, 2);
+  cr_assert_eq(c.n_pairs, 1);
+  for (int i = 0; i < c.pairs[0].n_rows; i++) {
+    cr_expect_str_neq(c.pairs[0].rows[i].label, "tp2", "tp2 was only simulated");
+    cr_expect_str_neq(c.pairs[0].rows[i].label, "pp2", "pp2 only ran for real");
+  }
+  // Rows follow the predicted run's deployment order: tp1 before dp2.
+  cr_expect_str_eq(c.pairs[0].rows[0].label, "tp1");
+  cr_expect_str_eq(c.pairs[0].rows[7].label, "dp2");
+  report_comparison_free(&c);
+}
+
+Test(report, compare_pairs_only_sim_with_real_of_the_same_scenario) {
+  const char *db_path = make_cmp_db();
+  cr_assert_eq(store_cmp_run(db_path, "cmp-test", "real", real_deps, 3), 3);
+  cr_assert_eq(store_cmp_run(db_path, "other", "sim", sim_deps, 3), 4);
+  report_comparison c = compare(db_path, (const int64_t[]){2, 3}, 2);
+  cr_expect_eq(c.n_pairs, 0, "two real runs");
+  report_comparison_free(&c);
+  c = compare(db_path, (const int64_t[]){4, 2}, 2);
+  cr_expect_eq(c.n_pairs, 0, "a sim run of another scenario");
+  report_comparison_free(&c);
+  c = compare(db_path, (const int64_t[]){1}, 1);
+  cr_expect_eq(c.n_pairs, 0, "one run");
+  report_comparison_free(&c);
+  c = compare(db_path, (const int64_t[]){1, 2, 3, 4, 1}, 5);
+  cr_assert_eq(c.n_pairs, 2, "run 1 against runs 2 and 3, once each");
+  cr_expect_eq(c.pairs[0].measured_run, 2);
+  cr_expect_eq(c.pairs[1].measured_run, 3);
+  report_comparison_free(&c);
+  sqlite3 *db = open_db(db_path);
+  sc_error err = {{0}};
+  cr_expect_eq(report_compare(db, (const int64_t[]){1, 99}, 2, &c, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "no run 99"), "%s", err.msg);
+  cr_expect_eq(c.n_pairs, 0);
+  sqlite3_close(db);
+}
+
+static char *comparison_text(const report_comparison *c) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  cr_assert_not_null(f);
+  report_print_comparison(c, f);
+  fclose(f);
+  return buf;
+}
+
+static const char *const cmp_summary =
+    "mean |error|: TTFT 15.0%, TPOT 5.0%, E2EL 25.0%, output tok/s 10.0%, TTFT p95 25.0%, "
+    "TPOT p95 4.2%, E2EL p95 0.0% (over 2 deployments)\n";
+
+Test(report, comparison_table_lists_each_deployment_metric_and_a_mean_error_line) {
+  report_comparison c = compare(make_cmp_db(), (const int64_t[]){1, 2}, 2);
+  char *t = comparison_text(&c);
+  cr_expect(strstr(t, "predicted vs measured: cmp-test, run 1 (sim) vs run 2 (real)\n"), "%s", t);
+  // Text columns left-aligned, numbers right-aligned, widths from the widest cell.
+  cr_expect(strstr(t, "deployment  metric         predicted    measured   error\n"), "%s", t);
+  cr_expect(strstr(t, "tp1         ttft_mean_ms      110 ms      100 ms  +10.0%\n"), "%s", t);
+  cr_expect(strstr(t, "tp1         output_tok_s   900 tok/s  1000 tok/s  -10.0%\n"), "%s", t);
+  cr_expect(strstr(t, "dp2         tpot_mean_ms        2 ms        0 ms       -\n"), "%s", t);
+  cr_expect(strstr(t, "dp2         output_tok_s  2000 tok/s           -       -\n"), "%s", t);
+  cr_expect(strstr(t, "deployment  phase  metric        predicted  measured    error\n"), "%s", t);
+  cr_expect(strstr(t, "tp1         c2     ttft_mean_ms     130 ms    100 ms   +30.0%\n"), "%s", t);
+  cr_expect(strstr(t, "dp2         c1     tpot_mean_ms       2 ms      1 ms  +100.0%\n"), "%s", t);
+  cr_expect(strstr(t, "  -\n\ndeployment  phase"), "a blank line between the tables:\n%s", t);
+  size_t len = strlen(t), sl = strlen(cmp_summary);
+  cr_expect(len >= sl && !strcmp(t + len - sl, cmp_summary), "the summary ends it:\n%s", t);
+  free(t);
+  report_comparison_free(&c);
+  report_comparison none = {0};
+  t = comparison_text(&none);
+  cr_expect_str_eq(t, "", "no pair prints nothing");
+  free(t);
+}
+
+// report_write of runs into a fresh directory without gnuplot; returns index.html's text.
+static char *cmp_html(const char *db_path, const int64_t *runs, int n) {
+  const char *dir = sc_test_tmpdir("report-cmp-out");
+  sqlite3 *db = open_db(db_path);
+  report_options o = {.out_dir = dir, .run_ids = runs, .n_runs = n, .gnuplot = "/nonexistent"};
+  report_result res;
+  sc_error err = {{0}};
+  cr_assert_eq(report_write(db, &o, &res, &err), SC_OK, "%s", err.msg);
+  sqlite3_close(db);
+  char *html = read_file(dir, "index.html", NULL);
+  cr_assert_not_null(html);
+  return html;
+}
+
+Test(report, index_html_has_the_predicted_vs_measured_section_with_large_errors_marked) {
+  char *html = cmp_html(make_cmp_db(), (const int64_t[]){1, 2}, 2);
+  cr_expect_eq(count(html, "<h2>Predicted vs measured</h2>"), 1);
+  cr_expect(strstr(html, "<h3>Run 1 (sim) vs run 2 (real): cmp-test</h3>"));
+  // Exactly 10% is not beyond 10%; 20% is.
+  cr_expect(strstr(html, "<td class=\"t\">tp1</td><td class=\"t\">ttft_mean_ms</td><td>110 ms"
+                         "</td><td>100 ms</td><td>+10.0%</td></tr>"),
+            "%s", html);
+  cr_expect(strstr(html, "<td class=\"t\">dp2</td><td class=\"t\">ttft_mean_ms</td><td>60 ms"
+                         "</td><td>50 ms</td><td class=\"off\">+20.0%</td></tr>"));
+  cr_expect(strstr(html, "<td class=\"t\">tp1</td><td class=\"t\">c1</td><td class=\"t\">"
+                         "tpot_mean_ms</td><td>21 ms</td><td>20 ms</td><td>+5.0%</td></tr>"));
+  cr_expect(strstr(html, "<td>-</td></tr>"), "no error: a dash, not highlighted");
+  cr_expect_not(strstr(html, "class=\"off\">-<"));
+  cr_expect(strstr(html, "mean |error|: TTFT 15.0%, TPOT 5.0%"));
+  // The section comes before the runs' own sections.
+  cr_expect(strstr(html, "id=\"compare\"") < strstr(html, "id=\"run-1\""));
+  free(html);
+}
+
+Test(report, index_html_of_runs_without_a_pair_has_no_comparison) {
+  const char *db_path = make_cmp_db();
+  cr_assert_eq(store_cmp_run(db_path, "cmp-test", "real", real_deps, 3), 3);
+  char *html = cmp_html(db_path, (const int64_t[]){1}, 1);
+  cr_expect_not(strstr(html, "Predicted vs measured"));
+  free(html);
+  html = cmp_html(db_path, (const int64_t[]){2, 3}, 2);
+  cr_expect_not(strstr(html, "Predicted vs measured"));
+  free(html);
+}
+
+Test(report, cli_prints_predicted_vs_measured_for_a_sim_and_a_real_run) {
+  const char *db = make_cmp_db();
+  cr_assert_eq(store_cmp_run(db, "cmp-test", "real", real_deps, 3), 3);
+  const char *dir = sc_test_tmpdir("report-cmp-cli");
+  char args[2048];
+  snprintf(args, sizeof args, "report --db %s --run 1 --run 2 --out %s/a --gnuplot /nonexistent",
+           db, dir);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "predicted vs measured: cmp-test, run 1 (sim) vs run 2 (real)\n"), "%s",
+            out);
+  cr_expect(strstr(out, "tp1         ttft_mean_ms      110 ms      100 ms  +10.0%\n"), "%s", out);
+  size_t len = strlen(out), sl = strlen(cmp_summary);
+  cr_expect(len >= sl && !strcmp(out + len - sl, cmp_summary), "the summary ends it:\n%s", out);
+  cr_expect(exists(dir, "a/index.html"));
+
+  snprintf(args, sizeof args, "report --db %s --run 2 --run 3 --out %s/b --gnuplot /nonexistent",
+           db, dir);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect_not(strstr(out, "predicted vs measured"), "two real runs: %s", out);
+  cr_expect_not(strstr(out, "mean |error|"), "%s", out);
+
+  snprintf(args, sizeof args, "report --db %s --run 1 --out %s/c --gnuplot /nonexistent", db,
+           dir);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect_not(strstr(out, "predicted vs measured"), "one run: %s", out);
+}

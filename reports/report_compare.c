@@ -1,0 +1,295 @@
+// Predicted vs measured: pairs a sim run (the prediction) with a real run (the measurement) of
+// the same scenario and compares their metric rows deployment by deployment and phase by phase;
+// report_compare, report_print_comparison (the terminal tables) and the helpers the HTML page
+// shares (rp_compare, rp_fmt_error, rp_cmp_summary).
+//
+// Nothing here computes a metric: both sides are the stored rows (docs/metrics.md); the only
+// arithmetic is the relative error and its mean. Loading runs is reports/report.c (rp_run_load),
+// the HTML section reports/report_html.c.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reports/report_impl.h"
+
+// --- what is compared
+
+typedef struct cmp_metric {
+  const char *name;        // metric row name
+  const char *short_name;  // in the summary line
+  bool p95;                // listed only when either run has a value; summarised after the means
+} cmp_metric;
+
+// The pooled deployment rows, in table order.
+static const cmp_metric pooled_metrics[] = {
+    {"ttft_mean_ms", "TTFT", false}, {"ttft_p95_ms", "TTFT p95", true},
+    {"tpot_mean_ms", "TPOT", false}, {"tpot_p95_ms", "TPOT p95", true},
+    {"e2el_mean_ms", "E2EL", false}, {"e2el_p95_ms", "E2EL p95", true},
+    {"output_tok_s", "output tok/s", false},
+};
+enum { N_POOLED = sizeof pooled_metrics / sizeof pooled_metrics[0] };
+
+// The per-phase rows.
+static const char *const phase_metrics[] = {"ttft_mean_ms", "tpot_mean_ms"};
+enum { N_PHASE = sizeof phase_metrics / sizeof phase_metrics[0] };
+
+static double rel_error(double predicted, double measured) {
+  if (isnan(predicted) || isnan(measured) || measured == 0) return NAN;
+  return (predicted - measured) / measured;
+}
+
+// --- building the pairs
+
+typedef struct pair_builder {
+  report_cmp_pair *p;
+  int cap;                 // rows allocated in p->rows
+} pair_builder;
+
+static bool add_row(pair_builder *b, const char *label, const char *phase, const char *metric,
+                    double predicted, double measured) {
+  report_cmp_pair *p = b->p;
+  if (!rp_grow((void **)&p->rows, p->n_rows, &b->cap, sizeof *p->rows)) return false;
+  report_cmp_row *r = &p->rows[p->n_rows++];
+  memset(r, 0, sizeof *r);
+  snprintf(r->label, sizeof r->label, "%s", label);
+  snprintf(r->phase, sizeof r->phase, "%s", phase);
+  snprintf(r->metric, sizeof r->metric, "%s", metric);
+  r->predicted = predicted;
+  r->measured = measured;
+  r->error = rel_error(predicted, measured);
+  return true;
+}
+
+// The index in r->deps of the deployment labelled label; -1 when none is.
+static int dep_by_label(const rp_run *r, const char *label) {
+  for (int i = 0; i < r->n_deps; i++)
+    if (!strcmp(r->deps[i].label, label)) return i;
+  return -1;
+}
+
+// The phase of m's deployment mdep that matches phase pi of p: the same name and, among phases
+// of that name within the deployment, the same occurrence (a ramp's steps have distinct names;
+// two phases both named "hold" pair first with first). NULL when m has none.
+static const rp_phase *matching_phase(const rp_run *p, int pi, const rp_run *m, int mdep) {
+  const rp_phase *ph = &p->phases[pi];
+  int k = 0;
+  for (int i = 0; i < pi; i++)
+    if (p->phases[i].dep == ph->dep && !strcmp(p->phases[i].name, ph->name)) k++;
+  for (int i = 0; i < m->n_phases; i++) {
+    const rp_phase *q = &m->phases[i];
+    if (q->dep == mdep && !strcmp(q->name, ph->name) && k-- == 0) return q;
+  }
+  return NULL;
+}
+
+// Fills b->p (zeroed, ids and scenario set) with the rows of sim run p against real run m.
+static bool build_pair(rp_ctx *c, const rp_run *p, const rp_run *m, pair_builder *b) {
+  for (int d = 0; d < p->n_deps; d++) {
+    const rp_deployment *pd = &p->deps[d];
+    int md = dep_by_label(m, pd->label);
+    if (md < 0) continue;
+    b->p->n_deployments++;
+    for (int k = 0; k < N_POOLED; k++) {
+      const cmp_metric *cm = &pooled_metrics[k];
+      double pv = rp_metric(c, p, pd->id, 0, NULL, cm->name);
+      double mv = rp_metric(c, m, m->deps[md].id, 0, NULL, cm->name);
+      if (cm->p95 && isnan(pv) && isnan(mv)) continue;
+      if (!add_row(b, pd->label, "", cm->name, pv, mv)) return false;
+    }
+  }
+  for (int d = 0; d < p->n_deps; d++) {
+    const rp_deployment *pd = &p->deps[d];
+    int md = dep_by_label(m, pd->label);
+    if (md < 0) continue;
+    for (int i = 0; i < p->n_phases; i++) {
+      if (p->phases[i].dep != d) continue;
+      const rp_phase *mp = matching_phase(p, i, m, md);
+      if (!mp) continue;
+      for (int k = 0; k < N_PHASE; k++) {
+        double pv = rp_metric(c, p, pd->id, p->phases[i].id, NULL, phase_metrics[k]);
+        double mv = rp_metric(c, m, m->deps[md].id, mp->id, NULL, phase_metrics[k]);
+        if (!add_row(b, pd->label, p->phases[i].name, phase_metrics[k], pv, mv)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+static bool pair_seen(const report_comparison *out, int64_t p, int64_t m) {
+  for (int i = 0; i < out->n_pairs; i++)
+    if (out->pairs[i].predicted_run == p && out->pairs[i].measured_run == m) return true;
+  return false;
+}
+
+sc_status rp_compare(rp_ctx *c, report_comparison *out, sc_error *err) {
+  memset(out, 0, sizeof *out);
+  int cap = 0;
+  for (int i = 0; i < c->n_runs; i++) {
+    const rp_run *p = &c->runs[i];
+    if (strcmp(p->mode, "sim") != 0) continue;
+    for (int j = 0; j < c->n_runs; j++) {
+      const rp_run *m = &c->runs[j];
+      if (strcmp(m->mode, "real") != 0 || strcmp(m->scenario, p->scenario) != 0 ||
+          pair_seen(out, p->id, m->id))
+        continue;
+      if (!rp_grow((void **)&out->pairs, out->n_pairs, &cap, sizeof *out->pairs)) {
+        report_comparison_free(out);
+        return sc_fail(err, SC_OOM, "out of memory comparing runs");
+      }
+      report_cmp_pair *pr = &out->pairs[out->n_pairs++];
+      memset(pr, 0, sizeof *pr);
+      pr->predicted_run = p->id;
+      pr->measured_run = m->id;
+      snprintf(pr->scenario, sizeof pr->scenario, "%s", p->scenario);
+      pair_builder b = {pr, 0};
+      if (!build_pair(c, p, m, &b)) {
+        report_comparison_free(out);
+        return sc_fail(err, SC_OOM, "out of memory comparing run %lld with run %lld",
+                       (long long)p->id, (long long)m->id);
+      }
+    }
+  }
+  return SC_OK;
+}
+
+sc_status report_compare(sqlite3 *db, const int64_t *run_ids, int n_runs,
+                         report_comparison *out, sc_error *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!db || !out || n_runs < 0 || (n_runs > 0 && !run_ids))
+    return sc_fail(err, SC_INVALID, "report_compare: no database or a bad run list");
+  if (n_runs == 0) return SC_OK;
+  rp_ctx c = {.db = db};
+  c.runs = calloc((size_t)n_runs, sizeof *c.runs);
+  if (!c.runs) return sc_fail(err, SC_OOM, "out of memory for %d runs", n_runs);
+  sc_status s = SC_OK;
+  for (int i = 0; i < n_runs && s == SC_OK; i++) {
+    s = rp_run_load(db, run_ids[i], &c.runs[i], err);
+    if (s == SC_OK) c.n_runs++;
+  }
+  if (s == SC_OK) s = rp_compare(&c, out, err);
+  for (int i = 0; i < c.n_runs; i++) rp_run_free(&c.runs[i]);
+  free(c.runs);
+  sqlite3_finalize(c.metric);
+  return s;
+}
+
+void report_comparison_free(report_comparison *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n_pairs; i++) free(c->pairs[i].rows);
+  free(c->pairs);
+  memset(c, 0, sizeof *c);
+}
+
+double report_cmp_mean_abs_error(const report_cmp_pair *p, const char *name, int *n) {
+  double sum = 0;
+  int k = 0;
+  for (int i = 0; i < p->n_rows; i++) {
+    const report_cmp_row *r = &p->rows[i];
+    if (r->phase[0] || strcmp(r->metric, name) != 0 || isnan(r->error)) continue;
+    sum += fabs(r->error);
+    k++;
+  }
+  if (n) *n = k;
+  return k ? sum / k : NAN;
+}
+
+// --- formatting
+
+void rp_fmt_error(double error, char *buf, size_t n) {
+  if (isnan(error)) snprintf(buf, n, "-");
+  else snprintf(buf, n, "%+.1f%%", error * 100);
+}
+
+// Whether the pair has a pooled row of metric name.
+static bool has_pooled(const report_cmp_pair *p, const char *name) {
+  for (int i = 0; i < p->n_rows; i++)
+    if (!p->rows[i].phase[0] && !strcmp(p->rows[i].metric, name)) return true;
+  return false;
+}
+
+void rp_cmp_summary(const report_cmp_pair *p, char *buf, size_t n) {
+  size_t len = (size_t)snprintf(buf, n, "mean |error|:");
+  int listed = 0;
+  for (int pass = 0; pass < 2; pass++) // the means first, then the p95s
+    for (int k = 0; k < N_POOLED; k++) {
+      const cmp_metric *cm = &pooled_metrics[k];
+      if (cm->p95 != (pass == 1) || !has_pooled(p, cm->name) || len >= n) continue;
+      double e = report_cmp_mean_abs_error(p, cm->name, NULL);
+      char num[32];
+      if (isnan(e)) snprintf(num, sizeof num, "-");
+      else snprintf(num, sizeof num, "%.1f%%", e * 100);
+      len += (size_t)snprintf(buf + len, n - len, "%s %s %s", listed++ ? "," : "",
+                              cm->short_name, num);
+    }
+  if (len < n)
+    snprintf(buf + len, n - len, " (over %d deployment%s)", p->n_deployments,
+             p->n_deployments == 1 ? "" : "s");
+}
+
+// --- the terminal tables
+
+enum { CCOLS = 6, CCELL = 80 };
+
+// The cells of one table line: the header (r NULL) or row r.
+static void row_cells(const report_cmp_row *r, char cells[CCOLS][CCELL]) {
+  static const char *const head[CCOLS] = {"deployment", "phase",    "metric",
+                                          "predicted",  "measured", "error"};
+  if (!r) {
+    for (int k = 0; k < CCOLS; k++) snprintf(cells[k], CCELL, "%s", head[k]);
+    return;
+  }
+  snprintf(cells[0], CCELL, "%s", r->label);
+  snprintf(cells[1], CCELL, "%s", r->phase);
+  snprintf(cells[2], CCELL, "%s", r->metric);
+  rp_fmt_metric(r->metric, r->predicted, cells[3], CCELL);
+  rp_fmt_metric(r->metric, r->measured, cells[4], CCELL);
+  rp_fmt_error(r->error, cells[5], CCELL);
+}
+
+// Prints the rows of p that are pooled (phases false) or per phase (phases true) as one table
+// under a header line: widths from the widest cell (a first pass formats every cell to measure
+// it), text columns left-aligned, numbers right-aligned; the phase column only per phase.
+static void print_table(const report_cmp_pair *p, bool phases, FILE *f) {
+  char cells[CCOLS][CCELL];
+  int w[CCOLS] = {0};
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = -1; i < p->n_rows; i++) { // -1: the header
+      const report_cmp_row *r = i < 0 ? NULL : &p->rows[i];
+      if (r && (r->phase[0] != 0) != phases) continue;
+      row_cells(r, cells);
+      if (pass == 0) {
+        for (int k = 0; k < CCOLS; k++) {
+          int len = (int)strlen(cells[k]);
+          if (len > w[k]) w[k] = len;
+        }
+        continue;
+      }
+      fprintf(f, "%-*s  ", w[0], cells[0]);
+      if (phases) fprintf(f, "%-*s  ", w[1], cells[1]);
+      fprintf(f, "%-*s  %*s  %*s  %*s\n", w[2], cells[2], w[3], cells[3], w[4], cells[4], w[5],
+              cells[5]);
+    }
+}
+
+void report_print_comparison(const report_comparison *c, FILE *f) {
+  if (!c) return;
+  for (int i = 0; i < c->n_pairs; i++) {
+    const report_cmp_pair *p = &c->pairs[i];
+    fprintf(f, "%spredicted vs measured: %s, run %lld (sim) vs run %lld (real)\n", i ? "\n" : "",
+            p->scenario, (long long)p->predicted_run, (long long)p->measured_run);
+    if (!p->n_deployments) {
+      fprintf(f, "no deployment label is in both runs\n");
+      continue;
+    }
+    print_table(p, false, f);
+    bool has_phases = false;
+    for (int k = 0; k < p->n_rows; k++) has_phases |= p->rows[k].phase[0] != 0;
+    if (has_phases) {
+      fputc('\n', f);
+      print_table(p, true, f);
+    }
+    char line[512];
+    rp_cmp_summary(p, line, sizeof line);
+    fprintf(f, "%s\n", line);
+  }
+}
