@@ -20,15 +20,21 @@ static void on_sigint(int sig) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck run FILE [--db PATH] [--out DIR] [--seed N] [--junit PATH]\n"
+          "                      [--mode real|sim] [--profile NAME|FILE.yaml]\n"
           "                      [--quiet] [--no-report]\n\n"
           "Runs the scenario FILE: every deployment in turn, every phase of its workload, on\n"
-          "the real engine. Every request, token time, engine step and device sample goes to\n"
-          "the SQLite database; at the end the metrics, the SLO verdicts, the plots and\n"
-          "index.html are written, and the verdict table is printed.\n\n"
+          "the real engine (mode real) or on simulated GPUs in virtual time (mode sim). Every\n"
+          "request, token time, engine step and device sample goes to the SQLite database;\n"
+          "at the end the metrics, the SLO verdicts, the plots and index.html are written,\n"
+          "and the verdict table is printed.\n\n"
           "  --db PATH      results database, created when absent (default results.db)\n"
           "  --out DIR      report directory (default reports/out/run-<id>/)\n"
           "  --seed N       override the scenario's seed\n"
           "  --junit PATH   also write JUnit XML: one testcase per deployment x SLO\n"
+          "  --mode M       override the scenario's mode: real, or sim (the same deployments\n"
+          "                 and workload on simulated devices of the scenario's profile)\n"
+          "  --profile P    override hardware.profile: an embedded name or a profile YAML,\n"
+          "                 e.g. one written by `shardcheck profile`\n"
           "  --quiet        no progress lines or notes (the verdict table is still printed)\n"
           "  --no-report    skip the plots and index.html (`shardcheck report` makes them\n"
           "                 later)\n\n"
@@ -42,6 +48,7 @@ int cmd_run(int argc, char **argv) {
   const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *junit = NULL;
   bool quiet = false, no_report = false;
   runner_options ro = runner_options_defaults();
+  scn_overrides ov = {0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool has_val = i + 1 < argc;
@@ -58,6 +65,12 @@ int cmd_run(int argc, char **argv) {
       if (!cli_parse_u64(argv[++i], &ro.seed))
         return cli_usage_error("run", "--seed needs a non-negative integer, got", argv[i]);
       ro.seed_set = true;
+    } else if (!strcmp(a, "--mode") && has_val) {
+      ov.mode = argv[++i];
+      if (strcmp(ov.mode, "real") && strcmp(ov.mode, "sim"))
+        return cli_usage_error("run", "--mode needs real or sim, got", ov.mode);
+    } else if (!strcmp(a, "--profile") && has_val) {
+      ov.profile = argv[++i];
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = true;
     } else if (!strcmp(a, "--no-report")) {
@@ -75,7 +88,7 @@ int cmd_run(int argc, char **argv) {
   if (!file) return cli_usage_error("run", "missing the scenario FILE", NULL);
   sc_error err = {{0}};
   scenario *s = NULL;
-  sc_status st = scenario_load(file, &s, &err);
+  sc_status st = scenario_load_with(file, &ov, &s, &err);
   if (st != SC_OK) return cli_fail("run", st, &err);
   store *db = NULL;
   st = store_open(db_path, &db, &err);
@@ -90,6 +103,7 @@ int cmd_run(int argc, char **argv) {
   ro.interrupted = &interrupted;
   ro.progress = quiet ? RUNNER_PROGRESS_NONE : RUNNER_PROGRESS_AUTO;
   runner_result res;
+  uint64_t wall0 = sc_monotonic_ns();
   st = runner_run(s, db, &ro, &res, &err);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
@@ -102,7 +116,13 @@ int cmd_run(int argc, char **argv) {
              : !strcmp(res.status, "failed")    ? CLI_RUNTIME
              : res.n_failed > 0                 ? CLI_SLO_FAIL
                                                 : CLI_OK;
-  if (!quiet)
+  double wall = (double)(sc_monotonic_ns() - wall0) / 1e9;
+  if (!quiet && s->mode == SCN_MODE_SIM)
+    fprintf(stderr, "run %lld %s: %.1f s simulated in %.1f s (%.0fx real time): %llu requests, "
+            "%llu output tokens\n", (long long)res.run_id, res.status, res.wall_s, wall,
+            wall > 0 ? res.wall_s / wall : 0.0, (unsigned long long)res.requests,
+            (unsigned long long)res.tokens);
+  else if (!quiet)
     fprintf(stderr, "run %lld %s in %.1f s: %llu requests, %llu output tokens\n",
             (long long)res.run_id, res.status, res.wall_s, (unsigned long long)res.requests,
             (unsigned long long)res.tokens);

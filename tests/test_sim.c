@@ -1,6 +1,7 @@
 // The simulated replica (engine/replica_sim.c) and the engine's sim backend: the real
 // scheduler and KV cache, steps priced by the cost model, events released in virtual time.
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "engine/memplan.h"
 #include "engine/model.h"
 #include "engine/replica.h"
+#include "tests/helpers.h"
 
 typedef struct simbed {
   hw_profile *hw;
@@ -244,4 +246,237 @@ Test(sim, sim_backend_needs_a_device_and_kv_blocks) {
   b->cfg.sim.hw = NULL;
   cr_expect_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_INVALID);
   bed_free(b);
+}
+
+// --- whole runs in sim mode (runner + virtual clock + recorder + SQLite)
+#include <sqlite3.h>
+#include <stdio.h>
+
+#include "reports/store.h"
+#include "scenarios/runner.h"
+#include "scenarios/scenario.h"
+
+// Runs scenario text into db; returns the run id.
+static int64_t sim_run(store *db, const char *text) {
+  sc_error err = {{0}};
+  scenario *s = NULL;
+  cr_assert_eq(scenario_parse(text, strlen(text), "t.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  runner_options o = runner_options_defaults();
+  o.progress = RUNNER_PROGRESS_NONE;
+  runner_result res;
+  cr_assert_eq(runner_run(s, db, &o, &res, &err), SC_OK, "%s", err.msg);
+  cr_assert_str_eq(res.status, "complete", "%s", res.error);
+  scenario_free(s);
+  return res.run_id;
+}
+
+static store *open_db(const char *tag) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/r.db", sc_test_tmpdir(tag));
+  store *db = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &db, &err), SC_OK, "%s", err.msg);
+  return db;
+}
+
+// Every row of `sql` (one ? bound to run) as text, rows separated by newlines (caller frees).
+static char *rows_text(store *db, const char *sql, int64_t run, long *n_rows) {
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(store_db(db), sql, -1, &st, NULL), SQLITE_OK, "%s",
+               sqlite3_errmsg(store_db(db)));
+  sqlite3_bind_int64(st, 1, run);
+  size_t cap = 1 << 16, len = 0;
+  char *out = malloc(cap);
+  out[0] = 0;
+  *n_rows = 0;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    for (int c = 0; c < sqlite3_column_count(st); c++) {
+      const unsigned char *v = sqlite3_column_text(st, c);
+      size_t need = len + (v ? strlen((const char *)v) : 4) + 2;
+      while (need >= cap) out = realloc(out, cap *= 2);
+      len += (size_t)sprintf(out + len, "%s%c", v ? (const char *)v : "NULL",
+                             c + 1 < sqlite3_column_count(st) ? '|' : '\n');
+    }
+    (*n_rows)++;
+  }
+  sqlite3_finalize(st);
+  return out;
+}
+
+static double metric(store *db, int64_t run, const char *label, const char *phase,
+                     const char *name) {
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "SELECT m.value FROM metric m JOIN deployment d ON d.id = m.deployment_id "
+           "LEFT JOIN phase p ON p.id = m.phase_id WHERE m.run_id = ? AND d.label = '%s' "
+           "AND m.class = '' AND m.name = '%s' AND %s",
+           label, name, phase ? "p.name = ?2" : "m.phase_id IS NULL");
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(store_db(db), sql, -1, &st, NULL), SQLITE_OK);
+  sqlite3_bind_int64(st, 1, run);
+  if (phase) sqlite3_bind_text(st, 2, phase, -1, SQLITE_STATIC);
+  double v = NAN;
+  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_double(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+static const char *DET_SCENARIO =
+    "name: det\n"
+    "mode: sim\n"
+    "model: {preset: llama3-8b}\n"
+    "hardware: {profile: h100-sxm, gpus: 4}\n"
+    "deployments: [{tp: 1, dp: 2}, {tp: 2, pp: 2}]\n"
+    "workload:\n"
+    "  prompts:\n"
+    "    - {name: a, weight: 0.7, input: {uniform: [32, 600]}, output: {uniform: [8, 64]}}\n"
+    "    - {name: b, weight: 0.3, input: 2000, output: 16}\n"
+    "  phases:\n"
+    "    - {ramp: {concurrency: [1, 8]}, hold: 3s}\n"
+    "    - {name: burst, rate: 40, arrival: gamma, burstiness: 0.5, duration: 5s}\n"
+    "limits: {max_running: 32}\n"
+    "seed: 11\n";
+
+Test(sim_run, two_runs_of_a_scenario_give_identical_rows) {
+  store *db = open_db("sim-det");
+  int64_t a = sim_run(db, DET_SCENARIO), b = sim_run(db, DET_SCENARIO);
+  cr_assert_neq(a, b);
+  static const char *const queries[] = {
+      "SELECT d.idx, p.name, r.seq, r.class, r.replica, r.prompt_tokens, r.max_tokens, "
+      "r.output_tokens, r.arrival_ns, r.dispatch_ns, r.first_token_ns, r.finish_ns, r.status, "
+      "r.reason, r.warmup FROM request r JOIN deployment d ON d.id = r.deployment_id "
+      "JOIN phase p ON p.id = r.phase_id WHERE r.run_id = ? ORDER BY d.idx, r.seq",
+      "SELECT d.idx, r.seq, t.idx, t.t_ns FROM token t JOIN request r ON r.id = t.request_id "
+      "JOIN deployment d ON d.id = r.deployment_id WHERE r.run_id = ? "
+      "ORDER BY d.idx, r.seq, t.idx",
+      "SELECT d.idx, s.replica, s.t_ns, s.duration_ns, s.seqs, s.prefill_tokens, "
+      "s.decode_tokens, s.preempted, s.queue_len, s.running, s.kv_used, s.kv_total FROM step s "
+      "JOIN deployment d ON d.id = s.deployment_id WHERE s.run_id = ? ORDER BY s.id",
+      "SELECT d.idx, p.name, m.class, m.name, m.value FROM metric m "
+      "LEFT JOIN deployment d ON d.id = m.deployment_id LEFT JOIN phase p ON p.id = m.phase_id "
+      "WHERE m.run_id = ? ORDER BY d.idx, p.idx, m.class, m.name",
+      "SELECT d.idx, p.idx, p.name, p.start_ns, p.warmup_end_ns, p.end_ns FROM phase p "
+      "JOIN deployment d ON d.id = p.deployment_id WHERE p.run_id = ? ORDER BY d.idx, p.idx",
+      "SELECT d.idx, x.replica, x.rank, x.t_ns, x.mem_used, x.mem_total FROM device_sample x "
+      "JOIN deployment d ON d.id = x.deployment_id WHERE x.run_id = ? ORDER BY x.id",
+  };
+  for (size_t q = 0; q < sizeof queries / sizeof queries[0]; q++) {
+    long na, nb;
+    char *ta = rows_text(db, queries[q], a, &na), *tb = rows_text(db, queries[q], b, &nb);
+    cr_expect_gt(na, 0, "query %zu has rows", q);
+    cr_expect_eq(na, nb, "query %zu: %ld vs %ld rows", q, na, nb);
+    cr_expect(strcmp(ta, tb) == 0, "query %zu: the rows differ", q);
+    free(ta);
+    free(tb);
+  }
+  store_close(db);
+}
+
+// Closed loop with as many users per replica as it runs sequences: every replica saturated.
+static const char *SCALE_DP =
+    "name: dp-scaling\n"
+    "mode: sim\n"
+    "model: {preset: llama3-8b}\n"
+    "hardware: {profile: h100-sxm, gpus: 4}\n"
+    "deployments: [{dp: 1}, {dp: 2}, {dp: 4}]\n"
+    "workload:\n"
+    "  prompts: [{input: {uniform: [64, 256]}, output: {uniform: [32, 96]}}]\n"
+    "  phases:\n"
+    "    - {ramp: {concurrency: [32, 64, 128]}, hold: 20s, warmup: 2s}\n"
+    "limits: {max_running: 32}\n"
+    "seed: 5\n";
+
+Test(sim_run, dp_throughput_scales_with_replicas_under_saturation) {
+  store *db = open_db("sim-dp");
+  int64_t run = sim_run(db, SCALE_DP);
+  double t1 = metric(db, run, "tp1", "ramp-c32", "output_tok_s");
+  double t2 = metric(db, run, "dp2", "ramp-c64", "output_tok_s");
+  double t4 = metric(db, run, "dp4", "ramp-c128", "output_tok_s");
+  cr_assert(t1 > 0, "dp1 %g", t1);
+  cr_log_info("dp1 %.1f tok/s, dp2 x%.4f, dp4 x%.4f", t1, t2 / t1, t4 / t1);
+  cr_expect(fabs(t2 / t1 - 2) <= 2 * 0.02, "dp2 / dp1 = %.4f (2 within 2%%)", t2 / t1);
+  cr_expect(fabs(t4 / t1 - 4) <= 4 * 0.03, "dp4 / dp1 = %.4f (4 within 3%%)", t4 / t1);
+  store_close(db);
+}
+
+static const char *SCALE_TP =
+    "name: tp-scaling\n"
+    "mode: sim\n"
+    "model: {preset: llama3-8b}\n"
+    "hardware: {profile: h100-sxm, gpus: 2%s}\n"
+    "deployments: [{tp: 1}, {tp: 2}]\n"
+    "workload:\n"
+    "  prompts: [{input: {uniform: [64, 256]}, output: {uniform: [32, 96]}}]\n"
+    "  phases:\n"
+    "    - {name: sat, fixed: {concurrency: 256, requests: 1500}}\n"
+    "seed: 5\n";
+
+static double tp_speedup(const char *tag, const char *link) {
+  char text[1024];
+  snprintf(text, sizeof text, SCALE_TP, link);
+  store *db = open_db(tag);
+  int64_t run = sim_run(db, text);
+  double t1 = metric(db, run, "tp1", "sat", "output_tok_s");
+  double t2 = metric(db, run, "tp2", "sat", "output_tok_s");
+  store_close(db);
+  cr_assert(t1 > 0 && t2 > 0);
+  return t2 / t1;
+}
+
+Test(sim_run, tp2_speeds_llama3_8b_up_less_than_twice_and_less_over_pcie) {
+  double nv = tp_speedup("sim-tp-nv", "");
+  double pcie = tp_speedup("sim-tp-pcie", ", link: pcie4");
+  cr_log_info("tp2 / tp1: NVLink %.3f, PCIe gen4 %.3f", nv, pcie);
+  cr_expect(nv >= 1.4 && nv <= 1.9, "tp2 / tp1 over NVLink = %.3f", nv);
+  cr_expect(pcie < nv, "over PCIe gen4 %.3f, over NVLink %.3f", pcie, nv);
+}
+
+Test(sim_run, pp2_bubble_shrinks_with_batch) {
+  store *db = open_db("sim-pp");
+  int64_t run = sim_run(db,
+                        "name: pp\n"
+                        "mode: sim\n"
+                        "model: {preset: llama3-8b}\n"
+                        "hardware: {profile: h100-sxm, gpus: 2}\n"
+                        "deployments: [{pp: 2}]\n"
+                        "workload:\n"
+                        "  prompts: [{input: 128, output: 64}]\n"
+                        "  phases:\n"
+                        "    - {ramp: {concurrency: [1, 64]}, hold: 2s}\n"
+                        "seed: 1\n");
+  double b1 = metric(db, run, "pp2", "ramp-c1", "pp_bubble_frac");
+  double b64 = metric(db, run, "pp2", "ramp-c64", "pp_bubble_frac");
+  cr_log_info("pp2 bubble: batch 1 %.3f, batch 64 %.3f", b1, b64);
+  cr_expect(b1 > 0.3, "batch 1: bubble %.3f", b1);
+  cr_expect(b64 < b1, "batch 64: bubble %.3f < %.3f", b64, b1);
+  store_close(db);
+}
+
+Test(sim_run, kv_exhaustion_preempts_and_every_request_completes) {
+  // long-ish sequences and many users against a small share of memory for KV
+  store *db = open_db("sim-kv");
+  int64_t run = sim_run(db,
+                        "name: kv\n"
+                        "mode: sim\n"
+                        "model: {preset: mistral-7b}\n"
+                        "hardware: {profile: l40s, gpus: 1}\n"
+                        "deployments: [{tp: 1}]\n"
+                        "workload:\n"
+                        "  prompts: [{input: 16000, output: 200}]\n"
+                        "  phases:\n"
+                        "    - {name: many, fixed: {concurrency: 24, requests: 48}}\n"
+                        "limits: {request_timeout: 0s}\n"
+                        "seed: 2\n");
+  long n;
+  char *t = rows_text(db, "SELECT sum(preempted) FROM step WHERE run_id = ?", run, &n);
+  cr_log_info("preemptions: %s", t);
+  cr_expect(atol(t) > 0, "preemptions: %s", t);
+  free(t);
+  t = rows_text(db,
+                "SELECT count(*), sum(status = 'ok'), sum(output_tokens = 200) FROM request "
+                "WHERE run_id = ?",
+                run, &n);
+  cr_expect_str_eq(t, "48|48|48\n");
+  free(t);
+  store_close(db);
 }
