@@ -41,7 +41,9 @@ enum {
   ST_PHASE_END,
   ST_REQUEST,
   ST_TOKEN,
+  ST_TOKEN16,
   ST_STEP,
+  ST_STEP8,
   ST_DEVICE,
   ST_FAULT,
   ST_METRIC,
@@ -73,9 +75,23 @@ static const char *const st_sql[ST_COUNT] = {
                    "first_token_ns, finish_ns, status, reason, error, retries, warmup, "
                    "weight_version) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [ST_TOKEN] = "INSERT INTO token(request_id, idx, t_ns) VALUES(?,?,?)",
+    // 16 rows per statement: the request id is ?1, row j binds ?(2+2j) idx and ?(3+2j) t_ns
+    [ST_TOKEN16] = "INSERT INTO token(request_id, idx, t_ns) VALUES(?1,?2,?3),(?1,?4,?5),"
+                   "(?1,?6,?7),(?1,?8,?9),(?1,?10,?11),(?1,?12,?13),(?1,?14,?15),(?1,?16,?17),"
+                   "(?1,?18,?19),(?1,?20,?21),(?1,?22,?23),(?1,?24,?25),(?1,?26,?27),"
+                   "(?1,?28,?29),(?1,?30,?31),(?1,?32,?33)",
     [ST_STEP] = "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, "
                 "prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, "
                 "kv_total) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    // 8 rows per statement, 13 parameters per row
+    [ST_STEP8] =
+                 "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, prefill_to"
+                 "kens, decode_tokens, preempted, queue_len, running, kv_used, kv_total) VALUES(?1,?2,"
+                 "?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13),(?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?"
+                 "25,?26),(?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38,?39),(?40,?41,?42,?43,?44,?"
+                 "45,?46,?47,?48,?49,?50,?51,?52),(?53,?54,?55,?56,?57,?58,?59,?60,?61,?62,?63,?64,?65"
+                 "),(?66,?67,?68,?69,?70,?71,?72,?73,?74,?75,?76,?77,?78),(?79,?80,?81,?82,?83,?84,?85"
+                 ",?86,?87,?88,?89,?90,?91),(?92,?93,?94,?95,?96,?97,?98,?99,?100,?101,?102,?103,?104)",
     [ST_DEVICE] = "INSERT INTO device_sample(run_id, deployment_id, replica, rank, t_ns, "
                   "mem_used, mem_total, link_bytes) VALUES(?,?,?,?,?,?,?,?)",
     [ST_FAULT] = "INSERT INTO fault(run_id, deployment_id, kind, target, injected_ns, "
@@ -537,12 +553,31 @@ static sc_status request_rows(store *s, const store_request *r, const uint64_t *
   int64_t rid = sqlite3_last_insert_rowid(s->db);
   if (id) *id = rid;
   if (n_tokens <= 0) return SC_OK;
-  // The hot loop (one row per generated token): one statement, request_id bound once,
-  // two integer binds per row, no allocation.
+  // The hot loop (one row per generated token): 16 rows per statement while 16 remain, then
+  // one at a time; request_id bound once, two integer binds per row, no allocation.
   sqlite3_stmt *tk;
+  int i = 0;
+  if (n_tokens >= 16) {
+    SC_TRY(prep(s, ST_TOKEN16, &tk, err));
+    sqlite3_bind_int64(tk, 1, rid);
+    for (; i + 16 <= n_tokens; i += 16) {
+      for (int j = 0; j < 16; j++) {
+        sqlite3_bind_int64(tk, 2 + 2 * j, i + j);
+        sqlite3_bind_int64(tk, 3 + 2 * j, (sqlite3_int64)token_ns[i + j]);
+      }
+      int rc = sqlite3_step(tk);
+      if (rc != SQLITE_DONE) {
+        sc_status r2 = db_fail(s, rc, "inserting token rows", err);
+        sqlite3_reset(tk);
+        return r2;
+      }
+      sqlite3_reset(tk);
+    }
+  }
+  if (i == n_tokens) return SC_OK;
   SC_TRY(prep(s, ST_TOKEN, &tk, err));
   sqlite3_bind_int64(tk, 1, rid);
-  for (int i = 0; i < n_tokens; i++) {
+  for (; i < n_tokens; i++) {
     sqlite3_bind_int64(tk, 2, i);
     sqlite3_bind_int64(tk, 3, (sqlite3_int64)token_ns[i]);
     int rc = sqlite3_step(tk);
@@ -580,23 +615,42 @@ sc_status store_request_add(store *s, const store_request *r, const uint64_t *to
 }
 
 sc_status store_step_add(store *s, const store_step *x, sc_error *err) {
+  return store_steps_add(s, &x, 1, err);
+}
+
+static void bind_step(sqlite3_stmt *st, int base, const store_step *x) {
+  bind_i64(st, base + 1, x->run_id);
+  bind_i64(st, base + 2, x->deployment_id);
+  bind_i64(st, base + 3, x->replica);
+  bind_ns(st, base + 4, x->t_ns);
+  bind_ns(st, base + 5, x->duration_ns);
+  bind_i64(st, base + 6, x->seqs);
+  bind_i64(st, base + 7, x->prefill_tokens);
+  bind_i64(st, base + 8, x->decode_tokens);
+  bind_i64(st, base + 9, x->preempted);
+  bind_i64(st, base + 10, x->queue_len);
+  bind_i64(st, base + 11, x->running);
+  bind_i64(st, base + 12, x->kv_used);
+  bind_i64(st, base + 13, x->kv_total);
+}
+
+sc_status store_steps_add(store *s, const store_step *const *rows, int n, sc_error *err) {
   SC_TRY(tx_begin(s, err));
   sqlite3_stmt *st;
-  SC_TRY(prep(s, ST_STEP, &st, err));
-  bind_i64(st, 1, x->run_id);
-  bind_i64(st, 2, x->deployment_id);
-  bind_i64(st, 3, x->replica);
-  bind_ns(st, 4, x->t_ns);
-  bind_ns(st, 5, x->duration_ns);
-  bind_i64(st, 6, x->seqs);
-  bind_i64(st, 7, x->prefill_tokens);
-  bind_i64(st, 8, x->decode_tokens);
-  bind_i64(st, 9, x->preempted);
-  bind_i64(st, 10, x->queue_len);
-  bind_i64(st, 11, x->running);
-  bind_i64(st, 12, x->kv_used);
-  bind_i64(st, 13, x->kv_total);
-  return exec_stmt(s, st, "inserting a step row", err);
+  int i = 0;
+  if (n >= 8) {
+    SC_TRY(prep(s, ST_STEP8, &st, err));
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; j++) bind_step(st, 13 * j, rows[i + j]);
+      SC_TRY(exec_stmt(s, st, "inserting step rows", err));
+    }
+  }
+  if (i < n) SC_TRY(prep(s, ST_STEP, &st, err));
+  for (; i < n; i++) {
+    bind_step(st, 0, rows[i]);
+    SC_TRY(exec_stmt(s, st, "inserting a step row", err));
+  }
+  return SC_OK;
 }
 
 sc_status store_device_sample_add(store *s, const store_device_sample *d, sc_error *err) {

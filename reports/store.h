@@ -103,6 +103,8 @@ typedef struct store_step {
   int seqs, prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, kv_total;
 } store_step;
 sc_status store_step_add(store *s, const store_step *st, sc_error *err);
+// Several step rows at once (8 per statement): what the recorder's writer uses.
+sc_status store_steps_add(store *s, const store_step *const *rows, int n, sc_error *err);
 
 typedef struct store_device_sample {
   int64_t run_id, deployment_id;

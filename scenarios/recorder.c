@@ -130,7 +130,7 @@ void rec_flush(recorder *r) {
 static sc_status write_item(recorder *r, const item *it, sc_error *err) {
   switch (it->kind) {
   case IT_REQUEST: return store_request_add(r->db, &it->u.req, it->tokens, it->n_tokens, NULL, err);
-  case IT_STEP: return store_step_add(r->db, &it->u.step, err);
+  case IT_STEP: return store_step_add(r->db, &it->u.step, err); // batched by the writer
   case IT_SAMPLE: return store_device_sample_add(r->db, &it->u.sample, err);
   }
   return SC_OK;
@@ -158,8 +158,21 @@ static void *writer(void *arg) {
     sc_error e = {{0}};
     unsigned long n = 0;
     pthread_mutex_lock(&r->store_mu);
+    const store_step *steps[64]; // consecutive step rows, written together
+    item *pend[64];
+    int n_steps = 0;
     for (item *it = batch, *next; it; it = next) {
       next = it->next;
+      if (it->kind == IT_STEP) {
+        steps[n_steps] = &it->u.step;
+        pend[n_steps++] = it;
+        n++;
+        if (n_steps < 64 && next && next->kind == IT_STEP) continue;
+        if (s == SC_OK && failed == SC_OK) s = store_steps_add(r->db, steps, n_steps, &e);
+        for (int k = 0; k < n_steps; k++) free(pend[k]);
+        n_steps = 0;
+        continue;
+      }
       if (s == SC_OK && failed == SC_OK) s = write_item(r, it, &e);
       free(it);
       n++;
