@@ -209,8 +209,10 @@ Test(hardware, every_profile_loads_with_positive_figures) {
     cr_assert_geq(hw.flops_bf16, hw.flops_fp32 / 100);
     cr_assert_geq(hw.gpus_per_node, 1);
   }
-  hw_profile cpu = profile("cpu");
-  cr_assert_float_eq(cpu.mem_bytes, 24.0 * (1 << 30), 1.0);
+  hw_profile cpu = profile("cpu"); // measured by `shardcheck profile` on a 24 GiB machine
+  cr_assert(cpu.mem_bytes > 16.0 * (1 << 30) && cpu.mem_bytes <= 24.0 * (1 << 30), "%g",
+            cpu.mem_bytes);
+  cr_assert_gt(cpu.sim.host_cores, 0, "a CPU profile says how many cores the ranks share");
   hw_profile h100 = profile("h100-sxm");
   cr_assert_float_eq(h100.flops_bf16, 989.4e12, 1e9, "dense, not with sparsity");
 }

@@ -1,0 +1,1365 @@
+// Calibration (see profile.h): times the cpu device's ops at the shapes the executor runs and
+// the cost model prices, fits the link and the per-step overhead, and writes the hardware
+// profile YAML.
+//
+// How each figure is taken (docs/profile.md says the same for users):
+// - timing: each point (an op at one shape) is called once (warm-up, and to size a round),
+//   then a group's points are timed in `reps` passes, one round per point per pass; a round
+//   repeats the op until at least min_round_s has passed. The median of a point's rounds is
+//   the table's value (peaks: the best round). Passes spread each point's rounds over the
+//   group, so a short disturbance costs one round of each point, which the median drops.
+// - GEMM weights rotate through a pool larger than the last-level cache, so small-m GEMMs
+//   read their weights from memory as the engine's do (a model's layers do not fit in cache).
+// - decode attention is timed over as many sequences as fill a pool of the same size, each
+//   with its own blocks, and divided by their number.
+//
+// Left to others: the cost model (kernels/sim/sim_cost.c), reading the YAML back
+// (engine/hardware.c), the device and communicator (kernels/), the engine whose steps are
+// timed (engine/engine.c), and everything printed (cli/cmd_profile.c).
+#include "engine/profile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "engine/shard.h"
+#include "kernels/clock.h"
+#include "kernels/comm.h"
+#include "kernels/device.h"
+
+#define PROF_MAX_REPS 15
+#define PROF_ROTATE_MIN ((size_t)64 << 20) // weight / KV rotation pool: at least 64 MiB
+#define PROF_ROTATE_MAX ((size_t)512 << 20)
+#define PROF_ATTN_SEQS 256                 // decode sequences timed in one call at most
+#define PROF_MAX_STEPS 64                  // decode steps timed per batch size at most
+#define PROF_MAX_BATCH 256                 // the cost model prices at most 256 sequences
+
+// One GEMM shape of one rank, and which ops of which TP degrees it stands for.
+typedef struct gemm_shape {
+  int n, k, threads;
+  char role[96]; // "tp1 q|k|v, tp2 o_proj" (for the YAML comment)
+} gemm_shape;
+
+struct profile {
+  profile_options o; // grids filled in
+  hw_profile hw;     // what the YAML says
+  profile_summary sum;
+  char gemm_role[SIM_TABLES_MAX][96];
+  char attn_role[8][64];
+  char coll_fit[160];     // the all-reduce fit, in words
+  char cpu_model[128];    // /proc/cpuinfo "model name"
+  bool virtual_machine;   // /proc/cpuinfo flags name a hypervisor
+  long llc_bytes;         // last-level cache, 0 when unknown
+  char date[32];          // UTC, ISO 8601
+  int cpus_online;
+  // step-overhead detail, per batch size: medians of the timed decode steps
+  int n_batches;
+  int batch[PROFILE_MAX_BATCHES];
+  double wall_s[PROFILE_MAX_BATCHES];  // whole engine_step
+  double exec_s[PROFILE_MAX_BATCHES];  // engine_step_info.duration_ns
+  double price_s[PROFILE_MAX_BATCHES]; // the cost model, without step_overhead_s
+};
+
+// --- small helpers
+
+static double now_s(void) { return (double)sc_monotonic_ns() * 1e-9; }
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+// Median of v[0..n) (sorts v).
+static double median(double *v, int n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Deterministic values in [-scale, scale): activations and weights of a plausible size, so no
+// NaN, inf or denormal slows an op down.
+static void fill_random(float *p, size_t n, uint64_t seed, float scale) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = scale * ((float)(s >> 40) / (float)(1u << 24) * 2.0f - 1.0f);
+  }
+}
+
+static void progress(const profile_options *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void progress(const profile_options *o, const char *fmt, ...) {
+  if (!o->progress) return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  o->progress(o->progress_ud, line);
+}
+
+// The last-level cache in bytes (0 when unknown): the largest cache sysfs lists for cpu0,
+// else what glibc says (which can be far off under a hypervisor).
+static long llc_bytes(void) {
+  long best = 0;
+  for (int i = 0; i < 16; i++) {
+    char path[96], buf[64];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    FILE *f = fopen(path, "r");
+    if (!f) break;
+    char *ok = fgets(buf, sizeof buf, f);
+    fclose(f);
+    char *end = NULL;
+    long v = ok ? strtol(buf, &end, 10) : 0;
+    if (end && (*end == 'K' || *end == 'k')) v <<= 10;
+    else if (end && (*end == 'M' || *end == 'm')) v <<= 20;
+    if (v > best) best = v;
+  }
+  if (best > 0) return best;
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? l3 : 0;
+}
+
+// The size of the weight and KV rotation pools: twice the last-level cache, within bounds.
+static size_t rotate_bytes(void) {
+  long llc = llc_bytes();
+  size_t b = llc > 0 ? 2 * (size_t)llc : 0;
+  if (b < PROF_ROTATE_MIN) b = PROF_ROTATE_MIN;
+  if (b > PROF_ROTATE_MAX) b = PROF_ROTATE_MAX;
+  return b;
+}
+
+// --- timing
+
+typedef sc_status (*prof_op)(void *ctx, int iter);
+
+// One timed point: op on its context, called `inner` times per round. iter counts every call
+// (ops rotate their buffers with it).
+typedef struct timed {
+  prof_op op;
+  void *ctx;
+  sc_status (*prep)(void *ctx); // before each round, or NULL (points that share buffers)
+  long inner;
+  int iter;
+  double v[PROF_MAX_REPS]; // per-call seconds of each round
+} timed;
+
+// Times points t[0..n): one warm-up call each, which also sizes its rounds (at least min_s),
+// then `reps` passes over all of them, one round per point per pass. Spreading a point's
+// rounds over the whole group means a disturbance of a few seconds lands in one round of
+// each point, and the median drops it, rather than in every round of a few points.
+static sc_status time_points(timed *t, int n, int reps, double min_s) {
+  for (int i = 0; i < n; i++) {
+    if (t[i].prep) SC_TRY(t[i].prep(t[i].ctx));
+    double a = now_s();
+    SC_TRY(t[i].op(t[i].ctx, t[i].iter++));
+    double one = now_s() - a;
+    long inner = one > 0 ? (long)ceil(min_s / one) : 1000;
+    t[i].inner = inner < 1 ? 1 : inner > 100000 ? 100000 : inner;
+  }
+  for (int r = 0; r < reps && r < PROF_MAX_REPS; r++)
+    for (int i = 0; i < n; i++) {
+      if (t[i].prep) SC_TRY(t[i].prep(t[i].ctx));
+      double a = now_s();
+      for (long j = 0; j < t[i].inner; j++) SC_TRY(t[i].op(t[i].ctx, t[i].iter++));
+      double v = (now_s() - a) / (double)t[i].inner;
+      t[i].v[r] = v > 0 ? v : 1e-9;
+    }
+  return SC_OK;
+}
+
+static double timed_median(const timed *t, int reps) {
+  double v[PROF_MAX_REPS];
+  if (reps > PROF_MAX_REPS) reps = PROF_MAX_REPS;
+  memcpy(v, t->v, sizeof(double) * (size_t)reps);
+  return median(v, reps);
+}
+
+static double timed_best(const timed *t, int reps) {
+  double lo = t->v[0];
+  for (int r = 1; r < reps && r < PROF_MAX_REPS; r++) lo = t->v[r] < lo ? t->v[r] : lo;
+  return lo;
+}
+
+// One op on its own: the median (and the best) per-call seconds over reps rounds.
+static sc_status time_op(prof_op op, void *ctx, int reps, double min_s, double *med,
+                         double *best) {
+  timed t = {.op = op, .ctx = ctx};
+  SC_TRY(time_points(&t, 1, reps, min_s));
+  if (med) *med = timed_median(&t, reps);
+  if (best) *best = timed_best(&t, reps);
+  return SC_OK;
+}
+
+// --- options
+
+profile_options profile_options_defaults(bool quick) {
+  return (profile_options){.backend = "cpu", .quick = quick, .seed = 1};
+}
+
+// lo, lo * step, lo * step^2, ... while <= hi (at most cap of them); returns the count.
+static int geometric(int *out, int cap, int lo, int hi, int step) {
+  int n = 0;
+  for (long x = lo; x <= hi && n < cap; x *= step) out[n++] = (int)x;
+  return n;
+}
+
+static sc_status check_grid(const int *v, int n, int hi, const char *what, sc_error *err) {
+  for (int i = 0; i < n; i++)
+    if (v[i] < 1 || (i > 0 && v[i] <= v[i - 1]) || (hi > 0 && v[i] > hi))
+      return sc_fail(err, SC_INVALID,
+                     "profile: %s grid must be positive, strictly increasing%s; got %d at %d",
+                     what, hi > 0 ? " and within the model's max_seq_len" : "", v[i], i);
+  return SC_OK;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return x < y ? -1 : x > y;
+}
+
+// Fills the grids left empty, sorts and dedupes the TP degrees, and checks everything.
+static sc_status resolve_options(profile_options *o, sc_error *err) {
+  if (!o->backend || strcmp(o->backend, "cpu") != 0) {
+    if (o->backend && !strcmp(o->backend, "cuda"))
+      return sc_fail(err, SC_INVALID,
+                     "profile: backend 'cuda' cannot be measured yet; only backend 'cpu' is");
+    return sc_fail(err, SC_INVALID, "profile: unknown backend '%s'; known backends: cpu, cuda",
+                   o->backend ? o->backend : "(null)");
+  }
+  SC_TRY(model_config_check(&o->model, o->model.name, err));
+  const model_config *m = &o->model;
+  if (o->n_tp < 1 || o->n_tp > PROFILE_MAX_TP)
+    return sc_fail(err, SC_INVALID, "profile: between 1 and %d TP degrees, got %d",
+                   PROFILE_MAX_TP, o->n_tp);
+  qsort(o->tp, (size_t)o->n_tp, sizeof o->tp[0], cmp_int);
+  int n = 0;
+  for (int i = 0; i < o->n_tp; i++)
+    if (n == 0 || o->tp[i] != o->tp[n - 1]) o->tp[n++] = o->tp[i];
+  o->n_tp = n;
+  for (int i = 0; i < n; i++) SC_TRY(shard_layout_check(m, o->tp[i], 1, err));
+
+  bool q = o->quick;
+  int L = m->max_seq_len, lo = L < 16 ? L : 16;
+  if (o->n_gemm_m == 0)
+    o->n_gemm_m = geometric(o->gemm_m, SIM_CURVE_MAX, 1, q ? 1024 : 2048, q ? 4 : 2);
+  if (o->n_ctx == 0)
+    o->n_ctx = geometric(o->ctx, SIM_CURVE_MAX, lo, q ? (L / 2 > lo ? L / 2 : lo) : L, q ? 4 : 2);
+  if (o->n_prefill == 0) {
+    o->n_prefill = o->n_ctx;
+    memcpy(o->prefill, o->ctx, sizeof o->ctx);
+  }
+  if (o->n_ar_bytes == 0) {
+    double hi = q ? (1 << 20) : (16 << 20), step = q ? 32 : 4;
+    for (double b = 1024; b <= hi && o->n_ar_bytes < SIM_CURVE_MAX; b *= step)
+      o->ar_bytes[o->n_ar_bytes++] = b;
+  }
+  if (o->n_batches == 0) {
+    static const int dflt[] = {1, 4, 16, 64}, quick[] = {1, 8};
+    o->n_batches = q ? 2 : 4;
+    memcpy(o->batches, q ? quick : dflt, sizeof(int) * (size_t)o->n_batches);
+  }
+  if (o->reps <= 0) o->reps = q ? 3 : 5;
+  if (o->min_round_s <= 0) o->min_round_s = q ? 0.002 : 0.01;
+  if (o->decode_steps <= 0) o->decode_steps = q ? 5 : 12;
+  if (o->bw_bytes == 0) o->bw_bytes = q ? (size_t)64 << 20 : (size_t)256 << 20;
+  if (o->square_n <= 0) o->square_n = q ? 1024 : 2048;
+  if (!o->name) o->name = "cpu";
+
+  if (o->reps > PROF_MAX_REPS)
+    return sc_fail(err, SC_INVALID, "profile: at most %d repetitions, got %d", PROF_MAX_REPS,
+                   o->reps);
+  if (o->n_gemm_m > SIM_CURVE_MAX || o->n_ctx > SIM_CURVE_MAX || o->n_prefill > SIM_CURVE_MAX ||
+      o->n_ar_bytes > SIM_CURVE_MAX || o->n_batches > PROFILE_MAX_BATCHES)
+    return sc_fail(err, SC_INVALID, "profile: a grid has more than %d points", SIM_CURVE_MAX);
+  SC_TRY(check_grid(o->gemm_m, o->n_gemm_m, 0, "GEMM rows", err));
+  SC_TRY(check_grid(o->ctx, o->n_ctx, L, "decode context", err));
+  SC_TRY(check_grid(o->prefill, o->n_prefill, L, "prefill tokens", err));
+  SC_TRY(check_grid(o->batches, o->n_batches, PROF_MAX_BATCH, "decode batch", err));
+  for (int i = 0; i < o->n_ar_bytes; i++)
+    if (!(o->ar_bytes[i] >= 4) || (i > 0 && !(o->ar_bytes[i] > o->ar_bytes[i - 1])) ||
+        o->ar_bytes[i] > (double)((size_t)1 << 30))
+      return sc_fail(err, SC_INVALID,
+                     "profile: all-reduce sizes must be 4 B .. 1 GiB, strictly increasing");
+  if (o->decode_steps > PROF_MAX_STEPS - 1)
+    return sc_fail(err, SC_INVALID, "profile: at most %d decode steps per batch",
+                   PROF_MAX_STEPS - 1);
+  if (o->n_gemm_m < 1 || o->n_ctx < 1 || o->n_prefill < 1 || o->n_ar_bytes < 1 ||
+      o->n_batches < 1)
+    return sc_fail(err, SC_INVALID, "profile: every grid needs at least one point");
+  if (o->bw_bytes < ((size_t)1 << 20) || o->square_n < 16 || o->square_n > 8192)
+    return sc_fail(err, SC_INVALID,
+                   "profile: the bandwidth buffer must be at least 1 MiB and the square GEMM "
+                   "16..8192");
+  return SC_OK;
+}
+
+// Threads a rank of TP degree t runs its GEMMs on: cores / t (the engine's rule, at least 1),
+// and 1 (a replica of a dp > 1 deployment may get a single core). Returns how many (1 or 2).
+static int thread_counts(int cores, int t, int *out) {
+  int full = cores / t > 0 ? cores / t : 1;
+  out[0] = full;
+  if (full == 1) return 1;
+  out[1] = 1;
+  return 2;
+}
+
+// --- host: memory, peak GEMM rate, call overhead
+
+typedef struct read_job {
+  const uint64_t *p;
+  size_t n; // uint64 words
+  uint64_t sink;
+} read_job;
+
+static void *read_worker(void *arg) {
+  read_job *j = arg;
+  uint64_t acc[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= j->n; i += 8)
+    for (int k = 0; k < 8; k++) acc[k] ^= j->p[i + k];
+  for (int k = 0; k < 8; k++) j->sink ^= acc[k];
+  return NULL;
+}
+
+// Best streaming-read bandwidth (bytes/s) of `threads` threads each reading its share of buf.
+static sc_status read_bandwidth(const uint64_t *buf, size_t bytes, int threads, int reps,
+                                double *out, sc_error *err) {
+  enum { MAX_T = 256 };
+  if (threads > MAX_T) threads = MAX_T;
+  pthread_t th[MAX_T];
+  read_job jobs[MAX_T];
+  size_t words = bytes / 8, per = words / (size_t)threads;
+  double best = 0;
+  for (int r = 0; r < reps + 1; r++) { // the first pass warms the page tables
+    double a = now_s();
+    int started = 0;
+    for (int t = 0; t < threads; t++) {
+      jobs[t] = (read_job){.p = buf + (size_t)t * per, .n = per};
+      if (t == 0) continue;
+      if (pthread_create(&th[t], NULL, read_worker, &jobs[t]) != 0) break;
+      started = t;
+    }
+    read_worker(&jobs[0]);
+    for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
+    if (started != threads - 1)
+      return sc_fail(err, SC_OOM, "profile: cannot start %d reader threads", threads);
+    double dt = now_s() - a, bw = (double)(per * (size_t)threads * 8) / dt;
+    if (r > 0 && bw > best) best = bw;
+  }
+  *out = best;
+  return SC_OK;
+}
+
+typedef struct mm_ctx {
+  device *d;
+  int m, n, k;
+  const float *x;    // (m, k)
+  const float *pool; // weights: copy c at pool + c * n * k, each (n, k)
+  int copies;
+  float *y; // (m, n)
+} mm_ctx;
+
+static sc_status mm_call(void *c, int iter) {
+  mm_ctx *g = c;
+  const float *w = g->pool + (size_t)(iter % g->copies) * (size_t)g->n * (size_t)g->k;
+  return dev_matmul(g->d, g->m, g->n, g->k, g->x, w, 0.0f, g->y);
+}
+
+typedef struct add_ctx {
+  device *d;
+  float *a, *y; // (16) each
+} add_ctx;
+
+static sc_status add_call(void *c, int iter) {
+  add_ctx *a = c;
+  return dev_add(a->d, 16, a->a, a->y);
+}
+
+static sc_status measure_host(profile *p, device *d, sc_error *err) {
+  profile_options *o = &p->o;
+  double t0 = now_s();
+  int cores = device_cpu_cores();
+  size_t used = 0, total = 0;
+  SC_TRY(dev_mem_info(d, &used, &total));
+  p->sum.host_cores = cores;
+  p->sum.mem_bytes = (double)total;
+
+  uint64_t *buf = NULL;
+  SC_TRY(dev_alloc(d, o->bw_bytes, (void **)&buf));
+  for (size_t i = 0; i < o->bw_bytes / 8; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
+  int bw_reps = 2 * o->reps > 10 ? 2 * o->reps : 10; // a round is short: take more of them
+  sc_status s = read_bandwidth(buf, o->bw_bytes, cores, bw_reps, &p->sum.mem_bw, err);
+  if (s == SC_OK) s = read_bandwidth(buf, o->bw_bytes, 1, bw_reps, &p->sum.mem_bw_1t, err);
+  dev_free(d, buf);
+  SC_TRY(s);
+  if (!(p->sum.mem_bw > 0)) return sc_fail(err, SC_DEVICE, "profile: no memory bandwidth measured");
+  if (p->sum.mem_bw_1t > p->sum.mem_bw) p->sum.mem_bw = p->sum.mem_bw_1t;
+
+  // peak fp32: a square GEMM on every core
+  int N = o->square_n;
+  float *a = NULL, *b = NULL, *c = NULL;
+  size_t nn = (size_t)N * (size_t)N;
+  s = dev_alloc(d, nn * sizeof(float), (void **)&a);
+  if (s == SC_OK) s = dev_alloc(d, nn * sizeof(float), (void **)&b);
+  if (s == SC_OK) s = dev_alloc(d, nn * sizeof(float), (void **)&c);
+  double best = 0;
+  if (s == SC_OK) {
+    fill_random(a, nn, o->seed, 0.05f);
+    fill_random(b, nn, o->seed + 1, 0.05f);
+    device_cpu_set_threads(cores);
+    mm_ctx g = {.d = d, .m = N, .n = N, .k = N, .x = a, .pool = b, .copies = 1, .y = c};
+    s = time_op(mm_call, &g, o->reps, 0, NULL, &best);
+  }
+  dev_free(d, a);
+  dev_free(d, b);
+  dev_free(d, c);
+  SC_TRY(s);
+  p->sum.flops_fp32 = 2.0 * N * (double)N * N / best;
+
+  // call overhead of the smallest op
+  float *t = NULL;
+  SC_TRY(dev_alloc(d, 32 * sizeof(float), (void **)&t));
+  add_ctx ac = {.d = d, .a = t, .y = t + 16};
+  s = time_op(add_call, &ac, o->reps, o->min_round_s, &p->sum.launch_s, NULL);
+  dev_free(d, t);
+  SC_TRY(s);
+
+  hw_profile *h = &p->hw;
+  h->mem_bytes = p->sum.mem_bytes;
+  h->mem_bw = p->sum.mem_bw;
+  h->flops_fp32 = h->flops_bf16 = h->flops_fp16 = p->sum.flops_fp32;
+  h->flops_int8 = 0;
+  h->gpus_per_node = 8;
+  h->sim.mem_eff = p->sum.mem_bw_1t / p->sum.mem_bw;
+  if (!(h->sim.mem_eff > 0 && h->sim.mem_eff <= 1)) h->sim.mem_eff = 1;
+  h->sim.launch_s = p->sum.launch_s;
+  h->sim.host_cores = cores;
+  progress(o,
+           "host: %d cores, %.1f GiB, streaming read %.1f GB/s (1 thread %.1f GB/s), "
+           "fp32 GEMM %d^3 %.1f GFLOP/s, op call %.0f ns [%.1f s]",
+           cores, p->sum.mem_bytes / (1u << 30), p->sum.mem_bw / 1e9, p->sum.mem_bw_1t / 1e9, N,
+           p->sum.flops_fp32 / 1e9, p->sum.launch_s * 1e9, now_s() - t0);
+  return SC_OK;
+}
+
+// --- GEMM tables
+
+// The GEMMs one rank of TP degree t runs per layer and for the head, as the cost model prices
+// them (kernels/sim/sim_cost.c, price_microbatch): q|k|v as one GEMM of the three widths,
+// o_proj, gate|up as one GEMM of both widths, down_proj, the LM head on its vocabulary share.
+// (The executor runs q, k, v and gate, up as separate GEMMs; the difference is in the
+// step-overhead residual.) Writes up to 5 shapes; returns how many.
+static int rank_gemms(const model_config *m, int t, int *n, int *k, const char **role) {
+  shard_rank s = shard_rank_plan(m, t, 1, 0, 0);
+  int hd = m->head_dim, D = m->dim;
+  static const char *const roles[] = {"q|k|v", "o_proj", "gate|up", "down_proj", "lm_head"};
+  int nn[] = {(s.n_heads + 2 * s.n_kv) * hd, D, 2 * s.ffn, D, s.vocab};
+  int kk[] = {D, s.n_heads * hd, D, s.ffn, D};
+  for (int i = 0; i < 5; i++) {
+    n[i] = nn[i];
+    k[i] = kk[i];
+    role[i] = roles[i];
+  }
+  return 5;
+}
+
+// Every distinct (n, k, threads) over the TP degrees, in measuring order (TP ascending, then
+// threads descending). SC_INVALID when there are more than SIM_TABLES_MAX.
+static sc_status gemm_plan(const profile_options *o, int cores, gemm_shape *out, int *n_out,
+                           sc_error *err) {
+  int n = 0;
+  for (int i = 0; i < o->n_tp; i++) {
+    int th[2], nth = thread_counts(cores, o->tp[i], th);
+    for (int j = 0; j < nth; j++) {
+      int gn[5], gk[5];
+      const char *role[5];
+      int ns = rank_gemms(&o->model, o->tp[i], gn, gk, role);
+      for (int s = 0; s < ns; s++) {
+        int e = 0;
+        while (e < n && !(out[e].n == gn[s] && out[e].k == gk[s] && out[e].threads == th[j])) e++;
+        if (e == n) {
+          if (n == SIM_TABLES_MAX)
+            return sc_fail(err, SC_INVALID,
+                           "profile: more than %d GEMM tables (shapes x thread counts); "
+                           "profile fewer TP degrees at once",
+                           SIM_TABLES_MAX);
+          out[n++] = (gemm_shape){.n = gn[s], .k = gk[s], .threads = th[j]};
+        }
+        size_t len = strlen(out[e].role);
+        snprintf(out[e].role + len, sizeof out[e].role - len, "%stp%d %s", len ? ", " : "",
+                 o->tp[i], role[s]);
+      }
+    }
+  }
+  *n_out = n;
+  return SC_OK;
+}
+
+static sc_status measure_gemm(profile *p, device *d, const gemm_shape *shapes, int n_shapes,
+                              sc_error *err) {
+  const profile_options *o = &p->o;
+  size_t max_nk = 0;
+  int max_n = 0, max_k = 0, max_m = o->gemm_m[o->n_gemm_m - 1];
+  for (int i = 0; i < n_shapes; i++) {
+    size_t nk = (size_t)shapes[i].n * (size_t)shapes[i].k;
+    max_nk = nk > max_nk ? nk : max_nk;
+    max_n = shapes[i].n > max_n ? shapes[i].n : max_n;
+    max_k = shapes[i].k > max_k ? shapes[i].k : max_k;
+  }
+  size_t pool_floats = rotate_bytes() / sizeof(float);
+  if (pool_floats < max_nk) pool_floats = max_nk;
+  float *pool = NULL, *x = NULL, *y = NULL;
+  sc_status s = dev_alloc(d, pool_floats * sizeof(float), (void **)&pool);
+  if (s == SC_OK) s = dev_alloc(d, (size_t)max_m * max_k * sizeof(float), (void **)&x);
+  if (s == SC_OK) s = dev_alloc(d, (size_t)max_m * max_n * sizeof(float), (void **)&y);
+  if (s != SC_OK) {
+    dev_free(d, pool);
+    dev_free(d, x);
+    return sc_fail(err, s, "profile: cannot allocate the GEMM buffers (%zu MiB of weights)",
+                   pool_floats * sizeof(float) >> 20);
+  }
+  fill_random(pool, pool_floats, o->seed + 2, 0.05f);
+  fill_random(x, (size_t)max_m * max_k, o->seed + 3, 1.0f);
+
+  sim_hw *h = &p->hw.sim;
+  for (int g0 = 0; s == SC_OK && g0 < n_shapes;) {
+    // a group: consecutive shapes at one thread count
+    int g1 = g0;
+    while (g1 < n_shapes && shapes[g1].threads == shapes[g0].threads) g1++;
+    double t0 = now_s();
+    device_cpu_set_threads(shapes[g0].threads);
+    // every (shape, m) of the group is one point, timed together
+    int nm = o->n_gemm_m, np = (g1 - g0) * nm;
+    mm_ctx *g = calloc((size_t)np, sizeof *g);
+    timed *t = calloc((size_t)np, sizeof *t);
+    if (!g || !t) s = sc_fail(err, SC_OOM, "profile: out of memory");
+    for (int i = 0; s == SC_OK && i < np; i++) {
+      const gemm_shape *sh = &shapes[g0 + i / nm];
+      long copies = (long)(pool_floats / ((size_t)sh->n * (size_t)sh->k));
+      g[i] = (mm_ctx){.d = d, .m = o->gemm_m[i % nm], .n = sh->n, .k = sh->k, .x = x,
+                      .pool = pool, .y = y,
+                      .copies = (int)(copies < 1 ? 1 : copies > 4096 ? 4096 : copies)};
+      t[i] = (timed){.op = mm_call, .ctx = &g[i]};
+    }
+    if (s == SC_OK) s = time_points(t, np, o->reps, o->min_round_s);
+    for (int i = g0; s == SC_OK && i < g1; i++) {
+      const gemm_shape *sh = &shapes[i];
+      sim_gemm_table *tb = &h->gemm[h->n_gemm];
+      *tb = (sim_gemm_table){.n = sh->n, .k = sh->k, .threads = sh->threads};
+      for (int j = 0; j < nm; j++) {
+        tb->t.x[j] = o->gemm_m[j];
+        tb->t.y[j] = timed_median(&t[(i - g0) * nm + j], o->reps);
+      }
+      tb->t.n = nm;
+      snprintf(p->gemm_role[h->n_gemm], sizeof p->gemm_role[0], "%s", sh->role);
+      h->n_gemm++;
+    }
+    free(g);
+    free(t);
+    if (s == SC_OK)
+      progress(o, "gemm: %d shape%s at %d thread%s x %d rows (%d..%d) [%.1f s]", g1 - g0,
+               g1 - g0 == 1 ? "" : "s", shapes[g0].threads, shapes[g0].threads == 1 ? "" : "s",
+               o->n_gemm_m, o->gemm_m[0], max_m, now_s() - t0);
+    g0 = g1;
+  }
+  dev_free(d, pool);
+  dev_free(d, x);
+  dev_free(d, y);
+  if (s != SC_OK && !err->msg[0]) sc_fail(err, s, "profile: a timed GEMM failed");
+  return s;
+}
+
+// Achieved fraction of flops_fp32 vs m of the largest per-layer GEMM (gate|up) of the
+// smallest TP degree on all its threads: prices GEMM shapes the profile has no table for.
+static void derive_gemm_eff(profile *p, int cores) {
+  const profile_options *o = &p->o;
+  int gn[5], gk[5], th[2];
+  const char *role[5];
+  rank_gemms(&o->model, o->tp[0], gn, gk, role);
+  thread_counts(cores, o->tp[0], th);
+  sim_hw *h = &p->hw.sim;
+  for (int i = 0; i < h->n_gemm; i++) {
+    const sim_gemm_table *g = &h->gemm[i];
+    if (g->n != gn[2] || g->k != gk[2] || g->threads != th[0]) continue;
+    h->gemm_eff.n = g->t.n;
+    for (int j = 0; j < g->t.n; j++) {
+      double e = 2.0 * g->t.x[j] * g->n * (double)g->k / g->t.y[j] / p->hw.flops_fp32;
+      h->gemm_eff.x[j] = g->t.x[j];
+      h->gemm_eff.y[j] = e > 1 ? 1 : e < 1e-4 ? 1e-4 : e;
+    }
+    return;
+  }
+}
+
+// --- attention tables
+
+// What every attention point of one shape shares: the KV pool, q and out, and the batch
+// description that each point rewrites before its rounds.
+typedef struct attn_ctx {
+  device *d;
+  dev_kv_batch b; // points into pos, seq, bt
+  int heads, kv_heads, head_dim;
+  const float *q; // (tokens, heads, head_dim)
+  dev_kv_layer kv; // (n_blocks, block_size, kv_heads, head_dim) each
+  float *out;     // (tokens, heads, head_dim)
+  int32_t *pos, *seq; // (tokens)
+  int32_t *bt;        // (PROF_ATTN_SEQS, b.max_blocks)
+} attn_ctx;
+
+// One point: decode of S sequences at context x (S > 0), or a prefill of x tokens (S == 0).
+typedef struct attn_point {
+  attn_ctx *a;
+  int x, S;
+} attn_point;
+
+static sc_status attn_prep(void *c) {
+  attn_point *pt = c;
+  attn_ctx *a = pt->a;
+  int bs = a->b.block_size, mb = a->b.max_blocks;
+  if (pt->S > 0) { // S sequences, each one token at position x - 1 with its own blocks
+    int per = (pt->x + bs - 1) / bs;
+    for (int j = 0; j < pt->S; j++) {
+      a->pos[j] = pt->x - 1;
+      a->seq[j] = j;
+      for (int b = 0; b < mb; b++) a->bt[(size_t)j * mb + b] = j * per + (b < per ? b : 0);
+    }
+    a->b.n_tok = pt->S;
+  } else { // one sequence, tokens at positions 0 .. x - 1 (each attends to those before it)
+    for (int b = 0; b < mb; b++) a->bt[b] = b;
+    for (int j = 0; j < pt->x; j++) {
+      a->pos[j] = j;
+      a->seq[j] = 0;
+    }
+    a->b.n_tok = pt->x;
+  }
+  return SC_OK;
+}
+
+static sc_status attn_call(void *c, int iter) {
+  const attn_ctx *a = ((const attn_point *)c)->a;
+  return dev_attention(a->d, &a->b, a->heads, a->kv_heads, a->head_dim,
+                       1.0f / sqrtf((float)a->head_dim), a->q, a->kv, a->out);
+}
+
+// Decode (per sequence, vs context) and prefill (vs tokens from position 0) of one rank's
+// attention with `heads` query and `kv_heads` KV heads of head_dim. The cpu kernel runs on
+// the calling thread, so the BLAS thread count does not enter.
+static sc_status measure_attention_shape(profile *p, device *d, int heads, int kv_heads,
+                                         sim_curve *decode, sim_curve *prefill, sc_error *err) {
+  const profile_options *o = &p->o;
+  const int bs = 16, hd = o->model.head_dim;
+  int max_ctx = o->ctx[o->n_ctx - 1], max_pre = o->prefill[o->n_prefill - 1];
+  int max_len = max_ctx > max_pre ? max_ctx : max_pre;
+  int max_blocks = (max_len + bs - 1) / bs;
+  size_t slot = (size_t)kv_heads * hd; // floats per token, K or V
+  size_t pool_tokens = rotate_bytes() / (2 * slot * sizeof(float));
+  if (pool_tokens < (size_t)max_blocks * bs) pool_tokens = (size_t)max_blocks * bs;
+  int n_blocks = (int)((pool_tokens + bs - 1) / bs);
+  int max_tok = max_pre > PROF_ATTN_SEQS ? max_pre : PROF_ATTN_SEQS;
+  size_t kv_floats = (size_t)n_blocks * bs * slot, qf = (size_t)max_tok * heads * hd;
+  float *k = NULL, *v = NULL, *q = NULL, *out = NULL;
+  int32_t *pos = NULL, *seq = NULL, *bt = NULL;
+  sc_status s = dev_alloc(d, kv_floats * sizeof(float), (void **)&k);
+  if (s == SC_OK) s = dev_alloc(d, kv_floats * sizeof(float), (void **)&v);
+  if (s == SC_OK) s = dev_alloc(d, qf * sizeof(float), (void **)&q);
+  if (s == SC_OK) s = dev_alloc(d, qf * sizeof(float), (void **)&out);
+  if (s == SC_OK) s = dev_alloc(d, (size_t)max_tok * sizeof(int32_t), (void **)&pos);
+  if (s == SC_OK) s = dev_alloc(d, (size_t)max_tok * sizeof(int32_t), (void **)&seq);
+  if (s == SC_OK)
+    s = dev_alloc(d, (size_t)PROF_ATTN_SEQS * max_blocks * sizeof(int32_t), (void **)&bt);
+  if (s == SC_OK) {
+    fill_random(k, kv_floats, o->seed + 4, 1.0f);
+    fill_random(v, kv_floats, o->seed + 5, 1.0f);
+    fill_random(q, qf, o->seed + 6, 1.0f);
+  }
+  attn_ctx a = {.d = d, .heads = heads, .kv_heads = kv_heads, .head_dim = hd, .q = q,
+                .kv = {.k = k, .v = v}, .out = out, .pos = pos, .seq = seq, .bt = bt,
+                .b = {.pos = pos, .seq = seq, .block_tables = bt, .max_blocks = max_blocks,
+                      .block_size = bs}};
+  // the decode points, then the prefill points, timed together
+  int np = o->n_ctx + o->n_prefill;
+  attn_point pts[2 * SIM_CURVE_MAX];
+  timed t[2 * SIM_CURVE_MAX];
+  for (int i = 0; i < np; i++) {
+    if (i < o->n_ctx) {
+      int c = o->ctx[i], S = n_blocks / ((c + bs - 1) / bs);
+      pts[i] = (attn_point){.a = &a, .x = c,
+                            .S = S > PROF_ATTN_SEQS ? PROF_ATTN_SEQS : S < 1 ? 1 : S};
+    } else {
+      pts[i] = (attn_point){.a = &a, .x = o->prefill[i - o->n_ctx], .S = 0};
+    }
+    t[i] = (timed){.op = attn_call, .ctx = &pts[i], .prep = attn_prep};
+  }
+  if (s == SC_OK) s = time_points(t, np, o->reps, o->min_round_s);
+  if (s == SC_OK) {
+    for (int i = 0; i < o->n_ctx; i++) {
+      decode->x[i] = pts[i].x;
+      decode->y[i] = timed_median(&t[i], o->reps) / pts[i].S; // per sequence
+    }
+    decode->n = o->n_ctx;
+    for (int i = 0; i < o->n_prefill; i++) {
+      prefill->x[i] = pts[o->n_ctx + i].x;
+      prefill->y[i] = timed_median(&t[o->n_ctx + i], o->reps);
+    }
+    prefill->n = o->n_prefill;
+  }
+  dev_free(d, k);
+  dev_free(d, v);
+  dev_free(d, q);
+  dev_free(d, out);
+  dev_free(d, pos);
+  dev_free(d, seq);
+  dev_free(d, bt);
+  if (s != SC_OK && !err->msg[0]) sc_fail(err, s, "profile: a timed attention call failed");
+  return s;
+}
+
+// SC_INVALID when the TP degrees need more attention entries (one per TP degree and thread
+// count) than a profile holds.
+static sc_status attention_plan(const profile_options *o, int cores, sc_error *err) {
+  int n = 0;
+  for (int i = 0; i < o->n_tp; i++) {
+    int th[2];
+    n += thread_counts(cores, o->tp[i], th);
+  }
+  if (n > 8)
+    return sc_fail(err, SC_INVALID,
+                   "profile: %d attention tables (TP degrees x thread counts) exceed the 8 a "
+                   "profile holds; profile fewer TP degrees at once",
+                   n);
+  return SC_OK;
+}
+
+static sc_status measure_attention(profile *p, device *d, int cores, sc_error *err) {
+  const profile_options *o = &p->o;
+  sim_hw *h = &p->hw.sim;
+  for (int i = 0; i < o->n_tp; i++) {
+    int t = o->tp[i];
+    shard_rank sr = shard_rank_plan(&o->model, t, 1, 0, 0);
+    int th[2], nth = thread_counts(cores, t, th);
+    // one measurement per shape; an entry per thread count (the cost model looks tables up
+    // by (heads, kv_heads, head_dim, threads))
+    int first = -1;
+    for (int j = 0; j < nth; j++) {
+      int e = 0;
+      while (e < h->n_attn && !(h->attn[e].heads == sr.n_heads &&
+                                h->attn[e].kv_heads == sr.n_kv && h->attn[e].threads == th[j]))
+        e++;
+      if (e < h->n_attn) {
+        size_t len = strlen(p->attn_role[e]);
+        snprintf(p->attn_role[e] + len, sizeof p->attn_role[0] - len, ", tp%d", t);
+        continue;
+      }
+      if (h->n_attn == 8)
+        return sc_fail(err, SC_INVALID,
+                       "profile: more than 8 attention tables (TP degrees x thread counts); "
+                       "profile fewer TP degrees at once");
+      sim_attn_table *a = &h->attn[h->n_attn];
+      *a = (sim_attn_table){.heads = sr.n_heads, .kv_heads = sr.n_kv,
+                            .head_dim = o->model.head_dim, .threads = th[j]};
+      if (first < 0) {
+        double t0 = now_s();
+        SC_TRY(measure_attention_shape(p, d, sr.n_heads, sr.n_kv, &a->decode, &a->prefill, err));
+        progress(o, "attention: tp%d, %d heads / %d KV heads x %d, decode %d contexts, "
+                    "prefill %d lengths [%.1f s]",
+                 t, sr.n_heads, sr.n_kv, o->model.head_dim, o->n_ctx, o->n_prefill,
+                 now_s() - t0);
+        first = h->n_attn;
+      } else {
+        a->decode = h->attn[first].decode;
+        a->prefill = h->attn[first].prefill;
+      }
+      snprintf(p->attn_role[h->n_attn], sizeof p->attn_role[0], "tp%d", t);
+      h->n_attn++;
+    }
+  }
+  return SC_OK;
+}
+
+// --- all-reduce tables and the link fit
+
+typedef struct ar_shared {
+  const profile_options *o;
+  comm_shm_group *g;
+  int ranks;
+  double *t; // (n_ar_bytes, reps) per-call seconds seen by rank 0
+} ar_shared;
+
+typedef struct ar_rank {
+  ar_shared *sh;
+  int r;
+  float *buf; // (largest size / 4) floats
+  pthread_t th;
+  sc_status st;
+} ar_rank;
+
+// Calls that make one timed round of an all-reduce of `bytes`: enough to move >= 32 MiB,
+// within 3..200.
+static int ar_iters(double bytes) {
+  double n = ceil((double)(32 << 20) / bytes);
+  return n < 3 ? 3 : n > 200 ? 200 : (int)n;
+}
+
+static void *ar_main(void *arg) {
+  ar_rank *rk = arg;
+  ar_shared *sh = rk->sh;
+  const profile_options *o = sh->o;
+  comm *c = comm_shm_group_rank(sh->g, rk->r);
+  rk->st = SC_OK;
+  // warm-up (sizes the staging slots), then passes over all sizes, as in time_points
+  for (int i = 0; rk->st == SC_OK && i < o->n_ar_bytes; i++)
+    rk->st = comm_allreduce_sum(c, rk->buf, (size_t)(o->ar_bytes[i] / sizeof(float)));
+  for (int r = 0; rk->st == SC_OK && r < o->reps; r++)
+    for (int i = 0; rk->st == SC_OK && i < o->n_ar_bytes; i++) {
+      size_t n = (size_t)(o->ar_bytes[i] / sizeof(float));
+      int iters = ar_iters(o->ar_bytes[i]);
+      rk->st = comm_barrier(c);
+      double a = now_s();
+      for (int it = 0; rk->st == SC_OK && it < iters; it++)
+        rk->st = comm_allreduce_sum(c, rk->buf, n);
+      if (rk->r == 0) sh->t[i * o->reps + r] = (now_s() - a) / iters;
+    }
+  if (rk->st != SC_OK) comm_shm_group_abort(sh->g);
+  return NULL;
+}
+
+static sc_status measure_allreduce_ranks(profile *p, int ranks, sim_coll_table *tb,
+                                         sc_error *err) {
+  const profile_options *o = &p->o;
+  size_t floats = (size_t)(o->ar_bytes[o->n_ar_bytes - 1] / sizeof(float));
+  ar_shared sh = {.o = o, .ranks = ranks};
+  ar_rank *rk = calloc((size_t)ranks, sizeof *rk);
+  sh.t = calloc((size_t)o->n_ar_bytes * o->reps, sizeof(double));
+  sc_status s = rk && sh.t ? SC_OK : SC_OOM;
+  if (s == SC_OK) s = comm_shm_group_new(ranks, 30ull * 1000000000ull, &sh.g);
+  for (int r = 0; s == SC_OK && r < ranks; r++) {
+    rk[r] = (ar_rank){.sh = &sh, .r = r, .buf = malloc(floats * sizeof(float))};
+    if (!rk[r].buf) s = SC_OOM;
+    else fill_random(rk[r].buf, floats, o->seed + 7 + (uint64_t)r, 1e-3f);
+  }
+  int started = 0;
+  for (; s == SC_OK && started < ranks; started++)
+    if (pthread_create(&rk[started].th, NULL, ar_main, &rk[started]) != 0) {
+      comm_shm_group_abort(sh.g);
+      s = SC_OOM;
+      break;
+    }
+  for (int r = 0; r < started; r++) {
+    pthread_join(rk[r].th, NULL);
+    if (s == SC_OK && rk[r].st != SC_OK && rk[r].st != SC_ABORTED) s = rk[r].st;
+  }
+  for (int r = 0; s == SC_OK && r < ranks; r++)
+    if (rk[r].st != SC_OK) s = rk[r].st;
+  if (s == SC_OK) {
+    tb->ranks = ranks;
+    for (int i = 0; i < o->n_ar_bytes; i++) {
+      tb->allreduce.x[i] = o->ar_bytes[i];
+      tb->allreduce.y[i] = median(sh.t + (size_t)i * o->reps, o->reps);
+      if (!(tb->allreduce.y[i] > 0)) tb->allreduce.y[i] = 1e-9;
+    }
+    tb->allreduce.n = o->n_ar_bytes;
+  }
+  comm_shm_group_free(sh.g);
+  for (int r = 0; rk && r < ranks; r++) free(rk[r].buf);
+  free(rk);
+  free(sh.t);
+  if (s != SC_OK)
+    return sc_fail(err, s, "profile: the all-reduce over %d ranks failed (%s)", ranks,
+                   sc_status_name(s));
+  return SC_OK;
+}
+
+// Fits the cost model's ring all-reduce, t = 2(n-1) lat + 2(n-1)/n bytes / bw, to every
+// measured point by least squares on the relative error (so small and large messages count
+// alike). Falls back to the two ends when the fit is not physical.
+static void fit_link(profile *p) {
+  const sim_hw *h = &p->hw.sim;
+  double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+  double small_t = 0, small_x1 = 1, big_t = 0, big_x2 = 0;
+  for (int i = 0; i < h->n_coll; i++) {
+    double n = h->coll[i].ranks;
+    const sim_curve *c = &h->coll[i].allreduce;
+    for (int j = 0; j < c->n; j++) {
+      double x1 = 2 * (n - 1), x2 = 2 * (n - 1) / n * c->x[j], y = c->y[j];
+      double u1 = x1 / y, u2 = x2 / y;
+      a11 += u1 * u1;
+      a12 += u1 * u2;
+      a22 += u2 * u2;
+      b1 += u1;
+      b2 += u2;
+      if (i == 0 && j == 0) {
+        small_t = y;
+        small_x1 = x1;
+      }
+      if (i == 0 && j == c->n - 1) {
+        big_t = y;
+        big_x2 = x2;
+      }
+    }
+  }
+  double det = a11 * a22 - a12 * a12, lat = -1, inv_bw = -1;
+  if (det > 0) {
+    lat = (b1 * a22 - b2 * a12) / det;
+    inv_bw = (a11 * b2 - a12 * b1) / det;
+  }
+  const char *how = "least squares on relative error";
+  if (!(lat >= 0 && inv_bw > 0)) {
+    lat = small_t / small_x1;
+    double rest = big_t - small_x1 * lat;
+    inv_bw = big_x2 > 0 && rest > 0 ? rest / big_x2 : big_x2 > 0 ? big_t / big_x2 : 1e-10;
+    how = "the smallest message for latency, the largest for bandwidth";
+  }
+  if (lat > 1) lat = 1;
+  p->sum.link_latency_s = lat;
+  p->sum.link_bw = 1 / inv_bw;
+  snprintf(p->coll_fit, sizeof p->coll_fit, "%s over %d rank count%s", how, h->n_coll,
+           h->n_coll == 1 ? "" : "s");
+}
+
+static sc_status measure_allreduce(profile *p, sc_error *err) {
+  const profile_options *o = &p->o;
+  sim_hw *h = &p->hw.sim;
+  int list[PROFILE_MAX_TP], n = 0;
+  for (int i = 0; i < o->n_tp; i++)
+    if (o->tp[i] > 1) list[n++] = o->tp[i];
+  if (n == 0) list[n++] = 2; // the link fit needs one group
+  for (int i = 0; i < n; i++) {
+    double t0 = now_s();
+    SC_TRY(measure_allreduce_ranks(p, list[i], &h->coll[h->n_coll], err));
+    h->n_coll++;
+    progress(o, "allreduce: %d ranks x %d sizes (%.0f B .. %.0f MiB) [%.1f s]", list[i],
+             o->n_ar_bytes, o->ar_bytes[0], o->ar_bytes[o->n_ar_bytes - 1] / (1 << 20),
+             now_s() - t0);
+  }
+  fit_link(p);
+  hw_profile *hp = &p->hw;
+  snprintf(hp->link, sizeof hp->link, "memory");
+  hp->link_bw = p->sum.link_bw;
+  hp->link_latency_s = p->sum.link_latency_s;
+  return SC_OK;
+}
+
+// --- the simulator's view, as hw_profile_load builds it from the written file
+
+static void fill_sim_view(profile *p) {
+  hw_profile *hp = &p->hw;
+  sim_hw *h = &hp->sim;
+  snprintf(hp->name, sizeof hp->name, "%s", p->o.name);
+  h->mem_bytes = hp->mem_bytes;
+  h->mem_bw = hp->mem_bw;
+  h->flops_f32 = hp->flops_fp32;
+  h->flops_f16 = hp->flops_fp16;
+  h->flops_bf16 = hp->flops_bf16;
+  h->flops_int8 = hp->flops_int8;
+  h->gpus_per_node = hp->gpus_per_node;
+  snprintf(h->intra.name, sizeof h->intra.name, "%s", hp->link);
+  h->intra.bw = hp->link_bw;
+  h->intra.latency_s = hp->link_latency_s;
+  if (!sim_link_lookup("ib-ndr", &h->inter)) h->inter = h->intra; // hardware.c's default
+}
+
+// --- step overhead: real decode steps against the cost model
+
+static sc_status measure_overhead(profile *p, sc_error *err) {
+  const profile_options *o = &p->o;
+  const model_config *m = &o->model;
+  double t0 = now_s();
+  int tp = o->tp[0], max_b = 0;
+  for (int i = 0; i < o->n_batches; i++) max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
+  int prompt = m->max_seq_len / 4 < 64 ? m->max_seq_len / 4 : 64;
+  if (prompt < 1) prompt = 1;
+  int steps = o->decode_steps + 1; // the first decode step is a warm-up
+  if (prompt + steps + 1 > m->max_seq_len)
+    return sc_fail(err, SC_INVALID,
+                   "profile: %s's max_seq_len %d is too short for %d decode steps", m->name,
+                   m->max_seq_len, steps);
+  int per_seq = (prompt + steps + 1 + 15) / 16;
+
+  engine_config c = engine_config_defaults();
+  c.model = *m;
+  c.weights_dir = NULL;
+  c.weights_seed = o->seed;
+  c.backend = "cpu";
+  c.tp = tp;
+  c.pp = 1;
+  c.max_running = max_b;
+  c.kv_blocks = max_b * per_seq;
+  c.token_budget = max_b * prompt;
+  c.prefill_chunk = prompt;
+  engine *e = NULL;
+  SC_TRY(engine_new(&c, &e, err));
+  int threads = device_cpu_cores() / tp > 0 ? device_cpu_cores() / tp : 1;
+
+  sim_hw hw = p->hw.sim;
+  hw.step_overhead_s = 0;
+  sim_model sm = {.dim = m->dim, .n_layers = m->n_layers, .n_heads = m->n_heads,
+                  .n_kv_heads = m->n_kv_heads, .head_dim = m->head_dim, .ffn_dim = m->ffn_dim,
+                  .vocab = m->vocab_size, .tied_embeddings = m->tied_embeddings,
+                  .weight_dtype = SIM_F32, .act_dtype = SIM_F32};
+  sim_layout lay = {.tp = tp, .pp = 1, .first_gpu = 0, .threads = threads, .cluster_ranks = tp};
+
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
+  sim_seq *seqs = malloc(sizeof(sim_seq) * (size_t)max_b);
+  double *res_wall = malloc(sizeof(double) * (size_t)o->n_batches * PROF_MAX_STEPS);
+  double *res_exec = malloc(sizeof(double) * (size_t)o->n_batches * PROF_MAX_STEPS);
+  sc_status s = ids && seqs && res_wall && res_exec ? SC_OK : SC_OOM;
+  if (s != SC_OK) sc_fail(err, s, "profile: out of memory for the step-overhead run");
+  int n_res = 0;
+  for (int bi = 0; s == SC_OK && bi < o->n_batches; bi++) {
+    int B = o->batches[bi];
+    for (int r = 0; s == SC_OK && r < B; r++) {
+      for (int j = 0; j < prompt; j++)
+        ids[j] = 3 + (int32_t)(((uint64_t)r * 7919 + (uint64_t)j * 104729 + o->seed) %
+                               (uint64_t)(m->vocab_size > 3 ? m->vocab_size - 3 : 1));
+      engine_request rq = {.prompt = ids, .n_prompt = prompt, .max_tokens = steps + 1,
+                           .sampling = {.temperature = 0, .top_p = 1}};
+      uint64_t id;
+      s = engine_submit(e, &rq, &id, err);
+    }
+    double wall[PROF_MAX_STEPS], exec[PROF_MAX_STEPS], price[PROF_MAX_STEPS];
+    int n_dec = 0, n_kept = 0;
+    while (s == SC_OK && !engine_idle(e)) {
+      engine_step_result res;
+      double a = now_s();
+      s = engine_step(e, &res, err);
+      double w = now_s() - a;
+      if (s != SC_OK) break;
+      const engine_step_info *in = &res.info;
+      if (in->decode_tokens != B || in->prefill_tokens != 0 || in->n_seqs != B) continue;
+      int d = n_dec++;
+      if (d == 0 || n_kept == PROF_MAX_STEPS) continue; // warm-up
+      for (int q = 0; q < B; q++) seqs[q] = (sim_seq){.start = prompt + d, .n = 1, .logits = true};
+      int mb[2] = {0, B};
+      sim_step_cost cost;
+      if (sim_step_price(&hw, &sm, &lay, seqs, B, mb, 1, &cost) != 0) {
+        s = sc_fail(err, SC_INVALID, "profile: the cost model refused a decode step of %d", B);
+        break;
+      }
+      wall[n_kept] = w;
+      exec[n_kept] = (double)in->duration_ns * 1e-9;
+      price[n_kept] = cost.total_s;
+      res_wall[n_res] = w - cost.total_s;
+      res_exec[n_res] = exec[n_kept] - cost.total_s;
+      n_res++;
+      n_kept++;
+    }
+    if (s == SC_OK && n_kept == 0)
+      s = sc_fail(err, SC_DEVICE, "profile: no decode step of batch %d was timed", B);
+    if (s == SC_OK) {
+      p->batch[bi] = B;
+      p->wall_s[bi] = median(wall, n_kept);
+      p->exec_s[bi] = median(exec, n_kept);
+      p->price_s[bi] = median(price, n_kept);
+      p->n_batches = bi + 1;
+    }
+  }
+  if (s == SC_OK) {
+    double tmp[PROFILE_MAX_BATCHES * PROF_MAX_STEPS];
+    memcpy(tmp, res_exec, sizeof(double) * (size_t)n_res);
+    p->sum.step_overhead_exec_s = median(tmp, n_res);
+    double ov = median(res_wall, n_res);
+    p->sum.step_overhead_s = ov > 0 ? ov : 0;
+    if (p->sum.step_overhead_s > 10) p->sum.step_overhead_s = 10;
+    p->sum.overhead_tp = tp;
+    p->sum.overhead_steps = n_res;
+    p->hw.sim.step_overhead_s = p->sum.step_overhead_s;
+    char line[256];
+    int len = snprintf(line, sizeof line, "step overhead: %s tp%d, %d decode steps at batch",
+                       m->name, tp, n_res);
+    for (int i = 0; i < p->n_batches && len > 0 && (size_t)len < sizeof line; i++)
+      len += snprintf(line + len, sizeof line - (size_t)len, "%s%d", i ? ", " : " ", p->batch[i]);
+    progress(o, "%s; median residual %.3f ms [%.1f s]", line, p->sum.step_overhead_s * 1e3,
+             now_s() - t0);
+  }
+  free(ids);
+  free(seqs);
+  free(res_wall);
+  free(res_exec);
+  engine_free(e);
+  return s;
+}
+
+// --- the machine
+
+static void read_cpu_model(profile *p) {
+  snprintf(p->cpu_model, sizeof p->cpu_model, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[4096]; // the flags line is long
+  bool model = false, flags = false;
+  while ((!model || !flags) && fgets(line, sizeof line, f)) {
+    const char *c = strchr(line, ':');
+    if (!c) continue;
+    if (!model && !strncmp(line, "model name", 10)) {
+      c++;
+      while (*c == ' ' || *c == '\t') c++;
+      size_t n = strcspn(c, "\n");
+      if (n >= sizeof p->cpu_model) n = sizeof p->cpu_model - 1;
+      memcpy(p->cpu_model, c, n);
+      p->cpu_model[n] = 0;
+      model = true;
+    } else if (!flags && !strncmp(line, "flags", 5)) {
+      p->virtual_machine = strstr(c, " hypervisor") != NULL;
+      flags = true;
+    }
+  }
+  fclose(f);
+  p->llc_bytes = llc_bytes();
+  long on = sysconf(_SC_NPROCESSORS_ONLN);
+  p->cpus_online = on > 0 ? (int)on : 0;
+}
+
+// CPU time of the whole machine (busy: user, nice, system, irq, softirq; and steal: taken by
+// the hypervisor) from /proc/stat, and of this process, in seconds. False when unreadable.
+typedef struct cpu_times {
+  double busy, steal, self;
+} cpu_times;
+
+static bool read_cpu_times(cpu_times *out) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return false;
+  unsigned long long v[8] = {0};
+  int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                 &v[4], &v[5], &v[6], &v[7]);
+  fclose(f);
+  long tck = sysconf(_SC_CLK_TCK);
+  struct rusage ru;
+  if (n < 8 || tck <= 0 || getrusage(RUSAGE_SELF, &ru) != 0) return false;
+  out->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)tck;
+  out->steal = (double)v[7] / (double)tck;
+  out->self = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+              (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+  return true;
+}
+
+// --- measure
+
+sc_status profile_measure(const profile_options *opts, profile **out, sc_error *err) {
+  *out = NULL;
+  sc_error local = {{0}};
+  if (!err) err = &local;
+  err->msg[0] = 0;
+  profile *p = calloc(1, sizeof *p);
+  if (!p) return sc_fail(err, SC_OOM, "profile: out of memory");
+  p->o = *opts;
+  sc_status s = resolve_options(&p->o, err);
+  double t0 = now_s();
+  int cores = device_cpu_cores();
+  cpu_times c0 = {0}, c1 = {0};
+  bool have_times = read_cpu_times(&c0);
+  gemm_shape *shapes = calloc(SIM_TABLES_MAX, sizeof *shapes);
+  int n_shapes = 0;
+  if (s == SC_OK && !shapes) s = sc_fail(err, SC_OOM, "profile: out of memory");
+  if (s == SC_OK) s = gemm_plan(&p->o, cores, shapes, &n_shapes, err);
+  if (s == SC_OK) s = attention_plan(&p->o, cores, err);
+  device *d = NULL;
+  if (s == SC_OK) s = device_open(p->o.backend, 0, &d, err);
+  if (s == SC_OK) {
+    read_cpu_model(p);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(p->date, sizeof p->date, "%Y-%m-%d %H:%M UTC", &tm);
+    s = measure_host(p, d, err);
+  }
+  if (s == SC_OK) s = measure_gemm(p, d, shapes, n_shapes, err);
+  if (s == SC_OK) derive_gemm_eff(p, cores);
+  if (s == SC_OK) s = measure_attention(p, d, cores, err);
+  if (s == SC_OK) s = measure_allreduce(p, err);
+  if (s == SC_OK) {
+    fill_sim_view(p);
+    s = measure_overhead(p, err);
+  }
+  device_free(d);
+  free(shapes);
+  if (s != SC_OK) {
+    free(p);
+    return s;
+  }
+  hw_profile *hp = &p->hw;
+  if (p->o.description)
+    snprintf(hp->description, sizeof hp->description, "%s", p->o.description);
+  else
+    snprintf(hp->description, sizeof hp->description, "%.80s, %d cores, CPU backend (measured)",
+             p->cpu_model, cores);
+  p->sum.elapsed_s = now_s() - t0;
+  p->sum.other_load = p->sum.steal = -1;
+  if (have_times && read_cpu_times(&c1) && p->sum.elapsed_s > 0) {
+    double cap = p->sum.elapsed_s * (p->cpus_online > 0 ? p->cpus_online : cores);
+    double other = (c1.busy - c0.busy) - (c1.self - c0.self);
+    p->sum.other_load = other > 0 ? other / cap : 0;
+    p->sum.steal = (c1.steal - c0.steal) / cap;
+  }
+  *out = p;
+  return SC_OK;
+}
+
+void profile_free(profile *p) { free(p); }
+
+const hw_profile *profile_hw(const profile *p) { return &p->hw; }
+
+void profile_summary_get(const profile *p, profile_summary *out) { *out = p->sum; }
+
+// --- writing
+
+// "[[x, y], [x, y], ...]" + suffix + newline, with `per_line` pairs per line, continuation
+// lines indented by `indent` + 1 spaces. x are whole numbers (rows, tokens, bytes).
+static void write_pairs(FILE *f, const sim_curve *c, int indent, const char *suffix) {
+  const int per_line = 6;
+  fputc('[', f);
+  for (int i = 0; i < c->n; i++) {
+    if (i > 0) {
+      fputc(',', f);
+      if (i % per_line == 0) fprintf(f, "\n%*s", indent + 1, "");
+      else fputc(' ', f);
+    }
+    fprintf(f, "[%.0f, %.4g]", c->x[i], c->y[i]);
+  }
+  fprintf(f, "]%s\n", suffix);
+}
+
+// A YAML double-quoted string: quotes and backslashes escaped, control characters dropped.
+static void write_quoted(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    if ((unsigned char)*s >= 0x20) fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+static void write_header(const profile *p, FILE *f) {
+  const profile_options *o = &p->o;
+  const model_config *m = &o->model;
+  const profile_summary *s = &p->sum;
+  const hw_profile *h = &p->hw;
+  int th[2];
+  thread_counts(s->host_cores, o->tp[0], th);
+  fprintf(f, "# %s: a hardware profile measured by `shardcheck profile` (docs/profile.md).\n",
+          h->name);
+  if (o->command) fprintf(f, "# command: %s\n", o->command);
+  fprintf(f, "# machine: %s%s; %d cores usable by the process (%d online); %.1f GiB RAM",
+          p->cpu_model, p->virtual_machine ? " (virtual machine)" : "", s->host_cores,
+          p->cpus_online, s->mem_bytes / (1u << 30));
+  if (p->llc_bytes) fprintf(f, "; last-level cache %ld MiB", p->llc_bytes >> 20);
+  fputc('\n', f);
+  fprintf(f, "# date: %s; measuring took %.1f s\n", p->date, s->elapsed_s);
+  if (s->other_load >= 0)
+    fprintf(f, "# meanwhile: other processes used %.1f%% of the CPUs, the hypervisor took "
+               "%.1f%% (steal)\n", s->other_load * 100, s->steal * 100);
+  fprintf(f, "# model: %s (dim %d, %d layers, %d heads / %d KV heads x %d, ffn %d, vocab %d)\n"
+             "# TP degrees:", m->name, m->dim, m->n_layers, m->n_heads, m->n_kv_heads,
+          m->head_dim, m->ffn_dim, m->vocab_size);
+  for (int i = 0; i < o->n_tp; i++) fprintf(f, "%s%d", i ? ", " : " ", o->tp[i]);
+  fprintf(f, "\n# backend cpu: the \"devices\" are shares of this host, ranks are threads.\n");
+  fprintf(f, "# Table times are the median of %d rounds; a round repeats the op for at least "
+             "%g ms.\n", o->reps, o->min_round_s * 1e3);
+  fprintf(f,
+          "# host figures:\n"
+          "#   mem_bytes: total RAM. mem_bw: streaming read of %zu MiB with %d threads (1 thread:\n"
+          "#     %.1f GB/s; mem_eff is their ratio: a rank's elementwise ops run on one thread).\n"
+          "#   flops_fp32: the best %d^3 GEMM on %d threads; flops_bf16 and flops_fp16 are the\n"
+          "#     same (the CPU backend converts weights to f32 and multiplies in f32);\n"
+          "#     flops_int8 0 (no int8 GEMM).\n"
+          "#   gemm_eff: achieved fraction of flops_fp32 vs rows m of the tp%d gate|up GEMM on\n"
+          "#     %d threads (prices GEMM shapes that have no table below).\n"
+          "#   launch_s: one call of the smallest device op (an add of 16 floats).\n"
+          "#   host_cores: cores the process may run on; ranks x threads beyond them slow every\n"
+          "#     op in proportion.\n"
+          "#   link memory: ranks exchange activations through shared memory. link_bw and\n"
+          "#     link_latency_s fit t = 2(n-1) latency + 2(n-1)/n bytes / bw to the allreduce\n"
+          "#     tables below (%s).\n"
+          "#   gpus_per_node 8: up to 8 ranks as threads.\n",
+          o->bw_bytes >> 20, s->host_cores, s->mem_bw_1t / 1e9, o->square_n, s->host_cores,
+          o->tp[0], th[0], p->coll_fit);
+  fprintf(f,
+          "#   step_overhead_s: per engine step, beyond the ops the cost model prices: the\n"
+          "#     median over %d decode steps of %s at tp%d (random weights) of the whole\n"
+          "#     engine_step wall time (scheduling, executor, sampling) minus the cost model's\n"
+          "#     price of that step from this profile. Per batch, medians in ms:\n",
+          s->overhead_steps, m->name, s->overhead_tp);
+  for (int i = 0; i < p->n_batches; i++)
+    fprintf(f, "#       batch %3d: engine_step %.3f, executor %.3f, priced %.3f\n", p->batch[i],
+            p->wall_s[i] * 1e3, p->exec_s[i] * 1e3, p->price_s[i] * 1e3);
+  fprintf(f,
+          "#     (executor = engine_step_info.duration_ns: scheduling + executor, no sampling;\n"
+          "#     its median residual is %.3f ms.)\n", s->step_overhead_exec_s * 1e3);
+  fprintf(f,
+          "# gemm: seconds vs rows m of y(m x n) = x(m x k) . w(n x k)^T through the device at\n"
+          "#   `threads` BLAS threads, for every GEMM one rank of each TP degree runs (q|k|v and\n"
+          "#   gate|up as the cost model prices them: one GEMM of the combined width; the\n"
+          "#   executor runs them as separate GEMMs). Weights rotate through %zu MiB (twice\n"
+          "#   the last-level cache, at least 64), so they come from memory as in the engine.\n"
+          "# attention: one layer on one rank: decode = seconds per sequence for one token at\n"
+          "#   context length x (timed over as many sequences as fill %zu MiB of KV, at most\n"
+          "#   %d), prefill = seconds for x tokens from position 0 (causal). The kernel runs on\n"
+          "#   the rank's own thread, so one measurement serves every thread count.\n"
+          "# allreduce: seconds vs bytes per rank of an in-place sum over the shm communicator,\n"
+          "#   ranks as threads.\n",
+          rotate_bytes() >> 20, rotate_bytes() >> 20, PROF_ATTN_SEQS);
+}
+
+sc_status profile_write(const profile *p, FILE *f, sc_error *err) {
+  const hw_profile *h = &p->hw;
+  const sim_hw *s = &h->sim;
+  write_header(p, f);
+  fprintf(f, "name: ");
+  write_quoted(f, h->name);
+  fprintf(f, "\ndescription: ");
+  write_quoted(f, h->description);
+  fprintf(f, "\nmem_bytes: %.0f    # %.1f GiB\n", h->mem_bytes, h->mem_bytes / (1u << 30));
+  fprintf(f, "mem_bw: %.4g\n", h->mem_bw);
+  fprintf(f, "mem_eff: %.3f\n", s->mem_eff);
+  fprintf(f, "flops_bf16: %.4g\nflops_fp16: %.4g\nflops_fp32: %.4g\nflops_int8: 0\n",
+          h->flops_bf16, h->flops_fp16, h->flops_fp32);
+  fprintf(f, "link: %s\nlink_bw: %.4g\nlink_latency_s: %.4g\ngpus_per_node: %d\n", h->link,
+          h->link_bw, h->link_latency_s, h->gpus_per_node);
+  fprintf(f, "host_cores: %d\nlaunch_s: %.4g\nstep_overhead_s: %.4g\n", s->host_cores,
+          s->launch_s, s->step_overhead_s);
+  if (s->gemm_eff.n > 0) {
+    fprintf(f, "gemm_eff: ");
+    write_pairs(f, &s->gemm_eff, 10, "");
+  }
+  fprintf(f, "gemm:\n");
+  for (int i = 0; i < s->n_gemm; i++) {
+    const sim_gemm_table *g = &s->gemm[i];
+    fprintf(f, "  # %s\n  - {n: %d, k: %d, threads: %d,\n     t: ", p->gemm_role[i], g->n, g->k,
+            g->threads);
+    write_pairs(f, &g->t, 7, "}");
+  }
+  fprintf(f, "attention:\n");
+  for (int i = 0; i < s->n_attn; i++) {
+    const sim_attn_table *a = &s->attn[i];
+    fprintf(f, "  # %s\n  - heads: %d\n    kv_heads: %d\n    head_dim: %d\n    threads: %d\n",
+            p->attn_role[i], a->heads, a->kv_heads, a->head_dim, a->threads);
+    fprintf(f, "    decode: ");
+    write_pairs(f, &a->decode, 12, "");
+    fprintf(f, "    prefill: ");
+    write_pairs(f, &a->prefill, 13, "");
+  }
+  fprintf(f, "allreduce:\n");
+  for (int i = 0; i < s->n_coll; i++) {
+    const sim_coll_table *c = &s->coll[i];
+    fprintf(f, "  - ranks: %d\n    t: ", c->ranks);
+    write_pairs(f, &c->allreduce, 7, "");
+  }
+  if (fflush(f) != 0 || ferror(f))
+    return sc_fail(err, SC_IO, "profile: writing the profile failed: %s", strerror(errno));
+  return SC_OK;
+}
+
+sc_status profile_write_path(const profile *p, const char *path, sc_error *err) {
+  FILE *f = fopen(path, "w");
+  if (!f) return sc_fail(err, SC_IO, "cannot write '%s': %s", path, strerror(errno));
+  sc_status s = profile_write(p, f, err);
+  if (fclose(f) != 0 && s == SC_OK)
+    s = sc_fail(err, SC_IO, "cannot write '%s': %s", path, strerror(errno));
+  return s;
+}
