@@ -1,7 +1,7 @@
 // Hardware profiles: what a device offers (memory, bandwidth, throughput, links), read from
 // scenarios/hardware/NAME.yaml (embedded in the binary) or a YAML path.
 //
-// The planner (engine/memplan.h) uses memory; the simulator (kernels/sim/, later) uses the
+// The planner (engine/memplan.h) uses memory; the simulator (kernels/sim/sim_cost.h) uses the
 // rest. Figures and their sources live in the YAML files, not here.
 #pragma once
 

@@ -1,8 +1,9 @@
 // The device seam: what the executor needs from a backend (memory, copies, and the ops of a
 // Llama decoder), as a vtable plus a context, after ggml-backend.
 //
-// Backends: cpu (kernels/cpu/, CBLAS + C), cuda (kernels/cuda/, later), sim (kernels/sim/,
-// later). This file declares the vtable and the public wrappers; the wrappers are where fault
+// Backends: cpu (kernels/cpu/, CBLAS + C), cuda (kernels/cuda/, later). Sim mode does not
+// come through here: the engine's sim backend prices each step's ops from their shapes
+// (kernels/sim/sim_cost.h) instead of allocating and running them. This file declares the vtable and the public wrappers; the wrappers are where fault
 // hooks go, so every backend gets them. Activations are fp32 row-major everywhere; a
 // "device pointer" is whatever alloc returned (host memory on cpu).
 #pragma once
