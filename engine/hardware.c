@@ -160,6 +160,20 @@ static sc_status set_link(sim_link *l, const char *name, const char *where, cons
                  name, names);
 }
 
+void hw_profile_sync_sim(hw_profile *p) {
+  sim_hw *h = &p->sim;
+  h->mem_bytes = p->mem_bytes;
+  h->mem_bw = p->mem_bw;
+  h->flops_f32 = p->flops_fp32;
+  h->flops_f16 = p->flops_fp16;
+  h->flops_bf16 = p->flops_bf16;
+  h->flops_int8 = p->flops_int8;
+  h->gpus_per_node = p->gpus_per_node;
+  snprintf(h->intra.name, sizeof h->intra.name, "%s", p->link);
+  h->intra.bw = p->link_bw;
+  h->intra.latency_s = p->link_latency_s;
+}
+
 sc_status hw_profile_set_link(hw_profile *p, const char *link, sc_error *err) {
   SC_TRY(set_link(&p->sim.intra, link, p->name, "link", err));
   snprintf(p->link, sizeof p->link, "%s", p->sim.intra.name);
@@ -249,17 +263,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
   if (h->host_cores < 0 || h->host_cores > 4096)
     return sc_fail(err, SC_INVALID, "%s: key 'host_cores' must be in 0..4096, got %d", where,
                    h->host_cores);
-  // --- the simulator's device
-  h->mem_bytes = p->mem_bytes;
-  h->mem_bw = p->mem_bw;
-  h->flops_f32 = p->flops_fp32;
-  h->flops_f16 = p->flops_fp16;
-  h->flops_bf16 = p->flops_bf16;
-  h->flops_int8 = p->flops_int8;
-  h->gpus_per_node = p->gpus_per_node;
-  snprintf(h->intra.name, sizeof h->intra.name, "%s", p->link);
-  h->intra.bw = p->link_bw;
-  h->intra.latency_s = p->link_latency_s;
+  hw_profile_sync_sim(p);
   SC_TRY(set_link(&h->inter, inter, where, "inter_link", err));
   if (inter_bw < 0 || inter_lat > 1)
     return sc_fail(err, SC_INVALID,

@@ -30,6 +30,9 @@ typedef struct hw_profile {
 // Loads a profile by name (embedded scenarios/hardware/NAME.yaml) or from a .yaml path.
 // Unknown keys, missing keys and wrong types are SC_INVALID naming file:line:column and key.
 sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *err);
+// Copies the figures above (memory, flops, gpus_per_node, the intra-node link) into p->sim;
+// hw_profile_load does it, and so must whoever fills a profile by hand.
+void hw_profile_sync_sim(hw_profile *p);
 // Replaces the intra-node link (a named link, kernels/sim/sim_links.c) and, when nodes > 0,
 // keeps gpus_per_node as is: what a scenario's hardware.link overrides. SC_INVALID for an
 // unknown link name.

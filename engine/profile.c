@@ -953,16 +953,7 @@ static void fill_sim_view(profile *p) {
   hw_profile *hp = &p->hw;
   sim_hw *h = &hp->sim;
   snprintf(hp->name, sizeof hp->name, "%s", p->o.name);
-  h->mem_bytes = hp->mem_bytes;
-  h->mem_bw = hp->mem_bw;
-  h->flops_f32 = hp->flops_fp32;
-  h->flops_f16 = hp->flops_fp16;
-  h->flops_bf16 = hp->flops_bf16;
-  h->flops_int8 = hp->flops_int8;
-  h->gpus_per_node = hp->gpus_per_node;
-  snprintf(h->intra.name, sizeof h->intra.name, "%s", hp->link);
-  h->intra.bw = hp->link_bw;
-  h->intra.latency_s = hp->link_latency_s;
+  hw_profile_sync_sim(hp);
   if (!sim_link_lookup("ib-ndr", &h->inter)) h->inter = h->intra; // hardware.c's default
 }
 
