@@ -92,24 +92,52 @@ static sc_status check_config(engine_config *c, sc_error *err) {
   return SC_OK;
 }
 
-// backend "sim": the same KV cache and scheduler, no executor, no weights.
-static sc_status sim_engine_init(engine *e, sc_error *err) {
+// The real backends: BLAS threads, weights loaded onto the ranks, the executor.
+static sc_status real_init(engine *e, sc_error *err) {
+  const engine_config *c = &e->cfg;
+  if (strcmp(c->backend, "cpu") == 0) {
+    // BLAS threads x ranks stay within the cores unless the caller asks for more.
+    int threads = c->threads;
+    if (threads <= 0) {
+      threads = device_cpu_cores() / (c->tp * c->pp);
+      if (threads < 1) threads = 1;
+    }
+    device_cpu_set_threads(threads);
+  }
+  weight_source *weights = NULL; // needed only while the ranks load their slices
+  SC_TRY(weight_source_open(&c->model, c->weights_dir, c->weights_seed, &weights, err));
+  exec_config xc = {.model = c->model,
+                    .weights = weights,
+                    .backend = c->backend,
+                    .tp = c->tp,
+                    .pp = c->pp,
+                    .block_size = c->block_size,
+                    .n_blocks = c->kv_blocks,
+                    .max_tokens = c->token_budget,
+                    .max_seqs = c->max_running,
+                    .comm_deadline_ns = c->collective_timeout_ns};
+  sc_status s = executor_new(&xc, &e->ex, err);
+  weight_source_free(weights); // the weights are on the ranks now
+  SC_TRY(s);
+  size_t R = (size_t)c->max_running, V = (size_t)c->model.vocab_size;
+  e->logits = malloc(R * V * sizeof(float));
+  e->sample_scratch = malloc(sampler_scratch_bytes(c->model.vocab_size));
+  if (!e->logits || !e->sample_scratch)
+    return sc_fail(err, SC_OOM, "engine: out of host memory for step buffers");
+  return SC_OK;
+}
+
+// backend "sim": no executor, no weights; buffers for pricing a step.
+static sc_status sim_init(engine *e, sc_error *err) {
   const engine_config *c = &e->cfg;
   if (!c->sim.hw) return sc_fail(err, SC_INVALID, "engine: backend sim needs a simulated device");
   if (c->kv_blocks < 1)
     return sc_fail(err, SC_INVALID, "engine: backend sim needs kv_blocks from the planner");
-  SC_TRY(kv_cache_new(c->kv_blocks, c->block_size, &e->kv));
-  SC_TRY(sched_new((sched_config){.max_running = c->max_running,
-                                  .token_budget = c->token_budget,
-                                  .prefill_chunk = c->prefill_chunk},
-                   e->kv, &e->sched));
   size_t R = (size_t)c->max_running;
-  e->items = calloc(R, sizeof *e->items);
-  e->eseqs = calloc(R, sizeof *e->eseqs);
   e->sseqs = calloc(R, sizeof *e->sseqs);
   e->ntok = calloc(R, sizeof *e->ntok);
   e->mb_first = calloc((size_t)c->pp + 1, sizeof *e->mb_first);
-  if (!e->items || !e->eseqs || !e->sseqs || !e->ntok || !e->mb_first)
+  if (!e->sseqs || !e->ntok || !e->mb_first)
     return sc_fail(err, SC_OOM, "engine: out of host memory for step buffers");
   e->cfg.sim.layout.tp = c->tp;
   e->cfg.sim.layout.pp = c->pp;
@@ -127,41 +155,8 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   sc_status s = check_config(&e->cfg, err);
   const engine_config *c = &e->cfg;
   e->sim = strcmp(c->backend, "sim") == 0;
-  if (e->sim && s == SC_OK) {
-    s = sim_engine_init(e, err);
-    if (s != SC_OK) {
-      engine_free(e);
-      return s;
-    }
-    *out = e;
-    return SC_OK;
-  }
-  weight_source *weights = NULL; // needed only while the ranks load their slices
-  if (s == SC_OK && strcmp(c->backend, "cpu") == 0) {
-    // BLAS threads x ranks stay within the cores unless the caller asks for more.
-    int threads = c->threads;
-    if (threads <= 0) {
-      threads = device_cpu_cores() / (c->tp * c->pp);
-      if (threads < 1) threads = 1;
-    }
-    device_cpu_set_threads(threads);
-  }
-  if (s == SC_OK) s = weight_source_open(&c->model, c->weights_dir, c->weights_seed, &weights, err);
-  if (s == SC_OK) {
-    exec_config xc = {.model = c->model,
-                      .weights = weights,
-                      .backend = c->backend,
-                      .tp = c->tp,
-                      .pp = c->pp,
-                      .block_size = c->block_size,
-                      .n_blocks = c->kv_blocks,
-                      .max_tokens = c->token_budget,
-                      .max_seqs = c->max_running,
-                      .comm_deadline_ns = c->collective_timeout_ns};
-    s = executor_new(&xc, &e->ex, err);
-  }
-  // The weights are on the ranks now; the files need not stay mapped.
-  weight_source_free(weights);
+  if (s == SC_OK) s = e->sim ? sim_init(e, err) : real_init(e, err);
+  // the same KV cache, scheduler and step buffers for every backend
   if (s == SC_OK) s = kv_cache_new(c->kv_blocks, c->block_size, &e->kv);
   if (s == SC_OK)
     s = sched_new((sched_config){.max_running = c->max_running,
@@ -169,12 +164,10 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
                                  .prefill_chunk = c->prefill_chunk},
                   e->kv, &e->sched);
   if (s == SC_OK) {
-    size_t R = (size_t)c->max_running, V = (size_t)c->model.vocab_size;
+    size_t R = (size_t)c->max_running;
     e->items = calloc(R, sizeof *e->items);
     e->eseqs = calloc(R, sizeof *e->eseqs);
-    e->logits = malloc(R * V * sizeof(float));
-    e->sample_scratch = malloc(sampler_scratch_bytes(c->model.vocab_size));
-    if (!e->items || !e->eseqs || !e->logits || !e->sample_scratch)
+    if (!e->items || !e->eseqs)
       s = sc_fail(err, SC_OOM, "engine: out of host memory for step buffers");
   }
   if (s != SC_OK) {

@@ -1,5 +1,5 @@
-// The caller-key <-> engine-id map and event translation shared by the replicas
-// (see replica_keys.h).
+// The caller-key <-> engine-id map, event translation and event queue shared by the
+// replicas (see replica_keys.h).
 #include "engine/replica_keys.h"
 
 #include <stdlib.h>
@@ -116,4 +116,35 @@ const char *rk_status_kind(sc_status s) {
   case SC_NUMERICAL: return "numerical";
   default: return "replica_failed";
   }
+}
+
+bool rq_push(replica_evq *q, const replica_event *ev) {
+  if (q->n == q->cap && q->head > 0) { // compact first
+    memmove(q->v, q->v + q->head, (q->n - q->head) * sizeof *q->v);
+    q->n -= q->head;
+    q->head = 0;
+  }
+  if (q->n == q->cap) {
+    size_t cap = q->cap ? q->cap * 2 : 1024;
+    replica_event *p = realloc(q->v, cap * sizeof *p);
+    if (!p) return false;
+    q->v = p;
+    q->cap = cap;
+  }
+  q->v[q->n++] = *ev;
+  return true;
+}
+
+int rq_take(replica_evq *q, replica_event *out, int cap) {
+  size_t n = rq_len(q);
+  if (n > (size_t)cap) n = (size_t)cap;
+  if (n) memcpy(out, q->v + q->head, n * sizeof *out);
+  q->head += n;
+  if (q->head == q->n) q->head = q->n = 0;
+  return (int)n;
+}
+
+void rq_free(replica_evq *q) {
+  free(q->v);
+  memset(q, 0, sizeof *q);
 }

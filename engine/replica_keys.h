@@ -1,5 +1,6 @@
-// What every replica implementation shares: the caller-key <-> engine-id mapping and the
-// translation of engine events into replica events (engine/replica.h). Internal to engine/.
+// What every replica implementation shares: the caller-key <-> engine-id mapping, the
+// translation of engine events into replica events (engine/replica.h), and the queue that
+// holds events until they are polled. Internal to engine/.
 #pragma once
 
 #include <stdbool.h>
@@ -32,3 +33,16 @@ replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t);
 // The error kind a FAILED event names for status s: "invalid", "oom", "timeout",
 // "numerical", else "replica_failed".
 const char *rk_status_kind(sc_status s);
+
+// A FIFO of replica events: [head, n) pending in v (cap). Zero-initialised = empty.
+typedef struct replica_evq {
+  replica_event *v;
+  size_t head, n, cap;
+} replica_evq;
+
+// Appends ev (compacting or growing the array). False when memory ran out.
+bool rq_push(replica_evq *q, const replica_event *ev);
+// Moves up to cap events, oldest first, into out; returns how many.
+int rq_take(replica_evq *q, replica_event *out, int cap);
+static inline size_t rq_len(const replica_evq *q) { return q->n - q->head; }
+void rq_free(replica_evq *q); // and resets *q to empty

@@ -38,8 +38,7 @@ typedef struct local {
   int n_in, cap_in;
   bool admitting_change, admitting;
   // outbox (guarded by mu)
-  replica_event *out;
-  size_t n_out, head_out, cap_out; // events [head_out, n_out) pending
+  replica_evq out;
   int pipe_r, pipe_w;
   bool signalled; // a byte is in the pipe
   // published state (guarded by mu)
@@ -57,21 +56,7 @@ static uint64_t now_ns(local *l) { return sc_clock_now(&l->cfg.clock); }
 
 // Appends an event (mu held). False when memory ran out.
 static bool push_out(local *l, const replica_event *ev) {
-  if (l->n_out == l->cap_out) {
-    if (l->head_out > 0) { // compact first
-      memmove(l->out, l->out + l->head_out, (l->n_out - l->head_out) * sizeof *l->out);
-      l->n_out -= l->head_out;
-      l->head_out = 0;
-    }
-    if (l->n_out == l->cap_out) {
-      size_t cap = l->cap_out ? l->cap_out * 2 : 1024;
-      replica_event *p = realloc(l->out, cap * sizeof *p);
-      if (!p) return false;
-      l->out = p;
-      l->cap_out = cap;
-    }
-  }
-  l->out[l->n_out++] = *ev;
+  if (!rq_push(&l->out, ev)) return false;
   if (!l->signalled) {
     char b = 1;
     ssize_t w = write(l->pipe_w, &b, 1);
@@ -217,12 +202,8 @@ static void l_cancel(void *ctx, uint64_t key) {
 static int l_poll(void *ctx, replica_event *out, int cap) {
   local *l = ctx;
   pthread_mutex_lock(&l->mu);
-  size_t n = l->n_out - l->head_out;
-  if (n > (size_t)cap) n = (size_t)cap;
-  if (n) memcpy(out, l->out + l->head_out, n * sizeof *out);
-  l->head_out += n;
-  if (l->head_out == l->n_out) {
-    l->head_out = l->n_out = 0;
+  int n = rq_take(&l->out, out, cap);
+  if (rq_len(&l->out) == 0) {
     if (l->signalled) {
       char buf[64];
       while (read(l->pipe_r, buf, sizeof buf) > 0) {
@@ -231,7 +212,7 @@ static int l_poll(void *ctx, replica_event *out, int cap) {
     }
   }
   pthread_mutex_unlock(&l->mu);
-  return (int)n;
+  return n;
 }
 
 static int l_wait_fd(void *ctx) { return ((local *)ctx)->pipe_r; }
@@ -285,7 +266,7 @@ static void l_free(void *ctx) {
   engine_free(l->e);
   for (int i = 0; i < l->n_in; i++) free(l->in[i].prompt);
   free(l->in);
-  free(l->out);
+  rq_free(&l->out);
   free(l->mem_used);
   free(l->mem_total);
   rk_free(&l->keys);

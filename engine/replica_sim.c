@@ -14,42 +14,18 @@
 #include "engine/replica.h"
 #include "engine/replica_keys.h"
 
-typedef struct evq {
-  replica_event *v;
-  size_t head, n, cap; // events [head, n)
-} evq;
-
 typedef struct simrep {
   engine *e;
   engine_config cfg;
   replica_keys keys;
-  evq ready;          // pollable
-  evq held;           // the step in flight's, released at busy_until
+  replica_evq ready;          // pollable
+  replica_evq held;           // the step in flight's, released at busy_until
   bool busy;
   uint64_t busy_until; // clock time the step in flight ends
   bool admitting;
   int n_ranks;
   char error[512];
 } simrep;
-
-static bool evq_push(evq *q, const replica_event *ev) {
-  if (q->n == q->cap) {
-    if (q->head > 0) {
-      memmove(q->v, q->v + q->head, (q->n - q->head) * sizeof *q->v);
-      q->n -= q->head;
-      q->head = 0;
-    }
-    if (q->n == q->cap) {
-      size_t cap = q->cap ? q->cap * 2 : 1024;
-      replica_event *p = realloc(q->v, cap * sizeof *p);
-      if (!p) return false;
-      q->v = p;
-      q->cap = cap;
-    }
-  }
-  q->v[q->n++] = *ev;
-  return true;
-}
 
 static uint64_t now_ns(const simrep *s) { return sc_clock_now(&s->cfg.clock); }
 
@@ -70,13 +46,13 @@ static void start_step(simrep *s) {
     return;
   }
   uint64_t end = t + res.info.duration_ns;
-  evq *q = res.info.duration_ns > 0 ? &s->held : &s->ready;
+  replica_evq *q = res.info.duration_ns > 0 ? &s->held : &s->ready;
   for (int i = 0; i < res.n_events; i++) {
     replica_event ev = rk_event(&s->keys, &res.events[i], end);
-    evq_push(q, &ev);
+    rq_push(q, &ev);
   }
   if (res.info.duration_ns > 0) {
-    evq_push(q, &(replica_event){.kind = REPLICA_EV_STEP, .step = res.info, .t_ns = end});
+    rq_push(q, &(replica_event){.kind = REPLICA_EV_STEP, .step = res.info, .t_ns = end});
     s->busy = true;
     s->busy_until = end;
   }
@@ -91,14 +67,14 @@ uint64_t replica_sim_next_ns(replica *r) {
 
 bool replica_sim_advance(replica *r, uint64_t now) {
   simrep *s = r->ctx;
-  size_t before = s->ready.n - s->ready.head;
+  size_t before = rq_len(&s->ready);
   if (s->busy && s->busy_until <= now) {
-    for (size_t i = s->held.head; i < s->held.n; i++) evq_push(&s->ready, &s->held.v[i]);
+    for (size_t i = s->held.head; i < s->held.n; i++) rq_push(&s->ready, &s->held.v[i]);
     s->held.head = s->held.n = 0;
     s->busy = false;
   }
   if (!s->busy && !s->error[0] && !engine_idle(s->e)) start_step(s);
-  return s->ready.n - s->ready.head > before;
+  return rq_len(&s->ready) > before;
 }
 
 // --- vtable
@@ -115,7 +91,7 @@ static sc_status s_submit(void *ctx, uint64_t key, const engine_request *q, sc_e
   if (st != SC_OK) {
     replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = st, .t_ns = now_ns(s)};
     snprintf(ev.what, sizeof ev.what, "%s", rk_status_kind(st));
-    if (!evq_push(&s->ready, &ev)) return sc_fail(err, SC_OOM, "replica: out of memory");
+    if (!rq_push(&s->ready, &ev)) return sc_fail(err, SC_OOM, "replica: out of memory");
   }
   return SC_OK;
 }
@@ -127,13 +103,7 @@ static void s_cancel(void *ctx, uint64_t key) {
 }
 
 static int s_poll(void *ctx, replica_event *out, int cap) {
-  simrep *s = ctx;
-  size_t n = s->ready.n - s->ready.head;
-  if (n > (size_t)cap) n = (size_t)cap;
-  if (n) memcpy(out, s->ready.v + s->ready.head, n * sizeof *out);
-  s->ready.head += n;
-  if (s->ready.head == s->ready.n) s->ready.head = s->ready.n = 0;
-  return (int)n;
+  return rq_take(&((simrep *)ctx)->ready, out, cap);
 }
 
 static replica_health s_health(void *ctx) {
@@ -161,8 +131,8 @@ static void s_free(void *ctx) {
   if (!s) return;
   engine_free(s->e);
   rk_free(&s->keys);
-  free(s->ready.v);
-  free(s->held.v);
+  rq_free(&s->ready);
+  rq_free(&s->held);
   free(s);
 }
 

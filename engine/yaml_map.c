@@ -54,7 +54,7 @@ void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t ca
 
 // --- scalars
 
-static const char *type_expect(const yaml_map_field *f) {
+const char *yaml_map_expect(const yaml_map_field *f) {
   switch (f->type) {
   case YAML_MAP_INT: return "an integer";
   case YAML_MAP_DOUBLE: return "a number";
@@ -195,7 +195,7 @@ sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_m
                        "%s: key '%s': expected a string of at most %zu characters, got %s", where,
                        key, fields[i].cap - 1, got);
       return sc_fail(err, SC_INVALID, "%s: key '%s': expected %s, got %s", where, key,
-                     type_expect(&fields[i]), got);
+                     yaml_map_expect(&fields[i]), got);
     }
     seen[i] = true;
   }
@@ -204,7 +204,7 @@ sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_m
     if (fields[i].required && !seen[i]) {
       yaml_map_where(map, file, where, sizeof where);
       return sc_fail(err, SC_INVALID, "%s: missing required key '%s' (%s)", where, fields[i].key,
-                     type_expect(&fields[i]));
+                     yaml_map_expect(&fields[i]));
     }
   }
   return SC_OK;

@@ -41,6 +41,9 @@ typedef struct yaml_map_field {
   sc_status (*node)(struct fy_node *v, void *dst, const char *file, sc_error *err);
 } yaml_map_field;
 
+// What field f expects, in messages: "an integer", "a number", ..., or f->expect.
+const char *yaml_map_expect(const yaml_map_field *f);
+
 // Reads the mapping `map` into fields[0..n). `file` names the source in messages. On error
 // the destinations of keys read before the bad one are already written.
 sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_map_field *fields,

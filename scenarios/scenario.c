@@ -244,18 +244,6 @@ static void key_list(const yaml_map_field *f, int nf, const char *const *nested,
                             i < nf ? f[i].key : nested[i - nf]);
 }
 
-// What a scalar field expects, in yaml_map's words.
-static const char *field_expect(const yaml_map_field *f) {
-  switch (f->type) {
-  case YAML_MAP_INT: return "an integer";
-  case YAML_MAP_DOUBLE: return "a number";
-  case YAML_MAP_STRING: return "a string";
-  case YAML_MAP_BOOL: return "true or false";
-  case YAML_MAP_CUSTOM: return f->expect ? f->expect : "a scalar";
-  case YAML_MAP_NODE: return f->expect ? f->expect : "a value";
-  }
-  return "a value";
-}
 
 // Appends copies of k and v to tmp. SC_OOM when libfyaml cannot.
 static sc_status append_copy(ctx *c, struct fy_node *tmp, struct fy_node *k, struct fy_node *v) {
@@ -308,7 +296,7 @@ static sc_status read_map(ctx *c, struct fy_node *map, const char *key, struct f
       break;
     }
     if (i < nf && (!pv || fy_node_is_null(pv))) { // no position of its own: point at the key
-      st = expect_at(c, pv, pk, name, field_expect(&f[i]));
+      st = expect_at(c, pv, pk, name, yaml_map_expect(&f[i]));
       break;
     }
     if (i < nf) st = append_copy(c, tmp, pk, pv);
@@ -328,7 +316,7 @@ static sc_status read_scalar(ctx *c, struct fy_node *k, struct fy_node *v,
                              const yaml_map_field *f) {
   struct fy_node *tmp = fy_node_create_mapping(c->doc);
   if (!tmp) return sc_fail(c->err, SC_OOM, "%s: out of memory reading YAML", c->file);
-  sc_status st = !v || fy_node_is_null(v) ? expect_at(c, v, k, f->key, field_expect(f))
+  sc_status st = !v || fy_node_is_null(v) ? expect_at(c, v, k, f->key, yaml_map_expect(f))
                                            : append_copy(c, tmp, k, v);
   if (st == SC_OK) st = yaml_map_read_node(tmp, c->file, f, 1, c->err);
   fy_node_free(tmp);

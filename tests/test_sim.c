@@ -480,3 +480,35 @@ Test(sim_run, kv_exhaustion_preempts_and_every_request_completes) {
   free(t);
   store_close(db);
 }
+
+// --- shardcheck run --mode / --profile: bad values are one clear line and exit 2
+static void expect_run_refused(const char *args, const char *needle) {
+  char out[4096];
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_expect_eq(rc, 2, "`shardcheck %s` exited %d:\n%s", args, rc, out);
+  cr_expect(strstr(out, needle) != NULL, "'%s' missing from:\n%s", needle, out);
+  cr_expect(strstr(out, "runtime error") == NULL && strstr(out, "Sanitizer") == NULL, "%s", out);
+}
+
+Test(sim_cli, bad_mode_and_profile_overrides_exit_2_naming_them) {
+  expect_run_refused("run " SC_SOURCE_DIR "/scenarios/quickstart.yaml --mode simm --no-report",
+                     "--mode needs real or sim, got 'simm'");
+  expect_run_refused("run " SC_SOURCE_DIR "/scenarios/quickstart.yaml --mode sim --profile "
+                     "no-such-gpu --no-report",
+                     "no-such-gpu");
+  expect_run_refused("run " SC_SOURCE_DIR "/scenarios/quickstart.yaml --mode sim --profile "
+                     "/nonexistent/p.yaml --no-report",
+                     "/nonexistent/p.yaml");
+}
+
+Test(sim_cli, quickstart_switched_to_sim_runs_in_virtual_time) {
+  char out[16384], args[1024];
+  const char *d = sc_test_tmpdir("sim-cli");
+  snprintf(args, sizeof args,
+           "run " SC_SOURCE_DIR "/scenarios/quickstart.yaml --mode sim --db %s/r.db --no-report",
+           d);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_expect(rc == 0 || rc == 1, "exit %d:\n%s", rc, out); // 1: an SLO verdict failed
+  cr_expect(strstr(out, "s simulated in") != NULL, "%s", out);
+  cr_expect(strstr(out, "on simulated cpu") != NULL, "%s", out);
+}
