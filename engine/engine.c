@@ -1,7 +1,20 @@
 // One replica's engine (see engine.h): request bookkeeping, the step loop that joins the
 // scheduler, the executor and the sampler, and the events it returns.
+//
+// Request-scoped failures (the engine lives on): a sequence gets its own device memory on
+// every rank when it is first scheduled (executor_seq_mem: its block table); when that
+// allocation fails with SC_OOM the request ends with ENGINE_EV_FAILED (SC_OOM) and its blocks
+// go back. Three such failures with no successful admission between mark the engine unhealthy
+// (engine_stats.unhealthy) until the next success. Before sampling, each logits row is checked
+// for NaN/inf; a request whose row has one ends with ENGINE_EV_FAILED (SC_NUMERICAL). Any other
+// failure of a step (a lost device, a collective deadline, a hung rank) is the replica's: the
+// step returns it and the engine is unusable. The fault hooks (engine_set_rank_fault,
+// engine_set_link_fault) only forward to the executor; deciding when to inject is faults/'s.
+// The sim backend has no devices: none of this applies to it.
 #include "engine/engine.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +24,15 @@
 #include "engine/shard.h"
 #include "engine/weights.h"
 #include "kernels/device.h"
+
+// What the engine keeps per request: the scheduler's seq first (the scheduler hands back
+// seq pointers, which are eseq pointers), then its device memory.
+typedef struct eseq {
+  seq s;
+  exec_seq_mem *mem; // NULL until first scheduled (and always for backend sim)
+} eseq;
+
+#define OOM_STREAK_UNHEALTHY 3 // failed admissions in a row that make the engine unhealthy
 
 struct engine {
   engine_config cfg;
@@ -33,6 +55,8 @@ struct engine {
   int n_events, cap_events;
 
   uint64_t steps, preemptions, generated;
+  uint64_t oom_failures, numerical_failures;
+  int oom_streak; // admissions failed with SC_OOM since the last one that succeeded
 };
 
 engine_config engine_config_defaults(void) {
@@ -178,11 +202,14 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   return SC_OK;
 }
 
-static void seq_free(seq *q) {
+// Frees q and its device memory (q must be out of the scheduler).
+static void seq_free(engine *e, seq *q) {
   if (!q) return;
+  eseq *es = (eseq *)q;
+  if (es->mem) executor_seq_mem_free(e->ex, es->mem);
   free(q->tokens);
   free(q->blocks);
-  free(q);
+  free(es);
 }
 
 // Frees every queued or running sequence (their blocks go back to the cache).
@@ -190,7 +217,7 @@ static void drop_all(engine *e) {
   seq *q;
   while ((q = sched_any(e->sched)) != NULL) {
     sched_remove(e->sched, q);
-    seq_free(q);
+    seq_free(e, q);
   }
 }
 
@@ -245,12 +272,13 @@ sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_err
     return sc_fail(err, SC_INVALID,
                    "request: %d tokens need %d KV blocks, the cache has %d in all", cap, blocks,
                    kv_cache_total(e->kv));
-  seq *q = calloc(1, sizeof *q);
-  if (!q) return SC_OOM;
+  eseq *es = calloc(1, sizeof *es);
+  if (!es) return SC_OOM;
+  seq *q = &es->s;
   q->tokens = malloc(sizeof(int32_t) * (size_t)cap);
   q->blocks = malloc(sizeof(int32_t) * (size_t)blocks);
   if (!q->tokens || !q->blocks) {
-    seq_free(q);
+    seq_free(e, q);
     return SC_OOM;
   }
   memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
@@ -263,7 +291,7 @@ sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_err
   q->stop_at_eos = r->stop_at_eos;
   sc_status s = sched_add(e->sched, q);
   if (s != SC_OK) {
-    seq_free(q);
+    seq_free(e, q);
     return s;
   }
   *id = q->id;
@@ -274,8 +302,28 @@ static sc_status finish(engine *e, seq *q, engine_finish_reason why) {
   sc_status s = push_event(e, (engine_event){.kind = ENGINE_EV_FINISHED, .req_id = q->id,
                                              .reason = why, .n_generated = q->n_generated});
   sched_remove(e->sched, q);
-  seq_free(q);
+  seq_free(e, q);
   return s;
+}
+
+// Ends q with a request-scoped failure: a FAILED event carrying status, its blocks and device
+// memory freed.
+static sc_status fail_request(engine *e, seq *q, sc_status status) {
+  if (status == SC_OOM) e->oom_failures++;
+  if (status == SC_NUMERICAL) e->numerical_failures++;
+  sc_status s = push_event(e, (engine_event){.kind = ENGINE_EV_FAILED, .req_id = q->id,
+                                             .status = status,
+                                             .n_generated = q->n_generated});
+  sched_remove(e->sched, q);
+  seq_free(e, q);
+  return s;
+}
+
+// Whether a row of n logits holds a NaN or an infinity: one branch-free pass (it vectorises).
+static bool row_not_finite(const float *x, int n) {
+  int bad = 0;
+  for (int i = 0; i < n; i++) bad |= !(fabsf(x[i]) <= FLT_MAX); // false for NaN and inf
+  return bad != 0;
 }
 
 sc_status engine_cancel(engine *e, uint64_t id) {
@@ -295,10 +343,12 @@ static int32_t sim_token(const engine *e, const seq *q) {
   return tok;
 }
 
-// Samples, appends and reports the token of q; finishes q when it is done. logits NULL: sim.
+// Samples, appends and reports the token of q; finishes q when it is done, fails it
+// (SC_NUMERICAL) when its logits hold a NaN or inf. logits NULL: sim.
 static sc_status emit_token(engine *e, seq *q, const float *logits) {
   const model_config *m = &e->cfg.model;
   int32_t tok;
+  if (logits && row_not_finite(logits, m->vocab_size)) return fail_request(e, q, SC_NUMERICAL);
   if (logits) {
     if (e->cfg.on_logits) e->cfg.on_logits(e->cfg.on_logits_ud, q->id, q->n_generated, logits, m->vocab_size);
     tok = sampler_pick(&q->sampling, logits, m->vocab_size, q->n_generated, e->sample_scratch);
@@ -314,6 +364,40 @@ static sc_status emit_token(engine *e, seq *q, const float *logits) {
   if (q->n_generated >= q->max_new) return finish(e, q, FINISH_LENGTH);
   if (q->n_tokens >= q->cap) return finish(e, q, FINISH_CONTEXT);
   return SC_OK;
+}
+
+// Gives every newly scheduled sequence among items[0..n) its device memory. A sequence whose
+// allocation fails with SC_OOM fails (FAILED event) and leaves the step; returns how many
+// items remain (compacted in place). Any other failure of the device is the replica's: it is
+// returned in *fatal (with err) and the step must stop.
+static int admit(engine *e, int n, sc_status *fatal, sc_error *err) {
+  int kept = 0;
+  *fatal = SC_OK;
+  for (int i = 0; i < n; i++) {
+    sched_item it = e->items[i];
+    eseq *es = (eseq *)it.s;
+    if (!es->mem) {
+      sc_error aerr = {{0}};
+      sc_status s = executor_seq_mem_new(e->ex, &es->mem, &aerr);
+      if (s == SC_OOM) {
+        if (++e->oom_streak > OOM_STREAK_UNHEALTHY) e->oom_streak = OOM_STREAK_UNHEALTHY;
+        sc_status ps = fail_request(e, it.s, SC_OOM);
+        if (ps != SC_OK) {
+          *fatal = sc_fail(err, ps, "engine: out of host memory for events");
+          return kept;
+        }
+        continue;
+      }
+      if (s != SC_OK) {
+        *fatal = s;
+        if (err) *err = aerr;
+        return kept;
+      }
+      e->oom_streak = 0;
+    }
+    e->items[kept++] = it;
+  }
+  return kept;
 }
 
 // Runs the planned items[0..n) on the executor; the duration is the clock's.
@@ -352,12 +436,20 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
   int n = sched_plan(e->sched, e->items, &n_pre);
   info->n_preempted = n_pre;
   e->preemptions += (uint64_t)n_pre;
+  if (n > 0 && !e->sim) {
+    sc_status s;
+    n = admit(e, n, &s, err);
+    if (s != SC_OK) {
+      e->broken = s;
+      return s;
+    }
+  }
   if (n > 0) {
     for (int i = 0; i < n; i++) {
       const sched_item *it = &e->items[i];
       e->eseqs[i] = (exec_seq){.start = it->start, .n = it->n, .tokens = it->s->tokens + it->start,
                                .blocks = it->s->blocks, .n_blocks = it->s->n_blocks,
-                               .want_logits = it->sample};
+                               .want_logits = it->sample, .mem = ((eseq *)it->s)->mem};
       // One token past the prompt is a decode token; anything else is (re)prefill.
       if (it->n == 1 && it->start >= it->s->n_prompt)
         info->decode_tokens++;
@@ -405,7 +497,10 @@ void engine_stats_get(const engine *e, engine_stats *out) {
                         .steps = e->steps,
                         .preemptions = e->preemptions,
                         .generated_tokens = e->generated,
-                        .n_ranks = e->sim ? e->cfg.tp * e->cfg.pp : executor_n_ranks(e->ex)};
+                        .n_ranks = e->sim ? e->cfg.tp * e->cfg.pp : executor_n_ranks(e->ex),
+                        .oom_failures = e->oom_failures,
+                        .numerical_failures = e->numerical_failures,
+                        .unhealthy = e->oom_streak >= OOM_STREAK_UNHEALTHY};
 }
 
 sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total) {
@@ -414,5 +509,16 @@ sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total) {
   const engine_sim *sm = &e->cfg.sim;
   *used = (size_t)(sm->static_bytes + sm->kv_block_bytes * kv_cache_used(e->kv));
   *total = (size_t)sm->hw->mem_bytes;
+  return SC_OK;
+}
+
+sc_status engine_set_rank_fault(engine *e, int r, const dev_fault *f) {
+  if (!e || e->sim || !e->ex || !f) return SC_INVALID;
+  return executor_set_fault(e->ex, r, f);
+}
+
+sc_status engine_set_link_fault(engine *e, double factor, uint64_t latency_ns, double bandwidth) {
+  if (!e || e->sim || !e->ex) return SC_INVALID;
+  executor_set_link_fault(e->ex, factor, latency_ns, bandwidth);
   return SC_OK;
 }

@@ -13,6 +13,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "kernels/clock.h"
+#include "kernels/device.h"
 #include "kernels/sim/sim_cost.h"
 #include "kernels/status.h"
 
@@ -26,6 +27,10 @@ typedef struct engine_sim {
   sim_layout layout;     // where the replica sits (tp and pp are the engine's own)
   double static_bytes;   // per GPU: weights + workspace (the planner's), for rank memory
   double kv_block_bytes; // per GPU per KV block
+  uint64_t detect_timeout_ns;     // faults: a hung replica is declared lost this long after it
+                                  // stopped (the router's heartbeat timeout; 0: 2 s)
+  uint64_t collective_timeout_ns; // faults: a hung rank fails its replica this long after it
+                                  // stopped (the collective deadline; 0: the engine's)
 } engine_sim;
 
 typedef struct engine_config {
@@ -62,7 +67,11 @@ typedef struct engine_request {
   bool stop_at_eos;      // finish when the model's eos_token_id is generated
 } engine_request;
 
-typedef enum engine_event_kind { ENGINE_EV_TOKEN, ENGINE_EV_FINISHED } engine_event_kind;
+typedef enum engine_event_kind {
+  ENGINE_EV_TOKEN,
+  ENGINE_EV_FINISHED,
+  ENGINE_EV_FAILED, // a request-scoped failure: this request ends (status), the engine lives on
+} engine_event_kind;
 
 typedef enum engine_finish_reason {
   FINISH_NONE = 0,
@@ -80,7 +89,9 @@ typedef struct engine_event {
   int32_t token;              // ENGINE_EV_TOKEN: the id
   int index;                  // ENGINE_EV_TOKEN: 0 for the first generated token
   engine_finish_reason reason; // ENGINE_EV_FINISHED
-  int n_generated;            // ENGINE_EV_FINISHED: tokens generated in all
+  int n_generated;            // ENGINE_EV_FINISHED, ENGINE_EV_FAILED: tokens generated in all
+  sc_status status;           // ENGINE_EV_FAILED: SC_OOM (its device allocation failed) or
+                              // SC_NUMERICAL (NaN/inf in its logits)
 } engine_event;
 
 typedef struct engine_step_info {
@@ -107,6 +118,10 @@ typedef struct engine_stats {
   int kv_used, kv_total, kv_block_size;
   uint64_t steps, preemptions, generated_tokens;
   int n_ranks;
+  uint64_t oom_failures;       // requests failed with SC_OOM
+  uint64_t numerical_failures; // requests failed with SC_NUMERICAL (NaN/inf logits)
+  bool unhealthy;              // allocations keep failing (3 in a row with no success between):
+                               // the router should stop sending here
 } engine_stats;
 
 typedef struct engine engine;
@@ -133,3 +148,11 @@ void engine_set_admitting(engine *e, bool admitting);
 void engine_stats_get(const engine *e, engine_stats *out);
 // Device memory of rank r: in use through its device and in total.
 sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total);
+
+// --- fault hooks (faults/ through the replica handle). Callable from any thread, also while
+// a step runs. Backend "sim" has no devices: these return SC_INVALID there (the simulated
+// replica acts on faults itself).
+// Sets the device fault of rank r (-1: every rank), see kernels/device.h.
+sc_status engine_set_rank_fault(engine *e, int r, const dev_fault *f);
+// Throttles the replica's links (every TP and PP group), see comm_shm_group_set_slow.
+sc_status engine_set_link_fault(engine *e, double factor, uint64_t latency_ns, double bandwidth);

@@ -1,18 +1,27 @@
 // The executor (see executor.h): per-rank arenas, the Llama forward pass over a flat batch
-// of tokens, TP collectives, PP micro-batches, and the thread per rank that runs it.
+// of tokens, TP collectives, PP micro-batches, the thread per rank that runs it (a single rank
+// runs on the caller's thread), each sequence's device memory, and the step watchdog: with
+// several ranks the caller watches while it waits for them; a single rank gets a watchdog
+// thread, started by the first hang fault set through executor_set_fault (so an engine that
+// never sees one pays nothing). Deciding which faults to inject is faults/'s; the hooks
+// themselves live in kernels/device.c and kernels/comm_shm.c.
 #include "engine/executor.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/shard.h"
+#include "kernels/clock.h"
 #include "kernels/comm.h"
 #include "kernels/device.h"
 
 #define ALIGN 64
+#define DEFAULT_DEADLINE_NS 60000000000ull // comm_deadline_ns 0, as the shm communicator
 
 // --- per-rank state
 
@@ -67,9 +76,17 @@ typedef struct rank {
 
   pthread_t thread;
   bool thread_started;
+  atomic_bool busy; // this rank has not finished the current step (read by the watchdog)
   sc_status status;
   sc_error err;
 } rank;
+
+// A sequence's device memory (executor.h): its block table on every rank.
+struct exec_seq_mem {
+  int32_t *host; // (max_blocks) the block table as the rank rows hold it
+  int n_up;      // leading entries of host that every rank's row holds
+  int32_t *rows[]; // (n_ranks) device rows of max_blocks block ids, one per rank
+};
 
 // One micro-batch of the current step, on the host; every rank reads it.
 typedef struct mb_meta {
@@ -89,6 +106,11 @@ struct executor {
   pthread_mutex_t mu;
   pthread_cond_t cv_go, cv_done;
   uint64_t gen; // bumped once per step
+  // the watchdog thread of a single rank (mu guards wd_started)
+  pthread_t wd_thread;
+  bool wd_started;
+  pthread_cond_t cv_wd;   // wakes the watchdog thread to quit
+  atomic_int wd_gave_up;  // the rank the watchdog abandoned the step for, or -1
   int n_done;
   bool quit;
 
@@ -101,6 +123,7 @@ struct executor {
   int32_t *h_seq;      // (T) row within its micro-batch
   int32_t *h_bt;       // (S, max_blocks) rows in batch order
   int32_t *h_sample;   // (S) token index within its micro-batch, in logits-row order
+  int *bt_from;        // (S) first block-table entry of each seq that its device rows lack
   sc_status broken;    // first failure; the executor refuses work after one
   sc_error broken_err;
 };
@@ -242,12 +265,36 @@ static size_t max_slice_floats(const model_config *m, const shard_rank *s) {
 
 // --- the forward pass
 
+// The deadline of one collective, which is also how long a rank may stay hung (ns).
+static uint64_t hang_limit(const executor *ex) {
+  return ex->cfg.comm_deadline_ns ? ex->cfg.comm_deadline_ns : DEFAULT_DEADLINE_NS;
+}
+
+// Why a call of rank r failed with s, in words, into buf.
+static const char *cause_text(const rank *r, sc_status s, char *buf, size_t cap) {
+  uint64_t dl = hang_limit(r->ex);
+  switch (s) {
+  case SC_DEVICE: return device_get_fault(r->dev).lost ? "device lost" : "device error";
+  case SC_TIMEOUT: // only collectives time out
+    snprintf(buf, cap, "deadline %.3f s passed (a peer stopped answering)", (double)dl / 1e9);
+    return buf;
+  case SC_ABORTED: return "aborted (the step was abandoned)";
+  case SC_OOM: return "out of memory";
+  default: return sc_status_name(s);
+  }
+}
+
+// Records in r->err that `what` failed with s on rank r; returns s.
+static sc_status rank_fail(rank *r, const char *what, sc_status s) {
+  char buf[96];
+  return sc_fail(&r->err, s, "rank %d (tp_rank=%d pp_rank=%d): %s: %s", r->index, r->sh.tp_rank,
+                 r->sh.pp_rank, what, cause_text(r, s, buf, sizeof buf));
+}
+
 #define RTRY(what, expr)                                                                           \
   do {                                                                                             \
     sc_status rs_ = (expr);                                                                        \
-    if (rs_ != SC_OK)                                                                              \
-      return sc_fail(&r->err, rs_, "rank %d (tp_rank=%d pp_rank=%d): %s: %s", r->index,            \
-                     r->sh.tp_rank, r->sh.pp_rank, what, sc_status_name(rs_));                     \
+    if (rs_ != SC_OK) return rank_fail(r, what, rs_);                                              \
   } while (0)
 
 static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const dev_kv_batch *kb) {
@@ -307,6 +354,31 @@ static sc_status forward_head(rank *r, const mb_meta *mb) {
   return SC_OK;
 }
 
+// Fills d_bt (n_seq, max_blocks) for micro-batch mb: rows of sequences with device memory come
+// from their own device row (uploading only the entries it lacks), the others from the host.
+static sc_status upload_block_tables(rank *r, const mb_meta *mb) {
+  executor *ex = r->ex;
+  device *d = r->dev;
+  size_t mbk = (size_t)ex->max_blocks, il = sizeof(int32_t);
+  for (int j = 0; j < mb->n_seq; j++) {
+    int i = mb->seq0 + j;
+    const exec_seq *q = &ex->batch->seqs[i];
+    const int32_t *h = ex->h_bt + (size_t)i * mbk;
+    int32_t *dst = r->d_bt + (size_t)j * mbk;
+    if (!q->mem) {
+      RTRY("upload block tables", dev_copy(d, dst, h, mbk * il, DEV_H2D));
+      continue;
+    }
+    int32_t *row = q->mem->rows[r->index];
+    int from = ex->bt_from[i], nb = q->n_blocks;
+    if (from < nb)
+      RTRY("update the sequence's block table",
+           dev_copy(d, row + from, h + from, (size_t)(nb - from) * il, DEV_H2D));
+    RTRY("gather block tables", dev_copy(d, dst, row, (size_t)nb * il, DEV_D2D));
+  }
+  return SC_OK;
+}
+
 static sc_status forward_microbatch(rank *r, const mb_meta *mb) {
   executor *ex = r->ex;
   const model_config *m = &ex->cfg.model;
@@ -316,9 +388,7 @@ static sc_status forward_microbatch(rank *r, const mb_meta *mb) {
   size_t il = sizeof(int32_t);
   RTRY("upload positions", dev_copy(d, r->d_pos, ex->h_pos + mb->tok0, (size_t)T * il, DEV_H2D));
   RTRY("upload seq ids", dev_copy(d, r->d_seq, ex->h_seq + mb->tok0, (size_t)T * il, DEV_H2D));
-  RTRY("upload block tables",
-       dev_copy(d, r->d_bt, ex->h_bt + (size_t)mb->seq0 * ex->max_blocks,
-                (size_t)mb->n_seq * ex->max_blocks * il, DEV_H2D));
+  SC_TRY(upload_block_tables(r, mb));
   dev_kv_batch kb = {.n_tok = T, .pos = r->d_pos, .seq = r->d_seq, .block_tables = r->d_bt,
                      .max_blocks = ex->max_blocks, .block_size = ex->cfg.block_size};
   if (s->first_stage) {
@@ -348,9 +418,13 @@ static sc_status rank_forward(rank *r) {
 
 // --- threads
 
+// Abandons the step: aborts every group and releases every device, so that ranks blocked in a
+// collective or by a hung device return (SC_ABORTED). Callable from any thread holding no
+// executor lock.
 static void abort_groups(executor *ex) {
-  for (int i = 0; i < ex->cfg.pp; i++) comm_shm_group_abort(ex->tp_groups[i]);
-  for (int i = 0; i < ex->cfg.tp; i++) comm_shm_group_abort(ex->pp_groups[i]);
+  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_shm_group_abort(ex->tp_groups[i]);
+  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_shm_group_abort(ex->pp_groups[i]);
+  for (int i = 0; i < ex->n_ranks; i++) device_fault_release(ex->ranks[i].dev);
 }
 
 static void *rank_main(void *arg) {
@@ -367,6 +441,7 @@ static void *rank_main(void *arg) {
     if (s != SC_OK) abort_groups(ex);
     pthread_mutex_lock(&ex->mu);
     r->status = s;
+    atomic_store_explicit(&r->busy, false, memory_order_relaxed);
     if (++ex->n_done == ex->n_ranks) pthread_cond_signal(&ex->cv_done);
   }
   pthread_mutex_unlock(&ex->mu);
@@ -439,7 +514,13 @@ sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
   ex->max_blocks = (cfg->model.max_seq_len + cfg->block_size - 1) / cfg->block_size;
   pthread_mutex_init(&ex->mu, NULL);
   pthread_cond_init(&ex->cv_go, NULL);
-  pthread_cond_init(&ex->cv_done, NULL);
+  pthread_condattr_t ca; // cv_done, cv_wd: timed waits on the monotonic clock (the watchdog)
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&ex->cv_done, &ca);
+  pthread_cond_init(&ex->cv_wd, &ca);
+  pthread_condattr_destroy(&ca);
+  atomic_init(&ex->wd_gave_up, -1);
   size_t T = (size_t)cfg->max_tokens, S = (size_t)cfg->max_seqs;
   ex->ranks = calloc((size_t)ex->n_ranks, sizeof *ex->ranks);
   ex->mb = calloc((size_t)cfg->pp, sizeof *ex->mb);
@@ -448,9 +529,10 @@ sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
   ex->h_seq = malloc(T * sizeof(int32_t));
   ex->h_bt = calloc(S * (size_t)ex->max_blocks, sizeof(int32_t));
   ex->h_sample = malloc(S * sizeof(int32_t));
+  ex->bt_from = calloc(S, sizeof(int));
   sc_status s = SC_OK;
   if (!ex->ranks || !ex->mb || !ex->h_ids || !ex->h_pos || !ex->h_seq || !ex->h_bt ||
-      !ex->h_sample)
+      !ex->h_sample || !ex->bt_from)
     s = sc_fail(err, SC_OOM, "executor: out of host memory");
   float *staging = NULL;
   size_t staging_cap = 0;
@@ -482,7 +564,11 @@ void executor_free(executor *ex) {
   pthread_mutex_lock(&ex->mu);
   ex->quit = true;
   pthread_cond_broadcast(&ex->cv_go);
+  pthread_cond_broadcast(&ex->cv_wd);
+  bool wd = ex->wd_started;
   pthread_mutex_unlock(&ex->mu);
+  if (wd) pthread_join(ex->wd_thread, NULL);
+  for (int i = 0; ex->ranks && i < ex->n_ranks; i++) device_fault_release(ex->ranks[i].dev);
   for (int i = 0; ex->ranks && i < ex->n_ranks; i++) {
     rank *r = &ex->ranks[i];
     if (r->thread_started) pthread_join(r->thread, NULL);
@@ -506,9 +592,11 @@ void executor_free(executor *ex) {
   free(ex->h_seq);
   free(ex->h_bt);
   free(ex->h_sample);
+  free(ex->bt_from);
   pthread_mutex_destroy(&ex->mu);
   pthread_cond_destroy(&ex->cv_go);
   pthread_cond_destroy(&ex->cv_done);
+  pthread_cond_destroy(&ex->cv_wd);
   free(ex);
 }
 
@@ -569,6 +657,14 @@ static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
     int32_t *bt = ex->h_bt + (size_t)i * ex->max_blocks;
     memcpy(bt, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
     for (int j = q->n_blocks; j < ex->max_blocks; j++) bt[j] = q->n_blocks ? q->blocks[0] : 0;
+    if (q->mem) { // the entries its device rows lack: from the first that changed
+      exec_seq_mem *sm = q->mem;
+      int from = 0, same = q->n_blocks < sm->n_up ? q->n_blocks : sm->n_up;
+      while (from < same && sm->host[from] == q->blocks[from]) from++;
+      memcpy(sm->host + from, q->blocks + from, (size_t)(q->n_blocks - from) * sizeof(int32_t));
+      sm->n_up = q->n_blocks;
+      ex->bt_from[i] = from;
+    }
     if (q->want_logits) {
       ex->h_sample[n_sample++] = tok + q->n - 1 - cur->tok0;
       cur->n_sample++;
@@ -580,6 +676,112 @@ static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
   return SC_OK;
 }
 
+// --- the watchdog
+
+// When the watchdog looks next: an eighth of the limit from now, within [1 ms, 100 ms].
+static struct timespec next_tick(const executor *ex) {
+  uint64_t tick = hang_limit(ex) / 8;
+  if (tick < 1000000ull) tick = 1000000ull;
+  if (tick > 100000000ull) tick = 100000000ull;
+  uint64_t t = sc_monotonic_ns() + tick;
+  return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull),
+                           .tv_nsec = (long)(t % 1000000000ull)};
+}
+
+// One look: a rank that still has work while its device hangs. Returns its index once it has
+// been seen so for the limit (*since: when the hang was first seen, 0: not hung), else -1.
+static int hang_look(executor *ex, uint64_t *since) {
+  int h = -1;
+  for (int i = 0; h < 0 && i < ex->n_ranks; i++)
+    if (atomic_load_explicit(&ex->ranks[i].busy, memory_order_relaxed) &&
+        device_get_fault(ex->ranks[i].dev).hang)
+      h = i;
+  uint64_t now = sc_monotonic_ns();
+  if (h < 0) {
+    *since = 0;
+    return -1;
+  }
+  if (!*since) *since = now;
+  return now - *since >= hang_limit(ex) ? h : -1;
+}
+
+// Several ranks: waits (ex->mu held) until every rank has finished the step, looking for a
+// hung rank every tick; abandons the step (abort_groups) when hang_look finds one. Returns
+// that rank's index, or -1.
+static int watch_step(executor *ex) {
+  uint64_t since = 0;
+  int gave_up = -1;
+  while (ex->n_done < ex->n_ranks) {
+    struct timespec ts = next_tick(ex);
+    pthread_cond_timedwait(&ex->cv_done, &ex->mu, &ts);
+    if (ex->n_done == ex->n_ranks || gave_up >= 0) continue;
+    gave_up = hang_look(ex, &since);
+    if (gave_up >= 0) {
+      pthread_mutex_unlock(&ex->mu);
+      abort_groups(ex);
+      pthread_mutex_lock(&ex->mu);
+    }
+  }
+  return gave_up;
+}
+
+// A single rank (it runs on the caller's thread, so another thread must watch it): looks every
+// tick until the executor is freed; abandons a step that hang_look finds hung.
+static void *watchdog_main(void *arg) {
+  executor *ex = arg;
+  uint64_t since = 0;
+  pthread_mutex_lock(&ex->mu);
+  while (!ex->quit) {
+    struct timespec ts = next_tick(ex);
+    pthread_cond_timedwait(&ex->cv_wd, &ex->mu, &ts);
+    if (ex->quit) break;
+    int h = hang_look(ex, &since);
+    if (h < 0) continue;
+    atomic_store(&ex->wd_gave_up, h);
+    since = 0;
+    pthread_mutex_unlock(&ex->mu);
+    abort_groups(ex);
+    pthread_mutex_lock(&ex->mu);
+  }
+  pthread_mutex_unlock(&ex->mu);
+  return NULL;
+}
+
+// Starts the single rank's watchdog thread once. SC_OK or SC_OOM (no thread).
+static sc_status watchdog_start(executor *ex) {
+  pthread_mutex_lock(&ex->mu);
+  sc_status s = SC_OK;
+  if (!ex->wd_started && !ex->quit) {
+    if (pthread_create(&ex->wd_thread, NULL, watchdog_main, ex) == 0)
+      ex->wd_started = true;
+    else
+      s = SC_OOM;
+  }
+  pthread_mutex_unlock(&ex->mu);
+  return s;
+}
+
+// Runs the step on every rank; returns the rank a watchdog abandoned it for, or -1.
+static int run_ranks(executor *ex) {
+  for (int i = 0; i < ex->n_ranks; i++)
+    atomic_store_explicit(&ex->ranks[i].busy, true, memory_order_relaxed);
+  if (ex->n_ranks == 1) {
+    rank *r = &ex->ranks[0];
+    atomic_store(&ex->wd_gave_up, -1);
+    r->status = rank_forward(r);
+    atomic_store_explicit(&r->busy, false, memory_order_relaxed);
+    int g = atomic_exchange(&ex->wd_gave_up, -1);
+    return r->status == SC_OK ? -1 : g; // given up as the step ended well: nothing abandoned
+  }
+  pthread_mutex_lock(&ex->mu);
+  ex->n_done = 0;
+  ex->gen++;
+  pthread_cond_broadcast(&ex->cv_go);
+  int gave_up = watch_step(ex);
+  pthread_mutex_unlock(&ex->mu);
+  return gave_up;
+}
+
 sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
   if (ex->broken != SC_OK) {
     if (err) *err = ex->broken_err;
@@ -587,18 +789,8 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
   }
   SC_TRY(flatten(ex, b, err));
   ex->batch = b;
-  sc_status s = SC_OK;
-  if (ex->n_ranks == 1) {
-    s = rank_forward(&ex->ranks[0]);
-    ex->ranks[0].status = s;
-  } else {
-    pthread_mutex_lock(&ex->mu);
-    ex->n_done = 0;
-    ex->gen++;
-    pthread_cond_broadcast(&ex->cv_go);
-    while (ex->n_done < ex->n_ranks) pthread_cond_wait(&ex->cv_done, &ex->mu);
-    pthread_mutex_unlock(&ex->mu);
-  }
+  int gave_up = run_ranks(ex);
+  ex->batch = NULL;
   // Report the root cause: the first failure that is not a consequence of the abort.
   const rank *bad = NULL;
   for (int i = 0; i < ex->n_ranks; i++) {
@@ -606,13 +798,84 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
     if (r->status != SC_OK && (!bad || (bad->status == SC_ABORTED && r->status != SC_ABORTED)))
       bad = r;
   }
-  ex->batch = NULL;
-  if (!bad) return SC_OK;
-  s = bad->status;
+  if (!bad && gave_up < 0) return SC_OK;
+  // A hung device behind the failure (its peers only saw a deadline pass).
+  const rank *hung = gave_up >= 0 ? &ex->ranks[gave_up] : NULL;
+  for (int i = 0; !hung && i < ex->n_ranks; i++)
+    if (ex->ranks[i].status != SC_OK && device_get_fault(ex->ranks[i].dev).hang)
+      hung = &ex->ranks[i];
+  sc_error e = {{0}};
+  sc_status s;
+  if (gave_up >= 0 && (!bad || bad->status == SC_ABORTED)) {
+    uint64_t dl = hang_limit(ex);
+    s = sc_fail(&e, SC_TIMEOUT,
+                "rank %d (tp_rank=%d pp_rank=%d): device hung: no progress for %.3f s (the "
+                "collective deadline)",
+                hung->index, hung->sh.tp_rank, hung->sh.pp_rank, (double)dl / 1e9);
+  } else if (hung && hung != bad) {
+    s = sc_fail(&e, bad->status, "rank %d (tp_rank=%d pp_rank=%d): device hung; %s", hung->index,
+                hung->sh.tp_rank, hung->sh.pp_rank, bad->err.msg);
+  } else {
+    s = bad->status;
+    e = bad->err;
+  }
   ex->broken = s;
-  ex->broken_err = bad->err;
-  if (err) *err = bad->err;
+  ex->broken_err = e;
+  if (err) *err = e;
   return s;
+}
+
+sc_status executor_seq_mem_new(executor *ex, exec_seq_mem **out, sc_error *err) {
+  *out = NULL;
+  if (ex->broken != SC_OK) {
+    if (err) *err = ex->broken_err;
+    return ex->broken;
+  }
+  size_t row_bytes = (size_t)ex->max_blocks * sizeof(int32_t);
+  exec_seq_mem *m = calloc(1, sizeof *m + (size_t)ex->n_ranks * sizeof m->rows[0]);
+  if (!m) return sc_fail(err, SC_OOM, "executor: out of host memory for a sequence");
+  m->host = calloc((size_t)ex->max_blocks, sizeof(int32_t));
+  if (!m->host) {
+    free(m);
+    return sc_fail(err, SC_OOM, "executor: out of host memory for a sequence");
+  }
+  for (int i = 0; i < ex->n_ranks; i++) {
+    rank *r = &ex->ranks[i];
+    sc_status s = dev_alloc(r->dev, row_bytes, (void **)&m->rows[i]);
+    if (s != SC_OK) {
+      char what[64];
+      snprintf(what, sizeof what, "the sequence's block table (%zu bytes)", row_bytes);
+      char buf[96];
+      sc_fail(err, s, "rank %d (tp_rank=%d pp_rank=%d): %s: %s", r->index, r->sh.tp_rank,
+              r->sh.pp_rank, what, cause_text(r, s, buf, sizeof buf));
+      executor_seq_mem_free(ex, m);
+      return s;
+    }
+  }
+  *out = m;
+  return SC_OK;
+}
+
+void executor_seq_mem_free(executor *ex, exec_seq_mem *m) {
+  if (!m) return;
+  for (int i = 0; i < ex->n_ranks; i++) dev_free(ex->ranks[i].dev, m->rows[i]);
+  free(m->host);
+  free(m);
+}
+
+sc_status executor_set_fault(executor *ex, int r, const dev_fault *f) {
+  if (!f || r < -1 || r >= ex->n_ranks) return SC_INVALID;
+  if (f->hang && ex->n_ranks == 1) SC_TRY(watchdog_start(ex));
+  for (int i = r < 0 ? 0 : r; i < (r < 0 ? ex->n_ranks : r + 1); i++)
+    device_set_fault(ex->ranks[i].dev, f);
+  return SC_OK;
+}
+
+void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, double bandwidth) {
+  for (int i = 0; i < ex->cfg.pp; i++)
+    comm_shm_group_set_slow(ex->tp_groups[i], factor, latency_ns, bandwidth);
+  for (int i = 0; i < ex->cfg.tp; i++)
+    comm_shm_group_set_slow(ex->pp_groups[i], factor, latency_ns, bandwidth);
 }
 
 int executor_n_ranks(const executor *ex) { return ex->n_ranks; }

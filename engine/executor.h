@@ -7,6 +7,17 @@
 // comm group per TP index, in micro-batches so that stages overlap. What to run comes from
 // engine/scheduler.c; which block holds what is engine/kv_cache.c's. Sampling is the
 // engine's (on the host, from the logits this returns).
+//
+// Each sequence may hold device memory of its own on every rank (exec_seq_mem: its block
+// table, kept on the device and updated only where it changed), allocated when the engine
+// admits it, so that an allocation failure ends one request instead of the replica.
+//
+// Faults: device and link faults are set through this file (executor_set_fault,
+// executor_set_link_fault). Nothing waits forever on a hung rank: its TP/PP peers give up at
+// their collective deadline, and a watchdog in executor_run abandons a step once a rank that
+// still has work has had its device hung for comm_deadline_ns (the only bound when the rank
+// has no peer waiting on it: tp = pp = 1, or the last PP stage). Either way every group is
+// aborted and every device released (device_fault_release), so all rank threads return.
 #pragma once
 
 #include <stdbool.h>
@@ -15,6 +26,7 @@
 
 #include "engine/model.h"
 #include "engine/weights.h"
+#include "kernels/device.h"
 #include "kernels/status.h"
 
 typedef struct exec_config {
@@ -26,8 +38,11 @@ typedef struct exec_config {
   int n_blocks;            // KV blocks per rank (same logical blocks on every rank)
   int max_tokens;          // most tokens in one step (the scheduler's token budget)
   int max_seqs;            // most sequences in one step
-  uint64_t comm_deadline_ns; // deadline of one collective
+  uint64_t comm_deadline_ns; // deadline of one collective, and of a hung rank (0: 60 s)
 } exec_config;
+
+// One sequence's device memory on every rank (see the file comment); opaque.
+typedef struct exec_seq_mem exec_seq_mem;
 
 // One sequence's share of a step: tokens [start, start + n) of the sequence, whose KV goes
 // to (and attention reads from) the blocks listed. want_logits: return the logits of the
@@ -39,6 +54,8 @@ typedef struct exec_seq {
   const int32_t *blocks; // block table: enough blocks for start + n tokens
   int n_blocks;
   bool want_logits;
+  exec_seq_mem *mem;     // the sequence's device memory; NULL: its block table is uploaded
+                         // from the host every step
 } exec_seq;
 
 typedef struct exec_batch {
@@ -62,9 +79,26 @@ bool exec_mb_starts_here(long tok, long total, int i, int n_seqs, int m, int pp)
 sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err);
 void executor_free(executor *ex); // NULL is a no-op
 
-// Runs one step. On error the replica's communicators are aborted (every rank returns) and
-// the executor is unusable: later calls return the same status.
+// Runs one step. On error the replica's communicators are aborted and its devices released
+// (every rank returns) and the executor is unusable: later calls return the same status. err
+// names the failing rank and the cause, e.g. "rank 1 (tp_rank=1 pp_rank=0): q_proj: device
+// lost"; when a hung device is behind it, "rank R (...): device hung; " comes first, and a
+// step abandoned by the watchdog gives SC_TIMEOUT with "rank R (...): device hung: no progress
+// for T s (the collective deadline)".
 sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err);
+
+// Allocates a sequence's device memory: one small buffer on every rank (on a failure the
+// others are freed). SC_OOM when a device is out of memory (the executor stays usable);
+// another status (e.g. SC_DEVICE: a lost device) means the device failed. err names the rank.
+// On error *out is NULL. Call between steps, from the thread that runs them.
+sc_status executor_seq_mem_new(executor *ex, exec_seq_mem **out, sc_error *err);
+void executor_seq_mem_free(executor *ex, exec_seq_mem *m); // NULL is a no-op
+
+// Sets rank r's device fault (r = -1: every rank); SC_INVALID for r out of range. Callable
+// from any thread, also while a step runs.
+sc_status executor_set_fault(executor *ex, int r, const dev_fault *f);
+// Throttles every TP and PP group (comm_shm_group_set_slow); any thread, any time.
+void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, double bandwidth);
 
 int executor_n_ranks(const executor *ex);
 // Device memory of rank r (pp_rank * tp + tp_rank): bytes in use through it and in total.

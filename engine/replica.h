@@ -1,7 +1,8 @@
 // The replica handle: what the router and the runner talk to for one DP replica (one TP x PP
 // group). A vtable with more than one implementation (DESIGN.md "Seams"):
 //   local   — the engine in this process, stepped by its own thread (this file + replica_local.c)
-//   process — a `shardcheck worker` child over a Unix socket (fault injection, later)
+//   process — a `shardcheck worker` child over a Unix socket (replica_proc.c), so a fault can
+//             SIGKILL or SIGSTOP it for real
 //   sim     — the engine on simulated devices, stepped by the event loop (replica_sim.c)
 //
 // Requests are named by the caller's key (any uint64 unique within the replica's life), so
@@ -39,9 +40,41 @@ typedef struct replica_event {
 
 typedef enum replica_health {
   REPLICA_HEALTHY,
-  REPLICA_DRAINING, // not admitting; running requests go on
-  REPLICA_DEAD,     // failed: every request it held got a FAILED event
+  REPLICA_DRAINING,  // not admitting; running requests go on
+  REPLICA_UNHEALTHY, // alive but failing what it is sent (persistent OOM): route elsewhere
+  REPLICA_DEAD,      // failed or lost: every request it held got a FAILED event
 } replica_health;
+
+// --- faults: what faults/ asks a replica to suffer (the runner translates the scenario's
+// timeline into these). Every implementation takes every kind; how it acts is its own: a
+// process replica signals its worker, a local one sets device and link hooks, a simulated one
+// changes its modelled behaviour.
+typedef enum replica_fault_kind {
+  RFAULT_KILL,      // the replica dies at once (process: SIGKILL); held requests fail
+  RFAULT_KILL_RANK, // rank's device is lost: its ops fail, its collectives stop; the replica
+                    // notices (step failure or collective deadline) and dies
+  RFAULT_HANG,      // the whole replica stops progressing (process: SIGSTOP) until RESUME
+  RFAULT_HANG_RANK, // one rank blocks in its next op; the collective deadline catches it
+  RFAULT_RESUME,    // ends HANG (SIGCONT) or HANG_RANK
+  RFAULT_SLOW_RANK, // factor: the rank's ops take factor x their time
+  RFAULT_SLOW_LINK, // factor / latency_ns / bandwidth on the replica's collectives
+  RFAULT_OOM,       // device allocations fail after after_allocs more succeed
+  RFAULT_CORRUPT,   // activations poisoned (nan or bitflip) until CLEAR
+  RFAULT_CLEAR,     // ends SLOW_RANK, SLOW_LINK, OOM and CORRUPT
+} replica_fault_kind;
+
+typedef struct replica_fault {
+  replica_fault_kind kind;
+  int rank;            // *_RANK, OOM, CORRUPT, CLEAR: rank within the replica; -1 = every rank
+  double factor;       // SLOW_*: > 1 multiplies the time (<= 1: unchanged)
+  uint64_t latency_ns; // SLOW_LINK: added per transfer
+  double bandwidth;    // SLOW_LINK: bytes/s cap (0: none)
+  int after_allocs;    // OOM: allocations that still succeed first
+  bool persistent;     // OOM: every later allocation fails (else one does)
+  bool bitflip;        // CORRUPT: flip a bit (else write NaN)
+} replica_fault;
+
+const char *replica_fault_kind_name(replica_fault_kind k); // "kill", "kill_rank", ...
 
 typedef struct replica_i {
   // Queues a request. Fails only when the replica is dead (SC_ABORTED); a request the engine
@@ -61,6 +94,15 @@ typedef struct replica_i {
   sc_status (*rank_mem)(void *ctx, int r, size_t *used, size_t *total);
   // Why the replica died ("" while it lives).
   const char *(*error)(void *ctx);
+  // Optional (NULL: takes no faults). Applies a fault (see replica_fault). SC_INVALID for a rank out of range; SC_ABORTED when
+  // the replica is dead (a fault on a dead replica does nothing).
+  sc_status (*inject)(void *ctx, const replica_fault *f, sc_error *err);
+  // Optional (NULL: cannot restart): rebuilds a DEAD replica from its config with a new
+  // epoch, blocking until it is ready (or failed: err). Anything the old incarnation still
+  // sends is discarded (fencing). Faults in force are cleared.
+  sc_status (*restart)(void *ctx, sc_error *err);
+  // Optional (NULL: always 1). The incarnation serving now: 1 at start, +1 per restart.
+  int (*epoch)(void *ctx);
   void (*free)(void *ctx);
 } replica_i;
 
@@ -86,6 +128,31 @@ uint64_t replica_sim_next_ns(replica *r);
 // (planned and priced at once, its events held until it ends). True when events became
 // pollable.
 bool replica_sim_advance(replica *r, uint64_t now);
+// --- process replicas (replica_proc.c): each a `shardcheck worker` child holding a local
+// replica, spoken to over a Unix socket (submit, cancel, admitting, inject; events, stats and
+// heartbeats back).
+typedef struct replica_proc_options {
+  const char *exe;           // the shardcheck binary to run as `EXE worker` (NULL:
+                             // /proc/self/exe, right when the caller is shardcheck itself)
+  uint64_t detect_timeout_ns; // no heartbeat (or event) for this long: the replica is lost
+                             // (DEAD, its requests FAILED with what "replica_lost"); 0: 2 s
+  uint64_t heartbeat_ns;     // how often the worker reports (0: 100 ms)
+} replica_proc_options;
+
+// Starts the worker (killed with the caller: PR_SET_PDEATHSIG), sends it cfg, waits until its
+// engine is built. On error *out is NULL and err says why (the worker's own error when it
+// failed to build its engine).
+sc_status replica_proc_new(const engine_config *cfg, const replica_proc_options *o, int index,
+                           replica **out, sc_error *err);
+bool replica_is_proc(const replica *r);
+// The worker's pid now (0 when none runs).
+int replica_proc_pid(const replica *r);
+
+// The worker side: serves one replica on fd until the socket closes or the engine dies; the
+// return value is the process's exit status (0: the runner closed the socket; 3: the engine
+// failed). cli/cmd_worker.c calls it.
+int replica_proc_serve(int fd);
+
 // Stops the replica's thread and frees everything. NULL is a no-op.
 void replica_free(replica *r);
 
@@ -105,3 +172,12 @@ static inline sc_status replica_rank_mem(replica *r, int rank, size_t *used, siz
   return r->i->rank_mem(r->ctx, rank, used, total);
 }
 static inline const char *replica_error(replica *r) { return r->i->error(r->ctx); }
+static inline sc_status replica_inject(replica *r, const replica_fault *f, sc_error *err) {
+  return r->i->inject ? r->i->inject(r->ctx, f, err)
+                      : sc_fail(err, SC_INVALID, "this replica takes no faults");
+}
+static inline bool replica_can_restart(const replica *r) { return r->i->restart != NULL; }
+static inline sc_status replica_restart(replica *r, sc_error *err) {
+  return r->i->restart ? r->i->restart(r->ctx, err) : SC_INVALID;
+}
+static inline int replica_epoch(replica *r) { return r->i->epoch ? r->i->epoch(r->ctx) : 1; }

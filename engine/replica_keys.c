@@ -2,6 +2,7 @@
 // replicas (see replica_keys.h).
 #include "engine/replica_keys.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +100,12 @@ replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t) {
     ev.kind = REPLICA_EV_TOKEN;
     ev.token = e->token;
     ev.index = e->index;
+  } else if (e->kind == ENGINE_EV_FAILED) {
+    ev.kind = REPLICA_EV_FAILED;
+    ev.status = e->status;
+    ev.n_generated = e->n_generated;
+    snprintf(ev.what, sizeof ev.what, "%s", rk_status_kind(ev.status));
+    rk_del(m, key);
   } else {
     ev.kind = REPLICA_EV_FINISHED;
     ev.reason = e->reason;
@@ -147,4 +154,20 @@ int rq_take(replica_evq *q, replica_event *out, int cap) {
 void rq_free(replica_evq *q) {
   free(q->v);
   memset(q, 0, sizeof *q);
+}
+
+const char *replica_fault_kind_name(replica_fault_kind k) {
+  switch (k) {
+  case RFAULT_KILL: return "kill";
+  case RFAULT_KILL_RANK: return "kill_rank";
+  case RFAULT_HANG: return "hang";
+  case RFAULT_HANG_RANK: return "hang_rank";
+  case RFAULT_RESUME: return "resume";
+  case RFAULT_SLOW_RANK: return "slow_rank";
+  case RFAULT_SLOW_LINK: return "slow_link";
+  case RFAULT_OOM: return "oom";
+  case RFAULT_CORRUPT: return "corrupt";
+  case RFAULT_CLEAR: return "clear";
+  }
+  return "unknown";
 }

@@ -28,7 +28,8 @@ void rk_del(replica_keys *m, uint64_t key);
 void rk_each(const replica_keys *m, void (*fn)(void *ud, uint64_t key), void *ud);
 void rk_free(replica_keys *m); // and resets *m to empty
 
-// The replica event for engine event e seen at time t; a FINISHED event forgets its key.
+// The replica event for engine event e seen at time t; a FINISHED or FAILED event forgets its
+// key.
 replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t);
 // The error kind a FAILED event names for status s: "invalid", "oom", "timeout",
 // "numerical", else "replica_failed".

@@ -6,6 +6,14 @@
 // to a pipe when the outbox goes from empty to non-empty (wait_fd). Stats and rank memory are
 // copied out after every step so readers never touch the engine. Routing, timeouts and
 // metrics are the runner's; process and simulated replicas are other files.
+//
+// Faults (inject): device and link faults go straight to the engine's hooks, which are
+// thread-safe, so a fault lands at once even while a long step runs; the replica keeps each
+// rank's fault so that faults compose (a slow rank can also run out of memory). KILL marks the
+// replica dead at once (its in-flight step is cut short by losing every device, and whatever it
+// returns is dropped); HANG parks the stepping thread at the next step boundary until RESUME.
+// A lost or hung rank kills the replica through its engine: the step that meets it fails (a
+// hung rank at the collective deadline) and the replica dies as on any engine failure.
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -47,8 +55,12 @@ typedef struct local {
   size_t *mem_used, *mem_total; // (n_ranks)
   int n_ranks;
   char error[512];
-  sc_status dying; // the status a dying replica fails its requests with
-  // stepping thread only
+  sc_status dying;       // the status a dying replica fails its requests with
+  const char *dead_what; // and the error kind it names ("replica_failed", "replica_lost")
+  // faults (guarded by mu)
+  bool hung;        // RFAULT_HANG: the stepping thread takes no step until RFAULT_RESUME
+  dev_fault *fault; // (n_ranks) the device fault each rank has now
+  // request keys (guarded by mu)
   replica_keys keys;
 } local;
 
@@ -72,12 +84,19 @@ static void fail_event(local *l, uint64_t key, sc_status s, const char *what) {
   push_out(l, &ev);
 }
 
+// The health of a live replica: DRAINING when not admitting, UNHEALTHY while its engine keeps
+// failing allocations, else HEALTHY (mu held).
+static replica_health live_health(const local *l) {
+  if (!l->admitting) return REPLICA_DRAINING;
+  return l->stats.unhealthy ? REPLICA_UNHEALTHY : REPLICA_HEALTHY;
+}
+
 // Applies the inbox to the engine (mu held; engine calls here are cheap: no step runs).
 static void apply_inbox(local *l) {
   if (l->admitting_change) {
     engine_set_admitting(l->e, l->admitting);
     l->admitting_change = false;
-    if (l->health != REPLICA_DEAD) l->health = l->admitting ? REPLICA_HEALTHY : REPLICA_DRAINING;
+    if (l->health != REPLICA_DEAD) l->health = live_health(l);
   }
   for (int i = 0; i < l->n_in; i++) {
     inbox_item *it = &l->in[i];
@@ -99,32 +118,47 @@ static void apply_inbox(local *l) {
   l->n_in = 0;
 }
 
-// Publishes stats and rank memory (mu held).
+// Publishes stats, rank memory and the health they imply (mu held).
 static void publish(local *l) {
   engine_stats_get(l->e, &l->stats);
   for (int r = 0; r < l->n_ranks; r++) engine_rank_mem(l->e, r, &l->mem_used[r], &l->mem_total[r]);
+  if (l->health != REPLICA_DEAD) l->health = live_health(l);
 }
 
 static void fail_key(void *ud, uint64_t key) {
   local *l = ud;
-  fail_event(l, key, l->dying, "replica_failed");
+  fail_event(l, key, l->dying, l->dead_what);
 }
 
-// The engine failed: every request it holds fails; the replica is dead (mu held).
-static void die(local *l, sc_status s, const sc_error *err) {
+// The replica is dead (mu held): every request it holds, in the engine or still in the inbox,
+// fails with status s and kind `what`; error says why.
+static void die_with(local *l, sc_status s, const char *what, const char *error) {
   l->health = REPLICA_DEAD;
-  snprintf(l->error, sizeof l->error, "%s", err->msg[0] ? err->msg : sc_status_name(s));
+  snprintf(l->error, sizeof l->error, "%s", error);
   l->dying = s;
+  l->dead_what = what;
   rk_each(&l->keys, fail_key, l);
   rk_free(&l->keys);
+  for (int i = 0; i < l->n_in; i++) {
+    if (!l->in[i].cancel) fail_event(l, l->in[i].key, s, what);
+    free(l->in[i].prompt);
+  }
+  l->n_in = 0;
+  pthread_cond_signal(&l->cv);
+}
+
+// The engine failed (mu held).
+static void die(local *l, sc_status s, const sc_error *err) {
+  die_with(l, s, "replica_failed", err->msg[0] ? err->msg : sc_status_name(s));
 }
 
 static void *step_thread(void *arg) {
   local *l = arg;
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
-    apply_inbox(l);
-    if (l->health == REPLICA_DEAD || engine_idle(l->e)) {
+    bool dead = l->health == REPLICA_DEAD;
+    if (!dead && !l->hung) apply_inbox(l);
+    if (dead || l->hung || engine_idle(l->e)) {
       pthread_cond_wait(&l->cv, &l->mu);
       continue;
     }
@@ -134,6 +168,7 @@ static void *step_thread(void *arg) {
     sc_status s = engine_step(l->e, &res, &err);
     uint64_t t = now_ns(l);
     pthread_mutex_lock(&l->mu);
+    if (l->health == REPLICA_DEAD) continue; // killed meanwhile: what the step did is dropped
     if (s != SC_OK) {
       die(l, s, &err);
       continue;
@@ -253,6 +288,94 @@ static sc_status l_rank_mem(void *ctx, int r, size_t *used, size_t *total) {
 
 static const char *l_error(void *ctx) { return ((local *)ctx)->error; }
 
+// --- faults
+
+// Sets ranks [r0, r1) to their recorded faults (mu held).
+static void apply_faults(local *l, int r0, int r1) {
+  for (int r = r0; r < r1; r++) engine_set_rank_fault(l->e, r, &l->fault[r]);
+}
+
+static bool fault_names_rank(replica_fault_kind k) {
+  return k == RFAULT_KILL_RANK || k == RFAULT_HANG_RANK || k == RFAULT_SLOW_RANK ||
+         k == RFAULT_OOM || k == RFAULT_CORRUPT || k == RFAULT_CLEAR;
+}
+
+// Applies f (see replica.h): SC_OK; SC_ABORTED on a dead replica (nothing changes); SC_INVALID
+// for a rank outside [-1, n_ranks) or an unknown kind. Never waits for a step.
+static sc_status l_inject(void *ctx, const replica_fault *f, sc_error *err) {
+  local *l = ctx;
+  if (!f) return sc_fail(err, SC_INVALID, "replica: no fault given");
+  pthread_mutex_lock(&l->mu);
+  sc_status s = SC_OK;
+  if (l->health == REPLICA_DEAD) {
+    s = sc_fail(err, SC_ABORTED, "replica: dead (%s)", l->error);
+    goto out;
+  }
+  if (fault_names_rank(f->kind) && (f->rank < -1 || f->rank >= l->n_ranks)) {
+    s = sc_fail(err, SC_INVALID, "replica: rank %d is out of range: the replica has ranks 0..%d "
+                "(-1: every rank)", f->rank, l->n_ranks - 1);
+    goto out;
+  }
+  int r0 = f->rank < 0 ? 0 : f->rank, r1 = f->rank < 0 ? l->n_ranks : f->rank + 1;
+  switch (f->kind) {
+  case RFAULT_KILL:
+    // Losing every device cuts an in-flight step short; it is dropped when it returns.
+    for (int r = 0; r < l->n_ranks; r++) l->fault[r].lost = true;
+    apply_faults(l, 0, l->n_ranks);
+    die_with(l, SC_ABORTED, "replica_lost", "killed (fault injection)");
+    break;
+  case RFAULT_KILL_RANK:
+    for (int r = r0; r < r1; r++) l->fault[r].lost = true;
+    break;
+  case RFAULT_HANG: l->hung = true; break;
+  case RFAULT_HANG_RANK:
+    for (int r = r0; r < r1; r++) l->fault[r].hang = true;
+    break;
+  case RFAULT_RESUME:
+    l->hung = false;
+    r0 = 0;
+    r1 = l->n_ranks;
+    for (int r = r0; r < r1; r++) l->fault[r].hang = false;
+    pthread_cond_signal(&l->cv);
+    break;
+  case RFAULT_SLOW_RANK:
+    for (int r = r0; r < r1; r++) l->fault[r].slow_factor = f->factor;
+    break;
+  case RFAULT_SLOW_LINK:
+    s = engine_set_link_fault(l->e, f->factor, f->latency_ns, f->bandwidth);
+    if (s != SC_OK) s = sc_fail(err, s, "replica: this engine takes no link faults");
+    goto out;
+  case RFAULT_OOM:
+    for (int r = r0; r < r1; r++) {
+      l->fault[r].oom_after = f->after_allocs > 0 ? f->after_allocs : 0;
+      l->fault[r].oom_persistent = f->persistent;
+    }
+    break;
+  case RFAULT_CORRUPT:
+    for (int r = r0; r < r1; r++)
+      l->fault[r].corrupt = f->bitflip ? DEV_CORRUPT_BITFLIP : DEV_CORRUPT_NAN;
+    break;
+  case RFAULT_CLEAR: // a lost device stays lost; a hang ends with RESUME
+    for (int r = r0; r < r1; r++) {
+      dev_fault keep = l->fault[r];
+      l->fault[r] = dev_fault_none();
+      l->fault[r].lost = keep.lost;
+      l->fault[r].hang = keep.hang;
+    }
+    engine_set_link_fault(l->e, 0, 0, 0);
+    break;
+  default:
+    s = sc_fail(err, SC_INVALID, "replica: unknown fault kind %d", (int)f->kind);
+    goto out;
+  }
+  if (f->kind != RFAULT_KILL && f->kind != RFAULT_HANG) apply_faults(l, r0, r1);
+out:
+  pthread_mutex_unlock(&l->mu);
+  return s;
+}
+
+// --- lifecycle
+
 static void l_free(void *ctx) {
   local *l = ctx;
   if (!l) return;
@@ -260,6 +383,10 @@ static void l_free(void *ctx) {
     pthread_mutex_lock(&l->mu);
     l->stop = true;
     pthread_cond_signal(&l->cv);
+    // A step held up by a hung rank or a throttled link ends sooner without them.
+    dev_fault none = dev_fault_none();
+    engine_set_rank_fault(l->e, -1, &none);
+    engine_set_link_fault(l->e, 0, 0, 0);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->thread, NULL);
   }
@@ -269,6 +396,7 @@ static void l_free(void *ctx) {
   rq_free(&l->out);
   free(l->mem_used);
   free(l->mem_total);
+  free(l->fault);
   rk_free(&l->keys);
   if (l->pipe_r >= 0) close(l->pipe_r);
   if (l->pipe_w >= 0) close(l->pipe_w);
@@ -287,6 +415,7 @@ static const replica_i local_i = {
     .stats = l_stats,
     .rank_mem = l_rank_mem,
     .error = l_error,
+    .inject = l_inject,
     .free = l_free,
 };
 
@@ -321,10 +450,12 @@ sc_status replica_local_new(const engine_config *cfg, int index, replica **out, 
   l->n_ranks = cfg->tp * cfg->pp;
   l->mem_used = calloc((size_t)l->n_ranks, sizeof *l->mem_used);
   l->mem_total = calloc((size_t)l->n_ranks, sizeof *l->mem_total);
-  if (!l->mem_used || !l->mem_total) {
+  l->fault = calloc((size_t)l->n_ranks, sizeof *l->fault);
+  if (!l->mem_used || !l->mem_total || !l->fault) {
     s = sc_fail(err, SC_OOM, "replica: out of memory");
     goto fail;
   }
+  for (int k = 0; k < l->n_ranks; k++) l->fault[k] = dev_fault_none();
   publish(l);
   if (pthread_create(&l->thread, NULL, step_thread, l) != 0) {
     s = sc_fail(err, SC_OOM, "replica: cannot start its thread");

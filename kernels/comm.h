@@ -55,3 +55,8 @@ sc_status comm_shm_group_new(int n_ranks, uint64_t deadline_ns, comm_shm_group *
 comm *comm_shm_group_rank(comm_shm_group *g, int r);
 void comm_shm_group_abort(comm_shm_group *g); // same as comm_abort on any endpoint
 void comm_shm_group_free(comm_shm_group *g);  // NULL is a no-op; no rank may be inside a call
+// Fault hook (a throttled link): every later transfer of the group takes factor x its time
+// (factor > 1), plus latency_ns, and moves at most bandwidth bytes/s (0: no cap). All zero or
+// factor <= 1 with no latency and no cap: back to normal. Thread-safe.
+void comm_shm_group_set_slow(comm_shm_group *g, double factor, uint64_t latency_ns,
+                             double bandwidth);

@@ -11,12 +11,23 @@
 // writes it back into its own slot, barrier, everyone copies all slices out. The result is
 // the same bits on every rank and for every arrival order.
 // send/recv: buffered. A send copies the message into the (source, destination) mailbox and
-// returns; a recv waits for the oldest message from its peer. Sends never block, so any
-// pattern of sends followed by recvs completes.
+// returns; a recv waits for the oldest message from its peer (and, on a slow link, for the
+// moment it becomes receivable). Sends never block, so any pattern of sends followed by recvs
+// completes.
 //
 // Deadlines, abort and the "broken" state are shared by both paths; every wait is a
-// pthread_cond_timedwait on CLOCK_MONOTONIC. Left to other files: the nccl and sim backends,
-// fault injection (the public wrapper layer), and who calls abort (a watchdog in the engine).
+// pthread_cond_timedwait on CLOCK_MONOTONIC.
+//
+// Link faults (comm_shm_group_set_slow): while one is set, every transfer costs its latency,
+// its bytes over the bandwidth cap, and (factor - 1) x its own time (the copying and summing,
+// not the waits for peers). A send still does not block: its message becomes receivable that
+// much later (it is in flight), and the recv waits for it (adding nothing of its own). An
+// all-reduce or all-gather sleeps the cost after it completes, on every rank. Bytes on the
+// link, per rank: a send's size; 2 (n - 1) / n x an all-reduce's buffer; (n - 1) x an
+// all-gather's slice (the ring algorithms' traffic). The sleeps end early on abort or break.
+// While no link fault is set the cost is one relaxed atomic load per call. Left to other
+// files: the nccl and sim backends, device faults (kernels/device.c), and who calls abort (a
+// watchdog in the engine).
 #include "kernels/comm.h"
 
 #include <errno.h>
@@ -24,6 +35,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,7 +54,13 @@ typedef enum shm_op {
   SHM_OP_BARRIER,
 } shm_op;
 
-// Messages from one source to one destination: [size_t len][len bytes] records, FIFO.
+// The head of one message in a mailbox; its len bytes follow.
+typedef struct shm_rec {
+  size_t len;  // bytes of the message
+  uint64_t at; // monotonic ns from which it may be received (a slow link); 0: at once
+} shm_rec;
+
+// Messages from one source to one destination: [shm_rec][len bytes] records, FIFO.
 typedef struct shm_queue {
   unsigned char *data; // (cap) bytes; live records in [head, tail)
   size_t cap, head, tail;
@@ -67,6 +85,13 @@ typedef struct shm_rank {
   size_t arrived_n;  // under g->mu: its element count
 } shm_rank;
 
+// A throttled link (comm_shm_group_set_slow); all zero: none.
+typedef struct shm_slow {
+  double factor;       // > 1: transfers take factor x their own time
+  uint64_t latency_ns; // added per transfer
+  double bandwidth;    // bytes/s cap; 0: none
+} shm_slow;
+
 struct comm_shm_group {
   int n_ranks;
   uint64_t deadline_ns; // per blocking call, measured from the call's start
@@ -82,8 +107,12 @@ struct comm_shm_group {
   shm_rank *ranks;  // (n_ranks)
   shm_inbox *inbox; // (n_ranks), indexed by destination rank
 
-  bool built_mu, built_cv; // teardown of a partial build: which of mu/cv exist
-  int built_inboxes;       // inboxes fully initialised
+  atomic_bool slow_on;    // a link fault is set: the only read on the fast path
+  pthread_mutex_t slow_mu; // guards slow
+  shm_slow slow;
+
+  bool built_mu, built_cv, built_slow_mu; // teardown of a partial build: what exists
+  int built_inboxes;                      // inboxes fully initialised
 };
 
 // --- state: abort, broken, wake-ups
@@ -195,6 +224,44 @@ static sc_status group_barrier(shm_rank *me, shm_op op, size_t n, uint64_t deadl
   return group_break(g, SC_TIMEOUT);
 }
 
+// --- link faults
+
+static bool link_slow(comm_shm_group *g) {
+  return atomic_load_explicit(&g->slow_on, memory_order_relaxed);
+}
+
+// What a transfer of `bytes` on the link costs beyond its own time own_ns, in ns (see the file
+// comment). Takes slow_mu only.
+static uint64_t link_cost(comm_shm_group *g, double bytes, uint64_t own_ns) {
+  pthread_mutex_lock(&g->slow_mu);
+  shm_slow sl = g->slow;
+  pthread_mutex_unlock(&g->slow_mu);
+  double ns = (double)sl.latency_ns;
+  if (sl.bandwidth > 0) ns += bytes / sl.bandwidth * 1e9;
+  if (sl.factor > 1) ns += (sl.factor - 1) * (double)own_ns;
+  return ns < 1 ? 0 : ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns;
+}
+
+// Sleeps link_cost(g, bytes, own_ns). Returns SC_OK, or the group's state when an abort or
+// break cut the sleep short. Call with no lock held, only when link_slow(g).
+static sc_status link_delay(comm_shm_group *g, double bytes, uint64_t own_ns) {
+  uint64_t ns = link_cost(g, bytes, own_ns);
+  if (!ns) return SC_OK;
+  uint64_t until = sc_monotonic_ns() + ns;
+  pthread_mutex_lock(&g->mu); // g->cv is broadcast on abort and break (group_wake_all)
+  sc_status s;
+  bool late = false;
+  while ((s = group_state(g)) == SC_OK && !late) late = wait_until(&g->cv, &g->mu, until);
+  pthread_mutex_unlock(&g->mu);
+  return s;
+}
+
+// Monotonic ns when the link is slow (for own-time accounting), else 0 (no clock read).
+static uint64_t link_clock(comm_shm_group *g, bool slow) {
+  (void)g;
+  return slow ? sc_monotonic_ns() : 0;
+}
+
 // Makes slot p of rank `me` hold at least n floats. On failure the group is broken with SC_OOM
 // (so the peers do not wait for the deadline) and that status comes back.
 static sc_status slot_reserve(shm_rank *me, int p, size_t n) {
@@ -226,10 +293,14 @@ static sc_status shm_allreduce_sum(void *ctx, float *buf, size_t n) {
   if (n > SIZE_MAX / sizeof(float)) return SC_INVALID;
   if (g->n_ranks == 1) return SC_OK;
 
+  bool slow = link_slow(g);
+  uint64_t t = link_clock(g, slow), own = 0;
   int p = (int)(me->seq++ & 1);
   SC_TRY(slot_reserve(me, p, n));
   if (n) memcpy(me->slot[p], buf, n * sizeof(float));
+  own += link_clock(g, slow) - t;
   SC_TRY(group_barrier(me, SHM_OP_ALLREDUCE_IN, n, deadline));
+  t = link_clock(g, slow);
 
   // Sum this rank's slice over every slot in rank order; only this rank touches the slice.
   size_t lo, hi;
@@ -244,13 +315,18 @@ static sc_status shm_allreduce_sum(void *ctx, float *buf, size_t n) {
     }
     memcpy(me->slot[p] + i0, acc, m * sizeof(float));
   }
+  own += link_clock(g, slow) - t;
   SC_TRY(group_barrier(me, SHM_OP_ALLREDUCE_OUT, n, deadline));
+  t = link_clock(g, slow);
 
   for (int r = 0; r < g->n_ranks; r++) {
     slice_of(n, g->n_ranks, r, &lo, &hi);
     if (hi > lo) memcpy(buf + lo, g->ranks[r].slot[p] + lo, (hi - lo) * sizeof(float));
   }
-  return SC_OK;
+  if (!slow) return SC_OK;
+  own += link_clock(g, slow) - t;
+  double wire = 2.0 * (g->n_ranks - 1) / g->n_ranks * (double)n * sizeof(float);
+  return link_delay(g, wire, own);
 }
 
 static sc_status shm_allgather(void *ctx, const float *send, float *recv, size_t n) {
@@ -265,14 +341,20 @@ static sc_status shm_allgather(void *ctx, const float *send, float *recv, size_t
     return SC_OK;
   }
 
+  bool slow = link_slow(g);
+  uint64_t t = link_clock(g, slow), own = 0;
   int p = (int)(me->seq++ & 1);
   SC_TRY(slot_reserve(me, p, n));
   if (n) memcpy(me->slot[p], send, n * sizeof(float));
+  own += link_clock(g, slow) - t;
   SC_TRY(group_barrier(me, SHM_OP_ALLGATHER, n, deadline));
+  t = link_clock(g, slow);
   if (n)
     for (int r = 0; r < g->n_ranks; r++)
       memcpy(recv + (size_t)r * n, g->ranks[r].slot[p], n * sizeof(float));
-  return SC_OK;
+  if (!slow) return SC_OK;
+  own += link_clock(g, slow) - t;
+  return link_delay(g, (double)(g->n_ranks - 1) * (double)n * sizeof(float), own);
 }
 
 static sc_status shm_barrier(void *ctx) {
@@ -286,9 +368,10 @@ static sc_status shm_barrier(void *ctx) {
 
 // --- vtable: point to point
 
-// Appends one record to q. Returns SC_OK or SC_OOM (q unchanged).
-static sc_status queue_push(shm_queue *q, const void *buf, size_t bytes) {
-  size_t need = sizeof(size_t) + bytes;
+// Appends one record (receivable at once) to q; *at_off: where its header sits. Returns SC_OK
+// or SC_OOM (q unchanged).
+static sc_status queue_push(shm_queue *q, const void *buf, size_t bytes, size_t *at_off) {
+  size_t need = sizeof(shm_rec) + bytes;
   if (q->cap - q->tail < need && q->head) { // compact before growing
     memmove(q->data, q->data + q->head, q->tail - q->head);
     q->tail -= q->head;
@@ -305,10 +388,19 @@ static sc_status queue_push(shm_queue *q, const void *buf, size_t bytes) {
     q->data = d;
     q->cap = cap;
   }
-  memcpy(q->data + q->tail, &bytes, sizeof bytes);
-  if (bytes) memcpy(q->data + q->tail + sizeof bytes, buf, bytes);
+  shm_rec rec = {.len = bytes, .at = 0};
+  memcpy(q->data + q->tail, &rec, sizeof rec);
+  if (bytes) memcpy(q->data + q->tail + sizeof rec, buf, bytes);
+  *at_off = q->tail;
   q->tail += need;
   return SC_OK;
+}
+
+// The header of q's oldest record (q not empty).
+static shm_rec queue_head(const shm_queue *q) {
+  shm_rec rec;
+  memcpy(&rec, q->data + q->head, sizeof rec);
+  return rec;
 }
 
 static sc_status shm_send(void *ctx, const void *buf, size_t bytes, int peer) {
@@ -316,10 +408,18 @@ static sc_status shm_send(void *ctx, const void *buf, size_t bytes, int peer) {
   comm_shm_group *g = me->g;
   SC_TRY(group_state(g));
   if (peer < 0 || peer >= g->n_ranks || (bytes && !buf)) return SC_INVALID;
-  if (bytes > SIZE_MAX - sizeof(size_t)) return SC_INVALID;
+  if (bytes > SIZE_MAX - sizeof(shm_rec)) return SC_INVALID;
+  bool slow = link_slow(g);
+  uint64_t t = link_clock(g, slow);
   shm_inbox *box = &g->inbox[peer];
+  shm_queue *q = &box->from[me->c.rank];
   pthread_mutex_lock(&box->mu);
-  sc_status s = queue_push(&box->from[me->c.rank], buf, bytes);
+  size_t off = 0;
+  sc_status s = queue_push(q, buf, bytes, &off);
+  if (s == SC_OK && slow) { // in flight: receivable only once the link has carried it
+    uint64_t now = sc_monotonic_ns(), at = now + link_cost(g, (double)bytes, now - t);
+    memcpy(q->data + off + offsetof(shm_rec, at), &at, sizeof at);
+  }
   if (s == SC_OK) pthread_cond_broadcast(&box->cv);
   pthread_mutex_unlock(&box->mu);
   return s == SC_OK ? SC_OK : group_break(g, s);
@@ -336,26 +436,33 @@ static sc_status shm_recv(void *ctx, void *buf, size_t bytes, int peer) {
   shm_inbox *box = &g->inbox[me->c.rank];
   shm_queue *q = &box->from[peer];
   pthread_mutex_lock(&box->mu);
-  sc_status s = SC_OK;
-  bool late = false;
-  while (q->head == q->tail && (s = group_state(g)) == SC_OK && !late)
-    late = wait_until(&box->cv, &box->mu, deadline);
-  if (q->head == q->tail) {
+  sc_status s;
+  bool ready = false, late = false;
+  for (;;) { // until a message is receivable, the group fails, or the deadline passes
+    if ((s = group_state(g)) != SC_OK) break;
+    uint64_t until = deadline;
+    if (q->head != q->tail) {
+      uint64_t at = queue_head(q).at;
+      if (at == 0 || sc_monotonic_ns() >= at) {
+        ready = true;
+        break;
+      }
+      if (at < until) until = at; // in flight on a slow link
+    }
+    if (late) break;
+    late = wait_until(&box->cv, &box->mu, until) && until == deadline;
+  }
+  if (!ready) {
     pthread_mutex_unlock(&box->mu);
     return s != SC_OK ? s : group_break(g, SC_TIMEOUT);
   }
-  // A message is here; an abort or break that raced with it still wins.
-  s = group_state(g);
-  if (s == SC_OK) {
-    size_t len;
-    memcpy(&len, q->data + q->head, sizeof len);
-    if (len != bytes) {
-      s = SC_INVALID;
-    } else {
-      if (bytes) memcpy(buf, q->data + q->head + sizeof len, bytes);
-      q->head += sizeof len + len;
-      if (q->head == q->tail) q->head = q->tail = 0;
-    }
+  shm_rec rec = queue_head(q);
+  if (rec.len != bytes) {
+    s = SC_INVALID;
+  } else {
+    if (bytes) memcpy(buf, q->data + q->head + sizeof rec, bytes);
+    q->head += sizeof rec + rec.len;
+    if (q->head == q->tail) q->head = q->tail = 0;
   }
   pthread_mutex_unlock(&box->mu);
   return s;
@@ -402,6 +509,7 @@ static void group_destroy(comm_shm_group *g) {
     }
   if (g->built_cv) pthread_cond_destroy(&g->cv);
   if (g->built_mu) pthread_mutex_destroy(&g->mu);
+  if (g->built_slow_mu) pthread_mutex_destroy(&g->slow_mu);
   free(g->inbox);
   free(g->ranks);
   free(g);
@@ -436,6 +544,7 @@ sc_status comm_shm_group_new(int n_ranks, uint64_t deadline_ns, comm_shm_group *
   g->deadline_ns = deadline_ns ? deadline_ns : SHM_DEFAULT_DEADLINE_NS;
   atomic_init(&g->aborted, false);
   atomic_init(&g->broken, SC_OK);
+  atomic_init(&g->slow_on, false);
   size_t ranks_bytes = sizeof(shm_rank) * (size_t)n_ranks; // a multiple of its 64 B alignment
   g->ranks = aligned_alloc(alignof(shm_rank), ranks_bytes);
   g->inbox = calloc((size_t)n_ranks, sizeof *g->inbox);
@@ -448,6 +557,8 @@ sc_status comm_shm_group_new(int n_ranks, uint64_t deadline_ns, comm_shm_group *
   }
   if (pthread_mutex_init(&g->mu, NULL)) goto oom;
   g->built_mu = true;
+  if (pthread_mutex_init(&g->slow_mu, NULL)) goto oom;
+  g->built_slow_mu = true;
   if (cond_init_monotonic(&g->cv) != SC_OK) goto oom;
   g->built_cv = true;
   for (; g->built_inboxes < n_ranks; g->built_inboxes++)
@@ -468,4 +579,16 @@ void comm_shm_group_abort(comm_shm_group *g) { group_abort(g); }
 
 void comm_shm_group_free(comm_shm_group *g) {
   if (g) group_destroy(g);
+}
+
+void comm_shm_group_set_slow(comm_shm_group *g, double factor, uint64_t latency_ns,
+                             double bandwidth) {
+  if (!g) return;
+  pthread_mutex_lock(&g->slow_mu);
+  g->slow = (shm_slow){.factor = factor > 1 ? factor : 0,
+                       .latency_ns = latency_ns,
+                       .bandwidth = bandwidth > 0 ? bandwidth : 0};
+  atomic_store_explicit(&g->slow_on, factor > 1 || latency_ns > 0 || bandwidth > 0,
+                        memory_order_relaxed);
+  pthread_mutex_unlock(&g->slow_mu);
 }

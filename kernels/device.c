@@ -1,31 +1,76 @@
 // The device seam's one public layer: the `device` handle (vtable + context), the registry
-// that maps a backend name to its open function, and the dev_* wrappers that every caller goes
-// through.
+// that maps a backend name to its open function, the dev_* wrappers that every caller goes
+// through, and the fault hooks that live in those wrappers (so every backend gets them).
 //
-// The wrappers only check that the handle and the vtable slot exist and forward the call;
-// argument checks belong to each backend (kernels/cpu/cpu_device.c, ...), and fault hooks
-// (faults/) will be added here later so that every backend gets them. Backends themselves
-// live in kernels/cpu/, kernels/cuda/ and kernels/sim/.
+// The wrappers check that the handle and the vtable slot exist and forward the call; argument
+// checks belong to each backend (kernels/cpu/cpu_device.c, ...). Fault hooks cost one relaxed
+// atomic load per call while no fault is set. What each fault does, per wrapper:
+//   lost:    alloc, copy, mem_info, synchronize and every op fail with SC_DEVICE (free still
+//            frees, so a lost device can be torn down).
+//   hang:    copy, synchronize and every op block until the hang is cleared (device_set_fault)
+//            or device_fault_release is called (SC_ABORTED). alloc, free and mem_info never
+//            block: they are host-side bookkeeping, and the engine's control path (admission,
+//            stats) must stay responsive. Whoever waits on a hung device bounds the wait: the
+//            executor's collective deadline and step watchdog (engine/executor.c).
+//   slow:    copy, synchronize and every op are timed on the monotonic clock and followed by a
+//            sleep of (factor - 1) x their own time, cut short when the fault is replaced or
+//            the device released.
+//   oom:     alloc counts oom_after down and fails with SC_OOM at zero; transient faults turn
+//            themselves off after that one failure, persistent ones fail every later alloc.
+//   corrupt: after a successful matmul, one element of y (a different one each call) becomes
+//            NaN, or has its top exponent bit flipped (|y| < 2 becomes huge or inf).
+// Deciding when to inject (scenario timelines) is faults/'s; backends live in kernels/cpu/,
+// kernels/cuda/ and kernels/sim/.
 #include "kernels/device.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "kernels/clock.h"
 
 // --- the handle
 
 struct device {
   const device_i *iface; // backend vtable (static storage, not owned)
   void *ctx;             // backend state, released by iface->destroy in device_free
+
+  atomic_bool any_fault; // fault (below) is not dev_fault_none(): the only hot-path read
+  pthread_mutex_t fmu;   // guards fault, fault_gen, released, corrupt_calls
+  pthread_cond_t fcv;    // broadcast when fault or released changes (wakes hung and slow ops)
+  dev_fault fault;
+  uint64_t fault_gen;     // bumped by every device_set_fault
+  bool released;          // device_fault_release since the fault was last replaced
+  uint64_t corrupt_calls; // matmuls poisoned so far (picks the element of the next one)
 };
 
 sc_status device_wrap(const device_i *iface, void *ctx, device **out) {
   if (!out) return SC_INVALID;
   *out = NULL;
   if (!iface || !iface->name) return SC_INVALID;
-  device *d = malloc(sizeof *d);
+  device *d = calloc(1, sizeof *d);
   if (!d) return SC_OOM; // ctx stays owned by the caller
+  if (pthread_mutex_init(&d->fmu, NULL)) {
+    free(d);
+    return SC_OOM;
+  }
+  pthread_condattr_t ca; // fcv: timed waits (slow ops) on the monotonic clock
+  int rc = pthread_condattr_init(&ca);
+  if (!rc) rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  if (!rc) rc = pthread_cond_init(&d->fcv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc) {
+    pthread_mutex_destroy(&d->fmu);
+    free(d);
+    return SC_OOM;
+  }
   d->iface = iface;
   d->ctx = ctx;
+  d->fault = dev_fault_none();
+  atomic_init(&d->any_fault, false);
   *out = d;
   return SC_OK;
 }
@@ -33,6 +78,8 @@ sc_status device_wrap(const device_i *iface, void *ctx, device **out) {
 void device_free(device *d) {
   if (!d) return;
   if (d->iface->destroy) d->iface->destroy(d->ctx);
+  pthread_cond_destroy(&d->fcv);
+  pthread_mutex_destroy(&d->fmu);
   free(d);
 }
 
@@ -76,7 +123,108 @@ sc_status device_open(const char *backend, int index, device **out, sc_error *er
                  SC_DEVICE_BACKENDS);
 }
 
-// --- public wrappers (fault hooks go here; keep them thin)
+// --- fault hooks
+
+dev_fault dev_fault_none(void) { return (dev_fault){.oom_after = -1}; }
+
+static bool fault_is_none(const dev_fault *f) {
+  return !f->lost && !f->hang && !(f->slow_factor > 1.0) && f->oom_after < 0 &&
+         f->corrupt == DEV_CORRUPT_NONE;
+}
+
+// Publishes whether any fault is set (fmu held).
+static void fault_changed(device *d) {
+  atomic_store_explicit(&d->any_fault, !fault_is_none(&d->fault), memory_order_relaxed);
+  pthread_cond_broadcast(&d->fcv);
+}
+
+void device_set_fault(device *d, const dev_fault *f) {
+  if (!d) return;
+  pthread_mutex_lock(&d->fmu);
+  d->fault = f ? *f : dev_fault_none();
+  d->fault_gen++;
+  d->released = false;
+  fault_changed(d);
+  pthread_mutex_unlock(&d->fmu);
+}
+
+dev_fault device_get_fault(const device *d) {
+  if (!d) return dev_fault_none();
+  device *m = (device *)d; // the mutex is not part of the logical state
+  pthread_mutex_lock(&m->fmu);
+  dev_fault f = m->fault;
+  pthread_mutex_unlock(&m->fmu);
+  return f;
+}
+
+void device_fault_release(device *d) {
+  if (!d) return;
+  pthread_mutex_lock(&d->fmu);
+  d->released = true;
+  pthread_cond_broadcast(&d->fcv);
+  pthread_mutex_unlock(&d->fmu);
+}
+
+static bool faulty(device *d) {
+  return atomic_load_explicit(&d->any_fault, memory_order_relaxed);
+}
+
+// What a call meets on entry (fault set): SC_DEVICE when lost; with may_block, waits out a
+// hang (SC_ABORTED once released). *slow: the factor to stretch the call by (1: none).
+static sc_status fault_enter(device *d, bool may_block, double *slow) {
+  pthread_mutex_lock(&d->fmu);
+  while (may_block && d->fault.hang && !d->fault.lost && !d->released)
+    pthread_cond_wait(&d->fcv, &d->fmu);
+  sc_status s = SC_OK;
+  if (d->fault.lost)
+    s = SC_DEVICE;
+  else if (may_block && d->fault.hang)
+    s = SC_ABORTED; // released while hung
+  *slow = d->fault.slow_factor > 1.0 ? d->fault.slow_factor : 1.0;
+  pthread_mutex_unlock(&d->fmu);
+  return s;
+}
+
+// Sleeps (factor - 1) x the time since t0 (monotonic ns); wakes early when the fault is
+// replaced or the device released (a step being abandoned must not wait out a long stretch).
+static void fault_stretch(device *d, double factor, uint64_t t0) {
+  uint64_t now = sc_monotonic_ns();
+  double extra = (factor - 1.0) * (double)(now - t0);
+  if (extra < 1.0) return;
+  uint64_t until = now + (extra > 1e18 ? (uint64_t)1e18 : (uint64_t)extra);
+  struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+                        .tv_nsec = (long)(until % 1000000000ull)};
+  pthread_mutex_lock(&d->fmu);
+  uint64_t gen = d->fault_gen;
+  while (d->fault_gen == gen && !d->released)
+    if (pthread_cond_timedwait(&d->fcv, &d->fmu, &ts) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&d->fmu);
+}
+
+// Poisons one element of y (m, n) after a matmul when a corrupt fault is set.
+static void fault_corrupt(device *d, int m, int n, float *y) {
+  if (m <= 0 || n <= 0) return;
+  pthread_mutex_lock(&d->fmu);
+  dev_corrupt how = d->fault.lost ? DEV_CORRUPT_NONE : d->fault.corrupt;
+  uint64_t call = how != DEV_CORRUPT_NONE ? d->corrupt_calls++ : 0;
+  pthread_mutex_unlock(&d->fmu);
+  if (how == DEV_CORRUPT_NONE) return;
+  // A different element each call (a fixed sequence, so runs repeat): Weyl step mod m*n.
+  size_t total = (size_t)m * (size_t)n, i = (size_t)((call * 0x9E3779B97F4A7C15ull) % total);
+  float v = 0.0f;
+  if (!d->iface->copy || d->iface->copy(d->ctx, &v, y + i, sizeof v, DEV_D2H) != SC_OK) return;
+  if (how == DEV_CORRUPT_NAN) {
+    v = __builtin_nanf("");
+  } else {
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    bits ^= 0x40000000u; // the top exponent bit
+    memcpy(&v, &bits, sizeof v);
+  }
+  d->iface->copy(d->ctx, y + i, &v, sizeof v, DEV_H2D);
+}
+
+// --- public wrappers
 
 // Resolves the vtable slot or returns SC_INVALID from the enclosing wrapper.
 #define DEV_SLOT(d, slot)                                                                          \
@@ -84,9 +232,40 @@ sc_status device_open(const char *backend, int index, device **out, sc_error *er
     if (!(d) || !(d)->iface->slot) return SC_INVALID;                                              \
   } while (0)
 
+// Runs `call` (an expression giving the backend's sc_status) through the fault hooks: the fast
+// path is one relaxed load; otherwise lost / hang / slow as the file comment says.
+#define DEV_CALL(d, call)                                                                          \
+  do {                                                                                             \
+    if (!faulty(d)) return (call);                                                                 \
+    double slow_;                                                                                  \
+    sc_status fs_ = fault_enter((d), true, &slow_);                                                \
+    if (fs_ != SC_OK) return fs_;                                                                  \
+    uint64_t t0_ = slow_ > 1.0 ? sc_monotonic_ns() : 0;                                            \
+    sc_status cs_ = (call);                                                                        \
+    if (slow_ > 1.0) fault_stretch((d), slow_, t0_);                                                    \
+    return cs_;                                                                                    \
+  } while (0)
+
 sc_status dev_alloc(device *d, size_t bytes, void **out) {
   if (out) *out = NULL;
   DEV_SLOT(d, alloc);
+  if (faulty(d)) {
+    pthread_mutex_lock(&d->fmu);
+    sc_status s = SC_OK;
+    if (d->fault.lost) {
+      s = SC_DEVICE;
+    } else if (d->fault.oom_after == 0) {
+      s = SC_OOM;
+      if (!d->fault.oom_persistent) {
+        d->fault.oom_after = -1; // a transient fault fails one allocation
+        fault_changed(d);
+      }
+    } else if (d->fault.oom_after > 0) {
+      d->fault.oom_after--;
+    }
+    pthread_mutex_unlock(&d->fmu);
+    if (s != SC_OK) return s;
+  }
   return d->iface->alloc(d->ctx, bytes, out);
 }
 
@@ -97,61 +276,74 @@ void dev_free(device *d, void *ptr) {
 
 sc_status dev_copy(device *d, void *dst, const void *src, size_t bytes, dev_copy_kind kind) {
   DEV_SLOT(d, copy);
-  return d->iface->copy(d->ctx, dst, src, bytes, kind);
+  DEV_CALL(d, d->iface->copy(d->ctx, dst, src, bytes, kind));
 }
 
 sc_status dev_mem_info(device *d, size_t *used, size_t *total) {
   DEV_SLOT(d, mem_info);
+  if (faulty(d)) {
+    double slow;
+    SC_TRY(fault_enter(d, false, &slow));
+  }
   return d->iface->mem_info(d->ctx, used, total);
 }
 
 sc_status dev_synchronize(device *d) {
   DEV_SLOT(d, synchronize);
-  return d->iface->synchronize(d->ctx);
+  DEV_CALL(d, d->iface->synchronize(d->ctx));
+}
+
+// The matmul backend call, then the corrupt hook (the faulty path of dev_matmul).
+static sc_status matmul_then_corrupt(device *d, int m, int n, int k, const float *x,
+                                     const float *w, float beta, float *y) {
+  sc_status s = d->iface->matmul(d->ctx, m, n, k, x, w, beta, y);
+  if (s == SC_OK) fault_corrupt(d, m, n, y);
+  return s;
 }
 
 sc_status dev_matmul(device *d, int m, int n, int k, const float *x, const float *w, float beta,
                      float *y) {
   DEV_SLOT(d, matmul);
-  return d->iface->matmul(d->ctx, m, n, k, x, w, beta, y);
+  if (!faulty(d)) return d->iface->matmul(d->ctx, m, n, k, x, w, beta, y);
+  DEV_CALL(d, matmul_then_corrupt(d, m, n, k, x, w, beta, y));
 }
 
 sc_status dev_rmsnorm(device *d, int m, int dim, const float *x, const float *w, float eps,
                       float *y) {
   DEV_SLOT(d, rmsnorm);
-  return d->iface->rmsnorm(d->ctx, m, dim, x, w, eps, y);
+  DEV_CALL(d, d->iface->rmsnorm(d->ctx, m, dim, x, w, eps, y));
 }
 
 sc_status dev_rope(device *d, int m, int n_heads, int head_dim, const int32_t *pos, float theta,
                    float *x) {
   DEV_SLOT(d, rope);
-  return d->iface->rope(d->ctx, m, n_heads, head_dim, pos, theta, x);
+  DEV_CALL(d, d->iface->rope(d->ctx, m, n_heads, head_dim, pos, theta, x));
 }
 
 sc_status dev_kv_store(device *d, const dev_kv_batch *b, int n_kv_heads, int head_dim,
                        const float *k, const float *v, dev_kv_layer kv) {
   DEV_SLOT(d, kv_store);
-  return d->iface->kv_store(d->ctx, b, n_kv_heads, head_dim, k, v, kv);
+  DEV_CALL(d, d->iface->kv_store(d->ctx, b, n_kv_heads, head_dim, k, v, kv));
 }
 
 sc_status dev_attention(device *d, const dev_kv_batch *b, int n_heads, int n_kv_heads,
                         int head_dim, float scale, const float *q, dev_kv_layer kv, float *out) {
   DEV_SLOT(d, attention);
-  return d->iface->attention(d->ctx, b, n_heads, n_kv_heads, head_dim, scale, q, kv, out);
+  DEV_CALL(d, d->iface->attention(d->ctx, b, n_heads, n_kv_heads, head_dim, scale, q, kv, out));
 }
 
 sc_status dev_swiglu(device *d, int m, int dim, const float *gate, const float *up, float *out) {
   DEV_SLOT(d, swiglu);
-  return d->iface->swiglu(d->ctx, m, dim, gate, up, out);
+  DEV_CALL(d, d->iface->swiglu(d->ctx, m, dim, gate, up, out));
 }
 
 sc_status dev_add(device *d, size_t n, const float *a, float *y) {
   DEV_SLOT(d, add);
-  return d->iface->add(d->ctx, n, a, y);
+  DEV_CALL(d, d->iface->add(d->ctx, n, a, y));
 }
 
 sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const float *table,
                         int row0, int rows, float *out) {
   DEV_SLOT(d, embedding);
-  return d->iface->embedding(d->ctx, m, dim, ids, table, row0, rows, out);
+  DEV_CALL(d, d->iface->embedding(d->ctx, m, dim, ids, table, row0, rows, out));
 }

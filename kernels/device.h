@@ -105,6 +105,29 @@ sc_status dev_add(device *d, size_t n, const float *a, float *y);
 sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const float *table,
                         int row0, int rows, float *out);
 
+// --- fault hooks (faults/ drives them through the engine; every backend gets them because
+// they live in the wrappers above). Thread-safe: set from any thread while ops run.
+typedef enum dev_corrupt { DEV_CORRUPT_NONE, DEV_CORRUPT_NAN, DEV_CORRUPT_BITFLIP } dev_corrupt;
+
+typedef struct dev_fault {
+  bool lost;           // the device is gone: every call fails with SC_DEVICE ("device lost")
+  bool hang;           // every op blocks until hang is cleared or dev_fault_release is called
+  double slow_factor;  // > 1: each op takes factor x its own time (the wrapper sleeps the
+                       // difference); <= 1: unchanged
+  int oom_after;       // < 0: off; else allocations fail (SC_OOM) once this many more succeeded
+  bool oom_persistent; // with oom_after: every later allocation fails too (else only one)
+  dev_corrupt corrupt; // poisons the output of every matmul while set (one element per call)
+} dev_fault;
+
+// No fault: oom_after -1, the rest zero.
+dev_fault dev_fault_none(void);
+// Replaces d's fault state (a copy). Ops blocked by a hang continue once hang is false.
+void device_set_fault(device *d, const dev_fault *f);
+dev_fault device_get_fault(const device *d);
+// Wakes every op blocked by a hang on d with SC_ABORTED, now and until the fault is replaced
+// (the executor calls it when it aborts a step, so a hung rank's thread can be joined).
+void device_fault_release(device *d);
+
 // --- backends' open functions (registration point: kernels/device.c)
 sc_status device_cpu_open(device **out, sc_error *err);
 // Threads the CPU backend's BLAS may use in this process (global to the BLAS library).
