@@ -20,6 +20,7 @@ int cmd_validate(int argc, char **argv);
 int cmd_runs(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
 
 // Maps a library status to an exit code (SC_INVALID and SC_IO on input -> 2, else 3).
 int cli_exit_code(sc_status s);

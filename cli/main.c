@@ -17,6 +17,7 @@ static const struct {
     {"plan", cmd_plan, "list every tp x pp x dp layout with its memory per GPU"},
     {"model", cmd_model, "model utilities: `model gen` writes random weights for a preset"},
     {"profile", cmd_profile, "measure this machine and write a hardware profile (sim)"},
+    {"worker", cmd_worker, "internal: one process replica, started by run (not run by hand)"},
 };
 
 static void usage(FILE *f) {
