@@ -698,12 +698,22 @@ static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
   static const char *const policies[] = {"least-outstanding", "round-robin"};
   char policy[32] = "least-outstanding";
-  const yaml_map_field f[] = {F_STR("policy", policy)};
+  scn_router *r = &c->s->router;
+  const yaml_map_field f[] = {F_STR("policy", policy),
+                              F_DUR("detect_timeout", &r->detect_timeout_ns),
+                              F_INT("max_retries", &r->max_retries),
+                              F_DUR("backoff", &r->backoff_ns),
+                              F_BOOL("resume", &r->resume),
+                              F_BOOL("restart", &r->restart)};
   mapview m;
   SC_TRY(read_map(c, v, "router", k, f, COUNT(f), none, 0, &m));
   int p = 0;
   SC_TRY(pick_key(c, &m, "policy", policy, policies, 2, &p));
-  c->s->router.policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
+  r->policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
+  SC_TRY(check(c, &m, "detect_timeout", r->detect_timeout_ns > 0,
+               "a duration > 0 (a lost replica must be noticed)"));
+  SC_TRY(check(c, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= 100,
+               "an integer in [0, 100]"));
   return SC_OK;
 }
 
@@ -1667,6 +1677,11 @@ static void set_defaults(scenario *s) {
       .collective_timeout_ns = 30ull * 1000000000ull,
   };
   s->router.policy = SCN_ROUTER_LEAST_OUTSTANDING;
+  s->router.detect_timeout_ns = 2000000000ull;
+  s->router.max_retries = 3;
+  s->router.backoff_ns = 50000000ull;
+  s->router.resume = true;
+  s->router.restart = true;
 }
 
 static sc_status parse_root(ctx *c, struct fy_node *root) {

@@ -193,7 +193,15 @@ typedef enum scn_router_policy {
 } scn_router_policy;
 
 typedef struct scn_router {
-  scn_router_policy policy; // key router.policy: least-outstanding (default) | round-robin
+  scn_router_policy policy;   // key router.policy: least-outstanding (default) | round-robin
+  uint64_t detect_timeout_ns; // key detect_timeout: no heartbeat this long = replica lost (2 s)
+  int max_retries;            // key max_retries: resubmissions of one request at most (3)
+  uint64_t backoff_ns;        // key backoff: wait before the first retry, doubled per retry
+                              // (50 ms)
+  bool resume;                // key resume: a request that already streamed tokens continues
+                              // on another replica from prompt + tokens sent (true); false:
+                              // it fails with reason replica_lost
+  bool restart;               // key restart: a dead replica is restarted (true)
 } scn_router;
 
 typedef struct scenario {

@@ -251,7 +251,39 @@ Test(scenario_parse, defaults_fill_every_key_left_out) {
   cr_expect_float_eq(s->limits.kv_headroom, 0.10, 1e-12);
   cr_expect_eq(s->limits.collective_timeout_ns, 30 * SEC);
   cr_expect_eq(s->router.policy, SCN_ROUTER_LEAST_OUTSTANDING);
+  cr_expect_eq(s->router.detect_timeout_ns, 2 * SEC);
+  cr_expect_eq(s->router.max_retries, 3);
+  cr_expect_eq(s->router.backoff_ns, SEC / 20);
+  cr_expect(s->router.resume);
+  cr_expect(s->router.restart);
   scenario_free(s);
+}
+
+Test(scenario_parse, router_failover_keys) {
+  scenario *s = parse_ok("name: t\nmodel: {preset: llama-tiny}\ndeployments: [{dp: 2}]\n"
+                         "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                         "  phases: [{rate: 4, duration: 1m}]\n"
+                         "router: {detect_timeout: 500ms, max_retries: 0, backoff: 1s, "
+                         "resume: false, restart: false}\n");
+  cr_expect_eq(s->router.detect_timeout_ns, SEC / 2);
+  cr_expect_eq(s->router.max_retries, 0);
+  cr_expect_eq(s->router.backoff_ns, SEC);
+  cr_expect_not(s->router.resume);
+  cr_expect_not(s->router.restart);
+  scenario_free(s);
+}
+
+Test(scenario_errors, router_detect_timeout_and_retries_are_checked) {
+  const char *head = "name: t\nmodel: {preset: llama-tiny}\ndeployments: [{dp: 2}]\n"
+                     "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                     "  phases: [{rate: 4, duration: 1m}]\n";
+  char text[512];
+  snprintf(text, sizeof text, "%srouter: {detect_timeout: 0s}\n", head);
+  parse_bad(text, "t.yaml:7:", "detect_timeout");
+  snprintf(text, sizeof text, "%srouter: {max_retries: -1}\n", head);
+  parse_bad(text, "t.yaml:7:", "max_retries");
+  snprintf(text, sizeof text, "%srouter: {resume: maybe}\n", head);
+  parse_bad(text, "t.yaml:7:", "resume");
 }
 
 Test(scenario_parse, rate_phase_defaults_to_poisson_with_burstiness_1) {
