@@ -22,9 +22,11 @@
 
 #include "engine/replica.h"
 #include "engine/router.h"
+#include "faults/timeline.h"
 #include "kernels/device.h"
 #include "reports/metrics.h"
 #include "scenarios/recorder.h"
+#include "scenarios/runner_rt.h"
 #include "scenarios/workload.h"
 
 enum {
@@ -35,116 +37,6 @@ static const uint64_t SAMPLE_NS = 1000000000ull;  // device samples and flushes
 static const uint64_t LINE_NS = 10000000000ull;   // plain progress lines
 static const uint64_t TTY_NS = 500000000ull;      // terminal progress refresh
 
-typedef enum req_state { REQ_INFLIGHT, REQ_DONE } req_state;
-
-// One request as the client sees it. Times: ns since the run's start.
-typedef struct req_rec {
-  uint64_t arrival, dispatch, finish;
-  uint64_t *tok;          // (n_tok) when each output token was seen
-  int n_tok, cap_tok;
-  int prompt_tokens, max_tokens, class_idx;
-  int phase;              // index into the deployment's phase runs
-  int replica;            // -1: never dispatched
-  int user;               // closed loop: the user who sent it; -1: open loop
-  req_state state;
-  bool warmup, dispatched;
-  mt_status status;
-  char reason[32];
-} req_rec;
-
-// One phase as run: a ramp runs one of these per concurrency step.
-typedef struct phase_run {
-  const scn_phase *p;
-  char name[64];
-  int concurrency;          // closed loop: users; 0 for open loop
-  int64_t id;
-  uint64_t start, warmup_end, end;
-  uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
-  int peak_queue, peak_batch;
-  double kv_peak;
-  double bubble_ns, busy_ns; // sim, pp > 1: sum of bubble x duration, and of durations
-  double ttft_p95_ms;       // filled by the metrics pass
-  double output_tok_s;
-} phase_run;
-
-typedef struct dep_result {
-  int64_t id;
-  int gpus;
-  bool built;
-  mt_summary pooled;
-  double peak_tok_s, kv_peak;
-  int peak_queue, peak_batch;
-  int knee;                 // -1 none or not computed
-  bool has_knee;
-  double speedup, efficiency;
-} dep_result;
-
-typedef struct ev_meta {
-  uint64_t t; // when the event was pulled, ns since the run's start
-  int rep;    // from which replica
-} ev_meta;
-
-typedef struct rt {
-  const scenario *s;
-  bool sim;                 // mode sim: virtual clock, simulated replicas, no waiting
-  uint64_t vnow;            // sim: the virtual clock (ns)
-  uint64_t wall_start;      // sim: monotonic ns at the run's start (progress pacing)
-  const runner_options *o;
-  store *db;
-  recorder *rec;            // request, step and sample rows go through it
-  runner_result *res;
-  sc_clock clock;
-  uint64_t t0;              // clock at the run's start
-  uint64_t seed;
-  int64_t run_id;
-  workload *wl;
-  mt_goodput good;
-  // current deployment
-  const scn_deployment *dep;
-  int dep_idx;
-  int64_t dep_id;
-  replica **reps;
-  int n_reps;
-  bool *eligible;           // (n_reps)
-  struct pollfd *fds;       // (n_reps) what wait_until sleeps on
-  router *rt;
-  req_rec *reqs;            // (n_reqs) all requests of the deployment, index = key
-  size_t n_reqs, cap_reqs;
-  size_t low;               // every request below it is done
-  int inflight;
-  phase_run *phases;        // (n_phases) of the deployment
-  int n_phases, cur;
-  // closed-loop users of the current phase
-  uint64_t *user_next;      // (n_users) next send time; UINT64_MAX: waiting for its request
-  int n_users;
-  uint64_t user_wake;       // min of user_next
-  // open loop
-  uint64_t arrival_j, next_arrival;
-  bool sending;
-  uint64_t send_end;        // closed ramp / rate duration: no arrival at or after it
-  int sent;                 // requests sent in the phase
-  // progress
-  uint64_t next_tick, next_sample, next_line;
-  uint64_t tok_window, tok_window_start;
-  double tok_rate;
-  double *ttft_scratch;
-  size_t cap_ttft;
-  bool tty;
-  bool stopping;            // interrupted
-  bool line_open;           // a \r progress line is on the terminal
-  replica_event *ev;        // (cap_ev) events pulled, waiting to be handled
-  ev_meta *ev_meta;         // (cap_ev)
-  size_t cap_ev;
-  sc_error err;             // first database error
-  sc_status db_status;
-} rt;
-
-static uint64_t now_rel(rt *r) { return sc_clock_now(&r->clock) - r->t0; }
-
-static bool db_ok(rt *r, sc_status s) {
-  if (s != SC_OK && r->db_status == SC_OK) r->db_status = s;
-  return s == SC_OK;
-}
 
 runner_options runner_options_defaults(void) {
   return (runner_options){.progress = RUNNER_PROGRESS_AUTO};
@@ -261,8 +153,7 @@ static void progress(rt *r, uint64_t now, bool done) {
   r->line_open = tty;
 }
 
-static void progress_note(rt *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void progress_note(rt *r, const char *fmt, ...) {
+void progress_note(rt *r, const char *fmt, ...) {
   if (r->o->progress == RUNNER_PROGRESS_NONE) return;
   FILE *f = r->o->progress_out ? r->o->progress_out : stderr;
   if (r->line_open) fputs("\r\033[K", f);
@@ -287,8 +178,8 @@ static const char *status_name(mt_status s) {
 }
 
 // Ends request k with status st at time t and records it; its user (closed loop) may send again.
-static void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char *error,
-                       uint64_t t) {
+void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char *error,
+                uint64_t t) {
   req_rec *q = &r->reqs[k];
   if (q->state == REQ_DONE) return;
   q->state = REQ_DONE;
@@ -296,7 +187,8 @@ static void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, cons
   q->finish = t;
   snprintf(q->reason, sizeof q->reason, "%s", reason ? reason : "");
   r->inflight--;
-  if (q->dispatched) router_done(r->rt, q->replica);
+  if (q->dispatched && !q->waiting) router_done(r->rt, q->replica);
+  q->waiting = false;
   const phase_run *ph = &r->phases[q->phase];
   store_request row = {.run_id = r->run_id,
                        .deployment_id = r->dep_id,
@@ -317,6 +209,7 @@ static void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, cons
                        .status = status_name(st),
                        .reason = q->reason[0] ? q->reason : NULL,
                        .error = error,
+                       .retries = q->retries,
                        .warmup = q->warmup};
   rec_request(r->rec, &row, q->tok, q->n_tok);
   r->res->tokens += (uint64_t)q->n_tok;
@@ -352,25 +245,50 @@ static void send_req(rt *r, uint64_t arrival, int user) {
   req_rec *q = &r->reqs[k];
   *q = (req_rec){.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
                  .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
-                 .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
+                 .fault = -1, .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
   r->inflight++;
   r->sent++;
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
-  for (int j = 0; j < r->n_reps; j++)
-    r->eligible[j] = replica_health_get(r->reps[j]) == REPLICA_HEALTHY;
-  int i = router_pick(r->rt, r->eligible);
   uint64_t t = now_rel(r);
-  if (i < 0) {
+  if (!dispatch_req(r, k, t))
     finish_req(r, k, MT_FAILED, "no_replica", "no healthy replica to send the request to", t);
-    return;
+}
+
+bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
+  req_rec *q = &r->reqs[k];
+  for (int j = 0; j < r->n_reps; j++) {
+    replica_health h = r->busy[j] ? REPLICA_DEAD : replica_health_get(r->reps[j]);
+    r->eligible[j] = h == REPLICA_HEALTHY || (h == REPLICA_UNHEALTHY && j == r->probe);
+  }
+  int i = router_pick(r->rt, r->eligible);
+  if (i < 0) return false;
+  if (i == r->probe) r->probe = -1;
+  wl_request w;
+  workload_request(r->wl, k, &w);
+  // A resume sends the prompt followed by the tokens the client already has.
+  int32_t *joined = NULL;
+  const int32_t *prompt = w.prompt;
+  int n_prompt = w.n_prompt;
+  if (q->n_tok > 0) {
+    joined = malloc((size_t)(w.n_prompt + q->n_tok) * sizeof *joined);
+    if (!joined) {
+      router_done(r->rt, i);
+      finish_req(r, k, MT_FAILED, "oom", "runner: out of memory resuming a request", t);
+      return true;
+    }
+    memcpy(joined, w.prompt, (size_t)w.n_prompt * sizeof *joined);
+    memcpy(joined + w.n_prompt, q->ids, (size_t)q->n_tok * sizeof *joined);
+    prompt = joined;
+    n_prompt += q->n_tok;
   }
   q->replica = i;
   q->dispatched = true;
-  q->dispatch = t;
-  engine_request er = {.prompt = w.prompt,
-                       .n_prompt = w.n_prompt,
-                       .max_tokens = w.max_tokens,
+  q->waiting = false;
+  if (!q->retries) q->dispatch = t;
+  engine_request er = {.prompt = prompt,
+                       .n_prompt = n_prompt,
+                       .max_tokens = w.max_tokens - q->n_tok,
                        .sampling = {.temperature = (float)r->s->workload.temperature,
                                     .top_p = (float)r->s->workload.top_p,
                                     .seed = r->seed ^ (k * 0x9E3779B97F4A7C15ull)},
@@ -378,17 +296,24 @@ static void send_req(rt *r, uint64_t arrival, int user) {
   sc_error e = {{0}};
   if (replica_submit(r->reps[i], k, &er, &e) != SC_OK)
     finish_req(r, k, MT_FAILED, "replica_failed", e.msg, t);
+  free(joined);
+  return true;
 }
 
-static bool add_token(rt *r, req_rec *q, uint64_t t) {
+static bool add_token(rt *r, req_rec *q, int32_t id, uint64_t t) {
+  (void)r;
   if (q->n_tok == q->cap_tok) {
     int cap = q->cap_tok ? q->cap_tok * 2 : (q->max_tokens < 64 ? q->max_tokens : 64);
     if (cap < 1) cap = 1;
     uint64_t *p = realloc(q->tok, (size_t)cap * sizeof *p);
     if (!p) return false;
     q->tok = p;
+    int32_t *d = realloc(q->ids, (size_t)cap * sizeof *d);
+    if (!d) return false;
+    q->ids = d;
     q->cap_tok = cap;
   }
+  q->ids[q->n_tok] = id;
   q->tok[q->n_tok++] = t;
   return true;
 }
@@ -400,7 +325,7 @@ static void time_out(rt *r, uint64_t k) {
   uint64_t limit = r->s->limits.request_timeout_ns;
   uint64_t end = q->arrival + limit;
   while (q->n_tok > 0 && q->tok[q->n_tok - 1] > end) q->n_tok--;
-  if (q->dispatched) replica_cancel(r->reps[q->replica], k);
+  if (q->dispatched && !q->waiting && !r->busy[q->replica]) replica_cancel(r->reps[q->replica], k);
   char msg[96];
   snprintf(msg, sizeof msg, "not finished %.3f s after arrival", (double)limit / 1e9);
   finish_req(r, k, MT_TIMEOUT, "timeout", msg, end);
@@ -438,18 +363,22 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
       ph->bubble_ns += si->bubble_frac * (double)si->duration_ns;
       ph->busy_ns += (double)si->duration_ns;
     }
+    rf_on_step(r, rep, si, t);
     return;
   }
   if (ev->key >= r->n_reqs) return;
   req_rec *q = &r->reqs[ev->key];
-  if (q->state == REQ_DONE || q->replica != rep) return; // timed out or cancelled: not listening
+  if (q->state == REQ_DONE || q->replica != rep || q->waiting) { // the client stopped listening
+    rf_on_late(r, rep, ev, t);
+    return;
+  }
   if (past_timeout(r, q, t)) { // seen after the client gave up
     time_out(r, ev->key);
     return;
   }
   switch (ev->kind) {
   case REPLICA_EV_TOKEN:
-    if (!add_token(r, q, t)) {
+    if (!add_token(r, q, ev->token, t)) {
       replica_cancel(r->reps[rep], ev->key);
       finish_req(r, ev->key, MT_FAILED, "oom", "runner: out of memory recording tokens", t);
     } else {
@@ -463,6 +392,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
       finish_req(r, ev->key, MT_OK, engine_finish_reason_name(ev->reason), NULL, t);
     break;
   case REPLICA_EV_FAILED:
+    if (rf_on_failed(r, rep, ev, t)) break;
     finish_req(r, ev->key, MT_FAILED, ev->what,
                ev->status == SC_INVALID ? "the engine refused the request"
                                         : replica_error(r->reps[rep]),
@@ -478,7 +408,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
 static void drain_events(rt *r) {
   size_t n = 0;
   for (int i = 0; i < r->n_reps; i++) {
-    for (;;) {
+    while (!r->busy[i]) {
       if (r->cap_ev - n < EV_BATCH) {
         size_t cap = r->cap_ev ? r->cap_ev * 2 : 4 * EV_BATCH;
         replica_event *e = realloc(r->ev, cap * sizeof *e);
@@ -531,7 +461,7 @@ static void wait_until(rt *r, uint64_t deadline) {
   struct pollfd *fds = r->fds;
   int n = 0;
   for (int i = 0; i < r->n_reps; i++) {
-    int fd = replica_wait_fd(r->reps[i]);
+    int fd = r->busy[i] ? -1 : replica_wait_fd(r->reps[i]);
     if (fd >= 0) fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
   }
   uint64_t now = now_rel(r);
@@ -544,7 +474,7 @@ static void wait_until(rt *r, uint64_t deadline) {
 // --- periodic work
 static void sample_devices(rt *r, uint64_t now) {
   for (int i = 0; i < r->n_reps; i++)
-    for (int k = 0; k < r->reps[i]->n_ranks; k++) {
+    for (int k = 0; k < r->reps[i]->n_ranks && !r->busy[i]; k++) {
       size_t used = 0, total = 0;
       if (replica_rank_mem(r->reps[i], k, &used, &total) != SC_OK) continue;
       store_device_sample d = {.run_id = r->run_id, .deployment_id = r->dep_id, .replica = i,
@@ -628,6 +558,8 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
       if (p->kind == SCN_PHASE_RAMP && r->send_end < d) d = r->send_end;
     }
   }
+  uint64_t f = rf_next(r);
+  if (f < d) d = f;
   return d > now ? d : now;
 }
 
@@ -635,7 +567,8 @@ static void interrupt_inflight(rt *r, uint64_t now) {
   for (size_t k = r->low; k < r->n_reqs; k++) {
     req_rec *q = &r->reqs[k];
     if (q->state == REQ_DONE) continue;
-    if (q->dispatched) replica_cancel(r->reps[q->replica], k);
+    if (q->dispatched && !q->waiting && !r->busy[q->replica])
+      replica_cancel(r->reps[q->replica], k);
     finish_req(r, k, MT_CANCELLED, "interrupted", "the run was interrupted", now);
   }
   r->sending = false;
@@ -674,6 +607,7 @@ static sc_status run_phase(rt *r, int k) {
     r->next_arrival = start + workload_gap_ns(r->wl, (int)(p - r->s->workload.phases), 0);
   }
   r->next_line = (r->sim ? sc_monotonic_ns() : start) + (r->tty ? TTY_NS : LINE_NS);
+  rf_phase_started(r, k);
   for (;;) {
     uint64_t now = now_rel(r);
     if (r->o->interrupted && *r->o->interrupted && !r->stopping) {
@@ -681,6 +615,7 @@ static sc_status run_phase(rt *r, int k) {
       interrupt_inflight(r, now);
     }
     if (!r->stopping) issue_due(r, now);
+    if (!r->stopping) rf_tick(r, now);
     periodic(r, now);
     if (!r->sending && r->inflight == 0) break;
     if (r->db_status != SC_OK) break;
@@ -789,18 +724,44 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
 }
 
 // --- one deployment
-static void free_deployment(rt *r) {
+// After faults: lets the replicas report what they still owe (a storm's cancel acks, a
+// heartbeat after their last step) before the verdicts read their state; at most 5 s.
+static void settle(rt *r) {
+  if (!rf_faulted(r)) return;
+  uint64_t start = now_rel(r);
+  uint64_t quiet = start + (r->sim ? 0 : 300000000ull);
+  for (;;) {
+    uint64_t now = now_rel(r);
+    if ((now >= quiet && !rf_busy(r)) || now >= start + 5000000000ull) break;
+    wait_until(r, now + 50000000ull);
+    drain_events(r);
+  }
+}
+
+// Frees the replicas (the deployment's other state stays for its metrics).
+static void free_replicas(rt *r) {
   for (int i = 0; i < r->n_reps; i++) replica_free(r->reps[i]);
+  r->n_reps = 0;
+}
+
+static void free_deployment(rt *r) {
+  free_replicas(r);
+  rf_free(r);
   free(r->reps);
   r->reps = NULL;
   r->n_reps = 0;
   free(r->eligible);
   r->eligible = NULL;
+  free(r->busy);
+  r->busy = NULL;
   free(r->fds);
   r->fds = NULL;
   router_free(r->rt);
   r->rt = NULL;
-  for (size_t i = 0; i < r->n_reqs; i++) free(r->reqs[i].tok);
+  for (size_t i = 0; i < r->n_reqs; i++) {
+    free(r->reqs[i].tok);
+    free(r->reqs[i].ids);
+  }
   r->n_reqs = 0;
   r->low = 0;
   r->inflight = 0;
@@ -896,13 +857,22 @@ static sc_status sim_config(rt *r, const scn_deployment *d, engine_config *c, sc
   return SC_OK;
 }
 
-static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
+static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   const scn_deployment *d = &r->s->deployments[idx];
   r->dep = d;
   r->dep_idx = idx;
+  r->sweep = sweep;
   dr->gpus = d->tp * d->pp * d->dp;
   dr->knee = -1;
-  store_deployment sd = {.run_id = r->run_id, .idx = idx, .label = d->label, .tp = d->tp,
+  // every-rank sweeps: one run of the deployment per rank, labelled with the rank it aims at
+  char label[96];
+  snprintf(label, sizeof label, "%s", d->label);
+  if (ft_sweeps(r->s, d) > 1) {
+    char at[48];
+    ft_sweep_label(d, sweep, at, sizeof at);
+    snprintf(label, sizeof label, "%s@%s", d->label, at);
+  }
+  store_deployment sd = {.run_id = r->run_id, .idx = idx, .label = label, .tp = d->tp,
                          .pp = d->pp, .dp = d->dp, .start_ns = now_rel(r)};
   rec_lock(r->rec);
   sc_status s = store_deployment_begin(r->db, &sd, &r->dep_id, &r->err);
@@ -913,11 +883,13 @@ static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
   if (s != SC_OK) return s;
   r->reps = calloc((size_t)d->dp, sizeof *r->reps);
   r->eligible = calloc((size_t)d->dp, sizeof *r->eligible);
+  r->busy = calloc((size_t)d->dp, sizeof *r->busy);
+  r->probe = -1;
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
   r->rt = router_new(r->s->router.policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
                                                                    : ROUTER_LEAST_OUTSTANDING,
                      d->dp);
-  if (!r->reps || !r->eligible || !r->fds || !r->rt)
+  if (!r->reps || !r->eligible || !r->busy || !r->fds || !r->rt)
     return sc_fail(&r->err, SC_OOM, "runner: out of memory");
   engine_config ec = engine_cfg(r->s, d, r->clock);
   sc_error be = {{0}};
@@ -930,10 +902,20 @@ static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
     progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
                   idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
                   ec.threads == 1 ? "" : "s");
+  // Real mode with faults: each replica is a `shardcheck worker` process, so that a fault
+  // can SIGKILL or SIGSTOP it for real.
+  bool procs = !r->sim && r->s->n_faults > 0;
+  replica_proc_options po = {.exe = r->o->worker_exe,
+                             .detect_timeout_ns = r->s->router.detect_timeout_ns};
+  ec.sim.detect_timeout_ns = r->s->router.detect_timeout_ns;
+  ec.sim.collective_timeout_ns = r->s->limits.collective_timeout_ns;
+  r->ec = ec;
+  if (bs == SC_OK) bs = rf_begin(r) == SC_OK ? SC_OK : sc_fail(&be, SC_OOM, "%s", r->err.msg);
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
     ec.sim.layout.first_gpu = i * d->tp * d->pp;
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
          : r->sim           ? replica_sim_new(&ec, i, &r->reps[i], &be)
+         : procs            ? replica_proc_new(&ec, &po, i, &r->reps[i], &be)
                             : replica_local_new(&ec, i, &r->reps[i], &be);
     if (bs == SC_OK) r->n_reps++;
   }
@@ -954,14 +936,21 @@ static sc_status run_deployment(rt *r, int idx, dep_result *dr) {
     s = run_phase(r, k);
     if (s != SC_OK) return s;
   }
+  settle(r);
+  SC_TRY(rf_end(r, dr));
+  // A dead replica fails the deployment unless faults were injected (then it is the point:
+  // the verdicts judge it).
   bool dead = false;
-  for (int i = 0; i < r->n_reps; i++) dead |= replica_health_get(r->reps[i]) == REPLICA_DEAD;
+  for (int i = 0; i < r->n_reps && !rf_faulted(r); i++)
+    dead |= replica_health_get(r->reps[i]) == REPLICA_DEAD;
   const char *st = r->stopping ? "interrupted" : "complete";
   if (dead && !r->res->error[0])
     for (int i = 0; i < r->n_reps; i++)
       if (replica_health_get(r->reps[i]) == REPLICA_DEAD)
         snprintf(r->res->error, sizeof r->res->error, "deployment %s: replica %d failed: %.400s",
                  d->label, i, replica_error(r->reps[i]));
+  free_replicas(r);
+  rf_after_free(r);
   SC_TRY(rec_drain(r->rec, &r->err)); // the writer is idle from here to the next phase
   SC_TRY(store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
                               now_rel(r), &r->err));
@@ -1001,7 +990,11 @@ typedef struct verdict_extra {
 
 static bool extra_value(void *ud, const char *name, double *out) {
   const dep_result *d = ((verdict_extra *)ud)->d;
-  if (!strcmp(name, "lost_requests")) *out = 0; // every request ends with a terminal status
+  if (!strcmp(name, "lost_requests")) *out = d->faulted ? d->lost : 0;
+  else if (!strcmp(name, "detect_ms") && d->faulted) *out = d->detect_ms;
+  else if (!strcmp(name, "recover_ms") && d->faulted) *out = d->recover_ms;
+  else if (!strcmp(name, "kv_leak_blocks") && d->faulted) *out = d->kv_leak;
+  else if (!strcmp(name, "output_mismatches") && d->faulted) *out = d->mismatches;
   else if (!strcmp(name, "peak_output_tok_s")) *out = d->peak_tok_s;
   else if (!strcmp(name, "speedup")) *out = d->speedup;
   else if (!strcmp(name, "efficiency")) *out = d->efficiency;
@@ -1012,9 +1005,14 @@ static bool extra_value(void *ud, const char *name, double *out) {
 }
 
 static sc_status finish_run(rt *r, dep_result *drs, int n) {
-  int gpus[SCN_MAX_DEPLOYMENTS];
-  double tput[SCN_MAX_DEPLOYMENTS], sp[SCN_MAX_DEPLOYMENTS], ef[SCN_MAX_DEPLOYMENTS];
-  int m = 0, map[SCN_MAX_DEPLOYMENTS];
+  int *gpus = calloc((size_t)n + 1, sizeof *gpus), *map = calloc((size_t)n + 1, sizeof *map);
+  double *tput = calloc((size_t)n + 1, sizeof *tput), *sp = calloc((size_t)n + 1, sizeof *sp);
+  double *ef = calloc((size_t)n + 1, sizeof *ef);
+  if (!gpus || !map || !tput || !sp || !ef) {
+    free(gpus), free(map), free(tput), free(sp), free(ef);
+    return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  }
+  int m = 0;
   for (int i = 0; i < n; i++)
     if (drs[i].built) {
       gpus[m] = drs[i].gpus;
@@ -1030,11 +1028,22 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
     add_metric(r, 0, "speedup", sp[j]);
     add_metric(r, 0, "efficiency", ef[j]);
   }
+  // Sim mode: its tokens carry no model output, so there is no equivalence to judge.
+  scn_slo slo = r->s->slo;
+  if (r->sim) {
+    int w = 0;
+    for (int k = 0; k < slo.n; k++)
+      if (strcmp(slo.items[k].key, "output_mismatches") != 0) slo.items[w++] = slo.items[k];
+    if (w < slo.n)
+      progress_note(r, "slo output_mismatches: not judged in mode sim (simulated tokens carry no "
+                    "model output)");
+    slo.n = w;
+  }
   for (int j = 0; j < m; j++) {
     dep_result *d = &drs[map[j]];
     mt_verdict v[SCN_MAX_SLO];
     verdict_extra ex = {.d = d};
-    int nv = mt_verdicts(&r->s->slo, &d->pooled, extra_value, &ex, v, SCN_MAX_SLO);
+    int nv = mt_verdicts(&slo, &d->pooled, extra_value, &ex, v, SCN_MAX_SLO);
     for (int k = 0; k < nv; k++) {
       db_ok(r, store_verdict_add(r->db, r->run_id, d->id, v[k].slo, v[k].op, v[k].expected,
                                  v[k].actual, v[k].pass, &r->err));
@@ -1045,8 +1054,8 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
   // A deployment that never ran fails every SLO: there is nothing to show it holds.
   for (int i = 0; i < n; i++)
     if (!drs[i].built && drs[i].id)
-      for (int k = 0; k < r->s->slo.n; k++) {
-        const scn_slo_item *it = &r->s->slo.items[k];
+      for (int k = 0; k < slo.n; k++) {
+        const scn_slo_item *it = &slo.items[k];
         const mt_metric_info *mi = mt_metric_find(it->key);
         db_ok(r, store_verdict_add(r->db, r->run_id, drs[i].id, it->key,
                                    mi && mi->dir == MT_HIGHER_BETTER ? ">=" : "<=", it->limit,
@@ -1054,18 +1063,21 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
         r->res->n_verdicts++;
         r->res->n_failed++;
       }
+  free(gpus), free(map), free(tput), free(sp), free(ef);
   return r->db_status;
 }
 
 static sc_status refuse(const scenario *s, sc_error *err) {
   if (s->mode == SCN_MODE_SIM && !s->have_hw)
     return sc_fail(err, SC_INVALID, "%s: mode sim needs a hardware profile", s->path);
-  if (s->n_faults > 0)
-    return sc_fail(err, SC_INVALID,
-                   "%s:%d:%d: faults: %d fault%s validated, but fault injection is not available "
-                   "in this version; remove the faults block to run the scenario",
-                   s->path, s->faults[0].line, s->faults[0].col, s->n_faults,
-                   s->n_faults == 1 ? "" : "s");
+  for (int i = 0; i < s->n_faults; i++) {
+    const scn_fault *f = &s->faults[i];
+    if (f->kind == SCN_FAULT_HOT_SWAP || f->kind == SCN_FAULT_CLOCK_JUMP)
+      return sc_fail(err, SC_INVALID,
+                     "%s:%d:%d: faults: %s is validated but not injected by this version; "
+                     "remove it to run the scenario",
+                     s->path, f->line, f->col, scenario_fault_kind_name(f->kind));
+  }
   if (s->mode == SCN_MODE_SIM) return SC_OK; // no real device, any dtype the planner counts
   if (s->hardware.backend[0] && strcmp(s->hardware.backend, "cpu") != 0) {
 #ifndef SHARDCHECK_HAVE_CUDA
@@ -1115,14 +1127,18 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
     workload_free(r.wl);
     return st;
   }
-  dep_result drs[SCN_MAX_DEPLOYMENTS] = {0};
+  int n_runs = 0;
+  for (int i = 0; i < s->n_deployments; i++) n_runs += ft_sweeps(s, &s->deployments[i]);
+  dep_result *drs = calloc((size_t)n_runs, sizeof *drs);
+  if (!drs) st = sc_fail(&r.err, SC_OOM, "runner: out of memory");
   int n_done = 0;
-  for (int i = 0; i < s->n_deployments && !r.stopping && st == SC_OK; i++) {
-    st = run_deployment(&r, i, &drs[i]);
-    n_done = i + 1;
-    free_deployment(&r);
-    if (o->interrupted && *o->interrupted) r.stopping = true;
-  }
+  for (int i = 0; i < s->n_deployments && !r.stopping && st == SC_OK; i++)
+    for (int j = 0; j < ft_sweeps(s, &s->deployments[i]) && !r.stopping && st == SC_OK; j++) {
+      st = run_deployment(&r, i, j, &drs[n_done]);
+      n_done++;
+      free_deployment(&r);
+      if (o->interrupted && *o->interrupted) r.stopping = true;
+    }
   sc_status ds = rec_drain(r.rec, &r.err);
   if (st == SC_OK) st = ds;
   if (st == SC_OK) st = finish_run(&r, drs, n_done);
@@ -1142,6 +1158,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   free(r.ttft_scratch);
   free(r.ev);
   free(r.ev_meta);
+  free(drs);
   workload_free(r.wl);
   return st;
 }

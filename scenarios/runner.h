@@ -39,6 +39,9 @@ typedef struct runner_options {
   sc_status (*make_replica)(void *ud, const engine_config *cfg, int index, replica **out,
                             sc_error *err);
   void *make_replica_ud;
+  // Real mode with faults: the shardcheck binary that serves process replicas (`EXE worker`);
+  // NULL: /proc/self/exe (right when the caller is shardcheck itself).
+  const char *worker_exe;
 } runner_options;
 
 runner_options runner_options_defaults(void);
@@ -57,7 +60,8 @@ typedef struct runner_result {
 
 // Runs s, recording into db. Returns SC_OK when the run took place (whatever its verdicts,
 // also when interrupted or when a deployment failed: res->status says so); SC_INVALID for a
-// scenario this build cannot run (mode sim, faults, backend cuda without CUDA) before anything
+// scenario this build cannot run (a fault kind not injected yet, backend cuda without CUDA)
+// before anything
 // is recorded; SC_IO/SC_OOM when the database or memory fails (the run row is left "running",
 // i.e. incomplete).
 sc_status runner_run(const scenario *s, store *db, const runner_options *o, runner_result *res,

@@ -1,6 +1,9 @@
 // Test helpers (see helpers.h). Tests get SC_BINARY and SC_SOURCE_DIR from CMake.
 #include "tests/helpers.h"
 
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,4 +68,32 @@ int sc_test_write_file(const char *path, const void *data, size_t n) {
   if (!f) return -1;
   size_t w = fwrite(data, 1, n, f);
   return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+// --- reading a results database
+long long sc_test_q1(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+               sqlite3_errmsg(db));
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+  long long v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+const char *sc_test_q1s(const char *path, const char *sql) {
+  static char buf[512];
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+  const unsigned char *t = sqlite3_column_text(st, 0);
+  snprintf(buf, sizeof buf, "%s", t ? (const char *)t : "(null)");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return buf;
 }

@@ -11,3 +11,8 @@ const char *sc_test_tmpdir(const char *tag);
 int sc_test_run_cli(const char *args, char *out, size_t cap);
 // Writes text to path; returns 0 on success.
 int sc_test_write_file(const char *path, const void *data, size_t n);
+// The first column of the first row of sql on the database at path, as an integer (test
+// fails when the query fails or returns no row) or as text ("(null)" for NULL; a static
+// buffer).
+long long sc_test_q1(const char *db, const char *sql);
+const char *sc_test_q1s(const char *db, const char *sql);

@@ -29,33 +29,8 @@ static int cli(const char *args) {
   return rc;
 }
 
-// The integer result of a one-value query on the database at path.
-static long long q1(const char *path, const char *sql) {
-  sqlite3 *db = NULL;
-  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  sqlite3_stmt *st = NULL;
-  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-               sqlite3_errmsg(db));
-  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-  long long v = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return v;
-}
-
-static const char *q1s(const char *path, const char *sql) {
-  static char buf[512];
-  sqlite3 *db = NULL;
-  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  sqlite3_stmt *st = NULL;
-  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
-  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-  const unsigned char *t = sqlite3_column_text(st, 0);
-  snprintf(buf, sizeof buf, "%s", t ? (const char *)t : "(null)");
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return buf;
-}
+#define q1 sc_test_q1
+#define q1s sc_test_q1s
 
 static long file_size(const char *path) {
   struct stat sb;
@@ -376,13 +351,13 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
                                      "deployments: [{dp: 2}]\n"
                                      "workload:\n  prompts: [{input: 8, output: 4}]\n"
                                      "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
-                                     "faults: [{at: 1s, kill: replica, target: replica1}]\n");
+                                     "faults: [{at: 1s, hot_swap: {dtype: int8}}]\n");
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(args, sizeof args, "run %s --db %s", faults, db);
   cr_assert_eq(cli(args), 2, "%s", out);
-  cr_assert(strstr(out, "faults.yaml:") && strstr(out, "fault injection is not available"), "%s",
-            out);
+  cr_assert(strstr(out, "faults.yaml:") && strstr(out, "hot_swap is validated but not injected"),
+            "%s", out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM run"), 0);
   snprintf(args, sizeof args, "run %s/missing.yaml --db %s", dir, db);
   cr_assert_eq(cli(args), 2, "%s", out);
