@@ -1,0 +1,265 @@
+// End-to-end fault injection: the shipped fault scenarios run with `shardcheck run` in real
+// mode (process replicas, CPU backend, llama-tiny) and in sim mode, and their invariants are
+// read back from the results database: every request ends exactly once, nothing is lost, KV
+// returns to zero, faults are detected, outputs equal a fault-free engine's, and no worker
+// outlives the runner.
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+#define q1 sc_test_q1
+#define q1s sc_test_q1s
+#define SHIPPED SC_SOURCE_DIR "/scenarios"
+
+static char out[1 << 16];
+
+// Real-time load tests: see tests/test_run.c. Sim runs are not real-time and run everywhere.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_SANITIZERS()                                                                    \
+  cr_skip_test("skipped: shipped scenarios are real-time load tests, run in the optimized build")
+#else
+#define SKIP_UNDER_SANITIZERS() ((void)0)
+#endif
+
+// Runs a shipped scenario into a fresh database; returns its path. The exit code must be 0:
+// every shipped fault scenario's SLOs hold.
+static const char *run_shipped(const char *name, const char *extra) {
+  static char db[8][600];
+  static int slot;
+  char *p = db[slot++ % 8];
+  const char *dir = sc_test_tmpdir(name);
+  snprintf(p, 600, "%s/r.db", dir);
+  char args[2048];
+  snprintf(args, sizeof args, "run " SHIPPED "/%s.yaml --db %s --out %s/rep %s", name, p, dir,
+           extra);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_assert(!strstr(out, "Sanitizer") && !strstr(out, "runtime error:"), "%s", out);
+  cr_assert_eq(rc, 0, "%s: exit %d\n%s", name, rc, out);
+  return p;
+}
+
+// The invariants every fault run must keep.
+static void history_holds(const char *db) {
+  // every request ended exactly once, with one of the four statuses
+  cr_expect_eq(q1(db, "SELECT count(*) - count(DISTINCT deployment_id || '/' || seq) FROM request"),
+               0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status NOT IN "
+                      "('ok', 'cancelled', 'failed', 'timeout') OR finish_ns IS NULL"),
+               0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'lost_requests' AND value != 0"),
+               0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'history_violations' AND "
+                      "value != 0"),
+               0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'kv_leak_blocks' AND value != 0"),
+               0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM metric WHERE name LIKE 'leaked_%' AND value > 0"), 0);
+  cr_expect_str_eq(q1s(db, "SELECT status FROM run"), "complete");
+}
+
+static double metric(const char *db, const char *name) {
+  char sql[256];
+  snprintf(sql, sizeof sql, "SELECT CAST(value * 1000 AS INTEGER) FROM metric WHERE name = '%s' "
+                            "AND phase_id IS NULL AND class = ''", name);
+  return (double)q1(db, sql) / 1000;
+}
+
+Test(faults_real, kill_replica_retries_resumes_and_restarts, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("kill-replica", "");
+  history_holds(db);
+  cr_expect_str_eq(q1s(db, "SELECT kind || ' ' || target FROM fault"), "kill replica1");
+  cr_expect_eq(q1(db, "SELECT detected_ns IS NOT NULL AND detected_ns >= injected_ns FROM fault"),
+               1);
+  cr_expect(strstr(q1s(db, "SELECT detail FROM fault"), "restarted in"), "%s",
+            q1s(db, "SELECT detail FROM fault"));
+  cr_expect_gt(metric(db, "retried_requests"), 0, "a kill under load retries requests");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0);
+  cr_expect_eq(metric(db, "output_mismatches"), 0);
+  // replica1 came back and served again after its restart
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request r JOIN fault f ON f.deployment_id = "
+                      "r.deployment_id WHERE r.replica = 1 AND r.dispatch_ns > f.detected_ns + "
+                      "1000000000"),
+               0);
+}
+
+Test(faults_real, kill_gpu_and_hang_rank_fail_over, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("kill-gpu", "");
+  history_holds(db);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE detected_ns IS NOT NULL"), 1);
+  cr_expect_eq(metric(db, "output_mismatches"), 0);
+  db = run_shipped("hang-rank", "");
+  history_holds(db);
+  // caught by the 1 s collective deadline, not by the 2 s heartbeat timeout
+  long long det = q1(db, "SELECT detected_ns - injected_ns FROM fault");
+  cr_expect(det >= 900000000ll && det < 2000000000ll, "detected after %lld ns", det);
+}
+
+Test(faults_real, slow_link_and_rank_are_flagged_as_stragglers, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("slow-link", "");
+  history_holds(db);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'slow' AND detected_ns IS NOT "
+                      "NULL AND detected_ns < injected_ns + 4000000000"),
+               2);
+}
+
+Test(faults_real, cancel_storm_frees_kv_and_survivors_match, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("cancel-storm", "");
+  history_holds(db);
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE status = 'cancelled'"), 16);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE recovered_ns IS NOT NULL"), 2,
+               "every storm's cancels were acknowledged");
+  cr_expect_eq(metric(db, "output_mismatches"), 0);
+}
+
+Test(faults_real, oom_fails_only_the_requests_it_hits, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("oom", "");
+  history_holds(db);
+  long long oom = q1(db, "SELECT count(*) FROM request WHERE status = 'failed' AND reason = 'oom'");
+  cr_expect_gt(oom, 0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'failed'"), oom);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE detected_ns IS NOT NULL"), 2);
+}
+
+Test(faults_real, chaos_runs_its_seeded_schedule, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("chaos", "");
+  history_holds(db);
+  cr_expect_geq(q1(db, "SELECT count(*) FROM fault"), 2);
+}
+
+// --- sim mode: the same scenarios on simulated replicas, through the same router
+
+Test(faults_sim, every_shipped_fault_scenario_runs_in_sim_mode, .timeout = 300) {
+  const char *names[] = {"kill-replica", "kill-gpu", "hang-rank", "slow-link", "cancel-storm",
+                         "oom", "chaos"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *db = run_shipped(names[i], "--mode sim");
+    history_holds(db);
+    cr_expect_gt(q1(db, "SELECT count(*) FROM fault WHERE detected_ns IS NOT NULL"), 0, "%s",
+                 names[i]);
+  }
+}
+
+Test(faults_sim, hang_rank_is_detected_at_the_collective_deadline_exactly, .timeout = 120) {
+  const char *db = run_shipped("hang-rank", "--mode sim");
+  // virtual time: the 1 s deadline counts from the start of the step the rank hung in
+  long long det = q1(db, "SELECT detected_ns - injected_ns FROM fault");
+  cr_expect(det >= 1000000000ll && det < 1100000000ll, "detected after %lld ns", det);
+}
+
+Test(faults_sim, chaos_with_the_same_seed_injects_the_same_faults, .timeout = 120) {
+  const char *a = run_shipped("chaos", "--mode sim");
+  char first[512];
+  snprintf(first, sizeof first, "%s",
+           q1s(a, "SELECT group_concat(kind || ' ' || coalesce(target, '') || ' ' || detail || "
+                  "' ' || injected_ns, '; ') FROM fault"));
+  const char *b = run_shipped("chaos", "--mode sim");
+  cr_expect_str_eq(q1s(b, "SELECT group_concat(kind || ' ' || coalesce(target, '') || ' ' || "
+                          "detail || ' ' || injected_ns, '; ') FROM fault"),
+                   first);
+  const char *c = run_shipped("chaos", "--mode sim --seed 13");
+  cr_expect_str_neq(q1s(c, "SELECT group_concat(kind || ' ' || coalesce(target, '') || ' ' || "
+                          "detail || ' ' || injected_ns, '; ') FROM fault"),
+                    first);
+}
+
+// --- the runner killed: its workers die with it and the database stays consistent
+
+static int count_workers_of(pid_t parent) {
+  DIR *d = opendir("/proc");
+  cr_assert_not_null(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) {
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    char *rp = strrchr(buf, ')');
+    int ppid = 0;
+    char state = 0;
+    if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == parent && state != 'Z') n++;
+  }
+  closedir(d);
+  return n;
+}
+
+Test(faults_real, a_sigkilled_runner_leaves_no_worker_and_a_consistent_database, .timeout = 120) {
+  SKIP_UNDER_SANITIZERS();
+  const char *dir = sc_test_tmpdir("fault-kill9");
+  char db[600], logp[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(logp, sizeof logp, "%s/run.log", dir);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int log = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(log, 1);
+    dup2(log, 2);
+    execl(SC_BINARY, SC_BINARY, "run", SHIPPED "/kill-replica.yaml", "--db", db, "--out", dir,
+          (char *)NULL);
+    _exit(127);
+  }
+  int workers = 0;
+  for (int i = 0; i < 300 && workers < 2; i++) {
+    usleep(20000);
+    workers = count_workers_of(pid);
+  }
+  cr_assert_eq(workers, 2, "the run never started its two workers");
+  // collect the workers' pids, then kill the runner
+  pid_t wp[2] = {0, 0};
+  int nw = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while ((e = readdir(d)) && nw < 2) {
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    char *rp = strrchr(buf, ')');
+    int ppid = 0;
+    char state = 0;
+    if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == pid) wp[nw++] = atoi(e->d_name);
+  }
+  closedir(d);
+  usleep(500000);
+  kill(pid, SIGKILL);
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  for (int i = 0; i < nw; i++) {
+    bool gone = false;
+    for (int k = 0; k < 200 && !gone; k++) {
+      char path[64], buf[512] = "";
+      snprintf(path, sizeof path, "/proc/%d/stat", (int)wp[i]);
+      FILE *f = fopen(path, "r");
+      size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+      if (f) fclose(f);
+      buf[len] = 0;
+      char *rp = strrchr(buf, ')');
+      gone = !f || (rp && rp[1] == ' ' && rp[2] == 'Z'); // dead (a zombie waits for init)
+      if (!gone) usleep(10000);
+    }
+    cr_expect(gone, "worker %d outlived the runner", (int)wp[i]);
+  }
+  cr_assert_str_eq(q1s(db, "PRAGMA integrity_check"), "ok");
+  cr_expect_str_eq(q1s(db, "SELECT status FROM run"), "running"); // listed as incomplete
+}
