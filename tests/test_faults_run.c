@@ -21,13 +21,8 @@
 
 static char out[1 << 16];
 
-// Real-time load tests: see tests/test_run.c. Sim runs are not real-time and run everywhere.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SKIP_UNDER_SANITIZERS()                                                                    \
-  cr_skip_test("skipped: shipped scenarios are real-time load tests, run in the optimized build")
-#else
-#define SKIP_UNDER_SANITIZERS() ((void)0)
-#endif
+// Real-mode runs are real-time load tests (SKIP_UNDER_SANITIZERS, tests/helpers.h); sim runs
+// are not real-time and run everywhere.
 
 // Runs a shipped scenario into a fresh database; returns its path. The exit code must be 0:
 // every shipped fault scenario's SLOs hold.
@@ -178,7 +173,8 @@ Test(faults_sim, chaos_with_the_same_seed_injects_the_same_faults, .timeout = 12
 
 // --- the runner killed: its workers die with it and the database stays consistent
 
-static int count_workers_of(pid_t parent) {
+// The live (not zombie) children of parent: their count, and up to cap pids into pids.
+static int workers_of(pid_t parent, pid_t *pids, int cap) {
   DIR *d = opendir("/proc");
   cr_assert_not_null(d);
   struct dirent *e;
@@ -194,7 +190,10 @@ static int count_workers_of(pid_t parent) {
     char *rp = strrchr(buf, ')');
     int ppid = 0;
     char state = 0;
-    if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == parent && state != 'Z') n++;
+    if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == parent && state != 'Z') {
+      if (n < cap) pids[n] = atoi(e->d_name);
+      n++;
+    }
   }
   closedir(d);
   return n;
@@ -216,32 +215,14 @@ Test(faults_real, a_sigkilled_runner_leaves_no_worker_and_a_consistent_database,
           (char *)NULL);
     _exit(127);
   }
-  int workers = 0;
-  for (int i = 0; i < 300 && workers < 2; i++) {
-    usleep(20000);
-    workers = count_workers_of(pid);
-  }
-  cr_assert_eq(workers, 2, "the run never started its two workers");
-  // collect the workers' pids, then kill the runner
   pid_t wp[2] = {0, 0};
   int nw = 0;
-  DIR *d = opendir("/proc");
-  struct dirent *e;
-  while ((e = readdir(d)) && nw < 2) {
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = 0;
-    char *rp = strrchr(buf, ')');
-    int ppid = 0;
-    char state = 0;
-    if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == pid) wp[nw++] = atoi(e->d_name);
+  for (int i = 0; i < 300 && nw < 2; i++) {
+    usleep(20000);
+    nw = workers_of(pid, wp, 2);
   }
-  closedir(d);
-  usleep(500000);
+  cr_assert_eq(nw, 2, "the run never started its two workers");
+  usleep(500000); // then kill the runner mid-run
   kill(pid, SIGKILL);
   int st = 0;
   cr_assert_eq(waitpid(pid, &st, 0), pid);

@@ -77,12 +77,7 @@ static const char *tiny_scenario(const char *dir, const char *name, const char *
 // open-loop phase overloads it into timeouts, which says nothing about the harness: there they
 // are reported as skipped, and the short end-to-end tests below cover the runner's memory and
 // thread safety.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SKIP_UNDER_SANITIZERS()                                                                    \
-  cr_skip_test("skipped: shipped scenarios are real-time load tests, run in the optimized build")
-#else
-#define SKIP_UNDER_SANITIZERS() ((void)0)
-#endif
+// (SKIP_UNDER_SANITIZERS: tests/helpers.h)
 
 Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeout = 900) {
   SKIP_UNDER_SANITIZERS();
