@@ -45,7 +45,7 @@ build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undef
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
-TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine)$'
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine)$'
 # The runner's threads (replicas, recorder) under TSan: the short end-to-end runs; the binary
 # they start inherits TSAN_OPTIONS, and a report makes the test fail.
 echo "== tsan: end-to-end runs"

@@ -74,8 +74,6 @@ typedef struct replica_fault {
   bool bitflip;        // CORRUPT: flip a bit (else write NaN)
 } replica_fault;
 
-const char *replica_fault_kind_name(replica_fault_kind k); // "kill", "kill_rank", ...
-
 typedef struct replica_i {
   // Queues a request. Fails only when the replica is dead (SC_ABORTED); a request the engine
   // refuses comes back as a FAILED event.

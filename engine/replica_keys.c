@@ -155,19 +155,3 @@ void rq_free(replica_evq *q) {
   free(q->v);
   memset(q, 0, sizeof *q);
 }
-
-const char *replica_fault_kind_name(replica_fault_kind k) {
-  switch (k) {
-  case RFAULT_KILL: return "kill";
-  case RFAULT_KILL_RANK: return "kill_rank";
-  case RFAULT_HANG: return "hang";
-  case RFAULT_HANG_RANK: return "hang_rank";
-  case RFAULT_RESUME: return "resume";
-  case RFAULT_SLOW_RANK: return "slow_rank";
-  case RFAULT_SLOW_LINK: return "slow_link";
-  case RFAULT_OOM: return "oom";
-  case RFAULT_CORRUPT: return "corrupt";
-  case RFAULT_CLEAR: return "clear";
-  }
-  return "unknown";
-}

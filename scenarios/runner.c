@@ -300,8 +300,7 @@ bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
   return true;
 }
 
-static bool add_token(rt *r, req_rec *q, int32_t id, uint64_t t) {
-  (void)r;
+static bool add_token(req_rec *q, int32_t id, uint64_t t) {
   if (q->n_tok == q->cap_tok) {
     int cap = q->cap_tok ? q->cap_tok * 2 : (q->max_tokens < 64 ? q->max_tokens : 64);
     if (cap < 1) cap = 1;
@@ -378,7 +377,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
   }
   switch (ev->kind) {
   case REPLICA_EV_TOKEN:
-    if (!add_token(r, q, ev->token, t)) {
+    if (!add_token(q, ev->token, t)) {
       replica_cancel(r->reps[rep], ev->key);
       finish_req(r, ev->key, MT_FAILED, "oom", "runner: out of memory recording tokens", t);
     } else {

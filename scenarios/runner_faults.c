@@ -499,15 +499,13 @@ void rf_on_late(rt *r, int rep, const replica_event *ev, uint64_t t) {
 }
 
 // --- straggler scores
-static int cmp_u64v(const void *a, const void *b) { return cmp_u64(a, b); }
-
 // Median of the durations hist[from .. to) steps back (0 = the latest).
 static uint64_t median_back(const rep_state *rs, int from, int to) {
   uint64_t v[HIST];
   int n = 0;
   for (int b = from; b < to && b < rs->n_hist; b++) v[n++] = rs->hist[(rs->n_hist - 1 - b) % HIST];
   if (n == 0) return 0;
-  qsort(v, (size_t)n, sizeof *v, cmp_u64v);
+  qsort(v, (size_t)n, sizeof *v, cmp_u64);
   return v[n / 2];
 }
 
@@ -525,7 +523,7 @@ void rf_on_step(rt *r, int rep, const engine_step_info *si, uint64_t t) {
   for (int i = 0; i < f->n_rs && np < 64; i++)
     if (i != rep && f->rs[i].n_hist >= MIN_STEPS) peer[np++] = median_back(&f->rs[i], 0, FAST);
   if (np > 0) {
-    qsort(peer, (size_t)np, sizeof *peer, cmp_u64v);
+    qsort(peer, (size_t)np, sizeof *peer, cmp_u64);
     ref = (double)peer[np / 2];
   } else {
     ref = (double)median_back(rs, 2 * FAST, HIST);
@@ -549,19 +547,20 @@ void rf_on_step(rt *r, int rep, const engine_step_info *si, uint64_t t) {
 void rf_tick(rt *r, uint64_t now) {
   struct rf_state *f = r->rf;
   if (!f) return;
-  if (f->faulted) {
-    for (int i = 0; i < f->plan.n; i++) {
-      fault_run *fr = &f->fr[i];
-      if (!fr->injected && fr->at <= now) act(r, i, false, now);
-      if (fr->injected && !fr->ended && fr->end <= now) {
-        const ft_fault *ft = &f->plan.v[i];
-        if (ft->replica >= 0 && r->busy[ft->replica]) continue; // after its restart
-        act(r, i, true, now);
-      }
+  if (f->n_retry) retry_due(r, now);
+  // Without faults only the retry policy runs: a replica that dies on its own fails its
+  // deployment as before, and the loop pays no health checks.
+  if (!f->faulted) return;
+  for (int i = 0; i < f->plan.n; i++) {
+    fault_run *fr = &f->fr[i];
+    if (!fr->injected && fr->at <= now) act(r, i, false, now);
+    if (fr->injected && !fr->ended && fr->end <= now) {
+      const ft_fault *ft = &f->plan.v[i];
+      if (ft->replica >= 0 && r->busy[ft->replica]) continue; // after its restart
+      act(r, i, true, now);
     }
   }
   check_replicas(r, now);
-  if (f->n_retry) retry_due(r, now);
   // Half-open circuit: once a second one unhealthy replica may take the next request.
   if (now >= f->next_probe) {
     f->next_probe = now + PROBE_NS;

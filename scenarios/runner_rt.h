@@ -155,8 +155,8 @@ void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char 
 // (nothing changed). A submit the replica refuses ends the request as failed.
 bool dispatch_req(rt *r, uint64_t k, uint64_t t);
 
-// --- runner_faults.c (every function is a no-op when the scenario has no faults, except
-// rf_on_failed, which applies the retry policy to any lost replica)
+// --- runner_faults.c (every function is a no-op when the scenario has no faults, except the
+// retry policy: rf_on_failed and the retries that rf_tick sends)
 // Plans the deployment's faults and snapshots this process's resources (before replicas).
 sc_status rf_begin(rt *r);
 // Phase run k just started: faults timed from its workload phase get their times.
