@@ -800,6 +800,7 @@ sc_status rf_end(rt *r, dep_result *dr) {
   char why[160];
   int mm = equivalence(r, why, sizeof why);
   dr->mismatches = mm >= 0 ? mm : NAN;
+  if (mm < 0) progress_note(r, "%s: outputs not compared: %s", r->dep->label, why);
   if (mm > 0)
     progress_note(r, "%s: %d output%s differ from a fault-free run", r->dep->label, mm,
                   mm == 1 ? "" : "s");
