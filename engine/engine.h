@@ -37,6 +37,10 @@ typedef struct engine_config {
   model_config model;
   const char *weights_dir;  // safetensors directory; NULL: random weights from weights_seed
   uint64_t weights_seed;    // seed of generated weights
+  sc_dtype weight_dtype;    // real backends: how the matmul weights are held. SC_F32 (default)
+                            // or SC_I8: weight-only int8, one f32 scale per output channel,
+                            // quantized from the loaded weights at load; activations, norms,
+                            // embeddings and the KV cache stay f32
   const char *backend;      // device backend: "cpu", or "sim" (below)
   int tp, pp;               // layout of the replica
   int block_size;           // KV block, tokens (16)

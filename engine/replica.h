@@ -99,8 +99,16 @@ typedef struct replica_i {
   // epoch, blocking until it is ready (or failed: err). Anything the old incarnation still
   // sends is discarded (fencing). Faults in force are cleared.
   sc_status (*restart)(void *ctx, sc_error *err);
-  // Optional (NULL: always 1). The incarnation serving now: 1 at start, +1 per restart.
+  // Optional (NULL: always 1). The incarnation serving now: 1 at start, +1 per restart or
+  // swap.
   int (*epoch)(void *ctx);
+  // Optional (NULL: cannot change its weights). Rebuilds a live replica with other weights:
+  // cfg's model, weights_dir, weights_seed and weight_dtype (for a simulated replica also
+  // sim.model and sim.static_bytes) replace the current ones; layout, limits and clock stay.
+  // The caller drains it first; requests it still holds fail with "replica_lost". Blocks until
+  // the new weights are loaded (a simulated replica models the load time and admits once it is
+  // over). On error the replica is DEAD and err says why. Faults in force are cleared.
+  sc_status (*swap)(void *ctx, const engine_config *cfg, sc_error *err);
   void (*free)(void *ctx);
 } replica_i;
 
@@ -135,6 +143,8 @@ typedef struct replica_proc_options {
   uint64_t detect_timeout_ns; // no heartbeat (or event) for this long: the replica is lost
                              // (DEAD, its requests FAILED with what "replica_lost"); 0: 2 s
   uint64_t heartbeat_ns;     // how often the worker reports (0: 100 ms)
+  const char *const *env;    // NULL-terminated "NAME=value" entries added to (or replacing
+                             // in) the worker's environment; NULL: none
 } replica_proc_options;
 
 // Starts the worker (killed with the caller: PR_SET_PDEATHSIG), sends it cfg, waits until its
@@ -145,6 +155,9 @@ sc_status replica_proc_new(const engine_config *cfg, const replica_proc_options 
 bool replica_is_proc(const replica *r);
 // The worker's pid now (0 when none runs).
 int replica_proc_pid(const replica *r);
+// The worker's wall clock minus this process's, as of its latest report (ns): false before the
+// first report of the current worker.
+bool replica_proc_wall_skew(const replica *r, int64_t *skew_ns);
 
 // The worker side: serves one replica on fd until the socket closes or the engine dies; the
 // return value is the process's exit status (0: the runner closed the socket; 3: the engine
@@ -179,3 +192,8 @@ static inline sc_status replica_restart(replica *r, sc_error *err) {
   return r->i->restart ? r->i->restart(r->ctx, err) : SC_INVALID;
 }
 static inline int replica_epoch(replica *r) { return r->i->epoch ? r->i->epoch(r->ctx) : 1; }
+static inline bool replica_can_swap(const replica *r) { return r->i->swap != NULL; }
+static inline sc_status replica_swap(replica *r, const engine_config *cfg, sc_error *err) {
+  return r->i->swap ? r->i->swap(r->ctx, cfg, err)
+                    : sc_fail(err, SC_INVALID, "this replica cannot change its weights");
+}

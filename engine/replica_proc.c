@@ -12,7 +12,10 @@
 // that comes back finds nobody to talk to and exits), its pid goes to a fenced list reaped
 // without blocking, and every request it held fails with what "replica_lost". restart starts
 // a fresh worker with the next epoch; every message carries the epoch and one from another
-// epoch is dropped. wait_fd is an epoll fd that is readable while the socket has data, events
+// epoch is dropped. swap (a hot swap) ends the worker the same way and starts one with the new
+// weights at the next epoch. Workers start with this process's environment plus the entries
+// the options add (a clock jump preloads libfaketime this way), and report their wall clock
+// in every status, so the runner sees a jump land. wait_fd is an epoll fd that is readable while the socket has data, events
 // are pending, or the loss deadline has passed, so a runner sleeping in ppoll wakes for each.
 // The worker runs in its own process group: a terminal's ^C reaches the runner only, which
 // stops cleanly and frees its replicas (free closes the socket; the worker exits 0).
@@ -53,6 +56,12 @@
 #define WORKER_FD 3                       // the socket's fd in the worker
 #define READ_CHUNK 65536
 #define READ_MAX_PER_CALL (16u << 20) // bytes read by one update at most (the rest next time)
+
+static int64_t wall_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void sleep_ns(uint64_t ns) {
   struct timespec ts = {.tv_sec = (time_t)(ns / NS_PER_S), .tv_nsec = (long)(ns % NS_PER_S)};
@@ -95,6 +104,7 @@ typedef struct proc {
   // what every incarnation is built from (strings owned)
   engine_config cfg;
   char *weights_dir, *backend, *exe;
+  char **env;           // (NULL-terminated) extra environment entries of the worker
   uint64_t detect_ns, heartbeat_ns;
   int index, n_ranks;
   // the incarnation serving now
@@ -121,6 +131,8 @@ typedef struct proc {
   pid_t *fenced;
   int n_fenced, cap_fenced;
   uint64_t stale_msgs; // messages dropped because their epoch was not the current one
+  int64_t wall_skew_ns; // the worker's wall clock minus ours, at its latest report
+  bool have_skew;
 } proc;
 
 static const replica_i proc_i;
@@ -294,6 +306,8 @@ static loss handle(proc *p, int type, uint32_t epoch, const uint8_t *body, size_
       return protocol_error(p, "bad heartbeat", type);
     p->worker_health = s.health;
     p->stats = s.stats;
+    p->wall_skew_ns = s.wall_ns - wall_now_ns();
+    p->have_skew = true;
     return LOSS_NONE;
   }
   case WIRE_DEAD: {
@@ -366,10 +380,33 @@ static void update(proc *p) {
 
 // --- starting a worker
 
+// The worker's environment: ours with p->env's entries added, a same-named one replaced.
+// The strings are borrowed (ours and p->env's); NULL when memory ran out.
+static char **worker_env(const proc *p) {
+  size_t n = 0, extra = 0;
+  while (environ[n]) n++;
+  while (p->env && p->env[extra]) extra++;
+  char **v = malloc((n + extra + 1) * sizeof *v);
+  if (!v) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool replaced = false;
+    for (size_t j = 0; j < extra && !replaced; j++) {
+      size_t len = strcspn(p->env[j], "=");
+      replaced = !strncmp(environ[i], p->env[j], len) && environ[i][len] == '=';
+    }
+    if (!replaced) v[k++] = environ[i];
+  }
+  for (size_t j = 0; j < extra; j++) v[k++] = p->env[j];
+  v[k] = NULL;
+  return v;
+}
+
 // Forks and execs the worker for epoch, sends it the config and waits until it is ready.
 // On success p->pid, p->fd (registered in p->ep), the status report and last_msg_ns are set;
 // on error nothing is left running and err says why.
 static sc_status spawn(proc *p, int epoch, sc_error *err) {
+  p->have_skew = false;
   int sv[2], xp[2]; // the socket; a pipe that carries exec's errno
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return sc_fail(err, SC_IO, "replica %d: socketpair: %s", p->index, strerror(errno));
@@ -383,12 +420,21 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
   char fd_arg[16];
   snprintf(fd_arg, sizeof fd_arg, "%d", WORKER_FD);
   char *argv[] = {p->exe, "worker", "--fd", fd_arg, NULL};
+  char **envp = worker_env(p);
+  if (!envp) {
+    close(sv[0]);
+    close(sv[1]);
+    close(xp[0]);
+    close(xp[1]);
+    return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
+  }
   sigset_t none;
   sigemptyset(&none);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
+    free(envp);
     close(sv[0]);
     close(sv[1]);
     close(xp[0]);
@@ -408,7 +454,7 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
     if (efd < 0 || sfd < 0 || dup2(sfd, WORKER_FD) < 0) e = e ? e : errno;
     if (efd > WORKER_FD + 1) close_range(WORKER_FD + 1, (unsigned)efd - 1, 0);
     if (efd >= 0) close_range((unsigned)efd + 1, ~0u, 0);
-    if (!e) execv(p->exe, argv);
+    if (!e) execve(p->exe, argv, envp);
     e = e ? e : errno;
     if (efd >= 0) {
       ssize_t w = write(efd, &e, sizeof e);
@@ -416,6 +462,7 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
     }
     _exit(127);
   }
+  free(envp);
   close(sv[1]);
   close(xp[1]);
   int child_errno = 0;
@@ -634,6 +681,13 @@ static sc_status p_inject(void *ctx, const replica_fault *f, sc_error *err) {
   return SC_OK;
 }
 
+static char *dup_str(const char *s, bool *ok) {
+  if (!s) return NULL;
+  char *d = strdup(s);
+  if (!d) *ok = false;
+  return d;
+}
+
 static sc_status p_restart(void *ctx, sc_error *err) {
   proc *p = ctx;
   update(p);
@@ -650,6 +704,41 @@ static sc_status p_restart(void *ctx, sc_error *err) {
 }
 
 static int p_epoch(void *ctx) { return ((proc *)ctx)->epoch; }
+
+// A swap ends the worker (its socket closed: it exits at the end of the stream, and is reaped
+// as a fenced worker) and starts one with the new weights at the next epoch.
+static sc_status p_swap(void *ctx, const engine_config *cfg, sc_error *err) {
+  proc *p = ctx;
+  update(p);
+  if (p->dead) return sc_fail(err, SC_ABORTED, "replica %d: swap of a lost replica", p->index);
+  bool ok = true;
+  char *dir = dup_str(cfg->weights_dir, &ok);
+  if (!ok) return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
+  close_socket(p);
+  if (p->pid > 0) add_fenced(p, p->pid);
+  p->pid = 0;
+  rk_each(&p->outstanding, fail_outstanding, p);
+  rk_free(&p->outstanding);
+  signal_events(p);
+  free(p->weights_dir);
+  p->weights_dir = dir;
+  p->cfg.model = cfg->model;
+  p->cfg.weights_dir = dir;
+  p->cfg.weights_seed = cfg->weights_seed;
+  p->cfg.weight_dtype = cfg->weight_dtype;
+  p->epoch++;
+  sc_status s = spawn(p, p->epoch, err);
+  if (s != SC_OK) {
+    p->dead = true;
+    snprintf(p->error, sizeof p->error, "swap failed: %.480s", err ? err->msg : "");
+    arm_timer(p);
+    return s;
+  }
+  p->admitting = true;
+  p->error[0] = p->dead_msg[0] = p->protocol_error[0] = 0;
+  arm_timer(p);
+  return SC_OK;
+}
 
 static void p_free(void *ctx) {
   proc *p = ctx;
@@ -684,6 +773,8 @@ static void p_free(void *ctx) {
   free(p->weights_dir);
   free(p->backend);
   free(p->exe);
+  for (size_t i = 0; p->env && p->env[i]; i++) free(p->env[i]);
+  free(p->env);
   free(p);
 }
 
@@ -700,15 +791,9 @@ static const replica_i proc_i = {
     .inject = p_inject,
     .restart = p_restart,
     .epoch = p_epoch,
+    .swap = p_swap,
     .free = p_free,
 };
-
-static char *dup_str(const char *s, bool *ok) {
-  if (!s) return NULL;
-  char *d = strdup(s);
-  if (!d) *ok = false;
-  return d;
-}
 
 sc_status replica_proc_new(const engine_config *cfg, const replica_proc_options *o, int index,
                            replica **out, sc_error *err) {
@@ -733,6 +818,11 @@ sc_status replica_proc_new(const engine_config *cfg, const replica_proc_options 
   p->weights_dir = dup_str(cfg->weights_dir, &ok);
   p->backend = dup_str(cfg->backend, &ok);
   p->exe = dup_str(opt.exe ? opt.exe : "/proc/self/exe", &ok);
+  size_t n_env = 0;
+  while (opt.env && opt.env[n_env]) n_env++;
+  p->env = calloc(n_env + 1, sizeof *p->env);
+  if (!p->env) ok = false;
+  for (size_t i = 0; p->env && i < n_env; i++) p->env[i] = dup_str(opt.env[i], &ok);
   p->cfg.weights_dir = p->weights_dir;
   p->cfg.backend = p->backend;
   p->detect_ns = opt.detect_timeout_ns ? opt.detect_timeout_ns : DEFAULT_DETECT_NS;
@@ -774,6 +864,14 @@ int replica_proc_pid(const replica *r) {
   return replica_is_proc(r) ? (int)((const proc *)r->ctx)->pid : 0;
 }
 
+bool replica_proc_wall_skew(const replica *r, int64_t *skew_ns) {
+  if (!replica_is_proc(r)) return false;
+  const proc *p = r->ctx;
+  if (p->dead || !p->have_skew) return false;
+  *skew_ns = p->wall_skew_ns;
+  return true;
+}
+
 // ============================================================================================
 // --- worker side
 // ============================================================================================
@@ -805,7 +903,8 @@ static bool w_flush(worker *w) {
 
 static bool w_put_status(worker *w, int type) {
   wire_status s = {.health = replica_health_get(w->rep), .n_ranks = w->n_ranks,
-                   .mem_used = w->mem_used, .mem_total = w->mem_total};
+                   .mem_used = w->mem_used, .mem_total = w->mem_total,
+                   .wall_ns = wall_now_ns()};
   replica_stats(w->rep, &s.stats);
   for (int r = 0; r < w->n_ranks; r++)
     if (replica_rank_mem(w->rep, r, &w->mem_used[r], &w->mem_total[r]) != SC_OK)

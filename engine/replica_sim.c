@@ -34,7 +34,9 @@
 // A death fails every request the replica holds, in key order, at the time of death; the
 // rank of a *_RANK fault only names the error (a fault on any rank stalls or fails the whole
 // group). restart builds a fresh engine with the saved config; it admits once its weights are
-// loaded (SIM_LOAD_BYTES_PER_S), and replica_sim_next_ns wakes the loop then.
+// loaded (SIM_LOAD_BYTES_PER_S), and replica_sim_next_ns wakes the loop then. swap (a hot swap)
+// is a death without a fault followed by a restart on the new weights: their shapes and dtype
+// price every later step, and their static_bytes the load time.
 //
 // Not here: the scenario's fault timeline (faults/timeline.c) and when to inject or restart
 // (scenarios/runner.c); the cost model (kernels/sim/sim_cost.c).
@@ -461,6 +463,23 @@ static sc_status s_restart(void *ctx, sc_error *err) {
 
 static int s_epoch(void *ctx) { return ((simrep *)ctx)->epoch; }
 
+// A swap is a death without a fault (whatever it still holds fails with "replica_lost") and a
+// restart with the new weights: their load time is modelled like a restart's.
+static sc_status s_swap(void *ctx, const engine_config *cfg, sc_error *err) {
+  simrep *s = ctx;
+  if (s->dead) return sc_fail(err, SC_ABORTED, "replica: dead (%s)", s->error);
+  uint64_t now = now_ns(s);
+  settle(s, now);
+  die(s, now, SC_ABORTED, "replica_lost", "its weights were swapped");
+  s->cfg.model = cfg->model;
+  s->cfg.weights_dir = cfg->weights_dir;
+  s->cfg.weights_seed = cfg->weights_seed;
+  s->cfg.weight_dtype = cfg->weight_dtype;
+  s->cfg.sim.model = cfg->sim.model;
+  s->cfg.sim.static_bytes = cfg->sim.static_bytes;
+  return s_restart(s, err);
+}
+
 // --- vtable
 static sc_status s_submit(void *ctx, uint64_t key, const engine_request *q, sc_error *err) {
   simrep *s = ctx;
@@ -564,6 +583,7 @@ static const replica_i sim_i = {
     .inject = s_inject,
     .restart = s_restart,
     .epoch = s_epoch,
+    .swap = s_swap,
     .free = s_free,
 };
 

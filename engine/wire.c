@@ -215,6 +215,7 @@ bool wire_put_config(wire_buf *b, uint32_t epoch, const engine_config *cfg, int 
   put_i32(&w, m->eos_token_id);
   put_str(&w, cfg->weights_dir);
   put_u64(&w, cfg->weights_seed);
+  put_u32(&w, (uint32_t)cfg->weight_dtype);
   put_str(&w, cfg->backend);
   put_i32(&w, cfg->tp);
   put_i32(&w, cfg->pp);
@@ -255,6 +256,9 @@ bool wire_get_config(wire_reader *r, wire_config *out) {
   bool has_dir = get_str(r, out->weights_dir, sizeof out->weights_dir);
   out->cfg.weights_dir = has_dir ? out->weights_dir : NULL;
   out->cfg.weights_seed = get_u64(r);
+  uint32_t wdtype = get_u32(r);
+  if (wdtype > SC_I4) return false;
+  out->cfg.weight_dtype = (sc_dtype)wdtype;
   bool has_backend = get_str(r, out->backend, sizeof out->backend);
   out->cfg.backend = has_backend ? out->backend : NULL;
   out->cfg.tp = get_i32(r);
@@ -383,6 +387,7 @@ bool wire_put_status(wire_buf *b, int type, uint32_t epoch, const wire_status *s
     put_u64(&w, (uint64_t)s->mem_total[i]);
   }
   put_str(&w, s->error);
+  put_u64(&w, (uint64_t)s->wall_ns);
   return end(&w);
 }
 
@@ -417,6 +422,7 @@ bool wire_get_status(wire_reader *r, wire_status *out, size_t *used, size_t *tot
   out->mem_used = used;
   out->mem_total = total;
   get_str(r, out->error, sizeof out->error);
+  out->wall_ns = (int64_t)get_u64(r);
   return wire_done(r);
 }
 

@@ -106,6 +106,7 @@ typedef struct wire_status {
   int n_ranks;
   const size_t *mem_used, *mem_total; // put: (n_ranks) bytes; get: see wire_get_status
   char error[512];                    // the local replica's error ("" while it lives)
+  int64_t wall_ns;                    // the worker's wall clock (CLOCK_REALTIME) when sent
 } wire_status;
 
 bool wire_put_status(wire_buf *b, int type, uint32_t epoch, const wire_status *s);

@@ -509,3 +509,75 @@ Test(proc, worker_without_fd_is_a_usage_error) {
   cr_assert_eq(sc_test_run_cli("worker", out, sizeof out), 2, "%s", out);
   cr_assert_eq(sc_test_run_cli("worker --fd 999", out, sizeof out), 2, "%s", out);
 }
+
+// --- weight swaps and the worker's environment
+
+Test(proc, swap_replaces_the_worker_with_one_holding_the_new_weights, .timeout = 120) {
+  engine_config cfg = tiny_config(1);
+  replica *pr = proc_new(&cfg, 0);
+  static req_log A, B;
+  memset(&A, 0, sizeof A);
+  memset(&B, 0, sizeof B);
+  A.keys[0] = 1;
+  A.n_keys = 1;
+  cr_assert_eq(submit(pr, 1, 9, 12), SC_OK);
+  cr_assert(pump(pr, &A, stop_all_ended, 60));
+  pid_t old = replica_proc_pid(pr);
+  engine_config other = cfg;
+  other.weights_seed = 8; // other weights, same shapes
+  sc_error err = {{0}};
+  cr_assert_eq(replica_swap(pr, &other, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(replica_epoch(pr), 2);
+  cr_expect_neq(replica_proc_pid(pr), old);
+  cr_expect_eq(replica_health_get(pr), REPLICA_HEALTHY);
+  B.keys[0] = 1;
+  B.n_keys = 1;
+  cr_assert_eq(submit(pr, 1, 9, 12), SC_OK);
+  cr_assert(pump(pr, &B, stop_all_ended, 60));
+  cr_assert_eq(B.end[0].kind, REPLICA_EV_FINISHED);
+  bool differ = false;
+  for (int k = 0; k < 12; k++) differ |= A.tokens[0][k] != B.tokens[0][k];
+  cr_expect(differ, "the same prompt gives other greedy tokens on other weights");
+  cr_expect(pump_until_gone(pr, &B, old, 10), "the old worker exited and was reaped");
+  replica_free(pr);
+}
+
+Test(proc, a_worker_reports_its_wall_clock_and_takes_the_environment_given, .timeout = 120) {
+  const char *lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+  if (access(lib, R_OK) != 0) cr_skip_test("skipped: no libfaketime at %s", lib);
+  SKIP_UNDER_SANITIZERS(); // a preloaded library ahead of the sanitizer runtime
+  const char *dir = sc_test_tmpdir("proc-faketime");
+  char file[600], env_file[700], env_pre[700];
+  snprintf(file, sizeof file, "%s/offset", dir);
+  FILE *f = fopen(file, "w");
+  cr_assert_not_null(f);
+  fputs("+3600\n", f);
+  fclose(f);
+  snprintf(env_pre, sizeof env_pre, "LD_PRELOAD=%s", lib);
+  snprintf(env_file, sizeof env_file, "FAKETIME_TIMESTAMP_FILE=%s", file);
+  const char *env[] = {env_pre, env_file, "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+                       NULL};
+  engine_config cfg = tiny_config(1);
+  replica_proc_options o = {.exe = SC_BINARY, .heartbeat_ns = 50 * NS_PER_MS, .env = env};
+  replica *r = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_proc_new(&cfg, &o, 0, &r, &err), SC_OK, "%s", err.msg);
+  static req_log L;
+  memset(&L, 0, sizeof L);
+  int64_t skew = 0;
+  bool have = false;
+  for (int i = 0; i < 100 && !have; i++) {
+    pump(r, &L, stop_never, 0.02);
+    have = replica_proc_wall_skew(r, &skew);
+  }
+  cr_assert(have, "a heartbeat came");
+  cr_expect(llabs(skew - 3600 * (int64_t)NS_PER_S) < 500 * (int64_t)NS_PER_MS,
+            "the worker's wall clock is an hour ahead: skew %lld ns", (long long)skew);
+  // requests are served as usual: the worker's timing is monotonic
+  L.keys[0] = 5;
+  L.n_keys = 1;
+  cr_assert_eq(submit(r, 5, 9, 8), SC_OK);
+  cr_assert(pump(r, &L, stop_all_ended, 60));
+  cr_expect_eq(L.end[0].kind, REPLICA_EV_FINISHED);
+  replica_free(r);
+}
