@@ -41,6 +41,17 @@ static const char *const history_tokens_sql =
     " WHERE request_id = r.id)), 0)"
     " FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2";
 
+// Requests whose times run backwards: dispatched, first token or finished before arrival, a
+// token before arrival or after the finish, or a token before the one ahead of it (a negative
+// latency, as a wall clock that jumped back would give). ?1 run, ?2 deployment.
+static const char *const history_times_sql =
+    "SELECT count(*) FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2 AND ("
+    " r.dispatch_ns < r.arrival_ns OR r.first_token_ns < r.arrival_ns OR"
+    " r.finish_ns < r.arrival_ns OR r.finish_ns < r.first_token_ns OR"
+    " EXISTS (SELECT 1 FROM token AS a WHERE a.request_id = r.id AND"
+    "  (a.t_ns < r.arrival_ns OR a.t_ns > r.finish_ns OR EXISTS (SELECT 1 FROM token AS b"
+    "   WHERE b.request_id = r.id AND b.idx = a.idx + 1 AND b.t_ns < a.t_ns))))";
+
 // Runs sql with ?1 run_id, ?2 deployment_id (and ?3 sent when the statement has it) and reads
 // its one row's first ncol integer columns into v. SC_IO with sqlite's message on error.
 static sc_status query_row(sqlite3 *db, const char *sql, const char *what, int64_t run_id,
@@ -73,9 +84,10 @@ sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int
   if (sent < 0)
     return sc_fail(err, SC_INVALID, "history check: sent must be >= 0, got %lld",
                    (long long)sent);
-  int64_t r[8], t = 0;
+  int64_t r[8], t = 0, bt = 0;
   SC_TRY(query_row(h, history_requests_sql, "request", run_id, deployment_id, sent, r, 8, err));
   SC_TRY(query_row(h, history_tokens_sql, "token", run_id, deployment_id, sent, &t, 1, err));
+  SC_TRY(query_row(h, history_times_sql, "time", run_id, deployment_id, sent, &bt, 1, err));
   *out = (fv_history){.sent = sent,
                       .recorded = r[0],
                       .double_done = r[1],
@@ -85,13 +97,14 @@ sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int
                       .failed = r[5],
                       .timeout = r[6],
                       .bad_status = r[7],
-                      .dup_tokens = t};
+                      .dup_tokens = t,
+                      .bad_times = bt};
   return SC_OK;
 }
 
 bool fv_history_ok(const fv_history *h, int64_t allowed_lost) {
   return h && h->lost <= allowed_lost && h->double_done == 0 && h->bad_status == 0 &&
-         h->dup_tokens == 0;
+         h->dup_tokens == 0 && h->bad_times == 0;
 }
 
 // --- recovery
@@ -141,6 +154,29 @@ bool fv_recovered_at(const uint64_t *tok_ns, size_t n, uint64_t from_ns, uint64_
     t += steps * step;
   }
   return false;
+}
+
+double fv_dip(const uint64_t *tok_ns, size_t n, uint64_t from_ns, uint64_t fault_ns,
+              uint64_t until_ns, uint64_t end_ns, uint64_t window_ns) {
+  if (!tok_ns || n == 0 || window_ns == 0 || fault_ns + window_ns > end_ns) return NAN;
+  uint64_t lo = fault_ns > window_ns ? fault_ns - window_ns : 0;
+  if (lo < from_ns) lo = from_ns;
+  if (lo >= fault_ns) return NAN;
+  size_t pre = lower_bound(tok_ns, n, fault_ns) - lower_bound(tok_ns, n, lo);
+  if (pre == 0) return NAN;
+  double level = (double)pre / (double)(fault_ns - lo); // tokens per ns
+  uint64_t step = window_ns / 10 ? window_ns / 10 : 1;
+  uint64_t last = until_ns > window_ns ? until_ns - window_ns : 0;
+  if (last < fault_ns) last = fault_ns;
+  if (last + window_ns > end_ns) last = end_ns - window_ns;
+  double lowest = INFINITY;
+  for (uint64_t t = fault_ns; t <= last; t += step) {
+    size_t c = lower_bound(tok_ns, n, t + window_ns) - lower_bound(tok_ns, n, t);
+    double rate = (double)c / (double)window_ns;
+    if (rate < lowest) lowest = rate;
+  }
+  double dip = 1 - lowest / level;
+  return dip > 0 ? dip : 0;
 }
 
 // --- equivalence

@@ -25,6 +25,7 @@ typedef struct fv_history {
   int64_t double_done; // seq with more than one request row (completed twice)
   int64_t bad_status;  // rows whose status is not ok | cancelled | failed | timeout
   int64_t dup_tokens;  // (request, index) token rows beyond the first
+  int64_t bad_times;   // requests whose times run backwards (a negative latency)
   int64_t ok, cancelled, failed, timeout; // rows by status
 } fv_history;
 
@@ -32,7 +33,7 @@ typedef struct fv_history {
 sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int64_t sent,
                            fv_history *out, sc_error *err);
 // True when the history holds: nothing lost (beyond allowed_lost), nothing completed twice,
-// no bad status, no duplicate token.
+// no bad status, no duplicate token, no time running backwards.
 bool fv_history_ok(const fv_history *h, int64_t allowed_lost);
 
 // --- recovery: when throughput came back after a fault
@@ -49,6 +50,13 @@ bool fv_recovered_at(const uint64_t *tok_ns, size_t n, uint64_t from_ns, uint64_
 
 // --- equivalence: outputs compared by a hash of their token ids
 // FNV-1a 64 over the ids in order (n may be 0: the offset basis comes back).
+// The deepest throughput dip over [fault_ns, until_ns): 1 - the lowest token rate of a window
+// of window_ns (starts stepping by window_ns / 10; one window from fault_ns when the span is
+// shorter) / the pre-fault level (as for fv_recovered_at, from from_ns). 0: no dip; 1: no
+// token at all. NaN when there is no pre-fault level or no window ends by end_ns.
+double fv_dip(const uint64_t *tok_ns, size_t n, uint64_t from_ns, uint64_t fault_ns,
+              uint64_t until_ns, uint64_t end_ns, uint64_t window_ns);
+
 uint64_t fv_output_hash(const int32_t *ids, int n);
 
 // --- resources of this process (leak checks before and after a deployment)

@@ -99,6 +99,7 @@ static void expect_history(const fv_history *h, const fv_history *want) {
   cr_expect_eq(h->cancelled, want->cancelled, "cancelled %lld", (long long)h->cancelled);
   cr_expect_eq(h->failed, want->failed, "failed %lld", (long long)h->failed);
   cr_expect_eq(h->timeout, want->timeout, "timeout %lld", (long long)h->timeout);
+  cr_expect_eq(h->bad_times, want->bad_times, "bad_times %lld", (long long)h->bad_times);
 }
 
 // --- history
@@ -213,8 +214,8 @@ Test(history, duplicate_token_index_counts_every_row_beyond_the_first) {
   cr_expect(fv_history_ok(&h, 0));
   char sql[256];
   snprintf(sql, sizeof sql,
-           "INSERT INTO token(request_id, idx, t_ns) VALUES(%lld, 1, 5), (%lld, 1, 6), "
-           "(%lld, 0, 7)",
+           "INSERT INTO token(request_id, idx, t_ns) VALUES(%lld, 1, 2001000), "
+           "(%lld, 1, 2001000), (%lld, 0, 3000000)", // copies of existing rows
            (long long)a, (long long)a, (long long)b);
   exec_sql(&f, sql);
   h = check(&f, 3);
@@ -263,6 +264,32 @@ Test(history, database_error_is_io_and_negative_sent_is_invalid) {
 
 #define MS 1000000ull
 #define SEC 1000000000ull
+
+Test(history, times_running_backwards_are_a_violation) {
+  fixture f = new_fixture("fv-times");
+  int64_t a = add_request(&f, 0, "ok", 3); // clean
+  int64_t b = add_request(&f, 1, "ok", 3);
+  int64_t c = add_request(&f, 2, "ok", 3);
+  int64_t d = add_request(&f, 3, "ok", 3);
+  (void)a;
+  char sql[256];
+  // a token before the one ahead of it
+  snprintf(sql, sizeof sql, "UPDATE token SET t_ns = t_ns - 5000 WHERE request_id = %lld AND "
+           "idx = 2", (long long)b);
+  exec_sql(&f, sql);
+  // a first token before the arrival
+  snprintf(sql, sizeof sql, "UPDATE request SET first_token_ns = arrival_ns - 1 WHERE id = %lld",
+           (long long)c);
+  exec_sql(&f, sql);
+  // finished before it arrived
+  snprintf(sql, sizeof sql, "UPDATE request SET finish_ns = arrival_ns - 1 WHERE id = %lld",
+           (long long)d);
+  exec_sql(&f, sql);
+  fv_history h = check(&f, 4);
+  expect_history(&h, &(fv_history){.sent = 4, .recorded = 4, .ok = 4, .bad_times = 3});
+  cr_expect_not(fv_history_ok(&h, 0));
+  store_close(f.s);
+}
 
 // Token times at one per `every` ns in [a, b), appended to v at *n.
 static void tokens(uint64_t *v, size_t *n, size_t cap, uint64_t a, uint64_t b, uint64_t every) {
@@ -447,6 +474,32 @@ Test(recovery, level_no_window_can_reach_never_recovers) {
 }
 
 // --- output hash
+
+// --- throughput dip
+
+Test(dip, no_token_for_a_window_is_a_full_dip_and_half_rate_is_half) {
+  static uint64_t v[TOK_CAP];
+  size_t n = 0;
+  tokens(v, &n, TOK_CAP, 0, 5 * SEC, MS);        // 1000 tok/s before the fault at 5 s
+  tokens(v, &n, TOK_CAP, 5 * SEC, 7 * SEC, 2 * MS); // half rate while it lasts (2 s)
+  tokens(v, &n, TOK_CAP, 7 * SEC, 10 * SEC, MS);
+  cr_expect_float_eq(fv_dip(v, n, 0, 5 * SEC, 7 * SEC, 10 * SEC, SEC), 0.5, 1e-9);
+  size_t m = 0;
+  tokens(v, &m, TOK_CAP, 0, 5 * SEC, MS);
+  tokens(v, &m, TOK_CAP, 6 * SEC + 500 * MS, 10 * SEC, MS); // 1.5 s with nothing
+  cr_expect_float_eq(fv_dip(v, m, 0, 5 * SEC, 7 * SEC, 10 * SEC, SEC), 1.0, 1e-9);
+}
+
+Test(dip, a_span_shorter_than_the_window_is_one_window_and_no_level_is_nan) {
+  static uint64_t v[TOK_CAP];
+  size_t n = 0;
+  tokens(v, &n, TOK_CAP, 0, 10 * SEC, MS); // steady: no dip
+  cr_expect_float_eq(fv_dip(v, n, 0, 5 * SEC, 5 * SEC + 10 * MS, 10 * SEC, SEC), 0.0, 1e-9);
+  cr_expect(isnan(fv_dip(v, n, 5 * SEC, 5 * SEC, 6 * SEC, 10 * SEC, SEC)),
+            "no time before the fault inside its phase");
+  cr_expect(isnan(fv_dip(v, n, 0, 9 * SEC + 500 * MS, 10 * SEC, 10 * SEC, SEC)),
+            "no window ends by end_ns");
+}
 
 Test(hash, fnv1a_64_of_little_endian_ids) {
   cr_expect_eq(fv_output_hash(NULL, 0), 0xcbf29ce484222325ull, "empty: the offset basis");
