@@ -152,7 +152,31 @@ static bool row_fault(void *ud, sqlite3_stmt *st) {
   f->detected_ns = col_i64(st, 5, -1);
   f->recovered_ns = col_i64(st, 6, -1);
   f->affected = (int)col_i64(st, 7, -1);
+  for (int w = 0; w < 3 && sqlite3_column_count(st) > 8 + w; w++)
+    col_text(st, 8 + w, f->window[w], sizeof f->window[w]);
   return true;
+}
+
+// One window of a fault in a table cell: "TTFT p95 5.7 ms, 2/2 SLOs" or "..., missed
+// ttft_p95_ms"; NULL (shown empty) when the window has no rows.
+#define FAULT_WINDOW_SQL(W)                                                                     \
+  "(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE"                                               \
+  " coalesce(printf('TTFT p95 %.1f ms', max(CASE WHEN name = 'ttft_p95_ms' THEN value END)),"   \
+  " 'no TTFT') || CASE WHEN count(op) = 0 THEN '' WHEN sum(pass = 0) = 0 THEN"                   \
+  " printf(', %d/%d SLOs', count(op), count(op)) ELSE ', missed ' ||"                            \
+  " group_concat(CASE WHEN pass = 0 THEN name END, ' ') END END"                               \
+  " FROM fault_window w WHERE w.fault_id = f.id AND w.window = '" W "')"
+
+// Whether the database has table name (an older file may lack a newer table).
+static bool has_table(sqlite3 *db, const char *name) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                         -1, &st, NULL) != SQLITE_OK)
+    return false;
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  bool yes = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return yes;
 }
 
 static bool row_class(void *ud, sqlite3_stmt *st) {
@@ -221,8 +245,14 @@ sc_status rp_run_load(sqlite3 *db, int64_t id, rp_run *r, sc_error *err) {
   if (s == SC_OK) {
     l.cap = 0;
     s = rp_each_row(db,
-                 "SELECT deployment_id, kind, target, detail, injected_ns, detected_ns, "
-                 "recovered_ns, affected FROM fault WHERE run_id = ?1 ORDER BY injected_ns, id",
+                 has_table(db, "fault_window")
+                     ? "SELECT deployment_id, kind, target, detail, injected_ns, detected_ns, "
+                       "recovered_ns, affected, " FAULT_WINDOW_SQL("before") ", "
+                       FAULT_WINDOW_SQL("during") ", " FAULT_WINDOW_SQL("after")
+                       " FROM fault f WHERE run_id = ?1 ORDER BY injected_ns, id"
+                     : "SELECT deployment_id, kind, target, detail, injected_ns, detected_ns, "
+                       "recovered_ns, affected FROM fault WHERE run_id = ?1 "
+                       "ORDER BY injected_ns, id",
                  id, row_fault, &l, "the fault table", err);
   }
   if (s == SC_OK) {

@@ -314,6 +314,9 @@ static void run_faults(FILE *f, const rp_run *r) {
   th(f, "kind", true);
   th(f, "target", true);
   for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) th(f, head[i], false);
+  th(f, "before", true);
+  th(f, "during", true);
+  th(f, "after", true);
   th(f, "detail", true);
   fputs("</tr>\n", f);
   for (int i = 0; i < r->n_faults; i++) {
@@ -331,6 +334,7 @@ static void run_faults(FILE *f, const rp_run *r) {
     td_delta_ms(f, ft->injected_ns, ft->detected_ns);
     td_delta_ms(f, ft->injected_ns, ft->recovered_ns);
     td_num(f, ft->affected >= 0 ? ft->affected : NAN);
+    for (int w = 0; w < 3; w++) td_text(f, ft->window[w]);
     td_text(f, ft->detail);
     fputs("</tr>\n", f);
   }

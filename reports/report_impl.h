@@ -51,6 +51,8 @@ typedef struct rp_fault {
   char detail[256];
   int64_t injected_ns, detected_ns, recovered_ns; // detected/recovered -1: never
   int affected;             // requests; -1: unknown
+  char window[3][160];      // before, during, after: TTFT p95 and the SLOs met or missed
+                            // ("": no requests in it, or an older file without windows)
 } rp_fault;
 
 typedef struct rp_run {

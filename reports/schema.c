@@ -119,6 +119,16 @@ const char *const store_schema_sql =
     "  recovered_ns INTEGER,\n"
     "  affected INTEGER,\n"              // requests affected
     "  detail TEXT);\n"
+    "CREATE TABLE IF NOT EXISTS fault_window(\n"
+    "  fault_id INTEGER NOT NULL REFERENCES fault(id),\n"
+    "  window TEXT NOT NULL,\n"          // before | during | after
+    "  start_ns INTEGER NOT NULL,\n"     // requests arriving in [start_ns, end_ns)
+    "  end_ns INTEGER NOT NULL,\n"
+    "  name TEXT NOT NULL,\n"            // metric name
+    "  value REAL,\n"
+    "  op TEXT,\n"                       // <= | >= when the scenario has an SLO on it
+    "  expected REAL,\n"
+    "  pass INTEGER);\n"
     "CREATE TABLE IF NOT EXISTS metric(\n"
     "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
     "  deployment_id INTEGER REFERENCES deployment(id),\n" // NULL: across deployments

@@ -689,6 +689,32 @@ sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error 
   return SC_OK;
 }
 
+sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error *err) {
+  if (!w->window || !w->name)
+    return sc_fail(err, SC_INVALID, "%s: a fault window row needs a window and a name", s->path);
+  SC_TRY(tx_begin(s, err));
+  static const char *const sql =
+      "INSERT INTO fault_window(fault_id, window, start_ns, end_ns, name, value, op, expected,"
+      " pass) VALUES(?,?,?,?,?,?,?,?,?)";
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK) return db_fail(s, rc, "preparing a fault window row", err);
+  bind_i64(st, 1, w->fault_id);
+  bind_text(st, 2, w->window);
+  bind_ns(st, 3, w->start_ns);
+  bind_ns(st, 4, w->end_ns);
+  bind_text(st, 5, w->name);
+  bind_real_opt(st, 6, w->value);
+  bind_text(st, 7, w->op);
+  if (w->op) bind_real_opt(st, 8, w->expected);
+  else sqlite3_bind_null(st, 8);
+  if (w->op) bind_i64(st, 9, w->pass);
+  else sqlite3_bind_null(st, 9);
+  sc_status r = exec_stmt(s, st, "inserting a fault window row", err);
+  sqlite3_finalize(st);
+  return r;
+}
+
 sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
                            const char *class_name, const char *name, double value,
                            sc_error *err) {

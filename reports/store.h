@@ -124,6 +124,21 @@ typedef struct store_fault {
 } store_fault;
 sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error *err);
 
+// One metric of one window around a fault (before | during | after), and its SLO verdict when
+// the scenario has an SLO on it (op NULL: no SLO; expected and pass are then stored as NULL).
+// value NaN -> NULL.
+typedef struct store_fault_window {
+  int64_t fault_id;
+  const char *window;            // "before" | "during" | "after"
+  uint64_t start_ns, end_ns;     // [start, end): requests arriving in it
+  const char *name;              // a metric name (reports/metrics.h)
+  double value;
+  const char *op;                // "<=" | ">=" | NULL
+  double expected;
+  bool pass;
+} store_fault_window;
+sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error *err);
+
 // deployment_id / phase_id 0 -> NULL; class NULL -> ''. A NaN value is stored as NULL.
 sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
                            const char *class_name, const char *name, double value, sc_error *err);

@@ -210,6 +210,7 @@ void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char 
                        .reason = q->reason[0] ? q->reason : NULL,
                        .error = error,
                        .retries = q->retries,
+                       .weight_version = q->version,
                        .warmup = q->warmup};
   rec_request(r->rec, &row, q->tok, q->n_tok);
   r->res->tokens += (uint64_t)q->n_tok;
@@ -251,7 +252,7 @@ static void send_req(rt *r, uint64_t arrival, int user) {
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
   uint64_t t = now_rel(r);
-  if (!dispatch_req(r, k, t))
+  if (!dispatch_req(r, k, t) && !rf_hold(r, k, t))
     finish_req(r, k, MT_FAILED, "no_replica", "no healthy replica to send the request to", t);
 }
 
@@ -259,7 +260,8 @@ bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
   req_rec *q = &r->reqs[k];
   for (int j = 0; j < r->n_reps; j++) {
     replica_health h = r->busy[j] ? REPLICA_DEAD : replica_health_get(r->reps[j]);
-    r->eligible[j] = h == REPLICA_HEALTHY || (h == REPLICA_UNHEALTHY && j == r->probe);
+    r->eligible[j] = (h == REPLICA_HEALTHY || (h == REPLICA_UNHEALTHY && j == r->probe)) &&
+                     rf_may_take(r, j, q);
   }
   int i = router_pick(r->rt, r->eligible);
   if (i < 0) return false;
@@ -283,6 +285,7 @@ bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
     n_prompt += q->n_tok;
   }
   q->replica = i;
+  q->version = rf_version(r, i);
   q->dispatched = true;
   q->waiting = false;
   if (!q->retries) q->dispatch = t;
@@ -445,7 +448,8 @@ static void sim_wait_until(rt *r, uint64_t deadline) {
     if (t > r->vnow) r->vnow = t;
     bool ready = false;
     for (int i = 0; i < r->n_reps; i++)
-      if (replica_sim_next_ns(r->reps[i]) <= r->vnow) ready |= replica_sim_advance(r->reps[i], r->vnow);
+      if (replica_sim_next_ns(r->reps[i]) <= r->vnow)
+        ready |= replica_sim_advance(r->reps[i], r->vnow);
     if (ready) return;
   }
 }
@@ -810,6 +814,7 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   c.model = s->model.config;
   c.weights_dir = s->model.has_weights ? s->model.resolved : NULL;
   c.weights_seed = s->model.weights_seed;
+  c.weight_dtype = s->mp.weight_dtype == SC_I8 ? SC_I8 : SC_F32;
   c.backend = s->hardware.backend[0] ? s->hardware.backend : "cpu";
   c.tp = d->tp;
   c.pp = d->pp;
@@ -825,14 +830,16 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
 
 // Sim mode: what a simulated replica of d needs on top of the real engine config: the device,
 // the shapes and dtypes as priced, the placement, and the planner's KV capacity and memory.
-static sc_status sim_config(rt *r, const scn_deployment *d, engine_config *c, sc_error *err) {
+static sc_status sim_config(rt *r, const scn_deployment *d, const model_config *m, sc_dtype wdt,
+                            engine_config *c, sc_error *err) {
   const scenario *s = r->s;
   const sim_hw *hw = &s->hw.sim;
+  memplan_params mp = s->mp;
+  mp.weight_dtype = wdt;
   memplan_layout lay;
-  SC_TRY(memplan_eval(&s->model.config, &s->hw, &s->mp, d->tp, d->pp, d->dp, &lay));
+  SC_TRY(memplan_eval(m, &s->hw, &mp, d->tp, d->pp, d->dp, &lay));
   if (!lay.valid || !lay.fits || lay.kv_blocks < 1)
     return sc_fail(err, SC_INVALID, "deployment %s does not fit: %s", d->label, lay.why);
-  const model_config *m = &s->model.config;
   // Never more blocks than max_running sequences of a full context can use.
   int64_t per_seq = (m->max_seq_len + s->limits.block_size - 1) / s->limits.block_size;
   int64_t most = (int64_t)s->limits.max_running * per_seq;
@@ -840,19 +847,31 @@ static sc_status sim_config(rt *r, const scn_deployment *d, engine_config *c, sc
   c->kv_blocks = (int)(lay.kv_blocks < most ? lay.kv_blocks : most);
   c->threads = hw->host_cores > 0 ? hw->host_cores / (d->tp * d->pp * d->dp) : 1;
   if (c->threads < 1) c->threads = 1;
+  // the CPU backend holds weights in f32 whatever the file says, or as int8 when asked to
+  sim_dtype held = hw->host_cores > 0 ? (wdt == SC_I8 ? SIM_I8 : SIM_F32) : (sim_dtype)wdt;
   c->sim = (engine_sim){
       .hw = hw,
       .model = {.dim = m->dim, .n_layers = m->n_layers, .n_heads = m->n_heads,
                 .n_kv_heads = m->n_kv_heads, .head_dim = m->head_dim, .ffn_dim = m->ffn_dim,
                 .vocab = m->vocab_size, .tied_embeddings = m->tied_embeddings,
-                // the CPU backend holds and multiplies weights in f32 whatever the file says
-                .weight_dtype = hw->host_cores > 0 ? SIM_F32 : (sim_dtype)s->mp.weight_dtype,
-                .act_dtype = (sim_dtype)s->mp.kv_dtype},
+                .weight_dtype = held, .act_dtype = (sim_dtype)mp.kv_dtype},
       .layout = {.tp = d->tp, .pp = d->pp, .threads = c->threads,
                  .cluster_ranks = d->tp * d->pp * d->dp},
       .static_bytes = lay.weight_bytes + lay.workspace_bytes,
       .kv_block_bytes = lay.kv_bytes_per_token * s->limits.block_size,
   };
+  return SC_OK;
+}
+
+sc_status rt_engine_config(rt *r, const scn_deployment *d, const model_config *m, sc_dtype wdt,
+                           engine_config *c, sc_error *err) {
+  *c = engine_cfg(r->s, d, r->clock);
+  c->model = *m;
+  c->weight_dtype = wdt == SC_I8 ? SC_I8 : SC_F32;
+  if (!r->sim) return SC_OK;
+  SC_TRY(sim_config(r, d, m, wdt, c, err));
+  c->sim.detect_timeout_ns = r->s->router.detect_timeout_ns;
+  c->sim.collective_timeout_ns = r->s->limits.collective_timeout_ns;
   return SC_OK;
 }
 
@@ -890,9 +909,9 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
                      d->dp);
   if (!r->reps || !r->eligible || !r->busy || !r->fds || !r->rt)
     return sc_fail(&r->err, SC_OOM, "runner: out of memory");
-  engine_config ec = engine_cfg(r->s, d, r->clock);
+  engine_config ec;
   sc_error be = {{0}};
-  sc_status bs = r->sim ? sim_config(r, d, &ec, &be) : SC_OK;
+  sc_status bs = rt_engine_config(r, d, &r->s->model.config, r->s->mp.weight_dtype, &ec, &be);
   if (r->sim)
     progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d) on simulated %s, %d KV blocks "
                   "per replica", idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp,
@@ -906,10 +925,9 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   bool procs = !r->sim && r->s->n_faults > 0;
   replica_proc_options po = {.exe = r->o->worker_exe,
                              .detect_timeout_ns = r->s->router.detect_timeout_ns};
-  ec.sim.detect_timeout_ns = r->s->router.detect_timeout_ns;
-  ec.sim.collective_timeout_ns = r->s->limits.collective_timeout_ns;
   r->ec = ec;
   if (bs == SC_OK) bs = rf_begin(r) == SC_OK ? SC_OK : sc_fail(&be, SC_OOM, "%s", r->err.msg);
+  po.env = rf_worker_env(r);
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
     ec.sim.layout.first_gpu = i * d->tp * d->pp;
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
@@ -999,7 +1017,14 @@ static bool extra_value(void *ud, const char *name, double *out) {
   else if (!strcmp(name, "efficiency")) *out = d->efficiency;
   else if (!strcmp(name, "kv_peak_frac")) *out = d->kv_peak;
   else if (!strcmp(name, "knee_concurrency") && d->has_knee) *out = d->knee >= 0 ? d->knee : NAN;
-  else return false;
+  else {
+    for (int i = 0; i < d->n_fm; i++)
+      if (!strcmp(name, d->fm[i].name)) {
+        *out = d->fm[i].v;
+        return true;
+      }
+    return false;
+  }
   return true;
 }
 
@@ -1027,15 +1052,21 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
     add_metric(r, 0, "speedup", sp[j]);
     add_metric(r, 0, "efficiency", ef[j]);
   }
-  // Sim mode: its tokens carry no model output, so there is no equivalence to judge.
+  // Sim mode: its tokens carry no model output, so there is no equivalence or quality delta
+  // to judge.
   scn_slo slo = r->s->slo;
   if (r->sim) {
     int w = 0;
-    for (int k = 0; k < slo.n; k++)
-      if (strcmp(slo.items[k].key, "output_mismatches") != 0) slo.items[w++] = slo.items[k];
-    if (w < slo.n)
-      progress_note(r, "slo output_mismatches: not judged in mode sim (simulated tokens carry no "
-                    "model output)");
+    for (int k = 0; k < slo.n; k++) {
+      const char *key = slo.items[k].key;
+      if (strcmp(key, "output_mismatches") && strcmp(key, "swap_agreement") &&
+          strcmp(key, "swap_kl")) {
+        slo.items[w++] = slo.items[k];
+        continue;
+      }
+      progress_note(r, "slo %s: not judged in mode sim (simulated tokens carry no model output)",
+                    key);
+    }
     slo.n = w;
   }
   for (int j = 0; j < m; j++) {
@@ -1069,15 +1100,19 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
 static sc_status refuse(const scenario *s, sc_error *err) {
   if (s->mode == SCN_MODE_SIM && !s->have_hw)
     return sc_fail(err, SC_INVALID, "%s: mode sim needs a hardware profile", s->path);
+  if (s->mode == SCN_MODE_SIM) return SC_OK;
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];
-    if (f->kind == SCN_FAULT_HOT_SWAP || f->kind == SCN_FAULT_CLOCK_JUMP)
+    if (f->kind != SCN_FAULT_CLOCK_JUMP) continue;
+    if (f->offset_ns % 1000000000 != 0)
+      return sc_fail(err, SC_INVALID, "%s:%d:%d: clock_jump offset: whole seconds only (the "
+                     "workers' clock is offset through libfaketime)", s->path, f->line, f->col);
+    if (!rf_faketime_lib())
       return sc_fail(err, SC_INVALID,
-                     "%s:%d:%d: faults: %s is validated but not injected by this version; "
-                     "remove it to run the scenario",
-                     s->path, f->line, f->col, scenario_fault_kind_name(f->kind));
-  }
-  if (s->mode == SCN_MODE_SIM) return SC_OK; // no real device, any dtype the planner counts
+                     "%s:%d:%d: clock_jump needs libfaketime (Debian package faketime): none "
+                     "found in /usr/lib/*/faketime/ (or set SHARDCHECK_LIBFAKETIME to its path)",
+                     s->path, f->line, f->col);
+  } // no real device, any dtype the planner counts
   if (s->hardware.backend[0] && strcmp(s->hardware.backend, "cpu") != 0) {
 #ifndef SHARDCHECK_HAVE_CUDA
     return sc_fail(err, SC_INVALID,
@@ -1086,11 +1121,17 @@ static sc_status refuse(const scenario *s, sc_error *err) {
                    s->path, s->hardware.backend);
 #endif
   }
-  if (s->model.dtype[0] && (!strcmp(s->model.dtype, "int8") || !strcmp(s->model.dtype, "int4")))
+  if (!strcmp(s->model.dtype, "int4"))
     return sc_fail(err, SC_INVALID,
-                   "%s: model.dtype %s: quantized weights are not available in real mode in this "
-                   "version; use f32, f16 or bf16",
-                   s->path, s->model.dtype);
+                   "%s: model.dtype int4: the real backends hold weights as f32 or int8 "
+                   "(weight-only); use int8, f32, f16 or bf16", s->path);
+  for (int i = 0; i < s->n_faults; i++) {
+    const scn_fault *f = &s->faults[i];
+    if (f->kind == SCN_FAULT_HOT_SWAP && !strcmp(f->swap_dtype, "int4"))
+      return sc_fail(err, SC_INVALID,
+                     "%s:%d:%d: hot_swap dtype int4: the real backends hold weights as f32 or "
+                     "int8 (weight-only); use int8", s->path, f->line, f->col);
+  }
   return SC_OK;
 }
 

@@ -32,6 +32,7 @@ typedef struct req_rec {
   int prompt_tokens, max_tokens, class_idx;
   int phase;              // index into the deployment's phase runs
   int replica;            // -1: never dispatched
+  int version;            // the weights that serve it (0: the initial ones, +1 per hot swap)
   int user;               // closed loop: the user who sent it; -1: open loop
   req_state state;
   bool warmup, dispatched;
@@ -67,6 +68,11 @@ typedef struct dep_result {
   // after faults (runner_faults.c; NaN when not measured)
   bool faulted;
   double detect_ms, recover_ms, lost, kv_leak, mismatches;
+  struct {                  // every metric the fault verdicts wrote (SLO keys can name them)
+    const char *name;       // static
+    double v;
+  } fm[32];
+  int n_fm;
 } dep_result;
 
 typedef struct ev_meta {
@@ -154,6 +160,11 @@ void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char 
 // the tokens already delivered when it has some (a resume). False when no replica is healthy
 // (nothing changed). A submit the replica refuses ends the request as failed.
 bool dispatch_req(rt *r, uint64_t k, uint64_t t);
+// The engine config of d's replicas with model m and weights held as wdt (a hot swap builds
+// the config of its new weights this way): sim mode adds the device, the priced shapes and
+// dtypes and the planner's memory. err says why d does not fit.
+sc_status rt_engine_config(rt *r, const scn_deployment *d, const model_config *m, sc_dtype wdt,
+                           engine_config *c, sc_error *err);
 
 // --- runner_faults.c (every function is a no-op when the scenario has no faults, except the
 // retry policy: rf_on_failed and the retries that rf_tick sends)
@@ -177,6 +188,19 @@ void rf_on_late(rt *r, int rep, const replica_event *ev, uint64_t t);
 bool rf_busy(rt *r);
 // True when the deployment has faults planned (the scenario has a faults block).
 bool rf_faulted(const rt *r);
+// The weights replica rep serves (0 before any hot swap).
+int rf_version(const rt *r, int rep);
+// Whether request q may go to replica rep: a resume stays on the weights it started with.
+bool rf_may_take(const rt *r, int rep, const req_rec *q);
+// No replica could take new request k at t: true when it was queued to wait for one that is
+// coming back (a restart or a hot swap under way); false: nothing will, the caller fails it.
+bool rf_hold(rt *r, uint64_t k, uint64_t t);
+// The environment entries the deployment's workers start with (NULL: none): libfaketime and
+// its clock file when the scenario jumps the clock. Valid after rf_begin, until rf_free.
+const char *const *rf_worker_env(const rt *r);
+// The libfaketime a clock jump preloads into the workers (SHARDCHECK_LIBFAKETIME, else the
+// first of the distributions' paths that exists); NULL when there is none.
+const char *rf_faketime_lib(void);
 // After the deployment's last phase, replicas still up: KV leak check, history check,
 // recovery times, equivalence; fault rows and metrics are written. Then replicas are freed
 // by the caller and rf_after_free checks for leaked threads, fds and processes.

@@ -1324,9 +1324,8 @@ static sc_status parse_hot_swap(ctx *c, struct fy_node *v, struct fy_node *k, sc
   if (mv_has(&m, "model")) {
     struct fy_node *mv = mv_val(&m, "model"), *mk = mv_key(&m, "model");
     if (!model[0]) return expect_at(c, mv, mk, "model", "a preset name, .yaml file or directory");
-    model_config cfg;
     SC_TRY(load_model(c, mv, mk, model, SRC_PRESET | SRC_DIR, ft->swap_model,
-                      sizeof ft->swap_model, &cfg, NULL));
+                      sizeof ft->swap_model, &ft->swap_config, &ft->swap_has_weights));
   }
   return SC_OK;
 }

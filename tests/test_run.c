@@ -346,12 +346,13 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
                                      "deployments: [{dp: 2}]\n"
                                      "workload:\n  prompts: [{input: 8, output: 4}]\n"
                                      "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
-                                     "faults: [{at: 1s, hot_swap: {dtype: int8}}]\n");
+                                     "faults: [{at: 1s, hot_swap: {dtype: int4}}]\n");
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(args, sizeof args, "run %s --db %s", faults, db);
   cr_assert_eq(cli(args), 2, "%s", out);
-  cr_assert(strstr(out, "faults.yaml:") && strstr(out, "hot_swap is validated but not injected"),
+  cr_assert(strstr(out, "faults.yaml:") &&
+                strstr(out, "hot_swap dtype int4: the real backends hold"),
             "%s", out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM run"), 0);
   snprintf(args, sizeof args, "run %s/missing.yaml --db %s", dir, db);
