@@ -6,7 +6,7 @@
 // docs/benchmarks.md. A benchmark, never a test: nothing here asserts a time.
 //
 // usage: bench_engine [--model PRESET] [--tp-list 1,2] [--batches 1,8,32] [--steps N]
-//                     [--prefill-tokens N] [--threads N]
+//                     [--prefill-tokens N] [--threads N] [--weight-dtype f32|int8]
 #include <getopt.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -83,6 +83,7 @@ static double weight_bytes_per_step(const model_config *m) {
 }
 
 static int g_threads; // BLAS threads per rank, 0 = the engine's default
+static sc_dtype g_wdt = SC_F32; // --weight-dtype: f32 or int8 (weight-only)
 
 static engine *make_engine(const model_config *m, int tp, int batch, int prompt_len) {
   engine_config c = engine_config_defaults();
@@ -90,6 +91,7 @@ static engine *make_engine(const model_config *m, int tp, int batch, int prompt_
   c.model = *m;
   c.tp = tp;
   c.weights_seed = 7;
+  c.weight_dtype = g_wdt;
   c.max_running = batch;
   c.token_budget = prompt_len * batch > 256 ? prompt_len * batch : 256;
   c.prefill_chunk = c.token_budget;
@@ -217,7 +219,7 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"tp-list", 1, 0, 't'},
                                        {"batches", 1, 0, 'b'}, {"steps", 1, 0, 's'},
                                        {"prefill-tokens", 1, 0, 'p'}, {"threads", 1, 0, 'j'},
-                                       {"help", 0, 0, 'h'},
+                                       {"weight-dtype", 1, 0, 'w'}, {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -228,9 +230,15 @@ int main(int argc, char **argv) {
     case 's': steps = atoi(optarg); break;
     case 'p': prefill = atoi(optarg); break;
     case 'j': g_threads = atoi(optarg); break;
+    case 'w':
+      if (sc_dtype_parse(optarg, &g_wdt) != SC_OK || (g_wdt != SC_F32 && g_wdt != SC_I8)) {
+        fprintf(stderr, "bench_engine: --weight-dtype: expected f32 or int8, got '%s'\n", optarg);
+        return 2;
+      }
+      break;
     default:
       printf("usage: bench_engine [--model PRESET] [--tp-list 1,2] [--batches 1,8,32] "
-             "[--steps N] [--prefill-tokens N] [--threads N]\n");
+             "[--steps N] [--prefill-tokens N] [--threads N] [--weight-dtype f32|int8]\n");
       return c == 'h' ? 0 : 2;
     }
   }

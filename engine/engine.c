@@ -104,6 +104,9 @@ static sc_status check_config(engine_config *c, sc_error *err) {
   if (c->prefill_chunk < 1)
     return sc_fail(err, SC_INVALID, "engine: prefill_chunk must be at least 1");
   SC_TRY(shard_layout_check(&c->model, c->tp, c->pp, err));
+  if (strcmp(c->backend, "sim") != 0 && c->weight_dtype != SC_F32 && c->weight_dtype != SC_I8)
+    return sc_fail(err, SC_INVALID, "engine: weight_dtype %s is not supported by the %s backend; "
+                   "use f32 or int8", sc_dtype_name(c->weight_dtype), c->backend);
   int per_seq = (c->model.max_seq_len + c->block_size - 1) / c->block_size;
   if (c->kv_blocks == 0 && strcmp(c->backend, "sim") != 0) { // sim: the planner's, required
     size_t cap = c->kv_bytes_max / kv_block_bytes_max(c);
@@ -139,7 +142,8 @@ static sc_status real_init(engine *e, sc_error *err) {
                     .n_blocks = c->kv_blocks,
                     .max_tokens = c->token_budget,
                     .max_seqs = c->max_running,
-                    .comm_deadline_ns = c->collective_timeout_ns};
+                    .comm_deadline_ns = c->collective_timeout_ns,
+                    .weight_dtype = c->weight_dtype};
   sc_status s = executor_new(&xc, &e->ex, err);
   weight_source_free(weights); // the weights are on the ranks now
   SC_TRY(s);

@@ -25,16 +25,24 @@
 
 // --- per-rank state
 
+// A linear layer's weight slice on the device: f32, or int8 weight-only with one f32 scale per
+// output row of the slice (exec_config.weight_dtype SC_I8; dev_q8_quantize at load).
+typedef struct wmat {
+  float *f;  // (rows, cols); NULL when int8
+  int8_t *q; // (rows, cols); NULL when f32
+  float *s;  // (rows) scales; NULL when f32
+} wmat;
+
 typedef struct layer_w {
   float *attn_norm; // (dim)
-  float *wq;        // (n_heads_local * head_dim, dim)
-  float *wk;        // (n_kv_local * head_dim, dim)
-  float *wv;        // (n_kv_local * head_dim, dim)
-  float *wo;        // (dim, n_heads_local * head_dim)
+  wmat wq;          // (n_heads_local * head_dim, dim)
+  wmat wk;          // (n_kv_local * head_dim, dim)
+  wmat wv;          // (n_kv_local * head_dim, dim)
+  wmat wo;          // (dim, n_heads_local * head_dim)
   float *ffn_norm;  // (dim)
-  float *wg;        // (ffn_local, dim)
-  float *wu;        // (ffn_local, dim)
-  float *wd;        // (dim, ffn_local)
+  wmat wg;          // (ffn_local, dim)
+  wmat wu;          // (ffn_local, dim)
+  wmat wd;          // (dim, ffn_local)
 } layer_w;
 
 typedef struct rank {
@@ -49,7 +57,7 @@ typedef struct rank {
   size_t w_bytes;
   float *embed;      // (vocab_local, dim), first stage only
   float *final_norm; // (dim), last stage only
-  float *lm_head;    // (vocab_local, dim), last stage only
+  wmat lm_head;      // (vocab_local, dim), last stage only
   layer_w *layers;   // (n_layers local)
 
   void *kv_arena; // K and V of every local layer
@@ -144,6 +152,16 @@ static void *carve(carver *c, size_t bytes) {
   return p;
 }
 
+static void carve_mat(const rank *r, carver *cv, wmat *w, size_t rows, size_t cols) {
+  *w = (wmat){0};
+  if (r->ex->cfg.weight_dtype == SC_I8) {
+    w->q = carve(cv, rows * cols);
+    w->s = carve(cv, rows * sizeof(float));
+  } else {
+    w->f = carve(cv, rows * cols * sizeof(float));
+  }
+}
+
 static void carve_weights(rank *r, carver *cv) {
   const model_config *m = &r->ex->cfg.model;
   const shard_rank *s = &r->sh;
@@ -153,17 +171,18 @@ static void carve_weights(rank *r, carver *cv) {
   for (int l = 0; l < s->n_layers; l++) {
     layer_w *w = &r->layers[l];
     w->attn_norm = carve(cv, d * fl);
-    w->wq = carve(cv, qd * d * fl);
-    w->wk = carve(cv, kvd * d * fl);
-    w->wv = carve(cv, kvd * d * fl);
-    w->wo = carve(cv, d * qd * fl);
+    carve_mat(r, cv, &w->wq, qd, d);
+    carve_mat(r, cv, &w->wk, kvd, d);
+    carve_mat(r, cv, &w->wv, kvd, d);
+    carve_mat(r, cv, &w->wo, d, qd);
     w->ffn_norm = carve(cv, d * fl);
-    w->wg = carve(cv, f * d * fl);
-    w->wu = carve(cv, f * d * fl);
-    w->wd = carve(cv, d * f * fl);
+    carve_mat(r, cv, &w->wg, f, d);
+    carve_mat(r, cv, &w->wu, f, d);
+    carve_mat(r, cv, &w->wd, d, f);
   }
   r->final_norm = s->last_stage ? carve(cv, d * fl) : NULL;
-  r->lm_head = s->last_stage ? carve(cv, (size_t)s->vocab * d * fl) : NULL;
+  if (s->last_stage) carve_mat(r, cv, &r->lm_head, (size_t)s->vocab, d);
+  else r->lm_head = (wmat){0};
 }
 
 static void carve_workspace(rank *r, carver *cv) {
@@ -214,6 +233,27 @@ static sc_status load_slice(rank *r, float *staging, const char *name, int64_t r
   return SC_OK;
 }
 
+// load_slice for a linear layer's weight: quantized on the host first when it is int8.
+static sc_status load_mat(rank *r, float *staging, const char *name, int64_t r0, int64_t nr,
+                          int64_t c0, int64_t nc, wmat *dst, sc_error *err) {
+  if (dst->f) return load_slice(r, staging, name, r0, nr, c0, nc, dst->f, err);
+  SC_TRY(weight_source_read(r->ex->cfg.weights, name, r0, nr, c0, nc, staging, err));
+  size_t n = (size_t)(nr * nc);
+  int8_t *q = malloc(n ? n : 1);
+  float *sc = malloc((size_t)(nr ? nr : 1) * sizeof *sc);
+  sc_status s = q && sc ? SC_OK : SC_OOM;
+  if (s == SC_OK) {
+    dev_q8_quantize(staging, (int)nr, (int)nc, q, sc);
+    s = dev_copy(r->dev, dst->q, q, n, DEV_H2D);
+  }
+  if (s == SC_OK) s = dev_copy(r->dev, dst->s, sc, (size_t)nr * sizeof *sc, DEV_H2D);
+  free(q);
+  free(sc);
+  if (s != SC_OK)
+    return sc_fail(err, s, "quantizing '%s' to int8 on rank %d's device", name, r->index);
+  return SC_OK;
+}
+
 static sc_status load_weights(rank *r, float *staging, sc_error *err) {
   const model_config *m = &r->ex->cfg.model;
   const shard_rank *s = &r->sh;
@@ -228,28 +268,28 @@ static sc_status load_weights(rank *r, float *staging, sc_error *err) {
 #define LAYER_T(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", gl, suffix), name)
     SC_TRY(load_slice(r, staging, LAYER_T("input_layernorm.weight"), 0, 1, 0, D, w->attn_norm,
                       err));
-    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.q_proj.weight"), s->q_head0 * hd,
-                      s->n_heads * hd, 0, D, w->wq, err));
-    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.k_proj.weight"), s->kv_head0 * hd,
-                      s->n_kv * hd, 0, D, w->wk, err));
-    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.v_proj.weight"), s->kv_head0 * hd,
-                      s->n_kv * hd, 0, D, w->wv, err));
-    SC_TRY(load_slice(r, staging, LAYER_T("self_attn.o_proj.weight"), 0, D, s->q_head0 * hd,
-                      s->n_heads * hd, w->wo, err));
+    SC_TRY(load_mat(r, staging, LAYER_T("self_attn.q_proj.weight"), s->q_head0 * hd,
+                    s->n_heads * hd, 0, D, &w->wq, err));
+    SC_TRY(load_mat(r, staging, LAYER_T("self_attn.k_proj.weight"), s->kv_head0 * hd,
+                    s->n_kv * hd, 0, D, &w->wk, err));
+    SC_TRY(load_mat(r, staging, LAYER_T("self_attn.v_proj.weight"), s->kv_head0 * hd,
+                    s->n_kv * hd, 0, D, &w->wv, err));
+    SC_TRY(load_mat(r, staging, LAYER_T("self_attn.o_proj.weight"), 0, D, s->q_head0 * hd,
+                    s->n_heads * hd, &w->wo, err));
     SC_TRY(load_slice(r, staging, LAYER_T("post_attention_layernorm.weight"), 0, 1, 0, D,
                       w->ffn_norm, err));
-    SC_TRY(load_slice(r, staging, LAYER_T("mlp.gate_proj.weight"), s->ffn0, s->ffn, 0, D, w->wg,
-                      err));
-    SC_TRY(load_slice(r, staging, LAYER_T("mlp.up_proj.weight"), s->ffn0, s->ffn, 0, D, w->wu,
-                      err));
-    SC_TRY(load_slice(r, staging, LAYER_T("mlp.down_proj.weight"), 0, D, s->ffn0, s->ffn, w->wd,
-                      err));
+    SC_TRY(load_mat(r, staging, LAYER_T("mlp.gate_proj.weight"), s->ffn0, s->ffn, 0, D, &w->wg,
+                    err));
+    SC_TRY(load_mat(r, staging, LAYER_T("mlp.up_proj.weight"), s->ffn0, s->ffn, 0, D, &w->wu,
+                    err));
+    SC_TRY(load_mat(r, staging, LAYER_T("mlp.down_proj.weight"), 0, D, s->ffn0, s->ffn, &w->wd,
+                    err));
 #undef LAYER_T
   }
   if (s->last_stage) {
     SC_TRY(load_slice(r, staging, "model.norm.weight", 0, 1, 0, D, r->final_norm, err));
     const char *head = m->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    SC_TRY(load_slice(r, staging, head, s->vocab0, s->vocab, 0, D, r->lm_head, err));
+    SC_TRY(load_mat(r, staging, head, s->vocab0, s->vocab, 0, D, &r->lm_head, err));
   }
   return SC_OK;
 }
@@ -291,6 +331,12 @@ static sc_status rank_fail(rank *r, const char *what, sc_status s) {
                  r->sh.pp_rank, what, cause_text(r, s, buf, sizeof buf));
 }
 
+// y(m,n) = x(m,k) * w^T for a linear layer's weight, f32 or int8.
+static sc_status mm(device *d, int m, int n, int k, const float *x, const wmat *w, float *y) {
+  return w->q ? dev_matmul_q8(d, m, n, k, x, w->q, w->s, 0.0f, y)
+              : dev_matmul(d, m, n, k, x, w->f, 0.0f, y);
+}
+
 #define RTRY(what, expr)                                                                           \
   do {                                                                                             \
     sc_status rs_ = (expr);                                                                        \
@@ -303,22 +349,22 @@ static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const
   device *d = r->dev;
   int T = kb->n_tok, D = m->dim, hd = m->head_dim, qd = s->n_heads * hd, kvd = s->n_kv * hd;
   RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->attn_norm, m->norm_eps, r->h));
-  RTRY("q_proj", dev_matmul(d, T, qd, D, r->h, w->wq, 0.0f, r->q));
-  RTRY("k_proj", dev_matmul(d, T, kvd, D, r->h, w->wk, 0.0f, r->k));
-  RTRY("v_proj", dev_matmul(d, T, kvd, D, r->h, w->wv, 0.0f, r->v));
+  RTRY("q_proj", mm(d, T, qd, D, r->h, &w->wq, r->q));
+  RTRY("k_proj", mm(d, T, kvd, D, r->h, &w->wk, r->k));
+  RTRY("v_proj", mm(d, T, kvd, D, r->h, &w->wv, r->v));
   RTRY("rope", dev_rope(d, T, s->n_heads, hd, r->d_pos, m->rope_theta, r->q));
   RTRY("rope", dev_rope(d, T, s->n_kv, hd, r->d_pos, m->rope_theta, r->k));
   RTRY("kv_store", dev_kv_store(d, kb, s->n_kv, hd, r->k, r->v, kv));
   RTRY("attention", dev_attention(d, kb, s->n_heads, s->n_kv, hd, 1.0f / sqrtf((float)hd), r->q,
                                   kv, r->att));
-  RTRY("o_proj", dev_matmul(d, T, D, qd, r->att, w->wo, 0.0f, r->o));
+  RTRY("o_proj", mm(d, T, D, qd, r->att, &w->wo, r->o));
   if (r->tp_comm) RTRY("all-reduce after o_proj", comm_allreduce_sum(r->tp_comm, r->o, (size_t)T * D));
   RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
   RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->ffn_norm, m->norm_eps, r->h));
-  RTRY("gate_proj", dev_matmul(d, T, s->ffn, D, r->h, w->wg, 0.0f, r->g));
-  RTRY("up_proj", dev_matmul(d, T, s->ffn, D, r->h, w->wu, 0.0f, r->u));
+  RTRY("gate_proj", mm(d, T, s->ffn, D, r->h, &w->wg, r->g));
+  RTRY("up_proj", mm(d, T, s->ffn, D, r->h, &w->wu, r->u));
   RTRY("swiglu", dev_swiglu(d, T, s->ffn, r->g, r->u, r->g));
-  RTRY("down_proj", dev_matmul(d, T, D, s->ffn, r->g, w->wd, 0.0f, r->o));
+  RTRY("down_proj", mm(d, T, D, s->ffn, r->g, &w->wd, r->o));
   if (r->tp_comm)
     RTRY("all-reduce after down_proj", comm_allreduce_sum(r->tp_comm, r->o, (size_t)T * D));
   RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
@@ -338,7 +384,7 @@ static sc_status forward_head(rank *r, const mb_meta *mb) {
                                  r->x + (size_t)ex->h_sample[mb->sample0 + j] * D,
                                  (size_t)D * sizeof(float), DEV_D2D));
   RTRY("final rmsnorm", dev_rmsnorm(d, ns, D, r->xs, r->final_norm, m->norm_eps, r->xs));
-  RTRY("lm_head", dev_matmul(d, ns, V, D, r->xs, r->lm_head, 0.0f, r->logits_l));
+  RTRY("lm_head", mm(d, ns, V, D, r->xs, &r->lm_head, r->logits_l));
   const float *src = r->logits_l;
   if (r->tp_comm) {
     RTRY("all-gather of logits", comm_allgather(r->tp_comm, r->logits_l, r->logits_all, (size_t)ns * V));
@@ -472,6 +518,9 @@ static sc_status rank_init(executor *ex, rank *r, float **staging, size_t *stagi
   const exec_config *c = &ex->cfg;
   const model_config *m = &c->model;
   SC_TRY(device_open(c->backend, 0, &r->dev, err));
+  if (c->weight_dtype == SC_I8 && !dev_has_matmul_q8(r->dev))
+    return sc_fail(err, SC_INVALID, "weight_dtype int8 is not supported by the %s backend; use "
+                   "f32", c->backend);
   r->layers = calloc((size_t)r->sh.n_layers, sizeof *r->layers);
   r->kv = calloc((size_t)r->sh.n_layers, sizeof *r->kv);
   if (!r->layers || !r->kv) return SC_OOM;

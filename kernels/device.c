@@ -24,6 +24,7 @@
 #include "kernels/device.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -306,6 +307,37 @@ sc_status dev_matmul(device *d, int m, int n, int k, const float *x, const float
   DEV_SLOT(d, matmul);
   if (!faulty(d)) return d->iface->matmul(d->ctx, m, n, k, x, w, beta, y);
   DEV_CALL(d, matmul_then_corrupt(d, m, n, k, x, w, beta, y));
+}
+
+static sc_status matmul_q8_then_corrupt(device *d, int m, int n, int k, const float *x,
+                                        const int8_t *q, const float *scale, float beta,
+                                        float *y) {
+  sc_status s = d->iface->matmul_q8(d->ctx, m, n, k, x, q, scale, beta, y);
+  if (s == SC_OK) fault_corrupt(d, m, n, y);
+  return s;
+}
+
+bool dev_has_matmul_q8(const device *d) { return d && d->iface->matmul_q8; }
+
+sc_status dev_matmul_q8(device *d, int m, int n, int k, const float *x, const int8_t *q,
+                        const float *scale, float beta, float *y) {
+  DEV_SLOT(d, matmul_q8);
+  if (!faulty(d)) return d->iface->matmul_q8(d->ctx, m, n, k, x, q, scale, beta, y);
+  DEV_CALL(d, matmul_q8_then_corrupt(d, m, n, k, x, q, scale, beta, y));
+}
+
+void dev_q8_quantize(const float *w, int n, int k, int8_t *q, float *scale) {
+  for (size_t j = 0; j < (size_t)n; j++) {
+    const float *row = w + j * (size_t)k;
+    float mx = 0;
+    for (int i = 0; i < k; i++) mx = fmaxf(mx, fabsf(row[i]));
+    float s = mx / 127.0f, inv = mx > 0 ? 127.0f / mx : 0;
+    scale[j] = s;
+    for (int i = 0; i < k; i++) {
+      long v = lrintf(row[i] * inv);
+      q[j * (size_t)k + (size_t)i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+  }
 }
 
 sc_status dev_rmsnorm(device *d, int m, int dim, const float *x, const float *w, float eps,

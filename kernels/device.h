@@ -46,6 +46,11 @@ typedef struct device_i {
   // y(m,n) = x(m,k) * w(n,k)^T + beta * y(m,n); w in Hugging Face (out, in) layout.
   sc_status (*matmul)(void *ctx, int m, int n, int k, const float *x, const float *w, float beta,
                       float *y);
+  // Optional (NULL: the backend has no int8 weights). The same product with w held as int8
+  // weight-only: y(m,n) = x(m,k) * (scale(n) . q(n,k))^T + beta * y(m,n), q in the (out, in)
+  // layout of matmul, one f32 scale per output row (dev_q8_quantize makes them).
+  sc_status (*matmul_q8)(void *ctx, int m, int n, int k, const float *x, const int8_t *q,
+                         const float *scale, float beta, float *y);
   // y(m,d) = x / sqrt(mean(x^2) + eps) * w(d); y may alias x.
   sc_status (*rmsnorm)(void *ctx, int m, int d, const float *x, const float *w, float eps,
                        float *y);
@@ -92,6 +97,13 @@ sc_status dev_mem_info(device *d, size_t *used, size_t *total);
 sc_status dev_synchronize(device *d);
 sc_status dev_matmul(device *d, int m, int n, int k, const float *x, const float *w, float beta,
                      float *y);
+// Whether the backend multiplies int8 weights (dev_matmul_q8); SC_INVALID comes back when not.
+bool dev_has_matmul_q8(const device *d);
+sc_status dev_matmul_q8(device *d, int m, int n, int k, const float *x, const int8_t *q,
+                        const float *scale, float beta, float *y);
+// Host side: symmetric per-row int8 of w(n,k): scale(j) = max_i |w(j,i)| / 127 (0 for a row of
+// zeros), q(j,i) = round(w(j,i) / scale(j)), so |w - scale . q| <= scale / 2 element-wise.
+void dev_q8_quantize(const float *w, int n, int k, int8_t *q, float *scale);
 sc_status dev_rmsnorm(device *d, int m, int dim, const float *x, const float *w, float eps,
                       float *y);
 sc_status dev_rope(device *d, int m, int n_heads, int head_dim, const int32_t *pos, float theta,

@@ -143,6 +143,29 @@ Test(faults_real, chaos_runs_its_seeded_schedule, .timeout = 300) {
   cr_expect_geq(q1(db, "SELECT count(*) FROM fault"), 2);
 }
 
+Test(faults_real, hot_swap_rolls_the_replicas_to_int8_one_at_a_time, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("hot-swap-int8", "");
+  history_holds(db);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0);
+  // both replicas served the old weights before and the new ones after, and nothing else
+  cr_expect_eq(q1(db, "SELECT count(DISTINCT replica) FROM request WHERE weight_version = 1"), 2);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE weight_version NOT IN (0, 1)"), 0);
+  cr_expect(strstr(q1s(db, "SELECT detail FROM fault"), "2 replicas on weights v1"), "%s",
+            q1s(db, "SELECT detail FROM fault"));
+  // one replica at a time: requests were dispatched while the swap ran
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request r JOIN fault f ON r.deployment_id = "
+                      "f.deployment_id WHERE r.dispatch_ns > f.injected_ns AND r.dispatch_ns < "
+                      "f.injected_ns + (SELECT value FROM metric WHERE name = 'swap_drain_ms') * "
+                      "1000000"),
+               0);
+  cr_expect_gt(metric(db, "swap_load_ms"), 0);
+  // int8 weights really differ from f32, and mostly agree with them
+  double agree = metric(db, "swap_agreement");
+  cr_expect(agree > 0.5 && agree <= 1, "agreement %g", agree);
+  cr_expect_eq(q1(db, "SELECT value > 0 FROM metric WHERE name = 'swap_kl'"), 1);
+}
+
 Test(faults_real, clock_jumps_of_the_workers_change_nothing, .timeout = 300) {
   SKIP_UNDER_SANITIZERS();
   if (!getenv("SHARDCHECK_LIBFAKETIME") &&
@@ -161,7 +184,7 @@ Test(faults_real, clock_jumps_of_the_workers_change_nothing, .timeout = 300) {
 
 Test(faults_sim, every_shipped_fault_scenario_runs_in_sim_mode, .timeout = 300) {
   const char *names[] = {"kill-replica", "kill-gpu", "hang-rank", "slow-link", "cancel-storm",
-                         "oom", "chaos"};
+                         "oom", "chaos", "hot-swap-int8"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     const char *db = run_shipped(names[i], "--mode sim");
     history_holds(db);
@@ -169,6 +192,15 @@ Test(faults_sim, every_shipped_fault_scenario_runs_in_sim_mode, .timeout = 300) 
                         "'hot_swap' AND recovered_ns IS NOT NULL)"),
                  0, "%s", names[i]);
   }
+}
+
+Test(faults_sim, a_simulated_hot_swap_prices_the_new_weights_and_their_load, .timeout = 120) {
+  const char *db = run_shipped("hot-swap-int8", "--mode sim");
+  cr_expect_eq(q1(db, "SELECT count(DISTINCT replica) FROM request WHERE weight_version = 1"), 2);
+  cr_expect_gt(metric(db, "swap_load_ms"), 0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'swap_agreement' AND value IS "
+                      "NOT NULL"),
+               0, "simulated tokens carry no logits to compare");
 }
 
 Test(faults_sim, a_clock_jump_is_refused_in_sim_mode) {

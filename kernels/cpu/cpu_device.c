@@ -131,6 +131,100 @@ static sc_status cpu_matmul(void *ctx, int m, int n, int k, const float *x, cons
   return SC_OK;
 }
 
+// --- int8 weight-only matmul
+// Few rows (decode): each int8 weight row is converted once per 8 columns and multiplied into
+// every input row's accumulator, so W is read once per call; AVX2 + FMA when the CPU has them
+// (checked once at run time), else portable C. Many rows (prefill): tiles of Q8_TILE weight
+// rows are dequantized to f32 and multiplied by CBLAS, one extra pass over the weights per
+// call against a GEMM's many.
+enum { Q8_SMALL_M = 8, Q8_TILE = 64 };
+
+// out[r] = x(r,:) . q(:) for r < m (x rows of k floats), portable.
+static void q8_rows_c(int m, int k, const float *x, const int8_t *q, float *out) {
+  for (int r = 0; r < m; r++) {
+    const float *xr = x + (size_t)r * (size_t)k;
+    float a[8] = {0};
+    int i = 0;
+    for (; i + 8 <= k; i += 8)
+      for (int l = 0; l < 8; l++) a[l] += xr[i + l] * (float)q[i + l];
+    float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (; i < k; i++) sum += xr[i] * (float)q[i];
+    out[r] = sum;
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define Q8_HAVE_AVX2 1
+__attribute__((target("avx2,fma"))) static void q8_rows_avx2(int m, int k, const float *x,
+                                                             const int8_t *q, float *out) {
+  __m256 acc[Q8_SMALL_M];
+  for (int r = 0; r < m; r++) acc[r] = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(q + i));
+    __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    for (int r = 0; r < m; r++)
+      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (size_t)r * (size_t)k + i), w, acc[r]);
+  }
+  for (int r = 0; r < m; r++) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float sum = _mm_cvtss_f32(h);
+    for (int t = i; t < k; t++) sum += x[(size_t)r * (size_t)k + t] * (float)q[t];
+    out[r] = sum;
+  }
+}
+#endif
+
+typedef void (*q8_rows_fn)(int m, int k, const float *x, const int8_t *q, float *out);
+
+static q8_rows_fn q8_rows(void) {
+#ifdef Q8_HAVE_AVX2
+  static int have = -1; // benign race: every thread computes the same value
+  if (have < 0) have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (have) return q8_rows_avx2;
+#endif
+  return q8_rows_c;
+}
+
+static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, const int8_t *q,
+                               const float *scale, float beta, float *y) {
+  (void)ctx;
+  if (m < 0 || n < 0 || k < 0) return SC_INVALID;
+  if (m == 0 || n == 0) return SC_OK;
+  if (!y || !scale || (k > 0 && (!x || !q))) return SC_INVALID;
+  if (m <= Q8_SMALL_M) {
+    q8_rows_fn rows = q8_rows();
+    float dot[Q8_SMALL_M];
+    for (size_t j = 0; j < (size_t)n; j++) {
+      rows(m, k, x, q + j * (size_t)k, dot);
+      for (size_t r = 0; r < (size_t)m; r++) {
+        float v = dot[r] * scale[j], *yo = y + r * (size_t)n + j;
+        *yo = beta == 0.0f ? v : v + beta * *yo;
+      }
+    }
+    return SC_OK;
+  }
+  float *tile = malloc((size_t)Q8_TILE * (size_t)k * sizeof *tile);
+  if (!tile) return SC_OOM;
+  for (int j0 = 0; j0 < n; j0 += Q8_TILE) {
+    int nt = n - j0 < Q8_TILE ? n - j0 : Q8_TILE;
+    for (size_t j = 0; j < (size_t)nt; j++) {
+      const int8_t *qr = q + ((size_t)j0 + j) * (size_t)k;
+      float sj = scale[(size_t)j0 + j], *tr = tile + j * (size_t)k;
+      for (size_t i = 0; i < (size_t)k; i++) tr[i] = sj * (float)qr[i];
+    }
+    if (beta == 0.0f)
+      for (size_t r = 0; r < (size_t)m; r++) memset(y + r * (size_t)n + j0, 0, nt * sizeof *y);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nt, k, 1.0f, x, k, tile, k, beta,
+                y + j0, n);
+  }
+  free(tile);
+  return SC_OK;
+}
+
 // --- elementwise and per-row ops
 
 // y(m,d) = x / sqrt(mean(x^2) + eps) * w(d); the mean is taken in double. y may alias x.
@@ -422,6 +516,7 @@ static const device_i cpu_iface = {
     .mem_info = cpu_mem_info,
     .synchronize = cpu_synchronize,
     .matmul = cpu_matmul,
+    .matmul_q8 = cpu_matmul_q8,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
