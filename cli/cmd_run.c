@@ -21,7 +21,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck run FILE [--db PATH] [--out DIR] [--seed N] [--junit PATH]\n"
           "                      [--mode real|sim] [--profile NAME|FILE.yaml]\n"
-          "                      [--quiet] [--no-report]\n\n"
+          "                      [--repeat N] [--quiet] [--no-report]\n\n"
           "Runs the scenario FILE: every deployment in turn, every phase of its workload, on\n"
           "the real engine (mode real) or on simulated GPUs in virtual time (mode sim). Every\n"
           "request, token time, engine step and device sample goes to the SQLite database;\n"
@@ -35,6 +35,9 @@ static void usage(FILE *f) {
           "                 and workload on simulated devices of the scenario's profile)\n"
           "  --profile P    override hardware.profile: an embedded name or a profile YAML,\n"
           "                 e.g. one written by `shardcheck profile`\n"
+          "  --repeat N     run it N times (1..64), each a run of its own, recorded as one\n"
+          "                 repetition group that `shardcheck gate` judges as a whole (the\n"
+          "                 report is written for the last repetition)\n"
           "  --quiet        no progress lines or notes (the verdict table is still printed)\n"
           "  --no-report    skip the plots and index.html (`shardcheck report` makes them\n"
           "                 later)\n\n"
@@ -47,6 +50,7 @@ static void usage(FILE *f) {
 int cmd_run(int argc, char **argv) {
   const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *junit = NULL;
   bool quiet = false, no_report = false;
+  int repeat = 1;
   runner_options ro = runner_options_defaults();
   scn_overrides ov = {0};
   for (int i = 1; i < argc; i++) {
@@ -71,6 +75,9 @@ int cmd_run(int argc, char **argv) {
         return cli_usage_error("run", "--mode needs real or sim, got", ov.mode);
     } else if (!strcmp(a, "--profile") && has_val) {
       ov.profile = argv[++i];
+    } else if (!strcmp(a, "--repeat") && has_val) {
+      if (!cli_parse_int(argv[++i], 1, 64, &repeat))
+        return cli_usage_error("run", "--repeat needs a count from 1 to 64, got", argv[i]);
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = true;
     } else if (!strcmp(a, "--no-report")) {
@@ -103,8 +110,27 @@ int cmd_run(int argc, char **argv) {
   ro.interrupted = &interrupted;
   ro.progress = quiet ? RUNNER_PROGRESS_NONE : RUNNER_PROGRESS_AUTO;
   runner_result res;
-  uint64_t wall0 = sc_monotonic_ns();
-  st = runner_run(s, db, &ro, &res, &err);
+  int code = CLI_OK;
+  int64_t group = 0;
+  uint64_t wall0 = 0;
+  for (int rep = 0; rep < repeat; rep++) {
+    if (repeat > 1 && !quiet) fprintf(stderr, "repetition %d/%d\n", rep + 1, repeat);
+    wall0 = sc_monotonic_ns();
+    st = runner_run(s, db, &ro, &res, &err);
+    if (st == SC_OK && repeat > 1) {
+      if (rep == 0) group = res.run_id;
+      st = store_run_set_repeat(db, res.run_id, group, rep, &err);
+    }
+    if (st != SC_OK) break;
+    int c = !strcmp(res.status, "interrupted") ? 130
+            : !strcmp(res.status, "failed")    ? CLI_RUNTIME
+            : res.n_failed > 0                 ? CLI_SLO_FAIL
+                                               : CLI_OK;
+    if (c > code) code = c;
+    if (c == 130 || c == CLI_RUNTIME) break;
+    if (rep + 1 < repeat && report_print_verdicts(store_db(db), res.run_id, stdout, &err) != SC_OK)
+      fprintf(stderr, "shardcheck run: verdict table: %s\n", err.msg);
+  }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   if (st != SC_OK) {
@@ -112,10 +138,6 @@ int cmd_run(int argc, char **argv) {
     scenario_free(s);
     return cli_fail("run", st, &err);
   }
-  int code = !strcmp(res.status, "interrupted") ? 130
-             : !strcmp(res.status, "failed")    ? CLI_RUNTIME
-             : res.n_failed > 0                 ? CLI_SLO_FAIL
-                                                : CLI_OK;
   double wall = (double)(sc_monotonic_ns() - wall0) / 1e9;
   if (!quiet && s->mode == SCN_MODE_SIM)
     fprintf(stderr, "run %lld %s: %.1f s simulated in %.1f s (%.0fx real time): %llu requests, "
@@ -149,7 +171,11 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "shardcheck run: junit: %s\n", err.msg);
     if (code == CLI_OK) code = CLI_RUNTIME;
   }
-  if (!quiet) fprintf(stderr, "database: %s (run %lld)\n", db_path, (long long)res.run_id);
+  if (!quiet && repeat > 1)
+    fprintf(stderr, "database: %s (runs %lld-%lld: repetition group %lld)\n", db_path,
+            (long long)group, (long long)res.run_id, (long long)group);
+  else if (!quiet)
+    fprintf(stderr, "database: %s (run %lld)\n", db_path, (long long)res.run_id);
   store_close(db);
   scenario_free(s);
   return code;

@@ -13,6 +13,8 @@ static const struct {
     {"validate", cmd_validate, "check a scenario file without running it"},
     {"runs", cmd_runs, "list the runs in a results database"},
     {"report", cmd_report, "write plots, tables and index.html for runs in a results database"},
+    {"gate", cmd_gate, "compare runs with their baselines; exit 1 when a metric regressed"},
+    {"baseline", cmd_baseline, "mark a run as the baseline of its scenario"},
     {"generate", cmd_generate, "run one prompt through a sharded engine and print the tokens"},
     {"plan", cmd_plan, "list every tp x pp x dp layout with its memory per GPU"},
     {"model", cmd_model, "model utilities: `model gen` writes random weights for a preset"},

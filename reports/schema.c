@@ -6,7 +6,7 @@
 // This file holds only the DDL; reports/store.c opens, migrates and writes.
 #include "reports/store.h"
 
-const int store_schema_version = 1;
+const int store_schema_version = 2;
 
 const char *const store_schema_sql =
     "CREATE TABLE IF NOT EXISTS meta(\n"
@@ -31,7 +31,9 @@ const char *const store_schema_sql =
     "  status TEXT NOT NULL,\n"          // running | complete | interrupted | failed
     "  verdict TEXT,\n"                  // pass | fail | NULL (no SLO, or not finished)
     "  error TEXT,\n"
-    "  baseline INTEGER NOT NULL DEFAULT 0);\n"
+    "  baseline INTEGER NOT NULL DEFAULT 0,\n"
+    "  repeat_group INTEGER,\n"         // `run --repeat`: the id of the group's first run
+    "  repeat_index INTEGER);\n"        // its place in the group, 0-based
     "CREATE TABLE IF NOT EXISTS deployment(\n"
     "  id INTEGER PRIMARY KEY,\n"
     "  run_id INTEGER NOT NULL REFERENCES run(id),\n"

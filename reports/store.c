@@ -287,7 +287,22 @@ static sc_status check_schema(store *s, bool *empty, sc_error *err) {
   if (version > store_schema_version)
     return sc_fail(err, SC_INVALID, "%s has schema version %ld, newer than this shardcheck (%d)",
                    s->path, version, store_schema_version);
-  // Older versions would be migrated here; version 1 is the first.
+  // Version 1 lacks run.repeat_group and run.repeat_index: added in place when the file is
+  // opened for writing (a reader sees every run as its own group).
+  // Tables added since (fault_window) come with the schema text, which only creates what is
+  // missing.
+  if (version == 1 && !s->readonly) {
+    SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema from version 1", err));
+    sc_status r = exec_sql(s,
+                           "ALTER TABLE run ADD COLUMN repeat_group INTEGER;"
+                           " ALTER TABLE run ADD COLUMN repeat_index INTEGER;"
+                           " UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+                           "migrating the schema from version 1 to 2", err);
+    if (r == SC_OK) r = exec_sql(s, store_schema_sql, "migrating the schema from version 1", err);
+    if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema migration", err);
+    if (r != SC_OK) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return r;
+  }
   return SC_OK;
 }
 
@@ -687,6 +702,22 @@ sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error 
   SC_TRY(exec_stmt(s, st, "inserting a fault row", err));
   if (id) *id = sqlite3_last_insert_rowid(s->db);
   return SC_OK;
+}
+
+sc_status store_run_set_repeat(store *s, int64_t run_id, int64_t group, int index,
+                               sc_error *err) {
+  SC_TRY(tx_begin(s, err));
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(
+      s->db, "UPDATE run SET repeat_group = ?1, repeat_index = ?2 WHERE id = ?3", -1, &st, NULL);
+  if (rc != SQLITE_OK) return db_fail(s, rc, "preparing the repeat update", err);
+  bind_i64(st, 1, group);
+  bind_i64(st, 2, index);
+  bind_i64(st, 3, run_id);
+  sc_status r = exec_stmt(s, st, "recording a run's repetition group", err);
+  sqlite3_finalize(st);
+  if (r == SC_OK) r = store_flush(s, err);
+  return r;
 }
 
 sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error *err) {

@@ -47,6 +47,10 @@ typedef struct store_run {
 // `git rev-parse --short HEAD` in the current directory, or the SHARDCHECK_GIT_REV
 // environment variable, else NULL), host name and pid; commits at once.
 sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_error *err);
+// `run --repeat`: run_id is repetition `index` (0-based) of the group whose first run is
+// `group`. Committed at once.
+sc_status store_run_set_repeat(store *s, int64_t run_id, int64_t group, int index,
+                               sc_error *err);
 // Sets status ("complete" | "interrupted" | "failed"), verdict ("pass" | "fail" | NULL), error
 // (NULL), ended_at = now and duration_ns; commits everything pending.
 sc_status store_run_end(store *s, int64_t run_id, const char *status, const char *verdict,

@@ -182,7 +182,7 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   sqlite3 *db = store_db(s);
   char want[1024];
   expect_q(db, "PRAGMA journal_mode", "wal");
-  expect_q(db, "SELECT key, value FROM meta", "schema_version|1");
+  expect_q(db, "SELECT key, value FROM meta", "schema_version|2");
   snprintf(want, sizeof want,
            "%lld|rt|scenarios/rt.yaml|name: rt\nseed: 7\n|sim|sim|llama3-8b|abc1234|%s|%d|7|"
            "{\"block_size\":16}|NULL|complete|fail|0|0",
@@ -302,6 +302,26 @@ Test(store, bad_values_are_refused_with_the_reason) {
 }
 
 // --- refusing files
+
+Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
+  const char *path = db_path("migrate");
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  raw_exec(path, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
+                 "repeat_index; DROP TABLE fault_window; UPDATE meta SET value = '1' WHERE key = "
+                 "'schema_version'");
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
+  store_close(s);
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  sqlite3 *db = store_db(s);
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "2");
+  expect_q(db, "SELECT count(*) FROM pragma_table_info('run') WHERE name IN ('repeat_group', "
+               "'repeat_index')", "2");
+  expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'fault_window'", "1");
+  store_close(s);
+}
 
 Test(store, schema_version_newer_than_the_binary_is_refused) {
   const char *path = db_path("store-new");

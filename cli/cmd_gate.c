@@ -1,0 +1,386 @@
+// `shardcheck gate`: compares runs with their baselines (reports/gate.c) and exits 1 when a
+// metric regressed; `shardcheck baseline`: marks a run as its scenario's baseline. This file
+// picks the runs, parses arguments and writes the table, JSON and JUnit.
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "reports/gate.h"
+#include "reports/metrics.h"
+#include "reports/report_impl.h"
+#include "reports/store.h"
+
+enum { MAX_GATES = 64 };
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: shardcheck gate --db CURRENT.db [--baseline BASE.db] [--run ID]\n"
+          "                       [--baseline-run ID] [--tolerance PCT] [--metric NAME[:PCT]]...\n"
+          "                       [--alpha A] [--junit PATH] [--json]\n\n"
+          "Compares a run with its baseline, deployment by deployment (matched by label) and\n"
+          "phase by phase, and says per metric: improved, same, worse within noise, or\n"
+          "REGRESSED. A run recorded with `run --repeat N` stands for its N repetitions.\n\n"
+          "  --db PATH          the current results database (default results.db)\n"
+          "  --baseline PATH    where the baseline run is (default: the same database)\n"
+          "  --run ID           the run to judge (default: the latest complete run of every\n"
+          "                     scenario in --db, each judged on its own)\n"
+          "  --baseline-run ID  the baseline (default: the latest run of the same scenario\n"
+          "                     marked with `shardcheck baseline`, other than the run judged)\n"
+          "  --tolerance PCT    allowed change in the worse direction, e.g. 5%% or 0.05\n"
+          "                     (default 5%% for real runs, 1%% for sim runs)\n"
+          "  --metric N[:PCT]   compare this metric (repeatable; default: TTFT, TPOT, ITL and\n"
+          "                     E2EL p50 and p95, output_tok_s, goodput_rps, error_rate,\n"
+          "                     lost_requests, kv_peak_frac, detect_ms, recover_ms), with its\n"
+          "                     own tolerance when given\n"
+          "  --alpha A          significance level of the test across repetitions (0.05)\n"
+          "  --junit PATH       also write JUnit XML: one testcase per deployment x metric\n"
+          "  --json             print JSON instead of the table\n\n"
+          "Sim runs are deterministic: the tolerance alone decides. Real runs with repetitions\n"
+          "on both sides regress only when the median moved past the tolerance AND a one-sided\n"
+          "Mann-Whitney U test finds the shift significant (docs/gate.md).\n"
+          "A scenario with no baseline yet is reported and passes.\n"
+          "exit codes: 0 nothing regressed, 1 something regressed, 2 bad input (a missing\n"
+          "run or database, runs of different scenarios, a schema newer than this shardcheck),\n"
+          "3 runtime failure.\n");
+}
+
+static void baseline_usage(FILE *f) {
+  fprintf(f, "usage: shardcheck baseline --db PATH --run ID\n\n"
+             "Marks run ID (and, for a `run --repeat` group, the whole group) as the baseline of\n"
+             "its scenario: `shardcheck gate` compares later runs with the latest baseline.\n"
+             "exit codes: 0 ok, 2 bad input (no such run or database), 3 runtime failure.\n");
+}
+
+// "5%" -> 0.05, "0.05" -> 0.05.
+static bool parse_pct(const char *s, double *out) {
+  char buf[32];
+  size_t n = strlen(s);
+  if (n == 0 || n >= sizeof buf) return false;
+  memcpy(buf, s, n + 1);
+  bool pct = buf[n - 1] == '%';
+  if (pct) buf[n - 1] = 0;
+  if (!cli_parse_double(buf, 0, pct ? 1000 : 10, out)) return false;
+  if (pct) *out /= 100;
+  return true;
+}
+
+// --- picking runs
+
+// The latest complete run of every scenario (the first run of its group stands for it).
+static int latest_runs(sqlite3 *db, int64_t *out, int cap) {
+  sqlite3_stmt *st = NULL;
+  int n = 0;
+  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run WHERE status = 'complete' GROUP BY scenario "
+                             "ORDER BY scenario", -1, &st, NULL) != SQLITE_OK)
+    return 0;
+  while (sqlite3_step(st) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return n;
+}
+
+// The latest baseline of run's scenario in base_db outside run's group; 0: none.
+static int64_t find_baseline(sqlite3 *cur_db, int64_t run, sqlite3 *base_db) {
+  char scen[128] = "";
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(cur_db, "SELECT scenario FROM run WHERE id = ?1", -1, &st, NULL) ==
+      SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, run);
+    if (sqlite3_step(st) == SQLITE_ROW)
+      snprintf(scen, sizeof scen, "%s", (const char *)sqlite3_column_text(st, 0));
+  }
+  sqlite3_finalize(st);
+  int64_t group[GATE_MAX_REPS];
+  int ng = base_db == cur_db ? gate_group(cur_db, run, group, GATE_MAX_REPS) : 0;
+  int64_t best = 0;
+  if (sqlite3_prepare_v2(base_db, "SELECT id FROM run WHERE baseline = 1 AND scenario = ?2 AND "
+                                  "id != ?1 ORDER BY id DESC", -1, &st, NULL) != SQLITE_OK)
+    return 0;
+  sqlite3_bind_int64(st, 1, run);
+  sqlite3_bind_text(st, 2, scen, -1, SQLITE_TRANSIENT);
+  while (!best && sqlite3_step(st) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0);
+    bool mine = false;
+    for (int i = 0; i < ng; i++) mine |= group[i] == id;
+    if (!mine) best = id;
+  }
+  sqlite3_finalize(st);
+  return best;
+}
+
+// --- output
+
+static void fmt(double v, char *buf, size_t cap) {
+  if (isnan(v)) snprintf(buf, cap, "-");
+  else rp_fmt_num(v, buf, cap);
+}
+
+static void print_table(const gate_result *g) {
+  printf("scenario %s: run %lld (%d repetition%s) against baseline run %lld (%d), %s\n",
+         g->scenario, (long long)g->cur_run, g->n_cur_reps, g->n_cur_reps == 1 ? "" : "s",
+         (long long)g->base_run, g->n_base_reps, g->sim ? "sim: exact comparison" :
+         g->n_cur_reps >= 2 && g->n_base_reps >= 2 ? "real: tolerance and significance"
+                                                   : "real, no repetitions: tolerance only");
+  printf("%-14s %-12s %-14s %12s %12s %9s %7s %7s  %s\n", "deployment", "phase", "metric",
+         "baseline", "current", "change", "p", "noise", "verdict");
+  for (int i = 0; i < g->n; i++) {
+    const gate_row *r = &g->rows[i];
+    char b[32], c[32], ch[32], p[32], nz[32];
+    fmt(r->base, b, sizeof b);
+    fmt(r->cur, c, sizeof c);
+    if (isnan(r->change)) snprintf(ch, sizeof ch, "-");
+    else snprintf(ch, sizeof ch, "%+.1f%%", 100 * r->change);
+    if (isnan(r->p)) snprintf(p, sizeof p, "-");
+    else snprintf(p, sizeof p, "%.3f", r->p);
+    if (isnan(r->noise)) snprintf(nz, sizeof nz, "-");
+    else snprintf(nz, sizeof nz, "%.1f%%", 100 * r->noise);
+    printf("%-14s %-12s %-14s %12s %12s %9s %7s %7s  %s\n", r->deployment,
+           r->phase[0] ? r->phase : "(all)", r->metric, b, c, ch, p, nz, gate_verdict_name(r->v));
+  }
+  printf("%s: %d of %d comparisons regressed\n\n", g->scenario, g->regressed, g->n);
+}
+
+static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *gate_json(const gate_result *g) {
+  json_t *rows = json_array();
+  for (int i = 0; i < g->n; i++) {
+    const gate_row *r = &g->rows[i];
+    json_array_append_new(
+        rows, json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:f, s:o, s:o, s:i, s:i, s:s}",
+                        "deployment", r->deployment, "phase", r->phase, "metric", r->metric,
+                        "baseline", num_or_null(r->base), "current", num_or_null(r->cur),
+                        "change", num_or_null(r->change), "tolerance", r->tol, "p",
+                        num_or_null(r->p), "noise", num_or_null(r->noise), "n_baseline",
+                        r->n_base, "n_current", r->n_cur, "verdict", gate_verdict_name(r->v)));
+  }
+  return json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:i, s:o}", "scenario", g->scenario, "mode",
+                   g->sim ? "sim" : "real", "current_run", (json_int_t)g->cur_run,
+                   "baseline_run", (json_int_t)g->base_run, "current_repetitions",
+                   g->n_cur_reps, "baseline_repetitions", g->n_base_reps, "regressed",
+                   g->regressed, "rows", rows);
+}
+
+static void attr(FILE *f, const char *name, const char *v) {
+  fprintf(f, " %s=\"", name);
+  rp_put_esc(f, v);
+  fputc('"', f);
+}
+
+static bool write_junit(const char *path, const gate_result *g, int n) {
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n", f);
+  for (int k = 0; k < n; k++) {
+    char count[32], fails[32];
+    snprintf(count, sizeof count, "%d", g[k].n);
+    snprintf(fails, sizeof fails, "%d", g[k].regressed);
+    fputs("<testsuite", f);
+    attr(f, "name", g[k].scenario);
+    attr(f, "tests", count);
+    attr(f, "failures", fails);
+    fputs(">\n", f);
+    for (int i = 0; i < g[k].n; i++) {
+      const gate_row *r = &g[k].rows[i];
+      char cls[256], name[160], msg[256], b[32], c[32];
+      snprintf(cls, sizeof cls, "%.127s.%.95s", g[k].scenario, r->deployment);
+      snprintf(name, sizeof name, "%.63s%s%.47s", r->phase, r->phase[0] ? "/" : "", r->metric);
+      fputs("  <testcase", f);
+      attr(f, "classname", cls);
+      attr(f, "name", name);
+      if (r->v != GATE_REGRESSED) {
+        fputs("/>\n", f);
+        continue;
+      }
+      fmt(r->base, b, sizeof b);
+      fmt(r->cur, c, sizeof c);
+      snprintf(msg, sizeof msg, "REGRESSED: %s -> %s (%+.1f%%, tolerance %.1f%%%s)", b, c,
+               100 * r->change, 100 * r->tol, isnan(r->p) ? "" : ", significant");
+      fputs(">\n    <failure type=\"regression\"", f);
+      attr(f, "message", msg);
+      fputs("/>\n  </testcase>\n", f);
+    }
+    fputs("</testsuite>\n", f);
+  }
+  fputs("</testsuites>\n", f);
+  return fclose(f) == 0;
+}
+
+// --- commands
+
+typedef struct gate_args {
+  const char *db, *base_db, *junit;
+  int64_t run, base_run;
+  bool json;
+  gate_options o;
+} gate_args;
+
+static int parse_gate(int argc, char **argv, gate_args *a) {
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    bool v = i + 1 < argc;
+    uint64_t u;
+    double d;
+    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      usage(stdout);
+      return -1;
+    } else if (!strcmp(s, "--db") && v) {
+      a->db = argv[++i];
+    } else if (!strcmp(s, "--baseline") && v) {
+      a->base_db = argv[++i];
+    } else if ((!strcmp(s, "--run") || !strcmp(s, "--baseline-run")) && v) {
+      if (!cli_parse_u64(argv[++i], &u) || u == 0)
+        return cli_usage_error("gate", "a run id is a positive integer, got", argv[i]);
+      *(!strcmp(s, "--run") ? &a->run : &a->base_run) = (int64_t)u;
+    } else if (!strcmp(s, "--tolerance") && v) {
+      if (!parse_pct(argv[++i], &d))
+        return cli_usage_error("gate", "--tolerance needs a percentage such as 5%, got", argv[i]);
+      a->o.tol_real = a->o.tol_sim = d;
+    } else if (!strcmp(s, "--alpha") && v) {
+      if (!cli_parse_double(argv[++i], 1e-9, 0.5, &a->o.alpha))
+        return cli_usage_error("gate", "--alpha needs a number in (0, 0.5], got", argv[i]);
+    } else if (!strcmp(s, "--metric") && v) {
+      const char *m = argv[++i];
+      if (a->o.n_metrics == GATE_MAX_METRICS)
+        return cli_usage_error("gate", "too many --metric options at", m);
+      gate_metric_tol *t = &a->o.metrics[a->o.n_metrics];
+      const char *colon = strchr(m, ':');
+      size_t len = colon ? (size_t)(colon - m) : strlen(m);
+      snprintf(t->name, sizeof t->name, "%.*s", (int)len, m);
+      t->tol = -1;
+      if (colon && !parse_pct(colon + 1, &t->tol))
+        return cli_usage_error("gate", "--metric NAME:PCT needs a percentage after ':', got", m);
+      const mt_metric_info *mi = mt_metric_find(t->name);
+      if (!mi) return cli_usage_error("gate", "--metric: unknown metric", t->name);
+      if (mi->dir == MT_NEUTRAL)
+        return cli_usage_error("gate", "--metric: no better direction, so no regression, for",
+                               t->name);
+      a->o.n_metrics++;
+    } else if (!strcmp(s, "--junit") && v) {
+      a->junit = argv[++i];
+    } else if (!strcmp(s, "--json")) {
+      a->json = true;
+    } else {
+      return cli_usage_error("gate", s[0] == '-' && !v ? "option needs a value, or is unknown"
+                                                       : "unknown argument",
+                             s);
+    }
+  }
+  return 0;
+}
+
+int cmd_gate(int argc, char **argv) {
+  gate_args a = {.db = "results.db", .o = gate_options_defaults()};
+  int rc = parse_gate(argc, argv, &a);
+  if (rc) return rc < 0 ? CLI_OK : rc;
+  sc_error err = {{0}};
+  store *cur = NULL, *base = NULL;
+  sc_status st = store_open_readonly(a.db, &cur, &err);
+  if (st == SC_OK && a.base_db) st = store_open_readonly(a.base_db, &base, &err);
+  if (st != SC_OK) {
+    store_close(cur);
+    return cli_fail("gate", st, &err);
+  }
+  sqlite3 *cdb = store_db(cur), *bdb = base ? store_db(base) : cdb;
+  int64_t runs[MAX_GATES];
+  int n_runs = a.run ? 1 : latest_runs(cdb, runs, MAX_GATES);
+  if (a.run) runs[0] = a.run;
+  static gate_result g[MAX_GATES];
+  int n = 0, regressed = 0, code = CLI_OK;
+  for (int i = 0; i < n_runs && code == CLI_OK; i++) {
+    int64_t b = a.base_run ? a.base_run : find_baseline(cdb, runs[i], bdb);
+    if (!b) {
+      fprintf(stderr, "shardcheck gate: run %lld: no baseline of its scenario in %s (mark one "
+              "with `shardcheck baseline`): nothing to compare\n", (long long)runs[i],
+              a.base_db ? a.base_db : a.db);
+      if (a.run) code = CLI_USAGE;
+      continue;
+    }
+    st = gate_compare(cdb, runs[i], bdb, b, &a.o, &g[n], &err);
+    if (st != SC_OK) {
+      code = cli_fail("gate", st, &err);
+      break;
+    }
+    regressed += g[n++].regressed;
+  }
+  if (code == CLI_OK) {
+    if (a.json) {
+      json_t *arr = json_array();
+      for (int i = 0; i < n; i++) json_array_append_new(arr, gate_json(&g[i]));
+      json_t *o = json_pack("{s:i, s:o}", "regressed", regressed, "gates", arr);
+      char *txt = json_dumps(o, JSON_INDENT(2));
+      if (txt) puts(txt);
+      free(txt);
+      json_decref(o);
+    } else {
+      for (int i = 0; i < n; i++) print_table(&g[i]);
+      printf("gate: %s (%d regressed)\n", regressed ? "FAIL" : "PASS", regressed);
+    }
+    if (a.junit && !write_junit(a.junit, g, n)) {
+      fprintf(stderr, "shardcheck gate: cannot write %s\n", a.junit);
+      code = CLI_RUNTIME;
+    }
+    if (code == CLI_OK && regressed) code = CLI_SLO_FAIL;
+  }
+  for (int i = 0; i < n; i++) gate_result_free(&g[i]);
+  store_close(base);
+  store_close(cur);
+  return code;
+}
+
+int cmd_baseline(int argc, char **argv) {
+  const char *db = "results.db";
+  uint64_t run = 0;
+  for (int i = 1; i < argc; i++) {
+    bool v = i + 1 < argc;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      baseline_usage(stdout);
+      return CLI_OK;
+    } else if (!strcmp(argv[i], "--db") && v) {
+      db = argv[++i];
+    } else if (!strcmp(argv[i], "--run") && v) {
+      if (!cli_parse_u64(argv[++i], &run) || run == 0)
+        return cli_usage_error("baseline", "a run id is a positive integer, got", argv[i]);
+    } else {
+      return cli_usage_error("baseline", "unknown argument", argv[i]);
+    }
+  }
+  if (!run) return cli_usage_error("baseline", "missing --run ID", NULL);
+  sc_error err = {{0}};
+  store *s = NULL;
+  sc_status st = store_open(db, &s, &err);
+  if (st != SC_OK) return cli_fail("baseline", st, &err);
+  int64_t group[GATE_MAX_REPS];
+  int n = gate_group(store_db(s), (int64_t)run, group, GATE_MAX_REPS);
+  if (n == 0) {
+    store_close(s);
+    fprintf(stderr, "shardcheck baseline: no run %llu in %s\n", (unsigned long long)run, db);
+    return CLI_USAGE;
+  }
+  char sql[128];
+  int rc = SQLITE_OK;
+  for (int i = 0; i < n && rc == SQLITE_OK; i++) {
+    snprintf(sql, sizeof sql, "UPDATE run SET baseline = 1 WHERE id = %lld", (long long)group[i]);
+    rc = sqlite3_exec(store_db(s), sql, NULL, NULL, NULL);
+  }
+  if (rc != SQLITE_OK) {
+    fprintf(stderr, "shardcheck baseline: %s: %s\n", db, sqlite3_errmsg(store_db(s)));
+    store_close(s);
+    return CLI_RUNTIME;
+  }
+  sqlite3_stmt *q = NULL;
+  char scen[128] = "?";
+  if (sqlite3_prepare_v2(store_db(s), "SELECT scenario FROM run WHERE id = ?1", -1, &q, NULL) ==
+      SQLITE_OK) {
+    sqlite3_bind_int64(q, 1, (int64_t)run);
+    if (sqlite3_step(q) == SQLITE_ROW)
+      snprintf(scen, sizeof scen, "%s", (const char *)sqlite3_column_text(q, 0));
+  }
+  sqlite3_finalize(q);
+  printf("run %llu%s is now the baseline of scenario %s\n", (unsigned long long)run,
+         n > 1 ? " (with its repetitions)" : "", scen);
+  store_close(s);
+  return CLI_OK;
+}

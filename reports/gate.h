@@ -1,0 +1,90 @@
+// The regression gate: compares a run (or its repetition group) with a baseline run of the same
+// scenario, deployment by deployment (matched by label, i.e. layout) and phase by phase, metric
+// by metric, direction-aware, and says per metric: improved, same, worse within noise, or
+// REGRESSED (docs/gate.md).
+//
+// Sim runs are deterministic: the relative change alone decides against the tolerance. Real
+// runs recorded with `run --repeat N` are noisy: a metric regresses only when its median got
+// worse by more than the tolerance AND a one-sided exact Mann-Whitney U test over the
+// per-repetition values says the shift is significant (p < alpha). A real run without
+// repetitions on either side is judged by the tolerance alone, and says so.
+//
+// Reading only: both databases are read with SQL; the CLI (cli/cmd_gate.c) prints, writes
+// JUnit and JSON, and picks the runs.
+#pragma once
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/status.h"
+
+enum { GATE_MAX_METRICS = 48, GATE_MAX_REPS = 64 };
+
+typedef struct gate_metric_tol {
+  char name[48];
+  double tol; // fraction; < 0: the default tolerance
+} gate_metric_tol;
+
+typedef struct gate_options {
+  double tol_real;  // default tolerance of real runs (fraction, 0.05)
+  double tol_sim;   // default tolerance of sim runs (0.01)
+  double alpha;     // significance level of the one-sided test (0.05)
+  gate_metric_tol metrics[GATE_MAX_METRICS]; // the metrics compared; none: the defaults
+  int n_metrics;
+} gate_options;
+
+gate_options gate_options_defaults(void);
+// The default metric names, NULL-terminated.
+extern const char *const gate_default_metrics[];
+
+typedef enum gate_verdict {
+  GATE_IMPROVED,
+  GATE_SAME,
+  GATE_WORSE_NOISE, // worse by more than the tolerance, but not significant across repetitions
+  GATE_REGRESSED,
+  GATE_NEW,         // no baseline value (a new deployment, phase or metric): reported only
+  GATE_MISSING,     // no current value: reported only
+} gate_verdict;
+const char *gate_verdict_name(gate_verdict v); // "improved", "same", ..., "REGRESSED"
+
+typedef struct gate_row {
+  char deployment[96]; // label
+  char phase[64];      // "" = the whole deployment
+  char metric[48];
+  double base, cur;    // medians over the repetitions (NaN: none)
+  double change;       // (cur - base) / |base|; NaN when base is 0 or missing
+  double worse;        // change signed so that > 0 is worse for this metric's direction
+  double tol;          // the tolerance applied
+  double p;            // one-sided Mann-Whitney p-value; NaN when not tested
+  double noise;        // the baseline's spread: (max - min) / 2 / |median| over repetitions
+  int n_base, n_cur;   // repetitions with a value
+  gate_verdict v;
+} gate_row;
+
+typedef struct gate_result {
+  char scenario[128];
+  bool sim;            // both runs are sim runs
+  int64_t base_run, cur_run; // the groups' first runs
+  int n_base_reps, n_cur_reps;
+  gate_row *rows;      // (n) owned
+  int n;
+  int regressed;       // rows REGRESSED
+} gate_result;
+
+// The runs of run_id's repetition group in db (its own id alone when it has none), ascending;
+// returns how many (<= cap), 0 when the run does not exist.
+int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap);
+
+// Compares the group of cur_run in cur_db with the group of base_run in base_db (the same
+// handle is fine). SC_INVALID when a run is missing or the two are runs of different
+// scenarios (err says which); *out is then empty. Free with gate_result_free.
+sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
+                       const gate_options *o, gate_result *out, sc_error *err);
+void gate_result_free(gate_result *r);
+
+// One-sided exact Mann-Whitney U: the probability, under no difference, that the rank sum of
+// b (n_b values) is at least the observed one, i.e. that b is at least this much larger than
+// a. Ties get mid-ranks; exact enumeration up to 20 values in all, a normal approximation
+// (with continuity correction) beyond.
+double gate_mann_whitney_greater(const double *a, int n_a, const double *b, int n_b);
