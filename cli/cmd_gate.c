@@ -38,6 +38,8 @@ static void usage(FILE *f) {
           "  --alpha A          significance level of the test across repetitions (0.05)\n"
           "  --junit PATH       also write JUnit XML: one testcase per deployment x metric\n"
           "  --json             print JSON instead of the table\n\n"
+          "A scenario's `gate:` section (tolerance, alpha, metrics) gives the defaults; the\n"
+          "options above override it.\n"
           "Sim runs are deterministic: the tolerance alone decides. Real runs with repetitions\n"
           "on both sides regress only when the median moved past the tolerance AND a one-sided\n"
           "Mann-Whitney U test finds the shift significant (docs/gate.md).\n"
@@ -215,6 +217,7 @@ typedef struct gate_args {
   int64_t run, base_run;
   bool json;
   gate_options o;
+  unsigned set; // given on the command line: 1 tolerance, 2 alpha, 4 metrics
 } gate_args;
 
 static int parse_gate(int argc, char **argv, gate_args *a) {
@@ -238,9 +241,11 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
       if (!parse_pct(argv[++i], &d))
         return cli_usage_error("gate", "--tolerance needs a percentage such as 5%, got", argv[i]);
       a->o.tol_real = a->o.tol_sim = d;
+      a->set |= 1;
     } else if (!strcmp(s, "--alpha") && v) {
       if (!cli_parse_double(argv[++i], 1e-9, 0.5, &a->o.alpha))
         return cli_usage_error("gate", "--alpha needs a number in (0, 0.5], got", argv[i]);
+      a->set |= 2;
     } else if (!strcmp(s, "--metric") && v) {
       const char *m = argv[++i];
       if (a->o.n_metrics == GATE_MAX_METRICS)
@@ -258,6 +263,7 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
         return cli_usage_error("gate", "--metric: no better direction, so no regression, for",
                                t->name);
       a->o.n_metrics++;
+      a->set |= 4;
     } else if (!strcmp(s, "--junit") && v) {
       a->junit = argv[++i];
     } else if (!strcmp(s, "--json")) {
@@ -298,7 +304,9 @@ int cmd_gate(int argc, char **argv) {
       if (a.run) code = CLI_USAGE;
       continue;
     }
-    st = gate_compare(cdb, runs[i], bdb, b, &a.o, &g[n], &err);
+    gate_options o = a.o; // the scenario's `gate:` defaults where the command line is silent
+    gate_options_from_run(cdb, runs[i], a.set, &o);
+    st = gate_compare(cdb, runs[i], bdb, b, &o, &g[n], &err);
     if (st != SC_OK) {
       code = cli_fail("gate", st, &err);
       break;

@@ -3,6 +3,7 @@
 // Mann-Whitney U test by dynamic programming over rank sums.
 #include "reports/gate.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,40 @@ const char *const gate_default_metrics[] = {
 
 gate_options gate_options_defaults(void) {
   return (gate_options){.tol_real = 0.05, .tol_sim = 0.01, .alpha = 0.05};
+}
+
+bool gate_options_from_run(sqlite3 *db, int64_t run_id, unsigned set, gate_options *o) {
+  sqlite3_stmt *st = NULL;
+  json_t *root = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT config FROM run WHERE id = ?1", -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, run_id);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+      root = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
+  }
+  sqlite3_finalize(st);
+  json_t *g = root ? json_object_get(root, "gate") : NULL;
+  if (!json_is_object(g)) {
+    json_decref(root);
+    return false;
+  }
+  json_t *t = json_object_get(g, "tolerance"), *a = json_object_get(g, "alpha");
+  json_t *m = json_object_get(g, "metrics");
+  if (!(set & 1) && json_is_number(t)) o->tol_real = o->tol_sim = json_number_value(t);
+  if (!(set & 2) && json_is_number(a)) o->alpha = json_number_value(a);
+  if (!(set & 4) && json_is_object(m) && json_object_size(m) > 0) {
+    const char *key;
+    json_t *val;
+    o->n_metrics = 0;
+    json_object_foreach(m, key, val) {
+      if (o->n_metrics == GATE_MAX_METRICS) break;
+      gate_metric_tol *mt = &o->metrics[o->n_metrics++];
+      snprintf(mt->name, sizeof mt->name, "%s", key);
+      // a --tolerance on the command line wins over the scenario's per-metric ones too
+      mt->tol = json_is_number(val) && !(set & 1) ? json_number_value(val) : -1;
+    }
+  }
+  json_decref(root);
+  return true;
 }
 
 const char *gate_verdict_name(gate_verdict v) {

@@ -35,6 +35,11 @@ typedef struct gate_options {
 } gate_options;
 
 gate_options gate_options_defaults(void);
+// The scenario's `gate:` defaults recorded in run_id's config JSON (run.config "gate"), applied
+// to o where the command line left them (set: bit 0 tolerance, bit 1 alpha, bit 2 metrics
+// given on the command line; a command-line tolerance also replaces the scenario's per-metric
+// tolerances). False when the run has none.
+bool gate_options_from_run(sqlite3 *db, int64_t run_id, unsigned set, gate_options *o);
 // The default metric names, NULL-terminated.
 extern const char *const gate_default_metrics[];
 

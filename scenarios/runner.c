@@ -996,6 +996,16 @@ static char *config_json(const scenario *s, uint64_t seed) {
     json_object_set_new(o, "gpus", json_integer(s->hardware.gpus));
     json_object_set_new(o, "nodes", json_integer(s->hardware.nodes));
   }
+  const scn_gate *g = &s->gate;
+  if (g->tolerance >= 0 || g->alpha > 0 || g->n > 0) { // `shardcheck gate` reads it back
+    json_t *gj = json_object(), *gm = json_object();
+    if (g->tolerance >= 0) json_object_set_new(gj, "tolerance", json_real(g->tolerance));
+    if (g->alpha > 0) json_object_set_new(gj, "alpha", json_real(g->alpha));
+    for (int i = 0; i < g->n; i++) json_object_set_new(gm, g->metrics[i].key,
+                                                       json_real(g->metrics[i].tol));
+    json_object_set_new(gj, "metrics", gm);
+    json_object_set_new(o, "gate", gj);
+  }
   char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(o);
   return txt;

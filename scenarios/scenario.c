@@ -1658,6 +1658,60 @@ static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
+// --- gate
+
+// "5%" or 0.05 -> 0.05 (a fraction in [0, 10]).
+static bool parse_fraction(const char *text, void *dst) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || errno) return false;
+  if (*end == '%') {
+    v /= 100;
+    end++;
+  }
+  if (*end || !(v >= 0 && v <= 10)) return false;
+  *(double *)dst = v;
+  return true;
+}
+
+static sc_status parse_gate(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_gate *g = &c->s->gate;
+  static const char *const nested[] = {"metrics"};
+  const yaml_map_field f[] = {
+      F_CUSTOM("tolerance", &g->tolerance, parse_fraction, "a percentage such as 5% (or 0.05)"),
+      F_DBL("alpha", &g->alpha)};
+  mapview m;
+  SC_TRY(read_map(c, v, "gate", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (mv_has(&m, "alpha") && !(g->alpha > 0 && g->alpha <= 0.5))
+    return expect_at(c, mv_val(&m, "alpha"), mv_key(&m, "alpha"), "alpha",
+                     "a significance level in (0, 0.5]");
+  if (!mv_has(&m, "metrics")) return SC_OK;
+  struct fy_node *mv = mv_val(&m, "metrics"), *mk = mv_key(&m, "metrics");
+  if (!mv || fy_node_get_type(mv) != FYNT_MAPPING)
+    return expect_at(c, mv, mk, "metrics", "a mapping of metric names to tolerances, e.g. "
+                     "{tpot_p95_ms: 10%, output_tok_s: 3%}");
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(mv, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+    if (!name) return fail_at(c, pk, mv, "expected a plain key in 'gate.metrics'");
+    const mt_metric_info *mi = mt_metric_find(name);
+    if (!mi || mi->dir == MT_NEUTRAL)
+      return fail_at(c, pk, NULL, "gate.metrics: '%s' is not a metric with a better direction "
+                     "(latencies, rates, error counts: docs/metrics.md)", name);
+    if (g->n == SCN_MAX_SLO)
+      return fail_at(c, pk, NULL, "gate.metrics: at most %d metrics", SCN_MAX_SLO);
+    yaml_map_field tf = F_CUSTOM(name, &g->metrics[g->n].tol, parse_fraction,
+                                 "a percentage such as 5% (or 0.05)");
+    SC_TRY(read_scalar(c, pk, pv, &tf));
+    snprintf(g->metrics[g->n].key, sizeof g->metrics[g->n].key, "%s", name);
+    g->n++;
+  }
+  return SC_OK;
+}
+
 // --- the whole document
 
 static void set_defaults(scenario *s) {
@@ -1681,6 +1735,8 @@ static void set_defaults(scenario *s) {
   s->router.backoff_ns = 50000000ull;
   s->router.resume = true;
   s->router.restart = true;
+  s->gate.tolerance = -1;
+  s->gate.alpha = -1;
 }
 
 static sc_status parse_root(ctx *c, struct fy_node *root) {
@@ -1693,7 +1749,8 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
       F_CUSTOM("seed", &s->seed, parse_u64, "a non-negative integer"),
   };
   static const char *const nested[] = {"model",  "hardware", "deployments", "workload",
-                                       "faults", "slo",      "limits",      "router"};
+                                       "faults", "slo",      "limits",      "router",
+                                       "gate"};
   mapview m;
   SC_TRY(read_map(c, root, NULL, NULL, f, COUNT(f), nested, COUNT(nested), &m));
   SC_TRY(need(c, &m, "name", "a string naming the scenario"));
@@ -1732,6 +1789,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
   if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
   if (mv_has(&m, "slo")) SC_TRY(parse_slo(c, mv_val(&m, "slo"), mv_key(&m, "slo")));
+  if (mv_has(&m, "gate")) SC_TRY(parse_gate(c, mv_val(&m, "gate"), mv_key(&m, "gate")));
   return SC_OK;
 }
 

@@ -163,6 +163,18 @@ typedef struct scn_fault {
   int line, col;
 } scn_fault;
 
+// --- gate: defaults of `shardcheck gate` for this scenario (docs/gate.md), recorded in the
+// run's config JSON; the command line overrides them.
+typedef struct scn_gate {
+  double tolerance; // fraction for every gated metric; < 0: the gate's (5% real, 1% sim)
+  double alpha;     // significance level; < 0: the gate's (0.05)
+  struct {
+    char key[32];   // a metric name with a direction
+    double tol;     // fraction
+  } metrics[SCN_MAX_SLO]; // when given, the metrics gated instead of the default list
+  int n;
+} scn_gate;
+
 // --- SLOs: each key is a metric name of reports/metrics.h and a limit; the metric's direction
 // says whether the limit is a maximum (latencies, error_rate, lost_requests) or a minimum
 // (output_tok_s, req_s, goodput_rps).
@@ -222,6 +234,7 @@ typedef struct scenario {
   scn_fault faults[SCN_MAX_FAULTS];
   int n_faults;
   scn_slo slo;
+  scn_gate gate;
   scn_limits limits;
   scn_router router;
   uint64_t seed;       // key seed (default 0)

@@ -268,3 +268,23 @@ Test(gate_cli, bad_input_exits_2_with_a_reason) {
   cr_expect_eq(cli("gate --help%s%s", "", ""), 0, "%s", out);
   cr_expect(strstr(out, "--baseline-run"), "%s", out);
 }
+
+Test(gate_cli, the_scenarios_gate_section_sets_the_defaults_and_flags_override_it,
+     .timeout = 120) {
+  const char *dir = sc_test_tmpdir("gate-yaml");
+  char db[600], y[600], slow[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(y, sizeof y, "%s/g.yaml", dir);
+  snprintf(slow, sizeof slow, "%s/slow.yaml", dir);
+  write_yaml(y, "gate: {tolerance: 20%, metrics: {tpot_p50_ms: 10%, output_tok_s: 10%}}\n");
+  write_yaml(slow, "gate: {tolerance: 20%, metrics: {tpot_p50_ms: 10%, output_tok_s: 10%}}\n"
+                   "faults: [{at: 0s, slow: {on: rank, factor: 1.02}, target: replica0.rank0}]\n");
+  cr_assert_eq(cli("run %s --db %s --quiet --no-report", y, db), 0, "%s", out);
+  cr_assert_eq(cli("baseline --db %s --run 1%s", db, ""), 0, "%s", out);
+  cr_assert_eq(cli("run %s --db %s --quiet --no-report", slow, db), 0, "%s", out);
+  cr_expect_eq(cli("gate --db %s%s", db, ""), 0, "2%% is within the scenario's 10%%: %s", out);
+  cr_expect(strstr(out, "tpot_p50_ms") && !strstr(out, "ttft_p95_ms"),
+            "only the scenario's metrics: %s", out);
+  cr_expect_eq(cli("gate --db %s --tolerance 1%s", db, "%"), 1, "%s", out);
+  cr_expect(strstr(out, "REGRESSED"), "%s", out);
+}

@@ -1225,3 +1225,29 @@ Test(shipped, validate_summarizes_a_sim_scenario) {
                         "(profile h100-sxm), 6 deployments (tp2, tp4, tp2-dp2, tp2-pp2, tp8, "
                         "tp4-dp2)"), "%s", out);
 }
+
+// --- gate defaults
+
+Test(scenario_gate, the_gate_section_reads_percentages_fractions_and_metrics) {
+  scenario *s = parse_ok(BASE "gate: {tolerance: 7.5%, alpha: 0.01, metrics: {tpot_p95_ms: 10%, "
+                              "output_tok_s: 0.03}}\n");
+  cr_expect_float_eq(s->gate.tolerance, 0.075, 1e-12);
+  cr_expect_float_eq(s->gate.alpha, 0.01, 1e-12);
+  cr_assert_eq(s->gate.n, 2);
+  cr_expect_str_eq(s->gate.metrics[0].key, "tpot_p95_ms");
+  cr_expect_float_eq(s->gate.metrics[0].tol, 0.10, 1e-12);
+  cr_expect_float_eq(s->gate.metrics[1].tol, 0.03, 1e-12);
+  scenario_free(s);
+  s = parse_ok(BASE);
+  cr_expect_lt(s->gate.tolerance, 0, "absent: the gate's own default");
+  cr_expect_eq(s->gate.n, 0);
+  scenario_free(s);
+}
+
+Test(scenario_gate, bad_gate_keys_are_refused_where_they_are) {
+  parse_bad(BASE "gate: {tolerance: lots}\n", "t.yaml:7:", "tolerance");
+  parse_bad(BASE "gate: {alpha: 0.9}\n", "t.yaml:7:", "alpha");
+  parse_bad(BASE "gate: {metrics: {requests: 5%}}\n", "t.yaml:7:", "not a metric with a better");
+  parse_bad(BASE "gate: {metrics: {ttft_p95_ms: -5%}}\n", "t.yaml:7:", "ttft_p95_ms");
+  parse_bad(BASE "gate: {tolernce: 5%}\n", "t.yaml:7:", "tolernce");
+}
