@@ -12,13 +12,16 @@
 //            block: they are host-side bookkeeping, and the engine's control path (admission,
 //            stats) must stay responsive. Whoever waits on a hung device bounds the wait: the
 //            executor's collective deadline and step watchdog (engine/executor.c).
-//   slow:    copy, synchronize and every op are timed on the monotonic clock and followed by a
-//            sleep of (factor - 1) x their own time, cut short when the fault is replaced or
-//            the device released.
+//   slow:    copy, synchronize and every op are timed on the monotonic clock and owe (factor -
+//            1) x their own time; an op after which 1 ms or more is owed sleeps it (what the
+//            sleep over- or under-shoots carries over), so the device runs factor x slower on
+//            average even when its ops take microseconds. A sleep is cut short when the fault
+//            is replaced or the device released.
 //   oom:     alloc counts oom_after down and fails with SC_OOM at zero; transient faults turn
 //            themselves off after that one failure, persistent ones fail every later alloc.
-//   corrupt: after a successful matmul, one element of y (a different one each call) becomes
-//            NaN, or has its top exponent bit flipped (|y| < 2 becomes huge or inf).
+//   corrupt: after a successful matmul (f32 or int8), one element of y (a different one each
+//            call) becomes NaN, or has its top exponent bit flipped (|y| < 2 becomes huge or
+//            inf).
 // Deciding when to inject (scenario timelines) is faults/'s; backends live in kernels/cpu/,
 // kernels/cuda/ and kernels/sim/.
 #include "kernels/device.h"
@@ -46,7 +49,11 @@ struct device {
   uint64_t fault_gen;     // bumped by every device_set_fault
   bool released;          // device_fault_release since the fault was last replaced
   uint64_t corrupt_calls; // matmuls poisoned so far (picks the element of the next one)
+  double slow_debt_ns;    // slow fault: extra time owed and not slept yet (negative: overslept)
 };
+
+// A slow fault sleeps what it owes once this much has built up (ns).
+#define SLOW_QUANTUM_NS 1e6
 
 sc_status device_wrap(const device_i *iface, void *ctx, device **out) {
   if (!out) return SC_INVALID;
@@ -145,6 +152,7 @@ void device_set_fault(device *d, const dev_fault *f) {
   d->fault = f ? *f : dev_fault_none();
   d->fault_gen++;
   d->released = false;
+  d->slow_debt_ns = 0;
   fault_changed(d);
   pthread_mutex_unlock(&d->fmu);
 }
@@ -190,15 +198,23 @@ static sc_status fault_enter(device *d, bool may_block, double *slow) {
 // replaced or the device released (a step being abandoned must not wait out a long stretch).
 static void fault_stretch(device *d, double factor, uint64_t t0) {
   uint64_t now = sc_monotonic_ns();
-  double extra = (factor - 1.0) * (double)(now - t0);
-  if (extra < 1.0) return;
-  uint64_t until = now + (extra > 1e18 ? (uint64_t)1e18 : (uint64_t)extra);
+  pthread_mutex_lock(&d->fmu);
+  // The extra time is owed, and slept once a quantum has built up: a sleep per op would cost
+  // its wake-up latency (tens of microseconds) on every short op and slow it far more than
+  // asked. What a sleep over- or under-shoots is carried to the next one.
+  d->slow_debt_ns += (factor - 1.0) * (double)(now - t0);
+  if (d->slow_debt_ns < SLOW_QUANTUM_NS) {
+    pthread_mutex_unlock(&d->fmu);
+    return;
+  }
+  double want = d->slow_debt_ns > 1e18 ? 1e18 : d->slow_debt_ns;
+  uint64_t until = now + (uint64_t)want;
   struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                         .tv_nsec = (long)(until % 1000000000ull)};
-  pthread_mutex_lock(&d->fmu);
   uint64_t gen = d->fault_gen;
   while (d->fault_gen == gen && !d->released)
     if (pthread_cond_timedwait(&d->fcv, &d->fmu, &ts) == ETIMEDOUT) break;
+  if (d->fault_gen == gen) d->slow_debt_ns -= (double)(sc_monotonic_ns() - now);
   pthread_mutex_unlock(&d->fmu);
 }
 
