@@ -13,7 +13,7 @@
 //            stats) must stay responsive. Whoever waits on a hung device bounds the wait: the
 //            executor's collective deadline and step watchdog (engine/executor.c).
 //   slow:    copy, synchronize and every op are timed on the monotonic clock and owe (factor -
-//            1) x their own time; an op after which 1 ms or more is owed sleeps it (what the
+//            1) x their own time; an op after which 0.2 ms or more is owed sleeps it (what the
 //            sleep over- or under-shoots carries over), so the device runs factor x slower on
 //            average even when its ops take microseconds. A sleep is cut short when the fault
 //            is replaced or the device released.
@@ -52,8 +52,10 @@ struct device {
   double slow_debt_ns;    // slow fault: extra time owed and not slept yet (negative: overslept)
 };
 
-// A slow fault sleeps what it owes once this much has built up (ns).
-#define SLOW_QUANTUM_NS 1e6
+// A slow fault sleeps what it owes once this much has built up (ns): short enough that every
+// step of a small model sleeps a few times (step times stay even), long enough that a sleep's
+// wake-up latency is small next to it (and what it overshoots is carried over).
+#define SLOW_QUANTUM_NS 2e5
 
 sc_status device_wrap(const device_i *iface, void *ctx, device **out) {
   if (!out) return SC_INVALID;
