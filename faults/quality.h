@@ -15,23 +15,29 @@
 
 typedef struct fq_result {
   int prompts;      // prompts compared
-  int positions;    // next-token positions compared: prompts x n_tokens
+  int positions;    // next-token positions compared: prompts x n_tokens (EOS does not stop A)
   int agree;        // positions where B's most likely token is A's greedy token
-  double agreement; // agree / positions (NaN when positions == 0)
+  double agreement; // agree / positions (a successful comparison has positions >= 1)
   double kl_mean;   // mean over positions of KL(P_A || P_B), nats
   double kl_max;    // the largest one
 } fq_result;
 
-// Compares the weights of config b with those of config a (both real backends; their engines
-// are built here, one after the other) on prompts[i] (n_prompt[i] token ids each). The
-// configs' on_logits hooks and sampling are replaced by the comparison's own. SC_INVALID: a
-// sim backend, different vocabularies, no prompts or n_tokens < 1, more than 512 MiB of
-// distributions to keep; an engine that fails to build or step passes its error on, prefixed
-// with which version it was. *out is written only on success.
+// Compares the weights of config b (the new version) with those of config a (the old one) on
+// prompts[i] (n_prompt[i] token ids each, caller owns): both real backends, their engines
+// built here one after the other and freed before returning. The configs are copied; the
+// copies' on_logits hooks are the comparison's own, and every request is greedy with EOS not
+// stopping it, so each prompt gives exactly n_tokens positions. Memory: A's logits, n_prompts
+// x n_tokens x vocab floats. SC_INVALID: a sim backend, different vocabularies, no prompts or
+// n_tokens < 1, an empty prompt, a prompt that with n_tokens more tokens exceeds either
+// model's context, more than 512 MiB of A's logits to keep. SC_OOM: host memory. An engine
+// that fails to build or step passes its status and message on, prefixed with which version
+// ("old" = a, "new" = b). *out is written only on success.
 sc_status fq_compare(const engine_config *a, const engine_config *b, const int32_t *const *prompts,
                      const int *n_prompt, int n_prompts, int n_tokens, fq_result *out,
                      sc_error *err);
 
-// KL(softmax(a) || softmax(b)) in nats over vocab logits, in double precision with the maxima
-// subtracted; a token whose probability under a underflows to 0 contributes 0.
+// KL(softmax(a) || softmax(b)) in nats over vocab logits (a, b: (vocab) each): from
+// log-softmax values computed in double with each row's maximum subtracted; a token whose
+// probability under a underflows to 0 contributes 0. Never negative (rounding is clamped to 0).
+// Exposed for tests; fq_compare uses it for every position.
 double fq_kl_logits(const float *a, const float *b, int vocab);
