@@ -11,7 +11,8 @@ pkgs=(
   libjansson-dev                     # config.json and safetensors headers
   libcriterion-dev                   # tests
   gnuplot-nox                        # plots, at run time
-  faketime                           # clock-jump tests
+  faketime                           # clock-jump faults (libfaketime in the workers)
+  jq                                 # bench/gate.sh reads the gate's JSON
 )
 
 missing=()

@@ -89,3 +89,40 @@ double report_cmp_mean_abs_error(const report_cmp_pair *p, const char *name, int
 // phase x metric: predicted, measured, error %) and its "mean |error|: ..." line to f.
 // Prints nothing when c has no pair.
 void report_print_comparison(const report_comparison *c, FILE *f);
+
+// --- history of a scenario across runs (reports/report_history.c)
+//
+// Every run of one scenario (run.scenario), in start order: each gated metric (the scenario's
+// gate.metrics as its newest complete run recorded them, else the gate's defaults: TTFT, TPOT,
+// ITL and E2EL p50 and p95, output_tok_s, goodput_rps, error_rate, lost_requests,
+// kv_peak_frac, detect_ms, recover_ms; each when some run has it) from the pooled deployment
+// rows of the metric table, one series per deployment label, one point per complete run, or
+// per repetition group (run.repeat_group, when the database has the column: the median of the
+// group's runs with min-max bars, at its first run's start). docs/reports.md lists the files.
+
+typedef struct report_history_options {
+  const char *scenario;    // the scenario's name, as run.scenario holds it
+  const char *out_dir;     // created when absent (with parents)
+  const char *gnuplot;     // the program; NULL: $SHARDCHECK_GNUPLOT, else "gnuplot" on PATH
+  const char *db_name;     // the database as the user named it, for messages; NULL: "the
+                           // database"
+} report_history_options;
+
+typedef struct report_history_result {
+  int n_runs;              // runs of the scenario
+  int n_plotted;           // of them, the complete runs: the ones plotted
+  int n_points;            // points per series (a repetition group counts once)
+  int n_metrics;           // metrics with a value in some plotted run: a .dat and .gp each
+  int n_plots;             // PNG files gnuplot wrote
+  bool plots_skipped;      // gnuplot was not found (or failed): data, scripts and page only
+  char why[256];           // when plots_skipped: one line saying why
+  char page_path[1100];    // out_dir/history.html
+} report_history_result;
+
+// Writes history-METRIC.dat, .gp, .png and .svg per metric and history.html into o->out_dir.
+// SC_INVALID "no runs of scenario X in DB" when the scenario has no run (nothing is written);
+// SC_IO when out_dir cannot be written or the database cannot be read; SC_OOM. A missing or
+// failing gnuplot is no error (res->plots_skipped says why). A scenario whose runs are all
+// incomplete still gets its page (the runs table, no plot).
+sc_status report_history_write(sqlite3 *db, const report_history_options *o,
+                               report_history_result *res, sc_error *err);
