@@ -1,7 +1,8 @@
 // Subcommands of the shardcheck binary and the helpers they share.
 //
-// Exit codes everywhere: 0 ok, 1 an SLO failed (run), 2 bad input or usage (the message names
-// the file and the field), 3 runtime failure. Library code returns sc_status; cli_exit_code maps it.
+// Exit codes everywhere: 0 ok, 1 an SLO failed (run) or a metric regressed (gate), 2 bad input
+// or usage (the message names the file and the field), 3 runtime failure. Library code returns
+// sc_status; cli_exit_code maps it.
 #pragma once
 
 #include <stdbool.h>

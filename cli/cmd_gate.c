@@ -1,6 +1,7 @@
 // `shardcheck gate`: compares runs with their baselines (reports/gate.c) and exits 1 when a
-// metric regressed; `shardcheck baseline`: marks a run as its scenario's baseline. This file
-// picks the runs, parses arguments and writes the table, JSON and JUnit.
+// metric regressed; `shardcheck baseline`: marks a run (and its repetition group) as its
+// scenario's baseline. This file parses arguments, picks the runs and writes the table, JSON
+// and JUnit; the comparison and the statistics are reports/gate.c's.
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,16 +27,18 @@ static void usage(FILE *f) {
           "  --db PATH          the current results database (default results.db)\n"
           "  --baseline PATH    where the baseline run is (default: the same database)\n"
           "  --run ID           the run to judge (default: the latest complete run of every\n"
-          "                     scenario in --db, each judged on its own)\n"
-          "  --baseline-run ID  the baseline (default: the latest run of the same scenario\n"
-          "                     marked with `shardcheck baseline`, other than the run judged)\n"
+          "                     scenario and mode in --db, each judged on its own)\n"
+          "  --baseline-run ID  the baseline (default: the latest run of the same scenario and\n"
+          "                     mode marked with `shardcheck baseline`, earlier than the run\n"
+          "                     judged when both are in one database)\n"
           "  --tolerance PCT    allowed change in the worse direction, e.g. 5%% or 0.05\n"
           "                     (default 5%% for real runs, 1%% for sim runs)\n"
           "  --metric N[:PCT]   compare this metric (repeatable; default: TTFT, TPOT, ITL and\n"
           "                     E2EL p50 and p95, output_tok_s, goodput_rps, error_rate,\n"
           "                     lost_requests, kv_peak_frac, detect_ms, recover_ms), with its\n"
           "                     own tolerance when given\n"
-          "  --alpha A          significance level of the test across repetitions (0.05)\n"
+          "  --alpha A          significance level of the one-sided test across repetitions\n"
+          "                     (0.01; with 5 vs 5 repetitions the smallest p is 1/252 = 0.004)\n"
           "  --junit PATH       also write JUnit XML: one testcase per deployment x metric\n"
           "  --json             print JSON instead of the table\n\n"
           "A scenario's `gate:` section (tolerance, alpha, metrics) gives the defaults; the\n"
@@ -43,10 +46,11 @@ static void usage(FILE *f) {
           "Sim runs are deterministic: the tolerance alone decides. Real runs with repetitions\n"
           "on both sides regress only when the median moved past the tolerance AND a one-sided\n"
           "Mann-Whitney U test finds the shift significant (docs/gate.md).\n"
-          "A scenario with no baseline yet is reported and passes.\n"
+          "A scenario with no baseline yet is reported and passes; so are deployments, phases\n"
+          "and metrics that only one side has.\n"
           "exit codes: 0 nothing regressed, 1 something regressed, 2 bad input (a missing\n"
-          "run or database, runs of different scenarios, a schema newer than this shardcheck),\n"
-          "3 runtime failure.\n");
+          "run or database, runs of different scenarios or of sim and real mode, a schema\n"
+          "newer than this shardcheck), 3 runtime failure.\n");
 }
 
 static void baseline_usage(FILE *f) {
@@ -71,43 +75,52 @@ static bool parse_pct(const char *s, double *out) {
 
 // --- picking runs
 
-// The latest complete run of every scenario (the first run of its group stands for it).
+// The latest complete run of every scenario and mode (it stands for its repetition group).
 static int latest_runs(sqlite3 *db, int64_t *out, int cap) {
   sqlite3_stmt *st = NULL;
   int n = 0;
-  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run WHERE status = 'complete' GROUP BY scenario "
-                             "ORDER BY scenario", -1, &st, NULL) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run WHERE status = 'complete' GROUP BY "
+                             "scenario, mode ORDER BY scenario, mode", -1, &st, NULL) != SQLITE_OK)
     return 0;
   while (sqlite3_step(st) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
   return n;
 }
 
-// The latest baseline of run's scenario in base_db outside run's group; 0: none.
-static int64_t find_baseline(sqlite3 *cur_db, int64_t run, sqlite3 *base_db) {
-  char scen[128] = "";
+// A text column of run id in db (scenario, mode) into buf; false when there is no such run.
+static bool run_text(sqlite3 *db, int64_t id, const char *col, char *buf, size_t cap) {
+  char sql[96];
+  snprintf(sql, sizeof sql, "SELECT %s FROM run WHERE id = ?1", col);
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(cur_db, "SELECT scenario FROM run WHERE id = ?1", -1, &st, NULL) ==
-      SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, run);
-    if (sqlite3_step(st) == SQLITE_ROW)
-      snprintf(scen, sizeof scen, "%s", (const char *)sqlite3_column_text(st, 0));
+  bool ok = false;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, id);
+    ok = sqlite3_step(st) == SQLITE_ROW;
+    if (ok) snprintf(buf, cap, "%s", (const char *)sqlite3_column_text(st, 0));
   }
   sqlite3_finalize(st);
-  int64_t group[GATE_MAX_REPS];
-  int ng = base_db == cur_db ? gate_group(cur_db, run, group, GATE_MAX_REPS) : 0;
-  int64_t best = 0;
-  if (sqlite3_prepare_v2(base_db, "SELECT id FROM run WHERE baseline = 1 AND scenario = ?2 AND "
-                                  "id != ?1 ORDER BY id DESC", -1, &st, NULL) != SQLITE_OK)
+  return ok;
+}
+
+// The latest run marked as a baseline in base_db of run's scenario and mode; in run's own
+// database, only one earlier than run's repetition group. 0: none.
+static int64_t find_baseline(sqlite3 *cur_db, int64_t run, sqlite3 *base_db) {
+  char scen[128] = "", mode[16] = "";
+  if (!run_text(cur_db, run, "scenario", scen, sizeof scen) ||
+      !run_text(cur_db, run, "mode", mode, sizeof mode))
     return 0;
-  sqlite3_bind_int64(st, 1, run);
-  sqlite3_bind_text(st, 2, scen, -1, SQLITE_TRANSIENT);
-  while (!best && sqlite3_step(st) == SQLITE_ROW) {
-    int64_t id = sqlite3_column_int64(st, 0);
-    bool mine = false;
-    for (int i = 0; i < ng; i++) mine |= group[i] == id;
-    if (!mine) best = id;
-  }
+  int64_t group[GATE_MAX_REPS];
+  int64_t before = INT64_MAX;
+  if (base_db == cur_db && gate_group(cur_db, run, group, GATE_MAX_REPS) > 0) before = group[0];
+  sqlite3_stmt *st = NULL;
+  int64_t best = 0;
+  if (sqlite3_prepare_v2(base_db, "SELECT max(id) FROM run WHERE baseline = 1 AND scenario = ?1 "
+                                  "AND mode = ?2 AND id < ?3", -1, &st, NULL) != SQLITE_OK)
+    return 0;
+  sqlite3_bind_text(st, 1, scen, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, mode, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 3, before);
+  if (sqlite3_step(st) == SQLITE_ROW) best = sqlite3_column_int64(st, 0); // NULL reads 0
   sqlite3_finalize(st);
   return best;
 }
@@ -119,50 +132,92 @@ static void fmt(double v, char *buf, size_t cap) {
   else rp_fmt_num(v, buf, cap);
 }
 
+static void fmt_pct(double v, const char *format, char *buf, size_t cap) {
+  if (isnan(v)) snprintf(buf, cap, "-");
+  else if (isinf(v)) snprintf(buf, cap, "%s", v > 0 ? "+inf" : "-inf");
+  else snprintf(buf, cap, format, 100 * v);
+}
+
+static const char *how_judged(const gate_result *g) {
+  if (g->sim) return "sim: exact comparison, the tolerance decides";
+  if (g->n_cur_reps >= 2 && g->n_base_reps >= 2) return "real: tolerance and significance";
+  return "real, no repetitions: tolerance only";
+}
+
+static void print_row(const gate_row *r) {
+  char b[32], c[32], ch[32], tol[32], p[32], nb[32], nc[32], nz[72];
+  fmt(r->base, b, sizeof b);
+  fmt(r->cur, c, sizeof c);
+  fmt_pct(r->change, "%+.1f%%", ch, sizeof ch);
+  fmt_pct(r->tol, "%.1f%%", tol, sizeof tol);
+  if (isnan(r->p)) snprintf(p, sizeof p, "-");
+  else snprintf(p, sizeof p, "%.3f", r->p);
+  fmt_pct(r->noise, "%.1f", nb, sizeof nb);
+  fmt_pct(r->noise_cur, "%.1f", nc, sizeof nc);
+  if (isnan(r->noise) && isnan(r->noise_cur)) snprintf(nz, sizeof nz, "-");
+  else snprintf(nz, sizeof nz, "%s/%s%%", nb, nc);
+  printf("%-14s %-12s %-14s %12s %12s %9s %6s %6s %11s  %s\n", r->deployment,
+         r->phase[0] ? r->phase : "(all)", r->metric, b, c, ch, tol, p, nz,
+         gate_verdict_name(r->v));
+}
+
+// The noise the gate measured, in one line.
+static void print_noise(const gate_result *g) {
+  if (g->sim) {
+    printf("noise: none (sim runs are deterministic)\n");
+  } else if (g->noisiest < 0) {
+    printf("noise: not measured (a side has one repetition)\n");
+  } else {
+    const gate_row *r = &g->rows[g->noisiest];
+    char b[32], c[32];
+    fmt_pct(g->noise_base, "%.1f%%", b, sizeof b);
+    fmt_pct(g->noise_cur, "%.1f%%", c, sizeof c);
+    printf("noise (half range / median over the repetitions): median %s baseline, %s current; "
+           "largest %.1f%% (%s %s %s); alpha %g\n", b, c,
+           100 * fmax(isnan(r->noise) ? 0 : r->noise, isnan(r->noise_cur) ? 0 : r->noise_cur),
+           r->deployment, r->phase[0] ? r->phase : "(all)", r->metric, g->alpha);
+  }
+}
+
 static void print_table(const gate_result *g) {
   printf("scenario %s: run %lld (%d repetition%s) against baseline run %lld (%d), %s\n",
          g->scenario, (long long)g->cur_run, g->n_cur_reps, g->n_cur_reps == 1 ? "" : "s",
-         (long long)g->base_run, g->n_base_reps, g->sim ? "sim: exact comparison" :
-         g->n_cur_reps >= 2 && g->n_base_reps >= 2 ? "real: tolerance and significance"
-                                                   : "real, no repetitions: tolerance only");
-  printf("%-14s %-12s %-14s %12s %12s %9s %7s %7s  %s\n", "deployment", "phase", "metric",
-         "baseline", "current", "change", "p", "noise", "verdict");
-  for (int i = 0; i < g->n; i++) {
-    const gate_row *r = &g->rows[i];
-    char b[32], c[32], ch[32], p[32], nz[32];
-    fmt(r->base, b, sizeof b);
-    fmt(r->cur, c, sizeof c);
-    if (isnan(r->change)) snprintf(ch, sizeof ch, "-");
-    else snprintf(ch, sizeof ch, "%+.1f%%", 100 * r->change);
-    if (isnan(r->p)) snprintf(p, sizeof p, "-");
-    else snprintf(p, sizeof p, "%.3f", r->p);
-    if (isnan(r->noise)) snprintf(nz, sizeof nz, "-");
-    else snprintf(nz, sizeof nz, "%.1f%%", 100 * r->noise);
-    printf("%-14s %-12s %-14s %12s %12s %9s %7s %7s  %s\n", r->deployment,
-           r->phase[0] ? r->phase : "(all)", r->metric, b, c, ch, p, nz, gate_verdict_name(r->v));
-  }
+         (long long)g->base_run, g->n_base_reps, how_judged(g));
+  printf("%-14s %-12s %-14s %12s %12s %9s %6s %6s %11s  %s\n", "deployment", "phase", "metric",
+         "baseline", "current", "change", "tol", "p", "noise b/c", "verdict");
+  for (int i = 0; i < g->n; i++) print_row(&g->rows[i]);
+  print_noise(g);
   printf("%s: %d of %d comparisons regressed\n\n", g->scenario, g->regressed, g->n);
 }
 
 static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
+static json_t *row_json(const gate_row *r) {
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:i, s:i, s:s}",
+                   "deployment", r->deployment, "phase", r->phase, "metric", r->metric,
+                   "baseline", num_or_null(r->base), "current", num_or_null(r->cur), "change",
+                   num_or_null(r->change), "tolerance", r->tol, "p", num_or_null(r->p), "noise",
+                   num_or_null(r->noise), "noise_current", num_or_null(r->noise_cur),
+                   "n_baseline", r->n_base, "n_current", r->n_cur, "verdict",
+                   gate_verdict_name(r->v));
+}
+
+static json_t *noise_json(const gate_result *g) {
+  if (g->noisiest < 0) return json_null();
+  const gate_row *r = &g->rows[g->noisiest];
+  return json_pack("{s:o, s:o, s:{s:s, s:s, s:s}}", "baseline", num_or_null(g->noise_base),
+                   "current", num_or_null(g->noise_cur), "noisiest", "deployment",
+                   r->deployment, "phase", r->phase, "metric", r->metric);
+}
+
 static json_t *gate_json(const gate_result *g) {
   json_t *rows = json_array();
-  for (int i = 0; i < g->n; i++) {
-    const gate_row *r = &g->rows[i];
-    json_array_append_new(
-        rows, json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:f, s:o, s:o, s:i, s:i, s:s}",
-                        "deployment", r->deployment, "phase", r->phase, "metric", r->metric,
-                        "baseline", num_or_null(r->base), "current", num_or_null(r->cur),
-                        "change", num_or_null(r->change), "tolerance", r->tol, "p",
-                        num_or_null(r->p), "noise", num_or_null(r->noise), "n_baseline",
-                        r->n_base, "n_current", r->n_cur, "verdict", gate_verdict_name(r->v)));
-  }
-  return json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:i, s:o}", "scenario", g->scenario, "mode",
-                   g->sim ? "sim" : "real", "current_run", (json_int_t)g->cur_run,
+  for (int i = 0; i < g->n; i++) json_array_append_new(rows, row_json(&g->rows[i]));
+  return json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:f, s:o, s:i, s:o}", "scenario", g->scenario,
+                   "mode", g->sim ? "sim" : "real", "current_run", (json_int_t)g->cur_run,
                    "baseline_run", (json_int_t)g->base_run, "current_repetitions",
-                   g->n_cur_reps, "baseline_repetitions", g->n_base_reps, "regressed",
-                   g->regressed, "rows", rows);
+                   g->n_cur_reps, "baseline_repetitions", g->n_base_reps, "alpha", g->alpha,
+                   "noise", noise_json(g), "regressed", g->regressed, "rows", rows);
 }
 
 static void attr(FILE *f, const char *name, const char *v) {
@@ -171,39 +226,59 @@ static void attr(FILE *f, const char *name, const char *v) {
   fputc('"', f);
 }
 
+// One <testcase>: a <failure> when REGRESSED, <skipped> when only one side has the metric.
+static void junit_case(FILE *f, const gate_result *g, const gate_row *r) {
+  char cls[256], name[160], msg[320], b[32], c[32], ch[32];
+  snprintf(cls, sizeof cls, "%.127s.%.95s", g->scenario, r->deployment);
+  snprintf(name, sizeof name, "%.63s%s%.47s", r->phase, r->phase[0] ? "/" : "", r->metric);
+  fputs("  <testcase", f);
+  attr(f, "classname", cls);
+  attr(f, "name", name);
+  if (r->v != GATE_REGRESSED && r->v != GATE_NEW && r->v != GATE_MISSING) {
+    fputs("/>\n", f);
+    return;
+  }
+  fputs(">\n", f);
+  if (r->v == GATE_REGRESSED) {
+    fmt(r->base, b, sizeof b);
+    fmt(r->cur, c, sizeof c);
+    fmt_pct(r->change, "%+.1f%%", ch, sizeof ch);
+    int k = snprintf(msg, sizeof msg, "REGRESSED: %s -> %s (%s, tolerance %.1f%%", b, c, ch,
+                     100 * r->tol);
+    if (!isnan(r->p))
+      snprintf(msg + k, sizeof msg - (size_t)k, ", p = %.4f < alpha %g over %d vs %d "
+               "repetitions)", r->p, g->alpha, r->n_base, r->n_cur);
+    else
+      snprintf(msg + k, sizeof msg - (size_t)k, ")");
+    fputs("    <failure type=\"regression\"", f);
+  } else {
+    snprintf(msg, sizeof msg, "%s", r->v == GATE_NEW ? "no baseline value: reported, not judged"
+                                                     : "no current value: reported, not judged");
+    fputs("    <skipped", f);
+  }
+  attr(f, "message", msg);
+  fputs("/>\n  </testcase>\n", f);
+}
+
 static bool write_junit(const char *path, const gate_result *g, int n) {
   FILE *f = fopen(path, "w");
   if (!f) return false;
   fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n", f);
   for (int k = 0; k < n; k++) {
-    char count[32], fails[32];
+    int skipped = 0;
+    for (int i = 0; i < g[k].n; i++) skipped += g[k].rows[i].v == GATE_NEW ||
+                                                g[k].rows[i].v == GATE_MISSING;
+    char count[32], fails[32], skips[32];
     snprintf(count, sizeof count, "%d", g[k].n);
     snprintf(fails, sizeof fails, "%d", g[k].regressed);
+    snprintf(skips, sizeof skips, "%d", skipped);
     fputs("<testsuite", f);
     attr(f, "name", g[k].scenario);
     attr(f, "tests", count);
     attr(f, "failures", fails);
+    attr(f, "skipped", skips);
     fputs(">\n", f);
-    for (int i = 0; i < g[k].n; i++) {
-      const gate_row *r = &g[k].rows[i];
-      char cls[256], name[160], msg[256], b[32], c[32];
-      snprintf(cls, sizeof cls, "%.127s.%.95s", g[k].scenario, r->deployment);
-      snprintf(name, sizeof name, "%.63s%s%.47s", r->phase, r->phase[0] ? "/" : "", r->metric);
-      fputs("  <testcase", f);
-      attr(f, "classname", cls);
-      attr(f, "name", name);
-      if (r->v != GATE_REGRESSED) {
-        fputs("/>\n", f);
-        continue;
-      }
-      fmt(r->base, b, sizeof b);
-      fmt(r->cur, c, sizeof c);
-      snprintf(msg, sizeof msg, "REGRESSED: %s -> %s (%+.1f%%, tolerance %.1f%%%s)", b, c,
-               100 * r->change, 100 * r->tol, isnan(r->p) ? "" : ", significant");
-      fputs(">\n    <failure type=\"regression\"", f);
-      attr(f, "message", msg);
-      fputs("/>\n  </testcase>\n", f);
-    }
+    for (int i = 0; i < g[k].n; i++) junit_case(f, &g[k], &g[k].rows[i]);
     fputs("</testsuite>\n", f);
   }
   fputs("</testsuites>\n", f);
@@ -234,7 +309,7 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
     } else if (!strcmp(s, "--baseline") && v) {
       a->base_db = argv[++i];
     } else if ((!strcmp(s, "--run") || !strcmp(s, "--baseline-run")) && v) {
-      if (!cli_parse_u64(argv[++i], &u) || u == 0)
+      if (!cli_parse_u64(argv[++i], &u) || u == 0 || u > INT64_MAX)
         return cli_usage_error("gate", "a run id is a positive integer, got", argv[i]);
       *(!strcmp(s, "--run") ? &a->run : &a->base_run) = (int64_t)u;
     } else if (!strcmp(s, "--tolerance") && v) {
@@ -277,6 +352,52 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
   return 0;
 }
 
+// Gates each of runs[0..n_runs) against its baseline into g (*n results); returns CLI_OK or
+// the exit code of the first failure (what was gated before it stays in g).
+static int gate_all(const gate_args *a, sqlite3 *cdb, sqlite3 *bdb, const int64_t *runs,
+                    int n_runs, gate_result *g, int *n) {
+  sc_error err = {{0}};
+  for (int i = 0; i < n_runs; i++) {
+    int64_t b = a->base_run ? a->base_run : find_baseline(cdb, runs[i], bdb);
+    if (!b) {
+      fprintf(stderr, "shardcheck gate: run %lld: no baseline of its scenario in %s (mark one "
+              "with `shardcheck baseline`): nothing to compare\n", (long long)runs[i],
+              a->base_db ? a->base_db : a->db);
+      if (a->run) return CLI_USAGE;
+      continue;
+    }
+    gate_options o = a->o; // the scenario's `gate:` defaults where the command line is silent
+    gate_options_from_run(cdb, runs[i], a->set, &o);
+    sc_status st = gate_compare(cdb, runs[i], bdb, b, &o, &g[*n], &err);
+    if (st != SC_OK) return cli_fail("gate", st, &err);
+    (*n)++;
+  }
+  return CLI_OK;
+}
+
+// Prints the table or the JSON and writes the JUnit file; returns the exit code.
+static int emit(const gate_args *a, const gate_result *g, int n) {
+  int regressed = 0;
+  for (int i = 0; i < n; i++) regressed += g[i].regressed;
+  if (a->json) {
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, gate_json(&g[i]));
+    json_t *o = json_pack("{s:i, s:o}", "regressed", regressed, "gates", arr);
+    char *txt = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+    if (txt) puts(txt);
+    free(txt);
+    json_decref(o);
+  } else {
+    for (int i = 0; i < n; i++) print_table(&g[i]);
+    printf("gate: %s (%d regressed)\n", regressed ? "FAIL" : "PASS", regressed);
+  }
+  if (a->junit && !write_junit(a->junit, g, n)) {
+    fprintf(stderr, "shardcheck gate: cannot write %s\n", a->junit);
+    return CLI_RUNTIME;
+  }
+  return regressed ? CLI_SLO_FAIL : CLI_OK;
+}
+
 int cmd_gate(int argc, char **argv) {
   gate_args a = {.db = "results.db", .o = gate_options_defaults()};
   int rc = parse_gate(argc, argv, &a);
@@ -291,51 +412,40 @@ int cmd_gate(int argc, char **argv) {
   }
   sqlite3 *cdb = store_db(cur), *bdb = base ? store_db(base) : cdb;
   int64_t runs[MAX_GATES];
-  int n_runs = a.run ? 1 : latest_runs(cdb, runs, MAX_GATES);
+  char scen[128];
+  int n_runs = a.run ? 1 : latest_runs(cdb, runs, MAX_GATES), n = 0;
   if (a.run) runs[0] = a.run;
-  static gate_result g[MAX_GATES];
-  int n = 0, regressed = 0, code = CLI_OK;
-  for (int i = 0; i < n_runs && code == CLI_OK; i++) {
-    int64_t b = a.base_run ? a.base_run : find_baseline(cdb, runs[i], bdb);
-    if (!b) {
-      fprintf(stderr, "shardcheck gate: run %lld: no baseline of its scenario in %s (mark one "
-              "with `shardcheck baseline`): nothing to compare\n", (long long)runs[i],
-              a.base_db ? a.base_db : a.db);
-      if (a.run) code = CLI_USAGE;
-      continue;
-    }
-    gate_options o = a.o; // the scenario's `gate:` defaults where the command line is silent
-    gate_options_from_run(cdb, runs[i], a.set, &o);
-    st = gate_compare(cdb, runs[i], bdb, b, &o, &g[n], &err);
-    if (st != SC_OK) {
-      code = cli_fail("gate", st, &err);
-      break;
-    }
-    regressed += g[n++].regressed;
+  gate_result *g = calloc(MAX_GATES, sizeof *g);
+  int code = g ? CLI_OK : CLI_RUNTIME;
+  if (!g) fprintf(stderr, "shardcheck gate: out of memory\n");
+  if (g && a.run && !run_text(cdb, a.run, "scenario", scen, sizeof scen)) {
+    fprintf(stderr, "shardcheck gate: no run %lld in %s\n", (long long)a.run, a.db);
+    code = CLI_USAGE;
   }
-  if (code == CLI_OK) {
-    if (a.json) {
-      json_t *arr = json_array();
-      for (int i = 0; i < n; i++) json_array_append_new(arr, gate_json(&g[i]));
-      json_t *o = json_pack("{s:i, s:o}", "regressed", regressed, "gates", arr);
-      char *txt = json_dumps(o, JSON_INDENT(2));
-      if (txt) puts(txt);
-      free(txt);
-      json_decref(o);
-    } else {
-      for (int i = 0; i < n; i++) print_table(&g[i]);
-      printf("gate: %s (%d regressed)\n", regressed ? "FAIL" : "PASS", regressed);
-    }
-    if (a.junit && !write_junit(a.junit, g, n)) {
-      fprintf(stderr, "shardcheck gate: cannot write %s\n", a.junit);
-      code = CLI_RUNTIME;
-    }
-    if (code == CLI_OK && regressed) code = CLI_SLO_FAIL;
-  }
+  if (code == CLI_OK) code = gate_all(&a, cdb, bdb, runs, n_runs, g, &n);
+  if (code == CLI_OK) code = emit(&a, g, n);
   for (int i = 0; i < n; i++) gate_result_free(&g[i]);
+  free(g);
   store_close(base);
   store_close(cur);
   return code;
+}
+
+// Sets run.baseline = 1 on the n runs ids in one transaction; false on a database error.
+static bool mark_baseline(sqlite3 *db, const int64_t *ids, int n) {
+  sqlite3_stmt *st = NULL;
+  bool ok = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(db, "UPDATE run SET baseline = 1 WHERE id = ?1", -1, &st, NULL) ==
+                SQLITE_OK;
+  for (int i = 0; ok && i < n; i++) {
+    sqlite3_bind_int64(st, 1, ids[i]);
+    ok = sqlite3_step(st) == SQLITE_DONE;
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  if (ok) ok = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+  if (!ok) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  return ok;
 }
 
 int cmd_baseline(int argc, char **argv) {
@@ -349,7 +459,7 @@ int cmd_baseline(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--db") && v) {
       db = argv[++i];
     } else if (!strcmp(argv[i], "--run") && v) {
-      if (!cli_parse_u64(argv[++i], &run) || run == 0)
+      if (!cli_parse_u64(argv[++i], &run) || run == 0 || run > INT64_MAX)
         return cli_usage_error("baseline", "a run id is a positive integer, got", argv[i]);
     } else {
       return cli_usage_error("baseline", "unknown argument", argv[i]);
@@ -361,34 +471,19 @@ int cmd_baseline(int argc, char **argv) {
   sc_status st = store_open(db, &s, &err);
   if (st != SC_OK) return cli_fail("baseline", st, &err);
   int64_t group[GATE_MAX_REPS];
-  int n = gate_group(store_db(s), (int64_t)run, group, GATE_MAX_REPS);
-  if (n == 0) {
-    store_close(s);
-    fprintf(stderr, "shardcheck baseline: no run %llu in %s\n", (unsigned long long)run, db);
-    return CLI_USAGE;
-  }
-  char sql[128];
-  int rc = SQLITE_OK;
-  for (int i = 0; i < n && rc == SQLITE_OK; i++) {
-    snprintf(sql, sizeof sql, "UPDATE run SET baseline = 1 WHERE id = %lld", (long long)group[i]);
-    rc = sqlite3_exec(store_db(s), sql, NULL, NULL, NULL);
-  }
-  if (rc != SQLITE_OK) {
-    fprintf(stderr, "shardcheck baseline: %s: %s\n", db, sqlite3_errmsg(store_db(s)));
-    store_close(s);
-    return CLI_RUNTIME;
-  }
-  sqlite3_stmt *q = NULL;
   char scen[128] = "?";
-  if (sqlite3_prepare_v2(store_db(s), "SELECT scenario FROM run WHERE id = ?1", -1, &q, NULL) ==
-      SQLITE_OK) {
-    sqlite3_bind_int64(q, 1, (int64_t)run);
-    if (sqlite3_step(q) == SQLITE_ROW)
-      snprintf(scen, sizeof scen, "%s", (const char *)sqlite3_column_text(q, 0));
+  int n = gate_group(store_db(s), (int64_t)run, group, GATE_MAX_REPS), code = CLI_OK;
+  if (n == 0) {
+    fprintf(stderr, "shardcheck baseline: no run %llu in %s\n", (unsigned long long)run, db);
+    code = CLI_USAGE;
+  } else if (!mark_baseline(store_db(s), group, n)) {
+    fprintf(stderr, "shardcheck baseline: %s: %s\n", db, sqlite3_errmsg(store_db(s)));
+    code = CLI_RUNTIME;
+  } else {
+    run_text(store_db(s), (int64_t)run, "scenario", scen, sizeof scen);
+    printf("run %llu%s is now the baseline of scenario %s\n", (unsigned long long)run,
+           n > 1 ? " (with its repetitions)" : "", scen);
   }
-  sqlite3_finalize(q);
-  printf("run %llu%s is now the baseline of scenario %s\n", (unsigned long long)run,
-         n > 1 ? " (with its repetitions)" : "", scen);
   store_close(s);
-  return CLI_OK;
+  return code;
 }

@@ -30,7 +30,8 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].help);
   fprintf(f, "\n`shardcheck <command> --help` for its options.\n"
-             "exit codes: 0 ok, 1 an SLO failed (run), 2 bad input or usage, 3 runtime failure.\n");
+             "exit codes: 0 ok, 1 an SLO failed (run) or a metric regressed (gate), 2 bad input\n"
+             "or usage, 3 runtime failure.\n");
 }
 
 int main(int argc, char **argv) {

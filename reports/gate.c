@@ -1,6 +1,7 @@
 // The regression gate (reports/gate.h): the metric rows of two repetition groups, matched by
 // deployment label, phase name and metric name, compared direction-aware; the one-sided exact
-// Mann-Whitney U test by dynamic programming over rank sums.
+// Mann-Whitney U test by dynamic programming over rank sums. Choosing the runs, printing and
+// the JUnit and JSON files are cli/cmd_gate.c's.
 #include "reports/gate.h"
 
 #include <jansson.h>
@@ -18,7 +19,7 @@ const char *const gate_default_metrics[] = {
     NULL};
 
 gate_options gate_options_defaults(void) {
-  return (gate_options){.tol_real = 0.05, .tol_sim = 0.01, .alpha = 0.05};
+  return (gate_options){.tol_real = 0.05, .tol_sim = 0.01, .alpha = 0.01};
 }
 
 bool gate_options_from_run(sqlite3 *db, int64_t run_id, unsigned set, gate_options *o) {
@@ -74,21 +75,14 @@ static int cmp_rank(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double gate_mann_whitney_greater(const double *a, int n_a, const double *b, int n_b) {
-  int n = n_a + n_b;
-  if (n_a < 1 || n_b < 1) return NAN;
-  // values with their group (b: 1), sorted; mid-ranks doubled so they are integers
-  double (*v)[2] = malloc((size_t)n * sizeof *v);
-  int *r2 = malloc((size_t)n * sizeof *r2);
-  if (!v || !r2) {
-    free(v);
-    free(r2);
-    return NAN;
-  }
+// The doubled mid-ranks (integers) of the values of a and b together, sorted into v (value,
+// 1 for b); returns the doubled rank sum of b.
+static int doubled_ranks(const double *a, int n_a, const double *b, int n_b, double (*v)[2],
+                         int *r2) {
+  int n = n_a + n_b, w = 0;
   for (int i = 0; i < n_a; i++) v[i][0] = a[i], v[i][1] = 0;
   for (int i = 0; i < n_b; i++) v[n_a + i][0] = b[i], v[n_a + i][1] = 1;
   qsort(v, (size_t)n, sizeof *v, cmp_rank);
-  int w_obs = 0;
   for (int i = 0; i < n;) {
     int j = i;
     while (j < n && v[j][0] == v[i][0]) j++;
@@ -96,34 +90,45 @@ double gate_mann_whitney_greater(const double *a, int n_a, const double *b, int 
     i = j;
   }
   for (int i = 0; i < n; i++)
-    if (v[i][1] > 0.5) w_obs += r2[i];
-  double p;
-  if (n <= 60) {
-    // ways[k][s]: subsets of k of the ranks seen so far whose doubled rank sum is s
-    int smax = 2 * n * (n + 1) / 2 + 1;
-    double *ways = calloc((size_t)(n_b + 1) * (size_t)smax, sizeof *ways);
-    if (!ways) {
-      free(v);
-      free(r2);
-      return NAN;
+    if (v[i][1] > 0.5) w += r2[i];
+  return w;
+}
+
+// P(the doubled rank sum of k of the n ranks r2, drawn at random, >= w): counts the subsets by
+// rank sum, one rank at a time. NaN when memory runs out.
+static double exact_tail(const int *r2, int n, int k, int w) {
+  int smax = n * (n + 1) + 1; // doubled sums are < 2 x n(n+1)/2 + 1
+  // ways[j][s]: subsets of j of the ranks seen so far whose doubled rank sum is s
+  double *ways = calloc((size_t)(k + 1) * (size_t)smax, sizeof *ways);
+  if (!ways) return NAN;
+  ways[0] = 1;
+  for (int i = 0; i < n; i++)
+    for (int j = (i + 1 < k ? i + 1 : k); j >= 1; j--)
+      for (int s = smax - 1; s >= r2[i]; s--)
+        ways[(size_t)j * smax + s] += ways[(size_t)(j - 1) * smax + s - r2[i]];
+  double total = 0, tail = 0;
+  for (int s = 0; s < smax; s++) {
+    total += ways[(size_t)k * smax + s];
+    if (s >= w) tail += ways[(size_t)k * smax + s];
+  }
+  free(ways);
+  return total > 0 ? tail / total : NAN;
+}
+
+double gate_mann_whitney_greater(const double *a, int n_a, const double *b, int n_b) {
+  int n = n_a + n_b;
+  if (n_a < 1 || n_b < 1) return NAN;
+  double (*v)[2] = malloc((size_t)n * sizeof *v);
+  int *r2 = malloc((size_t)n * sizeof *r2);
+  double p = NAN;
+  if (v && r2) {
+    int w = doubled_ranks(a, n_a, b, n_b, v, r2);
+    if (n <= 60) {
+      p = exact_tail(r2, n, n_b, w);
+    } else { // normal approximation of the rank sum, with continuity correction
+      double mean = n_b * (n + 1) / 2.0, sd = sqrt(n_a * (double)n_b * (n + 1) / 12.0);
+      p = 0.5 * erfc((w / 2.0 - 0.5 - mean) / sd / sqrt(2.0));
     }
-    ways[0] = 1;
-    for (int i = 0; i < n; i++)
-      for (int k = (i + 1 < n_b ? i + 1 : n_b); k >= 1; k--)
-        for (int s = smax - 1; s >= r2[i]; s--)
-          ways[(size_t)k * smax + s] += ways[(size_t)(k - 1) * smax + s - r2[i]];
-    double total = 0, tail = 0;
-    for (int s = 0; s < smax; s++) {
-      double w = ways[(size_t)n_b * smax + s];
-      total += w;
-      if (s >= w_obs) tail += w;
-    }
-    free(ways);
-    p = total > 0 ? tail / total : NAN;
-  } else {
-    double mean = n_b * (n + 1) / 2.0, sd = sqrt(n_a * (double)n_b * (n + 1) / 12.0);
-    double z = (w_obs / 2.0 - 0.5 - mean) / sd;
-    p = 0.5 * erfc(z / sqrt(2.0));
   }
   free(v);
   free(r2);
@@ -227,6 +232,33 @@ static sc_status load_run(sqlite3 *db, int64_t run, int side, const gate_options
   return s;
 }
 
+// Whether run id ended complete (not interrupted, failed or still running).
+static bool run_complete(sqlite3 *db, int64_t id) {
+  sqlite3_stmt *st = NULL;
+  bool ok = false;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM run WHERE id = ?1 AND status = 'complete'", -1, &st,
+                         NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, id);
+    ok = sqlite3_step(st) == SQLITE_ROW;
+  }
+  sqlite3_finalize(st);
+  return ok;
+}
+
+// Adds the runs ids[0..*n) of one group to side `side` of t: of a group of several, only the
+// complete ones (an interrupted repetition has partial numbers); *n becomes how many were used.
+static sc_status load_group(sqlite3 *db, const int64_t *ids, int *n, int side,
+                            const gate_options *o, double dflt, table *t, sc_error *err) {
+  int used = 0;
+  for (int i = 0; i < *n; i++) {
+    if (*n > 1 && !run_complete(db, ids[i])) continue;
+    SC_TRY(load_run(db, ids[i], side, o, dflt, t, err));
+    used++;
+  }
+  *n = used;
+  return SC_OK;
+}
+
 // The scenario name and mode of run id; false when there is no such run.
 static bool run_info(sqlite3 *db, int64_t id, char *scen, size_t cap, bool *sim) {
   sqlite3_stmt *st = NULL;
@@ -251,97 +283,154 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void judge(series *se, double alpha) {
+// Half the range of the sorted values v relative to their median; NaN with fewer than 2.
+static double spread(const double *v, int n, double med) {
+  return n >= 2 && med != 0 ? (v[n - 1] - v[0]) / 2 / fabs(med) : NAN;
+}
+
+// Fills the row's medians (sorting the values), noise, counts, change and worse.
+static void describe(series *se) {
   gate_row *r = &se->row;
   r->n_base = se->n[0];
   r->n_cur = se->n[1];
-  r->base = median(se->vals[0], se->n[0]); // sorts the values
+  r->base = median(se->vals[0], se->n[0]);
   r->cur = median(se->vals[1], se->n[1]);
+  r->noise = spread(se->vals[0], se->n[0], r->base);
+  r->noise_cur = spread(se->vals[1], se->n[1], r->cur);
   r->p = NAN;
-  r->noise = se->n[0] >= 2 && r->base != 0
-                 ? (se->vals[0][se->n[0] - 1] - se->vals[0][0]) / 2 / fabs(r->base)
-                 : NAN;
-  if (se->n[0] == 0) {
-    r->v = GATE_NEW;
-    r->change = r->worse = NAN;
-    return;
-  }
-  if (se->n[1] == 0) {
-    r->v = GATE_MISSING;
-    r->change = r->worse = NAN;
-    return;
-  }
+  r->change = r->worse = NAN;
+  if (se->n[0] == 0 || se->n[1] == 0) return;
   const mt_metric_info *mi = mt_metric_find(r->metric);
   double sign = mi && mi->dir == MT_HIGHER_BETTER ? -1 : 1;
   if (r->base != 0) {
     r->change = (r->cur - r->base) / fabs(r->base);
     r->worse = sign * r->change;
-  } else {
-    r->change = NAN;
+  } else { // from zero: any move is past every tolerance
     r->worse = r->cur == 0 ? 0 : sign * (r->cur > 0 ? INFINITY : -INFINITY);
   }
-  bool noisy = se->n[0] >= 2 && se->n[1] >= 2;
+}
+
+// The one-sided p that the current repetitions moved the way `worse` says (worse > 0: the
+// worse way), from the row's sorted values.
+static double shift_p(const series *se, bool lower_better) {
+  double a[GATE_MAX_REPS], b[GATE_MAX_REPS];
+  // lower-is-better and worse, or higher-is-better and better: the current values went up
+  bool up = (se->row.worse > 0) == lower_better;
+  for (int i = 0; i < se->n[0]; i++) a[i] = up ? se->vals[0][i] : -se->vals[0][i];
+  for (int i = 0; i < se->n[1]; i++) b[i] = up ? se->vals[1][i] : -se->vals[1][i];
+  return gate_mann_whitney_greater(a, se->n[0], b, se->n[1]);
+}
+
+static void judge(series *se, double alpha) {
+  gate_row *r = &se->row;
+  describe(se);
+  if (se->n[0] == 0 || se->n[1] == 0) {
+    r->v = se->n[0] == 0 ? GATE_NEW : GATE_MISSING;
+    return;
+  }
   if (fabs(r->worse) <= r->tol) {
     r->v = GATE_SAME;
     return;
   }
-  if (!noisy) {
+  if (se->n[0] < 2 || se->n[1] < 2) { // no noise estimate: the tolerance alone
     r->v = r->worse > 0 ? GATE_REGRESSED : GATE_IMPROVED;
     return;
   }
-  // Is the current group shifted the worse (or better) way? Lower-is-better: larger values are
-  // worse, so test "current greater"; higher-is-better: negate both sides.
-  double a[GATE_MAX_REPS], b[GATE_MAX_REPS];
-  bool up = (r->worse > 0) == (sign > 0); // the shift tested is towards larger values
-  for (int i = 0; i < se->n[0]; i++) a[i] = up ? se->vals[0][i] : -se->vals[0][i];
-  for (int i = 0; i < se->n[1]; i++) b[i] = up ? se->vals[1][i] : -se->vals[1][i];
-  r->p = gate_mann_whitney_greater(a, se->n[0], b, se->n[1]);
+  const mt_metric_info *mi = mt_metric_find(r->metric);
+  r->p = shift_p(se, !(mi && mi->dir == MT_HIGHER_BETTER));
   bool sig = r->p < alpha;
   if (r->worse > 0) r->v = sig ? GATE_REGRESSED : GATE_WORSE_NOISE;
   else r->v = sig ? GATE_IMPROVED : GATE_SAME;
 }
 
-sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
-                       const gate_options *o, gate_result *out, sc_error *err) {
-  memset(out, 0, sizeof *out);
-  char sc_cur[128], sc_base[128];
+// The result's noise summary: medians of the rows' noise per side, and the noisiest row.
+static void summarize_noise(gate_result *g) {
+  double *nb = malloc((size_t)(g->n ? g->n : 1) * sizeof *nb);
+  double *nc = malloc((size_t)(g->n ? g->n : 1) * sizeof *nc);
+  int kb = 0, kc = 0;
+  double worst = -1;
+  g->noisiest = -1;
+  for (int i = 0; nb && nc && i < g->n; i++) {
+    const gate_row *r = &g->rows[i];
+    if (!isnan(r->noise)) nb[kb++] = r->noise;
+    if (!isnan(r->noise_cur)) nc[kc++] = r->noise_cur;
+    double m = fmax(isnan(r->noise) ? -1 : r->noise, isnan(r->noise_cur) ? -1 : r->noise_cur);
+    if (m >= 0 && m > worst) {
+      worst = m;
+      g->noisiest = i;
+    }
+  }
+  g->noise_base = median(nb, kb);
+  g->noise_cur = median(nc, kc);
+  free(nb);
+  free(nc);
+}
+
+// Checks that both runs exist and are of one scenario and one mode, and, in one database, of
+// two groups; fills g->scenario and g->sim.
+static sc_status check_runs(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
+                            gate_result *g, sc_error *err) {
+  char sc_base[128];
   bool sim_cur = false, sim_base = false;
-  if (!run_info(cur_db, cur_run, sc_cur, sizeof sc_cur, &sim_cur))
+  if (!run_info(cur_db, cur_run, g->scenario, sizeof g->scenario, &sim_cur))
     return sc_fail(err, SC_INVALID, "gate: no run %lld in the current database",
                    (long long)cur_run);
   if (!run_info(base_db, base_run, sc_base, sizeof sc_base, &sim_base))
     return sc_fail(err, SC_INVALID, "gate: no run %lld in the baseline database",
                    (long long)base_run);
-  if (strcmp(sc_cur, sc_base) != 0)
+  if (strcmp(g->scenario, sc_base) != 0)
     return sc_fail(err, SC_INVALID, "gate: run %lld is of scenario '%s' but the baseline run %lld "
                    "is of scenario '%s': runs of different scenarios are not compared",
-                   (long long)cur_run, sc_cur, (long long)base_run, sc_base);
+                   (long long)cur_run, g->scenario, (long long)base_run, sc_base);
+  if (sim_cur != sim_base)
+    return sc_fail(err, SC_INVALID, "gate: run %lld is a %s run but the baseline run %lld is a %s "
+                   "run: sim and real runs are not compared", (long long)cur_run,
+                   sim_cur ? "sim" : "real", (long long)base_run, sim_base ? "sim" : "real");
+  int64_t grp[GATE_MAX_REPS];
+  int n = cur_db == base_db ? gate_group(cur_db, cur_run, grp, GATE_MAX_REPS) : 0;
+  for (int i = 0; i < n; i++)
+    if (grp[i] == base_run)
+      return sc_fail(err, SC_INVALID, "gate: run %lld and the baseline run %lld are of the same "
+                     "repetition group (%lld): nothing to compare", (long long)cur_run,
+                     (long long)base_run, (long long)grp[0]);
+  g->sim = sim_cur;
+  return SC_OK;
+}
+
+sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
+                       const gate_options *o, gate_result *out, sc_error *err) {
+  memset(out, 0, sizeof *out);
+  sc_status s = check_runs(cur_db, cur_run, base_db, base_run, out, err);
+  if (s != SC_OK) {
+    memset(out, 0, sizeof *out);
+    return s;
+  }
   int64_t gb[GATE_MAX_REPS], gc[GATE_MAX_REPS];
   int nb = gate_group(base_db, base_run, gb, GATE_MAX_REPS);
   int nc = gate_group(cur_db, cur_run, gc, GATE_MAX_REPS);
-  out->sim = sim_cur && sim_base;
   double dflt = out->sim ? o->tol_sim : o->tol_real;
   table t = {0};
-  sc_status s = SC_OK;
-  for (int i = 0; i < nb && s == SC_OK; i++) s = load_run(base_db, gb[i], 0, o, dflt, &t, err);
-  for (int i = 0; i < nc && s == SC_OK; i++) s = load_run(cur_db, gc[i], 1, o, dflt, &t, err);
+  s = load_group(base_db, gb, &nb, 0, o, dflt, &t, err);
+  if (s == SC_OK) s = load_group(cur_db, gc, &nc, 1, o, dflt, &t, err);
   if (s == SC_OK && t.n > 0 && !(out->rows = calloc((size_t)t.n, sizeof *out->rows)))
     s = sc_fail(err, SC_OOM, "gate: out of memory");
   if (s != SC_OK) {
     free(t.s);
+    memset(out, 0, sizeof *out);
     return s;
   }
-  snprintf(out->scenario, sizeof out->scenario, "%s", sc_cur);
   out->base_run = gb[0];
   out->cur_run = gc[0];
   out->n_base_reps = nb;
   out->n_cur_reps = nc;
+  out->alpha = o->alpha;
   for (int i = 0; i < t.n; i++) {
     judge(&t.s[i], o->alpha);
     out->rows[out->n++] = t.s[i].row;
     out->regressed += t.s[i].row.v == GATE_REGRESSED;
   }
   free(t.s);
+  summarize_noise(out);
   return SC_OK;
 }
 

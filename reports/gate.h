@@ -1,16 +1,20 @@
 // The regression gate: compares a run (or its repetition group) with a baseline run of the same
-// scenario, deployment by deployment (matched by label, i.e. layout) and phase by phase, metric
-// by metric, direction-aware, and says per metric: improved, same, worse within noise, or
-// REGRESSED (docs/gate.md).
+// scenario and mode, deployment by deployment (matched by label, i.e. layout) and phase by
+// phase, metric by metric, direction-aware, and says per metric: improved, same, worse within
+// noise, or REGRESSED (docs/gate.md).
 //
 // Sim runs are deterministic: the relative change alone decides against the tolerance. Real
 // runs recorded with `run --repeat N` are noisy: a metric regresses only when its median got
 // worse by more than the tolerance AND a one-sided exact Mann-Whitney U test over the
-// per-repetition values says the shift is significant (p < alpha). A real run without
+// per-repetition values finds the shift significant (p < alpha, default 0.01). With 5 vs 5
+// repetitions the 252 arrangements of the ranks are equally likely under "no change": the
+// smallest p is 1/252 = 0.004, and p < 0.01 holds for 2 of them (at most one of the 25
+// (baseline, current) pairs ordered the better way), so an unchanged metric is flagged with
+// probability <= 2/252 = 0.8% from the test alone, whatever its noise. A real run without
 // repetitions on either side is judged by the tolerance alone, and says so.
 //
-// Reading only: both databases are read with SQL; the CLI (cli/cmd_gate.c) prints, writes
-// JUnit and JSON, and picks the runs.
+// Reading only: both databases are read with SQL; the CLI (cli/cmd_gate.c) picks the runs,
+// prints, and writes JUnit and JSON.
 #pragma once
 
 #include <sqlite3.h>
@@ -29,7 +33,7 @@ typedef struct gate_metric_tol {
 typedef struct gate_options {
   double tol_real;  // default tolerance of real runs (fraction, 0.05)
   double tol_sim;   // default tolerance of sim runs (0.01)
-  double alpha;     // significance level of the one-sided test (0.05)
+  double alpha;     // significance level of the one-sided test (0.01)
   gate_metric_tol metrics[GATE_MAX_METRICS]; // the metrics compared; none: the defaults
   int n_metrics;
 } gate_options;
@@ -63,6 +67,8 @@ typedef struct gate_row {
   double tol;          // the tolerance applied
   double p;            // one-sided Mann-Whitney p-value; NaN when not tested
   double noise;        // the baseline's spread: (max - min) / 2 / |median| over repetitions
+                       // (NaN with fewer than 2)
+  double noise_cur;    // the same over the current repetitions
   int n_base, n_cur;   // repetitions with a value
   gate_verdict v;
 } gate_row;
@@ -71,10 +77,13 @@ typedef struct gate_result {
   char scenario[128];
   bool sim;            // both runs are sim runs
   int64_t base_run, cur_run; // the groups' first runs
-  int n_base_reps, n_cur_reps;
+  int n_base_reps, n_cur_reps; // repetitions used: of a group, its complete runs
+  double alpha;        // the significance level applied
   gate_row *rows;      // (n) owned
   int n;
   int regressed;       // rows REGRESSED
+  double noise_base, noise_cur; // medians of the rows' noise (NaN: no repetitions)
+  int noisiest;        // the row with the largest noise on either side; -1: none
 } gate_result;
 
 // The runs of run_id's repetition group in db (its own id alone when it has none), ascending;
@@ -82,14 +91,16 @@ typedef struct gate_result {
 int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap);
 
 // Compares the group of cur_run in cur_db with the group of base_run in base_db (the same
-// handle is fine). SC_INVALID when a run is missing or the two are runs of different
-// scenarios (err says which); *out is then empty. Free with gate_result_free.
+// handle is fine). SC_INVALID when a run is missing, the two are runs of different scenarios
+// or modes (sim and real), or, in one database, of the same repetition group (err says
+// which); *out is then empty. Free with gate_result_free.
 sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
                        const gate_options *o, gate_result *out, sc_error *err);
 void gate_result_free(gate_result *r);
 
 // One-sided exact Mann-Whitney U: the probability, under no difference, that the rank sum of
 // b (n_b values) is at least the observed one, i.e. that b is at least this much larger than
-// a. Ties get mid-ranks; exact enumeration up to 20 values in all, a normal approximation
-// (with continuity correction) beyond.
+// a. Ties get mid-ranks; exact (the rank-sum distribution by dynamic programming) up to 60
+// values in all, a normal approximation (with continuity correction) beyond; NaN when a side
+// is empty or memory runs out.
 double gate_mann_whitney_greater(const double *a, int n_a, const double *b, int n_b);

@@ -239,6 +239,30 @@ static void git_revision(char *rev, size_t cap) {
 
 // --- opening
 
+// Migrates a version 1 file to version 2 in one transaction: adds run.repeat_group and
+// run.repeat_index, and the tables added since (fault_window; the schema text only creates
+// what is missing). Another process may have migrated it between our read and the lock:
+// then there is nothing left to do. On error the file is left as it was.
+static sc_status migrate_v1(store *s, sc_error *err) {
+  SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema from version 1", err));
+  sqlite3_stmt *st = NULL;
+  bool done = false;
+  if (sqlite3_prepare_v2(s->db, "SELECT 1 FROM pragma_table_info('run') WHERE name = "
+                                "'repeat_group'", -1, &st, NULL) == SQLITE_OK)
+    done = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  sc_status r = done ? SC_OK
+                     : exec_sql(s,
+                                "ALTER TABLE run ADD COLUMN repeat_group INTEGER;"
+                                " ALTER TABLE run ADD COLUMN repeat_index INTEGER;"
+                                " UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+                                "migrating the schema from version 1 to 2", err);
+  if (r == SC_OK) r = exec_sql(s, store_schema_sql, "migrating the schema from version 1", err);
+  if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema migration", err);
+  if (r != SC_OK) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  return r;
+}
+
 // Reads meta.schema_version; checks the file is ours and not newer. *empty is true when the
 // file has no tables at all.
 static sc_status check_schema(store *s, bool *empty, sc_error *err) {
@@ -289,20 +313,7 @@ static sc_status check_schema(store *s, bool *empty, sc_error *err) {
                    s->path, version, store_schema_version);
   // Version 1 lacks run.repeat_group and run.repeat_index: added in place when the file is
   // opened for writing (a reader sees every run as its own group).
-  // Tables added since (fault_window) come with the schema text, which only creates what is
-  // missing.
-  if (version == 1 && !s->readonly) {
-    SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema from version 1", err));
-    sc_status r = exec_sql(s,
-                           "ALTER TABLE run ADD COLUMN repeat_group INTEGER;"
-                           " ALTER TABLE run ADD COLUMN repeat_index INTEGER;"
-                           " UPDATE meta SET value = '2' WHERE key = 'schema_version';",
-                           "migrating the schema from version 1 to 2", err);
-    if (r == SC_OK) r = exec_sql(s, store_schema_sql, "migrating the schema from version 1", err);
-    if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema migration", err);
-    if (r != SC_OK) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return r;
-  }
+  if (version == 1 && !s->readonly) return migrate_v1(s, err);
   return SC_OK;
 }
 

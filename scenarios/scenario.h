@@ -167,7 +167,7 @@ typedef struct scn_fault {
 // run's config JSON; the command line overrides them.
 typedef struct scn_gate {
   double tolerance; // fraction for every gated metric; < 0: the gate's (5% real, 1% sim)
-  double alpha;     // significance level; < 0: the gate's (0.05)
+  double alpha;     // significance level; < 0: the gate's (0.01)
   struct {
     char key[32];   // a metric name with a direction
     double tol;     // fraction

@@ -1,11 +1,15 @@
 // The regression gate (reports/gate.c, cli/cmd_gate.c): the Mann-Whitney U test against exact
 // values, gate arithmetic on synthetic databases (direction, tolerance, significance across
-// repetitions, new deployments and missing metrics), and the CLI end to end: exit codes, JUnit,
-// JSON, `baseline`, `run --repeat`, an unchanged sim rerun that passes exactly and a planted
-// slowdown that fails.
+// repetitions and its level, one repetition a side, noise, new deployments and missing
+// metrics, refusals), and the CLI end to end: exit codes, JUnit, JSON, `baseline`, `run
+// --repeat`, which baseline is picked, schema versions, an unchanged sim rerun that passes
+// exactly and a hardware profile 2% slower that fails.
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "reports/gate.h"
@@ -37,6 +41,17 @@ Test(mann_whitney, large_groups_use_the_normal_approximation) {
   cr_expect(p > 0.3 && p < 0.6, "p %g", p);
   for (int i = 0; i < 40; i++) b[i] = 100 + i;
   cr_expect_lt(gate_mann_whitney_greater(a, 40, b, 40), 1e-10);
+}
+
+Test(mann_whitney, five_against_five_p_values_step_in_252ths) {
+  // one (baseline, current) pair of the 25 out of order: 2 of the 252 arrangements are as extreme
+  double a1[5] = {1, 2, 3, 4, 6}, b1[5] = {5, 7, 8, 9, 10};
+  cr_expect_float_eq(gate_mann_whitney_greater(a1, 5, b1, 5), 2.0 / 252, 1e-12);
+  double a2[5] = {1, 2, 3, 5, 6}, b2[5] = {4, 7, 8, 9, 10}; // two pairs: 4 of 252
+  cr_expect_float_eq(gate_mann_whitney_greater(a2, 5, b2, 5), 4.0 / 252, 1e-12);
+  double a4[5] = {1, 3, 4, 5, 6}, b4[5] = {2, 7, 8, 9, 10}; // four pairs: 12 of 252 < 0.05
+  cr_expect_float_eq(gate_mann_whitney_greater(a4, 5, b4, 5), 12.0 / 252, 1e-12);
+  cr_expect(isnan(gate_mann_whitney_greater(a4, 0, b4, 5)), "an empty side has no p");
 }
 
 // --- synthetic databases
@@ -138,17 +153,38 @@ Test(gate, new_deployments_and_missing_metrics_are_reported_not_failed) {
   store_close(s);
 }
 
-// A real repetition group of 5 runs whose tpot_p50_ms are vals[0..5).
-static int64_t add_group(store *s, const double *vals) {
+// A repetition group of n runs of scenario "x" in mode whose one metric row is `metric` =
+// vals[i] (n = 1: a run on its own); the first run's id.
+static int64_t add_group_of(store *s, const char *mode, const char *metric, const double *vals,
+                            int n) {
   int64_t first = 0;
   sc_error err = {{0}};
-  for (int i = 0; i < 5; i++) {
-    double v[] = {vals[i], 1000, 0, 50};
-    int64_t id = add_run(s, "x", "real", one, 1, names, v, 1);
+  const char *const nm[] = {metric};
+  for (int i = 0; i < n; i++) {
+    int64_t id = add_run(s, "x", mode, one, 1, nm, &vals[i], 1);
     if (i == 0) first = id;
-    cr_assert_eq(store_run_set_repeat(s, id, first, i, &err), SC_OK, "%s", err.msg);
+    if (n > 1) cr_assert_eq(store_run_set_repeat(s, id, first, i, &err), SC_OK, "%s", err.msg);
   }
   return first;
+}
+
+// A real repetition group of 5 runs whose tpot_p50_ms are vals[0..5).
+static int64_t add_group(store *s, const double *vals) {
+  return add_group_of(s, "real", "tpot_p50_ms", vals, 5);
+}
+
+// The verdict of metric on dp1, cur against base, with options o.
+static gate_verdict verdict_of(store *s, int64_t cur, int64_t base, const gate_options *o,
+                               const char *metric, double *p) {
+  gate_result g;
+  sc_error err = {{0}};
+  cr_assert_eq(gate_compare(store_db(s), cur, store_db(s), base, o, &g, &err), SC_OK, "%s",
+               err.msg);
+  const gate_row *r = row(&g, "dp1", metric);
+  gate_verdict v = r->v;
+  if (p) *p = r->p;
+  gate_result_free(&g);
+  return v;
 }
 
 Test(gate, real_repetitions_regress_only_past_the_tolerance_and_significant) {
@@ -185,6 +221,117 @@ Test(gate, real_repetitions_regress_only_past_the_tolerance_and_significant) {
   store_close(s);
 }
 
+Test(gate, at_the_default_alpha_one_pair_out_of_order_regresses_and_two_do_not) {
+  char path[600];
+  store *s = fresh("gate-alpha", path, sizeof path);
+  // medians 10.2 -> 11.4 (+11.8%) in both; the baseline's slowest repetition beats one or two
+  // of the current ones
+  double base1[] = {10.0, 10.1, 10.2, 10.3, 11.25}, base2[] = {10.0, 10.1, 10.2, 10.3, 11.35};
+  double cur[] = {11.2, 11.3, 11.4, 11.5, 11.6};
+  int64_t b1 = add_group(s, base1), b2 = add_group(s, base2), c = add_group(s, cur);
+  gate_options o = gate_options_defaults();
+  cr_expect_float_eq(o.alpha, 0.01, 1e-12);
+  double p = 0;
+  cr_expect_eq(verdict_of(s, c, b1, &o, "tpot_p50_ms", &p), GATE_REGRESSED);
+  cr_expect_float_eq(p, 2.0 / 252, 1e-12);
+  cr_expect_eq(verdict_of(s, c, b2, &o, "tpot_p50_ms", &p), GATE_WORSE_NOISE);
+  cr_expect_float_eq(p, 4.0 / 252, 1e-12);
+  o.alpha = 0.05;
+  cr_expect_eq(verdict_of(s, c, b2, &o, "tpot_p50_ms", NULL), GATE_REGRESSED);
+  store_close(s);
+}
+
+Test(gate, real_throughput_regresses_when_it_falls_and_improves_when_it_rises) {
+  char path[600];
+  store *s = fresh("gate-hi", path, sizeof path);
+  double base[] = {1000, 1010, 990, 1005, 995}, low[] = {900, 905, 895, 910, 890};
+  double high[] = {1100, 1105, 1095, 1110, 1090};
+  int64_t b = add_group_of(s, "real", "output_tok_s", base, 5);
+  int64_t l = add_group_of(s, "real", "output_tok_s", low, 5);
+  int64_t h = add_group_of(s, "real", "output_tok_s", high, 5);
+  gate_options o = gate_options_defaults();
+  double p = 0;
+  cr_expect_eq(verdict_of(s, l, b, &o, "output_tok_s", &p), GATE_REGRESSED);
+  cr_expect_float_eq(p, 1.0 / 252, 1e-12);
+  cr_expect_eq(verdict_of(s, h, b, &o, "output_tok_s", &p), GATE_IMPROVED);
+  cr_expect_float_eq(p, 1.0 / 252, 1e-12, "the better way is tested for improved");
+  store_close(s);
+}
+
+Test(gate, a_side_with_one_repetition_is_judged_by_the_tolerance_alone) {
+  char path[600];
+  store *s = fresh("gate-one", path, sizeof path);
+  double one_v[] = {10.0}, overlapping[] = {9.0, 12.5, 10.0, 13.0, 10.9}; // median +9%
+  int64_t b = add_group_of(s, "real", "tpot_p50_ms", one_v, 1);
+  int64_t c = add_group(s, overlapping);
+  gate_options o = gate_options_defaults();
+  double p = 0;
+  cr_expect_eq(verdict_of(s, c, b, &o, "tpot_p50_ms", &p), GATE_REGRESSED);
+  cr_expect(isnan(p), "no test without repetitions on both sides");
+  store_close(s);
+}
+
+Test(gate, the_noise_of_both_sides_is_measured_and_summed_up) {
+  char path[600];
+  store *s = fresh("gate-noise", path, sizeof path);
+  double base[] = {10.0, 10.4, 9.8, 10.1, 10.2}, cur[] = {10.0, 11.0, 9.0, 10.0, 10.5};
+  int64_t b = add_group(s, base), c = add_group(s, cur);
+  gate_options o = gate_options_defaults();
+  gate_result g;
+  sc_error err = {{0}};
+  cr_assert_eq(gate_compare(store_db(s), c, store_db(s), b, &o, &g, &err), SC_OK, "%s", err.msg);
+  const gate_row *r = row(&g, "dp1", "tpot_p50_ms");
+  cr_expect_float_eq(r->noise, (10.4 - 9.8) / 2 / 10.1, 1e-9);
+  cr_expect_float_eq(r->noise_cur, (11.0 - 9.0) / 2 / 10.0, 1e-9);
+  cr_expect_float_eq(g.noise_base, r->noise, 1e-12, "one row: its noise is the median");
+  cr_expect_eq(g.noisiest, 0);
+  cr_expect_float_eq(g.alpha, 0.01, 1e-12);
+  cr_expect_eq(r->v, GATE_SAME, "median unchanged");
+  gate_result_free(&g);
+  store_close(s);
+}
+
+Test(gate, an_interrupted_repetition_is_left_out_of_its_group) {
+  char path[600];
+  store *s = fresh("gate-intr", path, sizeof path);
+  double base[] = {10.0, 10.4, 9.8, 10.1, 10.2}, cur[] = {10.1, 10.3, 9.9, 10.0, 30.0};
+  int64_t b = add_group(s, base), c = add_group(s, cur);
+  char sql[96];
+  snprintf(sql, sizeof sql, "UPDATE run SET status = 'interrupted' WHERE id = %lld",
+           (long long)(c + 4));
+  cr_assert_eq(sqlite3_exec(store_db(s), sql, NULL, NULL, NULL), SQLITE_OK);
+  gate_options o = gate_options_defaults();
+  gate_result g;
+  sc_error err = {{0}};
+  cr_assert_eq(gate_compare(store_db(s), c, store_db(s), b, &o, &g, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(g.n_cur_reps, 4);
+  cr_expect_eq(g.n_base_reps, 5);
+  const gate_row *r = row(&g, "dp1", "tpot_p50_ms");
+  cr_expect_eq(r->n_cur, 4);
+  cr_expect_float_eq(r->noise_cur, (10.3 - 9.9) / 2 / 10.05, 1e-9, "30.0 left out");
+  gate_result_free(&g);
+  store_close(s);
+}
+
+Test(gate, sim_against_real_and_a_group_against_itself_are_refused) {
+  char path[600];
+  store *s = fresh("gate-refuse", path, sizeof path);
+  double v[] = {10, 10, 10, 10, 10};
+  int64_t real = add_group(s, v);
+  int64_t sim = add_group_of(s, "sim", "tpot_p50_ms", v, 1);
+  gate_options o = gate_options_defaults();
+  gate_result g;
+  sc_error err = {{0}};
+  cr_expect_eq(gate_compare(store_db(s), sim, store_db(s), real, &o, &g, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "sim and real runs are not compared"), "%s", err.msg);
+  cr_expect_eq(g.n, 0);
+  cr_expect_null(g.rows);
+  cr_expect_eq(gate_compare(store_db(s), real + 3, store_db(s), real + 1, &o, &g, &err),
+               SC_INVALID);
+  cr_expect(strstr(err.msg, "same repetition group"), "%s", err.msg);
+  store_close(s);
+}
+
 // --- the CLI
 
 static int cli(const char *fmt, const char *a, const char *b) {
@@ -193,36 +340,115 @@ static int cli(const char *fmt, const char *a, const char *b) {
   return sc_test_run_cli(args, out, sizeof out);
 }
 
+// A sim scenario, gate-sim: llama3-8b on 2 GPUs of `profile` as dp2 and tp2, a fixed load (a
+// uniformly slower device then stretches the run and changes no scheduling decision), and
+// `extra` top-level keys.
 static const char *const sim_yaml =
     "name: gate-sim\n"
     "model: {preset: llama3-8b, dtype: bf16}\n"
     "mode: sim\n"
-    "hardware: {profile: h100-sxm, gpus: 2}\n"
+    "hardware: {profile: %s, gpus: 2}\n"
     "deployments: [{dp: 2}, {tp: 2}]\n"
     "workload:\n"
     "  prompts: [{input: {uniform: [128, 1024]}, output: {uniform: [32, 128]}}]\n"
-    "  phases: [{ramp: {concurrency: [8, 32]}, hold: 10s}]\n"
+    "  phases: [{fixed: {requests: 120, concurrency: 16}}]\n"
     "%s"
     "seed: 3\n";
 
-static void write_yaml(const char *path, const char *faults) {
+static void write_yaml(const char *path, const char *profile, const char *extra) {
   FILE *f = fopen(path, "w");
   cr_assert_not_null(f);
-  fprintf(f, sim_yaml, faults);
+  fprintf(f, sim_yaml, profile, extra);
   fclose(f);
 }
 
-Test(gate_cli, an_unchanged_sim_rerun_passes_exactly_and_a_planted_slowdown_fails,
+// Writes dir/h100-slower.yaml: the h100-sxm profile with every priced step 2% longer (FLOP/s
+// and bandwidths / 1.02, launch, step overhead and link latency x 1.02) into path.
+static void write_slower_profile(const char *dir, char *path, size_t cap) {
+  char src[600], line[512], key[64];
+  snprintf(src, sizeof src, "%s/scenarios/hardware/h100-sxm.yaml", SC_SOURCE_DIR);
+  snprintf(path, cap, "%s/h100-slower.yaml", dir);
+  FILE *in = fopen(src, "r"), *dst = fopen(path, "w");
+  cr_assert(in && dst, "%s -> %s", src, path);
+  static const char *const slower[] = {"mem_bw", "flops_bf16", "flops_fp16", "flops_fp32",
+                                       "flops_int8", "link_bw"};
+  static const char *const longer[] = {"launch_s", "step_overhead_s", "link_latency_s"};
+  int scaled = 0;
+  while (fgets(line, sizeof line, in)) {
+    double v = 0;
+    if (sscanf(line, "%63[a-z0-9_]: %lf", key, &v) == 2) {
+      double f = 1;
+      for (size_t i = 0; i < sizeof slower / sizeof *slower; i++)
+        if (!strcmp(key, slower[i])) f = 1 / 1.02;
+      for (size_t i = 0; i < sizeof longer / sizeof *longer; i++)
+        if (!strcmp(key, longer[i])) f = 1.02;
+      if (f != 1) {
+        fprintf(dst, "%s: %.12g\n", key, v * f);
+        scaled++;
+        continue;
+      }
+    }
+    fputs(strncmp(line, "name:", 5) ? line : "name: h100-sxm-slower\n", dst);
+  }
+  fclose(in);
+  fclose(dst);
+  cr_assert_eq(scaled, 9, "every figure of the profile scaled");
+}
+
+// The gate's JSON in out (from its first '{'); owned by the caller.
+static json_t *parse_json(void) {
+  json_error_t je;
+  const char *brace = strchr(out, '{');
+  cr_assert_not_null(brace, "%s", out);
+  json_t *j = json_loads(brace, JSON_DISABLE_EOF_CHECK, &je);
+  cr_assert_not_null(j, "%s: %s", je.text, out);
+  return j;
+}
+
+// Counts the rows of every gate in j whose metric starts with prefix, and of them those with
+// the verdict.
+static int count_rows(json_t *j, const char *prefix, const char *verdict, int *with) {
+  int n = 0;
+  *with = 0;
+  size_t gi, ri;
+  json_t *g, *r;
+  json_array_foreach(json_object_get(j, "gates"), gi, g) {
+    json_array_foreach(json_object_get(g, "rows"), ri, r) {
+      if (strncmp(json_string_value(json_object_get(r, "metric")), prefix, strlen(prefix)))
+        continue;
+      n++;
+      *with += !strcmp(json_string_value(json_object_get(r, "verdict")), verdict);
+    }
+  }
+  return n;
+}
+
+static size_t read_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "%s", path);
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  fclose(f);
+  return n;
+}
+
+static int occurrences(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+Test(gate_cli, an_unchanged_sim_rerun_passes_exactly_and_a_2pct_slower_profile_fails,
      .timeout = 120) {
   const char *dir = sc_test_tmpdir("gate-cli");
-  char db[600], y[600], slow[600], junit[600];
+  char db[600], y[600], slow[600], junit[600], prof[700];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(y, sizeof y, "%s/g.yaml", dir);
   snprintf(slow, sizeof slow, "%s/slow.yaml", dir);
   snprintf(junit, sizeof junit, "%s/gate.xml", dir);
-  write_yaml(y, "");
-  // a 2% slower device for the whole run: dp2's replica0, and the tp2 group through its rank0
-  write_yaml(slow, "faults: [{at: 0s, slow: {on: rank, factor: 1.02}, target: replica0.rank0}]\n");
+  write_slower_profile(dir, prof, sizeof prof);
+  write_yaml(y, "h100-sxm", "");
+  write_yaml(slow, prof, "");
   cr_assert_eq(cli("run %s --db %s --quiet --no-report", y, db), 0, "%s", out);
   cr_expect_eq(cli("gate --db %s%s", db, ""), 0, "no baseline yet: %s", out);
   cr_expect(strstr(out, "no baseline"), "%s", out);
@@ -230,22 +456,39 @@ Test(gate_cli, an_unchanged_sim_rerun_passes_exactly_and_a_planted_slowdown_fail
   cr_expect_eq(sc_test_q1(db, "SELECT baseline FROM run WHERE id = 1"), 1);
   cr_assert_eq(cli("run %s --db %s --quiet --no-report", y, db), 0, "%s", out);
   cr_expect_eq(cli("gate --db %s --json%s", db, ""), 0, "%s", out);
-  cr_expect(strstr(out, "\"regressed\": 0"), "%s", out);
+  json_t *j = parse_json();
+  int same = 0, n = count_rows(j, "", "same", &same);
+  cr_expect(n >= 20 && same == n, "every row the same: %d of %d: %s", same, n, out);
+  size_t gi, ri;
+  json_t *g, *r;
+  json_array_foreach(json_object_get(j, "gates"), gi, g) {
+    cr_expect_eq(json_integer_value(json_object_get(g, "baseline_run")), 1);
+    json_array_foreach(json_object_get(g, "rows"), ri, r) {
+      json_t *ch = json_object_get(r, "change");
+      cr_expect(json_is_null(ch) || json_real_value(ch) == 0.0, "exactly unchanged: %s %s",
+                json_string_value(json_object_get(r, "metric")), out);
+    }
+  }
+  json_decref(j);
   cr_expect_eq(cli("gate --db %s%s", db, ""), 0, "%s", out);
-  // exact: nothing moved at all
-  cr_expect(!strstr(out, "improved") && !strstr(out, "worse") && strstr(out, "+0.0%"), "%s",
-            out);
+  cr_expect(strstr(out, "sim runs are deterministic") && strstr(out, "gate: PASS"), "%s", out);
   cr_assert_eq(cli("run %s --db %s --quiet --no-report", slow, db), 0, "%s", out);
+  cr_expect_eq(cli("gate --db %s --json%s", db, ""), 1, "%s", out);
+  j = parse_json();
+  int flagged = 0, tpot = count_rows(j, "tpot_", "REGRESSED", &flagged), better = 0;
+  cr_expect(tpot >= 4 && flagged == tpot, "every TPOT row: %d of %d: %s", flagged, tpot, out);
+  count_rows(j, "", "improved", &better);
+  cr_expect_eq(better, 0, "a slower device improves nothing: %s", out);
+  int unused = 0, rows = count_rows(j, "", "", &unused);
+  json_decref(j);
   cr_expect_eq(cli("gate --db %s --junit %s", db, junit), 1, "%s", out);
-  cr_expect(strstr(out, "REGRESSED") && strstr(out, "tpot_p50_ms"), "%s", out);
-  FILE *f = fopen(junit, "r");
-  cr_assert_not_null(f);
-  size_t n = fread(out, 1, sizeof out - 1, f);
-  out[n] = 0;
-  fclose(f);
+  cr_expect(strstr(out, "REGRESSED") && strstr(out, "gate: FAIL"), "%s", out);
+  read_file(junit);
   cr_expect(strstr(out, "<testsuite name=\"gate-sim\"") && strstr(out, "type=\"regression\""),
             "%s", out);
-  cr_expect(strstr(out, "classname=\"gate-sim.dp2\""), "%s", out);
+  cr_expect(strstr(out, "classname=\"gate-sim.dp2\"") && strstr(out, "classname=\"gate-sim.tp2\""),
+            "%s", out);
+  cr_expect_eq(occurrences(out, "<testcase"), rows, "one testcase per row: %s", out);
 }
 
 Test(gate_cli, bad_input_exits_2_with_a_reason) {
@@ -254,31 +497,51 @@ Test(gate_cli, bad_input_exits_2_with_a_reason) {
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(y, sizeof y, "%s/g.yaml", dir);
   cr_expect_eq(cli("gate --db %s/missing.db%s", dir, ""), 2, "%s", out);
-  write_yaml(y, "");
+  write_yaml(y, "h100-sxm", "");
   cr_assert_eq(cli("run %s --db %s --quiet --no-report --repeat 2", y, db), 0, "%s", out);
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM run WHERE repeat_group = 1"), 2);
   cr_expect_eq(sc_test_q1(db, "SELECT max(repeat_index) FROM run"), 1);
   cr_expect_eq(cli("gate --db %s --run 7%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "no run 7"), "%s", out);
   cr_expect_eq(cli("gate --db %s --run 2 --baseline-run 9%s", db, ""), 2, "%s", out);
   cr_expect(strstr(out, "no run 9"), "%s", out);
+  cr_expect_eq(cli("gate --db %s --run 2 --baseline-run 1%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "same repetition group"), "%s", out);
+  // a run of another scenario in the same database
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  const char *const names1[] = {"tpot_p50_ms"};
+  double v = 1;
+  int64_t id = add_run(s, "gate-other", "sim", one, 1, names1, &v, 1);
+  store_close(s);
+  char args[700];
+  snprintf(args, sizeof args, "gate --db %s --run %lld --baseline-run 1", db, (long long)id);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "runs of different scenarios are not compared"), "%s", out);
   cr_expect_eq(cli("gate --db %s --tolerance lots%s", db, ""), 2, "%s", out);
   cr_expect_eq(cli("gate --db %s --metric requests%s", db, ""), 2, "%s", out);
   cr_expect(strstr(out, "no better direction"), "%s", out);
+  cr_expect_eq(cli("gate --db %s --metric nonsense_ms%s", db, ""), 2, "%s", out);
   cr_expect_eq(cli("baseline --db %s --run 42%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "no run 42"), "%s", out);
+  cr_expect_eq(cli("baseline --db %s%s", db, ""), 2, "%s", out);
   cr_expect_eq(cli("gate --help%s%s", "", ""), 0, "%s", out);
-  cr_expect(strstr(out, "--baseline-run"), "%s", out);
+  cr_expect(strstr(out, "--baseline-run") && strstr(out, "0.01"), "%s", out);
+  cr_expect_eq(cli("baseline --help%s%s", "", ""), 0, "%s", out);
 }
 
 Test(gate_cli, the_scenarios_gate_section_sets_the_defaults_and_flags_override_it,
      .timeout = 120) {
   const char *dir = sc_test_tmpdir("gate-yaml");
-  char db[600], y[600], slow[600];
+  char db[600], y[600], slow[600], prof[700];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(y, sizeof y, "%s/g.yaml", dir);
   snprintf(slow, sizeof slow, "%s/slow.yaml", dir);
-  write_yaml(y, "gate: {tolerance: 20%, metrics: {tpot_p50_ms: 10%, output_tok_s: 10%}}\n");
-  write_yaml(slow, "gate: {tolerance: 20%, metrics: {tpot_p50_ms: 10%, output_tok_s: 10%}}\n"
-                   "faults: [{at: 0s, slow: {on: rank, factor: 1.02}, target: replica0.rank0}]\n");
+  write_slower_profile(dir, prof, sizeof prof);
+  const char *gate = "gate: {tolerance: 20%, metrics: {tpot_p50_ms: 10%, output_tok_s: 10%}}\n";
+  write_yaml(y, "h100-sxm", gate);
+  write_yaml(slow, prof, gate);
   cr_assert_eq(cli("run %s --db %s --quiet --no-report", y, db), 0, "%s", out);
   cr_assert_eq(cli("baseline --db %s --run 1%s", db, ""), 0, "%s", out);
   cr_assert_eq(cli("run %s --db %s --quiet --no-report", slow, db), 0, "%s", out);
@@ -287,4 +550,153 @@ Test(gate_cli, the_scenarios_gate_section_sets_the_defaults_and_flags_override_i
             "only the scenario's metrics: %s", out);
   cr_expect_eq(cli("gate --db %s --tolerance 1%s", db, "%"), 1, "%s", out);
   cr_expect(strstr(out, "REGRESSED"), "%s", out);
+  cr_expect_eq(cli("gate --db %s --metric tpot_p50_ms:1%s", db, "%"), 1, "%s", out);
+  cr_expect(strstr(out, "tpot_p50_ms") && !strstr(out, "output_tok_s"), "%s", out);
+}
+
+// --- the CLI on synthetic databases
+
+static void raw_exec(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  char *msg = NULL;
+  cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+  sqlite3_close(db);
+}
+
+// A database at dir/name whose runs 1 .. n are single runs of scenario "x" in modes[i] with
+// tpot_p50_ms = vals[i] on dp1, and baseline[i] their mark; its path in path.
+static void synthetic_db(const char *dir, const char *name, int n, const char *const *modes,
+                         const double *vals, const int *baseline, char *path, size_t cap) {
+  snprintf(path, cap, "%s/%s", dir, name);
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  const char *const nm[] = {"tpot_p50_ms"};
+  for (int i = 0; i < n; i++) add_run(s, "x", modes[i], one, 1, nm, &vals[i], 1);
+  store_close(s);
+  for (int i = 0; i < n; i++) {
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE run SET baseline = %d WHERE id = %d", baseline[i], i + 1);
+    raw_exec(path, sql);
+  }
+}
+
+// The (current_run, baseline_run) of every gate in the JSON in out, as "C:B C:B".
+static const char *pairs(void) {
+  static char buf[256];
+  json_t *j = parse_json(), *g;
+  size_t i;
+  buf[0] = 0;
+  json_array_foreach(json_object_get(j, "gates"), i, g) {
+    size_t k = strlen(buf);
+    snprintf(buf + k, sizeof buf - k, "%s%lld:%lld", i ? " " : "",
+             (long long)json_integer_value(json_object_get(g, "current_run")),
+             (long long)json_integer_value(json_object_get(g, "baseline_run")));
+  }
+  json_decref(j);
+  return buf;
+}
+
+Test(gate_cli, the_default_baseline_is_the_latest_earlier_one_of_the_same_mode) {
+  const char *dir = sc_test_tmpdir("gate-pick");
+  char db[600];
+  const char *const modes[] = {"sim", "sim", "sim", "real", "real"};
+  double vals[] = {10, 10, 10, 10, 10};
+  int mark[] = {1, 0, 1, 1, 0};
+  synthetic_db(dir, "p.db", 5, modes, vals, mark, db, sizeof db);
+  cr_expect_eq(cli("gate --db %s --run 2 --json%s", db, ""), 0, "%s", out);
+  cr_expect_str_eq(pairs(), "2:1", "not the later baseline 3, nor the real one");
+  // the latest run of each scenario and mode; run 3 is a baseline itself: the one before it
+  cr_expect_eq(cli("gate --db %s --json%s", db, ""), 0, "%s", out);
+  cr_expect_str_eq(pairs(), "5:4 3:1");
+  cr_expect_eq(cli("gate --db %s --run 4%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "no baseline"), "%s", out);
+  cr_expect_eq(cli("gate --db %s --run 2 --baseline-run 3 --json%s", db, ""), 0, "%s", out);
+  cr_expect_str_eq(pairs(), "2:3", "a baseline named is taken as it is");
+}
+
+Test(gate_cli, a_baseline_in_another_database_is_compared_by_run_id) {
+  const char *dir = sc_test_tmpdir("gate-two");
+  char cur[600], base[600], args[1400];
+  const char *const modes[] = {"sim"};
+  double b = 10, c = 11;
+  int mark = 1, none = 0;
+  synthetic_db(dir, "base.db", 1, modes, &b, &mark, base, sizeof base);
+  synthetic_db(dir, "cur.db", 1, modes, &c, &none, cur, sizeof cur);
+  snprintf(args, sizeof args, "gate --db %s --baseline %s", cur, base);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "+10.0%") && strstr(out, "REGRESSED"), "%s", out);
+}
+
+Test(gate_cli, a_version_1_database_is_gated_as_it_is_and_migrated_only_by_baseline) {
+  const char *dir = sc_test_tmpdir("gate-v1");
+  char db[600];
+  const char *const modes[] = {"sim", "sim"};
+  double vals[] = {10, 10};
+  int mark[] = {1, 0};
+  synthetic_db(dir, "v1.db", 2, modes, vals, mark, db, sizeof db);
+  raw_exec(db, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
+               "repeat_index; UPDATE meta SET value = '1' WHERE key = 'schema_version'");
+  cr_expect_eq(cli("gate --db %s%s", db, ""), 0, "%s", out);
+  cr_expect(strstr(out, "same") && strstr(out, "1 repetition"), "%s", out);
+  cr_expect_str_eq(sc_test_q1s(db, "SELECT value FROM meta WHERE key = 'schema_version'"), "1",
+                   "the gate only reads");
+  cr_expect_eq(cli("baseline --db %s --run 2%s", db, ""), 0, "%s", out);
+  cr_expect_str_eq(sc_test_q1s(db, "SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM run WHERE baseline = 1"), 2);
+}
+
+Test(gate_cli, a_schema_newer_than_the_binary_is_refused_plainly) {
+  const char *dir = sc_test_tmpdir("gate-new");
+  char db[600];
+  const char *const modes[] = {"sim", "sim"};
+  double vals[] = {10, 10};
+  int mark[] = {1, 0};
+  synthetic_db(dir, "n.db", 2, modes, vals, mark, db, sizeof db);
+  raw_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+  cr_expect_eq(cli("gate --db %s%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "schema version 99, newer than this shardcheck"), "%s", out);
+  cr_expect_eq(cli("baseline --db %s --run 2%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "newer than this shardcheck"), "%s", out);
+}
+
+Test(gate_cli, new_deployments_are_skipped_testcases_and_failures_match_the_json) {
+  const char *dir = sc_test_tmpdir("gate-junit");
+  char db[600], junit[600];
+  snprintf(db, sizeof db, "%s/j.db", dir);
+  snprintf(junit, sizeof junit, "%s/gate.xml", dir);
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  const char *const two[] = {"dp1", "tp2"};
+  double b[] = {10, 1000, 0, 50}, c[] = {12, 800, 0, 50}; // tpot +20%, throughput -20%
+  add_run(s, "x<&>", "sim", one, 1, names, b, 4);
+  add_run(s, "x<&>", "sim", two, 2, names, c, 4);
+  store_close(s);
+  raw_exec(db, "UPDATE run SET baseline = 1 WHERE id = 1");
+  cr_expect_eq(cli("gate --db %s --json%s", db, ""), 1, "%s", out);
+  json_t *j = parse_json();
+  cr_expect_eq(json_integer_value(json_object_get(j, "regressed")), 2, "tpot on dp1 only: %s",
+               out);
+  json_t *g = json_array_get(json_object_get(j, "gates"), 0);
+  cr_expect_str_eq(json_string_value(json_object_get(g, "mode")), "sim");
+  cr_expect(json_is_null(json_object_get(g, "noise")), "sim: no noise");
+  cr_expect_float_eq(json_real_value(json_object_get(g, "alpha")), 0.01, 1e-12);
+  size_t n_rows = json_array_size(json_object_get(g, "rows"));
+  json_t *r0 = json_array_get(json_object_get(g, "rows"), 0);
+  const char *keys[] = {"deployment", "phase", "metric", "baseline", "current", "change",
+                        "tolerance", "p", "noise", "noise_current", "n_baseline", "n_current",
+                        "verdict"};
+  for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+    cr_expect_not_null(json_object_get(r0, keys[k]), "row key %s", keys[k]);
+  json_decref(j);
+  cr_expect_eq(cli("gate --db %s --junit %s", db, junit), 1, "%s", out);
+  read_file(junit);
+  cr_expect_eq(occurrences(out, "<testcase"), (int)n_rows, "%s", out);
+  cr_expect_eq(occurrences(out, "<failure"), 2, "%s", out);
+  cr_expect_eq(occurrences(out, "<skipped"), 3, "tp2's three metrics are new: %s", out);
+  cr_expect(strstr(out, "name=\"x&lt;&amp;&gt;\"") && strstr(out, "failures=\"2\"") &&
+                strstr(out, "skipped=\"3\""),
+            "%s", out);
 }
