@@ -361,3 +361,29 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
   cr_assert_eq(cli("run --help"), 0, "%s", out);
   cr_assert(strstr(out, "--junit"), "%s", out);
 }
+
+Test(run, a_clock_jump_that_cannot_be_injected_is_refused_before_anything_is_recorded) {
+  const char *dir = sc_test_tmpdir("run-clock");
+  const char *frac = tiny_scenario(dir, "frac.yaml",
+                                   "deployments: [{dp: 1}]\n"
+                                   "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                                   "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
+                                   "faults: [{at: 1s, clock_jump: {offset: 1500ms}}]\n");
+  const char *whole = tiny_scenario(dir, "whole.yaml",
+                                    "deployments: [{dp: 1}]\n"
+                                    "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                                    "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
+                                    "faults: [{at: 1s, clock_jump: {offset: +1h}}]\n");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(args, sizeof args, "run %s --db %s", frac, db);
+  cr_expect_eq(cli(args), 2, "%s", out);
+  cr_expect(strstr(out, "frac.yaml:") && strstr(out, "whole seconds only"), "%s", out);
+  setenv("SHARDCHECK_LIBFAKETIME", "/nonexistent/libfaketimeMT.so.1", 1);
+  snprintf(args, sizeof args, "run %s --db %s", whole, db);
+  int rc = cli(args);
+  unsetenv("SHARDCHECK_LIBFAKETIME");
+  cr_expect_eq(rc, 2, "%s", out);
+  cr_expect(strstr(out, "clock_jump needs libfaketime"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM run"), 0);
+}
