@@ -16,6 +16,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 // --- history
@@ -262,4 +263,18 @@ sc_status fv_resources_now(fv_resources *out, sc_error *err) {
   if (saved) return sc_fail(err, SC_IO, "resources: listing /proc: %s", strerror(saved));
   *out = (fv_resources){.threads = threads, .fds = fds, .children = children};
   return SC_OK;
+}
+
+sc_status fv_resources_settled(const fv_resources *before, int max_ms, fv_resources *out,
+                               sc_error *err) {
+  if (!before) return sc_fail(err, SC_INVALID, "resources: no earlier reading");
+  for (int waited = 0;; waited++) {
+    sc_status st = fv_resources_now(out, err);
+    if (st != SC_OK) return st;
+    if ((out->threads <= before->threads && out->fds <= before->fds &&
+         out->children <= before->children) ||
+        waited >= max_ms)
+      return SC_OK;
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+  }
 }

@@ -68,3 +68,9 @@ typedef struct fv_resources {
 
 // SC_IO when /proc cannot be read.
 sc_status fv_resources_now(fv_resources *out, sc_error *err);
+
+// Reads the resources until none exceeds `before` or `max_ms` has passed, and returns the last
+// reading. A thread that pthread_join has returned for, or a child that was just reaped, can
+// stay listed under /proc for a moment after: a leak is what is still there after the wait.
+sc_status fv_resources_settled(const fv_resources *before, int max_ms, fv_resources *out,
+                               sc_error *err);

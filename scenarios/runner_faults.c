@@ -1401,7 +1401,7 @@ void rf_after_free(rt *r) {
   if (!f->faulted || !f->have_before) return;
   fv_resources after;
   sc_error e = {{0}};
-  if (fv_resources_now(&after, &e) != SC_OK) return;
+  if (fv_resources_settled(&f->before, 500, &after, &e) != SC_OK) return;
   rec_lock(r->rec);
   add_metric(r, "leaked_threads", after.threads - f->before.threads);
   add_metric(r, "leaked_fds", after.fds - f->before.fds);

@@ -557,6 +557,19 @@ Test(resources, pipe_adds_two_fds_and_closing_gives_them_back) {
   cr_expect_eq(b.children, a.children);
 }
 
+Test(resources, settled_still_reports_what_stays_open) {
+  fv_resources a = now();
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  fv_resources b;
+  sc_error err = {{0}};
+  cr_assert_eq(fv_resources_settled(&a, 20, &b, &err), SC_OK, "%s", err.msg);
+  close(p[0]);
+  close(p[1]);
+  cr_expect_eq(b.fds, a.fds + 2);
+  cr_expect_eq(fv_resources_settled(NULL, 20, &b, &err), SC_INVALID);
+}
+
 static void *wait_on_pipe(void *arg) {
   char c;
   ssize_t n = read(*(int *)arg, &c, 1);
@@ -573,7 +586,9 @@ Test(resources, running_thread_adds_one_and_joining_gives_it_back) {
   fv_resources b = now();
   cr_assert_eq(write(p[1], "x", 1), 1);
   cr_assert_eq(pthread_join(th, NULL), 0);
-  fv_resources c = now();
+  fv_resources c;
+  sc_error err = {{0}};
+  cr_assert_eq(fv_resources_settled(&a, 2000, &c, &err), SC_OK, "%s", err.msg);
   close(p[0]);
   close(p[1]);
   cr_expect_eq(b.threads, a.threads + 1);
