@@ -113,7 +113,9 @@ Test(faults_real, slow_link_and_rank_are_flagged_as_stragglers, .timeout = 300) 
   history_holds(db);
   cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'slow' AND detected_ns IS NOT "
                       "NULL AND detected_ns < injected_ns + 4000000000"),
-               2);
+               2, "detected after (ms): %s",
+               q1s(db, "SELECT group_concat(detail || ': ' || coalesce((detected_ns - "
+                       "injected_ns) / 1000000, 'never'), '; ') FROM fault"));
 }
 
 Test(faults_real, cancel_storm_frees_kv_and_survivors_match, .timeout = 300) {
