@@ -13,8 +13,8 @@
 // (columns under a header comment, series as blocks two blank lines apart); the per-run
 // reports are reports/report.c, report_plot.c and report_html.c. Nothing here computes a
 // metric: every value is a stored one (docs/metrics.md). Which metrics are gated is the gate's
-// (reports/gate.h). Running gnuplot repeats report_plot.c's child handling in small: its
-// helpers are private to that file.
+// (reports/gate.h). Escaping, finding and running gnuplot are report_plot.c's (rp_* in
+// report_impl.h).
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -357,29 +357,6 @@ static FILE *open_out(const char *dir, const char *name, char *path, size_t n, s
   return f;
 }
 
-static sc_status close_out(FILE *f, const char *path, sc_error *err) {
-  bool bad = ferror(f) != 0;
-  if (fclose(f) != 0) bad = true;
-  return bad ? sc_fail(err, SC_IO, "writing %s failed", path) : SC_OK;
-}
-
-// A string column of a .dat file: double-quoted, '"' as '\'', control characters as spaces.
-static void dat_str(FILE *f, const char *s) {
-  fputs(" \"", f);
-  for (; *s; s++) fputc(*s == '"' ? '\'' : (unsigned char)*s < 0x20 ? ' ' : *s, f);
-  fputc('"', f);
-}
-
-// A gnuplot double-quoted string literal.
-static void gp_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fputc('\\', f);
-    fputc((unsigned char)*s < 0x20 ? ' ' : *s, f);
-  }
-  fputc('"', f);
-}
-
 // A point's x tic: "REV MM-DD HH:MM" (the revision "-" when unknown).
 static void tic_text(const hs_run *r, char *buf, size_t n) {
   const char *iso = r->started_at; // "YYYY-MM-DDTHH:MM:SSZ"
@@ -428,13 +405,13 @@ static sc_status hs_write_dat(hs_data *h, int m, const char *dir, const char *sc
       tic_text(r, tic, sizeof tic);
       fprintf(f, "%lld %.10g %.10g %.10g %d %lld %d", (long long)r->t, c.med, c.lo, c.hi, c.n,
               (long long)r->id, h->points[p].baseline ? 1 : 0);
-      dat_str(f, r->started_at);
-      dat_str(f, r->git_rev[0] ? r->git_rev : "-");
-      dat_str(f, tic);
+      rp_dat_str(f, r->started_at);
+      rp_dat_str(f, r->git_rev[0] ? r->git_rev : "-");
+      rp_dat_str(f, tic);
       fputc('\n', f);
     }
   }
-  return close_out(f, path, err);
+  return rp_close_out(f, path, err);
 }
 
 // history-METRIC.gp: a standalone script drawing history-METRIC.png and .svg from the .dat.
@@ -483,7 +460,7 @@ static sc_status hs_write_gp(hs_data *h, int m, const char *dir, const char *scn
   char title[256];
   snprintf(title, sizeof title, "%s: %s per run (repetition groups: median, bars min to max)",
            scn, mi ? mi->what : h->metric[m]);
-  gp_str(f, title);
+  rp_gp_str(f, title);
   fprintf(f,
           "\n  set xlabel \"run start (UTC), labelled with the git revision\"\n"
           "  set ylabel \"%s%s%s%s\"\n"
@@ -510,7 +487,7 @@ static sc_status hs_write_gp(hs_data *h, int m, const char *dir, const char *scn
     fprintf(f, "%s    \"%s.dat\" index %d using 1:2:3:4:xticlabels(10) with yerrorlines "
                "lw 2 pt 7 ps 0.8 lc %d title ",
             n_elems++ ? ", \\\n" : "", stem, block, s + 1);
-    gp_str(f, h->series[s].title);
+    rp_gp_str(f, h->series[s].title);
     if (has_base) {
       fprintf(f, ", \\\n    \"\" index %d using 1:($7 > 0 ? $2 : NaN) with points pt 6 ps 2.4 "
                  "lw 2 lc rgb \"black\" ",
@@ -524,94 +501,32 @@ static sc_status hs_write_gp(hs_data *h, int m, const char *dir, const char *scn
                 hs_cell_of(h, m, s, bp, vals).med, s + 1);
         char t[160];
         snprintf(t, sizeof t, "%s: newest baseline", h->series[s].title);
-        gp_str(f, t);
+        rp_gp_str(f, t);
       }
     }
     block++;
   }
   fputs("\n  set output\n}\n", f);
-  return close_out(f, path, err);
+  return rp_close_out(f, path, err);
 }
 
 // --- running gnuplot
-
-// Runs `prog script` in dir with stdin from /dev/null and stdout and stderr into log_fd, at
-// most HS_GP_TIMEOUT_S seconds. Returns its exit status; -1 when it died of a signal or was
-// killed; -2 when prog could not be executed (*exec_errno says why).
-static int run_gnuplot(const char *prog, const char *dir, const char *script, int log_fd,
-                       int *exec_errno) {
-  int pfd[2];
-  if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(pfd[0]);
-    close(pfd[1]);
-    return -1;
-  }
-  if (pid == 0) { // the child: only async-signal-safe calls until exec
-    close(pfd[0]);
-    int e = 0;
-    if (chdir(dir) != 0) e = errno;
-    if (!e) {
-      int in = open("/dev/null", O_RDONLY);
-      if (in >= 0) dup2(in, 0);
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
-      char *const argv[] = {(char *)prog, (char *)script, NULL};
-      execvp(prog, argv);
-      e = errno;
-    }
-    if (write(pfd[1], &e, sizeof e) < 0) {
-      // nothing more can be said
-    }
-    _exit(127);
-  }
-  close(pfd[1]);
-  int e = 0;
-  ssize_t got;
-  while ((got = read(pfd[0], &e, sizeof e)) < 0 && errno == EINTR) {
-  }
-  close(pfd[0]);
-  int st;
-  if (got == (ssize_t)sizeof e) { // exec failed: the child is exiting
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    *exec_errno = e;
-    return -2;
-  }
-  const struct timespec tick = {0, 10 * 1000 * 1000};
-  for (long waited_ms = 0;; waited_ms += 10) {
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (w < 0 && errno == ECHILD) return 0; // SIGCHLD ignored: the output files tell
-    if (w < 0 && errno != EINTR) return -1;
-    if (waited_ms >= (long)HS_GP_TIMEOUT_S * 1000) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      return -1;
-    }
-    nanosleep(&tick, NULL);
-  }
-}
-
-static bool nonempty(const char *dir, const char *stem, const char *ext) {
-  char path[PATH_MAX];
-  struct stat sb;
-  snprintf(path, sizeof path, "%s/%s.%s", dir, stem, ext);
-  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
-}
-
-static void remove_file(const char *dir, const char *stem, const char *ext) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s.%s", dir, stem, ext);
-  remove(path);
-}
 
 // Runs gnuplot on every written script; has_png[m] tells which plots exist afterwards.
 static void hs_run_gnuplot(const hs_data *h, const char *dir, const char *gnuplot,
                            bool *has_png, report_history_result *res) {
   const char *env = getenv("SHARDCHECK_GNUPLOT");
-  const char *prog = gnuplot ? gnuplot : env && *env ? env : "gnuplot";
+  const char *name = gnuplot ? gnuplot : env && *env ? env : "gnuplot";
+  char prog[PATH_MAX];
+  if (!rp_find_program(name, prog, sizeof prog)) {
+    res->plots_skipped = true;
+    if (gnuplot || (env && *env))
+      snprintf(res->why, sizeof res->why, "gnuplot not found: '%.180s' is not an executable",
+               name);
+    else
+      snprintf(res->why, sizeof res->why, "gnuplot not found on PATH");
+    return;
+  }
   char log_path[PATH_MAX];
   snprintf(log_path, sizeof log_path, "%s/history-gnuplot.log", dir);
   int log = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -622,29 +537,20 @@ static void hs_run_gnuplot(const hs_data *h, const char *dir, const char *gnuplo
   }
   for (int m = 0; m < h->n_metrics; m++) {
     if (!h->any[m]) continue;
-    char stem[80], script[96], head[160];
+    char stem[80], script[96], head[PATH_MAX + 120];
     snprintf(stem, sizeof stem, "history-%s", h->metric[m]);
     snprintf(script, sizeof script, "%s.gp", stem);
-    remove_file(dir, stem, "png");
-    remove_file(dir, stem, "svg");
+    rp_remove_output(dir, stem, "png");
+    rp_remove_output(dir, stem, "svg");
     int hn = snprintf(head, sizeof head, "== %s %s\n", prog, script);
     if (write(log, head, (size_t)(hn < (int)sizeof head ? hn : (int)sizeof head - 1)) < 0) {
       // the log is a courtesy: a failed write changes nothing
     }
-    int exec_errno = 0;
-    int rc = run_gnuplot(prog, dir, script, log, &exec_errno);
-    if (rc == -2) {
-      res->plots_skipped = true;
-      if (gnuplot || (env && *env))
-        snprintf(res->why, sizeof res->why, "gnuplot not found: '%.180s' is not an executable",
-                 prog);
-      else
-        snprintf(res->why, sizeof res->why, "gnuplot not found on PATH");
-      break;
-    }
-    has_png[m] = nonempty(dir, stem, "png");
+    char *argv[] = {prog, script, NULL};
+    int rc = rp_run_child(argv, dir, log, HS_GP_TIMEOUT_S);
+    has_png[m] = rp_nonempty_file(dir, stem, "png");
     if (has_png[m]) res->n_plots++;
-    if ((rc != 0 || !has_png[m] || !nonempty(dir, stem, "svg")) && !res->plots_skipped) {
+    if ((rc != 0 || !has_png[m] || !rp_nonempty_file(dir, stem, "svg")) && !res->plots_skipped) {
       res->plots_skipped = true;
       snprintf(res->why, sizeof res->why, "gnuplot failed on %.60s (exit %d; see %.140s)",
                script, rc, log_path);
@@ -819,7 +725,7 @@ static sc_status hs_write_html(hs_data *h, const char *dir, const char *scn,
     fputs(".</p>\n", f);
   }
   fputs("</section>\n</body>\n</html>\n", f);
-  return close_out(f, path, err);
+  return rp_close_out(f, path, err);
 }
 
 // --- report_history_write

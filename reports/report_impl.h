@@ -145,6 +145,25 @@ typedef struct rp_plot {
 sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plot **plots,
                          int *n_plots, report_result *res, sc_error *err);
 
+// The pieces report_history.c shares:
+// Closes f; SC_IO naming path when a write or the close failed.
+sc_status rp_close_out(FILE *f, const char *path, sc_error *err);
+// A string column of a .dat file: double-quoted, '"' as '\'', control characters as spaces.
+void rp_dat_str(FILE *f, const char *s);
+// A gnuplot double-quoted string literal.
+void rp_gp_str(FILE *f, const char *s);
+// The absolute path of an executable file: name itself when it has a '/', else the first match
+// on $PATH. False when there is none.
+bool rp_find_program(const char *name, char *out, size_t n);
+// Runs argv (argv[0] an absolute path) in directory cwd with stdin from /dev/null and stdout
+// and stderr into out_fd; waits at most timeout_s seconds (then kills it). Returns its exit
+// status, or -1 when it could not be started, died of a signal or was killed.
+int rp_run_child(char *const argv[], const char *cwd, int out_fd, int timeout_s);
+// dir/name.ext is a regular file of at least one byte.
+bool rp_nonempty_file(const char *dir, const char *name, const char *ext);
+// Removes dir/name.ext when it exists.
+void rp_remove_output(const char *dir, const char *name, const char *ext);
+
 // --- HTML (report_html.c)
 
 // Writes dir/index.html from the runs in c and the plots (embedding each SVG). SC_IO when it

@@ -55,7 +55,7 @@ static FILE *open_out(const char *dir, const char *name, const char *ext, char *
   return f;
 }
 
-static sc_status close_out(FILE *f, const char *path, sc_error *err) {
+sc_status rp_close_out(FILE *f, const char *path, sc_error *err) {
   bool bad = ferror(f) != 0;
   if (fclose(f) != 0) bad = true;
   return bad ? sc_fail(err, SC_IO, "writing %s failed", path) : SC_OK;
@@ -69,14 +69,14 @@ static void dat_num(FILE *f, double v) {
 
 // A string column in a .dat file: double-quoted, with '"' turned into '\'' and control
 // characters into spaces.
-static void dat_str(FILE *f, const char *s) {
+void rp_dat_str(FILE *f, const char *s) {
   fputs(" \"", f);
   for (; *s; s++) fputc(*s == '"' ? '\'' : (unsigned char)*s < 0x20 ? ' ' : *s, f);
   fputc('"', f);
 }
 
 // A gnuplot double-quoted string literal.
-static void gp_str(FILE *f, const char *s) {
+void rp_gp_str(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     if (*s == '"' || *s == '\\') fputc('\\', f);
@@ -155,7 +155,7 @@ static void sc_row(FILE *f, const rp_run *r, const sc_point *pt, const sc_point 
   dat_num(f, b->gpus > 0 ? base->tput * d->gpus / b->gpus : NAN);
   dat_num(f, pt->eff * 100);
   dat_num(f, pt->speedup);
-  dat_str(f, d->label);
+  rp_dat_str(f, d->label);
   fputc('\n', f);
 }
 
@@ -262,7 +262,7 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
     free(blocks);
     return SC_OK;
   }
-  if (s == SC_OK) s = close_out(f, path, err);
+  if (s == SC_OK) s = rp_close_out(f, path, err);
   else if (f) fclose(f);
   if (s == SC_OK && !(f = open_out(dir, p->name, "gp", path, sizeof path, err))) s = SC_IO;
   if (s != SC_OK) {
@@ -286,7 +286,7 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
     run_prefix(c, &c->runs[blocks[b].run], pre, sizeof pre);
     fprintf(f, "    \"scaling.dat\" index %d using 1:2 with linespoints lw 2 pt 7 lc %d title ",
             b, b + 1);
-    gp_str(f, blocks[b].title);
+    rp_gp_str(f, blocks[b].title);
     fprintf(f,
             ", \\\n    \"\" index %d using 1:2:(sprintf(\"%%.0f%%%%\", $4)) with labels "
             "offset char 0,1 tc lt %d notitle, \\\n",
@@ -296,7 +296,7 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
       char title[96];
       snprintf(title, sizeof title, "%sideal linear", pre);
       fputs("title ", f);
-      gp_str(f, title);
+      rp_gp_str(f, title);
     } else {
       fputs("notitle", f);
     }
@@ -304,7 +304,7 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
   }
   gp_end(f);
   free(blocks);
-  SC_TRY(close_out(f, path, err));
+  SC_TRY(rp_close_out(f, path, err));
   p->written = true;
   return SC_OK;
 }
@@ -411,11 +411,11 @@ static sc_status cv_write_dat(rp_ctx *c, const cv_data *cv, const char *dir, con
       const cv_row *row = &cv->rows[i];
       fprintf(f, "%d", row->concurrency);
       for (int k = 0; k < n_cols; k++) dat_num(f, row->v[cols[k]]);
-      dat_str(f, c->runs[cv->series[sidx].run].phases[row->phase].name);
+      rp_dat_str(f, c->runs[cv->series[sidx].run].phases[row->phase].name);
       fputc('\n', f);
     }
   }
-  return close_out(f, path, err);
+  return rp_close_out(f, path, err);
 }
 
 static void cv_axes(FILE *f, const cv_data *cv, double *x0, double *x1) {
@@ -440,7 +440,7 @@ static void cv_plot_series(FILE *f, const cv_data *cv, const char *name, int col
     fprintf(f, "    \"%s.dat\" index %d using 1:%d with linespoints lw 2 pt 7 ps 0.6 lc %d dt %d "
                "title ",
             name, sidx, col, sidx + 1, dt);
-    gp_str(f, title);
+    rp_gp_str(f, title);
     fputs(last && sidx + 1 == cv->n_series ? "\n" : ", \\\n", f);
   }
 }
@@ -489,11 +489,11 @@ static sc_status plot_ttft(rp_ctx *c, const cv_data *cv, const char *dir, const 
     rp_fmt_num(slo[k], num, sizeof num);
     snprintf(title, sizeof title, "SLO: TTFT p95 <= %s ms", num);
     fprintf(f, "    %.10g with lines dt 3 lw 2 lc rgb \"red\" title ", slo[k]);
-    gp_str(f, title);
+    rp_gp_str(f, title);
     fputs(k + 1 < n_slo ? ", \\\n" : "\n", f);
   }
   gp_end(f);
-  SC_TRY(close_out(f, path, err));
+  SC_TRY(rp_close_out(f, path, err));
   p->written = true;
   return SC_OK;
 }
@@ -543,7 +543,7 @@ static sc_status plot_tpot(rp_ctx *c, const cv_data *cv, const char *dir, const 
   }
   fputs("  unset multiplot\n", f);
   gp_end(f);
-  SC_TRY(close_out(f, path, err));
+  SC_TRY(rp_close_out(f, path, err));
   p->written = true;
   return SC_OK;
 }
@@ -723,7 +723,7 @@ static void tl_marker(FILE *f, int tag, double x, const char *color, int dt, con
           tag, x, x, dt, color);
   if (!with_label) return;
   fprintf(f, "  set label %d ", tag);
-  gp_str(f, text);
+  rp_gp_str(f, text);
   // Rotated text hangs left of its anchor: one character to the right puts it beside the line.
   fprintf(f, " at %.10g, graph 0.98 rotate by 90 right font \",7\" tc rgb \"%s\" offset char "
              "1,0\n",
@@ -799,7 +799,7 @@ static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, cons
     dat_num(f, b.queue[i] < 0 ? NAN : b.queue[i]);
     fputc('\n', f);
   }
-  sc_status s = close_out(f, path, err);
+  sc_status s = rp_close_out(f, path, err);
   if (s == SC_OK && !(f = open_out(dir, p->name, "gp", path, sizeof path, err))) s = SC_IO;
   if (s != SC_OK) {
     tl_free(&b);
@@ -811,7 +811,7 @@ static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, cons
   char title[256];
   snprintf(title, sizeof title, "Run %lld (%s): timeline in %s s bins", (long long)r->id,
            r->scenario, wbuf);
-  gp_str(f, title);
+  rp_gp_str(f, title);
   fprintf(f, "\n  set lmargin 12\n  set rmargin 4\n  set xrange [0:%.10g]\n  set yrange [0:*]\n"
              "  set key top left\n", x1);
   tl_markers(f, r, true);
@@ -832,7 +832,7 @@ static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, cons
   fputs("  unset multiplot\n  unset arrow\n  unset label\n", f);
   gp_end(f);
   tl_free(&b);
-  SC_TRY(close_out(f, path, err));
+  SC_TRY(rp_close_out(f, path, err));
   p->written = true;
   return SC_OK;
 }
@@ -921,7 +921,7 @@ static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_t
                             "ORDER BY deployment_id, replica, t_ns, id",
                             r->id, kv_step, &k, "the step table", err);
   kv_flush(&k);
-  if (s == SC_OK) s = close_out(k.f, path, err);
+  if (s == SC_OK) s = rp_close_out(k.f, path, err);
   else fclose(k.f);
   if (s == SC_OK && k.n_series == 0) {
     snprintf(p->note, sizeof p->note,
@@ -936,7 +936,7 @@ static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_t
       char title[256];
       snprintf(title, sizeof title, "Run %lld (%s): KV-cache use per replica", (long long)r->id,
                r->scenario);
-      gp_str(f, title);
+      rp_gp_str(f, title);
       fprintf(f,
               "\n  set xlabel \"time since the run's start (s)\"\n"
               "  set ylabel \"KV cache used (%%)\"\n"
@@ -949,12 +949,12 @@ static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_t
       for (int i = 0; i < k.n_series; i++) {
         fprintf(f, "    \"%s.dat\" index %d using 1:2 with lines lw 1.5 lc %d title ", p->name, i,
                 i + 1);
-        gp_str(f, k.titles[i]);
+        rp_gp_str(f, k.titles[i]);
         fputs(i + 1 < k.n_series ? ", \\\n" : "\n", f);
       }
       fputs("  unset arrow\n", f);
       gp_end(f);
-      s = close_out(f, path, err);
+      s = rp_close_out(f, path, err);
       if (s == SC_OK) p->written = true;
     }
   }
@@ -971,7 +971,7 @@ static bool is_exec_file(const char *path) {
 
 // The absolute path of an executable file: name itself when it has a '/', else the first match
 // on $PATH. False when there is none.
-static bool find_program(const char *name, char *out, size_t n) {
+bool rp_find_program(const char *name, char *out, size_t n) {
   char cand[PATH_MAX];
   if (!name || !*name) return false;
   if (strchr(name, '/')) {
@@ -1000,7 +1000,7 @@ static bool find_program(const char *name, char *out, size_t n) {
 // Runs argv (argv[0] an absolute path) in directory cwd with stdin from /dev/null and stdout and
 // stderr into out_fd; waits at most timeout_s seconds (then kills it). Returns its exit status,
 // or -1 when it could not be started, died of a signal or was killed.
-static int run_child(char *const argv[], const char *cwd, int out_fd, int timeout_s) {
+int rp_run_child(char *const argv[], const char *cwd, int out_fd, int timeout_s) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) { // the child: only async-signal-safe calls until exec
@@ -1032,12 +1032,12 @@ static int run_child(char *const argv[], const char *cwd, int out_fd, int timeou
 static void gp_detect(const char *gnuplot, gp_term *t) {
   memset(t, 0, sizeof *t);
   t->pngcairo = true; // when gnuplot is missing the scripts are written for the usual build
-  if (!find_program(gnuplot, t->prog, sizeof t->prog)) return;
+  if (!rp_find_program(gnuplot, t->prog, sizeof t->prog)) return;
   t->found = true;
   FILE *out = tmpfile();
   if (!out) return;
   char *argv[] = {t->prog, "-e", "set terminal", NULL};
-  int rc = run_child(argv, NULL, fileno(out), GP_PROBE_TIMEOUT_S);
+  int rc = rp_run_child(argv, NULL, fileno(out), GP_PROBE_TIMEOUT_S);
   char *buf = rc == 0 ? malloc(1 << 16) : NULL; // the terminal list: a few KB
   if (buf) {
     rewind(out);
@@ -1049,14 +1049,14 @@ static void gp_detect(const char *gnuplot, gp_term *t) {
   fclose(out);
 }
 
-static bool nonempty_file(const char *dir, const char *name, const char *ext) {
+bool rp_nonempty_file(const char *dir, const char *name, const char *ext) {
   char path[PATH_MAX];
   struct stat sb;
   snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
   return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
 }
 
-static void remove_output(const char *dir, const char *name, const char *ext) {
+void rp_remove_output(const char *dir, const char *name, const char *ext) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
   remove(path);
@@ -1079,8 +1079,8 @@ static void gp_run_all(const gp_term *t, const char *dir, rp_plot *plots, int n,
   for (int i = 0; i < n; i++) {
     rp_plot *p = &plots[i];
     if (!p->written) continue;
-    remove_output(dir, p->name, "png");
-    remove_output(dir, p->name, "svg");
+    rp_remove_output(dir, p->name, "png");
+    rp_remove_output(dir, p->name, "svg");
     char script[96], head[160];
     snprintf(script, sizeof script, "%s.gp", p->name);
     int hn = snprintf(head, sizeof head, "== %s %s\n", t->prog, script);
@@ -1088,9 +1088,9 @@ static void gp_run_all(const gp_term *t, const char *dir, rp_plot *plots, int n,
       // the log is a courtesy: a failed write changes nothing
     }
     char *argv[] = {(char *)t->prog, script, NULL};
-    int rc = run_child(argv, dir, log, GP_TIMEOUT_S);
-    p->has_png = nonempty_file(dir, p->name, "png");
-    p->has_svg = nonempty_file(dir, p->name, "svg");
+    int rc = rp_run_child(argv, dir, log, GP_TIMEOUT_S);
+    p->has_png = rp_nonempty_file(dir, p->name, "png");
+    p->has_svg = rp_nonempty_file(dir, p->name, "svg");
     if (p->has_png) res->n_plots++;
     if (rc != 0 || !p->has_png || !p->has_svg) {
       snprintf(p->note, sizeof p->note, "gnuplot failed on %s (exit %d; see gnuplot.log)",
