@@ -4,8 +4,12 @@
 #
 # Real mode: records GATE_BENCH_UNCHANGED (40) repetitions of scenarios/gate-bench.yaml as it
 # is and GATE_BENCH_SLOWED (20) of a copy with a `slow` fault on its only rank for the whole
-# run (factor GATE_BENCH_FACTOR, 1.1: "10% slower"), in groups of GATE_BENCH_GROUP (5)
-# (`shardcheck run --repeat`), then gates (`shardcheck gate --json`):
+# run (factor GATE_BENCH_FACTOR, 1.1: "10% slower"), in groups of GATE_BENCH_GROUP (5), then
+# gates (`shardcheck gate --json`). The groups are recorded interleaved by default (G rounds of
+# one repetition of every group, `shardcheck run --group`, so that every group spans the whole
+# recording and slow drift of the machine falls on all of them alike), or with
+# GATE_BENCH_ORDER=grouped one group after another (`run --repeat G`), as a baseline recorded
+# on an earlier day and a current group recorded now would be. Then:
 #   - unchanged vs unchanged: every ordered pair of two different unchanged groups (baseline,
 #     current): the fraction of metric comparisons flagged REGRESSED (target < 1%);
 #   - slowed vs unchanged: every slowed group against every unchanged group: the fraction of
@@ -32,8 +36,8 @@
 # Environment: GATE_BENCH_UNCHANGED, GATE_BENCH_SLOWED, GATE_BENCH_GROUP (both counts must be
 # multiples of it, with at least 2 unchanged groups), GATE_BENCH_HOLD and GATE_BENCH_WARMUP
 # (replace the scenario's 20s hold and 2s warm-up), GATE_BENCH_FACTOR, GATE_BENCH_SIM_RERUNS,
-# GATE_BENCH_DIR (where the database, scenarios and logs go; default a new /tmp directory, kept),
-# GATE_BUILD (build/release). Needs jq. Exit code: 0 every target met, 1 one missed, 2 bad
+# GATE_BENCH_ORDER (interleaved or grouped), GATE_BENCH_DIR (where the database, scenarios and
+# logs go; default a new /tmp directory, kept), GATE_BUILD (build/release). Needs jq. Exit code: 0 every target met, 1 one missed, 2 bad
 # settings, 3 a run or gate failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +58,7 @@ HOLD=${GATE_BENCH_HOLD:-}
 WARMUP=${GATE_BENCH_WARMUP:-}
 FACTOR=${GATE_BENCH_FACTOR:-1.1}
 SIM_RERUNS=${GATE_BENCH_SIM_RERUNS:-3}
+ORDER=${GATE_BENCH_ORDER:-interleaved}
 build=${GATE_BUILD:-build/release}
 
 fail() { # CODE, message
@@ -61,6 +66,8 @@ fail() { # CODE, message
   exit "$1"
 }
 command -v jq >/dev/null || fail 2 "needs jq (apt-get install jq)"
+[ "$ORDER" = interleaved ] || [ "$ORDER" = grouped ] ||
+  fail 2 "GATE_BENCH_ORDER must be interleaved or grouped, got '$ORDER'"
 for v in "$U" "$S" "$G" "$SIM_RERUNS"; do
   [[ $v =~ ^[0-9]+$ ]] || fail 2 "counts must be integers, got '$v'"
 done
@@ -140,14 +147,36 @@ run() { # FILE, run options...: one `shardcheck run`; 0 or 1 (an SLO failed) go 
   [ "$rc" -le 1 ] || fail 3 "shardcheck run $* exited $rc (see $log)"
 }
 
-record() { # ARRAY-NAME, FILE, GROUPS: appends one run id per group
-  local -n ids=$1
-  local file=$2 n=$3 t0
-  for ((g = 1; g <= n; g++)); do
+# Grouped: each group's G repetitions back to back (`run --repeat G`), the groups one after
+# another. Interleaved: G rounds, each one repetition of every group (`run --group`), the
+# order rotated by one group per round: every group then spans the whole recording, and the
+# machine's drift falls on all groups alike instead of on some.
+groups_files=()
+groups_ids=()
+record_grouped() {
+  local i t0
+  for ((i = 0; i < ${#groups_files[@]}; i++)); do
     t0=$SECONDS
-    run "$file" --repeat "$G"
-    ids+=("$(newest_run)")
-    echo "  $(basename "$file" .yaml): group $g/$n (runs up to ${ids[-1]}) in $((SECONDS - t0)) s"
+    run "${groups_files[i]}" --repeat "$G"
+    groups_ids[i]=$(newest_run)
+    echo "  group $((i + 1))/${#groups_files[@]} ($(basename "${groups_files[i]}" .yaml)," \
+      "runs up to ${groups_ids[i]}) in $((SECONDS - t0)) s"
+  done
+}
+record_interleaved() {
+  local n=${#groups_files[@]} r k i t0
+  for ((r = 0; r < G; r++)); do
+    t0=$SECONDS
+    for ((k = 0; k < n; k++)); do
+      i=$(((k + r) % n))
+      if [ "$r" = 0 ]; then
+        run "${groups_files[i]}"
+        groups_ids[i]=$(newest_run)
+      else
+        run "${groups_files[i]}" --group "${groups_ids[i]}"
+      fi
+    done
+    echo "  round $((r + 1))/$G: one repetition of each of the $n groups in $((SECONDS - t0)) s"
   done
 }
 
@@ -171,11 +200,12 @@ count() { # FILE, METRIC-REGEX
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f%%", b ? 100 * a / b : 0 }'; }
 
 t_start=$SECONDS
-echo "== recording: $U unchanged + $S slowed repetitions in groups of $G"
-unchanged=()
-slowed=()
-record unchanged "$base" $((U / G))
-record slowed "$slow" $((S / G))
+echo "== recording ($ORDER): $U unchanged + $S slowed repetitions in groups of $G"
+for ((g = 0; g < U / G; g++)); do groups_files+=("$base"); done
+for ((g = 0; g < S / G; g++)); do groups_files+=("$slow"); done
+"record_$ORDER"
+unchanged=("${groups_ids[@]:0:U/G}")
+slowed=("${groups_ids[@]:U/G}")
 
 echo "== gating"
 uu=$work/unchanged-vs-unchanged.jsonl
@@ -222,7 +252,7 @@ g_uu=$(wc -l <"$uu")
 g_su=$(wc -l <"$su")
 
 echo
-echo "== results ($((SECONDS - t_start)) s; groups of $G; $work)"
+echo "== results ($((SECONDS - t_start)) s; groups of $G, recorded $ORDER; $work)"
 printf 'unchanged vs unchanged: %d gates, %d of %d metric comparisons REGRESSED = %s' \
   "$g_uu" "$f_uu" "$n_uu" "$(pct "$f_uu" "$n_uu")"
 printf ' (target < 1%%): %s\n' \

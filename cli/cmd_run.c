@@ -1,5 +1,6 @@
 // `shardcheck run FILE`: runs a scenario, records it, writes the report, prints the verdict.
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck run FILE [--db PATH] [--out DIR] [--seed N] [--junit PATH]\n"
           "                      [--mode real|sim] [--profile NAME|FILE.yaml]\n"
-          "                      [--repeat N] [--quiet] [--no-report]\n\n"
+          "                      [--repeat N] [--group RUN] [--quiet] [--no-report]\n\n"
           "Runs the scenario FILE: every deployment in turn, every phase of its workload, on\n"
           "the real engine (mode real) or on simulated GPUs in virtual time (mode sim). Every\n"
           "request, token time, engine step and device sample goes to the SQLite database;\n"
@@ -38,6 +39,10 @@ static void usage(FILE *f) {
           "  --repeat N     run it N times (1..64), each a run of its own, recorded as one\n"
           "                 repetition group that `shardcheck gate` judges as a whole (the\n"
           "                 report is written for the last repetition)\n"
+          "  --group RUN    add the repetitions to the repetition group of run RUN in the same\n"
+          "                 database (same scenario and mode) instead of starting a new one:\n"
+          "                 groups recorded in turns, a repetition of each at a time, share\n"
+          "                 the machine's drift (docs/gate.md)\n"
           "  --quiet        no progress lines or notes (the verdict table is still printed)\n"
           "  --no-report    skip the plots and index.html (`shardcheck report` makes them\n"
           "                 later)\n\n"
@@ -51,6 +56,7 @@ int cmd_run(int argc, char **argv) {
   const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *junit = NULL;
   bool quiet = false, no_report = false;
   int repeat = 1;
+  int64_t join = 0; // --group: a run of the group to add to
   runner_options ro = runner_options_defaults();
   scn_overrides ov = {0};
   for (int i = 1; i < argc; i++) {
@@ -78,6 +84,11 @@ int cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--repeat") && has_val) {
       if (!cli_parse_int(argv[++i], 1, 64, &repeat))
         return cli_usage_error("run", "--repeat needs a count from 1 to 64, got", argv[i]);
+    } else if (!strcmp(a, "--group") && has_val) {
+      uint64_t v = 0;
+      if (!cli_parse_u64(argv[++i], &v) || v == 0 || v > INT64_MAX)
+        return cli_usage_error("run", "--group needs a run id, got", argv[i]);
+      join = (int64_t)v;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = true;
     } else if (!strcmp(a, "--no-report")) {
@@ -103,6 +114,17 @@ int cmd_run(int argc, char **argv) {
     scenario_free(s);
     return cli_fail("run", st, &err);
   }
+  int64_t group = 0;
+  int first_index = 0;
+  if (join) {
+    st = store_group_join(db, join, s->name, s->mode == SCN_MODE_SIM ? "sim" : "real", &group,
+                          &first_index, &err);
+    if (st != SC_OK) {
+      store_close(db);
+      scenario_free(s);
+      return cli_fail("run", st, &err);
+    }
+  }
   struct sigaction sa = {.sa_handler = on_sigint}, old_int, old_term;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
@@ -111,15 +133,16 @@ int cmd_run(int argc, char **argv) {
   ro.progress = quiet ? RUNNER_PROGRESS_NONE : RUNNER_PROGRESS_AUTO;
   runner_result res;
   int code = CLI_OK;
-  int64_t group = 0;
+  int64_t first_run = 0;
   uint64_t wall0 = 0;
   for (int rep = 0; rep < repeat; rep++) {
     if (repeat > 1 && !quiet) fprintf(stderr, "repetition %d/%d\n", rep + 1, repeat);
     wall0 = sc_monotonic_ns();
     st = runner_run(s, db, &ro, &res, &err);
-    if (st == SC_OK && repeat > 1) {
-      if (rep == 0) group = res.run_id;
-      st = store_run_set_repeat(db, res.run_id, group, rep, &err);
+    if (st == SC_OK && rep == 0) first_run = res.run_id;
+    if (st == SC_OK && (repeat > 1 || join)) {
+      if (rep == 0 && !join) group = res.run_id;
+      st = store_run_set_repeat(db, res.run_id, group, first_index + rep, &err);
     }
     if (st != SC_OK) break;
     int c = !strcmp(res.status, "interrupted") ? 130
@@ -171,9 +194,15 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "shardcheck run: junit: %s\n", err.msg);
     if (code == CLI_OK) code = CLI_RUNTIME;
   }
-  if (!quiet && repeat > 1)
-    fprintf(stderr, "database: %s (runs %lld-%lld: repetition group %lld)\n", db_path,
-            (long long)group, (long long)res.run_id, (long long)group);
+  if (!quiet && (repeat > 1 || join)) {
+    char runs[64];
+    if (repeat > 1)
+      snprintf(runs, sizeof runs, "runs %lld-%lld", (long long)first_run, (long long)res.run_id);
+    else
+      snprintf(runs, sizeof runs, "run %lld", (long long)res.run_id);
+    fprintf(stderr, "database: %s (%s: repetition group %lld)\n", db_path, runs,
+            (long long)group);
+  }
   else if (!quiet)
     fprintf(stderr, "database: %s (run %lld)\n", db_path, (long long)res.run_id);
   store_close(db);

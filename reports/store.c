@@ -719,8 +719,12 @@ sc_status store_run_set_repeat(store *s, int64_t run_id, int64_t group, int inde
                                sc_error *err) {
   SC_TRY(tx_begin(s, err));
   sqlite3_stmt *st = NULL;
-  int rc = sqlite3_prepare_v2(
-      s->db, "UPDATE run SET repeat_group = ?1, repeat_index = ?2 WHERE id = ?3", -1, &st, NULL);
+  // A repetition joining a group marked as a baseline is part of that baseline.
+  int rc = sqlite3_prepare_v2(s->db,
+                              "UPDATE run SET repeat_group = ?1, repeat_index = ?2, baseline = "
+                              "max(baseline, (SELECT coalesce(max(baseline), 0) FROM run WHERE "
+                              "id = ?1 OR repeat_group = ?1)) WHERE id = ?3",
+                              -1, &st, NULL);
   if (rc != SQLITE_OK) return db_fail(s, rc, "preparing the repeat update", err);
   bind_i64(st, 1, group);
   bind_i64(st, 2, index);
@@ -729,6 +733,45 @@ sc_status store_run_set_repeat(store *s, int64_t run_id, int64_t group, int inde
   sqlite3_finalize(st);
   if (r == SC_OK) r = store_flush(s, err);
   return r;
+}
+
+sc_status store_group_join(store *s, int64_t run_id, const char *scenario, const char *mode,
+                           int64_t *group, int *next_index, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(s->db,
+                              "SELECT scenario, mode, coalesce(repeat_group, id), (SELECT "
+                              "coalesce(max(repeat_index), 0) + 1 FROM run g WHERE g.repeat_group "
+                              "= coalesce(r.repeat_group, r.id)), repeat_group IS NULL FROM run r "
+                              "WHERE id = ?1",
+                              -1, &st, NULL);
+  if (rc != SQLITE_OK) return db_fail(s, rc, "preparing the group lookup", err);
+  bind_i64(st, 1, run_id);
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW) {
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return db_fail(s, rc, "looking up a repetition group", err);
+    return sc_fail(err, SC_INVALID, "%s: no run %lld to join (--group)", s->path,
+                   (long long)run_id);
+  }
+  char have_scn[160], have_mode[16];
+  snprintf(have_scn, sizeof have_scn, "%s", (const char *)sqlite3_column_text(st, 0));
+  snprintf(have_mode, sizeof have_mode, "%s", (const char *)sqlite3_column_text(st, 1));
+  *group = sqlite3_column_int64(st, 2);
+  *next_index = sqlite3_column_int(st, 3);
+  bool alone = sqlite3_column_int(st, 4) != 0;
+  sqlite3_finalize(st);
+  if (strcmp(have_scn, scenario))
+    return sc_fail(err, SC_INVALID,
+                   "%s: run %lld is of scenario '%s', not '%s': a group holds one scenario",
+                   s->path, (long long)run_id, have_scn, scenario);
+  if (strcmp(have_mode, mode))
+    return sc_fail(err, SC_INVALID, "%s: run %lld is a %s run, not %s: a group holds one mode",
+                   s->path, (long long)run_id, have_mode, mode);
+  if (alone) {
+    *next_index = 1;
+    return store_run_set_repeat(s, run_id, run_id, 0, err);
+  }
+  return SC_OK;
 }
 
 sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error *err) {

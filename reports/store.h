@@ -51,6 +51,12 @@ sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_erro
 // `group`. Committed at once.
 sc_status store_run_set_repeat(store *s, int64_t run_id, int64_t group, int index,
                                sc_error *err);
+// `run --group RUN`: the repetition group that run `run_id` belongs to, for more repetitions
+// to join it: *group its id and *next_index the index the next repetition takes. A run on its
+// own becomes repetition 0 of a group of its own id (committed at once). SC_INVALID when there
+// is no such run, or it is of another scenario (name) or mode than `scenario` and `mode`.
+sc_status store_group_join(store *s, int64_t run_id, const char *scenario, const char *mode,
+                           int64_t *group, int *next_index, sc_error *err);
 // Sets status ("complete" | "interrupted" | "failed"), verdict ("pass" | "fail" | NULL), error
 // (NULL), ended_at = now and duration_ns; commits everything pending.
 sc_status store_run_end(store *s, int64_t run_id, const char *status, const char *verdict,

@@ -531,6 +531,60 @@ Test(gate_cli, bad_input_exits_2_with_a_reason) {
   cr_expect_eq(cli("baseline --help%s%s", "", ""), 0, "%s", out);
 }
 
+Test(gate_cli, group_adds_repetitions_to_an_existing_group, .timeout = 120) {
+  const char *dir = sc_test_tmpdir("gate-group");
+  char db[600], y[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(y, sizeof y, "%s/g.yaml", dir);
+  write_yaml(y, "h100-sxm", "");
+  // runs 1-2: a group; run 3 joins it (index 2)
+  cr_assert_eq(cli("run %s --db %s --quiet --no-report --repeat 2", y, db), 0, "%s", out);
+  cr_assert_eq(cli("run %s --db %s --no-report --group 2", y, db), 0, "%s", out);
+  cr_expect(strstr(out, "run 3: repetition group 1"), "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT repeat_group * 10 + repeat_index FROM run WHERE id = 3"),
+               12);
+  // run 4 on its own; --group 4 --repeat 2 makes it repetition 0 of group 4, then 5 and 6
+  cr_assert_eq(cli("run %s --db %s --quiet --no-report", y, db), 0, "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT repeat_group IS NULL FROM run WHERE id = 4"), 1);
+  cr_assert_eq(cli("run %s --db %s --quiet --no-report --repeat 2 --group 4", y, db), 0, "%s",
+               out);
+  cr_expect_eq(sc_test_q1(db, "SELECT group_concat(id || ':' || repeat_group || '.' || "
+                              "repeat_index, ' ') = '4:4.0 5:4.1 6:4.2' FROM run WHERE id >= 4"),
+               1);
+  // a repetition joining a baseline group is part of the baseline
+  cr_assert_eq(cli("baseline --db %s --run 1%s", db, ""), 0, "%s", out);
+  cr_assert_eq(cli("run %s --db %s --quiet --no-report --group 3", y, db), 0, "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT baseline FROM run WHERE id = 7"), 1);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM run WHERE repeat_group = 1 AND baseline"), 4);
+  // the gate takes the group as one: group 4 (3 runs) against group 1 (4 runs)
+  cr_expect_eq(cli("gate --db %s --run 6 --json%s", db, ""), 0, "%s", out);
+  cr_expect(strstr(out, "\"baseline_repetitions\": 4") && strstr(out, "\"current_repetitions\": 3"),
+            "%s", out);
+  // refused: no such run, another scenario, another mode, not an id; nothing is recorded
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  const char *const names1[] = {"tpot_p50_ms"};
+  double v = 1;
+  int64_t other = add_run(s, "gate-other", "sim", one, 1, names1, &v, 1);
+  int64_t real = add_run(s, "gate-sim", "real", one, 1, names1, &v, 1);
+  store_close(s);
+  long long before = sc_test_q1(db, "SELECT count(*) FROM run");
+  cr_expect_eq(cli("run %s --db %s --quiet --no-report --group 99", y, db), 2, "%s", out);
+  cr_expect(strstr(out, "no run 99 to join"), "%s", out);
+  char args[1400];
+  snprintf(args, sizeof args, "run %s --db %s --quiet --no-report --group %lld", y, db,
+           (long long)other);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "a group holds one scenario"), "%s", out);
+  snprintf(args, sizeof args, "run %s --db %s --quiet --no-report --group %lld", y, db,
+           (long long)real);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "a group holds one mode"), "%s", out);
+  cr_expect_eq(cli("run %s --db %s --quiet --no-report --group first", y, db), 2, "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM run"), before);
+}
+
 Test(gate_cli, the_scenarios_gate_section_sets_the_defaults_and_flags_override_it,
      .timeout = 120) {
   const char *dir = sc_test_tmpdir("gate-yaml");
