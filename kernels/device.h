@@ -3,9 +3,11 @@
 //
 // Backends: cpu (kernels/cpu/, CBLAS + C), cuda (kernels/cuda/, later). Sim mode does not
 // come through here: the engine's sim backend prices each step's ops from their shapes
-// (kernels/sim/sim_cost.h) instead of allocating and running them. This file declares the vtable and the public wrappers; the wrappers are where fault
-// hooks go, so every backend gets them. Activations are fp32 row-major everywhere; a
-// "device pointer" is whatever alloc returned (host memory on cpu).
+// (kernels/sim/sim_cost.h) instead of allocating and running them. This file declares the
+// vtable and the public wrappers; the wrappers are where fault hooks go, so every backend gets
+// them. Activations are fp32 row-major everywhere; weights are fp32, or int8 with per-row
+// scales for the optional matmul_q8; a "device pointer" is whatever alloc returned (host
+// memory on cpu).
 #pragma once
 
 #include <stdbool.h>
@@ -97,8 +99,11 @@ sc_status dev_mem_info(device *d, size_t *used, size_t *total);
 sc_status dev_synchronize(device *d);
 sc_status dev_matmul(device *d, int m, int n, int k, const float *x, const float *w, float beta,
                      float *y);
-// Whether the backend multiplies int8 weights (dev_matmul_q8); SC_INVALID comes back when not.
+// Whether the backend multiplies int8 weights: dev_matmul_q8 gives SC_INVALID when it does not
+// (the engine refuses int8 weights on such a backend with a message when it loads them).
 bool dev_has_matmul_q8(const device *d);
+// y(m,n) = x(m,k) * (scale(n) . q(n,k))^T + beta * y(m,n) (device_i.matmul_q8); every fault
+// hook applies to it as to dev_matmul (lost, hang, slow, and corrupt poisons its y).
 sc_status dev_matmul_q8(device *d, int m, int n, int k, const float *x, const int8_t *q,
                         const float *scale, float beta, float *y);
 // Host side: symmetric per-row int8 of w(n,k): scale(j) = max_i |w(j,i)| / 127 (0 for a row of
@@ -142,6 +147,15 @@ void device_fault_release(device *d);
 
 // --- backends' open functions (registration point: kernels/device.c)
 sc_status device_cpu_open(device **out, sc_error *err);
-// Threads the CPU backend's BLAS may use in this process (global to the BLAS library).
+// Threads the CPU backend's BLAS may use in this process (global to the BLAS library); the
+// int8 matmul of each cpu device opened afterwards uses as many: the caller and n - 1 threads
+// of the device's own (started at its first product big enough to split).
 void device_cpu_set_threads(int n);
 int device_cpu_cores(void);
+// The builds of the CPU backend's own vector kernels (the int8 matmul; BLAS picks its own).
+typedef enum dev_cpu_isa { DEV_CPU_ISA_C, DEV_CPU_ISA_AVX2, DEV_CPU_ISA_AVX512 } dev_cpu_isa;
+const char *device_cpu_isa_name(dev_cpu_isa isa); // "c", "avx2", "avx512"
+// Caps the build those kernels use, process-wide, from the next call on (tests compare the
+// portable one with the vector ones; benchmarks time each). Returns the build now in use: the
+// best one this CPU runs that is not above cap (DEV_CPU_ISA_AVX512: the default, no cap).
+dev_cpu_isa device_cpu_set_isa(dev_cpu_isa cap);

@@ -1,7 +1,9 @@
 // The cpu device backend: host memory with exact accounting, GEMMs through CBLAS (OpenBLAS),
 // and plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged KV
 // store, paged causal GQA attention with an online softmax, SwiGLU, add, vocab-sharded
-// embedding). Each op runs on the calling thread (only the GEMMs may use BLAS threads).
+// embedding), and the int8 weight-only matmul (its own kernels: AVX-512, AVX2 or portable C,
+// chosen at run time, on a small pool of threads per device; or dequantized tiles through
+// CBLAS). Other ops run on the calling thread; the f32 GEMMs may use BLAS threads.
 //
 // What it leaves to others: the public wrappers and the backend registry (kernels/device.c),
 // fault injection (faults/, at the wrapper layer), the KV block allocator and block tables
@@ -9,11 +11,14 @@
 // BLAS may add its own threads, see device_cpu_set_threads). Every op is synchronous, so
 // synchronize is a no-op. Nothing here prints or exits; bad arguments give SC_INVALID.
 //
-// Thread safety: a cpu device keeps no state but its allocation counter (atomic), so several
-// threads may call ops on different devices, or on the same one, at the same time, as long
-// as their output buffers do not overlap.
+// Thread safety: a cpu device keeps no state but its allocation counter (atomic) and the int8
+// matmul's thread pool and tile scratch (each held by one call at a time; a call that finds
+// them taken works alone, with a scratch of its own), so several threads may call ops on
+// different devices, or on the same one, at the same time, as long as their output buffers do
+// not overlap.
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -21,13 +26,24 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/clock.h"
 #include "kernels/device.h"
 
 // --- context and memory
 
+struct cpu_pool;
+
 typedef struct cpu_ctx {
   atomic_size_t used; // bytes currently allocated through this device (as requested)
   size_t total;       // physical RAM in bytes; one allocation never pushes used past it
+  // int8 matmul (host memory outside the accounting above, like BLAS's own buffers):
+  int threads;              // device_cpu_set_threads when opened (0: one per core)
+  pthread_mutex_t pool_mu;  // guards pool and pool_tried
+  struct cpu_pool *pool;    // threads - 1 kernel threads, started at the first product that
+  bool pool_tried;          // wants them
+  pthread_mutex_t scratch_mu; // held while a product uses scratch
+  float *scratch;             // (scratch_floats) dequantized weight tiles
+  size_t scratch_floats;
 } cpu_ctx;
 
 enum { CPU_ALIGN = 64 };
@@ -132,96 +148,561 @@ static sc_status cpu_matmul(void *ctx, int m, int n, int k, const float *x, cons
 }
 
 // --- int8 weight-only matmul
-// Few rows (decode): each int8 weight row is converted once per 8 columns and multiplied into
-// every input row's accumulator, so W is read once per call; AVX2 + FMA when the CPU has them
-// (checked once at run time), else portable C. Many rows (prefill): tiles of Q8_TILE weight
-// rows are dequantized to f32 and multiplied by CBLAS, one extra pass over the weights per
-// call against a GEMM's many.
-enum { Q8_SMALL_M = 8, Q8_TILE = 64 };
+//
+// y(m,n) = x(m,k) * (scale(n) . q(n,k))^T + beta * y, q int8 in matmul's (out, in) layout.
+//
+// Up to Q8_DIRECT_M rows of x (decode, small batches): the kernel reads q itself. It takes
+// Q8_JB weight rows at a time, converts each 16 (or 8) int8 weights to f32 in registers once per
+// block of up to Q8_MB rows of x, and multiplies them into Q8_JB x Q8_MB accumulators, so q
+// streams from memory once per call, each x load serves Q8_JB weight rows, and the weight block
+// (Q8_JB x k bytes) stays in L1 while the x blocks pass. The scale is applied once per output.
+// Three builds of it, chosen at run time (q8_isa_now): AVX-512 F/BW/VL (16 lanes, masked
+// tails), AVX2 + FMA (8 lanes, scalar tails) and portable C. The vector builds are compiled
+// with target attributes, so the file needs no -m flags and runs on any x86-64 (elsewhere, the
+// portable build only). The weight rows are split over the device's pool (below): as many
+// threads as device_cpu_set_threads gives BLAS for the f32 matmul, the caller being one of them.
+//
+// More rows (prefill): tiles of weight rows are dequantized into an f32 scratch kept by the
+// device and multiplied by CBLAS sgemm (so on BLAS's threads, like the f32 matmul). A tile is
+// up to Q8_TILE_BYTES, a whole matrix for most of a small model's, since BLAS packs x once
+// per call; writing each weight once as f32 and reading it back is small against the GEMM.
+enum {
+  Q8_JB = 4,                // weight rows per kernel block
+  Q8_MB = 4,                // rows of x per kernel block (AVX2: 2, for its 16 registers)
+  Q8_DIRECT_M = 32,         // rows of x up to which the kernel reads q directly
+  Q8_PAR_MIN = 1 << 17,     // n * k weights from which the rows are split over the pool
+  Q8_CHUNKS_PER_THREAD = 4, // pieces of a product per pool thread (claimed first come)
+};
+#define Q8_TILE_BYTES ((size_t)4 << 20) // f32 scratch per dequantized tile (at least 16 rows)
 
-// out[r] = x(r,:) . q(:) for r < m (x rows of k floats), portable.
-static void q8_rows_c(int m, int k, const float *x, const int8_t *q, float *out) {
-  for (int r = 0; r < m; r++) {
-    const float *xr = x + (size_t)r * (size_t)k;
-    float a[8] = {0};
-    int i = 0;
-    for (; i + 8 <= k; i += 8)
-      for (int l = 0; l < 8; l++) a[l] += xr[i + l] * (float)q[i + l];
-    float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-    for (; i < k; i++) sum += xr[i] * (float)q[i];
-    out[r] = sum;
+typedef struct q8_job {
+  int m, n, k;
+  const float *x;     // (m, k)
+  const int8_t *q;    // (n, k)
+  const float *scale; // (n)
+  float beta;
+  float *y;           // (m, n)
+} q8_job;
+
+// Writes out(rn, jn) (dot products of rows r.. of x with weight rows j..) to y, scaled.
+static inline void q8_store(const q8_job *jb, int r, int rn, int j, int jn,
+                            const float (*out)[Q8_JB]) {
+  for (int a = 0; a < rn; a++) {
+    float *yr = jb->y + (size_t)(r + a) * (size_t)jb->n + j;
+    for (int b = 0; b < jn; b++) {
+      float v = out[a][b] * jb->scale[j + b];
+      yr[b] = jb->beta == 0.0f ? v : v + jb->beta * yr[b]; // beta 0: y is not read
+    }
+  }
+}
+
+// The weight rows j.. of a block, the last one repeated past jn (computed, not stored).
+static inline void q8_rows(const q8_job *jb, int j, int jn, const int8_t *w[Q8_JB]) {
+  for (int t = 0; t < Q8_JB; t++) w[t] = jb->q + (size_t)(j + (t < jn ? t : jn - 1)) * jb->k;
+}
+
+// Portable build: y(:, j0:j1). Each block of weight rows is converted to f32 Q8_KC columns at
+// a time (once for all rows of x), then multiplied in float with 8 partial sums, which the
+// compiler can vectorise for any x86-64 (SSE2).
+enum { Q8_KC = 256, Q8_C_ROWS = 16 };
+static void q8_cols_c(const q8_job *jb, int j0, int j1) {
+  const int k = jb->k;
+  float wf[Q8_JB][Q8_KC];     // the block's weights, Q8_KC columns of them, as f32
+  float acc[Q8_C_ROWS][Q8_JB]; // dot products of Q8_C_ROWS rows of x with the block
+  for (int j = j0; j < j1; j += Q8_JB) {
+    int jn = j1 - j < Q8_JB ? j1 - j : Q8_JB;
+    const int8_t *w[Q8_JB];
+    q8_rows(jb, j, jn, w);
+    for (int r = 0; r < jb->m; r += Q8_C_ROWS) {
+      int rn = jb->m - r < Q8_C_ROWS ? jb->m - r : Q8_C_ROWS;
+      memset(acc, 0, sizeof acc);
+      for (int i0 = 0; i0 < k; i0 += Q8_KC) {
+        int len = k - i0 < Q8_KC ? k - i0 : Q8_KC;
+        for (int b = 0; b < jn; b++)
+          for (int i = 0; i < len; i++) wf[b][i] = (float)w[b][i0 + i];
+        for (int a = 0; a < rn; a++) {
+          const float *xr = jb->x + (size_t)(r + a) * (size_t)k + i0;
+          for (int b = 0; b < jn; b++) {
+            float p[8] = {0};
+            int i = 0;
+            for (; i + 8 <= len; i += 8)
+              for (int l = 0; l < 8; l++) p[l] += xr[i + l] * wf[b][i + l];
+            float sum = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+            for (; i < len; i++) sum += xr[i] * wf[b][i];
+            acc[a][b] += sum;
+          }
+        }
+      }
+      q8_store(jb, r, rn, j, jn, acc);
+    }
   }
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define Q8_HAVE_AVX2 1
-__attribute__((target("avx2,fma"))) static void q8_rows_avx2(int m, int k, const float *x,
-                                                             const int8_t *q, float *out) {
-  __m256 acc[Q8_SMALL_M];
-  for (int r = 0; r < m; r++) acc[r] = _mm256_setzero_ps();
+#define Q8_X86 1
+#define Q8_AVX2 __attribute__((target("avx2,fma")))
+#define Q8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define Q8_INLINE static inline __attribute__((always_inline))
+
+// AVX2: rn (1..2, a constant after inlining) rows of x against Q8_JB weight rows.
+Q8_AVX2 Q8_INLINE void q8_tile_avx2(const int rn, int k, const float *x,
+                                    const int8_t *const w[Q8_JB], float out[Q8_MB][Q8_JB]) {
+  __m256 acc[2][Q8_JB];
+#pragma GCC unroll 2
+  for (int a = 0; a < rn; a++) {
+#pragma GCC unroll 4
+    for (int b = 0; b < Q8_JB; b++) acc[a][b] = _mm256_setzero_ps();
+  }
   int i = 0;
   for (; i + 8 <= k; i += 8) {
-    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(q + i));
-    __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-    for (int r = 0; r < m; r++)
-      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (size_t)r * (size_t)k + i), w, acc[r]);
+    __m256 wv[Q8_JB];
+#pragma GCC unroll 4
+    for (int b = 0; b < Q8_JB; b++)
+      wv[b] = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(w[b] + i))));
+#pragma GCC unroll 2
+    for (int a = 0; a < rn; a++) {
+      __m256 xv = _mm256_loadu_ps(x + (size_t)a * (size_t)k + i);
+#pragma GCC unroll 4
+      for (int b = 0; b < Q8_JB; b++) acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);
+    }
   }
-  for (int r = 0; r < m; r++) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float sum = _mm_cvtss_f32(h);
-    for (int t = i; t < k; t++) sum += x[(size_t)r * (size_t)k + t] * (float)q[t];
-    out[r] = sum;
+#pragma GCC unroll 2
+  for (int a = 0; a < rn; a++) {
+    const float *xr = x + (size_t)a * (size_t)k;
+#pragma GCC unroll 4
+    for (int b = 0; b < Q8_JB; b++) {
+      __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[a][b]), _mm256_extractf128_ps(acc[a][b], 1));
+      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_add_ss(h, _mm_movehdup_ps(h));
+      float s = _mm_cvtss_f32(h);
+      for (int t = i; t < k; t++) s += xr[t] * (float)w[b][t];
+      out[a][b] = s;
+    }
+  }
+}
+
+Q8_AVX2 static void q8_cols_avx2(const q8_job *jb, int j0, int j1) {
+  const int k = jb->k;
+  for (int j = j0; j < j1; j += Q8_JB) {
+    int jn = j1 - j < Q8_JB ? j1 - j : Q8_JB;
+    const int8_t *w[Q8_JB];
+    q8_rows(jb, j, jn, w);
+    for (int r = 0; r < jb->m; r += 2) {
+      const float *xr = jb->x + (size_t)r * (size_t)k;
+      float out[Q8_MB][Q8_JB];
+      int rn = jb->m - r < 2 ? 1 : 2;
+      if (rn == 1)
+        q8_tile_avx2(1, k, xr, w, out);
+      else
+        q8_tile_avx2(2, k, xr, w, out);
+      q8_store(jb, r, rn, j, jn, out);
+    }
+  }
+}
+
+// AVX-512: rn (1..Q8_MB, a constant after inlining) rows of x against Q8_JB weight rows; the
+// last k % 16 columns are read with masked loads.
+Q8_AVX512 Q8_INLINE void q8_tile_avx512(const int rn, int k, const float *x,
+                                        const int8_t *const w[Q8_JB],
+                                        float out[Q8_MB][Q8_JB]) {
+  __m512 acc[Q8_MB][Q8_JB];
+#pragma GCC unroll 4
+  for (int a = 0; a < rn; a++) {
+#pragma GCC unroll 4
+    for (int b = 0; b < Q8_JB; b++) acc[a][b] = _mm512_setzero_ps();
+  }
+  for (int i = 0; i < k; i += 16) {
+    __mmask16 mk = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1u);
+    __m512 wv[Q8_JB];
+#pragma GCC unroll 4
+    for (int b = 0; b < Q8_JB; b++)
+      wv[b] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, w[b] + i)));
+#pragma GCC unroll 4
+    for (int a = 0; a < rn; a++) {
+      __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)a * (size_t)k + i);
+#pragma GCC unroll 4
+      for (int b = 0; b < Q8_JB; b++) acc[a][b] = _mm512_fmadd_ps(xv, wv[b], acc[a][b]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int a = 0; a < rn; a++) {
+#pragma GCC unroll 4
+    for (int b = 0; b < Q8_JB; b++) out[a][b] = _mm512_reduce_add_ps(acc[a][b]);
+  }
+}
+
+Q8_AVX512 static void q8_cols_avx512(const q8_job *jb, int j0, int j1) {
+  const int k = jb->k;
+  for (int j = j0; j < j1; j += Q8_JB) {
+    int jn = j1 - j < Q8_JB ? j1 - j : Q8_JB;
+    const int8_t *w[Q8_JB];
+    q8_rows(jb, j, jn, w);
+    for (int r = 0; r < jb->m; r += Q8_MB) {
+      const float *xr = jb->x + (size_t)r * (size_t)k;
+      float out[Q8_MB][Q8_JB];
+      int rn = jb->m - r < Q8_MB ? jb->m - r : Q8_MB;
+      switch (rn) {
+      case 1: q8_tile_avx512(1, k, xr, w, out); break;
+      case 2: q8_tile_avx512(2, k, xr, w, out); break;
+      case 3: q8_tile_avx512(3, k, xr, w, out); break;
+      default: q8_tile_avx512(4, k, xr, w, out); break;
+      }
+      q8_store(jb, r, rn, j, jn, out);
+    }
   }
 }
 #endif
 
-typedef void (*q8_rows_fn)(int m, int k, const float *x, const int8_t *q, float *out);
+// --- which build runs (process-wide)
 
-static q8_rows_fn q8_rows(void) {
-#ifdef Q8_HAVE_AVX2
-  static int have = -1; // benign race: every thread computes the same value
-  if (have < 0) have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (have) return q8_rows_avx2;
+static atomic_int q8_isa_cap = DEV_CPU_ISA_AVX512; // device_cpu_set_isa
+
+// The best build this CPU (and its OS: the cpuid checks include XGETBV) can run.
+static dev_cpu_isa q8_isa_best(void) {
+#ifdef Q8_X86
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma"))
+    return DEV_CPU_ISA_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DEV_CPU_ISA_AVX2;
 #endif
-  return q8_rows_c;
+  return DEV_CPU_ISA_C;
 }
 
+static dev_cpu_isa q8_isa_now(void) {
+  static atomic_int best = -1; // computed once; every thread computes the same value
+  int b = atomic_load_explicit(&best, memory_order_relaxed);
+  if (b < 0) {
+    b = (int)q8_isa_best();
+    atomic_store_explicit(&best, b, memory_order_relaxed);
+  }
+  int cap = atomic_load_explicit(&q8_isa_cap, memory_order_relaxed);
+  return (dev_cpu_isa)(b < cap ? b : cap);
+}
+
+dev_cpu_isa device_cpu_set_isa(dev_cpu_isa cap) {
+  if (cap < DEV_CPU_ISA_C) cap = DEV_CPU_ISA_C;
+  if (cap > DEV_CPU_ISA_AVX512) cap = DEV_CPU_ISA_AVX512;
+  atomic_store(&q8_isa_cap, (int)cap);
+  return q8_isa_now();
+}
+
+const char *device_cpu_isa_name(dev_cpu_isa isa) {
+  switch (isa) {
+  case DEV_CPU_ISA_C: return "c";
+  case DEV_CPU_ISA_AVX2: return "avx2";
+  case DEV_CPU_ISA_AVX512: return "avx512";
+  }
+  return "unknown";
+}
+
+typedef void (*q8_cols_fn)(const q8_job *jb, int j0, int j1);
+
+static q8_cols_fn q8_cols(void) {
+#ifdef Q8_X86
+  switch (q8_isa_now()) {
+  case DEV_CPU_ISA_AVX512: return q8_cols_avx512;
+  case DEV_CPU_ISA_AVX2: return q8_cols_avx2;
+  case DEV_CPU_ISA_C: break;
+  }
+#endif
+  return q8_cols_c;
+}
+
+// --- the pool of a device's kernel threads
+//
+// n_workers threads that help the calling thread through a job of n chunks, each chunk claimed
+// by whichever thread gets to it first. A job is published by bumping gen (release), which
+// also carries the chunk count; a chunk is free while its state holds the job's tag and is
+// claimed by one compare-and-swap, so a worker reads the job only for a chunk it holds (the
+// caller replaces the job only once every chunk is done). The caller claims chunks too, and
+// waits only for chunks a worker is running: a worker that the OS has not scheduled (a busy or
+// oversubscribed machine) costs nothing but its share of the work. Workers spin on gen for up
+// to POOL_SPIN_NS after their last chunk (the ops between two matmuls of a step are shorter),
+// then sleep on wake; every spin-wait here pauses, then yields the core after a few turns. One
+// job at a time: a call that finds the pool busy runs its job alone.
+
+#define POOL_SPIN_NS 200000ull // 0.2 ms
+enum { POOL_MAX_CHUNKS = 64 };
+
+typedef struct cpu_pool {
+  int n_workers;
+  pthread_t *threads;  // (n_workers)
+  pthread_mutex_t mu;  // the sleeps on wake and done
+  pthread_cond_t wake; // workers sleep here between jobs
+  pthread_cond_t done; // the caller sleeps here until remaining is 0
+  atomic_ullong gen;   // (job number << 8) | chunks; bumped once per job and once at stop
+  atomic_ullong state[POOL_MAX_CHUNKS]; // chunk c of job j: 2j (free) or 2j + 1 (claimed)
+  atomic_int remaining; // chunks of the current job not finished
+  atomic_flag busy;     // a caller holds the pool
+  atomic_bool stop;     // set before the last bump of gen
+  void (*fn)(void *arg, int chunk, int chunks); // the job: written before gen is bumped
+  void *arg;
+} cpu_pool;
+
+typedef struct pool_worker_arg {
+  cpu_pool *p;
+  int index, of; // this worker's number, 1..of - 1 (the caller is 0), and the pool's threads
+} pool_worker_arg;
+
+// One turn of a spin-wait: a pause for the first turns, then a yield, so that two threads the
+// OS has put on one core (after a long sleep, say) do not spin each other's time away.
+static inline void pool_pause(unsigned turn) {
+  if (turn < 64) {
+#ifdef Q8_X86
+    __builtin_ia32_pause();
+#endif
+  } else {
+    sched_yield();
+  }
+}
+
+// Claims and runs the free chunks of job word g, starting at chunk `first`; the thread that
+// finishes the last chunk wakes a caller asleep on done.
+static void pool_work(cpu_pool *p, unsigned long long g, int first) {
+  unsigned long long tag = (g >> 8) * 2u;
+  int chunks = (int)(g & 255u);
+  for (int i = 0; i < chunks; i++) {
+    int c = (first + i) % chunks;
+    unsigned long long want = tag;
+    if (!atomic_compare_exchange_strong_explicit(&p->state[c], &want, tag + 1u,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+      continue;
+    p->fn(p->arg, c, chunks);
+    if (atomic_fetch_sub_explicit(&p->remaining, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_broadcast(&p->done);
+      pthread_mutex_unlock(&p->mu);
+    }
+  }
+}
+
+// Spins until *a != v or POOL_SPIN_NS pass; returns the last value read.
+static unsigned long long pool_spin(atomic_ullong *a, unsigned long long v) {
+  uint64_t t0 = 0;
+  for (unsigned it = 0;; it++) {
+    unsigned long long cur = atomic_load_explicit(a, memory_order_acquire);
+    if (cur != v) return cur;
+    if ((it & 255u) == 255u) {
+      uint64_t now = sc_monotonic_ns();
+      if (!t0) t0 = now;
+      else if (now - t0 > POOL_SPIN_NS) return cur;
+    }
+    pool_pause(it);
+  }
+}
+
+static void *pool_main(void *arg) {
+  pool_worker_arg *wa = arg;
+  cpu_pool *p = wa->p;
+  // gen starts at 0: a job or a stop published before this thread first ran is not missed
+  unsigned long long seen = 0;
+  for (;;) {
+    unsigned long long g = pool_spin(&p->gen, seen);
+    if (g == seen) {
+      pthread_mutex_lock(&p->mu);
+      while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+             !atomic_load(&p->stop))
+        pthread_cond_wait(&p->wake, &p->mu);
+      pthread_mutex_unlock(&p->mu);
+    }
+    if (atomic_load(&p->stop)) break;
+    seen = g;
+    pool_work(p, g, (int)(g & 255u) * wa->index / wa->of); // its share first
+  }
+  free(wa);
+  return NULL;
+}
+
+static void pool_free(cpu_pool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  atomic_store(&p->stop, true);
+  atomic_fetch_add_explicit(&p->gen, 256u, memory_order_release);
+  pthread_cond_broadcast(&p->wake);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
+  pthread_cond_destroy(&p->done);
+  pthread_cond_destroy(&p->wake);
+  pthread_mutex_destroy(&p->mu);
+  free(p->threads);
+  free(p);
+}
+
+// A pool of n_workers threads (fewer when only some could be started), or NULL when none
+// could be (the caller then works alone).
+static cpu_pool *pool_new(int n_workers) {
+  if (n_workers < 1) return NULL;
+  cpu_pool *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->threads = calloc((size_t)n_workers, sizeof *p->threads);
+  if (!p->threads || pthread_mutex_init(&p->mu, NULL)) {
+    free(p->threads);
+    free(p);
+    return NULL;
+  }
+  pthread_cond_init(&p->wake, NULL);
+  pthread_cond_init(&p->done, NULL);
+  atomic_init(&p->gen, 0);
+  for (int c = 0; c < POOL_MAX_CHUNKS; c++) atomic_init(&p->state[c], 1ull); // claimed by none
+  atomic_init(&p->remaining, 0);
+  atomic_init(&p->stop, false);
+  atomic_flag_clear(&p->busy);
+  for (int i = 0; i < n_workers; i++) {
+    pool_worker_arg *wa = malloc(sizeof *wa);
+    if (!wa) break;
+    *wa = (pool_worker_arg){p, i + 1, n_workers + 1};
+    if (pthread_create(&p->threads[i], NULL, pool_main, wa) != 0) {
+      free(wa);
+      break;
+    }
+    p->n_workers++;
+  }
+  if (p->n_workers == 0) {
+    pool_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+// Runs fn(arg, chunk, chunks) for every chunk < chunks (at most POOL_MAX_CHUNKS) on the
+// calling thread and the pool's; returns when every chunk has run. Without a pool, or while
+// another caller holds it, every chunk runs here.
+static void pool_run(cpu_pool *p, void (*fn)(void *arg, int chunk, int chunks), void *arg,
+                     int chunks) {
+  if (chunks > POOL_MAX_CHUNKS) chunks = POOL_MAX_CHUNKS;
+  if (!p || chunks <= 1 || atomic_flag_test_and_set_explicit(&p->busy, memory_order_acquire)) {
+    for (int c = 0; c < chunks; c++) fn(arg, c, chunks);
+    return;
+  }
+  p->fn = fn;
+  p->arg = arg;
+  unsigned long long g = (atomic_load_explicit(&p->gen, memory_order_relaxed) & ~255ull) + 256u;
+  g |= (unsigned long long)chunks;
+  for (int c = 0; c < chunks; c++)
+    atomic_store_explicit(&p->state[c], (g >> 8) * 2u, memory_order_relaxed);
+  atomic_store_explicit(&p->remaining, chunks, memory_order_relaxed);
+  atomic_store_explicit(&p->gen, g, memory_order_release);
+  pthread_mutex_lock(&p->mu); // wakes the workers that went to sleep (see pool_main)
+  pthread_cond_broadcast(&p->wake);
+  pthread_mutex_unlock(&p->mu);
+  pool_work(p, g, 0);
+  uint64_t t0 = 0; // the chunks left are running on workers: spin, then sleep
+  for (unsigned it = 0; atomic_load_explicit(&p->remaining, memory_order_acquire) > 0; it++) {
+    if ((it & 255u) == 255u) {
+      uint64_t now = sc_monotonic_ns();
+      if (!t0) t0 = now;
+      else if (now - t0 > POOL_SPIN_NS) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load_explicit(&p->remaining, memory_order_acquire) > 0)
+          pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+        break;
+      }
+    }
+    pool_pause(it);
+  }
+  atomic_flag_clear_explicit(&p->busy, memory_order_release);
+}
+
+// --- the op
+
+static atomic_int cpu_threads; // device_cpu_set_threads; 0: one per core
+
+// The device's pool, started at its first call that wants one: as many workers as its
+// threads setting allows beyond the caller. NULL for one thread (or none could start).
+static cpu_pool *cpu_pool_get(cpu_ctx *c) {
+  pthread_mutex_lock(&c->pool_mu);
+  if (!c->pool_tried) {
+    int t = c->threads > 0 ? c->threads : device_cpu_cores();
+    c->pool = pool_new(t - 1);
+    c->pool_tried = true;
+  }
+  cpu_pool *p = c->pool;
+  pthread_mutex_unlock(&c->pool_mu);
+  return p;
+}
+
+typedef struct q8_par {
+  const q8_job *jb;
+  q8_cols_fn cols;
+} q8_par;
+
+// Chunk `chunk` of `chunks`: a contiguous range of Q8_JB-row blocks of the weights.
+static void q8_chunk(void *arg, int chunk, int chunks) {
+  const q8_par *pa = arg;
+  int blocks = (pa->jb->n + Q8_JB - 1) / Q8_JB;
+  int b0 = (int)((int64_t)blocks * chunk / chunks);
+  int b1 = (int)((int64_t)blocks * (chunk + 1) / chunks);
+  int j0 = b0 * Q8_JB, j1 = b1 * Q8_JB < pa->jb->n ? b1 * Q8_JB : pa->jb->n;
+  if (j0 < j1) pa->cols(pa->jb, j0, j1);
+}
+
+// out(nt, k) = scale . q for weight rows [j0, j0 + nt).
+static void q8_dequant(const q8_job *jb, int j0, int nt, float *out) {
+  const size_t k = (size_t)jb->k;
+  for (size_t j = 0; j < (size_t)nt; j++) {
+    const int8_t *qr = jb->q + ((size_t)j0 + j) * k;
+    float s = jb->scale[(size_t)j0 + j], *o = out + j * k;
+    for (size_t i = 0; i < k; i++) o[i] = s * (float)qr[i];
+  }
+}
+
+// Many rows: dequantized tiles through sgemm. The scratch is the device's while nobody else
+// uses it, else a temporary one.
+static sc_status q8_gemm_tiles(cpu_ctx *c, const q8_job *jb) {
+  const size_t k = (size_t)jb->k;
+  size_t rows = Q8_TILE_BYTES / (k * sizeof(float));
+  if (rows < 16) rows = 16;
+  if (rows > (size_t)jb->n) rows = (size_t)jb->n;
+  size_t need = rows * k;
+  float *tile = NULL, *own = NULL;
+  bool locked = pthread_mutex_trylock(&c->scratch_mu) == 0;
+  if (locked && c->scratch_floats < need) {
+    free(c->scratch);
+    c->scratch = malloc(need * sizeof(float));
+    c->scratch_floats = c->scratch ? need : 0;
+  }
+  if (locked && c->scratch) tile = c->scratch;
+  else tile = own = malloc(need * sizeof(float));
+  if (!tile) {
+    if (locked) pthread_mutex_unlock(&c->scratch_mu);
+    return SC_OOM;
+  }
+  for (int j0 = 0; j0 < jb->n; j0 += (int)rows) {
+    int nt = jb->n - j0 < (int)rows ? jb->n - j0 : (int)rows;
+    q8_dequant(jb, j0, nt, tile);
+    if (jb->beta == 0.0f)
+      for (size_t r = 0; r < (size_t)jb->m; r++)
+        memset(jb->y + r * (size_t)jb->n + j0, 0, (size_t)nt * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, jb->m, nt, jb->k, 1.0f, jb->x, jb->k,
+                tile, jb->k, jb->beta, jb->y + j0, jb->n);
+  }
+  free(own);
+  if (locked) pthread_mutex_unlock(&c->scratch_mu);
+  return SC_OK;
+}
+
+// x and y must not overlap. With beta == 0, y is written without being read.
 static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, const int8_t *q,
                                const float *scale, float beta, float *y) {
-  (void)ctx;
+  cpu_ctx *c = ctx;
   if (m < 0 || n < 0 || k < 0) return SC_INVALID;
   if (m == 0 || n == 0) return SC_OK;
   if (!y || !scale || (k > 0 && (!x || !q))) return SC_INVALID;
-  if (m <= Q8_SMALL_M) {
-    q8_rows_fn rows = q8_rows();
-    float dot[Q8_SMALL_M];
-    for (size_t j = 0; j < (size_t)n; j++) {
-      rows(m, k, x, q + j * (size_t)k, dot);
-      for (size_t r = 0; r < (size_t)m; r++) {
-        float v = dot[r] * scale[j], *yo = y + r * (size_t)n + j;
-        *yo = beta == 0.0f ? v : v + beta * *yo;
-      }
-    }
+  q8_job jb = {m, n, k, x, q, scale, beta, y};
+  if (k == 0) { // no terms: y = beta * y (0 when beta is 0)
+    for (size_t i = 0; i < (size_t)m * (size_t)n; i++) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
     return SC_OK;
   }
-  float *tile = malloc((size_t)Q8_TILE * (size_t)k * sizeof *tile);
-  if (!tile) return SC_OOM;
-  for (int j0 = 0; j0 < n; j0 += Q8_TILE) {
-    int nt = n - j0 < Q8_TILE ? n - j0 : Q8_TILE;
-    for (size_t j = 0; j < (size_t)nt; j++) {
-      const int8_t *qr = q + ((size_t)j0 + j) * (size_t)k;
-      float sj = scale[(size_t)j0 + j], *tr = tile + j * (size_t)k;
-      for (size_t i = 0; i < (size_t)k; i++) tr[i] = sj * (float)qr[i];
-    }
-    if (beta == 0.0f)
-      for (size_t r = 0; r < (size_t)m; r++) memset(y + r * (size_t)n + j0, 0, nt * sizeof *y);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nt, k, 1.0f, x, k, tile, k, beta,
-                y + j0, n);
-  }
-  free(tile);
+  if (m > Q8_DIRECT_M) return q8_gemm_tiles(c, &jb);
+  q8_par pa = {&jb, q8_cols()};
+  int blocks = (n + Q8_JB - 1) / Q8_JB;
+  cpu_pool *p = (size_t)n * (size_t)k >= Q8_PAR_MIN && blocks > 1 ? cpu_pool_get(c) : NULL;
+  int chunks = p ? Q8_CHUNKS_PER_THREAD * (p->n_workers + 1) : 1;
+  pool_run(p, q8_chunk, &pa, chunks < blocks ? chunks : blocks);
   return SC_OK;
 }
 
@@ -506,7 +987,14 @@ static sc_status cpu_attention(void *ctx, const dev_kv_batch *b, int n_heads, in
 
 // --- vtable, open, threads
 
-static void cpu_destroy(void *ctx) { free(ctx); }
+static void cpu_destroy(void *ctx) {
+  cpu_ctx *c = ctx;
+  pool_free(c->pool);
+  free(c->scratch);
+  pthread_mutex_destroy(&c->scratch_mu);
+  pthread_mutex_destroy(&c->pool_mu);
+  free(c);
+}
 
 static const device_i cpu_iface = {
     .name = "cpu",
@@ -534,9 +1022,19 @@ sc_status device_cpu_open(device **out, sc_error *err) {
   if (!c) return sc_fail(err, SC_OOM, "cpu device: out of host memory for its context");
   atomic_init(&c->used, 0);
   c->total = cpu_physical_bytes();
+  c->threads = atomic_load(&cpu_threads);
+  if (pthread_mutex_init(&c->pool_mu, NULL)) {
+    free(c);
+    return sc_fail(err, SC_OOM, "cpu device: cannot create a mutex");
+  }
+  if (pthread_mutex_init(&c->scratch_mu, NULL)) {
+    pthread_mutex_destroy(&c->pool_mu);
+    free(c);
+    return sc_fail(err, SC_OOM, "cpu device: cannot create a mutex");
+  }
   sc_status s = device_wrap(&cpu_iface, c, out);
   if (s != SC_OK) {
-    free(c);
+    cpu_destroy(c);
     return sc_fail(err, s, "cpu device: could not wrap the backend (%s)", sc_status_name(s));
   }
   return SC_OK;
@@ -544,6 +1042,7 @@ sc_status device_cpu_open(device **out, sc_error *err) {
 
 void device_cpu_set_threads(int n) {
   if (n < 1) n = 1;
+  atomic_store(&cpu_threads, n); // the int8 matmul's pools (devices opened from now on)
 #ifdef OPENBLAS_VERSION
   openblas_set_num_threads(n);
 #endif
