@@ -42,10 +42,11 @@ build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_tests release
 
 build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undefined
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
+  UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
-TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine)$'
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant)$'
 # The runner's threads (replicas, recorder) under TSan: the short end-to-end runs; the binary
 # they start inherits TSAN_OPTIONS, and a report makes the test fail.
 echo "== tsan: end-to-end runs"
