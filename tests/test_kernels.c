@@ -141,6 +141,27 @@ Test(kernels, matmul_matches_double_reference_for_odd_shapes_gemv_and_beta) {
   device_free(d);
 }
 
+// From 2 to 32 rows the product runs the small-M kernel on CPUs with AVX-512 (split over the
+// pool when n x k is large), else CBLAS: both must match, through every row count and tail.
+Test(kernels, matmul_small_m_kernel_and_cblas_both_match_the_reference) {
+  dev_cpu_isa best = device_cpu_set_isa(DEV_CPU_ISA_AVX512);
+  cr_log_info("small-M f32 kernel: %s", best == DEV_CPU_ISA_AVX512 ? "on" : "off (no AVX-512)");
+  const dev_cpu_isa caps[] = {DEV_CPU_ISA_AVX512, DEV_CPU_ISA_C};
+  for (size_t c = 0; c < 2; c++) {
+    device_cpu_set_isa(caps[c]);
+    device *d = open_cpu();
+    rng r = {11};
+    const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 32, 33};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
+      int m = ms[i];
+      matmul_case(d, &r, m, 301, 515, 0.0f); // 155k weights: split over the pool
+      matmul_case(d, &r, m, 6, 17, 0.5f);    // one block and a bit, masked tail
+    }
+    device_free(d);
+  }
+  device_cpu_set_isa(DEV_CPU_ISA_AVX512);
+}
+
 Test(kernels, matmul_with_k_zero_scales_y_by_beta) {
   device *d = open_cpu();
   float y[6] = {1, 2, 3, 4, 5, 6};

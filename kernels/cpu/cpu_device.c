@@ -1,9 +1,11 @@
 // The cpu device backend: host memory with exact accounting, GEMMs through CBLAS (OpenBLAS),
-// and plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged KV
-// store, paged causal GQA attention with an online softmax, SwiGLU, add, vocab-sharded
+// or, for 2 to 32 rows on a CPU with AVX-512, a kernel of its own that streams the weights
+// once; plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged
+// KV store, paged causal GQA attention with an online softmax, SwiGLU, add, vocab-sharded
 // embedding), and the int8 weight-only matmul (its own kernels: AVX-512, AVX2 or portable C,
-// chosen at run time, on a small pool of threads per device; or dequantized tiles through
-// CBLAS). Other ops run on the calling thread; the f32 GEMMs may use BLAS threads.
+// chosen at run time; or dequantized tiles through CBLAS). The own kernels run on the calling
+// thread and a small pool of threads per device; other ops on the calling thread; the CBLAS
+// GEMMs may use BLAS threads.
 //
 // What it leaves to others: the public wrappers and the backend registry (kernels/device.c),
 // fault injection (faults/, at the wrapper layer), the KV block allocator and block tables
@@ -11,8 +13,8 @@
 // BLAS may add its own threads, see device_cpu_set_threads). Every op is synchronous, so
 // synchronize is a no-op. Nothing here prints or exits; bad arguments give SC_INVALID.
 //
-// Thread safety: a cpu device keeps no state but its allocation counter (atomic) and the int8
-// matmul's thread pool and tile scratch (each held by one call at a time; a call that finds
+// Thread safety: a cpu device keeps no state but its allocation counter (atomic), its kernels'
+// thread pool and the int8 tile scratch (each held by one call at a time; a call that finds
 // them taken works alone, with a scratch of its own), so several threads may call ops on
 // different devices, or on the same one, at the same time, as long as their output buffers do
 // not overlap.
@@ -125,7 +127,10 @@ static sc_status cpu_mem_info(void *ctx, size_t *used, size_t *total) {
 
 static sc_status cpu_synchronize(void *ctx) { return SC_OK; }
 
-// --- matmul (CBLAS)
+// --- matmul (CBLAS, or the small-M kernel below)
+
+static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const float *w,
+                       float beta, float *y);
 
 // y(m,n) = x(m,k) * w(n,k)^T + beta * y. x and y must not overlap. With beta == 0, y is
 // written without being read (NaN in y does not leak through).
@@ -134,6 +139,7 @@ static sc_status cpu_matmul(void *ctx, int m, int n, int k, const float *x, cons
   if (m < 0 || n < 0 || k < 0) return SC_INVALID;
   if (m == 0 || n == 0) return SC_OK;
   if (!y || (k > 0 && (!x || !w))) return SC_INVALID;
+  if (k > 0 && f32_direct(ctx, m, n, k, x, w, beta, y)) return SC_OK;
   size_t ny = (size_t)m * (size_t)n;
   if (beta == 0.0f) memset(y, 0, ny * sizeof *y);
   if (k == 0) {
@@ -178,8 +184,9 @@ enum {
 typedef struct q8_job {
   int m, n, k;
   const float *x;     // (m, k)
-  const int8_t *q;    // (n, k)
-  const float *scale; // (n)
+  const int8_t *q;    // (n, k); NULL: f32 weights in w (the small-M f32 matmul, below)
+  const float *scale; // (n); NULL with q
+  const float *w;     // (n, k) when q is NULL
   float beta;
   float *y;           // (m, n)
 } q8_job;
@@ -190,7 +197,7 @@ static inline void q8_store(const q8_job *jb, int r, int rn, int j, int jn,
   for (int a = 0; a < rn; a++) {
     float *yr = jb->y + (size_t)(r + a) * (size_t)jb->n + j;
     for (int b = 0; b < jn; b++) {
-      float v = out[a][b] * jb->scale[j + b];
+      float v = jb->scale ? out[a][b] * jb->scale[j + b] : out[a][b];
       yr[b] = jb->beta == 0.0f ? v : v + jb->beta * yr[b]; // beta 0: y is not read
     }
   }
@@ -302,10 +309,11 @@ Q8_AVX2 static void q8_cols_avx2(const q8_job *jb, int j0, int j1) {
   }
 }
 
-// AVX-512: rn (1..Q8_MB, a constant after inlining) rows of x against Q8_JB weight rows; the
-// last k % 16 columns are read with masked loads.
-Q8_AVX512 Q8_INLINE void q8_tile_avx512(const int rn, int k, const float *x,
-                                        const int8_t *const w[Q8_JB],
+// AVX-512: rn (1..Q8_MB, a constant after inlining) rows of x against Q8_JB weight rows, int8
+// (i8) or f32 (also a constant after inlining); the last k % 16 columns are read with masked
+// loads.
+Q8_AVX512 Q8_INLINE void q8_tile_avx512(const int rn, const bool i8, int k, const float *x,
+                                        const void *const w[Q8_JB],
                                         float out[Q8_MB][Q8_JB]) {
   __m512 acc[Q8_MB][Q8_JB];
 #pragma GCC unroll 4
@@ -318,7 +326,9 @@ Q8_AVX512 Q8_INLINE void q8_tile_avx512(const int rn, int k, const float *x,
     __m512 wv[Q8_JB];
 #pragma GCC unroll 4
     for (int b = 0; b < Q8_JB; b++)
-      wv[b] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, w[b] + i)));
+      wv[b] = i8 ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                       _mm_maskz_loadu_epi8(mk, (const int8_t *)w[b] + i)))
+                 : _mm512_maskz_loadu_ps(mk, (const float *)w[b] + i);
 #pragma GCC unroll 4
     for (int a = 0; a < rn; a++) {
       __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)a * (size_t)k + i);
@@ -333,26 +343,39 @@ Q8_AVX512 Q8_INLINE void q8_tile_avx512(const int rn, int k, const float *x,
   }
 }
 
+// One block of rows of x, with rn and i8 made constants for q8_tile_avx512.
+#define Q8_TILE_CASES(I8)                                                                       \
+  switch (rn) {                                                                                 \
+  case 1: q8_tile_avx512(1, I8, k, xr, w, out); break;                                          \
+  case 2: q8_tile_avx512(2, I8, k, xr, w, out); break;                                          \
+  case 3: q8_tile_avx512(3, I8, k, xr, w, out); break;                                          \
+  default: q8_tile_avx512(4, I8, k, xr, w, out); break;                                         \
+  }
+
+// int8 weights (jb->q) or f32 ones (jb->w).
 Q8_AVX512 static void q8_cols_avx512(const q8_job *jb, int j0, int j1) {
   const int k = jb->k;
   for (int j = j0; j < j1; j += Q8_JB) {
     int jn = j1 - j < Q8_JB ? j1 - j : Q8_JB;
-    const int8_t *w[Q8_JB];
-    q8_rows(jb, j, jn, w);
+    const void *w[Q8_JB]; // the last row repeated past jn (computed, not stored)
+    for (int t = 0; t < Q8_JB; t++) {
+      size_t row = (size_t)(j + (t < jn ? t : jn - 1)) * (size_t)k;
+      w[t] = jb->q ? (const void *)(jb->q + row) : (const void *)(jb->w + row);
+    }
     for (int r = 0; r < jb->m; r += Q8_MB) {
       const float *xr = jb->x + (size_t)r * (size_t)k;
       float out[Q8_MB][Q8_JB];
       int rn = jb->m - r < Q8_MB ? jb->m - r : Q8_MB;
-      switch (rn) {
-      case 1: q8_tile_avx512(1, k, xr, w, out); break;
-      case 2: q8_tile_avx512(2, k, xr, w, out); break;
-      case 3: q8_tile_avx512(3, k, xr, w, out); break;
-      default: q8_tile_avx512(4, k, xr, w, out); break;
+      if (jb->q) {
+        Q8_TILE_CASES(true)
+      } else {
+        Q8_TILE_CASES(false)
       }
       q8_store(jb, r, rn, j, jn, out);
     }
   }
 }
+#undef Q8_TILE_CASES
 #endif
 
 // --- which build runs (process-wide)
@@ -640,6 +663,16 @@ static void q8_chunk(void *arg, int chunk, int chunks) {
   if (j0 < j1) pa->cols(pa->jb, j0, j1);
 }
 
+// The product by `cols` over the weight rows, split over the device's pool when it is large.
+static void q8_split(cpu_ctx *c, const q8_job *jb, q8_cols_fn cols) {
+  q8_par pa = {jb, cols};
+  int blocks = (jb->n + Q8_JB - 1) / Q8_JB;
+  cpu_pool *p =
+      (size_t)jb->n * (size_t)jb->k >= Q8_PAR_MIN && blocks > 1 ? cpu_pool_get(c) : NULL;
+  int chunks = p ? Q8_CHUNKS_PER_THREAD * (p->n_workers + 1) : 1;
+  pool_run(p, q8_chunk, &pa, chunks < blocks ? chunks : blocks);
+}
+
 // out(nt, k) = scale . q for weight rows [j0, j0 + nt).
 static void q8_dequant(const q8_job *jb, int j0, int nt, float *out) {
   const size_t k = (size_t)jb->k;
@@ -692,18 +725,41 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
   if (m < 0 || n < 0 || k < 0) return SC_INVALID;
   if (m == 0 || n == 0) return SC_OK;
   if (!y || !scale || (k > 0 && (!x || !q))) return SC_INVALID;
-  q8_job jb = {m, n, k, x, q, scale, beta, y};
+  q8_job jb = {.m = m, .n = n, .k = k, .x = x, .q = q, .scale = scale, .beta = beta, .y = y};
   if (k == 0) { // no terms: y = beta * y (0 when beta is 0)
     for (size_t i = 0; i < (size_t)m * (size_t)n; i++) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
     return SC_OK;
   }
   if (m > Q8_DIRECT_M) return q8_gemm_tiles(c, &jb);
-  q8_par pa = {&jb, q8_cols()};
-  int blocks = (n + Q8_JB - 1) / Q8_JB;
-  cpu_pool *p = (size_t)n * (size_t)k >= Q8_PAR_MIN && blocks > 1 ? cpu_pool_get(c) : NULL;
-  int chunks = p ? Q8_CHUNKS_PER_THREAD * (p->n_workers + 1) : 1;
-  pool_run(p, q8_chunk, &pa, chunks < blocks ? chunks : blocks);
+  q8_split(c, &jb, q8_cols());
   return SC_OK;
+}
+
+// --- f32 small-M matmul
+//
+// 2 to 32 rows of x (decode batches) on a CPU with AVX-512: the int8 kernel's blocking with
+// f32 weights (Q8_JB weight rows against up to Q8_MB rows of x in 16 accumulators, masked
+// tails), split over the device's pool like the int8 product. The weights stream from memory
+// once per call, with no packing: CBLAS's sgemm re-packs every weight matrix on each call, and
+// at 2-8 rows took 1.5-2x the time of its 1-row sgemv (bench/bench_quant.c); this kernel takes
+// 1.1-1.7x less than sgemm from 2 to 32 rows. One row stays with sgemv, which reads a little
+// faster than this kernel; more rows (prefill), or no AVX-512: CBLAS.
+enum {
+  F32_DIRECT_M = 32, // rows of x up to which the kernel runs (from 2)
+};
+
+// The product through the small-M kernel when it applies (k > 0); false: use CBLAS.
+static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const float *w,
+                       float beta, float *y) {
+#ifdef Q8_X86
+  if (m < 2 || m > F32_DIRECT_M || q8_isa_now() != DEV_CPU_ISA_AVX512) return false;
+  q8_job jb = {.m = m, .n = n, .k = k, .x = x, .w = w, .beta = beta, .y = y};
+  q8_split(c, &jb, q8_cols_avx512);
+  return true;
+#else
+  (void)c, (void)m, (void)n, (void)k, (void)x, (void)w, (void)beta, (void)y;
+  return false;
+#endif
 }
 
 // --- elementwise and per-row ops
