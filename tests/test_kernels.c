@@ -470,15 +470,13 @@ Test(kernels, attention_and_kv_store_reject_unmapped_blocks_and_bad_heads) {
 
 // --- swiglu, add, embedding
 
-Test(kernels, swiglu_matches_double_reference_including_saturated_gates) {
-  device *d = open_cpu();
-  rng r = {8};
-  const int m = 7, dim = 1000;
+// m rows of dim: small products run on the calling thread, large ones over the pool.
+static void swiglu_case(device *d, rng *r, int m, int dim) {
   const size_t n = (size_t)m * dim;
   float *g = dfloats(d, n), *u = dfloats(d, n), *o = dfloats(d, n); // (m, dim) each
   double *ref = dbl(n);
-  fill(&r, g, n, 30.0f); // exp(-g) over/underflows in float at the ends
-  fill(&r, u, n, 2.0f);
+  fill(r, g, n, 30.0f); // exp(-g) over/underflows in float at the ends
+  fill(r, u, n, 2.0f);
   for (size_t i = 0; i < n; i++) ref[i] = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
   cr_assert_eq(dev_swiglu(d, m, dim, g, u, o), SC_OK);
   check_close("swiglu", o, ref, n, 1e-5);
@@ -488,6 +486,13 @@ Test(kernels, swiglu_matches_double_reference_including_saturated_gates) {
   dev_free(d, u);
   dev_free(d, o);
   free(ref);
+}
+
+Test(kernels, swiglu_matches_double_reference_including_saturated_gates) {
+  device *d = open_cpu();
+  rng r = {8};
+  swiglu_case(d, &r, 7, 1000);  // 7,000 elements: one thread
+  swiglu_case(d, &r, 41, 1001); // 41,041: split over the pool
   device_free(d);
 }
 

@@ -3,9 +3,9 @@
 // once; plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged
 // KV store, paged causal GQA attention with an online softmax, SwiGLU, add, vocab-sharded
 // embedding), and the int8 weight-only matmul (its own kernels: AVX-512, AVX2 or portable C,
-// chosen at run time; or dequantized tiles through CBLAS). The own kernels run on the calling
-// thread and a small pool of threads per device; other ops on the calling thread; the CBLAS
-// GEMMs may use BLAS threads.
+// chosen at run time; or dequantized tiles through CBLAS). The own kernels, and attention and
+// SwiGLU on large batches, run on the calling thread and a small pool of threads per device;
+// other ops on the calling thread; the CBLAS GEMMs may use BLAS threads.
 //
 // What it leaves to others: the public wrappers and the backend registry (kernels/device.c),
 // fault injection (faults/, at the wrapper layer), the KV block allocator and block tables
@@ -820,6 +820,25 @@ static sc_status cpu_rope(void *ctx, int m, int n_heads, int head_dim, const int
   return SC_OK;
 }
 
+typedef struct swiglu_args {
+  const float *gate, *up;
+  float *out;
+  size_t n;
+} swiglu_args;
+
+static void swiglu_chunk(void *arg, int chunk, int chunks) {
+  const swiglu_args *a = arg;
+  size_t i0 = a->n * (size_t)chunk / (size_t)chunks;
+  size_t i1 = a->n * (size_t)(chunk + 1) / (size_t)chunks;
+  for (size_t i = i0; i < i1; i++) {
+    float g = a->gate[i];
+    a->out[i] = g / (1.0f + expf(-g)) * a->up[i];
+  }
+}
+
+// Elements from which SwiGLU is split over the device's pool (expf is most of its time).
+enum { SWIGLU_PAR_MIN = 1 << 15 };
+
 // out(m,d) = silu(gate) * up with silu(g) = g / (1 + exp(-g)); out may alias gate or up.
 static sc_status cpu_swiglu(void *ctx, int m, int d, const float *gate, const float *up,
                             float *out) {
@@ -827,10 +846,9 @@ static sc_status cpu_swiglu(void *ctx, int m, int d, const float *gate, const fl
   size_t n = (size_t)m * (size_t)d;
   if (n == 0) return SC_OK;
   if (!gate || !up || !out) return SC_INVALID;
-  for (size_t i = 0; i < n; i++) {
-    float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
-  }
+  swiglu_args a = {gate, up, out, n};
+  cpu_pool *p = n >= SWIGLU_PAR_MIN ? cpu_pool_get(ctx) : NULL;
+  pool_run(p, swiglu_chunk, &a, p ? p->n_workers + 1 : 1);
   return SC_OK;
 }
 
@@ -941,7 +959,122 @@ enum { ATT_TQ = 4, ATT_CH = 64 };
 //   running max m and sum l per (token, head); the accumulator in out is rescaled by
 //   exp(m_old - m_new) when the max grows (online softmax, all in fp32)
 //   out += exp(score - m) * v
-// and at the end out /= l.
+// and at the end out /= l. Tiles are independent: a large batch splits them over the device's
+// pool, each piece with a scratch of its own.
+typedef struct att_args {
+  const dev_kv_batch *b;
+  int n_heads, G, head_dim;
+  float scale;
+  const float *q;
+  dev_kv_layer kv;
+  float *out;
+  const int *tile_t0; // (n_tiles + 1): tile i is tokens [tile_t0[i], tile_t0[i + 1])
+  int n_tiles;
+  atomic_bool oom;    // a chunk could not allocate its scratch
+} att_args;
+
+// One tile: nq consecutive tokens from t0 of one sequence; sc is the scratch (ATT_TQ, n_heads,
+// ATT_CH + 2).
+static void att_tile(const att_args *a, int t0, int nq, float *sc) {
+  const dev_kv_batch *b = a->b;
+  const int bs = b->block_size, head_dim = a->head_dim;
+  const size_t hd = (size_t)head_dim, nh = (size_t)a->n_heads, G = (size_t)a->G;
+  const size_t slot_stride = nh / G * hd; // floats per cache slot
+  float *mrun = sc + (size_t)ATT_TQ * nh * ATT_CH, *lrun = mrun + (size_t)ATT_TQ * nh;
+  const int32_t s = b->seq[t0];
+  int ctx_len = 0;
+  for (int i = 0; i < nq; i++)
+    if (b->pos[t0 + i] + 1 > ctx_len) ctx_len = b->pos[t0 + i] + 1;
+  const int32_t *pos = b->pos + t0;
+  const int32_t *bt = b->block_tables + (size_t)s * (size_t)b->max_blocks;
+  const float *qt = a->q + (size_t)t0 * nh * hd; // (nq, n_heads, head_dim)
+  float *ot = a->out + (size_t)t0 * nh * hd;     // (nq, n_heads, head_dim): the accumulator
+  memset(ot, 0, (size_t)nq * nh * hd * sizeof *ot);
+  for (size_t i = 0; i < (size_t)nq * nh; i++) {
+    mrun[i] = -INFINITY;
+    lrun[i] = 0.0f;
+  }
+
+  for (int c0 = 0; c0 < ctx_len; c0 += ATT_CH) {
+    const int nc = ctx_len - c0 < ATT_CH ? ctx_len - c0 : ATT_CH;
+
+    // scores for this chunk of positions
+    for (int jj = 0; jj < nc; jj++) {
+      const int j = c0 + jj;
+      const float *krow = a->kv.k + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
+      for (int qi = 0; qi < nq; qi++) {
+        float *sq = sc + (size_t)qi * nh * ATT_CH + jj; // stride ATT_CH per head
+        if (j > pos[qi]) {
+          for (size_t h = 0; h < nh; h++) sq[h * ATT_CH] = -INFINITY;
+          continue;
+        }
+        const float *qq = qt + (size_t)qi * nh * hd;
+        for (size_t h = 0; h < nh; h++)
+          sq[h * ATT_CH] = a->scale * cpu_dot(qq + h * hd, krow + (h / G) * hd, head_dim);
+      }
+    }
+
+    // online softmax: new max, rescale what is accumulated, numerators in place
+    for (size_t r = 0; r < (size_t)nq * nh; r++) {
+      float *sr = sc + r * ATT_CH;
+      float mx = mrun[r];
+      for (int jj = 0; jj < nc; jj++) mx = sr[jj] > mx ? sr[jj] : mx;
+      if (mx > mrun[r]) { // mrun is -inf on the first chunk: exp(-inf) = 0 rescales nothing
+        const float corr = expf(mrun[r] - mx);
+        lrun[r] *= corr;
+        float *orow = ot + r * hd;
+        for (size_t e = 0; e < hd; e++) orow[e] *= corr;
+        mrun[r] = mx;
+      }
+      float l = 0.0f;
+      for (int jj = 0; jj < nc; jj++) {
+        sr[jj] = expf(sr[jj] - mx); // exp(-inf) = 0 past the token's position
+        l += sr[jj];
+      }
+      lrun[r] += l;
+    }
+
+    // out += p * v, again one cache slot at a time
+    for (int jj = 0; jj < nc; jj++) {
+      const int j = c0 + jj;
+      const float *vrow = a->kv.v + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
+      for (int qi = 0; qi < nq; qi++) {
+        if (j > pos[qi]) continue;
+        const float *sq = sc + (size_t)qi * nh * ATT_CH + jj;
+        float *oq = ot + (size_t)qi * nh * hd;
+        for (size_t h = 0; h < nh; h++)
+          cpu_axpy(oq + h * hd, sq[h * ATT_CH], vrow + (h / G) * hd, head_dim);
+      }
+    }
+  }
+
+  for (size_t r = 0; r < (size_t)nq * nh; r++) {
+    const float inv = 1.0f / lrun[r]; // l >= 1: the max term contributes exp(0)
+    float *orow = ot + r * hd;
+    for (size_t e = 0; e < hd; e++) orow[e] *= inv;
+  }
+}
+
+// Chunk `chunk` of `chunks`: a contiguous range of tiles, with a scratch of its own.
+static void att_chunk(void *arg, int chunk, int chunks) {
+  att_args *a = arg;
+  int i0 = (int)((int64_t)a->n_tiles * chunk / chunks);
+  int i1 = (int)((int64_t)a->n_tiles * (chunk + 1) / chunks);
+  if (i0 >= i1) return;
+  float *sc = malloc((size_t)ATT_TQ * (size_t)a->n_heads * (ATT_CH + 2) * sizeof *sc);
+  if (!sc) {
+    atomic_store(&a->oom, true);
+    return;
+  }
+  for (int i = i0; i < i1; i++) att_tile(a, a->tile_t0[i], a->tile_t0[i + 1] - a->tile_t0[i], sc);
+  free(sc);
+}
+
+// Attention work (query-position pairs x head_dim x heads) from which the tiles are split
+// over the device's pool: a decode batch of a few sequences with short contexts stays on the
+// calling thread.
+#define ATT_PAR_MIN ((int64_t)1 << 18)
+
 static sc_status cpu_attention(void *ctx, const dev_kv_batch *b, int n_heads, int n_kv_heads,
                                int head_dim, float scale, const float *q, dev_kv_layer kv,
                                float *out) {
@@ -949,96 +1082,29 @@ static sc_status cpu_attention(void *ctx, const dev_kv_batch *b, int n_heads, in
   SC_TRY(cpu_check_batch(b, true));
   if (b->n_tok == 0) return SC_OK;
   if (!q || !out || !kv.k || !kv.v) return SC_INVALID;
-  const int G = n_heads / n_kv_heads;
-  const int bs = b->block_size;
-  const size_t hd = (size_t)head_dim;
-  const size_t nh = (size_t)n_heads;
-  const size_t slot_stride = (size_t)n_kv_heads * hd; // floats per cache slot
-  // scratch: scores (ATT_TQ, n_heads, ATT_CH), then m and l (ATT_TQ, n_heads) each
-  float *sc = malloc((size_t)ATT_TQ * nh * (ATT_CH + 2) * sizeof *sc);
-  if (!sc) return SC_OOM;
-  float *mrun = sc + (size_t)ATT_TQ * nh * ATT_CH, *lrun = mrun + (size_t)ATT_TQ * nh;
-
+  // tiles: up to ATT_TQ consecutive tokens of the same sequence
+  int *tile_t0 = malloc(((size_t)b->n_tok + 1) * sizeof *tile_t0);
+  if (!tile_t0) return SC_OOM;
+  int n_tiles = 0;
+  int64_t work = 0;
   for (int t0 = 0; t0 < b->n_tok;) {
-    // tile: consecutive tokens of the same sequence
-    const int32_t s = b->seq[t0];
-    int nq = 1, ctx_len = b->pos[t0] + 1;
-    while (nq < ATT_TQ && t0 + nq < b->n_tok && b->seq[t0 + nq] == s) {
-      if (b->pos[t0 + nq] + 1 > ctx_len) ctx_len = b->pos[t0 + nq] + 1;
-      nq++;
-    }
-    const int32_t *pos = b->pos + t0;
-    const int32_t *bt = b->block_tables + (size_t)s * (size_t)b->max_blocks;
-    const float *qt = q + (size_t)t0 * nh * hd; // (nq, n_heads, head_dim)
-    float *ot = out + (size_t)t0 * nh * hd;     // (nq, n_heads, head_dim): the accumulator
-    memset(ot, 0, (size_t)nq * nh * hd * sizeof *ot);
-    for (size_t i = 0; i < (size_t)nq * nh; i++) {
-      mrun[i] = -INFINITY;
-      lrun[i] = 0.0f;
-    }
-
-    for (int c0 = 0; c0 < ctx_len; c0 += ATT_CH) {
-      const int nc = ctx_len - c0 < ATT_CH ? ctx_len - c0 : ATT_CH;
-
-      // scores for this chunk of positions
-      for (int jj = 0; jj < nc; jj++) {
-        const int j = c0 + jj;
-        const float *krow = kv.k + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
-        for (int qi = 0; qi < nq; qi++) {
-          float *sq = sc + (size_t)qi * nh * ATT_CH + jj; // stride ATT_CH per head
-          if (j > pos[qi]) {
-            for (size_t h = 0; h < nh; h++) sq[h * ATT_CH] = -INFINITY;
-            continue;
-          }
-          const float *qq = qt + (size_t)qi * nh * hd;
-          for (size_t h = 0; h < nh; h++)
-            sq[h * ATT_CH] = scale * cpu_dot(qq + h * hd, krow + (h / (size_t)G) * hd, head_dim);
-        }
-      }
-
-      // online softmax: new max, rescale what is accumulated, numerators in place
-      for (size_t r = 0; r < (size_t)nq * nh; r++) {
-        float *sr = sc + r * ATT_CH;
-        float mx = mrun[r];
-        for (int jj = 0; jj < nc; jj++) mx = sr[jj] > mx ? sr[jj] : mx;
-        if (mx > mrun[r]) { // mrun is -inf on the first chunk: exp(-inf) = 0 rescales nothing
-          const float corr = expf(mrun[r] - mx);
-          lrun[r] *= corr;
-          float *orow = ot + r * hd;
-          for (size_t e = 0; e < hd; e++) orow[e] *= corr;
-          mrun[r] = mx;
-        }
-        float l = 0.0f;
-        for (int jj = 0; jj < nc; jj++) {
-          sr[jj] = expf(sr[jj] - mx); // exp(-inf) = 0 past the token's position
-          l += sr[jj];
-        }
-        lrun[r] += l;
-      }
-
-      // out += p * v, again one cache slot at a time
-      for (int jj = 0; jj < nc; jj++) {
-        const int j = c0 + jj;
-        const float *vrow = kv.v + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
-        for (int qi = 0; qi < nq; qi++) {
-          if (j > pos[qi]) continue;
-          const float *sq = sc + (size_t)qi * nh * ATT_CH + jj;
-          float *oq = ot + (size_t)qi * nh * hd;
-          for (size_t h = 0; h < nh; h++)
-            cpu_axpy(oq + h * hd, sq[h * ATT_CH], vrow + (h / (size_t)G) * hd, head_dim);
-        }
-      }
-    }
-
-    for (size_t r = 0; r < (size_t)nq * nh; r++) {
-      const float inv = 1.0f / lrun[r]; // l >= 1: the max term contributes exp(0)
-      float *orow = ot + r * hd;
-      for (size_t e = 0; e < hd; e++) orow[e] *= inv;
-    }
+    int nq = 1;
+    while (nq < ATT_TQ && t0 + nq < b->n_tok && b->seq[t0 + nq] == b->seq[t0]) nq++;
+    for (int i = 0; i < nq; i++) work += (int64_t)(b->pos[t0 + i] + 1);
+    tile_t0[n_tiles++] = t0;
     t0 += nq;
   }
-  free(sc);
-  return SC_OK;
+  tile_t0[n_tiles] = b->n_tok;
+  work *= (int64_t)n_heads * head_dim;
+  att_args a = {.b = b, .n_heads = n_heads, .G = n_heads / n_kv_heads, .head_dim = head_dim,
+                .scale = scale, .q = q, .kv = kv, .out = out, .tile_t0 = tile_t0,
+                .n_tiles = n_tiles};
+  atomic_init(&a.oom, false);
+  cpu_pool *p = n_tiles > 1 && work >= ATT_PAR_MIN ? cpu_pool_get(ctx) : NULL;
+  int chunks = p ? Q8_CHUNKS_PER_THREAD * (p->n_workers + 1) : 1;
+  pool_run(p, att_chunk, &a, chunks < n_tiles ? chunks : n_tiles);
+  free(tile_t0);
+  return atomic_load(&a.oom) ? SC_OOM : SC_OK;
 }
 
 // --- vtable, open, threads
