@@ -137,14 +137,19 @@ double gate_mann_whitney_greater(const double *a, int n_a, const double *b, int 
 
 // --- loading
 
-int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap) {
+bool gate_db_grouped(sqlite3 *db) {
   bool grouped = false;
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info('run') WHERE name = "
                              "'repeat_group'", -1, &st, NULL) == SQLITE_OK)
     grouped = sqlite3_step(st) == SQLITE_ROW;
   sqlite3_finalize(st);
-  const char *sql = grouped ? "SELECT id FROM run WHERE id = ?1 OR (repeat_group IS NOT NULL AND "
+  return grouped;
+}
+
+int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap) {
+  sqlite3_stmt *st = NULL;
+  const char *sql = gate_db_grouped(db) ? "SELECT id FROM run WHERE id = ?1 OR (repeat_group IS NOT NULL AND "
                               "repeat_group = (SELECT repeat_group FROM run WHERE id = ?1)) "
                               "ORDER BY id"
                             : "SELECT id FROM run WHERE id = ?1";

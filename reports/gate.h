@@ -86,6 +86,10 @@ typedef struct gate_result {
   int noisiest;        // the row with the largest noise on either side; -1: none
 } gate_result;
 
+// Whether db's run table has repetition groups (run.repeat_group: schema version 2; a version
+// 1 file read as it is has none).
+bool gate_db_grouped(sqlite3 *db);
+
 // The runs of run_id's repetition group in db (its own id alone when it has none), ascending;
 // returns how many (<= cap), 0 when the run does not exist.
 int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap);

@@ -21,12 +21,9 @@ static sc_status db_fail(sqlite3 *db, sc_error *err, const char *what) {
   return sc_fail(err, SC_IO, "reading %s: %s", what, sqlite3_errmsg(db));
 }
 
-sc_status rp_each_row(sqlite3 *db, const char *sql, int64_t run_id,
-                          bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
-                          sc_error *err) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err, what);
-  sqlite3_bind_int64(st, 1, run_id);
+// Steps st to the end, calling row(ud, st) per row; finalizes st.
+static sc_status each_row_of(sqlite3 *db, sqlite3_stmt *st, bool (*row)(void *ud, sqlite3_stmt *st),
+                             void *ud, const char *what, sc_error *err) {
   sc_status s = SC_OK;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -40,6 +37,24 @@ sc_status rp_each_row(sqlite3 *db, const char *sql, int64_t run_id,
   return s;
 }
 
+sc_status rp_each_row(sqlite3 *db, const char *sql, int64_t run_id,
+                      bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
+                      sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err, what);
+  sqlite3_bind_int64(st, 1, run_id);
+  return each_row_of(db, st, row, ud, what, err);
+}
+
+sc_status rp_each_row_text(sqlite3 *db, const char *sql, const char *arg,
+                           bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
+                           sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err, what);
+  sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+  return each_row_of(db, st, row, ud, what, err);
+}
+
 bool rp_grow(void **arr, int n, int *cap, size_t elem) {
   if (n < *cap) return true;
   int nc = *cap ? *cap * 2 : 8;
@@ -50,7 +65,7 @@ bool rp_grow(void **arr, int n, int *cap, size_t elem) {
   return true;
 }
 
-static void col_text(sqlite3_stmt *st, int col, char *dst, size_t n) {
+void rp_col_text(sqlite3_stmt *st, int col, char *dst, size_t n) {
   const unsigned char *t = sqlite3_column_text(st, col);
   snprintf(dst, n, "%s", t ? (const char *)t : "");
 }
@@ -87,14 +102,14 @@ static bool row_deployment(void *ud, sqlite3_stmt *st) {
   memset(d, 0, sizeof *d);
   d->id = sqlite3_column_int64(st, 0);
   d->idx = sqlite3_column_int(st, 1);
-  col_text(st, 2, d->label, sizeof d->label);
+  rp_col_text(st, 2, d->label, sizeof d->label);
   d->tp = sqlite3_column_int(st, 3);
   d->pp = sqlite3_column_int(st, 4);
   d->dp = sqlite3_column_int(st, 5);
   d->gpus = sqlite3_column_int(st, 6);
   d->start_ns = col_i64(st, 7, 0);
   d->end_ns = col_i64(st, 8, -1);
-  col_text(st, 9, d->status, sizeof d->status);
+  rp_col_text(st, 9, d->status, sizeof d->status);
   return true;
 }
 
@@ -109,8 +124,8 @@ static bool row_phase(void *ud, sqlite3_stmt *st) {
   p->id = sqlite3_column_int64(st, 0);
   p->dep = dep;
   p->idx = sqlite3_column_int(st, 2);
-  col_text(st, 3, p->name, sizeof p->name);
-  col_text(st, 4, p->kind, sizeof p->kind);
+  rp_col_text(st, 3, p->name, sizeof p->name);
+  rp_col_text(st, 4, p->kind, sizeof p->kind);
   p->concurrency = (int)col_i64(st, 5, 0);
   double rate = col_f64(st, 6);
   p->rate = isnan(rate) ? 0 : rate;
@@ -128,8 +143,8 @@ static bool row_verdict(void *ud, sqlite3_stmt *st) {
   rp_verdict *v = &r->verdicts[r->n_verdicts++];
   memset(v, 0, sizeof *v);
   v->dep = dep;
-  col_text(st, 1, v->slo, sizeof v->slo);
-  col_text(st, 2, v->op, sizeof v->op);
+  rp_col_text(st, 1, v->slo, sizeof v->slo);
+  rp_col_text(st, 2, v->op, sizeof v->op);
   v->expected = col_f64(st, 3);
   v->actual = col_f64(st, 4);
   v->pass = sqlite3_column_int(st, 5) != 0;
@@ -145,15 +160,15 @@ static bool row_fault(void *ud, sqlite3_stmt *st) {
   f->dep = sqlite3_column_type(st, 0) == SQLITE_NULL
                ? -1
                : rp_dep_index(r, sqlite3_column_int64(st, 0));
-  col_text(st, 1, f->kind, sizeof f->kind);
-  col_text(st, 2, f->target, sizeof f->target);
-  col_text(st, 3, f->detail, sizeof f->detail);
+  rp_col_text(st, 1, f->kind, sizeof f->kind);
+  rp_col_text(st, 2, f->target, sizeof f->target);
+  rp_col_text(st, 3, f->detail, sizeof f->detail);
   f->injected_ns = col_i64(st, 4, 0);
   f->detected_ns = col_i64(st, 5, -1);
   f->recovered_ns = col_i64(st, 6, -1);
   f->affected = (int)col_i64(st, 7, -1);
   for (int w = 0; w < 3 && sqlite3_column_count(st) > 8 + w; w++)
-    col_text(st, 8 + w, f->window[w], sizeof f->window[w]);
+    rp_col_text(st, 8 + w, f->window[w], sizeof f->window[w]);
   return true;
 }
 
@@ -183,7 +198,7 @@ static bool row_class(void *ud, sqlite3_stmt *st) {
   loader *l = ud;
   rp_run *r = l->r;
   if (!rp_grow((void **)&r->classes, r->n_classes, &l->cap, sizeof *r->classes)) return false;
-  col_text(st, 0, r->classes[r->n_classes++], sizeof *r->classes);
+  rp_col_text(st, 0, r->classes[r->n_classes++], sizeof *r->classes);
   return true;
 }
 

@@ -19,11 +19,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,50 +89,6 @@ static void hs_free(hs_data *h) {
   memset(h, 0, sizeof *h);
 }
 
-static sc_status db_fail(sqlite3 *db, sc_error *err, const char *what) {
-  return sc_fail(err, SC_IO, "reading %s: %s", what, sqlite3_errmsg(db));
-}
-
-// Runs sql with ?1 bound to text arg and calls row(ud, st) per result row (false: out of
-// memory). SC_IO with sqlite3_errmsg on a database error.
-static sc_status each_row(sqlite3 *db, const char *sql, const char *arg,
-                          bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
-                          sc_error *err) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err, what);
-  sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
-  sc_status s = SC_OK;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    if (!row(ud, st)) {
-      s = sc_fail(err, SC_OOM, "out of memory reading %s", what);
-      break;
-    }
-  if (s == SC_OK && rc != SQLITE_DONE) s = db_fail(db, err, what);
-  sqlite3_finalize(st);
-  return s;
-}
-
-static void col_text(sqlite3_stmt *st, int col, char *dst, size_t n) {
-  const unsigned char *t = sqlite3_column_text(st, col);
-  snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
-// Whether table run has column name (an older file lacks the newer ones).
-static sc_status run_has_column(sqlite3 *db, const char *name, bool *yes, sc_error *err) {
-  sqlite3_stmt *st = NULL;
-  *yes = false;
-  if (sqlite3_prepare_v2(db, "PRAGMA table_info(run)", -1, &st, NULL) != SQLITE_OK)
-    return db_fail(db, err, "the run table's columns");
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    const unsigned char *col = sqlite3_column_text(st, 1);
-    if (col && !strcmp((const char *)col, name)) *yes = true;
-  }
-  sqlite3_finalize(st);
-  return rc == SQLITE_DONE ? SC_OK : db_fail(db, err, "the run table's columns");
-}
-
 // "2026-05-01T12:34:56Z" as seconds since the epoch; -1 when it is not that form.
 static int64_t utc_seconds(const char *iso) {
   struct tm tm = {0};
@@ -155,14 +108,14 @@ static bool row_run(void *ud, sqlite3_stmt *st) {
   hs_run *r = &h->runs[h->n_runs++];
   memset(r, 0, sizeof *r);
   r->id = sqlite3_column_int64(st, 0);
-  col_text(st, 1, r->started_at, sizeof r->started_at);
+  rp_col_text(st, 1, r->started_at, sizeof r->started_at);
   r->t = utc_seconds(r->started_at);
-  col_text(st, 2, r->git_rev, sizeof r->git_rev);
-  col_text(st, 3, r->mode, sizeof r->mode);
-  col_text(st, 4, r->status, sizeof r->status);
-  col_text(st, 5, r->verdict, sizeof r->verdict);
+  rp_col_text(st, 2, r->git_rev, sizeof r->git_rev);
+  rp_col_text(st, 3, r->mode, sizeof r->mode);
+  rp_col_text(st, 4, r->status, sizeof r->status);
+  rp_col_text(st, 5, r->verdict, sizeof r->verdict);
   r->baseline = sqlite3_column_int(st, 6) != 0;
-  col_text(st, 7, r->group, sizeof r->group);
+  rp_col_text(st, 7, r->group, sizeof r->group);
   r->point = -1;
   return true;
 }
@@ -176,8 +129,8 @@ static int series_find(const hs_data *h, const char *label, const char *mode) {
 static bool row_series(void *ud, sqlite3_stmt *st) {
   hs_data *h = ud;
   char label[64], mode[8];
-  col_text(st, 0, label, sizeof label);
-  col_text(st, 1, mode, sizeof mode);
+  rp_col_text(st, 0, label, sizeof label);
+  rp_col_text(st, 1, mode, sizeof mode);
   if (series_find(h, label, mode) >= 0) return true;
   if (!rp_grow((void **)&h->series, h->n_series, &h->cap_series, sizeof *h->series))
     return false;
@@ -198,9 +151,9 @@ static bool row_metric(void *ud, sqlite3_stmt *st) {
   hs_data *h = ud;
   if (sqlite3_column_type(st, 4) == SQLITE_NULL) return true;
   char name[40], label[64], mode[8];
-  col_text(st, 1, label, sizeof label);
-  col_text(st, 2, mode, sizeof mode);
-  col_text(st, 3, name, sizeof name);
+  rp_col_text(st, 1, label, sizeof label);
+  rp_col_text(st, 2, mode, sizeof mode);
+  rp_col_text(st, 3, name, sizeof name);
   int m = 0;
   while (m < h->n_metrics && strcmp(h->metric[m], name)) m++;
   int r = run_index(h, sqlite3_column_int64(st, 0));
@@ -259,9 +212,8 @@ static void hs_pick_metrics(sqlite3 *db, hs_data *h) {
 static sc_status hs_load(sqlite3 *db, const char *scn, const char *db_name, hs_data *h,
                          sc_error *err) {
   memset(h, 0, sizeof *h);
-  bool grouped;
-  SC_TRY(run_has_column(db, "repeat_group", &grouped, err));
-  sc_status s = each_row(
+  bool grouped = gate_db_grouped(db);
+  sc_status s = rp_each_row_text(
       db,
       // A group's key is its first run's id, whether that run's own repeat_group holds it or
       // is NULL.
@@ -279,7 +231,7 @@ static sc_status hs_load(sqlite3 *db, const char *scn, const char *db_name, hs_d
   if (s == SC_OK) s = hs_points(h, err);
   if (s == SC_OK) hs_pick_metrics(db, h);
   if (s == SC_OK)
-    s = each_row(db,
+    s = rp_each_row_text(db,
                  "SELECT d.label, r.mode FROM deployment d JOIN run r ON r.id = d.run_id "
                  "WHERE r.scenario = ?1 AND r.status = 'complete' "
                  "ORDER BY d.idx, r.started_at, r.id",
@@ -291,7 +243,7 @@ static sc_status hs_load(sqlite3 *db, const char *scn, const char *db_name, hs_d
     for (size_t i = 0; h->v && i < n; i++) h->v[i] = NAN;
   }
   if (s == SC_OK)
-    s = each_row(db,
+    s = rp_each_row_text(db,
                  "SELECT m.run_id, d.label, r.mode, m.name, m.value FROM metric m "
                  "JOIN deployment d ON d.id = m.deployment_id JOIN run r ON r.id = m.run_id "
                  "WHERE r.scenario = ?1 AND m.phase_id IS NULL AND m.class = ''",
@@ -347,16 +299,6 @@ static hs_cell hs_cell_of(hs_data *h, int m, int s, int p, double *vals) {
 
 // --- files
 
-static FILE *open_out(const char *dir, const char *name, char *path, size_t n, sc_error *err) {
-  if (snprintf(path, n, "%s/%s", dir, name) >= (int)n) {
-    sc_fail(err, SC_INVALID, "output path too long: %s/%s", dir, name);
-    return NULL;
-  }
-  FILE *f = fopen(path, "w");
-  if (!f) sc_fail(err, SC_IO, "cannot write %s: %s", path, strerror(errno));
-  return f;
-}
-
 // A point's x tic: "REV MM-DD HH:MM" (the revision "-" when unknown).
 static void tic_text(const hs_run *r, char *buf, size_t n) {
   const char *iso = r->started_at; // "YYYY-MM-DDTHH:MM:SSZ"
@@ -374,21 +316,21 @@ static int newest_baseline(hs_data *h, int m, int s, double *vals) {
 // history-METRIC.dat: one block per series with a value, one row per point with a value.
 static sc_status hs_write_dat(hs_data *h, int m, const char *dir, const char *scn, double *vals,
                               sc_error *err) {
-  char name[96], path[PATH_MAX];
-  snprintf(name, sizeof name, "history-%s.dat", h->metric[m]);
-  FILE *f = open_out(dir, name, path, sizeof path, err);
+  char stem[80], path[PATH_MAX];
+  snprintf(stem, sizeof stem, "history-%s", h->metric[m]);
+  FILE *f = rp_open_out(dir, stem, "dat", path, sizeof path, err);
   if (!f) return SC_IO;
   const mt_metric_info *mi = mt_metric_find(h->metric[m]);
   fprintf(f,
           "# t_s value min max n run_id baseline started_at git_rev tic\n"
-          "# %s: %s (%s) of each complete run of scenario %s,\n"
+          "# %s.dat: %s (%s) of each complete run of scenario %s,\n"
           "# from the pooled deployment metric rows (phase_id NULL, class ''). One block per\n"
           "# deployment (separated by two blank lines), one row per run in start order.\n"
           "# t_s: the run's start, s since 1970-01-01 UTC. A repetition group is one row at\n"
           "# its first run: value = the median of its runs, min and max over them, n = runs\n"
           "# with a value, run_id = its first run. baseline: 1 when a run of the row is a\n"
           "# baseline. tic: the x-axis label (git revision, start date and time, UTC).\n",
-          name, h->metric[m], mi ? mi->unit : "", scn);
+          stem, h->metric[m], mi ? mi->unit : "", scn);
   int block = 0;
   for (int s = 0; s < h->n_series; s++) {
     bool header = false;
@@ -417,10 +359,9 @@ static sc_status hs_write_dat(hs_data *h, int m, const char *dir, const char *sc
 // history-METRIC.gp: a standalone script drawing history-METRIC.png and .svg from the .dat.
 static sc_status hs_write_gp(hs_data *h, int m, const char *dir, const char *scn,
                              double *vals, sc_error *err) {
-  char name[96], path[PATH_MAX], stem[80];
+  char path[PATH_MAX], stem[80];
   snprintf(stem, sizeof stem, "history-%s", h->metric[m]);
-  snprintf(name, sizeof name, "%s.gp", stem);
-  FILE *f = open_out(dir, name, path, sizeof path, err);
+  FILE *f = rp_open_out(dir, stem, "gp", path, sizeof path, err);
   if (!f) return SC_IO;
   const mt_metric_info *mi = mt_metric_find(h->metric[m]);
   int64_t t0 = INT64_MAX, t1 = INT64_MIN;
@@ -515,16 +456,9 @@ static sc_status hs_write_gp(hs_data *h, int m, const char *dir, const char *scn
 // Runs gnuplot on every written script; has_png[m] tells which plots exist afterwards.
 static void hs_run_gnuplot(const hs_data *h, const char *dir, const char *gnuplot,
                            bool *has_png, report_history_result *res) {
-  const char *env = getenv("SHARDCHECK_GNUPLOT");
-  const char *name = gnuplot ? gnuplot : env && *env ? env : "gnuplot";
   char prog[PATH_MAX];
-  if (!rp_find_program(name, prog, sizeof prog)) {
+  if (!rp_gnuplot_find(gnuplot, prog, sizeof prog, res->why, sizeof res->why)) {
     res->plots_skipped = true;
-    if (gnuplot || (env && *env))
-      snprintf(res->why, sizeof res->why, "gnuplot not found: '%.180s' is not an executable",
-               name);
-    else
-      snprintf(res->why, sizeof res->why, "gnuplot not found on PATH");
     return;
   }
   char log_path[PATH_MAX];
@@ -537,20 +471,13 @@ static void hs_run_gnuplot(const hs_data *h, const char *dir, const char *gnuplo
   }
   for (int m = 0; m < h->n_metrics; m++) {
     if (!h->any[m]) continue;
-    char stem[80], script[96], head[PATH_MAX + 120];
+    char stem[80], script[96];
     snprintf(stem, sizeof stem, "history-%s", h->metric[m]);
     snprintf(script, sizeof script, "%s.gp", stem);
-    rp_remove_output(dir, stem, "png");
-    rp_remove_output(dir, stem, "svg");
-    int hn = snprintf(head, sizeof head, "== %s %s\n", prog, script);
-    if (write(log, head, (size_t)(hn < (int)sizeof head ? hn : (int)sizeof head - 1)) < 0) {
-      // the log is a courtesy: a failed write changes nothing
-    }
-    char *argv[] = {prog, script, NULL};
-    int rc = rp_run_child(argv, dir, log, HS_GP_TIMEOUT_S);
-    has_png[m] = rp_nonempty_file(dir, stem, "png");
+    bool has_svg = false;
+    int rc = rp_gnuplot_run(prog, dir, stem, log, HS_GP_TIMEOUT_S, &has_png[m], &has_svg);
     if (has_png[m]) res->n_plots++;
-    if ((rc != 0 || !has_png[m] || !rp_nonempty_file(dir, stem, "svg")) && !res->plots_skipped) {
+    if ((rc != 0 || !has_png[m] || !has_svg) && !res->plots_skipped) {
       res->plots_skipped = true;
       snprintf(res->why, sizeof res->why, "gnuplot failed on %.60s (exit %d; see %.140s)",
                script, rc, log_path);
@@ -660,7 +587,7 @@ static sc_status hs_write_html(hs_data *h, const char *dir, const char *scn,
                                const char *db_name, const bool *has_png,
                                const report_history_result *res, double *vals, sc_error *err) {
   char path[PATH_MAX];
-  FILE *f = open_out(dir, "history.html", path, sizeof path, err);
+  FILE *f = rp_open_out(dir, "history", "html", path, sizeof path, err);
   if (!f) return SC_IO;
   fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>", f);
   fputs("shardcheck history: ", f);

@@ -97,6 +97,12 @@ int rp_dep_index(const rp_run *r, int64_t dep_id);
 sc_status rp_each_row(sqlite3 *db, const char *sql, int64_t run_id,
                       bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
                       sc_error *err);
+// The same with ?1 bound to the text arg.
+sc_status rp_each_row_text(sqlite3 *db, const char *sql, const char *arg,
+                           bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
+                           sc_error *err);
+// Column col of the row as text into dst (n bytes, truncated); "" for NULL.
+void rp_col_text(sqlite3_stmt *st, int col, char *dst, size_t n);
 // Makes room for one more element in *arr (n used, *cap allocated, elements of elem bytes),
 // doubling the capacity; false when out of memory (*arr unchanged).
 bool rp_grow(void **arr, int n, int *cap, size_t elem);
@@ -146,23 +152,26 @@ sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plo
                          int *n_plots, report_result *res, sc_error *err);
 
 // The pieces report_history.c shares:
+// Opens dir/name.ext for writing (its path into path); NULL with SC_INVALID (path too long) or
+// SC_IO in err.
+FILE *rp_open_out(const char *dir, const char *name, const char *ext, char *path, size_t n,
+                  sc_error *err);
 // Closes f; SC_IO naming path when a write or the close failed.
 sc_status rp_close_out(FILE *f, const char *path, sc_error *err);
 // A string column of a .dat file: double-quoted, '"' as '\'', control characters as spaces.
 void rp_dat_str(FILE *f, const char *s);
 // A gnuplot double-quoted string literal.
 void rp_gp_str(FILE *f, const char *s);
-// The absolute path of an executable file: name itself when it has a '/', else the first match
-// on $PATH. False when there is none.
-bool rp_find_program(const char *name, char *out, size_t n);
-// Runs argv (argv[0] an absolute path) in directory cwd with stdin from /dev/null and stdout
-// and stderr into out_fd; waits at most timeout_s seconds (then kills it). Returns its exit
-// status, or -1 when it could not be started, died of a signal or was killed.
-int rp_run_child(char *const argv[], const char *cwd, int out_fd, int timeout_s);
-// dir/name.ext is a regular file of at least one byte.
-bool rp_nonempty_file(const char *dir, const char *name, const char *ext);
-// Removes dir/name.ext when it exists.
-void rp_remove_output(const char *dir, const char *name, const char *ext);
+// The gnuplot to run, as an absolute path into prog: the name or path gnuplot, else
+// $SHARDCHECK_GNUPLOT, else "gnuplot" looked up on $PATH. False when it is not an executable
+// file, with why ("gnuplot not found on PATH", "gnuplot not found: 'X' is not an executable").
+bool rp_gnuplot_find(const char *gnuplot, char *prog, size_t n, char *why, size_t why_n);
+// Runs gnuplot (prog, an absolute path) on dir/stem.gp in dir, with a "== prog stem.gp" line
+// and its output appended to the log fd, after removing stem.png and stem.svg; *png and *svg:
+// whether each was written (non-empty). Returns its exit status (-1: could not start, killed,
+// or died of a signal).
+int rp_gnuplot_run(const char *prog, const char *dir, const char *stem, int log, int timeout_s,
+                   bool *png, bool *svg);
 
 // --- HTML (report_html.c)
 

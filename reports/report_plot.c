@@ -44,7 +44,7 @@ typedef struct gp_term {
 
 // --- files
 
-static FILE *open_out(const char *dir, const char *name, const char *ext, char *path, size_t n,
+FILE *rp_open_out(const char *dir, const char *name, const char *ext, char *path, size_t n,
                       sc_error *err) {
   if (snprintf(path, n, "%s/%s.%s", dir, name, ext) >= (int)n) {
     sc_fail(err, SC_INVALID, "output path too long: %s/%s.%s", dir, name, ext);
@@ -215,7 +215,7 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
         else if (base == j - 1) base = j;
       }
     if (!f) {
-      f = open_out(dir, p->name, "dat", path, sizeof path, err);
+      f = rp_open_out(dir, p->name, "dat", path, sizeof path, err);
       if (!f) {
         s = SC_IO;
         break;
@@ -264,7 +264,7 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
   }
   if (s == SC_OK) s = rp_close_out(f, path, err);
   else if (f) fclose(f);
-  if (s == SC_OK && !(f = open_out(dir, p->name, "gp", path, sizeof path, err))) s = SC_IO;
+  if (s == SC_OK && !(f = rp_open_out(dir, p->name, "gp", path, sizeof path, err))) s = SC_IO;
   if (s != SC_OK) {
     free(blocks);
     return s;
@@ -398,7 +398,7 @@ static void cv_free(cv_data *cv) {
 static sc_status cv_write_dat(rp_ctx *c, const cv_data *cv, const char *dir, const char *name,
                               const int *cols, int n_cols, const char *what, sc_error *err) {
   char path[PATH_MAX];
-  FILE *f = open_out(dir, name, "dat", path, sizeof path, err);
+  FILE *f = rp_open_out(dir, name, "dat", path, sizeof path, err);
   if (!f) return SC_IO;
   fputs("# concurrency", f);
   for (int k = 0; k < n_cols; k++) fprintf(f, " %s", cv_metric[cols[k]]);
@@ -472,7 +472,7 @@ static sc_status plot_ttft(rp_ctx *c, const cv_data *cv, const char *dir, const 
       if (!seen && n_slo < 8) slo[n_slo++] = v->expected;
     }
   char path[PATH_MAX];
-  FILE *f = open_out(dir, p->name, "gp", path, sizeof path, err);
+  FILE *f = rp_open_out(dir, p->name, "gp", path, sizeof path, err);
   if (!f) return SC_IO;
   gp_begin(f, p, t, 1000, 560);
   double x0, x1;
@@ -516,7 +516,7 @@ static sc_status plot_tpot(rp_ctx *c, const cv_data *cv, const char *dir, const 
   SC_TRY(cv_write_dat(c, cv, dir, p->name, cols, 3, "TPOT p50, p95 (ms) and output tokens/s",
                       err));
   char path[PATH_MAX];
-  FILE *f = open_out(dir, p->name, "gp", path, sizeof path, err);
+  FILE *f = rp_open_out(dir, p->name, "gp", path, sizeof path, err);
   if (!f) return SC_IO;
   gp_begin(f, p, t, 1000, 800);
   double x0, x1;
@@ -777,7 +777,7 @@ static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, cons
     return SC_OK;
   }
   char path[PATH_MAX];
-  FILE *f = open_out(dir, p->name, "dat", path, sizeof path, err);
+  FILE *f = rp_open_out(dir, p->name, "dat", path, sizeof path, err);
   if (!f) {
     tl_free(&b);
     return SC_IO;
@@ -800,7 +800,7 @@ static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, cons
     fputc('\n', f);
   }
   sc_status s = rp_close_out(f, path, err);
-  if (s == SC_OK && !(f = open_out(dir, p->name, "gp", path, sizeof path, err))) s = SC_IO;
+  if (s == SC_OK && !(f = rp_open_out(dir, p->name, "gp", path, sizeof path, err))) s = SC_IO;
   if (s != SC_OK) {
     tl_free(&b);
     return s;
@@ -907,7 +907,7 @@ static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_t
            "KV-cache use of run %lld per deployment x replica (highest in each %s s bin)",
            (long long)r->id, wbuf);
   char path[PATH_MAX];
-  k.f = open_out(dir, p->name, "dat", path, sizeof path, err);
+  k.f = rp_open_out(dir, p->name, "dat", path, sizeof path, err);
   if (!k.f) return SC_IO;
   fprintf(k.f,
           "# t_s kv_used_pct\n"
@@ -928,7 +928,7 @@ static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_t
              "no KV-cache plot for run %lld: no step rows with a KV-cache size", (long long)r->id);
     remove(path);
   } else if (s == SC_OK) {
-    FILE *f = open_out(dir, p->name, "gp", path, sizeof path, err);
+    FILE *f = rp_open_out(dir, p->name, "gp", path, sizeof path, err);
     if (!f) s = SC_IO;
     if (f) {
       gp_begin(f, p, t, 1200, 560);
@@ -971,7 +971,7 @@ static bool is_exec_file(const char *path) {
 
 // The absolute path of an executable file: name itself when it has a '/', else the first match
 // on $PATH. False when there is none.
-bool rp_find_program(const char *name, char *out, size_t n) {
+static bool find_program(const char *name, char *out, size_t n) {
   char cand[PATH_MAX];
   if (!name || !*name) return false;
   if (strchr(name, '/')) {
@@ -1000,7 +1000,7 @@ bool rp_find_program(const char *name, char *out, size_t n) {
 // Runs argv (argv[0] an absolute path) in directory cwd with stdin from /dev/null and stdout and
 // stderr into out_fd; waits at most timeout_s seconds (then kills it). Returns its exit status,
 // or -1 when it could not be started, died of a signal or was killed.
-int rp_run_child(char *const argv[], const char *cwd, int out_fd, int timeout_s) {
+static int run_child(char *const argv[], const char *cwd, int out_fd, int timeout_s) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) { // the child: only async-signal-safe calls until exec
@@ -1028,16 +1028,28 @@ int rp_run_child(char *const argv[], const char *cwd, int out_fd, int timeout_s)
   }
 }
 
-// Finds gnuplot and asks it (`gnuplot -e "set terminal"`) whether it has pngcairo.
-static void gp_detect(const char *gnuplot, gp_term *t) {
+bool rp_gnuplot_find(const char *gnuplot, char *prog, size_t n, char *why, size_t why_n) {
+  const char *env = getenv("SHARDCHECK_GNUPLOT");
+  const char *name = gnuplot ? gnuplot : env && *env ? env : "gnuplot";
+  if (find_program(name, prog, n)) return true;
+  if (gnuplot || (env && *env))
+    snprintf(why, why_n, "gnuplot not found: '%.180s' is not an executable", name);
+  else
+    snprintf(why, why_n, "gnuplot not found on PATH");
+  return false;
+}
+
+// Finds gnuplot (rp_gnuplot_find; why it is missing into why) and asks it (`gnuplot -e "set
+// terminal"`) whether it has pngcairo.
+static void gp_detect(const char *gnuplot, gp_term *t, char *why, size_t why_n) {
   memset(t, 0, sizeof *t);
   t->pngcairo = true; // when gnuplot is missing the scripts are written for the usual build
-  if (!rp_find_program(gnuplot, t->prog, sizeof t->prog)) return;
+  if (!rp_gnuplot_find(gnuplot, t->prog, sizeof t->prog, why, why_n)) return;
   t->found = true;
   FILE *out = tmpfile();
   if (!out) return;
   char *argv[] = {t->prog, "-e", "set terminal", NULL};
-  int rc = rp_run_child(argv, NULL, fileno(out), GP_PROBE_TIMEOUT_S);
+  int rc = run_child(argv, NULL, fileno(out), GP_PROBE_TIMEOUT_S);
   char *buf = rc == 0 ? malloc(1 << 16) : NULL; // the terminal list: a few KB
   if (buf) {
     rewind(out);
@@ -1049,17 +1061,34 @@ static void gp_detect(const char *gnuplot, gp_term *t) {
   fclose(out);
 }
 
-bool rp_nonempty_file(const char *dir, const char *name, const char *ext) {
+static bool nonempty_file(const char *dir, const char *name, const char *ext) {
   char path[PATH_MAX];
   struct stat sb;
   snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
   return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
 }
 
-void rp_remove_output(const char *dir, const char *name, const char *ext) {
+static void remove_output(const char *dir, const char *name, const char *ext) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
   remove(path);
+}
+
+int rp_gnuplot_run(const char *prog, const char *dir, const char *stem, int log, int timeout_s,
+                   bool *png, bool *svg) {
+  remove_output(dir, stem, "png");
+  remove_output(dir, stem, "svg");
+  char script[PATH_MAX], head[2 * PATH_MAX];
+  snprintf(script, sizeof script, "%s.gp", stem);
+  int hn = snprintf(head, sizeof head, "== %s %s\n", prog, script);
+  if (write(log, head, (size_t)(hn < (int)sizeof head ? hn : (int)sizeof head - 1)) < 0) {
+    // the log is a courtesy: a failed write changes nothing
+  }
+  char *argv[] = {(char *)prog, script, NULL};
+  int rc = run_child(argv, dir, log, timeout_s);
+  *png = nonempty_file(dir, stem, "png");
+  *svg = nonempty_file(dir, stem, "svg");
+  return rc;
 }
 
 // Runs gnuplot on each written script in dir, logging into dir/gnuplot.log.
@@ -1079,18 +1108,9 @@ static void gp_run_all(const gp_term *t, const char *dir, rp_plot *plots, int n,
   for (int i = 0; i < n; i++) {
     rp_plot *p = &plots[i];
     if (!p->written) continue;
-    rp_remove_output(dir, p->name, "png");
-    rp_remove_output(dir, p->name, "svg");
-    char script[96], head[160];
+    char script[96];
     snprintf(script, sizeof script, "%s.gp", p->name);
-    int hn = snprintf(head, sizeof head, "== %s %s\n", t->prog, script);
-    if (write(log, head, (size_t)(hn < (int)sizeof head ? hn : (int)sizeof head - 1)) < 0) {
-      // the log is a courtesy: a failed write changes nothing
-    }
-    char *argv[] = {(char *)t->prog, script, NULL};
-    int rc = rp_run_child(argv, dir, log, GP_TIMEOUT_S);
-    p->has_png = rp_nonempty_file(dir, p->name, "png");
-    p->has_svg = rp_nonempty_file(dir, p->name, "svg");
+    int rc = rp_gnuplot_run(t->prog, dir, p->name, log, GP_TIMEOUT_S, &p->has_png, &p->has_svg);
     if (p->has_png) res->n_plots++;
     if (rc != 0 || !p->has_png || !p->has_svg) {
       snprintf(p->note, sizeof p->note, "gnuplot failed on %s (exit %d; see gnuplot.log)",
@@ -1113,10 +1133,9 @@ sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plo
   int cap = 3 + 2 * c->n_runs;
   rp_plot *ps = calloc((size_t)cap, sizeof *ps);
   if (!ps) return sc_fail(err, SC_OOM, "out of memory for %d plots", cap);
-  const char *env = getenv("SHARDCHECK_GNUPLOT");
-  const char *prog = gnuplot ? gnuplot : env && *env ? env : "gnuplot";
   gp_term t;
-  gp_detect(prog, &t);
+  char why[sizeof res->why];
+  gp_detect(gnuplot, &t, why, sizeof why);
 
   cv_data cv = {0};
   int n = 0;
@@ -1139,11 +1158,7 @@ sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plo
   for (int i = 0; i < n; i++) any |= ps[i].written;
   if (!t.found) {
     res->plots_skipped = true;
-    if (gnuplot || (env && *env))
-      snprintf(res->why, sizeof res->why, "gnuplot not found: '%.200s' is not an executable",
-               prog);
-    else
-      snprintf(res->why, sizeof res->why, "gnuplot not found on PATH");
+    snprintf(res->why, sizeof res->why, "%s", why);
     for (int i = 0; i < n; i++)
       if (ps[i].written)
         snprintf(ps[i].note, sizeof ps[i].note,

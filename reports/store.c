@@ -46,6 +46,7 @@ enum {
   ST_STEP8,
   ST_DEVICE,
   ST_FAULT,
+  ST_FAULT_WINDOW,
   ST_METRIC,
   ST_VERDICT,
   ST_RUNS_LIST,
@@ -96,6 +97,8 @@ static const char *const st_sql[ST_COUNT] = {
                   "mem_used, mem_total, link_bytes) VALUES(?,?,?,?,?,?,?,?)",
     [ST_FAULT] = "INSERT INTO fault(run_id, deployment_id, kind, target, injected_ns, "
                  "detected_ns, recovered_ns, affected, detail) VALUES(?,?,?,?,?,?,?,?,?)",
+    [ST_FAULT_WINDOW] = "INSERT INTO fault_window(fault_id, window, start_ns, end_ns, name, "
+                        "value, op, expected, pass) VALUES(?,?,?,?,?,?,?,?,?)",
     [ST_METRIC] = "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value) "
                   "VALUES(?,?,?,?,?,?)",
     [ST_VERDICT] = "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass) "
@@ -778,12 +781,8 @@ sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error
   if (!w->window || !w->name)
     return sc_fail(err, SC_INVALID, "%s: a fault window row needs a window and a name", s->path);
   SC_TRY(tx_begin(s, err));
-  static const char *const sql =
-      "INSERT INTO fault_window(fault_id, window, start_ns, end_ns, name, value, op, expected,"
-      " pass) VALUES(?,?,?,?,?,?,?,?,?)";
-  sqlite3_stmt *st = NULL;
-  int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
-  if (rc != SQLITE_OK) return db_fail(s, rc, "preparing a fault window row", err);
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_FAULT_WINDOW, &st, err));
   bind_i64(st, 1, w->fault_id);
   bind_text(st, 2, w->window);
   bind_ns(st, 3, w->start_ns);
@@ -795,9 +794,7 @@ sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error
   else sqlite3_bind_null(st, 8);
   if (w->op) bind_i64(st, 9, w->pass);
   else sqlite3_bind_null(st, 9);
-  sc_status r = exec_stmt(s, st, "inserting a fault window row", err);
-  sqlite3_finalize(st);
-  return r;
+  return exec_stmt(s, st, "inserting a fault window row", err);
 }
 
 sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
