@@ -16,6 +16,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "bench/bench_engine_util.h"
 #include "engine/engine.h"
 #include "engine/shard.h"
 #include "kernels/clock.h"
@@ -86,50 +87,14 @@ static int g_threads; // BLAS threads per rank, 0 = the engine's default
 static sc_dtype g_wdt = SC_F32; // --weight-dtype: f32 or int8 (weight-only)
 
 static engine *make_engine(const model_config *m, int tp, int batch, int prompt_len) {
-  engine_config c = engine_config_defaults();
-  c.threads = g_threads;
-  c.model = *m;
-  c.tp = tp;
-  c.weights_seed = 7;
-  c.weight_dtype = g_wdt;
-  c.max_running = batch;
-  c.token_budget = prompt_len * batch > 256 ? prompt_len * batch : 256;
-  c.prefill_chunk = c.token_budget;
-  c.kv_blocks = batch * ((m->max_seq_len + 15) / 16);
-  sc_error err = {{0}};
-  engine *e = NULL;
-  if (engine_new(&c, &e, &err) != SC_OK) {
-    fprintf(stderr, "bench_engine: %s\n", err.msg);
-    exit(3);
-  }
-  return e;
+  return bench_engine_new("bench_engine", m, tp, g_wdt, g_threads, batch, prompt_len);
 }
 
 static void submit(engine *e, const model_config *m, int n, int prompt_len, int max_tokens) {
-  int32_t *p = malloc(sizeof *p * (size_t)prompt_len);
-  for (int r = 0; r < n; r++) {
-    for (int i = 0; i < prompt_len; i++) p[i] = 3 + (i * 31 + r * 7) % (m->vocab_size - 3);
-    engine_request req = {.prompt = p, .n_prompt = prompt_len, .max_tokens = max_tokens};
-    uint64_t id;
-    sc_error err = {{0}};
-    if (engine_submit(e, &req, &id, &err) != SC_OK) {
-      fprintf(stderr, "bench_engine: %s\n", err.msg);
-      exit(3);
-    }
-  }
-  free(p);
+  bench_submit("bench_engine", e, m, n, prompt_len, max_tokens);
 }
 
-// Steps once; returns the step's info (exits on failure).
-static engine_step_info step(engine *e) {
-  engine_step_result r;
-  sc_error err = {{0}};
-  if (engine_step(e, &r, &err) != SC_OK) {
-    fprintf(stderr, "bench_engine: %s\n", err.msg);
-    exit(3);
-  }
-  return r.info;
-}
+static engine_step_info step(engine *e) { return bench_step("bench_engine", e); }
 
 // Prefill tokens/s: one prompt of n tokens in one step, best of 3.
 static double bench_prefill(const model_config *m, int tp, int n) {

@@ -15,15 +15,12 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "bench/bench_engine_util.h"
 #include "engine/engine.h"
 #include "kernels/clock.h"
 #include "kernels/device.h"
 
-static void die(const char *what, const sc_error *err) {
-  fprintf(stderr, "bench_quant: %s%s%s\n", what, err && err->msg[0] ? ": " : "",
-          err ? err->msg : "");
-  exit(3);
-}
+static void die(const char *what, const sc_error *err) { bench_die("bench_quant", what, err); }
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -144,40 +141,14 @@ static void step_ms(device *d, const step_w *w, int rows, const bool want[2], in
 static int g_threads;
 
 static engine *make_engine(const model_config *m, sc_dtype wdt, int batch, int prompt_len) {
-  engine_config c = engine_config_defaults();
-  c.model = *m;
-  c.threads = g_threads;
-  c.weights_seed = 7;
-  c.weight_dtype = wdt;
-  c.max_running = batch;
-  c.token_budget = prompt_len * batch > 256 ? prompt_len * batch : 256;
-  c.prefill_chunk = c.token_budget;
-  c.kv_blocks = batch * ((m->max_seq_len + 15) / 16);
-  sc_error err = {{0}};
-  engine *e = NULL;
-  if (engine_new(&c, &e, &err) != SC_OK) die("engine_new", &err);
-  return e;
+  return bench_engine_new("bench_quant", m, 1, wdt, g_threads, batch, prompt_len);
 }
 
 static void submit(engine *e, const model_config *m, int n, int prompt_len, int max_tokens) {
-  int32_t *p = malloc(sizeof *p * (size_t)prompt_len);
-  for (int r = 0; r < n; r++) {
-    for (int i = 0; i < prompt_len; i++) p[i] = 3 + (i * 31 + r * 7) % (m->vocab_size - 3);
-    engine_request req = {.prompt = p, .n_prompt = prompt_len, .max_tokens = max_tokens};
-    uint64_t id;
-    sc_error err = {{0}};
-    if (engine_submit(e, &req, &id, &err) != SC_OK) die("engine_submit", &err);
-  }
-  free(p);
+  bench_submit("bench_quant", e, m, n, prompt_len, max_tokens);
 }
 
-// Steps once; returns the step's info (exits on failure).
-static engine_step_info step(engine *e) {
-  engine_step_result r;
-  sc_error err = {{0}};
-  if (engine_step(e, &r, &err) != SC_OK) die("engine_step", &err);
-  return r.info;
-}
+static engine_step_info step(engine *e) { return bench_step("bench_quant", e); }
 
 // Median milliseconds of one decode step at `batch` running sequences, over `steps` steps of
 // an f32 engine (ms[0]) and of an int8 one (ms[1]), alive together and stepped in rounds.
