@@ -141,7 +141,7 @@ Test(kernels, matmul_matches_double_reference_for_odd_shapes_gemv_and_beta) {
   device_free(d);
 }
 
-// From 2 to 32 rows the product runs the small-M kernel on CPUs with AVX-512 (split over the
+// From 1 to 32 rows the product runs the small-M kernels on CPUs with AVX-512 (split over the
 // pool when n x k is large), else CBLAS: both must match, through every row count and tail.
 Test(kernels, matmul_small_m_kernel_and_cblas_both_match_the_reference) {
   dev_cpu_isa best = device_cpu_set_isa(DEV_CPU_ISA_AVX512);

@@ -376,6 +376,34 @@ Q8_AVX512 static void q8_cols_avx512(const q8_job *jb, int j0, int j1) {
   }
 }
 #undef Q8_TILE_CASES
+
+// f32 weights, one row of x (batch-1 decode): y(0, j0:j1). Each weight row is read to its end
+// before the next, in four independent sums of 16 lanes, so the weights form one sequential
+// stream, which the hardware prefetcher follows best: on one thread of the machine in
+// docs/benchmarks.md this reads about 15 GB/s where the 4-row blocking above and OpenBLAS's
+// sgemv read 10-12 (a llama-small rank's weights, bench/bench_quant.c).
+Q8_AVX512 static void f32_gemv_avx512(const q8_job *jb, int j0, int j1) {
+  const int k = jb->k;
+  const float *x = jb->x;
+  for (int j = j0; j < j1; j++) {
+    const float *w = jb->w + (size_t)j * (size_t)k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= k; i += 64) {
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i < k; i += 16) {
+      __mmask16 mk = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1u);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + i), _mm512_maskz_loadu_ps(mk, x + i),
+                           a0);
+    }
+    float v = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    jb->y[j] = jb->beta == 0.0f ? v : v + jb->beta * jb->y[j]; // beta 0: y is not read
+  }
+}
 #endif
 
 // --- which build runs (process-wide)
@@ -737,24 +765,25 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
 
 // --- f32 small-M matmul
 //
-// 2 to 32 rows of x (decode batches) on a CPU with AVX-512: the int8 kernel's blocking with
-// f32 weights (Q8_JB weight rows against up to Q8_MB rows of x in 16 accumulators, masked
-// tails), split over the device's pool like the int8 product. The weights stream from memory
-// once per call, with no packing: CBLAS's sgemm re-packs every weight matrix on each call, and
-// at 2-8 rows took 1.5-2x the time of its 1-row sgemv (bench/bench_quant.c); this kernel takes
-// 1.1-1.7x less than sgemm from 2 to 32 rows. One row stays with sgemv, which reads a little
-// faster than this kernel; more rows (prefill), or no AVX-512: CBLAS.
+// 1 to 32 rows of x (decode batches) on a CPU with AVX-512, split over the device's pool like
+// the int8 product. From 2 rows: the int8 kernel's blocking with f32 weights (Q8_JB weight rows
+// against up to Q8_MB rows of x in 16 accumulators, masked tails). The weights stream from
+// memory once per call, with no packing: CBLAS's sgemm re-packs every weight matrix on each
+// call, and at 2-8 rows took 1.5-2x the time of its 1-row sgemv (bench/bench_quant.c); this
+// kernel takes 1.1-1.7x less than sgemm from 2 to 32 rows. One row: f32_gemv_avx512, one weight
+// row at a time (a step's linear layers: 12.6 -> 7.4 ms on one thread, 7.2 -> 4.8 ms on two,
+// against sgemv). More rows (prefill), or no AVX-512: CBLAS.
 enum {
-  F32_DIRECT_M = 32, // rows of x up to which the kernel runs (from 2)
+  F32_DIRECT_M = 32, // rows of x up to which the kernel runs
 };
 
 // The product through the small-M kernel when it applies (k > 0); false: use CBLAS.
 static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const float *w,
                        float beta, float *y) {
 #ifdef Q8_X86
-  if (m < 2 || m > F32_DIRECT_M || q8_isa_now() != DEV_CPU_ISA_AVX512) return false;
+  if (m > F32_DIRECT_M || q8_isa_now() != DEV_CPU_ISA_AVX512) return false;
   q8_job jb = {.m = m, .n = n, .k = k, .x = x, .w = w, .beta = beta, .y = y};
-  q8_split(c, &jb, q8_cols_avx512);
+  q8_split(c, &jb, m == 1 ? f32_gemv_avx512 : q8_cols_avx512);
   return true;
 #else
   (void)c, (void)m, (void)n, (void)k, (void)x, (void)w, (void)beta, (void)y;
