@@ -1,5 +1,5 @@
 // int8 weight-only weights: the per-row quantizer's error bound; the CPU backend's int8 matmul
-// (the direct kernel up to 32 rows, in each of its builds, alone and split over its threads;
+// (the direct kernel up to 128 rows, in each of its builds, alone and split over its threads;
 // dequantized tiles through CBLAS above that) against the f32 product of the dequantized
 // weights; the fault hooks on it; and int8 engines: smaller on the device, mostly the f32
 // engine's greedy tokens but not its logits, refused for dtypes the backend cannot hold.
@@ -132,19 +132,21 @@ Test(quant, decode_rows_match_the_dequantized_product) {
   device_free(d);
 }
 
-Test(quant, small_batches_up_to_32_rows_match_the_dequantized_product) {
+Test(quant, small_batches_up_to_128_rows_match_the_dequantized_product) {
   device *d = open_cpu(1);
   check_matmul(d, 16, 64, 31, 0.0f);
   check_matmul(d, 17, 40, 33, 0.0f);   // past the portable build's 16-row block
   check_matmul(d, 31, 21, 260, -1.0f); // past its 256-column chunk
   check_matmul(d, 32, 70, 96, 0.0f);
+  check_matmul(d, 33, 130, 67, 0.0f);   // a last block of one row
+  check_matmul(d, 128, 45, 100, 0.5f);
   device_free(d);
 }
 
 Test(quant, prefill_rows_match_the_dequantized_product) {
   device *d = open_cpu(1);
-  check_matmul(d, 33, 130, 67, 0.0f); // dequantized tiles through CBLAS
-  check_matmul(d, 34, 300, 5000, 1.0f); // two tiles (4 MiB: 209 rows), the second ragged
+  check_matmul(d, 129, 130, 67, 0.0f); // dequantized tiles through CBLAS
+  check_matmul(d, 130, 300, 5000, 1.0f); // two tiles (4 MiB: 209 rows), the second ragged
   device_free(d);
 }
 

@@ -1,5 +1,5 @@
 // The cpu device backend: host memory with exact accounting, GEMMs through CBLAS (OpenBLAS),
-// or, for 2 to 32 rows on a CPU with AVX-512, a kernel of its own that streams the weights
+// or, for 1 to 128 rows on a CPU with AVX-512, kernels of their own that stream the weights
 // once; plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged
 // KV store, paged causal GQA attention with an online softmax, SwiGLU, add, vocab-sharded
 // embedding), and the int8 weight-only matmul (its own kernels: AVX-512, AVX2 or portable C,
@@ -157,11 +157,14 @@ static sc_status cpu_matmul(void *ctx, int m, int n, int k, const float *x, cons
 //
 // y(m,n) = x(m,k) * (scale(n) . q(n,k))^T + beta * y, q int8 in matmul's (out, in) layout.
 //
-// Up to Q8_DIRECT_M rows of x (decode, small batches): the kernel reads q itself. It takes
-// Q8_JB weight rows at a time, converts each 16 (or 8) int8 weights to f32 in registers once per
-// block of up to Q8_MB rows of x, and multiplies them into Q8_JB x Q8_MB accumulators, so q
-// streams from memory once per call, each x load serves Q8_JB weight rows, and the weight block
-// (Q8_JB x k bytes) stays in L1 while the x blocks pass. The scale is applied once per output.
+// Up to Q8_DIRECT_M rows of x (decode, small batches; Q8_DIRECT_M_AVX512 with the AVX-512
+// build, which beats the tiles up to 128 rows: 17.6-26 against 28-39 ms for every linear layer
+// of a llama-small step at 48 rows, 48-70 against 59-85 at 128): the kernel reads q itself. It
+// takes Q8_JB weight rows at a time, converts each 16 (or 8) int8 weights to f32 in registers
+// once per block of up to Q8_MB rows of x, and multiplies them into Q8_JB x Q8_MB
+// accumulators, so q streams from memory once per call, each x load serves Q8_JB weight rows,
+// and the weight block (Q8_JB x k bytes) stays in L1 while the x blocks pass. The scale is
+// applied once per output.
 // Three builds of it, chosen at run time (q8_isa_now): AVX-512 F/BW/VL (16 lanes, masked
 // tails), AVX2 + FMA (8 lanes, scalar tails) and portable C. The vector builds are compiled
 // with target attributes, so the file needs no -m flags and runs on any x86-64 (elsewhere, the
@@ -176,6 +179,7 @@ enum {
   Q8_JB = 4,                // weight rows per kernel block
   Q8_MB = 4,                // rows of x per kernel block (AVX2: 2, for its 16 registers)
   Q8_DIRECT_M = 32,         // rows of x up to which the kernel reads q directly
+  Q8_DIRECT_M_AVX512 = 128, // the same for the AVX-512 build (measured: bench/bench_quant.c)
   Q8_PAR_MIN = 1 << 17,     // n * k weights from which the rows are split over the pool
   Q8_CHUNKS_PER_THREAD = 4, // pieces of a product per pool thread (claimed first come)
 };
@@ -831,23 +835,26 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
     for (size_t i = 0; i < (size_t)m * (size_t)n; i++) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
     return SC_OK;
   }
-  if (m > Q8_DIRECT_M) return q8_gemm_tiles(c, &jb);
+  if (m > (q8_isa_now() == DEV_CPU_ISA_AVX512 ? Q8_DIRECT_M_AVX512 : Q8_DIRECT_M))
+    return q8_gemm_tiles(c, &jb);
   q8_split(c, &jb, q8_cols());
   return SC_OK;
 }
 
 // --- f32 small-M matmul
 //
-// 1 to 32 rows of x (decode batches) on a CPU with AVX-512, split over the device's pool like
+// 1 to 128 rows of x (decode batches) on a CPU with AVX-512, split over the device's pool like
 // the int8 product. From 2 rows: the int8 kernel's blocking with f32 weights (Q8_JB weight rows
 // against up to Q8_MB rows of x in 16 accumulators, masked tails). The weights stream from
 // memory once per call, with no packing: CBLAS's sgemm re-packs every weight matrix on each
 // call, and at 2-8 rows took 1.5-2x the time of its 1-row sgemv (bench/bench_quant.c); this
-// kernel takes 1.1-1.7x less than sgemm from 2 to 32 rows. One row: f32_gemv_avx512, one weight
+// kernel takes 1.1-1.7x less than sgemm from 2 to 32 rows, and still 1.1-1.5x less from 48 to
+// 128 (every linear layer of a llama-small step on 2 threads, 3 of 4 runs: 16-18 against
+// 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at 256). One row: f32_gemv_avx512, one weight
 // row at a time (a step's linear layers: 12.6 -> 7.4 ms on one thread, 7.2 -> 4.8 ms on two,
 // against sgemv). More rows (prefill), or no AVX-512: CBLAS.
 enum {
-  F32_DIRECT_M = 32, // rows of x up to which the kernel runs
+  F32_DIRECT_M = 128, // rows of x up to which the kernel runs
 };
 
 // The product through the small-M kernel when it applies (k > 0); false: use CBLAS.
