@@ -369,9 +369,13 @@ static sc_status open_common(const char *path, bool readonly, store **out, sc_er
     *out = s;
     return SC_OK;
   }
-  // journal_mode answers a row: sqlite3_exec runs it to completion.
+  // journal_mode answers a row: sqlite3_exec runs it to completion. temp_store=MEMORY keeps
+  // the sub-journal of each request's savepoint (the pages it touched, as they were) in
+  // memory: past 64 KiB SQLite spilled it to a file in /var/tmp, and those writes were most
+  // of the writer's system calls (an hour of simulated dp=4 serving: 9.8-10.1 -> 7.5-7.6 s).
   if ((r = exec_sql(s, "PRAGMA journal_mode=WAL", "switching to WAL", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA synchronous=NORMAL", "setting synchronous", err)) != SC_OK ||
+      (r = exec_sql(s, "PRAGMA temp_store=MEMORY", "setting temp_store", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA foreign_keys=ON", "setting foreign_keys", err)) != SC_OK)
     goto fail;
   if (empty) {

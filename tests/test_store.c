@@ -278,7 +278,9 @@ Test(store, bad_values_are_refused_with_the_reason) {
   cr_expect(strstr(err.msg, "no run"), "%s", err.msg);
   cr_expect_eq(store_verdict_add(s, run, 1, "ttft_p95_ms", "<", 500, 1, true, &err), SC_INVALID);
   // A request pointing at a phase that does not exist: the foreign key fails, nothing of it
-  // (no request row, no tokens) stays, and the store keeps working.
+  // (no request row, no tokens) stays, and the store keeps working. The savepoint's rollback
+  // reads its sub-journal, which the writer keeps in memory (temp_store 2).
+  expect_q(store_db(s), "PRAGMA temp_store", "2");
   store_request rq = {.run_id = run, .deployment_id = 42, .phase_id = 43, .status = "ok",
                       .replica = 0};
   const uint64_t t[2] = {1, 2};
