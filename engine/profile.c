@@ -21,7 +21,9 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -360,17 +362,30 @@ static sc_status read_bandwidth(const uint64_t *buf, size_t bytes, int threads, 
   return SC_OK;
 }
 
+// What the GEMM being timed is, for the companion ranks that run beside it (measure_gemm):
+// m << 48 | n << 24 | k, 0 before the first call.
+typedef struct mm_mirror {
+  atomic_ullong shape;
+  atomic_bool stop;
+} mm_mirror;
+
 typedef struct mm_ctx {
   device *d;
   int m, n, k;
   const float *x;    // (m, k)
   const float *pool; // weights: copy c at pool + c * n * k, each (n, k)
   int copies;
-  float *y; // (m, n)
+  float *y;       // (m, n)
+  mm_mirror *mr;  // NULL, or where to publish (m, n, k) for the companions
 } mm_ctx;
 
 static sc_status mm_call(void *c, int iter) {
   mm_ctx *g = c;
+  if (g->mr)
+    atomic_store_explicit(&g->mr->shape,
+                          (unsigned long long)g->m << 48 | (unsigned long long)g->n << 24 |
+                              (unsigned long long)g->k,
+                          memory_order_relaxed);
   const float *w = g->pool + (size_t)(iter % g->copies) * (size_t)g->n * (size_t)g->k;
   return dev_matmul(g->d, g->m, g->n, g->k, g->x, w, 0.0f, g->y);
 }
@@ -505,7 +520,45 @@ static sc_status gemm_plan(const profile_options *o, int cores, gemm_shape *out,
   return SC_OK;
 }
 
-static sc_status measure_gemm(profile *p, device *d, const gemm_shape *shapes, int n_shapes,
+// A rank that runs beside the one being timed: the same GEMM, as published in mr, on weights
+// of its own (another part of the pool) through a device of its own, until mr->stop.
+typedef struct mm_companion {
+  pthread_t th;
+  device *d;
+  mm_mirror *mr;
+  const float *pool; // its weights
+  size_t pool_floats;
+  float *x, *y; // its own activations and output (max rows)
+  sc_status status;
+} mm_companion;
+
+static void *companion_main(void *arg) {
+  mm_companion *c = arg;
+  for (size_t it = 0; !atomic_load_explicit(&c->mr->stop, memory_order_relaxed); it++) {
+    unsigned long long sh = atomic_load_explicit(&c->mr->shape, memory_order_relaxed);
+    if (!sh) {
+      sched_yield();
+      continue;
+    }
+    int m = (int)(sh >> 48), n = (int)(sh >> 24 & 0xFFFFFFu), k = (int)(sh & 0xFFFFFFu);
+    size_t nk = (size_t)n * (size_t)k, copies = c->pool_floats / nk;
+    const float *w = c->pool + (it % (copies ? copies : 1)) * nk;
+    sc_status s = dev_matmul(c->d, m, n, k, c->x, w, 0.0f, c->y);
+    if (s != SC_OK) {
+      c->status = s;
+      break;
+    }
+  }
+  return NULL;
+}
+
+// Each group of shapes at one thread count T is timed on a device opened at T threads (the
+// CPU backend sizes a device's kernel pool when it opens), and, when T leaves cores for more
+// ranks (cores / T >= 2: the ranks of a TP group, or data-parallel replicas, each on its own
+// cores), with cores / T - 1 companion ranks running the same GEMM on other weights at the
+// same time: a rank's GEMMs at small batches read memory as fast as one core can, and in a
+// real run its peers read beside it, so it is timed sharing the memory system as it will be.
+static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes, int cores,
                               sc_error *err) {
   const profile_options *o = &p->o;
   size_t max_nk = 0;
@@ -516,20 +569,24 @@ static sc_status measure_gemm(profile *p, device *d, const gemm_shape *shapes, i
     max_n = shapes[i].n > max_n ? shapes[i].n : max_n;
     max_k = shapes[i].k > max_k ? shapes[i].k : max_k;
   }
-  size_t pool_floats = rotate_bytes() / sizeof(float);
-  if (pool_floats < max_nk) pool_floats = max_nk;
-  float *pool = NULL, *x = NULL, *y = NULL;
-  sc_status s = dev_alloc(d, pool_floats * sizeof(float), (void **)&pool);
-  if (s == SC_OK) s = dev_alloc(d, (size_t)max_m * max_k * sizeof(float), (void **)&x);
-  if (s == SC_OK) s = dev_alloc(d, (size_t)max_m * max_n * sizeof(float), (void **)&y);
-  if (s != SC_OK) {
-    dev_free(d, pool);
-    dev_free(d, x);
-    return sc_fail(err, s, "profile: cannot allocate the GEMM buffers (%zu MiB of weights)",
+  size_t half = rotate_bytes() / sizeof(float); // the timed rank's weights; the companions'
+  if (half < max_nk) half = max_nk;             // come after them
+  size_t pool_floats = 2 * half, xf = (size_t)max_m * max_k, yf = (size_t)max_m * max_n;
+  enum { MAX_COMP = 63 };
+  int max_comp = cores - 1 > MAX_COMP ? MAX_COMP : cores - 1;
+  float *pool = malloc(pool_floats * sizeof(float));
+  float *x = malloc(xf * (size_t)(1 + max_comp) * sizeof(float));
+  float *y = malloc(yf * (size_t)(1 + max_comp) * sizeof(float));
+  sc_status s = SC_OK;
+  if (!pool || !x || !y) {
+    free(pool);
+    free(x);
+    free(y);
+    return sc_fail(err, SC_OOM, "profile: cannot allocate the GEMM buffers (%zu MiB of weights)",
                    pool_floats * sizeof(float) >> 20);
   }
   fill_random(pool, pool_floats, o->seed + 2, 0.05f);
-  fill_random(x, (size_t)max_m * max_k, o->seed + 3, 1.0f);
+  fill_random(x, xf * (size_t)(1 + max_comp), o->seed + 3, 1.0f);
 
   sim_hw *h = &p->hw.sim;
   for (int g0 = 0; s == SC_OK && g0 < n_shapes;) {
@@ -537,21 +594,51 @@ static sc_status measure_gemm(profile *p, device *d, const gemm_shape *shapes, i
     int g1 = g0;
     while (g1 < n_shapes && shapes[g1].threads == shapes[g0].threads) g1++;
     double t0 = now_s();
-    device_cpu_set_threads(shapes[g0].threads);
+    const int T = shapes[g0].threads;
+    int n_comp = cores / T - 1;
+    n_comp = n_comp < 0 ? 0 : n_comp > max_comp ? max_comp : n_comp;
+    device_cpu_set_threads(T);
+    device *d = NULL;
+    mm_mirror mr;
+    atomic_init(&mr.shape, 0);
+    atomic_init(&mr.stop, false);
+    mm_companion comp[MAX_COMP];
+    int started = 0;
+    s = device_open(o->backend, 0, &d, err);
+    for (; s == SC_OK && started < n_comp; started++) {
+      mm_companion *c = &comp[started];
+      *c = (mm_companion){.mr = &mr, .pool = pool + half, .pool_floats = half,
+                          .x = x + xf * (size_t)(1 + started), .y = y + yf * (size_t)(1 + started)};
+      s = device_open(o->backend, 0, &c->d, err);
+      if (s == SC_OK && pthread_create(&c->th, NULL, companion_main, c) != 0) {
+        device_free(c->d);
+        s = sc_fail(err, SC_OOM, "profile: cannot start a companion rank's thread");
+      }
+      if (s != SC_OK) break;
+    }
     // every (shape, m) of the group is one point, timed together
     int nm = o->n_gemm_m, np = (g1 - g0) * nm;
     mm_ctx *g = calloc((size_t)np, sizeof *g);
     timed *t = calloc((size_t)np, sizeof *t);
-    if (!g || !t) s = sc_fail(err, SC_OOM, "profile: out of memory");
+    if (s == SC_OK && (!g || !t)) s = sc_fail(err, SC_OOM, "profile: out of memory");
     for (int i = 0; s == SC_OK && i < np; i++) {
       const gemm_shape *sh = &shapes[g0 + i / nm];
-      long copies = (long)(pool_floats / ((size_t)sh->n * (size_t)sh->k));
+      long copies = (long)(half / ((size_t)sh->n * (size_t)sh->k));
       g[i] = (mm_ctx){.d = d, .m = o->gemm_m[i % nm], .n = sh->n, .k = sh->k, .x = x,
                       .pool = pool, .y = y,
-                      .copies = (int)(copies < 1 ? 1 : copies > 4096 ? 4096 : copies)};
+                      .copies = (int)(copies < 1 ? 1 : copies > 4096 ? 4096 : copies),
+                      .mr = started ? &mr : NULL};
       t[i] = (timed){.op = mm_call, .ctx = &g[i]};
     }
     if (s == SC_OK) s = time_points(t, np, o->reps, o->min_round_s);
+    atomic_store(&mr.stop, true);
+    for (int c = 0; c < started; c++) {
+      pthread_join(comp[c].th, NULL);
+      if (s == SC_OK && comp[c].status != SC_OK)
+        s = sc_fail(err, comp[c].status, "profile: a companion rank's GEMM failed");
+      device_free(comp[c].d);
+    }
+    device_free(d);
     for (int i = g0; s == SC_OK && i < g1; i++) {
       const gemm_shape *sh = &shapes[i];
       sim_gemm_table *tb = &h->gemm[h->n_gemm];
@@ -567,14 +654,16 @@ static sc_status measure_gemm(profile *p, device *d, const gemm_shape *shapes, i
     free(g);
     free(t);
     if (s == SC_OK)
-      progress(o, "gemm: %d shape%s at %d thread%s x %d rows (%d..%d) [%.1f s]", g1 - g0,
-               g1 - g0 == 1 ? "" : "s", shapes[g0].threads, shapes[g0].threads == 1 ? "" : "s",
-               o->n_gemm_m, o->gemm_m[0], max_m, now_s() - t0);
+      progress(o, "gemm: %d shape%s at %d thread%s x %d rows (%d..%d), %d companion rank%s "
+                  "[%.1f s]",
+               g1 - g0, g1 - g0 == 1 ? "" : "s", T, T == 1 ? "" : "s", o->n_gemm_m,
+               o->gemm_m[0], max_m, started, started == 1 ? "" : "s", now_s() - t0);
     g0 = g1;
   }
-  dev_free(d, pool);
-  dev_free(d, x);
-  dev_free(d, y);
+  device_cpu_set_threads(cores);
+  free(pool);
+  free(x);
+  free(y);
   if (s != SC_OK && !err->msg[0]) sc_fail(err, s, "profile: a timed GEMM failed");
   return s;
 }
@@ -740,16 +829,15 @@ static sc_status attention_plan(const profile_options *o, int cores, sc_error *e
   return SC_OK;
 }
 
-static sc_status measure_attention(profile *p, device *d, int cores, sc_error *err) {
+// One table per (shape, thread count), each timed on a device opened at that thread count:
+// the CPU backend splits a large attention over the device's kernel pool.
+static sc_status measure_attention(profile *p, int cores, sc_error *err) {
   const profile_options *o = &p->o;
   sim_hw *h = &p->hw.sim;
   for (int i = 0; i < o->n_tp; i++) {
     int t = o->tp[i];
     shard_rank sr = shard_rank_plan(&o->model, t, 1, 0, 0);
     int th[2], nth = thread_counts(cores, t, th);
-    // one measurement per shape; an entry per thread count (the cost model looks tables up
-    // by (heads, kv_heads, head_dim, threads))
-    int first = -1;
     for (int j = 0; j < nth; j++) {
       int e = 0;
       while (e < h->n_attn && !(h->attn[e].heads == sr.n_heads &&
@@ -767,18 +855,19 @@ static sc_status measure_attention(profile *p, device *d, int cores, sc_error *e
       sim_attn_table *a = &h->attn[h->n_attn];
       *a = (sim_attn_table){.heads = sr.n_heads, .kv_heads = sr.n_kv,
                             .head_dim = o->model.head_dim, .threads = th[j]};
-      if (first < 0) {
-        double t0 = now_s();
-        SC_TRY(measure_attention_shape(p, d, sr.n_heads, sr.n_kv, &a->decode, &a->prefill, err));
-        progress(o, "attention: tp%d, %d heads / %d KV heads x %d, decode %d contexts, "
-                    "prefill %d lengths [%.1f s]",
-                 t, sr.n_heads, sr.n_kv, o->model.head_dim, o->n_ctx, o->n_prefill,
-                 now_s() - t0);
-        first = h->n_attn;
-      } else {
-        a->decode = h->attn[first].decode;
-        a->prefill = h->attn[first].prefill;
-      }
+      double t0 = now_s();
+      device_cpu_set_threads(th[j]);
+      device *d = NULL;
+      sc_status s = device_open(o->backend, 0, &d, err);
+      if (s == SC_OK)
+        s = measure_attention_shape(p, d, sr.n_heads, sr.n_kv, &a->decode, &a->prefill, err);
+      device_free(d);
+      device_cpu_set_threads(cores);
+      SC_TRY(s);
+      progress(o, "attention: tp%d, %d heads / %d KV heads x %d at %d thread%s, decode %d "
+                  "contexts, prefill %d lengths [%.1f s]",
+               t, sr.n_heads, sr.n_kv, o->model.head_dim, th[j], th[j] == 1 ? "" : "s",
+               o->n_ctx, o->n_prefill, now_s() - t0);
       snprintf(p->attn_role[h->n_attn], sizeof p->attn_role[0], "tp%d", t);
       h->n_attn++;
     }
@@ -1162,9 +1251,9 @@ sc_status profile_measure(const profile_options *opts, profile **out, sc_error *
     if (gmtime_r(&now, &tm)) strftime(p->date, sizeof p->date, "%Y-%m-%d %H:%M UTC", &tm);
     s = measure_host(p, d, err);
   }
-  if (s == SC_OK) s = measure_gemm(p, d, shapes, n_shapes, err);
+  if (s == SC_OK) s = measure_gemm(p, shapes, n_shapes, cores, err);
   if (s == SC_OK) derive_gemm_eff(p, cores);
-  if (s == SC_OK) s = measure_attention(p, d, cores, err);
+  if (s == SC_OK) s = measure_attention(p, cores, err);
   if (s == SC_OK) s = measure_allreduce(p, err);
   if (s == SC_OK) {
     fill_sim_view(p);
@@ -1285,15 +1374,17 @@ static void write_header(const profile *p, FILE *f) {
           "#     (executor = engine_step_info.duration_ns: scheduling + executor, no sampling;\n"
           "#     its median residual is %.3f ms.)\n", s->step_overhead_exec_s * 1e3);
   fprintf(f,
-          "# gemm: seconds vs rows m of y(m x n) = x(m x k) . w(n x k)^T through the device at\n"
-          "#   `threads` BLAS threads, for every GEMM one rank of each TP degree runs (q|k|v and\n"
+          "# gemm: seconds vs rows m of y(m x n) = x(m x k) . w(n x k)^T through a device at\n"
+          "#   `threads` threads, for every GEMM one rank of each TP degree runs (q|k|v and\n"
           "#   gate|up as the cost model prices them: one GEMM of the combined width; the\n"
           "#   executor runs them as separate GEMMs). Weights rotate through %zu MiB (twice\n"
           "#   the last-level cache, at least 64), so they come from memory as in the engine.\n"
+          "#   Below all cores, cores / threads - 1 companion ranks run the same GEMM on\n"
+          "#   other weights meanwhile, as a rank's peers do in a run.\n"
           "# attention: one layer on one rank: decode = seconds per sequence for one token at\n"
           "#   context length x (timed over as many sequences as fill %zu MiB of KV, at most\n"
-          "#   %d), prefill = seconds for x tokens from position 0 (causal). The kernel runs on\n"
-          "#   the rank's own thread, so one measurement serves every thread count.\n"
+          "#   %d), prefill = seconds for x tokens from position 0 (causal), on a device at\n"
+          "#   `threads` threads (a large attention is split over them).\n"
           "# allreduce: seconds vs bytes per rank of an in-place sum over the shm communicator,\n"
           "#   ranks as threads.\n",
           rotate_bytes() >> 20, rotate_bytes() >> 20, PROF_ATTN_SEQS);
