@@ -1054,6 +1054,40 @@ static inline void cpu_axpy(float *restrict y, float a, const float *restrict x,
   for (; i < n; i++) y[i] += a * x[i];
 }
 
+#ifdef Q8_X86
+// cpu_dot and cpu_axpy 16 lanes at a time with FMA, masked past the last multiple of 16.
+Q8_AVX512 static inline float dot_avx512(const float *a, const float *b, int n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+Q8_AVX512 static inline void axpy_avx512(float *restrict y, float a, const float *restrict x,
+                                         int n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, mk,
+                          _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(mk, x + i),
+                                          _mm512_maskz_loadu_ps(mk, y + i)));
+  }
+}
+#define ATT_DOT(V512, a, b, n) ((V512) ? dot_avx512(a, b, n) : cpu_dot(a, b, n))
+#define ATT_AXPY(V512, y, a, x, n) ((V512) ? axpy_avx512(y, a, x, n) : cpu_axpy(y, a, x, n))
+#else
+#define ATT_DOT(V512, a, b, n) cpu_dot(a, b, n)
+#define ATT_AXPY(V512, y, a, x, n) cpu_axpy(y, a, x, n)
+#endif
+
+// Prefetches n floats from p (a cache slot a few positions ahead of the one being read).
+enum { ATT_PF = 4 };
+static inline void att_prefetch(const float *p, size_t n) {
+  for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 3);
+}
+
 // Tiling of the attention loop: up to ATT_TQ query tokens of one sequence share each K/V row
 // read (a prefill chunk), and positions are taken ATT_CH at a time with an online softmax, so
 // the scratch is small and independent of the context length.
@@ -1084,7 +1118,8 @@ typedef struct att_args {
 
 // One tile: nq consecutive tokens from t0 of one sequence; sc is the scratch (ATT_TQ, n_heads,
 // ATT_CH + 2).
-static void att_tile(const att_args *a, int t0, int nq, float *sc) {
+__attribute__((always_inline)) static inline void att_tile_body(const bool v512, const att_args *a,
+                                                                 int t0, int nq, float *sc) {
   const dev_kv_batch *b = a->b;
   const int bs = b->block_size, head_dim = a->head_dim;
   const size_t hd = (size_t)head_dim, nh = (size_t)a->n_heads, G = (size_t)a->G;
@@ -1111,6 +1146,10 @@ static void att_tile(const att_args *a, int t0, int nq, float *sc) {
     for (int jj = 0; jj < nc; jj++) {
       const int j = c0 + jj;
       const float *krow = a->kv.k + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
+      if (j + ATT_PF < ctx_len) // the cache slot ATT_PF positions ahead, one line per 16 floats
+        att_prefetch(a->kv.k + ((size_t)bt[(j + ATT_PF) / bs] * bs + (size_t)((j + ATT_PF) % bs)) *
+                                   slot_stride,
+                     slot_stride);
       for (int qi = 0; qi < nq; qi++) {
         float *sq = sc + (size_t)qi * nh * ATT_CH + jj; // stride ATT_CH per head
         if (j > pos[qi]) {
@@ -1119,7 +1158,7 @@ static void att_tile(const att_args *a, int t0, int nq, float *sc) {
         }
         const float *qq = qt + (size_t)qi * nh * hd;
         for (size_t h = 0; h < nh; h++)
-          sq[h * ATT_CH] = a->scale * cpu_dot(qq + h * hd, krow + (h / G) * hd, head_dim);
+          sq[h * ATT_CH] = a->scale * ATT_DOT(v512, qq + h * hd, krow + (h / G) * hd, head_dim);
       }
     }
 
@@ -1147,12 +1186,16 @@ static void att_tile(const att_args *a, int t0, int nq, float *sc) {
     for (int jj = 0; jj < nc; jj++) {
       const int j = c0 + jj;
       const float *vrow = a->kv.v + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
+      if (jj + ATT_PF < nc)
+        att_prefetch(a->kv.v + ((size_t)bt[(j + ATT_PF) / bs] * bs + (size_t)((j + ATT_PF) % bs)) *
+                                   slot_stride,
+                     slot_stride);
       for (int qi = 0; qi < nq; qi++) {
         if (j > pos[qi]) continue;
         const float *sq = sc + (size_t)qi * nh * ATT_CH + jj;
         float *oq = ot + (size_t)qi * nh * hd;
         for (size_t h = 0; h < nh; h++)
-          cpu_axpy(oq + h * hd, sq[h * ATT_CH], vrow + (h / G) * hd, head_dim);
+          ATT_AXPY(v512, oq + h * hd, sq[h * ATT_CH], vrow + (h / G) * hd, head_dim);
       }
     }
   }
@@ -1162,6 +1205,28 @@ static void att_tile(const att_args *a, int t0, int nq, float *sc) {
     float *orow = ot + r * hd;
     for (size_t e = 0; e < hd; e++) orow[e] *= inv;
   }
+}
+
+// att_tile_body in the machine's baseline (SSE2) and, where the CPU has AVX-512, with 16-lane
+// FMA dot products and axpys: a decode step's attention is mostly these, 64 floats at a time,
+// and at batch 32 it took about a fifth of the step.
+static void att_tile_base(const att_args *a, int t0, int nq, float *sc) {
+  att_tile_body(false, a, t0, nq, sc);
+}
+#ifdef Q8_X86
+Q8_AVX512 static void att_tile_avx512(const att_args *a, int t0, int nq, float *sc) {
+  att_tile_body(true, a, t0, nq, sc);
+}
+#endif
+
+static void att_tile(const att_args *a, int t0, int nq, float *sc) {
+#ifdef Q8_X86
+  if (q8_isa_now() == DEV_CPU_ISA_AVX512) {
+    att_tile_avx512(a, t0, nq, sc);
+    return;
+  }
+#endif
+  att_tile_base(a, t0, nq, sc);
 }
 
 // Chunk `chunk` of `chunks`: a contiguous range of tiles, with a scratch of its own.
