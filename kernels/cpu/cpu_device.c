@@ -1,8 +1,8 @@
 // The cpu device backend: host memory with exact accounting, GEMMs through CBLAS (OpenBLAS),
 // or, for 1 to 128 rows on a CPU with AVX-512, kernels of their own that stream the weights
 // once; plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged
-// KV store, paged causal GQA attention with an online softmax, SwiGLU, add, vocab-sharded
-// embedding), and the int8 weight-only matmul (its own kernels: AVX-512, AVX2 or portable C,
+// KV store, paged causal GQA attention with an online softmax (16-lane FMA on AVX-512),
+// SwiGLU, add, vocab-sharded embedding), and the int8 weight-only matmul (its own kernels: AVX-512, AVX2 or portable C,
 // chosen at run time; or dequantized tiles through CBLAS). The own kernels, and attention and
 // SwiGLU on large batches, run on the calling thread and a small pool of threads per device;
 // other ops on the calling thread; the CBLAS GEMMs may use BLAS threads.
