@@ -2,8 +2,8 @@
 // or, for 1 to 128 rows on a CPU with AVX-512, kernels of their own that stream the weights
 // once; plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged
 // KV store, paged causal GQA attention with an online softmax (16-lane FMA on AVX-512),
-// SwiGLU, add, vocab-sharded embedding), and the int8 weight-only matmul (its own kernels: AVX-512, AVX2 or portable C,
-// chosen at run time; or dequantized tiles through CBLAS). The own kernels, and attention and
+// SwiGLU, add, vocab-sharded embedding), and the int8 weight-only matmul (its own kernels:
+// AVX-512, AVX2 or portable C, chosen at run time; or dequantized tiles through CBLAS). The own kernels, and attention and
 // SwiGLU on large batches, run on the calling thread and a small pool of threads per device;
 // other ops on the calling thread; the CBLAS GEMMs may use BLAS threads.
 //
@@ -850,9 +850,9 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
 // call, and at 2-8 rows took 1.5-2x the time of its 1-row sgemv (bench/bench_quant.c); this
 // kernel takes 1.1-1.7x less than sgemm from 2 to 32 rows, and still 1.1-1.5x less from 48 to
 // 128 (every linear layer of a llama-small step on 2 threads, 3 of 4 runs: 16-18 against
-// 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at 256). One row: f32_gemv_avx512, one weight
-// row at a time (a step's linear layers: 12.6 -> 7.4 ms on one thread, 7.2 -> 4.8 ms on two,
-// against sgemv). More rows (prefill), or no AVX-512: CBLAS.
+// 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at 256). One row:
+// f32_gemv_avx512, one weight row at a time (a step's linear layers: 12.6 -> 7.4 ms on one
+// thread, 7.2 -> 4.8 ms on two, against sgemv). More rows (prefill), or no AVX-512: CBLAS.
 enum {
   F32_DIRECT_M = 128, // rows of x up to which the kernel runs
 };
