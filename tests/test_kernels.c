@@ -496,6 +496,32 @@ Test(kernels, swiglu_matches_double_reference_including_saturated_gates) {
   device_free(d);
 }
 
+// Gates past float's exp range, at its edges and around 0, through both builds (AVX-512:
+// a polynomial exp with vscalefps; portable: libm's expf).
+Test(kernels, swiglu_at_the_ends_of_exp_matches_in_every_build) {
+  static const float gates[] = {-200.0f, -104.0f, -88.8f, -87.0f, -20.0f, -1e-30f, -0.0f, 0.0f,
+                                1e-30f,  0.5f,    20.0f,  87.0f,  88.8f,  104.0f,  200.0f};
+  const int n = (int)(sizeof gates / sizeof *gates);
+  double ref[sizeof gates / sizeof *gates];
+  for (int i = 0; i < n; i++) ref[i] = (double)gates[i] / (1.0 + exp(-(double)gates[i]));
+  const dev_cpu_isa caps[] = {DEV_CPU_ISA_AVX512, DEV_CPU_ISA_C};
+  for (size_t c = 0; c < 2; c++) {
+    device_cpu_set_isa(caps[c]);
+    device *d = open_cpu();
+    float *g = dfloats(d, (size_t)n), *u = dfloats(d, (size_t)n), *o = dfloats(d, (size_t)n);
+    for (int i = 0; i < n; i++) g[i] = gates[i], u[i] = 1.0f;
+    cr_assert_eq(dev_swiglu(d, 1, n, g, u, o), SC_OK);
+    check_close(c ? "swiglu ends (portable)" : "swiglu ends (avx512 when present)", o, ref,
+                (size_t)n, 1e-5);
+    for (int i = 0; i < n; i++) cr_expect(!isnan(o[i]), "gate %g gave NaN", (double)gates[i]);
+    dev_free(d, g);
+    dev_free(d, u);
+    dev_free(d, o);
+    device_free(d);
+  }
+  device_cpu_set_isa(DEV_CPU_ISA_AVX512);
+}
+
 Test(kernels, add_matches_double_reference) {
   device *d = open_cpu();
   rng r = {9};
