@@ -33,7 +33,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -41,9 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "kernels/clock.h"
+#include "kernels/device.h"
+#include "kernels/spin.h"
 
 #define SHM_MAX_RANKS 1024                     // n_ranks^2 mailboxes: keep them small
 #define SHM_DEFAULT_DEADLINE_NS 60000000000ull // 60 s when the caller passes 0
@@ -188,29 +188,8 @@ static sc_status cond_init_monotonic(pthread_cond_t *cv) {
 
 // --- the barrier
 
-// Spins (pausing, then yielding the core) until the barrier's generation moves past gen, the
-// group stops being healthy, or SHM_SPIN_NS pass. A rank's work between two collectives of a
-// decode step is a fraction of a millisecond and the ranks are near even, so the last peer
-// usually arrives within the spin, and the waiter skips a sleep and a wake-up on the
-// condition variable (tens of microseconds each, 36 of them in a tp=2 llama-small step).
-static void barrier_spin(comm_shm_group *g, unsigned long long gen) {
-  uint64_t t0 = 0;
-  for (unsigned it = 0; atomic_load_explicit(&g->gen, memory_order_acquire) == gen; it++) {
-    if ((it & 63u) == 63u) {
-      if (group_state(g) != SC_OK) return;
-      uint64_t now = sc_monotonic_ns();
-      if (!t0) t0 = now;
-      else if (now - t0 > SHM_SPIN_NS) return;
-    }
-    if (it < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    } else {
-      sched_yield();
-    }
-  }
-}
+// Whether the group was aborted or broken (for the barrier's spin, which then stops).
+static bool group_unhealthy(void *g) { return group_state(g) != SC_OK; }
 
 // Waits until every rank has arrived with the same (op, n). Returns SC_OK; SC_INVALID (group
 // broken) when the ranks disagree; SC_TIMEOUT (group broken) past deadline; SC_ABORTED; or
@@ -245,7 +224,10 @@ static sc_status group_barrier(shm_rank *me, shm_op op, size_t n, uint64_t deadl
   unsigned long long gen = atomic_load_explicit(&g->gen, memory_order_relaxed);
   if (g->spin) { // the peers have cores of their own: they are about to arrive
     pthread_mutex_unlock(&g->mu);
-    barrier_spin(g, gen);
+    // A rank's work between two collectives of a decode step is a fraction of a millisecond
+    // and the ranks are near even, so the last peer usually arrives within the spin, and this
+    // rank skips a sleep and a wake-up (36 barriers in a tp=2 llama-small step).
+    sc_spin_while_equal(&g->gen, gen, SHM_SPIN_NS, group_unhealthy, g);
     pthread_mutex_lock(&g->mu);
   }
   bool late = false;
@@ -582,8 +564,7 @@ sc_status comm_shm_group_new(int n_ranks, uint64_t deadline_ns, comm_shm_group *
   atomic_init(&g->broken, SC_OK);
   atomic_init(&g->slow_on, false);
   atomic_init(&g->gen, 0);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  g->spin = n_ranks > 1 && cores > 0 && n_ranks <= cores;
+  g->spin = n_ranks > 1 && n_ranks <= device_cpu_cores(); // the cores this process may use
   size_t ranks_bytes = sizeof(shm_rank) * (size_t)n_ranks; // a multiple of its 64 B alignment
   g->ranks = aligned_alloc(alignof(shm_rank), ranks_bytes);
   g->inbox = calloc((size_t)n_ranks, sizeof *g->inbox);

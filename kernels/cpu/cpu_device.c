@@ -30,6 +30,7 @@
 
 #include "kernels/clock.h"
 #include "kernels/device.h"
+#include "kernels/spin.h"
 
 // --- context and memory
 
@@ -320,6 +321,11 @@ typedef struct q8_prefetch {
   int per;
 } q8_prefetch;
 
+// The lanes of a 16-lane step that hold data when `left` elements remain (all of them from 16).
+static inline __mmask16 q8_mask16(ptrdiff_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
 // The sums of 16 vectors at once: lane l of the result is the sum of the lanes of v[(l % 4) *
 // 4 + l / 4] (a transposing tree of 15 adds and 30 shuffles, where 16 separate reductions take
 // about 5 times the instructions; at k = 512 those were a fifth of a 4 x 4 block's work).
@@ -389,7 +395,7 @@ Q8_AVX512 Q8_INLINE void q8_tile_avx512(const int rn, const bool i8, int k, cons
     q8_step_avx512(rn, i8, true, k, x, w, i, 0, acc);
   }
   if (k16 < k)
-    q8_step_avx512(rn, i8, false, k, x, w, k16, (__mmask16)((1u << (k - k16)) - 1u), acc);
+    q8_step_avx512(rn, i8, false, k, x, w, k16, q8_mask16(k - k16), acc);
   if (rn == Q8_MB) {
     float o[16];
     _mm512_storeu_ps(o, q8_sum16_avx512(acc));
@@ -473,7 +479,7 @@ Q8_AVX512 static void f32_gemv_avx512(const q8_job *jb, int j0, int j1) {
       a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
     }
     for (; i < k; i += 16) {
-      __mmask16 mk = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1u);
+      __mmask16 mk = q8_mask16(k - i);
       a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + i), _mm512_maskz_loadu_ps(mk, x + i),
                            a0);
     }
@@ -575,18 +581,6 @@ typedef struct pool_worker_arg {
   int index, of; // this worker's number, 1..of - 1 (the caller is 0), and the pool's threads
 } pool_worker_arg;
 
-// One turn of a spin-wait: a pause for the first turns, then a yield, so that two threads the
-// OS has put on one core (after a long sleep, say) do not spin each other's time away.
-static inline void pool_pause(unsigned turn) {
-  if (turn < 64) {
-#ifdef Q8_X86
-    __builtin_ia32_pause();
-#endif
-  } else {
-    sched_yield();
-  }
-}
-
 // Claims and runs the free chunks of job word g, starting at chunk `first`; the thread that
 // finishes the last chunk wakes a caller asleep on done.
 static void pool_work(cpu_pool *p, unsigned long long g, int first) {
@@ -607,28 +601,13 @@ static void pool_work(cpu_pool *p, unsigned long long g, int first) {
   }
 }
 
-// Spins until *a != v or POOL_SPIN_NS pass; returns the last value read.
-static unsigned long long pool_spin(atomic_ullong *a, unsigned long long v) {
-  uint64_t t0 = 0;
-  for (unsigned it = 0;; it++) {
-    unsigned long long cur = atomic_load_explicit(a, memory_order_acquire);
-    if (cur != v) return cur;
-    if ((it & 255u) == 255u) {
-      uint64_t now = sc_monotonic_ns();
-      if (!t0) t0 = now;
-      else if (now - t0 > POOL_SPIN_NS) return cur;
-    }
-    pool_pause(it);
-  }
-}
-
 static void *pool_main(void *arg) {
   pool_worker_arg *wa = arg;
   cpu_pool *p = wa->p;
   // gen starts at 0: a job or a stop published before this thread first ran is not missed
   unsigned long long seen = 0;
   for (;;) {
-    unsigned long long g = pool_spin(&p->gen, seen);
+    unsigned long long g = sc_spin_while_equal(&p->gen, seen, POOL_SPIN_NS, NULL, NULL);
     if (g == seen) {
       pthread_mutex_lock(&p->mu);
       while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
@@ -730,7 +709,7 @@ static void pool_run(cpu_pool *p, void (*fn)(void *arg, int chunk, int chunks), 
         break;
       }
     }
-    pool_pause(it);
+    sc_spin_pause(it);
   }
   atomic_flag_clear_explicit(&p->busy, memory_order_release);
 }
@@ -959,7 +938,7 @@ Q8_AVX512 static inline __m512 exp_avx512(__m512 x) {
 Q8_AVX512 static void swiglu_avx512(const float *gate, const float *up, float *out, size_t i0,
                                     size_t i1) {
   for (size_t i = i0; i < i1; i += 16) {
-    __mmask16 mk = i1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (i1 - i)) - 1u);
+    __mmask16 mk = q8_mask16((ptrdiff_t)(i1 - i));
     __m512 g = _mm512_maskz_loadu_ps(mk, gate + i), u = _mm512_maskz_loadu_ps(mk, up + i);
     __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
     __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
@@ -1056,6 +1035,11 @@ static sc_status cpu_check_batch(const dev_kv_batch *b, bool need_ctx) {
 
 // Copies k, v (n_tok, n_kv_heads, head_dim) into slot pos % block_size of block
 // block_tables[seq][pos / block_size]; one slot holds all kv heads contiguously.
+// The cache slot of position p of a sequence whose block table is bt (blocks of bs slots).
+static inline size_t kv_slot(const int32_t *bt, int bs, int32_t p) {
+  return (size_t)bt[p / bs] * (size_t)bs + (size_t)(p % bs);
+}
+
 static sc_status cpu_kv_store(void *ctx, const dev_kv_batch *b, int n_kv_heads, int head_dim,
                               const float *k, const float *v, dev_kv_layer kv) {
   if (n_kv_heads <= 0 || head_dim <= 0) return SC_INVALID;
@@ -1064,9 +1048,8 @@ static sc_status cpu_kv_store(void *ctx, const dev_kv_batch *b, int n_kv_heads, 
   if (!k || !v || !kv.k || !kv.v) return SC_INVALID;
   const size_t row = (size_t)n_kv_heads * (size_t)head_dim; // floats per slot
   for (size_t t = 0; t < (size_t)b->n_tok; t++) {
-    int32_t p = b->pos[t];
-    int32_t blk = b->block_tables[(size_t)b->seq[t] * (size_t)b->max_blocks + p / b->block_size];
-    size_t slot = (size_t)blk * (size_t)b->block_size + (size_t)(p % b->block_size);
+    const int32_t *bt = b->block_tables + (size_t)b->seq[t] * (size_t)b->max_blocks;
+    size_t slot = kv_slot(bt, b->block_size, b->pos[t]);
     memcpy(kv.k + slot * row, k + t * row, row * sizeof(float));
     memcpy(kv.v + slot * row, v + t * row, row * sizeof(float));
   }
@@ -1098,7 +1081,7 @@ static inline void cpu_axpy(float *restrict y, float a, const float *restrict x,
 Q8_AVX512 static inline float dot_avx512(const float *a, const float *b, int n) {
   __m512 acc = _mm512_setzero_ps();
   for (int i = 0; i < n; i += 16) {
-    __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    __mmask16 mk = q8_mask16(n - i);
     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i), acc);
   }
   return _mm512_reduce_add_ps(acc);
@@ -1108,7 +1091,7 @@ Q8_AVX512 static inline void axpy_avx512(float *restrict y, float a, const float
                                          int n) {
   const __m512 av = _mm512_set1_ps(a);
   for (int i = 0; i < n; i += 16) {
-    __mmask16 mk = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    __mmask16 mk = q8_mask16(n - i);
     _mm512_mask_storeu_ps(y + i, mk,
                           _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(mk, x + i),
                                           _mm512_maskz_loadu_ps(mk, y + i)));
@@ -1121,9 +1104,19 @@ Q8_AVX512 static inline void axpy_avx512(float *restrict y, float a, const float
 #define ATT_AXPY(V512, y, a, x, n) cpu_axpy(y, a, x, n)
 #endif
 
-// Prefetches n floats from p (a cache slot a few positions ahead of the one being read).
+// Position j's cache slot in a paged layer (k or v).
+static inline const float *att_slot(const float *layer, const int32_t *bt, int bs, int j,
+                                    size_t slot_stride) {
+  return layer + kv_slot(bt, bs, j) * slot_stride;
+}
+
+// Prefetches position j + ATT_PF's cache slot (n floats) while position j is read, when it
+// is within the context.
 enum { ATT_PF = 4 };
-static inline void att_prefetch(const float *p, size_t n) {
+static inline void att_prefetch(const float *layer, const int32_t *bt, int bs, int j,
+                                int ctx_len, size_t n) {
+  if (j + ATT_PF >= ctx_len) return;
+  const float *p = att_slot(layer, bt, bs, j + ATT_PF, n);
   for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 3);
 }
 
@@ -1184,11 +1177,8 @@ __attribute__((always_inline)) static inline void att_tile_body(const bool v512,
     // scores for this chunk of positions
     for (int jj = 0; jj < nc; jj++) {
       const int j = c0 + jj;
-      const float *krow = a->kv.k + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
-      if (j + ATT_PF < ctx_len) // the cache slot ATT_PF positions ahead, one line per 16 floats
-        att_prefetch(a->kv.k + ((size_t)bt[(j + ATT_PF) / bs] * bs + (size_t)((j + ATT_PF) % bs)) *
-                                   slot_stride,
-                     slot_stride);
+      const float *krow = att_slot(a->kv.k, bt, bs, j, slot_stride);
+      att_prefetch(a->kv.k, bt, bs, j, ctx_len, slot_stride);
       for (int qi = 0; qi < nq; qi++) {
         float *sq = sc + (size_t)qi * nh * ATT_CH + jj; // stride ATT_CH per head
         if (j > pos[qi]) {
@@ -1224,11 +1214,8 @@ __attribute__((always_inline)) static inline void att_tile_body(const bool v512,
     // out += p * v, again one cache slot at a time
     for (int jj = 0; jj < nc; jj++) {
       const int j = c0 + jj;
-      const float *vrow = a->kv.v + ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * slot_stride;
-      if (jj + ATT_PF < nc)
-        att_prefetch(a->kv.v + ((size_t)bt[(j + ATT_PF) / bs] * bs + (size_t)((j + ATT_PF) % bs)) *
-                                   slot_stride,
-                     slot_stride);
+      const float *vrow = att_slot(a->kv.v, bt, bs, j, slot_stride);
+      att_prefetch(a->kv.v, bt, bs, j, ctx_len, slot_stride);
       for (int qi = 0; qi < nq; qi++) {
         if (j > pos[qi]) continue;
         const float *sq = sc + (size_t)qi * nh * ATT_CH + jj;
