@@ -526,9 +526,11 @@ typedef struct mm_companion {
   pthread_t th;
   device *d;
   mm_mirror *mr;
-  const float *pool; // its weights
+  const float *pool; // its weights, shared by the companions
   size_t pool_floats;
-  float *x, *y; // its own activations and output (max rows)
+  int index, of; // this companion's number and their count: each starts at its own copy
+  const float *x; // the timed rank's activations (only read)
+  float *y;       // its own output (max rows)
   sc_status status;
 } mm_companion;
 
@@ -542,7 +544,8 @@ static void *companion_main(void *arg) {
     }
     int m = (int)(sh >> 48), n = (int)(sh >> 24 & 0xFFFFFFu), k = (int)(sh & 0xFFFFFFu);
     size_t nk = (size_t)n * (size_t)k, copies = c->pool_floats / nk;
-    const float *w = c->pool + (it % (copies ? copies : 1)) * nk;
+    if (!copies) copies = 1;
+    const float *w = c->pool + ((it + (size_t)c->index * copies / (size_t)c->of) % copies) * nk;
     sc_status s = dev_matmul(c->d, m, n, k, c->x, w, 0.0f, c->y);
     if (s != SC_OK) {
       c->status = s;
@@ -555,9 +558,11 @@ static void *companion_main(void *arg) {
 // Each group of shapes at one thread count T is timed on a device opened at T threads (the
 // CPU backend sizes a device's kernel pool when it opens), and, when T leaves cores for more
 // ranks (cores / T >= 2: the ranks of a TP group, or data-parallel replicas, each on its own
-// cores), with cores / T - 1 companion ranks running the same GEMM on other weights at the
-// same time: a rank's GEMMs at small batches read memory as fast as one core can, and in a
-// real run its peers read beside it, so it is timed sharing the memory system as it will be.
+// cores), with cores / T - 1 companion ranks (at most 7: one host's ranks) running the same
+// GEMM on other weights at the same time: a rank's GEMMs at small batches read memory as fast
+// as one core can, and in a real run its peers read beside it, so it is timed sharing the
+// memory system as it will be. The companions read the timed rank's activations (only read)
+// and write outputs of their own.
 static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes, int cores,
                               sc_error *err) {
   const profile_options *o = &p->o;
@@ -572,10 +577,11 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
   size_t half = rotate_bytes() / sizeof(float); // the timed rank's weights; the companions'
   if (half < max_nk) half = max_nk;             // come after them
   size_t pool_floats = 2 * half, xf = (size_t)max_m * max_k, yf = (size_t)max_m * max_n;
-  enum { MAX_COMP = 63 };
+  // Companions: up to the ranks of one host (gpus_per_node 8), each with an output of its own.
+  enum { MAX_COMP = 7 };
   int max_comp = cores - 1 > MAX_COMP ? MAX_COMP : cores - 1;
   float *pool = malloc(pool_floats * sizeof(float));
-  float *x = malloc(xf * (size_t)(1 + max_comp) * sizeof(float));
+  float *x = malloc(xf * sizeof(float));
   float *y = malloc(yf * (size_t)(1 + max_comp) * sizeof(float));
   sc_status s = SC_OK;
   if (!pool || !x || !y) {
@@ -586,7 +592,7 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
                    pool_floats * sizeof(float) >> 20);
   }
   fill_random(pool, pool_floats, o->seed + 2, 0.05f);
-  fill_random(x, xf * (size_t)(1 + max_comp), o->seed + 3, 1.0f);
+  fill_random(x, xf, o->seed + 3, 1.0f);
 
   sim_hw *h = &p->hw.sim;
   for (int g0 = 0; s == SC_OK && g0 < n_shapes;) {
@@ -607,8 +613,8 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
     s = device_open(o->backend, 0, &d, err);
     for (; s == SC_OK && started < n_comp; started++) {
       mm_companion *c = &comp[started];
-      *c = (mm_companion){.mr = &mr, .pool = pool + half, .pool_floats = half,
-                          .x = x + xf * (size_t)(1 + started), .y = y + yf * (size_t)(1 + started)};
+      *c = (mm_companion){.mr = &mr, .pool = pool + half, .pool_floats = half, .index = started,
+                          .of = n_comp, .x = x, .y = y + yf * (size_t)(1 + started)};
       s = device_open(o->backend, 0, &c->d, err);
       if (s == SC_OK && pthread_create(&c->th, NULL, companion_main, c) != 0) {
         device_free(c->d);
@@ -1379,8 +1385,8 @@ static void write_header(const profile *p, FILE *f) {
           "#   gate|up as the cost model prices them: one GEMM of the combined width; the\n"
           "#   executor runs them as separate GEMMs). Weights rotate through %zu MiB (twice\n"
           "#   the last-level cache, at least 64), so they come from memory as in the engine.\n"
-          "#   Below all cores, cores / threads - 1 companion ranks run the same GEMM on\n"
-          "#   other weights meanwhile, as a rank's peers do in a run.\n"
+          "#   Below all cores, cores / threads - 1 companion ranks (at most 7) run the same\n"
+          "#   GEMM on other weights meanwhile, as a rank's peers do in a run.\n"
           "# attention: one layer on one rank: decode = seconds per sequence for one token at\n"
           "#   context length x (timed over as many sequences as fill %zu MiB of KV, at most\n"
           "#   %d), prefill = seconds for x tokens from position 0 (causal), on a device at\n"
