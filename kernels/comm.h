@@ -1,6 +1,8 @@
 // The communicator seam: collectives among the ranks of one group, with deadlines and abort.
 //
-// Backends: shm (ranks are threads in one process; kernels/comm_shm.c), nccl and sim (later).
+// Backends: shm (ranks are threads in one process; kernels/comm_shm.c) and cuda (loopback on one
+// GPU or NCCL; kernels/cuda/comm_cuda.c, below). Sim mode prices collectives instead
+// (kernels/sim/).
 // A comm is one rank's endpoint. Every blocking call returns SC_TIMEOUT once the group's
 // deadline has passed since the call began, and SC_ABORTED (within 100 ms) once any thread
 // has called comm_abort on any endpoint of the group; after an abort every later call on the
@@ -60,3 +62,33 @@ void comm_shm_group_free(comm_shm_group *g);  // NULL is a no-op; no rank may be
 // factor <= 1 with no latency and no cap: back to normal. Thread-safe.
 void comm_shm_group_set_slow(comm_shm_group *g, double factor, uint64_t latency_ns,
                              double bandwidth);
+
+// --- cuda backend (builds with SHARDCHECK_HAVE_CUDA; kernels/cuda/comm_cuda.c): the ranks of a
+// group are threads of one process, each driving its own `device` of backend "cuda", and every
+// buffer is device memory of the calling rank's device. Each call first orders itself after
+// the work already queued on the rank's stream, and returns once its result is in place.
+// Two transports, chosen by where the ranks' devices are:
+//   loopback: every rank on ONE GPU (each its own stream): device-to-device copies and a
+//     reduction kernel, meeting at a host barrier (NCCL refuses two ranks on one GPU);
+//   nccl:     every rank on a GPU of its own: one non-blocking NCCL communicator per rank;
+//     a waiting rank polls its deadline and NCCL's asynchronous error, and the first to see
+//     either aborts every rank's communicator (ncclCommAbort), so no survivor spins for ever.
+// Sends are unbuffered (a send returns once its peer has received it, as with NCCL).
+// Any other mix (some ranks sharing a GPU, others not) is refused with SC_INVALID.
+typedef struct comm_cuda_group comm_cuda_group;
+typedef struct device device; // kernels/device.h
+
+// devs: (n_ranks) the ranks' devices, all of backend "cuda" and owned by the caller (they must
+// outlive the group). deadline_ns as comm_shm_group_new. On error fills err, *out is NULL.
+sc_status comm_cuda_group_new(int n_ranks, device *const *devs, uint64_t deadline_ns,
+                              comm_cuda_group **out, sc_error *err);
+comm *comm_cuda_group_rank(comm_cuda_group *g, int r);
+const char *comm_cuda_group_transport(const comm_cuda_group *g); // "loopback" or "nccl"
+void comm_cuda_group_abort(comm_cuda_group *g);
+void comm_cuda_group_free(comm_cuda_group *g); // NULL is a no-op
+// The link fault of comm_shm_group_set_slow, with the same meaning and arithmetic.
+void comm_cuda_group_set_slow(comm_cuda_group *g, double factor, uint64_t latency_ns,
+                              double bandwidth);
+// The text of the failure that broke the group (the call, file, line and library message of
+// the CUDA/NCCL error, or the deadline), or "" while it is not broken.
+const char *comm_cuda_group_error(comm_cuda_group *g);

@@ -95,11 +95,18 @@ void device_free(device *d) {
 
 const char *device_name(const device *d) { return d ? d->iface->name : "none"; }
 
+const char *dev_last_error(const device *d) {
+  const char *m = d && d->iface->last_error ? d->iface->last_error(d->ctx) : NULL;
+  return m ? m : "";
+}
+
+void *device_backend_ctx(const device *d) { return d ? d->ctx : NULL; }
+
 // --- registry (STYLE 14: optional backends are CMake options plus this one place)
 
 #ifdef SHARDCHECK_HAVE_CUDA
-// Defined by kernels/cuda/ when the CUDA backend is built in.
-sc_status device_cuda_open(int index, device **out, sc_error *err);
+// kernels/cuda/, loaded from its library on the first cuda device (kernels/cuda_api.h).
+#include "kernels/cuda_api.h"
 #define SC_DEVICE_BACKENDS "cpu, cuda"
 #else
 #define SC_DEVICE_BACKENDS "cpu"
@@ -121,7 +128,8 @@ sc_status device_open(const char *backend, int index, device **out, sc_error *er
   if (strcmp(backend, "cpu") == 0) return device_cpu_open(out, err); // index ignored on cpu
   if (strcmp(backend, "cuda") == 0) {
 #ifdef SHARDCHECK_HAVE_CUDA
-    return device_cuda_open(index, out, err);
+    const cuda_api *cu = cuda_api_get(err);
+    return cu ? cu->device_open(index, out, err) : SC_INVALID;
 #else
     (void)index;
     return sc_fail(err, SC_INVALID,

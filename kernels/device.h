@@ -1,13 +1,13 @@
 // The device seam: what the executor needs from a backend (memory, copies, and the ops of a
 // Llama decoder), as a vtable plus a context, after ggml-backend.
 //
-// Backends: cpu (kernels/cpu/, CBLAS + C), cuda (kernels/cuda/, later). Sim mode does not
-// come through here: the engine's sim backend prices each step's ops from their shapes
-// (kernels/sim/sim_cost.h) instead of allocating and running them. This file declares the
+// Backends: cpu (kernels/cpu/, CBLAS + C) and cuda (kernels/cuda/, cuBLAS + its own kernels).
+// Sim mode does not come through here: the engine's sim backend prices each step's ops from
+// their shapes (kernels/sim/sim_cost.h) instead of allocating and running them. This file declares the
 // vtable and the public wrappers; the wrappers are where fault hooks go, so every backend gets
 // them. Activations are fp32 row-major everywhere; weights are fp32, or int8 with per-row
 // scales for the optional matmul_q8; a "device pointer" is whatever alloc returned (host
-// memory on cpu).
+// memory on cpu, GPU memory on cuda).
 #pragma once
 
 #include <stdbool.h>
@@ -76,6 +76,10 @@ typedef struct device_i {
   sc_status (*embedding)(void *ctx, int m, int d, const int32_t *ids, const float *table,
                          int row0, int rows, float *out);
 
+  // Optional (NULL: nothing to add): the text of the backend's last failure, e.g. the CUDA call,
+  // file, line and message behind an SC_DEVICE; "" when there is none.
+  const char *(*last_error)(void *ctx);
+
   void (*destroy)(void *ctx);
 } device_i;
 
@@ -86,6 +90,11 @@ typedef struct device device;
 sc_status device_open(const char *backend, int index, device **out, sc_error *err);
 void device_free(device *d); // NULL is a no-op
 const char *device_name(const device *d);
+// The backend's text for its last failure (device_i.last_error), or "" (never NULL).
+const char *dev_last_error(const device *d);
+// The context a backend's open function wrapped (device_wrap), for that backend's own files
+// only (kernels/cuda/ reaches its stream through it); NULL for NULL.
+void *device_backend_ctx(const device *d);
 bool device_backend_available(const char *backend);
 
 // Wraps a vtable and its context in a device (used by backends' open functions).

@@ -1,0 +1,386 @@
+// The CUDA device backend (device_i "cuda"): one GPU, one stream, one cuBLAS handle per
+// device handle; the executor opens one per rank, so several ranks on one GPU each get a
+// stream of their own (the loopback communicator in comm_cuda.c relies on that).
+//
+// - Memory: cudaMalloc, zeroed before it is handed out. "used" is this handle's own
+//   accounting (every live allocation's bytes: the engine's weight, KV and activation arenas
+//   and the sequences' block tables), "total" the GPU's memory as cudaMemGetInfo reports it
+//   (the driver's own used, total - free, also counts the CUDA context, cuBLAS's workspace and
+//   other processes, which the engine's plan does not hold).
+// - Ordering: every op is enqueued on the handle's stream and returns without waiting, so a
+//   step's kernels run back to back. A copy to the host waits for it (the caller reads the
+//   bytes next); so does a copy from the host (the caller may reuse its buffer at once, and
+//   it may be pinned); device-to-device copies are stream-ordered. synchronize waits for the
+//   stream. The communicators (comm_cuda.c) order themselves after the stream the same way.
+// - Math: matmul is cublasSgemm in fp32 with the default math mode (no TF32), so that fp32
+//   runs give the CPU engine's greedy tokens; matmul_q8 and the layer ops are this backend's
+//   own kernels (cuda_kernels.cu), each held to the CPU backend's formula.
+// - Errors: every CUDA and cuBLAS call is checked (cuda_backend.h); the op returns SC_DEVICE
+//   (SC_OOM for allocations) and last_error gives "call (file:line): message". A kernel that
+//   faults shows up at the next call that waits (a copy to the host or synchronize) with the
+//   kernel's error, as CUDA reports it. Device faults (lost, hang, slow, oom, corrupt) are the
+//   seam's wrappers' (kernels/device.c) and take the same path as on the CPU.
+// - Arguments: sizes and NULLs are checked as on the CPU. The KV batch's positions and block
+//   tables are device memory here and are not read back to be checked: the executor builds
+//   them from the host copies the scheduler checked.
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda_api.h"
+#include "kernels/device.h"
+
+// One live allocation: its pointer and size (freeing it gives the bytes back to "used").
+typedef struct cuda_block {
+  void *ptr;
+  size_t bytes;
+} cuda_block;
+
+typedef struct cuda_ctx {
+  int gpu;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  pthread_mutex_t mu; // guards blocks, n_blocks, cap_blocks, used (alloc/free from any thread)
+  cuda_block *blocks;
+  size_t n_blocks, cap_blocks;
+  size_t used;
+  cuda_err err; // the last failure's text (last_error)
+} cuda_ctx;
+
+static const device_i cuda_iface;
+
+// Every entry point makes its GPU current first: rank threads and the engine's thread all call
+// in, and a thread's current device is per thread.
+#define CUDA_ENTER(c) CU_TRY(&(c)->err, cudaSetDevice((c)->gpu))
+
+// --- memory
+
+static sc_status track(cuda_ctx *c, void *p, size_t bytes) {
+  pthread_mutex_lock(&c->mu);
+  if (c->n_blocks == c->cap_blocks) {
+    size_t cap = c->cap_blocks ? 2 * c->cap_blocks : 64;
+    cuda_block *nb = realloc(c->blocks, cap * sizeof *nb);
+    if (!nb) {
+      pthread_mutex_unlock(&c->mu);
+      return SC_OOM;
+    }
+    c->blocks = nb;
+    c->cap_blocks = cap;
+  }
+  c->blocks[c->n_blocks++] = (cuda_block){p, bytes};
+  c->used += bytes;
+  pthread_mutex_unlock(&c->mu);
+  return SC_OK;
+}
+
+// Removes p from the table; false when this handle did not allocate it.
+static bool untrack(cuda_ctx *c, void *p) {
+  bool found = false;
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = c->n_blocks; i-- > 0;) { // newest first: per-sequence buffers come and go
+    if (c->blocks[i].ptr != p) continue;
+    c->used -= c->blocks[i].bytes;
+    c->blocks[i] = c->blocks[--c->n_blocks];
+    found = true;
+    break;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return found;
+}
+
+static sc_status cuda_alloc(void *ctx, size_t bytes, void **out) {
+  cuda_ctx *c = ctx;
+  if (!out) return SC_INVALID;
+  *out = NULL;
+  CUDA_ENTER(c);
+  void *p = NULL;
+  sc_status s = CU_CHECK(&c->err, cudaMalloc(&p, bytes ? bytes : 1));
+  if (s != SC_OK) {
+    (void)cudaGetLastError(); // an allocation failure is not sticky: clear it
+    return s;
+  }
+  s = CU_CHECK(&c->err, cudaMemsetAsync(p, 0, bytes, c->stream));
+  if (s == SC_OK) s = CU_CHECK(&c->err, cudaStreamSynchronize(c->stream));
+  if (s == SC_OK) s = track(c, p, bytes);
+  if (s != SC_OK) {
+    cudaFree(p);
+    return s;
+  }
+  *out = p;
+  return SC_OK;
+}
+
+// Freeing a pointer this device did not allocate (or twice) is a broken invariant, as on cpu.
+static void cuda_free(void *ctx, void *ptr) {
+  cuda_ctx *c = ctx;
+  if (!ptr) return;
+  SC_ASSERT(untrack(c, ptr));
+  if (cudaSetDevice(c->gpu) == cudaSuccess) cudaFree(ptr); // frees after queued work, by spec
+}
+
+static sc_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes,
+                           dev_copy_kind kind) {
+  cuda_ctx *c = ctx;
+  enum cudaMemcpyKind k;
+  switch (kind) {
+  case DEV_H2D: k = cudaMemcpyHostToDevice; break;
+  case DEV_D2H: k = cudaMemcpyDeviceToHost; break;
+  case DEV_D2D: k = cudaMemcpyDeviceToDevice; break;
+  default: return SC_INVALID;
+  }
+  if (bytes == 0) return SC_OK;
+  if (!dst || !src) return SC_INVALID;
+  CUDA_ENTER(c);
+  CU_TRY(&c->err, cudaMemcpyAsync(dst, src, bytes, k, c->stream));
+  if (kind != DEV_D2D) CU_TRY(&c->err, cudaStreamSynchronize(c->stream));
+  return SC_OK;
+}
+
+static sc_status cuda_mem_info(void *ctx, size_t *used, size_t *total) {
+  cuda_ctx *c = ctx;
+  CUDA_ENTER(c);
+  size_t free_b = 0, total_b = 0;
+  CU_TRY(&c->err, cudaMemGetInfo(&free_b, &total_b));
+  pthread_mutex_lock(&c->mu);
+  if (used) *used = c->used;
+  pthread_mutex_unlock(&c->mu);
+  if (total) *total = total_b;
+  return SC_OK;
+}
+
+static sc_status cuda_synchronize(void *ctx) {
+  cuda_ctx *c = ctx;
+  CUDA_ENTER(c);
+  CU_TRY(&c->err, cudaStreamSynchronize(c->stream));
+  return SC_OK;
+}
+
+// --- ops
+
+// The status of a launcher's return (the kernel's launch; its run fails later, if at all).
+#define LAUNCH(c, call) CU_CHECK(&(c)->err, call)
+
+// y(m,n) = x(m,k) w(n,k)^T + beta y, all row-major. In cuBLAS's column-major terms y^T (n x m,
+// ld n) = w (stored k x n, ld k, transposed) times x^T (k x m, ld k). beta == 0: cuBLAS does
+// not read y.
+static sc_status cuda_matmul(void *ctx, int m, int n, int k, const float *x, const float *w,
+                             float beta, float *y) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || n < 0 || k < 0) return SC_INVALID;
+  if (m == 0 || n == 0) return SC_OK;
+  if (!y || (k > 0 && (!x || !w))) return SC_INVALID;
+  CUDA_ENTER(c);
+  if (k == 0) { // x w^T is empty: y = beta y
+    if (beta == 0.0f) return LAUNCH(c, sck_fill(c->stream, (size_t)m * (size_t)n, 0.0f, y));
+    CUBLAS_TRY(&c->err, cublasSscal(c->blas, m * n, &beta, y, 1));
+    return SC_OK;
+  }
+  const float one = 1.0f;
+  CUBLAS_TRY(&c->err, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, k, x, k,
+                                  &beta, y, n));
+  return SC_OK;
+}
+
+static sc_status cuda_matmul_q8(void *ctx, int m, int n, int k, const float *x, const int8_t *q,
+                                const float *scale, float beta, float *y) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || n < 0 || k < 0) return SC_INVALID;
+  if (m == 0 || n == 0) return SC_OK;
+  if (!y || !scale || (k > 0 && (!x || !q))) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_matmul_q8(c->stream, m, n, k, x, q, scale, beta, y));
+}
+
+static sc_status cuda_rmsnorm(void *ctx, int m, int d, const float *x, const float *w, float eps,
+                              float *y) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || d <= 0) return SC_INVALID;
+  if (m == 0) return SC_OK;
+  if (!x || !w || !y) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_rmsnorm(c->stream, m, d, x, w, eps, y));
+}
+
+static sc_status cuda_rope(void *ctx, int m, int n_heads, int head_dim, const int32_t *pos,
+                           float theta, float *x) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 || !(theta > 0.0f))
+    return SC_INVALID;
+  if (m == 0) return SC_OK;
+  if (!pos || !x) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_rope(c->stream, m, n_heads, head_dim, pos, theta, x));
+}
+
+// The batch's host-side fields (its arrays are device memory and stay unread here).
+static sc_status check_batch(const dev_kv_batch *b, sck_kv *out) {
+  if (!b || b->n_tok < 0) return SC_INVALID;
+  if (b->n_tok > 0 && (!b->pos || !b->seq || !b->block_tables || b->max_blocks <= 0 ||
+                       b->block_size <= 0))
+    return SC_INVALID;
+  *out = (sck_kv){.n_tok = b->n_tok, .pos = b->pos, .seq = b->seq,
+                  .block_tables = b->block_tables, .max_blocks = b->max_blocks,
+                  .block_size = b->block_size};
+  return SC_OK;
+}
+
+static sc_status cuda_kv_store(void *ctx, const dev_kv_batch *b, int n_kv_heads, int head_dim,
+                               const float *k, const float *v, dev_kv_layer kv) {
+  cuda_ctx *c = ctx;
+  sck_kv kb;
+  if (n_kv_heads <= 0 || head_dim <= 0) return SC_INVALID;
+  SC_TRY(check_batch(b, &kb));
+  if (kb.n_tok == 0) return SC_OK;
+  if (!k || !v || !kv.k || !kv.v) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_kv_store(c->stream, &kb, n_kv_heads, head_dim, k, v, kv.k, kv.v));
+}
+
+static sc_status cuda_attention(void *ctx, const dev_kv_batch *b, int n_heads, int n_kv_heads,
+                                int head_dim, float scale, const float *q, dev_kv_layer kv,
+                                float *out) {
+  cuda_ctx *c = ctx;
+  sck_kv kb;
+  if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads % n_kv_heads) return SC_INVALID;
+  if (head_dim > 256) return SC_INVALID; // the kernel holds a head's row in registers
+  SC_TRY(check_batch(b, &kb));
+  if (kb.n_tok == 0) return SC_OK;
+  if (!q || !out || !kv.k || !kv.v) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_attention(c->stream, &kb, n_heads, n_kv_heads, head_dim, scale, q, kv.k,
+                                 kv.v, out));
+}
+
+static sc_status cuda_swiglu(void *ctx, int m, int d, const float *gate, const float *up,
+                             float *out) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || d < 0) return SC_INVALID;
+  if (m == 0 || d == 0) return SC_OK;
+  if (!gate || !up || !out) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_swiglu(c->stream, m, d, gate, up, out));
+}
+
+static sc_status cuda_add(void *ctx, size_t n, const float *a, float *y) {
+  cuda_ctx *c = ctx;
+  if (n == 0) return SC_OK;
+  if (!a || !y) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_add(c->stream, n, a, y));
+}
+
+static sc_status cuda_embedding(void *ctx, int m, int d, const int32_t *ids, const float *table,
+                                int row0, int rows, float *out) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || d <= 0 || row0 < 0 || rows < 0) return SC_INVALID;
+  if (m == 0) return SC_OK;
+  if (!ids || !out || (rows > 0 && !table)) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_embedding(c->stream, m, d, ids, table, row0, rows, out));
+}
+
+static const char *cuda_last_error(void *ctx) { return ((cuda_ctx *)ctx)->err.msg; }
+
+// --- lifecycle
+
+static void cuda_destroy(void *ctx) {
+  cuda_ctx *c = ctx;
+  if (!c) return;
+  if (cudaSetDevice(c->gpu) == cudaSuccess) {
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    for (size_t i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i].ptr); // leaked by the caller
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->stream) cudaStreamDestroy(c->stream);
+  }
+  free(c->blocks);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static const device_i cuda_iface = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .mem_info = cuda_mem_info,
+    .synchronize = cuda_synchronize,
+    .matmul = cuda_matmul,
+    .matmul_q8 = cuda_matmul_q8,
+    .rmsnorm = cuda_rmsnorm,
+    .rope = cuda_rope,
+    .kv_store = cuda_kv_store,
+    .attention = cuda_attention,
+    .swiglu = cuda_swiglu,
+    .add = cuda_add,
+    .embedding = cuda_embedding,
+    .last_error = cuda_last_error,
+    .destroy = cuda_destroy,
+};
+
+sc_status device_cuda_open(int index, device **out, sc_error *err) {
+  if (!out) return sc_fail(err, SC_INVALID, "device_cuda_open: out is NULL");
+  *out = NULL;
+  int n = cuda_device_count();
+  if (n == 0)
+    return sc_fail(err, SC_DEVICE, "cuda device %d: no CUDA device is visible (no GPU, or no "
+                   "driver)", index);
+  if (index < 0 || index >= n)
+    return sc_fail(err, SC_INVALID, "cuda device %d: this machine has %d CUDA device%s (0..%d)",
+                   index, n, n == 1 ? "" : "s", n - 1);
+  cuda_ctx *c = calloc(1, sizeof *c);
+  if (!c) return sc_fail(err, SC_OOM, "cuda device %d: out of host memory", index);
+  c->gpu = index;
+  if (pthread_mutex_init(&c->mu, NULL)) {
+    free(c);
+    return sc_fail(err, SC_OOM, "cuda device %d: cannot create a mutex", index);
+  }
+  sc_status s = CU_CHECK(&c->err, cudaSetDevice(index));
+  if (s == SC_OK) s = CU_CHECK(&c->err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasCreate(&c->blas));
+  if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasSetStream(c->blas, c->stream));
+  if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+  if (s == SC_OK) s = device_wrap(&cuda_iface, c, out);
+  if (s != SC_OK) {
+    sc_fail(err, s, "cuda device %d: %s", index, c->err.msg[0] ? c->err.msg : sc_status_name(s));
+    cuda_destroy(c);
+    return s;
+  }
+  return SC_OK;
+}
+
+// --- cuda_backend.h accessors
+
+static cuda_ctx *ctx_of(const device *d) {
+  return d && !strcmp(device_name(d), "cuda") ? device_backend_ctx(d) : NULL;
+}
+
+cudaStream_t cuda_device_stream(device *d) {
+  cuda_ctx *c = ctx_of(d);
+  return c ? c->stream : NULL;
+}
+
+int cuda_device_gpu(const device *d) {
+  cuda_ctx *c = ctx_of(d);
+  return c ? c->gpu : -1;
+}
+
+// --- the library's one export (kernels/cuda_api.h)
+
+const cuda_api *shardcheck_cuda_api(void) {
+  static const cuda_api api = {
+      .version = SC_CUDA_API_VERSION,
+      .device_count = cuda_device_count,
+      .device_open = device_cuda_open,
+      .group_new = comm_cuda_group_new,
+      .group_rank = comm_cuda_group_rank,
+      .group_transport = comm_cuda_group_transport,
+      .group_abort = comm_cuda_group_abort,
+      .group_free = comm_cuda_group_free,
+      .group_set_slow = comm_cuda_group_set_slow,
+      .group_error = comm_cuda_group_error,
+  };
+  return &api;
+}

@@ -1,0 +1,755 @@
+// The CUDA backend's own kernels (see cuda_kernels.h): the ops of a Llama decoder other than
+// the f32 matmul (RMSNorm, rotate-half RoPE, paged KV store, paged causal GQA attention,
+// SwiGLU, add, vocab-sharded embedding, the int8 weight-only matmul), plus the ordered sum and
+// the fill that the loopback communicator and the tests use. Each launcher enqueues on the
+// stream it is given and returns cudaGetLastError(); none allocates or synchronizes.
+//
+// Every kernel computes the CPU backend's formula (kernels/cpu/cpu_device.c), with its layouts
+// and edge cases, so that the CPU backend is the reference each one is tested against. Design
+// of the non-trivial ones:
+//
+// rmsnorm: one block of 256 threads per row (rows grid-strided). Each thread sums the squares
+//   of its strided elements in double, the warps reduce by shuffles and the block through
+//   shared memory, and 1 / sqrt(mean + eps) is taken in double, as on the CPU; the scaling is
+//   in float, (x * inv) * w. Each element is read and written by the same thread, so y may
+//   alias x.
+// rope: one block per (token, 8 heads); thread i computes the angle pos * theta^(-2i/head_dim)
+//   and its cos and sin in double (as the CPU does), rounds them to float, and rotates the pair
+//   (i, i + head_dim/2) of each of the block's heads. The angle is recomputed per block of 8
+//   heads rather than staged, which keeps the kernel free of shared memory.
+// kv_store: one block per token (grid-strided), copying its (n_kv_heads, head_dim) K and V rows
+//   into the token's slot.
+// attention: one block of 256 threads per (token, query head). The threads form groups of LP
+//   lanes (4..32, the fewest that cover head_dim with NV vectors of VW floats each: VW = 4
+//   when head_dim is a multiple of 4 and the buffers are 16-byte aligned, else 1); a group
+//   owns one position at a time and holds its q and running output slices in registers. Per
+//   iteration every group takes 4 positions (K and V of all 4 are loaded before any is used,
+//   so each thread has 8 loads in flight), reduces the 4 dot products over its lanes with xor
+//   shuffles, and folds them into its own online softmax (running max m, sum l, output
+//   rescaled by exp(m_old - m_new) when the max grows). At the end the groups' partial
+//   (m, l, output) are merged through shared memory with weights exp(m_g - max). Nothing
+//   depends on the context length but the trip count, so contexts of any length work; decode
+//   and prefill tokens go through the same path, each token re-reading its own prefix (L2
+//   serves a prefill chunk's repeated reads; there is no query tiling).
+// matmul_q8, m <= 32 (decode batches): a warp kernel for up to 8 rows of x, launched once per
+//   8 rows (so q is read ceil(m / 8) times, mostly from L2 after the first). Each warp owns NC
+//   output columns (1, 2 or 4, fewer when that would leave under 1024 warps), 8 warps per
+//   block. With k a multiple of 16 and 16-byte aligned x and q, each lane loads 16 int8
+//   weights of each of its columns at once (one int4) and the matching 16 floats of every row
+//   of x (four float4), so q streams once per launch and each x load serves NC columns; else a
+//   scalar loop. The dot products are reduced over the warp and scaled once.
+// matmul_q8, m > 32 (prefill): 64 x 64 output tiles per block of 256 threads, stepping k by 32:
+//   the x tile and the int8 tile (converted to float) go through shared memory (transposed,
+//   padded by one column against bank conflicts), and each thread accumulates 4 x 4 outputs
+//   strided by 16 in fp32. The scale is applied once per output, as on the CPU's small-m path.
+// sum: the sources' pointers travel in a by-value kernel parameter; each element is summed in
+//   source order (acc = s0; acc += s1; ...), exactly as comm_shm's all-reduce does.
+//
+// Precision: fp32 everywhere, as on the CPU, except the two places where the CPU uses double
+// (the rmsnorm mean, the RoPE angles and their cos/sin). expf is CUDA's accurate expf (the
+// file must not be built with --use_fast_math). Where the CPU, compiled as ISO C17 (no FP
+// contraction), rounds a product before an add, these kernels use __fmul_rn/__fadd_rn so that
+// nvcc does not fuse them into an FMA: rmsnorm and RoPE then give the CPU's bits but in rare
+// cases (the double sum's order; CUDA's double pow and sincos are within 2 ulp, glibc's within
+// 1), SwiGLU agrees to the few ulps of the exp (the CPU's AVX-512 build has its own), and the
+// int8 matmul rounds y = v + beta * y as the CPU does. Dot products and softmax sums are taken
+// in a different order from the CPU's, so they agree to rounding (about 1e-6 relative of the
+// largest output on random data), not bit for bit.
+//
+// Left to other files: argument checks, the mapping of errors to sc_status, fault hooks and the
+// f32 matmul through cuBLAS (kernels/cuda/cuda_device.c); collectives (comm_cuda.c).
+#include "kernels/cuda/cuda_kernels.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// --- helpers
+
+constexpr int kEwThreads = 256;           // block of the grid-stride kernels
+constexpr size_t kEwMaxBlocks = 4096;     // their largest grid (a few waves on an H100)
+constexpr unsigned kMaxRowBlocks = 65535; // grid of the kernels that stride over rows
+
+// Blocks for a grid-stride loop over n elements (n > 0).
+unsigned ew_blocks(size_t n) {
+  size_t b = (n + kEwThreads - 1) / kEwThreads;
+  return (unsigned)(b < kEwMaxBlocks ? b : kEwMaxBlocks);
+}
+
+// Blocks for a loop over rows (rows > 0), one block per row up to kMaxRowBlocks.
+unsigned row_blocks(int rows) {
+  return (unsigned)rows < kMaxRowBlocks ? (unsigned)rows : kMaxRowBlocks;
+}
+
+// Threads for a block that strides over cols (cols > 0): a multiple of 32, at most max.
+unsigned row_threads(int cols, unsigned max) {
+  unsigned t = ((unsigned)cols + 31u) / 32u * 32u;
+  return t < max ? t : max;
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ size_t grid_tid() {
+  return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ size_t grid_stride() { return (size_t)gridDim.x * blockDim.x; }
+
+// Sum over the 32 lanes of a warp; every lane gets the result.
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  return v;
+}
+
+// --- rmsnorm
+
+constexpr int kNormThreads = 256;
+
+// y(m,d) = x / sqrt(mean(x^2) + eps) * w; y may alias x (no __restrict__).
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm_kernel(int m, int d, const float *x, const float *w, float eps, float *y) {
+  __shared__ double part[kNormThreads / 32]; // one partial sum per warp
+  __shared__ float inv_sh;                   // the row's 1 / rms
+  const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int n_warps = (int)blockDim.x / 32;
+  for (int r = (int)blockIdx.x; r < m; r += (int)gridDim.x) {
+    const float *xr = x + (size_t)r * (size_t)d;
+    float *yr = y + (size_t)r * (size_t)d;
+    double ss = 0.0;
+    for (int i = tid; i < d; i += (int)blockDim.x) {
+      const double v = xr[i];
+      ss += v * v; // exact product of two floats in double: an FMA changes nothing
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+      double t = lane < n_warps ? part[lane] : 0.0;
+      t = warp_sum(t);
+      if (lane == 0) inv_sh = (float)(1.0 / sqrt(t / d + (double)eps));
+    }
+    __syncthreads();
+    const float inv = inv_sh;
+    for (int i = tid; i < d; i += (int)blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+    __syncthreads(); // part and inv_sh are written again for the next row
+  }
+}
+
+// --- rope
+
+constexpr int kRopeHeads = 8;      // heads per block (they share the block's angles)
+constexpr unsigned kRopeThreads = 128;
+
+// In place on x(m, n_heads, head_dim); block (token, head chunk), thread i < head_dim / 2.
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(int m, int n_heads, int head_dim, const int32_t *pos, float theta, float *x) {
+  const int half = head_dim / 2;
+  const int h0 = (int)blockIdx.y * kRopeHeads;
+  const int h1 = h0 + kRopeHeads < n_heads ? h0 + kRopeHeads : n_heads;
+  for (int t = (int)blockIdx.x; t < m; t += (int)gridDim.x) {
+    const double p = (double)pos[t];
+    for (int i = (int)threadIdx.x; i < half; i += (int)blockDim.x) {
+      const double inv_freq = pow((double)theta, -2.0 * i / head_dim); // the CPU's expression
+      double s, c;
+      sincos(p * inv_freq, &s, &c);
+      const float cf = (float)c, sf = (float)s;
+      for (int h = h0; h < h1; h++) {
+        float *xh = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim;
+        const float x1 = xh[i], x2 = xh[i + half];
+        xh[i] = __fsub_rn(__fmul_rn(x1, cf), __fmul_rn(x2, sf));
+        xh[i + half] = __fadd_rn(__fmul_rn(x2, cf), __fmul_rn(x1, sf));
+      }
+    }
+  }
+}
+
+// --- paged KV cache
+
+// The cache slot of position p of the sequence whose block-table row is bt.
+__device__ __forceinline__ size_t kv_slot(const int32_t *bt, int block_size, int32_t p) {
+  return (size_t)bt[p / block_size] * (size_t)block_size + (size_t)(p % block_size);
+}
+
+constexpr unsigned kKvThreads = 256;
+
+// row = n_kv_heads * head_dim floats per slot; block per token (grid-strided).
+__global__ void __launch_bounds__(kKvThreads)
+    kv_store_kernel(sck_kv b, int row, const float *__restrict__ k, const float *__restrict__ v,
+                    float *__restrict__ kc, float *__restrict__ vc) {
+  for (int t = (int)blockIdx.x; t < b.n_tok; t += (int)gridDim.x) {
+    const int32_t *bt = b.block_tables + (size_t)b.seq[t] * (size_t)b.max_blocks;
+    const size_t slot = kv_slot(bt, b.block_size, b.pos[t]);
+    const float *ks = k + (size_t)t * (size_t)row, *vs = v + (size_t)t * (size_t)row;
+    float *kd = kc + slot * (size_t)row, *vd = vc + slot * (size_t)row;
+    for (int c = (int)threadIdx.x; c < row; c += (int)blockDim.x) {
+      kd[c] = ks[c];
+      vd[c] = vs[c];
+    }
+  }
+}
+
+// --- attention
+
+constexpr int kAttThreads = 256;
+constexpr int kAttUnroll = 4; // positions per group per iteration
+constexpr int kAttMaxHeadDim = 256;
+
+struct att_params {
+  sck_kv b;
+  int n_heads;
+  int group;          // query heads per KV head
+  int head_dim;
+  size_t slot_stride; // floats per cache slot: n_kv_heads * head_dim
+  float scale;
+  const float *q;     // (n_tok, n_heads, head_dim)
+  const float *kc;    // (slots, n_kv_heads, head_dim)
+  const float *vc;
+  float *out;         // (n_tok, n_heads, head_dim)
+};
+
+// Loads VW floats from p (16-byte aligned when VW == 4).
+template <int VW> __device__ __forceinline__ void load_vec(const float *p, float (&o)[VW]) {
+  if constexpr (VW == 4) {
+    const float4 t = *reinterpret_cast<const float4 *>(p);
+    o[0] = t.x;
+    o[1] = t.y;
+    o[2] = t.z;
+    o[3] = t.w;
+  } else {
+#pragma unroll
+    for (int c = 0; c < VW; c++) o[c] = p[c];
+  }
+}
+
+// One block per (token, query head) = blockIdx.x / n_heads, % n_heads. Lane r of a group of LP
+// owns the elements (r + LP * i) * VW + c, i < NV, c < VW (those below head_dim).
+template <int LP, int NV, int VW>
+__global__ void __launch_bounds__(kAttThreads) attention_kernel(att_params a) {
+  constexpr int NG = kAttThreads / LP;  // groups per block
+  constexpr int E = LP * NV * VW;       // elements a group covers (>= head_dim)
+  constexpr int U = kAttUnroll;
+  __shared__ float sh_acc[NG * E];      // each group's unnormalized output
+  __shared__ float sh_m[NG], sh_l[NG];  // each group's running max and sum
+  __shared__ float sh_w[NG];            // each group's weight exp(m_g - max)
+  __shared__ float sh_inv;              // 1 / sum of the weighted l
+
+  const int t = (int)(blockIdx.x / (unsigned)a.n_heads);
+  const int h = (int)(blockIdx.x % (unsigned)a.n_heads);
+  const int hd = a.head_dim;
+  const int g = (int)threadIdx.x / LP, r = (int)threadIdx.x % LP;
+  const int ctx = a.b.pos[t] + 1; // positions 0..pos
+  const int32_t *bt = a.b.block_tables + (size_t)a.b.seq[t] * (size_t)a.b.max_blocks;
+  const size_t kv_off = (size_t)(h / a.group) * (size_t)hd;
+  const size_t qo_off = ((size_t)t * (size_t)a.n_heads + (size_t)h) * (size_t)hd;
+
+  float qv[NV][VW], acc[NV][VW];
+#pragma unroll
+  for (int i = 0; i < NV; i++) {
+    const int e0 = (r + LP * i) * VW;
+#pragma unroll
+    for (int c = 0; c < VW; c++) qv[i][c] = acc[i][c] = 0.0f;
+    if constexpr (VW == 4) {
+      if (e0 < hd) load_vec<VW>(a.q + qo_off + e0, qv[i]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < VW; c++)
+        if (e0 + c < hd) qv[i][c] = a.q[qo_off + e0 + c];
+    }
+  }
+  float m_run = -INFINITY, l_run = 0.0f;
+
+  // ctx is the same for the whole block, so every lane runs every shuffle below
+  for (int j0 = 0; j0 < ctx; j0 += NG * U) {
+    float kr[U][NV][VW], vr[U][NV][VW], s[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int j = j0 + u * NG + g;
+#pragma unroll
+      for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int c = 0; c < VW; c++) kr[u][i][c] = vr[u][i][c] = 0.0f;
+      if (j < ctx) {
+        const size_t base = kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+          const int e0 = (r + LP * i) * VW;
+          if constexpr (VW == 4) {
+            if (e0 < hd) {
+              load_vec<VW>(a.kc + base + e0, kr[u][i]);
+              load_vec<VW>(a.vc + base + e0, vr[u][i]);
+            }
+          } else {
+#pragma unroll
+            for (int c = 0; c < VW; c++)
+              if (e0 + c < hd) {
+                kr[u][i][c] = a.kc[base + e0 + c];
+                vr[u][i][c] = a.vc[base + e0 + c];
+              }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float d = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int c = 0; c < VW; c++) d += qv[i][c] * kr[u][i][c];
+      s[u] = d;
+    }
+#pragma unroll
+    for (int off = LP / 2; off > 0; off >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; u++) s[u] += __shfl_xor_sync(kFullMask, s[u], off);
+
+    // the group's online softmax (every lane of a group holds the same scores)
+    float mx = m_run;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      s[u] = j0 + u * NG + g < ctx ? a.scale * s[u] : -INFINITY;
+      mx = fmaxf(mx, s[u]);
+    }
+    if (mx != -INFINITY) { // else no position of this group yet: nothing to fold
+      if (mx > m_run) {    // m_run is -inf at first: exp(-inf) = 0 rescales nothing
+        const float corr = expf(m_run - mx);
+        l_run *= corr;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+          for (int c = 0; c < VW; c++) acc[i][c] *= corr;
+        m_run = mx;
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const float pu = expf(s[u] - m_run); // 0 past the token's position
+        l_run += pu;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+          for (int c = 0; c < VW; c++) acc[i][c] += pu * vr[u][i][c];
+      }
+    }
+  }
+
+  // merge the groups
+  if (r == 0) {
+    sh_m[g] = m_run;
+    sh_l[g] = l_run;
+  }
+#pragma unroll
+  for (int i = 0; i < NV; i++)
+#pragma unroll
+    for (int c = 0; c < VW; c++) sh_acc[g * E + (r + LP * i) * VW + c] = acc[i][c];
+  __syncthreads();
+  if ((int)threadIdx.x < NG) {
+    float mx = -INFINITY;
+    for (int gg = 0; gg < NG; gg++) mx = fmaxf(mx, sh_m[gg]);
+    const float mg = sh_m[threadIdx.x];
+    sh_w[threadIdx.x] = mg == -INFINITY ? 0.0f : expf(mg - mx);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float l = 0.0f;
+    for (int gg = 0; gg < NG; gg++) l += sh_w[gg] * sh_l[gg];
+    sh_inv = l > 0.0f ? 1.0f / l : 0.0f; // l >= 1 whenever pos >= 0
+  }
+  __syncthreads();
+  float *oh = a.out + qo_off;
+  for (int e = (int)threadIdx.x; e < hd; e += kAttThreads) {
+    float o = 0.0f;
+    for (int gg = 0; gg < NG; gg++) o += sh_w[gg] * sh_acc[gg * E + e];
+    oh[e] = o * sh_inv;
+  }
+}
+
+template <int LP, int NV, int VW>
+cudaError_t att_launch(cudaStream_t st, unsigned blocks, const att_params &a) {
+  static_assert(kAttThreads % LP == 0 && LP <= 32 && (LP & (LP - 1)) == 0, "LP: 1..32, 2^i");
+  attention_kernel<LP, NV, VW><<<blocks, kAttThreads, 0, st>>>(a);
+  return cudaGetLastError();
+}
+
+// --- elementwise
+
+// out = silu(gate) * up = gate / (1 + exp(-gate)) * up; out may alias gate or up.
+__global__ void swiglu_kernel(size_t n, const float *gate, const float *up, float *out) {
+  for (size_t i = grid_tid(); i < n; i += grid_stride()) {
+    const float g = gate[i];
+    out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+  }
+}
+
+// y += a; a may alias y.
+__global__ void add_kernel(size_t n, const float *a, float *y) {
+  for (size_t i = grid_tid(); i < n; i += grid_stride()) y[i] += a[i];
+}
+
+__global__ void fill_kernel(size_t n, float value, float *x) {
+  for (size_t i = grid_tid(); i < n; i += grid_stride()) x[i] = value;
+}
+
+struct sum_srcs {
+  const float *p[SCK_SUM_MAX]; // the first n_src are the sources
+};
+
+// dst = ((s0 + s1) + s2) + ...; dst may alias a source (each element is read, then written, by
+// the same thread).
+__global__ void sum_kernel(size_t n, int n_src, sum_srcs s, float *dst) {
+  for (size_t i = grid_tid(); i < n; i += grid_stride()) {
+    float acc = s.p[0][i];
+#pragma unroll
+    for (int j = 1; j < SCK_SUM_MAX; j++) // constant indices: s stays in parameter space
+      if (j < n_src) acc += s.p[j][i];
+    dst[i] = acc;
+  }
+}
+
+constexpr unsigned kEmbThreads = 256;
+
+// out row i = table[ids[i] - row0] when that is in [0, rows), zeros otherwise.
+__global__ void __launch_bounds__(kEmbThreads)
+    embedding_kernel(int m, int d, const int32_t *ids, const float *__restrict__ table, int row0,
+                     int rows, float *__restrict__ out) {
+  for (int i = (int)blockIdx.x; i < m; i += (int)gridDim.x) {
+    const int64_t r = (int64_t)ids[i] - row0;
+    float *o = out + (size_t)i * (size_t)d;
+    if (r >= 0 && r < rows) {
+      const float *src = table + (size_t)r * (size_t)d;
+      for (int c = (int)threadIdx.x; c < d; c += (int)blockDim.x) o[c] = src[c];
+    } else {
+      for (int c = (int)threadIdx.x; c < d; c += (int)blockDim.x) o[c] = 0.0f;
+    }
+  }
+}
+
+// --- int8 weight-only matmul
+
+// y = v + beta * y, not reading y when beta is 0 (the CPU's q8_store, unfused).
+__device__ __forceinline__ void q8_out(float *y, float v, float beta) {
+  *y = beta == 0.0f ? v : __fadd_rn(v, __fmul_rn(beta, *y));
+}
+
+// k == 0: y = beta * y (0 when beta is 0).
+__global__ void q8_k0_kernel(size_t n, float beta, float *y) {
+  for (size_t i = grid_tid(); i < n; i += grid_stride())
+    y[i] = beta == 0.0f ? 0.0f : __fmul_rn(beta, y[i]);
+}
+
+// Sign-extended byte c (0..3) of w, as a float.
+__device__ __forceinline__ float q8_byte(int w, int c) { return (float)(int8_t)(w >> (8 * c)); }
+
+constexpr int kGemvWarps = 8;       // warps per block
+constexpr int kGemvRows = 8;        // rows of x per launch of the warp kernel
+constexpr int kGemvMaxM = 32;       // up to this many rows, launches of it (8 rows each)
+constexpr int kGemvMinWarps = 1024; // fewer columns per warp while there would be fewer warps
+
+// y[0:M, :] with M <= 8 rows of x: warp w of the grid computes columns NC w .. NC w + NC - 1
+// for every row. VEC: k % 16 == 0 and x, q 16-byte aligned, so each lane takes 16 weights of
+// each of its NC rows of q (one int4 each) and 16 floats of each row of x (four float4) per
+// step; every x load serves NC columns. Else a scalar loop (used with NC = 1).
+template <int M, int NC, bool VEC>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    q8_gemv_kernel(int n, int k, const float *__restrict__ x, const int8_t *__restrict__ q,
+                   const float *__restrict__ scale, float beta, float *y) {
+  static_assert(M * NC <= 32, "one lane stores each output");
+  const int lane = (int)threadIdx.x % 32;
+  const int j0 = ((int)blockIdx.x * kGemvWarps + (int)threadIdx.x / 32) * NC;
+  if (j0 >= n) return; // the whole warp leaves together: the shuffles below see full warps
+  const int8_t *qr[NC]; // the warp's rows of q; past n the last row again (computed, not stored)
+#pragma unroll
+  for (int c = 0; c < NC; c++) qr[c] = q + (size_t)(j0 + c < n ? j0 + c : n - 1) * (size_t)k;
+  float acc[M][NC];
+#pragma unroll
+  for (int a = 0; a < M; a++)
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[a][c] = 0.0f;
+  if constexpr (VEC) {
+#pragma unroll(NC == 1 ? 2 : 1) // two steps' loads in flight; NC > 1 has NC rows' already
+    for (int i = lane * 16; i < k; i += 32 * 16) {
+      float wf[NC][16];
+#pragma unroll
+      for (int c = 0; c < NC; c++) {
+        const int4 qq = *reinterpret_cast<const int4 *>(qr[c] + i);
+        const int qw[4] = {qq.x, qq.y, qq.z, qq.w};
+#pragma unroll
+        for (int b = 0; b < 16; b++) wf[c][b] = q8_byte(qw[b / 4], b % 4);
+      }
+#pragma unroll
+      for (int a = 0; a < M; a++) {
+        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)a * (size_t)k + i);
+        float xf[16];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+          const float4 xv = xp[b];
+          xf[4 * b] = xv.x;
+          xf[4 * b + 1] = xv.y;
+          xf[4 * b + 2] = xv.z;
+          xf[4 * b + 3] = xv.w;
+        }
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int b = 0; b < 16; b++) sum += xf[b] * wf[c][b];
+          acc[a][c] += sum;
+        }
+      }
+    }
+  } else {
+    for (int i = lane; i < k; i += 32) {
+#pragma unroll
+      for (int c = 0; c < NC; c++) {
+        const float wq = (float)qr[c][i];
+#pragma unroll
+        for (int a = 0; a < M; a++) acc[a][c] += x[(size_t)a * (size_t)k + i] * wq;
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < NC; c++) {
+    const int j = j0 + c;
+    const float sj = scale[j < n ? j : n - 1];
+#pragma unroll
+    for (int a = 0; a < M; a++) {
+      const float v = warp_sum(acc[a][c]);
+      if (lane == a * NC + c && j < n)
+        q8_out(y + (size_t)a * (size_t)n + j, __fmul_rn(v, sj), beta);
+    }
+  }
+}
+
+template <int M, int NC, bool VEC>
+void q8_gemv_run(cudaStream_t st, int n, int k, const float *x, const int8_t *q,
+                 const float *scale, float beta, float *y) {
+  const unsigned cols = kGemvWarps * NC; // per block
+  const unsigned blocks = (unsigned)(((unsigned)n + cols - 1) / cols);
+  q8_gemv_kernel<M, NC, VEC><<<blocks, kGemvWarps * 32, 0, st>>>(n, k, x, q, scale, beta, y);
+}
+
+// M rows; columns per warp: 4 from 4 to 7 rows, 2 from 2 and at 8 (where 4 columns would
+// take more than 128 registers and spill), fewer while that leaves few warps.
+template <int M>
+void q8_gemv_launch(cudaStream_t st, int n, int k, const float *x, const int8_t *q,
+                    const float *scale, float beta, float *y) {
+  if (k % 16 || !aligned16(x) || !aligned16(q)) {
+    q8_gemv_run<M, 1, false>(st, n, k, x, q, scale, beta, y);
+    return;
+  }
+  int nc = M >= 4 && M < 8 ? 4 : M >= 2 ? 2 : 1;
+  while (nc > 1 && n / nc < kGemvMinWarps) nc /= 2;
+  if (nc == 4) q8_gemv_run<M, (M >= 4 && M < 8 ? 4 : 1), true>(st, n, k, x, q, scale, beta, y);
+  else if (nc == 2) q8_gemv_run<M, (M >= 2 ? 2 : 1), true>(st, n, k, x, q, scale, beta, y);
+  else q8_gemv_run<M, 1, true>(st, n, k, x, q, scale, beta, y);
+}
+
+constexpr int kTileM = 64, kTileN = 64, kTileK = 32; // block tile; 4 x 4 outputs per thread
+constexpr int kGemmThreads = 256;
+
+// Block (blockIdx.x, blockIdx.y) computes y[m0:m0+64, n0:n0+64]; thread (tx, ty) = (tid % 16,
+// tid / 16) its rows m0 + ty + 16 a and columns n0 + tx + 16 b.
+__global__ void __launch_bounds__(kGemmThreads)
+    q8_gemm_kernel(int m, int n, int k, const float *__restrict__ x,
+                   const int8_t *__restrict__ q, const float *__restrict__ scale, float beta,
+                   float *y) {
+  __shared__ float xs[kTileK][kTileM + 1]; // x tile, transposed: xs[kk][row]
+  __shared__ float ws[kTileK][kTileN + 1]; // q tile as float, transposed: ws[kk][col]
+  const int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int m0 = (int)blockIdx.y * kTileM, n0 = (int)blockIdx.x * kTileN;
+  float acc[4][4];
+#pragma unroll
+  for (int a = 0; a < 4; a++)
+#pragma unroll
+    for (int b = 0; b < 4; b++) acc[a][b] = 0.0f;
+
+  for (int k0 = 0; k0 < k; k0 += kTileK) {
+    // 64 x 32 of each, 8 per thread; consecutive threads read consecutive k
+#pragma unroll
+    for (int it = 0; it < kTileM * kTileK / kGemmThreads; it++) {
+      const int idx = tid + it * kGemmThreads;
+      const int c = idx % kTileK, rr = idx / kTileK, kc = k0 + c;
+      const int gm = m0 + rr, gn = n0 + rr;
+      xs[c][rr] = gm < m && kc < k ? x[(size_t)gm * (size_t)k + kc] : 0.0f;
+      ws[c][rr] = gn < n && kc < k ? (float)q[(size_t)gn * (size_t)k + kc] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; kk++) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int a = 0; a < 4; a++) av[a] = xs[kk][ty + 16 * a];
+#pragma unroll
+      for (int b = 0; b < 4; b++) bv[b] = ws[kk][tx + 16 * b];
+#pragma unroll
+      for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) acc[a][b] += av[a] * bv[b];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int a = 0; a < 4; a++) {
+    const int row = m0 + ty + 16 * a;
+    if (row >= m) continue;
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+      const int col = n0 + tx + 16 * b;
+      if (col < n)
+        q8_out(y + (size_t)row * (size_t)n + col, __fmul_rn(acc[a][b], scale[col]), beta);
+    }
+  }
+}
+
+} // namespace
+
+// --- launchers
+
+extern "C" {
+
+cudaError_t sck_rmsnorm(cudaStream_t st, int m, int d, const float *x, const float *w, float eps,
+                        float *y) {
+  if (m < 0 || d < 0) return cudaErrorInvalidValue;
+  if (m == 0 || d == 0) return cudaSuccess;
+  rmsnorm_kernel<<<row_blocks(m), kNormThreads, 0, st>>>(m, d, x, w, eps, y);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_rope(cudaStream_t st, int m, int n_heads, int head_dim, const int32_t *pos,
+                     float theta, float *x) {
+  if (m < 0 || n_heads < 0 || head_dim < 0 || head_dim % 2) return cudaErrorInvalidValue;
+  if (m == 0 || n_heads == 0 || head_dim == 0) return cudaSuccess;
+  const dim3 grid(row_blocks(m), (unsigned)((n_heads + kRopeHeads - 1) / kRopeHeads));
+  rope_kernel<<<grid, row_threads(head_dim / 2, kRopeThreads), 0, st>>>(m, n_heads, head_dim,
+                                                                          pos, theta, x);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int head_dim,
+                         const float *k, const float *v, float *kc, float *vc) {
+  if (!b || b->n_tok < 0 || n_kv_heads < 0 || head_dim < 0) return cudaErrorInvalidValue;
+  const size_t row = (size_t)n_kv_heads * (size_t)head_dim;
+  if (b->n_tok == 0 || row == 0) return cudaSuccess;
+  if (row > (size_t)INT32_MAX || b->block_size <= 0) return cudaErrorInvalidValue;
+  kv_store_kernel<<<row_blocks(b->n_tok), row_threads((int)row, kKvThreads), 0, st>>>(
+      *b, (int)row, k, v, kc, vc);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_attention(cudaStream_t st, const sck_kv *b, int n_heads, int n_kv_heads,
+                          int head_dim, float scale, const float *q, const float *kc,
+                          const float *vc, float *out) {
+  if (!b || b->n_tok < 0 || n_heads < 0 || n_kv_heads <= 0 || head_dim < 0 ||
+      head_dim > kAttMaxHeadDim || n_heads % n_kv_heads)
+    return cudaErrorInvalidValue;
+  if (b->n_tok == 0 || n_heads == 0 || head_dim == 0) return cudaSuccess;
+  const size_t blocks = (size_t)b->n_tok * (size_t)n_heads;
+  if (blocks > (size_t)INT32_MAX || b->block_size <= 0) return cudaErrorInvalidValue;
+  att_params a;
+  a.b = *b;
+  a.n_heads = n_heads;
+  a.group = n_heads / n_kv_heads;
+  a.head_dim = head_dim;
+  a.slot_stride = (size_t)n_kv_heads * (size_t)head_dim;
+  a.scale = scale;
+  a.q = q;
+  a.kc = kc;
+  a.vc = vc;
+  a.out = out;
+  const unsigned nb = (unsigned)blocks;
+  if (head_dim % 4 == 0 && aligned16(q) && aligned16(kc) && aligned16(vc) && aligned16(out)) {
+    const int n4 = head_dim / 4; // float4s per row: 1..64
+    if (n4 <= 4) return att_launch<4, 1, 4>(st, nb, a);
+    if (n4 <= 8) return att_launch<8, 1, 4>(st, nb, a);
+    if (n4 <= 16) return att_launch<16, 1, 4>(st, nb, a);
+    if (n4 <= 32) return att_launch<32, 1, 4>(st, nb, a);
+    return att_launch<32, 2, 4>(st, nb, a);
+  }
+  if (head_dim <= 4) return att_launch<4, 1, 1>(st, nb, a);
+  if (head_dim <= 8) return att_launch<8, 1, 1>(st, nb, a);
+  if (head_dim <= 16) return att_launch<16, 1, 1>(st, nb, a);
+  if (head_dim <= 32) return att_launch<32, 1, 1>(st, nb, a);
+  if (head_dim <= 64) return att_launch<32, 2, 1>(st, nb, a);
+  if (head_dim <= 128) return att_launch<32, 4, 1>(st, nb, a);
+  return att_launch<32, 8, 1>(st, nb, a);
+}
+
+cudaError_t sck_swiglu(cudaStream_t st, int m, int d, const float *gate, const float *up,
+                       float *out) {
+  if (m < 0 || d < 0) return cudaErrorInvalidValue;
+  const size_t n = (size_t)m * (size_t)d;
+  if (n == 0) return cudaSuccess;
+  swiglu_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, gate, up, out);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_add(cudaStream_t st, size_t n, const float *a, float *y) {
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, a, y);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_embedding(cudaStream_t st, int m, int d, const int32_t *ids, const float *table,
+                          int row0, int rows, float *out) {
+  if (m < 0 || d < 0) return cudaErrorInvalidValue;
+  if (m == 0 || d == 0) return cudaSuccess;
+  embedding_kernel<<<row_blocks(m), row_threads(d, kEmbThreads), 0, st>>>(m, d, ids, table,
+                                                                           row0, rows, out);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_matmul_q8(cudaStream_t st, int m, int n, int k, const float *x, const int8_t *q,
+                          const float *scale, float beta, float *y) {
+  if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
+  if (m == 0 || n == 0) return cudaSuccess;
+  if (k == 0) {
+    const size_t ny = (size_t)m * (size_t)n;
+    q8_k0_kernel<<<ew_blocks(ny), kEwThreads, 0, st>>>(ny, beta, y);
+    return cudaGetLastError();
+  }
+  if (m <= kGemvMaxM) { // decode batches: the warp kernel, 8 rows of x per launch
+    for (int r0 = 0; r0 < m; r0 += kGemvRows) {
+      const int mr = m - r0 < kGemvRows ? m - r0 : kGemvRows;
+      const float *xr = x + (size_t)r0 * (size_t)k;
+      float *yr = y + (size_t)r0 * (size_t)n;
+      switch (mr) {
+      case 1: q8_gemv_launch<1>(st, n, k, xr, q, scale, beta, yr); break;
+      case 2: q8_gemv_launch<2>(st, n, k, xr, q, scale, beta, yr); break;
+      case 3: q8_gemv_launch<3>(st, n, k, xr, q, scale, beta, yr); break;
+      case 4: q8_gemv_launch<4>(st, n, k, xr, q, scale, beta, yr); break;
+      case 5: q8_gemv_launch<5>(st, n, k, xr, q, scale, beta, yr); break;
+      case 6: q8_gemv_launch<6>(st, n, k, xr, q, scale, beta, yr); break;
+      case 7: q8_gemv_launch<7>(st, n, k, xr, q, scale, beta, yr); break;
+      default: q8_gemv_launch<8>(st, n, k, xr, q, scale, beta, yr); break;
+      }
+      const cudaError_t rc = cudaGetLastError();
+      if (rc != cudaSuccess) return rc;
+    }
+    return cudaSuccess;
+  }
+  const unsigned gy = (unsigned)((m + kTileM - 1) / kTileM);
+  if (gy > 65535u) return cudaErrorInvalidValue; // more than 4M rows
+  const dim3 grid((unsigned)((n + kTileN - 1) / kTileN), gy);
+  q8_gemm_kernel<<<grid, kGemmThreads, 0, st>>>(m, n, k, x, q, scale, beta, y);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *srcs, float *dst) {
+  if (n == 0) return cudaSuccess;
+  if (n_src < 1 || n_src > SCK_SUM_MAX || !srcs) return cudaErrorInvalidValue;
+  sum_srcs s = {};
+  for (int i = 0; i < n_src; i++) s.p[i] = srcs[i];
+  sum_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, n_src, s, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x) {
+  if (n == 0) return cudaSuccess;
+  fill_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, value, x);
+  return cudaGetLastError();
+}
+
+} // extern "C"

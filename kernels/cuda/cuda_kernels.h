@@ -1,0 +1,73 @@
+// The CUDA backend's own kernels (kernels/cuda/cuda_kernels.cu), as C-callable launchers.
+//
+// Each launcher enqueues its kernel(s) on the stream it is given and returns what
+// cudaGetLastError() says right after the launch (cudaSuccess, or why the launch failed); it
+// never synchronizes. Every pointer is device memory unless said otherwise, and every layout
+// and formula is the device seam's (kernels/device.h), so that the CPU backend
+// (kernels/cpu/cpu_device.c) is the reference each kernel is tested against. Sizes of zero
+// launch nothing and return cudaSuccess. The caller has already made the right GPU current
+// (cudaSetDevice) and checked the arguments.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Most source buffers one sck_sum reads (the most ranks a loopback group has).
+#define SCK_SUM_MAX 16
+
+// y(m,d) = x / sqrt(mean(x^2) + eps) * w(d), row by row; y may alias x.
+cudaError_t sck_rmsnorm(cudaStream_t st, int m, int d, const float *x, const float *w, float eps,
+                        float *y);
+// In place on x(m, n_heads, head_dim): Hugging Face rotate-half RoPE at positions pos(m):
+// for i < head_dim/2, with f = pos * theta^(-2i/head_dim),
+// x'[i] = x[i] cos f - x[i + half] sin f, x'[i + half] = x[i + half] cos f + x[i] sin f.
+cudaError_t sck_rope(cudaStream_t st, int m, int n_heads, int head_dim, const int32_t *pos,
+                     float theta, float *x);
+// The paged KV cache, as dev_kv_batch describes it: token t sits in the slot
+// block_tables[seq[t] * max_blocks + pos[t] / block_size] * block_size + pos[t] % block_size;
+// a slot holds (n_kv_heads, head_dim) floats of K in kc and of V in vc.
+typedef struct sck_kv {
+  int n_tok;
+  const int32_t *pos;          // (n_tok)
+  const int32_t *seq;          // (n_tok)
+  const int32_t *block_tables; // (n_seq, max_blocks)
+  int max_blocks;
+  int block_size;
+} sck_kv;
+// Writes k, v (n_tok, n_kv_heads, head_dim) into each token's slot of kc, vc.
+cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int head_dim,
+                         const float *k, const float *v, float *kc, float *vc);
+// Causal attention over the paged cache: token t (sequence seq[t], position p = pos[t]) and
+// query head h attend to positions 0..p of the same sequence, KV head h / (n_heads /
+// n_kv_heads): out = softmax(scale * q . k_j) . v_j over j. q, out: (n_tok, n_heads, head_dim).
+// The cache already holds every token of the step (sck_kv_store ran first). head_dim <= 256.
+cudaError_t sck_attention(cudaStream_t st, const sck_kv *b, int n_heads, int n_kv_heads,
+                          int head_dim, float scale, const float *q, const float *kc,
+                          const float *vc, float *out);
+// out(m,d) = silu(gate) * up = gate / (1 + exp(-gate)) * up; out may alias gate.
+cudaError_t sck_swiglu(cudaStream_t st, int m, int d, const float *gate, const float *up,
+                       float *out);
+// y(n) += a(n)
+cudaError_t sck_add(cudaStream_t st, size_t n, const float *a, float *y);
+// out(m,d) = table[ids[i] - row0] for ids in [row0, row0 + rows), zeros for the others.
+cudaError_t sck_embedding(cudaStream_t st, int m, int d, const int32_t *ids, const float *table,
+                          int row0, int rows, float *out);
+// y(m,n) = x(m,k) * (scale(n) . q(n,k))^T + beta * y(m,n); q int8 in (out, in) layout, one
+// scale per output row. beta == 0 never reads y (it may hold NaN).
+cudaError_t sck_matmul_q8(cudaStream_t st, int m, int n, int k, const float *x, const int8_t *q,
+                          const float *scale, float beta, float *y);
+// dst(n) = srcs[0](n) + srcs[1](n) + ... + srcs[n_src - 1](n), summed in that order for every
+// element (so every rank that sums the same sources gets the same bits). srcs is a HOST array
+// of n_src (1..SCK_SUM_MAX) device pointers, copied into the launch; dst may alias a source.
+cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *srcs, float *dst);
+// Writes value to every element of x(n) (tests poison outputs with NaN before each run).
+cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x);
+
+#ifdef __cplusplus
+}
+#endif
