@@ -41,8 +41,14 @@ typedef struct engine_config {
                             // or SC_I8: weight-only int8, one f32 scale per output channel,
                             // quantized from the loaded weights at load; activations, norms,
                             // embeddings and the KV cache stay f32
-  const char *backend;      // device backend: "cpu", or "sim" (below)
+  const char *backend;      // device backend: "cpu", "cuda", or "sim" (below)
   int tp, pp;               // layout of the replica
+  // cuda: the GPUs the ranks take. Rank i (pp_rank * tp + tp_rank) of this replica runs on
+  // devices[(first_device + i) % n_devices]; with n_devices 0 on GPU (first_device + i) modulo
+  // the GPUs the machine has. Ranks that land on one GPU share it (loopback collectives).
+  int devices[16];
+  int n_devices;
+  int first_device;
   int block_size;           // KV block, tokens (16)
   int kv_blocks;            // KV blocks per rank; 0: enough for max_running full-context
                             // sequences, capped at kv_bytes_max per rank

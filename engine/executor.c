@@ -4,7 +4,8 @@
 // several ranks the caller watches while it waits for them; a single rank gets a watchdog
 // thread, started by the first hang fault set through executor_set_fault (so an engine that
 // never sees one pays nothing). Deciding which faults to inject is faults/'s; the hooks
-// themselves live in kernels/device.c and kernels/comm_shm.c.
+// themselves live in kernels/device.c and the communicators (kernels/comm_shm.c for cpu ranks,
+// kernels/cuda/comm_cuda.c for cuda ranks, whose buffers are device memory).
 #include "engine/executor.h"
 
 #include <math.h>
@@ -19,6 +20,10 @@
 #include "kernels/clock.h"
 #include "kernels/comm.h"
 #include "kernels/device.h"
+
+#ifdef SHARDCHECK_HAVE_CUDA
+#include "kernels/cuda_api.h"
+#endif
 
 #define ALIGN 64
 #define DEFAULT_DEADLINE_NS 60000000000ull // comm_deadline_ns 0, as the shm communicator
@@ -89,6 +94,16 @@ typedef struct rank {
   sc_error err;
 } rank;
 
+// One TP or PP group: shm for cpu ranks (host buffers), cuda for cuda ranks (device buffers:
+// loopback on one GPU, NCCL across GPUs). Both NULL when the group has one rank.
+typedef struct xgroup {
+  comm_shm_group *shm;
+#ifdef SHARDCHECK_HAVE_CUDA
+  comm_cuda_group *cuda;
+  const cuda_api *cu; // the backend's entry points (kernels/cuda_api.h)
+#endif
+} xgroup;
+
 // A sequence's device memory (executor.h): its block table on every rank.
 struct exec_seq_mem {
   int32_t *host; // (max_blocks) the block table as the rank rows hold it
@@ -108,8 +123,8 @@ struct executor {
   int n_ranks;
   int max_blocks; // block-table columns: blocks of a max_seq_len sequence
   rank *ranks;
-  comm_shm_group **tp_groups; // (pp) one per stage, NULL entries when tp == 1
-  comm_shm_group **pp_groups; // (tp) one per TP index, NULL entries when pp == 1
+  xgroup *tp_groups; // (pp) one per stage, empty when tp == 1
+  xgroup *pp_groups; // (tp) one per TP index, empty when pp == 1
 
   pthread_mutex_t mu;
   pthread_cond_t cv_go, cv_done;
@@ -310,11 +325,31 @@ static uint64_t hang_limit(const executor *ex) {
   return ex->cfg.comm_deadline_ns ? ex->cfg.comm_deadline_ns : DEFAULT_DEADLINE_NS;
 }
 
+// The text of the failure that broke one of rank r's cuda communicators, or "".
+static const char *group_error(const rank *r) {
+#ifdef SHARDCHECK_HAVE_CUDA
+  xgroup *gs[2] = {r->ex->cfg.tp > 1 ? &r->ex->tp_groups[r->sh.pp_rank] : NULL,
+                   r->ex->cfg.pp > 1 ? &r->ex->pp_groups[r->sh.tp_rank] : NULL};
+  for (int i = 0; i < 2; i++)
+    if (gs[i] && gs[i]->cuda && gs[i]->cu->group_error(gs[i]->cuda)[0])
+      return gs[i]->cu->group_error(gs[i]->cuda);
+#else
+  (void)r;
+#endif
+  return "";
+}
+
 // Why a call of rank r failed with s, in words, into buf.
 static const char *cause_text(const rank *r, sc_status s, char *buf, size_t cap) {
   uint64_t dl = hang_limit(r->ex);
   switch (s) {
-  case SC_DEVICE: return device_get_fault(r->dev).lost ? "device lost" : "device error";
+  case SC_DEVICE: {
+    if (device_get_fault(r->dev).lost) return "device lost";
+    const char *why = dev_last_error(r->dev)[0] ? dev_last_error(r->dev) : group_error(r);
+    if (!why[0]) return "device error";
+    snprintf(buf, cap, "device error: %s", why); // e.g. the CUDA call and the library's message
+    return buf;
+  }
   case SC_TIMEOUT: // only collectives time out
     snprintf(buf, cap, "deadline %.3f s passed (a peer stopped answering)", (double)dl / 1e9);
     return buf;
@@ -326,7 +361,7 @@ static const char *cause_text(const rank *r, sc_status s, char *buf, size_t cap)
 
 // Records in r->err that `what` failed with s on rank r; returns s.
 static sc_status rank_fail(rank *r, const char *what, sc_status s) {
-  char buf[96];
+  char buf[448];
   return sc_fail(&r->err, s, "rank %d (tp_rank=%d pp_rank=%d): %s: %s", r->index, r->sh.tp_rank,
                  r->sh.pp_rank, what, cause_text(r, s, buf, sizeof buf));
 }
@@ -467,9 +502,11 @@ static sc_status rank_forward(rank *r) {
 // Abandons the step: aborts every group and releases every device, so that ranks blocked in a
 // collective or by a hung device return (SC_ABORTED). Callable from any thread holding no
 // executor lock.
+static void xgroup_abort(xgroup *g);
+
 static void abort_groups(executor *ex) {
-  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_shm_group_abort(ex->tp_groups[i]);
-  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_shm_group_abort(ex->pp_groups[i]);
+  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) xgroup_abort(&ex->tp_groups[i]);
+  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) xgroup_abort(&ex->pp_groups[i]);
   for (int i = 0; i < ex->n_ranks; i++) device_fault_release(ex->ranks[i].dev);
 }
 
@@ -496,28 +533,91 @@ static void *rank_main(void *arg) {
 
 // --- lifecycle
 
-static sc_status make_groups(executor *ex) {
+// Creates the group of the n ranks first, first + stride, ...: shm, or cuda when the ranks'
+// devices are (their buffers are GPU memory).
+static sc_status xgroup_new(executor *ex, int first, int stride, int n, xgroup *g, sc_error *err) {
+  if (strcmp(ex->cfg.backend, "cuda") != 0) {
+    sc_status s = comm_shm_group_new(n, ex->cfg.comm_deadline_ns, &g->shm);
+    return s == SC_OK ? SC_OK : sc_fail(err, s, "executor: cannot create a communicator");
+  }
+#ifdef SHARDCHECK_HAVE_CUDA
+  device *devs[16];
+  if (n > 16) return sc_fail(err, SC_INVALID, "executor: at most 16 ranks in one cuda group");
+  for (int j = 0; j < n; j++) devs[j] = ex->ranks[first + j * stride].dev;
+  const cuda_api *cu = cuda_api_get(err); // loaded already: the ranks' devices are open
+  if (!cu) return SC_INVALID;
+  g->cu = cu;
+  return cu->group_new(n, devs, ex->cfg.comm_deadline_ns, &g->cuda, err);
+#else
+  return sc_fail(err, SC_INVALID, "executor: backend cuda is not built in");
+#endif
+}
+
+static comm *xgroup_rank(xgroup *g, int r) {
+#ifdef SHARDCHECK_HAVE_CUDA
+  if (g->cuda) return g->cu->group_rank(g->cuda, r);
+#endif
+  return comm_shm_group_rank(g->shm, r);
+}
+
+static void xgroup_abort(xgroup *g) {
+#ifdef SHARDCHECK_HAVE_CUDA
+  if (g->cuda) g->cu->group_abort(g->cuda);
+#endif
+  if (g->shm) comm_shm_group_abort(g->shm);
+}
+
+static void xgroup_free(xgroup *g) {
+#ifdef SHARDCHECK_HAVE_CUDA
+  if (g->cuda) g->cu->group_free(g->cuda);
+#endif
+  comm_shm_group_free(g->shm);
+}
+
+static void xgroup_set_slow(xgroup *g, double factor, uint64_t latency_ns, double bandwidth) {
+#ifdef SHARDCHECK_HAVE_CUDA
+  if (g->cuda) g->cu->group_set_slow(g->cuda, factor, latency_ns, bandwidth);
+#endif
+  if (g->shm) comm_shm_group_set_slow(g->shm, factor, latency_ns, bandwidth);
+}
+
+static sc_status make_groups(executor *ex, sc_error *err) {
   int tp = ex->cfg.tp, pp = ex->cfg.pp;
   ex->tp_groups = calloc((size_t)pp, sizeof *ex->tp_groups);
   ex->pp_groups = calloc((size_t)tp, sizeof *ex->pp_groups);
-  if (!ex->tp_groups || !ex->pp_groups) return SC_OOM;
-  for (int s = 0; tp > 1 && s < pp; s++)
-    SC_TRY(comm_shm_group_new(tp, ex->cfg.comm_deadline_ns, &ex->tp_groups[s]));
-  for (int t = 0; pp > 1 && t < tp; t++)
-    SC_TRY(comm_shm_group_new(pp, ex->cfg.comm_deadline_ns, &ex->pp_groups[t]));
+  if (!ex->tp_groups || !ex->pp_groups) return sc_fail(err, SC_OOM, "executor: out of memory");
+  for (int s = 0; tp > 1 && s < pp; s++) // stage s: ranks s * tp .. s * tp + tp - 1
+    SC_TRY(xgroup_new(ex, s * tp, 1, tp, &ex->tp_groups[s], err));
+  for (int t = 0; pp > 1 && t < tp; t++) // TP index t: ranks t, t + tp, ...
+    SC_TRY(xgroup_new(ex, t, tp, pp, &ex->pp_groups[t], err));
   for (int i = 0; i < ex->n_ranks; i++) {
     rank *r = &ex->ranks[i];
-    if (tp > 1) r->tp_comm = comm_shm_group_rank(ex->tp_groups[r->sh.pp_rank], r->sh.tp_rank);
-    if (pp > 1) r->pp_comm = comm_shm_group_rank(ex->pp_groups[r->sh.tp_rank], r->sh.pp_rank);
+    if (tp > 1) r->tp_comm = xgroup_rank(&ex->tp_groups[r->sh.pp_rank], r->sh.tp_rank);
+    if (pp > 1) r->pp_comm = xgroup_rank(&ex->pp_groups[r->sh.tp_rank], r->sh.pp_rank);
   }
   return SC_OK;
+}
+
+// The GPU of rank i (exec_config.devices); 0 on backends that have one device.
+static int rank_gpu(const executor *ex, int i) {
+  const exec_config *c = &ex->cfg;
+  if (strcmp(c->backend, "cuda") != 0) return 0;
+  int k = c->first_device + i;
+  if (c->devices && c->n_devices > 0) return c->devices[k % c->n_devices];
+#ifdef SHARDCHECK_HAVE_CUDA
+  const cuda_api *cu = cuda_api_get(NULL);
+  int n = cu ? cu->device_count() : 0;
+  return n > 0 ? k % n : k; // no GPU: device_open says so
+#else
+  return k;
+#endif
 }
 
 static sc_status rank_init(executor *ex, rank *r, float **staging, size_t *staging_cap,
                            sc_error *err) {
   const exec_config *c = &ex->cfg;
   const model_config *m = &c->model;
-  SC_TRY(device_open(c->backend, 0, &r->dev, err));
+  SC_TRY(device_open(c->backend, rank_gpu(ex, r->index), &r->dev, err));
   if (c->weight_dtype == SC_I8 && !dev_has_matmul_q8(r->dev))
     return sc_fail(err, SC_INVALID, "weight_dtype int8 is not supported by the %s backend; use "
                    "f32", c->backend);
@@ -593,7 +693,7 @@ sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
     s = rank_init(ex, r, &staging, &staging_cap, err);
   }
   free(staging);
-  if (s == SC_OK) s = make_groups(ex);
+  if (s == SC_OK) s = make_groups(ex, err);
   for (int i = 0; s == SC_OK && ex->n_ranks > 1 && i < ex->n_ranks; i++) {
     if (pthread_create(&ex->ranks[i].thread, NULL, rank_main, &ex->ranks[i]) != 0)
       s = sc_fail(err, SC_OOM, "executor: cannot start the thread of rank %d", i);
@@ -630,8 +730,8 @@ void executor_free(executor *ex) {
     free(r->layers);
     free(r->kv);
   }
-  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_shm_group_free(ex->tp_groups[i]);
-  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_shm_group_free(ex->pp_groups[i]);
+  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) xgroup_free(&ex->tp_groups[i]);
+  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) xgroup_free(&ex->pp_groups[i]);
   free(ex->tp_groups);
   free(ex->pp_groups);
   free(ex->ranks);
@@ -921,10 +1021,8 @@ sc_status executor_set_fault(executor *ex, int r, const dev_fault *f) {
 }
 
 void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, double bandwidth) {
-  for (int i = 0; i < ex->cfg.pp; i++)
-    comm_shm_group_set_slow(ex->tp_groups[i], factor, latency_ns, bandwidth);
-  for (int i = 0; i < ex->cfg.tp; i++)
-    comm_shm_group_set_slow(ex->pp_groups[i], factor, latency_ns, bandwidth);
+  for (int i = 0; i < ex->cfg.pp; i++) xgroup_set_slow(&ex->tp_groups[i], factor, latency_ns, bandwidth);
+  for (int i = 0; i < ex->cfg.tp; i++) xgroup_set_slow(&ex->pp_groups[i], factor, latency_ns, bandwidth);
 }
 
 int executor_n_ranks(const executor *ex) { return ex->n_ranks; }

@@ -32,8 +32,11 @@
 typedef struct exec_config {
   model_config model;
   const weight_source *weights; // read during executor_new only
-  const char *backend;          // device backend, "cpu"
+  const char *backend;          // device backend, "cpu" or "cuda"
   int tp, pp;
+  const int *devices;           // cuda: the GPU of each rank, as engine_config's (n_devices
+  int n_devices;                // of them, or NULL / 0: first_device + rank, modulo the GPUs
+  int first_device;             // there are)
   int block_size;          // tokens per KV block
   int n_blocks;            // KV blocks per rank (same logical blocks on every rank)
   int max_tokens;          // most tokens in one step (the scheduler's token budget)

@@ -219,6 +219,10 @@ bool wire_put_config(wire_buf *b, uint32_t epoch, const engine_config *cfg, int 
   put_str(&w, cfg->backend);
   put_i32(&w, cfg->tp);
   put_i32(&w, cfg->pp);
+  int nd = cfg->n_devices < 0 ? 0 : cfg->n_devices > 16 ? 16 : cfg->n_devices;
+  put_i32(&w, nd);
+  for (int i = 0; i < nd; i++) put_i32(&w, cfg->devices[i]);
+  put_i32(&w, cfg->first_device);
   put_i32(&w, cfg->block_size);
   put_i32(&w, cfg->kv_blocks);
   put_u64(&w, (uint64_t)cfg->kv_bytes_max);
@@ -263,6 +267,11 @@ bool wire_get_config(wire_reader *r, wire_config *out) {
   out->cfg.backend = has_backend ? out->backend : NULL;
   out->cfg.tp = get_i32(r);
   out->cfg.pp = get_i32(r);
+  int nd = get_i32(r);
+  if (nd < 0 || nd > 16) return false;
+  out->cfg.n_devices = nd;
+  for (int i = 0; i < nd; i++) out->cfg.devices[i] = get_i32(r);
+  out->cfg.first_device = get_i32(r);
   out->cfg.block_size = get_i32(r);
   out->cfg.kv_blocks = get_i32(r);
   out->cfg.kv_bytes_max = (size_t)get_u64(r);

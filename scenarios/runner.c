@@ -818,6 +818,8 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   c.backend = s->hardware.backend[0] ? s->hardware.backend : "cpu";
   c.tp = d->tp;
   c.pp = d->pp;
+  c.n_devices = s->hardware.n_devices;
+  memcpy(c.devices, s->hardware.devices, sizeof c.devices);
   c.block_size = s->limits.block_size;
   c.max_running = s->limits.max_running;
   c.token_budget = s->limits.token_budget;
@@ -930,6 +932,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   po.env = rf_worker_env(r);
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
     ec.sim.layout.first_gpu = i * d->tp * d->pp;
+    ec.first_device = i * d->tp * d->pp; // real cuda: replica i's ranks take the next GPUs
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
          : r->sim           ? replica_sim_new(&ec, i, &r->reps[i], &be)
          : procs            ? replica_proc_new(&ec, &po, i, &r->reps[i], &be)
