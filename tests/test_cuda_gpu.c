@@ -1,0 +1,564 @@
+// The CUDA backend on a GPU, against the CPU backend as the reference:
+// - every op of the device seam on random inputs, fp32 within 1e-5 relative (below), outputs
+//   poisoned with NaN before each run so that an element a kernel never wrote shows, and NaN
+//   never passing a comparison;
+// - the loopback communicator (several ranks on GPU 0): all-reduce gives the same bits on
+//   every rank, all-gather and send/recv move the right bytes, abort and the deadline end a
+//   wait;
+// - the engine in fp32: greedy tokens identical to the CPU engine's for 32 tokens on
+//   llama-tiny and llama-small, and tp=2 and tp=4 on one GPU identical to tp=1.
+//
+// Without a CUDA device (or without the CUDA build) nothing here can run: the binary prints
+// "skipped: no CUDA device" and exits 77, which ctest reports as skipped, never as passed.
+#include <stdio.h>
+
+#ifndef SHARDCHECK_HAVE_CUDA
+int main(void) {
+  puts("skipped: no CUDA device (this build has no CUDA backend)");
+  return 77;
+}
+#else
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "kernels/comm.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/device.h"
+#include "tests/helpers.h"
+
+int main(int argc, char *argv[]) {
+  int n = cuda_device_count();
+  if (n == 0) {
+    puts("skipped: no CUDA device");
+    return 77;
+  }
+  struct criterion_test_set *tests = criterion_initialize();
+  int rc = 0;
+  if (criterion_handle_args(argc, argv, true)) rc = !criterion_run_all_tests(tests);
+  criterion_finalize(tests);
+  return rc;
+}
+
+// --- helpers
+
+typedef struct rng {
+  uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) { // splitmix64
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static float rng_float(rng *r, float amp) { // uniform in [-amp, amp)
+  return amp * (2.0f * (float)((rng_next(r) >> 40) * 0x1p-24) - 1.0f);
+}
+
+static float *rand_host(rng *r, size_t n, float amp) {
+  float *x = malloc(n * sizeof *x);
+  cr_assert_not_null(x);
+  for (size_t i = 0; i < n; i++) x[i] = rng_float(r, amp);
+  return x;
+}
+
+// The CPU reference and the GPU under test, side by side.
+typedef struct pair {
+  device *cpu, *gpu;
+} pair;
+
+static pair open_pair(void) {
+  pair p = {0};
+  sc_error err = {{0}};
+  cr_assert_eq(device_open("cpu", 0, &p.cpu, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(device_open("cuda", 0, &p.gpu, &err), SC_OK, "%s", err.msg);
+  return p;
+}
+
+static void close_pair(pair *p) {
+  device_free(p->cpu);
+  device_free(p->gpu);
+}
+
+// A device copy of host bytes (on the cpu device too, so both sides run on their own memory).
+static void *up(device *d, const void *h, size_t bytes) {
+  void *p = NULL;
+  cr_assert_eq(dev_alloc(d, bytes ? bytes : 1, &p), SC_OK);
+  if (bytes) cr_assert_eq(dev_copy(d, p, h, bytes, DEV_H2D), SC_OK, "%s", dev_last_error(d));
+  return p;
+}
+
+// A device buffer of n floats, every one NaN: what a kernel does not write stays NaN.
+static float *poisoned(device *d, size_t n) {
+  float *h = malloc((n ? n : 1) * sizeof *h);
+  cr_assert_not_null(h);
+  for (size_t i = 0; i < n; i++) h[i] = NAN;
+  float *p = up(d, h, n * sizeof *h);
+  free(h);
+  return p;
+}
+
+static float *down(device *d, const float *p, size_t n) {
+  float *h = malloc((n ? n : 1) * sizeof *h);
+  cr_assert_not_null(h);
+  if (n) cr_assert_eq(dev_copy(d, h, p, n * sizeof *h, DEV_D2H), SC_OK, "%s", dev_last_error(d));
+  return h;
+}
+
+// got matches ref when every |got - ref| <= tol * max(|ref|, rms(ref)): relative per element,
+// with the buffer's rms as the floor for elements near zero (their absolute error follows the
+// size of the terms summed, not of the result). NaN anywhere fails.
+static void expect_close(const char *what, const float *got, const float *ref, size_t n,
+                         double tol) {
+  double ss = 0;
+  for (size_t i = 0; i < n; i++) ss += (double)ref[i] * ref[i];
+  double rms = n ? sqrt(ss / (double)n) : 0, worst = 0;
+  size_t bad = 0, first = n;
+  for (size_t i = 0; i < n; i++) {
+    double bound = tol * fmax(fabs(ref[i]), rms), d = fabs((double)got[i] - ref[i]);
+    if (!(d <= bound)) { // NaN fails here
+      if (first == n) first = i;
+      bad++;
+    }
+    if (isfinite(d) && bound > 0) worst = fmax(worst, d / fmax(fabs(ref[i]), rms));
+  }
+  cr_expect_eq(bad, 0, "%s: %zu of %zu elements off (first [%zu]: gpu %.9g, cpu %.9g)", what, bad,
+               n, first < n ? first : 0, first < n ? got[first] : 0.0, first < n ? ref[first] : 0.0);
+  cr_log_info("%s: worst relative error %.3g over %zu elements", what, worst, n);
+}
+
+// Runs op on both devices' copies of the same output buffer and compares what comes back.
+#define F32_TOL 1e-5
+
+// --- matmul, f32 and int8
+
+static void matmul_case(pair *p, rng *r, int m, int n, int k, float beta) {
+  float *x = rand_host(r, (size_t)m * k, 1.0f), *w = rand_host(r, (size_t)n * k, 0.05f);
+  float *y0 = rand_host(r, (size_t)m * n, 1.0f);
+  float *xc = up(p->cpu, x, (size_t)m * k * 4), *wc = up(p->cpu, w, (size_t)n * k * 4);
+  float *xg = up(p->gpu, x, (size_t)m * k * 4), *wg = up(p->gpu, w, (size_t)n * k * 4);
+  float *yc = beta == 0 ? poisoned(p->cpu, (size_t)m * n) : up(p->cpu, y0, (size_t)m * n * 4);
+  float *yg = beta == 0 ? poisoned(p->gpu, (size_t)m * n) : up(p->gpu, y0, (size_t)m * n * 4);
+  cr_assert_eq(dev_matmul(p->cpu, m, n, k, xc, wc, beta, yc), SC_OK);
+  cr_assert_eq(dev_matmul(p->gpu, m, n, k, xg, wg, beta, yg), SC_OK, "%s", dev_last_error(p->gpu));
+  float *a = down(p->gpu, yg, (size_t)m * n), *b = down(p->cpu, yc, (size_t)m * n);
+  char what[96];
+  snprintf(what, sizeof what, "matmul m=%d n=%d k=%d beta=%g", m, n, k, beta);
+  expect_close(what, a, b, (size_t)m * n, F32_TOL);
+  // int8: the same quantized weights on both sides
+  int8_t *q = malloc((size_t)n * k);
+  float *sc = malloc((size_t)n * sizeof *sc);
+  dev_q8_quantize(w, n, k, q, sc);
+  int8_t *qc = up(p->cpu, q, (size_t)n * k), *qg = up(p->gpu, q, (size_t)n * k);
+  float *sc_c = up(p->cpu, sc, (size_t)n * 4), *sc_g = up(p->gpu, sc, (size_t)n * 4);
+  float *yc8 = beta == 0 ? poisoned(p->cpu, (size_t)m * n) : up(p->cpu, y0, (size_t)m * n * 4);
+  float *yg8 = beta == 0 ? poisoned(p->gpu, (size_t)m * n) : up(p->gpu, y0, (size_t)m * n * 4);
+  cr_assert_eq(dev_matmul_q8(p->cpu, m, n, k, xc, qc, sc_c, beta, yc8), SC_OK);
+  cr_assert_eq(dev_matmul_q8(p->gpu, m, n, k, xg, qg, sc_g, beta, yg8), SC_OK, "%s",
+               dev_last_error(p->gpu));
+  float *a8 = down(p->gpu, yg8, (size_t)m * n), *b8 = down(p->cpu, yc8, (size_t)m * n);
+  snprintf(what, sizeof what, "matmul_q8 m=%d n=%d k=%d beta=%g", m, n, k, beta);
+  expect_close(what, a8, b8, (size_t)m * n, F32_TOL);
+  void *cpu_bufs[] = {xc, wc, yc, qc, sc_c, yc8}, *gpu_bufs[] = {xg, wg, yg, qg, sc_g, yg8};
+  for (int i = 0; i < 6; i++) {
+    dev_free(p->cpu, cpu_bufs[i]);
+    dev_free(p->gpu, gpu_bufs[i]);
+  }
+  free(x), free(w), free(y0), free(a), free(b), free(q), free(sc), free(a8), free(b8);
+}
+
+Test(cuda_ops, matmul_f32_and_int8_match_the_cpu_over_odd_and_large_shapes) {
+  pair p = open_pair();
+  rng r = {1};
+  const int shapes[][3] = {{1, 1, 1},   {1, 257, 129}, {3, 64, 4096}, {7, 1000, 33},
+                           {37, 96, 511}, {128, 512, 512}, {300, 130, 77}};
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.0f);
+    matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.5f);
+  }
+  close_pair(&p);
+}
+
+// --- the elementwise and normalization ops
+
+Test(cuda_ops, rmsnorm_rope_swiglu_add_and_embedding_match_the_cpu) {
+  pair p = open_pair();
+  rng r = {2};
+  const int m = 37, d = 4096, nh = 32, hd = 128, vocab = 700, row0 = 300, rows = 250;
+  size_t md = (size_t)m * d;
+  float *x = rand_host(&r, md, 2.0f), *w = rand_host(&r, (size_t)d, 1.0f);
+  float *xc = up(p.cpu, x, md * 4), *xg = up(p.gpu, x, md * 4);
+  float *wc = up(p.cpu, w, (size_t)d * 4), *wg = up(p.gpu, w, (size_t)d * 4);
+  // rmsnorm into a fresh buffer, then in place
+  float *yc = poisoned(p.cpu, md), *yg = poisoned(p.gpu, md);
+  cr_assert_eq(dev_rmsnorm(p.cpu, m, d, xc, wc, 1e-5f, yc), SC_OK);
+  cr_assert_eq(dev_rmsnorm(p.gpu, m, d, xg, wg, 1e-5f, yg), SC_OK, "%s", dev_last_error(p.gpu));
+  float *a = down(p.gpu, yg, md), *b = down(p.cpu, yc, md);
+  expect_close("rmsnorm", a, b, md, F32_TOL);
+  free(a), free(b);
+  cr_assert_eq(dev_rmsnorm(p.cpu, m, d, xc, wc, 1e-5f, xc), SC_OK);
+  cr_assert_eq(dev_rmsnorm(p.gpu, m, d, xg, wg, 1e-5f, xg), SC_OK);
+  a = down(p.gpu, xg, md), b = down(p.cpu, xc, md);
+  expect_close("rmsnorm in place", a, b, md, F32_TOL);
+  free(a), free(b);
+  // rope at scattered positions up to 100k (x is (m, nh, hd) = (m, d))
+  int32_t pos[37];
+  for (int i = 0; i < m; i++) pos[i] = (int32_t)(rng_next(&r) % 100000);
+  pos[0] = 0;
+  int32_t *pc = up(p.cpu, pos, sizeof pos), *pg = up(p.gpu, pos, sizeof pos);
+  cr_assert_eq(dev_rope(p.cpu, m, nh, hd, pc, 500000.0f, xc), SC_OK);
+  cr_assert_eq(dev_rope(p.gpu, m, nh, hd, pg, 500000.0f, xg), SC_OK, "%s", dev_last_error(p.gpu));
+  a = down(p.gpu, xg, md), b = down(p.cpu, xc, md);
+  expect_close("rope", a, b, md, F32_TOL);
+  free(a), free(b);
+  // swiglu with gates past float's exp range, into a fresh buffer and in place
+  float *g = rand_host(&r, md, 8.0f), *u = rand_host(&r, md, 1.0f);
+  g[0] = 100.0f, g[1] = -100.0f, g[2] = 0.0f;
+  float *gc = up(p.cpu, g, md * 4), *gg = up(p.gpu, g, md * 4);
+  float *uc = up(p.cpu, u, md * 4), *ug = up(p.gpu, u, md * 4);
+  float *oc = poisoned(p.cpu, md), *og = poisoned(p.gpu, md);
+  cr_assert_eq(dev_swiglu(p.cpu, m, d, gc, uc, oc), SC_OK);
+  cr_assert_eq(dev_swiglu(p.gpu, m, d, gg, ug, og), SC_OK, "%s", dev_last_error(p.gpu));
+  a = down(p.gpu, og, md), b = down(p.cpu, oc, md);
+  expect_close("swiglu", a, b, md, F32_TOL);
+  free(a), free(b);
+  cr_assert_eq(dev_swiglu(p.cpu, m, d, gc, uc, gc), SC_OK);
+  cr_assert_eq(dev_swiglu(p.gpu, m, d, gg, ug, gg), SC_OK);
+  a = down(p.gpu, gg, md), b = down(p.cpu, gc, md);
+  expect_close("swiglu in place", a, b, md, F32_TOL);
+  free(a), free(b);
+  // add
+  cr_assert_eq(dev_add(p.cpu, md, uc, oc), SC_OK);
+  cr_assert_eq(dev_add(p.gpu, md, ug, og), SC_OK, "%s", dev_last_error(p.gpu));
+  a = down(p.gpu, og, md), b = down(p.cpu, oc, md);
+  expect_close("add", a, b, md, F32_TOL);
+  free(a), free(b);
+  // embedding of a vocab shard: ids outside [row0, row0 + rows) give zero rows
+  float *table = rand_host(&r, (size_t)rows * d, 1.0f);
+  int32_t ids[37];
+  for (int i = 0; i < m; i++) ids[i] = (int32_t)(rng_next(&r) % vocab);
+  ids[0] = row0, ids[1] = row0 + rows - 1, ids[2] = row0 + rows, ids[3] = row0 - 1;
+  float *tc = up(p.cpu, table, (size_t)rows * d * 4), *tg = up(p.gpu, table, (size_t)rows * d * 4);
+  int32_t *ic = up(p.cpu, ids, sizeof ids), *ig = up(p.gpu, ids, sizeof ids);
+  float *ec = poisoned(p.cpu, md), *eg = poisoned(p.gpu, md);
+  cr_assert_eq(dev_embedding(p.cpu, m, d, ic, tc, row0, rows, ec), SC_OK);
+  cr_assert_eq(dev_embedding(p.gpu, m, d, ig, tg, row0, rows, eg), SC_OK, "%s",
+               dev_last_error(p.gpu));
+  a = down(p.gpu, eg, md), b = down(p.cpu, ec, md);
+  cr_expect_arr_eq(a, b, md * sizeof *a, "embedding: rows are copies, so the bits match");
+  free(a), free(b);
+  free(x), free(w), free(g), free(u), free(table);
+  close_pair(&p); // frees nothing the test needs: device_free releases what is left
+}
+
+// --- paged KV cache and attention
+
+// n_seq sequences with a history already in the cache, then a step of new tokens per sequence
+// (1: decode; more: a chunk of prefill), GQA heads, blocks shuffled across the cache.
+static void attention_case(const char *what, int n_seq, const int *hist, const int *step, int nh,
+                           int nkv, int hd, int bs, uint64_t seed) {
+  pair p = open_pair();
+  rng r = {seed};
+  int max_ctx = 0, n_hist = 0, n_step = 0;
+  for (int s = 0; s < n_seq; s++) {
+    max_ctx = hist[s] + step[s] > max_ctx ? hist[s] + step[s] : max_ctx;
+    n_hist += hist[s];
+    n_step += step[s];
+  }
+  int max_blocks = (max_ctx + bs - 1) / bs, n_blocks = n_seq * max_blocks;
+  int32_t *bt = malloc((size_t)n_blocks * sizeof *bt), *perm = malloc((size_t)n_blocks * sizeof *perm);
+  for (int i = 0; i < n_blocks; i++) perm[i] = i;
+  for (int i = n_blocks - 1; i > 0; i--) { // the blocks of a sequence lie anywhere
+    int j = (int)(rng_next(&r) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  memcpy(bt, perm, (size_t)n_blocks * sizeof *bt);
+  size_t slot = (size_t)nkv * hd, cache = (size_t)n_blocks * bs * slot;
+  float *kcache_c = poisoned(p.cpu, cache), *vcache_c = poisoned(p.cpu, cache);
+  float *kcache_g = poisoned(p.gpu, cache), *vcache_g = poisoned(p.gpu, cache);
+  dev_kv_layer kvc = {kcache_c, vcache_c}, kvg = {kcache_g, vcache_g};
+  int32_t *btc = up(p.cpu, bt, (size_t)n_blocks * 4), *btg = up(p.gpu, bt, (size_t)n_blocks * 4);
+  for (int phase = 0; phase < 2; phase++) { // 0: store the history; 1: the step + attention
+    int n_tok = phase ? n_step : n_hist;
+    if (!n_tok) continue;
+    int32_t *pos = malloc((size_t)n_tok * 4), *seq = malloc((size_t)n_tok * 4);
+    int t = 0;
+    for (int s = 0; s < n_seq; s++)
+      for (int i = 0; i < (phase ? step[s] : hist[s]); i++, t++) {
+        pos[t] = (phase ? hist[s] : 0) + i;
+        seq[t] = s;
+      }
+    float *k = rand_host(&r, (size_t)n_tok * slot, 1.0f), *v = rand_host(&r, (size_t)n_tok * slot, 1.0f);
+    int32_t *posc = up(p.cpu, pos, (size_t)n_tok * 4), *posg = up(p.gpu, pos, (size_t)n_tok * 4);
+    int32_t *seqc = up(p.cpu, seq, (size_t)n_tok * 4), *seqg = up(p.gpu, seq, (size_t)n_tok * 4);
+    float *kc = up(p.cpu, k, (size_t)n_tok * slot * 4), *kg = up(p.gpu, k, (size_t)n_tok * slot * 4);
+    float *vc = up(p.cpu, v, (size_t)n_tok * slot * 4), *vg = up(p.gpu, v, (size_t)n_tok * slot * 4);
+    dev_kv_batch bc = {.n_tok = n_tok, .pos = posc, .seq = seqc, .block_tables = btc,
+                       .max_blocks = max_blocks, .block_size = bs};
+    dev_kv_batch bg = bc;
+    bg.pos = posg, bg.seq = seqg, bg.block_tables = btg;
+    cr_assert_eq(dev_kv_store(p.cpu, &bc, nkv, hd, kc, vc, kvc), SC_OK);
+    cr_assert_eq(dev_kv_store(p.gpu, &bg, nkv, hd, kg, vg, kvg), SC_OK, "%s", dev_last_error(p.gpu));
+    if (phase) {
+      size_t qn = (size_t)n_tok * nh * hd;
+      float *q = rand_host(&r, qn, 1.0f);
+      float *qc = up(p.cpu, q, qn * 4), *qg = up(p.gpu, q, qn * 4);
+      float *oc = poisoned(p.cpu, qn), *og = poisoned(p.gpu, qn);
+      float scale = 1.0f / sqrtf((float)hd);
+      cr_assert_eq(dev_attention(p.cpu, &bc, nh, nkv, hd, scale, qc, kvc, oc), SC_OK);
+      cr_assert_eq(dev_attention(p.gpu, &bg, nh, nkv, hd, scale, qg, kvg, og), SC_OK, "%s",
+                   dev_last_error(p.gpu));
+      float *a = down(p.gpu, og, qn), *b = down(p.cpu, oc, qn);
+      expect_close(what, a, b, qn, F32_TOL);
+      free(a), free(b), free(q);
+    }
+    free(pos), free(seq), free(k), free(v);
+  }
+  // the stored cache itself, slot for slot (poison stays where neither side wrote)
+  float *a = down(p.gpu, kcache_g, cache), *b = down(p.cpu, kcache_c, cache);
+  size_t differ = 0;
+  for (size_t i = 0; i < cache; i++) differ += memcmp(&a[i], &b[i], sizeof *a) != 0;
+  cr_expect_eq(differ, 0, "%s: kv_store wrote %zu K elements differently", what, differ);
+  free(a), free(b), free(bt), free(perm);
+  close_pair(&p);
+}
+
+Test(cuda_ops, attention_decode_over_several_sequences_matches_the_cpu) {
+  const int hist[] = {0, 1, 15, 16, 17, 200, 1000, 4095}, step[] = {1, 1, 1, 1, 1, 1, 1, 1};
+  attention_case("attention decode hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 3);
+  attention_case("attention decode hd=64 mha 4/4", 8, hist, step, 4, 4, 64, 16, 4);
+}
+
+Test(cuda_ops, attention_prefill_chunks_match_the_cpu) {
+  const int hist[] = {0, 48, 300}, step[] = {512, 33, 7};
+  attention_case("attention prefill hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16, 5);
+  const int hist2[] = {0}, step2[] = {2048};
+  attention_case("attention prefill 2048 hd=128 gqa 8/2", 1, hist2, step2, 8, 2, 128, 32, 6);
+}
+
+// --- memory, errors, faults
+
+Test(cuda_device, memory_is_accounted_zeroed_and_freed) {
+  device *d = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(device_open("cuda", 0, &d, &err), SC_OK, "%s", err.msg);
+  size_t used0 = 0, total = 0, used1 = 0;
+  cr_assert_eq(dev_mem_info(d, &used0, &total), SC_OK);
+  cr_expect_gt(total, (size_t)1 << 30);
+  void *p = NULL;
+  cr_assert_eq(dev_alloc(d, 3 << 20, &p), SC_OK);
+  cr_assert_eq(dev_mem_info(d, &used1, NULL), SC_OK);
+  cr_expect_eq(used1 - used0, (size_t)3 << 20);
+  float *h = down(d, p, (3 << 20) / 4);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < (3 << 20) / 4; i++) nonzero += h[i] != 0.0f;
+  cr_expect_eq(nonzero, 0, "alloc hands out zeroed memory");
+  free(h);
+  dev_free(d, p);
+  cr_assert_eq(dev_mem_info(d, &used1, NULL), SC_OK);
+  cr_expect_eq(used1, used0);
+  void *huge = NULL;
+  cr_expect_eq(dev_alloc(d, total + ((size_t)1 << 30), &huge), SC_OOM, "more than the GPU has");
+  cr_expect(strstr(dev_last_error(d), "cudaMalloc") != NULL, "%s", dev_last_error(d));
+  cr_expect_null(huge);
+  cr_assert_eq(dev_alloc(d, 1024, &p), SC_OK, "the failure was not sticky");
+  dev_free(d, p);
+  device_free(d);
+}
+
+Test(cuda_device, an_injected_fault_takes_the_same_path_as_on_the_cpu) {
+  pair p = open_pair();
+  float *x = NULL;
+  cr_assert_eq(dev_alloc(p.gpu, 64 * 4, (void **)&x), SC_OK);
+  dev_fault f = dev_fault_none();
+  f.lost = true;
+  device_set_fault(p.gpu, &f);
+  cr_expect_eq(dev_matmul(p.gpu, 1, 8, 8, x, x, 0.0f, x), SC_DEVICE);
+  cr_expect_eq(dev_synchronize(p.gpu), SC_DEVICE);
+  f = dev_fault_none();
+  f.corrupt = DEV_CORRUPT_NAN;
+  device_set_fault(p.gpu, &f);
+  float *y = poisoned(p.gpu, 64);
+  cr_assert_eq(dev_matmul(p.gpu, 8, 8, 8, x, x, 0.0f, y), SC_OK);
+  float *h = down(p.gpu, y, 64);
+  int nans = 0;
+  for (int i = 0; i < 64; i++) nans += isnan(h[i]);
+  cr_expect_eq(nans, 1, "one element poisoned (the product of zeros is zero elsewhere)");
+  free(h);
+  close_pair(&p);
+}
+
+// --- the loopback communicator: ranks are threads, all on GPU 0
+
+typedef struct lb_rank {
+  comm *c;
+  device *d;
+  int rank, n;
+  size_t len;
+  sc_status s_reduce, s_gather, s_ring;
+  float *reduced, *gathered, *ring; // host copies of the results
+} lb_rank;
+
+// Rank r's input element i, exact in fp32 so that any summation order gives the same sum.
+static float lb_value(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 13) % 1024) - 512); }
+
+static void *lb_main(void *arg) {
+  lb_rank *L = arg;
+  size_t n = L->len;
+  float *h = malloc(n * sizeof *h);
+  for (size_t i = 0; i < n; i++) h[i] = lb_value(L->rank, i);
+  float *buf = NULL, *all = NULL, *msg = NULL;
+  dev_alloc(L->d, n * 4, (void **)&buf);
+  dev_alloc(L->d, n * 4 * (size_t)L->n, (void **)&all);
+  dev_alloc(L->d, n * 4, (void **)&msg);
+  dev_copy(L->d, buf, h, n * 4, DEV_H2D);
+  L->s_reduce = comm_allreduce_sum(L->c, buf, n);
+  L->reduced = malloc(n * 4);
+  dev_copy(L->d, L->reduced, buf, n * 4, DEV_D2H);
+  dev_copy(L->d, buf, h, n * 4, DEV_H2D);
+  L->s_gather = comm_allgather(L->c, buf, all, n);
+  L->gathered = malloc(n * 4 * (size_t)L->n);
+  dev_copy(L->d, L->gathered, all, n * 4 * (size_t)L->n, DEV_D2H);
+  // a ring: rank r sends its input to r + 1 and receives r - 1's
+  int next = (L->rank + 1) % L->n, prev = (L->rank + L->n - 1) % L->n;
+  L->s_ring = L->rank % 2 == 0 ? comm_send(L->c, buf, n * 4, next) : comm_recv(L->c, msg, n * 4, prev);
+  if (L->s_ring == SC_OK)
+    L->s_ring = L->rank % 2 == 0 ? comm_recv(L->c, msg, n * 4, prev) : comm_send(L->c, buf, n * 4, next);
+  L->ring = malloc(n * 4);
+  dev_copy(L->d, L->ring, msg, n * 4, DEV_D2H);
+  dev_free(L->d, buf), dev_free(L->d, all), dev_free(L->d, msg);
+  free(h);
+  return NULL;
+}
+
+Test(cuda_comm, loopback_allreduce_allgather_and_send_recv_on_one_gpu, .timeout = 120) {
+  const int sizes[] = {2, 3, 4};
+  for (int si = 0; si < 3; si++) {
+    int n = sizes[si];
+    device *devs[4];
+    sc_error err = {{0}};
+    for (int r = 0; r < n; r++) cr_assert_eq(device_open("cuda", 0, &devs[r], &err), SC_OK);
+    comm_cuda_group *g = NULL;
+    cr_assert_eq(comm_cuda_group_new(n, devs, 10000000000ull, &g, &err), SC_OK, "%s", err.msg);
+    cr_expect_str_eq(comm_cuda_group_transport(g), "loopback");
+    lb_rank L[4];
+    pthread_t th[4];
+    for (int r = 0; r < n; r++) {
+      L[r] = (lb_rank){.c = comm_cuda_group_rank(g, r), .d = devs[r], .rank = r, .n = n,
+                       .len = 100003};
+      pthread_create(&th[r], NULL, lb_main, &L[r]);
+    }
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++) {
+      cr_expect_eq(L[r].s_reduce, SC_OK, "%s", comm_cuda_group_error(g));
+      cr_expect_eq(L[r].s_gather, SC_OK, "%s", comm_cuda_group_error(g));
+      cr_expect_eq(L[r].s_ring, SC_OK, "%s", comm_cuda_group_error(g));
+      size_t bad = 0;
+      for (size_t i = 0; i < L[r].len; i++) {
+        float want = 0;
+        for (int j = 0; j < n; j++) want += lb_value(j, i);
+        bad += L[r].reduced[i] != want;
+        for (int j = 0; j < n; j++) bad += L[r].gathered[(size_t)j * L[r].len + i] != lb_value(j, i);
+        bad += L[r].ring[i] != lb_value((r + n - 1) % n, i);
+      }
+      cr_expect_eq(bad, 0, "%d ranks: rank %d has %zu wrong elements", n, r, bad);
+      cr_expect_arr_eq(L[r].reduced, L[0].reduced, L[r].len * 4, "same bits on every rank");
+      free(L[r].reduced), free(L[r].gathered), free(L[r].ring);
+    }
+    comm_cuda_group_free(g);
+    for (int r = 0; r < n; r++) device_free(devs[r]);
+  }
+}
+
+typedef struct wait_arg {
+  comm *c;
+  device *d;
+  sc_status s;
+} wait_arg;
+
+static void *wait_main(void *arg) {
+  wait_arg *w = arg;
+  float *buf = NULL;
+  dev_alloc(w->d, 1024, (void **)&buf);
+  w->s = comm_allreduce_sum(w->c, buf, 256);
+  dev_free(w->d, buf);
+  return NULL;
+}
+
+Test(cuda_comm, a_missing_peer_times_out_and_abort_ends_a_wait, .timeout = 60) {
+  device *devs[2];
+  sc_error err = {{0}};
+  for (int r = 0; r < 2; r++) cr_assert_eq(device_open("cuda", 0, &devs[r], &err), SC_OK);
+  comm_cuda_group *g = NULL;
+  cr_assert_eq(comm_cuda_group_new(2, devs, 200000000ull, &g, &err), SC_OK, "%s", err.msg);
+  wait_arg w = {.c = comm_cuda_group_rank(g, 0), .d = devs[0]};
+  wait_main(&w); // rank 1 never comes: the 0.2 s deadline passes
+  cr_expect_eq(w.s, SC_TIMEOUT);
+  comm_cuda_group_free(g);
+  cr_assert_eq(comm_cuda_group_new(2, devs, 60000000000ull, &g, &err), SC_OK, "%s", err.msg);
+  w = (wait_arg){.c = comm_cuda_group_rank(g, 0), .d = devs[0]};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_main, &w);
+  struct timespec ts = {0, 100000000};
+  nanosleep(&ts, NULL);
+  comm_cuda_group_abort(g);
+  pthread_join(th, NULL);
+  cr_expect_eq(w.s, SC_ABORTED);
+  comm_cuda_group_free(g);
+  for (int r = 0; r < 2; r++) device_free(devs[r]);
+}
+
+// --- the engine: greedy tokens against the CPU engine, and TP on one GPU against tp=1
+
+#define MAX_TOK 32
+
+static void greedy(const char *preset, const char *backend, int tp, int32_t out[MAX_TOK]) {
+  engine_config c = engine_config_defaults();
+  sc_error err = {{0}};
+  cr_assert_eq(model_preset_load(preset, &c.model, &err), SC_OK, "%s", err.msg);
+  c.backend = backend;
+  c.tp = tp;
+  c.weights_seed = 1;
+  c.kv_blocks = 64;
+  c.max_running = 4;
+  c.token_budget = 256;
+  c.n_devices = 1; // every rank on GPU 0: TP through the loopback communicator
+  engine *e = NULL;
+  cr_assert_eq(engine_new(&c, &e, &err), SC_OK, "%s %s tp=%d: %s", preset, backend, tp, err.msg);
+  int32_t prompt[12];
+  for (int i = 0; i < 12; i++) prompt[i] = 3 + (i * 37) % 500;
+  engine_request q = {.prompt = prompt, .n_prompt = 12, .max_tokens = MAX_TOK};
+  uint64_t id = 0;
+  cr_assert_eq(engine_submit(e, &q, &id, &err), SC_OK, "%s", err.msg);
+  int n = 0;
+  for (int guard = 0; !engine_idle(e); guard++) {
+    engine_step_result res;
+    cr_assert_eq(engine_step(e, &res, &err), SC_OK, "%s %s tp=%d: %s", preset, backend, tp, err.msg);
+    for (int k = 0; k < res.n_events; k++)
+      if (res.events[k].kind == ENGINE_EV_TOKEN && n < MAX_TOK) out[n++] = res.events[k].token;
+    cr_assert_lt(guard, 10000);
+  }
+  cr_assert_eq(n, MAX_TOK);
+  engine_free(e);
+}
+
+Test(cuda_engine, fp32_greedy_tokens_match_the_cpu_engine_and_tp_on_one_gpu, .timeout = 600) {
+  const char *presets[] = {"llama-tiny", "llama-small"};
+  for (int i = 0; i < 2; i++) {
+    int32_t cpu[MAX_TOK], gpu[MAX_TOK];
+    greedy(presets[i], "cpu", 1, cpu);
+    greedy(presets[i], "cuda", 1, gpu);
+    cr_expect_arr_eq(gpu, cpu, sizeof cpu, "%s: cuda tp=1 greedy tokens differ from cpu", presets[i]);
+    for (int tp = 2; tp <= 4; tp *= 2) {
+      int32_t t[MAX_TOK];
+      greedy(presets[i], "cuda", tp, t);
+      cr_expect_arr_eq(t, gpu, sizeof t, "%s: cuda tp=%d differs from tp=1", presets[i], tp);
+    }
+  }
+}
+#endif
