@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "kernels/clock.h"
+#include "kernels/comm_link.h"
 #include "kernels/device.h"
 #include "kernels/spin.h"
 
@@ -89,13 +90,6 @@ typedef struct shm_rank {
   size_t arrived_n;  // under g->mu: its element count
 } shm_rank;
 
-// A throttled link (comm_shm_group_set_slow); all zero: none.
-typedef struct shm_slow {
-  double factor;       // > 1: transfers take factor x their own time
-  uint64_t latency_ns; // added per transfer
-  double bandwidth;    // bytes/s cap; 0: none
-} shm_slow;
-
 struct comm_shm_group {
   int n_ranks;
   uint64_t deadline_ns; // per blocking call, measured from the call's start
@@ -112,11 +106,9 @@ struct comm_shm_group {
   shm_rank *ranks;  // (n_ranks)
   shm_inbox *inbox; // (n_ranks), indexed by destination rank
 
-  atomic_bool slow_on;    // a link fault is set: the only read on the fast path
-  pthread_mutex_t slow_mu; // guards slow
-  shm_slow slow;
+  comm_link link;         // the link fault (comm_shm_group_set_slow)
 
-  bool built_mu, built_cv, built_slow_mu; // teardown of a partial build: what exists
+  bool built_mu, built_cv, built_link; // teardown of a partial build: what exists
   int built_inboxes;                      // inboxes fully initialised
 };
 
@@ -244,26 +236,12 @@ static sc_status group_barrier(shm_rank *me, shm_op op, size_t n, uint64_t deadl
 
 // --- link faults
 
-static bool link_slow(comm_shm_group *g) {
-  return atomic_load_explicit(&g->slow_on, memory_order_relaxed);
-}
+static bool link_slow(comm_shm_group *g) { return comm_link_on(&g->link); }
 
-// What a transfer of `bytes` on the link costs beyond its own time own_ns, in ns (see the file
-// comment). Takes slow_mu only.
-static uint64_t link_cost(comm_shm_group *g, double bytes, uint64_t own_ns) {
-  pthread_mutex_lock(&g->slow_mu);
-  shm_slow sl = g->slow;
-  pthread_mutex_unlock(&g->slow_mu);
-  double ns = (double)sl.latency_ns;
-  if (sl.bandwidth > 0) ns += bytes / sl.bandwidth * 1e9;
-  if (sl.factor > 1) ns += (sl.factor - 1) * (double)own_ns;
-  return ns < 1 ? 0 : ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns;
-}
-
-// Sleeps link_cost(g, bytes, own_ns). Returns SC_OK, or the group's state when an abort or
-// break cut the sleep short. Call with no lock held, only when link_slow(g).
+// Sleeps comm_link_cost (kernels/comm_link.h). Returns SC_OK, or the group's state when an
+// abort or break cut the sleep short. Call with no lock held, only when link_slow(g).
 static sc_status link_delay(comm_shm_group *g, double bytes, uint64_t own_ns) {
-  uint64_t ns = link_cost(g, bytes, own_ns);
+  uint64_t ns = comm_link_cost(&g->link, bytes, own_ns);
   if (!ns) return SC_OK;
   uint64_t until = sc_monotonic_ns() + ns;
   pthread_mutex_lock(&g->mu); // g->cv is broadcast on abort and break (group_wake_all)
@@ -272,12 +250,6 @@ static sc_status link_delay(comm_shm_group *g, double bytes, uint64_t own_ns) {
   while ((s = group_state(g)) == SC_OK && !late) late = wait_until(&g->cv, &g->mu, until);
   pthread_mutex_unlock(&g->mu);
   return s;
-}
-
-// Monotonic ns when the link is slow (for own-time accounting), else 0 (no clock read).
-static uint64_t link_clock(comm_shm_group *g, bool slow) {
-  (void)g;
-  return slow ? sc_monotonic_ns() : 0;
 }
 
 // Makes slot p of rank `me` hold at least n floats. On failure the group is broken with SC_OOM
@@ -312,13 +284,13 @@ static sc_status shm_allreduce_sum(void *ctx, float *buf, size_t n) {
   if (g->n_ranks == 1) return SC_OK;
 
   bool slow = link_slow(g);
-  uint64_t t = link_clock(g, slow), own = 0;
+  uint64_t t = comm_link_clock(slow), own = 0;
   int p = (int)(me->seq++ & 1);
   SC_TRY(slot_reserve(me, p, n));
   if (n) memcpy(me->slot[p], buf, n * sizeof(float));
-  own += link_clock(g, slow) - t;
+  own += comm_link_clock(slow) - t;
   SC_TRY(group_barrier(me, SHM_OP_ALLREDUCE_IN, n, deadline));
-  t = link_clock(g, slow);
+  t = comm_link_clock(slow);
 
   // Sum this rank's slice over every slot in rank order; only this rank touches the slice.
   size_t lo, hi;
@@ -333,16 +305,16 @@ static sc_status shm_allreduce_sum(void *ctx, float *buf, size_t n) {
     }
     memcpy(me->slot[p] + i0, acc, m * sizeof(float));
   }
-  own += link_clock(g, slow) - t;
+  own += comm_link_clock(slow) - t;
   SC_TRY(group_barrier(me, SHM_OP_ALLREDUCE_OUT, n, deadline));
-  t = link_clock(g, slow);
+  t = comm_link_clock(slow);
 
   for (int r = 0; r < g->n_ranks; r++) {
     slice_of(n, g->n_ranks, r, &lo, &hi);
     if (hi > lo) memcpy(buf + lo, g->ranks[r].slot[p] + lo, (hi - lo) * sizeof(float));
   }
   if (!slow) return SC_OK;
-  own += link_clock(g, slow) - t;
+  own += comm_link_clock(slow) - t;
   double wire = 2.0 * (g->n_ranks - 1) / g->n_ranks * (double)n * sizeof(float);
   return link_delay(g, wire, own);
 }
@@ -360,18 +332,18 @@ static sc_status shm_allgather(void *ctx, const float *send, float *recv, size_t
   }
 
   bool slow = link_slow(g);
-  uint64_t t = link_clock(g, slow), own = 0;
+  uint64_t t = comm_link_clock(slow), own = 0;
   int p = (int)(me->seq++ & 1);
   SC_TRY(slot_reserve(me, p, n));
   if (n) memcpy(me->slot[p], send, n * sizeof(float));
-  own += link_clock(g, slow) - t;
+  own += comm_link_clock(slow) - t;
   SC_TRY(group_barrier(me, SHM_OP_ALLGATHER, n, deadline));
-  t = link_clock(g, slow);
+  t = comm_link_clock(slow);
   if (n)
     for (int r = 0; r < g->n_ranks; r++)
       memcpy(recv + (size_t)r * n, g->ranks[r].slot[p], n * sizeof(float));
   if (!slow) return SC_OK;
-  own += link_clock(g, slow) - t;
+  own += comm_link_clock(slow) - t;
   return link_delay(g, (double)(g->n_ranks - 1) * (double)n * sizeof(float), own);
 }
 
@@ -428,14 +400,14 @@ static sc_status shm_send(void *ctx, const void *buf, size_t bytes, int peer) {
   if (peer < 0 || peer >= g->n_ranks || (bytes && !buf)) return SC_INVALID;
   if (bytes > SIZE_MAX - sizeof(shm_rec)) return SC_INVALID;
   bool slow = link_slow(g);
-  uint64_t t = link_clock(g, slow);
+  uint64_t t = comm_link_clock(slow);
   shm_inbox *box = &g->inbox[peer];
   shm_queue *q = &box->from[me->c.rank];
   pthread_mutex_lock(&box->mu);
   size_t off = 0;
   sc_status s = queue_push(q, buf, bytes, &off);
   if (s == SC_OK && slow) { // in flight: receivable only once the link has carried it
-    uint64_t now = sc_monotonic_ns(), at = now + link_cost(g, (double)bytes, now - t);
+    uint64_t now = sc_monotonic_ns(), at = now + comm_link_cost(&g->link, (double)bytes, now - t);
     memcpy(q->data + off + offsetof(shm_rec, at), &at, sizeof at);
   }
   if (s == SC_OK) pthread_cond_broadcast(&box->cv);
@@ -527,7 +499,7 @@ static void group_destroy(comm_shm_group *g) {
     }
   if (g->built_cv) pthread_cond_destroy(&g->cv);
   if (g->built_mu) pthread_mutex_destroy(&g->mu);
-  if (g->built_slow_mu) pthread_mutex_destroy(&g->slow_mu);
+  if (g->built_link) comm_link_destroy(&g->link);
   free(g->inbox);
   free(g->ranks);
   free(g);
@@ -562,7 +534,6 @@ sc_status comm_shm_group_new(int n_ranks, uint64_t deadline_ns, comm_shm_group *
   g->deadline_ns = deadline_ns ? deadline_ns : SHM_DEFAULT_DEADLINE_NS;
   atomic_init(&g->aborted, false);
   atomic_init(&g->broken, SC_OK);
-  atomic_init(&g->slow_on, false);
   atomic_init(&g->gen, 0);
   g->spin = n_ranks > 1 && n_ranks <= device_cpu_cores(); // the cores this process may use
   size_t ranks_bytes = sizeof(shm_rank) * (size_t)n_ranks; // a multiple of its 64 B alignment
@@ -577,8 +548,8 @@ sc_status comm_shm_group_new(int n_ranks, uint64_t deadline_ns, comm_shm_group *
   }
   if (pthread_mutex_init(&g->mu, NULL)) goto oom;
   g->built_mu = true;
-  if (pthread_mutex_init(&g->slow_mu, NULL)) goto oom;
-  g->built_slow_mu = true;
+  if (comm_link_init(&g->link)) goto oom;
+  g->built_link = true;
   if (cond_init_monotonic(&g->cv) != SC_OK) goto oom;
   g->built_cv = true;
   for (; g->built_inboxes < n_ranks; g->built_inboxes++)
@@ -603,12 +574,5 @@ void comm_shm_group_free(comm_shm_group *g) {
 
 void comm_shm_group_set_slow(comm_shm_group *g, double factor, uint64_t latency_ns,
                              double bandwidth) {
-  if (!g) return;
-  pthread_mutex_lock(&g->slow_mu);
-  g->slow = (shm_slow){.factor = factor > 1 ? factor : 0,
-                       .latency_ns = latency_ns,
-                       .bandwidth = bandwidth > 0 ? bandwidth : 0};
-  atomic_store_explicit(&g->slow_on, factor > 1 || latency_ns > 0 || bandwidth > 0,
-                        memory_order_relaxed);
-  pthread_mutex_unlock(&g->slow_mu);
+  if (g) comm_link_set(&g->link, factor, latency_ns, bandwidth);
 }

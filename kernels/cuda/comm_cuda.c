@@ -92,6 +92,7 @@
 #include <time.h>
 
 #include "kernels/clock.h"
+#include "kernels/comm_link.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/device.h"
@@ -183,13 +184,6 @@ typedef struct cuda_rank {
   ncclComm_t nccl;         // under nccl_mu; NULL once aborted or destroyed
 } cuda_rank;
 
-// A throttled link (comm_cuda_group_set_slow); all zero: none.
-typedef struct cc_slow {
-  double factor;       // > 1: transfers take factor x their own time
-  uint64_t latency_ns; // added per transfer
-  double bandwidth;    // bytes/s cap; 0: none
-} cc_slow;
-
 struct comm_cuda_group {
   cc_transport transport;
   int n_ranks;
@@ -204,9 +198,7 @@ struct comm_cuda_group {
   pthread_mutex_t wake_mu; // with wake_cv: broadcast on abort and break (ends link sleeps)
   pthread_cond_t wake_cv;
 
-  atomic_bool slow_on;     // a link fault is set: the only read on the fast path
-  pthread_mutex_t slow_mu; // guards slow
-  cc_slow slow;
+  comm_link link;          // the link fault (comm_cuda_group_set_slow)
 
   cuda_rank *ranks;    // (n_ranks)
   comm_shm_group *shm; // loopback: the host meeting
@@ -214,7 +206,7 @@ struct comm_cuda_group {
   atomic_bool nccl_gone;        // nccl: the communicators are being or have been released
   pthread_mutex_t nccl_life_mu; // nccl: held while they are released (free waits on it)
 
-  bool built_err_mu, built_wake_mu, built_wake_cv, built_slow_mu, built_life_mu;
+  bool built_err_mu, built_wake_mu, built_wake_cv, built_link, built_life_mu;
   int built_rank_mu; // ranks whose nccl_mu exists
 };
 
@@ -300,29 +292,12 @@ static void poll_pause(unsigned turn) {
   else sleep_ns(CC_POLL_SLEEP_NS);
 }
 
-static bool link_slow(comm_cuda_group *g) {
-  return atomic_load_explicit(&g->slow_on, memory_order_relaxed);
-}
+static bool link_slow(comm_cuda_group *g) { return comm_link_on(&g->link); }
 
-// Monotonic ns when the link is slow (for own-time accounting), else 0 (no clock read).
-static uint64_t link_clock(bool slow) { return slow ? sc_monotonic_ns() : 0; }
-
-// What a transfer of `bytes` on the link costs beyond its own time own_ns, in ns: the
-// arithmetic of comm_shm.c's link_cost (the two files should share it). Takes slow_mu only.
-static uint64_t link_cost(comm_cuda_group *g, double bytes, uint64_t own_ns) {
-  pthread_mutex_lock(&g->slow_mu);
-  cc_slow sl = g->slow;
-  pthread_mutex_unlock(&g->slow_mu);
-  double ns = (double)sl.latency_ns;
-  if (sl.bandwidth > 0) ns += bytes / sl.bandwidth * 1e9;
-  if (sl.factor > 1) ns += (sl.factor - 1) * (double)own_ns;
-  return ns < 1 ? 0 : ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns;
-}
-
-// Sleeps link_cost(g, bytes, own_ns). Returns SC_OK, or the group's state when an abort or
+// Sleeps comm_link_cost (kernels/comm_link.h, the shm communicator's arithmetic). Returns SC_OK, or the group's state when an abort or
 // break cut the sleep short. Call with no lock held, only when link_slow(g).
 static sc_status link_delay(comm_cuda_group *g, double bytes, uint64_t own_ns) {
-  uint64_t ns = link_cost(g, bytes, own_ns);
+  uint64_t ns = comm_link_cost(&g->link, bytes, own_ns);
   if (!ns) return SC_OK;
   uint64_t until = sc_monotonic_ns() + ns;
   struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
@@ -478,7 +453,7 @@ static sc_status lb_allreduce_sum(void *ctx, float *buf, size_t n) {
   SC_TRY(lb_meet(k, p, true, "allreduce")); // A: every buf is final and published
 
   bool slow = link_slow(g);
-  uint64_t t = link_clock(slow), own = 0;
+  uint64_t t = comm_link_clock(slow), own = 0;
   size_t lo, hi;
   slice_of(n, g->n_ranks, k->c.rank, &lo, &hi);
   SC_TRY(lb_reserve(k, hi - lo));
@@ -491,9 +466,9 @@ static sc_status lb_allreduce_sum(void *ctx, float *buf, size_t n) {
   }
   SC_TRY(stream_wait(k, deadline, "loopback allreduce"));
   k->slot[p].part = k->scratch;
-  own += link_clock(slow) - t;
+  own += comm_link_clock(slow) - t;
   SC_TRY(lb_meet(k, p, false, "allreduce")); // B: every slice is reduced and published
-  t = link_clock(slow);
+  t = comm_link_clock(slow);
 
   for (int q = 0; q < g->n_ranks; q++) {
     slice_of(n, g->n_ranks, q, &lo, &hi);
@@ -501,7 +476,7 @@ static sc_status lb_allreduce_sum(void *ctx, float *buf, size_t n) {
   }
   SC_TRY(stream_wait(k, deadline, "loopback allreduce"));
   if (!slow) return SC_OK;
-  own += link_clock(slow) - t;
+  own += comm_link_clock(slow) - t;
   double wire = 2.0 * (g->n_ranks - 1) / g->n_ranks * (double)n * sizeof(float);
   return link_delay(g, wire, own);
 }
@@ -524,11 +499,11 @@ static sc_status lb_allgather(void *ctx, const float *send, float *recv, size_t 
   SC_TRY(lb_meet(k, p, true, "allgather")); // A: every send is final and published
 
   bool slow = link_slow(g);
-  uint64_t t = link_clock(slow);
+  uint64_t t = comm_link_clock(slow);
   for (int q = 0; q < g->n_ranks; q++)
     SC_TRY(lb_copy(k, recv + (size_t)q * n, g->ranks[q].slot[p].in, n * sizeof(float)));
   SC_TRY(stream_wait(k, deadline, "loopback allgather"));
-  uint64_t own = link_clock(slow) - t;
+  uint64_t own = comm_link_clock(slow) - t;
   SC_TRY(lb_meet(k, p, false, "allgather")); // B: nobody reads my send any more
   if (!slow) return SC_OK;
   return link_delay(g, (double)(g->n_ranks - 1) * (double)n * sizeof(float), own);
@@ -594,10 +569,10 @@ static sc_status lb_recv(void *ctx, void *buf, size_t bytes, int peer) {
     return s == SC_OK ? SC_INVALID : lb_shm_failed(k, s, "recv");
   }
   bool slow = link_slow(g);
-  uint64_t t = link_clock(slow);
+  uint64_t t = comm_link_clock(slow);
   SC_TRY(lb_copy(k, buf, m.ptr, bytes));
   SC_TRY(stream_wait(k, deadline, "loopback recv"));
-  uint64_t own = link_clock(slow) - t;
+  uint64_t own = comm_link_clock(slow) - t;
   s = comm_send(k->shm, &a, sizeof a, peer); // the sender may reuse its buffer from now on
   if (s != SC_OK) return lb_shm_failed(k, s, "recv");
   if (!slow) return SC_OK;
@@ -839,11 +814,11 @@ static sc_status nccl_run(cuda_rank *k, const nccl_op *op, uint64_t deadline) {
   SC_TRY(rank_enter(k));
   bool slow = link_slow(g);
   if (slow) SC_TRY(stream_wait(k, deadline, op->what)); // own time: this operation's only
-  uint64_t t = link_clock(slow);
+  uint64_t t = comm_link_clock(slow);
   if (op->count) SC_TRY(nccl_enqueue(k, op));
   SC_TRY(stream_wait(k, deadline, op->what));
   if (!slow || !op->delay) return SC_OK;
-  return link_delay(g, op->wire, link_clock(slow) - t);
+  return link_delay(g, op->wire, comm_link_clock(slow) - t);
 }
 
 static sc_status nccl_allreduce_sum(void *ctx, float *buf, size_t n) {
@@ -1027,7 +1002,7 @@ static void group_destroy(comm_cuda_group *g) {
   comm_shm_group_free(g->shm);
   for (int r = 0; r < g->built_rank_mu; r++) pthread_mutex_destroy(&g->ranks[r].nccl_mu);
   if (g->built_life_mu) pthread_mutex_destroy(&g->nccl_life_mu);
-  if (g->built_slow_mu) pthread_mutex_destroy(&g->slow_mu);
+  if (g->built_link) comm_link_destroy(&g->link);
   if (g->built_wake_cv) pthread_cond_destroy(&g->wake_cv);
   if (g->built_wake_mu) pthread_mutex_destroy(&g->wake_mu);
   if (g->built_err_mu) pthread_mutex_destroy(&g->err_mu);
@@ -1056,7 +1031,6 @@ sc_status comm_cuda_group_new(int n_ranks, device *const *devs, uint64_t deadlin
   g->deadline_ns = deadline_ns ? deadline_ns : CC_DEFAULT_DEADLINE_NS;
   atomic_init(&g->aborted, false);
   atomic_init(&g->broken, SC_OK);
-  atomic_init(&g->slow_on, false);
   atomic_init(&g->nccl_gone, false);
   size_t ranks_bytes = sizeof(cuda_rank) * (size_t)n_ranks; // a multiple of its 64 B alignment
   g->ranks = aligned_alloc(alignof(cuda_rank), ranks_bytes);
@@ -1068,8 +1042,8 @@ sc_status comm_cuda_group_new(int n_ranks, device *const *devs, uint64_t deadlin
   g->built_wake_mu = true;
   if (cond_init_monotonic(&g->wake_cv) != SC_OK) goto oom;
   g->built_wake_cv = true;
-  if (pthread_mutex_init(&g->slow_mu, NULL)) goto oom;
-  g->built_slow_mu = true;
+  if (comm_link_init(&g->link)) goto oom;
+  g->built_link = true;
   if (pthread_mutex_init(&g->nccl_life_mu, NULL)) goto oom;
   g->built_life_mu = true;
   for (int r = 0; r < n_ranks; r++) {
@@ -1128,14 +1102,7 @@ void comm_cuda_group_free(comm_cuda_group *g) {
 
 void comm_cuda_group_set_slow(comm_cuda_group *g, double factor, uint64_t latency_ns,
                               double bandwidth) {
-  if (!g) return;
-  pthread_mutex_lock(&g->slow_mu);
-  g->slow = (cc_slow){.factor = factor > 1 ? factor : 0,
-                      .latency_ns = latency_ns,
-                      .bandwidth = bandwidth > 0 ? bandwidth : 0};
-  atomic_store_explicit(&g->slow_on, factor > 1 || latency_ns > 0 || bandwidth > 0,
-                        memory_order_relaxed);
-  pthread_mutex_unlock(&g->slow_mu);
+  if (g) comm_link_set(&g->link, factor, latency_ns, bandwidth);
 }
 
 // The text is written once, before err_set; it is never changed afterwards, so the pointer
