@@ -37,10 +37,11 @@ typedef struct engine_config {
   model_config model;
   const char *weights_dir;  // safetensors directory; NULL: random weights from weights_seed
   uint64_t weights_seed;    // seed of generated weights
-  sc_dtype weight_dtype;    // real backends: how the matmul weights are held. SC_F32 (default)
-                            // or SC_I8: weight-only int8, one f32 scale per output channel,
-                            // quantized from the loaded weights at load; activations, norms,
-                            // embeddings and the KV cache stay f32
+  sc_dtype weight_dtype;    // real backends: how the matmul weights are held. SC_F32 (default),
+                            // SC_I8: weight-only int8, one f32 scale per output channel,
+                            // quantized from the loaded weights at load, or SC_BF16 (cuda):
+                            // rounded to bf16 at load, multiplied with bf16-rounded activations
+                            // and fp32 sums; norms, embeddings and the KV cache stay f32
   const char *backend;      // device backend: "cpu", "cuda", or "sim" (below)
   int tp, pp;               // layout of the replica
   // cuda: the GPUs the ranks take. Rank i (pp_rank * tp + tp_rank) of this replica runs on

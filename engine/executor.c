@@ -30,12 +30,14 @@
 
 // --- per-rank state
 
-// A linear layer's weight slice on the device: f32, or int8 weight-only with one f32 scale per
-// output row of the slice (exec_config.weight_dtype SC_I8; dev_q8_quantize at load).
+// A linear layer's weight slice on the device: f32, int8 weight-only with one f32 scale per
+// output row of the slice (exec_config.weight_dtype SC_I8; dev_q8_quantize at load), or bf16
+// (SC_BF16; dev_bf16_from_f32 at load). Exactly one of f, q, h is set.
 typedef struct wmat {
-  float *f;  // (rows, cols); NULL when int8
-  int8_t *q; // (rows, cols); NULL when f32
-  float *s;  // (rows) scales; NULL when f32
+  float *f;    // (rows, cols) f32
+  int8_t *q;   // (rows, cols) int8
+  float *s;    // (rows) scales of q
+  uint16_t *h; // (rows, cols) bf16
 } wmat;
 
 typedef struct layer_w {
@@ -172,6 +174,8 @@ static void carve_mat(const rank *r, carver *cv, wmat *w, size_t rows, size_t co
   if (r->ex->cfg.weight_dtype == SC_I8) {
     w->q = carve(cv, rows * cols);
     w->s = carve(cv, rows * sizeof(float));
+  } else if (r->ex->cfg.weight_dtype == SC_BF16) {
+    w->h = carve(cv, rows * cols * sizeof(uint16_t));
   } else {
     w->f = carve(cv, rows * cols * sizeof(float));
   }
@@ -248,12 +252,21 @@ static sc_status load_slice(rank *r, float *staging, const char *name, int64_t r
   return SC_OK;
 }
 
-// load_slice for a linear layer's weight: quantized on the host first when it is int8.
+// load_slice for a linear layer's weight: quantized (int8) or rounded (bf16) on the host first.
 static sc_status load_mat(rank *r, float *staging, const char *name, int64_t r0, int64_t nr,
                           int64_t c0, int64_t nc, wmat *dst, sc_error *err) {
   if (dst->f) return load_slice(r, staging, name, r0, nr, c0, nc, dst->f, err);
   SC_TRY(weight_source_read(r->ex->cfg.weights, name, r0, nr, c0, nc, staging, err));
   size_t n = (size_t)(nr * nc);
+  if (dst->h) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    sc_status s = h ? SC_OK : SC_OOM;
+    if (h) dev_bf16_from_f32(staging, n, h);
+    if (s == SC_OK) s = dev_copy(r->dev, dst->h, h, n * sizeof *h, DEV_H2D);
+    free(h);
+    if (s != SC_OK) return sc_fail(err, s, "copying '%s' as bf16 to rank %d's device", name, r->index);
+    return SC_OK;
+  }
   int8_t *q = malloc(n ? n : 1);
   float *sc = malloc((size_t)(nr ? nr : 1) * sizeof *sc);
   sc_status s = q && sc ? SC_OK : SC_OOM;
@@ -368,8 +381,9 @@ static sc_status rank_fail(rank *r, const char *what, sc_status s) {
 
 // y(m,n) = x(m,k) * w^T for a linear layer's weight, f32 or int8.
 static sc_status mm(device *d, int m, int n, int k, const float *x, const wmat *w, float *y) {
-  return w->q ? dev_matmul_q8(d, m, n, k, x, w->q, w->s, 0.0f, y)
-              : dev_matmul(d, m, n, k, x, w->f, 0.0f, y);
+  if (w->q) return dev_matmul_q8(d, m, n, k, x, w->q, w->s, 0.0f, y);
+  if (w->h) return dev_matmul_bf16(d, m, n, k, x, w->h, 0.0f, y);
+  return dev_matmul(d, m, n, k, x, w->f, 0.0f, y);
 }
 
 #define RTRY(what, expr)                                                                           \
@@ -618,6 +632,9 @@ static sc_status rank_init(executor *ex, rank *r, float **staging, size_t *stagi
   const exec_config *c = &ex->cfg;
   const model_config *m = &c->model;
   SC_TRY(device_open(c->backend, rank_gpu(ex, r->index), &r->dev, err));
+  if (c->weight_dtype == SC_BF16 && !dev_has_matmul_bf16(r->dev))
+    return sc_fail(err, SC_INVALID, "weight_dtype bf16 is not supported by the %s backend; use "
+                   "f32 or int8", c->backend);
   if (c->weight_dtype == SC_I8 && !dev_has_matmul_q8(r->dev))
     return sc_fail(err, SC_INVALID, "weight_dtype int8 is not supported by the %s backend; use "
                    "f32", c->backend);

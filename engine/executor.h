@@ -42,8 +42,9 @@ typedef struct exec_config {
   int max_tokens;          // most tokens in one step (the scheduler's token budget)
   int max_seqs;            // most sequences in one step
   uint64_t comm_deadline_ns; // deadline of one collective, and of a hung rank (0: 60 s)
-  sc_dtype weight_dtype;     // linear layers' weights: SC_F32, or SC_I8 (weight-only, per-row
-                             // scales; needs a backend with matmul_q8)
+  sc_dtype weight_dtype;     // linear layers' weights: SC_F32, SC_I8 (weight-only, per-row
+                             // scales; needs a backend with matmul_q8) or SC_BF16 (needs
+                             // matmul_bf16: cuda)
 } exec_config;
 
 // One sequence's device memory on every rank (see the file comment); opaque.

@@ -19,9 +19,9 @@
 //            is replaced or the device released.
 //   oom:     alloc counts oom_after down and fails with SC_OOM at zero; transient faults turn
 //            themselves off after that one failure, persistent ones fail every later alloc.
-//   corrupt: after a successful matmul (f32 or int8), one element of y (a different one each
-//            call) becomes NaN, or has its top exponent bit flipped (|y| < 2 becomes huge or
-//            inf).
+//   corrupt: after a successful matmul (f32, int8 or bf16), one element of y (a different one
+//            each call) becomes NaN, or has its top exponent bit flipped (|y| < 2 becomes huge
+//            or inf).
 // Deciding when to inject (scenario timelines) is faults/'s; backends live in kernels/cpu/,
 // kernels/cuda/ and kernels/sim/.
 #include "kernels/device.h"
@@ -344,6 +344,33 @@ static sc_status matmul_q8_then_corrupt(device *d, int m, int n, int k, const fl
 }
 
 bool dev_has_matmul_q8(const device *d) { return d && d->iface->matmul_q8; }
+
+static sc_status matmul_bf16_then_corrupt(device *d, int m, int n, int k, const float *x,
+                                          const uint16_t *w, float beta, float *y) {
+  sc_status s = d->iface->matmul_bf16(d->ctx, m, n, k, x, w, beta, y);
+  if (s == SC_OK) fault_corrupt(d, m, n, y);
+  return s;
+}
+
+bool dev_has_matmul_bf16(const device *d) { return d && d->iface->matmul_bf16; }
+
+sc_status dev_matmul_bf16(device *d, int m, int n, int k, const float *x, const uint16_t *w,
+                          float beta, float *y) {
+  DEV_SLOT(d, matmul_bf16);
+  if (!faulty(d)) return d->iface->matmul_bf16(d->ctx, m, n, k, x, w, beta, y);
+  DEV_CALL(d, matmul_bf16_then_corrupt(d, m, n, k, x, w, beta, y));
+}
+
+void dev_bf16_from_f32(const float *w, size_t n, uint16_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t b;
+    memcpy(&b, &w[i], sizeof b);
+    if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu)) // NaN: keep it a quiet NaN
+      out[i] = (uint16_t)((b >> 16) | 0x0040u);
+    else // round to nearest even on the 16 bits dropped (inf stays inf)
+      out[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  }
+}
 
 sc_status dev_matmul_q8(device *d, int m, int n, int k, const float *x, const int8_t *q,
                         const float *scale, float beta, float *y) {

@@ -53,6 +53,11 @@ typedef struct device_i {
   // layout of matmul, one f32 scale per output row (dev_q8_quantize makes them).
   sc_status (*matmul_q8)(void *ctx, int m, int n, int k, const float *x, const int8_t *q,
                          const float *scale, float beta, float *y);
+  // Optional (NULL: no bf16 weights). The same product with w held as bfloat16 bits (the top
+  // 16 bits of an f32, dev_bf16_from_f32 rounds them): x is rounded to bf16 as well and the
+  // products are summed in fp32, as bf16 inference does; y stays f32.
+  sc_status (*matmul_bf16)(void *ctx, int m, int n, int k, const float *x, const uint16_t *w,
+                           float beta, float *y);
   // y(m,d) = x / sqrt(mean(x^2) + eps) * w(d); y may alias x.
   sc_status (*rmsnorm)(void *ctx, int m, int d, const float *x, const float *w, float eps,
                        float *y);
@@ -115,6 +120,14 @@ bool dev_has_matmul_q8(const device *d);
 // hook applies to it as to dev_matmul (lost, hang, slow, and corrupt poisons its y).
 sc_status dev_matmul_q8(device *d, int m, int n, int k, const float *x, const int8_t *q,
                         const float *scale, float beta, float *y);
+// Whether the backend multiplies bf16 weights (device_i.matmul_bf16; cuda does, cpu does not).
+bool dev_has_matmul_bf16(const device *d);
+// y(m,n) = bf16(x)(m,k) * w(n,k)^T + beta * y(m,n), fp32 sums (device_i.matmul_bf16); every fault
+// hook applies as to dev_matmul.
+sc_status dev_matmul_bf16(device *d, int m, int n, int k, const float *x, const uint16_t *w,
+                          float beta, float *y);
+// Host side: w(n) as bfloat16 bits, rounded to nearest even (NaN stays NaN, inf stays inf).
+void dev_bf16_from_f32(const float *w, size_t n, uint16_t *out);
 // Host side: symmetric per-row int8 of w(n,k): scale(j) = max_i |w(j,i)| / 127 (0 for a row of
 // zeros), q(j,i) = round(w(j,i) / scale(j)), so |w - scale . q| <= scale / 2 element-wise.
 void dev_q8_quantize(const float *w, int n, int k, int8_t *q, float *scale);

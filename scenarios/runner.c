@@ -809,12 +809,21 @@ static sc_status build_phases(rt *r) {
   return SC_OK;
 }
 
+// How a real backend holds the linear layers' weights for a model of dtype wdt: int8 when asked
+// for; bf16 on cuda for a bf16 model (its GEMMs then run on the tensor cores); else f32 (the CPU
+// backend multiplies f32 whatever the file says).
+static sc_dtype held_dtype(const scenario *s, sc_dtype wdt) {
+  if (wdt == SC_I8) return SC_I8;
+  if (wdt == SC_BF16 && !strcmp(s->hardware.backend, "cuda")) return SC_BF16;
+  return SC_F32;
+}
+
 static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_clock clock) {
   engine_config c = engine_config_defaults();
   c.model = s->model.config;
   c.weights_dir = s->model.has_weights ? s->model.resolved : NULL;
   c.weights_seed = s->model.weights_seed;
-  c.weight_dtype = s->mp.weight_dtype == SC_I8 ? SC_I8 : SC_F32;
+  c.weight_dtype = held_dtype(s, s->mp.weight_dtype);
   c.backend = s->hardware.backend[0] ? s->hardware.backend : "cpu";
   c.tp = d->tp;
   c.pp = d->pp;
@@ -869,7 +878,7 @@ sc_status rt_engine_config(rt *r, const scn_deployment *d, const model_config *m
                            engine_config *c, sc_error *err) {
   *c = engine_cfg(r->s, d, r->clock);
   c->model = *m;
-  c->weight_dtype = wdt == SC_I8 ? SC_I8 : SC_F32;
+  c->weight_dtype = held_dtype(r->s, wdt);
   if (!r->sim) return SC_OK;
   SC_TRY(sim_config(r, d, m, wdt, c, err));
   c->sim.detect_timeout_ns = r->s->router.detect_timeout_ns;

@@ -132,8 +132,8 @@ static void expect_close(const char *what, const float *got, const float *ref, s
   cr_log_info("%s: worst relative error %.3g over %zu elements", what, worst, n);
 }
 
-// Runs op on both devices' copies of the same output buffer and compares what comes back.
 #define F32_TOL 1e-5
+#define BF16_TOL 1e-2
 
 // --- matmul, f32 and int8
 
@@ -164,6 +164,19 @@ static void matmul_case(pair *p, rng *r, int m, int n, int k, float beta) {
   float *a8 = down(p->gpu, yg8, (size_t)m * n), *b8 = down(p->cpu, yc8, (size_t)m * n);
   snprintf(what, sizeof what, "matmul_q8 m=%d n=%d k=%d beta=%g", m, n, k, beta);
   expect_close(what, a8, b8, (size_t)m * n, F32_TOL);
+  // bf16 weights (and activations rounded to bf16), fp32 sums: against the f32 product, 1e-2
+  uint16_t *h = malloc((size_t)n * k * sizeof *h);
+  dev_bf16_from_f32(w, (size_t)n * k, h);
+  uint16_t *hg = up(p->gpu, h, (size_t)n * k * sizeof *h);
+  float *ygh = beta == 0 ? poisoned(p->gpu, (size_t)m * n) : up(p->gpu, y0, (size_t)m * n * 4);
+  cr_assert_eq(dev_matmul_bf16(p->gpu, m, n, k, xg, hg, beta, ygh), SC_OK, "%s",
+               dev_last_error(p->gpu));
+  float *ah = down(p->gpu, ygh, (size_t)m * n);
+  snprintf(what, sizeof what, "matmul_bf16 m=%d n=%d k=%d beta=%g", m, n, k, beta);
+  expect_close(what, ah, b, (size_t)m * n, BF16_TOL);
+  dev_free(p->gpu, hg);
+  dev_free(p->gpu, ygh);
+  free(h), free(ah);
   void *cpu_bufs[] = {xc, wc, yc, qc, sc_c, yc8}, *gpu_bufs[] = {xg, wg, yg, qg, sc_g, yg8};
   for (int i = 0; i < 6; i++) {
     dev_free(p->cpu, cpu_bufs[i]);
@@ -172,7 +185,7 @@ static void matmul_case(pair *p, rng *r, int m, int n, int k, float beta) {
   free(x), free(w), free(y0), free(a), free(b), free(q), free(sc), free(a8), free(b8);
 }
 
-Test(cuda_ops, matmul_f32_and_int8_match_the_cpu_over_odd_and_large_shapes) {
+Test(cuda_ops, matmul_f32_int8_and_bf16_match_the_cpu_over_odd_and_large_shapes) {
   pair p = open_pair();
   rng r = {1};
   const int shapes[][3] = {{1, 1, 1},   {1, 257, 129}, {3, 64, 4096}, {7, 1000, 33},

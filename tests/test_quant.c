@@ -278,7 +278,27 @@ Test(quant, a_backend_without_the_op_refuses_it) {
   int8_t q = 1;
   cr_expect_not(dev_has_matmul_q8(d));
   cr_expect_eq(dev_matmul_q8(d, 1, 1, 1, &x, &q, &s, 0.0f, &y), SC_INVALID);
+  uint16_t h = 0x3f80;
+  cr_expect_not(dev_has_matmul_bf16(d));
+  cr_expect_eq(dev_matmul_bf16(d, 1, 1, 1, &x, &h, 0.0f, &y), SC_INVALID);
   device_free(d);
+  cr_assert_eq(device_open("cpu", 0, &d, NULL), SC_OK);
+  cr_expect_not(dev_has_matmul_bf16(d), "the CPU backend multiplies f32 and int8 only");
+  device_free(d);
+}
+
+Test(quant, bf16_rounding_is_to_nearest_even_and_keeps_nan_and_inf) {
+  const uint32_t in[] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f80ffffu,
+                         0xbf7fffffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                         0x7f800001u, 0x00000001u, 0x80000000u};
+  const uint16_t want[] = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0x3f81, 0xbf80, 0x7f80,
+                           0x7f80, 0xff80, 0x7fc0, 0x7fc0, 0x0000, 0x8000};
+  float f[13];
+  uint16_t got[13];
+  memcpy(f, in, sizeof f);
+  dev_bf16_from_f32(f, 13, got);
+  for (int i = 0; i < 13; i++)
+    cr_expect_eq(got[i], want[i], "0x%08x -> 0x%04x, want 0x%04x", in[i], got[i], want[i]);
 }
 
 // --- engines

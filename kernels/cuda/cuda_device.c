@@ -13,8 +13,10 @@
 //   it may be pinned); device-to-device copies are stream-ordered. synchronize waits for the
 //   stream. The communicators (comm_cuda.c) order themselves after the stream the same way.
 // - Math: matmul is cublasSgemm in fp32 with the default math mode (no TF32), so that fp32
-//   runs give the CPU engine's greedy tokens; matmul_q8 and the layer ops are this backend's
-//   own kernels (cuda_kernels.cu), each held to the CPU backend's formula.
+//   runs give the CPU engine's greedy tokens; matmul_bf16 is cublasGemmEx on bf16 weights and
+//   bf16-rounded activations with fp32 sums (a bf16 model's tensor-core path); matmul_q8 and
+//   the layer ops are this backend's own kernels (cuda_kernels.cu), each held to the CPU
+//   backend's formula.
 // - Errors: every CUDA and cuBLAS call is checked (cuda_backend.h); the op returns SC_DEVICE
 //   (SC_OOM for allocations) and last_error gives "call (file:line): message". A kernel that
 //   faults shows up at the next call that waits (a copy to the host or synchronize) with the
@@ -48,6 +50,8 @@ typedef struct cuda_ctx {
   size_t n_blocks, cap_blocks;
   size_t used;
   cuda_err err; // the last failure's text (last_error)
+  uint16_t *xb; // matmul_bf16's activations rounded to bf16; grown on demand, not in `used`
+  size_t xb_cap; // elements xb holds
 } cuda_ctx;
 
 static const device_i cuda_iface;
@@ -184,6 +188,38 @@ static sc_status cuda_matmul(void *ctx, int m, int n, int k, const float *x, con
   return SC_OK;
 }
 
+// cuBLAS multiplies two bf16 operands: x is rounded into the handle's scratch first (on the
+// stream, so the scratch is free again once the GEMM has read it). fp32 sums (compute type
+// CUBLAS_COMPUTE_32F), fp32 y.
+static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x,
+                                  const uint16_t *w, float beta, float *y) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || n < 0 || k < 0) return SC_INVALID;
+  if (m == 0 || n == 0) return SC_OK;
+  if (!y || (k > 0 && (!x || !w))) return SC_INVALID;
+  if (k == 0) return cuda_matmul(ctx, m, n, 0, NULL, NULL, beta, y);
+  CUDA_ENTER(c);
+  size_t need = (size_t)m * (size_t)k;
+  if (need > c->xb_cap) { // waits for the stream: the old scratch may still be read
+    CU_TRY(&c->err, cudaStreamSynchronize(c->stream));
+    cudaFree(c->xb);
+    c->xb = NULL;
+    c->xb_cap = 0;
+    sc_status s = CU_CHECK(&c->err, cudaMalloc((void **)&c->xb, need * sizeof *c->xb));
+    if (s != SC_OK) {
+      (void)cudaGetLastError();
+      return s;
+    }
+    c->xb_cap = need;
+  }
+  SC_TRY(LAUNCH(c, sck_f32_to_bf16(c->stream, need, x, c->xb)));
+  const float one = 1.0f;
+  CUBLAS_TRY(&c->err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w,
+                                   CUDA_R_16BF, k, c->xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F,
+                                   n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return SC_OK;
+}
+
 static sc_status cuda_matmul_q8(void *ctx, int m, int n, int k, const float *x, const int8_t *q,
                                 const float *scale, float beta, float *y) {
   cuda_ctx *c = ctx;
@@ -292,6 +328,7 @@ static void cuda_destroy(void *ctx) {
   if (cudaSetDevice(c->gpu) == cudaSuccess) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     for (size_t i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i].ptr); // leaked by the caller
+    cudaFree(c->xb);
     if (c->blas) cublasDestroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
   }
@@ -309,6 +346,7 @@ static const device_i cuda_iface = {
     .synchronize = cuda_synchronize,
     .matmul = cuda_matmul,
     .matmul_q8 = cuda_matmul_q8,
+    .matmul_bf16 = cuda_matmul_bf16,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .kv_store = cuda_kv_store,

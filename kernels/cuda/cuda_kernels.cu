@@ -60,6 +60,8 @@
 // f32 matmul through cuBLAS (kernels/cuda/cuda_device.c); collectives (comm_cuda.c).
 #include "kernels/cuda/cuda_kernels.h"
 
+#include <cuda_bf16.h>
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -391,6 +393,11 @@ __global__ void add_kernel(size_t n, const float *a, float *y) {
 
 __global__ void fill_kernel(size_t n, float value, float *x) {
   for (size_t i = grid_tid(); i < n; i += grid_stride()) x[i] = value;
+}
+
+// Round to nearest even, as the host's dev_bf16_from_f32 (NaN stays NaN).
+__global__ void to_bf16_kernel(size_t n, const float *x, __nv_bfloat16 *y) {
+  for (size_t i = grid_tid(); i < n; i += grid_stride()) y[i] = __float2bfloat16_rn(x[i]);
 }
 
 struct sum_srcs {
@@ -749,6 +756,12 @@ cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *sr
 cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x) {
   if (n == 0) return cudaSuccess;
   fill_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, value, x);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y) {
+  if (n == 0) return cudaSuccess;
+  to_bf16_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, x, reinterpret_cast<__nv_bfloat16 *>(y));
   return cudaGetLastError();
 }
 

@@ -67,6 +67,8 @@ cudaError_t sck_matmul_q8(cudaStream_t st, int m, int n, int k, const float *x, 
 cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *srcs, float *dst);
 // Writes value to every element of x(n) (tests poison outputs with NaN before each run).
 cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x);
+// y(n) = x(n) as bfloat16 bits, rounded to nearest even (the bf16 matmul's activations).
+cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
 
 #ifdef __cplusplus
 }
