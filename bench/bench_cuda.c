@@ -7,9 +7,16 @@
 // Also the same decode step in fp32 (dev_matmul) and at batch 16, 64 and 256. Weights are random
 // bf16 made on the host in one 64 MiB block and copied over the layers' weights on the device.
 // Every figure is the median of its trials, timed with CUDA events on the device's stream
-// (through dev_synchronize, so the seam's own cost is in). Prints Markdown. A benchmark, never
-// a test: nothing here asserts a time; ci/gpu.sh does not run it, a GPU session does:
-//   build/gpu/bench_cuda [--gpu N] [--trials N] [--layers N]
+// (through dev_synchronize, so the seam's own cost is in).
+// Then, unless --no-engine, the whole engine on the GPU (backend cuda, one rank): the model of
+// --model (llama3-8b), bf16 weights (from --weights DIR, e.g. `shardcheck model gen --preset
+// llama3-8b --seed 7 --dtype bf16 --out DIR`, the files bench/torch_compare.py loads; else
+// generated from seed 7 at load), prefill of 2,048 tokens in one step, steady decode tokens/s
+// at batch 1, 16, 64 and 256 (16-token prompts), and end to end (16-token prompts, 64 new
+// tokens, greedy: what torch_compare.py times) at batch 1 and 64.
+// Prints Markdown. A benchmark, never a test: nothing here asserts a time.
+//   build/gpu/bench_cuda [--gpu N] [--trials N] [--layers N] [--model P] [--weights DIR]
+//                        [--no-engine]
 #include <stdio.h>
 
 #ifndef SHARDCHECK_HAVE_CUDA
@@ -21,10 +28,13 @@ int main(void) {
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
+#include "kernels/clock.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/device.h"
 
@@ -145,17 +155,127 @@ static void do_step(void *p) {
   }
 }
 
+// --- the whole engine
+
+static void die_err(const char *what, const sc_error *e) { die(what, e->msg); }
+
+// One engine for every measurement (loading llama3-8b's weights takes a while): up to 256
+// sequences, a 2,048-token step, and KV blocks for 256 sequences of 96 tokens or one of 2,064.
+static engine *gpu_engine(const model_config *m, const char *weights, int gpu) {
+  engine_config c = engine_config_defaults();
+  c.model = *m;
+  c.backend = "cuda";
+  c.devices[0] = gpu;
+  c.n_devices = 1;
+  c.weights_dir = weights;
+  c.weights_seed = 7;
+  c.weight_dtype = SC_BF16;
+  c.max_running = 256;
+  c.token_budget = 4096;
+  c.prefill_chunk = 2048;
+  c.kv_blocks = 256 * (96 / 16 + 1); // the KV cache is f32: sized to what is used
+  sc_error err = {{0}};
+  engine *e = NULL;
+  if (engine_new(&c, &e, &err) != SC_OK) die_err("engine_new", &err);
+  return e;
+}
+
+static void submit_n(engine *e, const model_config *m, int n, int prompt_len, int max_tokens) {
+  int32_t *p = malloc(sizeof *p * (size_t)prompt_len);
+  for (int r = 0; r < n; r++) {
+    for (int i = 0; i < prompt_len; i++) p[i] = 3 + (i * 31 + r * 7) % (m->vocab_size - 3);
+    engine_request q = {.prompt = p, .n_prompt = prompt_len, .max_tokens = max_tokens};
+    uint64_t id;
+    sc_error err = {{0}};
+    if (engine_submit(e, &q, &id, &err) != SC_OK) die_err("engine_submit", &err);
+  }
+  free(p);
+}
+
+static engine_step_info step1(engine *e) {
+  engine_step_result r;
+  sc_error err = {{0}};
+  if (engine_step(e, &r, &err) != SC_OK) die_err("engine_step", &err);
+  return r.info;
+}
+
+static void run_engine(const char *preset, const char *weights, int gpu, double copy_bw,
+                       double gemm_rate) {
+  model_config m;
+  sc_error err = {{0}};
+  if (model_preset_load(preset, &m, &err) != SC_OK) die_err("model_preset_load", &err);
+  // The linear layers' parameters: a decode step reads them all (and the KV cache, not
+  // counted); a prefill multiplies every token by the layers' and only the last by lm_head's.
+  double q = (double)m.n_heads * m.head_dim, kv = (double)m.n_kv_heads * m.head_dim;
+  double layer_params = (double)m.n_layers * ((double)m.dim * (q + 2 * kv) + q * m.dim +
+                                              3.0 * m.dim * m.ffn_dim);
+  double params = layer_params + (double)m.vocab_size * m.dim;
+  printf("\nthe engine on GPU %d: %s, bf16 weights %s (%.2f G linear parameters), one rank ",
+         gpu, preset, weights ? weights : "generated from seed 7", params / 1e9);
+  uint64_t t_load = sc_monotonic_ns();
+  engine *e = gpu_engine(&m, weights, gpu);
+  printf("(loaded in %.1f s)\n\n| measure | batch | tokens/s | of the roof |\n|---|---|---|---|\n",
+         (double)(sc_monotonic_ns() - t_load) / 1e9);
+  double best = 0; // prefill: 2,048 tokens in one step, best of 3
+  for (int t = 0; t < 3; t++) {
+    submit_n(e, &m, 1, 2048, 1);
+    engine_step_info i = step1(e);
+    while (!engine_idle(e)) step1(e);
+    double tps = (double)i.prefill_tokens / ((double)i.duration_ns / 1e9);
+    if (tps > best) best = tps;
+  }
+  printf("| prefill, 2048 tokens | 1 | %.0f | %.0f%% of the GEMM roof (linear layers) |\n", best,
+         100 * 2 * layer_params * best / gemm_rate);
+  const int batches[] = {1, 16, 64, 256};
+  for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) { // steady decode
+    int b = batches[bi], steps = 32;
+    submit_n(e, &m, b, 16, steps + 8);
+    while (step1(e).prefill_tokens > 0) {
+    }
+    for (int i = 0; i < 3; i++) step1(e);
+    uint64_t ns = 0;
+    int tokens = 0;
+    for (int i = 0; i < steps; i++) {
+      engine_step_info s = step1(e);
+      ns += s.duration_ns;
+      tokens += s.decode_tokens;
+    }
+    while (!engine_idle(e)) step1(e);
+    double tps = tokens / ((double)ns / 1e9), steps_s = tps / b;
+    printf("| decode | %d | %.0f | weights at %.0f%% of the copy roof |\n", b, tps,
+           100 * 2 * params * steps_s / copy_bw);
+  }
+  const int e2e[] = {1, 64};
+  for (size_t bi = 0; bi < 2; bi++) { // end to end, as torch_compare.py times it
+    int b = e2e[bi];
+    submit_n(e, &m, b, 16, 64);
+    uint64_t t0 = sc_monotonic_ns();
+    while (!engine_idle(e)) step1(e);
+    double s = (double)(sc_monotonic_ns() - t0) / 1e9;
+    printf("| end to end, 16 + 64 tokens, greedy | %d | %.0f | - |\n", b, b * 64 / s);
+  }
+  engine_free(e);
+}
+
 int main(int argc, char **argv) {
   int gpu = 0, trials = 10, layers = 32;
+  const char *preset = "llama3-8b", *weights = NULL;
+  bool engine_too = true;
   static const struct option opts[] = {
       {"gpu", required_argument, 0, 'g'}, {"trials", required_argument, 0, 't'},
-      {"layers", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"layers", required_argument, 0, 'l'}, {"model", required_argument, 0, 'm'},
+      {"weights", required_argument, 0, 'w'}, {"no-engine", no_argument, 0, 'n'},
+      {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
     if (c == 'g') gpu = atoi(optarg);
     else if (c == 't') trials = atoi(optarg);
     else if (c == 'l') layers = atoi(optarg);
+    else if (c == 'm') preset = optarg;
+    else if (c == 'w') weights = optarg;
+    else if (c == 'n') engine_too = false;
     else {
-      fputs("usage: bench_cuda [--gpu N] [--trials N] [--layers N (of llama3-8b's 32)]\n",
+      fputs("usage: bench_cuda [--gpu N] [--trials N] [--layers N (of llama3-8b's 32)]\n"
+            "                  [--model PRESET (llama3-8b)] [--weights DIR] [--no-engine]\n",
             c == 'h' ? stdout : stderr);
       return c == 'h' ? 0 : 2;
     }
@@ -256,6 +376,7 @@ int main(int argc, char **argv) {
   dev_free(d, x), dev_free(d, y);
   free(f), free(mats), free(block);
   device_free(d);
+  if (engine_too) run_engine(preset, weights, gpu, copy_bw, gemm_rate);
   return 0;
 }
 #endif

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and the CUDA toolkit: builds shardcheck with the CUDA backend
 # and runs what needs the GPU: test_cuda, test_cuda_gpu (verbose: each op's worst error),
-# scenarios/cuda-smoke.yaml end to end, and bench_cuda (the GPU's roofs and llama3-8b's linear
-# layers against them; its tables go to $OUT/bench_cuda.md for docs/benchmarks.md). Without a GPU test_cuda_gpu would say "skipped: no
-# CUDA device"; here that is a failure.
+# scenarios/cuda-smoke.yaml end to end, and bench_cuda --no-engine (the GPU's roofs and
+# llama3-8b's linear layers against them; its tables go to $OUT/bench_cuda.md). The engine
+# benchmark and the PyTorch comparison load llama3-8b and take their own calls
+# (docs/benchmarks.md). Without a GPU test_cuda_gpu would say "skipped: no CUDA device"; here
+# that is a failure.
 #
 # Shardcheck's Debian libraries, when the machine lacks them, come from .gpu-debs/
 # (ci/gpu-deps.sh), unpacked under /tmp/scdeps (never into /) and found through pkg-config's
@@ -45,5 +47,5 @@ rc=0
 "${run[@]}" build/gpu/test_cuda_gpu --jobs 1 --verbose 2>&1 | tee "$out/test_cuda_gpu.log" || rc=1
 "${run[@]}" build/gpu/shardcheck run scenarios/cuda-smoke.yaml --db "$out/cuda.db" --out "$out/cuda-smoke" \
   2>&1 | tee "$out/cuda-smoke.log" || rc=1
-"${run[@]}" build/gpu/bench_cuda | tee "$out/bench_cuda.md" || rc=1
+"${run[@]}" build/gpu/bench_cuda --no-engine | tee "$out/bench_cuda.md" || rc=1
 exit $rc
