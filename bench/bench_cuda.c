@@ -33,6 +33,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_engine_util.h"
 #include "engine/engine.h"
 #include "kernels/clock.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -51,16 +52,6 @@ static void ck(cudaError_t rc, const char *what) {
 
 static void ok(sc_status s, device *d, const char *what) {
   if (s != SC_OK) die(what, dev_last_error(d)[0] ? dev_last_error(d) : sc_status_name(s));
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Device allocation through the seam, filled with copies of one block of random host bytes.
@@ -280,7 +271,8 @@ int main(int argc, char **argv) {
       return c == 'h' ? 0 : 2;
     }
   }
-  if (trials < 1 || layers < 1 || layers > 32) die("arguments", "--trials >= 1, 1 <= --layers <= 32");
+  if (trials < 1 || layers < 1 || layers > 32)
+    die("arguments", "--trials >= 1, 1 <= --layers <= 32");
   device *d = NULL;
   sc_error err = {{0}};
   if (device_open("cuda", gpu, &d, &err) != SC_OK) die("device_open", err.msg);
@@ -348,8 +340,8 @@ int main(int argc, char **argv) {
   ok(dev_alloc(d, (size_t)max_m * F * sizeof(float), (void **)&y), d, "dev_alloc y");
   printf("llama3-8b linear layers, %d of 32 layers (%.2f G parameters, %.2f GB of bf16), "
          "dev_matmul_bf16:\n\n", layers, params / 1e9, 2 * params / 1e9);
-  printf("| rows (tokens) | step ms | weights read | share of copy bandwidth | GEMM rate | share of "
-         "the GEMM roof |\n|---|---|---|---|---|---|\n");
+  printf("| rows (tokens) | step ms | weights read | share of copy bandwidth | GEMM rate | "
+         "share of the GEMM roof |\n|---|---|---|---|---|---|\n");
   const int rows[] = {1, 16, 64, 256, 2048};
   for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
     step_arg sa = {.d = d, .mats = mats, .n_mats = n_mats, .m = rows[i], .x = x, .y = y};

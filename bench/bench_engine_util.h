@@ -1,7 +1,7 @@
-// Engine set-up shared by bench_engine.c and bench_quant.c: an engine sized for `batch`
-// sequences of `prompt_len`-token prompts on generated weights, synthetic prompts, and one
-// step; each exits with code 3 and the error on failure. Benchmarks only: nothing here is
-// part of the library.
+// Engine set-up shared by the benchmarks: an engine sized for `batch` sequences of
+// `prompt_len`-token prompts on generated weights, synthetic prompts, and one step; each exits
+// with code 3 and the error on failure; and the median of a set of timings. Benchmarks only:
+// nothing here is part of the library.
 #ifndef SHARDCHECK_BENCH_ENGINE_UTIL_H
 #define SHARDCHECK_BENCH_ENGINE_UTIL_H
 
@@ -10,15 +10,26 @@
 
 #include "engine/engine.h"
 
-static void bench_die(const char *prog, const char *what, const sc_error *err) {
+static inline int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+// The median of v(n), n >= 1 (sorts v).
+static inline double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static inline void bench_die(const char *prog, const char *what, const sc_error *err) {
   fprintf(stderr, "%s: %s%s%s\n", prog, what, err && err->msg[0] ? ": " : "",
           err ? err->msg : "");
   exit(3);
 }
 
 // threads: per rank (0: the engine's default).
-static engine *bench_engine_new(const char *prog, const model_config *m, int tp, sc_dtype wdt,
-                                int threads, int batch, int prompt_len) {
+static inline engine *bench_engine_new(const char *prog, const model_config *m, int tp,
+                                       sc_dtype wdt, int threads, int batch, int prompt_len) {
   engine_config c = engine_config_defaults();
   c.model = *m;
   c.tp = tp;
@@ -36,7 +47,7 @@ static engine *bench_engine_new(const char *prog, const model_config *m, int tp,
 }
 
 // Submits n requests of prompt_len tokens (a fixed pattern per request) and max_tokens each.
-static void bench_submit(const char *prog, engine *e, const model_config *m, int n,
+static inline void bench_submit(const char *prog, engine *e, const model_config *m, int n,
                          int prompt_len, int max_tokens) {
   int32_t *p = malloc(sizeof *p * (size_t)prompt_len);
   if (!p) bench_die(prog, "out of memory", NULL);
@@ -51,7 +62,7 @@ static void bench_submit(const char *prog, engine *e, const model_config *m, int
 }
 
 // Steps once; returns the step's info.
-static engine_step_info bench_step(const char *prog, engine *e) {
+static inline engine_step_info bench_step(const char *prog, engine *e) {
   engine_step_result r;
   sc_error err = {{0}};
   if (engine_step(e, &r, &err) != SC_OK) bench_die(prog, "engine_step", &err);

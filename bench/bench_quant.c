@@ -22,16 +22,6 @@
 
 static void die(const char *what, const sc_error *err) { bench_die("bench_quant", what, err); }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // --- the linear layers of one step, through the device seam
 
 // One step's linear layers, each with its own weights (as on a rank: every layer streams

@@ -264,7 +264,8 @@ static sc_status load_mat(rank *r, float *staging, const char *name, int64_t r0,
     if (h) dev_bf16_from_f32(staging, n, h);
     if (s == SC_OK) s = dev_copy(r->dev, dst->h, h, n * sizeof *h, DEV_H2D);
     free(h);
-    if (s != SC_OK) return sc_fail(err, s, "copying '%s' as bf16 to rank %d's device", name, r->index);
+    if (s != SC_OK)
+      return sc_fail(err, s, "copying '%s' as bf16 to rank %d's device", name, r->index);
     return SC_OK;
   }
   int8_t *q = malloc(n ? n : 1);
@@ -1038,8 +1039,10 @@ sc_status executor_set_fault(executor *ex, int r, const dev_fault *f) {
 }
 
 void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, double bandwidth) {
-  for (int i = 0; i < ex->cfg.pp; i++) xgroup_set_slow(&ex->tp_groups[i], factor, latency_ns, bandwidth);
-  for (int i = 0; i < ex->cfg.tp; i++) xgroup_set_slow(&ex->pp_groups[i], factor, latency_ns, bandwidth);
+  for (int i = 0; i < ex->cfg.pp; i++)
+    xgroup_set_slow(&ex->tp_groups[i], factor, latency_ns, bandwidth);
+  for (int i = 0; i < ex->cfg.tp; i++)
+    xgroup_set_slow(&ex->pp_groups[i], factor, latency_ns, bandwidth);
 }
 
 int executor_n_ranks(const executor *ex) { return ex->n_ranks; }

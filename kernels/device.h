@@ -3,11 +3,11 @@
 //
 // Backends: cpu (kernels/cpu/, CBLAS + C) and cuda (kernels/cuda/, cuBLAS + its own kernels).
 // Sim mode does not come through here: the engine's sim backend prices each step's ops from
-// their shapes (kernels/sim/sim_cost.h) instead of allocating and running them. This file declares the
-// vtable and the public wrappers; the wrappers are where fault hooks go, so every backend gets
-// them. Activations are fp32 row-major everywhere; weights are fp32, or int8 with per-row
-// scales for the optional matmul_q8; a "device pointer" is whatever alloc returned (host
-// memory on cpu, GPU memory on cuda).
+// their shapes (kernels/sim/sim_cost.h) instead of allocating and running them. This file
+// declares the vtable and the public wrappers; the wrappers are where fault hooks go, so every
+// backend gets them. Activations are fp32 row-major everywhere; weights are fp32, or int8 with
+// per-row scales for the optional matmul_q8, or bf16 for the optional matmul_bf16; a "device
+// pointer" is whatever alloc returned (host memory on cpu, GPU memory on cuda).
 #pragma once
 
 #include <stdbool.h>

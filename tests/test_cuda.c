@@ -30,7 +30,7 @@ Test(cuda_errors, a_failed_runtime_call_names_the_call_the_line_and_cuda_s_messa
   cr_expect_eq(cuda_check_rt(cudaErrorIllegalAddress, "sync", "k.c", 3, &e), SC_DEVICE);
   cr_expect(strstr(e.msg, "cudaErrorIllegalAddress") != NULL, "%s", e.msg);
   cuda_check_rt(cudaErrorIllegalAddress, "sync", "/build/src/kernels/cuda/x.c", 3, &e);
-  cr_expect(strstr(e.msg, "sync (kernels/cuda/x.c:3): ") == e.msg, "paths from kernels/: %s", e.msg);
+  cr_expect(strstr(e.msg, "sync (kernels/cuda/x.c:3): ") == e.msg, "from kernels/: %s", e.msg);
   cr_expect_eq(cuda_check_rt(cudaErrorLaunchFailure, "x", "k.c", 3, NULL), SC_DEVICE,
                "no error struct: the status alone");
 }
@@ -92,7 +92,7 @@ Test(cuda_comm, a_group_of_non_cuda_devices_is_refused_with_a_reason) {
 }
 
 Test(cuda_engine, an_engine_without_a_gpu_fails_to_start_with_a_reason) {
-  if (cuda_device_count() > 0) cr_skip_test("this machine has a GPU: test_cuda_gpu runs the engine");
+  if (cuda_device_count() > 0) cr_skip_test("a GPU is here: test_cuda_gpu runs the engine");
   engine_config c = engine_config_defaults();
   sc_error err = {{0}};
   cr_assert_eq(model_preset_load("llama-tiny", &c.model, &err), SC_OK, "%s", err.msg);

@@ -128,7 +128,8 @@ static void expect_close(const char *what, const float *got, const float *ref, s
     if (isfinite(d) && bound > 0) worst = fmax(worst, d / fmax(fabs(ref[i]), rms));
   }
   cr_expect_eq(bad, 0, "%s: %zu of %zu elements off (first [%zu]: gpu %.9g, cpu %.9g)", what, bad,
-               n, first < n ? first : 0, first < n ? got[first] : 0.0, first < n ? ref[first] : 0.0);
+               n, first < n ? first : 0, first < n ? got[first] : 0.0,
+               first < n ? ref[first] : 0.0);
   cr_log_info("%s: worst relative error %.3g over %zu elements", what, worst, n);
 }
 
@@ -284,7 +285,8 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
     n_step += step[s];
   }
   int max_blocks = (max_ctx + bs - 1) / bs, n_blocks = n_seq * max_blocks;
-  int32_t *bt = malloc((size_t)n_blocks * sizeof *bt), *perm = malloc((size_t)n_blocks * sizeof *perm);
+  int32_t *bt = malloc((size_t)n_blocks * sizeof *bt);
+  int32_t *perm = malloc((size_t)n_blocks * sizeof *perm);
   for (int i = 0; i < n_blocks; i++) perm[i] = i;
   for (int i = n_blocks - 1; i > 0; i--) { // the blocks of a sequence lie anywhere
     int j = (int)(rng_next(&r) % (uint64_t)(i + 1)), t = perm[i];
@@ -306,17 +308,19 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
         pos[t] = (phase ? hist[s] : 0) + i;
         seq[t] = s;
       }
-    float *k = rand_host(&r, (size_t)n_tok * slot, 1.0f), *v = rand_host(&r, (size_t)n_tok * slot, 1.0f);
+    size_t kvn = (size_t)n_tok * slot;
+    float *k = rand_host(&r, kvn, 1.0f), *v = rand_host(&r, kvn, 1.0f);
     int32_t *posc = up(p.cpu, pos, (size_t)n_tok * 4), *posg = up(p.gpu, pos, (size_t)n_tok * 4);
     int32_t *seqc = up(p.cpu, seq, (size_t)n_tok * 4), *seqg = up(p.gpu, seq, (size_t)n_tok * 4);
-    float *kc = up(p.cpu, k, (size_t)n_tok * slot * 4), *kg = up(p.gpu, k, (size_t)n_tok * slot * 4);
-    float *vc = up(p.cpu, v, (size_t)n_tok * slot * 4), *vg = up(p.gpu, v, (size_t)n_tok * slot * 4);
+    float *kc = up(p.cpu, k, kvn * 4), *kg = up(p.gpu, k, kvn * 4);
+    float *vc = up(p.cpu, v, kvn * 4), *vg = up(p.gpu, v, kvn * 4);
     dev_kv_batch bc = {.n_tok = n_tok, .pos = posc, .seq = seqc, .block_tables = btc,
                        .max_blocks = max_blocks, .block_size = bs};
     dev_kv_batch bg = bc;
     bg.pos = posg, bg.seq = seqg, bg.block_tables = btg;
     cr_assert_eq(dev_kv_store(p.cpu, &bc, nkv, hd, kc, vc, kvc), SC_OK);
-    cr_assert_eq(dev_kv_store(p.gpu, &bg, nkv, hd, kg, vg, kvg), SC_OK, "%s", dev_last_error(p.gpu));
+    cr_assert_eq(dev_kv_store(p.gpu, &bg, nkv, hd, kg, vg, kvg), SC_OK, "%s",
+                 dev_last_error(p.gpu));
     if (phase) {
       size_t qn = (size_t)n_tok * nh * hd;
       float *q = rand_host(&r, qn, 1.0f);
@@ -418,7 +422,9 @@ typedef struct lb_rank {
 } lb_rank;
 
 // Rank r's input element i, exact in fp32 so that any summation order gives the same sum.
-static float lb_value(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 13) % 1024) - 512); }
+static float lb_value(int r, size_t i) {
+  return (float)((int)((i * 7 + (size_t)r * 13) % 1024) - 512);
+}
 
 static void *lb_main(void *arg) {
   lb_rank *L = arg;
@@ -439,9 +445,10 @@ static void *lb_main(void *arg) {
   dev_copy(L->d, L->gathered, all, n * 4 * (size_t)L->n, DEV_D2H);
   // a ring: rank r sends its input to r + 1 and receives r - 1's
   int next = (L->rank + 1) % L->n, prev = (L->rank + L->n - 1) % L->n;
-  L->s_ring = L->rank % 2 == 0 ? comm_send(L->c, buf, n * 4, next) : comm_recv(L->c, msg, n * 4, prev);
+  bool even = L->rank % 2 == 0;
+  L->s_ring = even ? comm_send(L->c, buf, n * 4, next) : comm_recv(L->c, msg, n * 4, prev);
   if (L->s_ring == SC_OK)
-    L->s_ring = L->rank % 2 == 0 ? comm_recv(L->c, msg, n * 4, prev) : comm_send(L->c, buf, n * 4, next);
+    L->s_ring = even ? comm_recv(L->c, msg, n * 4, prev) : comm_send(L->c, buf, n * 4, next);
   L->ring = malloc(n * 4);
   dev_copy(L->d, L->ring, msg, n * 4, DEV_D2H);
   dev_free(L->d, buf), dev_free(L->d, all), dev_free(L->d, msg);
@@ -476,7 +483,8 @@ Test(cuda_comm, loopback_allreduce_allgather_and_send_recv_on_one_gpu, .timeout 
         float want = 0;
         for (int j = 0; j < n; j++) want += lb_value(j, i);
         bad += L[r].reduced[i] != want;
-        for (int j = 0; j < n; j++) bad += L[r].gathered[(size_t)j * L[r].len + i] != lb_value(j, i);
+        for (int j = 0; j < n; j++)
+          bad += L[r].gathered[(size_t)j * L[r].len + i] != lb_value(j, i);
         bad += L[r].ring[i] != lb_value((r + n - 1) % n, i);
       }
       cr_expect_eq(bad, 0, "%d ranks: rank %d has %zu wrong elements", n, r, bad);
@@ -551,7 +559,8 @@ static void greedy(const char *preset, const char *backend, int tp, int32_t out[
   int n = 0;
   for (int guard = 0; !engine_idle(e); guard++) {
     engine_step_result res;
-    cr_assert_eq(engine_step(e, &res, &err), SC_OK, "%s %s tp=%d: %s", preset, backend, tp, err.msg);
+    cr_assert_eq(engine_step(e, &res, &err), SC_OK, "%s %s tp=%d: %s", preset, backend, tp,
+                 err.msg);
     for (int k = 0; k < res.n_events; k++)
       if (res.events[k].kind == ENGINE_EV_TOKEN && n < MAX_TOK) out[n++] = res.events[k].token;
     cr_assert_lt(guard, 10000);
@@ -566,7 +575,8 @@ Test(cuda_engine, fp32_greedy_tokens_match_the_cpu_engine_and_tp_on_one_gpu, .ti
     int32_t cpu[MAX_TOK], gpu[MAX_TOK];
     greedy(presets[i], "cpu", 1, cpu);
     greedy(presets[i], "cuda", 1, gpu);
-    cr_expect_arr_eq(gpu, cpu, sizeof cpu, "%s: cuda tp=1 greedy tokens differ from cpu", presets[i]);
+    cr_expect_arr_eq(gpu, cpu, sizeof cpu, "%s: cuda tp=1 greedy tokens differ from cpu",
+                     presets[i]);
     for (int tp = 2; tp <= 4; tp *= 2) {
       int32_t t[MAX_TOK];
       greedy(presets[i], "cuda", tp, t);

@@ -294,8 +294,9 @@ static void poll_pause(unsigned turn) {
 
 static bool link_slow(comm_cuda_group *g) { return comm_link_on(&g->link); }
 
-// Sleeps comm_link_cost (kernels/comm_link.h, the shm communicator's arithmetic). Returns SC_OK, or the group's state when an abort or
-// break cut the sleep short. Call with no lock held, only when link_slow(g).
+// Sleeps comm_link_cost (kernels/comm_link.h, the shm communicator's arithmetic). Returns SC_OK,
+// or the group's state when an abort or break cut the sleep short. Call with no lock held, only
+// when link_slow(g).
 static sc_status link_delay(comm_cuda_group *g, double bytes, uint64_t own_ns) {
   uint64_t ns = comm_link_cost(&g->link, bytes, own_ns);
   if (!ns) return SC_OK;

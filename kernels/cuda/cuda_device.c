@@ -376,7 +376,8 @@ sc_status device_cuda_open(int index, device **out, sc_error *err) {
     return sc_fail(err, SC_OOM, "cuda device %d: cannot create a mutex", index);
   }
   sc_status s = CU_CHECK(&c->err, cudaSetDevice(index));
-  if (s == SC_OK) s = CU_CHECK(&c->err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  if (s == SC_OK)
+    s = CU_CHECK(&c->err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasCreate(&c->blas));
   if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasSetStream(c->blas, c->stream));
   if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
