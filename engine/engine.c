@@ -107,7 +107,8 @@ static sc_status check_config(engine_config *c, sc_error *err) {
   if (strcmp(c->backend, "sim") != 0 && c->weight_dtype != SC_F32 && c->weight_dtype != SC_I8 &&
       c->weight_dtype != SC_BF16) // bf16: the executor checks that the backend multiplies it
     return sc_fail(err, SC_INVALID, "engine: weight_dtype %s is not supported by the %s backend; "
-                   "use f32 or int8 (or bf16 on cuda)", sc_dtype_name(c->weight_dtype), c->backend);
+                   "use f32 or int8 (or bf16 on cuda)",
+                   sc_dtype_name(c->weight_dtype), c->backend);
   int per_seq = (c->model.max_seq_len + c->block_size - 1) / c->block_size;
   if (c->kv_blocks == 0 && strcmp(c->backend, "sim") != 0) { // sim: the planner's, required
     size_t cap = c->kv_bytes_max / kv_block_bytes_max(c);

@@ -380,7 +380,7 @@ static sc_status rank_fail(rank *r, const char *what, sc_status s) {
                  r->sh.pp_rank, what, cause_text(r, s, buf, sizeof buf));
 }
 
-// y(m,n) = x(m,k) * w^T for a linear layer's weight, f32 or int8.
+// y(m,n) = x(m,k) * w^T for a linear layer's weight, f32, int8 or bf16.
 static sc_status mm(device *d, int m, int n, int k, const float *x, const wmat *w, float *y) {
   if (w->q) return dev_matmul_q8(d, m, n, k, x, w->q, w->s, 0.0f, y);
   if (w->h) return dev_matmul_bf16(d, m, n, k, x, w->h, 0.0f, y);

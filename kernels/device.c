@@ -35,6 +35,9 @@
 #include <time.h>
 
 #include "kernels/clock.h"
+#ifdef SHARDCHECK_HAVE_CUDA
+#include "kernels/cuda_api.h"
+#endif
 
 // --- the handle
 
@@ -105,8 +108,7 @@ void *device_backend_ctx(const device *d) { return d ? d->ctx : NULL; }
 // --- registry (STYLE 14: optional backends are CMake options plus this one place)
 
 #ifdef SHARDCHECK_HAVE_CUDA
-// kernels/cuda/, loaded from its library on the first cuda device (kernels/cuda_api.h).
-#include "kernels/cuda_api.h"
+// kernels/cuda/ is loaded from its library on the first cuda device (kernels/cuda_api.h).
 #define SC_DEVICE_BACKENDS "cpu, cuda"
 #else
 #define SC_DEVICE_BACKENDS "cpu"
