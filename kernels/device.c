@@ -434,3 +434,10 @@ sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const flo
   DEV_SLOT(d, embedding);
   DEV_CALL(d, d->iface->embedding(d->ctx, m, dim, ids, table, row0, rows, out));
 }
+
+bool dev_has_argmax(const device *d) { return d && d->iface->argmax; }
+
+sc_status dev_argmax(device *d, int m, int n, const float *x, int32_t *idx, float *val) {
+  DEV_SLOT(d, argmax);
+  DEV_CALL(d, d->iface->argmax(d->ctx, m, n, x, idx, val));
+}

@@ -80,6 +80,10 @@ typedef struct device_i {
   // (vocab-sharded embedding: the partial results are summed across ranks).
   sc_status (*embedding)(void *ctx, int m, int d, const int32_t *ids, const float *table,
                          int row0, int rows, float *out);
+  // Optional (NULL: greedy tokens are picked on the host). For each row i of x(m,n): idx(i) =
+  // the column of its largest value (the first one on ties) and val(i) = that value; idx(i) =
+  // -1 when the row holds a NaN or an infinity. idx and val are device memory.
+  sc_status (*argmax)(void *ctx, int m, int n, const float *x, int32_t *idx, float *val);
 
   // Optional (NULL: nothing to add): the text of the backend's last failure, e.g. the CUDA call,
   // file, line and message behind an SC_DEVICE; "" when there is none.
@@ -143,6 +147,8 @@ sc_status dev_swiglu(device *d, int m, int dim, const float *gate, const float *
 sc_status dev_add(device *d, size_t n, const float *a, float *y);
 sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const float *table,
                         int row0, int rows, float *out);
+bool dev_has_argmax(const device *d);
+sc_status dev_argmax(device *d, int m, int n, const float *x, int32_t *idx, float *val);
 
 // --- fault hooks (faults/ drives them through the engine; every backend gets them because
 // they live in the wrappers above). Thread-safe: set from any thread while ops run.

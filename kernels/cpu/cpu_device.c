@@ -19,6 +19,7 @@
 // different devices, or on the same one, at the same time, as long as their output buffers do
 // not overlap.
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1012,6 +1013,26 @@ static sc_status cpu_embedding(void *ctx, int m, int d, const int32_t *ids, cons
   return SC_OK;
 }
 
+// Greedy picks in the device's memory: the first largest value of each row, -1 for a row that
+// holds a NaN or an infinity (one pass: the comparison and the finiteness test both vectorise).
+static sc_status cpu_argmax(void *ctx, int m, int n, const float *x, int32_t *idx, float *val) {
+  if (m < 0 || n <= 0) return SC_INVALID;
+  if (m == 0) return SC_OK;
+  if (!x || !idx || !val) return SC_INVALID;
+  for (size_t i = 0; i < (size_t)m; i++) {
+    const float *row = x + i * (size_t)n;
+    int32_t best = 0;
+    int bad = 0;
+    for (int j = 0; j < n; j++) {
+      bad |= !(fabsf(row[j]) <= FLT_MAX); // false for NaN and inf
+      if (row[j] > row[best]) best = j;
+    }
+    idx[i] = bad ? -1 : best;
+    val[i] = row[best];
+  }
+  return SC_OK;
+}
+
 // --- paged KV cache and attention
 
 // Checks the batch's own fields and that every token's position fits its block-table row.
@@ -1334,6 +1355,7 @@ static const device_i cpu_iface = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .embedding = cpu_embedding,
+    .argmax = cpu_argmax,
     .destroy = cpu_destroy,
 };
 

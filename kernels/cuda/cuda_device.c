@@ -318,6 +318,15 @@ static sc_status cuda_embedding(void *ctx, int m, int d, const int32_t *ids, con
   return LAUNCH(c, sck_embedding(c->stream, m, d, ids, table, row0, rows, out));
 }
 
+static sc_status cuda_argmax(void *ctx, int m, int n, const float *x, int32_t *idx, float *val) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || n <= 0) return SC_INVALID;
+  if (m == 0) return SC_OK;
+  if (!x || !idx || !val) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_argmax(c->stream, m, n, x, idx, val));
+}
+
 static const char *cuda_last_error(void *ctx) { return ((cuda_ctx *)ctx)->err.msg; }
 
 // --- lifecycle
@@ -354,6 +363,7 @@ static const device_i cuda_iface = {
     .swiglu = cuda_swiglu,
     .add = cuda_add,
     .embedding = cuda_embedding,
+    .argmax = cuda_argmax,
     .last_error = cuda_last_error,
     .destroy = cuda_destroy,
 };

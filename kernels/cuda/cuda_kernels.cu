@@ -61,6 +61,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 #include <cuda_bf16.h>
+#include <float.h>
 
 #include <math.h>
 #include <stddef.h>
@@ -393,6 +394,42 @@ __global__ void add_kernel(size_t n, const float *a, float *y) {
 
 __global__ void fill_kernel(size_t n, float value, float *x) {
   for (size_t i = grid_tid(); i < n; i += grid_stride()) x[i] = value;
+}
+
+// One block per row: each thread keeps the first largest of its strided elements and whether
+// it saw a NaN or an infinity, then the block reduces (larger value wins, the lower column on
+// ties, so the result is the row's first largest, as on the CPU).
+constexpr int kArgmaxThreads = 256;
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(int n, const float *x, int32_t *idx, float *val) {
+  __shared__ float sv[kArgmaxThreads];
+  __shared__ int si[kArgmaxThreads];
+  __shared__ int sbad[kArgmaxThreads];
+  const float *row = x + (size_t)blockIdx.x * (size_t)n;
+  float best = -INFINITY;
+  int at = n, bad = 0; // at == n: no element yet (every value so far was -inf or NaN)
+  for (int j = (int)threadIdx.x; j < n; j += kArgmaxThreads) {
+    const float v = row[j];
+    bad |= !(fabsf(v) <= FLT_MAX);
+    if (v > best || (at == n && v == best)) best = v, at = j;
+  }
+  sv[threadIdx.x] = best, si[threadIdx.x] = at, sbad[threadIdx.x] = bad;
+  __syncthreads();
+  for (int w = kArgmaxThreads / 2; w > 0; w >>= 1) {
+    if ((int)threadIdx.x < w) {
+      const int o = (int)threadIdx.x + w;
+      sbad[threadIdx.x] |= sbad[o];
+      if (sv[o] > sv[threadIdx.x] || (sv[o] == sv[threadIdx.x] && si[o] < si[threadIdx.x]))
+        sv[threadIdx.x] = sv[o], si[threadIdx.x] = si[o];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const int a = si[0] < n ? si[0] : 0;
+    idx[blockIdx.x] = sbad[0] ? -1 : a;
+    val[blockIdx.x] = row[a];
+  }
 }
 
 // Round to nearest even, as the host's dev_bf16_from_f32 (NaN stays NaN).
@@ -756,6 +793,12 @@ cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *sr
 cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x) {
   if (n == 0) return cudaSuccess;
   fill_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, value, x);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_argmax(cudaStream_t st, int m, int n, const float *x, int32_t *idx, float *val) {
+  if (m <= 0 || n <= 0) return m < 0 || n < 0 ? cudaErrorInvalidValue : cudaSuccess;
+  argmax_kernel<<<(unsigned)m, kArgmaxThreads, 0, st>>>(n, x, idx, val);
   return cudaGetLastError();
 }
 

@@ -67,6 +67,9 @@ cudaError_t sck_matmul_q8(cudaStream_t st, int m, int n, int k, const float *x, 
 cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *srcs, float *dst);
 // Writes value to every element of x(n) (tests poison outputs with NaN before each run).
 cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x);
+// Greedy picks: for each row i of x(m,n), idx(i) = the column of its largest value (the first
+// on ties), val(i) = that value; idx(i) = -1 when the row holds a NaN or an infinity.
+cudaError_t sck_argmax(cudaStream_t st, int m, int n, const float *x, int32_t *idx, float *val);
 // y(n) = x(n) as bfloat16 bits, rounded to nearest even (the bf16 matmul's activations).
 cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
 
