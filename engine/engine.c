@@ -6,7 +6,10 @@
 // allocation fails with SC_OOM the request ends with ENGINE_EV_FAILED (SC_OOM) and its blocks
 // go back. Three such failures with no successful admission between mark the engine unhealthy
 // (engine_stats.unhealthy) until the next success. Before sampling, each logits row is checked
-// for NaN/inf; a request whose row has one ends with ENGINE_EV_FAILED (SC_NUMERICAL). Any other
+// for NaN/inf; a request whose row has one ends with ENGINE_EV_FAILED (SC_NUMERICAL). A step
+// whose sampled rows are all greedy (temperature 0) and whose logits nobody watches (no
+// on_logits) has the devices pick the tokens (exec_batch.tokens), with the same NaN/inf check
+// and the same first-largest rule as the host's sampler, so only token ids cross. Any other
 // failure of a step (a lost device, a collective deadline, a hung rank) is the replica's: the
 // step returns it and the engine is unusable. The fault hooks (engine_set_rank_fault,
 // engine_set_link_fault) only forward to the executor; deciding when to inject is faults/'s.
@@ -50,6 +53,9 @@ struct engine {
   int *ntok;             // sim: (max_running) tokens per item, for the micro-batch split
   int *mb_first;         // sim: (pp + 1)
   float *logits;         // (max_running, vocab)
+  int32_t *picks;        // (max_running) greedy tokens picked on the devices
+  bool can_pick;         // the executor picks greedy tokens on the devices
+  bool picked;           // this step's sampled rows are in picks, not logits
   void *sample_scratch;  // sampler_scratch_bytes(vocab)
   engine_event *events;  // growable
   int n_events, cap_events;
@@ -154,8 +160,10 @@ static sc_status real_init(engine *e, sc_error *err) {
   SC_TRY(s);
   size_t R = (size_t)c->max_running, V = (size_t)c->model.vocab_size;
   e->logits = malloc(R * V * sizeof(float));
+  e->picks = malloc(R * sizeof(int32_t));
+  e->can_pick = executor_picks_greedy(e->ex);
   e->sample_scratch = malloc(sampler_scratch_bytes(c->model.vocab_size));
-  if (!e->logits || !e->sample_scratch)
+  if (!e->logits || !e->picks || !e->sample_scratch)
     return sc_fail(err, SC_OOM, "engine: out of host memory for step buffers");
   return SC_OK;
 }
@@ -242,6 +250,7 @@ void engine_free(engine *e) {
   free(e->ntok);
   free(e->mb_first);
   free(e->logits);
+  free(e->picks);
   free(e->sample_scratch);
   free(e->events);
   free(e);
@@ -353,12 +362,16 @@ static int32_t sim_token(const engine *e, const seq *q) {
 }
 
 // Samples, appends and reports the token of q; finishes q when it is done, fails it
-// (SC_NUMERICAL) when its logits hold a NaN or inf. logits NULL: sim.
-static sc_status emit_token(engine *e, seq *q, const float *logits) {
+// (SC_NUMERICAL) when its logits hold a NaN or inf. picked: the greedy token the devices
+// picked (-1: its logits held a NaN or inf), with logits NULL; both NULL: sim.
+static sc_status emit_token(engine *e, seq *q, const float *logits, const int32_t *picked) {
   const model_config *m = &e->cfg.model;
   int32_t tok;
   if (logits && row_not_finite(logits, m->vocab_size)) return fail_request(e, q, SC_NUMERICAL);
-  if (logits) {
+  if (picked && *picked < 0) return fail_request(e, q, SC_NUMERICAL);
+  if (picked) {
+    tok = *picked;
+  } else if (logits) {
     if (e->cfg.on_logits) e->cfg.on_logits(e->cfg.on_logits_ud, q->id, q->n_generated, logits, m->vocab_size);
     tok = sampler_pick(&q->sampling, logits, m->vocab_size, q->n_generated, e->sample_scratch);
   } else {
@@ -411,7 +424,8 @@ static int admit(engine *e, int n, sc_status *fatal, sc_error *err) {
 
 // Runs the planned items[0..n) on the executor; the duration is the clock's.
 static sc_status real_run(engine *e, int n, engine_step_info *info, sc_error *err) {
-  exec_batch b = {.n_seqs = n, .seqs = e->eseqs, .logits = e->logits};
+  exec_batch b = {.n_seqs = n, .seqs = e->eseqs, .logits = e->logits,
+                  .tokens = e->picked ? e->picks : NULL};
   sc_status s = executor_run(e->ex, &b, err);
   info->duration_ns = sc_clock_now(&e->cfg.clock) - info->t_start_ns;
   return s;
@@ -465,6 +479,11 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
       else
         info->prefill_tokens += it->n;
     }
+    // Every row greedy and nobody watching the logits: the devices pick the tokens, and only
+    // the tokens cross to the host (no logits copy; under TP no logits all-gather either).
+    e->picked = !e->sim && e->can_pick && !e->cfg.on_logits;
+    for (int i = 0; e->picked && i < n; i++)
+      if (e->items[i].sample && e->items[i].s->sampling.temperature > 0.0f) e->picked = false;
     sc_status s = e->sim ? sim_run(e, n, info, err) : real_run(e, n, info, err);
     if (s != SC_OK) {
       e->broken = s;
@@ -476,8 +495,11 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
       sched_item *it = &e->items[i];
       it->s->n_computed += it->n;
       if (!it->sample) continue;
-      const float *lg = e->sim ? NULL : e->logits + (size_t)row++ * e->cfg.model.vocab_size;
-      SC_TRY(emit_token(e, it->s, lg));
+      size_t V = (size_t)e->cfg.model.vocab_size;
+      const float *lg = e->sim || e->picked ? NULL : e->logits + (size_t)row * V;
+      const int32_t *pk = e->picked ? e->picks + row : NULL;
+      row++;
+      SC_TRY(emit_token(e, it->s, lg, pk));
     }
   }
   info->n_seqs = n;

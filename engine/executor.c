@@ -84,6 +84,8 @@ typedef struct rank {
   float *xs;         // (S, dim) rows that produce logits
   float *logits_l;   // (S, vocab_local)
   float *logits_all; // (tp, S, vocab_local) after the all-gather; NULL when tp == 1
+  int32_t *d_amax_i; // (S) greedy picks within this rank's vocab slice (exec_batch.tokens)
+  float *d_amax_v;   // (S) their logits
   int32_t *d_ids;    // (T)
   int32_t *d_pos;    // (T)
   int32_t *d_seq;    // (T)
@@ -149,6 +151,9 @@ struct executor {
   int32_t *h_bt;       // (S, max_blocks) rows in batch order
   int32_t *h_sample;   // (S) token index within its micro-batch, in logits-row order
   int *bt_from;        // (S) first block-table entry of each seq that its device rows lack
+  int n_want;          // rows of logits (or tokens) the current step returns
+  int32_t *h_amax_i;   // (tp, S) each last-stage rank's greedy pick (a token id) in its slice
+  float *h_amax_v;     // (tp, S) their logits
   sc_status broken;    // first failure; the executor refuses work after one
   sc_error broken_err;
 };
@@ -224,6 +229,8 @@ static void carve_workspace(rank *r, carver *cv) {
   r->logits_l = s->last_stage ? carve(cv, S * (size_t)s->vocab * fl) : NULL;
   r->logits_all =
       s->last_stage && s->tp > 1 ? carve(cv, (size_t)s->tp * S * (size_t)s->vocab * fl) : NULL;
+  r->d_amax_i = s->last_stage ? carve(cv, S * il) : NULL;
+  r->d_amax_v = s->last_stage ? carve(cv, S * fl) : NULL;
   r->d_ids = carve(cv, T * il);
   r->d_pos = carve(cv, T * il);
   r->d_seq = carve(cv, T * il);
@@ -421,7 +428,10 @@ static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const
   return SC_OK;
 }
 
-// The last stage: logits of the sampled rows, gathered over TP, copied to the host.
+// The last stage: logits of the sampled rows, gathered over TP, copied to the host; or, when the
+// step asks for greedy tokens (exec_batch.tokens), each TP rank's pick within its own vocab
+// slice and its logit, copied to the host (executor_run merges the slices): no all-gather and
+// no logits cross to the host.
 static sc_status forward_head(rank *r, const mb_meta *mb) {
   executor *ex = r->ex;
   const model_config *m = &ex->cfg.model;
@@ -435,6 +445,17 @@ static sc_status forward_head(rank *r, const mb_meta *mb) {
                                  (size_t)D * sizeof(float), DEV_D2D));
   RTRY("final rmsnorm", dev_rmsnorm(d, ns, D, r->xs, r->final_norm, m->norm_eps, r->xs));
   RTRY("lm_head", mm(d, ns, V, D, r->xs, &r->lm_head, r->logits_l));
+  if (ex->batch->tokens) {
+    size_t at = (size_t)s->tp_rank * (size_t)ex->cfg.max_seqs + (size_t)mb->sample0;
+    RTRY("greedy picks", dev_argmax(d, ns, V, r->logits_l, r->d_amax_i, r->d_amax_v));
+    RTRY("picks to host", dev_copy(d, ex->h_amax_i + at, r->d_amax_i, (size_t)ns * sizeof(int32_t),
+                                   DEV_D2H));
+    RTRY("picks to host",
+         dev_copy(d, ex->h_amax_v + at, r->d_amax_v, (size_t)ns * sizeof(float), DEV_D2H));
+    for (int j = 0; j < ns; j++) // columns of the slice -> token ids
+      if (ex->h_amax_i[at + j] >= 0) ex->h_amax_i[at + j] += s->vocab0;
+    return SC_OK;
+  }
   const float *src = r->logits_l;
   if (r->tp_comm) {
     RTRY("all-gather of logits", comm_allgather(r->tp_comm, r->logits_l, r->logits_all, (size_t)ns * V));
@@ -697,9 +718,11 @@ sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
   ex->h_bt = calloc(S * (size_t)ex->max_blocks, sizeof(int32_t));
   ex->h_sample = malloc(S * sizeof(int32_t));
   ex->bt_from = calloc(S, sizeof(int));
+  ex->h_amax_i = malloc((size_t)cfg->tp * S * sizeof(int32_t));
+  ex->h_amax_v = malloc((size_t)cfg->tp * S * sizeof(float));
   sc_status s = SC_OK;
   if (!ex->ranks || !ex->mb || !ex->h_ids || !ex->h_pos || !ex->h_seq || !ex->h_bt ||
-      !ex->h_sample || !ex->bt_from)
+      !ex->h_sample || !ex->bt_from || !ex->h_amax_i || !ex->h_amax_v)
     s = sc_fail(err, SC_OOM, "executor: out of host memory");
   float *staging = NULL;
   size_t staging_cap = 0;
@@ -759,6 +782,8 @@ void executor_free(executor *ex) {
   free(ex->h_seq);
   free(ex->h_bt);
   free(ex->h_sample);
+  free(ex->h_amax_i);
+  free(ex->h_amax_v);
   free(ex->bt_from);
   pthread_mutex_destroy(&ex->mu);
   pthread_cond_destroy(&ex->cv_go);
@@ -840,6 +865,7 @@ static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
     cur->n_tok += q->n;
   }
   ex->n_mb = m + 1;
+  ex->n_want = n_sample;
   return SC_OK;
 }
 
@@ -949,11 +975,39 @@ static int run_ranks(executor *ex) {
   return gave_up;
 }
 
+// exec_batch.tokens from the TP ranks' picks: for each sampled row the largest logit over the
+// slices (the lower slice on ties, so the first largest of the whole row, as on the host), -1
+// when any slice held a NaN or an infinity.
+static void merge_picks(const executor *ex, int n_sample, int32_t *tokens) {
+  size_t S = (size_t)ex->cfg.max_seqs;
+  for (int j = 0; j < n_sample; j++) {
+    int32_t best = -1;
+    float bv = 0;
+    bool bad = false;
+    for (int t = 0; t < ex->cfg.tp; t++) {
+      int32_t i = ex->h_amax_i[(size_t)t * S + (size_t)j];
+      float v = ex->h_amax_v[(size_t)t * S + (size_t)j];
+      if (i < 0) bad = true;
+      else if (best < 0 || v > bv) best = i, bv = v;
+    }
+    tokens[j] = bad ? -1 : best;
+  }
+}
+
+bool executor_picks_greedy(const executor *ex) {
+  for (int i = 0; i < ex->n_ranks; i++)
+    if (ex->ranks[i].sh.last_stage && !dev_has_argmax(ex->ranks[i].dev)) return false;
+  return true;
+}
+
 sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
   if (ex->broken != SC_OK) {
     if (err) *err = ex->broken_err;
     return ex->broken;
   }
+  if (b->tokens && !executor_picks_greedy(ex))
+    return sc_fail(err, SC_INVALID, "executor: this backend cannot pick greedy tokens; ask for "
+                   "logits");
   SC_TRY(flatten(ex, b, err));
   ex->batch = b;
   int gave_up = run_ranks(ex);
@@ -965,7 +1019,10 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
     if (r->status != SC_OK && (!bad || (bad->status == SC_ABORTED && r->status != SC_ABORTED)))
       bad = r;
   }
-  if (!bad && gave_up < 0) return SC_OK;
+  if (!bad && gave_up < 0) {
+    if (b->tokens) merge_picks(ex, ex->n_want, b->tokens);
+    return SC_OK;
+  }
   // A hung device behind the failure (its peers only saw a deadline pass).
   const rank *hung = gave_up >= 0 ? &ex->ranks[gave_up] : NULL;
   for (int i = 0; !hung && i < ex->n_ranks; i++)

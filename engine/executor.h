@@ -67,7 +67,11 @@ typedef struct exec_seq {
 typedef struct exec_batch {
   int n_seqs;
   const exec_seq *seqs;
-  float *logits; // host (n_want, vocab): one row per seq with want_logits, in seq order
+  float *logits;   // host (n_want, vocab): one row per seq with want_logits, in seq order
+  int32_t *tokens; // NULL, or host (n_want): instead of the logits, each row's greedy token
+                   // (its largest logit, the first on ties), picked on the devices; -1 for a
+                   // row that held a NaN or an infinity (executor_picks_greedy says whether
+                   // the backend can)
 } exec_batch;
 
 typedef struct executor executor;
@@ -92,6 +96,9 @@ void executor_free(executor *ex); // NULL is a no-op
 // step abandoned by the watchdog gives SC_TIMEOUT with "rank R (...): device hung: no progress
 // for T s (the collective deadline)".
 sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err);
+// Whether executor_run can return greedy tokens (exec_batch.tokens): the last stage's devices
+// have dev_argmax.
+bool executor_picks_greedy(const executor *ex);
 
 // Allocates a sequence's device memory: one small buffer on every rank (on a failure the
 // others are freed). SC_OOM when a device is out of memory (the executor stays usable);

@@ -270,6 +270,33 @@ Test(cuda_ops, rmsnorm_rope_swiglu_add_and_embedding_match_the_cpu) {
   close_pair(&p); // frees nothing the test needs: device_free releases what is left
 }
 
+Test(cuda_ops, argmax_picks_what_the_cpu_picks_and_flags_the_same_rows) {
+  pair p = open_pair();
+  rng r = {9};
+  const int m = 64, n = 128256; // llama3's vocabulary
+  float *x = rand_host(&r, (size_t)m * n, 10.0f);
+  x[(size_t)1 * n + 5] = 20.0f, x[(size_t)1 * n + 70000] = 20.0f; // a tie: the first wins
+  x[(size_t)2 * n + 9] = NAN;
+  x[(size_t)3 * n + n - 1] = -INFINITY;
+  for (int j = 0; j < n; j++) x[(size_t)4 * n + j] = -1.0f; // all equal: column 0
+  float *xc = up(p.cpu, x, (size_t)m * n * 4), *xg = up(p.gpu, x, (size_t)m * n * 4);
+  int32_t *ic = NULL, *ig = NULL;
+  float *vc = poisoned(p.cpu, m), *vg = poisoned(p.gpu, m);
+  cr_assert_eq(dev_alloc(p.cpu, m * 4, (void **)&ic), SC_OK);
+  cr_assert_eq(dev_alloc(p.gpu, m * 4, (void **)&ig), SC_OK);
+  cr_assert_eq(dev_argmax(p.cpu, m, n, xc, ic, vc), SC_OK);
+  cr_assert_eq(dev_argmax(p.gpu, m, n, xg, ig, vg), SC_OK, "%s", dev_last_error(p.gpu));
+  int32_t got[64];
+  cr_assert_eq(dev_copy(p.gpu, got, ig, sizeof got, DEV_D2H), SC_OK);
+  cr_expect_arr_eq(got, ic, sizeof got, "the same picks");
+  cr_expect_eq(got[1], 5);
+  cr_expect_eq(got[2], -1);
+  cr_expect_eq(got[3], -1);
+  cr_expect_eq(got[4], 0);
+  free(x);
+  close_pair(&p);
+}
+
 // --- paged KV cache and attention
 
 // n_seq sequences with a history already in the cache, then a step of new tokens per sequence

@@ -59,7 +59,7 @@ static void make_prompt(int32_t *p, int n, int salt) {
 // Submits every prompt, steps until idle, checks KV returns to zero.
 static void run_requests(engine_config cfg, int n_req, int32_t (*prompts)[200], const int *lens,
                          int max_tokens, const sampling_params *sp, run_log *L, bool want_logits) {
-  cfg.on_logits = record_logits;
+  cfg.on_logits = want_logits ? record_logits : NULL; // none: greedy picks on the devices
   cfg.on_logits_ud = L;
   L->vocab = cfg.model.vocab_size;
   L->n_req = n_req;
@@ -136,6 +136,28 @@ Test(sharding, every_tp_pp_layout_matches_tp1_pp1_greedy_32_tokens, .timeout = 6
       free_log(&L);
     }
   free_log(&ref);
+}
+
+Test(sharding, greedy_picks_on_the_devices_give_the_host_sampler_s_tokens, .timeout = 600) {
+  static int32_t prompts[4][200];
+  int lens[4] = {12, 1, 40, 7};
+  for (int i = 0; i < 4; i++) make_prompt(prompts[i], lens[i], i);
+  const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}};
+  for (int a = 0; a < 5; a++) {
+    int tp = layouts[a][0], pp = layouts[a][1];
+    static run_log host, dev;
+    memset(&host, 0, sizeof host);
+    memset(&dev, 0, sizeof dev);
+    run_requests(tiny_config(tp, pp), 4, prompts, lens, 24, NULL, &host, true); // logits watched
+    run_requests(tiny_config(tp, pp), 4, prompts, lens, 24, NULL, &dev, false); // devices pick
+    for (int i = 0; i < 4; i++) {
+      cr_expect_eq(dev.n_tokens[i], host.n_tokens[i], "tp=%d pp=%d request %d", tp, pp, i);
+      cr_expect_arr_eq(dev.tokens[i], host.tokens[i], sizeof(int32_t) * (size_t)host.n_tokens[i],
+                       "tp=%d pp=%d request %d: the devices' greedy picks differ", tp, pp, i);
+    }
+    free_log(&host);
+    free_log(&dev);
+  }
 }
 
 // --- batch invariance and chunked prefill

@@ -639,6 +639,29 @@ Test(kernels, copy_moves_bytes_for_every_kind_and_accounting_is_per_device) {
 
 // --- registry and wrappers
 
+Test(argmax, picks_the_first_largest_and_flags_rows_with_nan_or_inf) {
+  device *d = open_cpu();
+  cr_expect(dev_has_argmax(d));
+  const int m = 6, n = 5;
+  const float rows[6][5] = {{1, 3, 2, 3, 0},         {-5, -4, -4, -9, -4},
+                            {0, 0, 0, 0, 0},         {1, NAN, 9, 2, 0},
+                            {1, 2, INFINITY, 3, 0}, {-INFINITY, -1, -2, -1, -3}};
+  float *x = dfloats(d, (size_t)m * n), *val = dfloats(d, (size_t)m);
+  int32_t *idx = NULL;
+  cr_assert_eq(dev_alloc(d, (size_t)m * sizeof *idx, (void **)&idx), SC_OK);
+  memcpy(x, rows, sizeof rows);
+  cr_assert_eq(dev_argmax(d, m, n, x, idx, val), SC_OK);
+  const int32_t want[6] = {1, 1, 0, -1, -1, -1}; // -inf too, as the host's check
+  for (int i = 0; i < m; i++)
+    cr_expect_eq(idx[i], want[i], "row %d: %d, want %d", i, idx[i], want[i]);
+  cr_expect_eq(val[0], 3.0f);
+  cr_expect_eq(val[1], -4.0f);
+  cr_expect_eq(dev_argmax(d, 1, 0, x, idx, val), SC_INVALID, "a row needs a column");
+  cr_expect_eq(dev_argmax(d, 0, n, x, idx, val), SC_OK, "no rows: nothing to do");
+  dev_free(d, x), dev_free(d, val), dev_free(d, idx);
+  device_free(d);
+}
+
 Test(device, open_unknown_backend_is_invalid_and_lists_available_ones) {
   device *d = (device *)1;
   sc_error err = {{0}};
