@@ -148,8 +148,6 @@ static void do_step(void *p) {
 
 // --- the whole engine
 
-static void die_err(const char *what, const sc_error *e) { die(what, e->msg); }
-
 // One engine for every measurement (loading llama3-8b's weights takes a while): up to 256
 // sequences, a 2,048-token step, and KV blocks for 256 sequences of 96 tokens or one of 2,064.
 static engine *gpu_engine(const model_config *m, const char *weights, int gpu) {
@@ -167,34 +165,16 @@ static engine *gpu_engine(const model_config *m, const char *weights, int gpu) {
   c.kv_blocks = 256 * (96 / 16 + 1); // the KV cache is f32: sized to what is used
   sc_error err = {{0}};
   engine *e = NULL;
-  if (engine_new(&c, &e, &err) != SC_OK) die_err("engine_new", &err);
+  if (engine_new(&c, &e, &err) != SC_OK) bench_die("bench_cuda", "engine_new", &err);
   return e;
-}
-
-static void submit_n(engine *e, const model_config *m, int n, int prompt_len, int max_tokens) {
-  int32_t *p = malloc(sizeof *p * (size_t)prompt_len);
-  for (int r = 0; r < n; r++) {
-    for (int i = 0; i < prompt_len; i++) p[i] = 3 + (i * 31 + r * 7) % (m->vocab_size - 3);
-    engine_request q = {.prompt = p, .n_prompt = prompt_len, .max_tokens = max_tokens};
-    uint64_t id;
-    sc_error err = {{0}};
-    if (engine_submit(e, &q, &id, &err) != SC_OK) die_err("engine_submit", &err);
-  }
-  free(p);
-}
-
-static engine_step_info step1(engine *e) {
-  engine_step_result r;
-  sc_error err = {{0}};
-  if (engine_step(e, &r, &err) != SC_OK) die_err("engine_step", &err);
-  return r.info;
 }
 
 static void run_engine(const char *preset, const char *weights, int gpu, double copy_bw,
                        double gemm_rate) {
   model_config m;
   sc_error err = {{0}};
-  if (model_preset_load(preset, &m, &err) != SC_OK) die_err("model_preset_load", &err);
+  if (model_preset_load(preset, &m, &err) != SC_OK)
+    bench_die("bench_cuda", "model_preset_load", &err);
   // The linear layers' parameters: a decode step reads them all (and the KV cache, not
   // counted); a prefill multiplies every token by the layers' and only the last by lm_head's.
   double q = (double)m.n_heads * m.head_dim, kv = (double)m.n_kv_heads * m.head_dim;
@@ -209,9 +189,9 @@ static void run_engine(const char *preset, const char *weights, int gpu, double 
          (double)(sc_monotonic_ns() - t_load) / 1e9);
   double best = 0; // prefill: 2,048 tokens in one step, best of 3
   for (int t = 0; t < 3; t++) {
-    submit_n(e, &m, 1, 2048, 1);
-    engine_step_info i = step1(e);
-    while (!engine_idle(e)) step1(e);
+    bench_submit("bench_cuda", e, &m, 1, 2048, 1);
+    engine_step_info i = bench_step("bench_cuda", e);
+    while (!engine_idle(e)) bench_step("bench_cuda", e);
     double tps = (double)i.prefill_tokens / ((double)i.duration_ns / 1e9);
     if (tps > best) best = tps;
   }
@@ -220,18 +200,18 @@ static void run_engine(const char *preset, const char *weights, int gpu, double 
   const int batches[] = {1, 16, 64, 256};
   for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) { // steady decode
     int b = batches[bi], steps = 32;
-    submit_n(e, &m, b, 16, steps + 8);
-    while (step1(e).prefill_tokens > 0) {
+    bench_submit("bench_cuda", e, &m, b, 16, steps + 8);
+    while (bench_step("bench_cuda", e).prefill_tokens > 0) {
     }
-    for (int i = 0; i < 3; i++) step1(e);
+    for (int i = 0; i < 3; i++) bench_step("bench_cuda", e);
     uint64_t ns = 0;
     int tokens = 0;
     for (int i = 0; i < steps; i++) {
-      engine_step_info s = step1(e);
+      engine_step_info s = bench_step("bench_cuda", e);
       ns += s.duration_ns;
       tokens += s.decode_tokens;
     }
-    while (!engine_idle(e)) step1(e);
+    while (!engine_idle(e)) bench_step("bench_cuda", e);
     double tps = tokens / ((double)ns / 1e9), steps_s = tps / b;
     printf("| decode | %d | %.0f | weights at %.0f%% of the copy roof |\n", b, tps,
            100 * 2 * params * steps_s / copy_bw);
@@ -239,9 +219,9 @@ static void run_engine(const char *preset, const char *weights, int gpu, double 
   const int e2e[] = {1, 64};
   for (size_t bi = 0; bi < 2; bi++) { // end to end, as torch_compare.py times it
     int b = e2e[bi];
-    submit_n(e, &m, b, 16, 64);
+    bench_submit("bench_cuda", e, &m, b, 16, 64);
     uint64_t t0 = sc_monotonic_ns();
-    while (!engine_idle(e)) step1(e);
+    while (!engine_idle(e)) bench_step("bench_cuda", e);
     double s = (double)(sc_monotonic_ns() - t0) / 1e9;
     printf("| end to end, 16 + 64 tokens, greedy | %d | %.0f | - |\n", b, b * 64 / s);
   }

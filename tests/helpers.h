@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 // Makes a fresh directory under $TMPDIR (or /tmp) and returns its path (static buffer per call
 // slot; copy it if you need more than a few).
@@ -26,3 +27,20 @@ const char *sc_test_q1s(const char *db, const char *sql);
 #else
 #define SKIP_UNDER_SANITIZERS() ((void)0)
 #endif
+
+// A seeded generator for test data (splitmix64): the same seed gives the same numbers.
+typedef struct rng {
+  uint64_t s;
+} rng;
+
+static inline uint64_t rng_next(rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [-amp, amp).
+static inline float rng_float(rng *r, float amp) {
+  return amp * (float)((double)(rng_next(r) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}

@@ -45,21 +45,6 @@ int main(int argc, char *argv[]) {
 
 // --- helpers
 
-typedef struct rng {
-  uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { // splitmix64
-  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static float rng_float(rng *r, float amp) { // uniform in [-amp, amp)
-  return amp * (2.0f * (float)((rng_next(r) >> 40) * 0x1p-24) - 1.0f);
-}
-
 static float *rand_host(rng *r, size_t n, float amp) {
   float *x = malloc(n * sizeof *x);
   cr_assert_not_null(x);

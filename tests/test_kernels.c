@@ -15,24 +15,9 @@
 #include <string.h>
 
 #include "kernels/device.h"
+#include "tests/helpers.h"
 
 // --- helpers: random numbers, buffers, comparison
-
-typedef struct rng {
-  uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { // splitmix64
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [-amp, amp).
-static float rng_float(rng *r, float amp) {
-  return amp * (float)((double)(rng_next(r) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
 
 static void fill(rng *r, float *x, size_t n, float amp) {
   for (size_t i = 0; i < n; i++) x[i] = rng_float(r, amp);

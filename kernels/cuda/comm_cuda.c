@@ -857,37 +857,33 @@ static sc_status nccl_allgather(void *ctx, const float *send, float *recv, size_
   return nccl_run(k, &op, deadline);
 }
 
-// Returns once the transfer is complete (NCCL's send waits for its receiver).
-static sc_status nccl_send(void *ctx, const void *buf, size_t bytes, int peer) {
-  cuda_rank *k = ctx;
+// One point-to-point transfer of bytes with peer: the send (src) or the receive (dst). Returns
+// once it is complete (NCCL's send waits for its receiver); the link fault's delay falls on the
+// receiver.
+static sc_status nccl_p2p(cuda_rank *k, nccl_kind kind, const void *src, void *dst, size_t bytes,
+                          int peer) {
   comm_cuda_group *g = k->g;
   uint64_t deadline = call_deadline(g);
   SC_TRY(group_state(g));
+  const void *buf = kind == NK_SEND ? src : dst;
   if (peer < 0 || peer >= g->n_ranks || peer == k->c.rank || (bytes && !buf)) return SC_INVALID;
-  nccl_op op = {.kind = NK_SEND,
-                .src = buf,
+  nccl_op op = {.kind = kind,
+                .src = src,
+                .dst = dst,
                 .count = bytes,
                 .peer = peer,
-                .delay = false,
+                .delay = kind == NK_RECV,
                 .wire = (double)bytes,
-                .what = "ncclSend"};
+                .what = kind == NK_SEND ? "ncclSend" : "ncclRecv"};
   return nccl_run(k, &op, deadline);
 }
 
+static sc_status nccl_send(void *ctx, const void *buf, size_t bytes, int peer) {
+  return nccl_p2p(ctx, NK_SEND, buf, NULL, bytes, peer);
+}
+
 static sc_status nccl_recv(void *ctx, void *buf, size_t bytes, int peer) {
-  cuda_rank *k = ctx;
-  comm_cuda_group *g = k->g;
-  uint64_t deadline = call_deadline(g);
-  SC_TRY(group_state(g));
-  if (peer < 0 || peer >= g->n_ranks || peer == k->c.rank || (bytes && !buf)) return SC_INVALID;
-  nccl_op op = {.kind = NK_RECV,
-                .dst = buf,
-                .count = bytes,
-                .peer = peer,
-                .delay = true,
-                .wire = (double)bytes,
-                .what = "ncclRecv"};
-  return nccl_run(k, &op, deadline);
+  return nccl_p2p(ctx, NK_RECV, NULL, buf, bytes, peer);
 }
 
 static sc_status nccl_barrier(void *ctx) {

@@ -49,6 +49,7 @@ typedef struct cuda_ctx {
   cuda_block *blocks;
   size_t n_blocks, cap_blocks;
   size_t used;
+  size_t total;  // the GPU's memory (cudaMemGetInfo at open: it does not change)
   cuda_err err; // the last failure's text (last_error)
   uint16_t *xb; // matmul_bf16's activations rounded to bf16; grown on demand, not in `used`
   size_t xb_cap; // elements xb holds
@@ -143,15 +144,13 @@ static sc_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes,
   return SC_OK;
 }
 
+// Host bookkeeping only (the replica publishes it every step): no CUDA call.
 static sc_status cuda_mem_info(void *ctx, size_t *used, size_t *total) {
   cuda_ctx *c = ctx;
-  CUDA_ENTER(c);
-  size_t free_b = 0, total_b = 0;
-  CU_TRY(&c->err, cudaMemGetInfo(&free_b, &total_b));
   pthread_mutex_lock(&c->mu);
   if (used) *used = c->used;
   pthread_mutex_unlock(&c->mu);
-  if (total) *total = total_b;
+  if (total) *total = c->total;
   return SC_OK;
 }
 
@@ -388,6 +387,8 @@ sc_status device_cuda_open(int index, device **out, sc_error *err) {
   sc_status s = CU_CHECK(&c->err, cudaSetDevice(index));
   if (s == SC_OK)
     s = CU_CHECK(&c->err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  size_t free_b = 0;
+  if (s == SC_OK) s = CU_CHECK(&c->err, cudaMemGetInfo(&free_b, &c->total));
   if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasCreate(&c->blas));
   if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasSetStream(c->blas, c->stream));
   if (s == SC_OK) s = CUBLAS_CHECK(&c->err, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
