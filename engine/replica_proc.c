@@ -12,8 +12,8 @@
 // that comes back finds nobody to talk to and exits), its pid goes to a fenced list reaped
 // without blocking, and every request it held fails with what "replica_lost". restart starts
 // a fresh worker with the next epoch; every message carries the epoch and one from another
-// epoch is dropped. swap (a hot swap) ends the worker the same way and starts one with the new
-// weights at the next epoch. Workers start with this process's environment plus the entries
+// epoch is dropped. swap (a hot swap) is a SWAP message: the worker rebuilds its local replica
+// on the new weights in place and answers READY at the next epoch. Workers start with this process's environment plus the entries
 // the options add (a clock jump preloads libfaketime this way), and report their wall clock
 // in every status, so the runner sees a jump land. wait_fd is an epoll fd that is readable while the socket has data, events
 // are pending, or the loss deadline has passed, so a runner sleeping in ppoll wakes for each.
@@ -402,6 +402,87 @@ static char **worker_env(const proc *p) {
   return v;
 }
 
+// Sends out to the worker (pid, on the non-blocking socket fd) and waits until it answers
+// READY at epoch: its status report is taken, and in keeps what followed. Frames of another
+// epoch are dropped (the last reports of a worker rebuilding its replica for a swap). On error
+// err says why (the worker's ERROR message, its exit, a timeout) and nothing is cleaned up;
+// *reaped is set when the worker's exit was collected here.
+static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_buf *out,
+                             wire_buf *in, bool *reaped, sc_error *err) {
+  uint64_t deadline = sc_monotonic_ns() + READY_TIMEOUT_NS;
+  bool eof = false;
+  for (;;) {
+    size_t off = 0;
+    while (off < out->n) {
+      ssize_t w = send(fd, out->p + off, out->n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) off += (size_t)w;
+      else if (w < 0 && errno == EINTR) continue;
+      else break; // full: later; failed: the read below sees the end
+    }
+    wire_consume(out, off);
+    // whole frames?
+    for (;;) {
+      int type;
+      uint32_t ep_got;
+      const uint8_t *body;
+      size_t body_n, frame_n;
+      int f = wire_frame(in->p, in->n, &type, &ep_got, &body, &body_n, &frame_n);
+      if (f < 0) return sc_fail(err, SC_IO, "replica %d: bad message from the worker", p->index);
+      if (f == 0) break;
+      wire_reader r = {.p = body, .n = body_n};
+      if (ep_got != epoch) {
+        p->stale_msgs++;
+      } else if (type == WIRE_READY) {
+        wire_status st;
+        if (!wire_get_status(&r, &st, p->mem_used, p->mem_total, p->n_ranks))
+          return sc_fail(err, SC_IO, "replica %d: bad READY from the worker", p->index);
+        p->worker_health = st.health;
+        p->stats = st.stats;
+        wire_consume(in, frame_n);
+        return SC_OK;
+      } else if (type == WIRE_ERROR) {
+        sc_status ws;
+        char msg[512];
+        if (!wire_get_message(&r, &ws, msg, sizeof msg)) ws = SC_IO;
+        return sc_fail(err, ws == SC_OK ? SC_IO : ws, "replica %d: %s", p->index,
+                       msg[0] ? msg : "the worker failed to start");
+      } else {
+        return sc_fail(err, SC_IO, "replica %d: unexpected message %d from the worker",
+                       p->index, type);
+      }
+      wire_consume(in, frame_n);
+    }
+    if (eof) {
+      int st;
+      bool known;
+      if (pid > 0 && reap(pid, EXIT_WAIT_NS, &st, &known)) {
+        *reaped = true;
+        if (known && WIFSIGNALED(st))
+          return sc_fail(err, SC_IO, "replica %d: worker killed by signal %d before it was ready",
+                         p->index, WTERMSIG(st));
+        return sc_fail(err, SC_IO,
+                       "replica %d: worker exited with status %d before it was ready", p->index,
+                       known && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+      }
+      return sc_fail(err, SC_IO, "replica %d: worker closed its socket before it was ready",
+                     p->index);
+    }
+    uint64_t now = sc_monotonic_ns();
+    if (now >= deadline)
+      return sc_fail(err, SC_TIMEOUT, "replica %d: worker not ready after %.0f s", p->index,
+                     (double)READY_TIMEOUT_NS / 1e9);
+    uint64_t d = deadline - now;
+    struct timespec ts = {.tv_sec = (time_t)(d / NS_PER_S), .tv_nsec = (long)(d % NS_PER_S)};
+    struct pollfd pf = {.fd = fd, .events = (short)(POLLIN | (out->n ? POLLOUT : 0))};
+    ppoll(&pf, 1, &ts, NULL);
+    if (!wire_reserve(in, READ_CHUNK)) return sc_fail(err, SC_OOM, "replica %d: out of memory",
+                                                      p->index);
+    ssize_t r = recv(fd, in->p + in->n, in->cap - in->n, MSG_DONTWAIT);
+    if (r > 0) in->n += (size_t)r;
+    else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) eof = true;
+  }
+}
+
 // Forks and execs the worker for epoch, sends it the config and waits until it is ready.
 // On success p->pid, p->fd (registered in p->ep), the status report and last_msg_ns are set;
 // on error nothing is left running and err says why.
@@ -487,87 +568,10 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
     s = sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
     goto fail;
   }
-  uint64_t deadline = sc_monotonic_ns() + READY_TIMEOUT_NS;
-  bool eof = false;
-  for (;;) {
-    size_t off = 0;
-    while (off < out.n) {
-      ssize_t w = send(fd, out.p + off, out.n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) off += (size_t)w;
-      else if (w < 0 && errno == EINTR) continue;
-      else break; // full: later; failed: the read below sees the end
-    }
-    wire_consume(&out, off);
-    // a whole frame?
-    int type;
-    uint32_t ep_got;
-    const uint8_t *body;
-    size_t body_n, frame_n;
-    int f = wire_frame(in.p, in.n, &type, &ep_got, &body, &body_n, &frame_n);
-    if (f < 0) {
-      s = sc_fail(err, SC_IO, "replica %d: bad message from the worker", p->index);
-      goto fail;
-    }
-    if (f > 0) {
-      wire_reader r = {.p = body, .n = body_n};
-      if (type == WIRE_READY) {
-        wire_status st;
-        if (!wire_get_status(&r, &st, p->mem_used, p->mem_total, p->n_ranks)) {
-          s = sc_fail(err, SC_IO, "replica %d: bad READY from the worker", p->index);
-          goto fail;
-        }
-        p->worker_health = st.health;
-        p->stats = st.stats;
-        wire_consume(&in, frame_n);
-        break;
-      }
-      if (type == WIRE_ERROR) {
-        sc_status ws;
-        char msg[512];
-        if (!wire_get_message(&r, &ws, msg, sizeof msg)) ws = SC_IO;
-        s = sc_fail(err, ws == SC_OK ? SC_IO : ws, "replica %d: %s", p->index,
-                    msg[0] ? msg : "the worker failed to start");
-        goto fail;
-      }
-      s = sc_fail(err, SC_IO, "replica %d: unexpected message %d from the worker", p->index,
-                  type);
-      goto fail;
-    }
-    if (eof) {
-      int st;
-      bool known;
-      if (reap(pid, EXIT_WAIT_NS, &st, &known)) {
-        pid = 0;
-        if (known && WIFSIGNALED(st))
-          s = sc_fail(err, SC_IO, "replica %d: worker killed by signal %d before it was ready",
-                      p->index, WTERMSIG(st));
-        else
-          s = sc_fail(err, SC_IO, "replica %d: worker exited with status %d before it was ready",
-                      p->index, known && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-      } else {
-        s = sc_fail(err, SC_IO, "replica %d: worker closed its socket before it was ready",
-                    p->index);
-      }
-      goto fail;
-    }
-    uint64_t now = sc_monotonic_ns();
-    if (now >= deadline) {
-      s = sc_fail(err, SC_TIMEOUT, "replica %d: worker not ready after %.0f s", p->index,
-                  (double)READY_TIMEOUT_NS / 1e9);
-      goto fail;
-    }
-    uint64_t d = deadline - now;
-    struct timespec ts = {.tv_sec = (time_t)(d / NS_PER_S), .tv_nsec = (long)(d % NS_PER_S)};
-    struct pollfd pf = {.fd = fd, .events = (short)(POLLIN | (out.n ? POLLOUT : 0))};
-    ppoll(&pf, 1, &ts, NULL);
-    if (!wire_reserve(&in, READ_CHUNK)) {
-      s = sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
-      goto fail;
-    }
-    ssize_t r = recv(fd, in.p + in.n, in.cap - in.n, MSG_DONTWAIT);
-    if (r > 0) in.n += (size_t)r;
-    else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) eof = true;
-  }
+  bool reaped = false;
+  s = await_ready(p, fd, pid, (uint32_t)epoch, &out, &in, &reaped, err);
+  if (reaped) pid = 0;
+  if (s != SC_OK) goto fail;
   // ready: anything that followed READY is decoded by the next update
   wire_buf_free(&out);
   if (epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &(struct epoll_event){.events = EPOLLIN}) != 0) {
@@ -705,8 +709,11 @@ static sc_status p_restart(void *ctx, sc_error *err) {
 
 static int p_epoch(void *ctx) { return ((proc *)ctx)->epoch; }
 
-// A swap ends the worker (its socket closed: it exits at the end of the stream, and is reaped
-// as a fenced worker) and starts one with the new weights at the next epoch.
+// A swap is a SWAP message: the worker (drained by the caller) frees its replica and builds
+// one on the new weights in the same process, then answers READY at the next epoch. Requests
+// still outstanding fail with "replica_lost"; the old epoch's last reports are dropped. A
+// worker that cannot build the new replica answers ERROR and exits: the replica is dead, with
+// the reason, and a restart starts a worker on the new weights.
 static sc_status p_swap(void *ctx, const engine_config *cfg, sc_error *err) {
   proc *p = ctx;
   update(p);
@@ -714,9 +721,6 @@ static sc_status p_swap(void *ctx, const engine_config *cfg, sc_error *err) {
   bool ok = true;
   char *dir = dup_str(cfg->weights_dir, &ok);
   if (!ok) return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
-  close_socket(p);
-  if (p->pid > 0) add_fenced(p, p->pid);
-  p->pid = 0;
   rk_each(&p->outstanding, fail_outstanding, p);
   rk_free(&p->outstanding);
   signal_events(p);
@@ -726,9 +730,18 @@ static sc_status p_swap(void *ctx, const engine_config *cfg, sc_error *err) {
   p->cfg.weights_dir = dir;
   p->cfg.weights_seed = cfg->weights_seed;
   p->cfg.weight_dtype = cfg->weight_dtype;
+  uint32_t next = (uint32_t)p->epoch + 1;
+  sc_status s = SC_OK;
+  bool reaped = false;
+  if (!wire_put_swap(&p->out, next, &p->cfg, p->index, p->heartbeat_ns))
+    s = sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
+  else
+    s = await_ready(p, p->fd, p->pid, next, &p->out, &p->in, &reaped, err);
   p->epoch++;
-  sc_status s = spawn(p, p->epoch, err);
   if (s != SC_OK) {
+    close_socket(p);
+    if (p->pid > 0 && !reaped) add_fenced(p, p->pid);
+    p->pid = 0;
     p->dead = true;
     snprintf(p->error, sizeof p->error, "swap failed: %.480s", err ? err->msg : "");
     arm_timer(p);
@@ -736,6 +749,7 @@ static sc_status p_swap(void *ctx, const engine_config *cfg, sc_error *err) {
   }
   p->admitting = true;
   p->error[0] = p->dead_msg[0] = p->protocol_error[0] = 0;
+  p->last_msg_ns = sc_monotonic_ns();
   arm_timer(p);
   return SC_OK;
 }
@@ -885,6 +899,7 @@ typedef struct worker {
   int prompt_cap;
   int n_ranks;
   size_t *mem_used, *mem_total; // (n_ranks) bytes, for reports
+  bool failed;                  // a swap could not build its replica: ERROR sent, exit 3
   replica_event ev[WIRE_EVENTS_MAX];
 } worker;
 
@@ -916,15 +931,58 @@ static bool w_put_status(worker *w, int type) {
 // Moves every pending event of the local replica into EVENTS messages.
 static bool w_put_events(worker *w) {
   int n;
+  if (!w->rep) return true; // between two replicas of a swap
   while ((n = replica_poll(w->rep, w->ev, WIRE_EVENTS_MAX)) > 0)
     if (!wire_put_events(&w->out, w->epoch, w->ev, n)) return false;
   return true;
 }
 
-// Applies one message from the runner. False when it is malformed.
-static bool w_apply(worker *w, int type, const uint8_t *body, size_t n) {
+// Sizes the memory figures for the replica's ranks. False when memory ran out.
+static bool w_size_ranks(worker *w) {
+  int n = w->rep->n_ranks;
+  size_t *u = realloc(w->mem_used, (size_t)n * sizeof *u);
+  if (u) w->mem_used = u;
+  size_t *t = realloc(w->mem_total, (size_t)n * sizeof *t);
+  if (t) w->mem_total = t;
+  if (!u || !t) return false;
+  memset(u, 0, (size_t)n * sizeof *u);
+  memset(t, 0, (size_t)n * sizeof *t);
+  w->n_ranks = n;
+  return true;
+}
+
+// A SWAP (at epoch, the next one): the local replica is rebuilt on the new weights. The old
+// one is freed first, so two sets of weights are never held at once (the runner drained it
+// and has failed whatever it still held). Answers READY at the new epoch, or ERROR and sets
+// w->failed. False when the message is malformed or memory ran out.
+static bool w_swap(worker *w, wire_reader *r, uint32_t epoch) {
+  wire_config *wc = calloc(1, sizeof *wc);
+  if (!wc) return false;
+  if (!wire_get_config(r, wc)) {
+    free(wc);
+    return false;
+  }
+  wc->cfg.clock = sc_clock_monotonic();
+  replica_free(w->rep);
+  w->rep = NULL;
+  w->epoch = epoch;
+  sc_error err = {{0}};
+  sc_status s = replica_local_new(&wc->cfg, wc->index, &w->rep, &err);
+  free(wc);
+  if (s == SC_OK && !w_size_ranks(w)) s = sc_fail(&err, SC_OOM, "worker: out of memory");
+  if (s != SC_OK) {
+    w->failed = true;
+    return wire_put_message(&w->out, WIRE_ERROR, epoch, s,
+                            err.msg[0] ? err.msg : sc_status_name(s));
+  }
+  return w_put_status(w, WIRE_READY);
+}
+
+// Applies one message from the runner (epoch: the frame's). False when it is malformed.
+static bool w_apply(worker *w, int type, uint32_t epoch, const uint8_t *body, size_t n) {
   wire_reader r = {.p = body, .n = n};
   switch (type) {
+  case WIRE_SWAP: return w_swap(w, &r, epoch);
   case WIRE_SUBMIT: {
     uint64_t key;
     engine_request q;
@@ -987,8 +1045,9 @@ static w_recv w_receive(worker *w) {
     size_t body_n, frame_n;
     int f = wire_frame(w->in.p + off, w->in.n - off, &type, &epoch, &body, &body_n, &frame_n);
     if (f == 0) break;
-    if (f < 0 || !w_apply(w, type, body, body_n)) return RECV_BAD;
+    if (f < 0 || !w_apply(w, type, epoch, body, body_n)) return RECV_BAD;
     off += frame_n;
+    if (w->failed) break; // nothing more is applied: the worker exits
   }
   wire_consume(&w->in, off);
   return eof ? RECV_EOF : RECV_OK;
@@ -1062,12 +1121,7 @@ int replica_proc_serve(int fd) {
   uint64_t hb = wc->heartbeat_ns ? wc->heartbeat_ns : DEFAULT_HEARTBEAT_NS;
   sc_error err = {{0}};
   sc_status s = replica_local_new(&wc->cfg, wc->index, &w->rep, &err);
-  if (s == SC_OK) {
-    w->n_ranks = w->rep->n_ranks;
-    w->mem_used = calloc((size_t)w->n_ranks, sizeof *w->mem_used);
-    w->mem_total = calloc((size_t)w->n_ranks, sizeof *w->mem_total);
-    if (!w->mem_used || !w->mem_total) s = sc_fail(&err, SC_OOM, "worker: out of memory");
-  }
+  if (s == SC_OK && !w_size_ranks(w)) s = sc_fail(&err, SC_OOM, "worker: out of memory");
   free(wc);
   if (s != SC_OK) {
     wire_put_message(&w->out, WIRE_ERROR, w->epoch, s, err.msg[0] ? err.msg : sc_status_name(s));
@@ -1096,9 +1150,10 @@ int replica_proc_serve(int fd) {
         rc = w_die(w, "worker: malformed message from the runner");
         break;
       }
-      if (got_in == RECV_EOF) { // the runner closed the socket: done
+      if (got_in == RECV_EOF || w->failed) { // the runner closed the socket: done
+        if (w->failed) w_flush(w);
         w_free(w);
-        rc = 0;
+        rc = w->failed ? 3 : 0;
         break;
       }
     }

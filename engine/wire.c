@@ -194,9 +194,10 @@ bool wire_done(const wire_reader *r) { return !r->bad && r->off == r->n; }
 
 // --- runner -> worker
 
-bool wire_put_config(wire_buf *b, uint32_t epoch, const engine_config *cfg, int index,
-                     uint64_t heartbeat_ns) {
-  writer w = begin(b, WIRE_CONFIG, epoch);
+// CONFIG and SWAP carry the same fields.
+static bool put_config(wire_buf *b, int type, uint32_t epoch, const engine_config *cfg,
+                       int index, uint64_t heartbeat_ns) {
+  writer w = begin(b, type, epoch);
   const model_config *m = &cfg->model;
   put_str(&w, m->name);
   put_i32(&w, m->vocab_size);
@@ -234,6 +235,16 @@ bool wire_put_config(wire_buf *b, uint32_t epoch, const engine_config *cfg, int 
   put_i32(&w, index);
   put_u64(&w, heartbeat_ns);
   return end(&w);
+}
+
+bool wire_put_config(wire_buf *b, uint32_t epoch, const engine_config *cfg, int index,
+                     uint64_t heartbeat_ns) {
+  return put_config(b, WIRE_CONFIG, epoch, cfg, index, heartbeat_ns);
+}
+
+bool wire_put_swap(wire_buf *b, uint32_t epoch, const engine_config *cfg, int index,
+                   uint64_t heartbeat_ns) {
+  return put_config(b, WIRE_SWAP, epoch, cfg, index, heartbeat_ns);
 }
 
 bool wire_get_config(wire_reader *r, wire_config *out) {

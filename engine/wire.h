@@ -31,6 +31,8 @@ typedef enum wire_type {
   WIRE_CANCEL,     // key
   WIRE_ADMIT,      // admitting (bool)
   WIRE_INJECT,     // a replica_fault, applied with replica_inject (RESUME included)
+  WIRE_SWAP,       // a hot swap: the engine config of the new weights (as CONFIG), at the
+                   // next epoch; the worker rebuilds its replica and answers READY or ERROR
   // worker -> runner
   WIRE_READY = 16, // the engine is built; carries a status report (as HEARTBEAT)
   WIRE_ERROR,      // the engine could not be built: status, message; the worker exits 3
@@ -83,13 +85,16 @@ typedef struct wire_config {
 bool wire_put_config(wire_buf *b, uint32_t epoch, const engine_config *cfg, int index,
                      uint64_t heartbeat_ns);
 bool wire_put_submit(wire_buf *b, uint32_t epoch, uint64_t key, const engine_request *r);
+// SWAP: the fields of CONFIG (decoded with wire_get_config); epoch is the worker's next one.
+bool wire_put_swap(wire_buf *b, uint32_t epoch, const engine_config *cfg, int index,
+                   uint64_t heartbeat_ns);
 bool wire_put_cancel(wire_buf *b, uint32_t epoch, uint64_t key);
 bool wire_put_admit(wire_buf *b, uint32_t epoch, bool admitting);
 bool wire_put_inject(wire_buf *b, uint32_t epoch, const replica_fault *f);
 
 // Each get decodes the fields of one frame of its type (r over the body); false when they are
 // malformed (r->bad or a value out of range).
-bool wire_get_config(wire_reader *r, wire_config *out);
+bool wire_get_config(wire_reader *r, wire_config *out); // CONFIG and SWAP
 // The prompt is decoded into *prompt (grown with realloc; the caller frees it, also on error);
 // out->prompt points there.
 bool wire_get_submit(wire_reader *r, uint64_t *key, engine_request *out, int32_t **prompt,

@@ -512,7 +512,7 @@ Test(proc, worker_without_fd_is_a_usage_error) {
 
 // --- weight swaps and the worker's environment
 
-Test(proc, swap_replaces_the_worker_with_one_holding_the_new_weights, .timeout = 120) {
+Test(proc, swap_rebuilds_the_replica_in_the_same_worker_on_the_new_weights, .timeout = 120) {
   engine_config cfg = tiny_config(1);
   replica *pr = proc_new(&cfg, 0);
   static req_log A, B;
@@ -522,13 +522,13 @@ Test(proc, swap_replaces_the_worker_with_one_holding_the_new_weights, .timeout =
   A.n_keys = 1;
   cr_assert_eq(submit(pr, 1, 9, 12), SC_OK);
   cr_assert(pump(pr, &A, stop_all_ended, 60));
-  pid_t old = replica_proc_pid(pr);
+  pid_t pid = replica_proc_pid(pr);
   engine_config other = cfg;
   other.weights_seed = 8; // other weights, same shapes
   sc_error err = {{0}};
   cr_assert_eq(replica_swap(pr, &other, &err), SC_OK, "%s", err.msg);
   cr_expect_eq(replica_epoch(pr), 2);
-  cr_expect_neq(replica_proc_pid(pr), old);
+  cr_expect_eq(replica_proc_pid(pr), pid, "the swap went over the socket: the same worker");
   cr_expect_eq(replica_health_get(pr), REPLICA_HEALTHY);
   B.keys[0] = 1;
   B.n_keys = 1;
@@ -538,7 +538,34 @@ Test(proc, swap_replaces_the_worker_with_one_holding_the_new_weights, .timeout =
   bool differ = false;
   for (int k = 0; k < 12; k++) differ |= A.tokens[0][k] != B.tokens[0][k];
   cr_expect(differ, "the same prompt gives other greedy tokens on other weights");
-  cr_expect(pump_until_gone(pr, &B, old, 10), "the old worker exited and was reaped");
+  // a second swap back gives the first weights' tokens again
+  static req_log C;
+  memset(&C, 0, sizeof C);
+  C.keys[0] = 1;
+  C.n_keys = 1;
+  cr_assert_eq(replica_swap(pr, &cfg, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(replica_epoch(pr), 3);
+  cr_assert_eq(submit(pr, 1, 9, 12), SC_OK);
+  cr_assert(pump(pr, &C, stop_all_ended, 60));
+  for (int k = 0; k < 12; k++) cr_expect_eq(C.tokens[0][k], A.tokens[0][k], "token %d", k);
+  replica_free(pr);
+}
+
+Test(proc, a_swap_the_worker_cannot_load_leaves_the_replica_dead_with_the_reason,
+     .timeout = 120) {
+  engine_config cfg = tiny_config(1);
+  replica *pr = proc_new(&cfg, 0);
+  pid_t pid = replica_proc_pid(pr);
+  engine_config bad = cfg;
+  bad.weights_dir = "/nonexistent/shardcheck-weights";
+  sc_error err = {{0}};
+  cr_assert_neq(replica_swap(pr, &bad, &err), SC_OK);
+  cr_expect(strstr(err.msg, "/nonexistent/shardcheck-weights"), "%s", err.msg);
+  cr_expect_eq(replica_health_get(pr), REPLICA_DEAD);
+  cr_expect(strstr(replica_error(pr), "swap failed"), "%s", replica_error(pr));
+  static req_log L;
+  memset(&L, 0, sizeof L);
+  cr_expect(pump_until_gone(pr, &L, pid, 10), "the worker exited and was reaped");
   replica_free(pr);
 }
 
