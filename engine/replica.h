@@ -109,6 +109,12 @@ typedef struct replica_i {
   // the new weights are loaded (a simulated replica models the load time and admits once it is
   // over). On error the replica is DEAD and err says why. Faults in force are cleared.
   sc_status (*swap)(void *ctx, const engine_config *cfg, sc_error *err);
+  // Optional (NULL: every submission is admitted as soon as the engine takes it). While held,
+  // submissions queue up and none is admitted; on release they reach the engine together, at
+  // its next step boundary, so requests that arrive at one instant start in one step (without
+  // it, the engine may start a step between two of them). Steps of work already admitted go
+  // on while held. The caller releases what it holds, promptly.
+  void (*hold)(void *ctx, bool on);
   void (*free)(void *ctx);
 } replica_i;
 
@@ -178,6 +184,9 @@ static inline int replica_poll(replica *r, replica_event *out, int cap) {
 static inline int replica_wait_fd(replica *r) { return r->i->wait_fd ? r->i->wait_fd(r->ctx) : -1; }
 static inline replica_health replica_health_get(replica *r) { return r->i->health(r->ctx); }
 static inline void replica_set_admitting(replica *r, bool a) { r->i->set_admitting(r->ctx, a); }
+static inline void replica_hold(replica *r, bool on) {
+  if (r->i->hold) r->i->hold(r->ctx, on);
+}
 static inline void replica_stats(replica *r, engine_stats *out) { r->i->stats(r->ctx, out); }
 static inline sc_status replica_rank_mem(replica *r, int rank, size_t *used, size_t *total) {
   return r->i->rank_mem(r->ctx, rank, used, total);

@@ -45,6 +45,7 @@ typedef struct local {
   inbox_item *in;
   int n_in, cap_in;
   bool admitting_change, admitting;
+  bool held; // replica_hold: the inbox is not applied
   // outbox (guarded by mu)
   replica_evq out;
   int pipe_r, pipe_w;
@@ -157,7 +158,7 @@ static void *step_thread(void *arg) {
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     bool dead = l->health == REPLICA_DEAD;
-    if (!dead && !l->hung) apply_inbox(l);
+    if (!dead && !l->hung && !l->held) apply_inbox(l);
     if (dead || l->hung || engine_idle(l->e)) {
       pthread_cond_wait(&l->cv, &l->mu);
       continue;
@@ -231,6 +232,14 @@ static void l_cancel(void *ctx, uint64_t key) {
   }
   l->in[l->n_in++] = (inbox_item){.cancel = true, .key = key};
   pthread_cond_signal(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void l_hold(void *ctx, bool on) {
+  local *l = ctx;
+  pthread_mutex_lock(&l->mu);
+  l->held = on;
+  if (!on && l->n_in) pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&l->mu);
 }
 
@@ -412,6 +421,7 @@ static const replica_i local_i = {
     .wait_fd = l_wait_fd,
     .health = l_health,
     .set_admitting = l_set_admitting,
+    .hold = l_hold,
     .stats = l_stats,
     .rank_mem = l_rank_mem,
     .error = l_error,

@@ -115,6 +115,7 @@ typedef struct proc {
   uint64_t last_msg_ns; // monotonic: when the latest message from the worker was read
   bool dead;
   bool admitting;
+  bool held; // replica_hold: submissions stay in out until released
   replica_health worker_health; // as the latest report says
   engine_stats stats;           // as the latest report says
   size_t *mem_used, *mem_total; // (n_ranks) bytes, as the latest report says
@@ -369,7 +370,7 @@ static loss read_in(proc *p) {
 static void update(proc *p) {
   reap_fenced(p);
   if (p->dead) return;
-  bool sent_ok = flush_out(p);
+  bool sent_ok = p->held || flush_out(p);
   loss why = read_in(p);
   if (why == LOSS_NONE && !sent_ok) why = LOSS_EOF;
   if (why == LOSS_NONE && sc_monotonic_ns() - p->last_msg_ns >= p->detect_ns) why = LOSS_HUNG;
@@ -607,8 +608,17 @@ static sc_status p_submit(void *ctx, uint64_t key, const engine_request *r, sc_e
     rk_del(&p->outstanding, key);
     return sc_fail(err, SC_OOM, "replica %d: out of memory queueing a request", p->index);
   }
-  flush_out(p); // a failure shows up as the end of the stream in the next update
+  if (!p->held) flush_out(p); // a failure shows up as the end of the stream in the next update
   return SC_OK;
+}
+
+// Holding keeps submissions in the buffer; the release sends them in one write, and the
+// worker admits what it reads at once together (replica_proc_serve holds its replica while it
+// applies a read).
+static void p_hold(void *ctx, bool on) {
+  proc *p = ctx;
+  p->held = on;
+  if (!on && !p->dead) flush_out(p);
 }
 
 static void p_cancel(void *ctx, uint64_t key) {
@@ -799,6 +809,7 @@ static const replica_i proc_i = {
     .wait_fd = p_wait_fd,
     .health = p_health,
     .set_admitting = p_set_admitting,
+    .hold = p_hold,
     .stats = p_stats,
     .rank_mem = p_rank_mem,
     .error = p_error,
@@ -1037,7 +1048,11 @@ static w_recv w_receive(worker *w) {
     eof = true;
     break;
   }
+  // what was read at once is admitted at once: the replica is held while it is applied
   size_t off = 0;
+  replica *held = w->rep;
+  if (held) replica_hold(held, true);
+  w_recv got = RECV_OK;
   for (;;) {
     int type;
     uint32_t epoch;
@@ -1045,10 +1060,19 @@ static w_recv w_receive(worker *w) {
     size_t body_n, frame_n;
     int f = wire_frame(w->in.p + off, w->in.n - off, &type, &epoch, &body, &body_n, &frame_n);
     if (f == 0) break;
-    if (f < 0 || !w_apply(w, type, epoch, body, body_n)) return RECV_BAD;
+    if (f > 0 && type == WIRE_SWAP && held) { // the replica is about to be freed
+      replica_hold(held, false);
+      held = NULL;
+    }
+    if (f < 0 || !w_apply(w, type, epoch, body, body_n)) {
+      got = RECV_BAD;
+      break;
+    }
     off += frame_n;
     if (w->failed) break; // nothing more is applied: the worker exits
   }
+  if (held) replica_hold(held, false);
+  if (got == RECV_BAD) return RECV_BAD;
   wire_consume(&w->in, off);
   return eof ? RECV_EOF : RECV_OK;
 }

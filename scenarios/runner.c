@@ -566,6 +566,19 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
   return d > now ? d : now;
 }
 
+// issue_due with every replica held (replica_hold), so that the requests due at one instant
+// (closed-loop users whose requests finished in one step, say) start in one engine step rather
+// than in however many the engine begins while they are submitted one by one.
+static void issue_together(rt *r, uint64_t now) {
+  for (int i = 0; i < r->n_reps; i++) {
+    r->held[i] = !r->busy[i] && r->reps[i];
+    if (r->held[i]) replica_hold(r->reps[i], true);
+  }
+  issue_due(r, now);
+  for (int i = 0; i < r->n_reps; i++)
+    if (r->held[i]) replica_hold(r->reps[i], false);
+}
+
 static void interrupt_inflight(rt *r, uint64_t now) {
   for (size_t k = r->low; k < r->n_reqs; k++) {
     req_rec *q = &r->reqs[k];
@@ -617,7 +630,7 @@ static sc_status run_phase(rt *r, int k) {
       r->stopping = true;
       interrupt_inflight(r, now);
     }
-    if (!r->stopping) issue_due(r, now);
+    if (!r->stopping) issue_together(r, now);
     if (!r->stopping) rf_tick(r, now);
     periodic(r, now);
     if (!r->sending && r->inflight == 0) break;
@@ -755,6 +768,8 @@ static void free_deployment(rt *r) {
   r->n_reps = 0;
   free(r->eligible);
   r->eligible = NULL;
+  free(r->held);
+  r->held = NULL;
   free(r->busy);
   r->busy = NULL;
   free(r->fds);
@@ -912,13 +927,14 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   if (s != SC_OK) return s;
   r->reps = calloc((size_t)d->dp, sizeof *r->reps);
   r->eligible = calloc((size_t)d->dp, sizeof *r->eligible);
+  r->held = calloc((size_t)d->dp, sizeof *r->held);
   r->busy = calloc((size_t)d->dp, sizeof *r->busy);
   r->probe = -1;
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
   r->rt = router_new(r->s->router.policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
                                                                    : ROUTER_LEAST_OUTSTANDING,
                      d->dp);
-  if (!r->reps || !r->eligible || !r->busy || !r->fds || !r->rt)
+  if (!r->reps || !r->eligible || !r->held || !r->busy || !r->fds || !r->rt)
     return sc_fail(&r->err, SC_OOM, "runner: out of memory");
   engine_config ec;
   sc_error be = {{0}};

@@ -102,6 +102,7 @@ typedef struct rt {
   replica **reps;
   int n_reps;
   bool *eligible;           // (n_reps)
+  bool *held;               // (n_reps) held by issue_together this turn
   struct pollfd *fds;       // (n_reps) what wait_until sleeps on
   router *rt;
   req_rec *reqs;            // (n_reqs) all requests of the deployment, index = key

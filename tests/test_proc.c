@@ -608,3 +608,53 @@ Test(proc, a_worker_reports_its_wall_clock_and_takes_the_environment_given, .tim
   cr_expect_eq(L.end[0].kind, REPLICA_EV_FINISHED);
   replica_free(r);
 }
+
+// --- holding admissions
+
+// Submits four requests while r is held: nothing is admitted (no event) until the release,
+// and then all four start in one step.
+static void held_requests_start_in_one_step(replica *r) {
+  replica_hold(r, true);
+  for (uint64_t k = 1; k <= 4; k++) cr_assert_eq(submit(r, k, 6, 3), SC_OK);
+  uint64_t until = sc_monotonic_ns() + 100 * NS_PER_MS;
+  while (sc_monotonic_ns() < until) {
+    replica_event ev[16];
+    cr_assert_eq(replica_poll(r, ev, 16), 0, "no event while the replica is held");
+    wait_a_little(r, 10);
+  }
+  replica_hold(r, false);
+  int first_seqs = 0, first_prefill = 0, finished = 0;
+  uint64_t deadline = sc_monotonic_ns() + 60 * NS_PER_S;
+  while (finished < 4 && sc_monotonic_ns() < deadline) {
+    replica_event ev[64];
+    int n = replica_poll(r, ev, 64);
+    for (int i = 0; i < n; i++) {
+      if (ev[i].kind == REPLICA_EV_STEP && !first_seqs) {
+        first_seqs = ev[i].step.n_seqs;
+        first_prefill = ev[i].step.prefill_tokens;
+      }
+      finished += ev[i].kind == REPLICA_EV_FINISHED;
+      cr_assert_neq(ev[i].kind, REPLICA_EV_FAILED);
+    }
+    if (n == 0) wait_a_little(r, 20);
+  }
+  cr_assert_eq(finished, 4);
+  cr_expect_eq(first_seqs, 4, "the first step admitted all four");
+  cr_expect_eq(first_prefill, 4 * 6, "and prefilled all four prompts");
+}
+
+Test(proc, a_held_local_replica_admits_what_was_submitted_in_one_step, .timeout = 120) {
+  engine_config cfg = tiny_config(1);
+  replica *loc = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_local_new(&cfg, 0, &loc, &err), SC_OK, "%s", err.msg);
+  held_requests_start_in_one_step(loc);
+  replica_free(loc);
+}
+
+Test(proc, a_held_worker_admits_what_was_submitted_in_one_step, .timeout = 120) {
+  engine_config cfg = tiny_config(1);
+  replica *pr = proc_new(&cfg, 0);
+  held_requests_start_in_one_step(pr);
+  replica_free(pr);
+}
