@@ -3,27 +3,29 @@
 // here: the runner's (a replica_i over the socket) and the worker's (replica_proc_serve).
 //
 // Runner side. replica_proc_new forks and execs `EXE worker --fd 3` (the child dies with its
-// parent: PR_SET_PDEATHSIG), sends CONFIG and waits for READY. Requests, cancels, admitting
-// and faults go out as messages, buffered in the runner and flushed without blocking; events
-// and status reports (heartbeats) come back. KILL, HANG and RESUME are signals (SIGKILL,
-// SIGSTOP, SIGCONT); every other fault is forwarded and the worker applies it to its local
-// replica. Loss detection runs in poll and in health: end of stream, a DEAD message, or no
-// message for detect_timeout_ns. A lost worker is fenced: its socket is closed (a stale worker
-// that comes back finds nobody to talk to and exits), its pid goes to a fenced list reaped
-// without blocking, and every request it held fails with what "replica_lost". restart starts
-// a fresh worker with the next epoch; every message carries the epoch and one from another
-// epoch is dropped. swap (a hot swap) is a SWAP message: the worker rebuilds its local replica
-// on the new weights in place and answers READY at the next epoch. Workers start with this process's environment plus the entries
-// the options add (a clock jump preloads libfaketime this way), and report their wall clock
-// in every status, so the runner sees a jump land. wait_fd is an epoll fd that is readable while the socket has data, events
-// are pending, or the loss deadline has passed, so a runner sleeping in ppoll wakes for each.
-// The worker runs in its own process group: a terminal's ^C reaches the runner only, which
-// stops cleanly and frees its replicas (free closes the socket; the worker exits 0).
+// parent: PR_SET_PDEATHSIG), sends CONFIG and waits for READY. Requests, cancels, admitting and
+// faults go out as messages, buffered in the runner and flushed without blocking; events and status
+// reports (heartbeats) come back. KILL, HANG and RESUME are signals (SIGKILL, SIGSTOP, SIGCONT);
+// every other fault is forwarded and the worker applies it to its local replica. Loss detection
+// runs in poll and in health: end of stream, a DEAD message, or no message for detect_timeout_ns. A
+// lost worker is fenced: its socket is closed (a stale worker that comes back finds nobody to talk
+// to and exits), its pid goes to a fenced list reaped without blocking, and every request it held
+// fails with "replica_lost". restart starts a fresh worker with the next epoch; every message
+// carries the epoch and one from another epoch is dropped. hold keeps submissions in the buffer
+// until released, so the worker reads them at once and admits them in one step. swap (a hot swap)
+// is a SWAP message: the worker rebuilds its local replica on the new weights in place and answers
+// READY at the next epoch. Workers start with this process's environment plus the entries the
+// options add (a clock jump preloads libfaketime this way), and report their wall clock in every
+// status, so the runner sees a jump land. wait_fd is an epoll fd that is readable while the socket
+// has data, events are pending, or the loss deadline has passed, so a runner sleeping in ppoll
+// wakes for each. The worker runs in its own process group: a terminal's ^C reaches the runner
+// only, which stops cleanly and frees its replicas (free closes the socket; the worker exits 0).
 //
 // Worker side. replica_proc_serve reads CONFIG, builds a local replica (engine/replica_local.c,
 // which owns the engine, its thread and how faults act), answers READY or ERROR, then serves:
-// applies what the runner sends, forwards events in batches and a heartbeat every
-// heartbeat_ns, and reports DEAD when its replica dies. The message format is engine/wire.c;
+// applies what the runner sends (what one read brings with its replica held, so it is admitted
+// together; a SWAP frees the replica and builds one on the new weights), forwards events in
+// batches and a heartbeat every heartbeat_ns, and reports DEAD when its replica dies. The message format is engine/wire.c;
 // what to do with events and when to restart is the runner's.
 #include <errno.h>
 #include <fcntl.h>
@@ -476,8 +478,8 @@ static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_bu
     struct timespec ts = {.tv_sec = (time_t)(d / NS_PER_S), .tv_nsec = (long)(d % NS_PER_S)};
     struct pollfd pf = {.fd = fd, .events = (short)(POLLIN | (out->n ? POLLOUT : 0))};
     ppoll(&pf, 1, &ts, NULL);
-    if (!wire_reserve(in, READ_CHUNK)) return sc_fail(err, SC_OOM, "replica %d: out of memory",
-                                                      p->index);
+    if (!wire_reserve(in, READ_CHUNK))
+      return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
     ssize_t r = recv(fd, in->p + in->n, in->cap - in->n, MSG_DONTWAIT);
     if (r > 0) in->n += (size_t)r;
     else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) eof = true;
