@@ -127,7 +127,8 @@ Test(kernels, matmul_matches_double_reference_for_odd_shapes_gemv_and_beta) {
 }
 
 // From 1 to 128 rows the product runs the small-M kernels on CPUs with AVX-512 (split over the
-// pool when n x k is large), else CBLAS: both must match, through every row count and tail.
+// pool when n x k is large; from 25 to 32 rows the outer-product one, on x transposed in
+// 16 x 16 blocks), else CBLAS: both must match, through every row count and tail.
 Test(kernels, matmul_small_m_kernel_and_cblas_both_match_the_reference) {
   dev_cpu_isa best = device_cpu_set_isa(DEV_CPU_ISA_AVX512);
   cr_log_info("small-M f32 kernel: %s", best == DEV_CPU_ISA_AVX512 ? "on" : "off (no AVX-512)");
@@ -136,7 +137,7 @@ Test(kernels, matmul_small_m_kernel_and_cblas_both_match_the_reference) {
     device_cpu_set_isa(caps[c]);
     device *d = open_cpu();
     rng r = {11};
-    const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 32, 33, 127, 128, 129};
+    const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 24, 25, 28, 31, 32, 33, 127, 128, 129};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
       int m = ms[i];
       matmul_case(d, &r, m, 301, 515, 0.0f); // 155k weights: split over the pool

@@ -3,9 +3,11 @@
 // once; plain C loops for the other ops of a Llama decoder (RMSNorm, rotate-half RoPE, paged
 // KV store, paged causal GQA attention with an online softmax (16-lane FMA on AVX-512),
 // SwiGLU, add, vocab-sharded embedding), and the int8 weight-only matmul (its own kernels:
-// AVX-512, AVX2 or portable C, chosen at run time; or dequantized tiles through CBLAS). The own kernels, and attention and
-// SwiGLU on large batches, run on the calling thread and a small pool of threads per device;
-// other ops on the calling thread; the CBLAS GEMMs may use BLAS threads.
+// AVX-512, AVX2 or portable C, chosen at run time; or dequantized tiles through CBLAS). The
+// own kernels, and attention and SwiGLU on large batches, run on the calling thread and a
+// small pool of threads per device; other ops on the calling thread; the CBLAS GEMMs may use
+// BLAS threads. The device keeps one scratch buffer (dequantized int8 tiles, x transposed for
+// the f32 outer-product kernel).
 //
 // What it leaves to others: the public wrappers and the backend registry (kernels/device.c),
 // fault injection (faults/, at the wrapper layer), the KV block allocator and block tables
@@ -193,6 +195,7 @@ typedef struct q8_job {
   const int8_t *q;    // (n, k); NULL: f32 weights in w (the small-M f32 matmul, below)
   const float *scale; // (n); NULL with q
   const float *w;     // (n, k) when q is NULL
+  const float *xt;    // (k, 32): x transposed, rows past m zero (f32_outer_avx512)
   float beta;
   float *y;           // (m, n)
 } q8_job;
@@ -488,6 +491,127 @@ Q8_AVX512 static void f32_gemv_avx512(const q8_job *jb, int j0, int j1) {
     jb->y[j] = jb->beta == 0.0f ? v : v + jb->beta * jb->y[j]; // beta 0: y is not read
   }
 }
+
+// f32 weights, F32_OUT_MIN_M to F32_OUT_LANES rows of x (batched decode): y(:, j0:j1) as
+// outer products. x comes transposed (jb->xt: column i of x is F32_OUT_LANES floats, two
+// vectors, rows past m zero), so each weight is broadcast once and multiplied into both
+// vectors of rows: 2 x F32_OUT_JB accumulators, summed along k with no reduction at the end.
+// Against the dot-product blocking above, which reloads x for every 4 weight rows and reduces
+// 16 sums per block, this does two FMAs per broadcast and nothing else, but always for 32 rows.
+// Every linear layer of a llama-small step on one thread of the machine in docs/benchmarks.md:
+// 18.8-21.5 ms at 20 to 32 rows (95 GFLOP/s at 32, of 115 measured with independent FMAs),
+// where the blocking above grows about 0.8 ms a row (18.4-19.8 at 20, 20.4-20.5 at 24,
+// 26.1-27.3 at 32): it wins from about 25 rows. The next block of weight rows is prefetched
+// into L1, one line per weight row per 16 columns (without it, 24.5 ms at 32 rows: the 12 row
+// streams outrun the hardware prefetcher).
+enum {
+  F32_OUT_MIN_M = 25, // rows of x from which f32_outer_avx512 runs
+  F32_OUT_LANES = 32, // to this many (two vectors)
+  F32_OUT_JB = 12,    // weight rows per block (24 accumulators)
+};
+
+Q8_AVX512 Q8_INLINE void f32_outer_step(const q8_job *jb, const float *const w[F32_OUT_JB],
+                                        int i, __m512 acc[F32_OUT_JB][2]) {
+  const float *xc = jb->xt + (size_t)i * F32_OUT_LANES;
+  __m512 x0 = _mm512_load_ps(xc), x1 = _mm512_load_ps(xc + 16);
+#pragma GCC unroll 12
+  for (int b = 0; b < F32_OUT_JB; b++) {
+    __m512 wb = _mm512_set1_ps(w[b][i]);
+    acc[b][0] = _mm512_fmadd_ps(x0, wb, acc[b][0]);
+    acc[b][1] = _mm512_fmadd_ps(x1, wb, acc[b][1]);
+  }
+}
+
+// Weight rows j..j + jn (jn <= F32_OUT_JB; the last one repeated past jn, computed, not
+// stored), prefetching the lines from pf to pf_end (addresses as integers: pf may run past the
+// weights, where nothing is prefetched).
+Q8_AVX512 static void f32_outer_block(const q8_job *jb, int j, int jn, uintptr_t pf,
+                                      uintptr_t pf_end) {
+  const int k = jb->k;
+  const float *w[F32_OUT_JB];
+  for (int b = 0; b < F32_OUT_JB; b++)
+    w[b] = jb->w + (size_t)(j + (b < jn ? b : jn - 1)) * (size_t)k;
+  __m512 acc[F32_OUT_JB][2];
+  for (int b = 0; b < F32_OUT_JB; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= k; i += 16) {
+    for (int t = 0; t < F32_OUT_JB; t++, pf += 64)
+      if (pf < pf_end) _mm_prefetch((const char *)pf, _MM_HINT_T0);
+#pragma GCC unroll 16
+    for (int ii = i; ii < i + 16; ii++) f32_outer_step(jb, w, ii, acc);
+  }
+  for (; i < k; i++) f32_outer_step(jb, w, i, acc);
+  float o[F32_OUT_JB][F32_OUT_LANES] __attribute__((aligned(64)));
+  for (int b = 0; b < F32_OUT_JB; b++) {
+    _mm512_store_ps(o[b], acc[b][0]);
+    _mm512_store_ps(o[b] + 16, acc[b][1]);
+  }
+  for (int r = 0; r < jb->m; r++) {
+    float *yr = jb->y + (size_t)r * (size_t)jb->n + j;
+    for (int b = 0; b < jn; b++)
+      yr[b] = jb->beta == 0.0f ? o[b][r] : o[b][r] + jb->beta * yr[b]; // beta 0: y is not read
+  }
+}
+
+// v[c] = column c of the 16 x 16 block whose rows are v[0..15] (64 shuffles: unpacks pair the
+// rows, shuffle_ps makes 4 x 4 blocks within each 128-bit lane, two rounds of shuffle_f32x4
+// transpose the 4 x 4 grid of lanes).
+Q8_AVX512 Q8_INLINE void f32_transpose16(__m512 v[16]) {
+  __m512 t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) { // u[4i + c], lane l: column 4l + c of rows 4i..4i+3
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+    __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+    __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    v[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    v[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    v[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    v[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
+// xt(k, F32_OUT_LANES) = x(m, k) transposed, rows m.. zero, 16 x 16 blocks at a time (scalar
+// loops took 1.5 ns per float, about 1.8 ms of a llama-small step at 32 rows; this, 0.11).
+Q8_AVX512 static void f32_out_pack(int m, int k, const float *x, float *xt) {
+  for (int r0 = 0; r0 < F32_OUT_LANES; r0 += 16)
+    for (int i = 0; i < k; i += 16) {
+      __mmask16 mk = q8_mask16(k - i);
+      __m512 v[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; j++)
+        v[j] = r0 + j < m ? _mm512_maskz_loadu_ps(mk, x + (size_t)(r0 + j) * (size_t)k + i)
+                          : _mm512_setzero_ps();
+      f32_transpose16(v);
+      int cols = k - i < 16 ? k - i : 16;
+      for (int c = 0; c < cols; c++)
+        _mm512_store_ps(xt + (size_t)(i + c) * F32_OUT_LANES + r0, v[c]);
+    }
+}
+
+// The weight rows [j0, j1) in blocks of F32_OUT_JB, each prefetching the next.
+Q8_AVX512 static void f32_outer_avx512(const q8_job *jb, int j0, int j1) {
+  const size_t row_bytes = (size_t)jb->k * sizeof(float);
+  const uintptr_t base = (uintptr_t)jb->w;
+  for (int j = j0; j < j1; j += F32_OUT_JB) {
+    int jn = j1 - j < F32_OUT_JB ? j1 - j : F32_OUT_JB;
+    uintptr_t pf = base + (size_t)(j + F32_OUT_JB) * row_bytes;
+    int end = j + 2 * F32_OUT_JB < j1 ? j + 2 * F32_OUT_JB : j1;
+    f32_outer_block(jb, j, jn, pf, base + (size_t)end * row_bytes);
+  }
+}
 #endif
 
 // --- which build runs (process-wide)
@@ -736,26 +860,58 @@ static cpu_pool *cpu_pool_get(cpu_ctx *c) {
 typedef struct q8_par {
   const q8_job *jb;
   q8_cols_fn cols;
+  int rows; // weight rows per block of cols (chunks hold whole blocks)
 } q8_par;
 
-// Chunk `chunk` of `chunks`: a contiguous range of Q8_JB-row blocks of the weights.
+// Chunk `chunk` of `chunks`: a contiguous range of blocks of weight rows.
 static void q8_chunk(void *arg, int chunk, int chunks) {
   const q8_par *pa = arg;
-  int blocks = (pa->jb->n + Q8_JB - 1) / Q8_JB;
+  int blocks = (pa->jb->n + pa->rows - 1) / pa->rows;
   int b0 = (int)((int64_t)blocks * chunk / chunks);
   int b1 = (int)((int64_t)blocks * (chunk + 1) / chunks);
-  int j0 = b0 * Q8_JB, j1 = b1 * Q8_JB < pa->jb->n ? b1 * Q8_JB : pa->jb->n;
+  int j0 = b0 * pa->rows, j1 = b1 * pa->rows < pa->jb->n ? b1 * pa->rows : pa->jb->n;
   if (j0 < j1) pa->cols(pa->jb, j0, j1);
 }
 
-// The product by `cols` over the weight rows, split over the device's pool when it is large.
-static void q8_split(cpu_ctx *c, const q8_job *jb, q8_cols_fn cols) {
-  q8_par pa = {jb, cols};
-  int blocks = (jb->n + Q8_JB - 1) / Q8_JB;
+// The product by `cols`, which takes weight rows in blocks of `rows`, split over the device's
+// pool when it is large.
+static void q8_split(cpu_ctx *c, const q8_job *jb, q8_cols_fn cols, int rows) {
+  q8_par pa = {jb, cols, rows};
+  int blocks = (jb->n + rows - 1) / rows;
   cpu_pool *p =
       (size_t)jb->n * (size_t)jb->k >= Q8_PAR_MIN && blocks > 1 ? cpu_pool_get(c) : NULL;
   int chunks = p ? Q8_CHUNKS_PER_THREAD * (p->n_workers + 1) : 1;
   pool_run(p, q8_chunk, &pa, chunks < blocks ? chunks : blocks);
+}
+
+// Scratch floats for one call (64-byte aligned): the device's while nobody else uses it, else
+// a temporary one; scratch_put gives it back.
+typedef struct cpu_scratch {
+  float *own;  // a temporary buffer to free, or NULL
+  bool locked; // the device's scratch is held
+} cpu_scratch;
+
+static float *scratch_get(cpu_ctx *c, size_t floats, cpu_scratch *sc) {
+  size_t bytes = (floats * sizeof(float) + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+  sc->own = NULL;
+  sc->locked = pthread_mutex_trylock(&c->scratch_mu) == 0;
+  if (sc->locked && c->scratch_floats < floats) {
+    free(c->scratch);
+    c->scratch = aligned_alloc(CPU_ALIGN, bytes);
+    c->scratch_floats = c->scratch ? floats : 0;
+  }
+  if (sc->locked && c->scratch) return c->scratch;
+  float *p = sc->own = aligned_alloc(CPU_ALIGN, bytes);
+  if (!p && sc->locked) {
+    pthread_mutex_unlock(&c->scratch_mu);
+    sc->locked = false;
+  }
+  return p;
+}
+
+static void scratch_put(cpu_ctx *c, cpu_scratch *sc) {
+  free(sc->own);
+  if (sc->locked) pthread_mutex_unlock(&c->scratch_mu);
 }
 
 // out(nt, k) = scale . q for weight rows [j0, j0 + nt).
@@ -775,20 +931,9 @@ static sc_status q8_gemm_tiles(cpu_ctx *c, const q8_job *jb) {
   size_t rows = Q8_TILE_BYTES / (k * sizeof(float));
   if (rows < 16) rows = 16;
   if (rows > (size_t)jb->n) rows = (size_t)jb->n;
-  size_t need = rows * k;
-  float *tile = NULL, *own = NULL;
-  bool locked = pthread_mutex_trylock(&c->scratch_mu) == 0;
-  if (locked && c->scratch_floats < need) {
-    free(c->scratch);
-    c->scratch = malloc(need * sizeof(float));
-    c->scratch_floats = c->scratch ? need : 0;
-  }
-  if (locked && c->scratch) tile = c->scratch;
-  else tile = own = malloc(need * sizeof(float));
-  if (!tile) {
-    if (locked) pthread_mutex_unlock(&c->scratch_mu);
-    return SC_OOM;
-  }
+  cpu_scratch sc;
+  float *tile = scratch_get(c, rows * k, &sc);
+  if (!tile) return SC_OOM;
   for (int j0 = 0; j0 < jb->n; j0 += (int)rows) {
     int nt = jb->n - j0 < (int)rows ? jb->n - j0 : (int)rows;
     q8_dequant(jb, j0, nt, tile);
@@ -798,8 +943,7 @@ static sc_status q8_gemm_tiles(cpu_ctx *c, const q8_job *jb) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, jb->m, nt, jb->k, 1.0f, jb->x, jb->k,
                 tile, jb->k, jb->beta, jb->y + j0, jb->n);
   }
-  free(own);
-  if (locked) pthread_mutex_unlock(&c->scratch_mu);
+  scratch_put(c, &sc);
   return SC_OK;
 }
 
@@ -817,7 +961,7 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
   }
   if (m > (q8_isa_now() == DEV_CPU_ISA_AVX512 ? Q8_DIRECT_M_AVX512 : Q8_DIRECT_M))
     return q8_gemm_tiles(c, &jb);
-  q8_split(c, &jb, q8_cols());
+  q8_split(c, &jb, q8_cols(), Q8_JB);
   return SC_OK;
 }
 
@@ -825,11 +969,12 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
 //
 // 1 to 128 rows of x (decode batches) on a CPU with AVX-512, split over the device's pool like
 // the int8 product. From 2 rows: the int8 kernel's blocking with f32 weights (Q8_JB weight rows
-// against up to Q8_MB rows of x in 16 accumulators, masked tails). The weights stream from
-// memory once per call, with no packing: CBLAS's sgemm re-packs every weight matrix on each
-// call, and at 2-8 rows took 1.5-2x the time of its 1-row sgemv (bench/bench_quant.c); this
-// kernel takes 1.1-1.7x less than sgemm from 2 to 32 rows, and still 1.1-1.5x less from 48 to
-// 128 (every linear layer of a llama-small step on 2 threads, 3 of 4 runs: 16-18 against
+// against up to Q8_MB rows of x in 16 accumulators, masked tails); from F32_OUT_MIN_M to 32,
+// outer products on x transposed into the device's scratch (f32_outer_avx512). The weights
+// stream from memory once per call, with no packing of them: CBLAS's sgemm re-packs every
+// weight matrix on each call, and at 2-8 rows took 1.5-2x the time of its 1-row sgemv
+// (bench/bench_quant.c); the blocking takes 1.1-1.7x less than sgemm from 2 to 32 rows, and
+// still 1.1-1.5x less from 48 to 128 (every linear layer of a llama-small step on 2 threads, 3 of 4 runs: 16-18 against
 // 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at 256). One row:
 // f32_gemv_avx512, one weight row at a time (a step's linear layers: 12.6 -> 7.4 ms on one
 // thread, 7.2 -> 4.8 ms on two, against sgemv). More rows (prefill), or no AVX-512: CBLAS.
@@ -843,7 +988,17 @@ static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const fl
 #ifdef Q8_X86
   if (m > F32_DIRECT_M || q8_isa_now() != DEV_CPU_ISA_AVX512) return false;
   q8_job jb = {.m = m, .n = n, .k = k, .x = x, .w = w, .beta = beta, .y = y};
-  q8_split(c, &jb, m == 1 ? f32_gemv_avx512 : q8_cols_avx512);
+  if (m < F32_OUT_MIN_M || m > F32_OUT_LANES) {
+    q8_split(c, &jb, m == 1 ? f32_gemv_avx512 : q8_cols_avx512, Q8_JB);
+    return true;
+  }
+  cpu_scratch sc;
+  float *xt = scratch_get(c, (size_t)k * F32_OUT_LANES, &sc);
+  if (!xt) return false; // CBLAS, which needs no scratch
+  f32_out_pack(m, k, x, xt);
+  jb.xt = xt;
+  q8_split(c, &jb, f32_outer_avx512, F32_OUT_JB);
+  scratch_put(c, &sc);
   return true;
 #else
   (void)c, (void)m, (void)n, (void)k, (void)x, (void)w, (void)beta, (void)y;
