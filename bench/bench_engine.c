@@ -2,11 +2,14 @@
 // sizes and TP degrees, with the weight bytes read per second as a fraction of this
 // machine's memory bandwidth, measured in the same run: the best of a streaming read
 // (XOR over 1 GiB) and a memcpy (STREAM's copy convention: bytes read + bytes written), each
-// with 1 thread and with one per core. Prints a table and the same rows as Markdown for
+// with 1 thread and with one per core. Decode is measured in --rounds rounds, each timing every
+// batch size once in turn, and reported as the median and the range over the rounds: a shared
+// machine's speed drifts within seconds, and one timing of each batch size (a few hundred
+// milliseconds) put that drift straight into their ratio. Prints the rows as Markdown for
 // docs/benchmarks.md. A benchmark, never a test: nothing here asserts a time.
 //
 // usage: bench_engine [--model PRESET] [--tp-list 1,2] [--batches 1,8,32] [--steps N]
-//                     [--prefill-tokens N] [--threads N] [--weight-dtype f32|int8]
+//                     [--rounds N] [--prefill-tokens N] [--threads N] [--weight-dtype f32|int8]
 #include <getopt.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -181,8 +184,10 @@ static int parse_list(const char *s, int *out, int cap) {
 int main(int argc, char **argv) {
   const char *preset = "llama-small";
   int tps[8] = {1, 2}, n_tp = 2, batches[8] = {1, 8, 32}, n_b = 3, steps = 32, prefill = 512;
+  int rounds = 5;
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"tp-list", 1, 0, 't'},
                                        {"batches", 1, 0, 'b'}, {"steps", 1, 0, 's'},
+                                       {"rounds", 1, 0, 'r'},
                                        {"prefill-tokens", 1, 0, 'p'}, {"threads", 1, 0, 'j'},
                                        {"weight-dtype", 1, 0, 'w'}, {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -193,6 +198,7 @@ int main(int argc, char **argv) {
     case 't': n_tp = parse_list(optarg, tps, 8); break;
     case 'b': n_b = parse_list(optarg, batches, 8); break;
     case 's': steps = atoi(optarg); break;
+    case 'r': rounds = atoi(optarg); break;
     case 'p': prefill = atoi(optarg); break;
     case 'j': g_threads = atoi(optarg); break;
     case 'w':
@@ -203,9 +209,14 @@ int main(int argc, char **argv) {
       break;
     default:
       printf("usage: bench_engine [--model PRESET] [--tp-list 1,2] [--batches 1,8,32] "
-             "[--steps N] [--prefill-tokens N] [--threads N] [--weight-dtype f32|int8]\n");
+             "[--steps N] [--rounds N] [--prefill-tokens N] [--threads N] "
+             "[--weight-dtype f32|int8]\n");
       return c == 'h' ? 0 : 2;
     }
+  }
+  if (rounds < 1 || rounds > 64 || steps < 1 || n_b < 1) {
+    fprintf(stderr, "bench_engine: --rounds must be 1..64, --steps and --batches non-empty\n");
+    return 2;
   }
   model_config m;
   sc_error err = {{0}};
@@ -235,6 +246,8 @@ int main(int argc, char **argv) {
   printf("BLAS alone, one decode step's GEMMs at %d threads: %.2f ms at batch 1, %.2f ms at batch "
          "32: batching can gain at most %.1fx here\n\n",
          cores, g1, g32, 32.0 * g1 / g32);
+  printf("decode: median of %d rounds (range in brackets), %d timed steps per batch per round\n\n",
+         rounds, steps);
   printf("| tp | measure | batch | tokens/s | weight GB/s | of bandwidth | vs batch 1 |\n");
   printf("|---:|---|---:|---:|---:|---:|---:|\n");
   for (int t = 0; t < n_tp; t++) {
@@ -245,15 +258,26 @@ int main(int argc, char **argv) {
     double pf = bench_prefill(&m, tps[t], prefill);
     printf("| %d | prefill (%d-token prompt) | 1 | %.0f | | | |\n", tps[t], prefill, pf);
     fflush(stdout);
-    double base = 0;
-    for (int b = 0; b < n_b; b++) {
-      double tps_ = bench_decode(&m, tps[t], batches[b], steps);
-      double steps_s = tps_ / batches[b], wbw = wbytes * steps_s;
-      if (b == 0) base = tps_;
-      printf("| %d | decode | %d | %.1f | %.2f | %.0f%% | %.1fx |\n", tps[t], batches[b], tps_,
-             wbw / 1e9, 100.0 * wbw / bw, tps_ / base);
-      fflush(stdout);
+    double runs[8][64], ratio[8][64]; // [batch][round]: tokens/s, and over batch 1's round
+    for (int r = 0; r < rounds; r++) {
+      for (int b = 0; b < n_b; b++) runs[b][r] = bench_decode(&m, tps[t], batches[b], steps);
+      for (int b = 0; b < n_b; b++) ratio[b][r] = runs[b][r] / runs[0][r];
+      fprintf(stderr, "bench_engine: tp=%d decode round %d of %d done\n", tps[t], r + 1, rounds);
     }
+    for (int b = 0; b < n_b; b++) {
+      double lo = runs[b][0], hi = lo, rlo = ratio[b][0], rhi = rlo;
+      for (int r = 1; r < rounds; r++) {
+        if (runs[b][r] < lo) lo = runs[b][r];
+        if (runs[b][r] > hi) hi = runs[b][r];
+        if (ratio[b][r] < rlo) rlo = ratio[b][r];
+        if (ratio[b][r] > rhi) rhi = ratio[b][r];
+      }
+      double med = median(runs[b], rounds), wbw = wbytes * med / batches[b];
+      double rmed = median(ratio[b], rounds);
+      printf("| %d | decode | %d | %.1f (%.0f-%.0f) | %.2f | %.0f%% | %.1fx (%.1f-%.1f) |\n",
+             tps[t], batches[b], med, lo, hi, wbw / 1e9, 100.0 * wbw / bw, rmed, rlo, rhi);
+    }
+    fflush(stdout);
   }
   return 0;
 }
