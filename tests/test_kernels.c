@@ -648,6 +648,42 @@ Test(argmax, picks_the_first_largest_and_flags_rows_with_nan_or_inf) {
   device_free(d);
 }
 
+// Long rows go 16 lanes at a time on AVX-512: the first of equal maxima across lanes and past
+// the last full vector, and a NaN or an infinity in the masked tail, must come out as above.
+Test(argmax, long_rows_keep_the_first_maximum_across_lanes_and_tails) {
+  const dev_cpu_isa caps[] = {DEV_CPU_ISA_AVX512, DEV_CPU_ISA_C};
+  for (size_t c = 0; c < 2; c++) {
+    device_cpu_set_isa(caps[c]);
+    device *d = open_cpu();
+    const int m = 5, n = 8195;
+    float *x = dfloats(d, (size_t)m * n), *val = dfloats(d, (size_t)m);
+    int32_t *idx = NULL;
+    cr_assert_eq(dev_alloc(d, (size_t)m * sizeof *idx, (void **)&idx), SC_OK);
+    rng r = {5};
+    fill(&r, x, (size_t)m * n, 1.0f);
+    float *row = x;
+    row[4097] = 7.0f, row[37] = 7.0f, row[8194] = 7.0f; // ties in other lanes: 37 first
+    row = x + n;
+    row[8194] = 2.0f;                                   // in the tail
+    row = x + 2 * (size_t)n;
+    for (int j = 0; j < n; j++) row[j] = -3.0f - (float)(j % 7); // all negative, max at 0
+    row = x + 3 * (size_t)n;
+    row[8193] = NAN;                                     // NaN in the tail
+    row = x + 4 * (size_t)n;
+    row[100] = 5.0f, row[8192] = -INFINITY;              // -inf in the tail
+    cr_assert_eq(dev_argmax(d, m, n, x, idx, val), SC_OK);
+    const int32_t want[5] = {37, 8194, 0, -1, -1};
+    for (int i = 0; i < m; i++)
+      cr_expect_eq(idx[i], want[i], "isa %zu row %d: %d, want %d", c, i, idx[i], want[i]);
+    cr_expect_eq(val[0], 7.0f);
+    cr_expect_eq(val[1], 2.0f);
+    cr_expect_eq(val[2], -3.0f);
+    dev_free(d, x), dev_free(d, val), dev_free(d, idx);
+    device_free(d);
+  }
+  device_cpu_set_isa(DEV_CPU_ISA_AVX512);
+}
+
 Test(device, open_unknown_backend_is_invalid_and_lists_available_ones) {
   device *d = (device *)1;
   sc_error err = {{0}};

@@ -508,6 +508,11 @@ enum {
   F32_OUT_MIN_M = 25, // rows of x from which f32_outer_avx512 runs
   F32_OUT_LANES = 32, // to this many (two vectors)
   F32_OUT_JB = 12,    // weight rows per block (24 accumulators)
+  // Pieces per pool thread: with the 4 of the blocking above, the last piece of a 1536-row
+  // product took about 80 us at 32 rows while the other thread waited (2 threads, a llama-small
+  // step at batch 32: 14.3-16.8 -> 13.3-16.3 ms, four interleaved pairs). A block prefetches the
+  // next rows of the matrix even past its piece: the same thread most often takes the next piece.
+  F32_OUT_CHUNKS_PER_THREAD = 32,
 };
 
 Q8_AVX512 Q8_INLINE void f32_outer_step(const q8_job *jb, const float *const w[F32_OUT_JB],
@@ -601,14 +606,14 @@ Q8_AVX512 static void f32_out_pack(int m, int k, const float *x, float *xt) {
     }
 }
 
-// The weight rows [j0, j1) in blocks of F32_OUT_JB, each prefetching the next.
+// The weight rows [j0, j1) in blocks of F32_OUT_JB, each prefetching the next rows (to n).
 Q8_AVX512 static void f32_outer_avx512(const q8_job *jb, int j0, int j1) {
   const size_t row_bytes = (size_t)jb->k * sizeof(float);
   const uintptr_t base = (uintptr_t)jb->w;
   for (int j = j0; j < j1; j += F32_OUT_JB) {
     int jn = j1 - j < F32_OUT_JB ? j1 - j : F32_OUT_JB;
     uintptr_t pf = base + (size_t)(j + F32_OUT_JB) * row_bytes;
-    int end = j + 2 * F32_OUT_JB < j1 ? j + 2 * F32_OUT_JB : j1;
+    int end = j + 2 * F32_OUT_JB < jb->n ? j + 2 * F32_OUT_JB : jb->n;
     f32_outer_block(jb, j, jn, pf, base + (size_t)end * row_bytes);
   }
 }
@@ -874,13 +879,13 @@ static void q8_chunk(void *arg, int chunk, int chunks) {
 }
 
 // The product by `cols`, which takes weight rows in blocks of `rows`, split over the device's
-// pool when it is large.
-static void q8_split(cpu_ctx *c, const q8_job *jb, q8_cols_fn cols, int rows) {
+// pool when it is large, in up to `per_thread` chunks per pool thread.
+static void q8_split(cpu_ctx *c, const q8_job *jb, q8_cols_fn cols, int rows, int per_thread) {
   q8_par pa = {jb, cols, rows};
   int blocks = (jb->n + rows - 1) / rows;
   cpu_pool *p =
       (size_t)jb->n * (size_t)jb->k >= Q8_PAR_MIN && blocks > 1 ? cpu_pool_get(c) : NULL;
-  int chunks = p ? Q8_CHUNKS_PER_THREAD * (p->n_workers + 1) : 1;
+  int chunks = p ? per_thread * (p->n_workers + 1) : 1;
   pool_run(p, q8_chunk, &pa, chunks < blocks ? chunks : blocks);
 }
 
@@ -961,7 +966,7 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
   }
   if (m > (q8_isa_now() == DEV_CPU_ISA_AVX512 ? Q8_DIRECT_M_AVX512 : Q8_DIRECT_M))
     return q8_gemm_tiles(c, &jb);
-  q8_split(c, &jb, q8_cols(), Q8_JB);
+  q8_split(c, &jb, q8_cols(), Q8_JB, Q8_CHUNKS_PER_THREAD);
   return SC_OK;
 }
 
@@ -989,7 +994,7 @@ static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const fl
   if (m > F32_DIRECT_M || q8_isa_now() != DEV_CPU_ISA_AVX512) return false;
   q8_job jb = {.m = m, .n = n, .k = k, .x = x, .w = w, .beta = beta, .y = y};
   if (m < F32_OUT_MIN_M || m > F32_OUT_LANES) {
-    q8_split(c, &jb, m == 1 ? f32_gemv_avx512 : q8_cols_avx512, Q8_JB);
+    q8_split(c, &jb, m == 1 ? f32_gemv_avx512 : q8_cols_avx512, Q8_JB, Q8_CHUNKS_PER_THREAD);
     return true;
   }
   cpu_scratch sc;
@@ -997,7 +1002,7 @@ static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const fl
   if (!xt) return false; // CBLAS, which needs no scratch
   f32_out_pack(m, k, x, xt);
   jb.xt = xt;
-  q8_split(c, &jb, f32_outer_avx512, F32_OUT_JB);
+  q8_split(c, &jb, f32_outer_avx512, F32_OUT_JB, F32_OUT_CHUNKS_PER_THREAD);
   scratch_put(c, &sc);
   return true;
 #else
@@ -1017,8 +1022,12 @@ static sc_status cpu_rmsnorm(void *ctx, int m, int d, const float *x, const floa
   for (size_t r = 0; r < (size_t)m; r++) {
     const float *xr = x + r * (size_t)d;
     float *yr = y + r * (size_t)d;
-    double ss = 0.0;
-    for (int i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
+    double p[8] = {0}; // 8 partial sums: one chain of d dependent adds took 0.3 ms of a
+    int e = 0;         // llama-small step at batch 32, with the pool's threads waiting
+    for (; e + 8 <= d; e += 8)
+      for (int l = 0; l < 8; l++) p[l] += (double)xr[e + l] * xr[e + l];
+    double ss = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+    for (; e < d; e++) ss += (double)xr[e] * xr[e];
     float inv = (float)(1.0 / sqrt(ss / d + (double)eps));
     for (int i = 0; i < d; i++) yr[i] = xr[i] * inv * w[i];
   }
@@ -1170,20 +1179,65 @@ static sc_status cpu_embedding(void *ctx, int m, int d, const int32_t *ids, cons
 
 // Greedy picks in the device's memory: the first largest value of each row, -1 for a row that
 // holds a NaN or an infinity (one pass: the comparison and the finiteness test both vectorise).
+// The first index of row's largest value, or -1 when the row holds a NaN or an infinity.
+static int32_t argmax_row(const float *row, int n) {
+  int32_t best = 0;
+  int bad = 0;
+  for (int j = 0; j < n; j++) {
+    bad |= !(fabsf(row[j]) <= FLT_MAX); // false for NaN and inf
+    if (row[j] > row[best]) best = j;
+  }
+  return bad ? -1 : best;
+}
+
+#ifdef Q8_X86
+// argmax_row 16 lanes at a time: each lane keeps its first largest value and its index, and
+// the lanes are merged at the end (the largest value, the lowest index among equals), so the
+// result is argmax_row's. The scalar loop, one dependent compare per value, took about 0.15 ms
+// of a batch-32 step over llama-small's 8192-token vocabulary.
+Q8_AVX512 static int32_t argmax_row_avx512(const float *row, int n) {
+  const __m512 lim = _mm512_set1_ps(FLT_MAX);
+  const __m512i step = _mm512_set1_epi32(16);
+  __m512 best = _mm512_set1_ps(-INFINITY);
+  __m512i at = _mm512_set1_epi32(-1), j16 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                               11, 12, 13, 14, 15);
+  __mmask16 bad = 0;
+  for (int j = 0; j < n; j += 16, j16 = _mm512_add_epi32(j16, step)) {
+    __mmask16 mk = q8_mask16(n - j);
+    __m512 v = _mm512_maskz_loadu_ps(mk, row + j);
+    bad |= mk & ~_mm512_cmp_ps_mask(_mm512_abs_ps(v), lim, _CMP_LE_OQ);
+    __mmask16 up = _mm512_mask_cmp_ps_mask(mk, v, best, _CMP_GT_OQ);
+    best = _mm512_mask_mov_ps(best, up, v);
+    at = _mm512_mask_mov_epi32(at, up, j16);
+  }
+  if (bad) return -1;
+  float bv[16];
+  int32_t bi[16];
+  _mm512_storeu_ps(bv, best);
+  _mm512_storeu_si512(bi, at);
+  int32_t r = -1;
+  float rv = -INFINITY;
+  for (int l = 0; l < 16; l++)
+    if (bi[l] >= 0 && (r < 0 || bv[l] > rv || (bv[l] == rv && bi[l] < r))) {
+      r = bi[l];
+      rv = bv[l];
+    }
+  return r;
+}
+#endif
+
 static sc_status cpu_argmax(void *ctx, int m, int n, const float *x, int32_t *idx, float *val) {
   if (m < 0 || n <= 0) return SC_INVALID;
   if (m == 0) return SC_OK;
   if (!x || !idx || !val) return SC_INVALID;
   for (size_t i = 0; i < (size_t)m; i++) {
     const float *row = x + i * (size_t)n;
-    int32_t best = 0;
-    int bad = 0;
-    for (int j = 0; j < n; j++) {
-      bad |= !(fabsf(row[j]) <= FLT_MAX); // false for NaN and inf
-      if (row[j] > row[best]) best = j;
-    }
-    idx[i] = bad ? -1 : best;
-    val[i] = row[best];
+#ifdef Q8_X86
+    idx[i] = q8_isa_now() == DEV_CPU_ISA_AVX512 ? argmax_row_avx512(row, n) : argmax_row(row, n);
+#else
+    idx[i] = argmax_row(row, n);
+#endif
+    val[i] = row[idx[i] < 0 ? 0 : idx[i]];
   }
   return SC_OK;
 }
