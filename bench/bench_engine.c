@@ -65,7 +65,8 @@ static double mem_bandwidth(size_t bytes, int threads, bool read_only) {
     size_t share = bytes / (size_t)threads;
     uint64_t t0 = sc_monotonic_ns();
     for (int i = 0; i < threads; i++) {
-      jobs[i] = (copy_job){read_only ? NULL : b + share * (size_t)i, a + share * (size_t)i, share, 2, 0};
+      jobs[i] = (copy_job){read_only ? NULL : b + share * (size_t)i, a + share * (size_t)i,
+                           share, 2, 0};
       pthread_create(&th[i], NULL, copy_worker, &jobs[i]);
     }
     for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);

@@ -499,9 +499,9 @@ Q8_AVX512 static void f32_gemv_avx512(const q8_job *jb, int j0, int j1) {
 // Against the dot-product blocking above, which reloads x for every 4 weight rows and reduces
 // 16 sums per block, this does two FMAs per broadcast and nothing else, but always for 32 rows.
 // Every linear layer of a llama-small step on one thread of the machine in docs/benchmarks.md:
-// 18.8-21.5 ms at 20 to 32 rows (95 GFLOP/s at 32, of 115 measured with independent FMAs),
-// where the blocking above grows about 0.8 ms a row (18.4-19.8 at 20, 20.4-20.5 at 24,
-// 26.1-27.3 at 32): it wins from about 25 rows. The next block of weight rows is prefetched
+// 18.8-21.5 ms at 20 to 32 rows (98-100 GFLOP/s at 32, of 115 measured with independent
+// FMAs), where the blocking above grows about 0.8 ms a row (18.4-19.8 at 20, 20.4-20.5 at
+// 24, 26.1-27.3 at 32): it wins from about 25 rows. The next block of weight rows is prefetched
 // into L1, one line per weight row per 16 columns (without it, 24.5 ms at 32 rows: the 12 row
 // streams outrun the hardware prefetcher).
 enum {
@@ -979,8 +979,8 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
 // stream from memory once per call, with no packing of them: CBLAS's sgemm re-packs every
 // weight matrix on each call, and at 2-8 rows took 1.5-2x the time of its 1-row sgemv
 // (bench/bench_quant.c); the blocking takes 1.1-1.7x less than sgemm from 2 to 32 rows, and
-// still 1.1-1.5x less from 48 to 128 (every linear layer of a llama-small step on 2 threads, 3 of 4 runs: 16-18 against
-// 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at 256). One row:
+// still 1.1-1.5x less from 48 to 128 (every linear layer of a llama-small step on 2 threads,
+// 3 of 4 runs: 16-18 against 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at 256). One row:
 // f32_gemv_avx512, one weight row at a time (a step's linear layers: 12.6 -> 7.4 ms on one
 // thread, 7.2 -> 4.8 ms on two, against sgemv). More rows (prefill), or no AVX-512: CBLAS.
 enum {
