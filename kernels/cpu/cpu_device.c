@@ -980,9 +980,10 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
 // weight matrix on each call, and at 2-8 rows took 1.5-2x the time of its 1-row sgemv
 // (bench/bench_quant.c); the blocking takes 1.1-1.7x less than sgemm from 2 to 32 rows, and
 // still 1.1-1.5x less from 48 to 128 (every linear layer of a llama-small step on 2 threads,
-// 3 of 4 runs: 16-18 against 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at 256). One row:
-// f32_gemv_avx512, one weight row at a time (a step's linear layers: 12.6 -> 7.4 ms on one
-// thread, 7.2 -> 4.8 ms on two, against sgemv). More rows (prefill), or no AVX-512: CBLAS.
+// 3 of 4 runs: 16-18 against 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at
+// 256). One row: f32_gemv_avx512, one weight row at a time (a step's linear layers: 12.6 ->
+// 7.4 ms on one thread, 7.2 -> 4.8 ms on two, against sgemv). More rows (prefill), or no
+// AVX-512: CBLAS.
 enum {
   F32_DIRECT_M = 128, // rows of x up to which the kernel runs
 };
