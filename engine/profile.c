@@ -217,7 +217,8 @@ static int geometric(int *out, int cap, int lo, int hi, int step) {
 // rows. A backend's kernels change at row counts of their own (the CPU's outer-product f32
 // kernel runs from 25 to 32 rows, the dot-product blocking on either side), and the cost
 // model interpolates linearly between points: with powers of 2 alone, 33 to 63 rows were
-// priced from 32 (outer product) and 64 (blocking), 20-30% under what they take.
+// priced from 32 (outer product) and 64 (blocking), and llama-small's steps that mix a short
+// prefill with decodes came out about 15% under what they took (docs/benchmarks.md).
 static int gemm_rows_grid(int *out, int cap, int hi) {
   int n = 0;
   for (long x = 1; x <= hi && n < cap; x *= 2) {
