@@ -492,6 +492,41 @@ Q8_AVX512 static void f32_gemv_avx512(const q8_job *jb, int j0, int j1) {
   }
 }
 
+// f32 weights, two rows of x (batch-2 decode): y(0:2, j0:j1) the same way, each weight row read
+// to its end before the next, 32 columns at a time into two sums per row of x. The 4-row
+// blocking above reads 4 weight rows at once and fills half its block at 2 rows: every linear
+// layer of a llama-small step, the blocking against this, four interleaved runs: 9.3-11.0 ->
+// 7.3-9.2 ms on one thread, 4.5-6.3 -> 4.4-5.1 ms on two. From 3 rows the blocking is as
+// fast as this way of reading.
+Q8_AVX512 static void f32_rows2_avx512(const q8_job *jb, int j0, int j1) {
+  const int k = jb->k;
+  const float *x0 = jb->x, *x1 = jb->x + k;
+  for (int j = j0; j < j1; j++) {
+    const float *w = jb->w + (size_t)j * (size_t)k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0; // a: row 0 of x, b: row 1
+    int i = 0;
+    for (; i + 32 <= k; i += 32) {
+      __m512 w0 = _mm512_loadu_ps(w + i), w1 = _mm512_loadu_ps(w + i + 16);
+      a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x0 + i), a0);
+      a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x0 + i + 16), a1);
+      b0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x1 + i), b0);
+      b1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x1 + i + 16), b1);
+    }
+    for (; i < k; i += 16) {
+      __mmask16 mk = q8_mask16(k - i);
+      __m512 wv = _mm512_maskz_loadu_ps(mk, w + i);
+      a0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x0 + i), a0);
+      b0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x1 + i), b0);
+    }
+    float v[2] = {_mm512_reduce_add_ps(_mm512_add_ps(a0, a1)),
+                  _mm512_reduce_add_ps(_mm512_add_ps(b0, b1))};
+    for (int r = 0; r < 2; r++) {
+      float *yr = jb->y + (size_t)r * (size_t)jb->n + j;
+      *yr = jb->beta == 0.0f ? v[r] : v[r] + jb->beta * *yr; // beta 0: y is not read
+    }
+  }
+}
+
 // f32 weights, F32_OUT_MIN_M to F32_OUT_LANES rows of x (batched decode): y(:, j0:j1) as
 // outer products. x comes transposed (jb->xt: column i of x is F32_OUT_LANES floats, two
 // vectors, rows past m zero), so each weight is broadcast once and multiplied into both
@@ -982,8 +1017,8 @@ static sc_status cpu_matmul_q8(void *ctx, int m, int n, int k, const float *x, c
 // still 1.1-1.5x less from 48 to 128 (every linear layer of a llama-small step on 2 threads,
 // 3 of 4 runs: 16-18 against 23-30 ms at 48 rows; 40-44 against 45-47 at 128; about even at
 // 256). One row: f32_gemv_avx512, one weight row at a time (a step's linear layers: 12.6 ->
-// 7.4 ms on one thread, 7.2 -> 4.8 ms on two, against sgemv). More rows (prefill), or no
-// AVX-512: CBLAS.
+// 7.4 ms on one thread, 7.2 -> 4.8 ms on two, against sgemv); two rows: f32_rows2_avx512, the
+// same reading. More rows (prefill), or no AVX-512: CBLAS.
 enum {
   F32_DIRECT_M = 128, // rows of x up to which the kernel runs
 };
@@ -995,7 +1030,8 @@ static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const fl
   if (m > F32_DIRECT_M || q8_isa_now() != DEV_CPU_ISA_AVX512) return false;
   q8_job jb = {.m = m, .n = n, .k = k, .x = x, .w = w, .beta = beta, .y = y};
   if (m < F32_OUT_MIN_M || m > F32_OUT_LANES) {
-    q8_split(c, &jb, m == 1 ? f32_gemv_avx512 : q8_cols_avx512, Q8_JB, Q8_CHUNKS_PER_THREAD);
+    q8_cols_fn fn = m == 1 ? f32_gemv_avx512 : m == 2 ? f32_rows2_avx512 : q8_cols_avx512;
+    q8_split(c, &jb, fn, Q8_JB, Q8_CHUNKS_PER_THREAD);
     return true;
   }
   cpu_scratch sc;
