@@ -25,8 +25,8 @@
 // which owns the engine, its thread and how faults act), answers READY or ERROR, then serves:
 // applies what the runner sends (what one read brings with its replica held, so it is admitted
 // together; a SWAP frees the replica and builds one on the new weights), forwards events in
-// batches and a heartbeat every heartbeat_ns, and reports DEAD when its replica dies. The message format is engine/wire.c;
-// what to do with events and when to restart is the runner's.
+// batches and a heartbeat every heartbeat_ns, and reports DEAD when its replica dies. The
+// message format is engine/wire.c; what to do with events and when to restart is the runner's.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

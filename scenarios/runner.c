@@ -296,6 +296,10 @@ bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
                                     .top_p = (float)r->s->workload.top_p,
                                     .seed = r->seed ^ (k * 0x9E3779B97F4A7C15ull)},
                        .stop_at_eos = r->s->workload.stop_at_eos};
+  if (r->holding && !r->held[i]) { // issue_together releases it once the turn's requests are out
+    replica_hold(r->reps[i], true);
+    r->held[i] = true;
+  }
   sc_error e = {{0}};
   if (replica_submit(r->reps[i], k, &er, &e) != SC_OK)
     finish_req(r, k, MT_FAILED, "replica_failed", e.msg, t);
@@ -566,17 +570,20 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
   return d > now ? d : now;
 }
 
-// issue_due with every replica held (replica_hold), so that the requests due at one instant
+// issue_due with each replica it submits to held (replica_hold, from dispatch_req's first
+// submission to it until every due request is out), so that the requests due at one instant
 // (closed-loop users whose requests finished in one step, say) start in one engine step rather
-// than in however many the engine begins while they are submitted one by one.
+// than in however many the engine begins while they are submitted one by one. A turn with
+// nothing due holds nothing.
 static void issue_together(rt *r, uint64_t now) {
-  for (int i = 0; i < r->n_reps; i++) {
-    r->held[i] = !r->busy[i] && r->reps[i];
-    if (r->held[i]) replica_hold(r->reps[i], true);
-  }
+  r->holding = true;
   issue_due(r, now);
+  r->holding = false;
   for (int i = 0; i < r->n_reps; i++)
-    if (r->held[i]) replica_hold(r->reps[i], false);
+    if (r->held[i]) {
+      replica_hold(r->reps[i], false);
+      r->held[i] = false;
+    }
 }
 
 static void interrupt_inflight(rt *r, uint64_t now) {

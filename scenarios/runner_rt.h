@@ -102,7 +102,8 @@ typedef struct rt {
   replica **reps;
   int n_reps;
   bool *eligible;           // (n_reps)
-  bool *held;               // (n_reps) held by issue_together this turn
+  bool *held;               // (n_reps) held by dispatch_req during issue_together's turn
+  bool holding;             // in issue_together: dispatch_req holds what it submits to
   struct pollfd *fds;       // (n_reps) what wait_until sleeps on
   router *rt;
   req_rec *reqs;            // (n_reqs) all requests of the deployment, index = key

@@ -464,67 +464,60 @@ Q8_AVX512 static void q8_cols_avx512(const q8_job *jb, int j0, int j1) {
 }
 #undef Q8_TILE_CASES
 
-// f32 weights, one row of x (batch-1 decode): y(0, j0:j1). Each weight row is read to its end
-// before the next, in four independent sums of 16 lanes, so the weights form one sequential
-// stream, which the hardware prefetcher follows best: on one thread of the machine in
-// docs/benchmarks.md this reads about 15 GB/s where the 4-row blocking above and OpenBLAS's
-// sgemv read 10-12 (a llama-small rank's weights, bench/bench_quant.c).
-Q8_AVX512 static void f32_gemv_avx512(const q8_job *jb, int j0, int j1) {
-  const int k = jb->k;
-  const float *x = jb->x;
+// f32 weights, mr = 1 or 2 rows of x (batch-1 and batch-2 decode; a constant after inlining):
+// y(0:mr, j0:j1). Each weight row is read to its end before the next, 64 columns at a time
+// into four independent sums of 16 lanes (two per row of x at 2 rows), so the weights form one
+// sequential stream, which the hardware prefetcher follows best: on one thread of the machine
+// in docs/benchmarks.md one row reads about 15 GB/s where the 4-row blocking above and
+// OpenBLAS's sgemv read 10-12 (a llama-small rank's weights, bench/bench_quant.c). At 2 rows
+// the blocking fills half its block; every linear layer of a llama-small step, blocking against
+// this, four interleaved runs: 9.3-11.0 -> 7.3-9.2 ms on one thread, 4.5-6.3 -> 4.4-5.1 ms on
+// two. From 3 rows the blocking is as fast as this way of reading.
+Q8_AVX512 Q8_INLINE void f32_rowwise(const int mr, const q8_job *jb, int j0, int j1) {
+  const int k = jb->k, per = 4 / mr; // sums per row of x
   for (int j = j0; j < j1; j++) {
     const float *w = jb->w + (size_t)j * (size_t)k;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 acc[2][4];
+#pragma GCC unroll 2
+    for (int a = 0; a < mr; a++)
+#pragma GCC unroll 4
+      for (int u = 0; u < per; u++) acc[a][u] = _mm512_setzero_ps();
     int i = 0;
-    for (; i + 64 <= k; i += 64) {
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
-      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
-    }
-    for (; i < k; i += 16) {
-      __mmask16 mk = q8_mask16(k - i);
-      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + i), _mm512_maskz_loadu_ps(mk, x + i),
-                           a0);
-    }
-    float v = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    jb->y[j] = jb->beta == 0.0f ? v : v + jb->beta * jb->y[j]; // beta 0: y is not read
-  }
-}
-
-// f32 weights, two rows of x (batch-2 decode): y(0:2, j0:j1) the same way, each weight row read
-// to its end before the next, 32 columns at a time into two sums per row of x. The 4-row
-// blocking above reads 4 weight rows at once and fills half its block at 2 rows: every linear
-// layer of a llama-small step, the blocking against this, four interleaved runs: 9.3-11.0 ->
-// 7.3-9.2 ms on one thread, 4.5-6.3 -> 4.4-5.1 ms on two. From 3 rows the blocking is as
-// fast as this way of reading.
-Q8_AVX512 static void f32_rows2_avx512(const q8_job *jb, int j0, int j1) {
-  const int k = jb->k;
-  const float *x0 = jb->x, *x1 = jb->x + k;
-  for (int j = j0; j < j1; j++) {
-    const float *w = jb->w + (size_t)j * (size_t)k;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0; // a: row 0 of x, b: row 1
-    int i = 0;
-    for (; i + 32 <= k; i += 32) {
-      __m512 w0 = _mm512_loadu_ps(w + i), w1 = _mm512_loadu_ps(w + i + 16);
-      a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x0 + i), a0);
-      a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x0 + i + 16), a1);
-      b0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x1 + i), b0);
-      b1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x1 + i + 16), b1);
+    for (; i + 64 / mr <= k; i += 64 / mr) {
+#pragma GCC unroll 4
+      for (int u = 0; u < per; u++) {
+        __m512 wv = _mm512_loadu_ps(w + i + 16 * u);
+#pragma GCC unroll 2
+        for (int a = 0; a < mr; a++)
+          acc[a][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(jb->x + (size_t)a * k + i + 16 * u),
+                                      acc[a][u]);
+      }
     }
     for (; i < k; i += 16) {
       __mmask16 mk = q8_mask16(k - i);
       __m512 wv = _mm512_maskz_loadu_ps(mk, w + i);
-      a0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x0 + i), a0);
-      b0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x1 + i), b0);
+#pragma GCC unroll 2
+      for (int a = 0; a < mr; a++)
+        acc[a][0] = _mm512_fmadd_ps(
+            wv, _mm512_maskz_loadu_ps(mk, jb->x + (size_t)a * k + i), acc[a][0]);
     }
-    float v[2] = {_mm512_reduce_add_ps(_mm512_add_ps(a0, a1)),
-                  _mm512_reduce_add_ps(_mm512_add_ps(b0, b1))};
-    for (int r = 0; r < 2; r++) {
-      float *yr = jb->y + (size_t)r * (size_t)jb->n + j;
-      *yr = jb->beta == 0.0f ? v[r] : v[r] + jb->beta * *yr; // beta 0: y is not read
+#pragma GCC unroll 2
+    for (int a = 0; a < mr; a++) {
+      __m512 sum = per == 4 ? _mm512_add_ps(_mm512_add_ps(acc[a][0], acc[a][1]),
+                                            _mm512_add_ps(acc[a][2], acc[a][3]))
+                            : _mm512_add_ps(acc[a][0], acc[a][1]);
+      float v = _mm512_reduce_add_ps(sum), *y = jb->y + (size_t)a * (size_t)jb->n + j;
+      *y = jb->beta == 0.0f ? v : v + jb->beta * *y; // beta 0: y is not read
     }
   }
+}
+
+Q8_AVX512 static void f32_gemv_avx512(const q8_job *jb, int j0, int j1) {
+  f32_rowwise(1, jb, j0, j1);
+}
+
+Q8_AVX512 static void f32_rows2_avx512(const q8_job *jb, int j0, int j1) {
+  f32_rowwise(2, jb, j0, j1);
 }
 
 // f32 weights, F32_OUT_MIN_M to F32_OUT_LANES rows of x (batched decode): y(:, j0:j1) as
