@@ -52,7 +52,7 @@ static void usage(FILE *f) {
           "  --description TEXT      its description (default: the CPU model and cores)\n"
           "  -h, --help              this text\n\n"
           "Progress goes to stderr, one line per measured group; a summary to stdout.\n"
-          "The default run (llama-small, tp 1,2) takes about 30 s on 2 cores, --quick a few\n"
+          "The default run (llama-small, tp 1,2) takes about NN s on 2 cores, --quick a few\n"
           "seconds. Run it on an otherwise idle machine: it warns when other processes took\n"
           "CPU time while it measured.\n",
           PROFILE_MAX_TP);
@@ -260,13 +260,20 @@ int cmd_profile(int argc, char **argv) {
   printf("wrote %s (profile '%s', %.1f s)\n", out, back.name, sm.elapsed_s);
   printf("  host: %d cores, %.1f GiB, streaming read %.1f GB/s, fp32 GEMM %.1f GFLOP/s\n",
          sm.host_cores, sm.mem_bytes / (1u << 30), sm.mem_bw / 1e9, sm.flops_fp32 / 1e9);
-  printf("  tables: %d gemm, %d attention, %d allreduce\n", back.sim.n_gemm, back.sim.n_attn,
-         back.sim.n_coll);
+  printf("  tables: %d gemm, %d attention, %d allreduce, %d step_overhead\n", back.sim.n_gemm,
+         back.sim.n_attn, back.sim.n_coll, back.sim.n_overhead);
   printf("  link (all-reduce fit): %.2f GB/s, latency %.1f us\n", sm.link_bw / 1e9,
          sm.link_latency_s * 1e6);
   printf("  step_overhead_s: %.3f ms (tp%d, %d decode steps; executor-only residual %.3f ms)\n",
          sm.step_overhead_s * 1e3, sm.overhead_tp, sm.overhead_steps,
          sm.step_overhead_exec_s * 1e3);
+  for (int i = 0; i < back.sim.n_overhead; i++) {
+    const sim_curve *cv = &back.sim.overhead[i].s;
+    printf("  step_overhead tp%d:", back.sim.overhead[i].tp);
+    for (int j = 0; j < cv->n; j++)
+      printf("%s %.0f: %.2f", j ? "," : "", cv->x[j], cv->y[j] * 1e3);
+    printf(" ms (batch: residual)\n");
+  }
   profile_free(p);
   return CLI_OK;
 }

@@ -136,6 +136,33 @@ static sc_status coll_item(struct fy_node *e, const char *file, void *dst, int i
   return positive_ints(e, file, "allreduce", &c->ranks, names, 1, err);
 }
 
+// A residual may be negative (the op tables price such steps high), never beyond 10 s.
+static sc_status node_residual(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  SC_TRY(read_curve(v, file, "s", dst, err));
+  const sim_curve *c = dst;
+  for (int i = 0; i < c->n; i++)
+    if (!(c->y[i] >= -10 && c->y[i] <= 10)) {
+      char where[300];
+      yaml_map_where(v, file, where, sizeof where);
+      return sc_fail(err, SC_INVALID, "%s: key 's': residuals must be seconds in [-10, 10], got %g",
+                     where, c->y[i]);
+    }
+  return SC_OK;
+}
+
+static sc_status overhead_item(struct fy_node *e, const char *file, void *dst, int i,
+                               sc_error *err) {
+  sim_overhead_table *o = &((sim_hw *)dst)->overhead[i];
+  const yaml_map_field f[] = {
+      {"tp", YAML_MAP_INT, &o->tp, 0, true, NULL, NULL, NULL, NULL},
+      {"s", YAML_MAP_NODE, &o->s, 0, true, NULL, "a list of [rows, seconds] pairs", NULL,
+       node_residual},
+  };
+  SC_TRY(yaml_map_read_node(e, file, f, 2, err));
+  static const char *const names[] = {"tp"};
+  return positive_ints(e, file, "step_overhead", &o->tp, names, 1, err);
+}
+
 static sc_status node_gemm(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_hw *h = dst;
   return each_item(v, file, "gemm", SIM_TABLES_MAX, &h->n_gemm, h, gemm_item, err);
@@ -147,6 +174,10 @@ static sc_status node_attn(struct fy_node *v, void *dst, const char *file, sc_er
 static sc_status node_coll(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_hw *h = dst;
   return each_item(v, file, "allreduce", 8, &h->n_coll, h, coll_item, err);
+}
+static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  sim_hw *h = dst;
+  return each_item(v, file, "step_overhead", 8, &h->n_overhead, h, overhead_item, err);
 }
 
 // --- loading
@@ -228,6 +259,8 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
       {"attention", YAML_MAP_NODE, h, 0, false, NULL,
        "a list of {heads, kv_heads, head_dim, threads, decode, prefill}", NULL, node_attn},
       {"allreduce", YAML_MAP_NODE, h, 0, false, NULL, "a list of {ranks, t}", NULL, node_coll},
+      {"step_overhead", YAML_MAP_NODE, h, 0, false, NULL, "a list of {tp, s}", NULL,
+       node_overhead},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,
                              (int)(sizeof fields / sizeof fields[0]), err));

@@ -40,7 +40,9 @@
 #define PROF_ROTATE_MIN ((size_t)64 << 20) // weight / KV rotation pool: at least 64 MiB
 #define PROF_ROTATE_MAX ((size_t)512 << 20)
 #define PROF_ATTN_SEQS 256                 // decode sequences timed in one call at most
-#define PROF_MAX_STEPS 64                  // decode steps timed per batch size at most
+#define PROF_MAX_STEPS 64                  // decode steps timed per batch size per round at most
+#define PROF_OVERHEAD_ROUNDS_MAX 16        // step-overhead rounds at most
+#define PROF_OVERHEAD_PROMPT 16            // prompt tokens of the step-overhead sequences
 #define PROF_MAX_BATCH 256                 // the cost model prices at most 256 sequences
 
 // One GEMM shape of one rank, and which ops of which TP degrees it stands for.
@@ -64,9 +66,10 @@ struct profile {
   // step-overhead detail, per batch size: medians of the timed decode steps
   int n_batches;
   int batch[PROFILE_MAX_BATCHES];
-  double wall_s[PROFILE_MAX_BATCHES];  // whole engine_step
-  double exec_s[PROFILE_MAX_BATCHES];  // engine_step_info.duration_ns
-  double price_s[PROFILE_MAX_BATCHES]; // the cost model, without step_overhead_s
+  double wall_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES];  // whole engine_step, per TP degree
+  double exec_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES];  // engine_step_info.duration_ns
+  double price_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES]; // the cost model, no step overhead
+  double res_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES];   // median of engine_step - price
 };
 
 // --- small helpers
@@ -280,13 +283,14 @@ static sc_status resolve_options(profile_options *o, sc_error *err) {
       o->ar_bytes[o->n_ar_bytes++] = b;
   }
   if (o->n_batches == 0) {
-    static const int dflt[] = {1, 4, 16, 64}, quick[] = {1, 8};
-    o->n_batches = q ? 2 : 4;
+    static const int dflt[] = {1, 2, 3, 4, 6, 8, 12, 16, 32, 64}, quick[] = {1, 8};
+    o->n_batches = q ? 2 : 10;
     memcpy(o->batches, q ? quick : dflt, sizeof(int) * (size_t)o->n_batches);
   }
   if (o->reps <= 0) o->reps = q ? 3 : 5;
   if (o->min_round_s <= 0) o->min_round_s = q ? 0.002 : 0.01;
-  if (o->decode_steps <= 0) o->decode_steps = q ? 5 : 12;
+  if (o->decode_steps <= 0) o->decode_steps = q ? 5 : 8;
+  if (o->overhead_rounds <= 0) o->overhead_rounds = q ? 1 : 3;
   if (o->bw_bytes == 0) o->bw_bytes = q ? (size_t)64 << 20 : (size_t)256 << 20;
   if (o->square_n <= 0) o->square_n = q ? 1024 : 2048;
   if (!o->name) o->name = "cpu";
@@ -306,9 +310,10 @@ static sc_status resolve_options(profile_options *o, sc_error *err) {
         o->ar_bytes[i] > (double)((size_t)1 << 30))
       return sc_fail(err, SC_INVALID,
                      "profile: all-reduce sizes must be 4 B .. 1 GiB, strictly increasing");
-  if (o->decode_steps > PROF_MAX_STEPS - 1)
-    return sc_fail(err, SC_INVALID, "profile: at most %d decode steps per batch",
-                   PROF_MAX_STEPS - 1);
+  if (o->decode_steps > PROF_MAX_STEPS - 1 || o->overhead_rounds > PROF_OVERHEAD_ROUNDS_MAX)
+    return sc_fail(err, SC_INVALID,
+                   "profile: at most %d decode steps per batch and %d step-overhead rounds",
+                   PROF_MAX_STEPS - 1, PROF_OVERHEAD_ROUNDS_MAX);
   if (o->n_gemm_m < 1 || o->n_ctx < 1 || o->n_prefill < 1 || o->n_ar_bytes < 1 ||
       o->n_batches < 1)
     return sc_fail(err, SC_INVALID, "profile: every grid needs at least one point");
@@ -1072,13 +1077,20 @@ static void fill_sim_view(profile *p) {
 
 // --- step overhead: real decode steps against the cost model
 
-static sc_status measure_overhead(profile *p, sc_error *err) {
+// Decode steps of one engine at TP degree o->tp[ti], at every batch size of the grid, each
+// against the cost model's price of it from this profile (without any step overhead). The
+// batch sizes take turns, o->overhead_rounds times over, so that a slow moment of the machine
+// lands on one round of each rather than on all of one. Fills p's per-batch detail and the
+// residual table of that TP degree (the per-batch medians); for ti == 0 also the scalar
+// step_overhead_s (the median residual over every timed step).
+static sc_status overhead_at(profile *p, int ti, sc_error *err) {
   const profile_options *o = &p->o;
   const model_config *m = &o->model;
   double t0 = now_s();
-  int tp = o->tp[0], max_b = 0;
-  for (int i = 0; i < o->n_batches; i++) max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
-  int prompt = m->max_seq_len / 4 < 64 ? m->max_seq_len / 4 : 64;
+  int tp = o->tp[ti], max_b = 0, nb = o->n_batches, rounds = o->overhead_rounds;
+  for (int i = 0; i < nb; i++) max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
+  int prompt = m->max_seq_len / 4 < PROF_OVERHEAD_PROMPT ? m->max_seq_len / 4
+                                                          : PROF_OVERHEAD_PROMPT;
   if (prompt < 1) prompt = 1;
   int steps = o->decode_steps + 1; // the first decode step is a warm-up
   if (prompt + steps + 1 > m->max_seq_len)
@@ -1104,91 +1116,118 @@ static sc_status measure_overhead(profile *p, sc_error *err) {
 
   sim_hw hw = p->hw.sim;
   hw.step_overhead_s = 0;
+  hw.n_overhead = 0;
   sim_model sm = {.dim = m->dim, .n_layers = m->n_layers, .n_heads = m->n_heads,
                   .n_kv_heads = m->n_kv_heads, .head_dim = m->head_dim, .ffn_dim = m->ffn_dim,
                   .vocab = m->vocab_size, .tied_embeddings = m->tied_embeddings,
                   .weight_dtype = SIM_F32, .act_dtype = SIM_F32};
   sim_layout lay = {.tp = tp, .pp = 1, .first_gpu = 0, .threads = threads, .cluster_ranks = tp};
 
+  // per batch size, `rounds` x PROF_MAX_STEPS slots of each timed step's figures
+  enum { WALL, EXEC, PRICE, RES_WALL, RES_EXEC, N_FIG };
+  size_t per_b = (size_t)rounds * PROF_MAX_STEPS, cells = (size_t)nb * per_b;
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
   sim_seq *seqs = malloc(sizeof(sim_seq) * (size_t)max_b);
-  double *res_wall = malloc(sizeof(double) * (size_t)o->n_batches * PROF_MAX_STEPS);
-  double *res_exec = malloc(sizeof(double) * (size_t)o->n_batches * PROF_MAX_STEPS);
-  sc_status s = ids && seqs && res_wall && res_exec ? SC_OK : SC_OOM;
+  double *fig = malloc(sizeof(double) * cells * N_FIG);
+  int kept[PROFILE_MAX_BATCHES] = {0};
+  sc_status s = ids && seqs && fig ? SC_OK : SC_OOM;
   if (s != SC_OK) sc_fail(err, s, "profile: out of memory for the step-overhead run");
-  int n_res = 0;
-  for (int bi = 0; s == SC_OK && bi < o->n_batches; bi++) {
-    int B = o->batches[bi];
-    for (int r = 0; s == SC_OK && r < B; r++) {
-      for (int j = 0; j < prompt; j++)
-        ids[j] = 3 + (int32_t)(((uint64_t)r * 7919 + (uint64_t)j * 104729 + o->seed) %
-                               (uint64_t)(m->vocab_size > 3 ? m->vocab_size - 3 : 1));
-      engine_request rq = {.prompt = ids, .n_prompt = prompt, .max_tokens = steps + 1,
-                           .sampling = {.temperature = 0, .top_p = 1}};
-      uint64_t id;
-      s = engine_submit(e, &rq, &id, err);
-    }
-    double wall[PROF_MAX_STEPS], exec[PROF_MAX_STEPS], price[PROF_MAX_STEPS];
-    int n_dec = 0, n_kept = 0;
-    while (s == SC_OK && !engine_idle(e)) {
-      engine_step_result res;
-      double a = now_s();
-      s = engine_step(e, &res, err);
-      double w = now_s() - a;
-      if (s != SC_OK) break;
-      const engine_step_info *in = &res.info;
-      if (in->decode_tokens != B || in->prefill_tokens != 0 || in->n_seqs != B) continue;
-      int d = n_dec++;
-      if (d == 0 || n_kept == PROF_MAX_STEPS) continue; // warm-up
-      for (int q = 0; q < B; q++) seqs[q] = (sim_seq){.start = prompt + d, .n = 1, .logits = true};
-      int mb[2] = {0, B};
-      sim_step_cost cost;
-      if (sim_step_price(&hw, &sm, &lay, seqs, B, mb, 1, &cost) != 0) {
-        s = sc_fail(err, SC_INVALID, "profile: the cost model refused a decode step of %d", B);
-        break;
+  for (int rd = 0; s == SC_OK && rd < rounds; rd++)
+    for (int bi = 0; s == SC_OK && bi < nb; bi++) {
+      int B = o->batches[bi];
+      for (int r = 0; s == SC_OK && r < B; r++) {
+        for (int j = 0; j < prompt; j++)
+          ids[j] = 3 + (int32_t)(((uint64_t)r * 7919 + (uint64_t)j * 104729 + o->seed +
+                                  (uint64_t)rd) %
+                                 (uint64_t)(m->vocab_size > 3 ? m->vocab_size - 3 : 1));
+        engine_request rq = {.prompt = ids, .n_prompt = prompt, .max_tokens = steps + 1,
+                             .sampling = {.temperature = 0, .top_p = 1}};
+        uint64_t id;
+        s = engine_submit(e, &rq, &id, err);
       }
-      wall[n_kept] = w;
-      exec[n_kept] = (double)in->duration_ns * 1e-9;
-      price[n_kept] = cost.total_s;
-      res_wall[n_res] = w - cost.total_s;
-      res_exec[n_res] = exec[n_kept] - cost.total_s;
-      n_res++;
-      n_kept++;
+      int n_dec = 0, n_round = 0;
+      while (s == SC_OK && !engine_idle(e)) {
+        engine_step_result rs;
+        double a = now_s();
+        s = engine_step(e, &rs, err);
+        double w = now_s() - a;
+        if (s != SC_OK) break;
+        const engine_step_info *in = &rs.info;
+        if (in->decode_tokens != B || in->prefill_tokens != 0 || in->n_seqs != B) continue;
+        int d = n_dec++;
+        if (d == 0 || n_round == PROF_MAX_STEPS) continue; // warm-up
+        for (int q = 0; q < B; q++)
+          seqs[q] = (sim_seq){.start = prompt + d, .n = 1, .logits = true};
+        int mb[2] = {0, B};
+        sim_step_cost cost;
+        if (sim_step_price(&hw, &sm, &lay, seqs, B, mb, 1, &cost) != 0) {
+          s = sc_fail(err, SC_INVALID, "profile: the cost model refused a decode step of %d",
+                      B);
+          break;
+        }
+        double x = (double)in->duration_ns * 1e-9;
+        size_t at = (size_t)bi * per_b + (size_t)kept[bi]++;
+        fig[WALL * cells + at] = w;
+        fig[EXEC * cells + at] = x;
+        fig[PRICE * cells + at] = cost.total_s;
+        fig[RES_WALL * cells + at] = w - cost.total_s;
+        fig[RES_EXEC * cells + at] = x - cost.total_s;
+        n_round++;
+      }
+      if (s == SC_OK && n_round == 0)
+        s = sc_fail(err, SC_DEVICE, "profile: no decode step of batch %d was timed", B);
     }
-    if (s == SC_OK && n_kept == 0)
-      s = sc_fail(err, SC_DEVICE, "profile: no decode step of batch %d was timed", B);
-    if (s == SC_OK) {
-      p->batch[bi] = B;
-      p->wall_s[bi] = median(wall, n_kept);
-      p->exec_s[bi] = median(exec, n_kept);
-      p->price_s[bi] = median(price, n_kept);
-      p->n_batches = bi + 1;
-    }
-  }
   if (s == SC_OK) {
-    double tmp[PROFILE_MAX_BATCHES * PROF_MAX_STEPS];
-    memcpy(tmp, res_exec, sizeof(double) * (size_t)n_res);
-    p->sum.step_overhead_exec_s = median(tmp, n_res);
-    double ov = median(res_wall, n_res);
-    p->sum.step_overhead_s = ov > 0 ? ov : 0;
-    if (p->sum.step_overhead_s > 10) p->sum.step_overhead_s = 10;
-    p->sum.overhead_tp = tp;
-    p->sum.overhead_steps = n_res;
-    p->hw.sim.step_overhead_s = p->sum.step_overhead_s;
+    sim_overhead_table *tab = &p->hw.sim.overhead[ti];
+    *tab = (sim_overhead_table){.tp = tp, .s = {.n = nb}};
+    double *res = fig + RES_WALL * cells, *rx = fig + RES_EXEC * cells;
+    for (int bi = 0; bi < nb; bi++) {
+      size_t b0 = (size_t)bi * per_b;
+      int k = kept[bi];
+      double r = median(res + b0, k); // (median sorts its slice; each is used once)
+      p->batch[bi] = o->batches[bi];
+      p->wall_s[ti][bi] = median(fig + WALL * cells + b0, k);
+      p->exec_s[ti][bi] = median(fig + EXEC * cells + b0, k);
+      p->price_s[ti][bi] = median(fig + PRICE * cells + b0, k);
+      p->res_s[ti][bi] = r;
+      tab->s.x[bi] = o->batches[bi];
+      tab->s.y[bi] = r < -10 ? -10 : r > 10 ? 10 : r;
+    }
+    p->n_batches = nb;
+    p->hw.sim.n_overhead = ti + 1;
+    // every timed step's residual, gathered to the front of each array
+    int n = 0;
+    for (int bi = 0; bi < nb; bi++)
+      for (int i = 0; i < kept[bi]; i++, n++) {
+        res[n] = res[(size_t)bi * per_b + (size_t)i];
+        rx[n] = rx[(size_t)bi * per_b + (size_t)i];
+      }
+    double ov = median(res, n);
+    if (ti == 0) {
+      p->sum.step_overhead_exec_s = median(rx, n);
+      p->sum.step_overhead_s = ov > 0 ? (ov < 10 ? ov : 10) : 0;
+      p->sum.overhead_tp = tp;
+      p->sum.overhead_steps = n;
+      p->hw.sim.step_overhead_s = p->sum.step_overhead_s;
+    }
     char line[256];
-    int len = snprintf(line, sizeof line, "step overhead: %s tp%d, %d decode steps at batch",
-                       m->name, tp, n_res);
-    for (int i = 0; i < p->n_batches && len > 0 && (size_t)len < sizeof line; i++)
+    int len = snprintf(line, sizeof line,
+                       "step overhead: %s tp%d, %d decode steps in %d rounds at batch", m->name,
+                       tp, n, rounds);
+    for (int i = 0; i < nb && len > 0 && (size_t)len < sizeof line; i++)
       len += snprintf(line + len, sizeof line - (size_t)len, "%s%d", i ? ", " : " ", p->batch[i]);
-    progress(o, "%s; median residual %.3f ms [%.1f s]", line, p->sum.step_overhead_s * 1e3,
-             now_s() - t0);
+    progress(o, "%s; median residual %.3f ms [%.1f s]", line, ov * 1e3, now_s() - t0);
   }
   free(ids);
   free(seqs);
-  free(res_wall);
-  free(res_exec);
+  free(fig);
   engine_free(e);
   return s;
+}
+
+static sc_status measure_overhead(profile *p, sc_error *err) {
+  for (int ti = 0; ti < p->o.n_tp; ti++) SC_TRY(overhead_at(p, ti, err));
+  return SC_OK;
 }
 
 // --- the machine
@@ -1385,16 +1424,21 @@ static void write_header(const profile *p, FILE *f) {
           o->tp[0], th[0], p->coll_fit);
   fprintf(f,
           "#   step_overhead_s: per engine step, beyond the ops the cost model prices: the\n"
-          "#     median over %d decode steps of %s at tp%d (random weights) of the whole\n"
-          "#     engine_step wall time (scheduling, executor, sampling) minus the cost model's\n"
-          "#     price of that step from this profile. Per batch, medians in ms:\n",
-          s->overhead_steps, m->name, s->overhead_tp);
-  for (int i = 0; i < p->n_batches; i++)
-    fprintf(f, "#       batch %3d: engine_step %.3f, executor %.3f, priced %.3f\n", p->batch[i],
-            p->wall_s[i] * 1e3, p->exec_s[i] * 1e3, p->price_s[i] * 1e3);
-  fprintf(f,
-          "#     (executor = engine_step_info.duration_ns: scheduling + executor, no sampling;\n"
-          "#     its median residual is %.3f ms.)\n", s->step_overhead_exec_s * 1e3);
+          "#     median over %d decode steps of %s at tp%d (random weights, %d rounds) of\n"
+          "#     the whole engine_step wall time (scheduling, executor, sampling) minus the cost\n"
+          "#     model's price of that step from this profile (executor-only: %.3f ms). The\n"
+          "#     step_overhead tables at the end hold that residual per TP degree and batch (the\n"
+          "#     median per batch; the batch sizes take turns each round); a replica of that\n"
+          "#     TP degree alone on the host is priced with them instead. Medians in ms\n"
+          "#     (engine_step / executor = engine_step_info.duration_ns, no sampling / priced,\n"
+          "#     and the residual):\n",
+          s->overhead_steps, m->name, s->overhead_tp, o->overhead_rounds,
+          s->step_overhead_exec_s * 1e3);
+  for (int t = 0; t < p->hw.sim.n_overhead; t++)
+    for (int i = 0; i < p->n_batches; i++)
+      fprintf(f, "#       tp%d batch %3d: %.3f / %.3f / %.3f, residual %.3f\n", o->tp[t],
+              p->batch[i], p->wall_s[t][i] * 1e3, p->exec_s[t][i] * 1e3,
+              p->price_s[t][i] * 1e3, p->res_s[t][i] * 1e3);
   fprintf(f,
           "# gemm: seconds vs rows m of y(m x n) = x(m x k) . w(n x k)^T through a device at\n"
           "#   `threads` threads, for every GEMM one rank of each TP degree runs (q|k|v and\n"
@@ -1455,6 +1499,11 @@ sc_status profile_write(const profile *p, FILE *f, sc_error *err) {
     const sim_coll_table *c = &s->coll[i];
     fprintf(f, "  - ranks: %d\n    t: ", c->ranks);
     write_pairs(f, &c->allreduce, 7, "");
+  }
+  fprintf(f, "step_overhead:\n");
+  for (int i = 0; i < s->n_overhead; i++) {
+    fprintf(f, "  - tp: %d\n    s: ", s->overhead[i].tp);
+    write_pairs(f, &s->overhead[i].s, 7, "");
   }
   if (fflush(f) != 0 || ferror(f))
     return sc_fail(err, SC_IO, "profile: writing the profile failed: %s", strerror(errno));

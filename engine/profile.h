@@ -21,7 +21,7 @@
 #include "kernels/status.h"
 
 #define PROFILE_MAX_TP 8     // TP degrees in one profile (the attention and all-reduce tables)
-#define PROFILE_MAX_BATCHES 8 // decode batch sizes of the step-overhead fit
+#define PROFILE_MAX_BATCHES 12 // decode batch sizes of the step-overhead tables
 
 // What to measure and how long to spend on it. Start from profile_options_defaults, set the
 // model and the TP degrees, then override what you need; a grid left at n == 0 gets the
@@ -51,7 +51,8 @@ typedef struct profile_options {
 
   int reps;            // timed rounds per point (the median is kept); 0: default
   double min_round_s;  // a round repeats the op until it has run at least this long; 0: default
-  int decode_steps;    // decode steps timed per batch size; 0: default
+  int decode_steps;    // decode steps timed per batch size per round; 0: default
+  int overhead_rounds; // rounds of the step-overhead run (every batch size once each); 0: default
   size_t bw_bytes;     // buffer of the streaming-read test; 0: default
   int square_n;        // size of the square GEMM behind flops_fp32; 0: default
 

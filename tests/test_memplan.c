@@ -235,6 +235,35 @@ Test(hardware, a_profile_path_loads) {
   cr_assert_eq(hw.gpus_per_node, 8);
 }
 
+Test(hardware, step_overhead_tables_load_and_bad_ones_are_refused) {
+  char text[1200];
+  hw_profile hw;
+  sc_error err = {{0}};
+  snprintf(text, sizeof text,
+           "%sstep_overhead:\n  - {tp: 1, s: [[1, 0.001], [4, -0.0005]]}\n"
+           "  - {tp: 2, s: [[1, 0.002]]}\n", good_profile);
+  cr_assert_eq(hw_profile_load(write_yaml("overhead", text), &hw, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(hw.sim.n_overhead, 2);
+  cr_expect_eq(hw.sim.overhead[0].tp, 1);
+  cr_expect_eq(hw.sim.overhead[0].s.n, 2);
+  cr_expect_float_eq(hw.sim.overhead[0].s.y[1], -0.0005, 1e-12, "a negative residual loads");
+  cr_expect_eq(hw.sim.overhead[1].tp, 2);
+
+  snprintf(text, sizeof text, "%sstep_overhead:\n  - {tp: 1, s: [[1, 0.001], [4, -20]]}\n",
+           good_profile);
+  cr_assert_eq(hw_profile_load(write_yaml("overhead-big", text), &hw, &err), SC_INVALID);
+  cr_assert(strstr(err.msg, "residuals must be seconds in [-10, 10], got -20"), "%s", err.msg);
+
+  snprintf(text, sizeof text, "%sstep_overhead:\n  - {tp: 0, s: [[1, 0.001]]}\n", good_profile);
+  cr_assert_eq(hw_profile_load(write_yaml("overhead-tp", text), &hw, &err), SC_INVALID);
+  cr_assert(strstr(err.msg, "key 'tp' must be at least 1, got 0"), "%s", err.msg);
+
+  snprintf(text, sizeof text, "%sstep_overhead:\n  - {tp: 1, s: [[4, 0.001], [2, 0.001]]}\n",
+           good_profile);
+  cr_assert_eq(hw_profile_load(write_yaml("overhead-order", text), &hw, &err), SC_INVALID);
+  cr_assert(strstr(err.msg, "strictly increasing"), "%s", err.msg);
+}
+
 Test(hardware, unknown_key_is_invalid_with_file_line_col_and_key) {
   char text[1024];
   snprintf(text, sizeof text, "%s  \nmemory_clock: 2619\n", good_profile); // line 13

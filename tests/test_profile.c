@@ -149,6 +149,19 @@ Test(profile, written_file_loads_back_with_gemm_and_attention_tables_for_every_t
   cr_expect(close_rel(h.flops_fp32, mine->flops_fp32));
   cr_expect(close_rel(h.link_bw, mine->link_bw));
   cr_expect(close_rel(h.sim.step_overhead_s, mine->sim.step_overhead_s));
+  // a step-overhead table per TP degree, at the batch grid, as measured
+  cr_assert_eq(h.sim.n_overhead, 3);
+  for (int i = 0; i < 3; i++) {
+    const sim_overhead_table *t = &h.sim.overhead[i];
+    cr_expect_eq(t->tp, tp[i]);
+    cr_assert_eq(t->s.n, 2);
+    cr_expect_eq(t->s.x[0], 1);
+    cr_expect_eq(t->s.x[1], 4);
+    for (int j = 0; j < 2; j++) {
+      cr_expect(t->s.y[j] >= -10 && t->s.y[j] <= 10, "tp%d residual %g s", tp[i], t->s.y[j]);
+      cr_expect(close_rel(t->s.y[j], mine->sim.overhead[i].s.y[j]));
+    }
+  }
   cr_expect_eq(h.sim.n_gemm, mine->sim.n_gemm);
   for (int i = 0; i < h.sim.n_gemm; i++)
     for (int j = 0; j < h.sim.gemm[i].t.n; j++)

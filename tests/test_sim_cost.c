@@ -396,6 +396,63 @@ Test(sim_cost, cpu_profile_oversubscription_multiplies_every_op) {
   assert_near(sim_gemm_s(&hw, &fits, 16, 1024, 1024, SIM_F32, SIM_F32), g, 1e-12, "threads 1");
 }
 
+Test(sim_cost, curve_lin_is_linear_in_x_and_flat_beyond_the_ends) {
+  sim_curve c = {.n = 3, .x = {1, 4, 16}, .y = {1e-3, -5e-4, 2e-3}};
+  assert_near(sim_curve_lin(&c, 2, 9), 5e-4, 1e-12, "a third of the way from 1 to 4");
+  assert_near(sim_curve_lin(&c, 10, 9), 7.5e-4, 1e-12, "half way from 4 to 16");
+  cr_assert_eq(sim_curve_lin(&c, 0.5, 9), 1e-3);
+  cr_assert_eq(sim_curve_lin(&c, 64, 9), 2e-3);
+  sim_curve none = {0};
+  cr_assert_eq(sim_curve_lin(&none, 3, 9), 9);
+}
+
+// The measured residual of a TP degree prices a replica of it alone on the host, by the rows
+// of the step; anything else keeps step_overhead_s.
+Test(sim_cost, step_overhead_table_prices_its_tp_degree_by_rows_alone_on_the_host) {
+  sim_hw hw = load_hw("cpu");
+  hw.host_cores = 2;
+  hw.step_overhead_s = 7e-3;
+  hw.overhead[0] = (sim_overhead_table){.tp = 1, .s = {.n = 3, .x = {1, 4, 16},
+                                                       .y = {1e-3, -5e-4, 2e-3}}};
+  hw.n_overhead = 1;
+  sim_model m = load_model("llama-small", SC_F32);
+  sim_layout alone = {.tp = 1, .pp = 1, .threads = 2, .cluster_ranks = 1};
+  sim_layout dp2 = {.tp = 1, .pp = 1, .threads = 1, .cluster_ranks = 2};
+  sim_layout tp2 = {.tp = 2, .pp = 1, .threads = 1, .cluster_ranks = 2};
+  sim_seq s[64];
+  const struct {
+    int n;
+    double residual;
+  } want[] = {{1, 1e-3}, {2, 5e-4}, {4, -5e-4}, {10, 7.5e-4}, {64, 2e-3}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    decode_batch(s, want[i].n, 20);
+    sim_hw bare = hw;
+    bare.n_overhead = 0;
+    bare.step_overhead_s = 0;
+    double ops = price(&bare, &m, &alone, s, want[i].n).total_s;
+    sim_step_cost c = price(&hw, &m, &alone, s, want[i].n);
+    assert_near(c.total_s, ops + want[i].residual, 1e-9, "tp1 alone");
+    assert_near(c.compute_s + c.comm_s + c.overhead_s, c.total_s, 1e-9, "breakdown");
+    // a replica sharing the host, or a TP degree without a table: the scalar
+    double ops_dp = price(&bare, &m, &dp2, s, want[i].n).total_s;
+    assert_near(price(&hw, &m, &dp2, s, want[i].n).total_s, ops_dp + 7e-3, 1e-9, "dp2");
+    double ops_tp = price(&bare, &m, &tp2, s, want[i].n).total_s;
+    assert_near(price(&hw, &m, &tp2, s, want[i].n).total_s, ops_tp + 7e-3, 1e-9, "tp2");
+  }
+  // a prefill chunk counts its tokens as rows
+  sim_seq chunk = {.start = 0, .n = 10, .logits = true};
+  sim_hw bare = hw;
+  bare.n_overhead = 0;
+  bare.step_overhead_s = 0;
+  assert_near(price(&hw, &m, &alone, &chunk, 1).total_s,
+              price(&bare, &m, &alone, &chunk, 1).total_s + 7.5e-4, 1e-9, "10-token chunk");
+  // a residual larger than the ops themselves takes at most half of them
+  hw.overhead[0].s.y[0] = -10;
+  decode_batch(s, 1, 20);
+  double ops = price(&bare, &m, &alone, s, 1).total_s;
+  assert_near(price(&hw, &m, &alone, s, 1).total_s, 0.5 * ops, 1e-9, "floor");
+}
+
 // --- 8. invalid arguments
 
 Test(sim_cost, invalid_arguments_return_minus_one) {

@@ -19,6 +19,7 @@
 #define SIM_MAX_MB 64    // most micro-batches in one priced step
 #define SIM_ATTN_MAX (int)(sizeof((sim_hw *)0)->attn / sizeof((sim_hw *)0)->attn[0])
 #define SIM_COLL_MAX (int)(sizeof((sim_hw *)0)->coll / sizeof((sim_hw *)0)->coll[0])
+#define SIM_OVERHEAD_MAX (int)(sizeof((sim_hw *)0)->overhead / sizeof((sim_hw *)0)->overhead[0])
 #define QUANT_GROUP 128 // int4: one bf16 scale per group of this many inputs (as memplan.c)
 
 // --- curves
@@ -46,6 +47,17 @@ double sim_curve_time(const sim_curve *c, double x) {
   while (c->x[i] < x) i++;
   double f = log(x / c->x[i - 1]) / log(c->x[i] / c->x[i - 1]);
   return exp(log(c->y[i - 1]) + f * (log(c->y[i]) - log(c->y[i - 1])));
+}
+
+double sim_curve_lin(const sim_curve *c, double x, double dflt) {
+  if (!c || c->n <= 0) return dflt;
+  int last = curve_n(c) - 1;
+  if (!(x > c->x[0])) return c->y[0];
+  if (x >= c->x[last]) return c->y[last];
+  int i = 1;
+  while (c->x[i] < x) i++;
+  double f = (x - c->x[i - 1]) / (c->x[i] - c->x[i - 1]);
+  return c->y[i - 1] + f * (c->y[i] - c->y[i - 1]);
 }
 
 // --- dtypes and the device's rates
@@ -357,6 +369,21 @@ typedef struct cell {
   double end, busy, launch, comm;
 } cell;
 
+// The per-step overhead of layout l for a step of `rows` rows whose ops take `ops_s`: the measured
+// residual of its TP degree when the replica has the host to itself (a negative residual, where
+// the op tables price such steps high, takes at most half of ops_s), else step_overhead_s.
+static double step_overhead(const sim_hw *hw, const sim_layout *l, int rows, double ops_s) {
+  int ranks = l->cluster_ranks > 0 ? l->cluster_ranks : l->tp * l->pp;
+  int n_ov = hw->n_overhead < SIM_OVERHEAD_MAX ? hw->n_overhead : SIM_OVERHEAD_MAX;
+  if (l->pp == 1 && ranks == l->tp)
+    for (int i = 0; i < n_ov; i++)
+      if (hw->overhead[i].tp == l->tp) {
+        double r = sim_curve_lin(&hw->overhead[i].s, rows, 0);
+        return r < -0.5 * ops_s ? -0.5 * ops_s : r;
+      }
+  return hw->step_overhead_s;
+}
+
 int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, const sim_seq *seqs,
                    int n, const int *mb_first, int n_mb, sim_step_cost *out) {
   if (!hw_ok(hw) || !m || !l || !seqs || !out) return -1;
@@ -403,11 +430,14 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
     for (int j = 0; j < n_mb; j++) prev[j] = cur[j];
   }
   cell last = prev[n_mb - 1];
+  int rows = 0;
+  for (int i = 0; i < n; i++) rows += seqs[i].n;
+  double ov = step_overhead(hw, l, rows, last.end);
   *out = (sim_step_cost){
-      .total_s = last.end + hw->step_overhead_s,
+      .total_s = last.end + ov,
       .compute_s = last.busy,
       .comm_s = last.comm,
-      .overhead_s = last.launch + hw->step_overhead_s,
+      .overhead_s = last.launch + ov,
       .bubble_frac = pp > 1 && last.end > 0 ? 1 - busy_sum / (pp * last.end) : 0,
       .n_microbatches = n_mb,
   };

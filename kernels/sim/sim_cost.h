@@ -38,6 +38,8 @@ double sim_curve_eff(const sim_curve *c, double x, double dflt);
 // time grows in proportion to x (t_last * x / x_last), below the first it stays t_first.
 // Negative when the curve is absent.
 double sim_curve_time(const sim_curve *c, double x);
+// y at x, linear between points, the end values beyond the ends; `dflt` when absent.
+double sim_curve_lin(const sim_curve *c, double x, double dflt);
 
 typedef struct sim_link {
   char name[32];    // "nvlink4", "pcie4", "ib-ndr", ...
@@ -63,6 +65,13 @@ typedef struct sim_attn_table {
   sim_curve decode;  // x: context length (tokens in the KV cache), y: seconds for one token
   sim_curve prefill; // x: prompt tokens from position 0, y: seconds for all of them
 } sim_attn_table;
+
+// A measured per-step residual of one replica of `tp` ranks alone on the host: a whole engine
+// decode step minus the cost model's price of it from the same profile, vs the step's rows.
+typedef struct sim_overhead_table {
+  int tp;
+  sim_curve s; // x: rows in the step (sequences of a decode step), y: seconds (may be < 0)
+} sim_overhead_table;
 
 // A measured all-reduce over `ranks` ranks.
 typedef struct sim_coll_table {
@@ -92,6 +101,10 @@ typedef struct sim_hw {
   int n_attn;
   sim_coll_table coll[8];
   int n_coll;
+  // per-step residuals by TP degree; one matching the layout (same tp, the replica alone on
+  // the host) replaces step_overhead_s for that layout
+  sim_overhead_table overhead[8];
+  int n_overhead;
 } sim_hw;
 
 // Dtype codes the cost model knows (the engine's sc_dtype maps onto them).
@@ -126,7 +139,7 @@ typedef struct sim_step_cost {
   double total_s;      // start of the step to the last stage's end (what the clock advances)
   double compute_s;    // summed over the ops of one rank of each stage (stage 0 .. pp-1)
   double comm_s;       // collectives and PP transfers on the critical path
-  double overhead_s;   // step_overhead_s + launches
+  double overhead_s;   // the step overhead (step_overhead_s or its table) + launches
   double bubble_frac;  // pp > 1: idle fraction of the stages between the step's start and end
   int n_microbatches;
 } sim_step_cost;
