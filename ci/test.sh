@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What CI runs (.ci/run) and what the README shows: set-up, a warnings-as-errors build with
 # every test, the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
-# threaded tests (communicator, engine, the runner's end-to-end runs) under ThreadSanitizer.
+# threaded tests (communicator, engine, profile, the runner's end-to-end runs) under
+# ThreadSanitizer.
 #
 # Criterion does not fail a test on a LeakSanitizer report or on a TSan report without
 # halt_on_error, so sanitizer logs are also searched for reports.
@@ -46,7 +47,7 @@ ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
-TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant)$'
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant|profile)$'
 # The runner's threads (replicas, recorder) under TSan: the short end-to-end runs; the binary
 # they start inherits TSAN_OPTIONS, and a report makes the test fail.
 echo "== tsan: end-to-end runs"

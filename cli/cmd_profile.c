@@ -34,7 +34,8 @@ static void usage(FILE *f) {
           "rank of each TP degree runs, at cores/tp threads and at 1 thread; attention time\n"
           "(decode vs context, prefill vs prompt length); all-reduce time vs message size\n"
           "between ranks as threads, and the link figures fitted to it; and the per-step\n"
-          "overhead: real decode steps of the model minus the cost model's price for them.\n"
+          "overhead: real decode steps of the model minus the cost model's price for them,\n"
+          "per batch size, for each TP degree alone and for tp x replicas side by side.\n"
           "Use the file with `hardware: {profile: FILE.yaml}` in a scenario. Format and\n"
           "method: docs/profile.md.\n\n"
           "  --backend B             the device to measure: cpu (required). cuda is refused\n"
@@ -52,7 +53,7 @@ static void usage(FILE *f) {
           "  --description TEXT      its description (default: the CPU model and cores)\n"
           "  -h, --help              this text\n\n"
           "Progress goes to stderr, one line per measured group; a summary to stdout.\n"
-          "The default run (llama-small, tp 1,2) takes about NN s on 2 cores, --quick a few\n"
+          "The default run (llama-small, tp 1,2) takes about 65 s on 2 cores, --quick a few\n"
           "seconds. Run it on an otherwise idle machine: it warns when other processes took\n"
           "CPU time while it measured.\n",
           PROFILE_MAX_TP);
@@ -269,7 +270,9 @@ int cmd_profile(int argc, char **argv) {
          sm.step_overhead_exec_s * 1e3);
   for (int i = 0; i < back.sim.n_overhead; i++) {
     const sim_curve *cv = &back.sim.overhead[i].s;
-    printf("  step_overhead tp%d:", back.sim.overhead[i].tp);
+    printf("  step_overhead tp%d", back.sim.overhead[i].tp);
+    if (back.sim.overhead[i].replicas > 1) printf(" x %d replicas", back.sim.overhead[i].replicas);
+    printf(":");
     for (int j = 0; j < cv->n; j++)
       printf("%s %.0f: %.2f", j ? "," : "", cv->x[j], cv->y[j] * 1e3);
     printf(" ms (batch: residual)\n");

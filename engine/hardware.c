@@ -155,12 +155,14 @@ static sc_status overhead_item(struct fy_node *e, const char *file, void *dst, i
   sim_overhead_table *o = &((sim_hw *)dst)->overhead[i];
   const yaml_map_field f[] = {
       {"tp", YAML_MAP_INT, &o->tp, 0, true, NULL, NULL, NULL, NULL},
+      {"replicas", YAML_MAP_INT, &o->replicas, 0, false, NULL, NULL, NULL, NULL},
       {"s", YAML_MAP_NODE, &o->s, 0, true, NULL, "a list of [rows, seconds] pairs", NULL,
        node_residual},
   };
-  SC_TRY(yaml_map_read_node(e, file, f, 2, err));
-  static const char *const names[] = {"tp"};
-  return positive_ints(e, file, "step_overhead", &o->tp, names, 1, err);
+  o->replicas = 1;
+  SC_TRY(yaml_map_read_node(e, file, f, 3, err));
+  static const char *const names[] = {"tp", "replicas"};
+  return positive_ints(e, file, "step_overhead", (int[]){o->tp, o->replicas}, names, 2, err);
 }
 
 static sc_status node_gemm(struct fy_node *v, void *dst, const char *file, sc_error *err) {
@@ -177,7 +179,8 @@ static sc_status node_coll(struct fy_node *v, void *dst, const char *file, sc_er
 }
 static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_hw *h = dst;
-  return each_item(v, file, "step_overhead", 8, &h->n_overhead, h, overhead_item, err);
+  return each_item(v, file, "step_overhead", SIM_OVERHEAD_TABLES, &h->n_overhead, h,
+                   overhead_item, err);
 }
 
 // --- loading
@@ -259,7 +262,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
       {"attention", YAML_MAP_NODE, h, 0, false, NULL,
        "a list of {heads, kv_heads, head_dim, threads, decode, prefill}", NULL, node_attn},
       {"allreduce", YAML_MAP_NODE, h, 0, false, NULL, "a list of {ranks, t}", NULL, node_coll},
-      {"step_overhead", YAML_MAP_NODE, h, 0, false, NULL, "a list of {tp, s}", NULL,
+      {"step_overhead", YAML_MAP_NODE, h, 0, false, NULL, "a list of {tp, replicas, s}", NULL,
        node_overhead},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,

@@ -43,6 +43,7 @@
 #define PROF_MAX_STEPS 64                  // decode steps timed per batch size per round at most
 #define PROF_OVERHEAD_ROUNDS_MAX 16        // step-overhead rounds at most
 #define PROF_OVERHEAD_PROMPT 16            // prompt tokens of the step-overhead sequences
+#define PROF_OVERHEAD_REPLICAS_MAX 8       // replicas side by side in the step-overhead run
 #define PROF_MAX_BATCH 256                 // the cost model prices at most 256 sequences
 
 // One GEMM shape of one rank, and which ops of which TP degrees it stands for.
@@ -66,10 +67,11 @@ struct profile {
   // step-overhead detail, per batch size: medians of the timed decode steps
   int n_batches;
   int batch[PROFILE_MAX_BATCHES];
-  double wall_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES];  // whole engine_step, per TP degree
-  double exec_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES];  // engine_step_info.duration_ns
-  double price_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES]; // the cost model, no step overhead
-  double res_s[PROFILE_MAX_TP][PROFILE_MAX_BATCHES];   // median of engine_step - price
+  // per step_overhead table (hw.sim.overhead[i]), per batch size
+  double wall_s[SIM_OVERHEAD_TABLES][PROFILE_MAX_BATCHES];  // whole engine_step
+  double exec_s[SIM_OVERHEAD_TABLES][PROFILE_MAX_BATCHES];  // engine_step_info.duration_ns
+  double price_s[SIM_OVERHEAD_TABLES][PROFILE_MAX_BATCHES]; // the cost model, no overhead
+  double res_s[SIM_OVERHEAD_TABLES][PROFILE_MAX_BATCHES];   // median of engine_step - price
 };
 
 // --- small helpers
@@ -1077,17 +1079,140 @@ static void fill_sim_view(profile *p) {
 
 // --- step overhead: real decode steps against the cost model
 
-// Decode steps of one engine at TP degree o->tp[ti], at every batch size of the grid, each
-// against the cost model's price of it from this profile (without any step overhead). The
-// batch sizes take turns, o->overhead_rounds times over, so that a slow moment of the machine
-// lands on one round of each rather than on all of one. Fills p's per-batch detail and the
-// residual table of that TP degree (the per-batch medians); for ti == 0 also the scalar
-// step_overhead_s (the median residual over every timed step).
-static sc_status overhead_at(profile *p, int ti, sc_error *err) {
+// The replicas of a step-overhead run start each (round, batch size) together. Once aborted
+// (a replica failed, or one could not start), waiting returns at once.
+typedef struct ov_turn {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int parties, waiting;
+  unsigned gen;
+  bool aborted;
+} ov_turn;
+
+static void ov_turn_wait(ov_turn *t) {
+  pthread_mutex_lock(&t->mu);
+  unsigned gen = t->gen;
+  if (!t->aborted && ++t->waiting == t->parties) {
+    t->waiting = 0;
+    t->gen++;
+    pthread_cond_broadcast(&t->cv);
+  }
+  while (!t->aborted && gen == t->gen) pthread_cond_wait(&t->cv, &t->mu);
+  pthread_mutex_unlock(&t->mu);
+}
+
+static void ov_turn_abort(ov_turn *t) {
+  pthread_mutex_lock(&t->mu);
+  t->aborted = true;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+}
+
+static bool ov_turn_aborted(ov_turn *t) {
+  pthread_mutex_lock(&t->mu);
+  bool a = t->aborted;
+  pthread_mutex_unlock(&t->mu);
+  return a;
+}
+
+// One replica of the step-overhead run: its engine, and every timed step's figures per batch
+// size (`rounds` x PROF_MAX_STEPS slots each).
+enum { OV_WALL, OV_EXEC, OV_PRICE, OV_RES, OV_RES_EXEC, OV_FIGS };
+typedef struct ov_replica {
+  const profile_options *o;
+  const sim_hw *hw;
+  const sim_model *sm;
+  sim_layout lay;
+  engine *e;
+  int prompt, steps, index;
+  size_t per_b, cells;
+  double *fig; // OV_FIGS x cells
+  int kept[PROFILE_MAX_BATCHES];
+  ov_turn *turn;
+  sc_status s;
+  sc_error err;
+  pthread_t th;
+} ov_replica;
+
+// Runs every round of every batch size on r's engine, waiting at r->turn before each.
+static void *ov_replica_main(void *arg) {
+  ov_replica *r = arg;
+  const profile_options *o = r->o;
+  const model_config *m = &o->model;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)r->prompt);
+  sim_seq *seqs = malloc(sizeof(sim_seq) * PROF_MAX_BATCH);
+  if (!ids || !seqs) r->s = sc_fail(&r->err, SC_OOM, "profile: out of memory for the step run");
+  for (int rd = 0; rd < o->overhead_rounds; rd++)
+    for (int bi = 0; bi < o->n_batches; bi++) {
+      ov_turn_wait(r->turn);
+      if (r->s != SC_OK || ov_turn_aborted(r->turn)) continue;
+      int B = o->batches[bi];
+      sc_status s = SC_OK;
+      for (int q = 0; s == SC_OK && q < B; q++) {
+        for (int j = 0; j < r->prompt; j++)
+          ids[j] = 3 + (int32_t)(((uint64_t)q * 7919 + (uint64_t)j * 104729 + o->seed +
+                                  (uint64_t)rd + (uint64_t)r->index * 31) %
+                                 (uint64_t)(m->vocab_size > 3 ? m->vocab_size - 3 : 1));
+        engine_request rq = {.prompt = ids, .n_prompt = r->prompt, .max_tokens = r->steps + 1,
+                             .sampling = {.temperature = 0, .top_p = 1}};
+        uint64_t id;
+        s = engine_submit(r->e, &rq, &id, &r->err);
+      }
+      int n_dec = 0, n_round = 0;
+      while (s == SC_OK && !engine_idle(r->e)) {
+        engine_step_result rs;
+        double a = now_s();
+        s = engine_step(r->e, &rs, &r->err);
+        double w = now_s() - a;
+        if (s != SC_OK) break;
+        const engine_step_info *in = &rs.info;
+        if (in->decode_tokens != B || in->prefill_tokens != 0 || in->n_seqs != B) continue;
+        int d = n_dec++;
+        if (d == 0 || n_round == PROF_MAX_STEPS) continue; // warm-up
+        for (int q = 0; q < B; q++)
+          seqs[q] = (sim_seq){.start = r->prompt + d, .n = 1, .logits = true};
+        int mb[2] = {0, B};
+        sim_step_cost cost;
+        if (sim_step_price(r->hw, r->sm, &r->lay, seqs, B, mb, 1, &cost) != 0) {
+          s = sc_fail(&r->err, SC_INVALID, "profile: the cost model refused a decode step of %d",
+                      B);
+          break;
+        }
+        double x = (double)in->duration_ns * 1e-9;
+        size_t at = (size_t)bi * r->per_b + (size_t)r->kept[bi]++;
+        double *f = r->fig;
+        f[OV_WALL * r->cells + at] = w;
+        f[OV_EXEC * r->cells + at] = x;
+        f[OV_PRICE * r->cells + at] = cost.total_s;
+        f[OV_RES * r->cells + at] = w - cost.total_s;
+        f[OV_RES_EXEC * r->cells + at] = x - cost.total_s;
+        n_round++;
+      }
+      if (s == SC_OK && n_round == 0)
+        s = sc_fail(&r->err, SC_DEVICE, "profile: no decode step of batch %d was timed", B);
+      if (s != SC_OK) {
+        r->s = s;
+        ov_turn_abort(r->turn);
+      }
+    }
+  free(ids);
+  free(seqs);
+  return NULL;
+}
+
+// Decode steps of `replicas` engines of TP degree tp running side by side (each on its own
+// thread, at the engine's threads for that many ranks on the host), at every batch size of
+// the grid, each step against the cost model's price of it from this profile (without any
+// step overhead). The batch sizes take turns, o->overhead_rounds times over, so that a slow
+// moment of the machine lands on one round of each rather than on all of one; the replicas
+// start each batch size together. Appends the residual table of (tp, replicas) and its
+// per-batch detail; for the first table also sets the scalar step_overhead_s (the median
+// residual over every timed step).
+static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
   const profile_options *o = &p->o;
   const model_config *m = &o->model;
   double t0 = now_s();
-  int tp = o->tp[ti], max_b = 0, nb = o->n_batches, rounds = o->overhead_rounds;
+  int ti = p->hw.sim.n_overhead, max_b = 0, nb = o->n_batches;
   for (int i = 0; i < nb; i++) max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
   int prompt = m->max_seq_len / 4 < PROF_OVERHEAD_PROMPT ? m->max_seq_len / 4
                                                           : PROF_OVERHEAD_PROMPT;
@@ -1098,21 +1223,8 @@ static sc_status overhead_at(profile *p, int ti, sc_error *err) {
                    "profile: %s's max_seq_len %d is too short for %d decode steps", m->name,
                    m->max_seq_len, steps);
   int per_seq = (prompt + steps + 1 + 15) / 16;
-
-  engine_config c = engine_config_defaults();
-  c.model = *m;
-  c.weights_dir = NULL;
-  c.weights_seed = o->seed;
-  c.backend = "cpu";
-  c.tp = tp;
-  c.pp = 1;
-  c.max_running = max_b;
-  c.kv_blocks = max_b * per_seq;
-  c.token_budget = max_b * prompt;
-  c.prefill_chunk = prompt;
-  engine *e = NULL;
-  SC_TRY(engine_new(&c, &e, err));
-  int threads = device_cpu_cores() / tp > 0 ? device_cpu_cores() / tp : 1;
+  int cores = device_cpu_cores(), threads = cores / (tp * replicas);
+  if (threads < 1) threads = 1;
 
   sim_hw hw = p->hw.sim;
   hw.step_overhead_s = 0;
@@ -1121,112 +1233,138 @@ static sc_status overhead_at(profile *p, int ti, sc_error *err) {
                   .n_kv_heads = m->n_kv_heads, .head_dim = m->head_dim, .ffn_dim = m->ffn_dim,
                   .vocab = m->vocab_size, .tied_embeddings = m->tied_embeddings,
                   .weight_dtype = SIM_F32, .act_dtype = SIM_F32};
-  sim_layout lay = {.tp = tp, .pp = 1, .first_gpu = 0, .threads = threads, .cluster_ranks = tp};
-
-  // per batch size, `rounds` x PROF_MAX_STEPS slots of each timed step's figures
-  enum { WALL, EXEC, PRICE, RES_WALL, RES_EXEC, N_FIG };
-  size_t per_b = (size_t)rounds * PROF_MAX_STEPS, cells = (size_t)nb * per_b;
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
-  sim_seq *seqs = malloc(sizeof(sim_seq) * (size_t)max_b);
-  double *fig = malloc(sizeof(double) * cells * N_FIG);
-  int kept[PROFILE_MAX_BATCHES] = {0};
-  sc_status s = ids && seqs && fig ? SC_OK : SC_OOM;
-  if (s != SC_OK) sc_fail(err, s, "profile: out of memory for the step-overhead run");
-  for (int rd = 0; s == SC_OK && rd < rounds; rd++)
-    for (int bi = 0; s == SC_OK && bi < nb; bi++) {
-      int B = o->batches[bi];
-      for (int r = 0; s == SC_OK && r < B; r++) {
-        for (int j = 0; j < prompt; j++)
-          ids[j] = 3 + (int32_t)(((uint64_t)r * 7919 + (uint64_t)j * 104729 + o->seed +
-                                  (uint64_t)rd) %
-                                 (uint64_t)(m->vocab_size > 3 ? m->vocab_size - 3 : 1));
-        engine_request rq = {.prompt = ids, .n_prompt = prompt, .max_tokens = steps + 1,
-                             .sampling = {.temperature = 0, .top_p = 1}};
-        uint64_t id;
-        s = engine_submit(e, &rq, &id, err);
-      }
-      int n_dec = 0, n_round = 0;
-      while (s == SC_OK && !engine_idle(e)) {
-        engine_step_result rs;
-        double a = now_s();
-        s = engine_step(e, &rs, err);
-        double w = now_s() - a;
-        if (s != SC_OK) break;
-        const engine_step_info *in = &rs.info;
-        if (in->decode_tokens != B || in->prefill_tokens != 0 || in->n_seqs != B) continue;
-        int d = n_dec++;
-        if (d == 0 || n_round == PROF_MAX_STEPS) continue; // warm-up
-        for (int q = 0; q < B; q++)
-          seqs[q] = (sim_seq){.start = prompt + d, .n = 1, .logits = true};
-        int mb[2] = {0, B};
-        sim_step_cost cost;
-        if (sim_step_price(&hw, &sm, &lay, seqs, B, mb, 1, &cost) != 0) {
-          s = sc_fail(err, SC_INVALID, "profile: the cost model refused a decode step of %d",
-                      B);
-          break;
-        }
-        double x = (double)in->duration_ns * 1e-9;
-        size_t at = (size_t)bi * per_b + (size_t)kept[bi]++;
-        fig[WALL * cells + at] = w;
-        fig[EXEC * cells + at] = x;
-        fig[PRICE * cells + at] = cost.total_s;
-        fig[RES_WALL * cells + at] = w - cost.total_s;
-        fig[RES_EXEC * cells + at] = x - cost.total_s;
-        n_round++;
-      }
-      if (s == SC_OK && n_round == 0)
-        s = sc_fail(err, SC_DEVICE, "profile: no decode step of batch %d was timed", B);
+  size_t per_b = (size_t)o->overhead_rounds * PROF_MAX_STEPS, cells = (size_t)nb * per_b;
+  ov_replica rep[PROF_OVERHEAD_REPLICAS_MAX];
+  ov_turn turn = {.parties = replicas};
+  pthread_mutex_init(&turn.mu, NULL);
+  pthread_cond_init(&turn.cv, NULL);
+  sc_status s = SC_OK;
+  int made = 0;
+  for (; s == SC_OK && made < replicas; made++) {
+    ov_replica *r = &rep[made];
+    *r = (ov_replica){.o = o, .hw = &hw, .sm = &sm, .prompt = prompt, .steps = steps,
+                      .index = made, .per_b = per_b, .cells = cells,
+                      .turn = &turn, .s = SC_OK};
+    r->lay = (sim_layout){.tp = tp, .pp = 1, .first_gpu = made * tp, .threads = threads,
+                          .cluster_ranks = tp * replicas};
+    engine_config c = engine_config_defaults();
+    c.model = *m;
+    c.weights_dir = NULL;
+    c.weights_seed = o->seed;
+    c.backend = "cpu";
+    c.tp = tp;
+    c.pp = 1;
+    c.threads = threads;
+    c.max_running = max_b;
+    c.kv_blocks = max_b * per_seq;
+    c.token_budget = max_b * prompt;
+    c.prefill_chunk = prompt;
+    r->fig = malloc(sizeof(double) * cells * OV_FIGS);
+    if (!r->fig) s = sc_fail(err, SC_OOM, "profile: out of memory for the step-overhead run");
+    if (s == SC_OK) s = engine_new(&c, &r->e, err);
+    if (s != SC_OK) {
+      free(r->fig);
+      break;
     }
-  if (s == SC_OK) {
-    sim_overhead_table *tab = &p->hw.sim.overhead[ti];
-    *tab = (sim_overhead_table){.tp = tp, .s = {.n = nb}};
-    double *res = fig + RES_WALL * cells, *rx = fig + RES_EXEC * cells;
-    for (int bi = 0; bi < nb; bi++) {
-      size_t b0 = (size_t)bi * per_b;
-      int k = kept[bi];
-      double r = median(res + b0, k); // (median sorts its slice; each is used once)
-      p->batch[bi] = o->batches[bi];
-      p->wall_s[ti][bi] = median(fig + WALL * cells + b0, k);
-      p->exec_s[ti][bi] = median(fig + EXEC * cells + b0, k);
-      p->price_s[ti][bi] = median(fig + PRICE * cells + b0, k);
-      p->res_s[ti][bi] = r;
-      tab->s.x[bi] = o->batches[bi];
-      tab->s.y[bi] = r < -10 ? -10 : r > 10 ? 10 : r;
-    }
-    p->n_batches = nb;
-    p->hw.sim.n_overhead = ti + 1;
-    // every timed step's residual, gathered to the front of each array
-    int n = 0;
-    for (int bi = 0; bi < nb; bi++)
-      for (int i = 0; i < kept[bi]; i++, n++) {
-        res[n] = res[(size_t)bi * per_b + (size_t)i];
-        rx[n] = rx[(size_t)bi * per_b + (size_t)i];
-      }
-    double ov = median(res, n);
-    if (ti == 0) {
-      p->sum.step_overhead_exec_s = median(rx, n);
-      p->sum.step_overhead_s = ov > 0 ? (ov < 10 ? ov : 10) : 0;
-      p->sum.overhead_tp = tp;
-      p->sum.overhead_steps = n;
-      p->hw.sim.step_overhead_s = p->sum.step_overhead_s;
-    }
-    char line[256];
-    int len = snprintf(line, sizeof line,
-                       "step overhead: %s tp%d, %d decode steps in %d rounds at batch", m->name,
-                       tp, n, rounds);
-    for (int i = 0; i < nb && len > 0 && (size_t)len < sizeof line; i++)
-      len += snprintf(line + len, sizeof line - (size_t)len, "%s%d", i ? ", " : " ", p->batch[i]);
-    progress(o, "%s; median residual %.3f ms [%.1f s]", line, ov * 1e3, now_s() - t0);
   }
-  free(ids);
-  free(seqs);
-  free(fig);
-  engine_free(e);
+  // replica 0 on this thread, the others on their own
+  int started = 1;
+  for (; s == SC_OK && started < replicas; started++)
+    if (pthread_create(&rep[started].th, NULL, ov_replica_main, &rep[started]) != 0) {
+      ov_turn_abort(&turn); // the started ones skip their work and reach the end
+      s = sc_fail(err, SC_DEVICE, "profile: cannot start a replica thread");
+      break;
+    }
+  if (s == SC_OK) ov_replica_main(&rep[0]);
+  for (int q = 1; q < started; q++) pthread_join(rep[q].th, NULL);
+  for (int q = 0; s == SC_OK && q < replicas; q++)
+    if (rep[q].s != SC_OK) {
+      *err = rep[q].err;
+      s = rep[q].s;
+    }
+
+  if (s == SC_OK) {
+    // every replica's steps of one batch size, gathered into replica 0's slots (per_b holds
+    // rounds x PROF_MAX_STEPS; a batch size is timed at most that many times per replica, so
+    // the pooled figures go through a scratch array of replicas x per_b)
+    double *pool = malloc(sizeof(double) * per_b * (size_t)replicas);
+    double *all = malloc(sizeof(double) * cells * (size_t)replicas);
+    double *all_x = malloc(sizeof(double) * cells * (size_t)replicas);
+    if (!pool || !all || !all_x)
+      s = sc_fail(err, SC_OOM, "profile: out of memory for the step-overhead run");
+    sim_overhead_table *tab = &p->hw.sim.overhead[ti];
+    *tab = (sim_overhead_table){.tp = tp, .replicas = replicas, .s = {.n = nb}};
+    int n_all = 0;
+    for (int bi = 0; s == SC_OK && bi < nb; bi++) {
+      double med[OV_FIGS];
+      for (int f = 0; f < OV_FIGS; f++) {
+        int k = 0;
+        for (int q = 0; q < replicas; q++)
+          for (int i = 0; i < rep[q].kept[bi]; i++)
+            pool[k++] = rep[q].fig[(size_t)f * cells + (size_t)bi * per_b + (size_t)i];
+        if (f == OV_RES) memcpy(all + n_all, pool, sizeof(double) * (size_t)k);
+        if (f == OV_RES_EXEC) {
+          memcpy(all_x + n_all, pool, sizeof(double) * (size_t)k);
+          n_all += k;
+        }
+        med[f] = median(pool, k);
+      }
+      p->batch[bi] = o->batches[bi];
+      p->wall_s[ti][bi] = med[OV_WALL];
+      p->exec_s[ti][bi] = med[OV_EXEC];
+      p->price_s[ti][bi] = med[OV_PRICE];
+      p->res_s[ti][bi] = med[OV_RES];
+      tab->s.x[bi] = o->batches[bi];
+      tab->s.y[bi] = med[OV_RES] < -10 ? -10 : med[OV_RES] > 10 ? 10 : med[OV_RES];
+    }
+    if (s == SC_OK) {
+      p->n_batches = nb;
+      p->hw.sim.n_overhead = ti + 1;
+      double ov = median(all, n_all);
+      if (ti == 0) {
+        p->sum.step_overhead_exec_s = median(all_x, n_all);
+        p->sum.step_overhead_s = ov > 0 ? (ov < 10 ? ov : 10) : 0;
+        p->sum.overhead_tp = tp;
+        p->sum.overhead_steps = n_all;
+        p->hw.sim.step_overhead_s = p->sum.step_overhead_s;
+      }
+      char line[256];
+      int len = snprintf(line, sizeof line, "step overhead: %s tp%d", m->name, tp);
+      if (replicas > 1)
+        len += snprintf(line + len, sizeof line - (size_t)len, " x %d replicas", replicas);
+      len += snprintf(line + len, sizeof line - (size_t)len,
+                      ", %d decode steps in %d rounds at batch", n_all, o->overhead_rounds);
+      for (int i = 0; i < nb && len > 0 && (size_t)len < sizeof line; i++)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%s%d", i ? ", " : " ",
+                        p->batch[i]);
+      progress(o, "%s; median residual %.3f ms [%.1f s]", line, ov * 1e3, now_s() - t0);
+    }
+    free(pool);
+    free(all);
+    free(all_x);
+  }
+  pthread_mutex_destroy(&turn.mu);
+  pthread_cond_destroy(&turn.cv);
+  for (int q = 0; q < made; q++) {
+    engine_free(rep[q].e);
+    free(rep[q].fig);
+  }
   return s;
 }
 
+// Every TP degree alone, then the data-parallel layouts the list spans: tp x replicas where
+// tp and tp x replicas are both in the list (for 1,2,4: 1x2, 1x4, 2x2), as the profile's
+// scaling scenarios run them.
 static sc_status measure_overhead(profile *p, sc_error *err) {
-  for (int ti = 0; ti < p->o.n_tp; ti++) SC_TRY(overhead_at(p, ti, err));
+  const profile_options *o = &p->o;
+  for (int ti = 0; ti < o->n_tp; ti++) SC_TRY(overhead_at(p, o->tp[ti], 1, err));
+  for (int ti = 0; ti < o->n_tp; ti++)
+    for (int tj = 0; tj < o->n_tp; tj++) {
+      int r = o->tp[tj] / o->tp[ti];
+      if (r < 2 || r * o->tp[ti] != o->tp[tj] || r > PROF_OVERHEAD_REPLICAS_MAX) continue;
+      if (p->hw.sim.n_overhead == SIM_OVERHEAD_TABLES) return SC_OK;
+      SC_TRY(overhead_at(p, o->tp[ti], r, err));
+    }
   return SC_OK;
 }
 
@@ -1427,18 +1565,23 @@ static void write_header(const profile *p, FILE *f) {
           "#     median over %d decode steps of %s at tp%d (random weights, %d rounds) of\n"
           "#     the whole engine_step wall time (scheduling, executor, sampling) minus the cost\n"
           "#     model's price of that step from this profile (executor-only: %.3f ms). The\n"
-          "#     step_overhead tables at the end hold that residual per TP degree and batch (the\n"
-          "#     median per batch; the batch sizes take turns each round); a replica of that\n"
-          "#     TP degree alone on the host is priced with them instead. Medians in ms\n"
+          "#     step_overhead tables at the end hold that residual per layout and batch (the\n"
+          "#     median per batch; the batch sizes take turns each round): each TP degree alone,\n"
+          "#     and tp x replicas side by side (data parallelism); a replica of a layout with a\n"
+          "#     table is priced with it instead. Medians in ms\n"
           "#     (engine_step / executor = engine_step_info.duration_ns, no sampling / priced,\n"
           "#     and the residual):\n",
           s->overhead_steps, m->name, s->overhead_tp, o->overhead_rounds,
           s->step_overhead_exec_s * 1e3);
-  for (int t = 0; t < p->hw.sim.n_overhead; t++)
+  for (int t = 0; t < p->hw.sim.n_overhead; t++) {
+    const sim_overhead_table *ot = &p->hw.sim.overhead[t];
+    char who[32];
+    snprintf(who, sizeof who, ot->replicas > 1 ? "tp%d x %d" : "tp%d", ot->tp, ot->replicas);
     for (int i = 0; i < p->n_batches; i++)
-      fprintf(f, "#       tp%d batch %3d: %.3f / %.3f / %.3f, residual %.3f\n", o->tp[t],
-              p->batch[i], p->wall_s[t][i] * 1e3, p->exec_s[t][i] * 1e3,
-              p->price_s[t][i] * 1e3, p->res_s[t][i] * 1e3);
+      fprintf(f, "#       %s batch %3d: %.3f / %.3f / %.3f, residual %.3f\n", who, p->batch[i],
+              p->wall_s[t][i] * 1e3, p->exec_s[t][i] * 1e3, p->price_s[t][i] * 1e3,
+              p->res_s[t][i] * 1e3);
+  }
   fprintf(f,
           "# gemm: seconds vs rows m of y(m x n) = x(m x k) . w(n x k)^T through a device at\n"
           "#   `threads` threads, for every GEMM one rank of each TP degree runs (q|k|v and\n"
@@ -1502,7 +1645,9 @@ sc_status profile_write(const profile *p, FILE *f, sc_error *err) {
   }
   fprintf(f, "step_overhead:\n");
   for (int i = 0; i < s->n_overhead; i++) {
-    fprintf(f, "  - tp: %d\n    s: ", s->overhead[i].tp);
+    fprintf(f, "  - tp: %d\n", s->overhead[i].tp);
+    if (s->overhead[i].replicas > 1) fprintf(f, "    replicas: %d\n", s->overhead[i].replicas);
+    fprintf(f, "    s: ");
     write_pairs(f, &s->overhead[i].s, 7, "");
   }
   if (fflush(f) != 0 || ferror(f))

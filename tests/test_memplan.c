@@ -241,13 +241,15 @@ Test(hardware, step_overhead_tables_load_and_bad_ones_are_refused) {
   sc_error err = {{0}};
   snprintf(text, sizeof text,
            "%sstep_overhead:\n  - {tp: 1, s: [[1, 0.001], [4, -0.0005]]}\n"
-           "  - {tp: 2, s: [[1, 0.002]]}\n", good_profile);
+           "  - {tp: 2, replicas: 2, s: [[1, 0.002]]}\n", good_profile);
   cr_assert_eq(hw_profile_load(write_yaml("overhead", text), &hw, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(hw.sim.n_overhead, 2);
   cr_expect_eq(hw.sim.overhead[0].tp, 1);
   cr_expect_eq(hw.sim.overhead[0].s.n, 2);
   cr_expect_float_eq(hw.sim.overhead[0].s.y[1], -0.0005, 1e-12, "a negative residual loads");
+  cr_expect_eq(hw.sim.overhead[0].replicas, 1, "replicas default to 1");
   cr_expect_eq(hw.sim.overhead[1].tp, 2);
+  cr_expect_eq(hw.sim.overhead[1].replicas, 2);
 
   snprintf(text, sizeof text, "%sstep_overhead:\n  - {tp: 1, s: [[1, 0.001], [4, -20]]}\n",
            good_profile);

@@ -149,16 +149,20 @@ Test(profile, written_file_loads_back_with_gemm_and_attention_tables_for_every_t
   cr_expect(close_rel(h.flops_fp32, mine->flops_fp32));
   cr_expect(close_rel(h.link_bw, mine->link_bw));
   cr_expect(close_rel(h.sim.step_overhead_s, mine->sim.step_overhead_s));
-  // a step-overhead table per TP degree, at the batch grid, as measured
-  cr_assert_eq(h.sim.n_overhead, 3);
-  for (int i = 0; i < 3; i++) {
+  // a step-overhead table per TP degree alone, then tp x replicas for 1x2, 1x4 and 2x2, at the
+  // batch grid, as measured
+  cr_assert_eq(h.sim.n_overhead, 6);
+  const int want_tp[] = {1, 2, 4, 1, 1, 2}, want_rep[] = {1, 1, 1, 2, 4, 2};
+  for (int i = 0; i < 6; i++) {
     const sim_overhead_table *t = &h.sim.overhead[i];
-    cr_expect_eq(t->tp, tp[i]);
+    cr_expect_eq(t->tp, want_tp[i], "table %d", i);
+    cr_expect_eq(t->replicas, want_rep[i], "table %d", i);
+    cr_expect_eq(mine->sim.overhead[i].replicas, want_rep[i], "table %d", i);
     cr_assert_eq(t->s.n, 2);
     cr_expect_eq(t->s.x[0], 1);
     cr_expect_eq(t->s.x[1], 4);
     for (int j = 0; j < 2; j++) {
-      cr_expect(t->s.y[j] >= -10 && t->s.y[j] <= 10, "tp%d residual %g s", tp[i], t->s.y[j]);
+      cr_expect(t->s.y[j] >= -10 && t->s.y[j] <= 10, "table %d: residual %g s", i, t->s.y[j]);
       cr_expect(close_rel(t->s.y[j], mine->sim.overhead[i].s.y[j]));
     }
   }

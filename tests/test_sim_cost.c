@@ -406,9 +406,9 @@ Test(sim_cost, curve_lin_is_linear_in_x_and_flat_beyond_the_ends) {
   cr_assert_eq(sim_curve_lin(&none, 3, 9), 9);
 }
 
-// The measured residual of a TP degree prices a replica of it alone on the host, by the rows
-// of the step; anything else keeps step_overhead_s.
-Test(sim_cost, step_overhead_table_prices_its_tp_degree_by_rows_alone_on_the_host) {
+// The measured residual of a layout (TP degree, replicas on the host) prices it by the rows of
+// the step; a layout without a table keeps step_overhead_s.
+Test(sim_cost, step_overhead_table_prices_its_layout_by_rows) {
   sim_hw hw = load_hw("cpu");
   hw.host_cores = 2;
   hw.step_overhead_s = 7e-3;
@@ -446,6 +446,18 @@ Test(sim_cost, step_overhead_table_prices_its_tp_degree_by_rows_alone_on_the_hos
   bare.step_overhead_s = 0;
   assert_near(price(&hw, &m, &alone, &chunk, 1).total_s,
               price(&bare, &m, &alone, &chunk, 1).total_s + 7.5e-4, 1e-9, "10-token chunk");
+  // a table of tp1 x 2 replicas prices dp2 (and only dp2)
+  hw.overhead[1] = (sim_overhead_table){.tp = 1, .replicas = 2,
+                                        .s = {.n = 1, .x = {1}, .y = {3e-3}}};
+  hw.n_overhead = 2;
+  decode_batch(s, 4, 20);
+  assert_near(price(&hw, &m, &dp2, s, 4).total_s, price(&bare, &m, &dp2, s, 4).total_s + 3e-3,
+              1e-9, "dp2 table");
+  assert_near(price(&hw, &m, &alone, s, 4).total_s,
+              price(&bare, &m, &alone, s, 4).total_s - 5e-4, 1e-9, "tp1 alone keeps its own");
+  sim_layout dp4 = {.tp = 1, .pp = 1, .threads = 1, .cluster_ranks = 4};
+  assert_near(price(&hw, &m, &dp4, s, 4).total_s, price(&bare, &m, &dp4, s, 4).total_s + 7e-3,
+              1e-9, "dp4: no table, the scalar");
   // a residual larger than the ops themselves takes at most half of them
   hw.overhead[0].s.y[0] = -10;
   decode_batch(s, 1, 20);

@@ -66,10 +66,13 @@ typedef struct sim_attn_table {
   sim_curve prefill; // x: prompt tokens from position 0, y: seconds for all of them
 } sim_attn_table;
 
-// A measured per-step residual of one replica of `tp` ranks alone on the host: a whole engine
-// decode step minus the cost model's price of it from the same profile, vs the step's rows.
+#define SIM_OVERHEAD_TABLES 16
+
+// A measured per-step residual of one replica of `tp` ranks while `replicas` such replicas
+// (itself included) run on the host: a whole engine decode step minus the cost model's price
+// of it from the same profile, vs the step's rows.
 typedef struct sim_overhead_table {
-  int tp;
+  int tp, replicas;
   sim_curve s; // x: rows in the step (sequences of a decode step), y: seconds (may be < 0)
 } sim_overhead_table;
 
@@ -101,9 +104,9 @@ typedef struct sim_hw {
   int n_attn;
   sim_coll_table coll[8];
   int n_coll;
-  // per-step residuals by TP degree; one matching the layout (same tp, the replica alone on
-  // the host) replaces step_overhead_s for that layout
-  sim_overhead_table overhead[8];
+  // per-step residuals by layout; one matching the layout (same tp, as many replicas on the
+  // host, pp 1) replaces step_overhead_s for it
+  sim_overhead_table overhead[SIM_OVERHEAD_TABLES];
   int n_overhead;
 } sim_hw;
 
