@@ -431,6 +431,11 @@ static sc_status real_run(engine *e, int n, engine_step_info *info, sc_error *er
   return s;
 }
 
+void engine_sim_set_cluster_ranks(engine *e, int ranks) {
+  int own = e->cfg.tp * e->cfg.pp;
+  if (e->sim) e->cfg.sim.layout.cluster_ranks = ranks > own ? ranks : own;
+}
+
 // Prices the planned items[0..n) with the cost model, split into micro-batches as the
 // executor would split them.
 static sc_status sim_run(engine *e, int n, engine_step_info *info, sc_error *err) {

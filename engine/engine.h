@@ -156,6 +156,10 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err);
 bool engine_idle(const engine *e);
 // Stops (false) or resumes (true) admitting new requests; running ones go on.
 void engine_set_admitting(engine *e, bool admitting);
+// Backend sim: the ranks on the host when the next steps are priced (sim_layout.cluster_ranks;
+// the simulated replica sets it to its own ranks plus those of its peers in a step). At least
+// tp x pp; other backends ignore it.
+void engine_sim_set_cluster_ranks(engine *e, int ranks);
 void engine_stats_get(const engine *e, engine_stats *out);
 // Device memory of rank r: in use through its device and in total.
 sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total);

@@ -140,6 +140,11 @@ uint64_t replica_sim_next_ns(replica *r);
 // (planned and priced at once, its events held until it ends). True when events became
 // pollable.
 bool replica_sim_advance(replica *r, uint64_t now);
+// Makes reps[0..n) (the simulated replicas of one deployment; others are skipped) peers: each
+// prices a step with the ranks of the peers that have a step in flight at its start, plus its
+// own, sharing the host (sim_layout.cluster_ranks), rather than with every replica's, since an
+// idle replica uses no cores. reps must outlive them. Without it each replica counts all dp.
+void replica_sim_set_peers(replica *const *reps, int n);
 // --- process replicas (replica_proc.c): each a `shardcheck worker` child holding a local
 // replica, spoken to over a Unix socket (submit, cancel, admitting, inject; events, stats and
 // heartbeats back).

@@ -83,6 +83,8 @@ typedef struct simrep {
   bool rank_deadline_set;     // a step is blocked: it fails at rank_deadline
   uint64_t rank_deadline;
   int lost_rank;              // KILL_RANK: the rank whose device is gone (-1: none)
+  replica *const *peers;      // the deployment's replicas (replica_sim_set_peers; NULL: none)
+  int n_peers;
   double slow_factor;         // SLOW_RANK (1: none)
   double link_factor;         // SLOW_LINK (1: none)
   uint64_t link_latency_ns;
@@ -194,6 +196,15 @@ static void die(simrep *s, uint64_t t, sc_status st, const char *what, const cha
 static void start_step(simrep *s, uint64_t t) {
   engine_step_result res;
   sc_error err = {{0}};
+  if (s->peers) { // the ranks sharing the host during this step: its own and its busy peers'
+    int ranks = s->n_ranks;
+    for (int i = 0; i < s->n_peers; i++) {
+      const simrep *p = replica_is_sim(s->peers[i]) ? s->peers[i]->ctx : NULL;
+      if (p && p != s && p->busy && !p->frozen && !p->dead && p->busy_until > t)
+        ranks += p->n_ranks;
+    }
+    engine_sim_set_cluster_ranks(s->e, ranks);
+  }
   sc_status st = engine_step(s->e, &res, &err);
   if (st != SC_OK) { // the cost model refused: a bug or an impossible layout, not a fault
     die(s, t, st, "replica_failed", "%s", err.msg[0] ? err.msg : sc_status_name(st));
@@ -588,6 +599,15 @@ static const replica_i sim_i = {
 };
 
 bool replica_is_sim(const replica *r) { return r && r->i == &sim_i; }
+
+void replica_sim_set_peers(replica *const *reps, int n) {
+  for (int i = 0; i < n; i++)
+    if (replica_is_sim(reps[i])) {
+      simrep *s = reps[i]->ctx;
+      s->peers = reps;
+      s->n_peers = n;
+    }
+}
 
 sc_status replica_sim_new(const engine_config *cfg, int index, replica **out, sc_error *err) {
   *out = NULL;

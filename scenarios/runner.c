@@ -971,6 +971,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
                             : replica_local_new(&ec, i, &r->reps[i], &be);
     if (bs == SC_OK) r->n_reps++;
   }
+  if (bs == SC_OK && r->sim) replica_sim_set_peers(r->reps, r->n_reps);
   if (bs != SC_OK) {
     snprintf(r->res->error, sizeof r->res->error, "deployment %s: %.400s", d->label, be.msg);
     progress_note(r, "deployment %s failed to start: %s", d->label, be.msg);

@@ -512,3 +512,39 @@ Test(sim_cli, quickstart_switched_to_sim_runs_in_virtual_time) {
   cr_expect(strstr(out, "s simulated in") != NULL, "%s", out);
   cr_expect(strstr(out, "on simulated cpu") != NULL, "%s", out);
 }
+
+// Replicas of one deployment share a CPU host only while they run: a step is priced with the
+// ranks of the peers that have a step in flight at its start, plus its own.
+Test(sim, a_replica_prices_its_step_with_the_ranks_of_its_busy_peers) {
+  simbed *b = bed_new("llama-tiny", "cpu", 1, 1, 256);
+  b->hw->sim.host_cores = 1; // one core: two busy ranks run each op at half speed
+  b->hw->sim.n_overhead = 0;
+  b->hw->sim.step_overhead_s = 0;
+  b->cfg.sim.layout.cluster_ranks = 2; // dp2
+  sc_error err = {{0}};
+  uint64_t d[2][2]; // [peers set?][replica]: the first step's duration
+  for (int set = 0; set < 2; set++) {
+    replica *reps[2];
+    for (int i = 0; i < 2; i++)
+      cr_assert_eq(replica_sim_new(&b->cfg, i, &reps[i], &err), SC_OK, "%s", err.msg);
+    if (set) replica_sim_set_peers(reps, 2);
+    b->now = 0;
+    for (int i = 0; i < 2; i++) submit(reps[i], (uint64_t)i, 32, 1);
+    // replica 0 starts while replica 1 is idle; replica 1 starts while 0's step is in flight
+    for (int i = 0; i < 2; i++) {
+      replica_sim_advance(reps[i], 0);
+      d[set][i] = replica_sim_next_ns(reps[i]);
+      cr_assert_gt(d[set][i], 0);
+    }
+    tally t = {0};
+    for (int i = 0; i < 2; i++) drive(b, reps[i], &t);
+    cr_expect_eq(t.finished[0] + t.finished[1], 2);
+    for (int i = 0; i < 2; i++) replica_free(reps[i]);
+  }
+  // without peers every step counts the whole deployment; with them only who is busy
+  cr_expect_eq(d[0][0], d[0][1]);
+  cr_expect_float_eq((double)d[1][0] * 2, (double)d[1][1], 2.0, "alone %llu ns, beside a busy "
+                     "peer %llu ns", (unsigned long long)d[1][0], (unsigned long long)d[1][1]);
+  cr_expect_eq(d[1][1], d[0][1], "beside a busy peer: as before");
+  bed_free(b);
+}

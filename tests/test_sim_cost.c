@@ -455,6 +455,10 @@ Test(sim_cost, step_overhead_table_prices_its_layout_by_rows) {
               1e-9, "dp2 table");
   assert_near(price(&hw, &m, &alone, s, 4).total_s,
               price(&bare, &m, &alone, s, 4).total_s - 5e-4, 1e-9, "tp1 alone keeps its own");
+  // one replica of a dp deployment running alone has 1 thread; the tp1 table is at 2
+  sim_layout lone = {.tp = 1, .pp = 1, .threads = 1, .cluster_ranks = 1};
+  assert_near(price(&hw, &m, &lone, s, 4).total_s, price(&bare, &m, &lone, s, 4).total_s + 7e-3,
+              1e-9, "tp1 at 1 thread: the scalar");
   sim_layout dp4 = {.tp = 1, .pp = 1, .threads = 1, .cluster_ranks = 4};
   assert_near(price(&hw, &m, &dp4, s, 4).total_s, price(&bare, &m, &dp4, s, 4).total_s + 7e-3,
               1e-9, "dp4: no table, the scalar");

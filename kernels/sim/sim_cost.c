@@ -370,19 +370,22 @@ typedef struct cell {
 } cell;
 
 // The per-step overhead of layout l for a step of `rows` rows whose ops take `ops_s`: the measured
-// residual of its layout (TP degree and replicas on the host) when the profile has one (a
+// residual of its layout (TP degree, replicas on the host and, on a CPU profile, the threads
+// the profile ran them at: max(1, host_cores / (tp x replicas))) when the profile has one (a
 // negative residual, where the op tables price such steps high, takes at most half of ops_s),
 // else step_overhead_s.
 static double step_overhead(const sim_hw *hw, const sim_layout *l, int rows, double ops_s) {
   int ranks = l->cluster_ranks > 0 ? l->cluster_ranks : l->tp * l->pp;
   int n_ov = hw->n_overhead < SIM_OVERHEAD_MAX ? hw->n_overhead : SIM_OVERHEAD_MAX;
   if (l->pp == 1 && ranks % l->tp == 0)
-    for (int i = 0; i < n_ov; i++)
-      if (hw->overhead[i].tp == l->tp &&
-          (hw->overhead[i].replicas > 1 ? hw->overhead[i].replicas : 1) == ranks / l->tp) {
-        double r = sim_curve_lin(&hw->overhead[i].s, rows, 0);
-        return r < -0.5 * ops_s ? -0.5 * ops_s : r;
-      }
+    for (int i = 0; i < n_ov; i++) {
+      const sim_overhead_table *t = &hw->overhead[i];
+      int reps = t->replicas > 1 ? t->replicas : 1, th = hw->host_cores / (t->tp * reps);
+      if (t->tp != l->tp || reps != ranks / l->tp || !threads_match(hw, l, th > 1 ? th : 1))
+        continue;
+      double r = sim_curve_lin(&t->s, rows, 0);
+      return r < -0.5 * ops_s ? -0.5 * ops_s : r;
+    }
   return hw->step_overhead_s;
 }
 
