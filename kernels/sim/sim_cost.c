@@ -27,15 +27,21 @@
 // Points of c that can be read: n, at most SIM_CURVE_MAX.
 static int curve_n(const sim_curve *c) { return c->n < SIM_CURVE_MAX ? c->n : SIM_CURVE_MAX; }
 
-double sim_curve_eff(const sim_curve *c, double x, double dflt) {
-  if (!c || c->n <= 0) return dflt;
+// y at x on a curve with points: linear in log(x) or in x between points, the end values
+// beyond the ends.
+static double curve_between(const sim_curve *c, double x, bool log_x) {
   int last = curve_n(c) - 1;
   if (!(x > c->x[0])) return c->y[0];
   if (x >= c->x[last]) return c->y[last];
   int i = 1;
   while (c->x[i] < x) i++;
-  double f = log(x / c->x[i - 1]) / log(c->x[i] / c->x[i - 1]);
+  double f = log_x ? log(x / c->x[i - 1]) / log(c->x[i] / c->x[i - 1])
+                   : (x - c->x[i - 1]) / (c->x[i] - c->x[i - 1]);
   return c->y[i - 1] + f * (c->y[i] - c->y[i - 1]);
+}
+
+double sim_curve_eff(const sim_curve *c, double x, double dflt) {
+  return !c || c->n <= 0 ? dflt : curve_between(c, x, true);
 }
 
 double sim_curve_time(const sim_curve *c, double x) {
@@ -50,14 +56,7 @@ double sim_curve_time(const sim_curve *c, double x) {
 }
 
 double sim_curve_lin(const sim_curve *c, double x, double dflt) {
-  if (!c || c->n <= 0) return dflt;
-  int last = curve_n(c) - 1;
-  if (!(x > c->x[0])) return c->y[0];
-  if (x >= c->x[last]) return c->y[last];
-  int i = 1;
-  while (c->x[i] < x) i++;
-  double f = (x - c->x[i - 1]) / (c->x[i] - c->x[i - 1]);
-  return c->y[i - 1] + f * (c->y[i] - c->y[i - 1]);
+  return !c || c->n <= 0 ? dflt : curve_between(c, x, false);
 }
 
 // --- dtypes and the device's rates
