@@ -1141,7 +1141,10 @@ static void *ov_replica_main(void *arg) {
   const model_config *m = &o->model;
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)r->prompt);
   sim_seq *seqs = malloc(sizeof(sim_seq) * PROF_MAX_BATCH);
-  if (!ids || !seqs) r->s = sc_fail(&r->err, SC_OOM, "profile: out of memory for the step run");
+  if (!ids || !seqs) {
+    r->s = sc_fail(&r->err, SC_OOM, "profile: out of memory for the step run");
+    ov_turn_abort(r->turn); // the other replicas skip their work too
+  }
   for (int rd = 0; rd < o->overhead_rounds; rd++)
     for (int bi = 0; bi < o->n_batches; bi++) {
       ov_turn_wait(r->turn);
