@@ -68,6 +68,8 @@ static const mt_metric_info metrics[] = {
     {"kv_peak_frac", "fraction", MT_LOWER_BETTER, "highest KV-cache use of any replica"},
     {"pp_bubble_frac", "fraction", MT_NEUTRAL,
      "sim, pp > 1: idle fraction of the pipeline stages, step-time weighted"},
+    {"busy_frac", "fraction", MT_NEUTRAL,
+     "share of the replicas' time spent in engine steps (utilization)"},
     {"peak_output_tok_s", "tok/s", MT_HIGHER_BETTER, "highest output tokens/s of any phase"},
     {"speedup", "x", MT_HIGHER_BETTER, "peak throughput over the fewest-GPU deployment's"},
     {"efficiency", "fraction", MT_HIGHER_BETTER, "speedup / (GPUs / the fewest-GPU deployment's)"},

@@ -17,7 +17,7 @@
 typedef struct cmp_metric {
   const char *name;        // metric row name
   const char *short_name;  // in the summary line
-  bool p95;                // listed only when either run has a value; summarised after the means
+  bool optional;           // listed only when either run has a value; summarised last
 } cmp_metric;
 
 // The pooled deployment rows, in table order.
@@ -25,7 +25,7 @@ static const cmp_metric pooled_metrics[] = {
     {"ttft_mean_ms", "TTFT", false}, {"ttft_p95_ms", "TTFT p95", true},
     {"tpot_mean_ms", "TPOT", false}, {"tpot_p95_ms", "TPOT p95", true},
     {"e2el_mean_ms", "E2EL", false}, {"e2el_p95_ms", "E2EL p95", true},
-    {"output_tok_s", "output tok/s", false},
+    {"output_tok_s", "output tok/s", false}, {"busy_frac", "busy", true},
 };
 enum { N_POOLED = sizeof pooled_metrics / sizeof pooled_metrics[0] };
 
@@ -93,7 +93,7 @@ static bool build_pair(rp_ctx *c, const rp_run *p, const rp_run *m, pair_builder
       const cmp_metric *cm = &pooled_metrics[k];
       double pv = rp_metric(c, p, pd->id, 0, NULL, cm->name);
       double mv = rp_metric(c, m, m->deps[md].id, 0, NULL, cm->name);
-      if (cm->p95 && isnan(pv) && isnan(mv)) continue;
+      if (cm->optional && isnan(pv) && isnan(mv)) continue;
       if (!add_row(b, pd->label, "", cm->name, pv, mv)) return false;
     }
   }
@@ -210,10 +210,10 @@ static bool has_pooled(const report_cmp_pair *p, const char *name) {
 void rp_cmp_summary(const report_cmp_pair *p, char *buf, size_t n) {
   size_t len = (size_t)snprintf(buf, n, "mean |error|:");
   int listed = 0;
-  for (int pass = 0; pass < 2; pass++) // the means first, then the p95s
+  for (int pass = 0; pass < 2; pass++) // the means first, then the p95s and busy
     for (int k = 0; k < N_POOLED; k++) {
       const cmp_metric *cm = &pooled_metrics[k];
-      if (cm->p95 != (pass == 1) || !has_pooled(p, cm->name) || len >= n) continue;
+      if (cm->optional != (pass == 1) || !has_pooled(p, cm->name) || len >= n) continue;
       double e = report_cmp_mean_abs_error(p, cm->name, NULL);
       char num[32];
       if (isnan(e)) snprintf(num, sizeof num, "-");

@@ -672,6 +672,12 @@ static void add_metric(rt *r, int64_t phase_id, const char *name, double v) {
   db_ok(r, store_metric_add(r->db, r->run_id, r->dep_id, phase_id, NULL, name, v, &r->err));
 }
 
+// The fraction of the replicas' time spent in steps: busy_ns (the summed step durations of every
+// replica over a window) over dp x span_ns; NaN for an empty window.
+static double busy_frac(const rt *r, double busy_ns, uint64_t span_ns) {
+  return span_ns ? busy_ns / ((double)r->dep->dp * (double)span_ns) : NAN;
+}
+
 static sc_status deployment_metrics(rt *r, dep_result *dr) {
   size_t n = r->n_reqs;
   mt_request *m = calloc(n ? n : 1, sizeof *m);
@@ -687,6 +693,8 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
   int conc[SCN_MAX_PHASES * SCN_MAX_RAMP];
   double ttft95[SCN_MAX_PHASES * SCN_MAX_RAMP];
   int n_knee = 0;
+  double busy_ns = 0;
+  uint64_t span_ns = 0;
   sc_status s = SC_OK;
   for (int k = 0; k < r->n_phases && s == SC_OK; k++) {
     phase_run *ph = &r->phases[k];
@@ -703,6 +711,9 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
     add_metric(r, ph->id, "kv_peak_frac", ph->kv_peak);
     if (r->sim && r->dep->pp > 1 && ph->busy_ns > 0)
       add_metric(r, ph->id, "pp_bubble_frac", ph->bubble_ns / ph->busy_ns);
+    add_metric(r, ph->id, "busy_frac", busy_frac(r, ph->busy_ns, ph->end - ph->start));
+    busy_ns += ph->busy_ns;
+    span_ns += ph->end - ph->start;
     ph->ttft_p95_ms = sum.ttft_ms.p95;
     ph->output_tok_s = sum.output_tok_s;
     if (sum.output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum.output_tok_s;
@@ -726,6 +737,7 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
     add_metric(r, 0, "peak_queue", dr->peak_queue);
     add_metric(r, 0, "peak_batch", dr->peak_batch);
     add_metric(r, 0, "kv_peak_frac", dr->kv_peak);
+    add_metric(r, 0, "busy_frac", busy_frac(r, busy_ns, span_ns));
     add_metric(r, 0, "gpus", dr->gpus);
     add_metric(r, 0, "peak_output_tok_s", dr->peak_tok_s);
     for (int i = 0; i < r->s->slo.n; i++)

@@ -50,7 +50,8 @@ typedef struct phase_run {
   uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
   int peak_queue, peak_batch;
   double kv_peak;
-  double bubble_ns, busy_ns; // sim, pp > 1: sum of bubble x duration, and of durations
+  double bubble_ns;          // sim, pp > 1: sum of bubble x duration over the steps
+  double busy_ns;            // sum of the step durations of every replica
   double ttft_p95_ms;       // filled by the metrics pass
   double output_tok_s;
 } phase_run;

@@ -62,6 +62,7 @@ static void summary_metrics(sqlite3 *db, int64_t run, int64_t dep, int64_t phase
       {"itl_p95_ms", 25},       {"e2el_p95_ms", ttft95 + 100}, {"output_tok_s", toks},
       {"req_s", toks / 5},      {"goodput_rps", toks / 6},  {"error_rate", 0},
       {"peak_queue", 3},        {"peak_batch", 4},          {"kv_peak_frac", 0.375},
+      {"busy_frac", 0.8125},
   };
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
     metric(db, run, dep, phase, "", m[i].name, m[i].v);
@@ -534,6 +535,8 @@ Test(report, index_html_has_verdict_tables_and_escaped_scenario) {
   cr_expect(strstr(html, "<td>87%</td>"), "dp2 efficiency");
   cr_expect(strstr(html, "<td>1.74x</td>"), "dp2 speed-up");
   cr_expect(strstr(html, "Deployments x phases"));
+  cr_expect(strstr(html, "<th>KV peak</th><th>busy</th></tr>"));
+  cr_expect(strstr(html, "<td>37.5%</td><td>81.3%</td></tr>"), "KV peak and busy of a row");
   cr_expect(strstr(html, "TTFT p95 (ms) per prompt class"));
   cr_expect(strstr(html, "<th>long</th>") && strstr(html, "<th>short</th>"));
   cr_expect(strstr(html, "<h3>Faults</h3>"));
@@ -760,7 +763,7 @@ Test(report, cli_exit_codes) {
 // whose TTFT is NaN is not recorded at all).
 static const char *const cmp_names[] = {"ttft_mean_ms", "ttft_p95_ms",  "tpot_mean_ms",
                                         "tpot_p95_ms",  "e2el_mean_ms", "e2el_p95_ms",
-                                        "output_tok_s"};
+                                        "output_tok_s", "busy_frac"};
 enum { CMP_NAMES = sizeof cmp_names / sizeof cmp_names[0] };
 
 typedef struct cmp_dep {
@@ -820,16 +823,16 @@ static int64_t store_cmp_run(const char *path, const char *scenario, const char 
 // The predicted (sim) deployments: tp1 and dp2 also ran for real, tp2 did not. dp2 has no TTFT
 // p95 and no E2EL p95 in either run; its TPOT p95 is predicted only.
 static const cmp_dep sim_deps[] = {
-    {"tp1", 1, 1, {110, 150, 19, 25, 500, 700, 900}, {90, 130}, {21, 18}},
-    {"dp2", 1, 2, {60, NAN, 2, 30, 300, NAN, 2000}, {55, 65}, {2, 2}},
-    {"tp2", 2, 1, {40, 50, 10, 12, 200, 250, 3000}, {35, 45}, {9, 11}},
+    {"tp1", 1, 1, {110, 150, 19, 25, 500, 700, 900, 0.6}, {90, 130}, {21, 18}},
+    {"dp2", 1, 2, {60, NAN, 2, 30, 300, NAN, 2000, NAN}, {55, 65}, {2, 2}},
+    {"tp2", 2, 1, {40, 50, 10, 12, 200, 250, 3000, 0.3}, {35, 45}, {9, 11}},
 };
 // The measured (real) deployments: pp2 was not simulated; dp2's TPOT is 0 (no error) and its
 // throughput has no row (no error); dp2 lacks phase c2 (stopped early).
 static const cmp_dep real_deps[] = {
-    {"pp2", 1, 1, {45, 55, 11, 13, 210, 260, 2900}, {40, 50}, {10, 12}},
-    {"tp1", 1, 1, {100, 120, 20, 24, 400, 700, 1000}, {100, 100}, {20, 20}},
-    {"dp2", 1, 2, {50, NAN, 0, NAN, 400, NAN, NAN}, {50, NAN}, {1, NAN}},
+    {"pp2", 1, 1, {45, 55, 11, 13, 210, 260, 2900, 0.4}, {40, 50}, {10, 12}},
+    {"tp1", 1, 1, {100, 120, 20, 24, 400, 700, 1000, 0.5}, {100, 100}, {20, 20}},
+    {"dp2", 1, 2, {50, NAN, 0, NAN, 400, NAN, NAN, NAN}, {50, NAN}, {1, NAN}},
 };
 
 // A fresh database with run 1 (sim) and run 2 (real) of scenario cmp-test; returns its path.
@@ -898,6 +901,7 @@ Test(report, compare_errors_are_predicted_minus_measured_over_measured) {
   expect_no_error(p, "dp2", "tpot_p95_ms");   // measured missing
   expect_no_error(p, "dp2", "output_tok_s");  // measured missing
   cr_expect_null(cmp_row(p, "dp2", "", "ttft_p95_ms"), "a p95 neither run has is not listed");
+  cr_expect_null(cmp_row(p, "dp2", "", "busy_frac"), "nor a busy fraction (older runs)");
   cr_expect_null(cmp_row(p, "dp2", "", "e2el_p95_ms"));
   expect_cmp(p, "tp1", "c1", "ttft_mean_ms", 90, 100);
   expect_cmp(p, "tp1", "c2", "ttft_mean_ms", 130, 100);
@@ -906,9 +910,9 @@ Test(report, compare_errors_are_predicted_minus_measured_over_measured) {
   expect_cmp(p, "dp2", "c1", "ttft_mean_ms", 55, 50);
   expect_cmp(p, "dp2", "c1", "tpot_mean_ms", 2, 1);
   cr_expect_null(cmp_row(p, "dp2", "c2", "ttft_mean_ms"), "c2 did not run for real");
-  // 7 + 5 pooled rows, 4 + 2 phase rows; the pooled rows first.
-  cr_expect_eq(p->n_rows, 18);
-  for (int i = 0; i < 12 && i < p->n_rows; i++) cr_expect_str_eq(p->rows[i].phase, "");
+  // 8 + 5 pooled rows, 4 + 2 phase rows; the pooled rows first.
+  cr_expect_eq(p->n_rows, 19);
+  for (int i = 0; i < 13 && i < p->n_rows; i++) cr_expect_str_eq(p->rows[i].phase, "");
   int n = 0;
   cr_expect_eq(report_cmp_mean_abs_error(p, "ttft_mean_ms", &n), (0.1 + 0.2) / 2);
   cr_expect_eq(n, 2);
@@ -930,7 +934,7 @@ Test(report, compare_skips_labels_that_only_one_run_has) {
   }
   // Rows follow the predicted run's deployment order: tp1 before dp2.
   cr_expect_str_eq(c.pairs[0].rows[0].label, "tp1");
-  cr_expect_str_eq(c.pairs[0].rows[7].label, "dp2");
+  cr_expect_str_eq(c.pairs[0].rows[8].label, "dp2");
   report_comparison_free(&c);
 }
 
@@ -972,7 +976,7 @@ static char *comparison_text(const report_comparison *c) {
 
 static const char *const cmp_summary =
     "mean |error|: TTFT 15.0%, TPOT 5.0%, E2EL 25.0%, output tok/s 10.0%, TTFT p95 25.0%, "
-    "TPOT p95 4.2%, E2EL p95 0.0% (over 2 deployments)\n";
+    "TPOT p95 4.2%, E2EL p95 0.0%, busy 20.0% (over 2 deployments)\n";
 
 Test(report, comparison_table_lists_each_deployment_metric_and_a_mean_error_line) {
   report_comparison c = compare(make_cmp_db(), (const int64_t[]){1, 2}, 2);

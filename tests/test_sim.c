@@ -372,6 +372,51 @@ Test(sim_run, two_runs_of_a_scenario_give_identical_rows) {
   store_close(db);
 }
 
+// busy_frac of every phase and deployment of a run: the step rows' durations over dp x the
+// phases' spans, recomputed here from the stored rows.
+Test(sim_run, busy_frac_is_step_time_over_replicas_times_the_window) {
+  store *db = open_db("sim-busy");
+  int64_t run = sim_run(db, DET_SCENARIO);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(store_db(db),
+                                  "SELECT d.label, p.name, d.dp, p.end_ns - p.start_ns, "
+                                  "(SELECT coalesce(sum(s.duration_ns), 0) FROM step s WHERE "
+                                  "s.deployment_id = d.id AND s.t_ns >= p.start_ns AND s.t_ns < "
+                                  "p.end_ns) FROM phase p JOIN deployment d ON d.id = "
+                                  "p.deployment_id WHERE p.run_id = ? ORDER BY d.idx, p.idx",
+                                  -1, &st, NULL),
+               SQLITE_OK);
+  sqlite3_bind_int64(st, 1, run);
+  char dep[32] = "";
+  double busy = 0, span = 0;
+  int n = 0, dp = 1;
+  for (;;) {
+    bool row = sqlite3_step(st) == SQLITE_ROW;
+    const char *label = row ? (const char *)sqlite3_column_text(st, 0) : "";
+    if (dep[0] && strcmp(dep, label) != 0) { // the previous deployment's pooled row
+      double got = metric(db, run, dep, NULL, "busy_frac");
+      cr_expect(fabs(got - busy / (dp * span)) < 1e-9, "%s pooled: %.9f, rows say %.9f", dep,
+                got, busy / (dp * span));
+      busy = span = 0;
+    }
+    if (!row) break;
+    snprintf(dep, sizeof dep, "%s", label);
+    dp = sqlite3_column_int(st, 2);
+    double w = sqlite3_column_double(st, 3), b = sqlite3_column_double(st, 4);
+    double got = metric(db, run, dep, (const char *)sqlite3_column_text(st, 1), "busy_frac");
+    cr_expect(b > 0 && got > 0 && got <= 1, "%s %s: busy_frac %g", dep,
+              (const char *)sqlite3_column_text(st, 1), got);
+    cr_expect(fabs(got - b / (dp * w)) < 1e-9, "%s %s: %.9f, rows say %.9f", dep,
+              (const char *)sqlite3_column_text(st, 1), got, b / (dp * w));
+    busy += b;
+    span += w;
+    n++;
+  }
+  sqlite3_finalize(st);
+  cr_expect_eq(n, 6, "2 deployments x (2 ramp steps + burst)");
+  store_close(db);
+}
+
 // Closed loop with as many users per replica as it runs sequences: every replica saturated.
 static const char *SCALE_DP =
     "name: dp-scaling\n"
@@ -396,6 +441,11 @@ Test(sim_run, dp_throughput_scales_with_replicas_under_saturation) {
   cr_log_info("dp1 %.1f tok/s, dp2 x%.4f, dp4 x%.4f", t1, t2 / t1, t4 / t1);
   cr_expect(fabs(t2 / t1 - 2) <= 2 * 0.02, "dp2 / dp1 = %.4f (2 within 2%%)", t2 / t1);
   cr_expect(fabs(t4 / t1 - 4) <= 4 * 0.03, "dp4 / dp1 = %.4f (4 within 3%%)", t4 / t1);
+  // Saturated: every replica steps nearly all the time.
+  double u1 = metric(db, run, "tp1", "ramp-c32", "busy_frac");
+  double u4 = metric(db, run, "dp4", "ramp-c128", "busy_frac");
+  cr_log_info("busy: dp1 %.9f, dp4 %.9f", u1, u4);
+  cr_expect(u1 > 0.95 && u1 <= 1 && u4 > 0.95 && u4 <= 1, "busy dp1 %.4f, dp4 %.4f", u1, u4);
   store_close(db);
 }
 
