@@ -37,6 +37,9 @@ int cli_usage_error(const char *cmd, const char *msg, const char *arg);
 // Whole-string number parsers: false for empty input, trailing characters or out of range.
 bool cli_parse_int(const char *s, long lo, long hi, int *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
+// A fraction given as a percentage or as a number: "5%" -> 0.05, "0.05" -> 0.05 (0 to 1000% or
+// 0 to 10); false for anything else.
+bool cli_parse_pct(const char *s, double *out);
 bool cli_parse_u64(const char *s, uint64_t *out); // no sign allowed
 
 // Prints "what: a, b, c" (or "what: (none)") from a names function such as

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
 
@@ -45,6 +46,18 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out) {
   double v = strtod(s, &end);
   if (errno || *end || !(v >= lo && v <= hi)) return false;
   *out = v;
+  return true;
+}
+
+bool cli_parse_pct(const char *s, double *out) {
+  char buf[32];
+  size_t n = strlen(s);
+  if (n == 0 || n >= sizeof buf) return false;
+  memcpy(buf, s, n + 1);
+  bool pct = buf[n - 1] == '%';
+  if (pct) buf[n - 1] = 0;
+  if (!cli_parse_double(buf, 0, pct ? 1000 : 10, out)) return false;
+  if (pct) *out /= 100;
   return true;
 }
 

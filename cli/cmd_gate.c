@@ -60,19 +60,6 @@ static void baseline_usage(FILE *f) {
              "exit codes: 0 ok, 2 bad input (no such run or database), 3 runtime failure.\n");
 }
 
-// "5%" -> 0.05, "0.05" -> 0.05.
-static bool parse_pct(const char *s, double *out) {
-  char buf[32];
-  size_t n = strlen(s);
-  if (n == 0 || n >= sizeof buf) return false;
-  memcpy(buf, s, n + 1);
-  bool pct = buf[n - 1] == '%';
-  if (pct) buf[n - 1] = 0;
-  if (!cli_parse_double(buf, 0, pct ? 1000 : 10, out)) return false;
-  if (pct) *out /= 100;
-  return true;
-}
-
 // --- picking runs
 
 // The latest complete run of every scenario and mode (it stands for its repetition group).
@@ -313,7 +300,7 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
         return cli_usage_error("gate", "a run id is a positive integer, got", argv[i]);
       *(!strcmp(s, "--run") ? &a->run : &a->base_run) = (int64_t)u;
     } else if (!strcmp(s, "--tolerance") && v) {
-      if (!parse_pct(argv[++i], &d))
+      if (!cli_parse_pct(argv[++i], &d))
         return cli_usage_error("gate", "--tolerance needs a percentage such as 5%, got", argv[i]);
       a->o.tol_real = a->o.tol_sim = d;
       a->set |= 1;
@@ -330,7 +317,7 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
       size_t len = colon ? (size_t)(colon - m) : strlen(m);
       snprintf(t->name, sizeof t->name, "%.*s", (int)len, m);
       t->tol = -1;
-      if (colon && !parse_pct(colon + 1, &t->tol))
+      if (colon && !cli_parse_pct(colon + 1, &t->tol))
         return cli_usage_error("gate", "--metric NAME:PCT needs a percentage after ':', got", m);
       const mt_metric_info *mi = mt_metric_find(t->name);
       if (!mi) return cli_usage_error("gate", "--metric: unknown metric", t->name);
