@@ -22,7 +22,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck run FILE [--db PATH] [--out DIR] [--seed N] [--junit PATH]\n"
           "                      [--mode real|sim] [--profile NAME|FILE.yaml]\n"
-          "                      [--repeat N] [--group RUN] [--quiet] [--no-report]\n\n"
+          "                      [--repeat N] [--group RUN] [--sensitivity PCT] [--quiet]\n"
+          "                      [--no-report]\n\n"
           "Runs the scenario FILE: every deployment in turn, every phase of its workload, on\n"
           "the real engine (mode real) or on simulated GPUs in virtual time (mode sim). Every\n"
           "request, token time, engine step and device sample goes to the SQLite database;\n"
@@ -43,6 +44,13 @@ static void usage(FILE *f) {
           "                 database (same scenario and mode) instead of starting a new one:\n"
           "                 groups recorded in turns, a repetition of each at a time, share\n"
           "                 the machine's drift (docs/gate.md)\n"
+          "  --sensitivity PCT  sim only: run the scenario twice more with every price of\n"
+          "                 the profile PCT lower and higher (e.g. 2%%), print how far each\n"
+          "                 deployment's mean TTFT and TPOT move, and store the larger move\n"
+          "                 over PCT as ttft_sensitivity and tpot_sensitivity: near 1, the\n"
+          "                 latencies follow the prices; several, the load queues, and a\n"
+          "                 small pricing error is a large latency error\n"
+          "                 (docs/simulator.md)\n"
           "  --quiet        no progress lines or notes (the verdict table is still printed)\n"
           "  --no-report    skip the plots and index.html (`shardcheck report` makes them\n"
           "                 later)\n\n"
@@ -52,10 +60,27 @@ static void usage(FILE *f) {
           "130 interrupted.\n");
 }
 
+// The --sensitivity table: per deployment, the change of mean TTFT and TPOT at each price.
+static void print_sensitivity(const runner_sensitivity *sv, FILE *f) {
+  fprintf(f, "\nsensitivity: every price x%g and x%g; change of mean TTFT and TPOT, and the larger "
+          "over %g%%\n", 1 - sv->frac, 1 + sv->frac, sv->frac * 100);
+  fprintf(f, "  %-12s %18s %18s %8s %8s\n", "deployment", "TTFT", "TPOT", "TTFT x", "TPOT x");
+  for (int d = 0; d < sv->n; d++) {
+    const runner_sensitivity_row *r = &sv->rows[d];
+    char cell[2][48];
+    for (int k = 0; k < 2; k++)
+      snprintf(cell[k], sizeof cell[k], "%+.1f%% / %+.1f%%", r->change[0][k] * 100,
+               r->change[1][k] * 100);
+    fprintf(f, "  %-12s %18s %18s %8.2f %8.2f\n", r->label, cell[0], cell[1], r->sens[0],
+            r->sens[1]);
+  }
+}
+
 int cmd_run(int argc, char **argv) {
   const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *junit = NULL;
   bool quiet = false, no_report = false;
   int repeat = 1;
+  double sens = 0; // --sensitivity: the price change, 0 none
   int64_t join = 0; // --group: a run of the group to add to
   runner_options ro = runner_options_defaults();
   scn_overrides ov = {0};
@@ -89,6 +114,10 @@ int cmd_run(int argc, char **argv) {
       if (!cli_parse_u64(argv[++i], &v) || v == 0 || v > INT64_MAX)
         return cli_usage_error("run", "--group needs a run id, got", argv[i]);
       join = (int64_t)v;
+    } else if (!strcmp(a, "--sensitivity") && has_val) {
+      if (!cli_parse_pct(argv[++i], &sens) || !(sens > 0 && sens < 0.5))
+        return cli_usage_error("run", "--sensitivity needs a price change above 0 and below "
+                               "50%, such as 2%, got", argv[i]);
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = true;
     } else if (!strcmp(a, "--no-report")) {
@@ -108,6 +137,11 @@ int cmd_run(int argc, char **argv) {
   scenario *s = NULL;
   sc_status st = scenario_load_with(file, &ov, &s, &err);
   if (st != SC_OK) return cli_fail("run", st, &err);
+  if (sens > 0 && s->mode != SCN_MODE_SIM) {
+    scenario_free(s);
+    return cli_usage_error("run", "--sensitivity prices a sim run; this run is real (use --mode "
+                           "sim)", NULL);
+  }
   store *db = NULL;
   st = store_open(db_path, &db, &err);
   if (st != SC_OK) {
@@ -174,6 +208,15 @@ int cmd_run(int argc, char **argv) {
   if (res.error[0]) fprintf(stderr, "shardcheck run: %s\n", res.error);
   if (report_print_verdicts(store_db(db), res.run_id, stdout, &err) != SC_OK)
     fprintf(stderr, "shardcheck run: verdict table: %s\n", err.msg);
+  if (sens > 0 && !strcmp(res.status, "complete")) { // of the last repetition
+    runner_sensitivity sv;
+    if (runner_sensitivity_run(s, db, res.run_id, sens, &ro, &sv, &err) != SC_OK) {
+      fprintf(stderr, "shardcheck run: sensitivity: %s\n", err.msg);
+      code = CLI_RUNTIME;
+    } else {
+      print_sensitivity(&sv, stdout);
+    }
+  }
   char dir[1100];
   if (out_dir)
     snprintf(dir, sizeof dir, "%s", out_dir);

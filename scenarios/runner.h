@@ -66,3 +66,28 @@ typedef struct runner_result {
 // i.e. incomplete).
 sc_status runner_run(const scenario *s, store *db, const runner_options *o, runner_result *res,
                      sc_error *err);
+
+// How much the run's latencies move with the prices: per deployment, the pooled mean TTFT and
+// TPOT of the run (base) and their relative change, (scaled - base) / base, with every price of
+// the profile x (1 - frac) ([0]) and x (1 + frac) ([1]); sens = the larger |change| / frac
+// (NaN where a mean is missing or 0).
+typedef struct runner_sensitivity_row {
+  char label[64];
+  double base[2];      // mean TTFT, mean TPOT (ms)
+  double change[2][2]; // [x (1 - frac), x (1 + frac)][TTFT, TPOT]
+  double sens[2];      // TTFT, TPOT
+} runner_sensitivity_row;
+
+typedef struct runner_sensitivity {
+  double frac;
+  int n;
+  runner_sensitivity_row rows[SCN_MAX_DEPLOYMENTS];
+} runner_sensitivity;
+
+// Runs sim scenario s twice more, its profile's prices x (1 - frac) and x (1 + frac)
+// (sim_hw_scale; s->hw is restored after), into scratch in-memory databases with o's options
+// (no progress lines), and stores on the pooled deployment rows of run `run_id` in db the
+// metrics ttft_sensitivity and tpot_sensitivity (docs/metrics.md). SC_INVALID for a real
+// scenario, frac outside (0, 0.5), or a scaled run that did not complete.
+sc_status runner_sensitivity_run(scenario *s, store *db, int64_t run_id, double frac,
+                                 const runner_options *o, runner_sensitivity *out, sc_error *err);

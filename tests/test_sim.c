@@ -551,6 +551,33 @@ Test(sim_cli, bad_mode_and_profile_overrides_exit_2_naming_them) {
                      "/nonexistent/p.yaml");
 }
 
+Test(sim_cli, sensitivity_is_refused_for_a_real_run_and_a_bad_change) {
+  expect_run_refused("run " SC_SOURCE_DIR "/scenarios/quickstart.yaml --sensitivity 2% --no-report",
+                     "--sensitivity prices a sim run; this run is real");
+  expect_run_refused("run " SC_SOURCE_DIR "/scenarios/quickstart.yaml --mode sim --sensitivity "
+                     "50% --no-report",
+                     "--sensitivity needs a price change above 0 and below 50%, such as 2%, got "
+                     "'50%'");
+  expect_run_refused("run " SC_SOURCE_DIR "/scenarios/quickstart.yaml --mode sim --sensitivity "
+                     "x --no-report",
+                     "got 'x'");
+}
+
+Test(sim_cli, mixed_prompts_in_sim_prints_its_sensitivity) {
+  char out[16384], args[1024];
+  const char *d = sc_test_tmpdir("sim-cli-sens");
+  snprintf(args, sizeof args,
+           "run " SC_SOURCE_DIR "/scenarios/mixed-prompts.yaml --mode sim --db %s/r.db "
+           "--no-report --sensitivity 0.02",
+           d);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_expect(rc == 0 || rc == 1, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "sensitivity: every price x0.98 and x1.02; change of mean TTFT and TPOT, "
+                        "and the larger over 2%\n"),
+            "%s", out);
+  cr_expect(strstr(out, "\n  tp1 ") && strstr(out, "\n  dp2 "), "%s", out);
+}
+
 Test(sim_cli, quickstart_switched_to_sim_runs_in_virtual_time) {
   char out[16384], args[1024];
   const char *d = sc_test_tmpdir("sim-cli");
@@ -597,4 +624,102 @@ Test(sim, a_replica_prices_its_step_with_the_ranks_of_its_busy_peers) {
                      "peer %llu ns", (unsigned long long)d[1][0], (unsigned long long)d[1][1]);
   cr_expect_eq(d[1][1], d[0][1], "beside a busy peer: as before");
   bed_free(b);
+}
+
+// --sensitivity: a closed loop whose phase ends by request count is the same run at another
+// speed (every time x f, the same decisions), so its latencies move exactly with the prices;
+// an open loop near saturation moves more. The rows land on the run, and the profile is left
+// as it was.
+static const char *SENS_CLOSED =
+    "name: sens-closed\n"
+    "mode: sim\n"
+    "model: {preset: llama3-8b}\n"
+    "hardware: {profile: h100-sxm, gpus: 2}\n"
+    "deployments: [{tp: 1}, {tp: 2}]\n"
+    "workload:\n"
+    "  prompts: [{input: {uniform: [32, 512]}, output: {uniform: [8, 64]}}]\n"
+    "  phases:\n"
+    "    - {name: users, fixed: {concurrency: 6, requests: 60}}\n"
+    "seed: 4\n";
+
+static runner_sensitivity sensitivity(store *db, const char *text, int64_t *run) {
+  sc_error err = {{0}};
+  scenario *s = NULL;
+  cr_assert_eq(scenario_parse(text, strlen(text), "t.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  *run = sim_run(db, text);
+  sim_hw before = s->hw.sim;
+  runner_options o = runner_options_defaults();
+  runner_sensitivity sv;
+  cr_assert_eq(runner_sensitivity_run(s, db, *run, 0.02, &o, &sv, &err), SC_OK, "%s", err.msg);
+  cr_expect(memcmp(&before, &s->hw.sim, sizeof before) == 0, "the profile is restored");
+  scenario_free(s);
+  return sv;
+}
+
+Test(sim_run, sensitivity_of_a_closed_loop_is_one_and_is_stored) {
+  store *db = open_db("sim-sens");
+  int64_t run;
+  runner_sensitivity sv = sensitivity(db, SENS_CLOSED, &run);
+  cr_assert_eq(sv.n, 2);
+  for (int d = 0; d < 2; d++) {
+    const runner_sensitivity_row *r = &sv.rows[d];
+    cr_log_info("%s: TTFT %+.6f / %+.6f, TPOT %+.6f / %+.6f", r->label, r->change[0][0],
+                r->change[1][0], r->change[0][1], r->change[1][1]);
+    for (int k = 0; k < 2; k++) {
+      cr_expect(fabs(r->change[0][k] + 0.02) < 1e-5 && fabs(r->change[1][k] - 0.02) < 1e-5,
+                "%s metric %d: %+.6f / %+.6f", r->label, k, r->change[0][k], r->change[1][k]);
+      cr_expect(fabs(r->sens[k] - 1) < 1e-3, "%s: sensitivity %g", r->label, r->sens[k]);
+      cr_expect_eq(metric(db, run, r->label, NULL, k ? "tpot_sensitivity" : "ttft_sensitivity"),
+                   r->sens[k]);
+    }
+    cr_expect_eq(r->base[1], metric(db, run, r->label, NULL, "tpot_mean_ms"));
+  }
+  // the scaled runs went to scratch databases: one run here
+  long n;
+  free(rows_text(db, "SELECT id FROM run WHERE id >= ?", 0, &n));
+  cr_expect_eq(n, 1);
+  store_close(db);
+}
+
+// Poisson arrivals at 8/s keep the one H100 stepping 99% of the time: requests queue, and TTFT
+// moves several times the price change (3.6 when this was written).
+static const char *SENS_OPEN =
+    "name: sens-open\n"
+    "mode: sim\n"
+    "model: {preset: llama3-8b}\n"
+    "hardware: {profile: h100-sxm, gpus: 1}\n"
+    "deployments: [{tp: 1}]\n"
+    "workload:\n"
+    "  prompts: [{input: {uniform: [256, 2048]}, output: {uniform: [32, 256]}}]\n"
+    "  phases:\n"
+    "    - {name: open, rate: 8, arrival: poisson, duration: 30s}\n"
+    "limits: {max_running: 16}\n"
+    "seed: 9\n";
+
+Test(sim_run, sensitivity_of_an_open_loop_near_saturation_is_above_one) {
+  store *db = open_db("sim-sens-open");
+  int64_t run;
+  runner_sensitivity sv = sensitivity(db, SENS_OPEN, &run);
+  cr_log_info("open loop: TTFT sensitivity %.3f, TPOT %.3f", sv.rows[0].sens[0],
+              sv.rows[0].sens[1]);
+  cr_expect(sv.rows[0].sens[0] > 2, "TTFT sensitivity %g", sv.rows[0].sens[0]);
+  store_close(db);
+}
+
+Test(sim_run, sensitivity_refuses_a_real_scenario_and_a_bad_change) {
+  sc_error err = {{0}};
+  scenario *s = NULL;
+  const char *real = "name: r\nmodel: {preset: llama-tiny}\nhardware: {backend: cpu}\n"
+                     "deployments: [{tp: 1}]\nworkload:\n  prompts: [{input: 8, output: 4}]\n"
+                     "  phases: [{fixed: {concurrency: 1, requests: 1}}]\n";
+  cr_assert_eq(scenario_parse(real, strlen(real), "t.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  runner_options o = runner_options_defaults();
+  runner_sensitivity sv;
+  cr_expect_eq(runner_sensitivity_run(s, NULL, 1, 0.02, &o, &sv, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "only a sim run"), "%s", err.msg);
+  scenario_free(s);
+  cr_assert_eq(scenario_parse(SENS_CLOSED, strlen(SENS_CLOSED), "t.yaml", ".", &s, &err), SC_OK);
+  cr_expect_eq(runner_sensitivity_run(s, NULL, 1, 0.5, &o, &sv, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "(0, 50%)"), "%s", err.msg);
+  scenario_free(s);
 }

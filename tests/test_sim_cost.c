@@ -509,3 +509,44 @@ Test(sim_cost, invalid_arguments_return_minus_one) {
   cr_assert_eq(sim_allgather_s(&hw, -1, 2, 16), -1);
   cr_assert_eq(sim_sendrecv_s(&hw, 0, 1, -5), -1);
 }
+
+// sim_hw_scale: every step of every layout takes f times as long, on a GPU roofline profile and
+// on the measured CPU profile (GEMM, attention, all-reduce and step-overhead tables).
+Test(sim_cost, scaling_every_price_scales_every_step) {
+  hw_profile cpu;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load("cpu", &cpu, &err), SC_OK, "%s", err.msg);
+  cr_assert(cpu.sim.n_gemm > 0 && cpu.sim.n_attn > 0 && cpu.sim.n_coll > 0 &&
+            cpu.sim.n_overhead > 0);
+  struct {
+    sim_hw hw;
+    const char *preset;
+    sc_dtype w;
+    int threads;
+  } cases[] = {{load_hw("h100-sxm"), "llama3-8b", SC_BF16, 1},
+               {cpu.sim, "llama-small", SC_F32, 1},
+               {cpu.sim, "llama-small", SC_F32, 2}};
+  sim_seq dec[32], mixed[3] = {{.start = 0, .n = 300, .logits = true},
+                               {.start = 40, .n = 1, .logits = true},
+                               {.start = 900, .n = 1, .logits = true}};
+  decode_batch(dec, 32, 500);
+  const int lay[][2] = {{1, 1}, {2, 1}, {4, 1}, {2, 2}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    sim_model m = load_model(cases[c].preset, cases[c].w);
+    for (int f = 0; f < 2; f++) {
+      double k = f ? 1.02 : 0.95;
+      sim_hw scaled = cases[c].hw;
+      sim_hw_scale(&scaled, k);
+      for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
+        sim_layout l = layout(lay[i][0], lay[i][1]);
+        l.threads = cases[c].threads;
+        for (int b = 1; b <= 32; b *= 2) {
+          double want = price(&cases[c].hw, &m, &l, dec, b).total_s * k;
+          assert_near(price(&scaled, &m, &l, dec, b).total_s, want, 1e-12, "decode step");
+        }
+        double want = price(&cases[c].hw, &m, &l, mixed, 3).total_s * k;
+        assert_near(price(&scaled, &m, &l, mixed, 3).total_s, want, 1e-12, "prefill chunk");
+      }
+    }
+  }
+}

@@ -388,6 +388,34 @@ static double step_overhead(const sim_hw *hw, const sim_layout *l, int rows, dou
   return hw->step_overhead_s;
 }
 
+static void scale_curve(sim_curve *c, double f) {
+  for (int i = 0; i < c->n; i++) c->y[i] *= f;
+}
+
+static void scale_link(sim_link *l, double f) {
+  l->bw /= f;
+  l->latency_s *= f;
+}
+
+void sim_hw_scale(sim_hw *hw, double f) {
+  hw->mem_bw /= f;
+  hw->flops_f32 /= f;
+  hw->flops_f16 /= f;
+  hw->flops_bf16 /= f;
+  hw->flops_int8 /= f;
+  hw->launch_s *= f;
+  hw->step_overhead_s *= f;
+  scale_link(&hw->intra, f);
+  scale_link(&hw->inter, f);
+  for (int i = 0; i < hw->n_gemm; i++) scale_curve(&hw->gemm[i].t, f);
+  for (int i = 0; i < hw->n_attn; i++) {
+    scale_curve(&hw->attn[i].decode, f);
+    scale_curve(&hw->attn[i].prefill, f);
+  }
+  for (int i = 0; i < hw->n_coll; i++) scale_curve(&hw->coll[i].allreduce, f);
+  for (int i = 0; i < hw->n_overhead; i++) scale_curve(&hw->overhead[i].s, f);
+}
+
 int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, const sim_seq *seqs,
                    int n, const int *mb_first, int n_mb, sim_step_cost *out) {
   if (!hw_ok(hw) || !m || !l || !seqs || !out) return -1;

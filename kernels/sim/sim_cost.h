@@ -130,6 +130,11 @@ typedef struct sim_layout {
   int cluster_ranks; // CPU profiles: ranks running on the host at once (all replicas)
 } sim_layout;
 
+// Every price of hw times f (f > 0): times (launch, step overhead, link latencies, the measured
+// tables' seconds) x f, rates (memory and link bandwidths, FLOP/s) / f. Efficiencies, memory
+// and the topology are left alone, so every step sim_step_price prices takes f times as long.
+void sim_hw_scale(sim_hw *hw, double f);
+
 // One sequence's part of a step: tokens [start, start + n), logits wanted for the last one.
 typedef struct sim_seq {
   int start;
