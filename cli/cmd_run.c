@@ -210,6 +210,9 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "shardcheck run: verdict table: %s\n", err.msg);
   if (sens > 0 && !strcmp(res.status, "complete")) { // of the last repetition
     runner_sensitivity sv;
+    if (!quiet)
+      fprintf(stderr, "sensitivity: running the scenario twice more, every price x%g and x%g\n",
+              1 - sens, 1 + sens);
     if (runner_sensitivity_run(s, db, res.run_id, sens, &ro, &sv, &err) != SC_OK) {
       fprintf(stderr, "shardcheck run: sensitivity: %s\n", err.msg);
       code = CLI_RUNTIME;
