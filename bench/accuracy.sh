@@ -6,6 +6,9 @@
 # deployments. Numbers go to docs/benchmarks.md with the machine. Run it on an otherwise idle
 # machine: the real runs are timed on the wall clock.
 #
+# The sim run is made with `--sensitivity 2%`, so the report lists beside each deployment's
+# errors how far its predicted TTFT and TPOT move per price change (docs/simulator.md).
+#
 # With REPEAT=N the real run is repeated N times (runs 1..N, the sim run is N+1) and each is
 # compared with the one prediction: the spread of the errors is the machine's, since the
 # simulator is deterministic.
@@ -32,7 +35,8 @@ for sc in "$@"; do
   done
   sim=$((REPEAT + 1))
   echo "== $name: sim run (profile $PROFILE)" >&2
-  "$BIN" run "$sc" --mode sim --profile "$PROFILE" --db "$db" --quiet --no-report >/dev/null || true
+  "$BIN" run "$sc" --mode sim --profile "$PROFILE" --db "$db" --quiet --no-report \
+    --sensitivity 2% >/dev/null || true
   for i in $(seq 1 "$REPEAT"); do
     echo "== $name: predicted (run $sim) vs measured (run $i)"
     "$BIN" report --db "$db" --run "$sim" --run "$i" --out "$OUT/$name-report-$i"

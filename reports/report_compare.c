@@ -16,16 +16,23 @@
 
 typedef struct cmp_metric {
   const char *name;        // metric row name
-  const char *short_name;  // in the summary line
+  const char *short_name;  // in the summary line; NULL: not summarised (the prediction's own)
   bool optional;           // listed only when either run has a value; summarised last
 } cmp_metric;
 
-// The pooled deployment rows, in table order.
+// The pooled deployment rows, in table order. The sensitivities (`run --sensitivity`) are the
+// sim run's only: how far its latencies move per price change, beside their errors.
 static const cmp_metric pooled_metrics[] = {
-    {"ttft_mean_ms", "TTFT", false}, {"ttft_p95_ms", "TTFT p95", true},
-    {"tpot_mean_ms", "TPOT", false}, {"tpot_p95_ms", "TPOT p95", true},
-    {"e2el_mean_ms", "E2EL", false}, {"e2el_p95_ms", "E2EL p95", true},
-    {"output_tok_s", "output tok/s", false}, {"busy_frac", "busy", true},
+    {"ttft_mean_ms", "TTFT", false},
+    {"ttft_p95_ms", "TTFT p95", true},
+    {"tpot_mean_ms", "TPOT", false},
+    {"tpot_p95_ms", "TPOT p95", true},
+    {"e2el_mean_ms", "E2EL", false},
+    {"e2el_p95_ms", "E2EL p95", true},
+    {"output_tok_s", "output tok/s", false},
+    {"busy_frac", "busy", true},
+    {"ttft_sensitivity", NULL, true},
+    {"tpot_sensitivity", NULL, true},
 };
 enum { N_POOLED = sizeof pooled_metrics / sizeof pooled_metrics[0] };
 
@@ -213,7 +220,8 @@ void rp_cmp_summary(const report_cmp_pair *p, char *buf, size_t n) {
   for (int pass = 0; pass < 2; pass++) // the means first, then the p95s and busy
     for (int k = 0; k < N_POOLED; k++) {
       const cmp_metric *cm = &pooled_metrics[k];
-      if (cm->optional != (pass == 1) || !has_pooled(p, cm->name) || len >= n) continue;
+      if (!cm->short_name || cm->optional != (pass == 1) || !has_pooled(p, cm->name) || len >= n)
+        continue;
       double e = report_cmp_mean_abs_error(p, cm->name, NULL);
       char num[32];
       if (isnan(e)) snprintf(num, sizeof num, "-");

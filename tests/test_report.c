@@ -763,7 +763,7 @@ Test(report, cli_exit_codes) {
 // whose TTFT is NaN is not recorded at all).
 static const char *const cmp_names[] = {"ttft_mean_ms", "ttft_p95_ms",  "tpot_mean_ms",
                                         "tpot_p95_ms",  "e2el_mean_ms", "e2el_p95_ms",
-                                        "output_tok_s", "busy_frac"};
+                                        "output_tok_s", "busy_frac",    "tpot_sensitivity"};
 enum { CMP_NAMES = sizeof cmp_names / sizeof cmp_names[0] };
 
 typedef struct cmp_dep {
@@ -823,16 +823,16 @@ static int64_t store_cmp_run(const char *path, const char *scenario, const char 
 // The predicted (sim) deployments: tp1 and dp2 also ran for real, tp2 did not. dp2 has no TTFT
 // p95 and no E2EL p95 in either run; its TPOT p95 is predicted only.
 static const cmp_dep sim_deps[] = {
-    {"tp1", 1, 1, {110, 150, 19, 25, 500, 700, 900, 0.6}, {90, 130}, {21, 18}},
-    {"dp2", 1, 2, {60, NAN, 2, 30, 300, NAN, 2000, NAN}, {55, 65}, {2, 2}},
-    {"tp2", 2, 1, {40, 50, 10, 12, 200, 250, 3000, 0.3}, {35, 45}, {9, 11}},
+    {"tp1", 1, 1, {110, 150, 19, 25, 500, 700, 900, 0.6, 3.5}, {90, 130}, {21, 18}},
+    {"dp2", 1, 2, {60, NAN, 2, 30, 300, NAN, 2000, NAN, NAN}, {55, 65}, {2, 2}},
+    {"tp2", 2, 1, {40, 50, 10, 12, 200, 250, 3000, 0.3, 1}, {35, 45}, {9, 11}},
 };
 // The measured (real) deployments: pp2 was not simulated; dp2's TPOT is 0 (no error) and its
 // throughput has no row (no error); dp2 lacks phase c2 (stopped early).
 static const cmp_dep real_deps[] = {
-    {"pp2", 1, 1, {45, 55, 11, 13, 210, 260, 2900, 0.4}, {40, 50}, {10, 12}},
-    {"tp1", 1, 1, {100, 120, 20, 24, 400, 700, 1000, 0.5}, {100, 100}, {20, 20}},
-    {"dp2", 1, 2, {50, NAN, 0, NAN, 400, NAN, NAN, NAN}, {50, NAN}, {1, NAN}},
+    {"pp2", 1, 1, {45, 55, 11, 13, 210, 260, 2900, 0.4, NAN}, {40, 50}, {10, 12}},
+    {"tp1", 1, 1, {100, 120, 20, 24, 400, 700, 1000, 0.5, NAN}, {100, 100}, {20, 20}},
+    {"dp2", 1, 2, {50, NAN, 0, NAN, 400, NAN, NAN, NAN, NAN}, {50, NAN}, {1, NAN}},
 };
 
 // A fresh database with run 1 (sim) and run 2 (real) of scenario cmp-test; returns its path.
@@ -893,8 +893,12 @@ Test(report, compare_errors_are_predicted_minus_measured_over_measured) {
   cr_expect_eq(p->measured_run, 2);
   cr_expect_str_eq(p->scenario, "cmp-test");
   cr_expect_eq(p->n_deployments, 2);
-  for (int k = 0; k < CMP_NAMES; k++)
+  for (int k = 0; k < CMP_NAMES - 1; k++)
     expect_cmp(p, "tp1", "", cmp_names[k], sim_deps[0].pooled[k], real_deps[1].pooled[k]);
+  // the prediction's sensitivity: listed beside the errors, with no error of its own
+  const report_cmp_row *sv = cmp_row(p, "tp1", "", "tpot_sensitivity");
+  cr_assert_not_null(sv);
+  cr_expect(sv->predicted == 3.5 && isnan(sv->measured) && isnan(sv->error));
   expect_cmp(p, "dp2", "", "ttft_mean_ms", 60, 50);
   expect_cmp(p, "dp2", "", "e2el_mean_ms", 300, 400);
   expect_no_error(p, "dp2", "tpot_mean_ms");  // measured 0
@@ -910,9 +914,9 @@ Test(report, compare_errors_are_predicted_minus_measured_over_measured) {
   expect_cmp(p, "dp2", "c1", "ttft_mean_ms", 55, 50);
   expect_cmp(p, "dp2", "c1", "tpot_mean_ms", 2, 1);
   cr_expect_null(cmp_row(p, "dp2", "c2", "ttft_mean_ms"), "c2 did not run for real");
-  // 8 + 5 pooled rows, 4 + 2 phase rows; the pooled rows first.
-  cr_expect_eq(p->n_rows, 19);
-  for (int i = 0; i < 13 && i < p->n_rows; i++) cr_expect_str_eq(p->rows[i].phase, "");
+  // 9 + 5 pooled rows, 4 + 2 phase rows; the pooled rows first.
+  cr_expect_eq(p->n_rows, 20);
+  for (int i = 0; i < 14 && i < p->n_rows; i++) cr_expect_str_eq(p->rows[i].phase, "");
   int n = 0;
   cr_expect_eq(report_cmp_mean_abs_error(p, "ttft_mean_ms", &n), (0.1 + 0.2) / 2);
   cr_expect_eq(n, 2);
@@ -934,7 +938,7 @@ Test(report, compare_skips_labels_that_only_one_run_has) {
   }
   // Rows follow the predicted run's deployment order: tp1 before dp2.
   cr_expect_str_eq(c.pairs[0].rows[0].label, "tp1");
-  cr_expect_str_eq(c.pairs[0].rows[8].label, "dp2");
+  cr_expect_str_eq(c.pairs[0].rows[9].label, "dp2");
   report_comparison_free(&c);
 }
 
@@ -983,11 +987,12 @@ Test(report, comparison_table_lists_each_deployment_metric_and_a_mean_error_line
   char *t = comparison_text(&c);
   cr_expect(strstr(t, "predicted vs measured: cmp-test, run 1 (sim) vs run 2 (real)\n"), "%s", t);
   // Text columns left-aligned, numbers right-aligned, widths from the widest cell.
-  cr_expect(strstr(t, "deployment  metric         predicted    measured   error\n"), "%s", t);
-  cr_expect(strstr(t, "tp1         ttft_mean_ms      110 ms      100 ms  +10.0%\n"), "%s", t);
-  cr_expect(strstr(t, "tp1         output_tok_s   900 tok/s  1000 tok/s  -10.0%\n"), "%s", t);
-  cr_expect(strstr(t, "dp2         tpot_mean_ms        2 ms        0 ms       -\n"), "%s", t);
-  cr_expect(strstr(t, "dp2         output_tok_s  2000 tok/s           -       -\n"), "%s", t);
+  cr_expect(strstr(t, "deployment  metric             predicted    measured   error\n"), "%s", t);
+  cr_expect(strstr(t, "tp1         ttft_mean_ms          110 ms      100 ms  +10.0%\n"), "%s", t);
+  cr_expect(strstr(t, "tp1         output_tok_s       900 tok/s  1000 tok/s  -10.0%\n"), "%s", t);
+  cr_expect(strstr(t, "tp1         tpot_sensitivity        3.5x           -       -\n"), "%s", t);
+  cr_expect(strstr(t, "dp2         tpot_mean_ms            2 ms        0 ms       -\n"), "%s", t);
+  cr_expect(strstr(t, "dp2         output_tok_s      2000 tok/s           -       -\n"), "%s", t);
   cr_expect(strstr(t, "deployment  phase  metric        predicted  measured    error\n"), "%s", t);
   cr_expect(strstr(t, "tp1         c2     ttft_mean_ms     130 ms    100 ms   +30.0%\n"), "%s", t);
   cr_expect(strstr(t, "dp2         c1     tpot_mean_ms       2 ms      1 ms  +100.0%\n"), "%s", t);
@@ -1057,7 +1062,8 @@ Test(report, cli_prints_predicted_vs_measured_for_a_sim_and_a_real_run) {
   cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
   cr_expect(strstr(out, "predicted vs measured: cmp-test, run 1 (sim) vs run 2 (real)\n"), "%s",
             out);
-  cr_expect(strstr(out, "tp1         ttft_mean_ms      110 ms      100 ms  +10.0%\n"), "%s", out);
+  cr_expect(strstr(out, "tp1         ttft_mean_ms          110 ms      100 ms  +10.0%\n"), "%s",
+            out);
   size_t len = strlen(out), sl = strlen(cmp_summary);
   cr_expect(len >= sl && !strcmp(out + len - sl, cmp_summary), "the summary ends it:\n%s", out);
   cr_expect(exists(dir, "a/index.html"));
