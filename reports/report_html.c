@@ -184,7 +184,20 @@ static void run_verdict(FILE *f, const rp_run *r) {
   fputs("</table>\n", f);
 }
 
+// A ratio cell: "1.74x", "-" when missing.
+static void td_x(FILE *f, double v) {
+  char buf[48];
+  rp_fmt_num(isfinite(v) ? round(v * 100) / 100 : v, buf, sizeof buf);
+  fprintf(f, "<td>%s%s</td>", buf, isfinite(v) ? "x" : "");
+}
+
+static const char *const sens_names[2] = {"ttft_sensitivity", "tpot_sensitivity"};
+
 static void run_scaling(FILE *f, rp_ctx *c, const rp_run *r) {
+  bool sens = false; // a sim run made with --sensitivity: two more columns
+  for (int d = 0; d < r->n_deps && !sens; d++)
+    for (int k = 0; k < 2; k++)
+      sens |= !isnan(rp_metric(c, r, r->deps[d].id, 0, NULL, sens_names[k]));
   fputs("<h3>Scaling</h3>\n<table>\n<tr>", f);
   th(f, "deployment", true);
   th(f, "tp x pp x dp", false);
@@ -193,6 +206,10 @@ static void run_scaling(FILE *f, rp_ctx *c, const rp_run *r) {
   th(f, "speed-up", false);
   th(f, "efficiency", false);
   th(f, "knee (users)", false);
+  if (sens) {
+    th(f, "TTFT sensitivity", false);
+    th(f, "TPOT sensitivity", false);
+  }
   th(f, "status", true);
   fputs("</tr>\n", f);
   for (int d = 0; d < r->n_deps; d++) {
@@ -201,14 +218,12 @@ static void run_scaling(FILE *f, rp_ctx *c, const rp_run *r) {
     td_text(f, dp->label);
     fprintf(f, "<td>%d x %d x %d</td><td>%d</td>", dp->tp, dp->pp, dp->dp, dp->gpus);
     td_num(f, rp_metric(c, r, dp->id, 0, NULL, "peak_output_tok_s"));
-    double sp = rp_metric(c, r, dp->id, 0, NULL, "speedup");
-    char buf[48];
-    rp_fmt_num(isfinite(sp) ? round(sp * 100) / 100 : sp, buf, sizeof buf);
-    fprintf(f, "<td>%s%s</td>", buf, isfinite(sp) ? "x" : "");
+    td_x(f, rp_metric(c, r, dp->id, 0, NULL, "speedup"));
     td_pct(f, rp_metric(c, r, dp->id, 0, NULL, "efficiency"));
     double knee = rp_metric(c, r, dp->id, 0, NULL, "knee_concurrency");
     if (isfinite(knee) && knee < 0) fputs("<td>none meets the SLO</td>", f);
     else td_num(f, knee);
+    for (int k = 0; sens && k < 2; k++) td_x(f, rp_metric(c, r, dp->id, 0, NULL, sens_names[k]));
     td_text(f, dp->status);
     fputs("</tr>\n", f);
   }

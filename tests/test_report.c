@@ -520,6 +520,28 @@ Test(report, sparse_runs_still_plot_with_empty_panels) {
 
 // --- index.html
 
+// A sim run made with --sensitivity: the scaling table gets its two columns, "-" where a
+// deployment has no value.
+Test(report, index_html_scaling_table_shows_the_sensitivities_when_the_run_has_them) {
+  const char *path = make_db();
+  sqlite3 *db = open_db(path);
+  exec(db, "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value) SELECT 1, id, "
+           "NULL, '', 'tpot_sensitivity', 3.818 FROM deployment WHERE run_id = 1 AND idx = 0");
+  exec(db, "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value) SELECT 1, id, "
+           "NULL, '', 'ttft_sensitivity', 2.985 FROM deployment WHERE run_id = 1 AND idx = 0");
+  sqlite3_close(db);
+  report_result res;
+  const char *dir = write_report(path, "/nonexistent/gnuplot", &res);
+  char *html = read_file(dir, "index.html", NULL);
+  cr_assert_not_null(html);
+  cr_expect(strstr(html, "<th>TTFT sensitivity</th><th>TPOT sensitivity</th><th class=\"t\">"
+                         "status</th>"),
+            "%s", html);
+  cr_expect(strstr(html, "<td>2.99x</td><td>3.82x</td><td class=\"t\">complete</td>"), "tp1");
+  cr_expect(strstr(html, "<td>-</td><td>-</td><td class=\"t\">complete</td>"), "dp2 has none");
+  free(html);
+}
+
 Test(report, index_html_has_verdict_tables_and_escaped_scenario) {
   report_result res;
   const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
@@ -533,6 +555,7 @@ Test(report, index_html_has_verdict_tables_and_escaped_scenario) {
             "verdict row of tp1");
   cr_expect(strstr(html, "<h3>Scaling</h3>"));
   cr_expect(strstr(html, "<td>87%</td>"), "dp2 efficiency");
+  cr_expect_not(strstr(html, "sensitivity"), "no sensitivity columns without the rows");
   cr_expect(strstr(html, "<td>1.74x</td>"), "dp2 speed-up");
   cr_expect(strstr(html, "Deployments x phases"));
   cr_expect(strstr(html, "<th>KV peak</th><th>busy</th></tr>"));
