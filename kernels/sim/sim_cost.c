@@ -19,7 +19,6 @@
 #define SIM_MAX_MB 64    // most micro-batches in one priced step
 #define SIM_ATTN_MAX (int)(sizeof((sim_hw *)0)->attn / sizeof((sim_hw *)0)->attn[0])
 #define SIM_COLL_MAX (int)(sizeof((sim_hw *)0)->coll / sizeof((sim_hw *)0)->coll[0])
-#define SIM_OVERHEAD_MAX (int)(sizeof((sim_hw *)0)->overhead / sizeof((sim_hw *)0)->overhead[0])
 #define QUANT_GROUP 128 // int4: one bf16 scale per group of this many inputs (as memplan.c)
 
 // --- curves
@@ -375,7 +374,7 @@ typedef struct cell {
 // else step_overhead_s.
 static double step_overhead(const sim_hw *hw, const sim_layout *l, int rows, double ops_s) {
   int ranks = l->cluster_ranks > 0 ? l->cluster_ranks : l->tp * l->pp;
-  int n_ov = hw->n_overhead < SIM_OVERHEAD_MAX ? hw->n_overhead : SIM_OVERHEAD_MAX;
+  int n_ov = hw->n_overhead < SIM_OVERHEAD_TABLES ? hw->n_overhead : SIM_OVERHEAD_TABLES;
   if (l->pp == 1 && ranks % l->tp == 0)
     for (int i = 0; i < n_ov; i++) {
       const sim_overhead_table *t = &hw->overhead[i];
