@@ -27,11 +27,11 @@ if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
 fi
 if [ $# -eq 0 ]; then set -- scenarios/quickstart.yaml scenarios/mixed-prompts.yaml; fi
 mkdir -p "$OUT"
+db="$OUT/sensitivity.db" # the sim runs land here; only their printed tables are read
+rm -f "$db" "$db-wal" "$db-shm"
 
 for sc in "$@"; do
   name=$(basename "$sc" .yaml)
-  db="$OUT/$name.db"
-  rm -f "$db" "$db-wal" "$db-shm"
   for pct in $CHANGES; do
     echo "== $name, profile $PROFILE"
     rc=0
