@@ -1,10 +1,11 @@
 // Reports from a results database: gnuplot plots (PNG + SVG, with the script and data file
 // behind each), a self-contained index.html, the verdict table on a terminal, and JUnit XML.
 //
-// Everything is read back from SQLite (a connection from store_db, reports/store.h), so `shardcheck run` (at its end) and
-// `shardcheck report` (any time later, over one or several runs) write the same thing. gnuplot
-// runs as a child process; without it on PATH the data, scripts and HTML are still written and
-// res->plots_skipped says so. Metrics are computed by the runner and read from the metric table.
+// Everything is read back from SQLite (a connection from store_db, reports/store.h), so
+// `shardcheck run` (at its end) and `shardcheck report` (any time later, over one or several
+// runs) write the same thing. gnuplot runs as a child process; without it on PATH the data,
+// scripts and HTML are still written and res->plots_skipped says so. Metrics are computed by the
+// runner and read from the metric table.
 #pragma once
 
 #include <stdbool.h>
@@ -69,9 +70,24 @@ typedef struct report_cmp_pair {
   int n_rows;
 } report_cmp_pair;
 
+// The real runs of one scenario against each other: the floor a prediction is read against.
+// Every ordered pair (A, B) of two different real runs is compared as a prediction is, A in
+// the `predicted` column and B in the `measured` one, so a pair's mean |error| is how far one
+// measurement misses another made the same way: a prediction cannot be expected to come closer
+// to a real run than the real runs come to each other.
+typedef struct report_cmp_floor {
+  char scenario[128];      // the scenario name
+  int64_t *runs;           // (n_runs) its real runs, in the order given, each once
+  int n_runs;              // >= 2
+  report_cmp_pair *pairs;  // (n_pairs = n_runs x (n_runs - 1)): (runs[0], runs[1]),
+  int n_pairs;             // (runs[0], runs[2]), ..., (runs[1], runs[0]), ...
+} report_cmp_floor;
+
 typedef struct report_comparison {
   report_cmp_pair *pairs;  // (n_pairs) sim runs in the order given, each with the real runs
   int n_pairs;             // in the order given; 0 when no pair exists
+  report_cmp_floor *floors; // (n_floors) one per scenario that has a pair above and two or
+  int n_floors;             // more real runs in the report, in the order of its first pair
 } report_comparison;
 
 // Compares the runs run_ids[0..n_runs) of db as above into *out (zeroed first; the caller
@@ -85,9 +101,13 @@ void report_comparison_free(report_comparison *c);
 // The mean of |error| over the pair's pooled rows (phase "") of metric `name` whose error is a
 // number; *n (may be NULL) receives how many rows that is. NaN when there is none.
 double report_cmp_mean_abs_error(const report_cmp_pair *p, const char *name, int *n);
+// The smallest and largest mean |error| of metric `name` over the floor's pairs (each pair's
+// report_cmp_mean_abs_error); returns how many pairs have one (0: *lo and *hi are NaN).
+int report_cmp_floor_range(const report_cmp_floor *f, const char *name, double *lo, double *hi);
 // Prints each pair's "predicted vs measured" tables (deployment x metric, then deployment x
-// phase x metric: predicted, measured, error %) and its "mean |error|: ..." line to f.
-// Prints nothing when c has no pair.
+// phase x metric: predicted, measured, error %) and its "mean |error|: ..." line to f; after
+// a scenario's last pair, its floor: a line per ordered pair of real runs and the range of
+// their mean |difference|. Prints nothing when c has no pair.
 void report_print_comparison(const report_comparison *c, FILE *f);
 
 // --- history of a scenario across runs (reports/report_history.c)

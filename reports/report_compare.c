@@ -1,7 +1,9 @@
 // Predicted vs measured: pairs a sim run (the prediction) with a real run (the measurement) of
-// the same scenario and compares their metric rows deployment by deployment and phase by phase;
-// report_compare, report_print_comparison (the terminal tables) and the helpers the HTML page
-// shares (rp_compare, rp_fmt_error, rp_cmp_summary).
+// the same scenario and compares their metric rows deployment by deployment and phase by phase,
+// and compares the scenario's real runs with each other the same way (the floor: how close one
+// measurement comes to another); report_compare, report_print_comparison (the terminal tables)
+// and the helpers the HTML page shares (rp_compare, rp_fmt_error, rp_cmp_summary,
+// rp_cmp_floor_summary).
 //
 // Nothing here computes a metric: both sides are the stored rows (docs/metrics.md); the only
 // arithmetic is the relative error and its mean. Loading runs is reports/report.c (rp_run_load),
@@ -35,6 +37,8 @@ static const cmp_metric pooled_metrics[] = {
     {"tpot_sensitivity", NULL, true},
 };
 enum { N_POOLED = sizeof pooled_metrics / sizeof pooled_metrics[0] };
+_Static_assert((int)N_POOLED <= (int)RP_CMP_SUMMARY_MAX,
+               "RP_CMP_SUMMARY_MAX holds every summarised metric");
 
 // The per-phase rows.
 static const char *const phase_metrics[] = {"ttft_mean_ms", "tpot_mean_ms"};
@@ -128,6 +132,57 @@ static bool pair_seen(const report_comparison *out, int64_t p, int64_t m) {
   return false;
 }
 
+// Starts *pr as run p against run m (rows built by build_pair); false when out of memory.
+static bool make_pair(rp_ctx *c, const rp_run *p, const rp_run *m, report_cmp_pair *pr) {
+  memset(pr, 0, sizeof *pr);
+  pr->predicted_run = p->id;
+  pr->measured_run = m->id;
+  snprintf(pr->scenario, sizeof pr->scenario, "%s", p->scenario);
+  pair_builder b = {pr, 0};
+  return build_pair(c, p, m, &b);
+}
+
+int rp_cmp_floor_of(const report_comparison *c, const char *scenario) {
+  for (int i = 0; i < c->n_floors; i++)
+    if (!strcmp(c->floors[i].scenario, scenario)) return i;
+  return -1;
+}
+
+// Adds the floor of `scenario` to out: its real runs in c, each once, and every ordered pair of
+// them. Nothing when it has fewer than two. false: out of memory.
+static bool add_floor(rp_ctx *c, const char *scenario, report_comparison *out, int *cap) {
+  int *idx = malloc(sizeof(int) * (size_t)c->n_runs), n = 0;
+  if (!idx) return false;
+  for (int i = 0; i < c->n_runs; i++) {
+    const rp_run *r = &c->runs[i];
+    if (strcmp(r->mode, "real") != 0 || strcmp(r->scenario, scenario) != 0) continue;
+    bool dup = false;
+    for (int k = 0; k < n; k++) dup |= c->runs[idx[k]].id == r->id;
+    if (!dup) idx[n++] = i;
+  }
+  if (n < 2) {
+    free(idx);
+    return true;
+  }
+  if (!rp_grow((void **)&out->floors, out->n_floors, cap, sizeof *out->floors)) {
+    free(idx);
+    return false;
+  }
+  report_cmp_floor *f = &out->floors[out->n_floors++];
+  memset(f, 0, sizeof *f);
+  snprintf(f->scenario, sizeof f->scenario, "%s", scenario);
+  f->runs = malloc(sizeof *f->runs * (size_t)n);
+  f->pairs = calloc((size_t)(n * (n - 1)), sizeof *f->pairs);
+  bool ok = f->runs && f->pairs;
+  for (int a = 0; ok && a < n; a++) {
+    f->runs[f->n_runs++] = c->runs[idx[a]].id;
+    for (int b = 0; ok && b < n; b++)
+      if (a != b) ok = make_pair(c, &c->runs[idx[a]], &c->runs[idx[b]], &f->pairs[f->n_pairs++]);
+  }
+  free(idx);
+  return ok;
+}
+
 sc_status rp_compare(rp_ctx *c, report_comparison *out, sc_error *err) {
   memset(out, 0, sizeof *out);
   int cap = 0;
@@ -143,17 +198,20 @@ sc_status rp_compare(rp_ctx *c, report_comparison *out, sc_error *err) {
         report_comparison_free(out);
         return sc_fail(err, SC_OOM, "out of memory comparing runs");
       }
-      report_cmp_pair *pr = &out->pairs[out->n_pairs++];
-      memset(pr, 0, sizeof *pr);
-      pr->predicted_run = p->id;
-      pr->measured_run = m->id;
-      snprintf(pr->scenario, sizeof pr->scenario, "%s", p->scenario);
-      pair_builder b = {pr, 0};
-      if (!build_pair(c, p, m, &b)) {
+      if (!make_pair(c, p, m, &out->pairs[out->n_pairs++])) {
         report_comparison_free(out);
         return sc_fail(err, SC_OOM, "out of memory comparing run %lld with run %lld",
                        (long long)p->id, (long long)m->id);
       }
+    }
+  }
+  int fcap = 0;
+  for (int i = 0; i < out->n_pairs; i++) {
+    if (rp_cmp_floor_of(out, out->pairs[i].scenario) >= 0) continue;
+    if (!add_floor(c, out->pairs[i].scenario, out, &fcap)) {
+      report_comparison_free(out);
+      return sc_fail(err, SC_OOM, "out of memory comparing the real runs of %s",
+                     out->pairs[i].scenario);
     }
   }
   return SC_OK;
@@ -184,6 +242,13 @@ void report_comparison_free(report_comparison *c) {
   if (!c) return;
   for (int i = 0; i < c->n_pairs; i++) free(c->pairs[i].rows);
   free(c->pairs);
+  for (int i = 0; i < c->n_floors; i++) {
+    report_cmp_floor *f = &c->floors[i];
+    for (int k = 0; k < f->n_pairs; k++) free(f->pairs[k].rows);
+    free(f->pairs);
+    free(f->runs);
+  }
+  free(c->floors);
   memset(c, 0, sizeof *c);
 }
 
@@ -200,6 +265,19 @@ double report_cmp_mean_abs_error(const report_cmp_pair *p, const char *name, int
   return k ? sum / k : NAN;
 }
 
+int report_cmp_floor_range(const report_cmp_floor *f, const char *name, double *lo, double *hi) {
+  *lo = *hi = NAN;
+  int k = 0;
+  for (int i = 0; i < f->n_pairs; i++) {
+    double e = report_cmp_mean_abs_error(&f->pairs[i], name, NULL);
+    if (isnan(e)) continue;
+    *lo = k ? fmin(*lo, e) : e;
+    *hi = k ? fmax(*hi, e) : e;
+    k++;
+  }
+  return k;
+}
+
 // --- formatting
 
 void rp_fmt_error(double error, char *buf, size_t n) {
@@ -214,24 +292,58 @@ static bool has_pooled(const report_cmp_pair *p, const char *name) {
   return false;
 }
 
-void rp_cmp_summary(const report_cmp_pair *p, char *buf, size_t n) {
-  size_t len = (size_t)snprintf(buf, n, "mean |error|:");
-  int listed = 0;
+int rp_cmp_summary_metrics(const report_cmp_pair *p, const char **names,
+                           const char **short_names) {
+  int n = 0;
   for (int pass = 0; pass < 2; pass++) // the means first, then the p95s and busy
     for (int k = 0; k < N_POOLED; k++) {
       const cmp_metric *cm = &pooled_metrics[k];
-      if (!cm->short_name || cm->optional != (pass == 1) || !has_pooled(p, cm->name) || len >= n)
-        continue;
-      double e = report_cmp_mean_abs_error(p, cm->name, NULL);
-      char num[32];
-      if (isnan(e)) snprintf(num, sizeof num, "-");
-      else snprintf(num, sizeof num, "%.1f%%", e * 100);
-      len += (size_t)snprintf(buf + len, n - len, "%s %s %s", listed++ ? "," : "",
-                              cm->short_name, num);
+      if (!cm->short_name || cm->optional != (pass == 1) || !has_pooled(p, cm->name)) continue;
+      names[n] = cm->name;
+      short_names[n++] = cm->short_name;
     }
+  return n;
+}
+
+// A summary line: head, then for each metric of rp_cmp_summary_metrics its short name and the
+// text value(f, name) gives, then " (TAILn deployments)".
+static void summary_line(const report_cmp_pair *p, const void *f,
+                         void (*value)(const void *f, const char *name, char *num, size_t n),
+                         const char *head, const char *tail, char *buf, size_t n) {
+  const char *names[RP_CMP_SUMMARY_MAX], *shorts[RP_CMP_SUMMARY_MAX];
+  int m = rp_cmp_summary_metrics(p, names, shorts);
+  size_t len = (size_t)snprintf(buf, n, "%s", head);
+  for (int k = 0; k < m && len < n; k++) {
+    char num[48];
+    value(f, names[k], num, sizeof num);
+    len += (size_t)snprintf(buf + len, n - len, "%s %s %s", k ? "," : "", shorts[k], num);
+  }
   if (len < n)
-    snprintf(buf + len, n - len, " (over %d deployment%s)", p->n_deployments,
+    snprintf(buf + len, n - len, " (%s%d deployment%s)", tail, p->n_deployments,
              p->n_deployments == 1 ? "" : "s");
+}
+
+static void pair_value(const void *f, const char *name, char *num, size_t n) {
+  double e = report_cmp_mean_abs_error(f, name, NULL);
+  if (isnan(e)) snprintf(num, n, "-");
+  else snprintf(num, n, "%.1f%%", e * 100);
+}
+
+static void floor_value(const void *f, const char *name, char *num, size_t n) {
+  double lo, hi;
+  if (!report_cmp_floor_range(f, name, &lo, &hi)) snprintf(num, n, "-");
+  else snprintf(num, n, "%.1f-%.1f%%", lo * 100, hi * 100);
+}
+
+void rp_cmp_summary(const report_cmp_pair *p, const char *head, char *buf, size_t n) {
+  summary_line(p, p, pair_value, head, "over ", buf, n);
+}
+
+void rp_cmp_floor_summary(const report_cmp_floor *f, char *buf, size_t n) {
+  char head[96];
+  snprintf(head, sizeof head, "mean |difference| over the %d pairs:", f->n_pairs);
+  if (f->n_pairs) summary_line(&f->pairs[0], f, floor_value, head, "min-max; over ", buf, n);
+  else snprintf(buf, n, "%s -", head);
 }
 
 // --- the terminal tables
@@ -279,6 +391,26 @@ static void print_table(const report_cmp_pair *p, bool phases, FILE *f) {
     }
 }
 
+// The floor on the terminal: a title naming the real runs, each ordered pair's summary line,
+// the range line.
+static void print_floor(const report_cmp_floor *fl, FILE *f) {
+  fprintf(f, "\nreal runs against each other: %s, runs", fl->scenario);
+  for (int i = 0; i < fl->n_runs; i++)
+    fprintf(f, "%s %lld", i ? (i == fl->n_runs - 1 ? " and" : ",") : "", (long long)fl->runs[i]);
+  fputs(" (each as if it predicted another: a prediction is not expected to come closer)\n", f);
+  char line[512];
+  for (int i = 0; i < fl->n_pairs; i++) {
+    const report_cmp_pair *p = &fl->pairs[i];
+    char head[96];
+    snprintf(head, sizeof head, "run %lld as run %lld: mean |difference|:",
+             (long long)p->predicted_run, (long long)p->measured_run);
+    rp_cmp_summary(p, head, line, sizeof line);
+    fprintf(f, "%s\n", line);
+  }
+  rp_cmp_floor_summary(fl, line, sizeof line);
+  fprintf(f, "%s\n", line);
+}
+
 void report_print_comparison(const report_comparison *c, FILE *f) {
   if (!c) return;
   for (int i = 0; i < c->n_pairs; i++) {
@@ -297,7 +429,11 @@ void report_print_comparison(const report_comparison *c, FILE *f) {
       print_table(p, true, f);
     }
     char line[512];
-    rp_cmp_summary(p, line, sizeof line);
+    rp_cmp_summary(p, "mean |error|:", line, sizeof line);
     fprintf(f, "%s\n", line);
+    bool last = true; // the scenario's last pair: its floor follows
+    for (int k = i + 1; k < c->n_pairs; k++) last &= strcmp(c->pairs[k].scenario, p->scenario) != 0;
+    int fi = last ? rp_cmp_floor_of(c, p->scenario) : -1;
+    if (fi >= 0) print_floor(&c->floors[fi], f);
   }
 }

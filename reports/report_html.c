@@ -392,6 +392,41 @@ static void cmp_table(FILE *f, const report_cmp_pair *p, bool phases) {
   fputs("</table>\n", f);
 }
 
+// The real runs of a scenario against each other: one line per ordered pair, the mean
+// |difference| per summarised metric, and the min-max over the pairs.
+static void floor_table(FILE *f, const report_cmp_floor *fl) {
+  if (!fl->n_pairs) return;
+  const char *names[RP_CMP_SUMMARY_MAX], *shorts[RP_CMP_SUMMARY_MAX];
+  int m = rp_cmp_summary_metrics(&fl->pairs[0], names, shorts);
+  fputs("<h4>Real runs against each other: ", f);
+  esc(f, fl->scenario);
+  fputs("</h4>\n<p>Each real run as if it predicted another: the mean |difference| over the "
+        "deployments, as the errors above are computed. A prediction cannot be expected to "
+        "come closer to a real run than the real runs come to each other.</p>\n<table>\n<tr>",
+        f);
+  th(f, "runs", true);
+  for (int k = 0; k < m; k++) th(f, shorts[k], false);
+  fputs("</tr>\n", f);
+  for (int i = 0; i < fl->n_pairs; i++) {
+    const report_cmp_pair *p = &fl->pairs[i];
+    fprintf(f, "<tr><td class=\"t\">run %lld as run %lld</td>", (long long)p->predicted_run,
+            (long long)p->measured_run);
+    for (int k = 0; k < m; k++) {
+      double e = report_cmp_mean_abs_error(p, names[k], NULL);
+      if (isnan(e)) fputs("<td>-</td>", f);
+      else fprintf(f, "<td>%.1f%%</td>", e * 100);
+    }
+    fputs("</tr>\n", f);
+  }
+  fputs("<tr><td class=\"t\">min-max</td>", f);
+  for (int k = 0; k < m; k++) {
+    double lo, hi;
+    if (!report_cmp_floor_range(fl, names[k], &lo, &hi)) fputs("<td>-</td>", f);
+    else fprintf(f, "<td>%.1f-%.1f%%</td>", lo * 100, hi * 100);
+  }
+  fputs("</tr>\n</table>\n", f);
+}
+
 static void cmp_section(FILE *f, const report_comparison *cmp) {
   if (!cmp->n_pairs) return;
   fputs("<section id=\"compare\">\n<h2>Predicted vs measured</h2>\n<p>Each simulated run "
@@ -417,10 +452,15 @@ static void cmp_section(FILE *f, const report_comparison *cmp) {
       cmp_table(f, p, true);
     }
     char line[512];
-    rp_cmp_summary(p, line, sizeof line);
+    rp_cmp_summary(p, "mean |error|:", line, sizeof line);
     fputs("<p class=\"summary\">", f);
     esc(f, line);
     fputs("</p>\n", f);
+    bool last = true; // the scenario's last pair: its floor follows
+    for (int k = i + 1; k < cmp->n_pairs; k++)
+      last &= strcmp(cmp->pairs[k].scenario, p->scenario) != 0;
+    int fi = last ? rp_cmp_floor_of(cmp, p->scenario) : -1;
+    if (fi >= 0) floor_table(f, &cmp->floors[fi]);
   }
   fputs("</section>\n", f);
 }

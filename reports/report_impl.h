@@ -186,6 +186,19 @@ sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_
 sc_status rp_compare(rp_ctx *c, report_comparison *out, sc_error *err);
 // A relative error as a signed percentage with one decimal ("+12.5%", "-3.0%"); "-" for NaN.
 void rp_fmt_error(double error, char *buf, size_t n);
-// The pair's summary line, without a newline: "mean |error|: TTFT 12.5%, TPOT 3.0%, ...
-// (over N deployments)" (report_compare.c says which metrics). Writes at most n bytes.
-void rp_cmp_summary(const report_cmp_pair *p, char *buf, size_t n);
+// The pair's summary line, without a newline: "HEAD TTFT 12.5%, TPOT 3.0%, ... (over N
+// deployments)" (report_compare.c says which metrics), HEAD e.g. "mean |error|:". Writes at most
+// n bytes.
+void rp_cmp_summary(const report_cmp_pair *p, const char *head, char *buf, size_t n);
+// The floor's range line, without a newline: "mean |difference| over the N pairs: TTFT
+// 4.1-12.3%, ... (min-max; over D deployments)", the metrics of rp_cmp_summary. Writes at most
+// n bytes.
+void rp_cmp_floor_summary(const report_cmp_floor *f, char *buf, size_t n);
+// The metrics the summary lines list for p, in their order: names[k] the metric row name,
+// short_names[k] its name in the line ("TTFT", ...). Both arrays hold RP_CMP_SUMMARY_MAX;
+// returns how many.
+enum { RP_CMP_SUMMARY_MAX = 16 };
+int rp_cmp_summary_metrics(const report_cmp_pair *p, const char **names,
+                           const char **short_names);
+// The index in c->floors of scenario's floor; -1 when it has none.
+int rp_cmp_floor_of(const report_comparison *c, const char *scenario);

@@ -1102,3 +1102,108 @@ Test(report, cli_prints_predicted_vs_measured_for_a_sim_and_a_real_run) {
   cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
   cr_expect_not(strstr(out, "predicted vs measured"), "one run: %s", out);
 }
+
+// --- the real runs against each other (the floor of a prediction's error)
+
+// A second real run: tp1's mean TTFT and TPOT differ from real_deps' (125 against 100, 25
+// against 20); every other value is the same.
+static const cmp_dep real_deps_b[] = {
+    {"pp2", 1, 1, {45, 55, 11, 13, 210, 260, 2900, 0.4, NAN}, {40, 50}, {10, 12}},
+    {"tp1", 1, 1, {125, 120, 25, 24, 400, 700, 1000, 0.5, NAN}, {100, 100}, {20, 20}},
+    {"dp2", 1, 2, {50, NAN, 0, NAN, 400, NAN, NAN, NAN, NAN}, {50, NAN}, {1, NAN}},
+};
+
+// make_cmp_db plus run 3: real_deps_b.
+static const char *make_floor_db(void) {
+  const char *db_path = make_cmp_db();
+  cr_assert_eq(store_cmp_run(db_path, "cmp-test", "real", real_deps_b, 3), 3);
+  return db_path;
+}
+
+Test(report, floor_compares_every_real_run_with_every_other_as_a_prediction) {
+  report_comparison c = compare(make_floor_db(), (const int64_t[]){1, 2, 3, 2}, 4);
+  cr_assert_eq(c.n_pairs, 2, "the sim run against each real run");
+  cr_assert_eq(c.n_floors, 1);
+  const report_cmp_floor *f = &c.floors[0];
+  cr_expect_str_eq(f->scenario, "cmp-test");
+  cr_assert_eq(f->n_runs, 2, "run 2, given twice, counts once");
+  cr_expect(f->runs[0] == 2 && f->runs[1] == 3);
+  cr_assert_eq(f->n_pairs, 2);
+  const report_cmp_pair *a = &f->pairs[0], *b = &f->pairs[1];
+  cr_expect(a->predicted_run == 2 && a->measured_run == 3);
+  cr_expect(b->predicted_run == 3 && b->measured_run == 2);
+  cr_expect_eq(a->n_deployments, 3, "pp2 ran for real in both: it is compared here");
+  expect_cmp(a, "tp1", "", "ttft_mean_ms", 100, 125);
+  expect_cmp(b, "tp1", "", "ttft_mean_ms", 125, 100);
+  expect_cmp(a, "pp2", "", "tpot_mean_ms", 11, 11);
+  expect_cmp(a, "tp1", "c1", "ttft_mean_ms", 100, 100);
+  // TTFT over pp2, tp1, dp2: (0 + 0.2 + 0) / 3 and (0 + 0.25 + 0) / 3; TPOT over pp2 and tp1
+  // (dp2 measured 0: no error): 0.2 / 2 and 0.25 / 2.
+  cr_expect_float_eq(report_cmp_mean_abs_error(a, "ttft_mean_ms", NULL), 0.2 / 3, 1e-12);
+  cr_expect_float_eq(report_cmp_mean_abs_error(b, "ttft_mean_ms", NULL), 0.25 / 3, 1e-12);
+  double lo, hi;
+  cr_expect_eq(report_cmp_floor_range(f, "tpot_mean_ms", &lo, &hi), 2);
+  cr_expect_float_eq(lo, 0.1, 1e-12);
+  cr_expect_float_eq(hi, 0.125, 1e-12);
+  cr_expect_eq(report_cmp_floor_range(f, "itl_mean_ms", &lo, &hi), 0);
+  cr_expect(isnan(lo) && isnan(hi));
+  report_comparison_free(&c);
+  cr_expect_eq(c.n_floors, 0);
+  cr_expect_null(c.floors);
+}
+
+Test(report, floor_needs_a_prediction_and_two_real_runs_of_its_scenario) {
+  const char *db_path = make_floor_db();
+  cr_assert_eq(store_cmp_run(db_path, "other", "real", real_deps, 3), 4);
+  cr_assert_eq(store_cmp_run(db_path, "other", "real", real_deps_b, 3), 5);
+  report_comparison c = compare(db_path, (const int64_t[]){2, 3}, 2);
+  cr_expect_eq(c.n_floors, 0, "two real runs and nothing predicted");
+  report_comparison_free(&c);
+  c = compare(db_path, (const int64_t[]){1, 2}, 2);
+  cr_expect_eq(c.n_floors, 0, "one real run");
+  report_comparison_free(&c);
+  c = compare(db_path, (const int64_t[]){1, 2, 4, 5}, 4);
+  cr_expect_eq(c.n_floors, 0, "the other scenario's real runs have no prediction");
+  report_comparison_free(&c);
+  c = compare(db_path, (const int64_t[]){1, 2, 3, 4, 5}, 5);
+  cr_assert_eq(c.n_floors, 1);
+  cr_expect(c.floors[0].n_runs == 2 && c.floors[0].runs[0] == 2 && c.floors[0].runs[1] == 3);
+  report_comparison_free(&c);
+}
+
+Test(report, comparison_text_ends_each_scenario_with_its_real_runs_against_each_other) {
+  report_comparison c = compare(make_floor_db(), (const int64_t[]){1, 2, 3}, 3);
+  char *t = comparison_text(&c);
+  const char *last_pair = strstr(t, "run 1 (sim) vs run 3 (real)");
+  const char *floor = strstr(t, "\nreal runs against each other: cmp-test, runs 2 and 3 (each "
+                                "as if it predicted another: a prediction is not expected to "
+                                "come closer)\n");
+  cr_assert(last_pair && floor && last_pair < floor, "%s", t);
+  cr_expect(strstr(floor, "run 2 as run 3: mean |difference|: TTFT 6.7%, TPOT 10.0%,"), "%s", t);
+  cr_expect(strstr(floor, "run 3 as run 2: mean |difference|: TTFT 8.3%, TPOT 12.5%,"), "%s", t);
+  const char *range = "mean |difference| over the 2 pairs: TTFT 6.7-8.3%, TPOT 10.0-12.5%, "
+                      "E2EL 0.0-0.0%, output tok/s 0.0-0.0%, TTFT p95 0.0-0.0%, TPOT p95 "
+                      "0.0-0.0%, E2EL p95 0.0-0.0%, busy 0.0-0.0% (min-max; over 3 "
+                      "deployments)\n";
+  size_t len = strlen(t), rl = strlen(range);
+  cr_expect(len >= rl && !strcmp(t + len - rl, range), "the range line ends it:\n%s", t);
+  free(t);
+  report_comparison_free(&c);
+}
+
+Test(report, index_html_has_a_table_of_the_real_runs_against_each_other) {
+  char *html = cmp_html(make_floor_db(), (const int64_t[]){1, 2, 3}, 3);
+  const char *h = strstr(html, "<h4>Real runs against each other: cmp-test</h4>");
+  cr_assert_not_null(h, "%s", html);
+  cr_expect(strstr(html, "run 1 (sim) vs run 3 (real)") < h, "after the scenario's last pair");
+  cr_expect(strstr(h, "<tr><th class=\"t\">runs</th><th>TTFT</th><th>TPOT</th>"), "%s", h);
+  cr_expect(strstr(h, "<tr><td class=\"t\">run 2 as run 3</td><td>6.7%</td><td>10.0%</td>"),
+            "%s", h);
+  cr_expect(strstr(h, "<tr><td class=\"t\">min-max</td><td>6.7-8.3%</td><td>10.0-12.5%</td>"),
+            "%s", h);
+  cr_expect(strstr(h, "</table>\n</section>"), "it closes the section:\n%s", h);
+  free(html);
+  html = cmp_html(make_floor_db(), (const int64_t[]){1, 2}, 2);
+  cr_expect_not(strstr(html, "Real runs against each other"), "one real run: no floor");
+  free(html);
+}
