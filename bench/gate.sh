@@ -237,6 +237,9 @@ gate "$(newest_run)" "$sim0" "$sim_slow"
 word() { if [ "$1" = 1 ]; then echo "met"; else echo "MISSED"; fi; }
 read -r n_uu f_uu w_uu < <(count "$uu" '.')
 read -r n_su f_su w_su < <(count "$su" '^tpot_')
+read -r n_s50 f_s50 _ < <(count "$su" '^tpot_p50_ms$')
+read -r n_s95 f_s95 _ < <(count "$su" '^tpot_p95_ms$')
+read -r n_si f_si _ < <(count "$su" '^itl_p50_ms$')
 read -r n_sb f_sb _ < <(count "$sim_base" '.')
 read -r n_ss f_ss _ < <(count "$sim_slow" '^tpot_')
 read -r n_st f_st _ < <(count "$sim_slow" '_ms$|_tok_s$|_rps$')
@@ -275,6 +278,8 @@ else
 fi
 echo "  measured slowdown: TPOT p50 $slowdown (median change over the gates); $w_su more" \
   "worse within noise (past the tolerance, not significant$minp)"
+echo "  by metric: TPOT p50 $f_s50 of $n_s50, TPOT p95 $f_s95 of $n_s95; ITL p50 (the median" \
+  "token gap, steadier on a noisy machine: docs/gate.md) $f_si of $n_si = $(pct "$f_si" "$n_si")"
 printf 'sim, unchanged reruns: %d of %d comparisons REGRESSED (target: none): %s\n' \
   "$f_sb" "$n_sb" "$(word "$met_sb")"
 printf 'sim, profile 2%% slower: %d of %d TPOT comparisons REGRESSED (target: all): %s;' \
