@@ -22,6 +22,7 @@
 // data file, for `plot 'FILE' using 1:2 with lines, '' using 1:4 with lines`.
 #include <getopt.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,19 @@ static double cpu_s(const struct rusage *r) {
 
 // --- main
 
+// Reads a number of seconds from lo to hi into *out; false (and a message) otherwise.
+static bool parse_seconds(const char *text, const char *option, double lo, double hi,
+                          double *out) {
+  char *end = NULL;
+  double v = strtod(text, &end);
+  if (end == text || *end || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "bench_machine: %s wants %g to %g, got '%s'\n", option, lo, hi, text);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_machine [--seconds N] [--rep-seconds N] [--series FILE]\n"
              "  --seconds N      how long to measure (default 120)\n"
@@ -167,21 +181,12 @@ int main(int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    char *end = NULL;
     switch (c) {
     case 's':
-      seconds = strtod(optarg, &end);
-      if (!end || *end || !(seconds >= 2 && seconds <= 86400)) {
-        fprintf(stderr, "bench_machine: --seconds wants 2 to 86400, got '%s'\n", optarg);
-        return 2;
-      }
+      if (!parse_seconds(optarg, "--seconds", 2, 86400, &seconds)) return 2;
       break;
     case 'r':
-      rep_s = strtod(optarg, &end);
-      if (!end || *end || !(rep_s >= 1 && rep_s <= 3600)) {
-        fprintf(stderr, "bench_machine: --rep-seconds wants 1 to 3600, got '%s'\n", optarg);
-        return 2;
-      }
+      if (!parse_seconds(optarg, "--rep-seconds", 1, 3600, &rep_s)) return 2;
       break;
     case 'o':
       series = optarg;
