@@ -142,10 +142,19 @@ static bool make_pair(rp_ctx *c, const rp_run *p, const rp_run *m, report_cmp_pa
   return build_pair(c, p, m, &b);
 }
 
-int rp_cmp_floor_of(const report_comparison *c, const char *scenario) {
+// The index in c->floors of scenario's floor; -1 when it has none.
+static int floor_of(const report_comparison *c, const char *scenario) {
   for (int i = 0; i < c->n_floors; i++)
     if (!strcmp(c->floors[i].scenario, scenario)) return i;
   return -1;
+}
+
+const report_cmp_floor *rp_cmp_floor_after(const report_comparison *c, int i) {
+  const char *scenario = c->pairs[i].scenario;
+  for (int k = i + 1; k < c->n_pairs; k++)
+    if (!strcmp(c->pairs[k].scenario, scenario)) return NULL;
+  int fi = floor_of(c, scenario);
+  return fi < 0 ? NULL : &c->floors[fi];
 }
 
 // Adds the floor of `scenario` to out: its real runs in c, each once, and every ordered pair of
@@ -207,7 +216,7 @@ sc_status rp_compare(rp_ctx *c, report_comparison *out, sc_error *err) {
   }
   int fcap = 0;
   for (int i = 0; i < out->n_pairs; i++) {
-    if (rp_cmp_floor_of(out, out->pairs[i].scenario) >= 0) continue;
+    if (floor_of(out, out->pairs[i].scenario) >= 0) continue;
     if (!add_floor(c, out->pairs[i].scenario, out, &fcap)) {
       report_comparison_free(out);
       return sc_fail(err, SC_OOM, "out of memory comparing the real runs of %s",
@@ -323,16 +332,24 @@ static void summary_line(const report_cmp_pair *p, const void *f,
              p->n_deployments == 1 ? "" : "s");
 }
 
-static void pair_value(const void *f, const char *name, char *num, size_t n) {
-  double e = report_cmp_mean_abs_error(f, name, NULL);
-  if (isnan(e)) snprintf(num, n, "-");
-  else snprintf(num, n, "%.1f%%", e * 100);
+void rp_fmt_mean_abs(const report_cmp_pair *p, const char *name, char *buf, size_t n) {
+  double e = report_cmp_mean_abs_error(p, name, NULL);
+  if (isnan(e)) snprintf(buf, n, "-");
+  else snprintf(buf, n, "%.1f%%", e * 100);
+}
+
+void rp_fmt_floor_range(const report_cmp_floor *f, const char *name, char *buf, size_t n) {
+  double lo, hi;
+  if (!report_cmp_floor_range(f, name, &lo, &hi)) snprintf(buf, n, "-");
+  else snprintf(buf, n, "%.1f-%.1f%%", lo * 100, hi * 100);
+}
+
+static void pair_value(const void *p, const char *name, char *num, size_t n) {
+  rp_fmt_mean_abs(p, name, num, n);
 }
 
 static void floor_value(const void *f, const char *name, char *num, size_t n) {
-  double lo, hi;
-  if (!report_cmp_floor_range(f, name, &lo, &hi)) snprintf(num, n, "-");
-  else snprintf(num, n, "%.1f-%.1f%%", lo * 100, hi * 100);
+  rp_fmt_floor_range(f, name, num, n);
 }
 
 void rp_cmp_summary(const report_cmp_pair *p, const char *head, char *buf, size_t n) {
@@ -431,9 +448,7 @@ void report_print_comparison(const report_comparison *c, FILE *f) {
     char line[512];
     rp_cmp_summary(p, "mean |error|:", line, sizeof line);
     fprintf(f, "%s\n", line);
-    bool last = true; // the scenario's last pair: its floor follows
-    for (int k = i + 1; k < c->n_pairs; k++) last &= strcmp(c->pairs[k].scenario, p->scenario) != 0;
-    int fi = last ? rp_cmp_floor_of(c, p->scenario) : -1;
-    if (fi >= 0) print_floor(&c->floors[fi], f);
+    const report_cmp_floor *fl = rp_cmp_floor_after(c, i);
+    if (fl) print_floor(fl, f);
   }
 }

@@ -411,18 +411,18 @@ static void floor_table(FILE *f, const report_cmp_floor *fl) {
     const report_cmp_pair *p = &fl->pairs[i];
     fprintf(f, "<tr><td class=\"t\">run %lld as run %lld</td>", (long long)p->predicted_run,
             (long long)p->measured_run);
+    char cell[48];
     for (int k = 0; k < m; k++) {
-      double e = report_cmp_mean_abs_error(p, names[k], NULL);
-      if (isnan(e)) fputs("<td>-</td>", f);
-      else fprintf(f, "<td>%.1f%%</td>", e * 100);
+      rp_fmt_mean_abs(p, names[k], cell, sizeof cell);
+      fprintf(f, "<td>%s</td>", cell);
     }
     fputs("</tr>\n", f);
   }
   fputs("<tr><td class=\"t\">min-max</td>", f);
+  char cell[48];
   for (int k = 0; k < m; k++) {
-    double lo, hi;
-    if (!report_cmp_floor_range(fl, names[k], &lo, &hi)) fputs("<td>-</td>", f);
-    else fprintf(f, "<td>%.1f-%.1f%%</td>", lo * 100, hi * 100);
+    rp_fmt_floor_range(fl, names[k], cell, sizeof cell);
+    fprintf(f, "<td>%s</td>", cell);
   }
   fputs("</tr>\n</table>\n", f);
 }
@@ -456,11 +456,8 @@ static void cmp_section(FILE *f, const report_comparison *cmp) {
     fputs("<p class=\"summary\">", f);
     esc(f, line);
     fputs("</p>\n", f);
-    bool last = true; // the scenario's last pair: its floor follows
-    for (int k = i + 1; k < cmp->n_pairs; k++)
-      last &= strcmp(cmp->pairs[k].scenario, p->scenario) != 0;
-    int fi = last ? rp_cmp_floor_of(cmp, p->scenario) : -1;
-    if (fi >= 0) floor_table(f, &cmp->floors[fi]);
+    const report_cmp_floor *fl = rp_cmp_floor_after(cmp, i);
+    if (fl) floor_table(f, fl);
   }
   fputs("</section>\n", f);
 }

@@ -200,5 +200,10 @@ void rp_cmp_floor_summary(const report_cmp_floor *f, char *buf, size_t n);
 enum { RP_CMP_SUMMARY_MAX = 16 };
 int rp_cmp_summary_metrics(const report_cmp_pair *p, const char **names,
                            const char **short_names);
-// The index in c->floors of scenario's floor; -1 when it has none.
-int rp_cmp_floor_of(const report_comparison *c, const char *scenario);
+// The floor to show after pair i of c: its scenario's, when pair i is the last pair of that
+// scenario; NULL otherwise (not the last, or the scenario has no floor).
+const report_cmp_floor *rp_cmp_floor_after(const report_comparison *c, int i);
+// A pair's mean |error| of metric name as "12.5%" ("-" when it has none), and a floor's range
+// of it as "4.1-12.3%" ("-"). Write at most n bytes.
+void rp_fmt_mean_abs(const report_cmp_pair *p, const char *name, char *buf, size_t n);
+void rp_fmt_floor_range(const report_cmp_floor *f, const char *name, char *buf, size_t n);
