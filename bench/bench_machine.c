@@ -18,7 +18,7 @@
 //
 // A benchmark, never a test: nothing asserts a time. Results go to docs/benchmarks.md.
 // usage: bench_machine [--seconds N] [--rep-seconds N] [--series FILE]
-// --series writes the 1 s window medians (seconds, then GB/s of l1, l2, dram) as a gnuplot
+// --series writes the 1 s window medians (the window, then GB/s of l1, l2, dram) as a gnuplot
 // data file, for `plot 'FILE' using 1:2 with lines, '' using 1:4 with lines`.
 #include <getopt.h>
 #include <math.h>
@@ -29,6 +29,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "bench/bench_engine_util.h" // median
 
 // --- loops
 
@@ -64,16 +67,6 @@ static uint64_t sum_lanes(const uint64_t *buf, size_t n) {
 }
 
 // --- statistics
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) { // sorts v
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 typedef struct {
   int n;                  // windows with at least one sample
@@ -278,7 +271,8 @@ int main(int argc, char **argv) {
       printf(" - | - | %d |\n", wr.n);
   }
   if (series_f) {
-    fprintf(series_f, "# bench_machine: median speed per 1 s window, GB/s\n# s l1 l2 dram\n");
+    fprintf(series_f, "# bench_machine: median speed per 1 s window, GB/s\n"
+                      "# window (1 s each, in order) l1 l2 dram\n");
     for (int i = 0; i < series_n; i++)
       fprintf(series_f, "%d %.3f %.3f %.3f\n", i, series_meds[K_L1][i], series_meds[K_L2][i],
               series_meds[K_DRAM][i]);
@@ -290,7 +284,8 @@ int main(int argc, char **argv) {
   if (have_cpu && c1.total > c0.total) {
     double total = (double)(c1.total - c0.total);
     double mine = cpu_s(&r1) - cpu_s(&r0);
-    long hz = 100; // USER_HZ: jiffies in /proc/stat are 1/100 s on Linux
+    long hz = sysconf(_SC_CLK_TCK); // jiffies per second in /proc/stat
+    if (hz <= 0) hz = 100;
     double others = (double)(c1.busy - c0.busy) / (double)hz - mine;
     printf("\nmeanwhile: steal (the hypervisor) %.2f%% of the CPUs' time; other processes "
            "%.1f%% of one CPU\n",
