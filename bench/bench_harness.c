@@ -1,7 +1,7 @@
 // Harness overhead: the runner, router, recorder and SQLite against an engine stand-in that
 // emits tokens with no compute, so everything measured is the harness's own cost.
 //
-// The stand-in is a replica (engine/replica.h) with a thread that, every --interval-us,
+// The stand-in is a replica (serving/replica.h) with a thread that, every --interval-us,
 // emits one token for every request it holds (as one engine step would) and records when it
 // emitted each. The runner stamps each token when it sees it; the difference between the two
 // is how far the stamp a client would see is off. Prints a table; numbers go to
@@ -14,10 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/replica.h"
+#include "serving/replica.h"
 #include "reports/metrics.h"
 #include "reports/store.h"
-#include "scenarios/runner.h"
+#include "runner/runner.h"
 #include "scenarios/scenario.h"
 
 // --- the stand-in replica

@@ -14,7 +14,7 @@
 
 #include "kernels/clock.h"
 #include "reports/store.h"
-#include "scenarios/runner.h"
+#include "runner/runner.h"
 #include "scenarios/scenario.h"
 
 static long long count(sqlite3 *db, const char *sql) {

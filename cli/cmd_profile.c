@@ -3,7 +3,7 @@
 // cost model reads: host figures, GEMM / attention / all-reduce time tables for the model's
 // shapes at each TP degree, the link fit and the per-step overhead.
 //
-// The measuring and the file format are engine/profile.c (docs/profile.md); reading profiles
+// The measuring and the file format are config/profile.c (docs/profile.md); reading profiles
 // back is engine/hardware.c. This file parses arguments, refuses bad input before anything is
 // measured, prints one progress line per measured group on stderr, writes the file and checks
 // that it loads back.
@@ -18,9 +18,9 @@
 #include "cli/cli.h"
 #include "engine/hardware.h"
 #include "engine/model.h"
-#include "engine/profile.h"
+#include "config/profile.h"
 #include "engine/shard.h"
-#include "engine/yaml_map.h"
+#include "config/yaml_map.h"
 #include "kernels/clock.h"
 
 #define CMD "profile"

@@ -8,7 +8,7 @@
 #include "cli/cli.h"
 #include "reports/report.h"
 #include "reports/store.h"
-#include "scenarios/runner.h"
+#include "runner/runner.h"
 #include "scenarios/scenario.h"
 
 static volatile sig_atomic_t interrupted;

@@ -1,5 +1,5 @@
 // `shardcheck worker --fd N`: the child process behind a process replica. Internal: the runner
-// starts it (engine/replica_proc.c) with a Unix socket on fd N; it is not meant to be run by
+// starts it (serving/replica_proc.c) with a Unix socket on fd N; it is not meant to be run by
 // hand. This file only parses arguments; serving is replica_proc_serve.
 #include <fcntl.h>
 #include <getopt.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/replica.h"
+#include "serving/replica.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: shardcheck worker --fd N\n\n"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/yaml_map.h"
+#include "config/yaml_map.h"
 
 #define HW_DIR "scenarios/hardware"
 

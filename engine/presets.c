@@ -2,7 +2,7 @@
 // resolution "preset name or model directory" -> model_config.
 //
 // Reading config.json and checking a config are engine/model.c; the YAML reader is
-// engine/yaml_map.c. A preset gives shapes only: it has no weights (`shardcheck model gen`
+// config/yaml_map.c. A preset gives shapes only: it has no weights (`shardcheck model gen`
 // writes random ones).
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "engine/model.h"
-#include "engine/yaml_map.h"
+#include "config/yaml_map.h"
 #include "kernels/embedded.h"
 
 #define MODELS_DIR "scenarios/models"

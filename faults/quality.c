@@ -2,7 +2,7 @@
 // next-token distribution kept, then engine B teacher-forced on A's tokens in one batch, each
 // of B's rows compared with A's as it comes out of B's on_logits hook (so only A's rows are
 // kept). Which prompts and versions, and where the numbers go, are the runner's
-// (scenarios/runner_faults.c).
+// (runner/runner_faults.c).
 #include "faults/quality.h"
 
 #include <math.h>

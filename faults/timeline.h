@@ -3,7 +3,7 @@
 // from the seed), in the order they will be injected.
 //
 // Mode-agnostic: a planned fault says what happens, when and where; the runner injects it
-// through the replica handle (engine/replica.h), which every execution (local, process, sim)
+// through the replica handle (serving/replica.h), which every execution (local, process, sim)
 // implements in its own way. Not here: injection, detection and the verdicts (faults/
 // verdict.h), the scenario's syntax (scenarios/scenario.c).
 #pragma once

@@ -3,7 +3,7 @@
 // delivered tokens' times, the FNV-1a hash of an output, and a snapshot of this process's
 // threads, fds and children read from /proc.
 //
-// Left to others: when to call these and what to store (scenarios/runner.c writes the fault
+// Left to others: when to call these and what to store (runner/runner.c writes the fault
 // rows and the detect_ms, recover_ms, lost_requests, failed_requests and kv_leak_blocks values;
 // docs/metrics.md gives their formulas), the schema (reports/schema.c), the SLO comparison
 // (reports/metrics.c).

@@ -2,7 +2,7 @@
 //
 // Real mode uses CLOCK_MONOTONIC (never wall time for durations: clock-jump faults move the
 // wall clock and nothing may notice). Sim mode uses a virtual clock: a counter the event loop
-// advances (scenarios/runner.c); reading it costs nothing and it moves only when told.
+// advances (runner/runner.c); reading it costs nothing and it moves only when told.
 #pragma once
 
 #include <stdint.h>

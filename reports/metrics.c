@@ -5,8 +5,8 @@
 //
 // Pure arithmetic over arrays the caller owns. Which requests belong to a phase, a class or a
 // deployment, the window a phase's rates are over, and the peak_* / kv / gpus rows are the
-// runner's (scenarios/runner.c); storing rows is reports/store.c; the metric name table
-// (units, directions) is reports/metric_names.c.
+// runner's (runner/runner.c); storing rows is reports/store.c; the metric name table
+// (units, directions) is scenarios/metric_names.c.
 #include "reports/metrics.h"
 
 #include <math.h>

@@ -4,34 +4,16 @@
 //
 // Pure arithmetic over arrays: no clock, no database, no files. The runner feeds it the
 // requests it recorded and stores what comes back (reports/store.h); the gate reads the
-// stored values. The table of metric names (unit, direction) is the one SLO keys and the gate
-// are checked against.
+// stored values. The table of metric names (unit, direction) that SLO keys and the gate are
+// checked against is scenarios/metric_names.h.
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/status.h"
+#include "scenarios/metric_names.h"
 #include "scenarios/scenario.h"
-
-// --- metric names
-typedef enum mt_dir {
-  MT_LOWER_BETTER,  // latencies, error rate, lost requests: an SLO on it is a maximum
-  MT_HIGHER_BETTER, // throughput, goodput, efficiency: an SLO on it is a minimum
-  MT_NEUTRAL,       // counts and descriptions: no SLO may name it
-} mt_dir;
-
-typedef struct mt_metric_info {
-  const char *name; // e.g. "ttft_p95_ms"
-  const char *unit; // "ms", "tok/s", "req/s", "fraction", "requests", "x", ...
-  mt_dir dir;
-  const char *what; // one line for --help, docs and reports
-} mt_metric_info;
-
-// NULL when no metric has that name.
-const mt_metric_info *mt_metric_find(const char *name);
-// Every metric, in a stable order; returns the count.
-int mt_metric_all(const mt_metric_info **out);
 
 // --- per-request records
 typedef enum mt_status { MT_OK, MT_CANCELLED, MT_FAILED, MT_TIMEOUT } mt_status;

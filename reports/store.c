@@ -9,7 +9,7 @@
 // status "running" in the file; store_runs_list shows it as "incomplete".
 //
 // Left to others: the DDL (reports/schema.c), what rows a run writes and when it flushes
-// (scenarios/runner.c, contract in docs/schema.md), the queries of reports and the gate (they
+// (runner/runner.c, contract in docs/schema.md), the queries of reports and the gate (they
 // use store_db), marking baselines.
 #include "reports/store.h"
 

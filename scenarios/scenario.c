@@ -1,6 +1,6 @@
 // The scenario language (see scenario.h; docs/scenarios.md is the reference for every key):
 // YAML text -> a validated `scenario`. libfyaml builds the tree; this file walks it, hands
-// every mapping's scalar keys to the strict reader of engine/yaml_map.h (so types, unknown
+// every mapping's scalar keys to the strict reader of config/yaml_map.h (so types, unknown
 // keys and messages match the presets and profiles), and checks ranges, combinations and
 // cross-references itself: phases named by faults, replicas and ranks named by fault targets,
 // and every deployment against the memory planner (engine/memplan.h). Both modes are checked
@@ -10,7 +10,7 @@
 // scenario for the runner and the simulator.
 //
 // Left to others: turning the workload into requests and reading the dataset's lines
-// (scenarios/workload.c), running anything (scenarios/runner.c), injecting faults (faults/),
+// (scenarios/workload.c), running anything (runner/runner.c), injecting faults (faults/),
 // computing SLO metrics (reports/metrics.c). Nothing here prints or exits.
 #include "scenarios/scenario.h"
 
@@ -29,8 +29,8 @@
 #include "engine/hardware.h"
 #include "engine/memplan.h"
 #include "engine/shard.h"
-#include "engine/yaml_map.h"
-#include "reports/metrics.h"
+#include "config/yaml_map.h"
+#include "scenarios/metric_names.h"
 
 #define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
 #define SCN_MAX_GPUS 1024               // largest GPU count of a scaling item

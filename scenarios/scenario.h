@@ -2,7 +2,7 @@
 // runner drives. docs/scenarios.md is the reference for every key.
 //
 // This file parses and validates; it runs nothing. The workload generator (scenarios/
-// workload.h) turns the workload block into requests; the runner (scenarios/runner.h) drives
+// workload.h) turns the workload block into requests; the runner (runner/runner.h) drives
 // deployments and phases; faults are parsed and validated here and injected by faults/.
 // Errors are SC_INVALID with "FILE:LINE:COL: key 'K': expected ..., got ..." (the first error
 // found); unknown keys are errors.

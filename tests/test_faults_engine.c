@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
-#include "engine/replica.h"
+#include "serving/replica.h"
 #include "kernels/clock.h"
 #include "kernels/comm.h"
 #include "kernels/device.h"

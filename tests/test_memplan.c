@@ -14,7 +14,7 @@
 #include "engine/memplan.h"
 #include "engine/model.h"
 #include "engine/shard.h"
-#include "engine/yaml_map.h"
+#include "config/yaml_map.h"
 #include "tests/helpers.h"
 
 // --- helpers

@@ -1,4 +1,4 @@
-// Process replica tests (engine/replica_proc.c): a `shardcheck worker` child gives the same
+// Process replica tests (serving/replica_proc.c): a `shardcheck worker` child gives the same
 // tokens as a local replica, cancels, and is lost for real to SIGKILL and SIGSTOP: loss
 // detection, "replica_lost" failures, restart with a new epoch, fencing of the stale worker,
 // no zombie or orphan left behind, and the worker's own build errors reaching the caller.
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/replica.h"
+#include "serving/replica.h"
 #include "kernels/clock.h"
 #include "tests/helpers.h"
 

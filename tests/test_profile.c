@@ -1,4 +1,4 @@
-// `shardcheck profile` and engine/profile.c: the written profile loads back with a table for
+// `shardcheck profile` and config/profile.c: the written profile loads back with a table for
 // every shape each requested TP degree runs; measured times are positive and grow with the
 // work (rows, context, prompt, message size); bad arguments are refused with exit 2 and a
 // message naming the problem before anything is measured; --help is true.
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "engine/hardware.h"
-#include "engine/profile.h"
+#include "config/profile.h"
 #include "engine/shard.h"
 #include "kernels/device.h"
 #include "tests/helpers.h"

@@ -19,7 +19,7 @@
 #include "engine/hardware.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
-#include "engine/yaml_map.h"
+#include "config/yaml_map.h"
 #include "scenarios/scenario.h"
 #include "tests/helpers.h"
 

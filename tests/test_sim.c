@@ -1,4 +1,4 @@
-// The simulated replica (engine/replica_sim.c) and the engine's sim backend: the real
+// The simulated replica (serving/replica_sim.c) and the engine's sim backend: the real
 // scheduler and KV cache, steps priced by the cost model, events released in virtual time.
 #include <criterion/criterion.h>
 #include <math.h>
@@ -9,7 +9,7 @@
 #include "engine/hardware.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
-#include "engine/replica.h"
+#include "serving/replica.h"
 #include "tests/helpers.h"
 
 typedef struct simbed {
@@ -253,7 +253,7 @@ Test(sim, sim_backend_needs_a_device_and_kv_blocks) {
 #include <stdio.h>
 
 #include "reports/store.h"
-#include "scenarios/runner.h"
+#include "runner/runner.h"
 #include "scenarios/scenario.h"
 
 // Runs scenario text into db; returns the run id.

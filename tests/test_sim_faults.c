@@ -1,4 +1,4 @@
-// Faults on the simulated replica (engine/replica_sim.c): kill, kill_rank, hang, hang_rank,
+// Faults on the simulated replica (serving/replica_sim.c): kill, kill_rank, hang, hang_rank,
 // resume, slow rank and link, OOM, corruption, clear, restart and epochs, in virtual time.
 // Every test drives the replica the way the runner's sim loop does (jump the clock to
 // replica_sim_next_ns, advance, poll) and checks the invariants a fault run is judged by:
@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "engine/hardware.h"
 #include "engine/model.h"
-#include "engine/replica.h"
+#include "serving/replica.h"
 
 #define MS 1000000ull
 #define SEC 1000000000ull
@@ -82,7 +82,7 @@ static void pull(replica *r, evlog *l) {
   }
 }
 
-// The loop of scenarios/runner.c in sim mode: jump to the replica's next time, advance, poll;
+// The loop of runner/runner.c in sim mode: jump to the replica's next time, advance, poll;
 // stops at `until` (the clock then reads until) or when the replica has nothing left to do.
 static void drive_until(simbed *b, replica *r, evlog *l, uint64_t until) {
   for (int guard = 0; guard < 1000000; guard++) {

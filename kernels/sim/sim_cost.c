@@ -9,7 +9,7 @@
 // Not here: the figures (scenarios/hardware/*.yaml through engine/hardware.c), the link table
 // (sim_links.c), which sequences make a step (engine/scheduler.c), the micro-batch split rule
 // (engine/executor.c, exec_split_microbatches), the clock that advances by the price
-// (scenarios/runner.c).
+// (runner/runner.c).
 #include <math.h>
 #include <stddef.h>
 

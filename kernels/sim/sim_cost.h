@@ -15,7 +15,7 @@
 //
 // Not here: what a step contains (engine/scheduler.c), how a batch splits into micro-batches
 // (engine/executor.h, exec_split_microbatches), what the hardware YAML says (engine/hardware.c
-// reads it into sim_hw), the virtual clock and event loop (scenarios/runner.c).
+// reads it into sim_hw), the virtual clock and event loop (runner/runner.c).
 #pragma once
 
 #include <stdbool.h>

@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "engine/engine.h"
-#include "engine/replica.h"
+#include "serving/replica.h"
 #include "kernels/clock.h"
 #include "kernels/status.h"
 #include "reports/store.h"

@@ -1,6 +1,6 @@
 // The caller-key <-> engine-id map, event translation and event queue shared by the
 // replicas (see replica_keys.h).
-#include "engine/replica_keys.h"
+#include "serving/replica_keys.h"
 
 #include <stdio.h>
 #include <stdlib.h>

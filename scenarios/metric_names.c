@@ -1,9 +1,9 @@
-// The table of metric names: unit, direction, one line each. SLO keys (scenarios/), stored
-// metric rows (reports/store.h) and the gate all use these names; docs/metrics.md gives the
-// formulas. Computing the values is reports/metrics.c.
+// The table of metric names (scenarios/metric_names.h): unit, direction, one line each. SLO
+// keys (scenarios/), stored metric rows (reports/store.h) and the gate all use these names;
+// docs/metrics.md gives the formulas. Computing the values is reports/metrics.c.
 #include <string.h>
 
-#include "reports/metrics.h"
+#include "scenarios/metric_names.h"
 
 #define LAT(m, what)                                                                               \
   {m "_mean_ms", "ms", MT_LOWER_BETTER, what " (mean)"},                                           \

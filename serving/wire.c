@@ -1,6 +1,6 @@
 // Framing and (de)serialisation of the process replica's messages (see wire.h). Pure byte
-// work: no sockets, no processes (engine/replica_proc.c).
-#include "engine/wire.h"
+// work: no sockets, no processes (serving/replica_proc.c).
+#include "serving/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 // The messages a process replica and its `shardcheck worker` exchange over their Unix socket
-// (engine/replica_proc.c is both sides): framing, and encoding and decoding of each message.
+// (serving/replica_proc.c is both sides): framing, and encoding and decoding of each message.
 // Internal to engine/.
 //
 // A frame is: u32 length (of what follows), u8 type, u32 epoch, then the type's fields. Every
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
-#include "engine/replica.h"
+#include "serving/replica.h"
 
 enum {
   WIRE_HEADER = 9,           // u32 length + u8 type + u32 epoch

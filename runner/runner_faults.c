@@ -24,7 +24,7 @@
 #include "faults/quality.h"
 #include "faults/timeline.h"
 #include "faults/verdict.h"
-#include "scenarios/runner_rt.h"
+#include "runner/runner_rt.h"
 
 enum { HIST = 64, FAST = 16, MIN_STEPS = 32, PERSIST = 8 };
 static const double STRAGGLER_ON = 2.0;    // step time / reference above this: a straggler

@@ -22,8 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/replica.h"
-#include "engine/replica_keys.h"
+#include "serving/replica.h"
+#include "serving/replica_keys.h"
 
 // --- the replica
 typedef struct inbox_item {

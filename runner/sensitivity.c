@@ -8,7 +8,7 @@
 #include <sqlite3.h>
 #include <string.h>
 
-#include "scenarios/runner.h"
+#include "runner/runner.h"
 
 static const char *const sens_name[2] = {"ttft_sensitivity", "tpot_sensitivity"};
 

@@ -1,5 +1,5 @@
 // What every replica implementation shares: the caller-key <-> engine-id mapping, the
-// translation of engine events into replica events (engine/replica.h), and the queue that
+// translation of engine events into replica events (serving/replica.h), and the queue that
 // holds events until they are polled. Internal to engine/.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
-#include "engine/replica.h"
+#include "serving/replica.h"
 
 // An open-addressing map caller key -> engine id (0 = empty slot), plus id -> key.
 typedef struct replica_keys {

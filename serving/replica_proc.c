@@ -21,12 +21,12 @@
 // wakes for each. The worker runs in its own process group: a terminal's ^C reaches the runner
 // only, which stops cleanly and frees its replicas (free closes the socket; the worker exits 0).
 //
-// Worker side. replica_proc_serve reads CONFIG, builds a local replica (engine/replica_local.c,
+// Worker side. replica_proc_serve reads CONFIG, builds a local replica (serving/replica_local.c,
 // which owns the engine, its thread and how faults act), answers READY or ERROR, then serves:
 // applies what the runner sends (what one read brings with its replica held, so it is admitted
 // together; a SWAP frees the replica and builds one on the new weights), forwards events in
 // batches and a heartbeat every heartbeat_ns, and reports DEAD when its replica dies. The
-// message format is engine/wire.c; what to do with events and when to restart is the runner's.
+// message format is serving/wire.c; what to do with events and when to restart is the runner's.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,9 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/replica.h"
-#include "engine/replica_keys.h"
-#include "engine/wire.h"
+#include "serving/replica.h"
+#include "serving/replica_keys.h"
+#include "serving/wire.h"
 #include "kernels/clock.h"
 
 #define NS_PER_S 1000000000ull

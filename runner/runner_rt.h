@@ -8,11 +8,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/replica.h"
-#include "engine/router.h"
+#include "serving/replica.h"
+#include "serving/router.h"
 #include "reports/metrics.h"
-#include "scenarios/recorder.h"
-#include "scenarios/runner.h"
+#include "runner/recorder.h"
+#include "runner/runner.h"
 #include "scenarios/workload.h"
 
 typedef enum req_state { REQ_INFLIGHT, REQ_DONE } req_state;

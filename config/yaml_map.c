@@ -2,7 +2,7 @@
 //
 // libfyaml is run with diagnostics collected, never printed: a syntax error comes back as
 // "FILE:LINE:COL: invalid YAML: ..." in sc_error. What the keys mean is the caller's business.
-#include "engine/yaml_map.h"
+#include "config/yaml_map.h"
 
 #include <errno.h>
 #include <libfyaml.h>

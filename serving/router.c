@@ -1,5 +1,5 @@
 // The router's two policies (see router.h).
-#include "engine/router.h"
+#include "serving/router.h"
 
 #include <stdlib.h>
 

@@ -9,7 +9,7 @@
 // step, as a real engine sees them after its current step. The virtual clock belongs to the
 // runner; this file only reads it through the engine's clock.
 //
-// Faults (replica_fault, engine/replica.h) change the modelled behaviour; every outcome is a
+// Faults (replica_fault, serving/replica.h) change the modelled behaviour; every outcome is a
 // function of the calls made and the clock's readings, so a run is deterministic:
 //   KILL        dies at once; the step in flight is abandoned (its events never delivered).
 //   KILL_RANK   the step in flight (or, when idle, the next step) fails: dies at once.
@@ -39,14 +39,14 @@
 // price every later step, and their static_bytes the load time.
 //
 // Not here: the scenario's fault timeline (faults/timeline.c) and when to inject or restart
-// (scenarios/runner.c); the cost model (kernels/sim/sim_cost.c).
+// (runner/runner.c); the cost model (kernels/sim/sim_cost.c).
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/replica.h"
-#include "engine/replica_keys.h"
+#include "serving/replica.h"
+#include "serving/replica_keys.h"
 
 // A restarted replica loads one GPU's weights and workspace (engine_sim.static_bytes) host to
 // device at this rate (bytes/s): about what a PCIe gen4 x16 link achieves (31.5 GB/s peak),

@@ -9,7 +9,7 @@
 // vanishing from it. Phases are drained: a phase ends when it has stopped sending and its last
 // request has ended, so each phase's numbers are its own.
 // Not here: the formulas (reports/metrics.c), the SQL (reports/store.c), plots (reports/).
-#include "scenarios/runner.h"
+#include "runner/runner.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -20,13 +20,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/replica.h"
-#include "engine/router.h"
+#include "serving/replica.h"
+#include "serving/router.h"
 #include "faults/timeline.h"
 #include "kernels/device.h"
 #include "reports/metrics.h"
-#include "scenarios/recorder.h"
-#include "scenarios/runner_rt.h"
+#include "runner/recorder.h"
+#include "runner/runner_rt.h"
 #include "scenarios/workload.h"
 
 enum {
