@@ -20,3 +20,6 @@ uint64_t sc_monotonic_ns(void);
 sc_clock sc_clock_virtual(uint64_t *now);
 
 static inline uint64_t sc_clock_now(const sc_clock *c) { return c->now_ns(c->ctx); }
+
+// The monotonic clock in seconds (benchmarks and measurements that print seconds).
+static inline double sc_monotonic_s(void) { return (double)sc_monotonic_ns() * 1e-9; }

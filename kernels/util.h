@@ -1,0 +1,28 @@
+// Small helpers every floor uses: qsort comparators and the median. Header-only; no state.
+// Kept here, on the lowest floor, so that no module grows its own copy (docs/design.md).
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+// Ascending doubles for qsort; NaN after every number, so that the order is total.
+static inline int sc_cmp_double(const void *pa, const void *pb) {
+  double a = *(const double *)pa, b = *(const double *)pb;
+  if (isnan(a) || isnan(b)) return isnan(a) - isnan(b);
+  return (a > b) - (a < b);
+}
+
+// Ascending uint64_t for qsort.
+static inline int sc_cmp_u64(const void *pa, const void *pb) {
+  uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+  return (a > b) - (a < b);
+}
+
+// The median of v[0..n) (sorts v in place): the middle value, or the mean of the two middle
+// values when n is even. `empty` when n <= 0.
+static inline double sc_median(double *v, int n, double empty) {
+  if (n <= 0) return empty;
+  qsort(v, (size_t)n, sizeof *v, sc_cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
