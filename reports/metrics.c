@@ -129,9 +129,9 @@ sc_status mt_summarize(const mt_request *r, int n, int class_filter, const mt_go
   int n_ttft = 0, n_tpot = 0, n_itl = 0, n_e2el = 0;
   for (int i = 0; i < n; i++) {
     const mt_request *q = &r[i];
-    if (q->n_tokens < 0 || (q->n_tokens > 0 && !q->token_ns && q->status == MT_OK))
+    if (q->n_tokens < 0 || (q->n_tokens > 0 && !q->token_ns && q->status == REQ_OK))
       return SC_INVALID;
-    if (!considered(q, class_filter) || q->status != MT_OK) continue;
+    if (!considered(q, class_filter) || q->status != REQ_OK) continue;
     n_e2el++;
     if (q->n_tokens >= 1) n_ttft++;
     if (q->n_tokens >= 2) {
@@ -156,13 +156,13 @@ sc_status mt_summarize(const mt_request *r, int n, int class_filter, const mt_go
     if (q->arrival_ns < first_arrival) first_arrival = q->arrival_ns;
     if (q->finish_ns > last_finish) last_finish = q->finish_ns;
     switch (q->status) {
-    case MT_OK: break;
-    case MT_CANCELLED: out->cancelled++; continue;
-    case MT_FAILED:
+    case REQ_OK: break;
+    case REQ_CANCELLED: out->cancelled++; continue;
+    case REQ_FAILED:
       out->failed++;
       add_error_kind(out, q->reason && q->reason[0] ? q->reason : "error");
       continue;
-    case MT_TIMEOUT:
+    case REQ_TIMEOUT:
       out->timeout++;
       add_error_kind(out, "timeout");
       continue;

@@ -14,18 +14,17 @@
 #include "kernels/status.h"
 #include "scenarios/metric_names.h"
 #include "scenarios/scenario.h"
+#include "serving/request.h"
 
-// --- per-request records
-typedef enum mt_status { MT_OK, MT_CANCELLED, MT_FAILED, MT_TIMEOUT } mt_status;
-
+// --- per-request records (their status, req_status, is serving/request.h's)
 typedef struct mt_request {
   uint64_t arrival_ns;      // when the client sent it
   uint64_t finish_ns;       // when the client saw it end (last token, or the error)
   const uint64_t *token_ns; // (n_tokens) when the client saw each output token, ascending
   int n_tokens;             // output tokens delivered
   int prompt_tokens;
-  mt_status status;
-  const char *reason;       // MT_FAILED: the error kind ("oom", "replica_lost", ...); else any
+  req_status status;
+  const char *reason;       // REQ_FAILED: the error kind ("oom", "replica_lost", ...); else any
   int class_idx;            // prompt class
   bool warmup;              // excluded from every metric
 } mt_request;

@@ -8,7 +8,9 @@
 // request's end plus think time), so a runner that falls behind shows up as latency rather than
 // vanishing from it. Phases are drained: a phase ends when it has stopped sending and its last
 // request has ended, so each phase's numbers are its own.
-// Not here: the formulas (reports/metrics.c), the SQL (reports/store.c), plots (reports/).
+// Not here: routing, retries and resumes (serving/router.c), the faults and their verdicts
+// (faults/runtime.h, called at named points), the formulas (reports/metrics.c), the SQL
+// (reports/store.c), plots (reports/).
 #include "runner/runner.h"
 
 #include <jansson.h>
@@ -22,16 +24,117 @@
 
 #include "serving/replica.h"
 #include "serving/router.h"
+#include "faults/runtime.h"
 #include "faults/timeline.h"
+#include "kernels/util.h"
 #include "kernels/device.h"
 #include "reports/metrics.h"
-#include "runner/recorder.h"
-#include "runner/runner_rt.h"
+#include "reports/recorder.h"
+#include "scenarios/deployment.h"
 #include "scenarios/workload.h"
 
 enum {
   EV_BATCH = 8192,           // events pulled from a replica per poll
 };
+
+// One phase as run: a ramp runs one of these per concurrency step.
+typedef struct phase_run {
+  const scn_phase *p;
+  char name[64];
+  int concurrency;          // closed loop: users; 0 for open loop
+  int64_t id;
+  uint64_t start, warmup_end, end;
+  uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
+  int peak_queue, peak_batch;
+  double kv_peak;
+  double bubble_ns;          // sim, pp > 1: sum of bubble x duration over the steps
+  double busy_ns;            // sum of the step durations of every replica
+  double ttft_p95_ms;       // filled by the metrics pass
+  double output_tok_s;
+} phase_run;
+
+typedef struct dep_result {
+  int64_t id;
+  int gpus;
+  bool built;
+  mt_summary pooled;
+  double peak_tok_s, kv_peak;
+  int peak_queue, peak_batch;
+  int knee;                 // -1 none or not computed
+  bool has_knee;
+  double speedup, efficiency;
+  fault_result faults;      // what the verdicts after faults found (faults/runtime.h)
+} dep_result;
+
+typedef struct ev_meta {
+  uint64_t t; // when the event was pulled, ns since the run's start
+  int rep;    // from which replica
+} ev_meta;
+
+typedef struct rt {
+  const scenario *s;
+  bool sim;                 // mode sim: a virtual clock, replicas stepped in it, no waiting
+  uint64_t vnow;            // sim: the virtual clock (ns)
+  uint64_t wall_start;      // sim: monotonic ns at the run's start (progress pacing)
+  const runner_options *o;
+  store *db;
+  recorder *rec;            // request, step and sample rows go through it
+  runner_result *res;
+  sc_clock clock;
+  uint64_t t0;              // clock at the run's start
+  uint64_t seed;
+  int64_t run_id;
+  workload *wl;
+  mt_goodput good;
+  // current deployment
+  const scn_deployment *dep;
+  int dep_idx;
+  int64_t dep_id;
+  replica **reps;           // (dp) built one by one: n_reps so far
+  int n_reps;
+  bool *held;               // (n_reps) held by dispatch_req during issue_together's turn
+  bool holding;             // in issue_together: dispatch_req holds what it submits to
+  struct pollfd *fds;       // (n_reps) what wait_until sleeps on
+  router *rt;
+  req_table reqs;           // all requests of the deployment, index = key
+  phase_run *phases;        // (n_phases) of the deployment
+  int n_phases, cur;
+  // closed-loop users of the current phase
+  uint64_t *user_next;      // (n_users) next send time; UINT64_MAX: waiting for its request
+  int n_users;
+  uint64_t user_wake;       // min of user_next
+  // open loop
+  uint64_t arrival_j, next_arrival;
+  bool sending;
+  uint64_t send_end;        // closed ramp / rate duration: no arrival at or after it
+  int sent;                 // requests sent in the phase
+  // progress
+  uint64_t next_tick, next_sample, next_line;
+  uint64_t tok_window, tok_window_start;
+  double tok_rate;
+  double *ttft_scratch;
+  size_t cap_ttft;
+  bool tty;
+  bool stopping;            // interrupted
+  bool line_open;           // a \r progress line is on the terminal
+  replica_event *ev;        // (cap_ev) events pulled, waiting to be handled
+  ev_meta *ev_meta;         // (cap_ev)
+  size_t cap_ev;
+  sc_error err;             // first database error
+  sc_status db_status;
+  fault_rt *fr;             // the faults of the current deployment (faults/runtime.h)
+  engine_config ec;         // the replicas' engine config (a reference run rebuilds one)
+  int sweep;                // every-rank sweeps: which run of the deployment this is
+} rt;
+
+
+static inline uint64_t now_rel(rt *r) { return sc_clock_now(&r->clock) - r->t0; }
+
+// Keeps the first database error; true when s is SC_OK.
+static inline bool db_ok(rt *r, sc_status s) {
+  if (s != SC_OK && r->db_status == SC_OK) r->db_status = s;
+  return s == SC_OK;
+}
 static const uint64_t TICK_NS = 10000000ull;      // timeout scan period
 static const uint64_t SAMPLE_NS = 1000000000ull;  // device samples and flushes
 static const uint64_t LINE_NS = 10000000000ull;   // plain progress lines
@@ -48,11 +151,6 @@ static void fmt_dur(char *b, size_t cap, double s) {
   else if (s < 60) snprintf(b, cap, "%.0fs", s);
   else if (s < 3600) snprintf(b, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
   else snprintf(b, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 // Expected length of a phase run in seconds (NaN when it depends on the engine's speed).
@@ -89,8 +187,8 @@ static double eta_s(rt *r, uint64_t now) {
 static double phase_ttft_p95(rt *r) {
   const phase_run *ph = &r->phases[r->cur];
   size_t n = 0;
-  for (uint64_t i = ph->first_seq; i < r->n_reqs; i++) {
-    const req_rec *q = &r->reqs[i];
+  for (uint64_t i = ph->first_seq; i < r->reqs.n; i++) {
+    const req_rec *q = &r->reqs.v[i];
     if (q->n_tok == 0 || q->warmup) continue;
     if (n == r->cap_ttft) {
       size_t cap = r->cap_ttft ? r->cap_ttft * 2 : 1024;
@@ -102,7 +200,7 @@ static double phase_ttft_p95(rt *r) {
     r->ttft_scratch[n++] = (double)(q->tok[0] - q->arrival) / 1e6;
   }
   if (n == 0) return NAN;
-  qsort(r->ttft_scratch, n, sizeof(double), cmp_double);
+  qsort(r->ttft_scratch, n, sizeof(double), sc_cmp_double);
   return mt_percentile(r->ttft_scratch, (int)n, 95);
 }
 
@@ -125,7 +223,7 @@ static void progress(rt *r, uint64_t now, bool done) {
   const char *pre = tty ? "\r\033[K" : "";
   if (done) {
     uint64_t toks = 0;
-    for (uint64_t i = ph->first_seq; i < r->n_reqs; i++) toks += (uint64_t)r->reqs[i].n_tok;
+    for (uint64_t i = ph->first_seq; i < r->reqs.n; i++) toks += (uint64_t)r->reqs.v[i].n_tok;
     double el = (double)(now - ph->start) / 1e9;
     fprintf(f, "%s%s [%d/%d] %s %s: %d requests in %.1f s | TTFT p95 %s | %.0f tok/s\n", pre,
             r->dep->label, r->dep_idx + 1, r->s->n_deployments, ph->name, load, r->sent, el, ttft,
@@ -148,12 +246,14 @@ static void progress(rt *r, uint64_t now, bool done) {
   }
   fprintf(f, "%s%s [%d/%d] %s %s | %d%s sent, %d in flight | TTFT p95 %s | %.0f tok/s | %s%s%s",
           pre, r->dep->label, r->dep_idx + 1, r->s->n_deployments, ph->name, load, r->sent, total,
-          r->inflight, ttft, r->tok_rate, r->sim ? "" : "ETA ", eta, tty ? "" : "\n");
+          r->reqs.inflight, ttft, r->tok_rate, r->sim ? "" : "ETA ", eta, tty ? "" : "\n");
   fflush(f);
   r->line_open = tty;
 }
 
-void progress_note(rt *r, const char *fmt, ...) {
+static void progress_note(rt *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void progress_note(rt *r, const char *fmt, ...) {
   if (r->o->progress == RUNNER_PROGRESS_NONE) return;
   FILE *f = r->o->progress_out ? r->o->progress_out : stderr;
   if (r->line_open) fputs("\r\033[K", f);
@@ -167,26 +267,26 @@ void progress_note(rt *r, const char *fmt, ...) {
 }
 
 // --- requests
-static const char *status_name(mt_status s) {
+static const char *status_name(req_status s) {
   switch (s) {
-  case MT_OK: return "ok";
-  case MT_CANCELLED: return "cancelled";
-  case MT_FAILED: return "failed";
-  case MT_TIMEOUT: return "timeout";
+  case REQ_OK: return "ok";
+  case REQ_CANCELLED: return "cancelled";
+  case REQ_FAILED: return "failed";
+  case REQ_TIMEOUT: return "timeout";
   }
   return "failed";
 }
 
 // Ends request k with status st at time t and records it; its user (closed loop) may send again.
-void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char *error,
+static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, const char *error,
                 uint64_t t) {
-  req_rec *q = &r->reqs[k];
+  req_rec *q = &r->reqs.v[k];
   if (q->state == REQ_DONE) return;
   q->state = REQ_DONE;
   q->status = st;
   q->finish = t;
   snprintf(q->reason, sizeof q->reason, "%s", reason ? reason : "");
-  r->inflight--;
+  r->reqs.inflight--;
   if (q->dispatched && !q->waiting) router_done(r->rt, q->replica);
   q->waiting = false;
   const phase_run *ph = &r->phases[q->phase];
@@ -214,7 +314,7 @@ void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char 
                        .warmup = q->warmup};
   rec_request(r->rec, &row, q->tok, q->n_tok);
   r->res->tokens += (uint64_t)q->n_tok;
-  while (r->low < r->n_reqs && r->reqs[r->low].state == REQ_DONE) r->low++;
+  while (r->reqs.low < r->reqs.n && r->reqs.v[r->reqs.low].state == REQ_DONE) r->reqs.low++;
   if (q->user >= 0 && q->user < r->n_users) {
     uint64_t next = t + ph->p->think_ns;
     r->user_next[q->user] = next;
@@ -223,14 +323,16 @@ void finish_req(rt *r, uint64_t k, mt_status st, const char *reason, const char 
 }
 
 static bool grow_reqs(rt *r) {
-  if (r->n_reqs < r->cap_reqs) return true;
-  size_t cap = r->cap_reqs ? r->cap_reqs * 2 : 1024;
-  req_rec *p = realloc(r->reqs, cap * sizeof *p);
+  if (r->reqs.n < r->reqs.cap) return true;
+  size_t cap = r->reqs.cap ? r->reqs.cap * 2 : 1024;
+  req_rec *p = realloc(r->reqs.v, cap * sizeof *p);
   if (!p) return false;
-  r->reqs = p;
-  r->cap_reqs = cap;
+  r->reqs.v = p;
+  r->reqs.cap = cap;
   return true;
 }
+
+static bool dispatch_req(rt *r, uint64_t k, uint64_t t);
 
 // Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop).
 static void send_req(rt *r, uint64_t arrival, int user) {
@@ -239,33 +341,30 @@ static void send_req(rt *r, uint64_t arrival, int user) {
     r->sending = false;
     return;
   }
-  uint64_t k = r->n_reqs++;
+  uint64_t k = r->reqs.n++;
   wl_request w;
   workload_request(r->wl, k, &w);
   phase_run *ph = &r->phases[r->cur];
-  req_rec *q = &r->reqs[k];
+  req_rec *q = &r->reqs.v[k];
   *q = (req_rec){.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
                  .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
                  .fault = -1, .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
-  r->inflight++;
+  r->reqs.inflight++;
   r->sent++;
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
   uint64_t t = now_rel(r);
-  if (!dispatch_req(r, k, t) && !rf_hold(r, k, t))
-    finish_req(r, k, MT_FAILED, "no_replica", "no healthy replica to send the request to", t);
+  if (!dispatch_req(r, k, t) && !router_hold(r->rt, k, t))
+    finish_req(r, k, REQ_FAILED, "no_replica", "no healthy replica to send the request to", t);
 }
 
-bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
-  req_rec *q = &r->reqs[k];
-  for (int j = 0; j < r->n_reps; j++) {
-    replica_health h = r->busy[j] ? REPLICA_DEAD : replica_health_get(r->reps[j]);
-    r->eligible[j] = (h == REPLICA_HEALTHY || (h == REPLICA_UNHEALTHY && j == r->probe)) &&
-                     rf_may_take(r, j, q);
-  }
-  int i = router_pick(r->rt, r->eligible);
+// Sends request k (not dispatched) to the replica the router picks at time t: its prompt,
+// continued by the tokens already delivered when it has some (a resume). False when no replica
+// can take it (nothing changed). A submit the replica refuses ends the request as failed.
+static bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
+  req_rec *q = &r->reqs.v[k];
+  int i = router_pick(r->rt, q);
   if (i < 0) return false;
-  if (i == r->probe) r->probe = -1;
   wl_request w;
   workload_request(r->wl, k, &w);
   // A resume sends the prompt followed by the tokens the client already has.
@@ -276,7 +375,7 @@ bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
     joined = malloc((size_t)(w.n_prompt + q->n_tok) * sizeof *joined);
     if (!joined) {
       router_done(r->rt, i);
-      finish_req(r, k, MT_FAILED, "oom", "runner: out of memory resuming a request", t);
+      finish_req(r, k, REQ_FAILED, "oom", "runner: out of memory resuming a request", t);
       return true;
     }
     memcpy(joined, w.prompt, (size_t)w.n_prompt * sizeof *joined);
@@ -285,7 +384,7 @@ bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
     n_prompt += q->n_tok;
   }
   q->replica = i;
-  q->version = rf_version(r, i);
+  q->version = router_version(r->rt, i);
   q->dispatched = true;
   q->waiting = false;
   if (!q->retries) q->dispatch = t;
@@ -302,7 +401,7 @@ bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
   }
   sc_error e = {{0}};
   if (replica_submit(r->reps[i], k, &er, &e) != SC_OK)
-    finish_req(r, k, MT_FAILED, "replica_failed", e.msg, t);
+    finish_req(r, k, REQ_FAILED, "replica_failed", e.msg, t);
   free(joined);
   return true;
 }
@@ -327,21 +426,22 @@ static bool add_token(req_rec *q, int32_t id, uint64_t t) {
 // Request k is past the request timeout at time t: the client gave up at arrival + limit, so
 // that is its end, and tokens seen after it are not its.
 static void time_out(rt *r, uint64_t k) {
-  req_rec *q = &r->reqs[k];
+  req_rec *q = &r->reqs.v[k];
   uint64_t limit = r->s->limits.request_timeout_ns;
   uint64_t end = q->arrival + limit;
   while (q->n_tok > 0 && q->tok[q->n_tok - 1] > end) q->n_tok--;
-  if (q->dispatched && !q->waiting && !r->busy[q->replica]) replica_cancel(r->reps[q->replica], k);
+  if (q->dispatched && !q->waiting && !router_busy(r->rt, q->replica))
+    replica_cancel(r->reps[q->replica], k);
   char msg[96];
   snprintf(msg, sizeof msg, "not finished %.3f s after arrival", (double)limit / 1e9);
-  finish_req(r, k, MT_TIMEOUT, "timeout", msg, end);
+  finish_req(r, k, REQ_TIMEOUT, "timeout", msg, end);
 }
 
 static void check_timeouts(rt *r, uint64_t now) {
   uint64_t limit = r->s->limits.request_timeout_ns;
   if (!limit) return;
-  for (size_t k = r->low; k < r->n_reqs; k++) {
-    req_rec *q = &r->reqs[k];
+  for (size_t k = r->reqs.low; k < r->reqs.n; k++) {
+    req_rec *q = &r->reqs.v[k];
     if (q->state != REQ_DONE && now - q->arrival > limit) time_out(r, k);
   }
 }
@@ -369,13 +469,13 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
       ph->bubble_ns += si->bubble_frac * (double)si->duration_ns;
       ph->busy_ns += (double)si->duration_ns;
     }
-    rf_on_step(r, rep, si, t);
+    fault_rt_on_step(r->fr, rep, si, t);
     return;
   }
-  if (ev->key >= r->n_reqs) return;
-  req_rec *q = &r->reqs[ev->key];
+  if (ev->key >= r->reqs.n) return;
+  req_rec *q = &r->reqs.v[ev->key];
   if (q->state == REQ_DONE || q->replica != rep || q->waiting) { // the client stopped listening
-    rf_on_late(r, rep, ev, t);
+    fault_rt_on_late(r->fr, rep, ev, t);
     return;
   }
   if (past_timeout(r, q, t)) { // seen after the client gave up
@@ -386,20 +486,24 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
   case REPLICA_EV_TOKEN:
     if (!add_token(q, ev->token, t)) {
       replica_cancel(r->reps[rep], ev->key);
-      finish_req(r, ev->key, MT_FAILED, "oom", "runner: out of memory recording tokens", t);
+      finish_req(r, ev->key, REQ_FAILED, "oom", "runner: out of memory recording tokens", t);
     } else {
       r->tok_window++;
     }
     break;
   case REPLICA_EV_FINISHED:
     if (ev->reason == FINISH_CANCELLED)
-      finish_req(r, ev->key, MT_CANCELLED, "cancelled", NULL, t);
+      finish_req(r, ev->key, REQ_CANCELLED, "cancelled", NULL, t);
     else
-      finish_req(r, ev->key, MT_OK, engine_finish_reason_name(ev->reason), NULL, t);
+      finish_req(r, ev->key, REQ_OK, engine_finish_reason_name(ev->reason), NULL, t);
     break;
   case REPLICA_EV_FAILED:
-    if (rf_on_failed(r, rep, ev, t)) break;
-    finish_req(r, ev->key, MT_FAILED, ev->what,
+    fault_rt_on_failed(r->fr, rep, ev, t); // which fault caused it, if one did
+    if (replica_failure_is_loss(ev->failure)) { // the router retries, resumes or fails it
+      router_on_lost(r->rt, ev->key, rep, t);
+      break;
+    }
+    finish_req(r, ev->key, REQ_FAILED, replica_failure_name(ev->failure),
                ev->status == SC_INVALID ? "the engine refused the request"
                                         : replica_error(r->reps[rep]),
                t);
@@ -414,7 +518,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
 static void drain_events(rt *r) {
   size_t n = 0;
   for (int i = 0; i < r->n_reps; i++) {
-    while (!r->busy[i]) {
+    while (!router_busy(r->rt, i)) {
       if (r->cap_ev - n < EV_BATCH) {
         size_t cap = r->cap_ev ? r->cap_ev * 2 : 4 * EV_BATCH;
         replica_event *e = realloc(r->ev, cap * sizeof *e);
@@ -442,7 +546,7 @@ static void sim_wait_until(rt *r, uint64_t deadline) {
   for (;;) {
     uint64_t t = UINT64_MAX;
     for (int i = 0; i < r->n_reps; i++) {
-      uint64_t n = replica_sim_next_ns(r->reps[i]);
+      uint64_t n = replica_next_ns(r->reps[i]);
       if (n < t) t = n;
     }
     if (t > until) {
@@ -452,8 +556,8 @@ static void sim_wait_until(rt *r, uint64_t deadline) {
     if (t > r->vnow) r->vnow = t;
     bool ready = false;
     for (int i = 0; i < r->n_reps; i++)
-      if (replica_sim_next_ns(r->reps[i]) <= r->vnow)
-        ready |= replica_sim_advance(r->reps[i], r->vnow);
+      if (replica_next_ns(r->reps[i]) <= r->vnow)
+        ready |= replica_advance(r->reps[i], r->vnow);
     if (ready) return;
   }
 }
@@ -468,7 +572,7 @@ static void wait_until(rt *r, uint64_t deadline) {
   struct pollfd *fds = r->fds;
   int n = 0;
   for (int i = 0; i < r->n_reps; i++) {
-    int fd = r->busy[i] ? -1 : replica_wait_fd(r->reps[i]);
+    int fd = router_busy(r->rt, i) ? -1 : replica_wait_fd(r->reps[i]);
     if (fd >= 0) fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
   }
   uint64_t now = now_rel(r);
@@ -481,7 +585,7 @@ static void wait_until(rt *r, uint64_t deadline) {
 // --- periodic work
 static void sample_devices(rt *r, uint64_t now) {
   for (int i = 0; i < r->n_reps; i++)
-    for (int k = 0; k < r->reps[i]->n_ranks && !r->busy[i]; k++) {
+    for (int k = 0; k < r->reps[i]->n_ranks && !router_busy(r->rt, i); k++) {
       size_t used = 0, total = 0;
       if (replica_rank_mem(r->reps[i], k, &used, &total) != SC_OK) continue;
       store_device_sample d = {.run_id = r->run_id, .deployment_id = r->dep_id, .replica = i,
@@ -565,8 +669,10 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
       if (p->kind == SCN_PHASE_RAMP && r->send_end < d) d = r->send_end;
     }
   }
-  uint64_t f = rf_next(r);
+  uint64_t f = fault_rt_next(r->fr);
   if (f < d) d = f;
+  uint64_t g = router_next(r->rt);
+  if (g < d) d = g;
   return d > now ? d : now;
 }
 
@@ -587,12 +693,12 @@ static void issue_together(rt *r, uint64_t now) {
 }
 
 static void interrupt_inflight(rt *r, uint64_t now) {
-  for (size_t k = r->low; k < r->n_reqs; k++) {
-    req_rec *q = &r->reqs[k];
+  for (size_t k = r->reqs.low; k < r->reqs.n; k++) {
+    req_rec *q = &r->reqs.v[k];
     if (q->state == REQ_DONE) continue;
-    if (q->dispatched && !q->waiting && !r->busy[q->replica])
+    if (q->dispatched && !q->waiting && !router_busy(r->rt, q->replica))
       replica_cancel(r->reps[q->replica], k);
-    finish_req(r, k, MT_CANCELLED, "interrupted", "the run was interrupted", now);
+    finish_req(r, k, REQ_CANCELLED, "interrupted", "the run was interrupted", now);
   }
   r->sending = false;
 }
@@ -604,7 +710,7 @@ static sc_status run_phase(rt *r, int k) {
   uint64_t start = now_rel(r);
   ph->start = start;
   ph->warmup_end = start + p->warmup_ns;
-  ph->first_seq = r->n_reqs;
+  ph->first_seq = r->reqs.n;
   store_phase sp = {.run_id = r->run_id, .deployment_id = r->dep_id, .idx = k, .name = ph->name,
                     .kind = scenario_phase_kind_name(p->kind), .concurrency = ph->concurrency,
                     .rate = p->kind == SCN_PHASE_RATE ? p->rate : 0,
@@ -630,7 +736,7 @@ static sc_status run_phase(rt *r, int k) {
     r->next_arrival = start + workload_gap_ns(r->wl, (int)(p - r->s->workload.phases), 0);
   }
   r->next_line = (r->sim ? sc_monotonic_ns() : start) + (r->tty ? TTY_NS : LINE_NS);
-  rf_phase_started(r, k);
+  fault_rt_phase_started(r->fr, k, p, k > 0 ? r->phases[k - 1].p : NULL, start);
   for (;;) {
     uint64_t now = now_rel(r);
     if (r->o->interrupted && *r->o->interrupted && !r->stopping) {
@@ -638,15 +744,19 @@ static sc_status run_phase(rt *r, int k) {
       interrupt_inflight(r, now);
     }
     if (!r->stopping) issue_together(r, now);
-    if (!r->stopping) rf_tick(r, now);
+    if (!r->stopping) { // retries, then faults (which may change health), then the probe
+      router_tick(r->rt, now);
+      fault_rt_tick(r->fr, now);
+      router_probe(r->rt, now);
+    }
     periodic(r, now);
-    if (!r->sending && r->inflight == 0) break;
+    if (!r->sending && r->reqs.inflight == 0) break;
     if (r->db_status != SC_OK) break;
     wait_until(r, next_deadline(r, now_rel(r)));
     drain_events(r);
   }
   ph->end = now_rel(r);
-  ph->end_seq = r->n_reqs;
+  ph->end_seq = r->reqs.n;
   progress(r, ph->end, true);
   rec_lock(r->rec);
   s = store_phase_end(r->db, ph->id, ph->end, &r->err);
@@ -679,11 +789,11 @@ static double busy_frac(const rt *r, double busy_ns, uint64_t span_ns) {
 }
 
 static sc_status deployment_metrics(rt *r, dep_result *dr) {
-  size_t n = r->n_reqs;
+  size_t n = r->reqs.n;
   mt_request *m = calloc(n ? n : 1, sizeof *m);
   if (!m) return sc_fail(&r->err, SC_OOM, "runner: out of memory computing metrics");
   for (size_t i = 0; i < n; i++) {
-    const req_rec *q = &r->reqs[i];
+    const req_rec *q = &r->reqs.v[i];
     m[i] = (mt_request){.arrival_ns = q->arrival, .finish_ns = q->finish, .token_ns = q->tok,
                         .n_tokens = q->n_tok, .prompt_tokens = q->prompt_tokens,
                         .status = q->status, .reason = q->reason, .class_idx = q->class_idx,
@@ -762,12 +872,12 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
 // After faults: lets the replicas report what they still owe (a storm's cancel acks, a
 // heartbeat after their last step) before the verdicts read their state; at most 5 s.
 static void settle(rt *r) {
-  if (!rf_faulted(r)) return;
+  if (!fault_rt_faulted(r->fr)) return;
   uint64_t start = now_rel(r);
   uint64_t quiet = start + (r->sim ? 0 : 300000000ull);
   for (;;) {
     uint64_t now = now_rel(r);
-    if ((now >= quiet && !rf_busy(r)) || now >= start + 5000000000ull) break;
+    if ((now >= quiet && !fault_rt_busy(r->fr)) || now >= start + 5000000000ull) break;
     wait_until(r, now + 50000000ull);
     drain_events(r);
   }
@@ -781,38 +891,29 @@ static void free_replicas(rt *r) {
 
 static void free_deployment(rt *r) {
   free_replicas(r);
-  rf_free(r);
+  fault_rt_free(r->fr);
+  r->fr = NULL;
   free(r->reps);
   r->reps = NULL;
   r->n_reps = 0;
-  free(r->eligible);
-  r->eligible = NULL;
   free(r->held);
   r->held = NULL;
-  free(r->busy);
-  r->busy = NULL;
   free(r->fds);
   r->fds = NULL;
   router_free(r->rt);
   r->rt = NULL;
-  for (size_t i = 0; i < r->n_reqs; i++) {
-    free(r->reqs[i].tok);
-    free(r->reqs[i].ids);
+  for (size_t i = 0; i < r->reqs.n; i++) {
+    free(r->reqs.v[i].tok);
+    free(r->reqs.v[i].ids);
   }
-  r->n_reqs = 0;
-  r->low = 0;
-  r->inflight = 0;
+  r->reqs.n = 0;
+  r->reqs.low = 0;
+  r->reqs.inflight = 0;
   free(r->phases);
   r->phases = NULL;
   r->n_phases = 0;
   free(r->user_next);
   r->user_next = NULL;
-}
-
-static int threads_per_rank(const scenario *s, const scn_deployment *d) {
-  if (s->hardware.threads > 0) return s->hardware.threads;
-  int t = device_cpu_cores() / (d->tp * d->pp * d->dp);
-  return t > 0 ? t : 1;
 }
 
 static sc_status build_phases(rt *r) {
@@ -843,81 +944,28 @@ static sc_status build_phases(rt *r) {
   return SC_OK;
 }
 
-// How a real backend holds the linear layers' weights for a model of dtype wdt: int8 when asked
-// for; bf16 on cuda for a bf16 model (its GEMMs then run on the tensor cores); else f32 (the CPU
-// backend multiplies f32 whatever the file says).
-static sc_dtype held_dtype(const scenario *s, sc_dtype wdt) {
-  if (wdt == SC_I8) return SC_I8;
-  if (wdt == SC_BF16 && !strcmp(s->hardware.backend, "cuda")) return SC_BF16;
-  return SC_F32;
+// --- the hooks the router and the fault runtime reach the runner by
+static bool rt_dispatch(void *ud, uint64_t key, uint64_t t) { return dispatch_req(ud, key, t); }
+
+static void rt_fail(void *ud, uint64_t key, const char *reason, const char *error, uint64_t t) {
+  finish_req(ud, key, REQ_FAILED, reason, error, t);
 }
 
-static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_clock clock) {
-  engine_config c = engine_config_defaults();
-  c.model = s->model.config;
-  c.weights_dir = s->model.has_weights ? s->model.resolved : NULL;
-  c.weights_seed = s->model.weights_seed;
-  c.weight_dtype = held_dtype(s, s->mp.weight_dtype);
-  c.backend = s->hardware.backend[0] ? s->hardware.backend : "cpu";
-  c.tp = d->tp;
-  c.pp = d->pp;
-  c.n_devices = s->hardware.n_devices;
-  memcpy(c.devices, s->hardware.devices, sizeof c.devices);
-  c.block_size = s->limits.block_size;
-  c.max_running = s->limits.max_running;
-  c.token_budget = s->limits.token_budget;
-  c.prefill_chunk = s->limits.prefill_chunk;
-  c.threads = threads_per_rank(s, d);
-  if (s->limits.collective_timeout_ns) c.collective_timeout_ns = s->limits.collective_timeout_ns;
-  c.clock = clock;
-  return c;
+static uint64_t rt_now(void *ud) { return now_rel(ud); }
+
+static void rt_note(void *ud, const char *line) { progress_note(ud, "%s", line); }
+
+static void rt_finish(void *ud, uint64_t key, req_status st, const char *reason,
+                      const char *error, uint64_t t) {
+  finish_req(ud, key, st, reason, error, t);
 }
 
-// Sim mode: what a simulated replica of d needs on top of the real engine config: the device,
-// the shapes and dtypes as priced, the placement, and the planner's KV capacity and memory.
-static sc_status sim_config(rt *r, const scn_deployment *d, const model_config *m, sc_dtype wdt,
-                            engine_config *c, sc_error *err) {
-  const scenario *s = r->s;
-  const sim_hw *hw = &s->hw.sim;
-  memplan_params mp = s->mp;
-  mp.weight_dtype = wdt;
-  memplan_layout lay;
-  SC_TRY(memplan_eval(m, &s->hw, &mp, d->tp, d->pp, d->dp, &lay));
-  if (!lay.valid || !lay.fits || lay.kv_blocks < 1)
-    return sc_fail(err, SC_INVALID, "deployment %s does not fit: %s", d->label, lay.why);
-  // Never more blocks than max_running sequences of a full context can use.
-  int64_t per_seq = (m->max_seq_len + s->limits.block_size - 1) / s->limits.block_size;
-  int64_t most = (int64_t)s->limits.max_running * per_seq;
-  c->backend = "sim";
-  c->kv_blocks = (int)(lay.kv_blocks < most ? lay.kv_blocks : most);
-  c->threads = hw->host_cores > 0 ? hw->host_cores / (d->tp * d->pp * d->dp) : 1;
-  if (c->threads < 1) c->threads = 1;
-  // the CPU backend holds weights in f32 whatever the file says, or as int8 when asked to
-  sim_dtype held = hw->host_cores > 0 ? (wdt == SC_I8 ? SIM_I8 : SIM_F32) : (sim_dtype)wdt;
-  c->sim = (engine_sim){
-      .hw = hw,
-      .model = {.dim = m->dim, .n_layers = m->n_layers, .n_heads = m->n_heads,
-                .n_kv_heads = m->n_kv_heads, .head_dim = m->head_dim, .ffn_dim = m->ffn_dim,
-                .vocab = m->vocab_size, .tied_embeddings = m->tied_embeddings,
-                .weight_dtype = held, .act_dtype = (sim_dtype)mp.kv_dtype},
-      .layout = {.tp = d->tp, .pp = d->pp, .threads = c->threads,
-                 .cluster_ranks = d->tp * d->pp * d->dp},
-      .static_bytes = lay.weight_bytes + lay.workspace_bytes,
-      .kv_block_bytes = lay.kv_bytes_per_token * s->limits.block_size,
-  };
-  return SC_OK;
-}
-
-sc_status rt_engine_config(rt *r, const scn_deployment *d, const model_config *m, sc_dtype wdt,
-                           engine_config *c, sc_error *err) {
-  *c = engine_cfg(r->s, d, r->clock);
-  c->model = *m;
-  c->weight_dtype = held_dtype(r->s, wdt);
-  if (!r->sim) return SC_OK;
-  SC_TRY(sim_config(r, d, m, wdt, c, err));
-  c->sim.detect_timeout_ns = r->s->router.detect_timeout_ns;
-  c->sim.collective_timeout_ns = r->s->limits.collective_timeout_ns;
-  return SC_OK;
+// Which replica implementation the scenario's deployments run: simulated replicas in mode sim;
+// in mode real, `shardcheck worker` processes when the scenario has faults (so that a fault
+// can SIGKILL or SIGSTOP one for real), else local ones.
+static replica_kind replica_kind_of(const scenario *s) {
+  if (s->mode == SCN_MODE_SIM) return REPLICA_SIM;
+  return s->n_faults > 0 ? REPLICA_PROCESS : REPLICA_LOCAL;
 }
 
 static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
@@ -945,19 +993,21 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   s = build_phases(r);
   if (s != SC_OK) return s;
   r->reps = calloc((size_t)d->dp, sizeof *r->reps);
-  r->eligible = calloc((size_t)d->dp, sizeof *r->eligible);
   r->held = calloc((size_t)d->dp, sizeof *r->held);
-  r->busy = calloc((size_t)d->dp, sizeof *r->busy);
-  r->probe = -1;
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
-  r->rt = router_new(r->s->router.policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
-                                                                   : ROUTER_LEAST_OUTSTANDING,
-                     d->dp);
-  if (!r->reps || !r->eligible || !r->held || !r->busy || !r->fds || !r->rt)
+  const scn_router *sr = &r->s->router;
+  router_config rc = {.policy = sr->policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
+                                                                     : ROUTER_LEAST_OUTSTANDING,
+                      .max_retries = sr->max_retries, .backoff_ns = sr->backoff_ns,
+                      .resume = sr->resume, .probe_unhealthy = r->s->n_faults > 0};
+  router_hooks rh = {.ud = r, .dispatch = rt_dispatch, .fail = rt_fail};
+  if (r->reps) r->rt = router_new(&rc, r->reps, d->dp, &r->reqs, rh);
+  if (!r->reps || !r->held || !r->fds || !r->rt)
     return sc_fail(&r->err, SC_OOM, "runner: out of memory");
   engine_config ec;
   sc_error be = {{0}};
-  sc_status bs = rt_engine_config(r, d, &r->s->model.config, r->s->mp.weight_dtype, &ec, &be);
+  sc_status bs = scenario_engine_config(r->s, d, &r->s->model.config, r->s->mp.weight_dtype,
+                                        r->clock, &ec, &be);
   if (r->sim)
     progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d) on simulated %s, %d KV blocks "
                   "per replica", idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp,
@@ -966,24 +1016,32 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
     progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
                   idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
                   ec.threads == 1 ? "" : "s");
-  // Real mode with faults: each replica is a `shardcheck worker` process, so that a fault
-  // can SIGKILL or SIGSTOP it for real.
-  bool procs = !r->sim && r->s->n_faults > 0;
-  replica_proc_options po = {.exe = r->o->worker_exe,
-                             .detect_timeout_ns = r->s->router.detect_timeout_ns};
   r->ec = ec;
-  if (bs == SC_OK) bs = rf_begin(r) == SC_OK ? SC_OK : sc_fail(&be, SC_OOM, "%s", r->err.msg);
-  po.env = rf_worker_env(r);
+  if (bs == SC_OK) {
+    fault_ctx fc = {.s = r->s, .dep = d, .sweep = sweep, .seed = r->seed, .sim = r->sim,
+                    .clock = r->clock, .reps = r->reps, .n_reps = d->dp, .rt = r->rt,
+                    .reqs = &r->reqs, .wl = r->wl, .good = &r->good, .ec = ec,
+                    .n_phases = r->n_phases, .db = r->db, .rec = r->rec, .run_id = r->run_id,
+                    .dep_id = r->dep_id,
+                    .h = {.ud = r, .now = rt_now, .note = rt_note, .finish = rt_finish}};
+    sc_error fe = {{0}};
+    if (fault_rt_begin(&fc, &r->fr, &fe) != SC_OK) {
+      r->err = fe;
+      bs = sc_fail(&be, SC_OOM, "%s", fe.msg);
+    }
+  }
+  replica_options ro = {.kind = replica_kind_of(r->s),
+                        .proc = {.exe = r->o->worker_exe,
+                                 .detect_timeout_ns = r->s->router.detect_timeout_ns,
+                                 .env = fault_rt_worker_env(r->fr)}};
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
     ec.sim.layout.first_gpu = i * d->tp * d->pp;
     ec.first_device = i * d->tp * d->pp; // real cuda: replica i's ranks take the next GPUs
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
-         : r->sim           ? replica_sim_new(&ec, i, &r->reps[i], &be)
-         : procs            ? replica_proc_new(&ec, &po, i, &r->reps[i], &be)
-                            : replica_local_new(&ec, i, &r->reps[i], &be);
+                            : replica_new(&ro, &ec, i, &r->reps[i], &be);
     if (bs == SC_OK) r->n_reps++;
   }
-  if (bs == SC_OK && r->sim) replica_sim_set_peers(r->reps, r->n_reps);
+  if (bs == SC_OK) replica_set_peers(r->reps, r->n_reps);
   if (bs != SC_OK) {
     snprintf(r->res->error, sizeof r->res->error, "deployment %s: %.400s", d->label, be.msg);
     progress_note(r, "deployment %s failed to start: %s", d->label, be.msg);
@@ -1002,11 +1060,12 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
     if (s != SC_OK) return s;
   }
   settle(r);
-  SC_TRY(rf_end(r, dr));
+  SC_TRY(fault_rt_end(r->fr, r->n_phases ? r->phases[r->n_phases - 1].end : now_rel(r),
+                      &dr->faults, &r->err));
   // A dead replica fails the deployment unless faults were injected (then it is the point:
   // the verdicts judge it).
   bool dead = false;
-  for (int i = 0; i < r->n_reps && !rf_faulted(r); i++)
+  for (int i = 0; i < r->n_reps && !fault_rt_faulted(r->fr); i++)
     dead |= replica_health_get(r->reps[i]) == REPLICA_DEAD;
   const char *st = r->stopping ? "interrupted" : "complete";
   if (dead && !r->res->error[0])
@@ -1015,7 +1074,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
         snprintf(r->res->error, sizeof r->res->error, "deployment %s: replica %d failed: %.400s",
                  d->label, i, replica_error(r->reps[i]));
   free_replicas(r);
-  rf_after_free(r);
+  db_ok(r, fault_rt_after_free(r->fr, &r->err));
   SC_TRY(rec_drain(r->rec, &r->err)); // the writer is idle from here to the next phase
   SC_TRY(store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
                               now_rel(r), &r->err));
@@ -1065,20 +1124,21 @@ typedef struct verdict_extra {
 
 static bool extra_value(void *ud, const char *name, double *out) {
   const dep_result *d = ((verdict_extra *)ud)->d;
-  if (!strcmp(name, "lost_requests")) *out = d->faulted ? d->lost : 0;
-  else if (!strcmp(name, "detect_ms") && d->faulted) *out = d->detect_ms;
-  else if (!strcmp(name, "recover_ms") && d->faulted) *out = d->recover_ms;
-  else if (!strcmp(name, "kv_leak_blocks") && d->faulted) *out = d->kv_leak;
-  else if (!strcmp(name, "output_mismatches") && d->faulted) *out = d->mismatches;
+  const fault_result *f = &d->faults;
+  if (!strcmp(name, "lost_requests")) *out = f->faulted ? f->lost : 0;
+  else if (!strcmp(name, "detect_ms") && f->faulted) *out = f->detect_ms;
+  else if (!strcmp(name, "recover_ms") && f->faulted) *out = f->recover_ms;
+  else if (!strcmp(name, "kv_leak_blocks") && f->faulted) *out = f->kv_leak;
+  else if (!strcmp(name, "output_mismatches") && f->faulted) *out = f->mismatches;
   else if (!strcmp(name, "peak_output_tok_s")) *out = d->peak_tok_s;
   else if (!strcmp(name, "speedup")) *out = d->speedup;
   else if (!strcmp(name, "efficiency")) *out = d->efficiency;
   else if (!strcmp(name, "kv_peak_frac")) *out = d->kv_peak;
   else if (!strcmp(name, "knee_concurrency") && d->has_knee) *out = d->knee >= 0 ? d->knee : NAN;
   else {
-    for (int i = 0; i < d->n_fm; i++)
-      if (!strcmp(name, d->fm[i].name)) {
-        *out = d->fm[i].v;
+    for (int i = 0; i < f->n_fm; i++)
+      if (!strcmp(name, f->fm[i].name)) {
+        *out = f->fm[i].v;
         return true;
       }
     return false;
@@ -1165,7 +1225,7 @@ static sc_status refuse(const scenario *s, sc_error *err) {
     if (f->offset_ns % 1000000000 != 0)
       return sc_fail(err, SC_INVALID, "%s:%d:%d: clock_jump offset: whole seconds only (the "
                      "workers' clock is offset through libfaketime)", s->path, f->line, f->col);
-    if (!rf_faketime_lib())
+    if (!fault_faketime_lib())
       return sc_fail(err, SC_INVALID,
                      "%s:%d:%d: clock_jump needs libfaketime (Debian package faketime): none "
                      "found in /usr/lib/*/faketime/ (or set SHARDCHECK_LIBFAKETIME to its path)",
@@ -1200,7 +1260,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   rt r = {.s = s, .o = o, .db = db, .res = res};
   r.sim = s->mode == SCN_MODE_SIM;
   r.wall_start = sc_monotonic_ns();
-  r.clock = r.sim ? sc_clock_virtual(&r.vnow) : o->clock.now_ns ? o->clock : sc_clock_monotonic();
+  r.clock = r.sim ? sc_clock_virtual(&r.vnow) : sc_clock_monotonic();
   r.seed = o->seed_set ? o->seed : s->seed;
   r.tty = isatty(fileno(o->progress_out ? o->progress_out : stderr));
   mt_goodput_from_slo(&s->slo, &r.good);
@@ -1252,7 +1312,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   if (st != SC_OK && err) *err = r.err;
   free_deployment(&r);
   rec_free(r.rec);
-  free(r.reqs);
+  free(r.reqs.v);
   free(r.ttft_scratch);
   free(r.ev);
   free(r.ev_meta);

@@ -1,7 +1,7 @@
 // The runner: drives a scenario through every deployment and phase, records everything in the
 // results database, computes the metrics and verdicts, and says how the run ended.
 //
-// One event loop (DESIGN.md "One event loop, two clocks"): arrivals from the workload (closed-
+// One event loop (docs/design.md, "One request"): arrivals from the workload (closed-
 // loop users and open-loop schedules), token/finish/step events from the replicas, request
 // timeouts, periodic device samples, flushes and progress lines. Real mode waits in ppoll on
 // the replicas' fds against the monotonic clock; the simulator plugs in a virtual clock and a
@@ -33,9 +33,8 @@ typedef struct runner_options {
   runner_progress progress;
   FILE *progress_out;                 // NULL: stderr
   volatile sig_atomic_t *interrupted; // optional: set (by a SIGINT handler) to stop cleanly
-  sc_clock clock;                     // .now_ns NULL: the monotonic clock
-  // Optional: builds replica `index` of a deployment from its engine config (NULL: a local
-  // replica, replica_local_new). The seam for process replicas, simulated ones, and stand-ins.
+  // Optional: builds replica `index` of a deployment from its engine config (NULL: the kind the
+  // scenario asks for, through replica_new). For stand-ins (benchmarks of the harness itself).
   sc_status (*make_replica)(void *ud, const engine_config *cfg, int index, replica **out,
                             sc_error *err);
   void *make_replica_ud;

@@ -1,9 +1,12 @@
 // The replica handle: what the router and the runner talk to for one DP replica (one TP x PP
-// group). A vtable with more than one implementation (DESIGN.md "Seams"):
-//   local   — the engine in this process, stepped by its own thread (this file + replica_local.c)
-//   process — a `shardcheck worker` child over a Unix socket (replica_proc.c), so a fault can
-//             SIGKILL or SIGSTOP it for real
-//   sim     — the engine on simulated devices, stepped by the event loop (replica_sim.c)
+// group). A vtable with more than one implementation (docs/design.md, "Seams"), picked in one
+// place, replica_new:
+//   local   — the engine in this process, stepped by its own thread (replica_local.c)
+//   process — a `shardcheck worker` child over a Unix socket (replica_proc.c, the runner's side;
+//             replica_worker.c, the worker's), so a fault can SIGKILL or SIGSTOP it for real
+//   sim     — the engine on simulated devices, stepped by the event loop in virtual time
+//             (replica_sim.c)
+// The public wrappers, the failure names and replica_new are serving/replica.c.
 //
 // Requests are named by the caller's key (any uint64 unique within the replica's life), so
 // the runner never sees engine ids. submit and cancel never block on a step: their outcome
@@ -25,6 +28,30 @@ typedef enum replica_ev_kind {
   REPLICA_EV_STEP,     // one engine step ran (step); key unused
 } replica_ev_kind;
 
+// Why a request failed (REPLICA_EV_FAILED). The names are what the request row's reason column
+// and the worker protocol carry (replica_failure_name).
+typedef enum replica_failure {
+  REPLICA_FAIL_INVALID,   // "invalid": the engine refused the request
+  REPLICA_FAIL_OOM,       // "oom": an allocation failed
+  REPLICA_FAIL_TIMEOUT,   // "timeout": a collective passed its deadline
+  REPLICA_FAIL_NUMERICAL, // "numerical": NaN or inf logits
+  REPLICA_FAIL_FAILED,    // "replica_failed": the replica died of an error of its own
+  REPLICA_FAIL_LOST,      // "replica_lost": killed, hung past detection, or swapped away
+  REPLICA_FAIL_N
+} replica_failure;
+
+// The failure's name ("oom", "replica_lost", ...); never NULL.
+const char *replica_failure_name(replica_failure f);
+// The failure a status names: SC_INVALID invalid, SC_OOM oom, SC_TIMEOUT timeout, SC_NUMERICAL
+// numerical, anything else replica_failed.
+replica_failure replica_failure_of(sc_status s);
+// The failure named `name`; REPLICA_FAIL_FAILED for a name no failure has.
+replica_failure replica_failure_parse(const char *name);
+// Whether the replica itself was lost (failed or lost): the request may be retried elsewhere.
+static inline bool replica_failure_is_loss(replica_failure f) {
+  return f == REPLICA_FAIL_FAILED || f == REPLICA_FAIL_LOST;
+}
+
 typedef struct replica_event {
   replica_ev_kind kind;
   uint64_t key;
@@ -33,7 +60,7 @@ typedef struct replica_event {
   engine_finish_reason reason; // FINISHED
   int n_generated;             // FINISHED
   sc_status status;            // FAILED
-  char what[32];               // FAILED: the error kind ("invalid", "oom", "replica_failed")
+  replica_failure failure;     // FAILED: why
   engine_step_info step;       // STEP (t_start_ns on the replica's clock)
   uint64_t t_ns;               // when the replica produced the event, on its clock
 } replica_event;
@@ -45,7 +72,7 @@ typedef enum replica_health {
   REPLICA_DEAD,      // failed or lost: every request it held got a FAILED event
 } replica_health;
 
-// --- faults: what faults/ asks a replica to suffer (the runner translates the scenario's
+// --- faults: what faults/ asks a replica to suffer (faults/inject.c translates the scenario's
 // timeline into these). Every implementation takes every kind; how it acts is its own: a
 // process replica signals its worker, a local one sets device and link hooks, a simulated one
 // changes its modelled behaviour.
@@ -74,6 +101,8 @@ typedef struct replica_fault {
   bool bitflip;        // CORRUPT: flip a bit (else write NaN)
 } replica_fault;
 
+typedef struct replica replica;
+
 typedef struct replica_i {
   // Queues a request. Fails only when the replica is dead (SC_ABORTED); a request the engine
   // refuses comes back as a FAILED event.
@@ -92,8 +121,9 @@ typedef struct replica_i {
   sc_status (*rank_mem)(void *ctx, int r, size_t *used, size_t *total);
   // Why the replica died ("" while it lives).
   const char *(*error)(void *ctx);
-  // Optional (NULL: takes no faults). Applies a fault (see replica_fault). SC_INVALID for a rank out of range; SC_ABORTED when
-  // the replica is dead (a fault on a dead replica does nothing).
+  // Optional (NULL: takes no faults). Applies a fault (see replica_fault). SC_INVALID for a
+  // rank out of range; SC_ABORTED when the replica is dead (a fault on a dead replica does
+  // nothing).
   sc_status (*inject)(void *ctx, const replica_fault *f, sc_error *err);
   // Optional (NULL: cannot restart): rebuilds a DEAD replica from its config with a new
   // epoch, blocking until it is ready (or failed: err). Anything the old incarnation still
@@ -109,6 +139,23 @@ typedef struct replica_i {
   // the new weights are loaded (a simulated replica models the load time and admits once it is
   // over). On error the replica is DEAD and err says why. Faults in force are cleared.
   sc_status (*swap)(void *ctx, const engine_config *cfg, sc_error *err);
+  // Optional, both or neither (NULL: the replica steps on its own, in real time). A replica
+  // the event loop steps in virtual time. next_ns: when it next has work (the end of its step
+  // in flight; the clock's now when idle with work queued or events to hand back; UINT64_MAX
+  // when idle). advance: brings it to `now` (its clock already reads now): a step in flight
+  // that ends at or before now completes and its events become pollable; then, if work is
+  // queued, the next step starts (planned and priced at once, its events held until it ends).
+  // True when events became pollable.
+  uint64_t (*next_ns)(void *ctx);
+  bool (*advance)(void *ctx, uint64_t now);
+  // Optional (NULL: prices its steps alone). The deployment's replicas reps[0..n) (itself
+  // included; they outlive it): a simulated replica prices a step with the ranks of the peers
+  // that have a step in flight at its start, plus its own, sharing the host
+  // (sim_layout.cluster_ranks), since an idle replica uses no cores.
+  void (*set_peers)(void *ctx, replica *const *reps, int n);
+  // Optional (NULL: runs on this process's wall clock). Its wall clock minus this process's,
+  // as of its latest report (ns); false before the first report of its current incarnation.
+  bool (*wall_skew)(void *ctx, int64_t *skew_ns);
   // Optional (NULL: every submission is admitted as soon as the engine takes it). While held,
   // submissions queue up and none is admitted; on release they reach the engine together, at
   // its next step boundary, so requests that arrive at one instant start in one step (without
@@ -118,12 +165,12 @@ typedef struct replica_i {
   void (*free)(void *ctx);
 } replica_i;
 
-typedef struct replica {
+struct replica {
   const replica_i *i;
   void *ctx;
   int index; // replica number within the deployment
   int n_ranks;
-} replica;
+};
 
 // Builds a local replica: engine_new on the calling thread (errors come back here, err says
 // why), then a stepping thread. On error *out is NULL.
@@ -132,19 +179,6 @@ sc_status replica_local_new(const engine_config *cfg, int index, replica **out, 
 // No thread: the event loop drives it with the two calls below. On error *out is NULL.
 sc_status replica_sim_new(const engine_config *cfg, int index, replica **out, sc_error *err);
 bool replica_is_sim(const replica *r);
-// When r next has work: the end of its step in flight; the clock's now when it is idle with
-// work queued (or events to hand back); UINT64_MAX when idle.
-uint64_t replica_sim_next_ns(replica *r);
-// Brings r to `now` (its clock already reads now): a step in flight that ends at or before now
-// completes and its events become pollable; then, if work is queued, the next step starts
-// (planned and priced at once, its events held until it ends). True when events became
-// pollable.
-bool replica_sim_advance(replica *r, uint64_t now);
-// Makes reps[0..n) (the simulated replicas of one deployment; others are skipped) peers: each
-// prices a step with the ranks of the peers that have a step in flight at its start, plus its
-// own, sharing the host (sim_layout.cluster_ranks), rather than with every replica's, since an
-// idle replica uses no cores. reps must outlive them. Without it each replica counts all dp.
-void replica_sim_set_peers(replica *const *reps, int n);
 // --- process replicas (replica_proc.c): each a `shardcheck worker` child holding a local
 // replica, spoken to over a Unix socket (submit, cancel, admitting, inject; events, stats and
 // heartbeats back).
@@ -166,9 +200,23 @@ sc_status replica_proc_new(const engine_config *cfg, const replica_proc_options 
 bool replica_is_proc(const replica *r);
 // The worker's pid now (0 when none runs).
 int replica_proc_pid(const replica *r);
-// The worker's wall clock minus this process's, as of its latest report (ns): false before the
-// first report of the current worker.
-bool replica_proc_wall_skew(const replica *r, int64_t *skew_ns);
+
+// --- picking an implementation
+typedef enum replica_kind {
+  REPLICA_LOCAL,   // replica_local_new
+  REPLICA_PROCESS, // replica_proc_new with proc's options
+  REPLICA_SIM,     // replica_sim_new
+} replica_kind;
+
+typedef struct replica_options {
+  replica_kind kind;
+  replica_proc_options proc; // REPLICA_PROCESS only
+} replica_options;
+
+// Builds replica `index` of kind o->kind from cfg: the one place an implementation is picked.
+// On error *out is NULL and err says why.
+sc_status replica_new(const replica_options *o, const engine_config *cfg, int index,
+                       replica **out, sc_error *err);
 
 // The worker side: serves one replica on fd until the socket closes or the engine dies; the
 // return value is the process's exit status (0: the runner closed the socket; 3: the engine
@@ -211,3 +259,16 @@ static inline sc_status replica_swap(replica *r, const engine_config *cfg, sc_er
   return r->i->swap ? r->i->swap(r->ctx, cfg, err)
                     : sc_fail(err, SC_INVALID, "this replica cannot change its weights");
 }
+// Virtual time (next_ns/advance): UINT64_MAX and false for a replica that steps on its own.
+static inline bool replica_in_virtual_time(const replica *r) { return r->i->next_ns != NULL; }
+static inline uint64_t replica_next_ns(replica *r) {
+  return r->i->next_ns ? r->i->next_ns(r->ctx) : UINT64_MAX;
+}
+static inline bool replica_advance(replica *r, uint64_t now) {
+  return r->i->advance ? r->i->advance(r->ctx, now) : false;
+}
+static inline bool replica_wall_skew(replica *r, int64_t *skew_ns) {
+  return r->i->wall_skew ? r->i->wall_skew(r->ctx, skew_ns) : false;
+}
+// Makes reps[0..n) (one deployment's replicas; reps outlives them) each other's peers.
+void replica_set_peers(replica *const *reps, int n);

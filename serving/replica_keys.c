@@ -104,7 +104,7 @@ replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t) {
     ev.kind = REPLICA_EV_FAILED;
     ev.status = e->status;
     ev.n_generated = e->n_generated;
-    snprintf(ev.what, sizeof ev.what, "%s", rk_status_kind(ev.status));
+    ev.failure = replica_failure_of(ev.status);
     rk_del(m, key);
   } else {
     ev.kind = REPLICA_EV_FINISHED;
@@ -113,16 +113,6 @@ replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t) {
     rk_del(m, key);
   }
   return ev;
-}
-
-const char *rk_status_kind(sc_status s) {
-  switch (s) {
-  case SC_INVALID: return "invalid";
-  case SC_OOM: return "oom";
-  case SC_TIMEOUT: return "timeout";
-  case SC_NUMERICAL: return "numerical";
-  default: return "replica_failed";
-  }
 }
 
 bool rq_push(replica_evq *q, const replica_event *ev) {

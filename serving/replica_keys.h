@@ -31,9 +31,6 @@ void rk_free(replica_keys *m); // and resets *m to empty
 // The replica event for engine event e seen at time t; a FINISHED or FAILED event forgets its
 // key.
 replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t);
-// The error kind a FAILED event names for status s: "invalid", "oom", "timeout",
-// "numerical", else "replica_failed".
-const char *rk_status_kind(sc_status s);
 
 // A FIFO of replica events: [head, n) pending in v (cap). Zero-initialised = empty.
 typedef struct replica_evq {

@@ -57,7 +57,7 @@ typedef struct local {
   int n_ranks;
   char error[512];
   sc_status dying;       // the status a dying replica fails its requests with
-  const char *dead_what; // and the error kind it names ("replica_failed", "replica_lost")
+  replica_failure dead_why; // and the failure it names (replica_failed, replica_lost)
   // faults (guarded by mu)
   bool hung;        // RFAULT_HANG: the stepping thread takes no step until RFAULT_RESUME
   dev_fault *fault; // (n_ranks) the device fault each rank has now
@@ -79,9 +79,9 @@ static bool push_out(local *l, const replica_event *ev) {
   return true;
 }
 
-static void fail_event(local *l, uint64_t key, sc_status s, const char *what) {
-  replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = s, .t_ns = now_ns(l)};
-  snprintf(ev.what, sizeof ev.what, "%s", what);
+static void fail_event(local *l, uint64_t key, sc_status s, replica_failure why) {
+  replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = s, .failure = why,
+                      .t_ns = now_ns(l)};
   push_out(l, &ev);
 }
 
@@ -113,7 +113,7 @@ static void apply_inbox(local *l) {
       engine_cancel(l->e, id);
       s = SC_OOM;
     }
-    if (s != SC_OK) fail_event(l, it->key, s, rk_status_kind(s));
+    if (s != SC_OK) fail_event(l, it->key, s, replica_failure_of(s));
     free(it->prompt);
   }
   l->n_in = 0;
@@ -128,20 +128,20 @@ static void publish(local *l) {
 
 static void fail_key(void *ud, uint64_t key) {
   local *l = ud;
-  fail_event(l, key, l->dying, l->dead_what);
+  fail_event(l, key, l->dying, l->dead_why);
 }
 
 // The replica is dead (mu held): every request it holds, in the engine or still in the inbox,
 // fails with status s and kind `what`; error says why.
-static void die_with(local *l, sc_status s, const char *what, const char *error) {
+static void die_with(local *l, sc_status s, replica_failure why, const char *error) {
   l->health = REPLICA_DEAD;
   snprintf(l->error, sizeof l->error, "%s", error);
   l->dying = s;
-  l->dead_what = what;
+  l->dead_why = why;
   rk_each(&l->keys, fail_key, l);
   rk_free(&l->keys);
   for (int i = 0; i < l->n_in; i++) {
-    if (!l->in[i].cancel) fail_event(l, l->in[i].key, s, what);
+    if (!l->in[i].cancel) fail_event(l, l->in[i].key, s, why);
     free(l->in[i].prompt);
   }
   l->n_in = 0;
@@ -150,7 +150,7 @@ static void die_with(local *l, sc_status s, const char *what, const char *error)
 
 // The engine failed (mu held).
 static void die(local *l, sc_status s, const sc_error *err) {
-  die_with(l, s, "replica_failed", err->msg[0] ? err->msg : sc_status_name(s));
+  die_with(l, s, REPLICA_FAIL_FAILED, err->msg[0] ? err->msg : sc_status_name(s));
 }
 
 static void *step_thread(void *arg) {
@@ -331,7 +331,7 @@ static sc_status l_inject(void *ctx, const replica_fault *f, sc_error *err) {
     // Losing every device cuts an in-flight step short; it is dropped when it returns.
     for (int r = 0; r < l->n_ranks; r++) l->fault[r].lost = true;
     apply_faults(l, 0, l->n_ranks);
-    die_with(l, SC_ABORTED, "replica_lost", "killed (fault injection)");
+    die_with(l, SC_ABORTED, REPLICA_FAIL_LOST, "killed (fault injection)");
     break;
   case RFAULT_KILL_RANK:
     for (int r = r0; r < r1; r++) l->fault[r].lost = true;
@@ -479,10 +479,4 @@ fail:
   l_free(l);
   free(r);
   return s;
-}
-
-void replica_free(replica *r) {
-  if (!r) return;
-  r->i->free(r->ctx);
-  free(r);
 }

@@ -1,6 +1,6 @@
 // The process replica: a `shardcheck worker` child holding a local replica, spoken to over a
-// Unix socket, so that a fault can SIGKILL or SIGSTOP a replica for real. Both sides live
-// here: the runner's (a replica_i over the socket) and the worker's (replica_proc_serve).
+// Unix socket, so that a fault can SIGKILL or SIGSTOP a replica for real. This file is the
+// runner's side (a replica_i over the socket); the worker's side is serving/replica_worker.c.
 //
 // Runner side. replica_proc_new forks and execs `EXE worker --fd 3` (the child dies with its
 // parent: PR_SET_PDEATHSIG), sends CONFIG and waits for READY. Requests, cancels, admitting and
@@ -21,12 +21,6 @@
 // wakes for each. The worker runs in its own process group: a terminal's ^C reaches the runner
 // only, which stops cleanly and frees its replicas (free closes the socket; the worker exits 0).
 //
-// Worker side. replica_proc_serve reads CONFIG, builds a local replica (serving/replica_local.c,
-// which owns the engine, its thread and how faults act), answers READY or ERROR, then serves:
-// applies what the runner sends (what one read brings with its replica held, so it is admitted
-// together; a SWAP frees the replica and builds one on the new weights), forwards events in
-// batches and a heartbeat every heartbeat_ns, and reports DEAD when its replica dies. The
-// message format is serving/wire.c; what to do with events and when to restart is the runner's.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -50,20 +44,12 @@
 
 #define NS_PER_S 1000000000ull
 #define DEFAULT_DETECT_NS (2 * NS_PER_S)
-#define DEFAULT_HEARTBEAT_NS (100 * 1000000ull)
 #define READY_TIMEOUT_NS (120 * NS_PER_S) // building the engine may take a while
 #define EXIT_WAIT_NS (1 * NS_PER_S)       // a worker that closed its socket is exiting
 #define DEAD_WAIT_NS (250 * 1000000ull)   // a worker that reported DEAD frees, then exits
 #define FREE_WAIT_NS (2 * NS_PER_S)       // free: grace before SIGKILL
 #define WORKER_FD 3                       // the socket's fd in the worker
-#define READ_CHUNK 65536
 #define READ_MAX_PER_CALL (16u << 20) // bytes read by one update at most (the rest next time)
-
-static int64_t wall_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void sleep_ns(uint64_t ns) {
   struct timespec ts = {.tv_sec = (time_t)(ns / NS_PER_S), .tv_nsec = (long)(ns % NS_PER_S)};
@@ -218,7 +204,7 @@ static void fail_outstanding(void *ud, uint64_t key) {
   proc *p = ud;
   replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = SC_ABORTED,
                       .t_ns = sc_monotonic_ns()};
-  snprintf(ev.what, sizeof ev.what, "replica_lost");
+  ev.failure = REPLICA_FAIL_LOST;
   rq_push(&p->evq, &ev);
 }
 
@@ -309,7 +295,7 @@ static loss handle(proc *p, int type, uint32_t epoch, const uint8_t *body, size_
       return protocol_error(p, "bad heartbeat", type);
     p->worker_health = s.health;
     p->stats = s.stats;
-    p->wall_skew_ns = s.wall_ns - wall_now_ns();
+    p->wall_skew_ns = s.wall_ns - wire_wall_ns();
     p->have_skew = true;
     return LOSS_NONE;
   }
@@ -350,7 +336,7 @@ static loss read_in(proc *p) {
   size_t got = 0;
   bool eof = false;
   while (got < READ_MAX_PER_CALL) {
-    if (!wire_reserve(&p->in, READ_CHUNK)) break; // out of memory: try again next call
+    if (!wire_reserve(&p->in, WIRE_READ_CHUNK)) break; // out of memory: try again next call
     ssize_t r = recv(p->fd, p->in.p + p->in.n, p->in.cap - p->in.n, MSG_DONTWAIT);
     if (r > 0) {
       p->in.n += (size_t)r;
@@ -478,7 +464,7 @@ static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_bu
     struct timespec ts = {.tv_sec = (time_t)(d / NS_PER_S), .tv_nsec = (long)(d % NS_PER_S)};
     struct pollfd pf = {.fd = fd, .events = (short)(POLLIN | (out->n ? POLLOUT : 0))};
     ppoll(&pf, 1, &ts, NULL);
-    if (!wire_reserve(in, READ_CHUNK))
+    if (!wire_reserve(in, WIRE_READ_CHUNK))
       return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
     ssize_t r = recv(fd, in->p + in->n, in->cap - in->n, MSG_DONTWAIT);
     if (r > 0) in->n += (size_t)r;
@@ -804,6 +790,13 @@ static void p_free(void *ctx) {
   free(p);
 }
 
+static bool p_wall_skew(void *ctx, int64_t *skew_ns) {
+  const proc *p = ctx;
+  if (p->dead || !p->have_skew) return false;
+  *skew_ns = p->wall_skew_ns;
+  return true;
+}
+
 static const replica_i proc_i = {
     .submit = p_submit,
     .cancel = p_cancel,
@@ -819,6 +812,7 @@ static const replica_i proc_i = {
     .restart = p_restart,
     .epoch = p_epoch,
     .swap = p_swap,
+    .wall_skew = p_wall_skew,
     .free = p_free,
 };
 
@@ -853,7 +847,7 @@ sc_status replica_proc_new(const engine_config *cfg, const replica_proc_options 
   p->cfg.weights_dir = p->weights_dir;
   p->cfg.backend = p->backend;
   p->detect_ns = opt.detect_timeout_ns ? opt.detect_timeout_ns : DEFAULT_DETECT_NS;
-  p->heartbeat_ns = opt.heartbeat_ns ? opt.heartbeat_ns : DEFAULT_HEARTBEAT_NS;
+  p->heartbeat_ns = opt.heartbeat_ns ? opt.heartbeat_ns : WIRE_HEARTBEAT_NS;
   p->n_ranks = cfg->tp > 0 && cfg->pp > 0 ? cfg->tp * cfg->pp : 1;
   p->mem_used = calloc((size_t)p->n_ranks, sizeof *p->mem_used);
   p->mem_total = calloc((size_t)p->n_ranks, sizeof *p->mem_total);
@@ -891,321 +885,4 @@ int replica_proc_pid(const replica *r) {
   return replica_is_proc(r) ? (int)((const proc *)r->ctx)->pid : 0;
 }
 
-bool replica_proc_wall_skew(const replica *r, int64_t *skew_ns) {
-  if (!replica_is_proc(r)) return false;
-  const proc *p = r->ctx;
-  if (p->dead || !p->have_skew) return false;
-  *skew_ns = p->wall_skew_ns;
-  return true;
-}
 
-// ============================================================================================
-// --- worker side
-// ============================================================================================
-
-typedef struct worker {
-  int fd;         // blocking socket to the runner
-  uint32_t epoch; // from CONFIG
-  wire_buf in, out;
-  replica *rep;
-  int32_t *prompt; // decode buffer for SUBMIT (prompt_cap ids)
-  int prompt_cap;
-  int n_ranks;
-  size_t *mem_used, *mem_total; // (n_ranks) bytes, for reports
-  bool failed;                  // a swap could not build its replica: ERROR sent, exit 3
-  replica_event ev[WIRE_EVENTS_MAX];
-} worker;
-
-// Sends everything buffered (blocking). False when the runner is gone (or fenced us).
-static bool w_flush(worker *w) {
-  size_t off = 0;
-  while (off < w->out.n) {
-    ssize_t n = send(w->fd, w->out.p + off, w->out.n - off, MSG_NOSIGNAL);
-    if (n > 0) off += (size_t)n;
-    else if (n < 0 && errno == EINTR) continue;
-    else return false;
-  }
-  w->out.n = 0;
-  return true;
-}
-
-static bool w_put_status(worker *w, int type) {
-  wire_status s = {.health = replica_health_get(w->rep), .n_ranks = w->n_ranks,
-                   .mem_used = w->mem_used, .mem_total = w->mem_total,
-                   .wall_ns = wall_now_ns()};
-  replica_stats(w->rep, &s.stats);
-  for (int r = 0; r < w->n_ranks; r++)
-    if (replica_rank_mem(w->rep, r, &w->mem_used[r], &w->mem_total[r]) != SC_OK)
-      w->mem_used[r] = w->mem_total[r] = 0;
-  snprintf(s.error, sizeof s.error, "%s", replica_error(w->rep));
-  return wire_put_status(&w->out, type, w->epoch, &s);
-}
-
-// Moves every pending event of the local replica into EVENTS messages.
-static bool w_put_events(worker *w) {
-  int n;
-  if (!w->rep) return true; // between two replicas of a swap
-  while ((n = replica_poll(w->rep, w->ev, WIRE_EVENTS_MAX)) > 0)
-    if (!wire_put_events(&w->out, w->epoch, w->ev, n)) return false;
-  return true;
-}
-
-// Sizes the memory figures for the replica's ranks. False when memory ran out.
-static bool w_size_ranks(worker *w) {
-  int n = w->rep->n_ranks;
-  size_t *u = realloc(w->mem_used, (size_t)n * sizeof *u);
-  if (u) w->mem_used = u;
-  size_t *t = realloc(w->mem_total, (size_t)n * sizeof *t);
-  if (t) w->mem_total = t;
-  if (!u || !t) return false;
-  memset(u, 0, (size_t)n * sizeof *u);
-  memset(t, 0, (size_t)n * sizeof *t);
-  w->n_ranks = n;
-  return true;
-}
-
-// A SWAP (at epoch, the next one): the local replica is rebuilt on the new weights. The old
-// one is freed first, so two sets of weights are never held at once (the runner drained it
-// and has failed whatever it still held). Answers READY at the new epoch, or ERROR and sets
-// w->failed. False when the message is malformed or memory ran out.
-static bool w_swap(worker *w, wire_reader *r, uint32_t epoch) {
-  wire_config *wc = calloc(1, sizeof *wc);
-  if (!wc) return false;
-  if (!wire_get_config(r, wc)) {
-    free(wc);
-    return false;
-  }
-  wc->cfg.clock = sc_clock_monotonic();
-  replica_free(w->rep);
-  w->rep = NULL;
-  w->epoch = epoch;
-  sc_error err = {{0}};
-  sc_status s = replica_local_new(&wc->cfg, wc->index, &w->rep, &err);
-  free(wc);
-  if (s == SC_OK && !w_size_ranks(w)) s = sc_fail(&err, SC_OOM, "worker: out of memory");
-  if (s != SC_OK) {
-    w->failed = true;
-    return wire_put_message(&w->out, WIRE_ERROR, epoch, s,
-                            err.msg[0] ? err.msg : sc_status_name(s));
-  }
-  return w_put_status(w, WIRE_READY);
-}
-
-// Applies one message from the runner (epoch: the frame's). False when it is malformed.
-static bool w_apply(worker *w, int type, uint32_t epoch, const uint8_t *body, size_t n) {
-  wire_reader r = {.p = body, .n = n};
-  switch (type) {
-  case WIRE_SWAP: return w_swap(w, &r, epoch);
-  case WIRE_SUBMIT: {
-    uint64_t key;
-    engine_request q;
-    if (!wire_get_submit(&r, &key, &q, &w->prompt, &w->prompt_cap)) return false;
-    sc_error err = {{0}};
-    sc_status s = replica_submit(w->rep, key, &q, &err);
-    if (s != SC_OK) { // the replica is dead: the request fails here
-      replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = s,
-                          .t_ns = sc_monotonic_ns()};
-      snprintf(ev.what, sizeof ev.what, "%s", rk_status_kind(s));
-      return wire_put_events(&w->out, w->epoch, &ev, 1);
-    }
-    return true;
-  }
-  case WIRE_CANCEL: {
-    uint64_t key;
-    if (!wire_get_cancel(&r, &key)) return false;
-    replica_cancel(w->rep, key);
-    return true;
-  }
-  case WIRE_ADMIT: {
-    bool a;
-    if (!wire_get_admit(&r, &a)) return false;
-    replica_set_admitting(w->rep, a);
-    return true;
-  }
-  case WIRE_INJECT: {
-    replica_fault f;
-    if (!wire_get_inject(&r, &f)) return false;
-    sc_error err = {{0}};
-    replica_inject(w->rep, &f, &err); // its effect (or refusal) shows in later reports
-    return true;
-  }
-  default: return false;
-  }
-}
-
-typedef enum w_recv { RECV_OK, RECV_EOF, RECV_BAD } w_recv;
-
-// Reads what the socket holds and applies every whole message.
-static w_recv w_receive(worker *w) {
-  bool eof = false;
-  for (;;) {
-    if (!wire_reserve(&w->in, READ_CHUNK)) return RECV_BAD;
-    ssize_t r = recv(w->fd, w->in.p + w->in.n, w->in.cap - w->in.n, MSG_DONTWAIT);
-    if (r > 0) {
-      w->in.n += (size_t)r;
-      continue;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    eof = true;
-    break;
-  }
-  // what was read at once is admitted at once: the replica is held while it is applied
-  size_t off = 0;
-  replica *held = w->rep;
-  if (held) replica_hold(held, true);
-  w_recv got = RECV_OK;
-  for (;;) {
-    int type;
-    uint32_t epoch;
-    const uint8_t *body;
-    size_t body_n, frame_n;
-    int f = wire_frame(w->in.p + off, w->in.n - off, &type, &epoch, &body, &body_n, &frame_n);
-    if (f == 0) break;
-    if (f > 0 && type == WIRE_SWAP && held) { // the replica is about to be freed
-      replica_hold(held, false);
-      held = NULL;
-    }
-    if (f < 0 || !w_apply(w, type, epoch, body, body_n)) {
-      got = RECV_BAD;
-      break;
-    }
-    off += frame_n;
-    if (w->failed) break; // nothing more is applied: the worker exits
-  }
-  if (held) replica_hold(held, false);
-  if (got == RECV_BAD) return RECV_BAD;
-  wire_consume(&w->in, off);
-  return eof ? RECV_EOF : RECV_OK;
-}
-
-// Reads the CONFIG frame (blocking). 1 with *cfg, 0 at the end of the stream, -1 when what
-// came is not a config.
-static int w_read_config(worker *w, wire_config *cfg) {
-  for (;;) {
-    int type;
-    uint32_t epoch;
-    const uint8_t *body;
-    size_t body_n, frame_n;
-    int f = wire_frame(w->in.p, w->in.n, &type, &epoch, &body, &body_n, &frame_n);
-    if (f < 0) return -1;
-    if (f > 0) {
-      wire_reader r = {.p = body, .n = body_n};
-      if (type != WIRE_CONFIG || !wire_get_config(&r, cfg)) return -1;
-      w->epoch = epoch;
-      wire_consume(&w->in, frame_n);
-      return 1;
-    }
-    if (!wire_reserve(&w->in, READ_CHUNK)) return -1;
-    ssize_t r = recv(w->fd, w->in.p + w->in.n, w->in.cap - w->in.n, 0);
-    if (r > 0) w->in.n += (size_t)r;
-    else if (r < 0 && errno == EINTR) continue;
-    else return 0;
-  }
-}
-
-static void w_free(worker *w) {
-  replica_free(w->rep);
-  wire_buf_free(&w->in);
-  wire_buf_free(&w->out);
-  free(w->prompt);
-  free(w->mem_used);
-  free(w->mem_total);
-}
-
-// Reports DEAD (after the events still pending) and returns the worker's exit status.
-static int w_die(worker *w, const char *msg) {
-  w_put_events(w);
-  wire_put_message(&w->out, WIRE_DEAD, w->epoch, SC_ABORTED, msg);
-  w_flush(w);
-  w_free(w);
-  return 3;
-}
-
-int replica_proc_serve(int fd) {
-  worker *w = calloc(1, sizeof *w);
-  if (!w) return 3;
-  w->fd = fd;
-  wire_config *wc = calloc(1, sizeof *wc);
-  if (!wc) {
-    free(w);
-    return 3;
-  }
-  int got = w_read_config(w, wc);
-  if (got <= 0) {
-    if (got < 0) {
-      wire_put_message(&w->out, WIRE_ERROR, w->epoch, SC_INVALID,
-                       "worker: the first message was not a valid config");
-      w_flush(w);
-    }
-    w_free(w);
-    free(wc);
-    free(w);
-    return got < 0 ? 3 : 0;
-  }
-  wc->cfg.clock = sc_clock_monotonic();
-  uint64_t hb = wc->heartbeat_ns ? wc->heartbeat_ns : DEFAULT_HEARTBEAT_NS;
-  sc_error err = {{0}};
-  sc_status s = replica_local_new(&wc->cfg, wc->index, &w->rep, &err);
-  if (s == SC_OK && !w_size_ranks(w)) s = sc_fail(&err, SC_OOM, "worker: out of memory");
-  free(wc);
-  if (s != SC_OK) {
-    wire_put_message(&w->out, WIRE_ERROR, w->epoch, s, err.msg[0] ? err.msg : sc_status_name(s));
-    w_flush(w);
-    w_free(w);
-    free(w);
-    return 3;
-  }
-  int rc = 0;
-  if (!w_put_status(w, WIRE_READY) || !w_flush(w)) {
-    w_free(w);
-    free(w);
-    return 0;
-  }
-  uint64_t next_hb = sc_monotonic_ns() + hb;
-  for (;;) {
-    uint64_t now = sc_monotonic_ns();
-    uint64_t d = next_hb > now ? next_hb - now : 0;
-    struct timespec ts = {.tv_sec = (time_t)(d / NS_PER_S), .tv_nsec = (long)(d % NS_PER_S)};
-    struct pollfd pf[2] = {{.fd = fd, .events = POLLIN},
-                           {.fd = replica_wait_fd(w->rep), .events = POLLIN}};
-    int np = ppoll(pf, 2, &ts, NULL);
-    if (np > 0 && pf[0].revents) {
-      w_recv got_in = w_receive(w);
-      if (got_in == RECV_BAD) {
-        rc = w_die(w, "worker: malformed message from the runner");
-        break;
-      }
-      if (got_in == RECV_EOF || w->failed) { // the runner closed the socket: done
-        if (w->failed) w_flush(w);
-        w_free(w);
-        rc = w->failed ? 3 : 0;
-        break;
-      }
-    }
-    bool ok = w_put_events(w);
-    now = sc_monotonic_ns();
-    if (ok && now >= next_hb) {
-      ok = w_put_status(w, WIRE_HEARTBEAT);
-      next_hb = now + hb;
-    }
-    if (replica_health_get(w->rep) == REPLICA_DEAD) {
-      const char *why = replica_error(w->rep);
-      char msg[512];
-      snprintf(msg, sizeof msg, "%s", why[0] ? why : "the engine failed");
-      rc = w_die(w, msg);
-      break;
-    }
-    if (!ok) {
-      rc = w_die(w, "worker: out of memory");
-      break;
-    }
-    if (!w_flush(w)) { // the runner is gone, or fenced this worker: leave quietly
-      w_free(w);
-      rc = 0;
-      break;
-    }
-  }
-  free(w);
-  return rc;
-}

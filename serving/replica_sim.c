@@ -133,10 +133,10 @@ static bool bad_reserve(simrep *s, size_t n) {
   return true;
 }
 
-static void push_failed(replica_evq *q, uint64_t key, sc_status st, const char *what,
+static void push_failed(replica_evq *q, uint64_t key, sc_status st, replica_failure why,
                         uint64_t t) {
-  replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = st, .t_ns = t};
-  snprintf(ev.what, sizeof ev.what, "%s", what);
+  replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = st, .failure = why,
+                      .t_ns = t};
   rq_push(q, &ev);
 }
 
@@ -162,9 +162,9 @@ static void key_add(void *ud, uint64_t key) {
 // The replica dies at time t: the step in flight is abandoned, every request it holds (still
 // mapped, or ended by the abandoned step) gets one FAILED event (st, what) at t, in key order,
 // and leaves the engine so that its KV blocks are free. fmt: the error() text.
-static void die(simrep *s, uint64_t t, sc_status st, const char *what, const char *fmt, ...)
+static void die(simrep *s, uint64_t t, sc_status st, replica_failure why, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void die(simrep *s, uint64_t t, sc_status st, const char *what, const char *fmt, ...) {
+static void die(simrep *s, uint64_t t, sc_status st, replica_failure why, const char *fmt, ...) {
   key_list lost = {0};
   rk_each(&s->keys, key_add, &lost);
   for (size_t i = 0; i < lost.n; i++) {
@@ -177,7 +177,7 @@ static void die(simrep *s, uint64_t t, sc_status st, const char *what, const cha
   }
   if (lost.n) qsort(lost.v, lost.n, sizeof *lost.v, cmp_u64);
   for (size_t i = 0; i < lost.n; i++)
-    if (i == 0 || lost.v[i] != lost.v[i - 1]) push_failed(&s->ready, lost.v[i], st, what, t);
+    if (i == 0 || lost.v[i] != lost.v[i - 1]) push_failed(&s->ready, lost.v[i], st, why, t);
   free(lost.v);
   rk_free(&s->keys);
   s->held.head = s->held.n = 0;
@@ -207,11 +207,11 @@ static void start_step(simrep *s, uint64_t t) {
   }
   sc_status st = engine_step(s->e, &res, &err);
   if (st != SC_OK) { // the cost model refused: a bug or an impossible layout, not a fault
-    die(s, t, st, "replica_failed", "%s", err.msg[0] ? err.msg : sc_status_name(st));
+    die(s, t, st, REPLICA_FAIL_FAILED, "%s", err.msg[0] ? err.msg : sc_status_name(st));
     return;
   }
   if (res.info.duration_ns == 0 && res.n_events == 0 && !engine_idle(s->e)) {
-    die(s, t, SC_INVALID, "replica_failed",
+    die(s, t, SC_INVALID, REPLICA_FAIL_FAILED,
         "the scheduler ran nothing while %d requests wait (a scheduler bug)", res.info.queue_len);
     return;
   }
@@ -241,7 +241,7 @@ static void start_step(simrep *s, uint64_t t) {
   // res.events is not used past this point: engine_cancel may move it
   for (size_t i = 0; i < n_bad; i++) {
     uint64_t id = s->bad[i], key = s->keys.id_to_key[id];
-    push_failed(q, key, SC_NUMERICAL, "numerical", end);
+    push_failed(q, key, SC_NUMERICAL, REPLICA_FAIL_NUMERICAL, end);
     rk_del(&s->keys, key);
     engine_cancel(s->e, id); // frees its blocks; the FINISHED event that follows is dropped
     s->numerical_failures++;
@@ -285,7 +285,7 @@ static void settle(simrep *s, uint64_t now) {
 static void check_lost_rank(simrep *s, uint64_t t) {
   if (s->dead || s->lost_rank < 0 || s->hung || s->loading) return;
   if (s->busy || !engine_idle(s->e))
-    die(s, t, SC_DEVICE, "replica_failed", "rank %d: device lost", s->lost_rank);
+    die(s, t, SC_DEVICE, REPLICA_FAIL_FAILED, "rank %d: device lost", s->lost_rank);
 }
 
 // The deadlines (heartbeat, collective) that have passed by now: dies at the earlier one.
@@ -294,21 +294,22 @@ static void check_deadlines(simrep *s, uint64_t now) {
   bool c = s->rank_hung && s->rank_deadline_set && s->rank_deadline <= now;
   if (h && (!c || s->hang_deadline <= s->rank_deadline)) {
     uint64_t ns = detect_ns(s);
-    die(s, s->hang_deadline, SC_ABORTED, "replica_lost", "no heartbeat for %llu.%03llu s (hung?)",
+    die(s, s->hang_deadline, SC_ABORTED, REPLICA_FAIL_LOST,
+        "no heartbeat for %llu.%03llu s (hung?)",
         (unsigned long long)(ns / 1000000000ull),
         (unsigned long long)(ns % 1000000000ull / 1000000ull));
   } else if (c) {
     if (s->n_ranks > 1)
-      die(s, s->rank_deadline, SC_TIMEOUT, "replica_failed",
+      die(s, s->rank_deadline, SC_TIMEOUT, REPLICA_FAIL_FAILED,
           "rank %d: collective deadline passed (a peer stopped answering)", s->hung_rank);
     else
-      die(s, s->rank_deadline, SC_TIMEOUT, "replica_failed",
+      die(s, s->rank_deadline, SC_TIMEOUT, REPLICA_FAIL_FAILED,
           "rank 0: step did not finish within the collective deadline");
   }
 }
 
-uint64_t replica_sim_next_ns(replica *r) {
-  simrep *s = r->ctx;
+static uint64_t s_next_ns(void *ctx) {
+  simrep *s = ctx;
   if (s->dead) return UINT64_MAX;
   uint64_t t = UINT64_MAX;
   if (s->hung && s->hang_deadline < t) t = s->hang_deadline;
@@ -323,8 +324,8 @@ uint64_t replica_sim_next_ns(replica *r) {
   return t;
 }
 
-bool replica_sim_advance(replica *r, uint64_t now) {
-  simrep *s = r->ctx;
+static bool s_advance(void *ctx, uint64_t now) {
+  simrep *s = ctx;
   size_t before = rq_len(&s->ready);
   if (s->dead) return false;
   check_deadlines(s, now);
@@ -390,7 +391,7 @@ static sc_status s_inject(void *ctx, const replica_fault *f, sc_error *err) {
   settle(s, now); // a step that ended by now is done before the fault lands
   int rank = f->rank < 0 ? 0 : f->rank;
   switch (f->kind) {
-  case RFAULT_KILL: die(s, now, SC_ABORTED, "replica_lost", "killed (fault injection)"); break;
+  case RFAULT_KILL: die(s, now, SC_ABORTED, REPLICA_FAIL_LOST, "killed (fault injection)"); break;
   case RFAULT_KILL_RANK:
     if (s->lost_rank < 0) s->lost_rank = rank;
     check_lost_rank(s, now);
@@ -481,7 +482,7 @@ static sc_status s_swap(void *ctx, const engine_config *cfg, sc_error *err) {
   if (s->dead) return sc_fail(err, SC_ABORTED, "replica: dead (%s)", s->error);
   uint64_t now = now_ns(s);
   settle(s, now);
-  die(s, now, SC_ABORTED, "replica_lost", "its weights were swapped");
+  die(s, now, SC_ABORTED, REPLICA_FAIL_LOST, "its weights were swapped");
   s->cfg.model = cfg->model;
   s->cfg.weights_dir = cfg->weights_dir;
   s->cfg.weights_seed = cfg->weights_seed;
@@ -498,7 +499,6 @@ static sc_status s_submit(void *ctx, uint64_t key, const engine_request *q, sc_e
   uint64_t id = 0;
   sc_error e = {{0}};
   sc_status st = engine_submit(s->e, q, &id, &e);
-  const char *what = NULL;
   if (st == SC_OK && !rk_put(&s->keys, key, id)) {
     engine_cancel(s->e, id);
     st = SC_OOM;
@@ -509,7 +509,6 @@ static sc_status s_submit(void *ctx, uint64_t key, const engine_request *q, sc_e
       rk_del(&s->keys, key); // its cancel's FINISHED event is dropped
       engine_cancel(s->e, id);
       st = SC_OOM;
-      what = "oom";
       s->oom_failures++;
       s->oom_streak++;
       if (!s->oom_persistent) s->oom = false;
@@ -517,8 +516,8 @@ static sc_status s_submit(void *ctx, uint64_t key, const engine_request *q, sc_e
   }
   if (st == SC_OK) s->oom_streak = 0;
   if (st != SC_OK) {
-    replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = st, .t_ns = now_ns(s)};
-    snprintf(ev.what, sizeof ev.what, "%s", what ? what : rk_status_kind(st));
+    replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = st,
+                        .failure = replica_failure_of(st), .t_ns = now_ns(s)};
     if (!rq_push(&s->ready, &ev)) return sc_fail(err, SC_OOM, "replica: out of memory");
   }
   return SC_OK;
@@ -581,6 +580,12 @@ static void s_free(void *ctx) {
   free(s);
 }
 
+static void s_set_peers(void *ctx, replica *const *reps, int n) {
+  simrep *s = ctx;
+  s->peers = reps;
+  s->n_peers = n;
+}
+
 static const replica_i sim_i = {
     .submit = s_submit,
     .cancel = s_cancel,
@@ -595,19 +600,13 @@ static const replica_i sim_i = {
     .restart = s_restart,
     .epoch = s_epoch,
     .swap = s_swap,
+    .next_ns = s_next_ns,
+    .advance = s_advance,
+    .set_peers = s_set_peers,
     .free = s_free,
 };
 
 bool replica_is_sim(const replica *r) { return r && r->i == &sim_i; }
-
-void replica_sim_set_peers(replica *const *reps, int n) {
-  for (int i = 0; i < n; i++)
-    if (replica_is_sim(reps[i])) {
-      simrep *s = reps[i]->ctx;
-      s->peers = reps;
-      s->n_peers = n;
-    }
-}
 
 sc_status replica_sim_new(const engine_config *cfg, int index, replica **out, sc_error *err) {
   *out = NULL;

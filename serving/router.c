@@ -1,40 +1,71 @@
-// The router's two policies (see router.h).
+// The router (see router.h): eligibility, the two picking policies, retries with backoff,
+// resumes, holding a request for a replica that is coming back, and the half-open probe.
 #include "serving/router.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
+enum { MAX_BACKOFF_SHIFT = 20 };                     // the backoff doubles at most this many times
+static const uint64_t PROBE_NS = 1000000000ull;      // an unhealthy replica gets one request/s
+static const uint64_t DEFAULT_WAIT_NS = 10000000ull; // a retry's wait when backoff_ns is 0
+
 struct router {
-  router_policy policy;
+  router_config c;
+  replica *const *reps; // (n)
   int n;
-  int next;         // round-robin cursor: where the next search starts
-  int *outstanding; // (n) requests in flight per replica
+  req_table *reqs;
+  router_hooks h;
+  int next;            // round-robin cursor: where the next search starts
+  int *outstanding;    // (n) requests in flight per replica
+  bool *busy;          // (n) owned by a restart or a swap
+  int *version;        // (n) the weights each serves
+  bool *eligible;      // (n) scratch of router_pick
+  int probe;           // the UNHEALTHY replica the next request may go to; -1 none
+  uint64_t next_probe; // when the probe is chosen again
+  int probe_rr;        // which unhealthy replica probes next (round robin)
+  uint64_t *retry;     // (n_retry) keys waiting for a retry, in the order they began waiting
+  size_t n_retry, cap_retry;
 };
 
-router *router_new(router_policy policy, int n_replicas) {
+router *router_new(const router_config *c, replica *const *reps, int n, req_table *reqs,
+                   router_hooks hooks) {
   router *r = calloc(1, sizeof *r);
   if (!r) return NULL;
-  r->outstanding = calloc((size_t)(n_replicas > 0 ? n_replicas : 1), sizeof *r->outstanding);
-  if (!r->outstanding) {
-    free(r);
+  size_t m = (size_t)(n > 0 ? n : 1);
+  r->outstanding = calloc(m, sizeof *r->outstanding);
+  r->busy = calloc(m, sizeof *r->busy);
+  r->version = calloc(m, sizeof *r->version);
+  r->eligible = calloc(m, sizeof *r->eligible);
+  if (!r->outstanding || !r->busy || !r->version || !r->eligible) {
+    router_free(r);
     return NULL;
   }
-  r->policy = policy;
-  r->n = n_replicas;
+  r->c = *c;
+  r->reps = reps;
+  r->n = n;
+  r->reqs = reqs;
+  r->h = hooks;
+  r->probe = -1;
   return r;
 }
 
 void router_free(router *r) {
   if (!r) return;
   free(r->outstanding);
+  free(r->busy);
+  free(r->version);
+  free(r->eligible);
+  free(r->retry);
   free(r);
 }
 
-int router_pick(router *r, const bool *eligible) {
+// --- which replica
+static int pick_among(router *r, const bool *eligible) {
   int best = -1;
   for (int k = 0; k < r->n; k++) {
     int i = (r->next + k) % r->n;
-    if (eligible && !eligible[i]) continue;
-    if (r->policy == ROUTER_ROUND_ROBIN) {
+    if (!eligible[i]) continue;
+    if (r->c.policy == ROUTER_ROUND_ROBIN) {
       best = i;
       break;
     }
@@ -46,6 +77,17 @@ int router_pick(router *r, const bool *eligible) {
   return best;
 }
 
+int router_pick(router *r, const req_rec *q) {
+  for (int j = 0; j < r->n; j++) {
+    replica_health h = r->busy[j] ? REPLICA_DEAD : replica_health_get(r->reps[j]);
+    bool weights = q->n_tok == 0 || r->version[j] == q->version; // a resume stays on its weights
+    r->eligible[j] = (h == REPLICA_HEALTHY || (h == REPLICA_UNHEALTHY && j == r->probe)) && weights;
+  }
+  int i = pick_among(r, r->eligible);
+  if (i >= 0 && i == r->probe) r->probe = -1;
+  return i;
+}
+
 void router_done(router *r, int i) {
   if (i >= 0 && i < r->n && r->outstanding[i] > 0) r->outstanding[i]--;
 }
@@ -54,6 +96,121 @@ int router_outstanding(const router *r, int i) {
   return i >= 0 && i < r->n ? r->outstanding[i] : 0;
 }
 
-const char *router_policy_name(router_policy p) {
-  return p == ROUTER_ROUND_ROBIN ? "round-robin" : "least-outstanding";
+void router_set_busy(router *r, int i, bool busy) {
+  if (i >= 0 && i < r->n) r->busy[i] = busy;
+}
+
+bool router_busy(const router *r, int i) { return i >= 0 && i < r->n && r->busy[i]; }
+
+void router_set_version(router *r, int i, int version) {
+  if (i >= 0 && i < r->n) r->version[i] = version;
+}
+
+int router_version(const router *r, int i) { return i >= 0 && i < r->n ? r->version[i] : 0; }
+
+// --- retries
+static bool push_retry(router *r, uint64_t k) {
+  if (r->n_retry == r->cap_retry) {
+    size_t cap = r->cap_retry ? 2 * r->cap_retry : 64;
+    uint64_t *p = realloc(r->retry, cap * sizeof *p);
+    if (!p) return false;
+    r->retry = p;
+    r->cap_retry = cap;
+  }
+  r->retry[r->n_retry++] = k;
+  return true;
+}
+
+static uint64_t wait_ns(const router *r) {
+  return r->c.backoff_ns ? r->c.backoff_ns : DEFAULT_WAIT_NS;
+}
+
+void router_on_lost(router *r, uint64_t key, int rep, uint64_t t) {
+  req_rec *q = &r->reqs->v[key];
+  if (q->n_tok > 0 && !r->c.resume) {
+    r->h.fail(r->h.ud, key, "replica_lost",
+              "its replica was lost mid-stream and router.resume is false", t);
+    return;
+  }
+  if (q->retries >= r->c.max_retries) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "its replica was lost; gave up after %d retr%s", q->retries,
+             q->retries == 1 ? "y" : "ies");
+    r->h.fail(r->h.ud, key, "replica_lost", msg, t);
+    return;
+  }
+  router_done(r, rep);
+  q->waiting = true;
+  q->retries++;
+  if (q->n_tok > 0) q->resumed++;
+  int shift = q->retries - 1 < MAX_BACKOFF_SHIFT ? q->retries - 1 : MAX_BACKOFF_SHIFT;
+  q->retry_at = t + (r->c.backoff_ns << shift);
+  if (!push_retry(r, key)) {
+    q->waiting = false;
+    q->dispatched = false;
+    r->h.fail(r->h.ud, key, "oom", "runner: out of memory queueing a retry", t);
+  }
+}
+
+bool router_hold(router *r, uint64_t key, uint64_t t) {
+  bool coming = false;
+  for (int i = 0; i < r->n; i++)
+    coming |= r->busy[i] || replica_health_get(r->reps[i]) == REPLICA_DRAINING;
+  if (!coming) return false;
+  req_rec *q = &r->reqs->v[key];
+  q->waiting = true;
+  q->retry_at = t + wait_ns(r);
+  if (push_retry(r, key)) return true;
+  q->waiting = false;
+  return false;
+}
+
+static bool any_alive(const router *r) {
+  for (int i = 0; i < r->n; i++)
+    if (r->busy[i] || replica_health_get(r->reps[i]) != REPLICA_DEAD) return true;
+  return false;
+}
+
+void router_tick(router *r, uint64_t now) {
+  size_t w = 0;
+  for (size_t i = 0; i < r->n_retry; i++) {
+    uint64_t k = r->retry[i];
+    req_rec *q = &r->reqs->v[k];
+    if (q->state == REQ_DONE) continue;
+    if (q->retry_at > now) {
+      r->retry[w++] = k;
+      continue;
+    }
+    if (r->h.dispatch(r->h.ud, k, now)) continue;
+    if (!any_alive(r)) {
+      r->h.fail(r->h.ud, k, "no_replica", "every replica was lost", now);
+      continue;
+    }
+    q->retry_at = now + wait_ns(r);
+    r->retry[w++] = k; // wait for a replica to come back (restart) or for the timeout
+  }
+  r->n_retry = w;
+}
+
+uint64_t router_next(const router *r) {
+  uint64_t d = UINT64_MAX;
+  for (size_t i = 0; i < r->n_retry; i++) {
+    const req_rec *q = &r->reqs->v[r->retry[i]];
+    if (q->state != REQ_DONE && q->retry_at < d) d = q->retry_at;
+  }
+  return d;
+}
+
+void router_probe(router *r, uint64_t now) {
+  if (!r->c.probe_unhealthy || now < r->next_probe) return;
+  r->next_probe = now + PROBE_NS;
+  r->probe = -1;
+  for (int k = 0; k < r->n; k++) {
+    int i = (r->probe_rr + k) % r->n;
+    if (!r->busy[i] && replica_health_get(r->reps[i]) == REPLICA_UNHEALTHY) {
+      r->probe = i;
+      r->probe_rr = i + 1;
+      break;
+    }
+  }
 }

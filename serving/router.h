@@ -1,25 +1,87 @@
-// The router: picks the replica a new request goes to.
+// The router: every routing decision of a deployment, in one place.
 //
-// Least-outstanding (default): the eligible replica with the fewest requests in flight, ties
-// broken round-robin; round-robin: the next eligible replica in turn. Which replicas are
-// eligible (healthy, admitting) is the caller's to say; health checks, retries and failover
-// policy live with the runner and fault injection. No clock, no I/O.
+// - Which replica a request goes to: among the eligible replicas (healthy and not owned by a
+//   restart, or the one unhealthy replica on probation; for a resume, one serving the weights
+//   the request started on), least-outstanding (default: the fewest requests in flight, ties
+//   broken round-robin) or round-robin (the next eligible in turn).
+// - What happens when a replica is lost under a request: a retry after a backoff that doubles
+//   with each retry, a resume from the tokens already delivered (router.resume), or a final
+//   failure once max_retries are spent.
+// - A new request no replica can take while one is coming back (a restart or a hot swap under
+//   way) waits for it, as a retry does, instead of failing at once.
+// - A half-open circuit: once a second, one UNHEALTHY replica may take the next request; it
+//   turns healthy again once a request succeeds.
+//
+// It reads the deployment's replicas (health) and request table (serving/request.h), and
+// reaches the runner through two hooks: dispatch a request now, or end it. Which replica a
+// restart or a hot swap owns, and which weights each serves, the fault runtime tells it
+// (router_set_busy, router_set_version). No clock of its own: every call is given `now`.
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
+
+#include "serving/replica.h"
+#include "serving/request.h"
 
 typedef enum router_policy { ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN } router_policy;
 
+typedef struct router_config {
+  router_policy policy;
+  int max_retries;      // resubmissions of a request whose replica was lost
+  uint64_t backoff_ns;  // wait before the first; doubles with each retry
+  bool resume;          // a request lost mid-stream continues from its tokens (else fails)
+  bool probe_unhealthy; // the half-open circuit (the runner turns it on in fault scenarios)
+} router_config;
+
+// How the router reaches the runner.
+typedef struct router_hooks {
+  void *ud;
+  // Sends request key (not dispatched) to a replica the router picks at t; false when none
+  // can take it (nothing changed).
+  bool (*dispatch)(void *ud, uint64_t key, uint64_t t);
+  // Ends request key at t as failed (reason: the request row's reason; error: why).
+  void (*fail)(void *ud, uint64_t key, const char *reason, const char *error, uint64_t t);
+} router_hooks;
+
 typedef struct router router;
 
-// NULL when memory runs out.
-router *router_new(router_policy policy, int n_replicas);
+// A router over reps[0..n) and the request table reqs (both outlive it). NULL when memory
+// runs out.
+router *router_new(const router_config *c, replica *const *reps, int n, req_table *reqs,
+                   router_hooks hooks);
 void router_free(router *r); // NULL is a no-op
 
-// The replica for the next request among those with eligible[i] (NULL: all), or -1 when none
-// is eligible. Counts the request as outstanding on the replica picked.
-int router_pick(router *r, const bool *eligible);
+// --- which replica
+// The replica for request q among the eligible ones, or -1 when none is. Counts q as
+// outstanding on the replica picked; picking the probe ends its probation turn.
+int router_pick(router *r, const req_rec *q);
 // A request on replica i ended (any way).
 void router_done(router *r, int i);
 int router_outstanding(const router *r, int i);
-const char *router_policy_name(router_policy p); // "least-outstanding" | "round-robin"
+// A restart or swap owns replica i (true) or gave it back (false): while owned, no call may
+// touch it, and it takes no request.
+void router_set_busy(router *r, int i, bool busy);
+bool router_busy(const router *r, int i);
+// Replica i serves weights `version` from now on (0: the initial ones).
+void router_set_version(router *r, int i, int version);
+int router_version(const router *r, int i);
+
+// --- when a replica is lost
+// Request key's replica rep was lost under it at t (a FAILED event whose failure is a loss):
+// it waits for a retry (or a resume), or, when it may not, it is failed through the hook.
+void router_on_lost(router *r, uint64_t key, int rep, uint64_t t);
+// No replica could take new request key at t: true when it was queued to wait for one that is
+// coming back (owned by a restart, or draining for a swap); false: nothing will, the caller
+// fails it.
+bool router_hold(router *r, uint64_t key, uint64_t t);
+
+// --- the loop's hooks
+// Sends the retries due at now (through the dispatch hook); a retry that finds no replica
+// fails when every replica is lost for good, else waits one backoff more.
+void router_tick(router *r, uint64_t now);
+// Once a second (with probe_unhealthy): picks the unhealthy replica that may take the next
+// request. The runner calls it after the fault runtime's turn, which may change health.
+void router_probe(router *r, uint64_t now);
+// The earliest time router_tick has a retry to send (UINT64_MAX: none).
+uint64_t router_next(const router *r);

@@ -479,7 +479,7 @@ bool wire_put_events(wire_buf *b, uint32_t epoch, const replica_event *ev, int n
       break;
     case REPLICA_EV_FAILED:
       put_u32(&w, (uint32_t)e->status);
-      put_str(&w, e->what);
+      put_str(&w, replica_failure_name(e->failure));
       break;
     case REPLICA_EV_STEP: {
       const engine_step_info *s = &e->step;
@@ -527,7 +527,9 @@ bool wire_get_event(wire_reader *r, replica_event *out) {
   case REPLICA_EV_FAILED: {
     uint32_t s = get_u32(r);
     out->status = s <= SC_NUMERICAL ? (sc_status)s : SC_ABORTED;
-    get_str(r, out->what, sizeof out->what);
+    char name[32];
+    get_str(r, name, sizeof name);
+    out->failure = replica_failure_parse(name);
     break;
   }
   case REPLICA_EV_STEP: {

@@ -1,18 +1,20 @@
 // The messages a process replica and its `shardcheck worker` exchange over their Unix socket
-// (serving/replica_proc.c is both sides): framing, and encoding and decoding of each message.
-// Internal to engine/.
+// (serving/replica_proc.c and serving/replica_worker.c): framing, and encoding and decoding of
+// each message.
+// Internal to serving/.
 //
 // A frame is: u32 length (of what follows), u8 type, u32 epoch, then the type's fields. Every
 // integer is little-endian and fixed-width; a float or double travels as its IEEE bits; a
 // string as u32 length + bytes (no NUL), a missing string as length 0xFFFFFFFF. The epoch is
 // the incarnation of the replica the message belongs to (the runner drops a worker message
 // whose epoch is not the current one). Sockets, buffering and what each side does with a
-// message are replica_proc.c's.
+// message are theirs.
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "engine/engine.h"
 #include "serving/replica.h"
@@ -22,7 +24,19 @@ enum {
   WIRE_MAX_FRAME = 64 << 20, // bytes after the length; a longer frame is corrupt
   WIRE_EVENTS_MAX = 256,     // events in one EVENTS message at most
   WIRE_STR_MAX = 4096,       // bytes of a decoded string at most (paths, error text)
+  WIRE_READ_CHUNK = 65536,   // bytes either side reserves for one read of the socket
 };
+
+// How often a worker reports its status when the runner names no period (ns).
+#define WIRE_HEARTBEAT_NS (100 * 1000000ull)
+
+// This process's wall clock (CLOCK_REALTIME, ns since the epoch): every status report carries
+// the worker's, so that the runner sees a clock jump land. Never used for a duration.
+static inline int64_t wire_wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 typedef enum wire_type {
   // runner -> worker

@@ -635,7 +635,7 @@ static int rdrain(replica *r, rlog *L) {
       } else {
         L->failed[i] = true;
         L->status[i] = ev[k].status;
-        snprintf(L->what[i], sizeof L->what[i], "%s", ev[k].what);
+        snprintf(L->what[i], sizeof L->what[i], "%s", replica_failure_name(ev[k].failure));
       }
     }
   return got;

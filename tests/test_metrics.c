@@ -61,11 +61,11 @@ static const uint64_t tok4[] = {140 * MS, 180 * MS, 240 * MS};
 
 static int trace(mt_request *r) {
   mt_request t[] = {
-      {0, 160 * MS, tok0, 4, 10, MT_OK, NULL, 0, false},
-      {10 * MS, 90 * MS, tok1, 2, 20, MT_OK, NULL, 0, false},
-      {20 * MS, 230 * MS, tok2, 1, 30, MT_OK, NULL, 0, false},
-      {30 * MS, 150 * MS, tok3, 5, 40, MT_OK, NULL, 0, false},
-      {40 * MS, 240 * MS, tok4, 3, 50, MT_OK, NULL, 0, false},
+      {0, 160 * MS, tok0, 4, 10, REQ_OK, NULL, 0, false},
+      {10 * MS, 90 * MS, tok1, 2, 20, REQ_OK, NULL, 0, false},
+      {20 * MS, 230 * MS, tok2, 1, 30, REQ_OK, NULL, 0, false},
+      {30 * MS, 150 * MS, tok3, 5, 40, REQ_OK, NULL, 0, false},
+      {40 * MS, 240 * MS, tok4, 3, 50, REQ_OK, NULL, 0, false},
   };
   memcpy(r, t, sizeof t);
   return 5;
@@ -86,12 +86,12 @@ static const uint64_t tok_t[] = {150 * MS, 200 * MS, 250 * MS}; // timed out aft
 static int trace_with_errors(mt_request *r) {
   int n = trace(r);
   mt_request t[] = {
-      {50 * MS, 85 * MS, tok_c, 2, 7, MT_CANCELLED, NULL, 0, false},
-      {60 * MS, 95 * MS, tok_f, 1, 7, MT_FAILED, "oom", 0, false},
-      {70 * MS, 300 * MS, NULL, 0, 7, MT_FAILED, "replica_lost", 0, false},
-      {80 * MS, 100 * MS, NULL, 0, 7, MT_FAILED, NULL, 0, false},
-      {90 * MS, 290 * MS, tok_t, 3, 7, MT_TIMEOUT, NULL, 0, false},
-      {100 * MS, 120 * MS, NULL, 0, 7, MT_FAILED, "oom", 0, false},
+      {50 * MS, 85 * MS, tok_c, 2, 7, REQ_CANCELLED, NULL, 0, false},
+      {60 * MS, 95 * MS, tok_f, 1, 7, REQ_FAILED, "oom", 0, false},
+      {70 * MS, 300 * MS, NULL, 0, 7, REQ_FAILED, "replica_lost", 0, false},
+      {80 * MS, 100 * MS, NULL, 0, 7, REQ_FAILED, NULL, 0, false},
+      {90 * MS, 290 * MS, tok_t, 3, 7, REQ_TIMEOUT, NULL, 0, false},
+      {100 * MS, 120 * MS, NULL, 0, 7, REQ_FAILED, "oom", 0, false},
   };
   memcpy(r + n, t, sizeof t);
   return n + 6;
@@ -232,7 +232,7 @@ Test(summary, no_requests_gives_zero_counts_nan_latencies_and_no_rates) {
 }
 
 Test(summary, malformed_records_are_refused) {
-  mt_request r = {0, 10 * MS, NULL, 2, 1, MT_OK, NULL, 0, false}; // 2 tokens, no times
+  mt_request r = {0, 10 * MS, NULL, 2, 1, REQ_OK, NULL, 0, false}; // 2 tokens, no times
   mt_summary s;
   cr_assert_eq(mt_summarize(&r, 1, -1, NULL, 0, 0, &s), SC_INVALID);
   cr_assert_eq(s.requests, 0);
@@ -295,7 +295,7 @@ Test(errors, kinds_beyond_the_table_are_counted_as_other) {
   char reason[N][16];
   for (int i = 0; i < N; i++) {
     snprintf(reason[i], sizeof reason[i], "k%02d", i);
-    r[i] = (mt_request){0, MS, NULL, 0, 1, MT_FAILED, reason[i], 0, false};
+    r[i] = (mt_request){0, MS, NULL, 0, 1, REQ_FAILED, reason[i], 0, false};
   }
   mt_summary s = summarize(r, N, -1, NULL, 0, 0);
   // The first 15 reasons keep their name; the remaining 4 are counted as "other".
@@ -316,8 +316,8 @@ Test(filters, warmup_requests_count_nowhere) {
   int n = trace(r);
   // Warm-up requests: one OK (TTFT 500 ms, finish 1000 ms) and one failed (finish 2000 ms).
   static const uint64_t wt[] = {500 * MS, 1000 * MS};
-  r[n++] = (mt_request){0, 1000 * MS, wt, 2, 99, MT_OK, NULL, 0, true};
-  r[n++] = (mt_request){0, 2000 * MS, NULL, 0, 99, MT_FAILED, "oom", 0, true};
+  r[n++] = (mt_request){0, 1000 * MS, wt, 2, 99, REQ_OK, NULL, 0, true};
+  r[n++] = (mt_request){0, 2000 * MS, NULL, 0, 99, REQ_FAILED, "oom", 0, true};
   mt_summary s = summarize(r, n, -1, NULL, 0, 0);
   cr_assert_eq(s.requests, 5);
   cr_assert_eq(s.failed, 0);

@@ -271,7 +271,7 @@ Test(proc, kill_marks_dead_fails_held_requests_replica_lost_and_leaves_no_zombie
   for (int i = 0; i < 5; i++) {
     if (!held[i]) continue;
     cr_assert_eq(L.end[i].kind, REPLICA_EV_FAILED, "key %d", i);
-    cr_assert_str_eq(L.end[i].what, "replica_lost");
+    cr_assert_str_eq(replica_failure_name(L.end[i].failure), "replica_lost");
     cr_assert_eq(L.end[i].status, SC_ABORTED);
   }
   cr_assert(strstr(replica_error(r), "killed by signal 9"), "error: %s", replica_error(r));
@@ -336,7 +336,7 @@ Test(proc, hang_is_detected_restart_serves_epoch_2_and_the_resumed_stale_worker_
   cr_assert(strstr(replica_error(r), "no heartbeat for 0.500 s"), "error: %s", replica_error(r));
   for (int i = 0; i < 2; i++) {
     cr_assert_eq(L.end[i].kind, REPLICA_EV_FAILED, "key %d was held", i);
-    cr_assert_str_eq(L.end[i].what, "replica_lost");
+    cr_assert_str_eq(replica_failure_name(L.end[i].failure), "replica_lost");
   }
   cr_assert(kill(stale, 0) == 0, "the stale worker is fenced, not killed");
 
@@ -595,7 +595,7 @@ Test(proc, a_worker_reports_its_wall_clock_and_takes_the_environment_given, .tim
   bool have = false;
   for (int i = 0; i < 100 && !have; i++) {
     pump(r, &L, stop_never, 0.02);
-    have = replica_proc_wall_skew(r, &skew);
+    have = replica_wall_skew(r, &skew);
   }
   cr_assert(have, "a heartbeat came");
   cr_expect(llabs(skew - 3600 * (int64_t)NS_PER_S) < 500 * (int64_t)NS_PER_MS,

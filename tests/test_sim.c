@@ -91,14 +91,14 @@ static void pull(replica *r, tally *t) {
 // Drives r to idle the way the runner's sim loop does: jump to the next step end, advance.
 static void drive(simbed *b, replica *r, tally *t) {
   for (int guard = 0; guard < 1000000; guard++) {
-    uint64_t next = replica_sim_next_ns(r);
+    uint64_t next = replica_next_ns(r);
     if (next == UINT64_MAX) {
       pull(r, t);
       return;
     }
     cr_assert_geq(next, b->now, "the next event is never in the past");
     b->now = next;
-    replica_sim_advance(r, b->now);
+    replica_advance(r, b->now);
     pull(r, t);
   }
   cr_assert_fail("the replica never went idle");
@@ -186,7 +186,7 @@ Test(sim, cancel_frees_the_request_at_once) {
   tally t = {0};
   submit(r, 1, 100, 1000);
   submit(r, 2, 100, 5);
-  replica_sim_advance(r, b->now); // first step in flight
+  replica_advance(r, b->now); // first step in flight
   replica_cancel(r, 1);
   drive(b, r, &t);
   cr_expect_eq(t.finished[1], 1);
@@ -219,10 +219,10 @@ Test(sim, pp_steps_report_a_bubble) {
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
   submit(r, 1, 50, 3);
-  replica_sim_advance(r, b->now);
+  replica_advance(r, b->now);
   replica_event ev[64];
-  b->now = replica_sim_next_ns(r);
-  replica_sim_advance(r, b->now);
+  b->now = replica_next_ns(r);
+  replica_advance(r, b->now);
   int n = replica_poll(r, ev, 64);
   bool saw = false;
   for (int i = 0; i < n; i++)
@@ -604,13 +604,13 @@ Test(sim, a_replica_prices_its_step_with_the_ranks_of_its_busy_peers) {
     replica *reps[2];
     for (int i = 0; i < 2; i++)
       cr_assert_eq(replica_sim_new(&b->cfg, i, &reps[i], &err), SC_OK, "%s", err.msg);
-    if (set) replica_sim_set_peers(reps, 2);
+    if (set) replica_set_peers(reps, 2);
     b->now = 0;
     for (int i = 0; i < 2; i++) submit(reps[i], (uint64_t)i, 32, 1);
     // replica 0 starts while replica 1 is idle; replica 1 starts while 0's step is in flight
     for (int i = 0; i < 2; i++) {
-      replica_sim_advance(reps[i], 0);
-      d[set][i] = replica_sim_next_ns(reps[i]);
+      replica_advance(reps[i], 0);
+      d[set][i] = replica_next_ns(reps[i]);
       cr_assert_gt(d[set][i], 0);
     }
     tally t = {0};

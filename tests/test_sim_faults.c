@@ -86,7 +86,7 @@ static void pull(replica *r, evlog *l) {
 // stops at `until` (the clock then reads until) or when the replica has nothing left to do.
 static void drive_until(simbed *b, replica *r, evlog *l, uint64_t until) {
   for (int guard = 0; guard < 1000000; guard++) {
-    uint64_t next = replica_sim_next_ns(r);
+    uint64_t next = replica_next_ns(r);
     if (next == UINT64_MAX || next > until) {
       if (until != UINT64_MAX && until > b->now) b->now = until;
       pull(r, l);
@@ -94,7 +94,7 @@ static void drive_until(simbed *b, replica *r, evlog *l, uint64_t until) {
     }
     cr_assert_geq(next, b->now, "the next event is never in the past");
     b->now = next;
-    replica_sim_advance(r, b->now);
+    replica_advance(r, b->now);
     pull(r, l);
   }
   cr_assert_fail("the replica never went idle");
@@ -108,14 +108,14 @@ static void drive_steps(simbed *b, replica *r, evlog *l, int steps) {
     int done = 0;
     for (size_t i = 0; i < l->n; i++) done += l->v[i].kind == REPLICA_EV_STEP;
     if (done >= steps) {
-      replica_sim_advance(r, b->now); // starts the next step at once
-      cr_assert_gt(replica_sim_next_ns(r), b->now, "a step is in flight");
+      replica_advance(r, b->now); // starts the next step at once
+      cr_assert_gt(replica_next_ns(r), b->now, "a step is in flight");
       return;
     }
-    uint64_t next = replica_sim_next_ns(r);
+    uint64_t next = replica_next_ns(r);
     cr_assert_neq(next, UINT64_MAX, "the replica went idle after %d steps", done);
     b->now = next;
-    replica_sim_advance(r, b->now);
+    replica_advance(r, b->now);
     pull(r, l);
   }
   cr_assert_fail("too many steps");
@@ -155,7 +155,7 @@ static int expect_one_terminal_each(const evlog *l, int n, const char *what) {
   for (int k = 0; k < n; k++) {
     const replica_event *t = terminal(l, (uint64_t)k);
     cr_assert_not_null(t, "key %d got no terminal event", k);
-    if (t->kind == REPLICA_EV_FAILED && strcmp(t->what, what) == 0) failed++;
+    if (t->kind == REPLICA_EV_FAILED && strcmp(replica_failure_name(t->failure), what) == 0) failed++;
   }
   return failed;
 }
@@ -209,7 +209,7 @@ Test(sim_faults, kill_fails_every_held_request_once_abandons_the_step_and_frees_
   cr_expect_eq(lost, 9, "nobody finished within 3 steps: %d lost", lost);
   cr_expect_eq(tokens_of(&l, 8), 3, "the abandoned step's token never came");
   for (size_t i = 0; i < l.n; i++) cr_expect_leq(l.v[i].t_ns, t_kill, "the step never ended");
-  cr_expect_eq(replica_sim_next_ns(r), UINT64_MAX);
+  cr_expect_eq(replica_next_ns(r), UINT64_MAX);
   expect_kv_free(r);
   // a dead replica takes nothing more
   engine_request q = {.prompt = (int32_t[]){1, 2}, .n_prompt = 2, .max_tokens = 1};
@@ -217,7 +217,7 @@ Test(sim_faults, kill_fails_every_held_request_once_abandons_the_step_and_frees_
   cr_expect_eq(replica_submit(r, 99, &q, &err), SC_ABORTED);
   cr_expect_eq(inject(r, (replica_fault){.kind = RFAULT_HANG, .rank = -1}), SC_ABORTED);
   b->now += SEC;
-  cr_expect_not(replica_sim_advance(r, b->now));
+  cr_expect_not(replica_advance(r, b->now));
   free(l.v);
   replica_free(r);
   bed_free(b);
@@ -265,7 +265,7 @@ Test(sim_faults, kill_rank_on_an_idle_replica_fails_its_next_step) {
   b->now = 5 * MS;
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_KILL_RANK, .rank = 0}), SC_OK);
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY, "nobody used the device yet");
-  cr_expect_eq(replica_sim_next_ns(r), UINT64_MAX);
+  cr_expect_eq(replica_next_ns(r), UINT64_MAX);
   b->now = 7 * MS;
   submit(r, 0, 64, 4);
   drive(b, r, &l);
@@ -291,7 +291,7 @@ Test(sim_faults, hang_is_declared_lost_exactly_at_the_heartbeat_timeout) {
   b->now += 777;
   uint64_t t_hang = b->now;
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_HANG, .rank = -1}), SC_OK);
-  cr_expect_eq(replica_sim_next_ns(r), t_hang + 2 * SEC, "the loop must wake at detection");
+  cr_expect_eq(replica_next_ns(r), t_hang + 2 * SEC, "the loop must wake at detection");
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY, "not yet noticed");
   b->now = t_hang + SEC;
   submit(r, 6, 50, 3); // queued in the hung replica; lost with it
@@ -324,7 +324,7 @@ Test(sim_faults, hang_uses_the_configured_detect_timeout_even_when_idle) {
   evlog l = {0};
   b->now = 3 * SEC;
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_HANG, .rank = -1}), SC_OK);
-  cr_expect_eq(replica_sim_next_ns(r), 3 * SEC + 750 * MS);
+  cr_expect_eq(replica_next_ns(r), 3 * SEC + 750 * MS);
   drive(b, r, &l);
   cr_expect_eq(replica_health_get(r), REPLICA_DEAD);
   cr_expect_str_eq(replica_error(r), "no heartbeat for 0.750 s (hung?)");
@@ -397,7 +397,7 @@ Test(sim_faults, hang_rank_fails_at_the_collective_deadline_from_the_step_start)
   uint64_t t_start = b->now; // the step in flight began here
   b->now += 500;
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_HANG_RANK, .rank = 1}), SC_OK);
-  cr_expect_eq(replica_sim_next_ns(r), t_start + 3 * SEC);
+  cr_expect_eq(replica_next_ns(r), t_start + 3 * SEC);
   drive(b, r, &l);
   cr_expect_eq(b->now, t_start + 3 * SEC);
   cr_expect_eq(replica_health_get(r), REPLICA_DEAD);
@@ -419,7 +419,7 @@ Test(sim_faults, hang_rank_on_one_gpu_uses_the_engine_deadline_from_the_next_ste
   evlog l = {0};
   b->now = 1 * SEC;
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_HANG_RANK, .rank = 0}), SC_OK);
-  cr_expect_eq(replica_sim_next_ns(r), UINT64_MAX, "idle: nothing blocks yet");
+  cr_expect_eq(replica_next_ns(r), UINT64_MAX, "idle: nothing blocks yet");
   b->now = 2 * SEC;
   submit(r, 0, 80, 5);
   drive(b, r, &l);
@@ -513,7 +513,7 @@ Test(sim_faults, transient_oom_fails_one_admission_after_n) {
   cr_expect_eq(l.v[0].kind, REPLICA_EV_FAILED);
   cr_expect_eq(l.v[0].key, 2);
   cr_expect_eq(l.v[0].status, SC_OOM);
-  cr_expect_str_eq(l.v[0].what, "oom");
+  cr_expect_str_eq(replica_failure_name(l.v[0].failure), "oom");
   cr_expect_eq(l.v[0].t_ns, 10 * MS);
   drive(b, r, &l);
   cr_expect_eq(expect_one_terminal_each(&l, 5, "oom"), 1);
@@ -635,7 +635,7 @@ Test(sim_faults, corrupt_spares_requests_that_produce_no_token_in_the_step) {
   drive_steps(b, r, &l, 3); // step 3 was poisoned: key 1 decoded, key 0 only prefilled
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_CLEAR, .rank = -1}), SC_OK);
   drive(b, r, &l);
-  cr_expect_str_eq(terminal(&l, 1)->what, "numerical");
+  cr_expect_str_eq(replica_failure_name(terminal(&l, 1)->failure), "numerical");
   cr_expect_eq(terminal(&l, 0)->kind, REPLICA_EV_FINISHED, "still prefilling when poisoned");
   cr_expect_eq(tokens_of(&l, 0), 3);
   expect_kv_free(r);
@@ -666,10 +666,10 @@ Test(sim_faults, restart_gives_epoch_2_and_admits_after_the_modelled_load) {
   cr_expect_eq(replica_epoch(r), 2);
   cr_expect_str_eq(replica_error(r), "");
   cr_expect_eq(replica_health_get(r), REPLICA_DRAINING, "loading its weights");
-  cr_expect_eq(replica_sim_next_ns(r), t + 40 * MS, "1 GB at 25 GB/s");
+  cr_expect_eq(replica_next_ns(r), t + 40 * MS, "1 GB at 25 GB/s");
   submit(r, 10, 60, 4); // queued until ready
   b->now = t + 40 * MS - 1;
-  cr_expect_not(replica_sim_advance(r, b->now));
+  cr_expect_not(replica_advance(r, b->now));
   cr_expect_eq(replica_health_get(r), REPLICA_DRAINING);
   evlog l2 = {0};
   drive(b, r, &l2);
@@ -747,7 +747,8 @@ Test(sim_faults, the_same_fault_script_gives_the_same_events) {
     cr_assert_eq(x->token, y->token, "event %zu", i);
     cr_assert_eq(x->index, y->index, "event %zu", i);
     cr_assert_eq(x->status, y->status, "event %zu", i);
-    cr_assert_str_eq(x->what, y->what, "event %zu", i);
+    cr_assert_str_eq(replica_failure_name(x->failure), replica_failure_name(y->failure),
+                     "event %zu", i);
     cr_assert_eq(x->step.duration_ns, y->step.duration_ns, "event %zu", i);
   }
   free(a.v);

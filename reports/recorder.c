@@ -3,7 +3,7 @@
 // The queue is a singly linked list of self-contained items (one malloc each: the row, then
 // its token times, then its strings). The writer takes the whole list at once, writes it under
 // the store mutex, and commits when a flush was asked for or the list was long.
-#include "runner/recorder.h"
+#include "reports/recorder.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -1,0 +1,48 @@
+// A request as its client sees it, and the table of a deployment's requests.
+//
+// The runner (runner/runner.c) owns the table: it adds a request when the workload sends one,
+// stamps its tokens as they arrive and ends it. The router (serving/router.h) reads and marks
+// it when it routes, retries or resumes a request; the fault runtime (faults/runtime.h) when a
+// cancel storm ends requests and when it judges them afterwards. What becomes of a request in
+// the database (its `request` and `token` rows) is the recorder's (reports/recorder.h).
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum req_state { REQ_INFLIGHT, REQ_DONE } req_state;
+
+// How a request ended (the request row's status: "ok", "cancelled", "failed", "timeout").
+typedef enum req_status { REQ_OK, REQ_CANCELLED, REQ_FAILED, REQ_TIMEOUT } req_status;
+
+// One request. Times: ns since the run's start.
+typedef struct req_rec {
+  uint64_t arrival, dispatch, finish;
+  uint64_t *tok; // (n_tok) when each output token was seen
+  int32_t *ids;  // (n_tok) the tokens' ids (a resume continues from them)
+  int n_tok, cap_tok;
+  int retries;       // resubmissions after its replica was lost (retry or resume)
+  int resumed;       // of them, resumes from prompt + tokens already sent
+  int fault;         // the planned fault whose path it crossed (index), -1 none
+  uint64_t retry_at; // waiting for a retry: when (ns since the run's start)
+  bool waiting;      // waiting for a retry (not dispatched)
+  bool storm;        // cancelled by a cancel storm: its replica's ack is awaited
+  int prompt_tokens, max_tokens, class_idx;
+  int phase;   // index into the deployment's phase runs
+  int replica; // -1: never dispatched
+  int version; // the weights that serve it (0: the initial ones, +1 per hot swap)
+  int user;    // closed loop: the user who sent it; -1: open loop
+  req_state state;
+  bool warmup, dispatched;
+  req_status status;
+  char reason[32];
+} req_rec;
+
+// A deployment's requests, index = key.
+typedef struct req_table {
+  req_rec *v; // (n, capacity cap)
+  size_t n, cap;
+  size_t low; // every request below it is done
+  int inflight;
+} req_table;
