@@ -105,7 +105,7 @@ const char *dev_last_error(const device *d) {
 
 void *device_backend_ctx(const device *d) { return d ? d->ctx : NULL; }
 
-// --- registry (STYLE 14: optional backends are CMake options plus this one place)
+// --- registry (optional backends are CMake options plus this one place: docs/design.md)
 
 #ifdef SHARDCHECK_HAVE_CUDA
 // kernels/cuda/ is loaded from its library on the first cuda device (kernels/cuda_api.h).
@@ -121,6 +121,18 @@ bool device_backend_available(const char *backend) {
   if (strcmp(backend, "cuda") == 0) return true;
 #endif
   return false;
+}
+
+int device_backend_count(const char *backend) {
+  if (!backend) return 0;
+  if (strcmp(backend, "cpu") == 0) return 1;
+#ifdef SHARDCHECK_HAVE_CUDA
+  if (strcmp(backend, "cuda") == 0) {
+    const cuda_api *cu = cuda_api_get(NULL);
+    return cu ? cu->device_count() : 0;
+  }
+#endif
+  return 0;
 }
 
 sc_status device_open(const char *backend, int index, device **out, sc_error *err) {
