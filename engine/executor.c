@@ -1048,6 +1048,3 @@ sc_status executor_rank_mem(executor *ex, int r, size_t *used, size_t *total) {
   if (r < 0 || r >= ex->n_ranks) return SC_INVALID;
   return dev_mem_info(ex->ranks[r].dev, used, total);
 }
-
-size_t executor_rank_weight_bytes(const executor *ex, int r) { return ex->ranks[r].w_bytes; }
-size_t executor_rank_kv_bytes(const executor *ex, int r) { return ex->ranks[r].kv_bytes; }
