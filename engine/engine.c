@@ -36,6 +36,7 @@ typedef struct eseq {
 } eseq;
 
 #define OOM_STREAK_UNHEALTHY 3 // failed admissions in a row that make the engine unhealthy
+enum { EVENTS_CAP0 = 256 }; // first capacity of the event log (then it doubles)
 
 struct engine {
   engine_config cfg;
@@ -258,7 +259,7 @@ void engine_free(engine *e) {
 
 static sc_status push_event(engine *e, engine_event ev) {
   if (e->n_events == e->cap_events) {
-    int cap = e->cap_events ? 2 * e->cap_events : 256;
+    int cap = e->cap_events ? 2 * e->cap_events : EVENTS_CAP0;
     engine_event *v = realloc(e->events, sizeof *v * (size_t)cap);
     if (!v) return SC_OOM;
     e->events = v;
@@ -354,7 +355,9 @@ sc_status engine_cancel(engine *e, uint64_t id) {
 // from the request.
 static int32_t sim_token(const engine *e, const seq *q) {
   const model_config *m = &e->cfg.model;
-  uint64_t h = (q->id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)q->n_generated * 0xBF58476D1CE4E5B9ull);
+  // Two odd 64-bit multipliers (splitmix64's) spread id and index over all the bits.
+  const uint64_t mul_id = 0x9E3779B97F4A7C15ull, mul_index = 0xBF58476D1CE4E5B9ull;
+  uint64_t h = (q->id * mul_id) ^ ((uint64_t)q->n_generated * mul_index);
   h ^= h >> 31;
   int32_t tok = (int32_t)(h % (uint64_t)m->vocab_size);
   if (tok == m->eos_token_id) tok = (tok + 1) % m->vocab_size;

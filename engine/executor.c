@@ -23,6 +23,12 @@
 
 #define ALIGN 64
 #define DEFAULT_DEADLINE_NS 60000000000ull // comm_deadline_ns 0, as the shm communicator
+#define NS_PER_S 1000000000ull
+// The watchdog looks every WATCH_DIV-th of the hang limit, within [WATCH_MIN_NS, WATCH_MAX_NS]:
+// often enough that a hang is caught soon after its limit, never a busy loop.
+#define WATCH_DIV 8
+#define WATCH_MIN_NS 1000000ull   // 1 ms
+#define WATCH_MAX_NS 100000000ull // 100 ms
 
 // --- per-rank state
 
@@ -813,12 +819,11 @@ static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
 
 // When the watchdog looks next: an eighth of the limit from now, within [1 ms, 100 ms].
 static struct timespec next_tick(const executor *ex) {
-  uint64_t tick = hang_limit(ex) / 8;
-  if (tick < 1000000ull) tick = 1000000ull;
-  if (tick > 100000000ull) tick = 100000000ull;
+  uint64_t tick = hang_limit(ex) / WATCH_DIV;
+  if (tick < WATCH_MIN_NS) tick = WATCH_MIN_NS;
+  if (tick > WATCH_MAX_NS) tick = WATCH_MAX_NS;
   uint64_t t = sc_monotonic_ns() + tick;
-  return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull),
-                           .tv_nsec = (long)(t % 1000000000ull)};
+  return (struct timespec){.tv_sec = (time_t)(t / NS_PER_S), .tv_nsec = (long)(t % NS_PER_S)};
 }
 
 // One look: a rank that still has work while its device hangs. Returns its index once it has

@@ -393,16 +393,19 @@ sc_status dev_matmul_q8(device *d, int m, int n, int k, const float *x, const in
   DEV_CALL(d, matmul_q8_then_corrupt(d, m, n, k, x, q, scale, beta, y));
 }
 
+// Largest |q| of the symmetric int8 weights: -128 is left out so that the range is symmetric.
+enum { Q8_QMAX = 127 };
+
 void dev_q8_quantize(const float *w, int n, int k, int8_t *q, float *scale) {
   for (size_t j = 0; j < (size_t)n; j++) {
     const float *row = w + j * (size_t)k;
     float mx = 0;
     for (int i = 0; i < k; i++) mx = fmaxf(mx, fabsf(row[i]));
-    float s = mx / 127.0f, inv = mx > 0 ? 127.0f / mx : 0;
+    float s = mx / (float)Q8_QMAX, inv = mx > 0 ? (float)Q8_QMAX / mx : 0;
     scale[j] = s;
     for (int i = 0; i < k; i++) {
       long v = lrintf(row[i] * inv);
-      q[j * (size_t)k + (size_t)i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+      q[j * (size_t)k + (size_t)i] = (int8_t)(v > Q8_QMAX ? Q8_QMAX : v < -Q8_QMAX ? -Q8_QMAX : v);
     }
   }
 }

@@ -28,7 +28,18 @@
 // job at a time: a call that finds the pool busy runs its job alone.
 
 #define POOL_SPIN_NS 200000ull // 0.2 ms
-enum { POOL_MAX_CHUNKS = 64 };
+enum {
+  POOL_MAX_CHUNKS = 64, // chunks of one job (the state words of a pool)
+  // The job word gen: (job number << POOL_CHUNK_BITS) | chunks, so one atomic store publishes
+  // both; bumping the job number adds POOL_JOB_ONE.
+  POOL_CHUNK_BITS = 8,
+  POOL_CHUNK_MASK = (1 << POOL_CHUNK_BITS) - 1,
+  POOL_JOB_ONE = 1 << POOL_CHUNK_BITS,
+  // The waiting caller reads the clock once per this many spin turns (a mask: a power of 2
+  // minus 1), which costs far more than a pause.
+  POOL_CLOCK_EVERY = 255,
+};
+_Static_assert(POOL_MAX_CHUNKS <= POOL_CHUNK_MASK, "a job's chunk count fits its bits of gen");
 
 struct cpu_pool {
   int n_workers;
@@ -36,7 +47,7 @@ struct cpu_pool {
   pthread_mutex_t mu;  // the sleeps on wake and done
   pthread_cond_t wake; // workers sleep here between jobs
   pthread_cond_t done; // the caller sleeps here until remaining is 0
-  atomic_ullong gen;   // (job number << 8) | chunks; bumped once per job and once at stop
+  atomic_ullong gen;   // (job number << POOL_CHUNK_BITS) | chunks; bumped per job and at stop
   atomic_ullong state[POOL_MAX_CHUNKS]; // chunk c of job j: 2j (free) or 2j + 1 (claimed)
   atomic_int remaining; // chunks of the current job not finished
   atomic_flag busy;     // a caller holds the pool
@@ -55,8 +66,8 @@ typedef struct pool_worker_arg {
 // Claims and runs the free chunks of job word g, starting at chunk `first`; the thread that
 // finishes the last chunk wakes a caller asleep on done.
 static void pool_work(cpu_pool *p, unsigned long long g, int first) {
-  unsigned long long tag = (g >> 8) * 2u;
-  int chunks = (int)(g & 255u);
+  unsigned long long tag = (g >> POOL_CHUNK_BITS) * 2u;
+  int chunks = (int)(g & POOL_CHUNK_MASK);
   for (int i = 0; i < chunks; i++) {
     int c = (first + i) % chunks;
     unsigned long long want = tag;
@@ -88,7 +99,7 @@ static void *pool_main(void *arg) {
     }
     if (atomic_load(&p->stop)) break;
     seen = g;
-    pool_work(p, g, (int)(g & 255u) * wa->index / wa->of); // its share first
+    pool_work(p, g, (int)(g & POOL_CHUNK_MASK) * wa->index / wa->of); // its share first
   }
   free(wa);
   return NULL;
@@ -98,7 +109,7 @@ void cpu_pool_free(cpu_pool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
   atomic_store(&p->stop, true);
-  atomic_fetch_add_explicit(&p->gen, 256u, memory_order_release);
+  atomic_fetch_add_explicit(&p->gen, POOL_JOB_ONE, memory_order_release);
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
@@ -157,10 +168,12 @@ void cpu_pool_run(cpu_pool *p, void (*fn)(void *arg, int chunk, int chunks), voi
   }
   p->fn = fn;
   p->arg = arg;
-  unsigned long long g = (atomic_load_explicit(&p->gen, memory_order_relaxed) & ~255ull) + 256u;
+  unsigned long long g =
+      (atomic_load_explicit(&p->gen, memory_order_relaxed) & ~(unsigned long long)POOL_CHUNK_MASK) +
+      POOL_JOB_ONE;
   g |= (unsigned long long)chunks;
   for (int c = 0; c < chunks; c++)
-    atomic_store_explicit(&p->state[c], (g >> 8) * 2u, memory_order_relaxed);
+    atomic_store_explicit(&p->state[c], (g >> POOL_CHUNK_BITS) * 2u, memory_order_relaxed);
   atomic_store_explicit(&p->remaining, chunks, memory_order_relaxed);
   atomic_store_explicit(&p->gen, g, memory_order_release);
   pthread_mutex_lock(&p->mu); // wakes the workers that went to sleep (see pool_main)
@@ -169,7 +182,7 @@ void cpu_pool_run(cpu_pool *p, void (*fn)(void *arg, int chunk, int chunks), voi
   pool_work(p, g, 0);
   uint64_t t0 = 0; // the chunks left are running on workers: spin, then sleep
   for (unsigned it = 0; atomic_load_explicit(&p->remaining, memory_order_acquire) > 0; it++) {
-    if ((it & 255u) == 255u) {
+    if ((it & POOL_CLOCK_EVERY) == POOL_CLOCK_EVERY) {
       uint64_t now = sc_monotonic_ns();
       if (!t0) t0 = now;
       else if (now - t0 > POOL_SPIN_NS) {
