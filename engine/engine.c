@@ -35,7 +35,29 @@ typedef struct eseq {
   exec_seq_mem *mem; // NULL until first scheduled (and always for backend sim)
 } eseq;
 
+// --- the step seam: how a step's planned sequences are computed
+//
+// Two implementations, chosen once in engine_new by the backend's name: the real one (the
+// executor runs the step on devices) and the sim one (the cost model prices it; no devices,
+// no weights, no device memory per sequence). The rest of the engine never asks which.
+typedef struct engine_step_i {
+  const char *name; // "real", "sim"
+  sc_status (*init)(engine *e, sc_error *err); // the backend's state and step buffers
+  // Optional (NULL: sequences need no device memory): gives every newly scheduled sequence
+  // among items[0..n) its device memory; see admit.
+  int (*admit)(engine *e, int n, sc_status *fatal, sc_error *err);
+  // Computes (or prices) the planned eseqs[0..n) and sets info's duration.
+  sc_status (*run)(engine *e, int n, engine_step_info *info, sc_error *err);
+  int (*n_ranks)(const engine *e);
+  sc_status (*rank_mem)(engine *e, int r, size_t *used, size_t *total);
+  // Optional (NULL: ignored): engine_sim_set_cluster_ranks.
+  void (*set_cluster_ranks)(engine *e, int ranks);
+} engine_step_i;
+
+static const engine_step_i real_step, sim_step; // defined after their functions, below
+
 #define OOM_STREAK_UNHEALTHY 3 // failed admissions in a row that make the engine unhealthy
+enum { EVENTS_CAP0 = 256 }; // first capacity of the event log (then it doubles)
 
 struct engine {
   engine_config cfg;
@@ -46,13 +68,13 @@ struct engine {
   bool admitting;
   sc_status broken;
 
-  bool sim;              // backend "sim": priced, not run
+  const engine_step_i *be; // real_step, or sim_step for backend "sim"
   sched_item *items;     // (max_running)
   exec_seq *eseqs;       // (max_running)
   sim_seq *sseqs;        // sim: (max_running)
   int *ntok;             // sim: (max_running) tokens per item, for the micro-batch split
   int *mb_first;         // sim: (pp + 1)
-  float *logits;         // (max_running, vocab)
+  float *logits;         // (max_running, vocab); NULL for sim, which has none
   int32_t *picks;        // (max_running) greedy tokens picked on the devices
   bool can_pick;         // the executor picks greedy tokens on the devices
   bool picked;           // this step's sampled rows are in picks, not logits
@@ -195,8 +217,8 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   if (!e->cfg.clock.now_ns) e->cfg.clock = sc_clock_monotonic();
   sc_status s = check_config(&e->cfg, err);
   const engine_config *c = &e->cfg;
-  e->sim = strcmp(c->backend, "sim") == 0;
-  if (s == SC_OK) s = e->sim ? sim_init(e, err) : real_init(e, err);
+  e->be = strcmp(c->backend, "sim") == 0 ? &sim_step : &real_step;
+  if (s == SC_OK) s = e->be->init(e, err);
   // the same KV cache, scheduler and step buffers for every backend
   if (s == SC_OK) s = kv_cache_new(c->kv_blocks, c->block_size, &e->kv);
   if (s == SC_OK)
@@ -258,7 +280,7 @@ void engine_free(engine *e) {
 
 static sc_status push_event(engine *e, engine_event ev) {
   if (e->n_events == e->cap_events) {
-    int cap = e->cap_events ? 2 * e->cap_events : 256;
+    int cap = e->cap_events ? 2 * e->cap_events : EVENTS_CAP0;
     engine_event *v = realloc(e->events, sizeof *v * (size_t)cap);
     if (!v) return SC_OOM;
     e->events = v;
@@ -354,7 +376,9 @@ sc_status engine_cancel(engine *e, uint64_t id) {
 // from the request.
 static int32_t sim_token(const engine *e, const seq *q) {
   const model_config *m = &e->cfg.model;
-  uint64_t h = (q->id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)q->n_generated * 0xBF58476D1CE4E5B9ull);
+  // Two odd 64-bit multipliers (splitmix64's) spread id and index over all the bits.
+  const uint64_t mul_id = 0x9E3779B97F4A7C15ull, mul_index = 0xBF58476D1CE4E5B9ull;
+  uint64_t h = (q->id * mul_id) ^ ((uint64_t)q->n_generated * mul_index);
   h ^= h >> 31;
   int32_t tok = (int32_t)(h % (uint64_t)m->vocab_size);
   if (tok == m->eos_token_id) tok = (tok + 1) % m->vocab_size;
@@ -432,8 +456,12 @@ static sc_status real_run(engine *e, int n, engine_step_info *info, sc_error *er
 }
 
 void engine_sim_set_cluster_ranks(engine *e, int ranks) {
+  if (e->be->set_cluster_ranks) e->be->set_cluster_ranks(e, ranks);
+}
+
+static void sim_set_cluster_ranks(engine *e, int ranks) {
   int own = e->cfg.tp * e->cfg.pp;
-  if (e->sim) e->cfg.sim.layout.cluster_ranks = ranks > own ? ranks : own;
+  e->cfg.sim.layout.cluster_ranks = ranks > own ? ranks : own;
 }
 
 // Prices the planned items[0..n) with the cost model, split into micro-batches as the
@@ -464,9 +492,9 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
   int n = sched_plan(e->sched, e->items, &n_pre);
   info->n_preempted = n_pre;
   e->preemptions += (uint64_t)n_pre;
-  if (n > 0 && !e->sim) {
+  if (n > 0 && e->be->admit) {
     sc_status s;
-    n = admit(e, n, &s, err);
+    n = e->be->admit(e, n, &s, err);
     if (s != SC_OK) {
       e->broken = s;
       return s;
@@ -486,10 +514,10 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
     }
     // Every row greedy and nobody watching the logits: the devices pick the tokens, and only
     // the tokens cross to the host (no logits copy; under TP no logits all-gather either).
-    e->picked = !e->sim && e->can_pick && !e->cfg.on_logits;
+    e->picked = e->can_pick && !e->cfg.on_logits; // can_pick: never on sim
     for (int i = 0; e->picked && i < n; i++)
       if (e->items[i].sample && e->items[i].s->sampling.temperature > 0.0f) e->picked = false;
-    sc_status s = e->sim ? sim_run(e, n, info, err) : real_run(e, n, info, err);
+    sc_status s = e->be->run(e, n, info, err);
     if (s != SC_OK) {
       e->broken = s;
       return s;
@@ -501,7 +529,7 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
       it->s->n_computed += it->n;
       if (!it->sample) continue;
       size_t V = (size_t)e->cfg.model.vocab_size;
-      const float *lg = e->sim || e->picked ? NULL : e->logits + (size_t)row * V;
+      const float *lg = !e->logits || e->picked ? NULL : e->logits + (size_t)row * V;
       const int32_t *pk = e->picked ? e->picks + row : NULL;
       row++;
       SC_TRY(emit_token(e, it->s, lg, pk));
@@ -533,14 +561,37 @@ void engine_stats_get(const engine *e, engine_stats *out) {
                         .steps = e->steps,
                         .preemptions = e->preemptions,
                         .generated_tokens = e->generated,
-                        .n_ranks = e->sim ? e->cfg.tp * e->cfg.pp : executor_n_ranks(e->ex),
+                        .n_ranks = e->be->n_ranks(e),
                         .oom_failures = e->oom_failures,
                         .numerical_failures = e->numerical_failures,
                         .unhealthy = e->oom_streak >= OOM_STREAK_UNHEALTHY};
 }
 
 sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total) {
-  if (!e->sim) return executor_rank_mem(e->ex, r, used, total);
+  return e->be->rank_mem(e, r, used, total);
+}
+
+// --- the two implementations of the step seam
+
+static int real_n_ranks(const engine *e) { return executor_n_ranks(e->ex); }
+
+static sc_status real_rank_mem(engine *e, int r, size_t *used, size_t *total) {
+  return executor_rank_mem(e->ex, r, used, total);
+}
+
+static const engine_step_i real_step = {
+    .name = "real",
+    .init = real_init,
+    .admit = admit,
+    .run = real_run,
+    .n_ranks = real_n_ranks,
+    .rank_mem = real_rank_mem,
+};
+
+static int sim_n_ranks(const engine *e) { return e->cfg.tp * e->cfg.pp; }
+
+// The planner's figures: the static bytes and the KV blocks in use, of the simulated device.
+static sc_status sim_rank_mem(engine *e, int r, size_t *used, size_t *total) {
   if (r < 0 || r >= e->cfg.tp * e->cfg.pp) return SC_INVALID;
   const engine_sim *sm = &e->cfg.sim;
   *used = (size_t)(sm->static_bytes + sm->kv_block_bytes * kv_cache_used(e->kv));
@@ -548,13 +599,24 @@ sc_status engine_rank_mem(engine *e, int r, size_t *used, size_t *total) {
   return SC_OK;
 }
 
+static const engine_step_i sim_step = {
+    .name = "sim",
+    .init = sim_init,
+    .run = sim_run,
+    .n_ranks = sim_n_ranks,
+    .rank_mem = sim_rank_mem,
+    .set_cluster_ranks = sim_set_cluster_ranks,
+};
+
+// --- fault hooks (the executor's; sim has none, and no executor)
+
 sc_status engine_set_rank_fault(engine *e, int r, const dev_fault *f) {
-  if (!e || e->sim || !e->ex || !f) return SC_INVALID;
+  if (!e || !e->ex || !f) return SC_INVALID;
   return executor_set_fault(e->ex, r, f);
 }
 
 sc_status engine_set_link_fault(engine *e, double factor, uint64_t latency_ns, double bandwidth) {
-  if (!e || e->sim || !e->ex) return SC_INVALID;
+  if (!e || !e->ex) return SC_INVALID;
   executor_set_link_fault(e->ex, factor, latency_ns, bandwidth);
   return SC_OK;
 }

@@ -4,8 +4,8 @@
 // several ranks the caller watches while it waits for them; a single rank gets a watchdog
 // thread, started by the first hang fault set through executor_set_fault (so an engine that
 // never sees one pays nothing). Deciding which faults to inject is faults/'s; the hooks
-// themselves live in kernels/device.c and the communicators (kernels/comm_shm.c for cpu ranks,
-// kernels/cuda/comm_cuda.c for cuda ranks, whose buffers are device memory).
+// themselves live in kernels/device.c and the communicators, which the comm registry
+// (kernels/comm.c) picks for the backend: nothing here names a backend.
 #include "engine/executor.h"
 
 #include <math.h>
@@ -21,12 +21,14 @@
 #include "kernels/comm.h"
 #include "kernels/device.h"
 
-#ifdef SHARDCHECK_HAVE_CUDA
-#include "kernels/cuda_api.h"
-#endif
-
 #define ALIGN 64
 #define DEFAULT_DEADLINE_NS 60000000000ull // comm_deadline_ns 0, as the shm communicator
+#define NS_PER_S 1000000000ull
+// The watchdog looks every WATCH_DIV-th of the hang limit, within [WATCH_MIN_NS, WATCH_MAX_NS]:
+// often enough that a hang is caught soon after its limit, never a busy loop.
+#define WATCH_DIV 8
+#define WATCH_MIN_NS 1000000ull   // 1 ms
+#define WATCH_MAX_NS 100000000ull // 100 ms
 
 // --- per-rank state
 
@@ -98,16 +100,6 @@ typedef struct rank {
   sc_error err;
 } rank;
 
-// One TP or PP group: shm for cpu ranks (host buffers), cuda for cuda ranks (device buffers:
-// loopback on one GPU, NCCL across GPUs). Both NULL when the group has one rank.
-typedef struct xgroup {
-  comm_shm_group *shm;
-#ifdef SHARDCHECK_HAVE_CUDA
-  comm_cuda_group *cuda;
-  const cuda_api *cu; // the backend's entry points (kernels/cuda_api.h)
-#endif
-} xgroup;
-
 // A sequence's device memory (executor.h): its block table on every rank.
 struct exec_seq_mem {
   int32_t *host; // (max_blocks) the block table as the rank rows hold it
@@ -127,8 +119,10 @@ struct executor {
   int n_ranks;
   int max_blocks; // block-table columns: blocks of a max_seq_len sequence
   rank *ranks;
-  xgroup *tp_groups; // (pp) one per stage, empty when tp == 1
-  xgroup *pp_groups; // (tp) one per TP index, empty when pp == 1
+  // TP and PP groups, of the communicator that serves the backend (kernels/comm.h registry);
+  // NULL where the group would have one rank.
+  comm_group **tp_groups; // (pp) one per stage, all NULL when tp == 1
+  comm_group **pp_groups; // (tp) one per TP index, all NULL when pp == 1
 
   pthread_mutex_t mu;
   pthread_cond_t cv_go, cv_done;
@@ -346,17 +340,12 @@ static uint64_t hang_limit(const executor *ex) {
   return ex->cfg.comm_deadline_ns ? ex->cfg.comm_deadline_ns : DEFAULT_DEADLINE_NS;
 }
 
-// The text of the failure that broke one of rank r's cuda communicators, or "".
+// The text of the failure that broke one of rank r's communicators, or "".
 static const char *group_error(const rank *r) {
-#ifdef SHARDCHECK_HAVE_CUDA
-  xgroup *gs[2] = {r->ex->cfg.tp > 1 ? &r->ex->tp_groups[r->sh.pp_rank] : NULL,
-                   r->ex->cfg.pp > 1 ? &r->ex->pp_groups[r->sh.tp_rank] : NULL};
+  comm_group *gs[2] = {r->ex->cfg.tp > 1 ? r->ex->tp_groups[r->sh.pp_rank] : NULL,
+                       r->ex->cfg.pp > 1 ? r->ex->pp_groups[r->sh.tp_rank] : NULL};
   for (int i = 0; i < 2; i++)
-    if (gs[i] && gs[i]->cuda && gs[i]->cu->group_error(gs[i]->cuda)[0])
-      return gs[i]->cu->group_error(gs[i]->cuda);
-#else
-  (void)r;
-#endif
+    if (comm_group_error(gs[i])[0]) return comm_group_error(gs[i]);
   return "";
 }
 
@@ -538,11 +527,9 @@ static sc_status rank_forward(rank *r) {
 // Abandons the step: aborts every group and releases every device, so that ranks blocked in a
 // collective or by a hung device return (SC_ABORTED). Callable from any thread holding no
 // executor lock.
-static void xgroup_abort(xgroup *g);
-
 static void abort_groups(executor *ex) {
-  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) xgroup_abort(&ex->tp_groups[i]);
-  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) xgroup_abort(&ex->pp_groups[i]);
+  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_group_abort(ex->tp_groups[i]);
+  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_group_abort(ex->pp_groups[i]);
   for (int i = 0; i < ex->n_ranks; i++) device_fault_release(ex->ranks[i].dev);
 }
 
@@ -569,52 +556,16 @@ static void *rank_main(void *arg) {
 
 // --- lifecycle
 
-// Creates the group of the n ranks first, first + stride, ...: shm, or cuda when the ranks'
-// devices are (their buffers are GPU memory).
-static sc_status xgroup_new(executor *ex, int first, int stride, int n, xgroup *g, sc_error *err) {
-  if (strcmp(ex->cfg.backend, "cuda") != 0) {
-    sc_status s = comm_shm_group_new(n, ex->cfg.comm_deadline_ns, &g->shm);
-    return s == SC_OK ? SC_OK : sc_fail(err, s, "executor: cannot create a communicator");
-  }
-#ifdef SHARDCHECK_HAVE_CUDA
-  device *devs[16];
-  if (n > 16) return sc_fail(err, SC_INVALID, "executor: at most 16 ranks in one cuda group");
+// Opens the group of the n ranks first, first + stride, ... through the comm registry, which
+// picks the communicator that moves the backend's buffers.
+static sc_status group_open(executor *ex, int first, int stride, int n, comm_group **g,
+                            sc_error *err) {
+  device **devs = malloc((size_t)n * sizeof *devs); // (n) the ranks' devices
+  if (!devs) return sc_fail(err, SC_OOM, "executor: out of memory");
   for (int j = 0; j < n; j++) devs[j] = ex->ranks[first + j * stride].dev;
-  const cuda_api *cu = cuda_api_get(err); // loaded already: the ranks' devices are open
-  if (!cu) return SC_INVALID;
-  g->cu = cu;
-  return cu->group_new(n, devs, ex->cfg.comm_deadline_ns, &g->cuda, err);
-#else
-  return sc_fail(err, SC_INVALID, "executor: backend cuda is not built in");
-#endif
-}
-
-static comm *xgroup_rank(xgroup *g, int r) {
-#ifdef SHARDCHECK_HAVE_CUDA
-  if (g->cuda) return g->cu->group_rank(g->cuda, r);
-#endif
-  return comm_shm_group_rank(g->shm, r);
-}
-
-static void xgroup_abort(xgroup *g) {
-#ifdef SHARDCHECK_HAVE_CUDA
-  if (g->cuda) g->cu->group_abort(g->cuda);
-#endif
-  if (g->shm) comm_shm_group_abort(g->shm);
-}
-
-static void xgroup_free(xgroup *g) {
-#ifdef SHARDCHECK_HAVE_CUDA
-  if (g->cuda) g->cu->group_free(g->cuda);
-#endif
-  comm_shm_group_free(g->shm);
-}
-
-static void xgroup_set_slow(xgroup *g, double factor, uint64_t latency_ns, double bandwidth) {
-#ifdef SHARDCHECK_HAVE_CUDA
-  if (g->cuda) g->cu->group_set_slow(g->cuda, factor, latency_ns, bandwidth);
-#endif
-  if (g->shm) comm_shm_group_set_slow(g->shm, factor, latency_ns, bandwidth);
+  sc_status s = comm_group_open(ex->cfg.backend, n, devs, ex->cfg.comm_deadline_ns, g, err);
+  free(devs);
+  return s;
 }
 
 static sc_status make_groups(executor *ex, sc_error *err) {
@@ -623,30 +574,25 @@ static sc_status make_groups(executor *ex, sc_error *err) {
   ex->pp_groups = calloc((size_t)tp, sizeof *ex->pp_groups);
   if (!ex->tp_groups || !ex->pp_groups) return sc_fail(err, SC_OOM, "executor: out of memory");
   for (int s = 0; tp > 1 && s < pp; s++) // stage s: ranks s * tp .. s * tp + tp - 1
-    SC_TRY(xgroup_new(ex, s * tp, 1, tp, &ex->tp_groups[s], err));
+    SC_TRY(group_open(ex, s * tp, 1, tp, &ex->tp_groups[s], err));
   for (int t = 0; pp > 1 && t < tp; t++) // TP index t: ranks t, t + tp, ...
-    SC_TRY(xgroup_new(ex, t, tp, pp, &ex->pp_groups[t], err));
+    SC_TRY(group_open(ex, t, tp, pp, &ex->pp_groups[t], err));
   for (int i = 0; i < ex->n_ranks; i++) {
     rank *r = &ex->ranks[i];
-    if (tp > 1) r->tp_comm = xgroup_rank(&ex->tp_groups[r->sh.pp_rank], r->sh.tp_rank);
-    if (pp > 1) r->pp_comm = xgroup_rank(&ex->pp_groups[r->sh.tp_rank], r->sh.pp_rank);
+    if (tp > 1) r->tp_comm = comm_group_rank(ex->tp_groups[r->sh.pp_rank], r->sh.tp_rank);
+    if (pp > 1) r->pp_comm = comm_group_rank(ex->pp_groups[r->sh.tp_rank], r->sh.pp_rank);
   }
   return SC_OK;
 }
 
-// The GPU of rank i (exec_config.devices); 0 on backends that have one device.
+// The device index of rank i: exec_config.devices, else first_device + i modulo the devices
+// the backend has (0 on cpu, which has one; device_open ignores it there).
 static int rank_gpu(const executor *ex, int i) {
   const exec_config *c = &ex->cfg;
-  if (strcmp(c->backend, "cuda") != 0) return 0;
   int k = c->first_device + i;
   if (c->devices && c->n_devices > 0) return c->devices[k % c->n_devices];
-#ifdef SHARDCHECK_HAVE_CUDA
-  const cuda_api *cu = cuda_api_get(NULL);
-  int n = cu ? cu->device_count() : 0;
+  int n = device_backend_count(c->backend);
   return n > 0 ? k % n : k; // no GPU: device_open says so
-#else
-  return k;
-#endif
 }
 
 static sc_status rank_init(executor *ex, rank *r, float **staging, size_t *staging_cap,
@@ -771,8 +717,8 @@ void executor_free(executor *ex) {
     free(r->layers);
     free(r->kv);
   }
-  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) xgroup_free(&ex->tp_groups[i]);
-  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) xgroup_free(&ex->pp_groups[i]);
+  for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_group_free(ex->tp_groups[i]);
+  for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_group_free(ex->pp_groups[i]);
   free(ex->tp_groups);
   free(ex->pp_groups);
   free(ex->ranks);
@@ -873,12 +819,11 @@ static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
 
 // When the watchdog looks next: an eighth of the limit from now, within [1 ms, 100 ms].
 static struct timespec next_tick(const executor *ex) {
-  uint64_t tick = hang_limit(ex) / 8;
-  if (tick < 1000000ull) tick = 1000000ull;
-  if (tick > 100000000ull) tick = 100000000ull;
+  uint64_t tick = hang_limit(ex) / WATCH_DIV;
+  if (tick < WATCH_MIN_NS) tick = WATCH_MIN_NS;
+  if (tick > WATCH_MAX_NS) tick = WATCH_MAX_NS;
   uint64_t t = sc_monotonic_ns() + tick;
-  return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull),
-                           .tv_nsec = (long)(t % 1000000000ull)};
+  return (struct timespec){.tv_sec = (time_t)(t / NS_PER_S), .tv_nsec = (long)(t % NS_PER_S)};
 }
 
 // One look: a rank that still has work while its device hangs. Returns its index once it has
@@ -1097,9 +1042,9 @@ sc_status executor_set_fault(executor *ex, int r, const dev_fault *f) {
 
 void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, double bandwidth) {
   for (int i = 0; i < ex->cfg.pp; i++)
-    xgroup_set_slow(&ex->tp_groups[i], factor, latency_ns, bandwidth);
+    comm_group_set_slow(ex->tp_groups[i], factor, latency_ns, bandwidth);
   for (int i = 0; i < ex->cfg.tp; i++)
-    xgroup_set_slow(&ex->pp_groups[i], factor, latency_ns, bandwidth);
+    comm_group_set_slow(ex->pp_groups[i], factor, latency_ns, bandwidth);
 }
 
 int executor_n_ranks(const executor *ex) { return ex->n_ranks; }
@@ -1108,6 +1053,3 @@ sc_status executor_rank_mem(executor *ex, int r, size_t *used, size_t *total) {
   if (r < 0 || r >= ex->n_ranks) return SC_INVALID;
   return dev_mem_info(ex->ranks[r].dev, used, total);
 }
-
-size_t executor_rank_weight_bytes(const executor *ex, int r) { return ex->ranks[r].w_bytes; }
-size_t executor_rank_kv_bytes(const executor *ex, int r) { return ex->ranks[r].kv_bytes; }

@@ -116,6 +116,3 @@ void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, d
 int executor_n_ranks(const executor *ex);
 // Device memory of rank r (pp_rank * tp + tp_rank): bytes in use through it and in total.
 sc_status executor_rank_mem(executor *ex, int r, size_t *used, size_t *total);
-// Bytes of weights / KV held by rank r.
-size_t executor_rank_weight_bytes(const executor *ex, int r);
-size_t executor_rank_kv_bytes(const executor *ex, int r);

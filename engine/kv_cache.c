@@ -41,7 +41,6 @@ void kv_cache_free(kv_cache *kv) {
 int kv_cache_block_size(const kv_cache *kv) { return kv->block_size; }
 int kv_cache_total(const kv_cache *kv) { return kv->n_blocks; }
 int kv_cache_used(const kv_cache *kv) { return kv->n_blocks - kv->n_free; }
-int kv_cache_available(const kv_cache *kv) { return kv->n_free; }
 int kv_cache_blocks_for(const kv_cache *kv, int n_tokens) {
   return (n_tokens + kv->block_size - 1) / kv->block_size;
 }

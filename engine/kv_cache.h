@@ -19,7 +19,6 @@ void kv_cache_free(kv_cache *kv); // NULL is a no-op
 int kv_cache_block_size(const kv_cache *kv);
 int kv_cache_total(const kv_cache *kv);
 int kv_cache_used(const kv_cache *kv);
-int kv_cache_available(const kv_cache *kv);
 // Blocks needed to hold n_tokens tokens.
 int kv_cache_blocks_for(const kv_cache *kv, int n_tokens);
 

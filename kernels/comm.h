@@ -92,3 +92,25 @@ void comm_cuda_group_set_slow(comm_cuda_group *g, double factor, uint64_t latenc
 // The text of the failure that broke the group (the call, file, line and library message of
 // the CUDA/NCCL error, or the deadline), or "" while it is not broken.
 const char *comm_cuda_group_error(comm_cuda_group *g);
+
+// --- registry: a group of any backend, opened by the device backend of its ranks
+// (kernels/comm.c). The one place that knows which communicator serves which device backend,
+// so callers (engine/executor.c) hold a comm_group and never a backend's own type.
+typedef struct comm_group comm_group;
+
+// Opens the group of n_ranks endpoints for ranks whose devices, devs (n_ranks, owned by the
+// caller, outliving the group), are of device backend `backend`: "cpu" gets shm (host
+// buffers); "cuda" gets the cuda group above (device buffers; the backend's library is loaded
+// already once its devices are open). deadline_ns: how long one blocking call may wait (0 =
+// 60 s). On error returns a status, fills err, and *out is NULL.
+sc_status comm_group_open(const char *backend, int n_ranks, device *const *devs,
+                          uint64_t deadline_ns, comm_group **out, sc_error *err);
+// The endpoint of rank r (0 <= r < n_ranks), owned by the group.
+comm *comm_group_rank(comm_group *g, int r);
+void comm_group_abort(comm_group *g); // as comm_abort on any endpoint; NULL is a no-op
+void comm_group_free(comm_group *g);  // NULL is a no-op; no rank may be inside a call
+// The link fault of comm_shm_group_set_slow, with its meaning; NULL is a no-op.
+void comm_group_set_slow(comm_group *g, double factor, uint64_t latency_ns, double bandwidth);
+// The text of the failure that broke the group, or "" while it is not broken or when its
+// backend keeps none (shm); "" for NULL.
+const char *comm_group_error(comm_group *g);

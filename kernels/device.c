@@ -105,7 +105,7 @@ const char *dev_last_error(const device *d) {
 
 void *device_backend_ctx(const device *d) { return d ? d->ctx : NULL; }
 
-// --- registry (STYLE 14: optional backends are CMake options plus this one place)
+// --- registry (optional backends are CMake options plus this one place: docs/design.md)
 
 #ifdef SHARDCHECK_HAVE_CUDA
 // kernels/cuda/ is loaded from its library on the first cuda device (kernels/cuda_api.h).
@@ -121,6 +121,18 @@ bool device_backend_available(const char *backend) {
   if (strcmp(backend, "cuda") == 0) return true;
 #endif
   return false;
+}
+
+int device_backend_count(const char *backend) {
+  if (!backend) return 0;
+  if (strcmp(backend, "cpu") == 0) return 1;
+#ifdef SHARDCHECK_HAVE_CUDA
+  if (strcmp(backend, "cuda") == 0) {
+    const cuda_api *cu = cuda_api_get(NULL);
+    return cu ? cu->device_count() : 0;
+  }
+#endif
+  return 0;
 }
 
 sc_status device_open(const char *backend, int index, device **out, sc_error *err) {
@@ -381,16 +393,19 @@ sc_status dev_matmul_q8(device *d, int m, int n, int k, const float *x, const in
   DEV_CALL(d, matmul_q8_then_corrupt(d, m, n, k, x, q, scale, beta, y));
 }
 
+// Largest |q| of the symmetric int8 weights: -128 is left out so that the range is symmetric.
+enum { Q8_QMAX = 127 };
+
 void dev_q8_quantize(const float *w, int n, int k, int8_t *q, float *scale) {
   for (size_t j = 0; j < (size_t)n; j++) {
     const float *row = w + j * (size_t)k;
     float mx = 0;
     for (int i = 0; i < k; i++) mx = fmaxf(mx, fabsf(row[i]));
-    float s = mx / 127.0f, inv = mx > 0 ? 127.0f / mx : 0;
+    float s = mx / (float)Q8_QMAX, inv = mx > 0 ? (float)Q8_QMAX / mx : 0;
     scale[j] = s;
     for (int i = 0; i < k; i++) {
       long v = lrintf(row[i] * inv);
-      q[j * (size_t)k + (size_t)i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+      q[j * (size_t)k + (size_t)i] = (int8_t)(v > Q8_QMAX ? Q8_QMAX : v < -Q8_QMAX ? -Q8_QMAX : v);
     }
   }
 }

@@ -105,6 +105,10 @@ const char *dev_last_error(const device *d);
 // only (kernels/cuda/ reaches its stream through it); NULL for NULL.
 void *device_backend_ctx(const device *d);
 bool device_backend_available(const char *backend);
+// The devices of backend this process can open (the indexes device_open takes are 0 to this
+// minus 1): 1 for cpu, the GPUs the CUDA runtime sees for cuda (loading its library; 0 without
+// a GPU, a driver or the library), 0 for a backend that is not built in.
+int device_backend_count(const char *backend);
 
 // Wraps a vtable and its context in a device (used by backends' open functions).
 sc_status device_wrap(const device_i *iface, void *ctx, device **out);

@@ -1,0 +1,143 @@
+// The communicator registry (kernels/comm.h, registry section): maps a device backend to the
+// communicator that moves its buffers, and wraps each backend's group in one comm_group
+// behind a small vtable, so that callers never name a backend's own group type.
+//
+// What it leaves to others: the collectives themselves (kernels/comm_shm.c; the cuda group in
+// kernels/cuda/comm_cuda.c, reached through the table of the backend's library,
+// kernels/cuda_api.h) and the device registry (kernels/device.c). Optional backends are CMake
+// options plus this one place (docs/design.md).
+#include "kernels/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SHARDCHECK_HAVE_CUDA
+#include "kernels/cuda_api.h"
+#endif
+
+// --- the handle
+
+// One backend's group, as comm_group sees it; every slot takes that backend's group.
+typedef struct comm_group_i {
+  const char *name; // the communicator: "shm", "cuda"
+  comm *(*rank)(void *g, int r);
+  void (*abort)(void *g);
+  void (*free)(void *g);
+  void (*set_slow)(void *g, double factor, uint64_t latency_ns, double bandwidth);
+  const char *(*error)(void *g); // optional (NULL: the backend keeps no failure text)
+} comm_group_i;
+
+struct comm_group {
+  const comm_group_i *iface; // static storage, not owned
+  void *g;                   // the backend's group, freed by iface->free
+};
+
+// --- shm
+
+static comm *shm_rank(void *g, int r) { return comm_shm_group_rank(g, r); }
+static void shm_abort(void *g) { comm_shm_group_abort(g); }
+static void shm_free(void *g) { comm_shm_group_free(g); }
+static void shm_set_slow(void *g, double factor, uint64_t latency_ns, double bandwidth) {
+  comm_shm_group_set_slow(g, factor, latency_ns, bandwidth);
+}
+
+static const comm_group_i shm_iface = {
+    .name = "shm",
+    .rank = shm_rank,
+    .abort = shm_abort,
+    .free = shm_free,
+    .set_slow = shm_set_slow,
+};
+
+static sc_status shm_open(int n_ranks, uint64_t deadline_ns, void **out, sc_error *err) {
+  comm_shm_group *g = NULL;
+  sc_status s = comm_shm_group_new(n_ranks, deadline_ns, &g);
+  if (s != SC_OK) return sc_fail(err, s, "comm: cannot create a communicator");
+  *out = g;
+  return SC_OK;
+}
+
+// --- cuda (the backend's library is loaded: its devices were opened through it)
+
+#ifdef SHARDCHECK_HAVE_CUDA
+enum { CUDA_GROUP_MAX_RANKS = 16 }; // ranks of one cuda group (a TP or PP degree)
+
+static comm *cuda_rank(void *g, int r) { return cuda_api_get(NULL)->group_rank(g, r); }
+static void cuda_abort(void *g) { cuda_api_get(NULL)->group_abort(g); }
+static void cuda_free(void *g) { cuda_api_get(NULL)->group_free(g); }
+static void cuda_set_slow(void *g, double factor, uint64_t latency_ns, double bandwidth) {
+  cuda_api_get(NULL)->group_set_slow(g, factor, latency_ns, bandwidth);
+}
+static const char *cuda_error(void *g) { return cuda_api_get(NULL)->group_error(g); }
+
+static const comm_group_i cuda_iface = {
+    .name = "cuda",
+    .rank = cuda_rank,
+    .abort = cuda_abort,
+    .free = cuda_free,
+    .set_slow = cuda_set_slow,
+    .error = cuda_error,
+};
+
+static sc_status cuda_open(int n_ranks, device *const *devs, uint64_t deadline_ns, void **out,
+                           sc_error *err) {
+  if (n_ranks > CUDA_GROUP_MAX_RANKS)
+    return sc_fail(err, SC_INVALID, "comm: at most %d ranks in one cuda group",
+                   CUDA_GROUP_MAX_RANKS);
+  const cuda_api *cu = cuda_api_get(err);
+  if (!cu) return SC_INVALID;
+  comm_cuda_group *g = NULL;
+  SC_TRY(cu->group_new(n_ranks, devs, deadline_ns, &g, err));
+  *out = g;
+  return SC_OK;
+}
+#endif
+
+// --- registry
+
+sc_status comm_group_open(const char *backend, int n_ranks, device *const *devs,
+                          uint64_t deadline_ns, comm_group **out, sc_error *err) {
+  if (!out) return sc_fail(err, SC_INVALID, "comm_group_open: out is NULL");
+  *out = NULL;
+  if (!backend) return sc_fail(err, SC_INVALID, "comm_group_open: backend name is NULL");
+  comm_group *cg = calloc(1, sizeof *cg);
+  if (!cg) return sc_fail(err, SC_OOM, "comm: out of memory");
+  sc_status s;
+  if (strcmp(backend, "cuda") != 0) { // cpu: buffers are host memory
+    cg->iface = &shm_iface;
+    s = shm_open(n_ranks, deadline_ns, &cg->g, err);
+  } else {
+#ifdef SHARDCHECK_HAVE_CUDA
+    cg->iface = &cuda_iface;
+    s = cuda_open(n_ranks, devs, deadline_ns, &cg->g, err);
+#else
+    s = sc_fail(err, SC_INVALID, "comm: backend cuda is not built in");
+#endif
+  }
+  if (s != SC_OK) {
+    free(cg);
+    return s;
+  }
+  *out = cg;
+  return SC_OK;
+}
+
+comm *comm_group_rank(comm_group *g, int r) { return g->iface->rank(g->g, r); }
+
+void comm_group_abort(comm_group *g) {
+  if (g) g->iface->abort(g->g);
+}
+
+void comm_group_free(comm_group *g) {
+  if (!g) return;
+  g->iface->free(g->g);
+  free(g);
+}
+
+void comm_group_set_slow(comm_group *g, double factor, uint64_t latency_ns, double bandwidth) {
+  if (g) g->iface->set_slow(g->g, factor, latency_ns, bandwidth);
+}
+
+const char *comm_group_error(comm_group *g) {
+  return g && g->iface->error ? g->iface->error(g->g) : "";
+}
