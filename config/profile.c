@@ -14,7 +14,7 @@
 //   with its own blocks, and divided by their number.
 //
 // Left to others: the cost model (kernels/sim/sim_cost.c), reading the YAML back
-// (engine/hardware.c), the device and communicator (kernels/), the engine whose steps are
+// (config/hardware.c), the device and communicator (kernels/), the engine whose steps are
 // timed (engine/engine.c), and everything printed (cli/cmd_profile.c).
 #include "config/profile.h"
 
@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/hardware.h"
 #include "engine/engine.h"
 #include "engine/shard.h"
 #include "kernels/clock.h"

@@ -3,8 +3,8 @@
 // wrong types are SC_INVALID with "FILE:LINE:COL: key 'K': expected ..., got ...".
 //
 // Also "named documents": a name resolved to an embedded file DIR/NAME.yaml (kernels/
-// embedded.h) or, when it ends in .yaml, to a file on disk; presets (engine/presets.c) and
-// hardware profiles (engine/hardware.c) use it. Nested documents (scenarios) walk the tree
+// embedded.h) or, when it ends in .yaml, to a file on disk; presets (config/presets.c) and
+// hardware profiles (config/hardware.c) use it. Nested documents (scenarios) walk the tree
 // themselves and hand each flat mapping to yaml_map_read_node. Nothing here knows what the
 // keys mean; defaults are whatever the caller put in the destinations before the call.
 #pragma once

@@ -26,7 +26,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "engine/hardware.h"
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/memplan.h"
 #include "engine/shard.h"
 #include "config/yaml_map.h"

@@ -1,15 +1,16 @@
 // Model presets (scenarios/models/NAME.yaml, embedded in the binary) and the command-line
 // resolution "preset name or model directory" -> model_config.
 //
-// Reading config.json and checking a config are engine/model.c; the YAML reader is
-// config/yaml_map.c. A preset gives shapes only: it has no weights (`shardcheck model gen`
+// The struct, reading config.json and checking a config are engine/model.c; the YAML reader
+// is config/yaml_map.c. A preset gives shapes only: it has no weights (`shardcheck model gen`
 // writes random ones).
+#include "config/presets.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/model.h"
 #include "config/yaml_map.h"
 #include "kernels/embedded.h"
 

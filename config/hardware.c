@@ -1,9 +1,9 @@
 // Hardware profiles: scenarios/hardware/NAME.yaml (embedded) or a .yaml path -> hw_profile.
 //
-// Only reading and checking live here; the figures and their sources are in the YAML files,
-// what the planner does with memory is engine/memplan.c, and the simulator's use of the rest
-// is kernels/sim/.
-#include "engine/hardware.h"
+// Only reading and checking live here; the struct is engine/hw_profile.h, the figures and
+// their sources are in the YAML files, what the planner does with memory is engine/memplan.c,
+// and the simulator's use of the rest is kernels/sim/.
+#include "config/hardware.h"
 
 #include <libfyaml.h>
 #include <stdio.h>
