@@ -15,6 +15,7 @@
 #include "kernels/embedded.h"
 
 #define MODELS_DIR "scenarios/models"
+#define MODEL_ROPE_THETA_DEFAULT 10000.0f // Llama's rope base (the key is required anyway)
 
 // --- presets
 
@@ -24,7 +25,7 @@ sc_status model_preset_load(const char *name_or_path, model_config *out, sc_erro
   model_config c;
   memset(&c, 0, sizeof c);
   c.head_dim = 0; // absent: dim / n_heads
-  c.rope_theta = 10000.0f;
+  c.rope_theta = MODEL_ROPE_THETA_DEFAULT;
   c.bos_token_id = -1;
   c.eos_token_id = -1;
   c.dtype = SC_BF16;
@@ -32,7 +33,8 @@ sc_status model_preset_load(const char *name_or_path, model_config *out, sc_erro
   double rope_theta = c.rope_theta, norm_eps = 0;
   const yaml_map_field fields[] = {
       {"name", YAML_MAP_STRING, c.name, sizeof c.name, true, NULL, NULL, NULL, NULL},
-      {"description", YAML_MAP_STRING, description, sizeof description, true, NULL, NULL, NULL, NULL},
+      {"description", YAML_MAP_STRING, description, sizeof description, true, NULL, NULL, NULL,
+       NULL},
       {"vocab_size", YAML_MAP_INT, &c.vocab_size, 0, true, NULL, NULL, NULL, NULL},
       {"dim", YAML_MAP_INT, &c.dim, 0, true, NULL, NULL, NULL, NULL},
       {"n_layers", YAML_MAP_INT, &c.n_layers, 0, true, NULL, NULL, NULL, NULL},

@@ -15,11 +15,15 @@
 
 #include "kernels/embedded.h"
 
+#define YAML_MAP_FILE_MAX ((size_t)64 << 20) // largest flat YAML file read, bytes
+#define YAML_MAP_DEPTH_MAX 64                // nesting walked to find a node's first token
+#define YAML_MAP_SCALAR_MAX 512              // longest scalar converted, bytes with the NUL
+
 // --- positions
 
 // First token of a node: the scalar itself, or the first key/item of a collection.
 static struct fy_token *first_token(struct fy_node *node) {
-  for (int depth = 0; node && depth < 64; depth++) {
+  for (int depth = 0; node && depth < YAML_MAP_DEPTH_MAX; depth++) {
     void *it = NULL;
     switch (fy_node_get_type(node)) {
     case FYNT_SCALAR: return fy_node_get_scalar_token(node);
@@ -150,7 +154,7 @@ static bool convert(const yaml_map_field *f, struct fy_node *v) {
   size_t len = 0;
   const char *raw = fy_node_get_scalar(v, &len);
   if (!raw) return false;
-  char text[512];
+  char text[YAML_MAP_SCALAR_MAX];
   if (len >= sizeof text) return false;
   memcpy(text, raw, len);
   text[len] = 0;
@@ -188,8 +192,9 @@ sc_status yaml_map_read_value(struct fy_node *k, struct fy_node *v, const char *
   if (convert(f, v)) return SC_OK;
   yaml_map_describe(v, got, sizeof got);
   if (f->type == YAML_MAP_STRING && v && fy_node_get_type(v) == FYNT_SCALAR && !fy_node_is_null(v))
-    return sc_fail(err, SC_INVALID, "%s: key '%s': expected a string of at most %zu characters, got %s",
-                   where, f->key, f->cap - 1, got);
+    return sc_fail(err, SC_INVALID,
+                   "%s: key '%s': expected a string of at most %zu characters, got %s", where,
+                   f->key, f->cap - 1, got);
   return sc_fail(err, SC_INVALID, "%s: key '%s': expected %s, got %s", where, f->key,
                  yaml_map_expect(f), got);
 }
@@ -369,7 +374,7 @@ sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int
                              sc_error *err) {
   char *buf;
   size_t len;
-  SC_TRY(yaml_map_slurp(path, (size_t)64 << 20, &buf, &len, err));
+  SC_TRY(yaml_map_slurp(path, YAML_MAP_FILE_MAX, &buf, &len, err));
   sc_status s = yaml_map_read_string(buf, len, path, fields, n, err);
   free(buf);
   return s;

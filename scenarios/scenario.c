@@ -35,6 +35,15 @@
 
 #define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
 #define SCN_MAX_GPUS 1024               // largest GPU count of a scaling item
+#define SCN_MAX_RETRIES 100             // router.max_retries at most
+#define SCN_STR_(x) #x
+#define SCN_STR(x) SCN_STR_(x) // a numeric constant as a string literal, for messages
+#define SCN_MAX_TARGET_INDEX (1 << 20)  // largest replica or rank number a fault target names
+#define DUR_MAX_CHARS 40                // digits and dot of a duration at most
+#define DUR_MAX_NS 9.2e18               // durations stay below int64 nanoseconds (~292 years)
+#define U64_MAX_DIGITS 20               // decimal digits of the largest uint64_t
+#define EDIT_MAX_LEN 63                 // longest name edit_distance compares
+#define EDIT_FAR 99                     // edit_distance of names too long to compare
 
 // One parse: where messages point, where relative paths start, what is filled.
 typedef struct ctx {
@@ -86,8 +95,8 @@ static bool dur_parse(const char *s, bool sign_ok, int64_t *out) {
     if (*p == '.') dots++;
     else digits++;
   }
-  if (!digits || dots > 1 || p - s > 40) return false;
-  char num[48];
+  if (!digits || dots > 1 || p - s > DUR_MAX_CHARS) return false;
+  char num[DUR_MAX_CHARS + 8];
   memcpy(num, s, (size_t)(p - s));
   num[p - s] = 0;
   static const struct {
@@ -100,7 +109,7 @@ static bool dur_parse(const char *s, bool sign_ok, int64_t *out) {
     if (!strcmp(p, units[i].unit)) scale = units[i].ns;
   if (scale == 0) return false;
   double ns = strtod(num, NULL) * scale;
-  if (!(ns < 9.2e18)) return false;
+  if (!(ns < DUR_MAX_NS)) return false;
   *out = (neg ? -1 : 1) * (int64_t)llround(ns);
   return true;
 }
@@ -118,7 +127,7 @@ static bool parse_dur(const char *text, void *dst) {
 static bool parse_sdur(const char *text, void *dst) { return dur_parse(text, true, dst); }
 
 static bool parse_u64(const char *text, void *dst) {
-  if (!*text || *text == '-' || *text == '+' || strlen(text) > 20) return false;
+  if (!*text || *text == '-' || *text == '+' || strlen(text) > U64_MAX_DIGITS) return false;
   for (const char *p = text; *p; p++)
     if (*p < '0' || *p > '9') return false;
   errno = 0;
@@ -440,17 +449,6 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
 
 // --- hardware
 
-// "a100-80g, cpu, h100-sxm, ...": the embedded hardware profiles, for messages.
-static void profile_names(char *buf, size_t cap) {
-  const char *names[64];
-  int n = hw_profile_names(names, 64);
-  if (n > 64) n = 64;
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; i < n && len < cap; i++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
-}
-
 // Loads the scenario's hardware profile into s->hw and sets have_hw: the --profile override
 // when there is one (a name, or a .yaml path as given: relative to the working directory),
 // else `profile` from the file (value pv of key k; a .yaml path is resolved against the
@@ -511,7 +509,7 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
   const bool sim_file = sim && !c->switched; // the file itself is a sim scenario
   const bool ov_profile = c->ov && c->ov->profile;
   char backend[16] = "cpu", profile[1024] = "cpu", link[32] = "", names[300];
-  profile_names(names, sizeof names);
+  hw_profile_names_list(names, sizeof names);
   mapview m;
   memset(&m, 0, sizeof m);
   if (!v && sim_file)
@@ -635,8 +633,8 @@ static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
   r->policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
   SC_TRY(check(c, &m, "detect_timeout", r->detect_timeout_ns > 0,
                "a duration > 0 (a lost replica must be noticed)"));
-  SC_TRY(check(c, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= 100,
-               "an integer in [0, 100]"));
+  SC_TRY(check(c, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= SCN_MAX_RETRIES,
+               "an integer in [0, " SCN_STR(SCN_MAX_RETRIES) "]"));
   return SC_OK;
 }
 
@@ -707,7 +705,8 @@ static sc_status parse_scaling(ctx *c, struct fy_node *v, struct fy_node *k,
   SC_TRY(int_list(c, mv_val(&m, "gpus"), gk, "a list of GPU counts, e.g. [1, 2, 4]", 1,
                   COUNT(gpus), gpus, &ng, gitems));
   for (int i = 0; i < ng; i++)
-    if (gpus[i] > SCN_MAX_GPUS) return expect_at(c, gitems[i], gk, "gpus", "at most 1024 GPUs");
+    if (gpus[i] > SCN_MAX_GPUS)
+      return expect_at(c, gitems[i], gk, "gpus", "at most " SCN_STR(SCN_MAX_GPUS) " GPUs");
   static const char *const patterns[] = {"dp", "tp", "pp", "auto"};
   const char *pexpect = "dp, tp, pp, auto or a list of them, e.g. [dp, tp]";
   struct fy_node *pv = mv_val(&m, "pattern"), *pk = mv_key(&m, "pattern");
@@ -1109,12 +1108,12 @@ static int target_parse(const char *t, int *r, int *k) {
   const char *p = t + 7;
   if (*p < '0' || *p > '9') return 0;
   long rv = strtol(p, &end, 10);
-  if (rv > 1 << 20) return 0;
+  if (rv > SCN_MAX_TARGET_INDEX) return 0;
   *r = (int)rv;
   if (!*end) return TGT_REPLICA;
   if (strncmp(end, ".rank", 5) || end[5] < '0' || end[5] > '9') return 0;
   long kv = strtol(end + 5, &end, 10);
-  if (*end || kv > 1 << 20) return 0;
+  if (*end || kv > SCN_MAX_TARGET_INDEX) return 0;
   *k = (int)kv;
   return TGT_RANK;
 }
@@ -1488,8 +1487,8 @@ static sc_status parse_faults(ctx *c, struct fy_node *v, struct fy_node *k) {
 // Edit distance of a and b (short strings, case ignored), for "did you mean".
 static int edit_distance(const char *a, const char *b) {
   int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 63 || lb > 63) return 99;
-  int row[64];
+  if (la > EDIT_MAX_LEN || lb > EDIT_MAX_LEN) return EDIT_FAR;
+  int row[EDIT_MAX_LEN + 1];
   for (int j = 0; j <= lb; j++) row[j] = j;
   for (int i = 1; i <= la; i++) {
     int diag = row[0];
@@ -1511,7 +1510,7 @@ static void close_names(const char *key, char *buf, size_t cap) {
   const mt_metric_info *all;
   int n = mt_metric_all(&all);
   const char *best[3] = {NULL, NULL, NULL};
-  int score[3] = {99, 99, 99};
+  int score[3] = {EDIT_FAR, EDIT_FAR, EDIT_FAR};
   size_t kl = strlen(key);
   for (int i = 0; i < n; i++) {
     if (all[i].dir == MT_NEUTRAL) continue;
