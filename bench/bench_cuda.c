@@ -34,6 +34,7 @@ int main(void) {
 #include <string.h>
 
 #include "bench/bench_engine_util.h"
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "kernels/clock.h"
 #include "kernels/cuda/cuda_backend.h"

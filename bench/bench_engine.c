@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "bench/bench_engine_util.h"
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "engine/shard.h"
 #include "kernels/clock.h"

@@ -16,6 +16,7 @@
 #include <sys/utsname.h>
 
 #include "bench/bench_engine_util.h"
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "kernels/clock.h"
 #include "kernels/device.h"

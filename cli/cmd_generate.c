@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
 #include "kernels/clock.h"

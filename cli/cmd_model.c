@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "config/presets.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
 

@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/hardware.h"
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
 

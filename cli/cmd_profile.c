@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/hardware.h"
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/model.h"
 #include "config/profile.h"
 #include "engine/shard.h"

@@ -14,7 +14,7 @@
 //   with its own blocks, and divided by their number.
 //
 // Left to others: the cost model (kernels/sim/sim_cost.c), reading the YAML back
-// (engine/hardware.c), the device and communicator (kernels/), the engine whose steps are
+// (config/hardware.c), the device and communicator (kernels/), the engine whose steps are
 // timed (engine/engine.c), and everything printed (cli/cmd_profile.c).
 #include "config/profile.h"
 
@@ -30,11 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/hardware.h"
 #include "engine/engine.h"
 #include "engine/shard.h"
 #include "kernels/clock.h"
 #include "kernels/comm.h"
 #include "kernels/device.h"
+#include "kernels/util.h"
 
 #define PROF_MAX_REPS 15
 #define PROF_ROTATE_MIN ((size_t)64 << 20) // weight / KV rotation pool: at least 64 MiB
@@ -45,6 +47,13 @@
 #define PROF_OVERHEAD_PROMPT 16            // prompt tokens of the step-overhead sequences
 #define PROF_OVERHEAD_REPLICAS_MAX 8       // replicas side by side in the step-overhead run
 #define PROF_MAX_BATCH 256                 // the cost model prices at most 256 sequences
+#define PROF_INNER_MAX 100000              // calls of one op in one timed round at most
+#define PROF_INNER_UNTIMED 1000            // calls per round when one call was too fast to time
+#define PROF_AR_ROUND_BYTES (32 << 20)     // bytes one all-reduce round moves at least
+#define PROF_AR_ITERS_MIN 3                // all-reduce calls per round at least
+#define PROF_AR_ITERS_MAX 200              // all-reduce calls per round at most
+#define PROF_AR_TIMEOUT_NS (30ull * 1000000000ull) // the shm group's collective timeout
+#define PROF_GEMM_COPIES_MAX 4096          // weight copies rotated through per GEMM shape
 
 // One GEMM shape of one rank, and which ops of which TP degrees it stands for.
 typedef struct gemm_shape {
@@ -75,20 +84,6 @@ struct profile {
 };
 
 // --- small helpers
-
-static double now_s(void) { return (double)sc_monotonic_ns() * 1e-9; }
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-// Median of v[0..n) (sorts v).
-static double median(double *v, int n) {
-  if (n <= 0) return 0;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Deterministic values in [-scale, scale): activations and weights of a plausible size, so no
 // NaN, inf or denormal slows an op down.
@@ -165,18 +160,18 @@ typedef struct timed {
 static sc_status time_points(timed *t, int n, int reps, double min_s) {
   for (int i = 0; i < n; i++) {
     if (t[i].prep) SC_TRY(t[i].prep(t[i].ctx));
-    double a = now_s();
+    double a = sc_monotonic_s();
     SC_TRY(t[i].op(t[i].ctx, t[i].iter++));
-    double one = now_s() - a;
-    long inner = one > 0 ? (long)ceil(min_s / one) : 1000;
-    t[i].inner = inner < 1 ? 1 : inner > 100000 ? 100000 : inner;
+    double one = sc_monotonic_s() - a;
+    long inner = one > 0 ? (long)ceil(min_s / one) : PROF_INNER_UNTIMED;
+    t[i].inner = inner < 1 ? 1 : inner > PROF_INNER_MAX ? PROF_INNER_MAX : inner;
   }
   for (int r = 0; r < reps && r < PROF_MAX_REPS; r++)
     for (int i = 0; i < n; i++) {
       if (t[i].prep) SC_TRY(t[i].prep(t[i].ctx));
-      double a = now_s();
+      double a = sc_monotonic_s();
       for (long j = 0; j < t[i].inner; j++) SC_TRY(t[i].op(t[i].ctx, t[i].iter++));
-      double v = (now_s() - a) / (double)t[i].inner;
+      double v = (sc_monotonic_s() - a) / (double)t[i].inner;
       t[i].v[r] = v > 0 ? v : 1e-9;
     }
   return SC_OK;
@@ -186,7 +181,7 @@ static double timed_median(const timed *t, int reps) {
   double v[PROF_MAX_REPS];
   if (reps > PROF_MAX_REPS) reps = PROF_MAX_REPS;
   memcpy(v, t->v, sizeof(double) * (size_t)reps);
-  return median(v, reps);
+  return sc_median(v, reps, 0);
 }
 
 static double timed_best(const timed *t, int reps) {
@@ -366,7 +361,7 @@ static sc_status read_bandwidth(const uint64_t *buf, size_t bytes, int threads, 
   size_t words = bytes / 8, per = words / (size_t)threads;
   double best = 0;
   for (int r = 0; r < reps + 1; r++) { // the first pass warms the page tables
-    double a = now_s();
+    double a = sc_monotonic_s();
     int started = 0;
     for (int t = 0; t < threads; t++) {
       jobs[t] = (read_job){.p = buf + (size_t)t * per, .n = per};
@@ -378,7 +373,7 @@ static sc_status read_bandwidth(const uint64_t *buf, size_t bytes, int threads, 
     for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
     if (started != threads - 1)
       return sc_fail(err, SC_OOM, "profile: cannot start %d reader threads", threads);
-    double dt = now_s() - a, bw = (double)(per * (size_t)threads * 8) / dt;
+    double dt = sc_monotonic_s() - a, bw = (double)(per * (size_t)threads * 8) / dt;
     if (r > 0 && bw > best) best = bw;
   }
   *out = best;
@@ -425,7 +420,7 @@ static sc_status add_call(void *c, int iter) {
 
 static sc_status measure_host(profile *p, device *d, sc_error *err) {
   profile_options *o = &p->o;
-  double t0 = now_s();
+  double t0 = sc_monotonic_s();
   int cores = device_cpu_cores();
   size_t used = 0, total = 0;
   SC_TRY(dev_mem_info(d, &used, &total));
@@ -486,7 +481,7 @@ static sc_status measure_host(profile *p, device *d, sc_error *err) {
            "host: %d cores, %.1f GiB, streaming read %.1f GB/s (1 thread %.1f GB/s), "
            "fp32 GEMM %d^3 %.1f GFLOP/s, op call %.0f ns [%.1f s]",
            cores, p->sum.mem_bytes / (1u << 30), p->sum.mem_bw / 1e9, p->sum.mem_bw_1t / 1e9, N,
-           p->sum.flops_fp32 / 1e9, p->sum.launch_s * 1e9, now_s() - t0);
+           p->sum.flops_fp32 / 1e9, p->sum.launch_s * 1e9, sc_monotonic_s() - t0);
   return SC_OK;
 }
 
@@ -622,7 +617,7 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
     // a group: consecutive shapes at one thread count
     int g1 = g0;
     while (g1 < n_shapes && shapes[g1].threads == shapes[g0].threads) g1++;
-    double t0 = now_s();
+    double t0 = sc_monotonic_s();
     const int T = shapes[g0].threads;
     int n_comp = cores / T - 1;
     n_comp = n_comp < 0 ? 0 : n_comp > max_comp ? max_comp : n_comp;
@@ -655,7 +650,9 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
       long copies = (long)(half / ((size_t)sh->n * (size_t)sh->k));
       g[i] = (mm_ctx){.d = d, .m = o->gemm_m[i % nm], .n = sh->n, .k = sh->k, .x = x,
                       .pool = pool, .y = y,
-                      .copies = (int)(copies < 1 ? 1 : copies > 4096 ? 4096 : copies),
+                      .copies = (int)(copies < 1                      ? 1
+                                      : copies > PROF_GEMM_COPIES_MAX ? PROF_GEMM_COPIES_MAX
+                                                                      : copies),
                       .mr = started ? &mr : NULL};
       t[i] = (timed){.op = mm_call, .ctx = &g[i]};
     }
@@ -686,7 +683,7 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
       progress(o, "gemm: %d shape%s at %d thread%s x %d rows (%d..%d), %d companion rank%s "
                   "[%.1f s]",
                g1 - g0, g1 - g0 == 1 ? "" : "s", T, T == 1 ? "" : "s", o->n_gemm_m,
-               o->gemm_m[0], max_m, started, started == 1 ? "" : "s", now_s() - t0);
+               o->gemm_m[0], max_m, started, started == 1 ? "" : "s", sc_monotonic_s() - t0);
     g0 = g1;
   }
   device_cpu_set_threads(cores);
@@ -884,7 +881,7 @@ static sc_status measure_attention(profile *p, int cores, sc_error *err) {
       sim_attn_table *a = &h->attn[h->n_attn];
       *a = (sim_attn_table){.heads = sr.n_heads, .kv_heads = sr.n_kv,
                             .head_dim = o->model.head_dim, .threads = th[j]};
-      double t0 = now_s();
+      double t0 = sc_monotonic_s();
       device_cpu_set_threads(th[j]);
       device *d = NULL;
       sc_status s = device_open(o->backend, 0, &d, err);
@@ -896,7 +893,7 @@ static sc_status measure_attention(profile *p, int cores, sc_error *err) {
       progress(o, "attention: tp%d, %d heads / %d KV heads x %d at %d thread%s, decode %d "
                   "contexts, prefill %d lengths [%.1f s]",
                t, sr.n_heads, sr.n_kv, o->model.head_dim, th[j], th[j] == 1 ? "" : "s",
-               o->n_ctx, o->n_prefill, now_s() - t0);
+               o->n_ctx, o->n_prefill, sc_monotonic_s() - t0);
       snprintf(p->attn_role[h->n_attn], sizeof p->attn_role[0], "tp%d", t);
       h->n_attn++;
     }
@@ -921,11 +918,13 @@ typedef struct ar_rank {
   sc_status st;
 } ar_rank;
 
-// Calls that make one timed round of an all-reduce of `bytes`: enough to move >= 32 MiB,
-// within 3..200.
+// Calls that make one timed round of an all-reduce of `bytes`: enough to move
+// PROF_AR_ROUND_BYTES, within PROF_AR_ITERS_MIN..PROF_AR_ITERS_MAX.
 static int ar_iters(double bytes) {
-  double n = ceil((double)(32 << 20) / bytes);
-  return n < 3 ? 3 : n > 200 ? 200 : (int)n;
+  double n = ceil((double)PROF_AR_ROUND_BYTES / bytes);
+  return n < PROF_AR_ITERS_MIN   ? PROF_AR_ITERS_MIN
+         : n > PROF_AR_ITERS_MAX ? PROF_AR_ITERS_MAX
+                                 : (int)n;
 }
 
 static void *ar_main(void *arg) {
@@ -942,10 +941,10 @@ static void *ar_main(void *arg) {
       size_t n = (size_t)(o->ar_bytes[i] / sizeof(float));
       int iters = ar_iters(o->ar_bytes[i]);
       rk->st = comm_barrier(c);
-      double a = now_s();
+      double a = sc_monotonic_s();
       for (int it = 0; rk->st == SC_OK && it < iters; it++)
         rk->st = comm_allreduce_sum(c, rk->buf, n);
-      if (rk->r == 0) sh->t[i * o->reps + r] = (now_s() - a) / iters;
+      if (rk->r == 0) sh->t[i * o->reps + r] = (sc_monotonic_s() - a) / iters;
     }
   if (rk->st != SC_OK) comm_shm_group_abort(sh->g);
   return NULL;
@@ -959,7 +958,7 @@ static sc_status measure_allreduce_ranks(profile *p, int ranks, sim_coll_table *
   ar_rank *rk = calloc((size_t)ranks, sizeof *rk);
   sh.t = calloc((size_t)o->n_ar_bytes * o->reps, sizeof(double));
   sc_status s = rk && sh.t ? SC_OK : SC_OOM;
-  if (s == SC_OK) s = comm_shm_group_new(ranks, 30ull * 1000000000ull, &sh.g);
+  if (s == SC_OK) s = comm_shm_group_new(ranks, PROF_AR_TIMEOUT_NS, &sh.g);
   for (int r = 0; s == SC_OK && r < ranks; r++) {
     rk[r] = (ar_rank){.sh = &sh, .r = r, .buf = malloc(floats * sizeof(float))};
     if (!rk[r].buf) s = SC_OOM;
@@ -982,7 +981,7 @@ static sc_status measure_allreduce_ranks(profile *p, int ranks, sim_coll_table *
     tb->ranks = ranks;
     for (int i = 0; i < o->n_ar_bytes; i++) {
       tb->allreduce.x[i] = o->ar_bytes[i];
-      tb->allreduce.y[i] = median(sh.t + (size_t)i * o->reps, o->reps);
+      tb->allreduce.y[i] = sc_median(sh.t + (size_t)i * o->reps, o->reps, 0);
       if (!(tb->allreduce.y[i] > 0)) tb->allreduce.y[i] = 1e-9;
     }
     tb->allreduce.n = o->n_ar_bytes;
@@ -1052,12 +1051,12 @@ static sc_status measure_allreduce(profile *p, sc_error *err) {
     if (o->tp[i] > 1) list[n++] = o->tp[i];
   if (n == 0) list[n++] = 2; // the link fit needs one group
   for (int i = 0; i < n; i++) {
-    double t0 = now_s();
+    double t0 = sc_monotonic_s();
     SC_TRY(measure_allreduce_ranks(p, list[i], &h->coll[h->n_coll], err));
     h->n_coll++;
     progress(o, "allreduce: %d ranks x %d sizes (%.0f B .. %.0f MiB) [%.1f s]", list[i],
              o->n_ar_bytes, o->ar_bytes[0], o->ar_bytes[o->n_ar_bytes - 1] / (1 << 20),
-             now_s() - t0);
+             sc_monotonic_s() - t0);
   }
   fit_link(p);
   hw_profile *hp = &p->hw;
@@ -1164,9 +1163,9 @@ static void *ov_replica_main(void *arg) {
       int n_dec = 0, n_round = 0;
       while (s == SC_OK && !engine_idle(r->e)) {
         engine_step_result rs;
-        double a = now_s();
+        double a = sc_monotonic_s();
         s = engine_step(r->e, &rs, &r->err);
-        double w = now_s() - a;
+        double w = sc_monotonic_s() - a;
         if (s != SC_OK) break;
         const engine_step_info *in = &rs.info;
         if (in->decode_tokens != B || in->prefill_tokens != 0 || in->n_seqs != B) continue;
@@ -1214,7 +1213,7 @@ static void *ov_replica_main(void *arg) {
 static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
   const profile_options *o = &p->o;
   const model_config *m = &o->model;
-  double t0 = now_s();
+  double t0 = sc_monotonic_s();
   int ti = p->hw.sim.n_overhead, max_b = 0, nb = o->n_batches;
   for (int i = 0; i < nb; i++) max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
   int prompt = m->max_seq_len / 4 < PROF_OVERHEAD_PROMPT ? m->max_seq_len / 4
@@ -1310,7 +1309,7 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
           memcpy(all_x + n_all, pool, sizeof(double) * (size_t)k);
           n_all += k;
         }
-        med[f] = median(pool, k);
+        med[f] = sc_median(pool, k, 0);
       }
       p->batch[bi] = o->batches[bi];
       p->wall_s[ti][bi] = med[OV_WALL];
@@ -1318,15 +1317,18 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
       p->price_s[ti][bi] = med[OV_PRICE];
       p->res_s[ti][bi] = med[OV_RES];
       tab->s.x[bi] = o->batches[bi];
-      tab->s.y[bi] = med[OV_RES] < -10 ? -10 : med[OV_RES] > 10 ? 10 : med[OV_RES];
+      tab->s.y[bi] = med[OV_RES] < -HW_STEP_OVERHEAD_MAX_S  ? -HW_STEP_OVERHEAD_MAX_S
+                     : med[OV_RES] > HW_STEP_OVERHEAD_MAX_S ? HW_STEP_OVERHEAD_MAX_S
+                                                            : med[OV_RES];
     }
     if (s == SC_OK) {
       p->n_batches = nb;
       p->hw.sim.n_overhead = ti + 1;
-      double ov = median(all, n_all);
+      double ov = sc_median(all, n_all, 0);
       if (ti == 0) {
-        p->sum.step_overhead_exec_s = median(all_x, n_all);
-        p->sum.step_overhead_s = ov > 0 ? (ov < 10 ? ov : 10) : 0;
+        p->sum.step_overhead_exec_s = sc_median(all_x, n_all, 0);
+        p->sum.step_overhead_s =
+            ov > 0 ? (ov < HW_STEP_OVERHEAD_MAX_S ? ov : HW_STEP_OVERHEAD_MAX_S) : 0;
         p->sum.overhead_tp = tp;
         p->sum.overhead_steps = n_all;
         p->hw.sim.step_overhead_s = p->sum.step_overhead_s;
@@ -1340,7 +1342,7 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
       for (int i = 0; i < nb && len > 0 && (size_t)len < sizeof line; i++)
         len += snprintf(line + len, sizeof line - (size_t)len, "%s%d", i ? ", " : " ",
                         p->batch[i]);
-      progress(o, "%s; median residual %.3f ms [%.1f s]", line, ov * 1e3, now_s() - t0);
+      progress(o, "%s; median residual %.3f ms [%.1f s]", line, ov * 1e3, sc_monotonic_s() - t0);
     }
     free(pool);
     free(all);
@@ -1435,7 +1437,7 @@ sc_status profile_measure(const profile_options *opts, profile **out, sc_error *
   if (!p) return sc_fail(err, SC_OOM, "profile: out of memory");
   p->o = *opts;
   sc_status s = resolve_options(&p->o, err);
-  double t0 = now_s();
+  double t0 = sc_monotonic_s();
   int cores = device_cpu_cores();
   cpu_times c0 = {0}, c1 = {0};
   bool have_times = read_cpu_times(&c0);
@@ -1473,7 +1475,7 @@ sc_status profile_measure(const profile_options *opts, profile **out, sc_error *
   else
     snprintf(hp->description, sizeof hp->description, "%.80s, %d cores, CPU backend (measured)",
              p->cpu_model, cores);
-  p->sum.elapsed_s = now_s() - t0;
+  p->sum.elapsed_s = sc_monotonic_s() - t0;
   p->sum.other_load = p->sum.steal = -1;
   if (have_times && read_cpu_times(&c1) && p->sum.elapsed_s > 0) {
     double cap = p->sum.elapsed_s * (p->cpus_online > 0 ? p->cpus_online : cores);

@@ -1,13 +1,13 @@
 // Calibration: measures, on the real device, the op times the simulator's cost model
 // (kernels/sim/sim_cost.h) uses, and writes them as a hardware profile YAML that
-// hw_profile_load (engine/hardware.h) reads back: host figures (memory, streaming-read
+// hw_profile_load (config/hardware.h) reads back: host figures (memory, streaming-read
 // bandwidth, peak GEMM rate, cores), GEMM time tables for every shape one rank of each TP
 // degree runs, attention tables (decode vs context, prefill vs prompt), all-reduce tables over
 // the shm communicator with a link fit, and the engine's per-step overhead (the residual of
 // real decode steps against the cost model's price).
 //
 // What it leaves to others: the cost model itself (kernels/sim/), reading profiles
-// (engine/hardware.c), the device ops it times (kernels/cpu/), argument parsing and printing
+// (config/hardware.c), the device ops it times (kernels/cpu/), argument parsing and printing
 // (cli/cmd_profile.c). The format and how each figure is taken: docs/profile.md. Only the cpu
 // backend is measured here; nothing prints or exits.
 #pragma once
@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/hardware.h"
+#include "engine/hw_profile.h"
 #include "engine/model.h"
 #include "kernels/status.h"
 

@@ -15,11 +15,15 @@
 
 #include "kernels/embedded.h"
 
+#define YAML_MAP_FILE_MAX ((size_t)64 << 20) // largest flat YAML file read, bytes
+#define YAML_MAP_DEPTH_MAX 64                // nesting walked to find a node's first token
+#define YAML_MAP_SCALAR_MAX 512              // longest scalar converted, bytes with the NUL
+
 // --- positions
 
 // First token of a node: the scalar itself, or the first key/item of a collection.
 static struct fy_token *first_token(struct fy_node *node) {
-  for (int depth = 0; node && depth < 64; depth++) {
+  for (int depth = 0; node && depth < YAML_MAP_DEPTH_MAX; depth++) {
     void *it = NULL;
     switch (fy_node_get_type(node)) {
     case FYNT_SCALAR: return fy_node_get_scalar_token(node);
@@ -44,12 +48,17 @@ bool yaml_map_pos(struct fy_node *node, int *line, int *col) {
   return true;
 }
 
-void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap) {
-  int line, col;
-  if (yaml_map_pos(node, &line, &col))
+void yaml_map_where_or(struct fy_node *node, struct fy_node *fallback, const char *file,
+                       char *buf, size_t cap) {
+  int line = 0, col = 0;
+  if (yaml_map_pos(node, &line, &col) || yaml_map_pos(fallback, &line, &col))
     snprintf(buf, cap, "%s:%d:%d", file, line, col);
   else
     snprintf(buf, cap, "%s", file);
+}
+
+void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap) {
+  yaml_map_where_or(node, NULL, file, buf, cap);
 }
 
 // --- scalars
@@ -66,23 +75,40 @@ const char *yaml_map_expect(const yaml_map_field *f) {
   return "a value";
 }
 
-// Describes what a value node is, for "got ...": 'text', "text" (quoted), null, a mapping.
-static void describe(struct fy_node *v, char *buf, size_t cap) {
+#define DESCRIBE_SHOWN 60      // characters of a scalar shown before "..."
+#define DESCRIBE_ITEM_SHOWN 24 // longest sequence item shown whole
+
+void yaml_map_describe(struct fy_node *v, char *buf, size_t cap) {
   if (!v || fy_node_is_null(v)) {
     snprintf(buf, cap, "null");
     return;
   }
   switch (fy_node_get_type(v)) {
   case FYNT_MAPPING: snprintf(buf, cap, "a mapping"); return;
-  case FYNT_SEQUENCE: snprintf(buf, cap, "a sequence"); return;
+  case FYNT_SEQUENCE: { // "[1, 2, 3]", "[]", "[a, ...]" for nested or long ones
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    void *it = NULL;
+    struct fy_node *item;
+    for (int i = 0; (item = fy_node_sequence_iterate(v, &it)) && len < cap; i++) {
+      size_t n = 0;
+      const char *t = fy_node_get_type(item) == FYNT_SCALAR ? fy_node_get_scalar(item, &n) : NULL;
+      if (!t || n > DESCRIBE_ITEM_SHOWN || len + n > DESCRIBE_SHOWN) {
+        len += (size_t)snprintf(buf + len, cap - len, "%s...", i ? ", " : "");
+        break;
+      }
+      len += (size_t)snprintf(buf + len, cap - len, "%s%.*s", i ? ", " : "", (int)n, t);
+    }
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    return;
+  }
   default: break;
   }
   size_t len = 0;
   const char *s = fy_node_get_scalar(v, &len);
   bool quoted = fy_node_get_style(v) != FYNS_PLAIN;
-  int shown = len > 60 ? 60 : (int)len;
+  int shown = len > DESCRIBE_SHOWN ? DESCRIBE_SHOWN : (int)len;
   snprintf(buf, cap, "%s'%.*s'%s", quoted ? "the quoted string " : "", shown, s ? s : "",
-           len > 60 ? "..." : "");
+           len > DESCRIBE_SHOWN ? "..." : "");
 }
 
 static bool parse_int(const char *s, int *out) {
@@ -128,7 +154,7 @@ static bool convert(const yaml_map_field *f, struct fy_node *v) {
   size_t len = 0;
   const char *raw = fy_node_get_scalar(v, &len);
   if (!raw) return false;
-  char text[512];
+  char text[YAML_MAP_SCALAR_MAX];
   if (len >= sizeof text) return false;
   memcpy(text, raw, len);
   text[len] = 0;
@@ -149,11 +175,28 @@ static bool convert(const yaml_map_field *f, struct fy_node *v) {
 
 // --- mappings
 
-static void key_list(const yaml_map_field *fields, int n, char *buf, size_t cap) {
+void yaml_map_key_list(const yaml_map_field *fields, int n, const char *const *more, int n_more,
+                       char *buf, size_t cap) {
   size_t len = 0;
   buf[0] = 0;
-  for (int i = 0; i < n && len < cap; i++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", fields[i].key);
+  for (int i = 0; i < n + n_more && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
+                            i < n ? fields[i].key : more[i - n]);
+}
+
+sc_status yaml_map_read_value(struct fy_node *k, struct fy_node *v, const char *file,
+                              const yaml_map_field *f, sc_error *err) {
+  if (f->type == YAML_MAP_NODE) return f->node(v, f->dst, file, err);
+  char where[300], got[100];
+  yaml_map_where(v && fy_node_get_type(v) == FYNT_SCALAR ? v : k, file, where, sizeof where);
+  if (convert(f, v)) return SC_OK;
+  yaml_map_describe(v, got, sizeof got);
+  if (f->type == YAML_MAP_STRING && v && fy_node_get_type(v) == FYNT_SCALAR && !fy_node_is_null(v))
+    return sc_fail(err, SC_INVALID,
+                   "%s: key '%s': expected a string of at most %zu characters, got %s", where,
+                   f->key, f->cap - 1, got);
+  return sc_fail(err, SC_INVALID, "%s: key '%s': expected %s, got %s", where, f->key,
+                 yaml_map_expect(f), got);
 }
 
 sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_map_field *fields,
@@ -161,7 +204,7 @@ sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_m
   char where[300], got[100];
   if (!map || fy_node_get_type(map) != FYNT_MAPPING) {
     yaml_map_where(map, file, where, sizeof where);
-    describe(map, got, sizeof got);
+    yaml_map_describe(map, got, sizeof got);
     return sc_fail(err, SC_INVALID, "%s: expected a mapping of keys, got %s", where, got);
   }
   bool seen[128] = {false};
@@ -177,26 +220,11 @@ sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_m
     while (i < n && strcmp(fields[i].key, key)) i++;
     if (i == n) {
       char keys[400];
-      key_list(fields, n, keys, sizeof keys);
+      yaml_map_key_list(fields, n, NULL, 0, keys, sizeof keys);
       return sc_fail(err, SC_INVALID, "%s: unknown key '%s'; expected one of: %s", where, key,
                      keys);
     }
-    if (fields[i].type == YAML_MAP_NODE) {
-      SC_TRY(fields[i].node(v, fields[i].dst, file, err));
-      seen[i] = true;
-      continue;
-    }
-    if (v && fy_node_get_type(v) == FYNT_SCALAR) yaml_map_where(v, file, where, sizeof where);
-    if (!convert(&fields[i], v)) {
-      describe(v, got, sizeof got);
-      if (fields[i].type == YAML_MAP_STRING && v && fy_node_get_type(v) == FYNT_SCALAR &&
-          !fy_node_is_null(v))
-        return sc_fail(err, SC_INVALID,
-                       "%s: key '%s': expected a string of at most %zu characters, got %s", where,
-                       key, fields[i].cap - 1, got);
-      return sc_fail(err, SC_INVALID, "%s: key '%s': expected %s, got %s", where, key,
-                     yaml_map_expect(&fields[i]), got);
-    }
+    SC_TRY(yaml_map_read_value(k, v, file, &fields[i], err));
     seen[i] = true;
   }
   for (int i = 0; i < n; i++) {
@@ -227,7 +255,7 @@ sc_status yaml_map_pairs(struct fy_node *v, const char *file, const char *key, d
   *n = 0;
   if (!v || fy_node_get_type(v) != FYNT_SEQUENCE) {
     yaml_map_where(v, file, where, sizeof where);
-    describe(v, got, sizeof got);
+    yaml_map_describe(v, got, sizeof got);
     return sc_fail(err, SC_INVALID, "%s: key '%s': expected a list of [x, y] pairs, got %s",
                    where, key, got);
   }
@@ -254,8 +282,9 @@ sc_status yaml_map_pairs(struct fy_node *v, const char *file, const char *key, d
   return SC_OK;
 }
 
-sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
-                               const yaml_map_field *fields, int n, sc_error *err) {
+sc_status yaml_map_parse(const char *text, size_t len, const char *name,
+                         sc_status (*use)(struct fy_node *root, void *arg, sc_error *err),
+                         void *arg, sc_error *err) {
   // Diagnostics are collected, not printed (engine/ never prints).
   struct fy_diag_cfg dcfg;
   fy_diag_cfg_default(&dcfg);
@@ -274,17 +303,32 @@ sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
       s = sc_fail(err, SC_INVALID, "%s:%d:%d: invalid YAML: %s", name, e->line, e->column,
                   e->msg ? e->msg : "syntax error"); // libfyaml's diag positions are 1-based
     else // no document and no complaint: nothing but whitespace and comments
-      s = sc_fail(err, SC_INVALID, "%s: empty document; expected a mapping of keys", name);
+      s = use(NULL, arg, err);
   } else {
-    struct fy_node *root = fy_document_root(doc);
-    if (!root)
-      s = sc_fail(err, SC_INVALID, "%s: empty document; expected a mapping of keys", name);
-    else
-      s = yaml_map_read_node(root, name, fields, n, err);
+    s = use(fy_document_root(doc), arg, err);
     fy_document_destroy(doc);
   }
   fy_diag_destroy(diag);
   return s;
+}
+
+typedef struct flat_doc {
+  const char *name;
+  const yaml_map_field *fields;
+  int n;
+} flat_doc;
+
+static sc_status read_flat_root(struct fy_node *root, void *arg, sc_error *err) {
+  const flat_doc *d = arg;
+  if (!root)
+    return sc_fail(err, SC_INVALID, "%s: empty document; expected a mapping of keys", d->name);
+  return yaml_map_read_node(root, d->name, d->fields, d->n, err);
+}
+
+sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
+                               const yaml_map_field *fields, int n, sc_error *err) {
+  flat_doc d = {.name = name, .fields = fields, .n = n};
+  return yaml_map_parse(text, len, name, read_flat_root, &d, err);
 }
 
 sc_status yaml_map_slurp(const char *path, size_t max_bytes, char **out, size_t *len,
@@ -330,7 +374,7 @@ sc_status yaml_map_read_file(const char *path, const yaml_map_field *fields, int
                              sc_error *err) {
   char *buf;
   size_t len;
-  SC_TRY(yaml_map_slurp(path, (size_t)64 << 20, &buf, &len, err));
+  SC_TRY(yaml_map_slurp(path, YAML_MAP_FILE_MAX, &buf, &len, err));
   sc_status s = yaml_map_read_string(buf, len, path, fields, n, err);
   free(buf);
   return s;

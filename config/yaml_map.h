@@ -3,10 +3,11 @@
 // wrong types are SC_INVALID with "FILE:LINE:COL: key 'K': expected ..., got ...".
 //
 // Also "named documents": a name resolved to an embedded file DIR/NAME.yaml (kernels/
-// embedded.h) or, when it ends in .yaml, to a file on disk; presets (engine/presets.c) and
-// hardware profiles (engine/hardware.c) use it. Nested documents (scenarios) walk the tree
-// themselves and hand each flat mapping to yaml_map_read_node. Nothing here knows what the
-// keys mean; defaults are whatever the caller put in the destinations before the call.
+// embedded.h) or, when it ends in .yaml, to a file on disk; presets (config/presets.c) and
+// hardware profiles (config/hardware.c) use it. Nested documents (scenarios) walk the tree
+// themselves with the helpers below (positions, describe, one value at a time), so every
+// reader words the same mistake the same way. Nothing here knows what the keys mean; defaults
+// are whatever the caller put in the destinations before the call.
 #pragma once
 
 #include <stdbool.h>
@@ -43,12 +44,32 @@ typedef struct yaml_map_field {
 
 // What field f expects, in messages: "an integer", "a number", ..., or f->expect.
 const char *yaml_map_expect(const yaml_map_field *f);
+// What a value node is, for "got ...": 'text', the quoted string 'text', null, a mapping,
+// [1, 2, 3] (a sequence, "..." for nested or long items). Every reader's messages use it.
+void yaml_map_describe(struct fy_node *v, char *buf, size_t cap);
+// Writes "a, b, c": the keys of fields[0..n), then more[0..n_more) (e.g. the nested keys a
+// caller walks itself), for "expected one of: ...".
+void yaml_map_key_list(const yaml_map_field *fields, int n, const char *const *more, int n_more,
+                       char *buf, size_t cap);
 
 // Reads the mapping `map` into fields[0..n). `file` names the source in messages. On error
 // the destinations of keys read before the bad one are already written.
 sc_status yaml_map_read_node(struct fy_node *map, const char *file, const yaml_map_field *fields,
                              int n, sc_error *err);
 
+// Reads one value v of key node k with field f (f->key names it in messages), as
+// yaml_map_read_node reads each pair: SC_INVALID "FILE:LINE:COL: key 'K': expected ..., got
+// ..." at v (at k when v is not a scalar); *f->dst is left alone then.
+sc_status yaml_map_read_value(struct fy_node *k, struct fy_node *v, const char *file,
+                              const yaml_map_field *f, sc_error *err);
+
+// Parses text[0..len) (shown as `name`) with libfyaml's diagnostics collected, never printed,
+// and returns use(root, arg, err): root is NULL when the text holds no document (nothing but
+// whitespace and comments). A syntax error is SC_INVALID "NAME:LINE:COL: invalid YAML: ..."
+// and use is not called. The tree lives only while use runs.
+sc_status yaml_map_parse(const char *text, size_t len, const char *name,
+                         sc_status (*use)(struct fy_node *root, void *arg, sc_error *err),
+                         void *arg, sc_error *err);
 // Parses text[0..len) (a YAML document whose root is a flat mapping) shown as `name`.
 sc_status yaml_map_read_string(const char *text, size_t len, const char *name,
                                const yaml_map_field *fields, int n, sc_error *err);
@@ -70,6 +91,9 @@ sc_status yaml_map_pairs(struct fy_node *v, const char *file, const char *key, d
 bool yaml_map_pos(struct fy_node *node, int *line, int *col);
 // Writes "FILE:LINE:COL" for node (1-based; "FILE" alone when libfyaml has no position).
 void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t cap);
+// The same for node, else for fallback when node has no position (a null value: its key).
+void yaml_map_where_or(struct fy_node *node, struct fy_node *fallback, const char *file,
+                       char *buf, size_t cap);
 
 // --- named documents: embedded DIR/NAME.yaml, or a path ending in .yaml
 // `what` names the kind in messages ("model preset", "hardware profile"). An unknown name is

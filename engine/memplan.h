@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/hardware.h"
+#include "engine/hw_profile.h"
 #include "engine/model.h"
 
 typedef struct memplan_params {

@@ -3,7 +3,7 @@
 // weights (generated per element from a counter, so any slice stands on its own).
 //
 // Presets (model_preset_load, model_preset_names, model_config_resolve) live in
-// engine/presets.c; the safetensors format itself in engine/safetensors.c.
+// config/presets.c; the safetensors format itself in engine/safetensors.c.
 #include "engine/model.h"
 
 #include <errno.h>

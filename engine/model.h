@@ -1,8 +1,9 @@
 // Llama-family model description: the config (from Hugging Face config.json or a preset),
 // dtypes, the list of tensors a config implies, and deterministic random weights.
 //
-// Loading tensors from disk is engine/safetensors.h; slicing them for ranks is
-// engine/shard.h; running them is engine/executor.c.
+// Presets and the command-line "preset or directory" resolution are config/presets.h;
+// loading tensors from disk is engine/safetensors.h; slicing them for ranks is engine/shard.h;
+// running them is engine/executor.c.
 #pragma once
 
 #include <stdbool.h>
@@ -47,16 +48,6 @@ sc_status model_config_check(const model_config *c, const char *where, sc_error 
 // A missing field or a wrong type is SC_INVALID with "PATH: field 'F' ..." in err.
 sc_status model_config_load_json(const char *path, model_config *out, sc_error *err);
 sc_status model_config_write_json(const model_config *c, const char *path, sc_error *err);
-
-// Loads a preset by name from the embedded scenarios/models/NAME.yaml, or from a .yaml path.
-sc_status model_preset_load(const char *name_or_path, model_config *out, sc_error *err);
-// Fills names[] with the embedded preset names (static strings); returns how many exist.
-int model_preset_names(const char **names, int cap);
-
-// A model given on the command line: a preset name, or a directory with config.json.
-// *has_weights says whether a directory (with safetensors) was given.
-sc_status model_config_resolve(const char *preset_or_dir, model_config *out, bool *has_weights,
-                               sc_error *err);
 
 uint64_t model_config_n_params(const model_config *c);
 

@@ -26,7 +26,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "engine/hardware.h"
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/memplan.h"
 #include "engine/shard.h"
 #include "config/yaml_map.h"
@@ -34,6 +35,15 @@
 
 #define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
 #define SCN_MAX_GPUS 1024               // largest GPU count of a scaling item
+#define SCN_MAX_RETRIES 100             // router.max_retries at most
+#define SCN_STR_(x) #x
+#define SCN_STR(x) SCN_STR_(x) // a numeric constant as a string literal, for messages
+#define SCN_MAX_TARGET_INDEX (1 << 20)  // largest replica or rank number a fault target names
+#define DUR_MAX_CHARS 40                // digits and dot of a duration at most
+#define DUR_MAX_NS 9.2e18               // durations stay below int64 nanoseconds (~292 years)
+#define U64_MAX_DIGITS 20               // decimal digits of the largest uint64_t
+#define EDIT_MAX_LEN 63                 // longest name edit_distance compares
+#define EDIT_FAR 99                     // edit_distance of names too long to compare
 
 // One parse: where messages point, where relative paths start, what is filled.
 typedef struct ctx {
@@ -41,7 +51,6 @@ typedef struct ctx {
   const char *dir;  // relative paths resolve against it
   scenario *s;
   sc_error *err;
-  struct fy_document *doc;
   const scn_overrides *ov; // command-line overrides (NULL: none)
   bool mode_from_ov;       // the mode is the override's, not the file's
   bool switched;           // the file says real, the override sim: hardware is converted
@@ -49,55 +58,11 @@ typedef struct ctx {
 
 // --- positions and messages
 
-// "FILE:LINE:COL" of node, else of fallback, else "FILE".
-static void where(const ctx *c, struct fy_node *node, struct fy_node *fallback, char *buf,
-                  size_t cap) {
-  int line = 0, col = 0;
-  if (yaml_map_pos(node, &line, &col) || yaml_map_pos(fallback, &line, &col))
-    snprintf(buf, cap, "%s:%d:%d", c->file, line, col);
-  else
-    snprintf(buf, cap, "%s", c->file);
-}
-
-// What a value is, for "got ...": 'text', the quoted string 'text', null, a mapping, ...
-static void describe(struct fy_node *v, char *buf, size_t cap) {
-  if (!v || fy_node_is_null(v)) {
-    snprintf(buf, cap, "null");
-    return;
-  }
-  switch (fy_node_get_type(v)) {
-  case FYNT_MAPPING: snprintf(buf, cap, "a mapping"); return;
-  case FYNT_SEQUENCE: { // "[1, 2, 3]", "[]", "[a, ...]" for nested or long ones
-    size_t len = (size_t)snprintf(buf, cap, "[");
-    void *it = NULL;
-    struct fy_node *item;
-    for (int i = 0; (item = fy_node_sequence_iterate(v, &it)) && len < cap; i++) {
-      size_t n = 0;
-      const char *t = fy_node_get_type(item) == FYNT_SCALAR ? fy_node_get_scalar(item, &n) : NULL;
-      if (!t || n > 24 || len + n > 60) {
-        len += (size_t)snprintf(buf + len, cap - len, "%s...", i ? ", " : "");
-        break;
-      }
-      len += (size_t)snprintf(buf + len, cap - len, "%s%.*s", i ? ", " : "", (int)n, t);
-    }
-    if (len < cap) snprintf(buf + len, cap - len, "]");
-    return;
-  }
-  default: break;
-  }
-  size_t len = 0;
-  const char *s = fy_node_get_scalar(v, &len);
-  bool quoted = fy_node_get_style(v) != FYNS_PLAIN;
-  int shown = len > 60 ? 60 : (int)len;
-  snprintf(buf, cap, "%s'%.*s'%s", quoted ? "the quoted string " : "", shown, s ? s : "",
-           len > 60 ? "..." : "");
-}
-
 // SC_INVALID with "WHERE: MESSAGE", WHERE the position of node (or of fallback).
 __attribute__((format(printf, 4, 5))) static sc_status
 fail_at(ctx *c, struct fy_node *node, struct fy_node *fallback, const char *fmt, ...) {
   char w[300], msg[480];
-  where(c, node, fallback, w, sizeof w);
+  yaml_map_where_or(node, fallback, c->file, w, sizeof w);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -109,7 +74,7 @@ fail_at(ctx *c, struct fy_node *node, struct fy_node *fallback, const char *fmt,
 static sc_status expect_at(ctx *c, struct fy_node *v, struct fy_node *k, const char *key,
                            const char *expect) {
   char got[100];
-  describe(v, got, sizeof got);
+  yaml_map_describe(v, got, sizeof got);
   return fail_at(c, v, k, "key '%s': expected %s, got %s", key, expect, got);
 }
 
@@ -130,8 +95,8 @@ static bool dur_parse(const char *s, bool sign_ok, int64_t *out) {
     if (*p == '.') dots++;
     else digits++;
   }
-  if (!digits || dots > 1 || p - s > 40) return false;
-  char num[48];
+  if (!digits || dots > 1 || p - s > DUR_MAX_CHARS) return false;
+  char num[DUR_MAX_CHARS + 8];
   memcpy(num, s, (size_t)(p - s));
   num[p - s] = 0;
   static const struct {
@@ -144,7 +109,7 @@ static bool dur_parse(const char *s, bool sign_ok, int64_t *out) {
     if (!strcmp(p, units[i].unit)) scale = units[i].ns;
   if (scale == 0) return false;
   double ns = strtod(num, NULL) * scale;
-  if (!(ns < 9.2e18)) return false;
+  if (!(ns < DUR_MAX_NS)) return false;
   *out = (neg ? -1 : 1) * (int64_t)llround(ns);
   return true;
 }
@@ -162,7 +127,7 @@ static bool parse_dur(const char *text, void *dst) {
 static bool parse_sdur(const char *text, void *dst) { return dur_parse(text, true, dst); }
 
 static bool parse_u64(const char *text, void *dst) {
-  if (!*text || *text == '-' || *text == '+' || strlen(text) > 20) return false;
+  if (!*text || *text == '-' || *text == '+' || strlen(text) > U64_MAX_DIGITS) return false;
   for (const char *p = text; *p; p++)
     if (*p < '0' || *p > '9') return false;
   errno = 0;
@@ -205,10 +170,9 @@ static bool parse_dtype(const char *text, void *dst) {
 
 // --- reading mappings
 //
-// read_map checks that every key of a mapping is known, reads the scalar keys (`fields`)
-// with yaml_map_read_node, and hands back every present key's nodes so the caller can walk
-// the nested ones and point at any key. The scalar pairs are copied into a temporary mapping
-// of the same document (copies keep their positions), so yaml_map sees a flat mapping.
+// read_map checks that every key of a mapping is known, then reads the scalar keys (`fields`)
+// in file order with yaml_map_read_value, and hands back every present key's nodes so the
+// caller can walk the nested ones and point at any key.
 
 enum { MV_MAX = 32 };
 
@@ -235,92 +199,60 @@ static struct fy_node *mv_val(const mapview *m, const char *k) {
   return i >= 0 ? m->val[i] : NULL;
 }
 
-static void key_list(const yaml_map_field *f, int nf, const char *const *nested, int nn,
-                     char *buf, size_t cap) {
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; i < nf + nn && len < cap; i++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
-                            i < nf ? f[i].key : nested[i - nf]);
-}
-
-
-// Appends copies of k and v to tmp. SC_OOM when libfyaml cannot.
-static sc_status append_copy(ctx *c, struct fy_node *tmp, struct fy_node *k, struct fy_node *v) {
-  struct fy_node *kc = fy_node_copy(c->doc, k);
-  struct fy_node *vc = fy_node_copy(c->doc, v);
-  if (kc && vc && fy_node_mapping_append(tmp, kc, vc) == 0) return SC_OK;
-  fy_node_free(kc);
-  fy_node_free(vc);
-  return sc_fail(c->err, SC_OOM, "%s: out of memory reading YAML", c->file);
-}
-
 // Reads mapping `map`, the value of key `key` (key node k; both NULL for the root).
 static sc_status read_map(ctx *c, struct fy_node *map, const char *key, struct fy_node *k,
                           const yaml_map_field *f, int nf, const char *const *nested, int nn,
                           mapview *out) {
   SC_ASSERT(nf + nn <= MV_MAX);
   char keys[400];
-  key_list(f, nf, nested, nn, keys, sizeof keys);
+  yaml_map_key_list(f, nf, nested, nn, keys, sizeof keys);
   if (!map || fy_node_get_type(map) != FYNT_MAPPING) {
     char expect[460];
     snprintf(expect, sizeof expect, "a mapping with keys %s", keys);
     if (key) return expect_at(c, map, k, key, expect);
     char got[100];
-    describe(map, got, sizeof got);
+    yaml_map_describe(map, got, sizeof got);
     return fail_at(c, map, k, "expected a mapping of scenario keys (%s), got %s", keys, got);
   }
   memset(out, 0, sizeof *out);
   out->map = map;
   out->owner = k;
-  struct fy_node *tmp = fy_node_create_mapping(c->doc);
-  if (!tmp) return sc_fail(c->err, SC_OOM, "%s: out of memory reading YAML", c->file);
-  sc_status st = SC_OK;
+  int field[MV_MAX]; // index into f of each present key, -1 for a nested one
   void *it = NULL;
   struct fy_node_pair *pair;
-  while (st == SC_OK && (pair = fy_node_mapping_iterate(map, &it))) {
+  while ((pair = fy_node_mapping_iterate(map, &it))) {
     struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
     const char *name =
         pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) {
-      st = fail_at(c, pk, map, "expected a plain key%s%s%s", key ? " in '" : "",
-                   key ? key : "", key ? "'" : "");
-      break;
-    }
+    if (!name)
+      return fail_at(c, pk, map, "expected a plain key%s%s%s", key ? " in '" : "",
+                     key ? key : "", key ? "'" : "");
     int i = 0;
     while (i < nf && strcmp(f[i].key, name)) i++;
     int j = 0;
     while (i == nf && j < nn && strcmp(nested[j], name)) j++;
-    if (i == nf && j == nn) {
-      st = fail_at(c, pk, NULL, "unknown key '%s'; expected one of: %s", name, keys);
-      break;
-    }
-    if (i < nf && (!pv || fy_node_is_null(pv))) { // no position of its own: point at the key
-      st = expect_at(c, pv, pk, name, yaml_map_expect(&f[i]));
-      break;
-    }
-    if (i < nf) st = append_copy(c, tmp, pk, pv);
+    if (i == nf && j == nn)
+      return fail_at(c, pk, NULL, "unknown key '%s'; expected one of: %s", name, keys);
+    if (i < nf && (!pv || fy_node_is_null(pv))) // no position of its own: point at the key
+      return expect_at(c, pv, pk, name, yaml_map_expect(&f[i]));
+    field[out->n] = i < nf ? i : -1;
     out->name[out->n] = name;
     out->key[out->n] = pk;
     out->val[out->n] = pv;
     out->n++;
   }
-  if (st == SC_OK) st = yaml_map_read_node(tmp, c->file, f, nf, c->err);
-  fy_node_free(tmp);
-  return st;
+  for (int i = 0; i < out->n; i++)
+    if (field[i] >= 0)
+      SC_TRY(yaml_map_read_value(out->key[i], out->val[i], c->file, &f[field[i]], c->err));
+  return SC_OK;
 }
 
 // Reads one scalar value v of key node k with field f (f->key must be k's text): the form
 // for sequence items and for keys that take a scalar or a collection.
 static sc_status read_scalar(ctx *c, struct fy_node *k, struct fy_node *v,
                              const yaml_map_field *f) {
-  struct fy_node *tmp = fy_node_create_mapping(c->doc);
-  if (!tmp) return sc_fail(c->err, SC_OOM, "%s: out of memory reading YAML", c->file);
-  sc_status st = !v || fy_node_is_null(v) ? expect_at(c, v, k, f->key, yaml_map_expect(f))
-                                           : append_copy(c, tmp, k, v);
-  if (st == SC_OK) st = yaml_map_read_node(tmp, c->file, f, 1, c->err);
-  fy_node_free(tmp);
-  return st;
+  if (!v || fy_node_is_null(v)) return expect_at(c, v, k, f->key, yaml_map_expect(f));
+  return yaml_map_read_value(k, v, c->file, f, c->err);
 }
 
 static const char *key_text(struct fy_node *k) {
@@ -517,17 +449,6 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
 
 // --- hardware
 
-// "a100-80g, cpu, h100-sxm, ...": the embedded hardware profiles, for messages.
-static void profile_names(char *buf, size_t cap) {
-  const char *names[64];
-  int n = hw_profile_names(names, 64);
-  if (n > 64) n = 64;
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; i < n && len < cap; i++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
-}
-
 // Loads the scenario's hardware profile into s->hw and sets have_hw: the --profile override
 // when there is one (a name, or a .yaml path as given: relative to the working directory),
 // else `profile` from the file (value pv of key k; a .yaml path is resolved against the
@@ -588,7 +509,7 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
   const bool sim_file = sim && !c->switched; // the file itself is a sim scenario
   const bool ov_profile = c->ov && c->ov->profile;
   char backend[16] = "cpu", profile[1024] = "cpu", link[32] = "", names[300];
-  profile_names(names, sizeof names);
+  hw_profile_names_list(names, sizeof names);
   mapview m;
   memset(&m, 0, sizeof m);
   if (!v && sim_file)
@@ -712,8 +633,8 @@ static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
   r->policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
   SC_TRY(check(c, &m, "detect_timeout", r->detect_timeout_ns > 0,
                "a duration > 0 (a lost replica must be noticed)"));
-  SC_TRY(check(c, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= 100,
-               "an integer in [0, 100]"));
+  SC_TRY(check(c, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= SCN_MAX_RETRIES,
+               "an integer in [0, " SCN_STR(SCN_MAX_RETRIES) "]"));
   return SC_OK;
 }
 
@@ -784,7 +705,8 @@ static sc_status parse_scaling(ctx *c, struct fy_node *v, struct fy_node *k,
   SC_TRY(int_list(c, mv_val(&m, "gpus"), gk, "a list of GPU counts, e.g. [1, 2, 4]", 1,
                   COUNT(gpus), gpus, &ng, gitems));
   for (int i = 0; i < ng; i++)
-    if (gpus[i] > SCN_MAX_GPUS) return expect_at(c, gitems[i], gk, "gpus", "at most 1024 GPUs");
+    if (gpus[i] > SCN_MAX_GPUS)
+      return expect_at(c, gitems[i], gk, "gpus", "at most " SCN_STR(SCN_MAX_GPUS) " GPUs");
   static const char *const patterns[] = {"dp", "tp", "pp", "auto"};
   const char *pexpect = "dp, tp, pp, auto or a list of them, e.g. [dp, tp]";
   struct fy_node *pv = mv_val(&m, "pattern"), *pk = mv_key(&m, "pattern");
@@ -1019,7 +941,7 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     while (j < n_allowed && strcmp(allowed[j], m.name[i])) j++;
     if (j == n_allowed) {
       char keys[200];
-      key_list(NULL, 0, allowed, n_allowed, keys, sizeof keys);
+      yaml_map_key_list(NULL, 0, allowed, n_allowed, keys, sizeof keys);
       return fail_at(c, m.key[i], NULL, "key '%s': not part of a %s phase (a %s phase takes: "
                      "%s)", m.name[i], kinds[kind], kinds[kind], keys);
     }
@@ -1186,12 +1108,12 @@ static int target_parse(const char *t, int *r, int *k) {
   const char *p = t + 7;
   if (*p < '0' || *p > '9') return 0;
   long rv = strtol(p, &end, 10);
-  if (rv > 1 << 20) return 0;
+  if (rv > SCN_MAX_TARGET_INDEX) return 0;
   *r = (int)rv;
   if (!*end) return TGT_REPLICA;
   if (strncmp(end, ".rank", 5) || end[5] < '0' || end[5] > '9') return 0;
   long kv = strtol(end + 5, &end, 10);
-  if (*end || kv > 1 << 20) return 0;
+  if (*end || kv > SCN_MAX_TARGET_INDEX) return 0;
   *k = (int)kv;
   return TGT_RANK;
 }
@@ -1565,8 +1487,8 @@ static sc_status parse_faults(ctx *c, struct fy_node *v, struct fy_node *k) {
 // Edit distance of a and b (short strings, case ignored), for "did you mean".
 static int edit_distance(const char *a, const char *b) {
   int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 63 || lb > 63) return 99;
-  int row[64];
+  if (la > EDIT_MAX_LEN || lb > EDIT_MAX_LEN) return EDIT_FAR;
+  int row[EDIT_MAX_LEN + 1];
   for (int j = 0; j <= lb; j++) row[j] = j;
   for (int i = 1; i <= la; i++) {
     int diag = row[0];
@@ -1588,7 +1510,7 @@ static void close_names(const char *key, char *buf, size_t cap) {
   const mt_metric_info *all;
   int n = mt_metric_all(&all);
   const char *best[3] = {NULL, NULL, NULL};
-  int score[3] = {99, 99, 99};
+  int score[3] = {EDIT_FAR, EDIT_FAR, EDIT_FAR};
   size_t kl = strlen(key);
   for (int i = 0; i < n; i++) {
     if (all[i].dir == MT_NEUTRAL) continue;
@@ -1793,40 +1715,19 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   return SC_OK;
 }
 
+static sc_status parse_doc_root(struct fy_node *root, void *arg, sc_error *err) {
+  ctx *c = arg;
+  if (!root || fy_node_is_null(root))
+    return sc_fail(err, SC_INVALID, "%s: empty file; expected a scenario (a mapping of keys: "
+                   "name, model, deployments, workload, ...)", c->file);
+  return parse_root(c, root);
+}
+
 // Parses s->text into s, with overrides ov (may be NULL).
 static sc_status parse_text(scenario *s, const char *name, const scn_overrides *ov,
                             sc_error *err) {
   ctx c = {.file = name, .dir = s->dir, .s = s, .err = err, .ov = ov};
-  struct fy_diag_cfg dcfg;
-  fy_diag_cfg_default(&dcfg);
-  dcfg.fp = NULL; // collected, never printed
-  dcfg.colorize = false;
-  struct fy_diag *diag = fy_diag_create(&dcfg);
-  if (!diag) return sc_fail(err, SC_OOM, "%s: cannot create a YAML diagnostic object", name);
-  fy_diag_set_collect_errors(diag, true);
-  struct fy_parse_cfg cfg = {.flags = FYPCF_QUIET | FYPCF_RESOLVE_DOCUMENT, .diag = diag};
-  c.doc = fy_document_build_from_string(&cfg, s->text, s->text_len);
-  sc_status st;
-  if (!c.doc) {
-    void *it = NULL;
-    struct fy_diag_error *e = fy_diag_errors_iterate(diag, &it);
-    if (e) // libfyaml's positions are 1-based
-      st = sc_fail(err, SC_INVALID, "%s:%d:%d: invalid YAML: %s", name, e->line, e->column,
-                   e->msg ? e->msg : "syntax error");
-    else
-      st = sc_fail(err, SC_INVALID, "%s: empty file; expected a scenario (a mapping of keys: "
-                   "name, model, deployments, workload, ...)", name);
-  } else {
-    struct fy_node *root = fy_document_root(c.doc);
-    if (!root || fy_node_is_null(root))
-      st = sc_fail(err, SC_INVALID, "%s: empty file; expected a scenario (a mapping of keys: "
-                   "name, model, deployments, workload, ...)", name);
-    else
-      st = parse_root(&c, root);
-    fy_document_destroy(c.doc);
-  }
-  fy_diag_destroy(diag);
-  return st;
+  return yaml_map_parse(s->text, s->text_len, name, parse_doc_root, &c, err);
 }
 
 // --- public API

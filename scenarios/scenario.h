@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/hardware.h"
+#include "engine/hw_profile.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
 #include "kernels/status.h"

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/presets.h"
 #include "engine/model.h"
 #include "tests/helpers.h"
 

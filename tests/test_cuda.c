@@ -14,6 +14,7 @@ int main(void) {
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "kernels/comm.h"
 #include "kernels/cuda/cuda_backend.h"

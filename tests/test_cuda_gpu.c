@@ -24,6 +24,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "kernels/comm.h"
 #include "kernels/cuda/cuda_backend.h"

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "tests/helpers.h"
 

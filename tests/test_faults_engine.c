@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "serving/replica.h"
 #include "kernels/clock.h"

@@ -10,7 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/hardware.h"
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
 #include "engine/shard.h"

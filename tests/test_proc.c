@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/presets.h"
 #include "serving/replica.h"
 #include "kernels/clock.h"
 #include "tests/helpers.h"

@@ -11,7 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/hardware.h"
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "config/profile.h"
 #include "engine/shard.h"
 #include "kernels/device.h"

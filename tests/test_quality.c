@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "config/presets.h"
 #include "faults/quality.h"
 #include "tests/helpers.h"
 

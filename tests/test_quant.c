@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/presets.h"
 #include "engine/engine.h"
 #include "kernels/device.h"
 #include "tests/helpers.h"

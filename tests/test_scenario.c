@@ -16,7 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/hardware.h"
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
 #include "config/yaml_map.h"

@@ -5,8 +5,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/executor.h"
-#include "engine/hardware.h"
 #include "engine/model.h"
 #include "kernels/sim/sim_cost.h"
 

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/hardware.h"
+#include "config/presets.h"
 #include "engine/engine.h"
-#include "engine/hardware.h"
 #include "engine/model.h"
 #include "serving/replica.h"
 

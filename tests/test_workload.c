@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/presets.h"
 #include "engine/model.h"
 #include "scenarios/workload.h"
 #include "tests/helpers.h"

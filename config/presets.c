@@ -1,19 +1,21 @@
 // Model presets (scenarios/models/NAME.yaml, embedded in the binary) and the command-line
 // resolution "preset name or model directory" -> model_config.
 //
-// Reading config.json and checking a config are engine/model.c; the YAML reader is
-// config/yaml_map.c. A preset gives shapes only: it has no weights (`shardcheck model gen`
+// The struct, reading config.json and checking a config are engine/model.c; the YAML reader
+// is config/yaml_map.c. A preset gives shapes only: it has no weights (`shardcheck model gen`
 // writes random ones).
+#include "config/presets.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/model.h"
 #include "config/yaml_map.h"
 #include "kernels/embedded.h"
 
 #define MODELS_DIR "scenarios/models"
+#define MODEL_ROPE_THETA_DEFAULT 10000.0f // Llama's rope base (the key is required anyway)
 
 // --- presets
 
@@ -23,7 +25,7 @@ sc_status model_preset_load(const char *name_or_path, model_config *out, sc_erro
   model_config c;
   memset(&c, 0, sizeof c);
   c.head_dim = 0; // absent: dim / n_heads
-  c.rope_theta = 10000.0f;
+  c.rope_theta = MODEL_ROPE_THETA_DEFAULT;
   c.bos_token_id = -1;
   c.eos_token_id = -1;
   c.dtype = SC_BF16;
@@ -31,7 +33,8 @@ sc_status model_preset_load(const char *name_or_path, model_config *out, sc_erro
   double rope_theta = c.rope_theta, norm_eps = 0;
   const yaml_map_field fields[] = {
       {"name", YAML_MAP_STRING, c.name, sizeof c.name, true, NULL, NULL, NULL, NULL},
-      {"description", YAML_MAP_STRING, description, sizeof description, true, NULL, NULL, NULL, NULL},
+      {"description", YAML_MAP_STRING, description, sizeof description, true, NULL, NULL, NULL,
+       NULL},
       {"vocab_size", YAML_MAP_INT, &c.vocab_size, 0, true, NULL, NULL, NULL, NULL},
       {"dim", YAML_MAP_INT, &c.dim, 0, true, NULL, NULL, NULL, NULL},
       {"n_layers", YAML_MAP_INT, &c.n_layers, 0, true, NULL, NULL, NULL, NULL},

@@ -1,9 +1,9 @@
 // Hardware profiles: scenarios/hardware/NAME.yaml (embedded) or a .yaml path -> hw_profile.
 //
-// Only reading and checking live here; the figures and their sources are in the YAML files,
-// what the planner does with memory is engine/memplan.c, and the simulator's use of the rest
-// is kernels/sim/.
-#include "engine/hardware.h"
+// Only reading and checking live here; the struct is engine/hw_profile.h, the figures and
+// their sources are in the YAML files, what the planner does with memory is engine/memplan.c,
+// and the simulator's use of the rest is kernels/sim/.
+#include "config/hardware.h"
 
 #include <libfyaml.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "config/yaml_map.h"
 
 #define HW_DIR "scenarios/hardware"
+#define HW_INTER_LINK_DEFAULT "ib-ndr" // the link between nodes when a profile names none
 
 // --- nested keys (the simulator's curves and measured tables)
 
@@ -136,16 +137,17 @@ static sc_status coll_item(struct fy_node *e, const char *file, void *dst, int i
   return positive_ints(e, file, "allreduce", &c->ranks, names, 1, err);
 }
 
-// A residual may be negative (the op tables price such steps high), never beyond 10 s.
+// A residual may be negative (the op tables price such steps high), never beyond
+// HW_STEP_OVERHEAD_MAX_S.
 static sc_status node_residual(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   SC_TRY(read_curve(v, file, "s", dst, err));
   const sim_curve *c = dst;
   for (int i = 0; i < c->n; i++)
-    if (!(c->y[i] >= -10 && c->y[i] <= 10)) {
+    if (!(c->y[i] >= -HW_STEP_OVERHEAD_MAX_S && c->y[i] <= HW_STEP_OVERHEAD_MAX_S)) {
       char where[300];
       yaml_map_where(v, file, where, sizeof where);
-      return sc_fail(err, SC_INVALID, "%s: key 's': residuals must be seconds in [-10, 10], got %g",
-                     where, c->y[i]);
+      return sc_fail(err, SC_INVALID, "%s: key 's': residuals must be seconds in [-%d, %d], got %g",
+                     where, HW_STEP_OVERHEAD_MAX_S, HW_STEP_OVERHEAD_MAX_S, c->y[i]);
     }
   return SC_OK;
 }
@@ -171,11 +173,11 @@ static sc_status node_gemm(struct fy_node *v, void *dst, const char *file, sc_er
 }
 static sc_status node_attn(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_hw *h = dst;
-  return each_item(v, file, "attention", 8, &h->n_attn, h, attn_item, err);
+  return each_item(v, file, "attention", HW_TABLES_ATTN_MAX, &h->n_attn, h, attn_item, err);
 }
 static sc_status node_coll(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_hw *h = dst;
-  return each_item(v, file, "allreduce", 8, &h->n_coll, h, coll_item, err);
+  return each_item(v, file, "allreduce", HW_TABLES_COLL_MAX, &h->n_coll, h, coll_item, err);
 }
 static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_hw *h = dst;
@@ -231,7 +233,7 @@ sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *e
 
 static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_error *err) {
   sim_hw *h = &p->sim;
-  char inter[32] = "ib-ndr";
+  char inter[32] = HW_INTER_LINK_DEFAULT;
   double inter_bw = 0, inter_lat = -1;
   h->mem_eff = 1;
   const yaml_map_field fields[] = {
@@ -282,32 +284,36 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
   if (p->flops_int8 < 0)
     return sc_fail(err, SC_INVALID, "%s: key 'flops_int8' must be >= 0 (0 = unknown), got %g",
                    where, p->flops_int8);
-  if (p->link_latency_s < 0 || p->link_latency_s > 1)
-    return sc_fail(err, SC_INVALID, "%s: key 'link_latency_s' must be in [0, 1] seconds, got %g",
-                   where, p->link_latency_s);
-  if (p->gpus_per_node < 1 || p->gpus_per_node > 1024)
-    return sc_fail(err, SC_INVALID, "%s: key 'gpus_per_node' must be in 1..1024, got %d", where,
-                   p->gpus_per_node);
+  if (p->link_latency_s < 0 || p->link_latency_s > HW_LINK_LATENCY_MAX_S)
+    return sc_fail(err, SC_INVALID, "%s: key 'link_latency_s' must be in [0, %d] seconds, got %g",
+                   where, HW_LINK_LATENCY_MAX_S, p->link_latency_s);
+  if (p->gpus_per_node < 1 || p->gpus_per_node > HW_GPUS_PER_NODE_MAX)
+    return sc_fail(err, SC_INVALID, "%s: key 'gpus_per_node' must be in 1..%d, got %d", where,
+                   HW_GPUS_PER_NODE_MAX, p->gpus_per_node);
   if (!p->name[0]) return sc_fail(err, SC_INVALID, "%s: key 'name' must not be empty", where);
   if (!(h->mem_eff > 0 && h->mem_eff <= 1))
     return sc_fail(err, SC_INVALID, "%s: key 'mem_eff' must be in (0, 1], got %g", where,
                    h->mem_eff);
-  if (h->launch_s < 0 || h->launch_s > 1 || h->step_overhead_s < 0 || h->step_overhead_s > 10)
+  if (h->launch_s < 0 || h->launch_s > HW_LINK_LATENCY_MAX_S || h->step_overhead_s < 0 ||
+      h->step_overhead_s > HW_STEP_OVERHEAD_MAX_S)
     return sc_fail(err, SC_INVALID,
                    "%s: keys 'launch_s' and 'step_overhead_s' must be non-negative seconds "
-                   "(at most 1 and 10), got %g and %g", where, h->launch_s, h->step_overhead_s);
-  if (h->host_cores < 0 || h->host_cores > 4096)
-    return sc_fail(err, SC_INVALID, "%s: key 'host_cores' must be in 0..4096, got %d", where,
-                   h->host_cores);
+                   "(at most %d and %d), got %g and %g", where, HW_LINK_LATENCY_MAX_S,
+                   HW_STEP_OVERHEAD_MAX_S, h->launch_s, h->step_overhead_s);
+  if (h->host_cores < 0 || h->host_cores > HW_HOST_CORES_MAX)
+    return sc_fail(err, SC_INVALID, "%s: key 'host_cores' must be in 0..%d, got %d", where,
+                   HW_HOST_CORES_MAX, h->host_cores);
   hw_profile_sync_sim(p);
   SC_TRY(set_link(&h->inter, inter, where, "inter_link", err));
-  if (inter_bw < 0 || inter_lat > 1)
+  if (inter_bw < 0 || inter_lat > HW_LINK_LATENCY_MAX_S)
     return sc_fail(err, SC_INVALID,
                    "%s: keys 'inter_link_bw' and 'inter_link_latency_s' must be positive "
-                   "(latency at most 1 s)", where);
+                   "(latency at most %d s)", where, HW_LINK_LATENCY_MAX_S);
   if (inter_bw > 0) h->inter.bw = inter_bw;
   if (inter_lat >= 0) h->inter.latency_s = inter_lat;
   return SC_OK;
 }
 
 int hw_profile_names(const char **names, int cap) { return yaml_map_names(HW_DIR, names, cap); }
+
+void hw_profile_names_list(char *buf, size_t cap) { yaml_map_names_list(HW_DIR, buf, cap); }
