@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 
 bash ci/setup.sh
 
+echo "== layers: every include points down a floor"
+bash ci/layers.sh
+
 jobs=$(nproc)
 mkdir -p build
 

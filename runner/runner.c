@@ -961,11 +961,12 @@ static void rt_finish(void *ud, uint64_t key, req_status st, const char *reason,
 }
 
 // Which replica implementation the scenario's deployments run: simulated replicas in mode sim;
-// in mode real, `shardcheck worker` processes when the scenario has faults (so that a fault
-// can SIGKILL or SIGSTOP one for real), else local ones.
+// in mode real, `shardcheck worker` processes with router.isolation process (the default when
+// the scenario has faults, so that a fault can SIGKILL or SIGSTOP one for real), else local
+// ones.
 static replica_kind replica_kind_of(const scenario *s) {
   if (s->mode == SCN_MODE_SIM) return REPLICA_SIM;
-  return s->n_faults > 0 ? REPLICA_PROCESS : REPLICA_LOCAL;
+  return scenario_isolates_processes(s) ? REPLICA_PROCESS : REPLICA_LOCAL;
 }
 
 static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
@@ -1097,6 +1098,9 @@ static char *config_json(const scenario *s, uint64_t seed) {
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;
   json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
+  if (s->mode != SCN_MODE_SIM)
+    json_object_set_new(o, "isolation",
+                        json_string(scenario_isolates_processes(s) ? "process" : "thread"));
   if (s->mode == SCN_MODE_SIM) {
     json_object_set_new(o, "backend", json_string("sim"));
     json_object_set_new(o, "link", json_string(s->hw.link));
@@ -1222,6 +1226,10 @@ static sc_status refuse(const scenario *s, sc_error *err) {
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];
     if (f->kind != SCN_FAULT_CLOCK_JUMP) continue;
+    if (!scenario_isolates_processes(s))
+      return sc_fail(err, SC_INVALID, "%s:%d:%d: clock_jump needs router.isolation: process (the "
+                     "workers' clock is offset through libfaketime; a thread shares this "
+                     "process's clock)", s->path, f->line, f->col);
     if (f->offset_ns % 1000000000 != 0)
       return sc_fail(err, SC_INVALID, "%s:%d:%d: clock_jump offset: whole seconds only (the "
                      "workers' clock is offset through libfaketime)", s->path, f->line, f->col);

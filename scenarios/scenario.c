@@ -618,9 +618,11 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
 static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
   static const char *const policies[] = {"least-outstanding", "round-robin"};
-  char policy[32] = "least-outstanding";
+  static const char *const isolations[] = {"process", "thread"};
+  char policy[32] = "least-outstanding", isolation[32] = "";
   scn_router *r = &c->s->router;
   const yaml_map_field f[] = {F_STR("policy", policy),
+                              F_STR("isolation", isolation),
                               F_DUR("detect_timeout", &r->detect_timeout_ns),
                               F_INT("max_retries", &r->max_retries),
                               F_DUR("backoff", &r->backoff_ns),
@@ -631,6 +633,11 @@ static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
   int p = 0;
   SC_TRY(pick_key(c, &m, "policy", policy, policies, 2, &p));
   r->policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
+  if (mv_val(&m, "isolation")) {
+    int i = 0;
+    SC_TRY(pick_key(c, &m, "isolation", isolation, isolations, 2, &i));
+    r->isolation = i ? SCN_ISOLATION_THREAD : SCN_ISOLATION_PROCESS;
+  }
   SC_TRY(check(c, &m, "detect_timeout", r->detect_timeout_ns > 0,
                "a duration > 0 (a lost replica must be noticed)"));
   SC_TRY(check(c, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= SCN_MAX_RETRIES,
@@ -1809,6 +1816,11 @@ uint64_t scenario_phase_duration_ns(const scn_phase *p) {
   if (p->kind == SCN_PHASE_RAMP) return (uint64_t)p->n_concurrency * p->hold_ns;
   if (p->kind == SCN_PHASE_RATE) return p->duration_ns;
   return 0;
+}
+
+bool scenario_isolates_processes(const scenario *s) {
+  if (s->router.isolation == SCN_ISOLATION_DEFAULT) return s->n_faults > 0;
+  return s->router.isolation == SCN_ISOLATION_PROCESS;
 }
 
 const char *scenario_phase_kind_name(scn_phase_kind k) {

@@ -206,8 +206,16 @@ typedef enum scn_router_policy {
   SCN_ROUTER_ROUND_ROBIN,
 } scn_router_policy;
 
+// How a real-mode deployment runs its replicas (key router.isolation).
+typedef enum scn_isolation {
+  SCN_ISOLATION_DEFAULT, // not given: process when the scenario has faults, else thread
+  SCN_ISOLATION_PROCESS, // each replica a `shardcheck worker` process (SIGKILL, SIGSTOP real)
+  SCN_ISOLATION_THREAD,  // each replica in this process, stepped by a thread of its own
+} scn_isolation;
+
 typedef struct scn_router {
   scn_router_policy policy;   // key router.policy: least-outstanding (default) | round-robin
+  scn_isolation isolation;    // key isolation: process | thread (default: see scn_isolation)
   uint64_t detect_timeout_ns; // key detect_timeout: no heartbeat this long = replica lost (2 s)
   int max_retries;            // key max_retries: resubmissions of one request at most (3)
   uint64_t backoff_ns;        // key backoff: wait before the first retry, doubled per retry
@@ -268,5 +276,8 @@ void scenario_free(scenario *s); // NULL is a no-op
 int scenario_phase_requests(const scn_phase *p);
 // Expected wall time of a phase in ns when known (RAMP: steps x hold; RATE with duration), else 0.
 uint64_t scenario_phase_duration_ns(const scn_phase *p);
+// Whether s's replicas run as `shardcheck worker` processes in mode real: router.isolation, or,
+// when it is not given, whether s has faults.
+bool scenario_isolates_processes(const scenario *s);
 const char *scenario_phase_kind_name(scn_phase_kind k); // "ramp", "rate", "fixed"
 const char *scenario_fault_kind_name(scn_fault_kind k); // "kill", "hang", ..., "chaos"

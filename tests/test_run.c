@@ -387,3 +387,40 @@ Test(run, a_clock_jump_that_cannot_be_injected_is_refused_before_anything_is_rec
   cr_expect(strstr(out, "clock_jump needs libfaketime"), "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM run"), 0);
 }
+
+Test(run, router_isolation_thread_keeps_replicas_in_process_and_still_takes_faults,
+     .timeout = 300) {
+  const char *dir = sc_test_tmpdir("run-isolation");
+  const char *sc = tiny_scenario(dir, "thread.yaml",
+                                 "deployments: [{dp: 2}]\n"
+                                 "router: {isolation: thread}\n"
+                                 "workload:\n  prompts: [{input: 8, output: 16}]\n"
+                                 "  phases: [{ramp: {concurrency: [2]}, hold: 1s}]\n"
+                                 "faults: [{at: 300ms, kill: replica, target: replica0}]\n"
+                                 "slo: {lost_requests: 0}\n");
+  const char *jump = tiny_scenario(dir, "jump.yaml",
+                                   "deployments: [{dp: 1}]\n"
+                                   "router: {isolation: thread}\n"
+                                   "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                                   "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
+                                   "faults: [{at: 1s, clock_jump: {offset: +1h}}]\n");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(args, sizeof args, "run %s --db %s --no-report", sc, db);
+  cr_expect_eq(cli(args), 0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM run WHERE json_extract(config, '$.isolation') = "
+                      "'thread'"), 1);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'kill' AND detected_ns IS NOT "
+                      "NULL"), 1, "the in-process replica was killed and the kill seen");
+  // A worker process would have been restarted after the kill; a replica in this process has
+  // no restart.
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE detail LIKE '%restarted in%'"), 0);
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE replica = 1"), 0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT value FROM metric WHERE name = 'leaked_processes' AND phase_id "
+                      "IS NULL"), 0);
+  snprintf(args, sizeof args, "run %s --db %s", jump, db);
+  cr_expect_eq(cli(args), 2, "%s", out);
+  cr_expect(strstr(out, "clock_jump needs router.isolation: process"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM run"), 1, "refused before anything is recorded");
+}

@@ -1252,3 +1252,41 @@ Test(scenario_gate, bad_gate_keys_are_refused_where_they_are) {
   parse_bad(BASE "gate: {metrics: {ttft_p95_ms: -5%}}\n", "t.yaml:7:", "ttft_p95_ms");
   parse_bad(BASE "gate: {tolernce: 5%}\n", "t.yaml:7:", "tolernce");
 }
+
+Test(scenario_parse, router_isolation_defaults_to_process_only_with_faults) {
+  const char *head = "name: t\nmodel: {preset: llama-tiny}\ndeployments: [{dp: 2}]\n"
+                     "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                     "  phases: [{rate: 4, duration: 1m}]\n";
+  const char *kill = "faults: [{at: 1s, kill: replica, target: replica0}]\n";
+  char text[1024];
+  snprintf(text, sizeof text, "%s", head);
+  scenario *s = parse_ok(text);
+  cr_expect_eq(s->router.isolation, SCN_ISOLATION_DEFAULT);
+  cr_expect_not(scenario_isolates_processes(s), "no faults: replicas in this process");
+  scenario_free(s);
+  snprintf(text, sizeof text, "%s%s", head, kill);
+  s = parse_ok(text);
+  cr_expect(scenario_isolates_processes(s), "faults: a worker process per replica");
+  scenario_free(s);
+  snprintf(text, sizeof text, "%s%srouter: {isolation: thread}\n", head, kill);
+  s = parse_ok(text);
+  cr_expect_eq(s->router.isolation, SCN_ISOLATION_THREAD);
+  cr_expect_not(scenario_isolates_processes(s), "thread overrides the faults' default");
+  scenario_free(s);
+  snprintf(text, sizeof text, "%srouter: {isolation: process}\n", head);
+  s = parse_ok(text);
+  cr_expect_eq(s->router.isolation, SCN_ISOLATION_PROCESS);
+  cr_expect(scenario_isolates_processes(s), "process without faults");
+  scenario_free(s);
+}
+
+Test(scenario_errors, router_isolation_takes_process_or_thread) {
+  const char *head = "name: t\nmodel: {preset: llama-tiny}\ndeployments: [{dp: 2}]\n"
+                     "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                     "  phases: [{rate: 4, duration: 1m}]\n";
+  char text[512];
+  snprintf(text, sizeof text, "%srouter: {isolation: container}\n", head);
+  parse_bad(text, "t.yaml:7:", "isolation");
+  snprintf(text, sizeof text, "%srouter: {isolation: \"\"}\n", head);
+  parse_bad(text, "t.yaml:7:", "process");
+}
