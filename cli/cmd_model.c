@@ -3,7 +3,7 @@
 // directory's config and parameter count and checks its tensors; `model list` names the
 // presets.
 //
-// The config, the tensor list and the generator are engine/model.c, presets engine/presets.c,
+// The config, the tensor list and the generator are engine/model.c, presets config/presets.c,
 // the file format engine/safetensors.c; this file only parses arguments and prints.
 #include <errno.h>
 #include <getopt.h>

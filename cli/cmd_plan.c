@@ -3,7 +3,7 @@
 // as a table or (--json) one JSON object.
 //
 // The arithmetic is engine/memplan.c (formulas in docs/planner.md), the presets
-// engine/presets.c, the profiles engine/hardware.c; this file parses arguments and prints.
+// config/presets.c, the profiles config/hardware.c; this file parses arguments and prints.
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>

@@ -4,7 +4,7 @@
 // shapes at each TP degree, the link fit and the per-step overhead.
 //
 // The measuring and the file format are config/profile.c (docs/profile.md); reading profiles
-// back is engine/hardware.c. This file parses arguments, refuses bad input before anything is
+// back is config/hardware.c. This file parses arguments, refuses bad input before anything is
 // measured, prints one progress line per measured group on stderr, writes the file and checks
 // that it loads back.
 #include <errno.h>

@@ -7,6 +7,8 @@
 #include "faults/runtime_impl.h"
 #include "kernels/util.h"
 
+enum { MAX_PEERS = 64 }; // peers a replica is compared with at most
+
 // Median of the durations hist[from .. to) steps back (0 = the latest).
 static uint64_t median_back(const rep_state *rs, int from, int to) {
   uint64_t v[HIST];
@@ -25,9 +27,9 @@ void fault_rt_on_step(fault_rt *f, int rep, const engine_step_info *si, uint64_t
   if (rs->n_hist < MIN_STEPS) return;
   double fast = (double)median_back(rs, 0, FAST), ref = 0;
   // Against its peers when it has some (the same load), else against its own past.
-  uint64_t peer[64];
+  uint64_t peer[MAX_PEERS];
   int np = 0;
-  for (int i = 0; i < f->n_rs && np < 64; i++)
+  for (int i = 0; i < f->n_rs && np < MAX_PEERS; i++)
     if (i != rep && f->rs[i].n_hist >= MIN_STEPS) peer[np++] = median_back(&f->rs[i], 0, FAST);
   if (np > 0) {
     qsort(peer, (size_t)np, sizeof *peer, sc_cmp_u64);

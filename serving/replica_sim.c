@@ -47,6 +47,7 @@
 
 #include "serving/replica.h"
 #include "serving/replica_keys.h"
+#include "kernels/util.h"
 
 // A restarted replica loads one GPU's weights and workspace (engine_sim.static_bytes) host to
 // device at this rate (bytes/s): about what a PCIe gen4 x16 link achieves (31.5 GB/s peak),
@@ -116,11 +117,6 @@ static bool live(const simrep *s, uint64_t id) {
   return id < k->cap_ids && rk_id(k, k->id_to_key[id]) == id;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
 // Makes room for n entries in s->bad. False when memory ran out.
 static bool bad_reserve(simrep *s, size_t n) {
   if (n <= s->cap_bad) return true;
@@ -175,7 +171,7 @@ static void die(simrep *s, uint64_t t, sc_status st, replica_failure why, const 
     const replica_event *ev = &s->held.v[i];
     if (ev->kind == REPLICA_EV_FINISHED || ev->kind == REPLICA_EV_FAILED) key_add(&lost, ev->key);
   }
-  if (lost.n) qsort(lost.v, lost.n, sizeof *lost.v, cmp_u64);
+  if (lost.n) qsort(lost.v, lost.n, sizeof *lost.v, sc_cmp_u64);
   for (size_t i = 0; i < lost.n; i++)
     if (i == 0 || lost.v[i] != lost.v[i - 1]) push_failed(&s->ready, lost.v[i], st, why, t);
   free(lost.v);
@@ -229,11 +225,11 @@ static void start_step(simrep *s, uint64_t t) {
     for (int i = 0; i < res.n_events; i++)
       if (res.events[i].kind == ENGINE_EV_TOKEN && live(s, res.events[i].req_id))
         s->bad[n_bad++] = res.events[i].req_id;
-    if (n_bad) qsort(s->bad, n_bad, sizeof *s->bad, cmp_u64);
+    if (n_bad) qsort(s->bad, n_bad, sizeof *s->bad, sc_cmp_u64);
   }
   for (int i = 0; i < res.n_events; i++) {
     const engine_event *e = &res.events[i];
-    if (n_bad && bsearch(&e->req_id, s->bad, n_bad, sizeof *s->bad, cmp_u64)) continue;
+    if (n_bad && bsearch(&e->req_id, s->bad, n_bad, sizeof *s->bad, sc_cmp_u64)) continue;
     if (!live(s, e->req_id)) continue; // a request already failed here (its cancel's FINISHED)
     replica_event ev = rk_event(&s->keys, e, end);
     rq_push(q, &ev);

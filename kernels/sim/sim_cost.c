@@ -6,7 +6,7 @@
 // stack arrays (at most SIM_MAX_SEQS sequences and SIM_MAX_MB micro-batches per step). The
 // formulas, their units and what is and is not modelled are written out in docs/simulator.md.
 //
-// Not here: the figures (scenarios/hardware/*.yaml through engine/hardware.c), the link table
+// Not here: the figures (scenarios/hardware/*.yaml through config/hardware.c), the link table
 // (sim_links.c), which sequences make a step (engine/scheduler.c), the micro-batch split rule
 // (engine/executor.c, exec_split_microbatches), the clock that advances by the price
 // (runner/runner.c).

@@ -14,7 +14,7 @@
 // from the schedule.
 //
 // Not here: what a step contains (engine/scheduler.c), how a batch splits into micro-batches
-// (engine/executor.h, exec_split_microbatches), what the hardware YAML says (engine/hardware.c
+// (engine/executor.h, exec_split_microbatches), what the hardware YAML says (config/hardware.c
 // reads it into sim_hw), the virtual clock and event loop (runner/runner.c).
 #pragma once
 
