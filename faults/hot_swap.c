@@ -74,7 +74,7 @@ static void swap_load(fault_rt *f, int fi, int i, uint64_t now) {
   rs->swapping = true;
   rs->swap_cfg = &f->vcfg[fr->version];
   rs->restart_err = (sc_error){{0}};
-  if (f->c.sim || !frt_ask_supervisor(f, i)) {
+  if (replica_in_virtual_time(f->c.reps[i]) || !frt_ask_supervisor(f, i)) {
     rs->restart_st = replica_swap(f->c.reps[i], rs->swap_cfg, &rs->restart_err);
     rs->swapping = false;
   }

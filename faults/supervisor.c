@@ -84,7 +84,7 @@ void frt_on_dead(fault_rt *f, int i, uint64_t now) {
   rs->fault = fi;
   if (!f->c.s->router.restart || !replica_can_restart(f->c.reps[i])) return;
   rs->restart_begin = now;
-  if (f->c.sim) { // a simulated restart models its load time itself
+  if (replica_in_virtual_time(f->c.reps[i])) { // it models its load time itself
     rs->restart_st = replica_restart(f->c.reps[i], &rs->restart_err);
     restart_finished(f, i, now);
     return;
