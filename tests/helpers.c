@@ -63,6 +63,22 @@ int sc_test_run_cli(const char *args, char *out, size_t cap) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+void sc_test_no_sanitizer_reports(const char *text) {
+  cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s", text);
+}
+
+int sc_test_run_cli_clean(const char *args, char *out, size_t cap) {
+  int rc = sc_test_run_cli(args, out, cap);
+  sc_test_no_sanitizer_reports(out);
+  return rc;
+}
+
+int sc_test_count_lines(const char *text) {
+  int n = 0;
+  for (; *text; text++) n += *text == '\n';
+  return n;
+}
+
 int sc_test_write_file(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;

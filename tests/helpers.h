@@ -10,6 +10,13 @@ const char *sc_test_tmpdir(const char *tag);
 // Runs the shardcheck binary with args (a shell-quoted string), captures stdout+stderr into
 // out (NUL-terminated, truncated at cap) and returns its exit code (-1 if it did not exit).
 int sc_test_run_cli(const char *args, char *out, size_t cap);
+// Fails the test when a sanitizer reported anything in a child's output (the CI builds run the
+// binary under ASan+UBSan and TSan; a report there must not pass as an exit code).
+void sc_test_no_sanitizer_reports(const char *text);
+// sc_test_run_cli, then sc_test_no_sanitizer_reports on its output.
+int sc_test_run_cli_clean(const char *args, char *out, size_t cap);
+// How many newlines text holds.
+int sc_test_count_lines(const char *text);
 // Writes text to path; returns 0 on success.
 int sc_test_write_file(const char *path, const void *data, size_t n);
 // The first column of the first row of sql on the database at path, as an integer (test

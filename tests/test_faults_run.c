@@ -35,8 +35,7 @@ static const char *run_shipped(const char *name, const char *extra) {
   char args[2048];
   snprintf(args, sizeof args, "run " SHIPPED "/%s.yaml --db %s --out %s/rep %s", name, p, dir,
            extra);
-  int rc = sc_test_run_cli(args, out, sizeof out);
-  cr_assert(!strstr(out, "Sanitizer") && !strstr(out, "runtime error:"), "%s", out);
+  int rc = sc_test_run_cli_clean(args, out, sizeof out);
   cr_assert_eq(rc, 0, "%s: exit %d\n%s", name, rc, out);
   return p;
 }

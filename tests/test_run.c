@@ -16,17 +16,9 @@
 
 static char out[1 << 16];
 
-// Fails the test when a sanitizer reported anything in a child's output (the CI builds run the
-// binary under ASan+UBSan and TSan; a report there must not pass as a verdict exit code).
-static void no_sanitizer_reports(const char *text) {
-  cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s", text);
-}
-
 // Runs the binary with args; returns its exit code, its output in `out`.
 static int cli(const char *args) {
-  int rc = sc_test_run_cli(args, out, sizeof out);
-  no_sanitizer_reports(out);
-  return rc;
+  return sc_test_run_cli_clean(args, out, sizeof out);
 }
 
 #define q1 sc_test_q1
@@ -290,7 +282,7 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
   size_t ln = fread(out, 1, sizeof out - 1, lf);
   out[ln] = 0;
   fclose(lf);
-  no_sanitizer_reports(out);
+  sc_test_no_sanitizer_reports(out);
   cr_assert_eq(WEXITSTATUS(st), 130, "%s", out);
   cr_assert_str_eq(q1s(db, "PRAGMA integrity_check"), "ok");
   cr_assert_str_eq(q1s(db, "SELECT status FROM run"), "interrupted");
@@ -327,7 +319,7 @@ Test(run, without_gnuplot_the_data_and_html_are_written_and_the_exit_code_holds)
   size_t n = fread(out, 1, sizeof out - 1, p);
   out[n] = 0;
   int st = pclose(p);
-  no_sanitizer_reports(out);
+  sc_test_no_sanitizer_reports(out);
   cr_assert(WIFEXITED(st));
   cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
   cr_assert(strstr(out, "warning: plots skipped"), "%s", out);
