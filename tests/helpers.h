@@ -17,6 +17,11 @@ void sc_test_no_sanitizer_reports(const char *text);
 int sc_test_run_cli_clean(const char *args, char *out, size_t cap);
 // How many newlines text holds.
 int sc_test_count_lines(const char *text);
+// The whole file at path, NUL-terminated, in a malloc'd buffer (NULL when it cannot be
+// opened); its length in *len when len is not NULL.
+char *sc_test_read_file(const char *path, long *len);
+// The size of the file at path in bytes, -1 when there is none.
+long sc_test_file_size(const char *path);
 // Writes text to path; returns 0 on success.
 int sc_test_write_file(const char *path, const void *data, size_t n);
 // The first column of the first row of sql on the database at path, as an integer (test
@@ -24,6 +29,9 @@ int sc_test_write_file(const char *path, const void *data, size_t n);
 // buffer).
 long long sc_test_q1(const char *db, const char *sql);
 const char *sc_test_q1s(const char *db, const char *sql);
+// Runs sql (UPDATE/INSERT text) on a plain SQLite connection to the database at path; the test
+// fails when it does not succeed.
+void sc_test_exec(const char *db, const char *sql);
 
 // Real-time load tests (phases of seconds of wall time) run in the optimized build: under a
 // sanitizer the engine is 10-50x slower and an open-loop phase turns into timeouts, which says

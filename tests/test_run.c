@@ -24,11 +24,6 @@ static int cli(const char *args) {
 #define q1 sc_test_q1
 #define q1s sc_test_q1s
 
-static long file_size(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
-}
-
 static bool is_png(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return false;
@@ -111,9 +106,9 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
     char png[700], svg[700];
     snprintf(png, sizeof png, "%s/%s.png", rep, plots[i]);
     snprintf(svg, sizeof svg, "%s/%s.svg", rep, plots[i]);
-    cr_assert_gt(file_size(png), 1000, "%s", png);
+    cr_assert_gt(sc_test_file_size(png), 1000, "%s", png);
     cr_assert(is_png(png), "%s", png);
-    cr_assert_gt(file_size(svg), 1000, "%s", svg);
+    cr_assert_gt(sc_test_file_size(svg), 1000, "%s", svg);
   }
   char html[700];
   snprintf(html, sizeof html, "%s/index.html", rep);
@@ -296,7 +291,7 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
   cr_assert_eq(q1(db, "SELECT count(*) FROM phase WHERE end_ns IS NULL"), 0);
   char html[700];
   snprintf(html, sizeof html, "%s/index.html", rep);
-  cr_assert_gt(file_size(html), 0);
+  cr_assert_gt(sc_test_file_size(html), 0);
 }
 
 Test(run, without_gnuplot_the_data_and_html_are_written_and_the_exit_code_holds) {
@@ -325,11 +320,11 @@ Test(run, without_gnuplot_the_data_and_html_are_written_and_the_exit_code_holds)
   cr_assert(strstr(out, "warning: plots skipped"), "%s", out);
   char path[700];
   snprintf(path, sizeof path, "%s/index.html", rep);
-  cr_assert_gt(file_size(path), 0);
+  cr_assert_gt(sc_test_file_size(path), 0);
   snprintf(path, sizeof path, "%s/ttft.dat", rep);
-  cr_assert_gt(file_size(path), 0);
+  cr_assert_gt(sc_test_file_size(path), 0);
   snprintf(path, sizeof path, "%s/ttft.png", rep);
-  cr_assert_eq(file_size(path), -1);
+  cr_assert_eq(sc_test_file_size(path), -1);
 }
 
 Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recorded) {
