@@ -107,6 +107,18 @@ int sc_test_write_file(const char *path, const void *data, size_t n) {
   return fclose(f) == 0 && w == n ? 0 : -1;
 }
 
+// --- engines
+engine_config sc_test_engine_config(const char *preset) {
+  engine_config c = engine_config_defaults();
+  sc_error err = {{0}};
+  cr_assert_eq(model_preset_load(preset, &c.model, &err), SC_OK, "%s", err.msg);
+  return c;
+}
+
+void sc_test_prompt(int32_t *p, int n, int salt) {
+  for (int i = 0; i < n; i++) p[i] = 3 + (i * 37 + salt * 101) % 500;
+}
+
 // --- reading a results database
 long long sc_test_q1(const char *path, const char *sql) {
   sqlite3 *db = NULL;

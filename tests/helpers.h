@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/engine.h"
+
 // Makes a fresh directory under $TMPDIR (or /tmp) and returns its path (static buffer per call
 // slot; copy it if you need more than a few).
 const char *sc_test_tmpdir(const char *tag);
@@ -32,6 +34,12 @@ const char *sc_test_q1s(const char *db, const char *sql);
 // Runs sql (UPDATE/INSERT text) on a plain SQLite connection to the database at path; the test
 // fails when it does not succeed.
 void sc_test_exec(const char *db, const char *sql);
+
+// engine_config_defaults() with the model of the named preset (the test fails when it does not
+// load); every other field is the caller's to set.
+engine_config sc_test_engine_config(const char *preset);
+// A deterministic prompt of n token ids for request `salt`: 3 + (i * 37 + salt * 101) % 500.
+void sc_test_prompt(int32_t *p, int n, int salt);
 
 // Real-time load tests (phases of seconds of wall time) run in the optimized build: under a
 // sanitizer the engine is 10-50x slower and an open-loop phase turns into timeouts, which says
