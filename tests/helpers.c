@@ -119,6 +119,48 @@ void sc_test_prompt(int32_t *p, int n, int salt) {
   for (int i = 0; i < n; i++) p[i] = 3 + (i * 37 + salt * 101) % 500;
 }
 
+// --- simulated replicas
+simbed *sc_test_simbed_new(const char *preset, const char *gpu, int tp, int pp, int kv_blocks) {
+  simbed *b = calloc(1, sizeof *b);
+  b->hw = calloc(1, sizeof *b->hw);
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load(gpu, b->hw, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(model_preset_load(preset, &b->m, &err), SC_OK, "%s", err.msg);
+  engine_config c = engine_config_defaults();
+  c.model = b->m;
+  c.backend = "sim";
+  c.tp = tp;
+  c.pp = pp;
+  c.kv_blocks = kv_blocks;
+  c.clock = sc_clock_virtual(&b->now);
+  c.sim = (engine_sim){.hw = &b->hw->sim,
+                       .model = {.dim = b->m.dim, .n_layers = b->m.n_layers,
+                                 .n_heads = b->m.n_heads, .n_kv_heads = b->m.n_kv_heads,
+                                 .head_dim = b->m.head_dim, .ffn_dim = b->m.ffn_dim,
+                                 .vocab = b->m.vocab_size,
+                                 .tied_embeddings = b->m.tied_embeddings,
+                                 .weight_dtype = SIM_BF16, .act_dtype = SIM_BF16},
+                       .layout = {.tp = tp, .pp = pp, .threads = 1, .cluster_ranks = tp * pp},
+                       .static_bytes = 1e9, // load after a restart: 1e9 / 25e9 s = 40 ms
+                       .kv_block_bytes = 1e6};
+  b->cfg = c;
+  return b;
+}
+
+void sc_test_simbed_free(simbed *b) {
+  free(b->hw);
+  free(b);
+}
+
+void sc_test_submit(replica *r, uint64_t key, int n_prompt, int max_tokens) {
+  int32_t *p = calloc((size_t)n_prompt, sizeof *p);
+  for (int i = 0; i < n_prompt; i++) p[i] = (int32_t)((key * 31 + (uint64_t)i) % 1000);
+  engine_request q = {.prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens};
+  sc_error err = {{0}};
+  cr_assert_eq(replica_submit(r, key, &q, &err), SC_OK, "%s", err.msg);
+  free(p);
+}
+
 // --- reading a results database
 long long sc_test_q1(const char *path, const char *sql) {
   sqlite3 *db = NULL;

@@ -5,6 +5,9 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/hardware.h"
+#include "engine/model.h"
+#include "serving/replica.h"
 
 // Makes a fresh directory under $TMPDIR (or /tmp) and returns its path (static buffer per call
 // slot; copy it if you need more than a few).
@@ -40,6 +43,23 @@ void sc_test_exec(const char *db, const char *sql);
 engine_config sc_test_engine_config(const char *preset);
 // A deterministic prompt of n token ids for request `salt`: 3 + (i * 37 + salt * 101) % 500.
 void sc_test_prompt(int32_t *p, int n, int salt);
+
+// A simulated replica's set-up: a GPU profile, a model preset and an engine config for the sim
+// backend on a virtual clock (`now`, in ns) that the test moves.
+typedef struct simbed {
+  hw_profile *hw;
+  model_config m;
+  uint64_t now; // the virtual clock (ns)
+  engine_config cfg;
+} simbed;
+
+// The model preset on the named GPU profile as tp x pp with kv_blocks KV blocks (the test
+// fails when either does not load). Free it with sc_test_simbed_free.
+simbed *sc_test_simbed_new(const char *preset, const char *gpu, int tp, int pp, int kv_blocks);
+void sc_test_simbed_free(simbed *b);
+// Submits request `key` to r: n_prompt token ids (key * 31 + i) % 1000 and max_tokens; the
+// test fails when it is refused.
+void sc_test_submit(replica *r, uint64_t key, int n_prompt, int max_tokens);
 
 // Real-time load tests (phases of seconds of wall time) run in the optimized build: under a
 // sanitizer the engine is 10-50x slower and an open-loop phase turns into timeouts, which says
