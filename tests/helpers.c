@@ -2,6 +2,7 @@
 #include "tests/helpers.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 
 #include <stdio.h>
@@ -72,6 +73,19 @@ int sc_test_run_cli_clean(const char *args, char *out, size_t cap) {
   int rc = sc_test_run_cli(args, out, cap);
   sc_test_no_sanitizer_reports(out);
   return rc;
+}
+
+pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log) {
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(SC_BINARY, SC_BINARY, "run", scenario, "--db", db, "--out", out, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
 }
 
 int sc_test_count_lines(const char *text) {
@@ -159,6 +173,17 @@ void sc_test_submit(replica *r, uint64_t key, int n_prompt, int max_tokens) {
   sc_error err = {{0}};
   cr_assert_eq(replica_submit(r, key, &q, &err), SC_OK, "%s", err.msg);
   free(p);
+}
+
+const char *sc_test_write_tmp(const char *tag, const char *name, const char *text) {
+  static char bufs[8][1024];
+  static int slot;
+  char *path = bufs[slot++ % 8];
+  const char *dir = sc_test_tmpdir(tag);
+  cr_assert(dir);
+  snprintf(path, 1024, "%s/%s", dir, name);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  return path;
 }
 
 // --- reading a results database

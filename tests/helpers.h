@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "engine/engine.h"
 #include "engine/hardware.h"
@@ -20,6 +21,9 @@ int sc_test_run_cli(const char *args, char *out, size_t cap);
 void sc_test_no_sanitizer_reports(const char *text);
 // sc_test_run_cli, then sc_test_no_sanitizer_reports on its output.
 int sc_test_run_cli_clean(const char *args, char *out, size_t cap);
+// Starts `shardcheck run SCENARIO --db DB --out OUT` in the background with its stdout and
+// stderr in the file at log; returns its pid (the test fails when it cannot fork).
+pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log);
 // How many newlines text holds.
 int sc_test_count_lines(const char *text);
 // The whole file at path, NUL-terminated, in a malloc'd buffer (NULL when it cannot be
@@ -29,6 +33,9 @@ char *sc_test_read_file(const char *path, long *len);
 long sc_test_file_size(const char *path);
 // Writes text to path; returns 0 on success.
 int sc_test_write_file(const char *path, const void *data, size_t n);
+// Writes text to a file `name` in a fresh sc_test_tmpdir(tag) and returns its path (static
+// buffer per call slot, like sc_test_tmpdir); the test fails when either cannot be made.
+const char *sc_test_write_tmp(const char *tag, const char *name, const char *text);
 // The first column of the first row of sql on the database at path, as an integer (test
 // fails when the query fails or returns no row) or as text ("(null)" for NULL; a static
 // buffer).

@@ -244,15 +244,7 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
                      "workload:\n  prompts: [{input: 64, output: 400}]\n"
                      "  phases: [{ramp: {concurrency: [4]}, hold: 60s}]\n";
   cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int log = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(log, 1);
-    dup2(log, 2);
-    execl(SC_BINARY, SC_BINARY, "run", sc, "--db", db, "--out", rep, (char *)NULL);
-    _exit(127);
-  }
+  pid_t pid = sc_test_spawn_run(sc, db, rep, logp);
   // interrupt once the engine is stepping (step rows are flushed every second)
   long long steps = 0;
   for (int i = 0; i < 600 && steps == 0; i++) {
