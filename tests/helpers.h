@@ -1,4 +1,5 @@
-// Shared helpers for the Criterion tests: temporary directories and running the CLI.
+// Shared helpers for the Criterion tests: temporary files, running the CLI, results databases,
+// llama-tiny engine configs and simulated replicas.
 #pragma once
 
 #include <stddef.h>
