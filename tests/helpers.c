@@ -2,11 +2,13 @@
 #include "tests/helpers.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,11 +65,125 @@ int sc_test_run_cli(const char *args, char *out, size_t cap) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+void sc_test_no_sanitizer_reports(const char *text) {
+  cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s", text);
+}
+
+int sc_test_run_cli_clean(const char *args, char *out, size_t cap) {
+  int rc = sc_test_run_cli(args, out, cap);
+  sc_test_no_sanitizer_reports(out);
+  return rc;
+}
+
+pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log) {
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(SC_BINARY, SC_BINARY, "run", scenario, "--db", db, "--out", out, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+int sc_test_count_lines(const char *text) {
+  int n = 0;
+  for (; *text; text++) n += *text == '\n';
+  return n;
+}
+
+char *sc_test_read_file(const char *path, long *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  cr_assert_not_null(b);
+  cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+  b[n] = 0;
+  fclose(f);
+  if (len) *len = n;
+  return b;
+}
+
+long sc_test_file_size(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
 int sc_test_write_file(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
   size_t w = fwrite(data, 1, n, f);
   return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+// --- engines
+engine_config sc_test_engine_config(const char *preset) {
+  engine_config c = engine_config_defaults();
+  sc_error err = {{0}};
+  cr_assert_eq(model_preset_load(preset, &c.model, &err), SC_OK, "%s", err.msg);
+  return c;
+}
+
+void sc_test_prompt(int32_t *p, int n, int salt) {
+  for (int i = 0; i < n; i++) p[i] = 3 + (i * 37 + salt * 101) % 500;
+}
+
+// --- simulated replicas
+simbed *sc_test_simbed_new(const char *preset, const char *gpu, int tp, int pp, int kv_blocks) {
+  simbed *b = calloc(1, sizeof *b);
+  b->hw = calloc(1, sizeof *b->hw);
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load(gpu, b->hw, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(model_preset_load(preset, &b->m, &err), SC_OK, "%s", err.msg);
+  engine_config c = engine_config_defaults();
+  c.model = b->m;
+  c.backend = "sim";
+  c.tp = tp;
+  c.pp = pp;
+  c.kv_blocks = kv_blocks;
+  c.clock = sc_clock_virtual(&b->now);
+  c.sim = (engine_sim){.hw = &b->hw->sim,
+                       .model = {.dim = b->m.dim, .n_layers = b->m.n_layers,
+                                 .n_heads = b->m.n_heads, .n_kv_heads = b->m.n_kv_heads,
+                                 .head_dim = b->m.head_dim, .ffn_dim = b->m.ffn_dim,
+                                 .vocab = b->m.vocab_size,
+                                 .tied_embeddings = b->m.tied_embeddings,
+                                 .weight_dtype = SIM_BF16, .act_dtype = SIM_BF16},
+                       .layout = {.tp = tp, .pp = pp, .threads = 1, .cluster_ranks = tp * pp},
+                       .static_bytes = 1e9, // load after a restart: 1e9 / 25e9 s = 40 ms
+                       .kv_block_bytes = 1e6};
+  b->cfg = c;
+  return b;
+}
+
+void sc_test_simbed_free(simbed *b) {
+  free(b->hw);
+  free(b);
+}
+
+void sc_test_submit(replica *r, uint64_t key, int n_prompt, int max_tokens) {
+  int32_t *p = calloc((size_t)n_prompt, sizeof *p);
+  for (int i = 0; i < n_prompt; i++) p[i] = (int32_t)((key * 31 + (uint64_t)i) % 1000);
+  engine_request q = {.prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens};
+  sc_error err = {{0}};
+  cr_assert_eq(replica_submit(r, key, &q, &err), SC_OK, "%s", err.msg);
+  free(p);
+}
+
+const char *sc_test_write_tmp(const char *tag, const char *name, const char *text) {
+  static char bufs[8][1024];
+  static int slot;
+  char *path = bufs[slot++ % 8];
+  const char *dir = sc_test_tmpdir(tag);
+  cr_assert(dir);
+  snprintf(path, 1024, "%s/%s", dir, name);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  return path;
 }
 
 // --- reading a results database
@@ -96,4 +212,12 @@ const char *sc_test_q1s(const char *path, const char *sql) {
   sqlite3_finalize(st);
   sqlite3_close(db);
   return buf;
+}
+
+void sc_test_exec(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  char *msg = NULL;
+  cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+  sqlite3_close(db);
 }

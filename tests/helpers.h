@@ -1,8 +1,16 @@
-// Shared helpers for the Criterion tests: temporary directories and running the CLI.
+// Shared helpers for the Criterion tests: temporary files, running the CLI, results databases,
+// llama-tiny engine configs and simulated replicas.
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include "config/hardware.h"
+#include "config/presets.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "serving/replica.h"
 
 // Makes a fresh directory under $TMPDIR (or /tmp) and returns its path (static buffer per call
 // slot; copy it if you need more than a few).
@@ -10,13 +18,57 @@ const char *sc_test_tmpdir(const char *tag);
 // Runs the shardcheck binary with args (a shell-quoted string), captures stdout+stderr into
 // out (NUL-terminated, truncated at cap) and returns its exit code (-1 if it did not exit).
 int sc_test_run_cli(const char *args, char *out, size_t cap);
+// Fails the test when a sanitizer reported anything in a child's output (the CI builds run the
+// binary under ASan+UBSan and TSan; a report there must not pass as an exit code).
+void sc_test_no_sanitizer_reports(const char *text);
+// sc_test_run_cli, then sc_test_no_sanitizer_reports on its output.
+int sc_test_run_cli_clean(const char *args, char *out, size_t cap);
+// Starts `shardcheck run SCENARIO --db DB --out OUT` in the background with its stdout and
+// stderr in the file at log; returns its pid (the test fails when it cannot fork).
+pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log);
+// How many newlines text holds.
+int sc_test_count_lines(const char *text);
+// The whole file at path, NUL-terminated, in a malloc'd buffer (NULL when it cannot be
+// opened); its length in *len when len is not NULL.
+char *sc_test_read_file(const char *path, long *len);
+// The size of the file at path in bytes, -1 when there is none.
+long sc_test_file_size(const char *path);
 // Writes text to path; returns 0 on success.
 int sc_test_write_file(const char *path, const void *data, size_t n);
+// Writes text to a file `name` in a fresh sc_test_tmpdir(tag) and returns its path (static
+// buffer per call slot, like sc_test_tmpdir); the test fails when either cannot be made.
+const char *sc_test_write_tmp(const char *tag, const char *name, const char *text);
 // The first column of the first row of sql on the database at path, as an integer (test
 // fails when the query fails or returns no row) or as text ("(null)" for NULL; a static
 // buffer).
 long long sc_test_q1(const char *db, const char *sql);
 const char *sc_test_q1s(const char *db, const char *sql);
+// Runs sql (UPDATE/INSERT text) on a plain SQLite connection to the database at path; the test
+// fails when it does not succeed.
+void sc_test_exec(const char *db, const char *sql);
+
+// engine_config_defaults() with the model of the named preset (the test fails when it does not
+// load); every other field is the caller's to set.
+engine_config sc_test_engine_config(const char *preset);
+// A deterministic prompt of n token ids for request `salt`: 3 + (i * 37 + salt * 101) % 500.
+void sc_test_prompt(int32_t *p, int n, int salt);
+
+// A simulated replica's set-up: a GPU profile, a model preset and an engine config for the sim
+// backend on a virtual clock (`now`, in ns) that the test moves.
+typedef struct simbed {
+  hw_profile *hw;
+  model_config m;
+  uint64_t now; // the virtual clock (ns)
+  engine_config cfg;
+} simbed;
+
+// The model preset on the named GPU profile as tp x pp with kv_blocks KV blocks (the test
+// fails when either does not load). Free it with sc_test_simbed_free.
+simbed *sc_test_simbed_new(const char *preset, const char *gpu, int tp, int pp, int kv_blocks);
+void sc_test_simbed_free(simbed *b);
+// Submits request `key` to r: n_prompt token ids (key * 31 + i) % 1000 and max_tokens; the
+// test fails when it is refused.
+void sc_test_submit(replica *r, uint64_t key, int n_prompt, int max_tokens);
 
 // Real-time load tests (phases of seconds of wall time) run in the optimized build: under a
 // sanitizer the engine is 10-50x slower and an open-loop phase turns into timeouts, which says

@@ -25,17 +25,11 @@ static const char *tiny_dir(void) {
   return d;
 }
 
-static int count_lines(const char *s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
-}
-
 // Runs args, expects exit 2 and one line of output containing every needle.
 static void expect_bad_input(const char *args, const char *needle1, const char *needle2) {
   int rc = sc_test_run_cli(args, out, sizeof out);
   cr_expect_eq(rc, 2, "`shardcheck %s` exited %d, output:\n%s", args, rc, out);
-  cr_expect_eq(count_lines(out), 1, "expected one line, got:\n%s", out);
+  cr_expect_eq(sc_test_count_lines(out), 1, "expected one line, got:\n%s", out);
   if (needle1) cr_expect(strstr(out, needle1), "'%s' missing from: %s", needle1, out);
   if (needle2) cr_expect(strstr(out, needle2), "'%s' missing from: %s", needle2, out);
 }

@@ -40,9 +40,7 @@ static void record_logits(void *ud, uint64_t id, int index, const float *logits,
 }
 
 static engine_config tiny_config(int tp, int pp) {
-  engine_config c = engine_config_defaults();
-  sc_error err = {{0}};
-  cr_assert_eq(model_preset_load("llama-tiny", &c.model, &err), SC_OK, "%s", err.msg);
+  engine_config c = sc_test_engine_config("llama-tiny");
   c.tp = tp;
   c.pp = pp;
   c.weights_seed = 1;
@@ -51,10 +49,6 @@ static engine_config tiny_config(int tp, int pp) {
   c.token_budget = 512;
   c.prefill_chunk = 512;
   return c;
-}
-
-static void make_prompt(int32_t *p, int n, int salt) {
-  for (int i = 0; i < n; i++) p[i] = 3 + (i * 37 + salt * 101) % 500;
 }
 
 // Submits every prompt, steps until idle, checks KV returns to zero.
@@ -107,7 +101,7 @@ static void free_log(run_log *L) {
 Test(sharding, every_tp_pp_layout_matches_tp1_pp1_greedy_32_tokens, .timeout = 600) {
   static int32_t prompts[1][200];
   int lens[1] = {12};
-  make_prompt(prompts[0], lens[0], 0);
+  sc_test_prompt(prompts[0], lens[0], 0);
   static run_log ref;
   memset(&ref, 0, sizeof ref);
   run_requests(tiny_config(1, 1), 1, prompts, lens, 32, NULL, &ref, true);
@@ -142,7 +136,7 @@ Test(sharding, every_tp_pp_layout_matches_tp1_pp1_greedy_32_tokens, .timeout = 6
 Test(sharding, greedy_picks_on_the_devices_give_the_host_sampler_s_tokens, .timeout = 600) {
   static int32_t prompts[4][200];
   int lens[4] = {12, 1, 40, 7};
-  for (int i = 0; i < 4; i++) make_prompt(prompts[i], lens[i], i);
+  for (int i = 0; i < 4; i++) sc_test_prompt(prompts[i], lens[i], i);
   const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}};
   for (int a = 0; a < 5; a++) {
     int tp = layouts[a][0], pp = layouts[a][1];
@@ -168,7 +162,7 @@ Test(batching, request_alone_and_inside_a_batch_of_16_others_give_same_greedy_to
   int lens[17];
   for (int i = 0; i < 17; i++) {
     lens[i] = 5 + (i * 13) % 60;
-    make_prompt(prompts[i], lens[i], i);
+    sc_test_prompt(prompts[i], lens[i], i);
   }
   static run_log alone, batch;
   memset(&alone, 0, sizeof alone);
@@ -187,7 +181,7 @@ Test(batching, request_alone_and_inside_a_batch_of_16_others_give_same_greedy_to
 Test(batching, chunked_prefill_gives_same_tokens_as_one_shot_prefill, .timeout = 300) {
   static int32_t prompts[3][200];
   int lens[3] = {150, 61, 9};
-  for (int i = 0; i < 3; i++) make_prompt(prompts[i], lens[i], 40 + i);
+  for (int i = 0; i < 3; i++) sc_test_prompt(prompts[i], lens[i], 40 + i);
   static run_log one, chunked;
   memset(&one, 0, sizeof one);
   memset(&chunked, 0, sizeof chunked);
@@ -212,7 +206,7 @@ Test(kv, blocks_return_to_zero_after_finish_and_cancel_in_every_stage, .timeout 
   static int32_t p[6][200];
   uint64_t id[6];
   for (int i = 0; i < 6; i++) {
-    make_prompt(p[i], 40, i);
+    sc_test_prompt(p[i], 40, i);
     engine_request r = {.prompt = p[i], .n_prompt = 40, .max_tokens = 30};
     cr_assert_eq(engine_submit(e, &r, &id[i], &err), SC_OK);
   }
@@ -255,7 +249,7 @@ Test(kv, preemption_under_a_tiny_kv_budget_completes_every_request_with_same_tok
   int lens[8];
   for (int i = 0; i < 8; i++) {
     lens[i] = 20 + 7 * i;
-    make_prompt(prompts[i], lens[i], 70 + i);
+    sc_test_prompt(prompts[i], lens[i], 70 + i);
   }
   static run_log ample, tight;
   memset(&ample, 0, sizeof ample);
@@ -280,7 +274,7 @@ Test(kv, preemption_under_a_tiny_kv_budget_completes_every_request_with_same_tok
 Test(sampling, same_seed_gives_same_tokens_and_another_seed_differs, .timeout = 120) {
   static int32_t prompts[1][200];
   int lens[1] = {10};
-  make_prompt(prompts[0], 10, 3);
+  sc_test_prompt(prompts[0], 10, 3);
   sampling_params sp = {.temperature = 1.0f, .top_p = 0.95f, .seed = 42};
   static run_log a, b, d;
   memset(&a, 0, sizeof a);
@@ -301,7 +295,7 @@ Test(requests, submit_refuses_bad_requests_with_a_reason) {
   sc_error err = {{0}};
   cr_assert_eq(engine_new(&c, &e, &err), SC_OK, "%s", err.msg);
   static int32_t p[600];
-  make_prompt(p, 600, 0);
+  sc_test_prompt(p, 600, 0);
   uint64_t id;
   engine_request r = {.prompt = p, .n_prompt = 512, .max_tokens = 4};
   cr_assert_eq(engine_submit(e, &r, &id, &err), SC_INVALID);

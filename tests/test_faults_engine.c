@@ -318,9 +318,7 @@ Test(comm_faults, abort_cuts_a_slow_link_sleep_short, .timeout = 60) {
 // --- engine
 
 static engine_config tiny(int tp, int pp) {
-  engine_config c = engine_config_defaults();
-  sc_error err = {{0}};
-  cr_assert_eq(model_preset_load("llama-tiny", &c.model, &err), SC_OK, "%s", err.msg);
+  engine_config c = sc_test_engine_config("llama-tiny");
   c.tp = tp;
   c.pp = pp;
   c.weights_seed = 1;
@@ -336,10 +334,6 @@ static engine *engine_open(engine_config c) {
   sc_error err = {{0}};
   cr_assert_eq(engine_new(&c, &e, &err), SC_OK, "engine_new: %s", err.msg);
   return e;
-}
-
-static void prompt_of(int32_t *p, int n, int salt) {
-  for (int i = 0; i < n; i++) p[i] = 3 + (i * 37 + salt * 101) % 500;
 }
 
 // The status an ENGINE_EV_FAILED event carries.
@@ -360,7 +354,7 @@ typedef struct outcome {
 
 static uint64_t submit(engine *e, outcome *o, int salt, int max_tokens) {
   int32_t p[8];
-  prompt_of(p, 8, salt);
+  sc_test_prompt(p, 8, salt);
   engine_request r = {.prompt = p, .n_prompt = 8, .max_tokens = max_tokens};
   sc_error err = {{0}};
   cr_assert_lt(o->n, MAXR);
@@ -610,7 +604,7 @@ static replica *replica_open(engine_config c) {
 
 static void rsubmit(replica *r, uint64_t key, int salt, int max_tokens) {
   int32_t p[8];
-  prompt_of(p, 8, salt);
+  sc_test_prompt(p, 8, salt);
   engine_request q = {.prompt = p, .n_prompt = 8, .max_tokens = max_tokens};
   sc_error err = {{0}};
   cr_assert_eq(replica_submit(r, key, &q, &err), SC_OK, "%s", err.msg);

@@ -35,8 +35,7 @@ static const char *run_shipped(const char *name, const char *extra) {
   char args[2048];
   snprintf(args, sizeof args, "run " SHIPPED "/%s.yaml --db %s --out %s/rep %s", name, p, dir,
            extra);
-  int rc = sc_test_run_cli(args, out, sizeof out);
-  cr_assert(!strstr(out, "Sanitizer") && !strstr(out, "runtime error:"), "%s", out);
+  int rc = sc_test_run_cli_clean(args, out, sizeof out);
   cr_assert_eq(rc, 0, "%s: exit %d\n%s", name, rc, out);
   return p;
 }
@@ -272,16 +271,7 @@ Test(faults_real, a_sigkilled_runner_leaves_no_worker_and_a_consistent_database,
   char db[600], logp[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(logp, sizeof logp, "%s/run.log", dir);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int log = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(log, 1);
-    dup2(log, 2);
-    execl(SC_BINARY, SC_BINARY, "run", SHIPPED "/kill-replica.yaml", "--db", db, "--out", dir,
-          (char *)NULL);
-    _exit(127);
-  }
+  pid_t pid = sc_test_spawn_run(SHIPPED "/kill-replica.yaml", db, dir, logp);
   pid_t wp[2] = {0, 0};
   int nw = 0;
   for (int i = 0; i < 300 && nw < 2; i++) {

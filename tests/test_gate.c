@@ -610,14 +610,6 @@ Test(gate_cli, the_scenarios_gate_section_sets_the_defaults_and_flags_override_i
 
 // --- the CLI on synthetic databases
 
-static void raw_exec(const char *path, const char *sql) {
-  sqlite3 *db = NULL;
-  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-  char *msg = NULL;
-  cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
-  sqlite3_close(db);
-}
-
 // A database at dir/name whose runs 1 .. n are single runs of scenario "x" in modes[i] with
 // tpot_p50_ms = vals[i] on dp1, and baseline[i] their mark; its path in path.
 static void synthetic_db(const char *dir, const char *name, int n, const char *const *modes,
@@ -632,7 +624,7 @@ static void synthetic_db(const char *dir, const char *name, int n, const char *c
   for (int i = 0; i < n; i++) {
     char sql[96];
     snprintf(sql, sizeof sql, "UPDATE run SET baseline = %d WHERE id = %d", baseline[i], i + 1);
-    raw_exec(path, sql);
+    sc_test_exec(path, sql);
   }
 }
 
@@ -690,8 +682,8 @@ Test(gate_cli, a_version_1_database_is_gated_as_it_is_and_migrated_only_by_basel
   double vals[] = {10, 10};
   int mark[] = {1, 0};
   synthetic_db(dir, "v1.db", 2, modes, vals, mark, db, sizeof db);
-  raw_exec(db, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
-               "repeat_index; UPDATE meta SET value = '1' WHERE key = 'schema_version'");
+  sc_test_exec(db, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
+                   "repeat_index; UPDATE meta SET value = '1' WHERE key = 'schema_version'");
   cr_expect_eq(cli("gate --db %s%s", db, ""), 0, "%s", out);
   cr_expect(strstr(out, "same") && strstr(out, "1 repetition"), "%s", out);
   cr_expect_str_eq(sc_test_q1s(db, "SELECT value FROM meta WHERE key = 'schema_version'"), "1",
@@ -708,7 +700,7 @@ Test(gate_cli, a_schema_newer_than_the_binary_is_refused_plainly) {
   double vals[] = {10, 10};
   int mark[] = {1, 0};
   synthetic_db(dir, "n.db", 2, modes, vals, mark, db, sizeof db);
-  raw_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+  sc_test_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
   cr_expect_eq(cli("gate --db %s%s", db, ""), 2, "%s", out);
   cr_expect(strstr(out, "schema version 99, newer than this shardcheck"), "%s", out);
   cr_expect_eq(cli("baseline --db %s --run 2%s", db, ""), 2, "%s", out);
@@ -728,7 +720,7 @@ Test(gate_cli, new_deployments_are_skipped_testcases_and_failures_match_the_json
   add_run(s, "x<&>", "sim", one, 1, names, b, 4);
   add_run(s, "x<&>", "sim", two, 2, names, c, 4);
   store_close(s);
-  raw_exec(db, "UPDATE run SET baseline = 1 WHERE id = 1");
+  sc_test_exec(db, "UPDATE run SET baseline = 1 WHERE id = 1");
   cr_expect_eq(cli("gate --db %s --json%s", db, ""), 1, "%s", out);
   json_t *j = parse_json();
   cr_expect_eq(json_integer_value(json_object_get(j, "regressed")), 2, "tpot on dp1 only: %s",

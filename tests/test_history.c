@@ -19,15 +19,8 @@
 
 static char out[1 << 16];
 
-// Fails the test when a sanitizer reported anything in a child's output.
-static void no_sanitizer_reports(const char *text) {
-  cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s", text);
-}
-
 static int cli(const char *args) {
-  int rc = sc_test_run_cli(args, out, sizeof out);
-  no_sanitizer_reports(out);
-  return rc;
+  return sc_test_run_cli_clean(args, out, sizeof out);
 }
 
 // Two deployments, one closed-loop phase: well under a second per run in sim mode.
@@ -110,24 +103,13 @@ static int history(const char *extra) {
 static char *read_text(const char *name) {
   char path[600];
   snprintf(path, sizeof path, "%s/hist/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  cr_assert_not_null(buf);
-  cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-  buf[n] = 0;
-  fclose(f);
-  return buf;
+  return sc_test_read_file(path, NULL);
 }
 
 static long file_size(const char *name) {
   char path[600];
-  struct stat sb;
   snprintf(path, sizeof path, "%s/hist/%s", dir, name);
-  return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+  return sc_test_file_size(path);
 }
 
 // --- reading a .dat file

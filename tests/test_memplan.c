@@ -59,13 +59,11 @@ static int plan(const char *model, const char *gpu, sc_dtype dt, int gpus, mempl
   return memplan_recommend(l, *n, gpus, hw.gpus_per_node);
 }
 
+// Writes text to <tag>.yaml in a fresh directory; returns its path.
 static const char *write_yaml(const char *tag, const char *text) {
-  static char path[512];
-  const char *dir = sc_test_tmpdir(tag);
-  cr_assert(dir);
-  snprintf(path, sizeof path, "%s/%s.yaml", dir, tag);
-  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  return path;
+  char name[256];
+  snprintf(name, sizeof name, "%s.yaml", tag);
+  return sc_test_write_tmp(tag, name, text);
 }
 
 static const char *good_profile =

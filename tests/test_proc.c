@@ -27,9 +27,7 @@
 // --- harness
 
 static engine_config tiny_config(int tp) {
-  engine_config c = engine_config_defaults();
-  sc_error err = {{0}};
-  cr_assert_eq(model_preset_load("llama-tiny", &c.model, &err), SC_OK, "%s", err.msg);
+  engine_config c = sc_test_engine_config("llama-tiny");
   c.tp = tp;
   c.pp = 1;
   c.weights_seed = 7;
@@ -52,13 +50,9 @@ static replica *proc_new(const engine_config *cfg, uint64_t detect_ns) {
   return r;
 }
 
-static void make_prompt(int32_t *p, int n, int salt) {
-  for (int i = 0; i < n; i++) p[i] = 3 + (i * 37 + salt * 101) % 500;
-}
-
 static sc_status submit(replica *r, uint64_t key, int n_prompt, int max_tokens) {
   int32_t prompt[64];
-  make_prompt(prompt, n_prompt, (int)key);
+  sc_test_prompt(prompt, n_prompt, (int)key);
   engine_request q = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = max_tokens};
   sc_error err = {{0}};
   return replica_submit(r, key, &q, &err);

@@ -20,17 +20,6 @@
 
 static char out[1 << 16];
 
-// Fails the test when a sanitizer reported anything in a child's output.
-static void no_sanitizer_reports(const char *text) {
-  cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s", text);
-}
-
-static int count_lines(const char *s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
-}
-
 // Options for llama-tiny at the given TP degrees with tiny grids.
 static profile_options tiny_options(const int *tp, int n_tp) {
   profile_options o = profile_options_defaults(true);
@@ -296,10 +285,10 @@ static void expect_refused(const char *args, const char *needle1, const char *ne
   int rc = sc_test_run_cli(args, out, sizeof out);
   cr_expect_eq(rc, 2, "`shardcheck %s` exited %d:\n%s", args, rc, out);
   cr_expect(!strstr(out, "host:"), "measured before refusing:\n%s", out);
-  cr_expect_leq(count_lines(out), 2, "%s", out);
+  cr_expect_leq(sc_test_count_lines(out), 2, "%s", out);
   if (needle1) cr_expect(strstr(out, needle1), "'%s' missing from: %s", needle1, out);
   if (needle2) cr_expect(strstr(out, needle2), "'%s' missing from: %s", needle2, out);
-  no_sanitizer_reports(out);
+  sc_test_no_sanitizer_reports(out);
 }
 
 Test(profile_cli, unknown_backend_exits_2_naming_it) {
@@ -352,7 +341,7 @@ Test(profile_cli, quick_run_writes_a_profile_that_loads_with_progress_on_stderr)
            "profile --backend cpu --model llama-tiny --tp-list 2,1 --quick --out %s", path);
   int rc = sc_test_run_cli(args, out, sizeof out);
   cr_assert_eq(rc, 0, "%s", out);
-  no_sanitizer_reports(out);
+  sc_test_no_sanitizer_reports(out);
   const char *want[] = {"host:", "gemm:", "attention:", "allreduce:", "step overhead:", "wrote"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     cr_expect(strstr(out, want[i]), "'%s' missing from:\n%s", want[i], out);

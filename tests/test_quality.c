@@ -11,9 +11,7 @@
 
 // llama-tiny (vocab 512, context 512) with generated weights, one thread, one rank.
 static engine_config tiny(uint64_t seed) {
-  engine_config c = engine_config_defaults();
-  sc_error err = {{0}};
-  cr_assert_eq(model_preset_load("llama-tiny", &c.model, &err), SC_OK, "%s", err.msg);
+  engine_config c = sc_test_engine_config("llama-tiny");
   c.backend = "cpu";
   c.tp = c.pp = 1;
   c.weights_seed = seed;

@@ -305,9 +305,7 @@ Test(quant, bf16_rounding_is_to_nearest_even_and_keeps_nan_and_inf) {
 // --- engines
 
 static engine_config tiny(sc_dtype wdt) {
-  engine_config c = engine_config_defaults();
-  sc_error err = {{0}};
-  cr_assert_eq(model_preset_load("llama-tiny", &c.model, &err), SC_OK, "%s", err.msg);
+  engine_config c = sc_test_engine_config("llama-tiny");
   c.backend = "cpu";
   c.tp = c.pp = 1;
   c.weights_seed = 7;

@@ -193,18 +193,7 @@ static sqlite3 *open_db(const char *path) {
 static char *read_file(const char *dir, const char *name, long *len) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  cr_assert_not_null(b);
-  cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-  b[n] = 0;
-  fclose(f);
-  if (len) *len = n;
-  return b;
+  return sc_test_read_file(path, len);
 }
 
 static bool exists(const char *dir, const char *name) {

@@ -16,26 +16,13 @@
 
 static char out[1 << 16];
 
-// Fails the test when a sanitizer reported anything in a child's output (the CI builds run the
-// binary under ASan+UBSan and TSan; a report there must not pass as a verdict exit code).
-static void no_sanitizer_reports(const char *text) {
-  cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s", text);
-}
-
 // Runs the binary with args; returns its exit code, its output in `out`.
 static int cli(const char *args) {
-  int rc = sc_test_run_cli(args, out, sizeof out);
-  no_sanitizer_reports(out);
-  return rc;
+  return sc_test_run_cli_clean(args, out, sizeof out);
 }
 
 #define q1 sc_test_q1
 #define q1s sc_test_q1s
-
-static long file_size(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
-}
 
 static bool is_png(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -119,9 +106,9 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
     char png[700], svg[700];
     snprintf(png, sizeof png, "%s/%s.png", rep, plots[i]);
     snprintf(svg, sizeof svg, "%s/%s.svg", rep, plots[i]);
-    cr_assert_gt(file_size(png), 1000, "%s", png);
+    cr_assert_gt(sc_test_file_size(png), 1000, "%s", png);
     cr_assert(is_png(png), "%s", png);
-    cr_assert_gt(file_size(svg), 1000, "%s", svg);
+    cr_assert_gt(sc_test_file_size(svg), 1000, "%s", svg);
   }
   char html[700];
   snprintf(html, sizeof html, "%s/index.html", rep);
@@ -257,15 +244,7 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
                      "workload:\n  prompts: [{input: 64, output: 400}]\n"
                      "  phases: [{ramp: {concurrency: [4]}, hold: 60s}]\n";
   cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int log = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(log, 1);
-    dup2(log, 2);
-    execl(SC_BINARY, SC_BINARY, "run", sc, "--db", db, "--out", rep, (char *)NULL);
-    _exit(127);
-  }
+  pid_t pid = sc_test_spawn_run(sc, db, rep, logp);
   // interrupt once the engine is stepping (step rows are flushed every second)
   long long steps = 0;
   for (int i = 0; i < 600 && steps == 0; i++) {
@@ -290,7 +269,7 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
   size_t ln = fread(out, 1, sizeof out - 1, lf);
   out[ln] = 0;
   fclose(lf);
-  no_sanitizer_reports(out);
+  sc_test_no_sanitizer_reports(out);
   cr_assert_eq(WEXITSTATUS(st), 130, "%s", out);
   cr_assert_str_eq(q1s(db, "PRAGMA integrity_check"), "ok");
   cr_assert_str_eq(q1s(db, "SELECT status FROM run"), "interrupted");
@@ -304,7 +283,7 @@ Test(run, ctrl_c_records_in_flight_requests_as_cancelled_and_marks_the_run_inter
   cr_assert_eq(q1(db, "SELECT count(*) FROM phase WHERE end_ns IS NULL"), 0);
   char html[700];
   snprintf(html, sizeof html, "%s/index.html", rep);
-  cr_assert_gt(file_size(html), 0);
+  cr_assert_gt(sc_test_file_size(html), 0);
 }
 
 Test(run, without_gnuplot_the_data_and_html_are_written_and_the_exit_code_holds) {
@@ -327,17 +306,17 @@ Test(run, without_gnuplot_the_data_and_html_are_written_and_the_exit_code_holds)
   size_t n = fread(out, 1, sizeof out - 1, p);
   out[n] = 0;
   int st = pclose(p);
-  no_sanitizer_reports(out);
+  sc_test_no_sanitizer_reports(out);
   cr_assert(WIFEXITED(st));
   cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
   cr_assert(strstr(out, "warning: plots skipped"), "%s", out);
   char path[700];
   snprintf(path, sizeof path, "%s/index.html", rep);
-  cr_assert_gt(file_size(path), 0);
+  cr_assert_gt(sc_test_file_size(path), 0);
   snprintf(path, sizeof path, "%s/ttft.dat", rep);
-  cr_assert_gt(file_size(path), 0);
+  cr_assert_gt(sc_test_file_size(path), 0);
   snprintf(path, sizeof path, "%s/ttft.png", rep);
-  cr_assert_eq(file_size(path), -1);
+  cr_assert_eq(sc_test_file_size(path), -1);
 }
 
 Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recorded) {

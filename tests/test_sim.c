@@ -13,45 +13,6 @@
 #include "serving/replica.h"
 #include "tests/helpers.h"
 
-typedef struct simbed {
-  hw_profile *hw;
-  model_config m;
-  uint64_t now;
-  engine_config cfg;
-} simbed;
-
-static simbed *bed_new(const char *preset, const char *gpu, int tp, int pp, int kv_blocks) {
-  simbed *b = calloc(1, sizeof *b);
-  b->hw = calloc(1, sizeof *b->hw);
-  sc_error err = {{0}};
-  cr_assert_eq(hw_profile_load(gpu, b->hw, &err), SC_OK, "%s", err.msg);
-  cr_assert_eq(model_preset_load(preset, &b->m, &err), SC_OK, "%s", err.msg);
-  engine_config c = engine_config_defaults();
-  c.model = b->m;
-  c.backend = "sim";
-  c.tp = tp;
-  c.pp = pp;
-  c.kv_blocks = kv_blocks;
-  c.clock = sc_clock_virtual(&b->now);
-  c.sim = (engine_sim){.hw = &b->hw->sim,
-                       .model = {.dim = b->m.dim, .n_layers = b->m.n_layers,
-                                 .n_heads = b->m.n_heads, .n_kv_heads = b->m.n_kv_heads,
-                                 .head_dim = b->m.head_dim, .ffn_dim = b->m.ffn_dim,
-                                 .vocab = b->m.vocab_size,
-                                 .tied_embeddings = b->m.tied_embeddings,
-                                 .weight_dtype = SIM_BF16, .act_dtype = SIM_BF16},
-                       .layout = {.tp = tp, .pp = pp, .threads = 1, .cluster_ranks = tp * pp},
-                       .static_bytes = 1e9,
-                       .kv_block_bytes = 1e6};
-  b->cfg = c;
-  return b;
-}
-
-static void bed_free(simbed *b) {
-  free(b->hw);
-  free(b);
-}
-
 typedef struct tally {
   int tokens[64];      // per key
   int last_index[64];  // per key
@@ -105,23 +66,14 @@ static void drive(simbed *b, replica *r, tally *t) {
   cr_assert_fail("the replica never went idle");
 }
 
-static void submit(replica *r, uint64_t key, int n_prompt, int max_tokens) {
-  int32_t *p = calloc((size_t)n_prompt, sizeof *p);
-  for (int i = 0; i < n_prompt; i++) p[i] = (int32_t)((key * 31 + (uint64_t)i) % 1000);
-  engine_request q = {.prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens};
-  sc_error err = {{0}};
-  cr_assert_eq(replica_submit(r, key, &q, &err), SC_OK, "%s", err.msg);
-  free(p);
-}
-
 Test(sim, every_request_gets_its_tokens_in_virtual_time) {
-  simbed *b = bed_new("llama3-8b", "h100-sxm", 1, 1, 4096);
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 4096);
   replica *r = NULL;
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
   cr_assert(replica_is_sim(r));
   tally t = {0};
-  for (uint64_t k = 0; k < 8; k++) submit(r, k, 100 + (int)k * 50, 10 + (int)k);
+  for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 100 + (int)k * 50, 10 + (int)k);
   drive(b, r, &t);
   for (int k = 0; k < 8; k++) {
     cr_expect_eq(t.tokens[k], 10 + k, "request %d: %d tokens", k, t.tokens[k]);
@@ -135,24 +87,24 @@ Test(sim, every_request_gets_its_tokens_in_virtual_time) {
   double per_step_ms = (double)t.step_ns / t.steps / 1e6;
   cr_expect(per_step_ms > 1 && per_step_ms < 100, "mean step %.3f ms", per_step_ms);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim, same_requests_give_the_same_timeline) {
   uint64_t ends[2];
   int steps[2];
   for (int run = 0; run < 2; run++) {
-    simbed *b = bed_new("llama3-8b", "h100-sxm", 2, 1, 4096);
+    simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 2, 1, 4096);
     replica *r = NULL;
     sc_error err = {{0}};
     cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
     tally t = {0};
-    for (uint64_t k = 0; k < 16; k++) submit(r, k, 64 + (int)(k * 37 % 300), 20);
+    for (uint64_t k = 0; k < 16; k++) sc_test_submit(r, k, 64 + (int)(k * 37 % 300), 20);
     drive(b, r, &t);
     ends[run] = b->now;
     steps[run] = t.steps;
     replica_free(r);
-    bed_free(b);
+    sc_test_simbed_free(b);
   }
   cr_expect_eq(ends[0], ends[1]);
   cr_expect_eq(steps[0], steps[1]);
@@ -160,12 +112,12 @@ Test(sim, same_requests_give_the_same_timeline) {
 
 Test(sim, running_out_of_kv_blocks_preempts_and_everything_completes) {
   // 24 blocks of 16 tokens: 384 tokens for 8 requests of 40 + 40 tokens (80 each, 640 in all).
-  simbed *b = bed_new("llama3-8b", "h100-sxm", 1, 1, 24);
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
   replica *r = NULL;
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
   tally t = {0};
-  for (uint64_t k = 0; k < 8; k++) submit(r, k, 40, 40);
+  for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
   drive(b, r, &t);
   cr_expect_gt(t.preempted, 0, "the cache is too small for all of them at once");
   for (int k = 0; k < 8; k++) {
@@ -176,17 +128,17 @@ Test(sim, running_out_of_kv_blocks_preempts_and_everything_completes) {
   replica_stats(r, &st);
   cr_expect_eq(st.kv_used, 0, "every block is back");
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim, cancel_frees_the_request_at_once) {
-  simbed *b = bed_new("llama3-8b", "h100-sxm", 1, 1, 4096);
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 4096);
   replica *r = NULL;
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
   tally t = {0};
-  submit(r, 1, 100, 1000);
-  submit(r, 2, 100, 5);
+  sc_test_submit(r, 1, 100, 1000);
+  sc_test_submit(r, 2, 100, 5);
   replica_advance(r, b->now); // first step in flight
   replica_cancel(r, 1);
   drive(b, r, &t);
@@ -197,29 +149,29 @@ Test(sim, cancel_frees_the_request_at_once) {
   replica_stats(r, &st);
   cr_expect_eq(st.kv_used, 0);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim, a_request_larger_than_the_cache_fails_without_a_step) {
-  simbed *b = bed_new("llama3-8b", "h100-sxm", 1, 1, 4);
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 4);
   replica *r = NULL;
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
   tally t = {0};
-  submit(r, 3, 200, 10); // 210 tokens need 14 blocks of 16
+  sc_test_submit(r, 3, 200, 10); // 210 tokens need 14 blocks of 16
   drive(b, r, &t);
   cr_expect_eq(t.failed, 1);
   cr_expect_eq(t.steps, 0);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim, pp_steps_report_a_bubble) {
-  simbed *b = bed_new("llama3-8b", "h100-sxm", 1, 2, 4096);
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 2, 4096);
   replica *r = NULL;
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
-  submit(r, 1, 50, 3);
+  sc_test_submit(r, 1, 50, 3);
   replica_advance(r, b->now);
   replica_event ev[64];
   b->now = replica_next_ns(r);
@@ -233,11 +185,11 @@ Test(sim, pp_steps_report_a_bubble) {
     }
   cr_expect(saw);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim, sim_backend_needs_a_device_and_kv_blocks) {
-  simbed *b = bed_new("llama3-8b", "h100-sxm", 1, 1, 0);
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 0);
   replica *r = NULL;
   sc_error err = {{0}};
   cr_expect_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_INVALID);
@@ -246,7 +198,7 @@ Test(sim, sim_backend_needs_a_device_and_kv_blocks) {
   b->cfg.kv_blocks = 16;
   b->cfg.sim.hw = NULL;
   cr_expect_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_INVALID);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // --- whole runs in sim mode (runner + virtual clock + recorder + SQLite)
@@ -594,7 +546,7 @@ Test(sim_cli, quickstart_switched_to_sim_runs_in_virtual_time) {
 // Replicas of one deployment share a CPU host only while they run: a step is priced with the
 // ranks of the peers that have a step in flight at its start, plus its own.
 Test(sim, a_replica_prices_its_step_with_the_ranks_of_its_busy_peers) {
-  simbed *b = bed_new("llama-tiny", "cpu", 1, 1, 256);
+  simbed *b = sc_test_simbed_new("llama-tiny", "cpu", 1, 1, 256);
   b->hw->sim.host_cores = 1; // one core: two busy ranks run each op at half speed
   b->hw->sim.n_overhead = 0;
   b->hw->sim.step_overhead_s = 0;
@@ -607,7 +559,7 @@ Test(sim, a_replica_prices_its_step_with_the_ranks_of_its_busy_peers) {
       cr_assert_eq(replica_sim_new(&b->cfg, i, &reps[i], &err), SC_OK, "%s", err.msg);
     if (set) replica_set_peers(reps, 2);
     b->now = 0;
-    for (int i = 0; i < 2; i++) submit(reps[i], (uint64_t)i, 32, 1);
+    for (int i = 0; i < 2; i++) sc_test_submit(reps[i], (uint64_t)i, 32, 1);
     // replica 0 starts while replica 1 is idle; replica 1 starts while 0's step is in flight
     for (int i = 0; i < 2; i++) {
       replica_advance(reps[i], 0);
@@ -624,7 +576,7 @@ Test(sim, a_replica_prices_its_step_with_the_ranks_of_its_busy_peers) {
   cr_expect_float_eq((double)d[1][0] * 2, (double)d[1][1], 2.0, "alone %llu ns, beside a busy "
                      "peer %llu ns", (unsigned long long)d[1][0], (unsigned long long)d[1][1]);
   cr_expect_eq(d[1][1], d[0][1], "beside a busy peer: as before");
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // --sensitivity: a closed loop whose phase ends by request count is the same run at another

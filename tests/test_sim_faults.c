@@ -8,47 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/hardware.h"
-#include "config/presets.h"
 #include "engine/engine.h"
+#include "config/hardware.h"
 #include "engine/model.h"
 #include "serving/replica.h"
+#include "tests/helpers.h"
 
 #define MS 1000000ull
 #define SEC 1000000000ull
 
-typedef struct simbed {
-  hw_profile *hw;
-  model_config m;
-  uint64_t now; // the virtual clock (ns)
-  engine_config cfg;
-} simbed;
-
+// llama3-8b on h100-sxm as tp x pp with 4096 KV blocks.
 static simbed *bed_new(int tp, int pp) {
-  simbed *b = calloc(1, sizeof *b);
-  b->hw = calloc(1, sizeof *b->hw);
-  sc_error err = {{0}};
-  cr_assert_eq(hw_profile_load("h100-sxm", b->hw, &err), SC_OK, "%s", err.msg);
-  cr_assert_eq(model_preset_load("llama3-8b", &b->m, &err), SC_OK, "%s", err.msg);
-  engine_config c = engine_config_defaults();
-  c.model = b->m;
-  c.backend = "sim";
-  c.tp = tp;
-  c.pp = pp;
-  c.kv_blocks = 4096;
-  c.clock = sc_clock_virtual(&b->now);
-  c.sim = (engine_sim){.hw = &b->hw->sim,
-                       .model = {.dim = b->m.dim, .n_layers = b->m.n_layers,
-                                 .n_heads = b->m.n_heads, .n_kv_heads = b->m.n_kv_heads,
-                                 .head_dim = b->m.head_dim, .ffn_dim = b->m.ffn_dim,
-                                 .vocab = b->m.vocab_size,
-                                 .tied_embeddings = b->m.tied_embeddings,
-                                 .weight_dtype = SIM_BF16, .act_dtype = SIM_BF16},
-                       .layout = {.tp = tp, .pp = pp, .threads = 1, .cluster_ranks = tp * pp},
-                       .static_bytes = 1e9, // load after a restart: 1e9 / 25e9 s = 40 ms
-                       .kv_block_bytes = 1e6};
-  b->cfg = c;
-  return b;
+  return sc_test_simbed_new("llama3-8b", "h100-sxm", tp, pp, 4096);
 }
 
 static replica *bed_replica(simbed *b) {
@@ -56,11 +27,6 @@ static replica *bed_replica(simbed *b) {
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
   return r;
-}
-
-static void bed_free(simbed *b) {
-  free(b->hw);
-  free(b);
 }
 
 // --- an event log and its invariants
@@ -122,15 +88,6 @@ static void drive_steps(simbed *b, replica *r, evlog *l, int steps) {
   cr_assert_fail("too many steps");
 }
 
-static void submit(replica *r, uint64_t key, int n_prompt, int max_tokens) {
-  int32_t *p = calloc((size_t)n_prompt, sizeof *p);
-  for (int i = 0; i < n_prompt; i++) p[i] = (int32_t)((key * 31 + (uint64_t)i) % 1000);
-  engine_request q = {.prompt = p, .n_prompt = n_prompt, .max_tokens = max_tokens};
-  sc_error err = {{0}};
-  cr_assert_eq(replica_submit(r, key, &q, &err), SC_OK, "%s", err.msg);
-  free(p);
-}
-
 static sc_status inject(replica *r, replica_fault f) {
   sc_error err = {{0}};
   return replica_inject(r, &f, &err);
@@ -156,7 +113,8 @@ static int expect_one_terminal_each(const evlog *l, int n, const char *what) {
   for (int k = 0; k < n; k++) {
     const replica_event *t = terminal(l, (uint64_t)k);
     cr_assert_not_null(t, "key %d got no terminal event", k);
-    if (t->kind == REPLICA_EV_FAILED && strcmp(replica_failure_name(t->failure), what) == 0) failed++;
+    if (t->kind == REPLICA_EV_FAILED && strcmp(replica_failure_name(t->failure), what) == 0)
+      failed++;
   }
   return failed;
 }
@@ -181,7 +139,7 @@ static void expect_kv_free(replica *r) {
 }
 
 static void submit_batch(replica *r, int n) {
-  for (int k = 0; k < n; k++) submit(r, (uint64_t)k, 100 + 40 * k, 12 + k);
+  for (int k = 0; k < n; k++) sc_test_submit(r, (uint64_t)k, 100 + 40 * k, 12 + k);
 }
 
 // --- kill
@@ -192,7 +150,7 @@ Test(sim_faults, kill_fails_every_held_request_once_abandons_the_step_and_frees_
   evlog l = {0};
   cr_expect_eq(replica_epoch(r), 1);
   submit_batch(r, 8);
-  submit(r, 8, 40, 4); // its 4th token and FINISHED come with step 4, the one killed
+  sc_test_submit(r, 8, 40, 4); // its 4th token and FINISHED come with step 4, the one killed
   drive_steps(b, r, &l, 3);
   b->now += 1000; // inside the step in flight
   uint64_t t_kill = b->now;
@@ -221,7 +179,7 @@ Test(sim_faults, kill_fails_every_held_request_once_abandons_the_step_and_frees_
   cr_expect_not(replica_advance(r, b->now));
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, a_rank_out_of_range_is_refused) {
@@ -233,7 +191,7 @@ Test(sim_faults, a_rank_out_of_range_is_refused) {
                SC_OK);
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // --- kill_rank
@@ -256,7 +214,7 @@ Test(sim_faults, kill_rank_fails_the_step_in_flight_with_device_lost) {
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, kill_rank_on_an_idle_replica_fails_its_next_step) {
@@ -268,7 +226,7 @@ Test(sim_faults, kill_rank_on_an_idle_replica_fails_its_next_step) {
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY, "nobody used the device yet");
   cr_expect_eq(replica_next_ns(r), UINT64_MAX);
   b->now = 7 * MS;
-  submit(r, 0, 64, 4);
+  sc_test_submit(r, 0, 64, 4);
   drive(b, r, &l);
   cr_expect_eq(replica_health_get(r), REPLICA_DEAD);
   cr_expect_str_eq(replica_error(r), "rank 0: device lost");
@@ -278,7 +236,7 @@ Test(sim_faults, kill_rank_on_an_idle_replica_fails_its_next_step) {
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // --- hang
@@ -295,7 +253,7 @@ Test(sim_faults, hang_is_declared_lost_exactly_at_the_heartbeat_timeout) {
   cr_expect_eq(replica_next_ns(r), t_hang + 2 * SEC, "the loop must wake at detection");
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY, "not yet noticed");
   b->now = t_hang + SEC;
-  submit(r, 6, 50, 3); // queued in the hung replica; lost with it
+  sc_test_submit(r, 6, 50, 3); // queued in the hung replica; lost with it
   size_t before = l.n;
   drive(b, r, &l);
   cr_expect_eq(b->now, t_hang + 2 * SEC);
@@ -315,7 +273,7 @@ Test(sim_faults, hang_is_declared_lost_exactly_at_the_heartbeat_timeout) {
   cr_expect_eq(replica_health_get(r), REPLICA_DEAD);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, hang_uses_the_configured_detect_timeout_even_when_idle) {
@@ -332,7 +290,7 @@ Test(sim_faults, hang_uses_the_configured_detect_timeout_even_when_idle) {
   cr_expect_eq(l.n, 0, "it held no request");
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // Runs 6 requests; with hang_for > 0, hangs the third step for that long. Returns the log.
@@ -354,7 +312,7 @@ static evlog run_with_hang(uint64_t hang_for, replica_fault_kind kind, int tp, u
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY);
   expect_kv_free(r);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
   return l;
 }
 
@@ -410,7 +368,7 @@ Test(sim_faults, hang_rank_fails_at_the_collective_deadline_from_the_step_start)
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, hang_rank_on_one_gpu_uses_the_engine_deadline_from_the_next_step) {
@@ -422,7 +380,7 @@ Test(sim_faults, hang_rank_on_one_gpu_uses_the_engine_deadline_from_the_next_ste
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_HANG_RANK, .rank = 0}), SC_OK);
   cr_expect_eq(replica_next_ns(r), UINT64_MAX, "idle: nothing blocks yet");
   b->now = 2 * SEC;
-  submit(r, 0, 80, 5);
+  sc_test_submit(r, 0, 80, 5);
   drive(b, r, &l);
   cr_expect_eq(b->now, 7 * SEC, "the step began at 2 s and blocks");
   cr_expect_eq(replica_health_get(r), REPLICA_DEAD);
@@ -432,7 +390,7 @@ Test(sim_faults, hang_rank_on_one_gpu_uses_the_engine_deadline_from_the_next_ste
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, hang_rank_then_resume_before_the_deadline_is_undone) {
@@ -469,7 +427,7 @@ static int step_durations(int tp, replica_fault f, int clear_after, uint64_t *ou
   for (int k = 0; k < 6; k++) cr_expect_eq(tokens_of(&l, (uint64_t)k), 12 + k);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
   return n;
 }
 
@@ -528,7 +486,7 @@ Test(sim_faults, transient_oom_fails_one_admission_after_n) {
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, persistent_oom_makes_the_replica_unhealthy_after_3_until_clear) {
@@ -538,20 +496,20 @@ Test(sim_faults, persistent_oom_makes_the_replica_unhealthy_after_3_until_clear)
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_OOM, .rank = -1, .after_allocs = 1,
                                          .persistent = true}),
                SC_OK);
-  submit(r, 0, 50, 4);
-  submit(r, 1, 50, 4);
-  submit(r, 2, 50, 4);
+  sc_test_submit(r, 0, 50, 4);
+  sc_test_submit(r, 1, 50, 4);
+  sc_test_submit(r, 2, 50, 4);
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY, "2 failures");
-  submit(r, 3, 50, 4);
+  sc_test_submit(r, 3, 50, 4);
   cr_expect_eq(replica_health_get(r), REPLICA_UNHEALTHY, "3 failures in a row");
   engine_stats st;
   replica_stats(r, &st);
   cr_expect(st.unhealthy);
-  submit(r, 4, 50, 4);
+  sc_test_submit(r, 4, 50, 4);
   cr_expect_eq(replica_health_get(r), REPLICA_UNHEALTHY);
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_CLEAR, .rank = -1}), SC_OK);
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY);
-  submit(r, 5, 50, 4);
+  sc_test_submit(r, 5, 50, 4);
   drive(b, r, &l);
   cr_expect_eq(expect_one_terminal_each(&l, 6, "oom"), 4);
   cr_expect_eq(terminal(&l, 0)->kind, REPLICA_EV_FINISHED);
@@ -561,7 +519,7 @@ Test(sim_faults, persistent_oom_makes_the_replica_unhealthy_after_3_until_clear)
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, a_successful_admission_ends_the_oom_streak) {
@@ -570,17 +528,17 @@ Test(sim_faults, a_successful_admission_ends_the_oom_streak) {
   evlog l = {0};
   for (int k = 0; k < 3; k++) {
     cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_OOM, .rank = -1}), SC_OK);
-    submit(r, (uint64_t)k, 50, 2);
+    sc_test_submit(r, (uint64_t)k, 50, 2);
   }
   cr_expect_eq(replica_health_get(r), REPLICA_UNHEALTHY);
-  submit(r, 3, 50, 2); // the transient faults are over: admitted
+  sc_test_submit(r, 3, 50, 2); // the transient faults are over: admitted
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY);
   drive(b, r, &l);
   cr_expect_eq(expect_one_terminal_each(&l, 4, "oom"), 3);
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // --- corruption
@@ -614,14 +572,14 @@ Test(sim_faults, corrupt_fails_every_request_with_a_token_in_each_step_until_cle
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY, "it fails requests, not the replica");
   // after CLEAR, requests complete again
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_CLEAR, .rank = -1}), SC_OK);
-  submit(r, 6, 70, 5);
+  sc_test_submit(r, 6, 70, 5);
   drive(b, r, &l);
   cr_expect_eq(terminal(&l, 6)->kind, REPLICA_EV_FINISHED);
   cr_expect_eq(tokens_of(&l, 6), 5);
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 Test(sim_faults, corrupt_spares_requests_that_produce_no_token_in_the_step) {
@@ -629,8 +587,8 @@ Test(sim_faults, corrupt_spares_requests_that_produce_no_token_in_the_step) {
   b->cfg.token_budget = 256; // prefill_chunk 64: a 600-token prompt needs 10 steps
   replica *r = bed_replica(b);
   evlog l = {0};
-  submit(r, 0, 600, 3);
-  submit(r, 1, 30, 40);
+  sc_test_submit(r, 0, 600, 3);
+  sc_test_submit(r, 1, 30, 40);
   drive_steps(b, r, &l, 1);
   cr_assert_eq(inject(r, (replica_fault){.kind = RFAULT_CORRUPT, .rank = -1}), SC_OK);
   drive_steps(b, r, &l, 3); // step 3 was poisoned: key 1 decoded, key 0 only prefilled
@@ -642,7 +600,7 @@ Test(sim_faults, corrupt_spares_requests_that_produce_no_token_in_the_step) {
   expect_kv_free(r);
   free(l.v);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // --- restart
@@ -668,7 +626,7 @@ Test(sim_faults, restart_gives_epoch_2_and_admits_after_the_modelled_load) {
   cr_expect_str_eq(replica_error(r), "");
   cr_expect_eq(replica_health_get(r), REPLICA_DRAINING, "loading its weights");
   cr_expect_eq(replica_next_ns(r), t + 40 * MS, "1 GB at 25 GB/s");
-  submit(r, 10, 60, 4); // queued until ready
+  sc_test_submit(r, 10, 60, 4); // queued until ready
   b->now = t + 40 * MS - 1;
   cr_expect_not(replica_advance(r, b->now));
   cr_expect_eq(replica_health_get(r), REPLICA_DRAINING);
@@ -682,7 +640,7 @@ Test(sim_faults, restart_gives_epoch_2_and_admits_after_the_modelled_load) {
   evlog l3 = {0};
   simbed *b3 = bed_new(1, 1);
   replica *r3 = bed_replica(b3);
-  submit(r3, 10, 60, 4);
+  sc_test_submit(r3, 10, 60, 4);
   drive(b3, r3, &l3);
   cr_expect_eq(l2.v[0].t_ns, t + 40 * MS + l3.v[0].t_ns);
   cr_expect_eq(replica_epoch(r), 2);
@@ -691,9 +649,9 @@ Test(sim_faults, restart_gives_epoch_2_and_admits_after_the_modelled_load) {
   free(l2.v);
   free(l3.v);
   replica_free(r3);
-  bed_free(b3);
+  sc_test_simbed_free(b3);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
 }
 
 // --- determinism
@@ -707,7 +665,7 @@ static evlog fault_script(void) {
   evlog l = {0};
   sc_error err = {{0}};
   uint64_t key = 0;
-  for (; key < 6; key++) submit(r, key, 64 + (int)(key * 53 % 400), 30);
+  for (; key < 6; key++) sc_test_submit(r, key, 64 + (int)(key * 53 % 400), 30);
   replica_fault seq[] = {
       {.kind = RFAULT_SLOW_RANK, .rank = 1, .factor = 1.7},
       {.kind = RFAULT_SLOW_LINK, .rank = -1, .factor = 3, .latency_ns = 5000},
@@ -721,18 +679,18 @@ static evlog fault_script(void) {
   for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
     drive_until(b, r, &l, b->now + 37 * MS);
     cr_assert_eq(inject(r, seq[i]), SC_OK, "fault %zu", i);
-    submit(r, key++, 90, 20);
-    submit(r, key++, 40, 10);
+    sc_test_submit(r, key++, 90, 20);
+    sc_test_submit(r, key++, 40, 10);
   }
   drive(b, r, &l); // the hung rank's deadline kills it
   cr_assert_eq(replica_health_get(r), REPLICA_DEAD);
   cr_assert_eq(replica_restart(r, &err), SC_OK, "%s", err.msg);
-  submit(r, key++, 64, 8);
+  sc_test_submit(r, key++, 64, 8);
   drive(b, r, &l);
   expect_one_terminal_each(&l, (int)key, "-");
   expect_kv_free(r);
   replica_free(r);
-  bed_free(b);
+  sc_test_simbed_free(b);
   return l;
 }
 

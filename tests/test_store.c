@@ -81,15 +81,6 @@ static int64_t begin_run(store *s, const char *scenario, uint64_t seed) {
   return id;
 }
 
-// Runs UPDATE/INSERT text on a plain SQLite connection to path.
-static void raw_exec(const char *path, const char *sql) {
-  sqlite3 *db = NULL;
-  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-  char *msg = NULL;
-  cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
-  sqlite3_close(db);
-}
-
 static char host_name[256];
 static const char *this_host(void) {
   if (gethostname(host_name, sizeof host_name) != 0) host_name[0] = 0;
@@ -311,9 +302,9 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
   sc_error err = {{0}};
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   store_close(s);
-  raw_exec(path, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
-                 "repeat_index; DROP TABLE fault_window; UPDATE meta SET value = '1' WHERE key = "
-                 "'schema_version'");
+  sc_test_exec(path, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
+                     "repeat_index; DROP TABLE fault_window; UPDATE meta SET value = '1' "
+                     "WHERE key = 'schema_version'");
   cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
@@ -328,7 +319,7 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
 Test(store, schema_version_newer_than_the_binary_is_refused) {
   const char *path = db_path("store-new");
   store_close(open_rw(path));
-  raw_exec(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+  sc_test_exec(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
   store *s = (store *)1;
   sc_error err = {{0}};
   char want[640];
@@ -374,13 +365,13 @@ Test(store, a_database_of_another_program_is_refused_and_left_alone) {
   snprintf(want, sizeof want, "%s is not a shardcheck results database", path);
   store *s = NULL;
   sc_error err = {{0}};
-  raw_exec(path, "CREATE TABLE notes(id INTEGER PRIMARY KEY, x TEXT)");
+  sc_test_exec(path, "CREATE TABLE notes(id INTEGER PRIMARY KEY, x TEXT)");
   cr_expect_eq(store_open(path, &s, &err), SC_INVALID);
   cr_expect(strstr(err.msg, want) && strstr(err.msg, "no run table"), "%s", err.msg);
-  raw_exec(path, "CREATE TABLE run(id INTEGER PRIMARY KEY, x TEXT)");
+  sc_test_exec(path, "CREATE TABLE run(id INTEGER PRIMARY KEY, x TEXT)");
   cr_expect_eq(store_open(path, &s, &err), SC_INVALID);
   cr_expect(strstr(err.msg, want) && strstr(err.msg, "no meta table"), "%s", err.msg);
-  raw_exec(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
+  sc_test_exec(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
   cr_expect_eq(store_open(path, &s, &err), SC_INVALID);
   cr_expect(strstr(err.msg, want) && strstr(err.msg, "schema_version"), "%s", err.msg);
   cr_expect_eq(store_open_readonly(path, &s, &err), SC_INVALID);
@@ -437,7 +428,7 @@ Test(store, many_runs_share_a_file_listed_newest_first_with_their_status) {
   snprintf(sql, sizeof sql, "UPDATE run SET host = 'elsewhere.example' WHERE id = %lld; "
            "UPDATE run SET pid = %d WHERE id = %lld",
            (long long)other_host, (int)child, (long long)dead_pid);
-  raw_exec(path, sql);
+  sc_test_exec(path, sql);
 
   cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg);
   store_run_row rows[8];
@@ -574,8 +565,8 @@ static const char *cli_db(void) {
   int64_t c = begin_run(s, "cancel-storm", 3);
   (void)c;
   store_close(s);
-  raw_exec(path, "UPDATE run SET baseline = 1 WHERE scenario = 'ramp-tp'; "
-                 "UPDATE run SET host = 'gone.example' WHERE scenario = 'cancel-storm'");
+  sc_test_exec(path, "UPDATE run SET baseline = 1 WHERE scenario = 'ramp-tp'; "
+                     "UPDATE run SET host = 'gone.example' WHERE scenario = 'cancel-storm'");
   return path;
 }
 

@@ -352,15 +352,6 @@ Test(workload, bad_class_parameters_are_refused) {
 
 // --- dataset
 
-static const char *write_dataset(const char *tag, const char *name, const char *text) {
-  static char path[1024];
-  const char *dir = sc_test_tmpdir(tag);
-  cr_assert(dir);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  return path;
-}
-
 static scenario *dataset_scenario(const char *path) {
   scenario *s = tiny_scenario();
   snprintf(s->workload.dataset, sizeof s->workload.dataset, "%s", path);
@@ -368,12 +359,12 @@ static scenario *dataset_scenario(const char *path) {
 }
 
 Test(workload, dataset_reads_both_line_forms_in_order_and_cycles) {
-  const char *path = write_dataset("wl-ds", "set.jsonl",
-                                   "{\"prompt_tokens\": 5, \"output_tokens\": 7}\n"
-                                   "\n"
-                                   "   \r\n"
-                                   "{\"output_tokens\": 3, \"prompt\": \"hi\"}\r\n"
-                                   "{\"prompt_tokens\": 9}"); // no final newline
+  const char *path = sc_test_write_tmp("wl-ds", "set.jsonl",
+                                       "{\"prompt_tokens\": 5, \"output_tokens\": 7}\n"
+                                       "\n"
+                                       "   \r\n"
+                                       "{\"output_tokens\": 3, \"prompt\": \"hi\"}\r\n"
+                                       "{\"prompt_tokens\": 9}"); // no final newline
   scenario *s = dataset_scenario(path);
   add_class(s, "ignored", 1, fixed(50), fixed(50)); // a dataset takes the place of classes
   workload *w = make(s, 4);
@@ -406,7 +397,7 @@ Test(workload, dataset_reads_both_line_forms_in_order_and_cycles) {
 }
 
 Test(workload, dataset_path_is_opened_as_the_parser_resolved_it) {
-  const char *path = write_dataset("wl-rel", "rel.jsonl", "{\"prompt_tokens\": 17}\n");
+  const char *path = sc_test_write_tmp("wl-rel", "rel.jsonl", "{\"prompt_tokens\": 17}\n");
   scenario *s = tiny_scenario();
   snprintf(s->dir, sizeof s->dir, "/nonexistent-scenario-dir"); // not joined again
   snprintf(s->workload.dataset, sizeof s->workload.dataset, "%s", path);
@@ -425,7 +416,7 @@ Test(workload, dataset_lengths_are_clamped_to_the_context) {
                                       "{\"prompt\": \"");
   for (int i = 0; i < 600; i++) text[n++] = 'a' + i % 26;
   snprintf(text + n, sizeof text - (size_t)n, "\", \"output_tokens\": 9}\n");
-  scenario *s = dataset_scenario(write_dataset("wl-clamp", "long.jsonl", text));
+  scenario *s = dataset_scenario(sc_test_write_tmp("wl-clamp", "long.jsonl", text));
   workload *w = make(s, 0);
   wl_request r;
   workload_request(w, 0, &r);
@@ -465,7 +456,7 @@ Test(workload, dataset_bad_lines_name_file_line_and_key) {
       {"[1, 2]\n", "1: expected one JSON object, got an array"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const char *path = write_dataset("wl-bad", "bad.jsonl", cases[i].text);
+    const char *path = sc_test_write_tmp("wl-bad", "bad.jsonl", cases[i].text);
     scenario *s = dataset_scenario(path);
     workload *w = (workload *)1;
     sc_error err = {{0}};
@@ -479,8 +470,8 @@ Test(workload, dataset_bad_lines_name_file_line_and_key) {
 }
 
 Test(workload, dataset_malformed_json_names_file_and_line) {
-  const char *path = write_dataset("wl-json", "broken.jsonl",
-                                   "{\"prompt_tokens\": 5}\n{\"prompt_tokens\": 5,}\n");
+  const char *path = sc_test_write_tmp("wl-json", "broken.jsonl",
+                                       "{\"prompt_tokens\": 5}\n{\"prompt_tokens\": 5,}\n");
   scenario *s = dataset_scenario(path);
   workload *w = NULL;
   sc_error err = {{0}};
@@ -489,7 +480,7 @@ Test(workload, dataset_malformed_json_names_file_and_line) {
   snprintf(want, sizeof want, "%s:2: expected one JSON object, got malformed JSON", path);
   cr_assert(!strncmp(err.msg, want, strlen(want)), "%s", err.msg);
   // a duplicate key is malformed too
-  path = write_dataset("wl-dup", "dup.jsonl", "{\"prompt_tokens\": 5, \"prompt_tokens\": 6}\n");
+  path = sc_test_write_tmp("wl-dup", "dup.jsonl", "{\"prompt_tokens\": 5, \"prompt_tokens\": 6}\n");
   snprintf(s->workload.dataset, sizeof s->workload.dataset, "%s", path);
   cr_assert_eq(workload_new(s, 0, &w, &err), SC_INVALID);
   snprintf(want, sizeof want, "%s:1: ", path);
@@ -499,7 +490,7 @@ Test(workload, dataset_malformed_json_names_file_and_line) {
 }
 
 Test(workload, empty_dataset_is_invalid) {
-  const char *path = write_dataset("wl-empty", "empty.jsonl", "\n  \n\t\n");
+  const char *path = sc_test_write_tmp("wl-empty", "empty.jsonl", "\n  \n\t\n");
   scenario *s = dataset_scenario(path);
   workload *w = NULL;
   sc_error err = {{0}};
