@@ -9,17 +9,10 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "kernels/util.h"
 
-static inline int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-// The median of v(n), n >= 1 (sorts v).
-static inline double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+// The median of v(n), n >= 1 (sorts v): kernels/util.h's.
+static inline double median(double *v, int n) { return sc_median(v, n, 0); }
 
 static inline void bench_die(const char *prog, const char *what, const sc_error *err) {
   fprintf(stderr, "%s: %s%s%s\n", prog, what, err && err->msg[0] ? ": " : "",

@@ -19,6 +19,7 @@
 #include "reports/store.h"
 #include "runner/runner.h"
 #include "scenarios/scenario.h"
+#include "kernels/util.h"
 
 // --- the stand-in replica
 typedef struct standin_req {
@@ -238,11 +239,6 @@ static sc_status make_standin(void *ud, const engine_config *cfg, int index, rep
   return SC_OK;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
   int streams = 5000, requests = 20000, tokens = 100, dp = 1;
   long interval_us = 20000;
@@ -313,7 +309,7 @@ int main(int argc, char **argv) {
     d[n++] = seen > emitted ? seen - emitted : 0;
   }
   sqlite3_finalize(st);
-  qsort(d, n, sizeof *d, cmp_u64);
+  qsort(d, n, sizeof *d, sc_cmp_u64);
   printf("| streams | requests | tokens | wall s | tokens/s | stamp p50 us | p99 us | max us |\n");
   printf("|---|---|---|---|---|---|---|---|\n");
   printf("| %d | %llu | %zu | %.2f | %.0f | %.0f | %.0f | %.0f |\n", g_max_active,

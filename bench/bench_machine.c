@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench/bench_engine_util.h" // median
+#include "kernels/clock.h"
 
 // --- loops
 
@@ -39,12 +40,6 @@ enum { K_L1, K_L2, K_DRAM, K_N };
 static const char *const k_name[K_N] = {"l1", "l2", "dram"};
 static const size_t k_bytes[K_N] = {(size_t)16 << 10, (size_t)512 << 10, (size_t)128 << 20};
 static const int k_passes[K_N] = {256, 8, 1};
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 // Sum of buf[0 .. n) (n a multiple of 16, buf 64-byte aligned) in 8 independent chains of
 // 2-lane vectors (GCC/Clang vector extensions: SSE2 on any x86-64, NEON on arm64, at -O2 too).
@@ -234,15 +229,15 @@ int main(int argc, char **argv) {
   for (int k = 0; k < K_N; k++) sink += sum_lanes(buf[k], k_bytes[k] / 8); // warm-up, page-in
   fprintf(stderr, "bench_machine: measuring for %.0f s\n", seconds);
 
-  double start = now_s(), next_note = start + 30;
+  double start = sc_monotonic_s(), next_note = start + 30;
   int n = 0;
   while (n < cap) {
-    double t = now_s();
+    double t = sc_monotonic_s();
     if (t - start >= seconds) break;
     for (int k = 0; k < K_N; k++) {
-      double a = now_s();
+      double a = sc_monotonic_s();
       for (int p = 0; p < k_passes[k]; p++) sink += sum_lanes(buf[k], k_bytes[k] / 8);
-      double b = now_s();
+      double b = sc_monotonic_s();
       t_s[k][n] = a - start;
       gbs[k][n] = (double)k_bytes[k] * k_passes[k] / (b - a) / 1e9;
     }
@@ -252,7 +247,7 @@ int main(int argc, char **argv) {
       next_note += 30;
     }
   }
-  double elapsed = now_s() - start;
+  double elapsed = sc_monotonic_s() - start;
   getrusage(RUSAGE_SELF, &r1);
   if (have_cpu) have_cpu = read_cpu(&c1) == 0;
 
