@@ -139,6 +139,12 @@ static const uint64_t TICK_NS = 10000000ull;      // timeout scan period
 static const uint64_t SAMPLE_NS = 1000000000ull;  // device samples and flushes
 static const uint64_t LINE_NS = 10000000000ull;   // plain progress lines
 static const uint64_t TTY_NS = 500000000ull;      // terminal progress refresh
+// After faults, settle: replicas report what they still owe (a storm's cancel acks, a heartbeat
+// after their last step) for at least SETTLE_QUIET_NS (real mode), at most SETTLE_MAX_NS,
+// looked at every SETTLE_POLL_NS.
+static const uint64_t SETTLE_QUIET_NS = 300000000ull;
+static const uint64_t SETTLE_MAX_NS = 5000000000ull;
+static const uint64_t SETTLE_POLL_NS = 50000000ull;
 
 
 runner_options runner_options_defaults(void) {
@@ -874,11 +880,11 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
 static void settle(rt *r) {
   if (!fault_rt_faulted(r->fr)) return;
   uint64_t start = now_rel(r);
-  uint64_t quiet = start + (r->sim ? 0 : 300000000ull);
+  uint64_t quiet = start + (r->sim ? 0 : SETTLE_QUIET_NS);
   for (;;) {
     uint64_t now = now_rel(r);
-    if ((now >= quiet && !fault_rt_busy(r->fr)) || now >= start + 5000000000ull) break;
-    wait_until(r, now + 50000000ull);
+    if ((now >= quiet && !fault_rt_busy(r->fr)) || now >= start + SETTLE_MAX_NS) break;
+    wait_until(r, now + SETTLE_POLL_NS);
     drain_events(r);
   }
 }
