@@ -1,8 +1,8 @@
 // Quality delta between two weight versions (faults/quality.h): engine A greedy with every
 // next-token distribution kept, then engine B teacher-forced on A's tokens in one batch, each
 // of B's rows compared with A's as it comes out of B's on_logits hook (so only A's rows are
-// kept). Which prompts and versions, and where the numbers go, are the runner's
-// (runner/runner_faults.c).
+// kept). Which prompts and versions, and where the numbers go, are the hot swap's
+// (faults/hot_swap.c).
 #include "faults/quality.h"
 
 #include <math.h>

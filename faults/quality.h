@@ -6,7 +6,7 @@
 // greedy tokens for every prompt, keeping its next-token distribution at each position; engine
 // B is then teacher-forced on A's tokens: for prompt i and position j it is given prompt i
 // followed by A's first j tokens, and its next-token distribution at that point is compared
-// with A's at j. Left to others: which prompts and versions (runner/runner_faults.c), where
+// with A's at j. Left to others: which prompts and versions (faults/hot_swap.c), where
 // the numbers go (the swap_agreement and swap_kl metrics).
 #pragma once
 

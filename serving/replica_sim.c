@@ -2,7 +2,7 @@
 // priced by the cost model), driven synchronously by the runner's event loop in virtual time,
 // and the faults such a replica suffers, modelled in the same virtual time.
 //
-// No thread. A step starts when the loop calls replica_sim_advance at a time when the replica
+// No thread. A step starts when the loop calls replica_advance at a time when the replica
 // is idle and has work; it is planned and priced at once, and its events are held until the
 // virtual clock reaches its end (start + priced duration), when they become pollable, stamped
 // with that end. Requests submitted or cancelled while a step is in flight are seen by the next
@@ -34,7 +34,7 @@
 // A death fails every request the replica holds, in key order, at the time of death; the
 // rank of a *_RANK fault only names the error (a fault on any rank stalls or fails the whole
 // group). restart builds a fresh engine with the saved config; it admits once its weights are
-// loaded (SIM_LOAD_BYTES_PER_S), and replica_sim_next_ns wakes the loop then. swap (a hot swap)
+// loaded (SIM_LOAD_BYTES_PER_S), and replica_next_ns wakes the loop then. swap (a hot swap)
 // is a death without a fault followed by a restart on the new weights: their shapes and dtype
 // price every later step, and their static_bytes the load time.
 //
@@ -84,7 +84,7 @@ typedef struct simrep {
   bool rank_deadline_set;     // a step is blocked: it fails at rank_deadline
   uint64_t rank_deadline;
   int lost_rank;              // KILL_RANK: the rank whose device is gone (-1: none)
-  replica *const *peers;      // the deployment's replicas (replica_sim_set_peers; NULL: none)
+  replica *const *peers;      // the deployment's replicas (replica_set_peers; NULL: none)
   int n_peers;
   double slow_factor;         // SLOW_RANK (1: none)
   double link_factor;         // SLOW_LINK (1: none)

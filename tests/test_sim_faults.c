@@ -1,7 +1,7 @@
 // Faults on the simulated replica (serving/replica_sim.c): kill, kill_rank, hang, hang_rank,
 // resume, slow rank and link, OOM, corruption, clear, restart and epochs, in virtual time.
 // Every test drives the replica the way the runner's sim loop does (jump the clock to
-// replica_sim_next_ns, advance, poll) and checks the invariants a fault run is judged by:
+// replica_next_ns, replica_advance, poll) and checks the invariants a fault run is judged by:
 // every submitted key gets exactly one terminal event, KV returns to zero, detection happens
 // at the configured timeout exactly, and the same calls give the same events.
 #include <criterion/criterion.h>
