@@ -10,7 +10,8 @@
 //
 // Left to others: the DDL (reports/schema.c), what rows a run writes and when it flushes
 // (runner/runner.c, contract in docs/schema.md), the queries of reports and the gate (they
-// use store_db), marking baselines.
+// use store_db), marking baselines, finding the source revision a run records (the CLI:
+// cli_git_rev in cli/cmd_common.c).
 #include "reports/store.h"
 
 #include <errno.h>
@@ -220,26 +221,6 @@ static void utc_now(char *buf, size_t cap) {
   if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm)) buf[0] = 0;
 }
 
-// The git revision: SHARDCHECK_GIT_REV, else `git rev-parse --short HEAD` in the current
-// directory, else "" (stored as NULL). rev[cap].
-static void git_revision(char *rev, size_t cap) {
-  rev[0] = 0;
-  const char *env = getenv("SHARDCHECK_GIT_REV");
-  if (env && *env) {
-    snprintf(rev, cap, "%s", env);
-    return;
-  }
-  FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-  if (!p) return;
-  if (!fgets(rev, (int)cap, p)) rev[0] = 0;
-  char sink[256];
-  while (fread(sink, 1, sizeof sink, p)) {
-  }
-  if (pclose(p) != 0) rev[0] = 0;
-  size_t n = strlen(rev);
-  while (n && (rev[n - 1] == '\n' || rev[n - 1] == '\r' || rev[n - 1] == ' ')) rev[--n] = 0;
-}
-
 // --- opening
 
 // Migrates a version 1 file to version 2 in one transaction: adds run.repeat_group and
@@ -434,9 +415,8 @@ sc_status store_flush(store *s, sc_error *err) {
 sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_error *err) {
   if (!r->scenario || !r->scenario_text || !r->mode)
     return sc_fail(err, SC_INVALID, "%s: a run needs a scenario name, text and mode", s->path);
-  char started[32], rev[64];
+  char started[32];
   utc_now(started, sizeof started);
-  git_revision(rev, sizeof rev);
   SC_TRY(tx_begin(s, err));
   sqlite3_stmt *st;
   SC_TRY(prep(s, ST_RUN_INSERT, &st, err));
@@ -446,7 +426,7 @@ sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_erro
   bind_text(st, 4, r->mode);
   bind_text(st, 5, r->backend);
   bind_text(st, 6, r->model);
-  bind_text(st, 7, rev[0] ? rev : NULL);
+  bind_text(st, 7, r->git_rev && r->git_rev[0] ? r->git_rev : NULL);
   bind_text(st, 8, s->host[0] ? s->host : NULL);
   bind_i64(st, 9, (int64_t)getpid());
   bind_i64(st, 10, (int64_t)r->seed); // seeds >= 2^63 read back negative (same 64 bits)
