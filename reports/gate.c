@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/util.h"
 #include "reports/metrics.h"
 
 const char *const gate_default_metrics[] = {
@@ -70,10 +71,6 @@ const char *gate_verdict_name(gate_verdict v) {
 
 // --- Mann-Whitney U
 
-static int cmp_rank(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 // The doubled mid-ranks (integers) of the values of a and b together, sorted into v (value,
 // 1 for b); returns the doubled rank sum of b.
@@ -82,7 +79,8 @@ static int doubled_ranks(const double *a, int n_a, const double *b, int n_b, dou
   int n = n_a + n_b, w = 0;
   for (int i = 0; i < n_a; i++) v[i][0] = a[i], v[i][1] = 0;
   for (int i = 0; i < n_b; i++) v[n_a + i][0] = b[i], v[n_a + i][1] = 1;
-  qsort(v, (size_t)n, sizeof *v, cmp_rank);
+  // sc_cmp_double reads the first double of each row: the rows sort by value
+  qsort(v, (size_t)n, sizeof *v, sc_cmp_double);
   for (int i = 0; i < n;) {
     int j = i;
     while (j < n && v[j][0] == v[i][0]) j++;
@@ -282,12 +280,6 @@ static bool run_info(sqlite3 *db, int64_t id, char *scen, size_t cap, bool *sim)
 
 // --- judging
 
-static double median(double *v, int n) {
-  if (n == 0) return NAN;
-  qsort(v, (size_t)n, sizeof *v, cmp_rank);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // Half the range of the sorted values v relative to their median; NaN with fewer than 2.
 static double spread(const double *v, int n, double med) {
   return n >= 2 && med != 0 ? (v[n - 1] - v[0]) / 2 / fabs(med) : NAN;
@@ -298,8 +290,8 @@ static void describe(series *se) {
   gate_row *r = &se->row;
   r->n_base = se->n[0];
   r->n_cur = se->n[1];
-  r->base = median(se->vals[0], se->n[0]);
-  r->cur = median(se->vals[1], se->n[1]);
+  r->base = sc_median(se->vals[0], se->n[0], NAN);
+  r->cur = sc_median(se->vals[1], se->n[1], NAN);
   r->noise = spread(se->vals[0], se->n[0], r->base);
   r->noise_cur = spread(se->vals[1], se->n[1], r->cur);
   r->p = NAN;
@@ -365,8 +357,8 @@ static void summarize_noise(gate_result *g) {
       g->noisiest = i;
     }
   }
-  g->noise_base = median(nb, kb);
-  g->noise_cur = median(nc, kc);
+  g->noise_base = sc_median(nb, kb, NAN);
+  g->noise_cur = sc_median(nc, kc, NAN);
   free(nb);
   free(nc);
 }

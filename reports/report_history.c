@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "reports/gate.h"
+#include "kernels/util.h"
 #include "reports/metrics.h"
 #include "reports/report_impl.h"
 
@@ -277,11 +278,6 @@ typedef struct hs_cell {
   int n;                    // those runs; 0: no value (med NaN)
 } hs_cell;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 // vals: scratch of n_runs doubles.
 static hs_cell hs_cell_of(hs_data *h, int m, int s, int p, double *vals) {
   hs_cell c = {NAN, NAN, NAN, 0};
@@ -290,10 +286,9 @@ static hs_cell hs_cell_of(hs_data *h, int m, int s, int p, double *vals) {
     if (h->runs[r].point == p && isfinite(v)) vals[c.n++] = v;
   }
   if (!c.n) return c;
-  qsort(vals, (size_t)c.n, sizeof *vals, cmp_double);
+  c.med = sc_median(vals, c.n, NAN); // sorts vals
   c.lo = vals[0];
   c.hi = vals[c.n - 1];
-  c.med = c.n % 2 ? vals[c.n / 2] : (vals[c.n / 2 - 1] + vals[c.n / 2]) / 2;
   return c;
 }
 

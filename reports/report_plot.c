@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/util.h"
 #include "reports/metrics.h"
 #include "reports/report_impl.h"
 
@@ -617,14 +618,9 @@ static bool tl_token(void *ud, sqlite3_stmt *st) {
   return true;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void tl_ttft_flush(tl_bins *b) {
   if (!b->n_ttft) return;
-  qsort(b->ttft, (size_t)b->n_ttft, sizeof *b->ttft, cmp_double);
+  qsort(b->ttft, (size_t)b->n_ttft, sizeof *b->ttft, sc_cmp_double);
   b->ttft_p95[b->ttft_bin] = mt_percentile(b->ttft, b->n_ttft, 95);
   b->n_ttft = 0;
   b->any_ttft = true;
