@@ -443,6 +443,46 @@ sc_status rq_kv_steps(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq
                   run_id, row_step_kv, &t, "the step table", err);
 }
 
+// --- the run listing
+
+static const char *text_or_empty(sqlite3_stmt *st, int col) {
+  const char *t = (const char *)sqlite3_column_text(st, col);
+  return t ? t : "";
+}
+
+int rq_runs_each(sqlite3 *db, int64_t id, void (*fn)(void *ud, const rq_listed_run *r),
+                 void *ud, bool *prepared) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db,
+                              id > 0 ? "SELECT id, scenario, mode, status, started_at, verdict, "
+                                       "git_rev, baseline, host, pid FROM run WHERE id=?"
+                                     : "SELECT id, scenario, mode, status, started_at, verdict, "
+                                       "git_rev, baseline, host, pid FROM run ORDER BY id DESC",
+                              -1, &st, NULL);
+  *prepared = rc == SQLITE_OK;
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return rc;
+  }
+  if (id > 0) sqlite3_bind_int64(st, 1, id);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    rq_listed_run r = {.id = sqlite3_column_int64(st, 0),
+                       .scenario = text_or_empty(st, 1),
+                       .mode = text_or_empty(st, 2),
+                       .status = text_or_empty(st, 3),
+                       .started_at = text_or_empty(st, 4),
+                       .verdict = text_or_empty(st, 5),
+                       .git_rev = text_or_empty(st, 6),
+                       .baseline = sqlite3_column_int(st, 7) != 0,
+                       .host = (const char *)sqlite3_column_text(st, 8),
+                       .has_pid = sqlite3_column_type(st, 9) != SQLITE_NULL,
+                       .pid = sqlite3_column_int64(st, 9)};
+    fn(ud, &r);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 // --- runs by id
 
 bool rq_has_repeat_groups(sqlite3 *db) {

@@ -7,8 +7,8 @@
 // or one callback per row with the row as a struct (the callback returns false to stop: out of
 // memory). Text columns that are NULL read as "". Times are ns since the run's start.
 //
-// Left to others: writing rows, opening and migrating the file, and listing runs for
-// `shardcheck runs` (reports/store.c, which owns the handle); what the rows mean and how they
+// Left to others: writing rows, opening and migrating the file (reports/store.c, which owns the
+// handle and turns rq_runs_each's rows into store_runs_list's); what the rows mean and how they
 // are shown (reports/report*.c, reports/gate.c, cli/); the design of the floors
 // (docs/design.md).
 #pragma once
@@ -141,6 +141,23 @@ sc_status rq_steps_by_time(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, con
 // replica, then time. Errors as rq_token_times.
 sc_status rq_kv_steps(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
                       void *ud, sc_error *err);
+
+// --- the run listing (store_runs_list and store_run_get, reports/store.c)
+
+// One run row as `shardcheck runs` lists it; the strings ("" for NULL) live until fn returns.
+typedef struct rq_listed_run {
+  int64_t id;
+  const char *scenario, *mode, *status, *started_at, *verdict, *git_rev;
+  bool baseline;
+  const char *host;         // NULL when NULL: the host that ran it
+  bool has_pid;             // pid is not NULL
+  int64_t pid;              // the process that ran it
+} rq_listed_run;
+// Calls fn for every run newest first, or (id > 0) for run id alone. Returns the SQLite result
+// code: SQLITE_DONE when every row was read; another code on an error, with *prepared false
+// when the query could not even be prepared.
+int rq_runs_each(sqlite3 *db, int64_t id, void (*fn)(void *ud, const rq_listed_run *r),
+                 void *ud, bool *prepared);
 
 // --- runs by id (the gate and the CLI)
 

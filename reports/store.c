@@ -1,6 +1,6 @@
 // The results database (reports/store.h): opening and checking the schema, the prepared
 // statements that write a run's rows in batched transactions, and the run listing that
-// `shardcheck runs`, the report and the gate start from.
+// `shardcheck runs`, the report and the gate start from (its query is reports/query.c's).
 //
 // Durability model: WAL journal, synchronous=NORMAL. Every write joins one transaction that is
 // opened lazily (BEGIN IMMEDIATE) and committed by store_flush, store_run_begin, store_run_end
@@ -9,8 +9,8 @@
 // status "running" in the file; store_runs_list shows it as "incomplete".
 //
 // Left to others: the DDL (reports/schema.c), what rows a run writes and when it flushes
-// (runner/runner.c, contract in docs/schema.md), the queries of reports and the gate (they
-// use store_db), marking baselines, finding the source revision a run records (the CLI:
+// (runner/runner.c, contract in docs/schema.md), every read query (reports/query.c: the
+// reports, the gate and the run listing read through it), marking baselines, finding the source revision a run records (the CLI:
 // cli_git_rev in cli/cmd_common.c).
 #include "reports/store.h"
 
@@ -24,6 +24,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "reports/query.h"
 
 // --- the handle
 
@@ -50,8 +52,6 @@ enum {
   ST_FAULT_WINDOW,
   ST_METRIC,
   ST_VERDICT,
-  ST_RUNS_LIST,
-  ST_RUN_GET,
   ST_COUNT
 };
 
@@ -104,10 +104,6 @@ static const char *const st_sql[ST_COUNT] = {
                   "VALUES(?,?,?,?,?,?)",
     [ST_VERDICT] = "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass) "
                    "VALUES(?,?,?,?,?,?,?)",
-    [ST_RUNS_LIST] = "SELECT id, scenario, mode, status, started_at, verdict, git_rev, baseline, "
-                     "host, pid FROM run ORDER BY id DESC",
-    [ST_RUN_GET] = "SELECT id, scenario, mode, status, started_at, verdict, git_rev, baseline, "
-                   "host, pid FROM run WHERE id=?",
 };
 
 struct store {
@@ -817,10 +813,9 @@ sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, con
   return exec_stmt(s, st, "inserting a verdict row", err);
 }
 
-// --- reading runs
+// --- reading runs (the query is reports/query.c's rq_runs_each)
 
-static void copy_col(char *dst, size_t cap, sqlite3_stmt *st, int col) {
-  const char *v = (const char *)sqlite3_column_text(st, col);
+static void copy_str(char *dst, size_t cap, const char *v) {
   size_t n = v ? strlen(v) : 0;
   if (n >= cap) n = cap - 1;
   if (n) memcpy(dst, v, n);
@@ -828,55 +823,56 @@ static void copy_col(char *dst, size_t cap, sqlite3_stmt *st, int col) {
 }
 
 // A "running" run whose process is gone (or lives on another host) is "incomplete".
-static bool run_alive(const store *s, sqlite3_stmt *st) {
-  const char *host = (const char *)sqlite3_column_text(st, 8);
-  if (!host || !s->host[0] || strcmp(host, s->host)) return false;
-  if (sqlite3_column_type(st, 9) == SQLITE_NULL) return false;
-  sqlite3_int64 pid = sqlite3_column_int64(st, 9);
-  if (pid <= 0 || pid > 0x7fffffff) return false;
-  return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+static bool run_alive(const store *s, const rq_listed_run *r) {
+  if (!r->host || !s->host[0] || strcmp(r->host, s->host)) return false;
+  if (!r->has_pid) return false;
+  if (r->pid <= 0 || r->pid > INT32_MAX) return false;
+  return kill((pid_t)r->pid, 0) == 0 || errno != ESRCH;
 }
 
-// Fills out from a row of ST_RUNS_LIST / ST_RUN_GET.
-static void run_row(const store *s, sqlite3_stmt *st, store_run_row *out) {
-  memset(out, 0, sizeof *out);
-  out->id = sqlite3_column_int64(st, 0);
-  copy_col(out->scenario, sizeof out->scenario, st, 1);
-  copy_col(out->mode, sizeof out->mode, st, 2);
-  copy_col(out->status, sizeof out->status, st, 3);
-  if (!strcmp(out->status, "running") && !run_alive(s, st))
-    snprintf(out->status, sizeof out->status, "incomplete");
-  copy_col(out->started_at, sizeof out->started_at, st, 4);
-  copy_col(out->verdict, sizeof out->verdict, st, 5);
-  copy_col(out->git_rev, sizeof out->git_rev, st, 6);
-  out->baseline = sqlite3_column_int(st, 7) != 0;
+// Where listed rows go: out[0..cap) and the count of rows seen.
+typedef struct listing {
+  const store *s;
+  store_run_row *out;
+  int cap, n;
+} listing;
+
+static void list_row(void *ud, const rq_listed_run *r) {
+  listing *l = ud;
+  if (l->n < l->cap) {
+    store_run_row *out = &l->out[l->n];
+    memset(out, 0, sizeof *out);
+    out->id = r->id;
+    copy_str(out->scenario, sizeof out->scenario, r->scenario);
+    copy_str(out->mode, sizeof out->mode, r->mode);
+    copy_str(out->status, sizeof out->status, r->status);
+    if (!strcmp(out->status, "running") && !run_alive(l->s, r))
+      snprintf(out->status, sizeof out->status, "incomplete");
+    copy_str(out->started_at, sizeof out->started_at, r->started_at);
+    copy_str(out->verdict, sizeof out->verdict, r->verdict);
+    copy_str(out->git_rev, sizeof out->git_rev, r->git_rev);
+    out->baseline = r->baseline;
+  }
+  l->n++;
 }
 
 int store_runs_list(store *s, store_run_row *out, int cap, sc_error *err) {
-  sqlite3_stmt *st;
-  if (prep(s, ST_RUNS_LIST, &st, err) != SC_OK) return -1;
-  int n = 0, rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (n < cap) run_row(s, st, &out[n]);
-    n++;
-  }
-  sqlite3_reset(st);
+  listing l = {s, out, cap, 0};
+  bool prepared;
+  int rc = rq_runs_each(s->db, 0, list_row, &l, &prepared);
   if (rc != SQLITE_DONE) {
-    db_fail(s, rc, "listing runs", err);
+    db_fail(s, rc, prepared ? "listing runs" : "preparing a statement", err);
     return -1;
   }
-  return n;
+  return l.n;
 }
 
 sc_status store_run_get(store *s, int64_t id, store_run_row *out, sc_error *err) {
-  sqlite3_stmt *st;
-  SC_TRY(prep(s, ST_RUN_GET, &st, err));
-  sqlite3_bind_int64(st, 1, id);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) run_row(s, st, out);
-  sqlite3_reset(st);
-  if (rc == SQLITE_ROW) return SC_OK;
+  listing l = {s, out, 1, 0};
+  bool prepared;
+  int rc = rq_runs_each(s->db, id, list_row, &l, &prepared);
+  if (l.n > 0) return SC_OK;
   if (rc == SQLITE_DONE)
     return sc_fail(err, SC_INVALID, "no run %lld in %s", (long long)id, s->path);
-  return db_fail(s, rc, "reading a run", err);
+  return db_fail(s, rc, prepared ? "reading a run" : "preparing a statement", err);
 }

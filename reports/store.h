@@ -4,8 +4,8 @@
 // store_flush commits (the runner flushes periodically and at the end), so a run killed at any
 // point leaves a file that passes PRAGMA integrity_check, holding every flushed row, with the
 // run's status still "running" (shown as "incomplete" when its process is gone). The schema
-// text is reports/schema.c; docs/schema.md explains it. Reports and the gate read with their
-// own queries through store_db.
+// text is reports/schema.c; docs/schema.md explains it. Every read query is reports/query.c's
+// (rq_*): the reports and the gate read through it with store_db.
 #pragma once
 
 #include <stdbool.h>
