@@ -11,6 +11,8 @@
 
 #include "reports/report_impl.h"
 
+#define NS_PER_S 1e9 // stored durations are ns; JUnit times are s
+
 static void attr(FILE *f, const char *name, const char *value) {
   fprintf(f, " %s=\"", name);
   rp_put_esc(f, value);
@@ -41,7 +43,7 @@ sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_e
   int failures = !complete;
   for (int i = 0; i < r.n_verdicts; i++) failures += !r.verdicts[i].pass;
   char secs[32];
-  snprintf(secs, sizeof secs, "%.3f", r.duration_ns > 0 ? (double)r.duration_ns / 1e9 : 0.0);
+  snprintf(secs, sizeof secs, "%.3f", r.duration_ns > 0 ? (double)r.duration_ns / NS_PER_S : 0.0);
 
   fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites", f);
   attr(f, "name", "shardcheck");

@@ -29,6 +29,13 @@
 
 // --- the handle
 
+enum {
+  BUSY_TIMEOUT_MS = 5000, // how long a statement waits for another process's lock
+  TOKEN_BATCH = 16,       // token rows per ST_TOKEN16 statement
+  STEP_BATCH = 8,         // step rows per ST_STEP8 statement
+  STEP_COLS = 13,         // parameters per step row
+};
+
 // Prepared statements, created on first use and kept until store_close.
 enum {
   ST_BEGIN,
@@ -329,7 +336,7 @@ static sc_status open_common(const char *path, bool readonly, store **out, sc_er
     goto fail;
   }
   sqlite3_extended_result_codes(s->db, 1);
-  sqlite3_busy_timeout(s->db, 5000);
+  sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
   if (!readonly && sqlite3_db_readonly(s->db, "main") == 1) {
     r = sc_fail(err, SC_IO, "%s: cannot open the results database for writing (read-only "
                 "file or directory)", path);
@@ -566,11 +573,11 @@ static sc_status request_rows(store *s, const store_request *r, const uint64_t *
   // one at a time; request_id bound once, two integer binds per row, no allocation.
   sqlite3_stmt *tk;
   int i = 0;
-  if (n_tokens >= 16) {
+  if (n_tokens >= TOKEN_BATCH) {
     SC_TRY(prep(s, ST_TOKEN16, &tk, err));
     sqlite3_bind_int64(tk, 1, rid);
-    for (; i + 16 <= n_tokens; i += 16) {
-      for (int j = 0; j < 16; j++) {
+    for (; i + TOKEN_BATCH <= n_tokens; i += TOKEN_BATCH) {
+      for (int j = 0; j < TOKEN_BATCH; j++) {
         sqlite3_bind_int64(tk, 2 + 2 * j, i + j);
         sqlite3_bind_int64(tk, 3 + 2 * j, (sqlite3_int64)token_ns[i + j]);
       }
@@ -647,10 +654,10 @@ sc_status store_steps_add(store *s, const store_step *const *rows, int n, sc_err
   SC_TRY(tx_begin(s, err));
   sqlite3_stmt *st;
   int i = 0;
-  if (n >= 8) {
+  if (n >= STEP_BATCH) {
     SC_TRY(prep(s, ST_STEP8, &st, err));
-    for (; i + 8 <= n; i += 8) {
-      for (int j = 0; j < 8; j++) bind_step(st, 13 * j, rows[i + j]);
+    for (; i + STEP_BATCH <= n; i += STEP_BATCH) {
+      for (int j = 0; j < STEP_BATCH; j++) bind_step(st, STEP_COLS * j, rows[i + j]);
       SC_TRY(exec_stmt(s, st, "inserting step rows", err));
     }
   }
