@@ -20,16 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/clock.h"
 #include "reports/store.h"
 
 #define TARGET_S 3.0
 #define FLUSH_ROWS 50000
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static long long file_size(const char *path) {
   struct stat sb;
@@ -92,7 +87,7 @@ int main(int argc, char **argv) {
   uint64_t *tok = malloc((size_t)n_tok * sizeof *tok); // (n_tok) ns from the run start
   if (!tok) return fail("malloc", &(sc_error){{"out of memory"}});
   long long rows = 0, since_flush = 0, steps = 0, flushes = 0;
-  double t0 = now_s();
+  double t0 = sc_monotonic_s();
   for (int i = 0; i < n_req; i++) {
     uint64_t arrival = (uint64_t)i * 1000000; // 1 ms apart
     for (int k = 0; k < n_tok; k++) tok[k] = arrival + 50000000 + (uint64_t)k * 20000000;
@@ -123,12 +118,12 @@ int main(int argc, char **argv) {
   }
   if (store_flush(s, &err) != SC_OK) return fail("flush", &err);
   flushes++;
-  double t1 = now_s();
+  double t1 = sc_monotonic_s();
   char wal[640];
   snprintf(wal, sizeof wal, "%s-wal", path);
   long long db_before = file_size(path), wal_before = file_size(wal);
   store_close(s);
-  double t2 = now_s();
+  double t2 = sc_monotonic_s();
   long long db_after = file_size(path);
   free(tok);
 

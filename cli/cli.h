@@ -45,3 +45,9 @@ bool cli_parse_u64(const char *s, uint64_t *out); // no sign allowed
 // Prints "what: a, b, c" (or "what: (none)") from a names function such as
 // model_preset_names or hw_profile_names.
 void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, int));
+
+// The source revision a run records (store_run.git_rev): $SHARDCHECK_GIT_REV when set and not
+// empty, else `git rev-parse --short HEAD` in the current directory, else "" (no revision).
+// Writes at most cap bytes into rev (cap CLI_GIT_REV_CAP keeps what the store has always kept).
+enum { CLI_GIT_REV_CAP = 64 };
+void cli_git_rev(char *rev, size_t cap);

@@ -1,5 +1,6 @@
 // Helpers shared by the subcommands: status -> exit code, one-line error reports, number
-// parsing, name lists.
+// parsing, name lists, the source revision a run records. The subcommands themselves are
+// cli/cmd_*.c; the store (reports/store.c) records the revision it is given and runs no git.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,4 +79,24 @@ void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, i
   fprintf(f, "%s:", what);
   for (int i = 0; i < n; i++) fprintf(f, "%s %s", i ? "," : "", names[i]);
   fprintf(f, "%s\n", n ? "" : " (none)");
+}
+
+// --- the source revision
+
+void cli_git_rev(char *rev, size_t cap) {
+  rev[0] = 0;
+  const char *env = getenv("SHARDCHECK_GIT_REV");
+  if (env && *env) {
+    snprintf(rev, cap, "%s", env);
+    return;
+  }
+  FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+  if (!p) return;
+  if (!fgets(rev, (int)cap, p)) rev[0] = 0;
+  char sink[256];
+  while (fread(sink, 1, sizeof sink, p)) {
+  }
+  if (pclose(p) != 0) rev[0] = 0;
+  size_t n = strlen(rev);
+  while (n && (rev[n - 1] == '\n' || rev[n - 1] == '\r' || rev[n - 1] == ' ')) rev[--n] = 0;
 }

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "reports/gate.h"
 #include "reports/metrics.h"
+#include "reports/query.h"
 #include "reports/report_impl.h"
 #include "reports/store.h"
 
@@ -62,54 +63,15 @@ static void baseline_usage(FILE *f) {
 
 // --- picking runs
 
-// The latest complete run of every scenario and mode (it stands for its repetition group).
-static int latest_runs(sqlite3 *db, int64_t *out, int cap) {
-  sqlite3_stmt *st = NULL;
-  int n = 0;
-  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run WHERE status = 'complete' GROUP BY "
-                             "scenario, mode ORDER BY scenario, mode", -1, &st, NULL) != SQLITE_OK)
-    return 0;
-  while (sqlite3_step(st) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return n;
-}
-
-// A text column of run id in db (scenario, mode) into buf; false when there is no such run.
-static bool run_text(sqlite3 *db, int64_t id, const char *col, char *buf, size_t cap) {
-  char sql[96];
-  snprintf(sql, sizeof sql, "SELECT %s FROM run WHERE id = ?1", col);
-  sqlite3_stmt *st = NULL;
-  bool ok = false;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, id);
-    ok = sqlite3_step(st) == SQLITE_ROW;
-    if (ok) snprintf(buf, cap, "%s", (const char *)sqlite3_column_text(st, 0));
-  }
-  sqlite3_finalize(st);
-  return ok;
-}
-
 // The latest run marked as a baseline in base_db of run's scenario and mode; in run's own
 // database, only one earlier than run's repetition group. 0: none.
 static int64_t find_baseline(sqlite3 *cur_db, int64_t run, sqlite3 *base_db) {
   char scen[128] = "", mode[16] = "";
-  if (!run_text(cur_db, run, "scenario", scen, sizeof scen) ||
-      !run_text(cur_db, run, "mode", mode, sizeof mode))
-    return 0;
+  if (!rq_run_scenario_mode(cur_db, run, scen, sizeof scen, mode, sizeof mode)) return 0;
   int64_t group[GATE_MAX_REPS];
   int64_t before = INT64_MAX;
   if (base_db == cur_db && gate_group(cur_db, run, group, GATE_MAX_REPS) > 0) before = group[0];
-  sqlite3_stmt *st = NULL;
-  int64_t best = 0;
-  if (sqlite3_prepare_v2(base_db, "SELECT max(id) FROM run WHERE baseline = 1 AND scenario = ?1 "
-                                  "AND mode = ?2 AND id < ?3", -1, &st, NULL) != SQLITE_OK)
-    return 0;
-  sqlite3_bind_text(st, 1, scen, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 2, mode, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 3, before);
-  if (sqlite3_step(st) == SQLITE_ROW) best = sqlite3_column_int64(st, 0); // NULL reads 0
-  sqlite3_finalize(st);
-  return best;
+  return rq_latest_baseline(base_db, scen, mode, before);
 }
 
 // --- output
@@ -400,12 +362,12 @@ int cmd_gate(int argc, char **argv) {
   sqlite3 *cdb = store_db(cur), *bdb = base ? store_db(base) : cdb;
   int64_t runs[MAX_GATES];
   char scen[128];
-  int n_runs = a.run ? 1 : latest_runs(cdb, runs, MAX_GATES), n = 0;
+  int n_runs = a.run ? 1 : rq_latest_complete_runs(cdb, runs, MAX_GATES), n = 0;
   if (a.run) runs[0] = a.run;
   gate_result *g = calloc(MAX_GATES, sizeof *g);
   int code = g ? CLI_OK : CLI_RUNTIME;
   if (!g) fprintf(stderr, "shardcheck gate: out of memory\n");
-  if (g && a.run && !run_text(cdb, a.run, "scenario", scen, sizeof scen)) {
+  if (g && a.run && !rq_run_scenario_mode(cdb, a.run, scen, sizeof scen, NULL, 0)) {
     fprintf(stderr, "shardcheck gate: no run %lld in %s\n", (long long)a.run, a.db);
     code = CLI_USAGE;
   }
@@ -467,7 +429,7 @@ int cmd_baseline(int argc, char **argv) {
     fprintf(stderr, "shardcheck baseline: %s: %s\n", db, sqlite3_errmsg(store_db(s)));
     code = CLI_RUNTIME;
   } else {
-    run_text(store_db(s), (int64_t)run, "scenario", scen, sizeof scen);
+    rq_run_scenario_mode(store_db(s), (int64_t)run, scen, sizeof scen, NULL, 0);
     printf("run %llu%s is now the baseline of scenario %s\n", (unsigned long long)run,
            n > 1 ? " (with its repetitions)" : "", scen);
   }

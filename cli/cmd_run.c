@@ -163,6 +163,9 @@ int cmd_run(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  char git_rev[CLI_GIT_REV_CAP];
+  cli_git_rev(git_rev, sizeof git_rev);
+  ro.git_rev = git_rev;
   ro.interrupted = &interrupted;
   ro.progress = quiet ? RUNNER_PROGRESS_NONE : RUNNER_PROGRESS_AUTO;
   runner_result res;

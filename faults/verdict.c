@@ -1,7 +1,7 @@
 // The verdict checks of faults/verdict.h: the history check over a deployment's request and
-// token rows (two read-only queries through store_db), the recovery point of a fault from the
-// delivered tokens' times, the FNV-1a hash of an output, and a snapshot of this process's
-// threads, fds and children read from /proc.
+// token rows (their counts read by rq_request_history_read, reports/query.h, through
+// store_db), the recovery point of a fault from the delivered tokens' times, the FNV-1a hash
+// of an output, and a snapshot of this process's threads, fds and children read from /proc.
 //
 // Left to others: when to call these and what to store (runner/runner.c writes the fault
 // rows and the detect_ms, recover_ms, lost_requests, failed_requests and kv_leak_blocks values;
@@ -13,70 +13,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "reports/query.h"
+
 // --- history
-
-// One pass over the deployment's request rows, grouped by seq (the request_by_deployment index
-// finds them): distinct seq values, those with more than one row, those inside [0, sent), and
-// the rows by status (a row counts once for its status whatever its seq). ?1 run, ?2
-// deployment, ?3 sent.
-static const char *const history_requests_sql =
-    "SELECT count(*), coalesce(sum(n > 1), 0), coalesce(sum(seq >= 0 AND seq < ?3), 0),"
-    " coalesce(sum(ok), 0), coalesce(sum(cancelled), 0), coalesce(sum(failed), 0),"
-    " coalesce(sum(timeout), 0), coalesce(sum(n - ok - cancelled - failed - timeout), 0)"
-    " FROM (SELECT seq, count(*) AS n,"
-    "  sum(status = 'ok') AS ok, sum(status = 'cancelled') AS cancelled,"
-    "  sum(status = 'failed') AS failed, sum(status = 'timeout') AS timeout"
-    "  FROM request WHERE run_id = ?1 AND deployment_id = ?2 GROUP BY seq)";
-
-// Token rows beyond the first for each (request, idx) of the deployment's requests: per request
-// one range of the token table's primary key (request_id, idx), so the cost is linear in the
-// deployment's token rows (about 0.1 s for 1e6 rows). ?1 run, ?2 deployment.
-static const char *const history_tokens_sql =
-    "SELECT coalesce(sum((SELECT count(*) - count(DISTINCT idx) FROM token"
-    " WHERE request_id = r.id)), 0)"
-    " FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2";
-
-// Requests whose times run backwards: dispatched, first token or finished before arrival, a
-// token before arrival or after the finish, or a token before the one ahead of it (a negative
-// latency, as a wall clock that jumped back would give). ?1 run, ?2 deployment.
-static const char *const history_times_sql =
-    "SELECT count(*) FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2 AND ("
-    " r.dispatch_ns < r.arrival_ns OR r.first_token_ns < r.arrival_ns OR"
-    " r.finish_ns < r.arrival_ns OR r.finish_ns < r.first_token_ns OR"
-    " EXISTS (SELECT 1 FROM token AS a WHERE a.request_id = r.id AND"
-    "  (a.t_ns < r.arrival_ns OR a.t_ns > r.finish_ns OR EXISTS (SELECT 1 FROM token AS b"
-    "   WHERE b.request_id = r.id AND b.idx = a.idx + 1 AND b.t_ns < a.t_ns))))";
-
-// Runs sql with ?1 run_id, ?2 deployment_id (and ?3 sent when the statement has it) and reads
-// its one row's first ncol integer columns into v. SC_IO with sqlite's message on error.
-static sc_status query_row(sqlite3 *db, const char *sql, const char *what, int64_t run_id,
-                           int64_t deployment_id, int64_t sent, int64_t *v, int ncol,
-                           sc_error *err) {
-  sqlite3_stmt *st = NULL;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  if (rc != SQLITE_OK)
-    return sc_fail(err, SC_IO, "history check: preparing the %s query: %s", what,
-                   sqlite3_errmsg(db));
-  sqlite3_bind_int64(st, 1, run_id);
-  sqlite3_bind_int64(st, 2, deployment_id);
-  if (sqlite3_bind_parameter_count(st) >= 3) sqlite3_bind_int64(st, 3, sent);
-  rc = sqlite3_step(st);
-  if (rc != SQLITE_ROW) {
-    sc_status s = sc_fail(err, SC_IO, "history check: the %s query: %s", what,
-                          rc == SQLITE_DONE ? "no row" : sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return s;
-  }
-  for (int i = 0; i < ncol; i++) v[i] = sqlite3_column_int64(st, i);
-  sqlite3_finalize(st);
-  return SC_OK;
-}
 
 sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int64_t sent,
                            fv_history *out, sc_error *err) {
@@ -85,21 +29,19 @@ sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int
   if (sent < 0)
     return sc_fail(err, SC_INVALID, "history check: sent must be >= 0, got %lld",
                    (long long)sent);
-  int64_t r[8], t = 0, bt = 0;
-  SC_TRY(query_row(h, history_requests_sql, "request", run_id, deployment_id, sent, r, 8, err));
-  SC_TRY(query_row(h, history_tokens_sql, "token", run_id, deployment_id, sent, &t, 1, err));
-  SC_TRY(query_row(h, history_times_sql, "time", run_id, deployment_id, sent, &bt, 1, err));
+  rq_request_history q;
+  SC_TRY(rq_request_history_read(h, run_id, deployment_id, sent, &q, err));
   *out = (fv_history){.sent = sent,
-                      .recorded = r[0],
-                      .double_done = r[1],
-                      .lost = sent - r[2],
-                      .ok = r[3],
-                      .cancelled = r[4],
-                      .failed = r[5],
-                      .timeout = r[6],
-                      .bad_status = r[7],
-                      .dup_tokens = t,
-                      .bad_times = bt};
+                      .recorded = q.recorded,
+                      .double_done = q.double_done,
+                      .lost = sent - q.in_range,
+                      .ok = q.ok,
+                      .cancelled = q.cancelled,
+                      .failed = q.failed,
+                      .timeout = q.timeout,
+                      .bad_status = q.bad_status,
+                      .dup_tokens = q.dup_tokens,
+                      .bad_times = q.bad_times};
   return SC_OK;
 }
 

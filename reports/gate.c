@@ -1,7 +1,7 @@
 // The regression gate (reports/gate.h): the metric rows of two repetition groups, matched by
 // deployment label, phase name and metric name, compared direction-aware; the one-sided exact
 // Mann-Whitney U test by dynamic programming over rank sums. Choosing the runs, printing and
-// the JUnit and JSON files are cli/cmd_gate.c's.
+// the JUnit and JSON files are cli/cmd_gate.c's; the rows are read by reports/query.c.
 #include "reports/gate.h"
 
 #include <jansson.h>
@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/util.h"
 #include "reports/metrics.h"
+#include "reports/query.h"
 
 const char *const gate_default_metrics[] = {
     "ttft_p50_ms", "ttft_p95_ms",  "tpot_p50_ms", "tpot_p95_ms",    "itl_p50_ms",
@@ -23,14 +25,9 @@ gate_options gate_options_defaults(void) {
 }
 
 bool gate_options_from_run(sqlite3 *db, int64_t run_id, unsigned set, gate_options *o) {
-  sqlite3_stmt *st = NULL;
-  json_t *root = NULL;
-  if (sqlite3_prepare_v2(db, "SELECT config FROM run WHERE id = ?1", -1, &st, NULL) == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, run_id);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
-      root = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
-  }
-  sqlite3_finalize(st);
+  char *config = rq_run_config(db, run_id);
+  json_t *root = config ? json_loads(config, 0, NULL) : NULL;
+  free(config);
   json_t *g = root ? json_object_get(root, "gate") : NULL;
   if (!json_is_object(g)) {
     json_decref(root);
@@ -70,10 +67,6 @@ const char *gate_verdict_name(gate_verdict v) {
 
 // --- Mann-Whitney U
 
-static int cmp_rank(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 // The doubled mid-ranks (integers) of the values of a and b together, sorted into v (value,
 // 1 for b); returns the doubled rank sum of b.
@@ -82,7 +75,8 @@ static int doubled_ranks(const double *a, int n_a, const double *b, int n_b, dou
   int n = n_a + n_b, w = 0;
   for (int i = 0; i < n_a; i++) v[i][0] = a[i], v[i][1] = 0;
   for (int i = 0; i < n_b; i++) v[n_a + i][0] = b[i], v[n_a + i][1] = 1;
-  qsort(v, (size_t)n, sizeof *v, cmp_rank);
+  // sc_cmp_double reads the first double of each row: the rows sort by value
+  qsort(v, (size_t)n, sizeof *v, sc_cmp_double);
   for (int i = 0; i < n;) {
     int j = i;
     while (j < n && v[j][0] == v[i][0]) j++;
@@ -137,28 +131,10 @@ double gate_mann_whitney_greater(const double *a, int n_a, const double *b, int 
 
 // --- loading
 
-bool gate_db_grouped(sqlite3 *db) {
-  bool grouped = false;
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info('run') WHERE name = "
-                             "'repeat_group'", -1, &st, NULL) == SQLITE_OK)
-    grouped = sqlite3_step(st) == SQLITE_ROW;
-  sqlite3_finalize(st);
-  return grouped;
-}
+bool gate_db_grouped(sqlite3 *db) { return rq_has_repeat_groups(db); }
 
 int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap) {
-  sqlite3_stmt *st = NULL;
-  const char *sql = gate_db_grouped(db) ? "SELECT id FROM run WHERE id = ?1 OR (repeat_group IS NOT NULL AND "
-                              "repeat_group = (SELECT repeat_group FROM run WHERE id = ?1)) "
-                              "ORDER BY id"
-                            : "SELECT id FROM run WHERE id = ?1";
-  int n = 0;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return 0;
-  sqlite3_bind_int64(st, 1, run_id);
-  while (sqlite3_step(st) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return n;
+  return rq_group_runs(db, run_id, gate_db_grouped(db), out, cap);
 }
 
 // One (deployment, phase, metric) with its values per side.
@@ -207,47 +183,31 @@ static double tol_of(const gate_options *o, const char *name, double dflt) {
   return -2;
 }
 
+// Where load_run's rows go: the table, the side, and the options choosing the metrics.
+typedef struct loading {
+  table *t;
+  int side;
+  const gate_options *o;
+  double dflt;
+} loading;
+
+static bool add_metric(void *ud, const char *label, const char *phase, const char *name,
+                       double value) {
+  loading *l = ud;
+  double tol = tol_of(l->o, name, l->dflt);
+  if (tol < -1) return true;
+  series *se = find_or_add(l->t, label, phase, name);
+  if (!se) return false;
+  se->row.tol = tol;
+  if (se->n[l->side] < GATE_MAX_REPS) se->vals[l->side][se->n[l->side]++] = value;
+  return true;
+}
+
 // Adds the metric rows of `run` to side `side` of t.
 static sc_status load_run(sqlite3 *db, int64_t run, int side, const gate_options *o, double dflt,
                           table *t, sc_error *err) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT d.label, coalesce(p.name, ''), m.name, m.value FROM metric m "
-                         "JOIN deployment d ON d.id = m.deployment_id LEFT JOIN phase p ON p.id "
-                         "= m.phase_id WHERE m.run_id = ?1 AND m.class = '' AND m.value IS NOT "
-                         "NULL ORDER BY d.idx, m.phase_id, m.name",
-                         -1, &st, NULL) != SQLITE_OK)
-    return sc_fail(err, SC_IO, "gate: reading metrics: %s", sqlite3_errmsg(db));
-  sqlite3_bind_int64(st, 1, run);
-  sc_status s = SC_OK;
-  while (s == SC_OK && sqlite3_step(st) == SQLITE_ROW) {
-    const char *name = (const char *)sqlite3_column_text(st, 2);
-    double tol = tol_of(o, name, dflt);
-    if (tol < -1) continue;
-    series *se = find_or_add(t, (const char *)sqlite3_column_text(st, 0),
-                             (const char *)sqlite3_column_text(st, 1), name);
-    if (!se) {
-      s = sc_fail(err, SC_OOM, "gate: out of memory");
-      break;
-    }
-    se->row.tol = tol;
-    if (se->n[side] < GATE_MAX_REPS) se->vals[side][se->n[side]++] = sqlite3_column_double(st, 3);
-  }
-  sqlite3_finalize(st);
-  return s;
-}
-
-// Whether run id ended complete (not interrupted, failed or still running).
-static bool run_complete(sqlite3 *db, int64_t id) {
-  sqlite3_stmt *st = NULL;
-  bool ok = false;
-  if (sqlite3_prepare_v2(db, "SELECT 1 FROM run WHERE id = ?1 AND status = 'complete'", -1, &st,
-                         NULL) == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, id);
-    ok = sqlite3_step(st) == SQLITE_ROW;
-  }
-  sqlite3_finalize(st);
-  return ok;
+  loading l = {t, side, o, dflt};
+  return rq_gate_metrics(db, run, add_metric, &l, err);
 }
 
 // Adds the runs ids[0..*n) of one group to side `side` of t: of a group of several, only the
@@ -256,7 +216,7 @@ static sc_status load_group(sqlite3 *db, const int64_t *ids, int *n, int side,
                             const gate_options *o, double dflt, table *t, sc_error *err) {
   int used = 0;
   for (int i = 0; i < *n; i++) {
-    if (*n > 1 && !run_complete(db, ids[i])) continue;
+    if (*n > 1 && !rq_run_complete(db, ids[i])) continue;
     SC_TRY(load_run(db, ids[i], side, o, dflt, t, err));
     used++;
   }
@@ -264,29 +224,17 @@ static sc_status load_group(sqlite3 *db, const int64_t *ids, int *n, int side,
   return SC_OK;
 }
 
+enum { RUN_MODE_CAP = 16 }; // run.mode: "sim" | "real", with room to spare
+
 // The scenario name and mode of run id; false when there is no such run.
 static bool run_info(sqlite3 *db, int64_t id, char *scen, size_t cap, bool *sim) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db, "SELECT scenario, mode FROM run WHERE id = ?1", -1, &st, NULL) !=
-      SQLITE_OK)
-    return false;
-  sqlite3_bind_int64(st, 1, id);
-  bool ok = sqlite3_step(st) == SQLITE_ROW;
-  if (ok) {
-    snprintf(scen, cap, "%s", (const char *)sqlite3_column_text(st, 0));
-    *sim = !strcmp((const char *)sqlite3_column_text(st, 1), "sim");
-  }
-  sqlite3_finalize(st);
-  return ok;
+  char mode[RUN_MODE_CAP];
+  if (!rq_run_scenario_mode(db, id, scen, cap, mode, sizeof mode)) return false;
+  *sim = !strcmp(mode, "sim");
+  return true;
 }
 
 // --- judging
-
-static double median(double *v, int n) {
-  if (n == 0) return NAN;
-  qsort(v, (size_t)n, sizeof *v, cmp_rank);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Half the range of the sorted values v relative to their median; NaN with fewer than 2.
 static double spread(const double *v, int n, double med) {
@@ -298,8 +246,8 @@ static void describe(series *se) {
   gate_row *r = &se->row;
   r->n_base = se->n[0];
   r->n_cur = se->n[1];
-  r->base = median(se->vals[0], se->n[0]);
-  r->cur = median(se->vals[1], se->n[1]);
+  r->base = sc_median(se->vals[0], se->n[0], NAN);
+  r->cur = sc_median(se->vals[1], se->n[1], NAN);
   r->noise = spread(se->vals[0], se->n[0], r->base);
   r->noise_cur = spread(se->vals[1], se->n[1], r->cur);
   r->p = NAN;
@@ -365,8 +313,8 @@ static void summarize_noise(gate_result *g) {
       g->noisiest = i;
     }
   }
-  g->noise_base = median(nb, kb);
-  g->noise_cur = median(nc, kc);
+  g->noise_base = sc_median(nb, kb, NAN);
+  g->noise_cur = sc_median(nc, kc, NAN);
   free(nb);
   free(nc);
 }

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/util.h"
+
 #define NS_PER_MS 1e6
 #define NS_PER_S 1e9
 
@@ -33,19 +35,12 @@ double mt_percentile(const double *sorted, int n, double p) {
   return t >= 0.5 ? b - d * (1.0 - t) : a + d * t;
 }
 
-// Ascending; NaN after every number so that the order is total.
-static int cmp_double(const void *pa, const void *pb) {
-  double a = *(const double *)pa, b = *(const double *)pb;
-  if (isnan(a) || isnan(b)) return isnan(a) - isnan(b);
-  return (a > b) - (a < b);
-}
-
 void mt_dist_of(double *values, int n, mt_dist *out) {
   if (n <= 0) {
     *out = (mt_dist){0, NAN, NAN, NAN, NAN, NAN, NAN};
     return;
   }
-  qsort(values, (size_t)n, sizeof values[0], cmp_double);
+  qsort(values, (size_t)n, sizeof values[0], sc_cmp_double);
   double sum = 0;
   for (int i = 0; i < n; i++) sum += values[i];
   out->n = n;

@@ -6,7 +6,7 @@
 // rp_cmp_floor_summary).
 //
 // Nothing here computes a metric: both sides are the stored rows (docs/metrics.md); the only
-// arithmetic is the relative error and its mean. Loading runs is reports/report.c (rp_run_load),
+// arithmetic is the relative error and its mean. Loading runs is reports/report.c (rq_run_load),
 // the HTML section reports/report_html.c.
 #include <math.h>
 #include <stdlib.h>
@@ -72,7 +72,7 @@ static bool add_row(pair_builder *b, const char *label, const char *phase, const
 }
 
 // The index in r->deps of the deployment labelled label; -1 when none is.
-static int dep_by_label(const rp_run *r, const char *label) {
+static int dep_by_label(const rq_run *r, const char *label) {
   for (int i = 0; i < r->n_deps; i++)
     if (!strcmp(r->deps[i].label, label)) return i;
   return -1;
@@ -81,22 +81,22 @@ static int dep_by_label(const rp_run *r, const char *label) {
 // The phase of m's deployment mdep that matches phase pi of p: the same name and, among phases
 // of that name within the deployment, the same occurrence (a ramp's steps have distinct names;
 // two phases both named "hold" pair first with first). NULL when m has none.
-static const rp_phase *matching_phase(const rp_run *p, int pi, const rp_run *m, int mdep) {
-  const rp_phase *ph = &p->phases[pi];
+static const rq_phase *matching_phase(const rq_run *p, int pi, const rq_run *m, int mdep) {
+  const rq_phase *ph = &p->phases[pi];
   int k = 0;
   for (int i = 0; i < pi; i++)
     if (p->phases[i].dep == ph->dep && !strcmp(p->phases[i].name, ph->name)) k++;
   for (int i = 0; i < m->n_phases; i++) {
-    const rp_phase *q = &m->phases[i];
+    const rq_phase *q = &m->phases[i];
     if (q->dep == mdep && !strcmp(q->name, ph->name) && k-- == 0) return q;
   }
   return NULL;
 }
 
 // Fills b->p (zeroed, ids and scenario set) with the rows of sim run p against real run m.
-static bool build_pair(rp_ctx *c, const rp_run *p, const rp_run *m, pair_builder *b) {
+static bool build_pair(rp_ctx *c, const rq_run *p, const rq_run *m, pair_builder *b) {
   for (int d = 0; d < p->n_deps; d++) {
-    const rp_deployment *pd = &p->deps[d];
+    const rq_deployment *pd = &p->deps[d];
     int md = dep_by_label(m, pd->label);
     if (md < 0) continue;
     b->p->n_deployments++;
@@ -109,12 +109,12 @@ static bool build_pair(rp_ctx *c, const rp_run *p, const rp_run *m, pair_builder
     }
   }
   for (int d = 0; d < p->n_deps; d++) {
-    const rp_deployment *pd = &p->deps[d];
+    const rq_deployment *pd = &p->deps[d];
     int md = dep_by_label(m, pd->label);
     if (md < 0) continue;
     for (int i = 0; i < p->n_phases; i++) {
       if (p->phases[i].dep != d) continue;
-      const rp_phase *mp = matching_phase(p, i, m, md);
+      const rq_phase *mp = matching_phase(p, i, m, md);
       if (!mp) continue;
       for (int k = 0; k < N_PHASE; k++) {
         double pv = rp_metric(c, p, pd->id, p->phases[i].id, NULL, phase_metrics[k]);
@@ -133,7 +133,7 @@ static bool pair_seen(const report_comparison *out, int64_t p, int64_t m) {
 }
 
 // Starts *pr as run p against run m (rows built by build_pair); false when out of memory.
-static bool make_pair(rp_ctx *c, const rp_run *p, const rp_run *m, report_cmp_pair *pr) {
+static bool make_pair(rp_ctx *c, const rq_run *p, const rq_run *m, report_cmp_pair *pr) {
   memset(pr, 0, sizeof *pr);
   pr->predicted_run = p->id;
   pr->measured_run = m->id;
@@ -163,7 +163,7 @@ static bool add_floor(rp_ctx *c, const char *scenario, report_comparison *out, i
   int *idx = malloc(sizeof(int) * (size_t)c->n_runs), n = 0;
   if (!idx) return false;
   for (int i = 0; i < c->n_runs; i++) {
-    const rp_run *r = &c->runs[i];
+    const rq_run *r = &c->runs[i];
     if (strcmp(r->mode, "real") != 0 || strcmp(r->scenario, scenario) != 0) continue;
     bool dup = false;
     for (int k = 0; k < n; k++) dup |= c->runs[idx[k]].id == r->id;
@@ -196,10 +196,10 @@ sc_status rp_compare(rp_ctx *c, report_comparison *out, sc_error *err) {
   memset(out, 0, sizeof *out);
   int cap = 0;
   for (int i = 0; i < c->n_runs; i++) {
-    const rp_run *p = &c->runs[i];
+    const rq_run *p = &c->runs[i];
     if (strcmp(p->mode, "sim") != 0) continue;
     for (int j = 0; j < c->n_runs; j++) {
-      const rp_run *m = &c->runs[j];
+      const rq_run *m = &c->runs[j];
       if (strcmp(m->mode, "real") != 0 || strcmp(m->scenario, p->scenario) != 0 ||
           pair_seen(out, p->id, m->id))
         continue;
@@ -237,13 +237,13 @@ sc_status report_compare(sqlite3 *db, const int64_t *run_ids, int n_runs,
   if (!c.runs) return sc_fail(err, SC_OOM, "out of memory for %d runs", n_runs);
   sc_status s = SC_OK;
   for (int i = 0; i < n_runs && s == SC_OK; i++) {
-    s = rp_run_load(db, run_ids[i], &c.runs[i], err);
+    s = rq_run_load(db, run_ids[i], &c.runs[i], err);
     if (s == SC_OK) c.n_runs++;
   }
   if (s == SC_OK) s = rp_compare(&c, out, err);
-  for (int i = 0; i < c.n_runs; i++) rp_run_free(&c.runs[i]);
+  for (int i = 0; i < c.n_runs; i++) rq_run_free(&c.runs[i]);
   free(c.runs);
-  sqlite3_finalize(c.metric);
+  rq_metric_cache_free(&c.metric);
   return s;
 }
 

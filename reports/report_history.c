@@ -12,7 +12,7 @@
 // the plots and a table per metric. The files follow reports/report_plot.c's conventions
 // (columns under a header comment, series as blocks two blank lines apart); the per-run
 // reports are reports/report.c, report_plot.c and report_html.c. Nothing here computes a
-// metric: every value is a stored one (docs/metrics.md). Which metrics are gated is the gate's
+// metric: every value is a stored one (docs/metrics.md), read through reports/query.h. Which metrics are gated is the gate's
 // (reports/gate.h). Escaping, finding and running gnuplot are report_plot.c's (rp_* in
 // report_impl.h).
 #include <errno.h>
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "reports/gate.h"
+#include "kernels/util.h"
 #include "reports/metrics.h"
 #include "reports/report_impl.h"
 
@@ -102,20 +103,20 @@ static int64_t utc_seconds(const char *iso) {
   return t == (time_t)-1 ? -1 : (int64_t)t;
 }
 
-static bool row_run(void *ud, sqlite3_stmt *st) {
+static bool row_run(void *ud, const rq_history_run *q) {
   hs_data *h = ud;
   if (!rp_grow((void **)&h->runs, h->n_runs, &h->cap_runs, sizeof *h->runs)) return false;
   hs_run *r = &h->runs[h->n_runs++];
   memset(r, 0, sizeof *r);
-  r->id = sqlite3_column_int64(st, 0);
-  rp_col_text(st, 1, r->started_at, sizeof r->started_at);
+  r->id = q->id;
+  snprintf(r->started_at, sizeof r->started_at, "%s", q->started_at);
   r->t = utc_seconds(r->started_at);
-  rp_col_text(st, 2, r->git_rev, sizeof r->git_rev);
-  rp_col_text(st, 3, r->mode, sizeof r->mode);
-  rp_col_text(st, 4, r->status, sizeof r->status);
-  rp_col_text(st, 5, r->verdict, sizeof r->verdict);
-  r->baseline = sqlite3_column_int(st, 6) != 0;
-  rp_col_text(st, 7, r->group, sizeof r->group);
+  snprintf(r->git_rev, sizeof r->git_rev, "%s", q->git_rev);
+  snprintf(r->mode, sizeof r->mode, "%s", q->mode);
+  snprintf(r->status, sizeof r->status, "%s", q->status);
+  snprintf(r->verdict, sizeof r->verdict, "%s", q->verdict);
+  r->baseline = q->baseline;
+  snprintf(r->group, sizeof r->group, "%s", q->group);
   r->point = -1;
   return true;
 }
@@ -126,11 +127,8 @@ static int series_find(const hs_data *h, const char *label, const char *mode) {
   return -1;
 }
 
-static bool row_series(void *ud, sqlite3_stmt *st) {
+static bool row_series(void *ud, const char *label, const char *mode) {
   hs_data *h = ud;
-  char label[64], mode[8];
-  rp_col_text(st, 0, label, sizeof label);
-  rp_col_text(st, 1, mode, sizeof mode);
   if (series_find(h, label, mode) >= 0) return true;
   if (!rp_grow((void **)&h->series, h->n_series, &h->cap_series, sizeof *h->series))
     return false;
@@ -147,19 +145,14 @@ static int run_index(const hs_data *h, int64_t id) {
   return -1;
 }
 
-static bool row_metric(void *ud, sqlite3_stmt *st) {
+static bool row_metric(void *ud, const rq_history_metric *q) {
   hs_data *h = ud;
-  if (sqlite3_column_type(st, 4) == SQLITE_NULL) return true;
-  char name[40], label[64], mode[8];
-  rp_col_text(st, 1, label, sizeof label);
-  rp_col_text(st, 2, mode, sizeof mode);
-  rp_col_text(st, 3, name, sizeof name);
   int m = 0;
-  while (m < h->n_metrics && strcmp(h->metric[m], name)) m++;
-  int r = run_index(h, sqlite3_column_int64(st, 0));
-  int s = series_find(h, label, mode);
+  while (m < h->n_metrics && strcmp(h->metric[m], q->name)) m++;
+  int r = run_index(h, q->run_id);
+  int s = series_find(h, q->label, q->mode);
   if (m == h->n_metrics || r < 0 || s < 0) return true;
-  double v = sqlite3_column_double(st, 4);
+  double v = q->value;
   if (isfinite(v)) *hs_val(h, m, s, r) = v;
   return true;
 }
@@ -213,29 +206,14 @@ static sc_status hs_load(sqlite3 *db, const char *scn, const char *db_name, hs_d
                          sc_error *err) {
   memset(h, 0, sizeof *h);
   bool grouped = gate_db_grouped(db);
-  sc_status s = rp_each_row_text(
-      db,
-      // A group's key is its first run's id, whether that run's own repeat_group holds it or
-      // is NULL.
-      grouped ? "SELECT r.id, r.started_at, r.git_rev, r.mode, r.status, r.verdict, "
-                "r.baseline, coalesce(r.repeat_group, g.repeat_group) FROM run r "
-                "LEFT JOIN (SELECT DISTINCT repeat_group FROM run "
-                "WHERE repeat_group IS NOT NULL) g ON g.repeat_group = r.id "
-                "WHERE r.scenario = ?1 ORDER BY r.started_at, r.id"
-              : "SELECT id, started_at, git_rev, mode, status, verdict, baseline, NULL "
-                "FROM run WHERE scenario = ?1 ORDER BY started_at, id",
-      scn, row_run, h, "the run table", err);
+  sc_status s = rq_history_runs(db, scn, grouped, row_run, h, err);
   if (s == SC_OK && h->n_runs == 0)
     s = sc_fail(err, SC_INVALID, "no runs of scenario %s in %s", scn,
                 db_name ? db_name : "the database");
   if (s == SC_OK) s = hs_points(h, err);
   if (s == SC_OK) hs_pick_metrics(db, h);
   if (s == SC_OK)
-    s = rp_each_row_text(db,
-                 "SELECT d.label, r.mode FROM deployment d JOIN run r ON r.id = d.run_id "
-                 "WHERE r.scenario = ?1 AND r.status = 'complete' "
-                 "ORDER BY d.idx, r.started_at, r.id",
-                 scn, row_series, h, "the deployment table", err);
+    s = rq_history_deployments(db, scn, row_series, h, err);
   if (s == SC_OK) {
     size_t n = (size_t)h->n_metrics * (size_t)h->n_series * (size_t)h->n_runs;
     h->v = malloc((n ? n : 1) * sizeof *h->v);
@@ -243,11 +221,7 @@ static sc_status hs_load(sqlite3 *db, const char *scn, const char *db_name, hs_d
     for (size_t i = 0; h->v && i < n; i++) h->v[i] = NAN;
   }
   if (s == SC_OK)
-    s = rp_each_row_text(db,
-                 "SELECT m.run_id, d.label, r.mode, m.name, m.value FROM metric m "
-                 "JOIN deployment d ON d.id = m.deployment_id JOIN run r ON r.id = m.run_id "
-                 "WHERE r.scenario = ?1 AND m.phase_id IS NULL AND m.class = ''",
-                 scn, row_metric, h, "the metric table", err);
+    s = rq_history_metrics(db, scn, row_metric, h, err);
   if (s != SC_OK) {
     hs_free(h);
     return s;
@@ -277,11 +251,6 @@ typedef struct hs_cell {
   int n;                    // those runs; 0: no value (med NaN)
 } hs_cell;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 // vals: scratch of n_runs doubles.
 static hs_cell hs_cell_of(hs_data *h, int m, int s, int p, double *vals) {
   hs_cell c = {NAN, NAN, NAN, 0};
@@ -290,10 +259,9 @@ static hs_cell hs_cell_of(hs_data *h, int m, int s, int p, double *vals) {
     if (h->runs[r].point == p && isfinite(v)) vals[c.n++] = v;
   }
   if (!c.n) return c;
-  qsort(vals, (size_t)c.n, sizeof *vals, cmp_double);
+  c.med = sc_median(vals, c.n, NAN); // sorts vals
   c.lo = vals[0];
   c.hi = vals[c.n - 1];
-  c.med = c.n % 2 ? vals[c.n / 2] : (vals[c.n / 2 - 1] + vals[c.n / 2]) / 2;
   return c;
 }
 

@@ -106,7 +106,7 @@ static unsigned char *slurp(const char *dir, const char *name, size_t *n) {
 
 // --- one run
 
-static void run_meta(FILE *f, const rp_run *r) {
+static void run_meta(FILE *f, const rq_run *r) {
   char buf[64];
   fputs("<table class=\"meta\">\n", f);
   snprintf(buf, sizeof buf, "%lld", (long long)r->id);
@@ -133,7 +133,7 @@ static void run_meta(FILE *f, const rp_run *r) {
   fputs("</table>\n", f);
 }
 
-static void run_verdict(FILE *f, const rp_run *r) {
+static void run_verdict(FILE *f, const rq_run *r) {
   int failed = 0;
   for (int i = 0; i < r->n_verdicts; i++) failed += !r->verdicts[i].pass;
   bool complete = !strcmp(r->status, "complete");
@@ -164,7 +164,7 @@ static void run_verdict(FILE *f, const rp_run *r) {
   th(f, "result", false);
   fputs("</tr>\n", f);
   for (int i = 0; i < r->n_verdicts; i++) {
-    const rp_verdict *v = &r->verdicts[i];
+    const rq_verdict *v = &r->verdicts[i];
     char e[48], a[48];
     rp_fmt_metric(v->slo, v->expected, e, sizeof e);
     rp_fmt_metric(v->slo, v->actual, a, sizeof a);
@@ -193,7 +193,7 @@ static void td_x(FILE *f, double v) {
 
 static const char *const sens_names[2] = {"ttft_sensitivity", "tpot_sensitivity"};
 
-static void run_scaling(FILE *f, rp_ctx *c, const rp_run *r) {
+static void run_scaling(FILE *f, rp_ctx *c, const rq_run *r) {
   bool sens = false; // a sim run made with --sensitivity: two more columns
   for (int d = 0; d < r->n_deps && !sens; d++)
     for (int k = 0; k < 2; k++)
@@ -213,7 +213,7 @@ static void run_scaling(FILE *f, rp_ctx *c, const rp_run *r) {
   th(f, "status", true);
   fputs("</tr>\n", f);
   for (int d = 0; d < r->n_deps; d++) {
-    const rp_deployment *dp = &r->deps[d];
+    const rq_deployment *dp = &r->deps[d];
     fputs("<tr>", f);
     td_text(f, dp->label);
     fprintf(f, "<td>%d x %d x %d</td><td>%d</td>", dp->tp, dp->pp, dp->dp, dp->gpus);
@@ -230,7 +230,7 @@ static void run_scaling(FILE *f, rp_ctx *c, const rp_run *r) {
   fputs("</table>\n", f);
 }
 
-static void phase_load(const rp_phase *ph, char *buf, size_t n) {
+static void phase_load(const rq_phase *ph, char *buf, size_t n) {
   char num[32];
   if (ph->concurrency > 0) {
     snprintf(buf, n, "%d user%s", ph->concurrency, ph->concurrency == 1 ? "" : "s");
@@ -243,7 +243,7 @@ static void phase_load(const rp_phase *ph, char *buf, size_t n) {
 }
 
 // The metrics of one table row: a phase (phase_id) or the deployment pooled (phase_id 0).
-static void phase_cells(FILE *f, rp_ctx *c, const rp_run *r, int64_t dep_id, int64_t phase_id) {
+static void phase_cells(FILE *f, rp_ctx *c, const rq_run *r, int64_t dep_id, int64_t phase_id) {
   static const char *const names[] = {"requests",     "ttft_p50_ms", "ttft_p95_ms",
                                       "tpot_p50_ms",  "tpot_p95_ms", "itl_p95_ms",
                                       "e2el_p95_ms",  "output_tok_s", "req_s",
@@ -255,7 +255,7 @@ static void phase_cells(FILE *f, rp_ctx *c, const rp_run *r, int64_t dep_id, int
   td_pct(f, rp_metric(c, r, dep_id, phase_id, NULL, "busy_frac"));
 }
 
-static void run_phases(FILE *f, rp_ctx *c, const rp_run *r) {
+static void run_phases(FILE *f, rp_ctx *c, const rq_run *r) {
   static const char *const head[] = {
       "requests",       "TTFT p50 (ms)", "TTFT p95 (ms)", "TPOT p50 (ms)",  "TPOT p95 (ms)",
       "ITL p95 (ms)",   "E2EL p95 (ms)", "output tok/s",  "req/s",          "goodput (req/s)",
@@ -272,7 +272,7 @@ static void run_phases(FILE *f, rp_ctx *c, const rp_run *r) {
   fputs("</tr>\n", f);
   for (int d = 0; d < r->n_deps; d++) {
     for (int i = 0; i < r->n_phases; i++) {
-      const rp_phase *ph = &r->phases[i];
+      const rq_phase *ph = &r->phases[i];
       if (ph->dep != d) continue;
       char load[48];
       phase_load(ph, load, sizeof load);
@@ -295,7 +295,7 @@ static void run_phases(FILE *f, rp_ctx *c, const rp_run *r) {
   fputs("</table>\n", f);
 }
 
-static void run_classes(FILE *f, rp_ctx *c, const rp_run *r) {
+static void run_classes(FILE *f, rp_ctx *c, const rq_run *r) {
   if (!r->n_classes) return;
   fputs("<h3>TTFT p95 (ms) per prompt class</h3>\n<table>\n<tr>", f);
   th(f, "deployment", true);
@@ -304,7 +304,7 @@ static void run_classes(FILE *f, rp_ctx *c, const rp_run *r) {
   fputs("</tr>\n", f);
   for (int d = 0; d < r->n_deps; d++) {
     for (int i = 0; i <= r->n_phases; i++) { // i == n_phases: the deployment pooled
-      const rp_phase *ph = i < r->n_phases ? &r->phases[i] : NULL;
+      const rq_phase *ph = i < r->n_phases ? &r->phases[i] : NULL;
       if (ph && ph->dep != d) continue;
       fputs(ph ? "<tr>" : "<tr class=\"all\">", f);
       td_text(f, r->deps[d].label);
@@ -321,7 +321,7 @@ static void td_delta_ms(FILE *f, int64_t from_ns, int64_t to_ns) {
   td_num(f, to_ns >= 0 ? round((double)(to_ns - from_ns) / 1e5) / 10 : NAN);
 }
 
-static void run_faults(FILE *f, const rp_run *r) {
+static void run_faults(FILE *f, const rq_run *r) {
   if (!r->n_faults) return;
   fputs("<h3>Faults</h3>\n<table>\n<tr>", f);
   static const char *const head[] = {"injected (s)", "detected (s)",  "recovered (s)",
@@ -336,7 +336,7 @@ static void run_faults(FILE *f, const rp_run *r) {
   th(f, "detail", true);
   fputs("</tr>\n", f);
   for (int i = 0; i < r->n_faults; i++) {
-    const rp_fault *ft = &r->faults[i];
+    const rq_fault *ft = &r->faults[i];
     char buf[48];
     fputs("<tr>", f);
     td_text(f, ft->dep >= 0 ? r->deps[ft->dep].label : "(run)");
@@ -517,7 +517,7 @@ sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_
     return sc_fail(err, SC_IO, "cannot write %s: %s", path, strerror(errno));
   }
 
-  const rp_run *first = &c->runs[0];
+  const rq_run *first = &c->runs[0];
   fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>", f);
   fputs("shardcheck: ", f);
   esc(f, first->scenario);
@@ -539,7 +539,7 @@ sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_
   report_comparison_free(&cmp);
 
   for (int i = 0; i < c->n_runs; i++) {
-    const rp_run *r = &c->runs[i];
+    const rq_run *r = &c->runs[i];
     fprintf(f, "<section id=\"run-%lld\">\n<h2>Run %lld: ", (long long)r->id, (long long)r->id);
     esc(f, r->scenario);
     fputs("</h2>\n", f);
@@ -558,7 +558,7 @@ sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_
 
   fputs("<section id=\"scenario\">\n<h2>Scenario</h2>\n", f);
   for (int i = 0; i < c->n_runs; i++) {
-    const rp_run *r = &c->runs[i];
+    const rq_run *r = &c->runs[i];
     if (c->n_runs > 1) fprintf(f, "<h3>Run %lld</h3>\n", (long long)r->id);
     fputs("<pre>", f);
     esc(f, r->scenario_text);

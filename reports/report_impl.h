@@ -11,106 +11,27 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "reports/query.h"
 #include "reports/report.h"
 
-// --- a run's rows (time columns: ns since the run's start; -1 stands for SQL NULL)
-
-typedef struct rp_deployment {
-  int64_t id;
-  int idx;
-  char label[64];
-  int tp, pp, dp, gpus;
-  int64_t start_ns, end_ns; // end_ns -1: not finished
-  char status[16];
-} rp_deployment;
-
-typedef struct rp_phase {
-  int64_t id;
-  int dep;                  // index into rp_run.deps
-  int idx;                  // order within the deployment
-  char name[64];
-  char kind[8];             // ramp | rate | fixed
-  int concurrency;          // 0: NULL (rate phases)
-  double rate;              // requests/s; 0: NULL
-  int64_t start_ns, end_ns; // end_ns -1: not finished
-} rp_phase;
-
-typedef struct rp_verdict {
-  int dep;                  // index into rp_run.deps
-  char slo[32];
-  char op[4];               // "<=" | ">="
-  double expected;
-  double actual;            // NaN: no data
-  bool pass;
-} rp_verdict;
-
-typedef struct rp_fault {
-  int dep;                  // index into rp_run.deps; -1: the whole run
-  char kind[32];
-  char target[64];
-  char detail[256];
-  int64_t injected_ns, detected_ns, recovered_ns; // detected/recovered -1: never
-  int affected;             // requests; -1: unknown
-  char window[3][160];      // before, during, after: TTFT p95 and the SLOs met or missed
-                            // ("": no requests in it, or an older file without windows)
-} rp_fault;
-
-typedef struct rp_run {
-  int64_t id;
-  // Owned strings, never NULL ("" where the column is NULL).
-  char *scenario, *scenario_path, *scenario_text, *mode, *backend, *model, *git_rev, *host,
-      *config, *started_at, *ended_at, *status, *verdict, *error;
-  int64_t seed;
-  int64_t duration_ns;      // -1: not finished
-  rp_deployment *deps;      // (n_deps) by idx
-  int n_deps;
-  rp_phase *phases;         // (n_phases) by deployment idx, then phase idx
-  int n_phases;
-  rp_verdict *verdicts;     // (n_verdicts) by deployment idx, then insertion order
-  int n_verdicts;
-  rp_fault *faults;         // (n_faults) by injection time
-  int n_faults;
-  char (*classes)[32];      // (n_classes) prompt class names with metric rows, sorted
-  int n_classes;
-} rp_run;
+// --- a run's rows: rq_run and its parts (reports/query.h), loaded by rq_run_load
 
 // The reports' working state: the database, a cached metric lookup and the runs reported.
 typedef struct rp_ctx {
   sqlite3 *db;
-  sqlite3_stmt *metric;     // SELECT value FROM metric WHERE ... (rp_metric)
-  rp_run *runs;             // (n_runs)
+  rq_metric_cache metric;   // the lookup rp_metric keeps between calls
+  rq_run *runs;             // (n_runs)
   int n_runs;
 } rp_ctx;
 
-// Loads run `id` with its deployments, phases, verdicts, faults and class names into *r
-// (zeroed first). SC_INVALID "no run N in the database" when absent; SC_IO on a database error
-// (the message carries sqlite3_errmsg); SC_OOM. On error *r holds nothing to free.
-sc_status rp_run_load(sqlite3 *db, int64_t id, rp_run *r, sc_error *err);
-// Frees what rp_run_load allocated; a zeroed run is a no-op.
-void rp_run_free(rp_run *r);
-// The index in r->deps of deployment id dep_id; -1 when it is not one of r's.
-int rp_dep_index(const rp_run *r, int64_t dep_id);
-
-// Runs sql with ?1 bound to run_id and calls row(ud, st) for each result row (row returns false
-// when memory ran out: SC_OOM). SC_IO with sqlite3_errmsg on a database error; `what` names the
-// table in the message.
-sc_status rp_each_row(sqlite3 *db, const char *sql, int64_t run_id,
-                      bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
-                      sc_error *err);
-// The same with ?1 bound to the text arg.
-sc_status rp_each_row_text(sqlite3 *db, const char *sql, const char *arg,
-                           bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
-                           sc_error *err);
-// Column col of the row as text into dst (n bytes, truncated); "" for NULL.
-void rp_col_text(sqlite3_stmt *st, int col, char *dst, size_t n);
 // Makes room for one more element in *arr (n used, *cap allocated, elements of elem bytes),
 // doubling the capacity; false when out of memory (*arr unchanged).
 bool rp_grow(void **arr, int n, int *cap, size_t elem);
 
-// The stored value of metric `name` for (deployment, phase, class) of run r: dep_id / phase_id
-// 0 stand for NULL (across deployments / the whole deployment), cls NULL for ''. NaN when there
-// is no such row or the value is NULL.
-double rp_metric(rp_ctx *c, const rp_run *r, int64_t dep_id, int64_t phase_id, const char *cls,
+// The stored value of metric `name` for (deployment, phase, class) of run r through c's cached
+// lookup (rq_metric): dep_id / phase_id 0 stand for NULL (across deployments / the whole
+// deployment), cls NULL for ''. NaN when there is no such row or the value is NULL.
+double rp_metric(rp_ctx *c, const rq_run *r, int64_t dep_id, int64_t phase_id, const char *cls,
                  const char *name);
 
 // --- formatting

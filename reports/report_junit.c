@@ -11,6 +11,8 @@
 
 #include "reports/report_impl.h"
 
+#define NS_PER_S 1e9 // stored durations are ns; JUnit times are s
+
 static void attr(FILE *f, const char *name, const char *value) {
   fprintf(f, " %s=\"", name);
   rp_put_esc(f, value);
@@ -18,7 +20,7 @@ static void attr(FILE *f, const char *name, const char *value) {
 }
 
 // "expected <= 500, got 612.3" (units in the body, not the message).
-static void failure_message(const rp_verdict *v, char *buf, size_t n) {
+static void failure_message(const rq_verdict *v, char *buf, size_t n) {
   char e[48], a[48];
   rp_fmt_num(v->expected, e, sizeof e);
   rp_fmt_num(v->actual, a, sizeof a);
@@ -27,12 +29,12 @@ static void failure_message(const rp_verdict *v, char *buf, size_t n) {
 
 sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_error *err) {
   if (!path || !*path) return sc_fail(err, SC_INVALID, "no JUnit output path given");
-  rp_run r;
-  SC_TRY(rp_run_load(db, run_id, &r, err));
+  rq_run r;
+  SC_TRY(rq_run_load(db, run_id, &r, err));
   FILE *f = fopen(path, "w");
   if (!f) {
     sc_status s = sc_fail(err, SC_IO, "cannot write %s: %s", path, strerror(errno));
-    rp_run_free(&r);
+    rq_run_free(&r);
     return s;
   }
   bool complete = !strcmp(r.status, "complete");
@@ -41,7 +43,7 @@ sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_e
   int failures = !complete;
   for (int i = 0; i < r.n_verdicts; i++) failures += !r.verdicts[i].pass;
   char secs[32];
-  snprintf(secs, sizeof secs, "%.3f", r.duration_ns > 0 ? (double)r.duration_ns / 1e9 : 0.0);
+  snprintf(secs, sizeof secs, "%.3f", r.duration_ns > 0 ? (double)r.duration_ns / NS_PER_S : 0.0);
 
   fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites", f);
   attr(f, "name", "shardcheck");
@@ -73,8 +75,8 @@ sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_e
 
   char cls[256];
   for (int i = 0; i < r.n_verdicts; i++) {
-    const rp_verdict *v = &r.verdicts[i];
-    const rp_deployment *d = &r.deps[v->dep];
+    const rq_verdict *v = &r.verdicts[i];
+    const rq_deployment *d = &r.deps[v->dep];
     snprintf(cls, sizeof cls, "%s.%s", r.scenario, d->label);
     fputs("    <testcase", f);
     attr(f, "classname", cls);
@@ -124,6 +126,6 @@ sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_e
   fputs("  </testsuite>\n</testsuites>\n", f);
   bool bad = ferror(f) != 0;
   if (fclose(f) != 0) bad = true;
-  rp_run_free(&r);
+  rq_run_free(&r);
   return bad ? sc_fail(err, SC_IO, "writing %s failed", path) : SC_OK;
 }

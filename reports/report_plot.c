@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/util.h"
 #include "reports/metrics.h"
 #include "reports/report_impl.h"
 
@@ -35,6 +36,9 @@ enum {
   TL_MIN_BINS = 30,     // time plots: bins of 1 s, narrower when that gives fewer than this,
   TL_MAX_BINS = 600,    // wider when it gives more than this
 };
+
+#define NS_PER_MS 1e6   // stored times are ns; TTFTs are plotted in ms
+#define NS_PER_S 1e9    // and times on the x axis in s
 
 typedef struct gp_term {
   bool found;           // prog names an executable file
@@ -85,7 +89,7 @@ void rp_gp_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void run_prefix(const rp_ctx *c, const rp_run *r, char *buf, size_t n) {
+static void run_prefix(const rp_ctx *c, const rq_run *r, char *buf, size_t n) {
   if (c->n_runs > 1) snprintf(buf, n, "run %lld: ", (long long)r->id);
   else buf[0] = 0;
 }
@@ -139,7 +143,7 @@ typedef struct sc_point {
 } sc_point;
 
 // Which factor grows from base to d: dp, tp, pp, or mixed (more than one).
-static int family_of(const rp_deployment *base, const rp_deployment *d) {
+static int family_of(const rq_deployment *base, const rq_deployment *d) {
   int changed = (d->tp != base->tp) + (d->pp != base->pp) + (d->dp != base->dp);
   if (changed > 1) return FAM_MIXED;
   if (d->tp != base->tp) return FAM_TP;
@@ -147,9 +151,9 @@ static int family_of(const rp_deployment *base, const rp_deployment *d) {
   return FAM_DP; // dp grew, or a copy of the base layout
 }
 
-static void sc_row(FILE *f, const rp_run *r, const sc_point *pt, const sc_point *base) {
-  const rp_deployment *d = &r->deps[pt->dep];
-  const rp_deployment *b = &r->deps[base->dep];
+static void sc_row(FILE *f, const rq_run *r, const sc_point *pt, const sc_point *base) {
+  const rq_deployment *d = &r->deps[pt->dep];
+  const rq_deployment *b = &r->deps[base->dep];
   fprintf(f, "%d", d->gpus);
   dat_num(f, pt->tput);
   dat_num(f, b->gpus > 0 ? base->tput * d->gpus / b->gpus : NAN);
@@ -184,7 +188,7 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
   int n_blocks = 0, max_gpus = 1;
   sc_status s = SC_OK;
   for (int ri = 0; ri < c->n_runs && s == SC_OK; ri++) {
-    const rp_run *r = &c->runs[ri];
+    const rq_run *r = &c->runs[ri];
     int n = 0, base = -1;
     for (int d = 0; d < r->n_deps; d++) {
       double tput = rp_metric(c, r, r->deps[d].id, 0, NULL, "peak_output_tok_s");
@@ -195,10 +199,10 @@ static sc_status plot_scaling(rp_ctx *c, const char *dir, const gp_term *t, rp_p
       n++;
     }
     if (base < 0) continue;
-    const rp_deployment *bd = &r->deps[pts[base].dep];
+    const rq_deployment *bd = &r->deps[pts[base].dep];
     // Points the runner stored no scaling rows for get them from the peak throughputs.
     for (int i = 0; i < n; i++) {
-      const rp_deployment *d = &r->deps[pts[i].dep];
+      const rq_deployment *d = &r->deps[pts[i].dep];
       double ideal = pts[base].tput * d->gpus / (bd->gpus > 0 ? bd->gpus : 1);
       if (!isfinite(pts[i].speedup) && pts[base].tput > 0)
         pts[i].speedup = pts[i].tput / pts[base].tput;
@@ -357,11 +361,11 @@ static sc_status cv_gather(rp_ctx *c, cv_data *cv, sc_error *err) {
   if (!cv->rows || !cv->series) return sc_fail(err, SC_OOM, "out of memory for phase metrics");
   cv->log2 = true;
   for (int ri = 0; ri < c->n_runs; ri++) {
-    const rp_run *r = &c->runs[ri];
+    const rq_run *r = &c->runs[ri];
     for (int d = 0; d < r->n_deps; d++) {
       int first = cv->n_rows;
       for (int pi = 0; pi < r->n_phases; pi++) {
-        const rp_phase *ph = &r->phases[pi];
+        const rq_phase *ph = &r->phases[pi];
         if (ph->dep != d || ph->concurrency <= 0) continue;
         cv_row *row = &cv->rows[cv->n_rows++];
         row->series = cv->n_series;
@@ -465,7 +469,7 @@ static sc_status plot_ttft(rp_ctx *c, const cv_data *cv, const char *dir, const 
   int n_slo = 0;
   for (int ri = 0; ri < c->n_runs; ri++)
     for (int i = 0; i < c->runs[ri].n_verdicts; i++) {
-      const rp_verdict *v = &c->runs[ri].verdicts[i];
+      const rq_verdict *v = &c->runs[ri].verdicts[i];
       if (strcmp(v->slo, "ttft_p95_ms") || !isfinite(v->expected)) continue;
       bool seen = false;
       for (int k = 0; k < n_slo; k++) seen |= slo[k] == v->expected;
@@ -551,23 +555,8 @@ static sc_status plot_tpot(rp_ctx *c, const cv_data *cv, const char *dir, const 
 // --- time bins (plots 4 and 5)
 
 // The run's span: the latest time any of its rows mentions (and its duration when finished).
-static sc_status run_span_ns(rp_ctx *c, const rp_run *r, int64_t *span, sc_error *err) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(
-          c->db,
-          "SELECT max(t) FROM ("
-          " SELECT max(t_ns + duration_ns) AS t FROM step WHERE run_id = ?1"
-          " UNION ALL SELECT max(max(arrival_ns, coalesce(first_token_ns, 0),"
-          "   coalesce(finish_ns, 0))) FROM request WHERE run_id = ?1"
-          " UNION ALL SELECT max(coalesce(end_ns, start_ns)) FROM phase WHERE run_id = ?1"
-          " UNION ALL SELECT max(max(injected_ns, coalesce(detected_ns, 0),"
-          "   coalesce(recovered_ns, 0))) FROM fault WHERE run_id = ?1)",
-          -1, &st, NULL) != SQLITE_OK)
-    return sc_fail(err, SC_IO, "reading the run's span: %s", sqlite3_errmsg(c->db));
-  sqlite3_bind_int64(st, 1, r->id);
-  *span = 0;
-  if (sqlite3_step(st) == SQLITE_ROW) *span = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
+static sc_status run_span_ns(rp_ctx *c, const rq_run *r, int64_t *span, sc_error *err) {
+  SC_TRY(rq_run_span(c->db, r->id, span, err));
   if (r->duration_ns > *span) *span = r->duration_ns;
   return SC_OK;
 }
@@ -601,7 +590,7 @@ typedef struct tl_bins {
   int *q_last;              // its last queue length
   int n_q, cap_q;
   int *q_dep_sum;           // (n_deps) sum of its replicas' last queue lengths
-  const rp_run *r;
+  const rq_run *r;
   bool any_token, any_ttft, any_queue;
 } tl_bins;
 
@@ -610,42 +599,37 @@ static int bin_of(const tl_bins *b, int64_t t) {
   return k >= b->nb ? b->nb - 1 : (int)k;
 }
 
-static bool tl_token(void *ud, sqlite3_stmt *st) {
+static bool tl_token(void *ud, int64_t t_ns) {
   tl_bins *b = ud;
-  b->tokens[bin_of(b, sqlite3_column_int64(st, 0))]++;
+  b->tokens[bin_of(b, t_ns)]++;
   b->any_token = true;
   return true;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void tl_ttft_flush(tl_bins *b) {
   if (!b->n_ttft) return;
-  qsort(b->ttft, (size_t)b->n_ttft, sizeof *b->ttft, cmp_double);
+  qsort(b->ttft, (size_t)b->n_ttft, sizeof *b->ttft, sc_cmp_double);
   b->ttft_p95[b->ttft_bin] = mt_percentile(b->ttft, b->n_ttft, 95);
   b->n_ttft = 0;
   b->any_ttft = true;
 }
 
-static bool tl_request(void *ud, sqlite3_stmt *st) {
+static bool tl_request(void *ud, int64_t first_token_ns, int64_t ttft_ns) {
   tl_bins *b = ud;
-  int bin = bin_of(b, sqlite3_column_int64(st, 0));
+  int bin = bin_of(b, first_token_ns);
   if (bin != b->ttft_bin) tl_ttft_flush(b);
   b->ttft_bin = bin;
   if (!rp_grow((void **)&b->ttft, b->n_ttft, &b->cap_ttft, sizeof *b->ttft)) return false;
-  b->ttft[b->n_ttft++] = (double)sqlite3_column_int64(st, 1) / 1e6;
+  b->ttft[b->n_ttft++] = (double)ttft_ns / NS_PER_MS;
   return true;
 }
 
-static bool tl_step(void *ud, sqlite3_stmt *st) {
+static bool tl_step(void *ud, const rq_step *st) {
   tl_bins *b = ud;
-  int dep = rp_dep_index(b->r, sqlite3_column_int64(st, 0));
+  int dep = rq_dep_index(b->r, st->deployment_id);
   if (dep < 0) return true;
-  int64_t key = (int64_t)dep << 32 | (uint32_t)sqlite3_column_int(st, 1);
-  int q = sqlite3_column_int(st, 3), k = 0;
+  int64_t key = (int64_t)dep << 32 | (uint32_t)st->replica;
+  int q = st->queue_len, k = 0;
   while (k < b->n_q && b->q_key[k] != key) k++;
   if (k == b->n_q) {
     int cap = b->cap_q;
@@ -658,7 +642,7 @@ static bool tl_step(void *ud, sqlite3_stmt *st) {
   }
   b->q_dep_sum[dep] += q - b->q_last[k];
   b->q_last[k] = q;
-  int bin = bin_of(b, sqlite3_column_int64(st, 2));
+  int bin = bin_of(b, st->t_ns);
   if (b->q_dep_sum[dep] > b->queue[bin]) b->queue[bin] = b->q_dep_sum[dep];
   b->any_queue = true;
   return true;
@@ -676,7 +660,7 @@ static void tl_free(tl_bins *b) {
 
 // Fills the bins of run r: tokens per bin, TTFT p95 of the requests whose first token falls in
 // the bin, and the longest queue (per deployment: its replicas' latest queue lengths summed).
-static sc_status tl_read(rp_ctx *c, const rp_run *r, tl_bins *b, sc_error *err) {
+static sc_status tl_read(rp_ctx *c, const rq_run *r, tl_bins *b, sc_error *err) {
   int64_t span;
   SC_TRY(run_span_ns(c, r, &span, err));
   memset(b, 0, sizeof *b);
@@ -696,21 +680,10 @@ static sc_status tl_read(rp_ctx *c, const rp_run *r, tl_bins *b, sc_error *err) 
     b->ttft_p95[i] = NAN;
     b->queue[i] = -1;
   }
-  sc_status s = rp_each_row(c->db,
-                            "SELECT t.t_ns FROM token t JOIN request r ON r.id = t.request_id "
-                            "WHERE r.run_id = ?1",
-                            r->id, tl_token, b, "the token table", err);
-  if (s == SC_OK)
-    s = rp_each_row(c->db,
-                    "SELECT first_token_ns, first_token_ns - arrival_ns FROM request "
-                    "WHERE run_id = ?1 AND first_token_ns IS NOT NULL ORDER BY first_token_ns",
-                    r->id, tl_request, b, "the request table", err);
+  sc_status s = rq_token_times(c->db, r->id, tl_token, b, err);
+  if (s == SC_OK) s = rq_first_tokens(c->db, r->id, tl_request, b, err);
   if (s == SC_OK) tl_ttft_flush(b);
-  if (s == SC_OK)
-    s = rp_each_row(c->db,
-                    "SELECT deployment_id, replica, t_ns, queue_len FROM step "
-                    "WHERE run_id = ?1 ORDER BY t_ns, id",
-                    r->id, tl_step, b, "the step table", err);
+  if (s == SC_OK) s = rq_steps_by_time(c->db, r->id, tl_step, b, err);
   if (s != SC_OK) tl_free(b);
   return s;
 }
@@ -731,16 +704,16 @@ static void tl_marker(FILE *f, int tag, double x, const char *color, int dt, con
 }
 
 // Every phase start and fault time as a vertical line (labels: with_label).
-static void tl_markers(FILE *f, const rp_run *r, bool with_label) {
+static void tl_markers(FILE *f, const rq_run *r, bool with_label) {
   int tag = 1;
   for (int i = 0; i < r->n_phases; i++) {
-    const rp_phase *ph = &r->phases[i];
+    const rq_phase *ph = &r->phases[i];
     char text[160];
     snprintf(text, sizeof text, "%s %s", r->deps[ph->dep].label, ph->name);
-    tl_marker(f, tag++, (double)ph->start_ns / 1e9, "gray50", 2, text, with_label);
+    tl_marker(f, tag++, (double)ph->start_ns / NS_PER_S, "gray50", 2, text, with_label);
   }
   for (int i = 0; i < r->n_faults; i++) {
-    const rp_fault *ft = &r->faults[i];
+    const rq_fault *ft = &r->faults[i];
     static const char *const what[3] = {"injected", "detected", "recovered"};
     static const char *const color[3] = {"red", "dark-orange", "forest-green"};
     int64_t at[3] = {ft->injected_ns, ft->detected_ns, ft->recovered_ns};
@@ -749,16 +722,16 @@ static void tl_markers(FILE *f, const rp_run *r, bool with_label) {
       char text[160];
       snprintf(text, sizeof text, "%s%s%s %s", ft->kind, ft->target[0] ? " " : "", ft->target,
                what[k]);
-      tl_marker(f, tag++, (double)at[k] / 1e9, color[k], 1, text, with_label);
+      tl_marker(f, tag++, (double)at[k] / NS_PER_S, color[k], 1, text, with_label);
     }
   }
 }
 
 static void fmt_width(int64_t w_ns, char *buf, size_t n) {
-  rp_fmt_num((double)w_ns / 1e9, buf, n);
+  rp_fmt_num((double)w_ns / NS_PER_S, buf, n);
 }
 
-static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, const gp_term *t,
+static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, const gp_term *t,
                                rp_plot *p, sc_error *err) {
   if (c->n_runs > 1) snprintf(p->name, sizeof p->name, "timeline-run%lld", (long long)r->id);
   else snprintf(p->name, sizeof p->name, "timeline");
@@ -782,7 +755,7 @@ static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, cons
     tl_free(&b);
     return SC_IO;
   }
-  double w_s = (double)b.w_ns / 1e9;
+  double w_s = (double)b.w_ns / NS_PER_S;
   fprintf(f,
           "# t_s output_tok_s ttft_p95_ms queue_len\n"
           "# %s.dat: run %lld in bins of %s s. t_s: the middle of the bin (s since the run's\n"
@@ -841,7 +814,7 @@ static sc_status plot_timeline(rp_ctx *c, const rp_run *r, const char *dir, cons
 
 typedef struct kv_state {
   FILE *f;
-  const rp_run *r;
+  const rq_run *r;
   int64_t w_ns;             // bin width
   int64_t nb;               // bins; a step at or past the run's span counts in the last
   int64_t dep_id;
@@ -855,18 +828,18 @@ typedef struct kv_state {
 
 static void kv_flush(kv_state *k) {
   if (k->bin < 0) return;
-  fprintf(k->f, "%.10g", (k->bin + 0.5) * ((double)k->w_ns / 1e9));
+  fprintf(k->f, "%.10g", (k->bin + 0.5) * ((double)k->w_ns / NS_PER_S));
   dat_num(k->f, k->max_pct);
   fputc('\n', k->f);
   k->rows++;
   k->bin = -1;
 }
 
-static bool kv_step(void *ud, sqlite3_stmt *st) {
+static bool kv_step(void *ud, const rq_step *st) {
   kv_state *k = ud;
-  int64_t dep_id = sqlite3_column_int64(st, 0);
-  int replica = sqlite3_column_int(st, 1);
-  int dep = rp_dep_index(k->r, dep_id);
+  int64_t dep_id = st->deployment_id;
+  int replica = st->replica;
+  int dep = rq_dep_index(k->r, dep_id);
   if (dep < 0) return true;
   if (k->n_series == 0 || dep_id != k->dep_id || replica != k->replica) {
     kv_flush(k);
@@ -879,10 +852,10 @@ static bool kv_step(void *ud, sqlite3_stmt *st) {
     k->dep_id = dep_id;
     k->replica = replica;
   }
-  int64_t t = sqlite3_column_int64(st, 2);
+  int64_t t = st->t_ns;
   int64_t kb = (t < 0 ? 0 : t) / k->w_ns;
   int bin = (int)(kb >= k->nb ? k->nb - 1 : kb);
-  double pct = 100.0 * sqlite3_column_double(st, 3) / sqlite3_column_double(st, 4);
+  double pct = 100.0 * (double)st->kv_used / (double)st->kv_total;
   if (bin != k->bin) {
     kv_flush(k);
     k->bin = bin;
@@ -893,7 +866,7 @@ static bool kv_step(void *ud, sqlite3_stmt *st) {
   return true;
 }
 
-static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_term *t,
+static sc_status plot_kv(rp_ctx *c, const rq_run *r, const char *dir, const gp_term *t,
                          rp_plot *p, sc_error *err) {
   if (c->n_runs > 1) snprintf(p->name, sizeof p->name, "kv-run%lld", (long long)r->id);
   else snprintf(p->name, sizeof p->name, "kv");
@@ -915,11 +888,7 @@ static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_t
           "# lines). t_s: the middle of a %s s bin (s since the run's start); kv_used_pct: the\n"
           "# highest kv_used / kv_total of the replica's steps in the bin, in percent.\n",
           p->name, (long long)r->id, wbuf);
-  sc_status s = rp_each_row(c->db,
-                            "SELECT deployment_id, replica, t_ns, kv_used, kv_total FROM step "
-                            "WHERE run_id = ?1 AND kv_total > 0 "
-                            "ORDER BY deployment_id, replica, t_ns, id",
-                            r->id, kv_step, &k, "the step table", err);
+  sc_status s = rq_kv_steps(c->db, r->id, kv_step, &k, err);
   kv_flush(&k);
   if (s == SC_OK) s = rp_close_out(k.f, path, err);
   else fclose(k.f);
@@ -943,7 +912,7 @@ static sc_status plot_kv(rp_ctx *c, const rp_run *r, const char *dir, const gp_t
               "  set xrange [0:%.10g]\n"
               "  set yrange [0:105]\n"
               "  set key outside right top\n",
-              (double)k.nb * ((double)k.w_ns / 1e9));
+              (double)k.nb * ((double)k.w_ns / NS_PER_S));
       tl_markers(f, r, false);
       fputs("  plot \\\n", f);
       for (int i = 0; i < k.n_series; i++) {

@@ -1,6 +1,6 @@
 // The results database (reports/store.h): opening and checking the schema, the prepared
 // statements that write a run's rows in batched transactions, and the run listing that
-// `shardcheck runs`, the report and the gate start from.
+// `shardcheck runs`, the report and the gate start from (its query is reports/query.c's).
 //
 // Durability model: WAL journal, synchronous=NORMAL. Every write joins one transaction that is
 // opened lazily (BEGIN IMMEDIATE) and committed by store_flush, store_run_begin, store_run_end
@@ -9,8 +9,9 @@
 // status "running" in the file; store_runs_list shows it as "incomplete".
 //
 // Left to others: the DDL (reports/schema.c), what rows a run writes and when it flushes
-// (runner/runner.c, contract in docs/schema.md), the queries of reports and the gate (they
-// use store_db), marking baselines.
+// (runner/runner.c, contract in docs/schema.md), every read query (reports/query.c: the
+// reports, the gate and the run listing read through it), marking baselines, finding the source revision a run records (the CLI:
+// cli_git_rev in cli/cmd_common.c).
 #include "reports/store.h"
 
 #include <errno.h>
@@ -24,7 +25,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "reports/query.h"
+
 // --- the handle
+
+enum {
+  BUSY_TIMEOUT_MS = 5000, // how long a statement waits for another process's lock
+  TOKEN_BATCH = 16,       // token rows per ST_TOKEN16 statement
+  STEP_BATCH = 8,         // step rows per ST_STEP8 statement
+  STEP_COLS = 13,         // parameters per step row
+};
 
 // Prepared statements, created on first use and kept until store_close.
 enum {
@@ -49,8 +59,6 @@ enum {
   ST_FAULT_WINDOW,
   ST_METRIC,
   ST_VERDICT,
-  ST_RUNS_LIST,
-  ST_RUN_GET,
   ST_COUNT
 };
 
@@ -103,10 +111,6 @@ static const char *const st_sql[ST_COUNT] = {
                   "VALUES(?,?,?,?,?,?)",
     [ST_VERDICT] = "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass) "
                    "VALUES(?,?,?,?,?,?,?)",
-    [ST_RUNS_LIST] = "SELECT id, scenario, mode, status, started_at, verdict, git_rev, baseline, "
-                     "host, pid FROM run ORDER BY id DESC",
-    [ST_RUN_GET] = "SELECT id, scenario, mode, status, started_at, verdict, git_rev, baseline, "
-                   "host, pid FROM run WHERE id=?",
 };
 
 struct store {
@@ -218,26 +222,6 @@ static void utc_now(char *buf, size_t cap) {
   time_t t = time(NULL);
   struct tm tm;
   if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm)) buf[0] = 0;
-}
-
-// The git revision: SHARDCHECK_GIT_REV, else `git rev-parse --short HEAD` in the current
-// directory, else "" (stored as NULL). rev[cap].
-static void git_revision(char *rev, size_t cap) {
-  rev[0] = 0;
-  const char *env = getenv("SHARDCHECK_GIT_REV");
-  if (env && *env) {
-    snprintf(rev, cap, "%s", env);
-    return;
-  }
-  FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-  if (!p) return;
-  if (!fgets(rev, (int)cap, p)) rev[0] = 0;
-  char sink[256];
-  while (fread(sink, 1, sizeof sink, p)) {
-  }
-  if (pclose(p) != 0) rev[0] = 0;
-  size_t n = strlen(rev);
-  while (n && (rev[n - 1] == '\n' || rev[n - 1] == '\r' || rev[n - 1] == ' ')) rev[--n] = 0;
 }
 
 // --- opening
@@ -352,7 +336,7 @@ static sc_status open_common(const char *path, bool readonly, store **out, sc_er
     goto fail;
   }
   sqlite3_extended_result_codes(s->db, 1);
-  sqlite3_busy_timeout(s->db, 5000);
+  sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
   if (!readonly && sqlite3_db_readonly(s->db, "main") == 1) {
     r = sc_fail(err, SC_IO, "%s: cannot open the results database for writing (read-only "
                 "file or directory)", path);
@@ -434,9 +418,8 @@ sc_status store_flush(store *s, sc_error *err) {
 sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_error *err) {
   if (!r->scenario || !r->scenario_text || !r->mode)
     return sc_fail(err, SC_INVALID, "%s: a run needs a scenario name, text and mode", s->path);
-  char started[32], rev[64];
+  char started[32];
   utc_now(started, sizeof started);
-  git_revision(rev, sizeof rev);
   SC_TRY(tx_begin(s, err));
   sqlite3_stmt *st;
   SC_TRY(prep(s, ST_RUN_INSERT, &st, err));
@@ -446,7 +429,7 @@ sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_erro
   bind_text(st, 4, r->mode);
   bind_text(st, 5, r->backend);
   bind_text(st, 6, r->model);
-  bind_text(st, 7, rev[0] ? rev : NULL);
+  bind_text(st, 7, r->git_rev && r->git_rev[0] ? r->git_rev : NULL);
   bind_text(st, 8, s->host[0] ? s->host : NULL);
   bind_i64(st, 9, (int64_t)getpid());
   bind_i64(st, 10, (int64_t)r->seed); // seeds >= 2^63 read back negative (same 64 bits)
@@ -590,11 +573,11 @@ static sc_status request_rows(store *s, const store_request *r, const uint64_t *
   // one at a time; request_id bound once, two integer binds per row, no allocation.
   sqlite3_stmt *tk;
   int i = 0;
-  if (n_tokens >= 16) {
+  if (n_tokens >= TOKEN_BATCH) {
     SC_TRY(prep(s, ST_TOKEN16, &tk, err));
     sqlite3_bind_int64(tk, 1, rid);
-    for (; i + 16 <= n_tokens; i += 16) {
-      for (int j = 0; j < 16; j++) {
+    for (; i + TOKEN_BATCH <= n_tokens; i += TOKEN_BATCH) {
+      for (int j = 0; j < TOKEN_BATCH; j++) {
         sqlite3_bind_int64(tk, 2 + 2 * j, i + j);
         sqlite3_bind_int64(tk, 3 + 2 * j, (sqlite3_int64)token_ns[i + j]);
       }
@@ -671,10 +654,10 @@ sc_status store_steps_add(store *s, const store_step *const *rows, int n, sc_err
   SC_TRY(tx_begin(s, err));
   sqlite3_stmt *st;
   int i = 0;
-  if (n >= 8) {
+  if (n >= STEP_BATCH) {
     SC_TRY(prep(s, ST_STEP8, &st, err));
-    for (; i + 8 <= n; i += 8) {
-      for (int j = 0; j < 8; j++) bind_step(st, 13 * j, rows[i + j]);
+    for (; i + STEP_BATCH <= n; i += STEP_BATCH) {
+      for (int j = 0; j < STEP_BATCH; j++) bind_step(st, STEP_COLS * j, rows[i + j]);
       SC_TRY(exec_stmt(s, st, "inserting step rows", err));
     }
   }
@@ -837,10 +820,9 @@ sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, con
   return exec_stmt(s, st, "inserting a verdict row", err);
 }
 
-// --- reading runs
+// --- reading runs (the query is reports/query.c's rq_runs_each)
 
-static void copy_col(char *dst, size_t cap, sqlite3_stmt *st, int col) {
-  const char *v = (const char *)sqlite3_column_text(st, col);
+static void copy_str(char *dst, size_t cap, const char *v) {
   size_t n = v ? strlen(v) : 0;
   if (n >= cap) n = cap - 1;
   if (n) memcpy(dst, v, n);
@@ -848,55 +830,56 @@ static void copy_col(char *dst, size_t cap, sqlite3_stmt *st, int col) {
 }
 
 // A "running" run whose process is gone (or lives on another host) is "incomplete".
-static bool run_alive(const store *s, sqlite3_stmt *st) {
-  const char *host = (const char *)sqlite3_column_text(st, 8);
-  if (!host || !s->host[0] || strcmp(host, s->host)) return false;
-  if (sqlite3_column_type(st, 9) == SQLITE_NULL) return false;
-  sqlite3_int64 pid = sqlite3_column_int64(st, 9);
-  if (pid <= 0 || pid > 0x7fffffff) return false;
-  return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+static bool run_alive(const store *s, const rq_listed_run *r) {
+  if (!r->host || !s->host[0] || strcmp(r->host, s->host)) return false;
+  if (!r->has_pid) return false;
+  if (r->pid <= 0 || r->pid > INT32_MAX) return false;
+  return kill((pid_t)r->pid, 0) == 0 || errno != ESRCH;
 }
 
-// Fills out from a row of ST_RUNS_LIST / ST_RUN_GET.
-static void run_row(const store *s, sqlite3_stmt *st, store_run_row *out) {
-  memset(out, 0, sizeof *out);
-  out->id = sqlite3_column_int64(st, 0);
-  copy_col(out->scenario, sizeof out->scenario, st, 1);
-  copy_col(out->mode, sizeof out->mode, st, 2);
-  copy_col(out->status, sizeof out->status, st, 3);
-  if (!strcmp(out->status, "running") && !run_alive(s, st))
-    snprintf(out->status, sizeof out->status, "incomplete");
-  copy_col(out->started_at, sizeof out->started_at, st, 4);
-  copy_col(out->verdict, sizeof out->verdict, st, 5);
-  copy_col(out->git_rev, sizeof out->git_rev, st, 6);
-  out->baseline = sqlite3_column_int(st, 7) != 0;
+// Where listed rows go: out[0..cap) and the count of rows seen.
+typedef struct listing {
+  const store *s;
+  store_run_row *out;
+  int cap, n;
+} listing;
+
+static void list_row(void *ud, const rq_listed_run *r) {
+  listing *l = ud;
+  if (l->n < l->cap) {
+    store_run_row *out = &l->out[l->n];
+    memset(out, 0, sizeof *out);
+    out->id = r->id;
+    copy_str(out->scenario, sizeof out->scenario, r->scenario);
+    copy_str(out->mode, sizeof out->mode, r->mode);
+    copy_str(out->status, sizeof out->status, r->status);
+    if (!strcmp(out->status, "running") && !run_alive(l->s, r))
+      snprintf(out->status, sizeof out->status, "incomplete");
+    copy_str(out->started_at, sizeof out->started_at, r->started_at);
+    copy_str(out->verdict, sizeof out->verdict, r->verdict);
+    copy_str(out->git_rev, sizeof out->git_rev, r->git_rev);
+    out->baseline = r->baseline;
+  }
+  l->n++;
 }
 
 int store_runs_list(store *s, store_run_row *out, int cap, sc_error *err) {
-  sqlite3_stmt *st;
-  if (prep(s, ST_RUNS_LIST, &st, err) != SC_OK) return -1;
-  int n = 0, rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (n < cap) run_row(s, st, &out[n]);
-    n++;
-  }
-  sqlite3_reset(st);
+  listing l = {s, out, cap, 0};
+  bool prepared;
+  int rc = rq_runs_each(s->db, 0, list_row, &l, &prepared);
   if (rc != SQLITE_DONE) {
-    db_fail(s, rc, "listing runs", err);
+    db_fail(s, rc, prepared ? "listing runs" : "preparing a statement", err);
     return -1;
   }
-  return n;
+  return l.n;
 }
 
 sc_status store_run_get(store *s, int64_t id, store_run_row *out, sc_error *err) {
-  sqlite3_stmt *st;
-  SC_TRY(prep(s, ST_RUN_GET, &st, err));
-  sqlite3_bind_int64(st, 1, id);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) run_row(s, st, out);
-  sqlite3_reset(st);
-  if (rc == SQLITE_ROW) return SC_OK;
+  listing l = {s, out, 1, 0};
+  bool prepared;
+  int rc = rq_runs_each(s->db, id, list_row, &l, &prepared);
+  if (l.n > 0) return SC_OK;
   if (rc == SQLITE_DONE)
     return sc_fail(err, SC_INVALID, "no run %lld in %s", (long long)id, s->path);
-  return db_fail(s, rc, "reading a run", err);
+  return db_fail(s, rc, prepared ? "reading a run" : "preparing a statement", err);
 }

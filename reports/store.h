@@ -4,8 +4,8 @@
 // store_flush commits (the runner flushes periodically and at the end), so a run killed at any
 // point leaves a file that passes PRAGMA integrity_check, holding every flushed row, with the
 // run's status still "running" (shown as "incomplete" when its process is gone). The schema
-// text is reports/schema.c; docs/schema.md explains it. Reports and the gate read with their
-// own queries through store_db.
+// text is reports/schema.c; docs/schema.md explains it. Every read query is reports/query.c's
+// (rq_*): the reports and the gate read through it with store_db.
 #pragma once
 
 #include <stdbool.h>
@@ -40,12 +40,13 @@ typedef struct store_run {
   const char *backend; // "cpu" | "cuda" | "sim"
   const char *model;   // preset or path
   const char *config;  // JSON text of the effective limits and defaults (may be NULL)
+  const char *git_rev; // the source revision to record (NULL or "": stored as NULL); the store
+                       // runs no git itself: the CLI finds it (cli_git_rev, cli/cmd_common.c)
   uint64_t seed;
 } store_run;
 
-// Inserts the run with status "running", started_at = now (UTC), git revision (from
-// `git rev-parse --short HEAD` in the current directory, or the SHARDCHECK_GIT_REV
-// environment variable, else NULL), host name and pid; commits at once.
+// Inserts the run with status "running", started_at = now (UTC), r->git_rev, host name and pid;
+// commits at once.
 sc_status store_run_begin(store *s, const store_run *r, int64_t *run_id, sc_error *err);
 // `run --repeat`: run_id is repetition `index` (0-based) of the group whose first run is
 // `group`. Committed at once.

@@ -1284,6 +1284,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   store_run sr = {.scenario = s->name, .scenario_path = s->path[0] ? s->path : NULL,
                   .scenario_text = s->text ? s->text : "", .mode = r.sim ? "sim" : "real",
                   .backend = r.sim ? "sim" : s->hardware.backend[0] ? s->hardware.backend : "cpu",
+                  .git_rev = o->git_rev,
                   .model = s->model.source, .config = cfg, .seed = r.seed};
   r.t0 = sc_clock_now(&r.clock);
   st = store_run_begin(db, &sr, &r.run_id, err);

@@ -41,6 +41,7 @@ typedef struct runner_options {
   // Real mode with faults: the shardcheck binary that serves process replicas (`EXE worker`);
   // NULL: /proc/self/exe (right when the caller is shardcheck itself).
   const char *worker_exe;
+  const char *git_rev;                // the source revision the run row records (NULL: none)
 } runner_options;
 
 runner_options runner_options_defaults(void);

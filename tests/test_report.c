@@ -789,12 +789,12 @@ typedef struct cmp_dep {
 // the store API; returns its id.
 static int64_t store_cmp_run(const char *path, const char *scenario, const char *mode,
                              const cmp_dep *deps, int n_deps) {
-  setenv("SHARDCHECK_GIT_REV", "abc1234", 1);
   store *s = NULL;
   sc_error err = {{0}};
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   store_run r = {.scenario = scenario, .scenario_text = "name: x\n", .mode = mode,
-                 .backend = strcmp(mode, "sim") ? "cpu" : "sim", .model = "llama3-8b", .seed = 7};
+                 .backend = strcmp(mode, "sim") ? "cpu" : "sim", .model = "llama3-8b",
+                 .git_rev = "abc1234", .seed = 7};
   int64_t run = 0;
   cr_assert_eq(store_run_begin(s, &r, &run, &err), SC_OK, "%s", err.msg);
   for (int d = 0; d < n_deps; d++) {

@@ -73,6 +73,7 @@ static int64_t begin_run(store *s, const char *scenario, uint64_t seed) {
                  .mode = "sim",
                  .backend = "sim",
                  .model = "llama-tiny",
+                 .git_rev = getenv("SHARDCHECK_GIT_REV"), // found by the caller, as the CLI does
                  .seed = seed};
   int64_t id = 0;
   sc_error err = {{0}};
@@ -92,7 +93,6 @@ static const char *this_host(void) {
 
 Test(store, round_trip_keeps_every_column_of_every_table) {
   const char *path = db_path("store-rt");
-  setenv("SHARDCHECK_GIT_REV", "abc1234", 1);
   store *s = open_rw(path);
   sc_error err = {{0}};
   store_run r = {.scenario = "rt",
@@ -102,6 +102,7 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
                  .backend = "sim",
                  .model = "llama3-8b",
                  .config = "{\"block_size\":16}",
+                 .git_rev = "abc1234",
                  .seed = 7};
   int64_t run = 0, dep = 0, ph1 = 0, ph2 = 0, rq1 = 0, rq2 = 0, f1 = 0, f2 = 0;
   cr_assert_eq(store_run_begin(s, &r, &run, &err), SC_OK, "%s", err.msg);

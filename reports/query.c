@@ -1,0 +1,752 @@
+// The read queries of the results database (reports/query.h): a run with its rows for the
+// reports, metric lookups, a run's time series for the plots, runs by id for the gate and the
+// CLI, the gate's metric rows, a scenario's history, and the fault history check's counts.
+//
+// Every SELECT over stored runs lives here; the writes and the schema are reports/store.c and
+// reports/schema.c, and what the numbers mean is left to the callers (reports/report*.c,
+// reports/gate.c, faults/verdict.c, cli/).
+#include "reports/query.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// --- stepping through rows
+
+static sc_status db_fail(sqlite3 *db, sc_error *err, const char *what) {
+  return sc_fail(err, SC_IO, "reading %s: %s", what, sqlite3_errmsg(db));
+}
+
+// Steps st to the end, calling row(ud, st) per row; finalizes st. SC_OOM "out of memory
+// reading WHAT" when row returns false; SC_IO on a database error.
+static sc_status each_row_of(sqlite3 *db, sqlite3_stmt *st, bool (*row)(void *ud, sqlite3_stmt *st),
+                             void *ud, const char *what, sc_error *err) {
+  sc_status s = SC_OK;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (!row(ud, st)) {
+      s = sc_fail(err, SC_OOM, "out of memory reading %s", what);
+      break;
+    }
+  }
+  if (s == SC_OK && rc != SQLITE_DONE) s = db_fail(db, err, what);
+  sqlite3_finalize(st);
+  return s;
+}
+
+// Runs sql with ?1 bound to run_id and calls row(ud, st) for each result row.
+static sc_status each_row(sqlite3 *db, const char *sql, int64_t run_id,
+                          bool (*row)(void *ud, sqlite3_stmt *st), void *ud, const char *what,
+                          sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err, what);
+  sqlite3_bind_int64(st, 1, run_id);
+  return each_row_of(db, st, row, ud, what, err);
+}
+
+// The same with ?1 bound to the text arg.
+static sc_status each_row_text(sqlite3 *db, const char *sql, const char *arg,
+                               bool (*row)(void *ud, sqlite3_stmt *st), void *ud,
+                               const char *what, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err, what);
+  sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+  return each_row_of(db, st, row, ud, what, err);
+}
+
+// Makes room for one more element in *arr (n used, *cap allocated, elements of elem bytes),
+// doubling the capacity; false when out of memory (*arr unchanged).
+static bool grow(void **arr, int n, int *cap, size_t elem) {
+  if (n < *cap) return true;
+  int nc = *cap ? *cap * 2 : 8;
+  void *p = realloc(*arr, (size_t)nc * elem);
+  if (!p) return false;
+  *arr = p;
+  *cap = nc;
+  return true;
+}
+
+// Column col of the row as text into dst (n bytes, truncated); "" for NULL.
+static void col_text(sqlite3_stmt *st, int col, char *dst, size_t n) {
+  const unsigned char *t = sqlite3_column_text(st, col);
+  snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static char *col_dup(sqlite3_stmt *st, int col) {
+  const unsigned char *t = sqlite3_column_text(st, col);
+  return strdup(t ? (const char *)t : "");
+}
+
+static int64_t col_i64(sqlite3_stmt *st, int col, int64_t if_null) {
+  return sqlite3_column_type(st, col) == SQLITE_NULL ? if_null : sqlite3_column_int64(st, col);
+}
+
+static double col_f64(sqlite3_stmt *st, int col) {
+  return sqlite3_column_type(st, col) == SQLITE_NULL ? NAN : sqlite3_column_double(st, col);
+}
+
+// --- one run
+
+int rq_dep_index(const rq_run *r, int64_t dep_id) {
+  for (int i = 0; i < r->n_deps; i++)
+    if (r->deps[i].id == dep_id) return i;
+  return -1;
+}
+
+typedef struct loader {
+  rq_run *r;
+  int cap;
+} loader;
+
+static bool row_deployment(void *ud, sqlite3_stmt *st) {
+  loader *l = ud;
+  rq_run *r = l->r;
+  if (!grow((void **)&r->deps, r->n_deps, &l->cap, sizeof *r->deps)) return false;
+  rq_deployment *d = &r->deps[r->n_deps++];
+  memset(d, 0, sizeof *d);
+  d->id = sqlite3_column_int64(st, 0);
+  d->idx = sqlite3_column_int(st, 1);
+  col_text(st, 2, d->label, sizeof d->label);
+  d->tp = sqlite3_column_int(st, 3);
+  d->pp = sqlite3_column_int(st, 4);
+  d->dp = sqlite3_column_int(st, 5);
+  d->gpus = sqlite3_column_int(st, 6);
+  d->start_ns = col_i64(st, 7, 0);
+  d->end_ns = col_i64(st, 8, -1);
+  col_text(st, 9, d->status, sizeof d->status);
+  return true;
+}
+
+static bool row_phase(void *ud, sqlite3_stmt *st) {
+  loader *l = ud;
+  rq_run *r = l->r;
+  int dep = rq_dep_index(r, sqlite3_column_int64(st, 1));
+  if (dep < 0) return true; // a phase of a deployment of another run: not ours to show
+  if (!grow((void **)&r->phases, r->n_phases, &l->cap, sizeof *r->phases)) return false;
+  rq_phase *p = &r->phases[r->n_phases++];
+  memset(p, 0, sizeof *p);
+  p->id = sqlite3_column_int64(st, 0);
+  p->dep = dep;
+  p->idx = sqlite3_column_int(st, 2);
+  col_text(st, 3, p->name, sizeof p->name);
+  col_text(st, 4, p->kind, sizeof p->kind);
+  p->concurrency = (int)col_i64(st, 5, 0);
+  double rate = col_f64(st, 6);
+  p->rate = isnan(rate) ? 0 : rate;
+  p->start_ns = col_i64(st, 7, 0);
+  p->end_ns = col_i64(st, 8, -1);
+  return true;
+}
+
+static bool row_verdict(void *ud, sqlite3_stmt *st) {
+  loader *l = ud;
+  rq_run *r = l->r;
+  int dep = rq_dep_index(r, sqlite3_column_int64(st, 0));
+  if (dep < 0) return true;
+  if (!grow((void **)&r->verdicts, r->n_verdicts, &l->cap, sizeof *r->verdicts)) return false;
+  rq_verdict *v = &r->verdicts[r->n_verdicts++];
+  memset(v, 0, sizeof *v);
+  v->dep = dep;
+  col_text(st, 1, v->slo, sizeof v->slo);
+  col_text(st, 2, v->op, sizeof v->op);
+  v->expected = col_f64(st, 3);
+  v->actual = col_f64(st, 4);
+  v->pass = sqlite3_column_int(st, 5) != 0;
+  return true;
+}
+
+// The fault query's columns: 8 of the fault row, then (with fault_window) one per window.
+enum { FAULT_COLS = 8 };
+
+static bool row_fault(void *ud, sqlite3_stmt *st) {
+  loader *l = ud;
+  rq_run *r = l->r;
+  if (!grow((void **)&r->faults, r->n_faults, &l->cap, sizeof *r->faults)) return false;
+  rq_fault *f = &r->faults[r->n_faults++];
+  memset(f, 0, sizeof *f);
+  f->dep = sqlite3_column_type(st, 0) == SQLITE_NULL
+               ? -1
+               : rq_dep_index(r, sqlite3_column_int64(st, 0));
+  col_text(st, 1, f->kind, sizeof f->kind);
+  col_text(st, 2, f->target, sizeof f->target);
+  col_text(st, 3, f->detail, sizeof f->detail);
+  f->injected_ns = col_i64(st, 4, 0);
+  f->detected_ns = col_i64(st, 5, -1);
+  f->recovered_ns = col_i64(st, 6, -1);
+  f->affected = (int)col_i64(st, 7, -1);
+  for (int w = 0; w < RQ_FAULT_WINDOWS && sqlite3_column_count(st) > FAULT_COLS + w; w++)
+    col_text(st, FAULT_COLS + w, f->window[w], sizeof f->window[w]);
+  return true;
+}
+
+// One window of a fault in a table cell: "TTFT p95 5.7 ms, 2/2 SLOs" or "..., missed
+// ttft_p95_ms"; NULL (shown empty) when the window has no rows.
+#define FAULT_WINDOW_SQL(W)                                                                     \
+  "(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE"                                               \
+  " coalesce(printf('TTFT p95 %.1f ms', max(CASE WHEN name = 'ttft_p95_ms' THEN value END)),"   \
+  " 'no TTFT') || CASE WHEN count(op) = 0 THEN '' WHEN sum(pass = 0) = 0 THEN"                   \
+  " printf(', %d/%d SLOs', count(op), count(op)) ELSE ', missed ' ||"                            \
+  " group_concat(CASE WHEN pass = 0 THEN name END, ' ') END END"                               \
+  " FROM fault_window w WHERE w.fault_id = f.id AND w.window = '" W "')"
+
+// Whether the database has table name (an older file may lack a newer table).
+static bool has_table(sqlite3 *db, const char *name) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                         -1, &st, NULL) != SQLITE_OK)
+    return false;
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  bool yes = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return yes;
+}
+
+static bool row_class(void *ud, sqlite3_stmt *st) {
+  loader *l = ud;
+  rq_run *r = l->r;
+  if (!grow((void **)&r->classes, r->n_classes, &l->cap, sizeof *r->classes)) return false;
+  col_text(st, 0, r->classes[r->n_classes++], sizeof *r->classes);
+  return true;
+}
+
+sc_status rq_run_load(sqlite3 *db, int64_t id, rq_run *r, sc_error *err) {
+  memset(r, 0, sizeof *r);
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT scenario, scenario_path, scenario_text, mode, backend, model, "
+                         "git_rev, host, config, started_at, ended_at, status, verdict, error, "
+                         "seed, duration_ns FROM run WHERE id = ?1",
+                         -1, &st, NULL) != SQLITE_OK)
+    return db_fail(db, err, "the run table");
+  sqlite3_bind_int64(st, 1, id);
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW) {
+    sc_status s = rc == SQLITE_DONE ? sc_fail(err, SC_INVALID, "no run %lld in the database",
+                                              (long long)id)
+                                    : db_fail(db, err, "the run table");
+    sqlite3_finalize(st);
+    return s;
+  }
+  r->id = id;
+  char **strs[] = {&r->scenario, &r->scenario_path, &r->scenario_text, &r->mode,
+                   &r->backend,  &r->model,         &r->git_rev,       &r->host,
+                   &r->config,   &r->started_at,    &r->ended_at,      &r->status,
+                   &r->verdict,  &r->error};
+  enum { N_STRS = sizeof strs / sizeof strs[0] }; // the seed and duration_ns columns follow
+  bool oom = false;
+  for (int i = 0; i < N_STRS; i++) oom |= !(*strs[i] = col_dup(st, i));
+  r->seed = sqlite3_column_int64(st, N_STRS);
+  r->duration_ns = col_i64(st, N_STRS + 1, -1);
+  sqlite3_finalize(st);
+  if (oom) {
+    rq_run_free(r);
+    return sc_fail(err, SC_OOM, "out of memory reading run %lld", (long long)id);
+  }
+
+  loader l = {r, 0};
+  sc_status s = each_row(db,
+                         "SELECT id, idx, label, tp, pp, dp, gpus, start_ns, end_ns, status "
+                         "FROM deployment WHERE run_id = ?1 ORDER BY idx, id",
+                         id, row_deployment, &l, "the deployment table", err);
+  if (s == SC_OK) {
+    l.cap = 0;
+    s = each_row(db,
+                 "SELECT p.id, p.deployment_id, p.idx, p.name, p.kind, p.concurrency, p.rate, "
+                 "p.start_ns, p.end_ns FROM phase p JOIN deployment d ON d.id = p.deployment_id "
+                 "WHERE p.run_id = ?1 ORDER BY d.idx, p.idx, p.id",
+                 id, row_phase, &l, "the phase table", err);
+  }
+  if (s == SC_OK) {
+    l.cap = 0;
+    s = each_row(db,
+                 "SELECT v.deployment_id, v.slo, v.op, v.expected, v.actual, v.pass "
+                 "FROM verdict v JOIN deployment d ON d.id = v.deployment_id "
+                 "WHERE v.run_id = ?1 ORDER BY d.idx, v.id",
+                 id, row_verdict, &l, "the verdict table", err);
+  }
+  if (s == SC_OK) {
+    l.cap = 0;
+    s = each_row(db,
+                 has_table(db, "fault_window")
+                     ? "SELECT deployment_id, kind, target, detail, injected_ns, detected_ns, "
+                       "recovered_ns, affected, " FAULT_WINDOW_SQL("before") ", "
+                       FAULT_WINDOW_SQL("during") ", " FAULT_WINDOW_SQL("after")
+                       " FROM fault f WHERE run_id = ?1 ORDER BY injected_ns, id"
+                     : "SELECT deployment_id, kind, target, detail, injected_ns, detected_ns, "
+                       "recovered_ns, affected FROM fault WHERE run_id = ?1 "
+                       "ORDER BY injected_ns, id",
+                 id, row_fault, &l, "the fault table", err);
+  }
+  if (s == SC_OK) {
+    l.cap = 0;
+    s = each_row(db,
+                 "SELECT DISTINCT class FROM metric WHERE run_id = ?1 AND class <> '' "
+                 "ORDER BY class",
+                 id, row_class, &l, "the metric table", err);
+  }
+  if (s != SC_OK) rq_run_free(r);
+  return s;
+}
+
+void rq_run_free(rq_run *r) {
+  if (!r) return;
+  char *strs[] = {r->scenario, r->scenario_path, r->scenario_text, r->mode,    r->backend,
+                  r->model,    r->git_rev,       r->host,          r->config,  r->started_at,
+                  r->ended_at, r->status,        r->verdict,       r->error};
+  for (int i = 0; i < (int)(sizeof strs / sizeof strs[0]); i++) free(strs[i]);
+  free(r->deps);
+  free(r->phases);
+  free(r->verdicts);
+  free(r->faults);
+  free(r->classes);
+  memset(r, 0, sizeof *r);
+}
+
+sc_status rq_newest_run(sqlite3 *db, int64_t *id, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run", -1, &st, NULL) != SQLITE_OK)
+    return db_fail(db, err, "the run table");
+  sc_status s = SC_OK;
+  if (sqlite3_step(st) != SQLITE_ROW) s = db_fail(db, err, "the run table");
+  else if (sqlite3_column_type(st, 0) == SQLITE_NULL)
+    s = sc_fail(err, SC_INVALID, "no runs in the database");
+  else *id = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return s;
+}
+
+// --- metric values
+
+double rq_metric(sqlite3 *db, rq_metric_cache *mc, int64_t run_id, int64_t dep_id,
+                 int64_t phase_id, const char *cls, const char *name) {
+  if (!mc->st &&
+      sqlite3_prepare_v2(db,
+                         "SELECT value FROM metric WHERE run_id = ?1 AND deployment_id IS ?2 "
+                         "AND phase_id IS ?3 AND class = ?4 AND name = ?5 LIMIT 1",
+                         -1, &mc->st, NULL) != SQLITE_OK)
+    return NAN;
+  sqlite3_stmt *st = mc->st;
+  sqlite3_reset(st);
+  sqlite3_bind_int64(st, 1, run_id);
+  if (dep_id) sqlite3_bind_int64(st, 2, dep_id);
+  else sqlite3_bind_null(st, 2);
+  if (phase_id) sqlite3_bind_int64(st, 3, phase_id);
+  else sqlite3_bind_null(st, 3);
+  sqlite3_bind_text(st, 4, cls ? cls : "", -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 5, name, -1, SQLITE_STATIC);
+  double v = NAN;
+  if (sqlite3_step(st) == SQLITE_ROW) v = col_f64(st, 0);
+  sqlite3_reset(st);
+  return v;
+}
+
+void rq_metric_cache_free(rq_metric_cache *mc) {
+  if (!mc) return;
+  sqlite3_finalize(mc->st);
+  mc->st = NULL;
+}
+
+// --- a run's time series
+
+sc_status rq_run_span(sqlite3 *db, int64_t run_id, int64_t *span, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(
+          db,
+          "SELECT max(t) FROM ("
+          " SELECT max(t_ns + duration_ns) AS t FROM step WHERE run_id = ?1"
+          " UNION ALL SELECT max(max(arrival_ns, coalesce(first_token_ns, 0),"
+          "   coalesce(finish_ns, 0))) FROM request WHERE run_id = ?1"
+          " UNION ALL SELECT max(coalesce(end_ns, start_ns)) FROM phase WHERE run_id = ?1"
+          " UNION ALL SELECT max(max(injected_ns, coalesce(detected_ns, 0),"
+          "   coalesce(recovered_ns, 0))) FROM fault WHERE run_id = ?1)",
+          -1, &st, NULL) != SQLITE_OK)
+    return sc_fail(err, SC_IO, "reading the run's span: %s", sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, run_id);
+  *span = 0;
+  if (sqlite3_step(st) == SQLITE_ROW) *span = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return SC_OK;
+}
+
+// A typed callback and its caller's data, for the row adapters below.
+typedef struct typed_fn {
+  void (*fn)(void);         // the caller's callback, cast back to its type by the adapter
+  void *ud;
+} typed_fn;
+
+static bool row_token_time(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  return ((bool (*)(void *, int64_t))t->fn)(t->ud, sqlite3_column_int64(st, 0));
+}
+
+sc_status rq_token_times(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, int64_t t_ns),
+                         void *ud, sc_error *err) {
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row(db,
+                  "SELECT t.t_ns FROM token t JOIN request r ON r.id = t.request_id "
+                  "WHERE r.run_id = ?1",
+                  run_id, row_token_time, &t, "the token table", err);
+}
+
+static bool row_first_token(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  return ((bool (*)(void *, int64_t, int64_t))t->fn)(t->ud, sqlite3_column_int64(st, 0),
+                                                     sqlite3_column_int64(st, 1));
+}
+
+sc_status rq_first_tokens(sqlite3 *db, int64_t run_id,
+                          bool (*fn)(void *ud, int64_t first_token_ns, int64_t ttft_ns),
+                          void *ud, sc_error *err) {
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row(db,
+                  "SELECT first_token_ns, first_token_ns - arrival_ns FROM request "
+                  "WHERE run_id = ?1 AND first_token_ns IS NOT NULL ORDER BY first_token_ns",
+                  run_id, row_first_token, &t, "the request table", err);
+}
+
+static bool row_step_queue(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  rq_step s = {.deployment_id = sqlite3_column_int64(st, 0),
+               .replica = sqlite3_column_int(st, 1),
+               .t_ns = sqlite3_column_int64(st, 2),
+               .queue_len = sqlite3_column_int(st, 3)};
+  return ((bool (*)(void *, const rq_step *))t->fn)(t->ud, &s);
+}
+
+sc_status rq_steps_by_time(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
+                           void *ud, sc_error *err) {
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row(db,
+                  "SELECT deployment_id, replica, t_ns, queue_len FROM step "
+                  "WHERE run_id = ?1 ORDER BY t_ns, id",
+                  run_id, row_step_queue, &t, "the step table", err);
+}
+
+static bool row_step_kv(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  rq_step s = {.deployment_id = sqlite3_column_int64(st, 0),
+               .replica = sqlite3_column_int(st, 1),
+               .t_ns = sqlite3_column_int64(st, 2),
+               .kv_used = sqlite3_column_int64(st, 3),
+               .kv_total = sqlite3_column_int64(st, 4)};
+  return ((bool (*)(void *, const rq_step *))t->fn)(t->ud, &s);
+}
+
+sc_status rq_kv_steps(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
+                      void *ud, sc_error *err) {
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row(db,
+                  "SELECT deployment_id, replica, t_ns, kv_used, kv_total FROM step "
+                  "WHERE run_id = ?1 AND kv_total > 0 "
+                  "ORDER BY deployment_id, replica, t_ns, id",
+                  run_id, row_step_kv, &t, "the step table", err);
+}
+
+// --- the run listing
+
+static const char *text_or_empty(sqlite3_stmt *st, int col) {
+  const char *t = (const char *)sqlite3_column_text(st, col);
+  return t ? t : "";
+}
+
+int rq_runs_each(sqlite3 *db, int64_t id, void (*fn)(void *ud, const rq_listed_run *r),
+                 void *ud, bool *prepared) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db,
+                              id > 0 ? "SELECT id, scenario, mode, status, started_at, verdict, "
+                                       "git_rev, baseline, host, pid FROM run WHERE id=?"
+                                     : "SELECT id, scenario, mode, status, started_at, verdict, "
+                                       "git_rev, baseline, host, pid FROM run ORDER BY id DESC",
+                              -1, &st, NULL);
+  *prepared = rc == SQLITE_OK;
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return rc;
+  }
+  if (id > 0) sqlite3_bind_int64(st, 1, id);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    rq_listed_run r = {.id = sqlite3_column_int64(st, 0),
+                       .scenario = text_or_empty(st, 1),
+                       .mode = text_or_empty(st, 2),
+                       .status = text_or_empty(st, 3),
+                       .started_at = text_or_empty(st, 4),
+                       .verdict = text_or_empty(st, 5),
+                       .git_rev = text_or_empty(st, 6),
+                       .baseline = sqlite3_column_int(st, 7) != 0,
+                       .host = (const char *)sqlite3_column_text(st, 8),
+                       .has_pid = sqlite3_column_type(st, 9) != SQLITE_NULL,
+                       .pid = sqlite3_column_int64(st, 9)};
+    fn(ud, &r);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+// --- runs by id
+
+bool rq_has_repeat_groups(sqlite3 *db) {
+  bool grouped = false;
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info('run') WHERE name = "
+                             "'repeat_group'", -1, &st, NULL) == SQLITE_OK)
+    grouped = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return grouped;
+}
+
+int rq_group_runs(sqlite3 *db, int64_t run_id, bool grouped, int64_t *out, int cap) {
+  sqlite3_stmt *st = NULL;
+  const char *sql = grouped ? "SELECT id FROM run WHERE id = ?1 OR (repeat_group IS NOT NULL AND "
+                              "repeat_group = (SELECT repeat_group FROM run WHERE id = ?1)) "
+                              "ORDER BY id"
+                            : "SELECT id FROM run WHERE id = ?1";
+  int n = 0;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return 0;
+  sqlite3_bind_int64(st, 1, run_id);
+  while (sqlite3_step(st) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return n;
+}
+
+bool rq_run_complete(sqlite3 *db, int64_t id) {
+  sqlite3_stmt *st = NULL;
+  bool ok = false;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM run WHERE id = ?1 AND status = 'complete'", -1, &st,
+                         NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, id);
+    ok = sqlite3_step(st) == SQLITE_ROW;
+  }
+  sqlite3_finalize(st);
+  return ok;
+}
+
+bool rq_run_scenario_mode(sqlite3 *db, int64_t id, char *scen, size_t scen_cap, char *mode,
+                          size_t mode_cap) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT scenario, mode FROM run WHERE id = ?1", -1, &st, NULL) !=
+      SQLITE_OK)
+    return false;
+  sqlite3_bind_int64(st, 1, id);
+  bool ok = sqlite3_step(st) == SQLITE_ROW;
+  if (ok && scen) snprintf(scen, scen_cap, "%s", (const char *)sqlite3_column_text(st, 0));
+  if (ok && mode) snprintf(mode, mode_cap, "%s", (const char *)sqlite3_column_text(st, 1));
+  sqlite3_finalize(st);
+  return ok;
+}
+
+char *rq_run_config(sqlite3 *db, int64_t id) {
+  sqlite3_stmt *st = NULL;
+  char *config = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT config FROM run WHERE id = ?1", -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+      config = strdup((const char *)sqlite3_column_text(st, 0));
+  }
+  sqlite3_finalize(st);
+  return config;
+}
+
+int rq_latest_complete_runs(sqlite3 *db, int64_t *out, int cap) {
+  sqlite3_stmt *st = NULL;
+  int n = 0;
+  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run WHERE status = 'complete' GROUP BY "
+                             "scenario, mode ORDER BY scenario, mode", -1, &st, NULL) != SQLITE_OK)
+    return 0;
+  while (sqlite3_step(st) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return n;
+}
+
+int64_t rq_latest_baseline(sqlite3 *db, const char *scen, const char *mode, int64_t before) {
+  sqlite3_stmt *st = NULL;
+  int64_t best = 0;
+  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run WHERE baseline = 1 AND scenario = ?1 "
+                             "AND mode = ?2 AND id < ?3", -1, &st, NULL) != SQLITE_OK)
+    return 0;
+  sqlite3_bind_text(st, 1, scen, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, mode, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 3, before);
+  if (sqlite3_step(st) == SQLITE_ROW) best = sqlite3_column_int64(st, 0); // NULL reads 0
+  sqlite3_finalize(st);
+  return best;
+}
+
+// --- the gate's numbers
+
+sc_status rq_gate_metrics(sqlite3 *db, int64_t run,
+                          bool (*fn)(void *ud, const char *label, const char *phase,
+                                     const char *name, double value),
+                          void *ud, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT d.label, coalesce(p.name, ''), m.name, m.value FROM metric m "
+                         "JOIN deployment d ON d.id = m.deployment_id LEFT JOIN phase p ON p.id "
+                         "= m.phase_id WHERE m.run_id = ?1 AND m.class = '' AND m.value IS NOT "
+                         "NULL ORDER BY d.idx, m.phase_id, m.name",
+                         -1, &st, NULL) != SQLITE_OK)
+    return sc_fail(err, SC_IO, "gate: reading metrics: %s", sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, run);
+  sc_status s = SC_OK;
+  while (s == SC_OK && sqlite3_step(st) == SQLITE_ROW) {
+    if (!fn(ud, (const char *)sqlite3_column_text(st, 0),
+            (const char *)sqlite3_column_text(st, 1), (const char *)sqlite3_column_text(st, 2),
+            sqlite3_column_double(st, 3)))
+      s = sc_fail(err, SC_OOM, "gate: out of memory");
+  }
+  sqlite3_finalize(st);
+  return s;
+}
+
+// --- the history of a scenario
+
+static bool row_history_run(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  rq_history_run r = {.id = sqlite3_column_int64(st, 0)};
+  col_text(st, 1, r.started_at, sizeof r.started_at);
+  col_text(st, 2, r.git_rev, sizeof r.git_rev);
+  col_text(st, 3, r.mode, sizeof r.mode);
+  col_text(st, 4, r.status, sizeof r.status);
+  col_text(st, 5, r.verdict, sizeof r.verdict);
+  r.baseline = sqlite3_column_int(st, 6) != 0;
+  col_text(st, 7, r.group, sizeof r.group);
+  return ((bool (*)(void *, const rq_history_run *))t->fn)(t->ud, &r);
+}
+
+sc_status rq_history_runs(sqlite3 *db, const char *scn, bool grouped,
+                          bool (*fn)(void *ud, const rq_history_run *r), void *ud,
+                          sc_error *err) {
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row_text(
+      db,
+      // A group's key is its first run's id, whether that run's own repeat_group holds it or
+      // is NULL.
+      grouped ? "SELECT r.id, r.started_at, r.git_rev, r.mode, r.status, r.verdict, "
+                "r.baseline, coalesce(r.repeat_group, g.repeat_group) FROM run r "
+                "LEFT JOIN (SELECT DISTINCT repeat_group FROM run "
+                "WHERE repeat_group IS NOT NULL) g ON g.repeat_group = r.id "
+                "WHERE r.scenario = ?1 ORDER BY r.started_at, r.id"
+              : "SELECT id, started_at, git_rev, mode, status, verdict, baseline, NULL "
+                "FROM run WHERE scenario = ?1 ORDER BY started_at, id",
+      scn, row_history_run, &t, "the run table", err);
+}
+
+static bool row_history_deployment(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  char label[64], mode[8];
+  col_text(st, 0, label, sizeof label);
+  col_text(st, 1, mode, sizeof mode);
+  return ((bool (*)(void *, const char *, const char *))t->fn)(t->ud, label, mode);
+}
+
+sc_status rq_history_deployments(sqlite3 *db, const char *scn,
+                                 bool (*fn)(void *ud, const char *label, const char *mode),
+                                 void *ud, sc_error *err) {
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row_text(db,
+                       "SELECT d.label, r.mode FROM deployment d JOIN run r ON r.id = d.run_id "
+                       "WHERE r.scenario = ?1 AND r.status = 'complete' "
+                       "ORDER BY d.idx, r.started_at, r.id",
+                       scn, row_history_deployment, &t, "the deployment table", err);
+}
+
+static bool row_history_metric(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  if (sqlite3_column_type(st, 4) == SQLITE_NULL) return true;
+  rq_history_metric m = {.run_id = sqlite3_column_int64(st, 0),
+                         .value = sqlite3_column_double(st, 4)};
+  col_text(st, 1, m.label, sizeof m.label);
+  col_text(st, 2, m.mode, sizeof m.mode);
+  col_text(st, 3, m.name, sizeof m.name);
+  return ((bool (*)(void *, const rq_history_metric *))t->fn)(t->ud, &m);
+}
+
+sc_status rq_history_metrics(sqlite3 *db, const char *scn,
+                             bool (*fn)(void *ud, const rq_history_metric *m), void *ud,
+                             sc_error *err) {
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row_text(db,
+                       "SELECT m.run_id, d.label, r.mode, m.name, m.value FROM metric m "
+                       "JOIN deployment d ON d.id = m.deployment_id JOIN run r ON r.id = "
+                       "m.run_id WHERE r.scenario = ?1 AND m.phase_id IS NULL AND m.class = ''",
+                       scn, row_history_metric, &t, "the metric table", err);
+}
+
+// --- the history check of faults/verdict.c
+
+// One pass over the deployment's request rows, grouped by seq (the request_by_deployment index
+// finds them): distinct seq values, those with more than one row, those inside [0, sent), and
+// the rows by status (a row counts once for its status whatever its seq). ?1 run, ?2
+// deployment, ?3 sent.
+static const char *const history_requests_sql =
+    "SELECT count(*), coalesce(sum(n > 1), 0), coalesce(sum(seq >= 0 AND seq < ?3), 0),"
+    " coalesce(sum(ok), 0), coalesce(sum(cancelled), 0), coalesce(sum(failed), 0),"
+    " coalesce(sum(timeout), 0), coalesce(sum(n - ok - cancelled - failed - timeout), 0)"
+    " FROM (SELECT seq, count(*) AS n,"
+    "  sum(status = 'ok') AS ok, sum(status = 'cancelled') AS cancelled,"
+    "  sum(status = 'failed') AS failed, sum(status = 'timeout') AS timeout"
+    "  FROM request WHERE run_id = ?1 AND deployment_id = ?2 GROUP BY seq)";
+enum { HISTORY_REQUEST_COLS = 8 };
+
+// Token rows beyond the first for each (request, idx) of the deployment's requests: per request
+// one range of the token table's primary key (request_id, idx), so the cost is linear in the
+// deployment's token rows (about 0.1 s for 1e6 rows). ?1 run, ?2 deployment.
+static const char *const history_tokens_sql =
+    "SELECT coalesce(sum((SELECT count(*) - count(DISTINCT idx) FROM token"
+    " WHERE request_id = r.id)), 0)"
+    " FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2";
+
+// Requests whose times run backwards: dispatched, first token or finished before arrival, a
+// token before arrival or after the finish, or a token before the one ahead of it (a negative
+// latency, as a wall clock that jumped back would give). ?1 run, ?2 deployment.
+static const char *const history_times_sql =
+    "SELECT count(*) FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2 AND ("
+    " r.dispatch_ns < r.arrival_ns OR r.first_token_ns < r.arrival_ns OR"
+    " r.finish_ns < r.arrival_ns OR r.finish_ns < r.first_token_ns OR"
+    " EXISTS (SELECT 1 FROM token AS a WHERE a.request_id = r.id AND"
+    "  (a.t_ns < r.arrival_ns OR a.t_ns > r.finish_ns OR EXISTS (SELECT 1 FROM token AS b"
+    "   WHERE b.request_id = r.id AND b.idx = a.idx + 1 AND b.t_ns < a.t_ns))))";
+
+// Runs sql with ?1 run_id, ?2 deployment_id (and ?3 sent when the statement has it) and reads
+// its one row's first ncol integer columns into v. SC_IO with sqlite's message on error.
+static sc_status history_row(sqlite3 *db, const char *sql, const char *what, int64_t run_id,
+                             int64_t deployment_id, int64_t sent, int64_t *v, int ncol,
+                             sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return sc_fail(err, SC_IO, "history check: preparing the %s query: %s", what,
+                   sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, run_id);
+  sqlite3_bind_int64(st, 2, deployment_id);
+  if (sqlite3_bind_parameter_count(st) >= 3) sqlite3_bind_int64(st, 3, sent);
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW) {
+    sc_status s = sc_fail(err, SC_IO, "history check: the %s query: %s", what,
+                          rc == SQLITE_DONE ? "no row" : sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return s;
+  }
+  for (int i = 0; i < ncol; i++) v[i] = sqlite3_column_int64(st, i);
+  sqlite3_finalize(st);
+  return SC_OK;
+}
+
+sc_status rq_request_history_read(sqlite3 *db, int64_t run_id, int64_t deployment_id,
+                                  int64_t sent, rq_request_history *out, sc_error *err) {
+  int64_t r[HISTORY_REQUEST_COLS];
+  SC_TRY(history_row(db, history_requests_sql, "request", run_id, deployment_id, sent, r,
+                     HISTORY_REQUEST_COLS, err));
+  *out = (rq_request_history){.recorded = r[0],
+                              .double_done = r[1],
+                              .in_range = r[2],
+                              .ok = r[3],
+                              .cancelled = r[4],
+                              .failed = r[5],
+                              .timeout = r[6],
+                              .bad_status = r[7]};
+  SC_TRY(history_row(db, history_tokens_sql, "token", run_id, deployment_id, sent,
+                     &out->dup_tokens, 1, err));
+  return history_row(db, history_times_sql, "time", run_id, deployment_id, sent,
+                     &out->bad_times, 1, err);
+}
