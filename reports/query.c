@@ -750,3 +750,30 @@ sc_status rq_request_history_read(sqlite3 *db, int64_t run_id, int64_t deploymen
   return history_row(db, history_times_sql, "time", run_id, deployment_id, sent,
                      &out->bad_times, 1, err);
 }
+
+// --- a sim run's sensitivity
+int rq_pooled_means_read(sqlite3 *db, int64_t run_id, rq_pooled_means *out, int cap) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT d.idx, d.id, d.label, "
+                         "(SELECT value FROM metric m WHERE m.deployment_id = d.id AND "
+                         "m.phase_id IS NULL AND m.class = '' AND m.name = 'ttft_mean_ms'), "
+                         "(SELECT value FROM metric m WHERE m.deployment_id = d.id AND "
+                         "m.phase_id IS NULL AND m.class = '' AND m.name = 'tpot_mean_ms') "
+                         "FROM deployment d WHERE d.run_id = ?1 ORDER BY d.idx",
+                         -1, &st, NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_int64(st, 1, run_id);
+  int n = 0;
+  while (n < cap && sqlite3_step(st) == SQLITE_ROW) {
+    rq_pooled_means *r = &out[n++];
+    r->dep_id = sqlite3_column_int64(st, 1);
+    snprintf(r->label, sizeof r->label, "%s", (const char *)sqlite3_column_text(st, 2));
+    double *v[2] = {&r->ttft_mean_ms, &r->tpot_mean_ms};
+    for (int k = 0; k < 2; k++)
+      *v[k] = sqlite3_column_type(st, 3 + k) == SQLITE_NULL ? NAN
+                                                            : sqlite3_column_double(st, 3 + k);
+  }
+  sqlite3_finalize(st);
+  return n;
+}

@@ -243,3 +243,15 @@ typedef struct rq_request_history {
 // ..." naming the query on a database error (*out then partly filled).
 sc_status rq_request_history_read(sqlite3 *db, int64_t run_id, int64_t deployment_id,
                                   int64_t sent, rq_request_history *out, sc_error *err);
+
+// --- a sim run's sensitivity (runner/sensitivity.c)
+
+// One deployment's pooled mean TTFT and TPOT (ms; NaN when absent).
+typedef struct rq_pooled_means {
+  int64_t dep_id;
+  char label[64];
+  double ttft_mean_ms, tpot_mean_ms;
+} rq_pooled_means;
+// The pooled means of up to cap deployments of run run_id, by deployment index, into out;
+// returns how many, or -1 when the query cannot be prepared (sqlite3_errmsg says why).
+int rq_pooled_means_read(sqlite3 *db, int64_t run_id, rq_pooled_means *out, int cap);

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <string.h>
 
+#include "reports/query.h"
 #include "runner/runner.h"
 
 static const char *const sens_name[2] = {"ttft_sensitivity", "tpot_sensitivity"};
@@ -16,28 +17,15 @@ static const char *const sens_name[2] = {"ttft_sensitivity", "tpot_sensitivity"}
 // its label and id; returns how many deployments, or -1 when the query fails.
 static int pooled_means(store *db, int64_t run, runner_sensitivity_row *rows, int64_t *dep_ids,
                         int cap) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(store_db(db),
-                         "SELECT d.idx, d.id, d.label, "
-                         "(SELECT value FROM metric m WHERE m.deployment_id = d.id AND "
-                         "m.phase_id IS NULL AND m.class = '' AND m.name = 'ttft_mean_ms'), "
-                         "(SELECT value FROM metric m WHERE m.deployment_id = d.id AND "
-                         "m.phase_id IS NULL AND m.class = '' AND m.name = 'tpot_mean_ms') "
-                         "FROM deployment d WHERE d.run_id = ?1 ORDER BY d.idx",
-                         -1, &st, NULL) != SQLITE_OK)
-    return -1;
-  sqlite3_bind_int64(st, 1, run);
-  int n = 0;
-  while (n < cap && sqlite3_step(st) == SQLITE_ROW) {
-    runner_sensitivity_row *r = &rows[n];
-    if (dep_ids) dep_ids[n] = sqlite3_column_int64(st, 1);
-    snprintf(r->label, sizeof r->label, "%s", (const char *)sqlite3_column_text(st, 2));
-    for (int k = 0; k < 2; k++)
-      r->base[k] = sqlite3_column_type(st, 3 + k) == SQLITE_NULL ? NAN
-                                                                 : sqlite3_column_double(st, 3 + k);
-    n++;
+  rq_pooled_means pm[SCN_MAX_DEPLOYMENTS];
+  if (cap > SCN_MAX_DEPLOYMENTS) cap = SCN_MAX_DEPLOYMENTS;
+  int n = rq_pooled_means_read(store_db(db), run, pm, cap);
+  for (int i = 0; i < n; i++) {
+    if (dep_ids) dep_ids[i] = pm[i].dep_id;
+    snprintf(rows[i].label, sizeof rows[i].label, "%s", pm[i].label);
+    rows[i].base[0] = pm[i].ttft_mean_ms;
+    rows[i].base[1] = pm[i].tpot_mean_ms;
   }
-  sqlite3_finalize(st);
   return n;
 }
 
