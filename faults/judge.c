@@ -294,13 +294,14 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
       fv_history_check(f->c.db, f->c.run_id, f->c.dep_id, (int64_t)f->c.reqs->n, &h, &f->err);
   rec_unlock(f->c.rec);
   SC_TRY(s);
-  dr->lost = (double)(h.lost + h.double_done);
+  dr->lost = (double)(h.lost + h.double_done + h.abandoned);
   if (!fv_history_ok(&h, 0))
     frt_note(f,
-             "%s: history check FAILED: %lld lost, %lld completed twice, %lld bad "
-             "status, %lld duplicate tokens, %lld with times running backwards",
-             f->c.dep->label, (long long)h.lost, (long long)h.double_done, (long long)h.bad_status,
-             (long long)h.dup_tokens, (long long)h.bad_times);
+             "%s: history check FAILED: %lld lost, %lld timed out after their replica was lost "
+             "with nobody answering them, %lld completed twice, %lld bad status, %lld duplicate "
+             "tokens, %lld with times running backwards",
+             f->c.dep->label, (long long)h.lost, (long long)h.abandoned, (long long)h.double_done,
+             (long long)h.bad_status, (long long)h.dup_tokens, (long long)h.bad_times);
   // Recovery: throughput back to 90% of its level before the fault.
   size_t n_tok = 0;
   uint64_t *tok = all_token_times(f, &n_tok);

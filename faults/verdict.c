@@ -40,13 +40,15 @@ sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int
                       .failed = q.failed,
                       .timeout = q.timeout,
                       .bad_status = q.bad_status,
+                      .abandoned = q.abandoned,
                       .dup_tokens = q.dup_tokens,
                       .bad_times = q.bad_times};
   return SC_OK;
 }
 
 bool fv_history_ok(const fv_history *h, int64_t allowed_lost) {
-  return h && h->lost <= allowed_lost && h->double_done == 0 && h->bad_status == 0 &&
+  return h && h->lost + h->abandoned <= allowed_lost && h->double_done == 0 &&
+         h->bad_status == 0 &&
          h->dup_tokens == 0 && h->bad_times == 0;
 }
 

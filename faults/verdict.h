@@ -27,13 +27,17 @@ typedef struct fv_history {
   int64_t dup_tokens;  // (request, index) token rows beyond the first
   int64_t bad_times;   // requests whose times run backwards (a negative latency)
   int64_t ok, cancelled, failed, timeout; // rows by status
+  // Of the timeouts, requests the failover path left unanswered: their replica was lost under
+  // them and nothing retried, resumed or failed them (status timeout, reason replica_lost).
+  // They are lost requests, whatever timer ended them.
+  int64_t abandoned;
 } fv_history;
 
 // Fills out from the database (the rows must be flushed). SC_IO on a database error.
 sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int64_t sent,
                            fv_history *out, sc_error *err);
-// True when the history holds: nothing lost (beyond allowed_lost), nothing completed twice,
-// no bad status, no duplicate token, no time running backwards.
+// True when the history holds: nothing lost or abandoned (beyond allowed_lost together),
+// nothing completed twice, no bad status, no duplicate token, no time running backwards.
 bool fv_history_ok(const fv_history *h, int64_t allowed_lost);
 
 // --- recovery: when throughput came back after a fault

@@ -157,10 +157,14 @@ sc_status mt_summarize(const mt_request *r, int n, int class_filter, const mt_go
       out->failed++;
       add_error_kind(out, q->reason && q->reason[0] ? q->reason : "error");
       continue;
-    case REQ_TIMEOUT:
+    case REQ_TIMEOUT: { // by cause: "timeout" (slow), "timeout_replica_lost" (nobody answered)
       out->timeout++;
-      add_error_kind(out, "timeout");
+      char kind[sizeof out->error_kind[0]] = "timeout";
+      if (q->reason && q->reason[0] && strcmp(q->reason, "timeout") != 0)
+        snprintf(kind, sizeof kind, "timeout_%.20s", q->reason);
+      add_error_kind(out, kind);
       continue;
+    }
     default: continue;
     }
     out->ok++;
@@ -258,6 +262,7 @@ static void find_emit(void *ud, const char *name, double v) {
 
 bool mt_summary_value(const mt_summary *s, const char *name, double *out) {
   if (!s || !name) return false;
+  if (!strcmp(name, "timeouts")) name = "timeout_requests"; // the SLO key's stored name
   find_ctx f = {name, NAN, false};
   mt_summary_each(s, find_emit, &f);
   if (f.found && out) *out = f.v;

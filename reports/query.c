@@ -681,12 +681,14 @@ sc_status rq_history_metrics(sqlite3 *db, const char *scn,
 static const char *const history_requests_sql =
     "SELECT count(*), coalesce(sum(n > 1), 0), coalesce(sum(seq >= 0 AND seq < ?3), 0),"
     " coalesce(sum(ok), 0), coalesce(sum(cancelled), 0), coalesce(sum(failed), 0),"
-    " coalesce(sum(timeout), 0), coalesce(sum(n - ok - cancelled - failed - timeout), 0)"
+    " coalesce(sum(timeout), 0), coalesce(sum(n - ok - cancelled - failed - timeout), 0),"
+    " coalesce(sum(abandoned), 0)"
     " FROM (SELECT seq, count(*) AS n,"
     "  sum(status = 'ok') AS ok, sum(status = 'cancelled') AS cancelled,"
-    "  sum(status = 'failed') AS failed, sum(status = 'timeout') AS timeout"
+    "  sum(status = 'failed') AS failed, sum(status = 'timeout') AS timeout,"
+    "  sum(status = 'timeout' AND reason = 'replica_lost') AS abandoned"
     "  FROM request WHERE run_id = ?1 AND deployment_id = ?2 GROUP BY seq)";
-enum { HISTORY_REQUEST_COLS = 8 };
+enum { HISTORY_REQUEST_COLS = 9 };
 
 // Token rows beyond the first for each (request, idx) of the deployment's requests: per request
 // one range of the token table's primary key (request_id, idx), so the cost is linear in the
@@ -744,7 +746,8 @@ sc_status rq_request_history_read(sqlite3 *db, int64_t run_id, int64_t deploymen
                               .cancelled = r[4],
                               .failed = r[5],
                               .timeout = r[6],
-                              .bad_status = r[7]};
+                              .bad_status = r[7],
+                              .abandoned = r[8]};
   SC_TRY(history_row(db, history_tokens_sql, "token", run_id, deployment_id, sent,
                      &out->dup_tokens, 1, err));
   return history_row(db, history_times_sql, "time", run_id, deployment_id, sent,

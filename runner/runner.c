@@ -390,6 +390,8 @@ static bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
     n_prompt += q->n_tok;
   }
   q->replica = i;
+  q->epoch = replica_epoch(r->reps[i]);
+  q->loss_seen = false;
   q->version = router_version(r->rt, i);
   q->dispatched = true;
   q->waiting = false;
@@ -431,16 +433,44 @@ static bool add_token(req_rec *q, int32_t id, uint64_t t) {
 
 // Request k is past the request timeout at time t: the client gave up at arrival + limit, so
 // that is its end, and tokens seen after it are not its.
+// Why request k, about to time out, was left unanswered by the failover path: a request whose
+// replica was lost under it (a loss event, or its replica dead or restarted since it was sent)
+// and that the router then neither retried, resumed nor failed. Fills why and returns true;
+// false for a request that was merely slow (on a live replica, or waiting for a retry).
+static bool abandoned(rt *r, uint64_t k, char *why, size_t cap) {
+  const req_rec *q = &r->reqs.v[k];
+  if (q->waiting) {
+    if (router_waiting(r->rt, k)) return false;
+    snprintf(why, cap, "it waited for a retry that the router never queued");
+    return true;
+  }
+  if (!q->dispatched || router_busy(r->rt, q->replica)) return false;
+  replica *rep = r->reps[q->replica];
+  if (q->loss_seen)
+    snprintf(why, cap, "replica%d was lost under it and nothing retried it", q->replica);
+  else if (replica_health_get(rep) == REPLICA_DEAD)
+    snprintf(why, cap, "replica%d died under it and nothing retried it", q->replica);
+  else if (replica_epoch(rep) != q->epoch)
+    snprintf(why, cap, "replica%d was restarted under it and nothing retried it", q->replica);
+  else
+    return false;
+  return true;
+}
+
 static void time_out(rt *r, uint64_t k) {
   req_rec *q = &r->reqs.v[k];
   uint64_t limit = r->s->limits.request_timeout_ns;
   uint64_t end = q->arrival + limit;
+  char why[128];
+  bool lost = abandoned(r, k, why, sizeof why);
   while (q->n_tok > 0 && q->tok[q->n_tok - 1] > end) q->n_tok--;
   if (q->dispatched && !q->waiting && !router_busy(r->rt, q->replica))
     replica_cancel(r->reps[q->replica], k);
-  char msg[96];
-  snprintf(msg, sizeof msg, "not finished %.3f s after arrival", (double)limit / 1e9);
-  finish_req(r, k, REQ_TIMEOUT, "timeout", msg, end);
+  char msg[224];
+  snprintf(msg, sizeof msg, "not finished %.3f s after arrival%s%s", (double)limit / 1e9,
+           lost ? ": " : "", lost ? why : "");
+  // The client sees a timeout either way; the reason tells a lost request from a slow one.
+  finish_req(r, k, REQ_TIMEOUT, lost ? "replica_lost" : "timeout", msg, end);
 }
 
 static void check_timeouts(rt *r, uint64_t now) {
@@ -506,6 +536,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
   case REPLICA_EV_FAILED:
     fault_rt_on_failed(r->fr, rep, ev, t); // which fault caused it, if one did
     if (replica_failure_is_loss(ev->failure)) { // the router retries, resumes or fails it
+      q->loss_seen = true;
       router_on_lost(r->rt, ev->key, rep, t);
       break;
     }

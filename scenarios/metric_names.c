@@ -27,8 +27,11 @@ static const mt_metric_info metrics[] = {
     {"cancelled_requests", "requests", MT_NEUTRAL, "requests cancelled by the client"},
     {"failed_requests", "requests", MT_LOWER_BETTER, "requests failed with an error"},
     {"timeout_requests", "requests", MT_LOWER_BETTER, "requests past the request timeout"},
+    {"timeouts", "requests", MT_LOWER_BETTER,
+     "the SLO key for timeout_requests: requests past the request timeout, whatever the cause"},
     {"lost_requests", "requests", MT_LOWER_BETTER,
-     "requests sent without exactly one terminal status (none, or more than one)"},
+     "requests sent without exactly one terminal status (none, or more than one), or timed "
+     "out after their replica was lost with nothing retrying or failing them"},
     {"fault_affected", "requests", MT_NEUTRAL,
      "requests whose path a fault touched: failed or re-dispatched"},
     {"detect_ms", "ms", MT_LOWER_BETTER, "slowest fault detection: max of detected - injected"},

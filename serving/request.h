@@ -31,6 +31,10 @@ typedef struct req_rec {
   int prompt_tokens, max_tokens, class_idx;
   int phase;   // index into the deployment's phase runs
   int replica; // -1: never dispatched
+  int epoch;   // the replica's incarnation when it was sent there
+  // Its replica was lost under it since it was last sent (a FAILED event whose failure is a
+  // loss): the router must retry, resume or fail it.
+  bool loss_seen;
   int version; // the weights that serve it (0: the initial ones, +1 per hot swap)
   int user;    // closed loop: the user who sent it; -1: open loop
   req_state state;

@@ -165,6 +165,12 @@ bool router_hold(router *r, uint64_t key, uint64_t t) {
   return false;
 }
 
+bool router_waiting(const router *r, uint64_t key) {
+  for (size_t i = 0; i < r->n_retry; i++)
+    if (r->retry[i] == key) return true;
+  return false;
+}
+
 static bool any_alive(const router *r) {
   for (int i = 0; i < r->n; i++)
     if (r->busy[i] || replica_health_get(r->reps[i]) != REPLICA_DEAD) return true;

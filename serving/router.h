@@ -76,6 +76,9 @@ void router_on_lost(router *r, uint64_t key, int rep, uint64_t t);
 // fails it.
 bool router_hold(router *r, uint64_t key, uint64_t t);
 
+// Whether request key waits in the retry queue (a retry, a resume, or a hold).
+bool router_waiting(const router *r, uint64_t key);
+
 // --- the loop's hooks
 // Sends the retries due at now (through the dispatch hook); a retry that finds no replica
 // fails when every replica is lost for good, else waits one backoff more.

@@ -676,3 +676,116 @@ Test(sim_run, sensitivity_refuses_a_real_scenario_and_a_bad_change) {
   cr_expect(strstr(err.msg, "(0, 50%)"), "%s", err.msg);
   scenario_free(s);
 }
+
+// --- a request the failover path left unanswered is lost, not merely slow
+
+// The poll of a simulated replica whose loss events are swallowed: when it dies, the requests
+// it held get no FAILED event, as if the failover path had dropped them.
+static replica_i swallowing_i;
+static int (*sim_poll)(void *ctx, replica_event *out, int cap);
+
+static int swallow_losses(void *ctx, replica_event *out, int cap) {
+  int n = sim_poll(ctx, out, cap), w = 0;
+  for (int i = 0; i < n; i++)
+    if (out[i].kind != REPLICA_EV_FAILED || !replica_failure_is_loss(out[i].failure))
+      out[w++] = out[i];
+  return w;
+}
+
+// Builds simulated replicas; replica *ud swallows its loss events.
+static sc_status make_swallowing(void *ud, const engine_config *cfg, int index, replica **out,
+                                 sc_error *err) {
+  SC_TRY(replica_sim_new(cfg, index, out, err));
+  if (index == *(const int *)ud) {
+    swallowing_i = *(*out)->i;
+    sim_poll = swallowing_i.poll;
+    swallowing_i.poll = swallow_losses;
+    (*out)->i = &swallowing_i;
+  }
+  return SC_OK;
+}
+
+static const char LOST_VS_SLOW[] =
+    "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 2}\n"
+    "deployments: [{dp: 2}]\n"
+    "workload:\n  prompts: [{input: 64, output: 400}]\n"
+    "  phases: [{ramp: {concurrency: [8]}, hold: 3s}]\n"
+    "limits: {request_timeout: 20s}\n"
+    "faults: [{at: 1s, kill: replica, target: replica0}]\n"
+    "slo: {lost_requests: 0, timeouts: 0}\n";
+
+// Runs LOST_VS_SLOW with replica `swallow` swallowing its loss events (-1: none).
+static int64_t run_swallowing(store *db, int swallow, runner_result *res) {
+  sc_error err = {{0}};
+  scenario *s = NULL;
+  cr_assert_eq(scenario_parse(LOST_VS_SLOW, strlen(LOST_VS_SLOW), "t.yaml", ".", &s, &err),
+               SC_OK, "%s", err.msg);
+  runner_options o = runner_options_defaults();
+  o.progress = RUNNER_PROGRESS_NONE;
+  o.make_replica = make_swallowing;
+  o.make_replica_ud = &swallow;
+  cr_assert_eq(runner_run(s, db, &o, res, &err), SC_OK, "%s", err.msg);
+  scenario_free(s);
+  return res->run_id;
+}
+
+static long long count(store *db, const char *sql, int64_t run) {
+  long n = 0;
+  char *t = rows_text(db, sql, run, &n);
+  long long v = atoll(t);
+  free(t);
+  return v;
+}
+
+Test(sim, a_request_nobody_answered_after_its_replica_died_is_lost_not_slow) {
+  store *db = open_db("sim-lost-vs-slow");
+  runner_result res;
+  int64_t run = run_swallowing(db, 0, &res);
+  long long lost = count(db, "SELECT count(*) FROM request WHERE run_id = ? AND "
+                             "status = 'timeout' AND reason = 'replica_lost'", run);
+  cr_assert_gt(lost, 0, "the requests replica0 held when it died timed out unanswered");
+  cr_expect_eq(count(db, "SELECT count(*) FROM request WHERE run_id = ? AND status = 'timeout' "
+                         "AND reason = 'replica_lost' AND replica != 0", run), 0);
+  cr_expect_eq(count(db, "SELECT count(*) FROM request WHERE run_id = ? AND status = 'timeout' "
+                         "AND error LIKE '%replica0 was restarted under it%'", run), lost,
+               "the error says what happened");
+  cr_expect_float_eq(metric(db, run, "dp2", NULL, "lost_requests"), (double)lost, 1e-9,
+                     "they count as lost requests");
+  cr_expect_float_eq(metric(db, run, "dp2", NULL, "errors_timeout_replica_lost"), (double)lost,
+                     1e-9, "timeouts split by cause");
+  cr_expect_eq(count(db, "SELECT count(*) FROM verdict WHERE run_id = ? AND pass = 0 AND "
+                         "slo IN ('lost_requests', 'timeouts')", run), 2, "both SLOs fail");
+  cr_expect_gt(res.n_failed, 0);
+  store_close(db);
+}
+
+Test(sim, requests_answered_by_the_failover_path_are_neither_lost_nor_timed_out) {
+  store *db = open_db("sim-lost-vs-slow-ok");
+  runner_result res;
+  int64_t run = run_swallowing(db, -1, &res);
+  cr_expect_gt(count(db, "SELECT count(*) FROM request WHERE run_id = ? AND retries > 0", run),
+               0, "replica0's requests were retried or resumed");
+  cr_expect_eq(count(db, "SELECT count(*) FROM request WHERE run_id = ? AND status = 'timeout'",
+                     run), 0);
+  cr_expect_float_eq(metric(db, run, "dp2", NULL, "lost_requests"), 0, 1e-9);
+  cr_expect_eq(res.n_failed, 0);
+  store_close(db);
+}
+
+Test(sim, a_request_slow_on_a_healthy_replica_times_out_as_slow) {
+  const char *text =
+      "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n"
+      "deployments: [{dp: 1}]\n"
+      "workload:\n  prompts: [{input: 64, output: 2000}]\n"
+      "  phases: [{fixed: {requests: 2, concurrency: 2}}]\n"
+      "limits: {request_timeout: 1s}\n"
+      "faults: [{at: 100ms, slow: {on: rank, factor: 4}, target: replica0.rank0}]\n"
+      "slo: {lost_requests: 0}\n";
+  store *db = open_db("sim-slow");
+  int64_t run = sim_run(db, text);
+  cr_expect_eq(count(db, "SELECT count(*) FROM request WHERE run_id = ? AND status = 'timeout' "
+                         "AND reason = 'timeout'", run), 2, "slow, not lost");
+  cr_expect_float_eq(metric(db, run, "tp1", NULL, "lost_requests"), 0, 1e-9);
+  cr_expect_float_eq(metric(db, run, "tp1", NULL, "errors_timeout"), 2, 1e-9);
+  store_close(db);
+}

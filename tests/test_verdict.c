@@ -100,6 +100,7 @@ static void expect_history(const fv_history *h, const fv_history *want) {
   cr_expect_eq(h->failed, want->failed, "failed %lld", (long long)h->failed);
   cr_expect_eq(h->timeout, want->timeout, "timeout %lld", (long long)h->timeout);
   cr_expect_eq(h->bad_times, want->bad_times, "bad_times %lld", (long long)h->bad_times);
+  cr_expect_eq(h->abandoned, want->abandoned, "abandoned %lld", (long long)h->abandoned);
 }
 
 // --- history
@@ -124,6 +125,24 @@ Test(history, deployment_with_no_rows_has_lost_every_request) {
   h = check(&f, 0);
   expect_history(&h, &(fv_history){0});
   cr_expect(fv_history_ok(&h, 0));
+  store_close(f.s);
+}
+
+Test(history, a_timeout_nobody_answered_after_a_replica_loss_is_lost_a_slow_one_is_not) {
+  fixture f = new_fixture("fv-abandoned");
+  add_request(&f, 0, "ok", 2);
+  add_request(&f, 1, "timeout", 1); // slow on a healthy replica: the runner's reason "timeout"
+  exec_sql(&f, "UPDATE request SET reason = 'timeout' WHERE seq = 1");
+  fv_history h = check(&f, 2);
+  expect_history(&h, &(fv_history){.sent = 2, .recorded = 2, .ok = 1, .timeout = 1});
+  cr_expect(fv_history_ok(&h, 0), "a slow request is not lost");
+  add_request(&f, 2, "timeout", 0); // its replica died under it and nothing retried it
+  exec_sql(&f, "UPDATE request SET reason = 'replica_lost' WHERE seq = 2");
+  h = check(&f, 3);
+  expect_history(&h, &(fv_history){.sent = 3, .recorded = 3, .ok = 1, .timeout = 2,
+                                    .abandoned = 1});
+  cr_expect_not(fv_history_ok(&h, 0), "a request nobody answered is lost");
+  cr_expect(fv_history_ok(&h, 1));
   store_close(f.s);
 }
 
