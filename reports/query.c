@@ -780,3 +780,28 @@ int rq_pooled_means_read(sqlite3 *db, int64_t run_id, rq_pooled_means *out, int 
   sqlite3_finalize(st);
   return n;
 }
+
+// --- requests that did not complete, by kind
+sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
+                         bool (*fn)(void *ud, const char *label, const char *kind, double n),
+                         void *ud, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT d.label, substr(m.name, 8), m.value FROM metric m "
+                         "JOIN deployment d ON d.id = m.deployment_id WHERE m.run_id = ?1 "
+                         "AND m.phase_id IS NULL AND m.class = '' AND m.name LIKE 'errors\\_%' "
+                         "ESCAPE '\\' ORDER BY d.idx, m.name",
+                         -1, &st, NULL) != SQLITE_OK)
+    return sc_fail(err, SC_IO, "reading error kinds: %s", sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, run_id);
+  sc_status s = SC_OK;
+  while (s == SC_OK && sqlite3_step(st) == SQLITE_ROW) {
+    const char *label = (const char *)sqlite3_column_text(st, 0);
+    const char *kind = (const char *)sqlite3_column_text(st, 1);
+    if (!fn(ud, label ? label : "", kind ? kind : "", sqlite3_column_double(st, 2)))
+      s = sc_fail(err, SC_OOM, "reading error kinds: out of memory");
+  }
+  sqlite3_finalize(st);
+  return s;
+}
+

@@ -256,3 +256,14 @@ typedef struct rq_pooled_means {
 // The pooled means of up to cap deployments of run run_id, by deployment index, into out;
 // returns how many, or -1 when the query cannot be prepared (sqlite3_errmsg says why).
 int rq_pooled_means_read(sqlite3 *db, int64_t run_id, rq_pooled_means *out, int cap);
+
+// --- requests that did not complete, by kind (the errors_<kind> rows)
+
+// Calls fn for every pooled errors_<kind> metric of run run_id (a deployment's whole run, every
+// class), by deployment index, then kind: the deployment's label, the kind (the name without
+// "errors_": "oom", "replica_lost", "timeout", "timeout_replica_lost", ...) and the count.
+// SC_IO "reading error kinds: ..." when the query cannot be prepared; SC_OOM when fn returns
+// false.
+sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
+                         bool (*fn)(void *ud, const char *label, const char *kind, double n),
+                         void *ud, sc_error *err);

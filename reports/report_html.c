@@ -295,6 +295,41 @@ static void run_phases(FILE *f, rp_ctx *c, const rq_run *r) {
   fputs("</table>\n", f);
 }
 
+// What one errors_<kind> count means, for the table's third column ("" when the kind is a
+// failure's reason, which names itself).
+static const char *error_kind_means(const char *kind) {
+  if (!strcmp(kind, "timeout")) return "timed out while slow (on a live replica, or waiting)";
+  if (!strcmp(kind, "timeout_replica_lost"))
+    return "timed out after its replica was lost, with nothing retrying it: lost";
+  return "failed";
+}
+
+static bool error_row(void *ud, const char *label, const char *kind, double n) {
+  FILE *f = ud;
+  fputs("<tr>", f);
+  td_text(f, label);
+  td_text(f, kind);
+  td_text(f, error_kind_means(kind));
+  td_num(f, n);
+  fputs("</tr>\n", f);
+  return true;
+}
+
+// The requests that did not complete, by kind: failures by reason, timeouts by cause.
+static void run_errors(FILE *f, rp_ctx *c, const rq_run *r) {
+  fputs("<h3>Requests that did not complete</h3>\n<table>\n<tr>", f);
+  th(f, "deployment", true);
+  th(f, "kind", true);
+  th(f, "what happened", true);
+  th(f, "requests", false);
+  fputs("</tr>\n", f);
+  long before = ftell(f);
+  sc_error e = {{0}};
+  rq_error_kinds(c->db, r->id, error_row, f, &e);
+  if (ftell(f) == before) fputs("<tr><td colspan=\"4\">none</td></tr>\n", f);
+  fputs("</table>\n", f);
+}
+
 static void run_classes(FILE *f, rp_ctx *c, const rq_run *r) {
   if (!r->n_classes) return;
   fputs("<h3>TTFT p95 (ms) per prompt class</h3>\n<table>\n<tr>", f);
@@ -548,6 +583,7 @@ sc_status rp_html_write(rp_ctx *c, const char *dir, const rp_plot *plots, int n_
     run_scaling(f, c, r);
     run_phases(f, c, r);
     run_classes(f, c, r);
+    run_errors(f, c, r);
     run_faults(f, r);
     fputs("</section>\n", f);
   }

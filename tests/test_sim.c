@@ -205,6 +205,7 @@ Test(sim, sim_backend_needs_a_device_and_kv_blocks) {
 #include <sqlite3.h>
 #include <stdio.h>
 
+#include "reports/report.h"
 #include "reports/store.h"
 #include "runner/runner.h"
 #include "scenarios/scenario.h"
@@ -756,6 +757,20 @@ Test(sim, a_request_nobody_answered_after_its_replica_died_is_lost_not_slow) {
   cr_expect_eq(count(db, "SELECT count(*) FROM verdict WHERE run_id = ? AND pass = 0 AND "
                          "slo IN ('lost_requests', 'timeouts')", run), 2, "both SLOs fail");
   cr_expect_gt(res.n_failed, 0);
+  // The report splits what did not complete by kind, the lost timeouts apart.
+  const char *dir = sc_test_tmpdir("sim-lost-report");
+  report_options ro = {.out_dir = dir, .run_ids = &run, .n_runs = 1, .gnuplot = "/bin/false"};
+  report_result rr;
+  sc_error err = {{0}};
+  cr_assert_eq(report_write(store_db(db), &ro, &rr, &err), SC_OK, "%s", err.msg);
+  char path[600];
+  snprintf(path, sizeof path, "%s/index.html", dir);
+  long len = 0;
+  char *html = sc_test_read_file(path, &len);
+  cr_expect(strstr(html, "Requests that did not complete") &&
+                strstr(html, "timed out after its replica was lost"),
+            "%s", html);
+  free(html);
   store_close(db);
 }
 
