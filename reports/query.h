@@ -44,7 +44,7 @@ typedef struct rq_phase {
 
 typedef struct rq_verdict {
   int dep;                  // index into rq_run.deps
-  char slo[32];
+  char slo[64];             // the SLO key; a prompt class's: "CLASS:KEY"
   char op[4];               // "<=" | ">="
   double expected;
   double actual;            // NaN: no data
