@@ -37,7 +37,8 @@ static void usage(FILE *f) {
           "  --metric N[:PCT]   compare this metric (repeatable; default: TTFT, TPOT, ITL and\n"
           "                     E2EL p50 and p95, output_tok_s, goodput_rps, error_rate,\n"
           "                     lost_requests, kv_peak_frac, detect_ms, recover_ms), with its\n"
-          "                     own tolerance when given\n"
+          "                     own tolerance when given; a name covers each prompt class's\n"
+          "                     row of it too, CLASS:N (short:ttft_p95_ms) that class's only\n"
           "  --alpha A          significance level of the one-sided test across repetitions\n"
           "                     (0.01; with 5 vs 5 repetitions the smallest p is 1/252 = 0.004)\n"
           "  --junit PATH       also write JUnit XML: one testcase per deployment x metric\n"
@@ -93,7 +94,8 @@ static const char *how_judged(const gate_result *g) {
   return "real, no repetitions: tolerance only";
 }
 
-static void print_row(const gate_row *r) {
+// One row of the table; wm: the metric column's width.
+static void print_row(const gate_row *r, int wm) {
   char b[32], c[32], ch[32], tol[32], p[32], nb[32], nc[32], nz[72];
   fmt(r->base, b, sizeof b);
   fmt(r->cur, c, sizeof c);
@@ -105,8 +107,8 @@ static void print_row(const gate_row *r) {
   fmt_pct(r->noise_cur, "%.1f", nc, sizeof nc);
   if (isnan(r->noise) && isnan(r->noise_cur)) snprintf(nz, sizeof nz, "-");
   else snprintf(nz, sizeof nz, "%s/%s%%", nb, nc);
-  printf("%-14s %-12s %-14s %12s %12s %9s %6s %6s %11s  %s\n", r->deployment,
-         r->phase[0] ? r->phase : "(all)", r->metric, b, c, ch, tol, p, nz,
+  printf("%-14s %-12s %-*s %12s %12s %9s %6s %6s %11s  %s\n", r->deployment,
+         r->phase[0] ? r->phase : "(all)", wm, r->metric, b, c, ch, tol, p, nz,
          gate_verdict_name(r->v));
 }
 
@@ -132,9 +134,12 @@ static void print_table(const gate_result *g) {
   printf("scenario %s: run %lld (%d repetition%s) against baseline run %lld (%d), %s\n",
          g->scenario, (long long)g->cur_run, g->n_cur_reps, g->n_cur_reps == 1 ? "" : "s",
          (long long)g->base_run, g->n_base_reps, how_judged(g));
-  printf("%-14s %-12s %-14s %12s %12s %9s %6s %6s %11s  %s\n", "deployment", "phase", "metric",
-         "baseline", "current", "change", "tol", "p", "noise b/c", "verdict");
-  for (int i = 0; i < g->n; i++) print_row(&g->rows[i]);
+  int wm = 14; // wider for a prompt class's "short:ttft_p95_ms"
+  for (int i = 0; i < g->n; i++)
+    if ((int)strlen(g->rows[i].metric) > wm) wm = (int)strlen(g->rows[i].metric);
+  printf("%-14s %-12s %-*s %12s %12s %9s %6s %6s %11s  %s\n", "deployment", "phase", wm,
+         "metric", "baseline", "current", "change", "tol", "p", "noise b/c", "verdict");
+  for (int i = 0; i < g->n; i++) print_row(&g->rows[i], wm);
   print_noise(g);
   printf("%s: %d of %d comparisons regressed\n\n", g->scenario, g->regressed, g->n);
 }
@@ -179,7 +184,7 @@ static void attr(FILE *f, const char *name, const char *v) {
 static void junit_case(FILE *f, const gate_result *g, const gate_row *r) {
   char cls[256], name[160], msg[320], b[32], c[32], ch[32];
   snprintf(cls, sizeof cls, "%.127s.%.95s", g->scenario, r->deployment);
-  snprintf(name, sizeof name, "%.63s%s%.47s", r->phase, r->phase[0] ? "/" : "", r->metric);
+  snprintf(name, sizeof name, "%.63s%s%.63s", r->phase, r->phase[0] ? "/" : "", r->metric);
   fputs("  <testcase", f);
   attr(f, "classname", cls);
   attr(f, "name", name);
@@ -275,17 +280,25 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
       if (a->o.n_metrics == GATE_MAX_METRICS)
         return cli_usage_error("gate", "too many --metric options at", m);
       gate_metric_tol *t = &a->o.metrics[a->o.n_metrics];
-      const char *colon = strchr(m, ':');
+      // NAME, NAME:PCT, CLASS:NAME or CLASS:NAME:PCT: the last ':' starts a tolerance unless
+      // a metric name follows it
+      const char *colon = strrchr(m, ':');
+      if (colon && mt_metric_find(colon + 1)) colon = NULL;
       size_t len = colon ? (size_t)(colon - m) : strlen(m);
       snprintf(t->name, sizeof t->name, "%.*s", (int)len, m);
       t->tol = -1;
       if (colon && !cli_parse_pct(colon + 1, &t->tol))
         return cli_usage_error("gate", "--metric NAME:PCT needs a percentage after ':', got", m);
-      const mt_metric_info *mi = mt_metric_find(t->name);
+      const char *base = mt_metric_base(t->name);
+      const mt_metric_info *mi = mt_metric_find(base);
       if (!mi) return cli_usage_error("gate", "--metric: unknown metric", t->name);
       if (mi->dir == MT_NEUTRAL)
         return cli_usage_error("gate", "--metric: no better direction, so no regression, for",
                                t->name);
+      if (base != t->name && (base == t->name + 1 || !mt_metric_per_class(base)))
+        return cli_usage_error("gate", "--metric CLASS:NAME: a prompt class's rows carry "
+                               "latencies, output_tok_s, req_s, goodput_rps, error_rate, "
+                               "failed_requests and timeout_requests; got", t->name);
       a->o.n_metrics++;
       a->set |= 4;
     } else if (!strcmp(s, "--junit") && v) {

@@ -142,6 +142,9 @@ static void print_summary(const char *path, const scenario *s) {
   }
   add(line, cap, &len, "; %d fault%s, %d SLO%s", s->n_faults, s->n_faults == 1 ? "" : "s",
       s->slo.n, s->slo.n == 1 ? "" : "s");
+  for (int i = 0; i < s->slo.n_classes; i++) // "2 SLOs, 1 of class short and 2 of class long"
+    add(line, cap, &len, "%s %d of class %s", i + 1 < s->slo.n_classes ? "," : " and",
+        s->slo.classes[i].n, s->slo.classes[i].name);
   double secs = (double)known_ns / 1e9;
   if (known_ns && counted)
     add(line, cap, &len, "; ~%.0f s plus %lld counted requests per deployment", secs, counted);

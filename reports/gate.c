@@ -170,16 +170,20 @@ static series *find_or_add(table *t, const char *dep, const char *phase, const c
   return s;
 }
 
-// The tolerance for metric name, or -2 when it is not compared.
+// The tolerance for metric name (a prompt class's row: "CLASS:NAME"), or -2 when it is not
+// compared. A bare name chosen (by default or by name) covers every class's row of it too;
+// CLASS:NAME chosen by name covers that class's row, with its own tolerance when given.
 static double tol_of(const gate_options *o, const char *name, double dflt) {
+  const char *base = mt_metric_base(name);
   if (o->n_metrics == 0) {
     for (int i = 0; gate_default_metrics[i]; i++)
-      if (!strcmp(gate_default_metrics[i], name)) return dflt;
+      if (!strcmp(gate_default_metrics[i], base)) return dflt;
     return -2;
   }
-  for (int i = 0; i < o->n_metrics; i++)
-    if (!strcmp(o->metrics[i].name, name))
-      return o->metrics[i].tol >= 0 ? o->metrics[i].tol : dflt;
+  for (int pass = 0; pass < (base != name ? 2 : 1); pass++) // the exact name first
+    for (int i = 0; i < o->n_metrics; i++)
+      if (!strcmp(o->metrics[i].name, pass ? base : name))
+        return o->metrics[i].tol >= 0 ? o->metrics[i].tol : dflt;
   return -2;
 }
 
@@ -253,7 +257,7 @@ static void describe(series *se) {
   r->p = NAN;
   r->change = r->worse = NAN;
   if (se->n[0] == 0 || se->n[1] == 0) return;
-  const mt_metric_info *mi = mt_metric_find(r->metric);
+  const mt_metric_info *mi = mt_metric_find(mt_metric_base(r->metric));
   double sign = mi && mi->dir == MT_HIGHER_BETTER ? -1 : 1;
   if (r->base != 0) {
     r->change = (r->cur - r->base) / fabs(r->base);
@@ -289,7 +293,7 @@ static void judge(series *se, double alpha) {
     r->v = r->worse > 0 ? GATE_REGRESSED : GATE_IMPROVED;
     return;
   }
-  const mt_metric_info *mi = mt_metric_find(r->metric);
+  const mt_metric_info *mi = mt_metric_find(mt_metric_base(r->metric));
   r->p = shift_p(se, !(mi && mi->dir == MT_HIGHER_BETTER));
   bool sig = r->p < alpha;
   if (r->worse > 0) r->v = sig ? GATE_REGRESSED : GATE_WORSE_NOISE;

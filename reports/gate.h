@@ -1,7 +1,8 @@
 // The regression gate: compares a run (or its repetition group) with a baseline run of the same
 // scenario and mode, deployment by deployment (matched by label, i.e. layout) and phase by
-// phase, metric by metric, direction-aware, and says per metric: improved, same, worse within
-// noise, or REGRESSED (docs/gate.md).
+// phase, metric by metric (and each prompt class's whole-deployment metrics, named
+// CLASS:NAME), direction-aware, and says per metric: improved, same, worse within noise, or
+// REGRESSED (docs/gate.md).
 //
 // Sim runs are deterministic: the relative change alone decides against the tolerance. Real
 // runs recorded with `run --repeat N` are noisy: a metric regresses only when its median got
@@ -26,7 +27,7 @@
 enum { GATE_MAX_METRICS = 48, GATE_MAX_REPS = 64 };
 
 typedef struct gate_metric_tol {
-  char name[48];
+  char name[64];    // a metric name (its rows of every class too), or CLASS:NAME (that class's)
   double tol; // fraction; < 0: the default tolerance
 } gate_metric_tol;
 
@@ -60,7 +61,7 @@ const char *gate_verdict_name(gate_verdict v); // "improved", "same", ..., "REGR
 typedef struct gate_row {
   char deployment[96]; // label
   char phase[64];      // "" = the whole deployment
-  char metric[48];
+  char metric[64];     // a metric name; a prompt class's pooled row: "CLASS:NAME"
   double base, cur;    // medians over the repetitions (NaN: none)
   double change;       // (cur - base) / |base|; NaN when base is 0 or missing
   double worse;        // change signed so that > 0 is worse for this metric's direction

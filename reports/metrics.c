@@ -320,16 +320,18 @@ int mt_knee(const int *concurrency, const double *ttft_p95_ms, int n, double lim
 
 // --- verdicts
 
-int mt_verdicts(const scn_slo *slo, const mt_summary *s,
-                bool (*extra)(void *ud, const char *name, double *out), void *ud,
-                mt_verdict *out, int cap) {
-  if (!slo || !out) return 0;
+// One verdict per item of items[0..n) against s (and extra), named "CLS:KEY" when cls is
+// not NULL; returns how many were written (<= cap).
+static int verdicts_of(const scn_slo_item *items, int n_items, const char *cls,
+                       const mt_summary *s, bool (*extra)(void *ud, const char *name, double *out),
+                       void *ud, mt_verdict *out, int cap) {
   int n = 0;
-  for (int i = 0; i < slo->n && i < SCN_MAX_SLO && n < cap; i++) {
-    const scn_slo_item *it = &slo->items[i];
+  for (int i = 0; i < n_items && i < SCN_MAX_SLO && n < cap; i++) {
+    const scn_slo_item *it = &items[i];
     mt_verdict *v = &out[n++];
     memset(v, 0, sizeof *v);
-    snprintf(v->slo, sizeof v->slo, "%s", it->key);
+    if (cls) snprintf(v->slo, sizeof v->slo, "%s:%s", cls, it->key);
+    else snprintf(v->slo, sizeof v->slo, "%s", it->key);
     v->expected = it->limit;
     v->actual = NAN;
     double a;
@@ -349,4 +351,16 @@ int mt_verdicts(const scn_slo *slo, const mt_summary *s,
     }
   }
   return n;
+}
+
+int mt_verdicts(const scn_slo *slo, const mt_summary *s,
+                bool (*extra)(void *ud, const char *name, double *out), void *ud,
+                mt_verdict *out, int cap) {
+  if (!slo || !out) return 0;
+  return verdicts_of(slo->items, slo->n, NULL, s, extra, ud, out, cap);
+}
+
+int mt_class_verdicts(const scn_slo_class *c, const mt_summary *s, mt_verdict *out, int cap) {
+  if (!c || !out) return 0;
+  return verdicts_of(c->items, c->n, c->name, s, NULL, NULL, out, cap);
 }

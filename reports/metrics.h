@@ -90,7 +90,7 @@ int mt_knee(const int *concurrency, const double *ttft_p95_ms, int n, double lim
 
 // --- verdicts
 typedef struct mt_verdict {
-  char slo[32];
+  char slo[64];    // the SLO key; a prompt class's: "CLASS:KEY", e.g. "short:ttft_p95_ms"
   char op[3];      // "<=" for MT_LOWER_BETTER metrics, ">=" for MT_HIGHER_BETTER
   double expected;
   double actual;   // NaN: no data (fails)
@@ -103,3 +103,7 @@ typedef struct mt_verdict {
 int mt_verdicts(const scn_slo *slo, const mt_summary *s,
                 bool (*extra)(void *ud, const char *name, double *out), void *ud,
                 mt_verdict *out, int cap);
+// The verdicts of a prompt class's SLOs c against s, the pooled summary of that class's
+// requests (mt_summarize with its class index); each is named "CLASS:KEY". Returns how many
+// were written (<= cap).
+int mt_class_verdicts(const scn_slo_class *c, const mt_summary *s, mt_verdict *out, int cap);

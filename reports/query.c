@@ -580,10 +580,12 @@ sc_status rq_gate_metrics(sqlite3 *db, int64_t run,
                           void *ud, sc_error *err) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(db,
-                         "SELECT d.label, coalesce(p.name, ''), m.name, m.value FROM metric m "
+                         "SELECT d.label, coalesce(p.name, ''), CASE m.class WHEN '' THEN "
+                         "m.name ELSE m.class || ':' || m.name END, m.value FROM metric m "
                          "JOIN deployment d ON d.id = m.deployment_id LEFT JOIN phase p ON p.id "
-                         "= m.phase_id WHERE m.run_id = ?1 AND m.class = '' AND m.value IS NOT "
-                         "NULL ORDER BY d.idx, m.phase_id, m.name",
+                         "= m.phase_id WHERE m.run_id = ?1 AND (m.class = '' OR m.phase_id IS "
+                         "NULL) AND m.value IS NOT NULL ORDER BY d.idx, m.phase_id, m.class, "
+                         "m.name",
                          -1, &st, NULL) != SQLITE_OK)
     return sc_fail(err, SC_IO, "gate: reading metrics: %s", sqlite3_errmsg(db));
   sqlite3_bind_int64(st, 1, run);

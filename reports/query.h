@@ -44,7 +44,7 @@ typedef struct rq_phase {
 
 typedef struct rq_verdict {
   int dep;                  // index into rq_run.deps
-  char slo[32];
+  char slo[64];             // the SLO key; a prompt class's: "CLASS:KEY"
   char op[4];               // "<=" | ">="
   double expected;
   double actual;            // NaN: no data
@@ -184,10 +184,12 @@ int64_t rq_latest_baseline(sqlite3 *db, const char *scen, const char *mode, int6
 
 // --- the gate's numbers
 
-// Calls fn for each pooled (class '') metric row of run with a value, by deployment idx, phase
-// id, then name: the deployment's label, the phase's name ("" for the whole deployment), the
-// metric name and value. SC_IO "gate: reading metrics: ..." when the query cannot be prepared;
-// SC_OOM "gate: out of memory" when fn returns false; a step error ends the rows early.
+// Calls fn for each metric row of run with a value, of every request (class '') per phase
+// and for the whole deployment, and of each prompt class for the whole deployment, by
+// deployment idx, phase id, class, then name: the deployment's label, the phase's name (""
+// for the whole deployment), the metric name ("CLASS:NAME" for a class's row) and value.
+// SC_IO "gate: reading metrics: ..." when the query cannot be prepared; SC_OOM "gate: out of
+// memory" when fn returns false; a step error ends the rows early.
 sc_status rq_gate_metrics(sqlite3 *db, int64_t run,
                           bool (*fn)(void *ud, const char *label, const char *phase,
                                      const char *name, double value),

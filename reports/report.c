@@ -44,7 +44,7 @@ void rp_fmt_num(double v, char *buf, size_t n) {
 
 void rp_fmt_metric(const char *name, double v, char *buf, size_t n) {
   rp_fmt_num(v, buf, n);
-  const mt_metric_info *m = mt_metric_find(name);
+  const mt_metric_info *m = mt_metric_find(mt_metric_base(name)); // "short:ttft_p95_ms" too
   if (isnan(v) || !m || !strcmp(m->unit, "fraction")) return;
   size_t len = strlen(buf);
   if (len + 1 < n)

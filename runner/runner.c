@@ -58,6 +58,7 @@ typedef struct dep_result {
   int gpus;
   bool built;
   mt_summary pooled;
+  mt_summary cls_pooled[SCN_MAX_CLASSES]; // per prompt class, when the workload has several
   double peak_tok_s, kv_peak;
   int peak_queue, peak_batch;
   int knee;                 // -1 none or not computed
@@ -894,10 +895,10 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
         add_metric(r, 0, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
       }
     for (int cl = 0; cl < n_classes && n_classes > 1 && s == SC_OK; cl++) {
-      mt_summary sum;
-      s = mt_summarize(m, (int)n, cl, &r->good, 0, 0, &sum);
+      mt_summary *sum = &dr->cls_pooled[cl];
+      s = mt_summarize(m, (int)n, cl, &r->good, 0, 0, sum);
       emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
-      if (s == SC_OK) mt_summary_each(&sum, emit_metric, &cc);
+      if (s == SC_OK) mt_summary_each(sum, emit_metric, &cc);
     }
   }
   free(m);
@@ -1228,11 +1229,21 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
     }
     slo.n = w;
   }
+  // the whole deployment's SLOs and every class's: SCN_MAX_SLO each at most
+  const int cap = SCN_MAX_SLO * (SCN_MAX_CLASSES + 1);
+  mt_verdict *v = calloc((size_t)cap, sizeof *v);
+  if (!v) {
+    free(gpus), free(map), free(tput), free(sp), free(ef);
+    return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  }
   for (int j = 0; j < m; j++) {
     dep_result *d = &drs[map[j]];
-    mt_verdict v[SCN_MAX_SLO];
     verdict_extra ex = {.d = d};
     int nv = mt_verdicts(&slo, &d->pooled, extra_value, &ex, v, SCN_MAX_SLO);
+    // then each prompt class's SLOs against the class's pooled summary ("short:ttft_p95_ms")
+    for (int c = 0; c < slo.n_classes; c++)
+      nv += mt_class_verdicts(&slo.classes[c], &d->cls_pooled[slo.classes[c].class_idx],
+                              v + nv, cap - nv);
     for (int k = 0; k < nv; k++) {
       db_ok(r, store_verdict_add(r->db, r->run_id, d->id, v[k].slo, v[k].op, v[k].expected,
                                  v[k].actual, v[k].pass, &r->err));
@@ -1240,18 +1251,26 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
       r->res->n_failed += !v[k].pass;
     }
   }
-  // A deployment that never ran fails every SLO: there is nothing to show it holds.
+  free(v);
+  // A deployment that never ran fails every SLO, its classes' too: there is nothing to show
+  // it holds.
   for (int i = 0; i < n; i++)
-    if (!drs[i].built && drs[i].id)
-      for (int k = 0; k < slo.n; k++) {
-        const scn_slo_item *it = &slo.items[k];
+    for (int c = -1; !drs[i].built && drs[i].id && c < slo.n_classes; c++) {
+      const scn_slo_item *items = c < 0 ? slo.items : slo.classes[c].items;
+      int n_items = c < 0 ? slo.n : slo.classes[c].n;
+      for (int k = 0; k < n_items; k++) {
+        const scn_slo_item *it = &items[k];
         const mt_metric_info *mi = mt_metric_find(it->key);
-        db_ok(r, store_verdict_add(r->db, r->run_id, drs[i].id, it->key,
+        char name[64];
+        if (c < 0) snprintf(name, sizeof name, "%.63s", it->key);
+        else snprintf(name, sizeof name, "%.31s:%.31s", slo.classes[c].name, it->key);
+        db_ok(r, store_verdict_add(r->db, r->run_id, drs[i].id, name,
                                    mi && mi->dir == MT_HIGHER_BETTER ? ">=" : "<=", it->limit,
                                    NAN, false, &r->err));
         r->res->n_verdicts++;
         r->res->n_failed++;
       }
+    }
   free(gpus), free(map), free(tput), free(sp), free(ef);
   return r->db_status;
 }

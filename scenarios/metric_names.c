@@ -91,6 +91,24 @@ const mt_metric_info *mt_metric_find(const char *name) {
   return NULL;
 }
 
+bool mt_metric_per_class(const char *name) {
+  static const char *const rates[] = {"output_tok_s", "req_s",           "goodput_rps",
+                                      "error_rate",   "failed_requests", "timeout_requests"};
+  static const char *const lat[] = {"ttft_", "tpot_", "itl_", "e2el_"};
+  const mt_metric_info *m = name ? mt_metric_find(name) : NULL;
+  if (!m) return false;
+  for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
+    if (!strcmp(name, rates[i])) return true;
+  for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++)
+    if (!strncmp(name, lat[i], strlen(lat[i]))) return true;
+  return false;
+}
+
+const char *mt_metric_base(const char *name) {
+  const char *colon = name ? strrchr(name, ':') : NULL;
+  return colon ? colon + 1 : name;
+}
+
 int mt_metric_all(const mt_metric_info **out) {
   *out = metrics;
   return (int)(sizeof metrics / sizeof metrics[0]);

@@ -1544,18 +1544,50 @@ static void close_names(const char *key, char *buf, size_t cap) {
                             j == 0 ? "" : j == nb - 1 ? " or " : ", ", best[j]);
 }
 
-static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
-  scn_slo *slo = &c->s->slo;
-  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
-    return expect_at(c, v, k, "slo", "a mapping of metric names to limits, e.g. "
-                     "{ttft_p95_ms: 500, error_rate: 0.01}");
+// The metric names a prompt class's SLOs may bound, for messages.
+#define PER_CLASS_NAMES                                                                            \
+  "TTFT, TPOT, ITL or E2EL latencies, output_tok_s, req_s, goodput_rps, error_rate, "          \
+  "failed_requests or timeout_requests"
+
+// The workload's prompt class names, "a, b and c", into buf.
+static void class_list(const scn_workload *w, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < w->n_classes && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                            i == 0 ? "" : i == w->n_classes - 1 ? " and " : ", ",
+                            w->classes[i].name);
+}
+
+// The index of the prompt class named name, or -1 (with the error, pk's position) when the
+// workload has none by that name.
+static int class_named(ctx *c, struct fy_node *pk, const char *name, const char *where) {
+  const scn_workload *w = &c->s->workload;
+  for (int i = 0; i < w->n_classes; i++)
+    if (!strcmp(w->classes[i].name, name)) return i;
+  char list[SCN_MAX_CLASSES * 34];
+  class_list(w, list, sizeof list);
+  fail_at(c, pk, NULL, "%s: unknown prompt class '%s'; the workload's classes are %s", where,
+          name, list);
+  return -1;
+}
+
+// Reads the metric: limit pairs of mapping v ('slo', or a class's 'slo.classes.NAME' when
+// per_class) into items[*n..]; the key "classes" is skipped (parse_slo reads it). On error
+// *n counts the items read before it.
+static sc_status slo_items(ctx *c, struct fy_node *v, const char *where, bool per_class,
+                           scn_slo_item *items, int *n) {
   void *it = NULL;
   struct fy_node_pair *pair;
   while ((pair = fy_node_mapping_iterate(v, &it))) {
     struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
     const char *name =
         pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) return fail_at(c, pk, v, "expected a plain key in 'slo'");
+    if (!name) return fail_at(c, pk, v, "expected a plain key in '%s'", where);
+    if (!per_class && !strcmp(name, "classes")) continue;
+    if (per_class && !strcmp(name, "classes"))
+      return fail_at(c, pk, NULL, "key 'classes': per-class SLOs do not nest (a prompt "
+                     "class's SLOs are metric names and limits)");
     const mt_metric_info *mi = mt_metric_find(name);
     if (!mi) {
       char close[200];
@@ -1570,9 +1602,13 @@ static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
     if (mi->dir == MT_NEUTRAL)
       return fail_at(c, pk, NULL, "key '%s': expected a metric an SLO can bound (lower or "
                      "higher is better), got a count with neither (%s)", name, mi->what);
-    if (slo->n == SCN_MAX_SLO)
-      return fail_at(c, pk, NULL, "key 'slo': at most %d SLOs", SCN_MAX_SLO);
-    scn_slo_item *si = &slo->items[slo->n];
+    if (per_class && !mt_metric_per_class(name))
+      return fail_at(c, pk, NULL, "key '%s': expected a metric of a prompt class's own "
+                     "requests (" PER_CLASS_NAMES "), got a metric of the whole deployment",
+                     name);
+    if (*n == SCN_MAX_SLO)
+      return fail_at(c, pk, NULL, "key '%s': at most %d SLOs", where, SCN_MAX_SLO);
+    scn_slo_item *si = &items[*n];
     yaml_map_field f = F_DBL(name, &si->limit);
     SC_TRY(read_scalar(c, pk, pv, &f));
     if (!(si->limit >= 0)) {
@@ -1582,9 +1618,63 @@ static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
     }
     snprintf(si->key, sizeof si->key, "%s", name);
     yaml_map_pos(pk, &si->line, &si->col);
-    slo->n++;
+    (*n)++;
   }
   return SC_OK;
+}
+
+// slo.classes (v, at key k): a mapping of prompt class names to SLO mappings.
+static sc_status slo_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_slo *slo = &c->s->slo;
+  const scn_workload *w = &c->s->workload;
+  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
+    return expect_at(c, v, k, "classes", "a mapping of prompt class names to SLOs, e.g. "
+                     "{short: {ttft_p95_ms: 300}}");
+  if (w->dataset[0])
+    return fail_at(c, k, NULL, "key 'classes': per-class SLOs need prompt classes "
+                   "(workload.prompts), but the workload reads its prompts from a dataset");
+  if (w->n_classes < 2)
+    return fail_at(c, k, NULL, "key 'classes': per-class SLOs need a workload with more than "
+                   "one prompt class, and this one has one ('%s'): put its limits in 'slo' "
+                   "itself", w->n_classes ? w->classes[0].name : "");
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(v, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name =
+        pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+    if (!name) return fail_at(c, pk, v, "expected a plain key in 'slo.classes'");
+    int idx = class_named(c, pk, name, "slo.classes");
+    if (idx < 0) return SC_INVALID;
+    if (!pv || fy_node_get_type(pv) != FYNT_MAPPING)
+      return expect_at(c, pv, pk, name, "a mapping of metric names to limits, e.g. "
+                       "{ttft_p95_ms: 300}");
+    scn_slo_class *sc = &slo->classes[slo->n_classes++]; // names are unique: <= n_classes
+    snprintf(sc->name, sizeof sc->name, "%s", name);
+    sc->class_idx = idx;
+    yaml_map_pos(pk, &sc->line, &sc->col);
+    char where[64];
+    snprintf(where, sizeof where, "slo.classes.%s", name);
+    SC_TRY(slo_items(c, pv, where, true, sc->items, &sc->n));
+  }
+  return SC_OK;
+}
+
+static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_slo *slo = &c->s->slo;
+  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
+    return expect_at(c, v, k, "slo", "a mapping of metric names to limits, e.g. "
+                     "{ttft_p95_ms: 500, error_rate: 0.01}");
+  SC_TRY(slo_items(c, v, "slo", false, slo->items, &slo->n));
+  struct fy_node *ck = NULL, *cv = NULL;
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(v, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair);
+    if (pk && fy_node_get_type(pk) == FYNT_SCALAR && !strcmp(fy_node_get_scalar0(pk), "classes"))
+      ck = pk, cv = fy_node_pair_value(pair);
+  }
+  return ck ? slo_classes(c, cv, ck) : SC_OK;
 }
 
 // --- gate
@@ -1626,10 +1716,19 @@ static sc_status parse_gate(ctx *c, struct fy_node *v, struct fy_node *k) {
     struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
     const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
     if (!name) return fail_at(c, pk, mv, "expected a plain key in 'gate.metrics'");
-    const mt_metric_info *mi = mt_metric_find(name);
+    const char *base = mt_metric_base(name);
+    const mt_metric_info *mi = mt_metric_find(base);
     if (!mi || mi->dir == MT_NEUTRAL)
       return fail_at(c, pk, NULL, "gate.metrics: '%s' is not a metric with a better direction "
                      "(latencies, rates, error counts: docs/metrics.md)", name);
+    if (base != name) { // CLASS:NAME, a prompt class's row
+      char cls[64];
+      snprintf(cls, sizeof cls, "%.*s", (int)(base - 1 - name), name);
+      if (!mt_metric_per_class(base))
+        return fail_at(c, pk, NULL, "gate.metrics: '%s': a prompt class's rows carry "
+                       PER_CLASS_NAMES ", not %s", name, base);
+      if (class_named(c, pk, cls, "gate.metrics") < 0) return SC_INVALID;
+    }
     if (g->n == SCN_MAX_SLO)
       return fail_at(c, pk, NULL, "gate.metrics: at most %d metrics", SCN_MAX_SLO);
     yaml_map_field tf = F_CUSTOM(name, &g->metrics[g->n].tol, parse_fraction,

@@ -169,7 +169,7 @@ typedef struct scn_gate {
   double tolerance; // fraction for every gated metric; < 0: the gate's (5% real, 1% sim)
   double alpha;     // significance level; < 0: the gate's (0.01)
   struct {
-    char key[32];   // a metric name with a direction
+    char key[64];   // a metric name with a direction, or CLASS:NAME for a prompt class's
     double tol;     // fraction
   } metrics[SCN_MAX_SLO]; // when given, the metrics gated instead of the default list
   int n;
@@ -184,9 +184,22 @@ typedef struct scn_slo_item {
   int line, col;
 } scn_slo_item;
 
+// The SLOs of one prompt class (key slo.classes.NAME): limits on the summary of that class's
+// requests alone, so only metrics such a summary carries (mt_metric_per_class). Their
+// verdicts are named "NAME:KEY", e.g. "short:ttft_p95_ms".
+typedef struct scn_slo_class {
+  char name[32];     // a workload.prompts[].name
+  int class_idx;     // its index in workload.classes
+  scn_slo_item items[SCN_MAX_SLO];
+  int n;
+  int line, col;     // where the class's key is
+} scn_slo_class;
+
 typedef struct scn_slo {
   scn_slo_item items[SCN_MAX_SLO];
   int n;
+  scn_slo_class classes[SCN_MAX_CLASSES]; // key classes: per prompt class, in file order
+  int n_classes;
 } scn_slo;
 
 // --- limits (engine settings; defaults close to vLLM's, stored with every run)

@@ -746,3 +746,91 @@ Test(gate_cli, new_deployments_are_skipped_testcases_and_failures_match_the_json
                 strstr(out, "skipped=\"3\""),
             "%s", out);
 }
+
+// --- prompt classes: their pooled rows are compared as CLASS:NAME
+
+// A complete sim run of scenario "x", deployment dp1, whose overall ttft_p95_ms is `all` and
+// whose prompt classes short and long have ttft_p95_ms short_v and long_v (pooled rows), and a
+// per-phase short row the gate leaves out; its id.
+static int64_t add_class_run(store *s, double all, double short_v, double long_v) {
+  sc_error err = {{0}};
+  store_run r = {.scenario = "x", .scenario_text = "name: x\n", .mode = "sim", .backend = "sim",
+                 .model = "m", .seed = 1};
+  int64_t id = 0, dep = 0, ph = 0;
+  cr_assert_eq(store_run_begin(s, &r, &id, &err), SC_OK, "%s", err.msg);
+  store_deployment sd = {.run_id = id, .idx = 0, .label = "dp1", .tp = 1, .pp = 1, .dp = 1};
+  cr_assert_eq(store_deployment_begin(s, &sd, &dep, &err), SC_OK, "%s", err.msg);
+  store_phase sp = {.run_id = id, .deployment_id = dep, .idx = 0, .name = "steady",
+                    .kind = "rate"};
+  cr_assert_eq(store_phase_begin(s, &sp, &ph, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_metric_add(s, id, dep, 0, NULL, "ttft_p95_ms", all, &err), SC_OK);
+  cr_assert_eq(store_metric_add(s, id, dep, 0, "short", "ttft_p95_ms", short_v, &err), SC_OK);
+  cr_assert_eq(store_metric_add(s, id, dep, 0, "long", "ttft_p95_ms", long_v, &err), SC_OK);
+  cr_assert_eq(store_metric_add(s, id, dep, 0, "short", "requests", 40, &err), SC_OK);
+  cr_assert_eq(store_metric_add(s, id, dep, ph, "short", "ttft_p95_ms", short_v, &err), SC_OK);
+  cr_assert_eq(store_run_end(s, id, "complete", NULL, NULL, 1, &err), SC_OK, "%s", err.msg);
+  return id;
+}
+
+Test(gate, a_starved_prompt_class_regresses_by_name_while_the_overall_metric_holds) {
+  char path[600];
+  store *s = fresh("gate-class", path, sizeof path);
+  int64_t base = add_class_run(s, 1024, 420, 1100);
+  int64_t same = add_class_run(s, 1024, 420, 1100);
+  int64_t starved = add_class_run(s, 1020, 881, 1050);
+  gate_options o = gate_options_defaults();
+  gate_result g;
+  sc_error err = {{0}};
+  cr_assert_eq(gate_compare(store_db(s), same, store_db(s), base, &o, &g, &err), SC_OK, "%s",
+               err.msg);
+  cr_expect_eq(g.n, 3, "overall, short and long TTFT p95 of the whole deployment only");
+  cr_expect_eq(row(&g, "dp1", "short:ttft_p95_ms")->v, GATE_SAME);
+  cr_expect_eq(row(&g, "dp1", "long:ttft_p95_ms")->v, GATE_SAME);
+  cr_expect_eq(g.regressed, 0, "an unchanged run is not flagged");
+  gate_result_free(&g);
+  cr_assert_eq(gate_compare(store_db(s), starved, store_db(s), base, &o, &g, &err), SC_OK);
+  const gate_row *sh = row(&g, "dp1", "short:ttft_p95_ms");
+  cr_expect_eq(sh->v, GATE_REGRESSED, "short TTFT p95 doubled");
+  cr_expect_str_eq(sh->phase, "", "the class's pooled row");
+  cr_expect_eq(row(&g, "dp1", "ttft_p95_ms")->v, GATE_SAME);
+  cr_expect_eq(row(&g, "dp1", "long:ttft_p95_ms")->v, GATE_IMPROVED);
+  cr_expect_eq(g.regressed, 1);
+  gate_result_free(&g);
+  // chosen by name: CLASS:NAME picks that class's row with its own tolerance; a bare name
+  // covers every class's row
+  o.n_metrics = 1;
+  snprintf(o.metrics[0].name, sizeof o.metrics[0].name, "short:ttft_p95_ms");
+  o.metrics[0].tol = 1.5;
+  cr_assert_eq(gate_compare(store_db(s), starved, store_db(s), base, &o, &g, &err), SC_OK);
+  cr_expect_eq(g.n, 1, "only the short class's row");
+  cr_expect_eq(row(&g, "dp1", "short:ttft_p95_ms")->v, GATE_SAME, "+110%% within 150%%");
+  gate_result_free(&g);
+  snprintf(o.metrics[0].name, sizeof o.metrics[0].name, "ttft_p95_ms");
+  o.metrics[0].tol = -1;
+  cr_assert_eq(gate_compare(store_db(s), starved, store_db(s), base, &o, &g, &err), SC_OK);
+  cr_expect_eq(g.n, 3);
+  cr_expect_eq(row(&g, "dp1", "short:ttft_p95_ms")->v, GATE_REGRESSED);
+  gate_result_free(&g);
+  store_close(s);
+}
+
+Test(gate_cli, metric_takes_a_prompt_class_name_with_or_without_a_tolerance) {
+  char path[600];
+  store *s = fresh("gate-class-cli", path, sizeof path);
+  int64_t base = add_class_run(s, 1024, 420, 1100), cur = add_class_run(s, 1020, 881, 1090);
+  store_close(s);
+  char ids[64];
+  snprintf(ids, sizeof ids, "--run %lld --baseline-run %lld", (long long)cur, (long long)base);
+  cr_expect_eq(cli("gate --db %s %s --metric short:ttft_p95_ms --json", path, ids), 1, "%s", out);
+  json_t *j = parse_json();
+  int bad = 0;
+  cr_expect_eq(count_rows(j, "", "REGRESSED", &bad), 1, "only short:ttft_p95_ms: %s", out);
+  cr_expect_eq(count_rows(j, "short:ttft_p95_ms", "REGRESSED", &bad), 1);
+  cr_expect_eq(bad, 1);
+  json_decref(j);
+  cr_expect_eq(cli("gate --db %s %s --metric short:ttft_p95_ms:200%%", path, ids), 0, "%s", out);
+  cr_expect_eq(cli("gate --db %s %s --metric short:lost_requests", path, ids), 2, "%s", out);
+  cr_expect(strstr(out, "short:lost_requests") != NULL, "%s", out);
+  cr_expect_eq(cli("gate --db %s %s --metric ttft_p95_ms:fast", path, ids), 2, "%s", out);
+  cr_expect(strstr(out, "needs a percentage after ':'") != NULL, "%s", out);
+}

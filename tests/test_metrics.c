@@ -603,3 +603,47 @@ Test(names, empty_distributions_are_emitted_as_nan) {
     }
   cr_assert_eq(nan, 24);
 }
+
+// --- per-class verdicts
+
+Test(verdicts, a_short_class_missing_its_limit_fails_exactly_that_verdict_named_by_class) {
+  // 10 short requests with a 500 ms TTFT, 10 long ones with 100 ms: each class's summary is
+  // judged by its own SLOs
+  mt_request r[20];
+  uint64_t tok[20][2];
+  for (int i = 0; i < 20; i++) {
+    bool sh = i < 10;
+    uint64_t t0 = (uint64_t)i * 1000000000ull;
+    tok[i][0] = t0 + (sh ? 500 : 100) * 1000000ull;
+    tok[i][1] = tok[i][0] + 20000000ull;
+    r[i] = (mt_request){.arrival_ns = t0, .finish_ns = tok[i][1], .token_ns = tok[i],
+                        .n_tokens = 2, .prompt_tokens = sh ? 16 : 900, .status = REQ_OK,
+                        .class_idx = sh ? 0 : 1};
+  }
+  scn_slo_class sc = {.name = "short", .class_idx = 0, .n = 2,
+                      .items = {{.key = "ttft_p95_ms", .limit = 300},
+                                {.key = "error_rate", .limit = 0}}};
+  scn_slo_class lc = {.name = "long", .class_idx = 1, .n = 1,
+                      .items = {{.key = "ttft_p95_ms", .limit = 300}}};
+  mt_goodput g = {0, 0, 0};
+  mt_summary ss, ls;
+  cr_assert_eq(mt_summarize(r, 20, 0, &g, 0, 0, &ss), SC_OK);
+  cr_assert_eq(mt_summarize(r, 20, 1, &g, 0, 0, &ls), SC_OK);
+  mt_verdict v[4];
+  int n = mt_class_verdicts(&sc, &ss, v, 4);
+  n += mt_class_verdicts(&lc, &ls, v + n, 4 - n);
+  cr_assert_eq(n, 3);
+  cr_expect_str_eq(v[0].slo, "short:ttft_p95_ms");
+  cr_expect_str_eq(v[0].op, "<=");
+  cr_expect_float_eq(v[0].actual, 500, 1e-6);
+  cr_expect_not(v[0].pass, "short TTFT 500 ms > 300 ms");
+  cr_expect_str_eq(v[1].slo, "short:error_rate");
+  cr_expect(v[1].pass);
+  cr_expect_str_eq(v[2].slo, "long:ttft_p95_ms");
+  cr_expect(v[2].pass, "long TTFT 100 ms");
+  // a class with no requests has no data: its verdict fails
+  mt_summary none;
+  cr_assert_eq(mt_summarize(r, 20, 5, &g, 0, 0, &none), SC_OK);
+  cr_assert_eq(mt_class_verdicts(&sc, &none, v, 4), 2);
+  cr_expect(isnan(v[0].actual) && !v[0].pass);
+}

@@ -1290,3 +1290,90 @@ Test(scenario_errors, router_isolation_takes_process_or_thread) {
   snprintf(text, sizeof text, "%srouter: {isolation: \"\"}\n", head);
   parse_bad(text, "t.yaml:7:", "process");
 }
+
+// --- per-class SLOs (slo.classes)
+
+// BASE with two prompt classes, short and long (lines 1-6; tests append from line 7).
+#define TWO_CLASSES                                                                                \
+  "name: t\n"                                                                                      \
+  "model: llama-tiny\n"                                                                            \
+  "deployments: [{tp: 1}]\n"                                                                       \
+  "workload:\n"                                                                                    \
+  "  prompts: [{name: short, input: 10, output: 5}, {name: long, input: 40, output: 5}]\n"         \
+  "  phases: [{fixed: {requests: 10}}]\n"
+
+Test(scenario_parse, slo_classes_read_limits_of_several_classes_beside_the_overall_ones) {
+  scenario *s = parse_ok(TWO_CLASSES "slo:\n"
+                                     "  ttft_p95_ms: 3000\n"
+                                     "  classes:\n"
+                                     "    short: {ttft_p95_ms: 300, error_rate: 0}\n"
+                                     "    long: {e2el_p99_ms: 9000, goodput_rps: 1}\n");
+  cr_assert_eq(s->slo.n, 1, "classes is not an SLO of its own");
+  cr_expect_str_eq(s->slo.items[0].key, "ttft_p95_ms");
+  cr_assert_eq(s->slo.n_classes, 2);
+  const scn_slo_class *sh = &s->slo.classes[0], *lo = &s->slo.classes[1];
+  cr_expect_str_eq(sh->name, "short");
+  cr_expect_eq(sh->class_idx, 0);
+  cr_expect_eq(sh->line, 10);
+  cr_assert_eq(sh->n, 2);
+  cr_expect_str_eq(sh->items[0].key, "ttft_p95_ms");
+  cr_expect_eq(sh->items[0].limit, 300);
+  cr_expect_str_eq(sh->items[1].key, "error_rate");
+  cr_expect_str_eq(lo->name, "long");
+  cr_expect_eq(lo->class_idx, 1);
+  cr_assert_eq(lo->n, 2);
+  cr_expect_str_eq(lo->items[0].key, "e2el_p99_ms");
+  cr_expect_eq(lo->items[0].limit, 9000);
+  cr_expect_str_eq(lo->items[1].key, "goodput_rps");
+  scenario_free(s);
+}
+
+Test(scenario_parse, slo_without_classes_has_none) {
+  scenario *s = parse_ok(TWO_CLASSES "slo: {ttft_p95_ms: 3000}\n");
+  cr_expect_eq(s->slo.n_classes, 0);
+  scenario_free(s);
+}
+
+Test(scenario_errors, slo_class_unknown_is_named_with_the_workloads_classes) {
+  parse_bad(TWO_CLASSES "slo: {classes: {shrt: {ttft_p95_ms: 300}}}\n", "t.yaml:7:17:",
+            "unknown prompt class 'shrt'; the workload's classes are short and long");
+}
+
+Test(scenario_errors, slo_class_refuses_a_metric_of_the_whole_deployment) {
+  parse_bad(TWO_CLASSES "slo: {classes: {short: {lost_requests: 0}}}\n", "t.yaml:7:25:",
+            "key 'lost_requests': expected a metric of a prompt class's own requests");
+  parse_bad(TWO_CLASSES "slo: {classes: {short: {kv_peak_frac: 0.5}}}\n", "t.yaml:7:25:",
+            "kv_peak_frac");
+  parse_bad(TWO_CLASSES "slo: {classes: {short: {requests: 3}}}\n", "t.yaml:7:25:",
+            "a count with neither");
+  parse_bad(TWO_CLASSES "slo: {classes: {short: {ttft_p59_ms: 3}}}\n", "t.yaml:7:25:",
+            "unknown SLO key 'ttft_p59_ms'");
+  parse_bad(TWO_CLASSES "slo: {classes: {short: 300}}\n", "t.yaml:7:", "key 'short': expected "
+            "a mapping of metric names to limits");
+  parse_bad(TWO_CLASSES "slo: {classes: [short]}\n", "t.yaml:7:", "key 'classes': expected a "
+            "mapping of prompt class names to SLOs");
+}
+
+Test(scenario_errors, slo_classes_on_a_one_class_workload_or_a_dataset_say_why) {
+  parse_bad(BASE "slo: {classes: {class0: {ttft_p95_ms: 300}}}\n", "t.yaml:7:7:",
+            "more than one prompt class, and this one has one ('class0')");
+  char text[512];
+  snprintf(text, sizeof text, "name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\n"
+           "workload:\n  dataset: prompts.jsonl\n  phases: [{fixed: {requests: 10}}]\n"
+           "slo: {classes: {a: {ttft_p95_ms: 300}}}\n");
+  parse_bad(text, "t.yaml:7:7:", "reads its prompts from a dataset"); // tests/data/scenarios
+}
+
+Test(scenario_parse, gate_metrics_take_a_prompt_class_name) {
+  scenario *s = parse_ok(TWO_CLASSES "gate: {metrics: {short:ttft_p95_ms: 10%, "
+                                     "\"long:e2el_p95_ms\": 5%}}\n");
+  cr_assert_eq(s->gate.n, 2);
+  cr_expect_str_eq(s->gate.metrics[0].key, "short:ttft_p95_ms");
+  cr_expect_float_eq(s->gate.metrics[0].tol, 0.10, 1e-12);
+  cr_expect_str_eq(s->gate.metrics[1].key, "long:e2el_p95_ms");
+  scenario_free(s);
+  parse_bad(TWO_CLASSES "gate: {metrics: {shrt:ttft_p95_ms: 10%}}\n", "t.yaml:7:",
+            "gate.metrics: unknown prompt class 'shrt'; the workload's classes are short and long");
+  parse_bad(TWO_CLASSES "gate: {metrics: {short:lost_requests: 10%}}\n", "t.yaml:7:",
+            "a prompt class's rows carry");
+}

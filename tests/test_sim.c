@@ -804,3 +804,37 @@ Test(sim, a_request_slow_on_a_healthy_replica_times_out_as_slow) {
   cr_expect_float_eq(metric(db, run, "tp1", NULL, "errors_timeout"), 2, 1e-9);
   store_close(db);
 }
+
+// --- per-class SLOs judged in a whole run
+
+Test(sim_run, a_class_slo_is_judged_on_its_own_requests_and_stored_as_class_colon_key) {
+  store *db = open_db("sim-class-slo");
+  const char *text = "name: cls\n"
+                     "mode: sim\n"
+                     "model: {preset: llama3-8b}\n"
+                     "hardware: {profile: h100-sxm, gpus: 1}\n"
+                     "deployments: [{tp: 1}]\n"
+                     "workload:\n"
+                     "  prompts:\n"
+                     "    - {name: short, input: 32, output: 8}\n"
+                     "    - {name: long, input: 2000, output: 8}\n"
+                     "  phases: [{fixed: {requests: 24, concurrency: 4}}]\n"
+                     "slo:\n"
+                     "  ttft_p95_ms: 100000\n"
+                     "  classes: {short: {ttft_p95_ms: 0.001}, long: {ttft_p95_ms: 100000}}\n"
+                     "seed: 5\n";
+  int64_t run = sim_run(db, text);
+  long n = 0;
+  char *rows = rows_text(db, "SELECT slo, op, pass FROM verdict WHERE run_id = ? ORDER BY id",
+                         run, &n);
+  cr_expect_str_eq(rows, "ttft_p95_ms|<=|1\nshort:ttft_p95_ms|<=|0\nlong:ttft_p95_ms|<=|1\n");
+  free(rows);
+  // the short verdict's actual value is the short class's pooled TTFT p95 metric row
+  rows = rows_text(db, "SELECT v.actual = m.value FROM verdict v JOIN metric m ON m.run_id = "
+                   "v.run_id AND m.deployment_id = v.deployment_id AND m.phase_id IS NULL AND "
+                   "m.class = 'short' AND m.name = 'ttft_p95_ms' WHERE v.run_id = ? AND v.slo = "
+                   "'short:ttft_p95_ms'", run, &n);
+  cr_expect_str_eq(rows, "1\n");
+  free(rows);
+  store_close(db);
+}
