@@ -30,7 +30,9 @@
 #   --list           list the mutants with their catch lines, run nothing
 #   --out FILE       where the table goes (also printed)
 #   --jobs N         build parallelism (default 2)
-#   --timeout S      limit of one run or gate, in seconds (default 600); past it: "error (timeout)"
+#   --timeout S      most seconds one run or gate may take (default 600); a mutated run gets
+#                    10x the unmutated run of its line, at least 60 s, at most S; past it:
+#                    "error (timeout)"
 #   --cmake-arg ARG  one more option for the cmake configure step (repeatable)
 # Runs are sequential (one mutant at a time). Exit codes: 0 the suite ran (MISSED mutants
 # included), 2 bad options, 3 the unmutated build failed.
@@ -118,11 +120,13 @@ build() {
 key_of() { echo "$1" | tr -c 'A-Za-z0-9.\n' '_' ; } # a file name for a catch line
 latest_run() { sqlite3 "$1" "SELECT max(id) FROM run"; }
 
-# run BIN TREE DB LOG FILE [options]: runs the scenario; prints its exit code.
+# run BIN TREE DB LOG FILE [options]: runs the scenario within LIMIT seconds; prints its exit
+# code.
+LIMIT=$TMO
 run_scenario() {
   local bin=$1 tree=$2 db=$3 log=$4 file=$5 rc=0
   shift 5
-  (cd "$tree" && timeout "$TMO" "$bin" run "scenarios/$file" "$@" --db "$db" --quiet \
+  (cd "$tree" && timeout "$LIMIT" "$bin" run "scenarios/$file" "$@" --db "$db" --quiet \
     --no-report) </dev/null >>"$log" 2>&1 || rc=$?
   echo "$rc"
 }
@@ -144,12 +148,13 @@ fi
 BASEBIN=$BASE/build/shardcheck
 
 # Baselines (gate lines) and controls (scenario lines), once per distinct line.
-declare -A CONTROL BASEDB
+declare -A CONTROL BASEDB LIMITS
 while read -r kind file opts; do
   line="$kind $file${opts:+ $opts}"
   k=$(key_of "$line")
+  [ -n "${LIMITS[$line]+x}" ] && continue
+  t0=$SECONDS
   if [ "$kind" = gate ]; then
-    [ -n "${BASEDB[$line]+x}" ] && continue
     echo "mutants.sh: baseline for '$line' (unmutated build)" >&2
     db=$T/$k.db
     # shellcheck disable=SC2086
@@ -162,11 +167,14 @@ while read -r kind file opts; do
       echo "mutants.sh: no baseline for '$line' (exit $rc), see $LOGS/base.$k.log" >&2
     fi
   else
-    [ -n "${CONTROL[$line]+x}" ] && continue
     echo "mutants.sh: control run of '$line' (unmutated build)" >&2
     # shellcheck disable=SC2086
     CONTROL[$line]=$(run_scenario "$BASEBIN" "$BASE" "$T/control.db" "$LOGS/base.$k.log" "$file" $opts)
   fi
+  lim=$((10 * (SECONDS - t0 + 1)))
+  [ "$lim" -ge 60 ] || lim=60
+  [ "$lim" -le "$TMO" ] || lim=$TMO
+  LIMITS[$line]=$lim
 done < <(for p in "${PATCHES[@]}"; do header "$p" catch; done)
 SETUP=$((SECONDS - start))
 echo "mutants.sh: set-up took $SETUP s" >&2
@@ -192,6 +200,7 @@ for p in "${PATCHES[@]}"; do
       line="$kind $file${opts:+ $opts}"
       echo "mutants.sh: [$i/$n_total] $name: $line" >&2
       echo "== $line" >>"$log"
+      LIMIT=${LIMITS[$line]}
       if [ "$kind" = scenario ]; then
         ctl=${CONTROL[$line]}
         # shellcheck disable=SC2086
@@ -213,7 +222,7 @@ for p in "${PATCHES[@]}"; do
           cell="$(result "$rc") in the run"
         else
           rc=0
-          (cd "$wt" && timeout "$TMO" "$bin" gate --db "$db" --run "$(latest_run "$db")") \
+          (cd "$wt" && timeout "$LIMIT" "$bin" gate --db "$db" --run "$(latest_run "$db")") \
             </dev/null >>"$log" 2>&1 || rc=$?
           cell=$(result "$rc")
         fi
