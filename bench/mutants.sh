@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# Mutation suite (docs/benchmarks.md "Mutation suite"): how many realistic regressions do the
+# shipped scenarios and the gate catch?
+#
+#   bench/mutants.sh [--only NAME] [--list] [--out FILE] [--jobs N] [--timeout S]
+#                    [--cmake-arg ARG]...
+#
+# Each bench/mutants/NAME.patch is a small regression (a unified diff against this tree) whose
+# header names what should catch it:
+#   # mutant: <the regression>
+#   # where: <file(s)>
+#   # catch: scenario <scenario.yaml> [run options]   the verdict of that run should fail (exit 1)
+#   # catch: gate <scenario.yaml> [run options]       the gate against a baseline should flag it
+# For each patch: a scratch copy of the tree (a detached git worktree under a temp dir, removed
+# after), git apply, build shardcheck (RelWithDebInfo, CUDA off), then every catch line:
+#   scenario: run the shipped scenario with the mutated binary; exit 1 = CAUGHT, 0 = missed,
+#             anything else = error. Each distinct scenario line is also run once with the
+#             unmutated build first: a line that already fails there proves nothing and reads
+#             "invalid (fails unmutated)".
+#   gate:     run the scenario with the mutated binary into a copy of a database holding a
+#             baseline of the same line recorded with the unmutated build (recorded once at the
+#             start, marked with `shardcheck baseline`; give real-mode lines `--repeat 5`, see
+#             docs/gate.md), then `shardcheck gate --run <that run>`; exit 1 = CAUGHT.
+# A mutant is CAUGHT when any of its lines caught it, else MISSED; a patch that no longer
+# applies reads NOT APPLIED, one that does not build BUILD FAILED. Prints one markdown table
+# (mutant | caught by | verdict | time) and writes it to --out (default
+# $TMPDIR/shardcheck-mutants.md), with each build's and run's output under FILE.logs/.
+#
+#   --only NAME      run the mutant NAME only (the patch's file name without .patch)
+#   --list           list the mutants with their catch lines, run nothing
+#   --out FILE       where the table goes (also printed)
+#   --jobs N         build parallelism (default 2)
+#   --timeout S      most seconds one run or gate may take (default 600); a mutated run gets
+#                    10x the unmutated run of its line, at least 60 s, at most S; past it:
+#                    "error (timeout)"
+#   --cmake-arg ARG  one more option for the cmake configure step (repeatable)
+# Runs are sequential (one mutant at a time). Exit codes: 0 the suite ran (MISSED mutants
+# included), 2 bad options, 3 the unmutated build failed.
+set -euo pipefail
+
+usage() { sed -n '/^#   bench\/mutants.sh/,/^#                    \[--cmake-arg/p' "$0" | sed 's/^# *//' >&2; }
+die() { echo "mutants.sh: $*" >&2; exit 2; }
+
+REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+MDIR=$REPO/bench/mutants
+ONLY="" LIST=0 OUT="${TMPDIR:-/tmp}/shardcheck-mutants.md" JOBS=2 TMO=600
+CMAKE_ARGS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --only) [ $# -ge 2 ] || die "--only needs a mutant name"; ONLY=$2; shift 2 ;;
+    --list) LIST=1; shift ;;
+    --out) [ $# -ge 2 ] || die "--out needs a file"; OUT=$2; shift 2 ;;
+    --jobs) if [ $# -lt 2 ] || ! [[ $2 =~ ^[1-9][0-9]*$ ]]; then die "--jobs needs a positive integer"; fi
+      JOBS=$2; shift 2 ;;
+    --timeout) if [ $# -lt 2 ] || ! [[ $2 =~ ^[1-9][0-9]*$ ]]; then die "--timeout needs seconds (a positive integer)"; fi
+      TMO=$2; shift 2 ;;
+    --cmake-arg) [ $# -ge 2 ] || die "--cmake-arg needs an argument"; CMAKE_ARGS+=("$2"); shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage; die "unknown option '$1'" ;;
+  esac
+done
+
+shopt -s nullglob
+PATCHES=("$MDIR"/*.patch)
+[ ${#PATCHES[@]} -gt 0 ] || die "no patches in $MDIR"
+if [ -n "$ONLY" ]; then
+  [ -f "$MDIR/$ONLY.patch" ] || die "no mutant '$ONLY' (see --list)"
+  PATCHES=("$MDIR/$ONLY.patch")
+fi
+
+header() { sed -n "s/^# $2: *//p" "$1"; } # header PATCH KEY: the values of that header line
+name_of() { basename "$1" .patch; }
+
+if [ "$LIST" = 1 ]; then
+  for p in "${PATCHES[@]}"; do
+    printf '%s: %s\n  where: %s\n' "$(name_of "$p")" "$(header "$p" mutant)" "$(header "$p" where)"
+    header "$p" catch | sed 's/^/  catch: /'
+  done
+  exit 0
+fi
+
+# Every catch line must be "scenario|gate FILE.yaml [options]" naming a shipped scenario.
+for p in "${PATCHES[@]}"; do
+  [ -n "$(header "$p" catch)" ] || die "$(name_of "$p"): no '# catch:' line"
+  while read -r kind file _; do
+    case $kind in scenario|gate) ;; *) die "$(name_of "$p"): catch kind '$kind' (scenario or gate)" ;; esac
+    [ -f "$REPO/scenarios/$file" ] || die "$(name_of "$p"): no scenario scenarios/$file"
+  done < <(header "$p" catch)
+done
+
+mkdir -p "$(dirname "$OUT")"
+OUT=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
+LOGS=$OUT.logs
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+T=$(mktemp -d "${TMPDIR:-/tmp}/shardcheck-mutants.XXXXXX")
+WTS=()
+cleanup() {
+  for w in "${WTS[@]}"; do git -C "$REPO" worktree remove --force "$w" >/dev/null 2>&1 || true; done
+  git -C "$REPO" worktree prune >/dev/null 2>&1 || true
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+# worktree DIR: a detached scratch copy of HEAD.
+worktree() {
+  WTS+=("$1")
+  git -C "$REPO" worktree add --quiet --detach "$1" HEAD
+}
+unworktree() {
+  git -C "$REPO" worktree remove --force "$1" >/dev/null 2>&1 || rm -rf "$1"
+  git -C "$REPO" worktree prune >/dev/null 2>&1 || true
+}
+# build DIR LOG: builds shardcheck in DIR/build.
+build() {
+  cmake </dev/null -S "$1" -B "$1/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_CUDA=OFF \
+    ${CMAKE_ARGS[@]+"${CMAKE_ARGS[@]}"} >"$2" 2>&1 &&
+    cmake --build "$1/build" -j"$JOBS" --target shardcheck >>"$2" 2>&1
+}
+key_of() { echo "$1" | tr -c 'A-Za-z0-9.\n' '_' ; } # a file name for a catch line
+latest_run() { sqlite3 "$1" "SELECT max(id) FROM run"; }
+
+# run BIN TREE DB LOG FILE [options]: runs the scenario within LIMIT seconds; prints its exit
+# code.
+LIMIT=$TMO
+run_scenario() {
+  local bin=$1 tree=$2 db=$3 log=$4 file=$5 rc=0
+  shift 5
+  (cd "$tree" && timeout "$LIMIT" "$bin" run "scenarios/$file" "$@" --db "$db" --quiet \
+    --no-report) </dev/null >>"$log" 2>&1 || rc=$?
+  echo "$rc"
+}
+# result RC: the cell of a catch line from an exit code (1 = caught).
+result() {
+  case $1 in
+    1) echo CAUGHT ;; 0) echo missed ;; 124|137) echo "error (timeout)" ;; *) echo "error (exit $1)" ;;
+  esac
+}
+
+start=$SECONDS
+echo "mutants.sh: building the unmutated tree ($(git -C "$REPO" rev-parse --short HEAD))" >&2
+BASE=$T/base
+worktree "$BASE"
+if ! build "$BASE" "$LOGS/base.build.log"; then
+  echo "mutants.sh: the unmutated tree does not build, see $LOGS/base.build.log" >&2
+  exit 3
+fi
+BASEBIN=$BASE/build/shardcheck
+
+# Baselines (gate lines) and controls (scenario lines), once per distinct line.
+declare -A CONTROL BASEDB LIMITS
+while read -r kind file opts; do
+  line="$kind $file${opts:+ $opts}"
+  k=$(key_of "$line")
+  [ -n "${LIMITS[$line]+x}" ] && continue
+  t0=$SECONDS
+  if [ "$kind" = gate ]; then
+    echo "mutants.sh: baseline for '$line' (unmutated build)" >&2
+    db=$T/$k.db
+    # shellcheck disable=SC2086
+    rc=$(run_scenario "$BASEBIN" "$BASE" "$db" "$LOGS/base.$k.log" "$file" $opts)
+    if [ "$rc" -le 1 ] && [ -f "$db" ] &&
+      "$BASEBIN" baseline --db "$db" --run "$(latest_run "$db")" </dev/null >>"$LOGS/base.$k.log" 2>&1; then
+      BASEDB[$line]=$db
+    else
+      BASEDB[$line]=""
+      echo "mutants.sh: no baseline for '$line' (exit $rc), see $LOGS/base.$k.log" >&2
+    fi
+  else
+    echo "mutants.sh: control run of '$line' (unmutated build)" >&2
+    # shellcheck disable=SC2086
+    CONTROL[$line]=$(run_scenario "$BASEBIN" "$BASE" "$T/control.db" "$LOGS/base.$k.log" "$file" $opts)
+  fi
+  lim=$((10 * (SECONDS - t0 + 1)))
+  [ "$lim" -ge 60 ] || lim=60
+  [ "$lim" -le "$TMO" ] || lim=$TMO
+  LIMITS[$line]=$lim
+done < <(for p in "${PATCHES[@]}"; do header "$p" catch; done)
+SETUP=$((SECONDS - start))
+echo "mutants.sh: set-up took $SETUP s" >&2
+
+ROWS=()
+n_caught=0 n_total=${#PATCHES[@]} i=0
+for p in "${PATCHES[@]}"; do
+  i=$((i + 1))
+  name=$(name_of "$p")
+  t0=$SECONDS
+  wt=$T/m-$name
+  log=$LOGS/$name.log
+  : >"$log"
+  worktree "$wt"
+  cells=() verdict=MISSED
+  if ! git -C "$wt" apply "$p" </dev/null >>"$log" 2>&1; then
+    verdict="NOT APPLIED"
+  elif ! { echo "mutants.sh: [$i/$n_total] $name: building" >&2; build "$wt" "$LOGS/$name.build.log"; }; then
+    verdict="BUILD FAILED"
+  else
+    bin=$wt/build/shardcheck
+    while read -r kind file opts; do
+      line="$kind $file${opts:+ $opts}"
+      echo "mutants.sh: [$i/$n_total] $name: $line" >&2
+      echo "== $line" >>"$log"
+      LIMIT=${LIMITS[$line]}
+      if [ "$kind" = scenario ]; then
+        ctl=${CONTROL[$line]}
+        # shellcheck disable=SC2086
+        rc=$(run_scenario "$bin" "$wt" "$T/$name.db" "$log" "$file" $opts)
+        cell=$(result "$rc")
+        if [ "$ctl" = 1 ]; then
+          cell="invalid (fails unmutated)"
+        elif [ "$ctl" != 0 ]; then
+          cell="error (unmutated exit $ctl)"
+        fi
+      elif [ -z "${BASEDB[$line]}" ]; then
+        cell="error (no baseline)"
+      else
+        db=$T/$name.gate.db
+        cp "${BASEDB[$line]}" "$db"
+        # shellcheck disable=SC2086
+        rc=$(run_scenario "$bin" "$wt" "$db" "$log" "$file" $opts)
+        if [ "$rc" -gt 1 ]; then
+          cell="$(result "$rc") in the run"
+        else
+          rc=0
+          (cd "$wt" && timeout "$LIMIT" "$bin" gate --db "$db" --run "$(latest_run "$db")") \
+            </dev/null >>"$log" 2>&1 || rc=$?
+          cell=$(result "$rc")
+        fi
+        rm -f "$db"
+      fi
+      [ "$cell" = CAUGHT ] && verdict=CAUGHT
+      cells+=("$line: $cell")
+    done < <(header "$p" catch)
+  fi
+  [ "$verdict" = CAUGHT ] && n_caught=$((n_caught + 1))
+  rm -f "$T/$name.db"
+  unworktree "$wt"
+  dt=$((SECONDS - t0))
+  caught_by=""
+  for c in ${cells[@]+"${cells[@]}"}; do caught_by+="${caught_by:+<br>}\`${c%%: *}\`: ${c#*: }"; done
+  ROWS+=("| $name | ${caught_by:--} | $verdict | $dt s |")
+  echo "mutants.sh: [$i/$n_total] $name: $verdict ($dt s)" >&2
+done
+
+{
+  echo "| mutant | caught by | verdict | time |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  echo "$n_caught of $n_total caught; $(git -C "$REPO" rev-parse --short HEAD), $(date -u +%Y-%m-%d), $((SECONDS - start)) s in all, $SETUP s of them the unmutated build, baselines and control runs."
+} | tee "$OUT"
+echo "mutants.sh: table in $OUT, logs in $LOGS" >&2
