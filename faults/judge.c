@@ -299,9 +299,10 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
     frt_note(f,
              "%s: history check FAILED: %lld lost, %lld timed out after their replica was lost "
              "with nobody answering them, %lld completed twice, %lld bad status, %lld duplicate "
-             "tokens, %lld with times running backwards",
+             "tokens, %lld with token rows missing, %lld with times running backwards",
              f->c.dep->label, (long long)h.lost, (long long)h.abandoned, (long long)h.double_done,
-             (long long)h.bad_status, (long long)h.dup_tokens, (long long)h.bad_times);
+             (long long)h.bad_status, (long long)h.dup_tokens, (long long)h.token_gaps,
+             (long long)h.bad_times);
   // Recovery: throughput back to 90% of its level before the fault.
   size_t n_tok = 0;
   uint64_t *tok = all_token_times(f, &n_tok);
@@ -392,7 +393,8 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   frt_add_metric(f, "reload_ms", reload_ms);
   frt_add_metric(f, "lost_requests", dr->lost);
   frt_add_metric(f, "history_violations",
-                 (double)(h.double_done + h.bad_status + h.dup_tokens + h.bad_times));
+                 (double)(h.double_done + h.bad_status + h.dup_tokens + h.token_gaps +
+                          h.bad_times));
   frt_add_metric(f, "kv_leak_blocks", (double)leak);
   frt_add_metric(f, "output_mismatches", dr->mismatches);
   int retried = 0, resumed = 0, affected = 0;

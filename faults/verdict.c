@@ -42,13 +42,14 @@ sc_status fv_history_check(store *db, int64_t run_id, int64_t deployment_id, int
                       .bad_status = q.bad_status,
                       .abandoned = q.abandoned,
                       .dup_tokens = q.dup_tokens,
+                      .token_gaps = q.token_gaps,
                       .bad_times = q.bad_times};
   return SC_OK;
 }
 
 bool fv_history_ok(const fv_history *h, int64_t allowed_lost) {
   return h && h->lost + h->abandoned <= allowed_lost && h->double_done == 0 &&
-         h->bad_status == 0 &&
+         h->bad_status == 0 && h->token_gaps == 0 &&
          h->dup_tokens == 0 && h->bad_times == 0;
 }
 

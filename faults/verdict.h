@@ -25,6 +25,7 @@ typedef struct fv_history {
   int64_t double_done; // seq with more than one request row (completed twice)
   int64_t bad_status;  // rows whose status is not ok | cancelled | failed | timeout
   int64_t dup_tokens;  // (request, index) token rows beyond the first
+  int64_t token_gaps;  // requests whose token rows are not exactly indexes 0 .. output - 1
   int64_t bad_times;   // requests whose times run backwards (a negative latency)
   int64_t ok, cancelled, failed, timeout; // rows by status
   // Of the timeouts, requests the failover path left unanswered: their replica was lost under

@@ -692,13 +692,16 @@ static const char *const history_requests_sql =
     "  FROM request WHERE run_id = ?1 AND deployment_id = ?2 GROUP BY seq)";
 enum { HISTORY_REQUEST_COLS = 9 };
 
-// Token rows beyond the first for each (request, idx) of the deployment's requests: per request
-// one range of the token table's primary key (request_id, idx), so the cost is linear in the
-// deployment's token rows (about 0.1 s for 1e6 rows). ?1 run, ?2 deployment.
+// Token rows beyond the first for each (request, idx) of the deployment's requests, and the
+// requests whose distinct token indexes are not exactly 0 .. output_tokens - 1 (a token row
+// missing, or one past what the request says it delivered): per request one range of the token
+// table's primary key (request_id, idx), so the cost is linear in the deployment's token rows
+// (about 0.1 s for 1e6 rows). ?1 run, ?2 deployment.
 static const char *const history_tokens_sql =
-    "SELECT coalesce(sum((SELECT count(*) - count(DISTINCT idx) FROM token"
-    " WHERE request_id = r.id)), 0)"
-    " FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2";
+    "SELECT coalesce(sum(n - d), 0), coalesce(sum(d != r_out OR (d > 0 AND hi != r_out - 1)), 0)"
+    " FROM (SELECT r.output_tokens AS r_out, count(t.idx) AS n, count(DISTINCT t.idx) AS d,"
+    "  max(t.idx) AS hi FROM request AS r LEFT JOIN token AS t ON t.request_id = r.id"
+    "  WHERE r.run_id = ?1 AND r.deployment_id = ?2 GROUP BY r.id)";
 
 // Requests whose times run backwards: dispatched, first token or finished before arrival, a
 // token before arrival or after the finish, or a token before the one ahead of it (a negative
@@ -750,8 +753,10 @@ sc_status rq_request_history_read(sqlite3 *db, int64_t run_id, int64_t deploymen
                               .timeout = r[6],
                               .bad_status = r[7],
                               .abandoned = r[8]};
-  SC_TRY(history_row(db, history_tokens_sql, "token", run_id, deployment_id, sent,
-                     &out->dup_tokens, 1, err));
+  int64_t tok[2];
+  SC_TRY(history_row(db, history_tokens_sql, "token", run_id, deployment_id, sent, tok, 2, err));
+  out->dup_tokens = tok[0];
+  out->token_gaps = tok[1];
   return history_row(db, history_times_sql, "time", run_id, deployment_id, sent,
                      &out->bad_times, 1, err);
 }

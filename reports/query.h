@@ -236,11 +236,11 @@ sc_status rq_history_metrics(sqlite3 *db, const char *scn,
 // Counts over a deployment's request and token rows (faults/verdict.h's fv_history says what
 // each means): requests recorded (distinct seq), seqs with more than one row, seqs inside
 // [0, sent), rows by status, token rows beyond the first per (request, idx), requests whose
-// times run backwards, timeouts of requests the failover path left unanswered (reason
-// replica_lost).
+// token rows are not exactly the indexes 0 .. output_tokens - 1, requests whose times run
+// backwards, timeouts of requests the failover path left unanswered (reason replica_lost).
 typedef struct rq_request_history {
   int64_t recorded, double_done, in_range, ok, cancelled, failed, timeout, bad_status, abandoned;
-  int64_t dup_tokens, bad_times;
+  int64_t dup_tokens, token_gaps, bad_times;
 } rq_request_history;
 // Fills *out for deployment deployment_id of run run_id, sent requests. SC_IO "history check:
 // ..." naming the query on a database error (*out then partly filled).

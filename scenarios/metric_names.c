@@ -41,7 +41,8 @@ static const mt_metric_info metrics[] = {
     {"output_mismatches", "requests", MT_LOWER_BETTER,
      "greedy outputs a fault touched that differ from a fault-free engine's"},
     {"history_violations", "rows", MT_LOWER_BETTER,
-     "requests completed twice, statuses outside the four, token indexes delivered twice"},
+     "requests completed twice, statuses outside the four, token indexes delivered twice or "
+     "missing, times running backwards"},
     {"reload_ms", "ms", MT_LOWER_BETTER, "slowest restart of a lost replica"},
     {"retried_requests", "requests", MT_NEUTRAL, "requests re-dispatched after a replica loss"},
     {"resumed_requests", "requests", MT_NEUTRAL,

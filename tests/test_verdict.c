@@ -101,6 +101,7 @@ static void expect_history(const fv_history *h, const fv_history *want) {
   cr_expect_eq(h->timeout, want->timeout, "timeout %lld", (long long)h->timeout);
   cr_expect_eq(h->bad_times, want->bad_times, "bad_times %lld", (long long)h->bad_times);
   cr_expect_eq(h->abandoned, want->abandoned, "abandoned %lld", (long long)h->abandoned);
+  cr_expect_eq(h->token_gaps, want->token_gaps, "token_gaps %lld", (long long)h->token_gaps);
 }
 
 // --- history
@@ -143,6 +144,23 @@ Test(history, a_timeout_nobody_answered_after_a_replica_loss_is_lost_a_slow_one_
                                     .abandoned = 1});
   cr_expect_not(fv_history_ok(&h, 0), "a request nobody answered is lost");
   cr_expect(fv_history_ok(&h, 1));
+  store_close(f.s);
+}
+
+Test(history, a_token_row_missing_from_a_request_is_a_violation) {
+  fixture f = new_fixture("fv-token-gap");
+  add_request(&f, 0, "ok", 3);
+  int64_t id = add_request(&f, 1, "ok", 4);
+  fv_history h = check(&f, 2);
+  expect_history(&h, &(fv_history){.sent = 2, .recorded = 2, .ok = 2});
+  cr_expect(fv_history_ok(&h, 0));
+  char sql[128];
+  snprintf(sql, sizeof sql, "DELETE FROM token WHERE request_id = %lld AND idx = 2",
+           (long long)id);
+  exec_sql(&f, sql); // the recorder dropped one of its rows: output_tokens says 4, rows 3
+  h = check(&f, 2);
+  expect_history(&h, &(fv_history){.sent = 2, .recorded = 2, .ok = 2, .token_gaps = 1});
+  cr_expect_not(fv_history_ok(&h, 0));
   store_close(f.s);
 }
 
