@@ -26,6 +26,7 @@
 #include "serving/router.h"
 #include "faults/runtime.h"
 #include "faults/timeline.h"
+#include "faults/verdict.h"
 #include "kernels/util.h"
 #include "kernels/device.h"
 #include "reports/metrics.h"
@@ -65,6 +66,9 @@ typedef struct dep_result {
   bool has_knee;
   double speedup, efficiency;
   fault_result faults;      // what the verdicts after faults found (faults/runtime.h)
+  // greedy outputs that differ from the first deployment's for the same request; NaN when
+  // not compared (mode sim, sampling), 0 for the first deployment itself
+  double layout_mismatches;
 } dep_result;
 
 typedef struct ev_meta {
@@ -124,6 +128,11 @@ typedef struct rt {
   sc_error err;             // first database error
   sc_status db_status;
   fault_rt *fr;             // the faults of the current deployment (faults/runtime.h)
+  // the first deployment's greedy outputs by request index (layout_equivalence)
+  uint64_t *ref_hash;       // (n_ref) fv_output_hash of the request's tokens
+  bool *ref_ok;             // (n_ref) it completed
+  size_t n_ref;
+  bool have_ref;
   engine_config ec;         // the replicas' engine config (a reference run rebuilds one)
   int sweep;                // every-rank sweeps: which run of the deployment this is
 } rt;
@@ -1007,6 +1016,43 @@ static replica_kind replica_kind_of(const scenario *s) {
   return scenario_isolates_processes(s) ? REPLICA_PROCESS : REPLICA_LOCAL;
 }
 
+// Every layout computes the same greedy outputs: each deployment gets the same requests (the
+// same index is the same prompt and max_tokens), so a completed request's tokens are compared
+// with those of the same request in the first deployment, by hash. The first deployment keeps
+// its outputs as the reference. Mode real, greedy sampling only (simulated tokens carry no
+// model output); layout_mismatches is stored for every later deployment.
+static sc_status layout_equivalence(rt *r, dep_result *dr) {
+  dr->layout_mismatches = NAN;
+  if (r->sim || r->s->workload.temperature > 0) return SC_OK;
+  if (!r->have_ref) {
+    r->ref_hash = calloc(r->reqs.n ? r->reqs.n : 1, sizeof *r->ref_hash);
+    r->ref_ok = calloc(r->reqs.n ? r->reqs.n : 1, sizeof *r->ref_ok);
+    if (!r->ref_hash || !r->ref_ok)
+      return sc_fail(&r->err, SC_OOM, "runner: out of memory keeping the reference outputs");
+    for (size_t k = 0; k < r->reqs.n; k++) {
+      const req_rec *q = &r->reqs.v[k];
+      r->ref_ok[k] = q->status == REQ_OK;
+      r->ref_hash[k] = fv_output_hash(q->ids, q->n_tok);
+    }
+    r->n_ref = r->reqs.n;
+    r->have_ref = true;
+    dr->layout_mismatches = 0;
+    return SC_OK;
+  }
+  int mm = 0;
+  for (size_t k = 0; k < r->reqs.n && k < r->n_ref; k++) {
+    const req_rec *q = &r->reqs.v[k];
+    if (q->status == REQ_OK && r->ref_ok[k] && fv_output_hash(q->ids, q->n_tok) != r->ref_hash[k])
+      mm++;
+  }
+  dr->layout_mismatches = mm;
+  if (mm > 0)
+    progress_note(r, "%s: %d greedy output%s differ from the first deployment's", r->dep->label,
+                  mm, mm == 1 ? "" : "s");
+  add_metric(r, 0, "layout_mismatches", mm);
+  return r->db_status;
+}
+
 static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   const scn_deployment *d = &r->s->deployments[idx];
   r->dep = d;
@@ -1117,7 +1163,8 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   SC_TRY(rec_drain(r->rec, &r->err)); // the writer is idle from here to the next phase
   SC_TRY(store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
                               now_rel(r), &r->err));
-  return deployment_metrics(r, dr);
+  SC_TRY(deployment_metrics(r, dr));
+  return layout_equivalence(r, dr);
 }
 
 // --- the run
@@ -1173,6 +1220,7 @@ static bool extra_value(void *ud, const char *name, double *out) {
   else if (!strcmp(name, "kv_leak_blocks") && f->faulted) *out = f->kv_leak;
   else if (!strcmp(name, "output_mismatches") && f->faulted) *out = f->mismatches;
   else if (!strcmp(name, "peak_output_tok_s")) *out = d->peak_tok_s;
+  else if (!strcmp(name, "layout_mismatches")) *out = d->layout_mismatches;
   else if (!strcmp(name, "speedup")) *out = d->speedup;
   else if (!strcmp(name, "efficiency")) *out = d->efficiency;
   else if (!strcmp(name, "kv_peak_frac")) *out = d->kv_peak;
@@ -1220,7 +1268,7 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
     for (int k = 0; k < slo.n; k++) {
       const char *key = slo.items[k].key;
       if (strcmp(key, "output_mismatches") && strcmp(key, "swap_agreement") &&
-          strcmp(key, "swap_kl")) {
+          strcmp(key, "swap_kl") && strcmp(key, "layout_mismatches")) {
         slo.items[w++] = slo.items[k];
         continue;
       }
@@ -1378,6 +1426,8 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   free_deployment(&r);
   rec_free(r.rec);
   free(r.reqs.v);
+  free(r.ref_hash);
+  free(r.ref_ok);
   free(r.ttft_scratch);
   free(r.ev);
   free(r.ev_meta);

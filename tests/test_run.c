@@ -12,6 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "reports/store.h"
+#include "runner/runner.h"
+#include "scenarios/scenario.h"
+#include "serving/replica.h"
 #include "tests/helpers.h"
 
 static char out[1 << 16];
@@ -402,4 +406,62 @@ Test(run, router_isolation_thread_keeps_replicas_in_process_and_still_takes_faul
   cr_expect_eq(cli(args), 2, "%s", out);
   cr_expect(strstr(out, "clock_jump needs router.isolation: process"), "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM run"), 1, "refused before anything is recorded");
+}
+
+// --- every layout computes the same greedy tokens
+
+// A local replica whose tokens are off by one at tp 2 (a wrong result at one layout only).
+static replica_i off_by_one_i;
+static int (*local_poll)(void *ctx, replica_event *out, int cap);
+
+static int off_by_one(void *ctx, replica_event *ev, int cap) {
+  int n = local_poll(ctx, ev, cap);
+  for (int i = 0; i < n; i++)
+    if (ev[i].kind == REPLICA_EV_TOKEN) ev[i].token = (ev[i].token + 1) % 256;
+  return n;
+}
+
+static sc_status make_wrong_at_tp2(void *ud, const engine_config *cfg, int index, replica **rep,
+                                   sc_error *err) {
+  SC_TRY(replica_local_new(cfg, index, rep, err));
+  if (cfg->tp == 2 && *(const bool *)ud) {
+    off_by_one_i = *(*rep)->i;
+    local_poll = off_by_one_i.poll;
+    off_by_one_i.poll = off_by_one;
+    (*rep)->i = &off_by_one_i;
+  }
+  return SC_OK;
+}
+
+// Runs two layouts of llama-tiny on the same 12 greedy requests; tp 2 wrong when `wrong`.
+static double layout_run(bool wrong, const char *tag, runner_result *res) {
+  static const char text[] = "name: layouts\nmodel: llama-tiny\nhardware: {backend: cpu}\n"
+                             "deployments: [{tp: 1}, {tp: 2}]\n"
+                             "workload:\n  prompts: [{input: {uniform: [8, 24]}, output: 12}]\n"
+                             "  phases: [{fixed: {requests: 12, concurrency: 3}}]\n"
+                             "slo: {layout_mismatches: 0}\n";
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_parse(text, strlen(text), "t.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  char path[600];
+  snprintf(path, sizeof path, "%s/r.db", sc_test_tmpdir(tag));
+  store *db = NULL;
+  cr_assert_eq(store_open(path, &db, &err), SC_OK, "%s", err.msg);
+  runner_options o = runner_options_defaults();
+  o.progress = RUNNER_PROGRESS_NONE;
+  o.make_replica = make_wrong_at_tp2;
+  o.make_replica_ud = &wrong;
+  cr_assert_eq(runner_run(s, db, &o, res, &err), SC_OK, "%s", err.msg);
+  scenario_free(s);
+  store_close(db);
+  return (double)q1(path, "SELECT value FROM metric m JOIN deployment d ON d.id = "
+                          "m.deployment_id WHERE d.label = 'tp2' AND m.name = 'layout_mismatches'");
+}
+
+Test(run, every_layout_gives_the_first_layouts_greedy_tokens_and_a_wrong_one_fails) {
+  runner_result res;
+  cr_expect_eq(layout_run(false, "run-layouts", &res), 0);
+  cr_expect_eq(res.n_failed, 0, "tp1 and tp2 agree");
+  cr_expect_eq(layout_run(true, "run-layouts-wrong", &res), 12, "every request differs at tp2");
+  cr_expect_eq(res.n_failed, 1, "tp2's layout_mismatches SLO fails, tp1's (the reference) holds");
 }
