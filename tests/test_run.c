@@ -96,7 +96,7 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
   cr_assert_gt(q1(db, "SELECT count(*) FROM step"), 100);
   cr_assert_gt(q1(db, "SELECT count(*) FROM device_sample"), 5);
   cr_assert_gt(q1(db, "SELECT count(*) FROM metric"), 500);
-  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict"), 5 * 3);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict"), 5 * 4); // 5 deployments x 4 SLOs
   cr_assert_eq(q1(db, "SELECT count(*) FROM meta"), 1);
   // per-class rows exist (two prompt classes) and scaling rows for every deployment
   cr_assert_eq(q1(db, "SELECT count(DISTINCT class) FROM metric WHERE class != ''"), 2);
