@@ -69,7 +69,7 @@ typedef struct hs_data {
   int n_series, cap_series;
   // The gated metrics, in the order the page shows them: the scenario's `gate.metrics` as its
   // newest complete run recorded them, else the gate's defaults (reports/gate.h).
-  char metric[HS_MAX_METRICS][48];
+  char metric[HS_MAX_METRICS][64]; // as long as a gate metric name (gate_metric_tol.name)
   int n_metrics;
   int64_t metrics_run;      // the run whose gate.metrics were used; 0: the defaults
   double *v;                // (n_metrics, n_series, n_runs) stored values; NaN: none
