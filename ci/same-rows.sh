@@ -10,24 +10,28 @@
 #   ci/same-rows.sh REV [SHARDCHECK]          build REV in a scratch worktree, record its rows,
 #                                             then compare this tree's build with them
 #
-# SHARDCHECK defaults to build/release/shardcheck. A scenario that mode sim refuses (a clock
-# jump has no wall clock to jump there) is kept with its refusal, which must not change either;
-# one that names no hardware profile runs on h100-sxm.
+# SHARDCHECK defaults to build/release/shardcheck. The scenarios are this tree's scenarios/*.yaml
+# (SCENARIOS=DIR picks another folder); REV mode runs both builds on REV's own scenarios, since
+# a change that claims no change of behaviour must give the same rows for the same scenarios.
+# A scenario that mode sim refuses (a clock jump has no wall clock to jump there) is kept with its
+# refusal, which must not change either; one that names no hardware profile runs on h100-sxm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
-# dump BIN OUTDIR: one text file per scenario.
+scenarios=${SCENARIOS:-$root/scenarios}
+
+# dump BIN OUTDIR: one text file per scenario of $scenarios.
 dump() {
   local bin=$1 out=$2 tmp
   tmp=$(mktemp -d)
   mkdir -p "$out"
-  for f in "$root"/scenarios/*.yaml; do
+  for f in "$scenarios"/*.yaml; do
     local n db rc
     n=$(basename "$f" .yaml)
     db=$tmp/$n.db
@@ -94,7 +98,8 @@ compare)
   base=$root/build/same-rows-$rev.rows
   rm -rf "$base"
   echo "== rows of $rev"
+  scenarios=$wt/scenarios
   dump "$wt/build/shardcheck" "$base"
-  "$0" compare "$base" "$bin"
+  SCENARIOS=$wt/scenarios "$0" compare "$base" "$bin"
   ;;
 esac
