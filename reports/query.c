@@ -812,3 +812,52 @@ sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
   return s;
 }
 
+
+// --- the metrics audit
+
+int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, size_t cap) {
+  // The formulas of docs/metrics.md, once more in SQL: warm-up requests are not counted;
+  // latencies are over completed (ok) requests, TPOT over those with two tokens or more.
+  static const char *const sql =
+      "SELECT count(*), "
+      "  sum(status = 'ok'), "
+      "  total(CASE WHEN status = 'ok' THEN output_tokens END), "
+      "  avg(CASE WHEN status = 'ok' AND output_tokens >= 1 "
+      "      THEN (first_token_ns - arrival_ns) / 1e6 END), "
+      "  avg(CASE WHEN status = 'ok' AND output_tokens >= 2 "
+      "      THEN (finish_ns - first_token_ns) / 1e6 / (output_tokens - 1) END), "
+      "  avg(CASE WHEN status = 'ok' THEN (finish_ns - arrival_ns) / 1e6 END), "
+      "  (SELECT count(*) FROM token t JOIN request q ON q.id = t.request_id "
+      "   WHERE q.deployment_id = ?2 AND q.warmup = 0 AND q.status = 'ok') "
+      "FROM request WHERE run_id = ?1 AND deployment_id = ?2 AND warmup = 0";
+  static const char *const names[] = {"requests",     "ok_requests",  "output_tokens",
+                                      "ttft_mean_ms", "tpot_mean_ms", "e2el_mean_ms",
+                                      "output_tokens"};
+  enum { N = sizeof names / sizeof names[0] };
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+    snprintf(why, cap, "metrics audit: %s", sqlite3_errmsg(db));
+    return -1;
+  }
+  sqlite3_bind_int64(st, 1, run_id);
+  sqlite3_bind_int64(st, 2, dep_id);
+  double rows[N];
+  for (int i = 0; i < N; i++) rows[i] = NAN;
+  if (sqlite3_step(st) == SQLITE_ROW)
+    for (int i = 0; i < N; i++)
+      if (sqlite3_column_type(st, i) != SQLITE_NULL) rows[i] = sqlite3_column_double(st, i);
+  sqlite3_finalize(st);
+  rq_metric_cache mc = {0};
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    double stored = rq_metric(db, &mc, run_id, dep_id, 0, NULL, names[i]);
+    bool same = (isnan(stored) && isnan(rows[i])) ||
+                fabs(stored - rows[i]) <= 1e-6 * fmax(1.0, fabs(rows[i]));
+    if (same) continue;
+    if (bad++ == 0)
+      snprintf(why, cap, "%s: %.6g stored, %.6g from the %s rows", names[i], stored, rows[i],
+               i == N - 1 ? "token" : "request");
+  }
+  rq_metric_cache_free(&mc);
+  return bad;
+}

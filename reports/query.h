@@ -269,3 +269,13 @@ int rq_pooled_means_read(sqlite3 *db, int64_t run_id, rq_pooled_means *out, int 
 sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
                          bool (*fn)(void *ud, const char *label, const char *kind, double n),
                          void *ud, sc_error *err);
+
+// --- the metrics audit: the stored metrics against the rows they summarize
+
+// Recomputes, with SQL over the request and token rows of deployment dep_id of run run_id, the
+// whole-deployment figures any formula slip would move (requests, completed requests, output
+// tokens, mean TTFT, TPOT and end-to-end latency, token rows of completed requests) and compares
+// each with the metric row mt_summarize wrote (relative 1e-6). Returns how many disagree, with
+// the first one in why ("tpot_mean_ms: 11.08 stored, 11.85 from the rows"); -1 with why set
+// when a query cannot be prepared. The rows must be written (the recorder drained).
+int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, size_t cap);
