@@ -30,6 +30,7 @@
 #include "kernels/util.h"
 #include "kernels/device.h"
 #include "reports/metrics.h"
+#include "reports/query.h"
 #include "reports/recorder.h"
 #include "scenarios/deployment.h"
 #include "scenarios/workload.h"
@@ -47,6 +48,7 @@ typedef struct phase_run {
   uint64_t start, warmup_end, end;
   uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
   int peak_queue, peak_batch;
+  int limit_violations;     // steps past limits.max_running or limits.token_budget
   double kv_peak;
   double bubble_ns;          // sim, pp > 1: sum of bubble x duration over the steps
   double busy_ns;            // sum of the step durations of every replica
@@ -62,6 +64,7 @@ typedef struct dep_result {
   mt_summary cls_pooled[SCN_MAX_CLASSES]; // per prompt class, when the workload has several
   double peak_tok_s, kv_peak;
   int peak_queue, peak_batch;
+  int limit_violations;
   int knee;                 // -1 none or not computed
   bool has_knee;
   double speedup, efficiency;
@@ -121,6 +124,7 @@ typedef struct rt {
   size_t cap_ttft;
   bool tty;
   bool stopping;            // interrupted
+  bool all_dead;            // every replica died with no fault plan to bring one back
   bool line_open;           // a \r progress line is on the terminal
   replica_event *ev;        // (cap_ev) events pulled, waiting to be handled
   ev_meta *ev_meta;         // (cap_ev)
@@ -510,6 +514,10 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
       phase_run *ph = &r->phases[r->cur];
       if (si->queue_len > ph->peak_queue) ph->peak_queue = si->queue_len;
       if (si->n_seqs > ph->peak_batch) ph->peak_batch = si->n_seqs;
+      // the scenario's limits, not the engine's config: a limit lost on its way is caught too
+      if (si->n_seqs > r->s->limits.max_running ||
+          si->prefill_tokens + si->decode_tokens > r->s->limits.token_budget)
+        ph->limit_violations++;
       double kv = si->kv_total ? (double)si->kv_used / si->kv_total : 0;
       if (kv > ph->kv_peak) ph->kv_peak = kv;
       ph->bubble_ns += si->bubble_frac * (double)si->duration_ns;
@@ -750,6 +758,17 @@ static void interrupt_inflight(rt *r, uint64_t now) {
   r->sending = false;
 }
 
+// True when the deployment can serve nothing more: every replica is dead, none is being
+// restarted, and none will be (no faults are planned, whose restarts could bring one back, or
+// router.restart is off). Without this a closed loop would fail request after request at one
+// instant: millions of rows, and a simulated run's clock would crawl.
+static bool deployment_dead(rt *r) {
+  if ((fault_rt_faulted(r->fr) && r->s->router.restart) || fault_rt_busy(r->fr)) return false;
+  for (int i = 0; i < r->n_reps; i++)
+    if (router_busy(r->rt, i) || replica_health_get(r->reps[i]) != REPLICA_DEAD) return false;
+  return true;
+}
+
 static sc_status run_phase(rt *r, int k) {
   phase_run *ph = &r->phases[k];
   const scn_phase *p = ph->p;
@@ -795,6 +814,12 @@ static sc_status run_phase(rt *r, int k) {
       router_tick(r->rt, now);
       fault_rt_tick(r->fr, now);
       router_probe(r->rt, now);
+    }
+    if (!r->stopping && !r->all_dead && r->sending && deployment_dead(r)) {
+      r->all_dead = true;
+      r->sending = false;
+      progress_note(r, "%s: every replica is dead (replica 0: %s); the deployment stops in phase %s",
+                    r->dep->label, replica_error(r->reps[0]), ph->name);
     }
     periodic(r, now);
     if (!r->sending && r->reqs.inflight == 0) break;
@@ -865,6 +890,7 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
     mt_summary_each(&sum, emit_metric, &c);
     add_metric(r, ph->id, "peak_queue", ph->peak_queue);
     add_metric(r, ph->id, "peak_batch", ph->peak_batch);
+    add_metric(r, ph->id, "limit_violations", ph->limit_violations);
     add_metric(r, ph->id, "kv_peak_frac", ph->kv_peak);
     if (r->sim && r->dep->pp > 1 && ph->busy_ns > 0)
       add_metric(r, ph->id, "pp_bubble_frac", ph->bubble_ns / ph->busy_ns);
@@ -876,6 +902,7 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
     if (sum.output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum.output_tok_s;
     if (ph->peak_queue > dr->peak_queue) dr->peak_queue = ph->peak_queue;
     if (ph->peak_batch > dr->peak_batch) dr->peak_batch = ph->peak_batch;
+    dr->limit_violations += ph->limit_violations;
     if (ph->kv_peak > dr->kv_peak) dr->kv_peak = ph->kv_peak;
     if (ph->concurrency) {
       conc[n_knee] = ph->concurrency;
@@ -893,6 +920,7 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
     mt_summary_each(&dr->pooled, emit_metric, &c);
     add_metric(r, 0, "peak_queue", dr->peak_queue);
     add_metric(r, 0, "peak_batch", dr->peak_batch);
+    add_metric(r, 0, "limit_violations", dr->limit_violations);
     add_metric(r, 0, "kv_peak_frac", dr->kv_peak);
     add_metric(r, 0, "busy_frac", busy_frac(r, busy_ns, span_ns));
     add_metric(r, 0, "gpus", dr->gpus);
@@ -1053,6 +1081,19 @@ static sc_status layout_equivalence(rt *r, dep_result *dr) {
   return r->db_status;
 }
 
+// The deployment's metrics against the rows they summarize (rq_metrics_audit): a disagreement
+// is a bug in shardcheck's formulas or its recorder, and fails the run rather than let a wrong
+// figure reach a verdict or a gate.
+static void audit_metrics(rt *r) {
+  char why[200] = "";
+  int bad = rq_metrics_audit(store_db(r->db), r->run_id, r->dep_id, why, sizeof why);
+  if (bad == 0 || r->res->error[0]) return;
+  snprintf(r->res->error, sizeof r->res->error,
+           "deployment %s: %d of its metrics disagree with its request and token rows (%s): a "
+           "bug in shardcheck's metrics or recorder",
+           r->dep->label, bad < 0 ? 0 : bad, why);
+}
+
 static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   const scn_deployment *d = &r->s->deployments[idx];
   r->dep = d;
@@ -1140,7 +1181,8 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->next_line = now;
   r->tok_window = 0;
   r->tok_window_start = now;
-  for (int k = 0; k < r->n_phases && !r->stopping; k++) {
+  r->all_dead = false;
+  for (int k = 0; k < r->n_phases && !r->stopping && !r->all_dead; k++) {
     s = run_phase(r, k);
     if (s != SC_OK) return s;
   }
@@ -1164,6 +1206,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   SC_TRY(store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
                               now_rel(r), &r->err));
   SC_TRY(deployment_metrics(r, dr));
+  if (!r->stopping) audit_metrics(r);
   return layout_equivalence(r, dr);
 }
 
@@ -1224,6 +1267,7 @@ static bool extra_value(void *ud, const char *name, double *out) {
   else if (!strcmp(name, "speedup")) *out = d->speedup;
   else if (!strcmp(name, "efficiency")) *out = d->efficiency;
   else if (!strcmp(name, "kv_peak_frac")) *out = d->kv_peak;
+  else if (!strcmp(name, "limit_violations")) *out = d->limit_violations;
   else if (!strcmp(name, "knee_concurrency") && d->has_knee) *out = d->knee >= 0 ? d->knee : NAN;
   else {
     for (int i = 0; i < f->n_fm; i++)

@@ -73,6 +73,9 @@ static const mt_metric_info metrics[] = {
     {"window_s", "s", MT_NEUTRAL, "the time the rates are over"},
     {"peak_queue", "requests", MT_NEUTRAL, "longest queue of any replica"},
     {"peak_batch", "sequences", MT_NEUTRAL, "most sequences in one step of any replica"},
+    {"limit_violations", "steps", MT_LOWER_BETTER,
+     "engine steps that ran more sequences than limits.max_running or more tokens than "
+     "limits.token_budget"},
     {"kv_peak_frac", "fraction", MT_LOWER_BETTER, "highest KV-cache use of any replica"},
     {"pp_bubble_frac", "fraction", MT_NEUTRAL,
      "sim, pp > 1: idle fraction of the pipeline stages, step-time weighted"},

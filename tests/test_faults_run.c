@@ -237,6 +237,30 @@ Test(faults_sim, chaos_with_the_same_seed_injects_the_same_faults, .timeout = 12
                     first);
 }
 
+Test(faults_sim, a_deployment_whose_every_replica_is_dead_for_good_stops, .timeout = 60) {
+  // the only replica killed with router.restart off: its closed-loop users would fail request
+  // after request at one instant; the deployment stops instead, and the phase's rest is unrun
+  const char *dir = sc_test_tmpdir("all-dead");
+  char sc[600], args[2048];
+  snprintf(sc, sizeof sc, "%s/all-dead.yaml", dir);
+  const char *text = "name: all-dead\nmodel: llama-tiny\nmode: sim\n"
+                     "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+                     "workload:\n  prompts: [{input: 16, output: 16}]\n"
+                     "  phases:\n    - {ramp: {concurrency: [4]}, hold: 5s}\n"
+                     "    - {name: after, ramp: {concurrency: [4]}, hold: 5s}\n"
+                     "faults:\n  - {at: 1s, kill: replica, target: replica0}\n"
+                     "router: {restart: false}\nslo: {error_rate: 0}\n";
+  cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
+  snprintf(args, sizeof args, "run %s --db %s/r.db --no-report", sc, dir);
+  cr_assert_eq(sc_test_run_cli(args, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "every replica is dead"), "%s", out);
+  char db[700];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  cr_expect_lt(q1(db, "SELECT count(*) FROM request WHERE status = 'failed'"), 16);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM phase"), 1, "the second phase never started");
+  cr_expect_str_eq(q1s(db, "SELECT status FROM run"), "complete");
+}
+
 // --- the runner killed: its workers die with it and the database stays consistent
 
 // The live (not zombie) children of parent: their count, and up to cap pids into pids.

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "reports/query.h"
 #include "reports/store.h"
 #include "runner/runner.h"
 #include "scenarios/scenario.h"
@@ -233,6 +234,62 @@ Test(run, requests_past_the_timeout_end_as_timeouts_and_count_as_errors) {
   cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'error_rate' AND value = 1 AND "
                       "phase_id IS NULL AND class = ''"),
                1);
+}
+
+Test(run, admission_keeps_max_running_under_overload_and_counts_steps_past_the_limits,
+     .timeout = 120) {
+  const char *dir = sc_test_tmpdir("admission");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(args, sizeof args, "run " SC_SOURCE_DIR "/scenarios/admission.yaml --db %s --quiet "
+           "--no-report", db);
+  cr_assert_eq(cli(args), 0, "%s", out);
+  // 96 users, at most 32 running: the batch stops at the limit and the rest queue
+  cr_expect_eq(q1(db, "SELECT max(seqs) FROM step"), 32);
+  cr_expect_gt(q1(db, "SELECT value FROM metric WHERE name = 'peak_queue' AND phase_id IS NULL "
+                      "AND class = '' AND deployment_id = 1"),
+               32);
+  // the metric counts the step rows past either limit (none here), per deployment
+  cr_expect_eq(q1(db, "SELECT count(*) FROM metric m WHERE name = 'limit_violations' AND "
+                      "phase_id IS NULL AND value != (SELECT count(*) FROM step s WHERE "
+                      "s.deployment_id = m.deployment_id AND (seqs > 32 OR prefill_tokens + "
+                      "decode_tokens > 4096))"),
+               0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM verdict WHERE slo = 'limit_violations' AND pass = 1"),
+               2);
+}
+
+Test(run, the_metrics_audit_finds_a_metric_that_disagrees_with_its_rows, .timeout = 120) {
+  const char *dir = sc_test_tmpdir("audit");
+  const char *sc = tiny_scenario(dir, "audit.yaml",
+                                 "mode: sim\nhardware: {profile: h100-sxm, gpus: 1}\n"
+                                 "deployments: [{tp: 1}]\n"
+                                 "workload:\n  prompts: [{input: {uniform: [8, 64]}, "
+                                 "output: {uniform: [2, 40]}}]\n"
+                                 "  phases: [{fixed: {requests: 40, concurrency: 4}}]\n");
+  char args[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(args, sizeof args, "run %s --db %s --quiet --no-report", sc, db);
+  cr_assert_eq(cli(args), 0, "%s", out); // every run is audited: this one agrees
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+  char why[200] = "";
+  cr_expect_eq(rq_metrics_audit(h, 1, 1, why, sizeof why), 0, "%s", why);
+  // a TPOT computed over n tokens instead of n - 1 reads low: the rows say otherwise
+  cr_assert_eq(sqlite3_exec(h, "UPDATE metric SET value = value * 0.95 WHERE name = "
+                               "'tpot_mean_ms' AND phase_id IS NULL AND class = ''",
+                            NULL, NULL, NULL),
+               SQLITE_OK);
+  cr_expect_eq(rq_metrics_audit(h, 1, 1, why, sizeof why), 1);
+  cr_expect(strstr(why, "tpot_mean_ms: "), "%s", why);
+  // a token row the recorder lost: the completed requests' tokens no longer add up
+  cr_assert_eq(sqlite3_exec(h, "DELETE FROM token WHERE (request_id, idx) = (SELECT t.request_id, "
+                               "t.idx FROM token t JOIN request q ON q.id = t.request_id WHERE "
+                               "q.status = 'ok' LIMIT 1)",
+                            NULL, NULL, NULL),
+               SQLITE_OK);
+  cr_expect_eq(rq_metrics_audit(h, 1, 1, why, sizeof why), 2);
+  sqlite3_close(h);
 }
 
 // --- Ctrl-C, gnuplot, refusals
