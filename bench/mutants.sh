@@ -14,13 +14,15 @@
 # For each patch: a scratch copy of the tree (a detached git worktree under a temp dir, removed
 # after), git apply, build shardcheck (RelWithDebInfo, CUDA off), then every catch line:
 #   scenario: run the shipped scenario with the mutated binary; exit 1 = CAUGHT, 0 = missed,
-#             anything else = error. Each distinct scenario line is also run once with the
+#             3 with the run recorded as failed (every replica died with no fault injected, or
+#             the metrics audit disagreed) = CAUGHT, anything else = error. Each distinct scenario line is also run once with the
 #             unmutated build first: a line that already fails there proves nothing and reads
 #             "invalid (fails unmutated)".
 #   gate:     run the scenario with the mutated binary into a copy of a database holding a
 #             baseline of the same line recorded with the unmutated build (recorded once at the
 #             start, marked with `shardcheck baseline`; give real-mode lines `--repeat 5`, see
-#             docs/gate.md), then `shardcheck gate --run <that run>`; exit 1 = CAUGHT.
+#             docs/gate.md), then `shardcheck gate --run <that run>`; exit 1 = CAUGHT (a run
+#             that fails as above is CAUGHT before any gate).
 # A mutant is CAUGHT when any of its lines caught it, else MISSED; a patch that no longer
 # applies reads NOT APPLIED, one that does not build BUILD FAILED. Prints one markdown table
 # (mutant | caught by | verdict | time) and writes it to --out (default
@@ -130,8 +132,18 @@ run_scenario() {
     --no-report) </dev/null >>"$log" 2>&1 || rc=$?
   echo "$rc"
 }
-# result RC: the cell of a catch line from an exit code (1 = caught).
+# result RC [DB]: the cell of a catch line from an exit code (1 = caught). Exit 3 with DB's
+# latest run recorded as failed is the run reporting what broke (every replica died with no
+# fault injected, or the metrics disagreed with their rows): caught too, with the run's error.
 result() {
+  local why=""
+  if [ "$1" = 3 ] && [ -n "${2:-}" ] && [ -f "$2" ]; then
+    why=$(sqlite3 "$2" "SELECT substr(error, 1, 90) FROM run WHERE status = 'failed' AND id = (SELECT max(id) FROM run)" 2>/dev/null || true)
+  fi
+  if [ -n "$why" ]; then
+    echo "CAUGHT (the run failed: ${why//|/-}...)"
+    return
+  fi
   case $1 in
     1) echo CAUGHT ;; 0) echo missed ;; 124|137) echo "error (timeout)" ;; *) echo "error (exit $1)" ;;
   esac
@@ -204,8 +216,9 @@ for p in "${PATCHES[@]}"; do
       if [ "$kind" = scenario ]; then
         ctl=${CONTROL[$line]}
         # shellcheck disable=SC2086
+        rm -f "$T/$name.db"
         rc=$(run_scenario "$bin" "$wt" "$T/$name.db" "$log" "$file" $opts)
-        cell=$(result "$rc")
+        cell=$(result "$rc" "$T/$name.db")
         if [ "$ctl" = 1 ]; then
           cell="invalid (fails unmutated)"
         elif [ "$ctl" != 0 ]; then
@@ -219,7 +232,8 @@ for p in "${PATCHES[@]}"; do
         # shellcheck disable=SC2086
         rc=$(run_scenario "$bin" "$wt" "$db" "$log" "$file" $opts)
         if [ "$rc" -gt 1 ]; then
-          cell="$(result "$rc") in the run"
+          cell=$(result "$rc" "$db")
+          [ "${cell#CAUGHT}" != "$cell" ] || cell="$cell in the run"
         else
           rc=0
           (cd "$wt" && timeout "$LIMIT" "$bin" gate --db "$db" --run "$(latest_run "$db")") \
@@ -228,7 +242,7 @@ for p in "${PATCHES[@]}"; do
         fi
         rm -f "$db"
       fi
-      [ "$cell" = CAUGHT ] && verdict=CAUGHT
+      [ "${cell#CAUGHT}" != "$cell" ] && verdict=CAUGHT
       cells+=("$line: $cell")
     done < <(header "$p" catch)
   fi
