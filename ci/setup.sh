@@ -13,6 +13,8 @@ pkgs=(
   gnuplot-nox                        # plots, at run time
   faketime                           # clock-jump faults (libfaketime in the workers)
   jq                                 # bench/gate.sh reads the gate's JSON
+  libmicrohttpd-dev                  # shardcheck serve's HTTP server
+  libcurl4-openssl-dev               # test_serve's HTTP client
 )
 
 missing=()
