@@ -88,17 +88,17 @@ static void emit(server *s, gen *g, char *text, bool done, int status) {
   pthread_mutex_lock(&s->mu);
   if (text && !g->gone && !g->hung_up) {
     size_t n = strlen(text);
-    if (g->len + n > g->cap) {
+    if (g->len + n + 1 > g->cap) { // out stays NUL-terminated (a whole body is sent as a string)
       size_t cap = g->cap ? g->cap : 256;
-      while (cap < g->len + n) cap *= 2;
+      while (cap < g->len + n + 1) cap *= 2;
       char *p = realloc(g->out, cap);
       if (p) {
         g->out = p;
         g->cap = cap;
       }
     }
-    if (g->len + n <= g->cap) {
-      memcpy(g->out + g->len, text, n);
+    if (g->len + n + 1 <= g->cap) {
+      memcpy(g->out + g->len, text, n + 1);
       g->len += n;
     }
   }
@@ -433,6 +433,7 @@ static bool drain_events(server *s) {
       int n = replica_poll(s->reps[i], ev, EV_BATCH);
       if (n <= 0) break;
       any = true;
+      s->n_events += (uint64_t)n;
       for (int k = 0; k < n; k++) on_event(s, i, &ev[k]);
     }
   }
@@ -545,7 +546,7 @@ void *server_loop_main(void *arg) {
   struct pollfd *fds = NULL;
   gen **fd_gen = NULL;
   size_t cap_fds = 0;
-  uint64_t next_tick = 0;
+  uint64_t next_tick = 0, seen_events = 0;
   bool stop = st != SC_OK;
   while (!stop) {
     uint64_t wall = rel_now(s);
@@ -553,7 +554,9 @@ void *server_loop_main(void *arg) {
     run_commands(s);
     router_tick(s->rt, wall);
     if (s->sim) sim_catch_up(s, rel_now(s)); // new work starts now
-    bool events = drain_events(s);
+    drain_events(s);
+    bool events = s->n_events != seen_events; // also those handled while catching up (sim)
+    seen_events = s->n_events;
     pthread_mutex_lock(&s->mu);
     bool stopping = s->stopping;
     pthread_mutex_unlock(&s->mu);

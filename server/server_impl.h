@@ -128,6 +128,7 @@ struct server {
   uint64_t t0;          // monotonic at start: the sim replicas' clock origin
   uint64_t vnow;        // sim: the virtual clock (ns since t0)
   bool sim;
+  uint64_t n_events;    // events handled so far (the gauges refresh when it moves)
 };
 
 // The loop thread's body (server/loop.c).
