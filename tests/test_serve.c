@@ -749,7 +749,7 @@ Test(serve, a_thousand_concurrent_streams_complete_with_bounded_rss) {
   long after_first = rss_kb();
   cr_assert_eq(run_streams(b->port, 1000), 1000);
   long after_second = rss_kb();
-  cr_log_info("RSS after 1000 streams: %ld kB; after 2000: %ld kB", after_first, after_second);
+  fprintf(stderr, "test_serve: RSS after 1000 streams: %ld kB; after 2000: %ld kB\n", after_first, after_second);
   cr_assert_lt(after_second - after_first, 32 * 1024, "RSS grew %ld kB over the second 1000",
                after_second - after_first);
   cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
@@ -804,7 +804,7 @@ Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
     if (fabs(tpot / tpot_run - 1) < fabs(best_tpot / tpot_run - 1)) best_tpot = tpot;
     resp_free(&r);
   }
-  cr_log_info("sim: TTFT %.3f ms served vs %.3f ms run; TPOT %.3f ms vs %.3f ms",
+  fprintf(stderr, "test_serve: sim: TTFT %.3f ms served vs %.3f ms run; TPOT %.3f ms vs %.3f ms\n",
               best_ttft / 1e6, ttft_run / 1e6, best_tpot / 1e6, tpot_run / 1e6);
   cr_assert_lt(fabs(best_ttft / ttft_run - 1), 0.05, "TTFT %.3f ms served, %.3f ms run",
                best_ttft / 1e6, ttft_run / 1e6);
