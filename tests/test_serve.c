@@ -742,13 +742,22 @@ static int run_streams(int port, int n) {
   return done;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+enum { STREAMS = 200, SANITIZED = 1 }; // the sanitizers' own memory makes RSS say nothing
+#else
+enum { STREAMS = 1000, SANITIZED = 0 };
+#endif
+
 Test(serve, a_thousand_concurrent_streams_complete_with_bounded_rss) {
-  SKIP_UNDER_SANITIZERS();
   bed *b = bed_start((serve_deploy){.threads = 2}, many_conns);
-  cr_assert_eq(run_streams(b->port, 1000), 1000);
+  cr_assert_eq(run_streams(b->port, STREAMS), STREAMS);
   long after_first = rss_kb();
-  cr_assert_eq(run_streams(b->port, 1000), 1000);
+  cr_assert_eq(run_streams(b->port, STREAMS), STREAMS);
   long after_second = rss_kb();
+  if (SANITIZED) {
+    bed_free(b);
+    return;
+  }
   fprintf(stderr, "test_serve: RSS after 1000 streams: %ld kB; after 2000: %ld kB\n", after_first, after_second);
   cr_assert_lt(after_second - after_first, 32 * 1024, "RSS grew %ld kB over the second 1000",
                after_second - after_first);
