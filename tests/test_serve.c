@@ -822,3 +822,31 @@ Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
   free(body);
   bed_free(b);
 }
+
+// --- --max-pending: requests without a first token past it get 503
+static void one_pending(server_config *c) { c->max_pending = 1; }
+
+Test(serve, requests_past_max_pending_get_503) {
+  bed *b = bed_start(sim70b(4), one_pending);
+  // a long prompt: its prefill takes several priced steps, so it waits for a first token a while
+  char *body = malloc(64 * 1024);
+  size_t n = (size_t)sprintf(body, "{\"prompt\":[");
+  for (int i = 0; i < 7000; i++) n += (size_t)sprintf(body + n, "%s%d", i ? "," : "", 3 + i % 500);
+  sprintf(body + n, "],\"max_tokens\":2,\"ignore_eos\":true}");
+  bg g = {.port = b->port, .body = body};
+  pthread_t t;
+  pthread_create(&t, NULL, bg_request, &g);
+  while (metric(b->port, "shardcheck:requests_pending ") < 1) usleep(1000);
+  resp r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}", NULL);
+  expect_error(&r, 503, "max-pending");
+  resp_free(&r);
+  pthread_join(t, NULL);
+  cr_assert_eq(g.r.status, 200, "%s", g.r.body);
+  resp_free(&g.r);
+  cr_assert_eq(metric(b->port, "shardcheck:requests_rejected_total "), 1);
+  r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  free(body);
+  bed_free(b);
+}
