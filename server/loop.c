@@ -162,24 +162,7 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
   while (s->reqs.low < s->reqs.n && s->reqs.v[s->reqs.low].state == REQ_DONE) s->reqs.low++;
   s->by_key[k] = NULL;
   if (!g) return;
-  // output
-  if (finish) {
-    if (g->req.stream) {
-      if (!g->final_sent)
-        emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
-      if (g->req.include_usage) emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
-      emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
-    } else {
-      emit(s, g, oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish,
-                          g->req.n_prompt), true, 200);
-    }
-  } else if (g->req.stream) {
-    emit(s, g, oai_sse_error(status, msg), false, 0);
-    emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
-  } else {
-    emit(s, g, oai_error_body(status, "", msg), true, status);
-  }
-  // metrics
+  // metrics first: a client that has its answer sees them counted
   uint64_t now = sc_monotonic_ns();
   pthread_mutex_lock(&s->mu);
   s->inflight--;
@@ -197,6 +180,23 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
   }
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+  // output
+  if (finish) {
+    if (g->req.stream) {
+      if (!g->final_sent)
+        emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
+      if (g->req.include_usage) emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
+      emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
+    } else {
+      emit(s, g, oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish,
+                          g->req.n_prompt), true, 200);
+    }
+  } else if (g->req.stream) {
+    emit(s, g, oai_sse_error(status, msg), false, 0);
+    emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
+  } else {
+    emit(s, g, oai_error_body(status, "", msg), true, status);
+  }
   // the loop's reference
   g->live = false;
   if (g->prev) g->prev->next = g->next;
