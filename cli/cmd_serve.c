@@ -15,60 +15,60 @@
 #include "server/server.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: shardcheck serve --model DIR|PRESET [--dtype DTYPE]\n"
-          "                        [-tp|--tensor-parallel-size N] [-pp|--pipeline-parallel-size N]\n"
-          "                        [-dp|--data-parallel-size N] [--backend cpu|cuda]\n"
-          "                        [--mode real|sim] [--profile NAME|FILE.yaml]\n"
-          "                        [--isolation thread|process] [--host ADDR] [--port N]\n"
-          "                        [--served-model-name NAME] [--api-key KEY]\n"
-          "                        [--max-num-seqs N] [--max-num-batched-tokens N]\n"
-          "                        [--block-size N] [--gpu-memory-utilization F]\n"
-          "                        [--max-model-len N] [--drain-timeout SECONDS]\n"
-          "                        [--max-pending N] [--max-connections N]\n"
-          "                        [--max-body-bytes N] [--idle-timeout SECONDS]\n"
-          "                        [--threads N] [--weights-seed S]\n\n"
-          "Serves the model over an OpenAI-compatible HTTP API (/v1/completions,\n"
-          "/v1/chat/completions, /v1/models, /health, /metrics): dp replicas of tp x pp ranks\n"
-          "behind the router, on the CPU or CUDA backend (mode real) or on simulated GPUs whose\n"
-          "steps take the wall time the cost model prices (mode sim). docs/serve.md has every\n"
-          "endpoint, field and metric.\n\n"
-          "  --model DIR|PRESET         a Hugging Face directory or a preset (llama-tiny, ...)\n"
-          "  --dtype DTYPE              weight dtype: f32, f16, bf16, int8 (int4: sim only)\n"
-          "  -tp, --tensor-parallel-size N    ranks per TP group (default 1)\n"
-          "  -pp, --pipeline-parallel-size N  pipeline stages (default 1)\n"
-          "  -dp, --data-parallel-size N      replicas behind the router (default 1)\n"
-          "  --backend cpu|cuda         real mode's device backend (default cpu)\n"
-          "  --mode real|sim            sim: no weights, no math; the scheduler and KV cache are\n"
-          "                             real, each step takes its priced time (default real)\n"
-          "  --profile NAME|FILE.yaml   the hardware profile (required in mode sim)\n"
-          "  --isolation thread|process real mode: replicas as threads of this process\n"
-          "                             (default) or `shardcheck worker` processes\n"
-          "  --host ADDR                address to bind (default 127.0.0.1)\n"
-          "  --port N                   port (default 8000; 0: any free port)\n"
-          "  --served-model-name NAME   the model name of the API (default: --model)\n"
-          "  --api-key KEY              require \"Authorization: Bearer KEY\" on /v1/*\n"
-          "  --admin-token TOKEN        reserved for the admin endpoints (not served yet)\n"
-          "  --max-num-seqs N           running sequences per replica (default 256)\n"
-          "  --max-num-batched-tokens N tokens per engine step (default 8192)\n"
-          "  --block-size N             KV-cache block in tokens (default 16)\n"
-          "  --gpu-memory-utilization F fraction of device memory the planner may use for\n"
-          "                             weights and KV cache (default 0.9)\n"
-          "  --max-model-len N          the context the API admits (default: the model's)\n"
-          "  --drain-timeout SECONDS    on SIGTERM/SIGINT, how long requests in flight may go\n"
-          "                             on before they are cut off (default 30)\n"
-          "  --max-pending N            requests without a first token yet, past which new\n"
-          "                             ones get 503 (default 4096)\n"
-          "  --max-connections N        connections past which requests get 503 (default 1024)\n"
-          "  --max-body-bytes N         larger request bodies get 413 (default 1048576)\n"
-          "  --idle-timeout SECONDS     a connection idle this long is closed (default 30)\n"
-          "  --threads N                real cpu: BLAS threads per rank (default: cores/ranks)\n"
-          "  --weights-seed S           seed of a preset's random weights (default 0)\n\n"
-          "Startup prints one line with the URL, the layout and the KV capacity; /health\n"
-          "answers 200 once every replica is ready. SIGTERM or SIGINT drains: new requests get\n"
-          "503, requests in flight finish (up to --drain-timeout), then the server exits 0.\n"
-          "exit codes: 0 ok (drained), 2 bad flags or a deployment that does not fit, 3 runtime\n"
-          "failure.\n");
+  fprintf(
+      f, "usage: shardcheck serve --model DIR|PRESET [--dtype DTYPE]\n"
+         "                        [-tp|--tensor-parallel-size N] [-pp|--pipeline-parallel-size N]\n"
+         "                        [-dp|--data-parallel-size N] [--backend cpu|cuda]\n"
+         "                        [--mode real|sim] [--profile NAME|FILE.yaml]\n"
+         "                        [--isolation thread|process] [--host ADDR] [--port N]\n"
+         "                        [--served-model-name NAME] [--api-key KEY]\n"
+         "                        [--max-num-seqs N] [--max-num-batched-tokens N]\n"
+         "                        [--block-size N] [--gpu-memory-utilization F]\n"
+         "                        [--max-model-len N] [--drain-timeout SECONDS]\n"
+         "                        [--max-pending N] [--max-connections N]\n"
+         "                        [--max-body-bytes N] [--idle-timeout SECONDS]\n"
+         "                        [--threads N] [--weights-seed S]\n\n"
+         "Serves the model over an OpenAI-compatible HTTP API (/v1/completions,\n"
+         "/v1/chat/completions, /v1/models, /health, /metrics): dp replicas of tp x pp ranks\n"
+         "behind the router, on the CPU or CUDA backend (mode real) or on simulated GPUs whose\n"
+         "steps take the wall time the cost model prices (mode sim). docs/serve.md has every\n"
+         "endpoint, field and metric.\n\n"
+         "  --model DIR|PRESET         a Hugging Face directory or a preset (llama-tiny, ...)\n"
+         "  --dtype DTYPE              weight dtype: f32, f16, bf16, int8 (int4: sim only)\n"
+         "  -tp, --tensor-parallel-size N    ranks per TP group (default 1)\n"
+         "  -pp, --pipeline-parallel-size N  pipeline stages (default 1)\n"
+         "  -dp, --data-parallel-size N      replicas behind the router (default 1)\n"
+         "  --backend cpu|cuda         real mode's device backend (default cpu)\n"
+         "  --mode real|sim            sim: no weights, no math; the scheduler and KV cache are\n"
+         "                             real, each step takes its priced time (default real)\n"
+         "  --profile NAME|FILE.yaml   the hardware profile (required in mode sim)\n"
+         "  --isolation thread|process real mode: replicas as threads of this process\n"
+         "                             (default) or `shardcheck worker` processes\n"
+         "  --host ADDR                address to bind (default 127.0.0.1)\n"
+         "  --port N                   port (default 8000; 0: any free port)\n"
+         "  --served-model-name NAME   the model name of the API (default: --model)\n"
+         "  --api-key KEY              require \"Authorization: Bearer KEY\" on /v1/*\n"
+         "  --admin-token TOKEN        reserved for the admin endpoints (not served yet)\n"
+         "  --max-num-seqs N           running sequences per replica (default 256)\n"
+         "  --max-num-batched-tokens N tokens per engine step (default 8192)\n"
+         "  --block-size N             KV-cache block in tokens (default 16)\n"
+         "  --gpu-memory-utilization F fraction of device memory the planner may use for\n"
+         "                             weights and KV cache (default 0.9)\n"
+         "  --max-model-len N          the context the API admits (default: the model's)\n"
+         "  --drain-timeout SECONDS    on SIGTERM/SIGINT, how long requests in flight may go\n"
+         "                             on before they are cut off (default 30)\n"
+         "  --max-pending N            requests without a first token yet, past which new\n"
+         "                             ones get 503 (default 4096)\n"
+         "  --max-connections N        connections past which requests get 503 (default 1024)\n"
+         "  --max-body-bytes N         larger request bodies get 413 (default 1048576)\n"
+         "  --idle-timeout SECONDS     a connection idle this long is closed (default 30)\n"
+         "  --threads N                real cpu: BLAS threads per rank (default: cores/ranks)\n"
+         "  --weights-seed S           seed of a preset's random weights (default 0)\n\n"
+         "Startup prints one line with the URL, the layout and the KV capacity; /health\n"
+         "answers 200 once every replica is ready. SIGTERM or SIGINT drains: new requests get\n"
+         "503, requests in flight finish (up to --drain-timeout), then the server exits 0.\n"
+         "exit codes: 0 ok (drained), 2 bad flags or a deployment that does not fit, 3 runtime\n"
+         "failure.\n");
 }
 
 static int sig_pipe[2] = {-1, -1};
@@ -178,7 +178,8 @@ int cmd_serve(int argc, char **argv) {
     } else if (FLAG("--gpu-memory-utilization", NULL)) {
       NEED();
       if (!cli_parse_double(v, 0.1, 1.0, &d.gpu_memory_utilization))
-        return cli_usage_error("serve", "--gpu-memory-utilization needs a fraction in [0.1, 1], got", v);
+        return cli_usage_error("serve",
+                               "--gpu-memory-utilization needs a fraction in [0.1, 1], got", v);
     } else if (FLAG("--drain-timeout", NULL)) {
       NEED();
       if (!cli_parse_double(v, 0, 86400, &drain_s))
@@ -235,9 +236,9 @@ int cmd_serve(int argc, char **argv) {
     printf("shardcheck serve: %s on http://%s%s%s:%d (%s: tp=%d pp=%d dp=%d, %s%s%s), KV cache "
            "%d blocks x %d tokens = %d tokens per replica, context %d\n",
            c.served_name, strchr(c.host, ':') ? "[" : "", c.host, strchr(c.host, ':') ? "]" : "",
-           server_port(srv), c.layout, d.tp, d.pp, d.dp,
-           d.sim ? "simulated " : "", d.sim ? d.profile : c.engine.backend,
-           d.process ? ", worker processes" : "", blocks, bs, blocks * bs, c.max_model_len);
+           server_port(srv), c.layout, d.tp, d.pp, d.dp, d.sim ? "simulated " : "",
+           d.sim ? d.profile : c.engine.backend, d.process ? ", worker processes" : "", blocks, bs,
+           blocks * bs, c.max_model_len);
     fflush(stdout);
     for (;;) { // until a signal
       struct pollfd p = {.fd = sig_pipe[0], .events = POLLIN};
@@ -245,8 +246,9 @@ int cmd_serve(int argc, char **argv) {
     }
     fprintf(stderr, "shardcheck serve: draining (up to %g s)\n", drain_s);
     int cut = server_drain(srv, (uint64_t)(drain_s * 1e9));
-    if (cut > 0) fprintf(stderr, "shardcheck serve: %d request%s cut off at the drain timeout\n",
-                         cut, cut == 1 ? "" : "s");
+    if (cut > 0)
+      fprintf(stderr, "shardcheck serve: %d request%s cut off at the drain timeout\n", cut,
+              cut == 1 ? "" : "s");
   }
   server_free(srv);
   serve_deploy_free(keep);

@@ -45,7 +45,8 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
   int gpus = d->tp * d->pp * d->dp;
   if (d->sim) {
     if (!d->profile || !*d->profile)
-      return sc_fail(err, SC_INVALID, "--mode sim needs --profile (a hardware profile name or "
+      return sc_fail(err, SC_INVALID,
+                     "--mode sim needs --profile (a hardware profile name or "
                      ".yaml file, e.g. h100-sxm)");
     snprintf(hw, sizeof hw, "{gpus: %d%s}", gpus, profile);
   } else {
@@ -97,7 +98,7 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
   }
   c->engine = ec;
   c->dp = d->dp;
-  c->replicas = (replica_options){.kind = d->sim ? REPLICA_SIM
+  c->replicas = (replica_options){.kind = d->sim       ? REPLICA_SIM
                                           : d->process ? REPLICA_PROCESS
                                                        : REPLICA_LOCAL};
   c->max_model_len = d->max_model_len > 0 ? d->max_model_len : ctx;

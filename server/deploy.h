@@ -12,19 +12,19 @@
 #include "server/server.h"
 
 typedef struct serve_deploy {
-  const char *model;   // a preset name, a preset .yaml or a model directory
-  const char *dtype;   // NULL: the model's own
+  const char *model; // a preset name, a preset .yaml or a model directory
+  const char *dtype; // NULL: the model's own
   int tp, pp, dp;
-  const char *backend; // real: "cpu" (default) or "cuda"
-  bool sim;            // mode sim: simulated GPUs of profile
-  const char *profile; // sim: a hardware profile name or .yaml (required); real: optional
-  bool process;        // real: each replica a `shardcheck worker` process
-  int max_num_seqs;    // 0: 256
-  int max_num_batched_tokens; // 0: 8192
-  int block_size;      // 0: 16
+  const char *backend;           // real: "cpu" (default) or "cuda"
+  bool sim;                      // mode sim: simulated GPUs of profile
+  const char *profile;           // sim: a hardware profile name or .yaml (required); real: optional
+  bool process;                  // real: each replica a `shardcheck worker` process
+  int max_num_seqs;              // 0: 256
+  int max_num_batched_tokens;    // 0: 8192
+  int block_size;                // 0: 16
   double gpu_memory_utilization; // 0: 0.9 (the planner keeps 1 - it free)
-  int max_model_len;   // 0: the model's context
-  int threads;         // real cpu: BLAS threads per rank (0: cores / ranks)
+  int max_model_len;             // 0: the model's context
+  int threads;                   // real cpu: BLAS threads per rank (0: cores / ranks)
   uint64_t weights_seed;
 } serve_deploy;
 

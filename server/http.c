@@ -32,7 +32,7 @@ typedef struct conn_ctx {
   char *body; // (len) the request body so far
   size_t len, cap;
   bool too_big;
-  gen *g;     // the generation it started (one reference)
+  gen *g; // the generation it started (one reference)
 } conn_ctx;
 
 static route route_of(const char *url, const char **method_wanted) {
@@ -59,7 +59,8 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, int status, char *buf,
                         "\"InternalServerError\", \"param\": null, \"code\": 500}}";
     buf = oom;
     status = 500;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(oom), oom, MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(oom), oom, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
@@ -93,7 +94,8 @@ static bool key_ok(const server *s, struct MHD_Connection *c) {
   if (hn < pre || strncmp(h, "Bearer ", pre)) diff = 1;
   const char *got = hn >= pre ? h + pre : "";
   size_t gn = hn >= pre ? hn - pre : 0;
-  for (size_t i = 0; i < wn; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < gn ? got[i] : 0);
+  for (size_t i = 0; i < wn; i++)
+    diff |= (unsigned char)want[i] ^ (unsigned char)(i < gn ? got[i] : 0);
   return diff == 0;
 }
 
@@ -179,11 +181,12 @@ static enum MHD_Result start_gen(server *s, struct MHD_Connection *c, conn_ctx *
     return send_error(c, e.status, e.param, e.msg);
   }
   new_id(g, kind);
-  g->resp = (oai_resp){.kind = kind, .id = g->id, .created = (long long)time(NULL),
-                       .model = s->name};
+  g->resp =
+      (oai_resp){.kind = kind, .id = g->id, .created = (long long)time(NULL), .model = s->name};
   g->arrival_ns = sc_monotonic_ns();
   g->conn = c;
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   g->fd = ci ? ci->connect_fd : -1;
   g->refs = 2; // the connection's and the submit command's (then the loop's)
   cc->g = g;
@@ -217,8 +220,8 @@ static enum MHD_Result start_gen(server *s, struct MHD_Connection *c, conn_ctx *
     return send_error(c, 503, "", "the server is shutting down");
   }
   if (!g->req.stream) return MHD_YES;
-  struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
-                                                             stream_read, g, stream_free);
+  struct MHD_Response *r =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, g, stream_free);
   if (!r) return MHD_NO; // the connection closes; its completion cancels the request
   pthread_mutex_lock(&s->mu);
   gen_ref(g); // the response's
@@ -270,8 +273,7 @@ static enum MHD_Result health(server *s, struct MHD_Connection *c) {
   pthread_mutex_lock(&s->mu);
   bool ok = s->ready && !s->draining && !s->stopped;
   bool dead = false;
-  for (int i = 0; ok && s->m.reps && i < s->c.dp; i++)
-    dead |= s->m.reps[i].health == REPLICA_DEAD;
+  for (int i = 0; ok && s->m.reps && i < s->c.dp; i++) dead |= s->m.reps[i].health == REPLICA_DEAD;
   pthread_mutex_unlock(&s->mu);
   if (ok && !dead) return send_buf(c, 200, strdup(""), "text/plain");
   return send_error(c, 503, "", dead ? "a replica is dead" : "not ready");
@@ -352,7 +354,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (cc->g) return resumed(s, c, cc->g);
   if (cc->too_big) {
     char msg[96];
-    snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", s->c.max_body_bytes);
+    snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes",
+             s->c.max_body_bytes);
     return send_error(c, 413, "", msg);
   }
   switch (cc->r) {
@@ -395,8 +398,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
   (void)c;
   (void)socket_ctx;
   server *s = cls;
-  if (what == MHD_CONNECTION_NOTIFY_STARTED) s->n_conns++;
-  else if (what == MHD_CONNECTION_NOTIFY_CLOSED) s->n_conns--;
+  if (what == MHD_CONNECTION_NOTIFY_STARTED)
+    s->n_conns++;
+  else if (what == MHD_CONNECTION_NOTIFY_CLOSED)
+    s->n_conns--;
 }
 
 static void quiet_log(void *cls, const char *fmt, va_list ap) {
@@ -425,13 +430,13 @@ sc_status server_http_start(server *s, sc_error *err) {
     return sc_fail(err, SC_INVALID, "--host: '%s' is not an IPv4 or IPv6 address", s->host);
   }
   (void)sl;
-  s->d = MHD_start_daemon(
-      flags, (uint16_t)s->c.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-      (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)(s->c.max_connections + 64), MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)s->c.idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-      on_connection, s, MHD_OPTION_EXTERNAL_LOGGER, quiet_log, NULL, MHD_OPTION_END);
+  s->d = MHD_start_daemon(flags, (uint16_t)s->c.port, NULL, NULL, on_request, s,
+                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+                          (unsigned)(s->c.max_connections + 64), MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned)s->c.idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                          (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                          MHD_OPTION_EXTERNAL_LOGGER, quiet_log, NULL, MHD_OPTION_END);
   if (!s->d)
     return sc_fail(err, SC_IO, "cannot listen on %s:%d (%s)", s->host, s->c.port,
                    errno ? strerror(errno) : "libmicrohttpd refused to start");

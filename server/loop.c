@@ -41,8 +41,10 @@ bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *,
   pthread_mutex_lock(&s->mu);
   bool ok = !s->stopped;
   if (ok) {
-    if (s->cmd_tail) s->cmd_tail->next = c;
-    else s->cmd_head = c;
+    if (s->cmd_tail)
+      s->cmd_tail->next = c;
+    else
+      s->cmd_head = c;
     s->cmd_tail = c;
   }
   pthread_mutex_unlock(&s->mu);
@@ -62,8 +64,10 @@ bool server_loop_call(server *s, void (*fn)(server *s, void *ud), void *ud) {
   pthread_mutex_lock(&s->mu);
   bool ok = !s->stopped;
   if (ok) {
-    if (s->cmd_tail) s->cmd_tail->next = c;
-    else s->cmd_head = c;
+    if (s->cmd_tail)
+      s->cmd_tail->next = c;
+    else
+      s->cmd_head = c;
     s->cmd_tail = c;
   }
   pthread_mutex_unlock(&s->mu);
@@ -183,13 +187,14 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
   // output
   if (finish) {
     if (g->req.stream) {
-      if (!g->final_sent)
-        emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
-      if (g->req.include_usage) emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
+      if (!g->final_sent) emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
+      if (g->req.include_usage)
+        emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
       emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
     } else {
-      emit(s, g, oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish,
-                          g->req.n_prompt), true, 200);
+      emit(s, g,
+           oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish, g->req.n_prompt),
+           true, 200);
     }
   } else if (g->req.stream) {
     emit(s, g, oai_sse_error(status, msg), false, 0);
@@ -199,8 +204,10 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
   }
   // the loop's reference
   g->live = false;
-  if (g->prev) g->prev->next = g->next;
-  else s->live = g->next;
+  if (g->prev)
+    g->prev->next = g->next;
+  else
+    s->live = g->next;
   if (g->next) g->next->prev = g->prev;
   g->prev = g->next = NULL;
   gen_unref(g);
@@ -238,10 +245,12 @@ static bool dispatch(void *ud, uint64_t k, uint64_t t) {
   if (!q->retries) q->dispatch = t;
   // min_tokens: EOS may not end the request before it, so the loop ends it at an EOS past it
   bool eos_stops = !rq->ignore_eos && rq->min_tokens == 0;
-  engine_request er = {.prompt = prompt, .n_prompt = n_prompt,
+  engine_request er = {.prompt = prompt,
+                       .n_prompt = n_prompt,
                        .max_tokens = rq->max_tokens - q->n_tok,
                        .sampling = {.temperature = (float)rq->temperature,
-                                    .top_p = (float)rq->top_p, .seed = rq->seed},
+                                    .top_p = (float)rq->top_p,
+                                    .seed = rq->seed},
                        .stop_at_eos = eos_stops};
   sc_error e = {{0}};
   if (replica_submit(s->reps[i], k, &er, &e) != SC_OK)
@@ -274,8 +283,12 @@ void server_loop_submit(server *s, void *ud) {
   }
   uint64_t k = s->reqs.n++;
   req_rec *q = &s->reqs.v[k];
-  *q = (req_rec){.arrival = g->arrival_ns - s->t0, .prompt_tokens = g->req.n_prompt,
-                 .max_tokens = g->req.max_tokens, .replica = -1, .user = -1, .fault = -1,
+  *q = (req_rec){.arrival = g->arrival_ns - s->t0,
+                 .prompt_tokens = g->req.n_prompt,
+                 .max_tokens = g->req.max_tokens,
+                 .replica = -1,
+                 .user = -1,
+                 .fault = -1,
                  .state = REQ_INFLIGHT};
   s->reqs.inflight++;
   s->by_key[k] = g;
@@ -352,16 +365,20 @@ static void on_token(server *s, gen *g, req_rec *q, const replica_event *ev) {
   if (!g->first_ns) {
     g->first_ns = now;
     s->waiting--;
-    srv_hist_add(&s->m.ttft, srv_ttft_bounds, SRV_TTFT_BUCKETS, (double)(now - g->arrival_ns) * 1e-9);
+    srv_hist_add(&s->m.ttft, srv_ttft_bounds, SRV_TTFT_BUCKETS,
+                 (double)(now - g->arrival_ns) * 1e-9);
   }
   s->m.generation_tokens++;
   pthread_mutex_unlock(&s->mu);
   const model_config *m = s->lim.model;
   bool eos = !rq->ignore_eos && ev->token == m->eos_token_id;
   const char *finish = NULL;
-  if (eos && idx >= rq->min_tokens) finish = "stop";
-  else if (q->n_tok >= rq->max_tokens) finish = "length";
-  else if (rq->n_prompt + q->n_tok >= m->max_seq_len) finish = "length";
+  if (eos && idx >= rq->min_tokens)
+    finish = "stop";
+  else if (q->n_tok >= rq->max_tokens)
+    finish = "length";
+  else if (rq->n_prompt + q->n_tok >= m->max_seq_len)
+    finish = "length";
   char text[64];
   oai_token_text(m, s->c.synthetic_text, ev->token, text, sizeof text);
   if (rq->stream) {
@@ -385,7 +402,7 @@ static void on_token(server *s, gen *g, req_rec *q, const replica_event *ev) {
   }
   if (finish) snprintf(g->finish, sizeof g->finish, "%s", finish);
   if (finish && eos && rq->min_tokens > 0) { // the engine does not stop at it: end it here
-    g->cancelling = true; // its FINISHED (cancelled) event ends it, as a stop
+    g->cancelling = true;                    // its FINISHED (cancelled) event ends it, as a stop
     replica_cancel(s->reps[q->replica], g->key);
   }
 }
@@ -471,8 +488,10 @@ static void refresh_gauges(server *s) {
   for (int i = 0; i < n; i++) {
     engine_stats st;
     replica_stats(s->reps[i], &st);
-    g[i] = (srv_replica_gauges){.kv_used = st.kv_used, .kv_total = st.kv_total,
-                                .running = st.running, .waiting = st.queue_len,
+    g[i] = (srv_replica_gauges){.kv_used = st.kv_used,
+                                .kv_total = st.kv_total,
+                                .running = st.running,
+                                .waiting = st.queue_len,
                                 .epoch = replica_epoch(s->reps[i]),
                                 .health = replica_health_get(s->reps[i])};
   }
@@ -487,8 +506,7 @@ static int cut_off(server *s, const char *why) {
   while (s->live) {
     gen *g = s->live;
     req_rec *q = &s->reqs.v[g->key];
-    if (q->dispatched && !q->waiting && !g->cancelling)
-      replica_cancel(s->reps[q->replica], g->key);
+    if (q->dispatched && !q->waiting && !g->cancelling) replica_cancel(s->reps[q->replica], g->key);
     finish_gen(s, g->key, NULL, 503, why, REQ_CANCELLED);
     n++;
   }
@@ -502,8 +520,10 @@ static sc_status build(server *s, sc_error *err) {
   ec.clock = s->sim ? (sc_clock){.now_ns = sim_clock_now, .ctx = &s->vnow} : sc_clock_monotonic();
   s->reps = calloc((size_t)s->c.dp, sizeof *s->reps);
   if (!s->reps) return sc_fail(err, SC_OOM, "out of memory");
-  router_config rc = {.policy = ROUTER_LEAST_OUTSTANDING, .max_retries = 3,
-                      .backoff_ns = 50000000ull, .resume = true};
+  router_config rc = {.policy = ROUTER_LEAST_OUTSTANDING,
+                      .max_retries = 3,
+                      .backoff_ns = 50000000ull,
+                      .resume = true};
   router_hooks rh = {.ud = s, .dispatch = dispatch, .fail = fail_hook};
   s->rt = router_new(&rc, s->reps, s->c.dp, &s->reqs, rh);
   if (!s->rt) return sc_fail(err, SC_OOM, "out of memory");
@@ -604,7 +624,8 @@ void *server_loop_main(void *arg) {
     }
     wall = rel_now(s);
     uint64_t d = until > wall ? until - wall : 0;
-    struct timespec ts = {.tv_sec = (time_t)(d / 1000000000ull), .tv_nsec = (long)(d % 1000000000ull)};
+    struct timespec ts = {.tv_sec = (time_t)(d / 1000000000ull),
+                          .tv_nsec = (long)(d % 1000000000ull)};
     int got = ppoll(fds, (nfds_t)n, &ts, NULL);
     if (got > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
@@ -641,7 +662,9 @@ void *server_loop_main(void *arg) {
 }
 
 // Drain: the caller's thread waits for the loop's generations to end.
-static void cut_cmd(server *s, void *ud) { *(int *)ud = cut_off(s, "the server is shutting down: the drain timeout passed"); }
+static void cut_cmd(server *s, void *ud) {
+  *(int *)ud = cut_off(s, "the server is shutting down: the drain timeout passed");
+}
 
 int server_drain(server *s, uint64_t timeout_ns) {
   pthread_mutex_lock(&s->mu);

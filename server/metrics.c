@@ -10,10 +10,9 @@
 #include "server/server_impl.h"
 
 // vLLM's buckets (vllm/engine/metrics.py).
-const double srv_ttft_bounds[SRV_TTFT_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,
-                                                  0.08,  0.1,   0.25, 0.5,  0.75, 1.0,
-                                                  2.5,   5.0,   7.5,  10.0};
-const double srv_e2e_bounds[SRV_E2E_BUCKETS] = {0.3, 0.5,  0.8,  1.0,  1.5,  2.0,  2.5, 5.0,
+const double srv_ttft_bounds[SRV_TTFT_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                                  0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0};
+const double srv_e2e_bounds[SRV_E2E_BUCKETS] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5, 5.0,
                                                 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0};
 
 void srv_hist_add(srv_hist *h, const double *bounds, int n_bounds, double v) {
@@ -87,21 +86,26 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
     kv_used += m->reps[i].kv_used;
     kv_total += m->reps[i].kv_total;
   }
-  put(&b, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-          "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"%s\"} %d\n",
+  put(&b,
+      "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+      "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"%s\"} %d\n",
       model, running);
-  put(&b, "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
-          "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"%s\"} %d\n",
+  put(&b,
+      "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+      "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"%s\"} %d\n",
       model, waiting);
-  put(&b, "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n"
-          "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"%s\"} %.6g\n",
+  put(&b,
+      "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n"
+      "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"%s\"} %.6g\n",
       model, kv_total ? (double)kv_used / (double)kv_total : 0.0);
-  put(&b, "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
-          "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"%s\"} %llu\n",
+  put(&b,
+      "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+      "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"%s\"} %llu\n",
       model, (unsigned long long)m->prompt_tokens);
-  put(&b, "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
-          "# TYPE vllm:generation_tokens_total counter\n"
-          "vllm:generation_tokens_total{model_name=\"%s\"} %llu\n",
+  put(&b,
+      "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+      "# TYPE vllm:generation_tokens_total counter\n"
+      "vllm:generation_tokens_total{model_name=\"%s\"} %llu\n",
       model, (unsigned long long)m->generation_tokens);
   static const char *const reasons[SRV_FINISH_KINDS] = {"stop", "length", "abort"};
   put(&b, "# HELP vllm:request_success_total Count of successfully processed requests.\n"
@@ -111,20 +115,28 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
         reasons[i], model, (unsigned long long)m->success[i]);
   hist(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
        &m->ttft, srv_ttft_bounds, SRV_TTFT_BUCKETS, model);
-  hist(&b, "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
-       &m->e2e, srv_e2e_bounds, SRV_E2E_BUCKETS, model);
-  put(&b, "# HELP shardcheck:requests_pending Requests accepted without a first token yet (what "
-          "--max-pending counts).\n# TYPE shardcheck:requests_pending gauge\n"
-          "shardcheck:requests_pending %d\n", pending);
-  put(&b, "# HELP shardcheck:requests_failed_total Requests that ended with an error.\n"
-          "# TYPE shardcheck:requests_failed_total counter\nshardcheck:requests_failed_total %llu\n",
+  hist(&b, "vllm:e2e_request_latency_seconds",
+       "Histogram of end to end request latency in seconds.", &m->e2e, srv_e2e_bounds,
+       SRV_E2E_BUCKETS, model);
+  put(&b,
+      "# HELP shardcheck:requests_pending Requests accepted without a first token yet (what "
+      "--max-pending counts).\n# TYPE shardcheck:requests_pending gauge\n"
+      "shardcheck:requests_pending %d\n",
+      pending);
+  put(&b,
+      "# HELP shardcheck:requests_failed_total Requests that ended with an error.\n"
+      "# TYPE shardcheck:requests_failed_total counter\nshardcheck:requests_failed_total %llu\n",
       (unsigned long long)m->failed);
-  put(&b, "# HELP shardcheck:requests_cancelled_total Requests whose client went away.\n"
-          "# TYPE shardcheck:requests_cancelled_total counter\n"
-          "shardcheck:requests_cancelled_total %llu\n", (unsigned long long)m->cancelled);
-  put(&b, "# HELP shardcheck:requests_rejected_total Requests refused with 503 past --max-pending.\n"
-          "# TYPE shardcheck:requests_rejected_total counter\n"
-          "shardcheck:requests_rejected_total %llu\n", (unsigned long long)m->rejected);
+  put(&b,
+      "# HELP shardcheck:requests_cancelled_total Requests whose client went away.\n"
+      "# TYPE shardcheck:requests_cancelled_total counter\n"
+      "shardcheck:requests_cancelled_total %llu\n",
+      (unsigned long long)m->cancelled);
+  put(&b,
+      "# HELP shardcheck:requests_rejected_total Requests refused with 503 past --max-pending.\n"
+      "# TYPE shardcheck:requests_rejected_total counter\n"
+      "shardcheck:requests_rejected_total %llu\n",
+      (unsigned long long)m->rejected);
   static const char *const gauges[][2] = {
       {"kv_blocks_used", "KV-cache blocks in use on the replica."},
       {"kv_blocks_total", "KV-cache blocks of the replica."},
@@ -136,8 +148,11 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
         gauges[k][0]);
     for (int i = 0; i < n_reps; i++) {
       const srv_replica_gauges *g = &m->reps[i];
-      long v = k == 0 ? g->kv_used : k == 1 ? g->kv_total : k == 2 ? g->epoch
-             : k == 3 ? g->health == REPLICA_HEALTHY : (long)g->health;
+      long v = k == 0   ? g->kv_used
+               : k == 1 ? g->kv_total
+               : k == 2 ? g->epoch
+               : k == 3 ? g->health == REPLICA_HEALTHY
+                        : (long)g->health;
       put(&b, "shardcheck:%s{replica=\"%d\"} %ld\n", gauges[k][0], i, v);
     }
   }

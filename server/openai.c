@@ -33,8 +33,10 @@ int oai_json_depth(const char *text, size_t len, int limit) {
   for (size_t i = 0; i < len; i++) {
     char c = text[i];
     if (in_str) {
-      if (c == '\\') i++;
-      else if (c == '"') in_str = false;
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
     if (c == '"') {
@@ -93,8 +95,8 @@ static bool get_num(json_t *o, const char *k, double lo, double hi, bool lo_open
   if (!json_is_number(v)) return fail(e, 400, k, "'%s' must be a number, got %s", k, type_name(v));
   double x = json_number_value(v);
   if (!(lo_open ? x > lo : x >= lo) || !(x <= hi))
-    return fail(e, 400, k, "'%s' must be a number in %c%g, %g], got %g", k, lo_open ? '(' : '[',
-                lo, hi, x);
+    return fail(e, 400, k, "'%s' must be a number in %c%g, %g], got %g", k, lo_open ? '(' : '[', lo,
+                hi, x);
   *out = x;
   return true;
 }
@@ -102,7 +104,8 @@ static bool get_num(json_t *o, const char *k, double lo, double hi, bool lo_open
 static bool get_bool(json_t *o, const char *k, bool *out, oai_error *e) {
   json_t *v = json_object_get(o, k);
   if (!v || json_is_null(v)) return true;
-  if (!json_is_boolean(v)) return fail(e, 400, k, "'%s' must be a boolean, got %s", k, type_name(v));
+  if (!json_is_boolean(v))
+    return fail(e, 400, k, "'%s' must be a boolean, got %s", k, type_name(v));
   *out = json_is_true(v);
   return true;
 }
@@ -121,9 +124,8 @@ static bool add_ids(json_t *arr, const char *field, const oai_limits *lim, oai_r
                   field, i, type_name(v));
     long long id = json_integer_value(v);
     if (id < 0 || id >= lim->model->vocab_size)
-      return fail(e, 400, field,
-                  "token id %lld at %s[%zu] is outside the vocabulary (0..%d)", id, field, i,
-                  lim->model->vocab_size - 1);
+      return fail(e, 400, field, "token id %lld at %s[%zu] is outside the vocabulary (0..%d)", id,
+                  field, i, lim->model->vocab_size - 1);
     r->prompt[i] = (int32_t)id;
   }
   r->n_prompt = (int)n;
@@ -149,8 +151,10 @@ static bool completion_prompt(json_t *o, const oai_limits *lim, oai_request *r, 
   json_t *first = json_array_get(p, 0);
   if (first && (json_is_string(first) || json_is_array(first))) { // a list of prompts
     if (json_array_size(p) != 1)
-      return fail(e, 400, "prompt", "batched prompts (%zu in 'prompt') are not supported: send "
-                  "one prompt per request", json_array_size(p));
+      return fail(e, 400, "prompt",
+                  "batched prompts (%zu in 'prompt') are not supported: send "
+                  "one prompt per request",
+                  json_array_size(p));
     if (json_is_string(first)) return add_text(json_string_value(first), lim, r, e);
     return add_ids(first, "prompt", lim, r, e);
   }
@@ -183,14 +187,18 @@ static bool chat_prompt(json_t *o, const oai_limits *lim, oai_request *r, oai_er
       }
       role = json_string_value(rv);
       if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
-        ok = fail(e, 400, "messages", "messages[%zu].role must be system, user or assistant, got "
-                  "'%.64s'", i, role);
+        ok = fail(e, 400, "messages",
+                  "messages[%zu].role must be system, user or assistant, got "
+                  "'%.64s'",
+                  i, role);
         break;
       }
       c = json_object_get(m, "content");
       if (c && !json_is_null(c) && !json_is_string(c) && !json_is_array(c)) {
-        ok = fail(e, 400, "messages", "messages[%zu].content must be a string or an array of "
-                  "text parts, got %s", i, type_name(c));
+        ok = fail(e, 400, "messages",
+                  "messages[%zu].content must be a string or an array of "
+                  "text parts, got %s",
+                  i, type_name(c));
         break;
       }
     }
@@ -200,16 +208,21 @@ static bool chat_prompt(json_t *o, const oai_limits *lim, oai_request *r, oai_er
     size_t n_parts = c && json_is_array(c) ? json_array_size(c) : (c && json_is_string(c) ? 1 : 0);
     for (size_t k = 0; ok && k < n_parts + 2; k++) {
       const char *s;
-      if (k == 0) s = hdr;
-      else if (k == n_parts + 1) s = m ? "\n" : "";
-      else if (json_is_string(c)) s = json_string_value(c);
+      if (k == 0)
+        s = hdr;
+      else if (k == n_parts + 1)
+        s = m ? "\n" : "";
+      else if (json_is_string(c))
+        s = json_string_value(c);
       else {
         json_t *part = json_array_get(c, k - 1);
         json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(ty) || strcmp(json_string_value(ty), "text") ||
             !json_is_string(tx)) {
-          ok = fail(e, 400, "messages", "messages[%zu].content[%zu] must be {\"type\": \"text\", "
-                    "\"text\": STRING} (only text parts are supported)", i, k - 1);
+          ok = fail(e, 400, "messages",
+                    "messages[%zu].content[%zu] must be {\"type\": \"text\", "
+                    "\"text\": STRING} (only text parts are supported)",
+                    i, k - 1);
           break;
         }
         s = json_string_value(tx);
@@ -249,7 +262,8 @@ static bool unsupported(json_t *o, oai_kind kind, oai_error *e) {
   if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
     return fail(e, 400, "top_logprobs", "top_logprobs are not supported");
   v = json_object_get(o, "prompt_logprobs");
-  if (v && !json_is_null(v)) return fail(e, 400, "prompt_logprobs", "prompt_logprobs are not supported");
+  if (v && !json_is_null(v))
+    return fail(e, 400, "prompt_logprobs", "prompt_logprobs are not supported");
   v = json_object_get(o, "stop");
   if (v && !json_is_null(v) && !(json_is_string(v) && !*json_string_value(v)) &&
       !(json_is_array(v) && json_array_size(v) == 0))
@@ -267,8 +281,8 @@ static bool unsupported(json_t *o, oai_kind kind, oai_error *e) {
   return true;
 }
 
-bool oai_parse(const char *body, size_t len, oai_kind kind, const oai_limits *lim,
-               oai_request *out, oai_error *e) {
+bool oai_parse(const char *body, size_t len, oai_kind kind, const oai_limits *lim, oai_request *out,
+               oai_error *e) {
   memset(out, 0, sizeof *out);
   if (oai_json_depth(body, len, OAI_MAX_DEPTH) > OAI_MAX_DEPTH)
     return fail(e, 400, "", "the JSON body is nested deeper than %d levels", OAI_MAX_DEPTH);
@@ -318,20 +332,21 @@ bool oai_parse(const char *body, size_t len, oai_kind kind, const oai_limits *li
     ok = fail(e, 400, kind == OAI_CHAT ? "messages" : "prompt",
               "This model's maximum context length is %d tokens. However, your prompt has %d "
               "tokens (one position is kept for the first generated token). Please reduce the "
-              "length of the prompt.", lim->max_model_len, r.n_prompt);
+              "length of the prompt.",
+              lim->max_model_len, r.n_prompt);
   int room = lim->max_model_len - r.n_prompt;
   if (ok && max_tokens < 0) max_tokens = kind == OAI_CHAT || room < 16 ? room : 16;
   if (ok && r.n_prompt + max_tokens > lim->max_model_len)
     ok = fail(e, 400, "max_tokens",
               "This model's maximum context length is %d tokens. However, you requested %lld "
               "tokens (%d in the prompt, %lld for the completion). Please reduce the length of "
-              "the prompt or max_tokens.", lim->max_model_len, r.n_prompt + max_tokens,
-              r.n_prompt, max_tokens);
+              "the prompt or max_tokens.",
+              lim->max_model_len, r.n_prompt + max_tokens, r.n_prompt, max_tokens);
   if (ok && lim->kv_tokens > 0 && r.n_prompt + max_tokens > lim->kv_tokens)
     ok = fail(e, 400, "max_tokens",
               "the request needs %lld tokens of KV cache (%d in the prompt, %lld for the "
-              "completion); a replica holds %d", r.n_prompt + max_tokens, r.n_prompt, max_tokens,
-              lim->kv_tokens);
+              "completion); a replica holds %d",
+              r.n_prompt + max_tokens, r.n_prompt, max_tokens, lim->kv_tokens);
   if (ok && min_tokens > max_tokens)
     ok = fail(e, 400, "min_tokens", "'min_tokens' (%lld) must not exceed max_tokens (%lld)",
               min_tokens, max_tokens);
@@ -392,18 +407,19 @@ char *oai_error_body(int status, const char *param, const char *msg) {
 }
 
 char *oai_sse_error(int status, const char *msg) {
-  return sse(json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg, "type",
-                       oai_error_type(status), "code", status));
+  return sse(json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg, "type", oai_error_type(status),
+                       "code", status));
 }
 
 // A fixed synthetic vocabulary: simulated tokens carry no model output, only ids.
 static const char *const synth_words[] = {
-    " the", " of", " and", " to", " in", " a", " is", " that", " for", " it", " as", " with",
-    " was", " on", " be", " at", " by", " this", " had", " not", " are", " but", " from", " or",
-    " have", " an", " they", " which", " one", " you", " were", " all", " we", " her", " she",
-    " there", " would", " their", " will", " when", " who", " him", " been", " has", " more",
-    " if", " no", " out", " so", " said", " what", " up", " its", " about", " than", " into",
-    " them", " can", " only", " other", " time", " new", " some", " could"};
+    " the",  " of",   " and",  " to",    " in",   " a",     " is",    " that",  " for",  " it",
+    " as",   " with", " was",  " on",    " be",   " at",    " by",    " this",  " had",  " not",
+    " are",  " but",  " from", " or",    " have", " an",    " they",  " which", " one",  " you",
+    " were", " all",  " we",   " her",   " she",  " there", " would", " their", " will", " when",
+    " who",  " him",  " been", " has",   " more", " if",    " no",    " out",   " so",   " said",
+    " what", " up",   " its",  " about", " than", " into",  " them",  " can",   " only", " other",
+    " time", " new",  " some", " could"};
 
 int oai_token_text(const model_config *m, bool synthetic, int32_t id, char *buf, size_t cap) {
   if (cap) buf[0] = 0;
@@ -433,8 +449,10 @@ char *oai_sse_role(const oai_resp *r) {
   json_t *o = head(r, chunk_object(r->kind));
   json_t *ch = json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role", "assistant",
                          "content", "", "logprobs", "finish_reason");
-  if (o && ch) json_object_set_new(o, "choices", ch);
-  else json_decref(ch);
+  if (o && ch)
+    json_object_set_new(o, "choices", ch);
+  else
+    json_decref(ch);
   return sse(o);
 }
 
@@ -450,10 +468,14 @@ char *oai_sse_content(const oai_resp *r, const char *text, const int32_t *ids, i
     json_object_set_new(c, "token_ids", ids_array(ids, n));
   }
   json_t *ch = json_array();
-  if (ch && c) json_array_append_new(ch, c);
-  else json_decref(c);
-  if (o && ch) json_object_set_new(o, "choices", ch);
-  else json_decref(ch);
+  if (ch && c)
+    json_array_append_new(ch, c);
+  else
+    json_decref(c);
+  if (o && ch)
+    json_object_set_new(o, "choices", ch);
+  else
+    json_decref(ch);
   return sse(o);
 }
 
@@ -488,8 +510,10 @@ char *oai_body(const oai_resp *r, const char *text, const int32_t *ids, int n, c
     json_object_set_new(c, "token_ids", ids_array(ids, n));
   }
   json_t *ch = json_array();
-  if (ch && c) json_array_append_new(ch, c);
-  else json_decref(c);
+  if (ch && c)
+    json_array_append_new(ch, c);
+  else
+    json_decref(c);
   if (o) {
     json_object_set_new(o, "choices", ch ? ch : json_array());
     json_t *u = usage(prompt_tokens, n);

@@ -37,8 +37,8 @@ typedef struct oai_request {
   oai_kind kind;
   int32_t *prompt; // (n_prompt) token ids, owned
   int n_prompt;
-  int max_tokens;  // >= 1
-  int min_tokens;  // EOS does not end the request before this many tokens
+  int max_tokens; // >= 1
+  int min_tokens; // EOS does not end the request before this many tokens
   bool ignore_eos;
   double temperature, top_p;
   uint64_t seed;
@@ -48,8 +48,8 @@ typedef struct oai_request {
 // Parses and validates body (len bytes) of kind. On success *out is filled (free it with
 // oai_request_free) and true comes back; else e holds the status (400, or 404 for another
 // model) and the message, naming the field, and *out holds nothing to free.
-bool oai_parse(const char *body, size_t len, oai_kind kind, const oai_limits *lim,
-               oai_request *out, oai_error *e);
+bool oai_parse(const char *body, size_t len, oai_kind kind, const oai_limits *lim, oai_request *out,
+               oai_error *e);
 void oai_request_free(oai_request *r);
 
 // The deepest nesting of arrays and objects in the JSON text (strings skipped), scanning no
@@ -86,5 +86,5 @@ char *oai_sse_usage(const oai_resp *r, int prompt_tokens, int completion_tokens)
 // An error after streaming began: data: {"error": {"message", "type", "code"}}.
 char *oai_sse_error(int status, const char *msg);
 // The whole non-streamed response.
-char *oai_body(const oai_resp *r, const char *text, const int32_t *ids, int n,
-               const char *finish, int prompt_tokens);
+char *oai_body(const oai_resp *r, const char *text, const int32_t *ids, int n, const char *finish,
+               int prompt_tokens);

@@ -42,8 +42,8 @@ sc_status server_new(const server_config *c, server **out, sc_error *err) {
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->t0 = sc_monotonic_ns();
-  s->lim = (oai_limits){.model = &s->c.engine.model, .served_name = s->name,
-                        .max_model_len = c->max_model_len};
+  s->lim = (oai_limits){
+      .model = &s->c.engine.model, .served_name = s->name, .max_model_len = c->max_model_len};
   if (!s->host || !s->name || !s->layout || !s->m.reps || s->wake_fd < 0 ||
       (c->api_key && *c->api_key && !s->key)) {
     server_free(s);

@@ -31,21 +31,21 @@ typedef struct server server;
 
 typedef struct server_config {
   // --- listening
-  const char *host;          // address to bind ("127.0.0.1"); an IPv4 or IPv6 literal
-  int port;                  // 0: an ephemeral port (server_port says which)
-  const char *served_name;   // the model name the API reports and accepts
-  const char *api_key;       // NULL or "": no key; else "Authorization: Bearer KEY" required
-  size_t max_body_bytes;     // request bodies larger get 413 (default 1 MiB)
-  int max_connections;       // connections past it get 503 (default 1024)
-  int max_pending;           // generations waiting for a replica past it get 503 (default 4096)
-  unsigned idle_timeout_s;   // a connection with no traffic this long is closed (default 30)
+  const char *host;        // address to bind ("127.0.0.1"); an IPv4 or IPv6 literal
+  int port;                // 0: an ephemeral port (server_port says which)
+  const char *served_name; // the model name the API reports and accepts
+  const char *api_key;     // NULL or "": no key; else "Authorization: Bearer KEY" required
+  size_t max_body_bytes;   // request bodies larger get 413 (default 1 MiB)
+  int max_connections;     // connections past it get 503 (default 1024)
+  int max_pending;         // generations waiting for a replica past it get 503 (default 4096)
+  unsigned idle_timeout_s; // a connection with no traffic this long is closed (default 30)
   // --- the deployment
-  engine_config engine;      // every replica's config (clock ignored: the server sets it)
-  int dp;                    // replicas
-  replica_options replicas;  // which implementation (local, process, sim)
-  int max_model_len;         // the context the API admits (<= engine.model.max_seq_len)
-  bool synthetic_text;       // sim: token ids become words of a fixed synthetic vocabulary
-  const char *layout;        // for messages and /metrics labels, e.g. "tp2-pp1-dp2"
+  engine_config engine;     // every replica's config (clock ignored: the server sets it)
+  int dp;                   // replicas
+  replica_options replicas; // which implementation (local, process, sim)
+  int max_model_len;        // the context the API admits (<= engine.model.max_seq_len)
+  bool synthetic_text;      // sim: token ids become words of a fixed synthetic vocabulary
+  const char *layout;       // for messages and /metrics labels, e.g. "tp2-pp1-dp2"
 } server_config;
 
 // Defaults: 127.0.0.1:8000, 1 MiB bodies, 1024 connections, 4096 pending, 30 s idle, dp 1.

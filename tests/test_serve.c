@@ -68,7 +68,7 @@ typedef struct resp {
   char *body;
   size_t len;
   uint64_t t0;
-  uint64_t *t;  // (n_t) when each "data: {" chunk with content arrived (monotonic ns)
+  uint64_t *t; // (n_t) when each "data: {" chunk with content arrived (monotonic ns)
   int n_t;
   int abort_after; // > 0: the write callback aborts once this many chunks arrived
 } resp;
@@ -201,9 +201,11 @@ TestSuite(serve, .init = setup, .fini = teardown, .timeout = 120);
 // --- endpoints
 Test(serve, completion_returns_text_token_ids_and_usage) {
   bed *b = bed_start((serve_deploy){0}, NULL);
-  resp r = http(b->port, "POST", "/v1/completions",
-                "{\"model\":\"llama-tiny\",\"prompt\":\"Hello\",\"max_tokens\":8,\"ignore_eos\":true,"
-                "\"unknown_field\":{\"a\":[1,2]}}", NULL);
+  resp r =
+      http(b->port, "POST", "/v1/completions",
+           "{\"model\":\"llama-tiny\",\"prompt\":\"Hello\",\"max_tokens\":8,\"ignore_eos\":true,"
+           "\"unknown_field\":{\"a\":[1,2]}}",
+           NULL);
   cr_assert_eq(r.status, 200, "%s", r.body);
   json_t *o = parse(r.body);
   cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
@@ -227,7 +229,8 @@ Test(serve, chat_returns_an_assistant_message) {
   resp r = http(b->port, "POST", "/v1/chat/completions",
                 "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\","
                 "\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"max_tokens\":5,"
-                "\"ignore_eos\":true,\"temperature\":0.7,\"top_p\":0.9,\"seed\":3}", NULL);
+                "\"ignore_eos\":true,\"temperature\":0.7,\"top_p\":0.9,\"seed\":3}",
+                NULL);
   cr_assert_eq(r.status, 200, "%s", r.body);
   json_t *o = parse(r.body);
   cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
@@ -251,7 +254,8 @@ Test(serve, chat_stream_is_role_content_finish_usage_done) {
   cr_assert_eq(r.status, 200, "%s", r.body);
   static char ev[16][4096];
   int n = sse_events(r.body, ev, 16);
-  cr_assert_eq(n, 1 + 4 + 1 + 1, "%s", r.body); // role, 4 contents (the last with finish), usage, DONE
+  cr_assert_eq(n, 1 + 4 + 1 + 1, "%s",
+               r.body); // role, 4 contents (the last with finish), usage, DONE
   json_t *o = parse(ev[0]);
   cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
   json_t *d = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
@@ -264,13 +268,16 @@ Test(serve, chat_stream_is_role_content_finish_usage_done) {
     cr_assert(json_is_string(json_object_get(json_object_get(c, "delta"), "content")));
     cr_assert_eq(json_array_size(json_object_get(c, "token_ids")), 1);
     json_t *f = json_object_get(c, "finish_reason");
-    if (i < 4) cr_assert(json_is_null(f), "%s", ev[i]);
-    else cr_assert_str_eq(json_string_value(f), "length");
+    if (i < 4)
+      cr_assert(json_is_null(f), "%s", ev[i]);
+    else
+      cr_assert_str_eq(json_string_value(f), "length");
     json_decref(o);
   }
   o = parse(ev[5]);
   cr_assert_eq(json_array_size(json_object_get(o, "choices")), 0);
-  cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 4);
+  cr_assert_eq(
+      json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 4);
   json_decref(o);
   cr_assert_str_eq(ev[6], "[DONE]");
   cr_assert(strstr(r.body, "\n\ndata: [DONE]\n\n"));
@@ -280,9 +287,9 @@ Test(serve, chat_stream_is_role_content_finish_usage_done) {
 
 Test(serve, completion_stream_chunks_are_text_completion_objects) {
   bed *b = bed_start((serve_deploy){0}, NULL);
-  resp r = http(b->port, "POST", "/v1/completions",
-                "{\"prompt\":[1,40,41,42],\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true}",
-                NULL);
+  resp r =
+      http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":[1,40,41,42],\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true}", NULL);
   cr_assert_eq(r.status, 200);
   static char ev[16][4096];
   int n = sse_events(r.body, ev, 16);
@@ -304,20 +311,24 @@ Test(serve, models_health_and_metrics) {
   resp r = http(b->port, "GET", "/v1/models", NULL, NULL);
   cr_assert_eq(r.status, 200);
   json_t *o = parse(r.body);
-  cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")),
-                   "llama-tiny");
+  cr_assert_str_eq(
+      json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")),
+      "llama-tiny");
   json_decref(o);
   resp_free(&r);
   r = http(b->port, "GET", "/health", NULL, NULL);
   cr_assert_eq(r.status, 200);
   resp_free(&r);
-  r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"ab\",\"max_tokens\":2,\"ignore_eos\":true}", NULL);
+  r = http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":\"ab\",\"max_tokens\":2,\"ignore_eos\":true}", NULL);
   cr_assert_eq(r.status, 200);
   resp_free(&r);
   r = http(b->port, "GET", "/metrics", NULL, NULL);
   cr_assert_eq(r.status, 200);
-  const char *names[] = {"vllm:num_requests_running{", "vllm:num_requests_waiting{",
-                         "vllm:gpu_cache_usage_perc{", "vllm:prompt_tokens_total{",
+  const char *names[] = {"vllm:num_requests_running{",
+                         "vllm:num_requests_waiting{",
+                         "vllm:gpu_cache_usage_perc{",
+                         "vllm:prompt_tokens_total{",
                          "vllm:generation_tokens_total{",
                          "vllm:request_success_total{finished_reason=\"length\"",
                          "vllm:time_to_first_token_seconds_bucket{le=\"0.001\"",
@@ -331,7 +342,10 @@ Test(serve, models_health_and_metrics) {
   resp_free(&r);
   cr_assert_eq(metric(b->port, "vllm:generation_tokens_total{model_name=\"llama-tiny\"} "), 2);
   cr_assert_eq(metric(b->port, "vllm:prompt_tokens_total{model_name=\"llama-tiny\"} "), 3);
-  cr_assert_eq(metric(b->port, "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama-tiny\"} "), 1);
+  cr_assert_eq(
+      metric(b->port,
+             "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama-tiny\"} "),
+      1);
   bed_free(b);
 }
 
@@ -382,13 +396,15 @@ Test(serve, status_codes_name_what_was_wrong) {
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stream\":\"yes\"}", 400, "stream"},
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"ignore_eos\":1}", 400, "ignore_eos"},
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"seed\":1.5}", 400, "seed"},
-      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"min_tokens\":9,\"max_tokens\":4}", 400, "min_tokens"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"min_tokens\":9,\"max_tokens\":4}", 400,
+       "min_tokens"},
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", 400, "not supported"},
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"best_of\":3}", 400, "not supported"},
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":2}", 400, "not supported"},
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[\"x\"]}", 400, "not supported"},
       {"POST", "/v1/completions", "{\"prompt\":\"a\",\"echo\":true}", 400, "not supported"},
-      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}",
+       400, "stream_options"},
       {"POST", "/v1/completions", "{\"max_tokens\":3}", 400, "prompt"},
       {"POST", "/v1/completions", "{\"prompt\":[1,2,512]}", 400, "vocabulary"},
       {"POST", "/v1/completions", "{\"prompt\":[1,-3]}", 400, "vocabulary"},
@@ -399,9 +415,13 @@ Test(serve, status_codes_name_what_was_wrong) {
       {"POST", "/v1/completions", "{\"prompt\": \"abc\", ", 400, "position"},
       {"POST", "/v1/completions", "not json", 400, "position"},
       {"POST", "/v1/chat/completions", "{\"messages\":[]}", 400, "messages"},
-      {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "role"},
-      {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "content"},
-      {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 400, "not supported"},
+      {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+       400, "role"},
+      {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400,
+       "content"},
+      {"POST", "/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 400,
+       "not supported"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     resp r = http(b->port, cases[i].method, cases[i].path, cases[i].body, NULL);
@@ -453,15 +473,35 @@ Test(serve, large_and_deep_bodies_are_refused) {
 Test(serve, after_malformed_corpus_server_answers_and_holds_no_kv) {
   bed *b = bed_start((serve_deploy){0}, NULL);
   const char *corpus[] = {
-      "", "{", "}", "[", "null", "true", "42", "\"str\"", "{\"prompt\":}", "{\"prompt\":\"a\",}",
-      "{\"prompt\":\"a\"} trailing", "{'prompt':'a'}", "{\"prompt\":\"\\ud800\"}",
-      "{\"prompt\":\"a\\u0000b\"}", "{\"prompt\":[1,2,3.5]}", "{\"prompt\":[1,[2]]}",
-      "{\"prompt\":{\"a\":1}}", "{\"prompt\":\"a\",\"max_tokens\":1e99}",
-      "{\"prompt\":\"a\",\"max_tokens\":-1}", "{\"prompt\":\"a\",\"max_tokens\":99999999999999999999}",
-      "{\"prompt\":\"a\",\"temperature\":\"hot\"}", "{\"prompt\":\"a\",\"top_p\":2}",
-      "{\"prompt\":[99999999]}", "{\"messages\":\"hi\"}", "{\"prompt\":\"a\",\"stream\":null,\"n\":0}",
-      "\xff\xfe{}", "{\"prompt\":\"a\",\"stream_options\":5,\"stream\":true}",
-      "{\"prompt\":\"a\",\"model\":7}", "{\"prompt\":\"a\",\"stop\":5}",
+      "",
+      "{",
+      "}",
+      "[",
+      "null",
+      "true",
+      "42",
+      "\"str\"",
+      "{\"prompt\":}",
+      "{\"prompt\":\"a\",}",
+      "{\"prompt\":\"a\"} trailing",
+      "{'prompt':'a'}",
+      "{\"prompt\":\"\\ud800\"}",
+      "{\"prompt\":\"a\\u0000b\"}",
+      "{\"prompt\":[1,2,3.5]}",
+      "{\"prompt\":[1,[2]]}",
+      "{\"prompt\":{\"a\":1}}",
+      "{\"prompt\":\"a\",\"max_tokens\":1e99}",
+      "{\"prompt\":\"a\",\"max_tokens\":-1}",
+      "{\"prompt\":\"a\",\"max_tokens\":99999999999999999999}",
+      "{\"prompt\":\"a\",\"temperature\":\"hot\"}",
+      "{\"prompt\":\"a\",\"top_p\":2}",
+      "{\"prompt\":[99999999]}",
+      "{\"messages\":\"hi\"}",
+      "{\"prompt\":\"a\",\"stream\":null,\"n\":0}",
+      "\xff\xfe{}",
+      "{\"prompt\":\"a\",\"stream_options\":5,\"stream\":true}",
+      "{\"prompt\":\"a\",\"model\":7}",
+      "{\"prompt\":\"a\",\"stop\":5}",
   };
   int n = (int)(sizeof corpus / sizeof corpus[0]);
   cr_assert_geq(n, 25);
@@ -483,7 +523,8 @@ Test(serve, after_malformed_corpus_server_answers_and_holds_no_kv) {
 // --- connections: limits and timeouts
 static int raw_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(0x7f000001)};
   cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   return fd;
@@ -656,7 +697,8 @@ static int stream_ids(int port, const char *prompt_ids, int32_t *out, int cap) {
   char body[1024];
   snprintf(body, sizeof body,
            "{\"prompt\":[%s],\"max_tokens\":64,\"ignore_eos\":true,\"temperature\":0,"
-           "\"stream\":true}", prompt_ids);
+           "\"stream\":true}",
+           prompt_ids);
   resp r = http(port, "POST", "/v1/completions", body, NULL);
   cr_assert_eq(r.status, 200, "%s", r.body);
   static char ev[128][4096];
@@ -677,7 +719,8 @@ Test(serve, greedy_ids_at_tp2_pp2_dp2_equal_generate_at_tp1_for_64_tokens) {
   const char *prompt = "1,72,101,108,108,111,44,32,119,111,114,108,100";
   char args[512], out[65536];
   snprintf(args, sizeof args,
-           "generate --model llama-tiny --prompt-ids %s --max-tokens 64 --threads 1 --json", prompt);
+           "generate --model llama-tiny --prompt-ids %s --max-tokens 64 --threads 1 --json",
+           prompt);
   cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
   json_t *g = parse(out);
   json_t *want = json_object_get(g, "tokens");
@@ -721,9 +764,10 @@ static int run_streams(int port, int n) {
   resp *r = calloc((size_t)n, sizeof *r);
   struct curl_slist **hl = calloc((size_t)n, sizeof *hl);
   for (int i = 0; i < n; i++) {
-    e[i] = easy(port, "POST", "/v1/completions",
-                "{\"prompt\":\"many streams\",\"max_tokens\":8,\"ignore_eos\":true,\"stream\":true}",
-                NULL, &r[i], &hl[i]);
+    e[i] =
+        easy(port, "POST", "/v1/completions",
+             "{\"prompt\":\"many streams\",\"max_tokens\":8,\"ignore_eos\":true,\"stream\":true}",
+             NULL, &r[i], &hl[i]);
     curl_multi_add_handle(m, e[i]);
   }
   int running = 1;
@@ -733,7 +777,8 @@ static int run_streams(int port, int n) {
   }
   int done = 0;
   for (int i = 0; i < n; i++) {
-    done += r[i].body && strstr(r[i].body, "data: [DONE]") && strstr(r[i].body, "\"finish_reason\":\"length\"");
+    done += r[i].body && strstr(r[i].body, "data: [DONE]") &&
+            strstr(r[i].body, "\"finish_reason\":\"length\"");
     curl_multi_remove_handle(m, e[i]);
     curl_easy_cleanup(e[i]);
     curl_slist_free_all(hl[i]);
@@ -763,8 +808,10 @@ Test(serve, a_thousand_concurrent_streams_complete_with_bounded_rss) {
     bed_free(b);
     return;
   }
-  fprintf(stderr, "test_serve: RSS (server and client) before: %ld kB; after 1000 streams: %ld kB; "
-          "after 2000: %ld kB\n", before, after_first, after_second);
+  fprintf(stderr,
+          "test_serve: RSS (server and client) before: %ld kB; after 1000 streams: %ld kB; "
+          "after 2000: %ld kB\n",
+          before, after_first, after_second);
   cr_assert_lt(after_second - after_first, 32 * 1024, "RSS grew %ld kB over the second 1000",
                after_second - after_first);
   cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
@@ -784,18 +831,19 @@ Test(serve, worker_process_replicas_serve_requests) {
 
 // --- sim mode: wall-clock TTFT and TPOT match `shardcheck run --mode sim` for one request
 Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
-  const char *scn = sc_test_write_tmp(
-      "serve-sim", "one.yaml",
-      "name: one-request\nmode: sim\nmodel: {preset: llama3-70b}\n"
-      "hardware: {profile: h100-sxm, gpus: 4}\ndeployments: [{tp: 4}]\n"
-      "workload:\n  prompts: [{input: 1024, output: 32}]\n"
-      "  phases: [{fixed: {requests: 1, concurrency: 1}}]\n");
+  const char *scn =
+      sc_test_write_tmp("serve-sim", "one.yaml",
+                        "name: one-request\nmode: sim\nmodel: {preset: llama3-70b}\n"
+                        "hardware: {profile: h100-sxm, gpus: 4}\ndeployments: [{tp: 4}]\n"
+                        "workload:\n  prompts: [{input: 1024, output: 32}]\n"
+                        "  phases: [{fixed: {requests: 1, concurrency: 1}}]\n");
   char db[512], args[2048], out[65536];
   snprintf(db, sizeof db, "%s.db", scn);
   snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
   cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
   double ttft_run = (double)sc_test_q1(db, "SELECT first_token_ns - arrival_ns FROM request");
-  double tpot_run = (double)sc_test_q1(db, "SELECT (MAX(t.t_ns) - MIN(t.t_ns)) / (COUNT(*) - 1) FROM token t");
+  double tpot_run =
+      (double)sc_test_q1(db, "SELECT (MAX(t.t_ns) - MIN(t.t_ns)) / (COUNT(*) - 1) FROM token t");
   cr_assert_eq(sc_test_q1(db, "SELECT output_tokens FROM request"), 32);
   cr_assert_eq(sc_test_q1(db, "SELECT prompt_tokens FROM request"), 1024);
 
@@ -806,7 +854,8 @@ Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
   for (int i = 0; i < 1024; i++) n += (size_t)sprintf(body + n, "%s%d", i ? "," : "", 3 + i % 500);
   sprintf(body + n, "],\"max_tokens\":32,\"ignore_eos\":true,\"stream\":true}");
   double best_ttft = 1e18, best_tpot = 1e18;
-  for (int rep = 0; rep < 3; rep++) { // the closest of three: a loaded machine adds, never subtracts
+  for (int rep = 0; rep < 3;
+       rep++) { // the closest of three: a loaded machine adds, never subtracts
     resp r = {0};
     struct curl_slist *hl;
     CURL *c = easy(b->port, "POST", "/v1/completions", body, NULL, &r, &hl);
@@ -820,7 +869,7 @@ Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
     resp_free(&r);
   }
   fprintf(stderr, "test_serve: sim: TTFT %.3f ms served vs %.3f ms run; TPOT %.3f ms vs %.3f ms\n",
-              best_ttft / 1e6, ttft_run / 1e6, best_tpot / 1e6, tpot_run / 1e6);
+          best_ttft / 1e6, ttft_run / 1e6, best_tpot / 1e6, tpot_run / 1e6);
   cr_assert_lt(fabs(best_ttft / ttft_run - 1), 0.05, "TTFT %.3f ms served, %.3f ms run",
                best_ttft / 1e6, ttft_run / 1e6);
   cr_assert_lt(fabs(best_tpot / tpot_run - 1), 0.05, "TPOT %.3f ms served, %.3f ms run",
