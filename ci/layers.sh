@@ -11,6 +11,7 @@
 #   4 reports/     the SQLite store, metrics, reports, the gate
 #   5 faults/      the fault runtime and the verdicts after faults
 #   6 runner/      the event loop
+#   6 server/      `shardcheck serve`: the OpenAI-compatible HTTP server (libmicrohttpd)
 #   7 cli/         the commands
 #
 # bench/ and tests/ sit outside the floors and may include anything.
@@ -25,7 +26,7 @@ floor() {
   scenarios) echo 3 ;;
   reports) echo 4 ;;
   faults) echo 5 ;;
-  runner) echo 6 ;;
+  runner | server) echo 6 ;;
   cli) echo 7 ;;
   *) echo "" ;;
   esac

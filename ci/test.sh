@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What CI runs (.ci/run) and what the README shows: set-up, a warnings-as-errors build with
 # every test, the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
-# threaded tests (communicator, engine, profile, the runner's end-to-end runs) under
+# threaded tests (communicator, engine, profile, the runner's end-to-end runs, the HTTP server) under
 # ThreadSanitizer.
 #
 # Criterion does not fail a test on a LeakSanitizer report or on a TSan report without
@@ -50,7 +50,7 @@ ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
-TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant)$'
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant|serve)$'
 # The profile's step-overhead replicas (threads side by side) under TSan: the test that measures
 # every layout of tp 1,2,4. Its other tests compare timings, which TSan's slowdown makes noise.
 echo "== tsan: profile replicas"

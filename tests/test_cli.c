@@ -184,10 +184,23 @@ Test(cli, generated_weights_on_disk_give_the_same_tokens_as_in_memory_at_tp2_pp2
 }
 
 Test(cli, help_is_offered_by_every_subcommand) {
-  const char *cmds[] = {"--help", "generate --help", "plan --help", "model --help", "model gen --help"};
+  const char *cmds[] = {"--help", "generate --help", "plan --help", "model --help", "model gen --help",
+                        "serve --help"};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     int rc = sc_test_run_cli(cmds[i], out, sizeof out);
     cr_expect_eq(rc, 0, "`shardcheck %s` exited %d", cmds[i], rc);
     cr_expect(strstr(out, "usage"), "`shardcheck %s` printed no usage:\n%s", cmds[i], out);
   }
+}
+
+// serve refuses a deployment before it binds anything: one line naming what is wrong.
+Test(cli, serve_refuses_bad_deployments_in_one_line) {
+  expect_bad_input("serve --model no-such-model --port 0", "no-such-model", NULL);
+  expect_bad_input("serve --model llama-tiny -tp 3 --port 0", "tp", NULL);
+  expect_bad_input("serve --model llama3-70b --mode sim --port 0", "--profile", NULL);
+  expect_bad_input("serve --model llama-tiny --max-model-len 4096 --port 0", "4096", "512");
+  expect_bad_input("serve --model llama-tiny --host not-an-address --port 0", "not-an-address", NULL);
+  int rc = sc_test_run_cli("serve --model llama-tiny --port 0 -tp x", out, sizeof out);
+  cr_expect_eq(rc, 2, "%s", out);
+  cr_expect(strstr(out, "--tensor-parallel-size"), "%s", out);
 }

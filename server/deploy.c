@@ -1,0 +1,111 @@
+// Flags -> a served deployment (see deploy.h). The flags are written as a one-deployment
+// scenario and go through scenario_parse and scenario_engine_config, the path every `shardcheck
+// run` takes, so serve and run cannot disagree on a layout's engine config or KV capacity.
+#include "server/deploy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "scenarios/deployment.h"
+#include "scenarios/scenario.h"
+
+// Appends s to the YAML text as a double-quoted scalar.
+static size_t quoted(char *out, size_t cap, const char *s) {
+  size_t n = 0;
+  if (n < cap) out[n++] = '"';
+  for (; *s && n + 3 < cap; s++) {
+    if (*s == '"' || *s == '\\') out[n++] = '\\';
+    out[n++] = *s;
+  }
+  if (n < cap) out[n++] = '"';
+  if (n < cap) out[n] = 0;
+  return n;
+}
+
+sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **keep, sc_error *err) {
+  *keep = NULL;
+  char model[2200], dtype[64] = "", profile[2200] = "", hw[2400], limits[256];
+  struct stat st;
+  bool dir = stat(d->model, &st) == 0 && S_ISDIR(st.st_mode);
+  char q[2100];
+  quoted(q, sizeof q, d->model);
+  if (d->dtype && *d->dtype) {
+    char qd[40];
+    quoted(qd, sizeof qd, d->dtype);
+    snprintf(dtype, sizeof dtype, ", dtype: %s", qd);
+  }
+  snprintf(model, sizeof model, "{%s: %s%s}", dir ? "path" : "preset", q, dtype);
+  if (d->profile && *d->profile) {
+    char qp[2100];
+    quoted(qp, sizeof qp, d->profile);
+    snprintf(profile, sizeof profile, ", profile: %s", qp);
+  }
+  int gpus = d->tp * d->pp * d->dp;
+  if (d->sim) {
+    if (!d->profile || !*d->profile)
+      return sc_fail(err, SC_INVALID,
+                     "--mode sim needs --profile (a hardware profile name or "
+                     ".yaml file, e.g. h100-sxm)");
+    snprintf(hw, sizeof hw, "{gpus: %d%s}", gpus, profile);
+  } else {
+    char threads[32] = "";
+    if (d->threads > 0) snprintf(threads, sizeof threads, ", threads: %d", d->threads);
+    snprintf(hw, sizeof hw, "{backend: %s%s%s}", d->backend && *d->backend ? d->backend : "cpu",
+             profile, threads);
+  }
+  double util = d->gpu_memory_utilization > 0 ? d->gpu_memory_utilization : 0.9;
+  snprintf(limits, sizeof limits,
+           "{max_running: %d, token_budget: %d, block_size: %d, kv_headroom: %.6f}",
+           d->max_num_seqs > 0 ? d->max_num_seqs : 256,
+           d->max_num_batched_tokens > 0 ? d->max_num_batched_tokens : 8192,
+           d->block_size > 0 ? d->block_size : 16, 1.0 - util);
+  char text[8192];
+  snprintf(text, sizeof text,
+           "name: serve\nmode: %s\nmodel: %s\nhardware: %s\nlimits: %s\n"
+           "deployments: [{tp: %d, pp: %d, dp: %d}]\n"
+           "workload: {prompts: [{input: 1, output: 1}], phases: [{fixed: {requests: 1, "
+           "concurrency: 1}}]}\n",
+           d->sim ? "sim" : "real", model, hw, limits, d->tp, d->pp, d->dp);
+  if (d->weights_seed) {
+    // weights_seed lives in the model mapping
+    char *brace = strstr(text, "}\nhardware:");
+    if (brace) {
+      char tail[8192];
+      snprintf(tail, sizeof tail, "%s", brace);
+      snprintf(brace, sizeof text - (size_t)(brace - text), ", weights_seed: %llu%s",
+               (unsigned long long)d->weights_seed, tail);
+    }
+  }
+  scenario *s = NULL;
+  sc_status rc = scenario_parse(text, strlen(text), "serve flags", ".", &s, err);
+  if (rc != SC_OK) return rc;
+  const scn_deployment *dep = &s->deployments[0];
+  engine_config ec;
+  rc = scenario_engine_config(s, dep, &s->model.config, s->mp.weight_dtype, sc_clock_monotonic(),
+                              &ec, err);
+  if (rc != SC_OK) {
+    scenario_free(s);
+    return rc;
+  }
+  int ctx = s->model.config.max_seq_len;
+  if (d->max_model_len > ctx) {
+    int m = d->max_model_len;
+    scenario_free(s);
+    return sc_fail(err, SC_INVALID, "--max-model-len %d is longer than the model's context (%d)", m,
+                   ctx);
+  }
+  c->engine = ec;
+  c->dp = d->dp;
+  c->replicas = (replica_options){.kind = d->sim       ? REPLICA_SIM
+                                          : d->process ? REPLICA_PROCESS
+                                                       : REPLICA_LOCAL};
+  c->max_model_len = d->max_model_len > 0 ? d->max_model_len : ctx;
+  c->synthetic_text = d->sim;
+  c->layout = dep->label; // lives as long as *keep
+  *keep = s;
+  return SC_OK;
+}
+
+void serve_deploy_free(void *keep) { scenario_free(keep); }

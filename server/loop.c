@@ -1,0 +1,692 @@
+// The server's loop thread (see server.h): the one thread that touches the replicas and the
+// router. It builds the replicas, then loops: run the HTTP side's commands (submit, cancel,
+// closures), send the router's retries, step simulated replicas to their priced deadlines,
+// pull events and turn them into response bytes and metrics, then sleep in ppoll on its wake
+// eventfd, the replicas' wait fds and the sockets of suspended clients (a hang-up cancels the
+// request at once).
+//
+// Sim mode: each replica's virtual clock reads the monotonic time since the server started. A
+// step that ends at virtual time t is completed at exactly t (the loop sleeps to t, and the next
+// step starts at t however late the loop woke), so scheduling errors do not accumulate.
+//
+// Parsing and formatting are server/openai.c's; the connections, server/http.c's.
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "kernels/clock.h"
+#include "server/server_impl.h"
+
+static const uint64_t TICK_NS = 500000000ull; // gauges refresh at least this often
+enum { EV_BATCH = 256, TABLE_RECYCLE = 4096 };
+
+static uint64_t rel_now(const server *s) { return sc_monotonic_ns() - s->t0; }
+
+static uint64_t sim_clock_now(void *ctx) { return *(const uint64_t *)ctx; }
+
+void server_wake(server *s) {
+  uint64_t one = 1;
+  ssize_t w = write(s->wake_fd, &one, sizeof one);
+  (void)w; // a full counter already wakes the loop
+}
+
+bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *, void *),
+                 void *ud) {
+  server_cmd *c = calloc(1, sizeof *c);
+  if (!c) return false;
+  *c = (server_cmd){.fn = fn, .drop = drop, .ud = ud};
+  pthread_mutex_lock(&s->mu);
+  bool ok = !s->stopped;
+  if (ok) {
+    if (s->cmd_tail)
+      s->cmd_tail->next = c;
+    else
+      s->cmd_head = c;
+    s->cmd_tail = c;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!ok) {
+    free(c);
+    return false;
+  }
+  server_wake(s);
+  return true;
+}
+
+bool server_loop_call(server *s, void (*fn)(server *s, void *ud), void *ud) {
+  bool ran = false;
+  server_cmd *c = calloc(1, sizeof *c);
+  if (!c) return false;
+  *c = (server_cmd){.fn = fn, .ud = ud, .ran = &ran};
+  pthread_mutex_lock(&s->mu);
+  bool ok = !s->stopped;
+  if (ok) {
+    if (s->cmd_tail)
+      s->cmd_tail->next = c;
+    else
+      s->cmd_head = c;
+    s->cmd_tail = c;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!ok) {
+    free(c);
+    return false;
+  }
+  server_wake(s);
+  pthread_mutex_lock(&s->mu);
+  while (!ran && !s->stopped) pthread_cond_wait(&s->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return ran;
+}
+
+replica *server_replica(server *s, int i) { return i >= 0 && i < s->n_reps ? s->reps[i] : NULL; }
+int server_n_replicas(const server *s) { return s->n_reps; }
+
+// --- output: bytes for a connection (mu taken here)
+// Appends text (owned, may be NULL: out of memory) to g's output and wakes its connection.
+// done: nothing more will follow (status: a non-streamed body's HTTP status).
+static void emit(server *s, gen *g, char *text, bool done, int status) {
+  pthread_mutex_lock(&s->mu);
+  if (text && !g->gone && !g->hung_up) {
+    size_t n = strlen(text);
+    if (g->len + n + 1 > g->cap) { // out stays NUL-terminated (a whole body is sent as a string)
+      size_t cap = g->cap ? g->cap : 256;
+      while (cap < g->len + n + 1) cap *= 2;
+      char *p = realloc(g->out, cap);
+      if (p) {
+        g->out = p;
+        g->cap = cap;
+      }
+    }
+    if (g->len + n + 1 <= g->cap) {
+      memcpy(g->out + g->len, text, n + 1);
+      g->len += n;
+    }
+  }
+  if (done) {
+    g->done = true;
+    g->status = status;
+  }
+  if (g->suspended && g->conn) {
+    g->suspended = false;
+    MHD_resume_connection(g->conn);
+  }
+  pthread_mutex_unlock(&s->mu);
+  free(text);
+}
+
+static char *copy_str(const char *t) { return strdup(t); }
+
+// --- the request table
+static bool grow_table(server *s) {
+  if (s->reqs.n < s->reqs.cap) return true;
+  size_t cap = s->reqs.cap ? s->reqs.cap * 2 : 256;
+  req_rec *p = realloc(s->reqs.v, cap * sizeof *p);
+  if (!p) return false;
+  s->reqs.v = p;
+  gen **b = realloc(s->by_key, cap * sizeof *b);
+  if (!b) return false;
+  s->by_key = b;
+  s->reqs.cap = cap;
+  return true;
+}
+
+// Once nothing is in flight or waiting for a retry, the table starts again from row 0, so a
+// long-lived server does not grow with every request it ever served.
+static void maybe_recycle(server *s) {
+  if (s->reqs.inflight || s->reqs.n < TABLE_RECYCLE) return;
+  router_tick(s->rt, rel_now(s)); // drops finished rows from its retry queue
+  if (router_next(s->rt) != UINT64_MAX) return;
+  for (size_t k = 0; k < s->reqs.n; k++) {
+    free(s->reqs.v[k].tok);
+    free(s->reqs.v[k].ids);
+  }
+  s->reqs.n = s->reqs.low = 0;
+}
+
+static const char *finish_name(engine_finish_reason r) {
+  return r == FINISH_STOP ? "stop" : "length"; // vLLM says length at the context's end too
+}
+
+// Ends generation k: a normal finish (finish != NULL), or an error (status, msg). Closes the
+// stream or completes the body; updates the metrics.
+static void finish_gen(server *s, uint64_t k, const char *finish, int status, const char *msg,
+                       req_status st) {
+  req_rec *q = &s->reqs.v[k];
+  gen *g = s->by_key[k];
+  if (q->state == REQ_DONE) return;
+  q->state = REQ_DONE;
+  q->status = st;
+  s->reqs.inflight--;
+  if (q->dispatched && !q->waiting) router_done(s->rt, q->replica);
+  q->waiting = false;
+  while (s->reqs.low < s->reqs.n && s->reqs.v[s->reqs.low].state == REQ_DONE) s->reqs.low++;
+  s->by_key[k] = NULL;
+  if (!g) return;
+  // metrics first: a client that has its answer sees them counted
+  uint64_t now = sc_monotonic_ns();
+  pthread_mutex_lock(&s->mu);
+  s->inflight--;
+  if (!g->first_ns) s->waiting--;
+  if (st == REQ_OK) {
+    int kind = !strcmp(finish, "stop") ? 0 : 1;
+    s->m.success[kind]++;
+    s->m.prompt_tokens += (uint64_t)g->req.n_prompt;
+    srv_hist_add(&s->m.e2e, srv_e2e_bounds, SRV_E2E_BUCKETS, (double)(now - g->arrival_ns) * 1e-9);
+  } else if (st == REQ_CANCELLED) {
+    s->m.success[2]++; // vLLM counts an aborted request as finished_reason "abort"
+    s->m.cancelled++;
+  } else {
+    s->m.failed++;
+  }
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  // output
+  if (finish) {
+    if (g->req.stream) {
+      if (!g->final_sent) emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
+      if (g->req.include_usage)
+        emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
+      emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
+    } else {
+      emit(s, g,
+           oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish, g->req.n_prompt),
+           true, 200);
+    }
+  } else if (g->req.stream) {
+    emit(s, g, oai_sse_error(status, msg), false, 0);
+    emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
+  } else {
+    emit(s, g, oai_error_body(status, "", msg), true, status);
+  }
+  // the loop's reference
+  g->live = false;
+  if (g->prev)
+    g->prev->next = g->next;
+  else
+    s->live = g->next;
+  if (g->next) g->next->prev = g->prev;
+  g->prev = g->next = NULL;
+  gen_unref(g);
+}
+
+// --- router hooks
+static bool dispatch(void *ud, uint64_t k, uint64_t t) {
+  server *s = ud;
+  req_rec *q = &s->reqs.v[k];
+  gen *g = s->by_key[k];
+  int i = router_pick(s->rt, q);
+  if (i < 0) return false;
+  const oai_request *rq = &g->req;
+  int32_t *joined = NULL;
+  const int32_t *prompt = rq->prompt;
+  int n_prompt = rq->n_prompt;
+  if (q->n_tok > 0) { // a resume: the prompt, then the tokens the client already has
+    joined = malloc((size_t)(rq->n_prompt + q->n_tok) * sizeof *joined);
+    if (!joined) {
+      router_done(s->rt, i);
+      finish_gen(s, k, NULL, 500, "out of memory resuming the request", REQ_FAILED);
+      return true;
+    }
+    memcpy(joined, rq->prompt, (size_t)rq->n_prompt * sizeof *joined);
+    memcpy(joined + rq->n_prompt, q->ids, (size_t)q->n_tok * sizeof *joined);
+    prompt = joined;
+    n_prompt += q->n_tok;
+  }
+  q->replica = i;
+  q->epoch = replica_epoch(s->reps[i]);
+  q->loss_seen = false;
+  q->version = router_version(s->rt, i);
+  q->dispatched = true;
+  q->waiting = false;
+  if (!q->retries) q->dispatch = t;
+  // min_tokens: EOS may not end the request before it, so the loop ends it at an EOS past it
+  bool eos_stops = !rq->ignore_eos && rq->min_tokens == 0;
+  engine_request er = {.prompt = prompt,
+                       .n_prompt = n_prompt,
+                       .max_tokens = rq->max_tokens - q->n_tok,
+                       .sampling = {.temperature = (float)rq->temperature,
+                                    .top_p = (float)rq->top_p,
+                                    .seed = rq->seed},
+                       .stop_at_eos = eos_stops};
+  sc_error e = {{0}};
+  if (replica_submit(s->reps[i], k, &er, &e) != SC_OK)
+    finish_gen(s, k, NULL, 500, e.msg[0] ? e.msg : "the replica refused the request", REQ_FAILED);
+  free(joined);
+  return true;
+}
+
+static void fail_hook(void *ud, uint64_t k, const char *reason, const char *error, uint64_t t) {
+  (void)t;
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", reason, error ? error : "");
+  finish_gen(ud, k, NULL, 500, msg, REQ_FAILED);
+}
+
+// --- commands from the HTTP side
+void server_loop_submit(server *s, void *ud) {
+  gen *g = ud; // the command's reference becomes the loop's
+  pthread_mutex_lock(&s->mu);
+  bool gone = g->gone;
+  pthread_mutex_unlock(&s->mu);
+  if (gone || !grow_table(s)) {
+    pthread_mutex_lock(&s->mu);
+    s->inflight--;
+    s->waiting--;
+    pthread_mutex_unlock(&s->mu);
+    emit(s, g, gone ? NULL : oai_error_body(500, "", "out of memory"), true, 500);
+    gen_unref(g);
+    return;
+  }
+  uint64_t k = s->reqs.n++;
+  req_rec *q = &s->reqs.v[k];
+  *q = (req_rec){.arrival = g->arrival_ns - s->t0,
+                 .prompt_tokens = g->req.n_prompt,
+                 .max_tokens = g->req.max_tokens,
+                 .replica = -1,
+                 .user = -1,
+                 .fault = -1,
+                 .state = REQ_INFLIGHT};
+  s->reqs.inflight++;
+  s->by_key[k] = g;
+  g->key = k;
+  g->live = true;
+  g->next = s->live;
+  if (s->live) s->live->prev = g;
+  s->live = g;
+  if (g->req.stream && g->req.kind == OAI_CHAT) emit(s, g, oai_sse_role(&g->resp), false, 0);
+  uint64_t t = rel_now(s);
+  if (!dispatch(s, k, t) && !router_hold(s->rt, k, t))
+    finish_gen(s, k, NULL, 503, "no healthy replica to send the request to", REQ_FAILED);
+}
+
+// The client went away: its request ends now (its KV blocks are freed before the next step).
+static void cancel_gen(server *s, gen *g) {
+  if (!g->live || g->cancelling) return;
+  req_rec *q = &s->reqs.v[g->key];
+  if (!q->dispatched || q->waiting) {
+    finish_gen(s, g->key, NULL, 499, "cancelled", REQ_CANCELLED);
+    return;
+  }
+  g->cancelling = true;
+  replica_cancel(s->reps[q->replica], g->key);
+}
+
+void server_loop_cancel(server *s, void *ud) {
+  gen *g = ud;
+  cancel_gen(s, g);
+  gen_unref(g);
+}
+
+// Runs the queued commands (outside mu).
+static void run_commands(server *s) {
+  pthread_mutex_lock(&s->mu);
+  server_cmd *c = s->cmd_head;
+  s->cmd_head = s->cmd_tail = NULL;
+  pthread_mutex_unlock(&s->mu);
+  while (c) {
+    server_cmd *next = c->next;
+    c->fn(s, c->ud);
+    if (c->ran) {
+      pthread_mutex_lock(&s->mu);
+      *c->ran = true;
+      pthread_cond_broadcast(&s->cv);
+      pthread_mutex_unlock(&s->mu);
+    }
+    free(c);
+    c = next;
+  }
+}
+
+// --- events
+static void add_token(server *s, gen *g, req_rec *q, int32_t id) {
+  if (q->n_tok == q->cap_tok) {
+    int cap = q->cap_tok ? q->cap_tok * 2 : 16;
+    uint64_t *p = realloc(q->tok, (size_t)cap * sizeof *p);
+    if (p) q->tok = p;
+    int32_t *d = realloc(q->ids, (size_t)cap * sizeof *d);
+    if (d) q->ids = d;
+    if (!p || !d) return;
+    q->cap_tok = cap;
+  }
+  q->ids[q->n_tok] = id;
+  q->tok[q->n_tok++] = rel_now(s);
+}
+
+static void on_token(server *s, gen *g, req_rec *q, const replica_event *ev) {
+  const oai_request *rq = &g->req;
+  add_token(s, g, q, ev->token);
+  int idx = q->n_tok - 1;
+  uint64_t now = sc_monotonic_ns();
+  pthread_mutex_lock(&s->mu);
+  if (!g->first_ns) {
+    g->first_ns = now;
+    s->waiting--;
+    srv_hist_add(&s->m.ttft, srv_ttft_bounds, SRV_TTFT_BUCKETS,
+                 (double)(now - g->arrival_ns) * 1e-9);
+  }
+  s->m.generation_tokens++;
+  pthread_mutex_unlock(&s->mu);
+  const model_config *m = s->lim.model;
+  bool eos = !rq->ignore_eos && ev->token == m->eos_token_id;
+  const char *finish = NULL;
+  if (eos && idx >= rq->min_tokens)
+    finish = "stop";
+  else if (q->n_tok >= rq->max_tokens)
+    finish = "length";
+  else if (rq->n_prompt + q->n_tok >= m->max_seq_len)
+    finish = "length";
+  char text[64];
+  oai_token_text(m, s->c.synthetic_text, ev->token, text, sizeof text);
+  if (rq->stream) {
+    emit(s, g, oai_sse_content(&g->resp, text, &ev->token, 1, finish), false, 0);
+    g->final_sent = finish != NULL;
+  } else {
+    size_t n = strlen(text);
+    if (g->text_len + n + 1 > g->text_cap) {
+      size_t cap = g->text_cap ? g->text_cap * 2 : 256;
+      while (cap < g->text_len + n + 1) cap *= 2;
+      char *p = realloc(g->text, cap);
+      if (p) {
+        g->text = p;
+        g->text_cap = cap;
+      }
+    }
+    if (g->text_len + n + 1 <= g->text_cap) {
+      memcpy(g->text + g->text_len, text, n + 1);
+      g->text_len += n;
+    }
+  }
+  if (finish) snprintf(g->finish, sizeof g->finish, "%s", finish);
+  if (finish && eos && rq->min_tokens > 0) { // the engine does not stop at it: end it here
+    g->cancelling = true;                    // its FINISHED (cancelled) event ends it, as a stop
+    replica_cancel(s->reps[q->replica], g->key);
+  }
+}
+
+static void on_event(server *s, int rep, const replica_event *ev) {
+  if (ev->kind == REPLICA_EV_STEP || ev->key >= s->reqs.n) return;
+  req_rec *q = &s->reqs.v[ev->key];
+  gen *g = s->by_key[ev->key];
+  if (q->state == REQ_DONE || !g || q->replica != rep || q->waiting) return; // stale
+  switch (ev->kind) {
+  case REPLICA_EV_TOKEN:
+    if (!g->cancelling) on_token(s, g, q, ev);
+    break;
+  case REPLICA_EV_FINISHED:
+    if (ev->reason == FINISH_CANCELLED)
+      finish_gen(s, ev->key, g->finish[0] ? g->finish : NULL, 499, "cancelled",
+                 g->finish[0] ? REQ_OK : REQ_CANCELLED);
+    else
+      finish_gen(s, ev->key, g->finish[0] ? g->finish : finish_name(ev->reason), 200, NULL, REQ_OK);
+    break;
+  case REPLICA_EV_FAILED:
+    if (replica_failure_is_loss(ev->failure) && !g->cancelling) {
+      q->loss_seen = true;
+      router_on_lost(s->rt, ev->key, rep, rel_now(s));
+      break;
+    }
+    {
+      char msg[300];
+      snprintf(msg, sizeof msg, "%s: %s", replica_failure_name(ev->failure),
+               ev->status == SC_INVALID ? "the engine refused the request"
+                                        : replica_error(s->reps[rep]));
+      finish_gen(s, ev->key, NULL, ev->status == SC_INVALID ? 400 : 500, msg, REQ_FAILED);
+    }
+    break;
+  default: break;
+  }
+}
+
+// Pulls and handles every pending event; true when there were any.
+static bool drain_events(server *s) {
+  replica_event ev[EV_BATCH];
+  bool any = false;
+  for (int i = 0; i < s->n_reps; i++) {
+    for (;;) {
+      int n = replica_poll(s->reps[i], ev, EV_BATCH);
+      if (n <= 0) break;
+      any = true;
+      s->n_events += (uint64_t)n;
+      for (int k = 0; k < n; k++) on_event(s, i, &ev[k]);
+    }
+  }
+  return any;
+}
+
+// Sim: completes every step that ends by wall time `wall` (ns since t0) at its own end time,
+// handing out events as they become pollable.
+static void sim_catch_up(server *s, uint64_t wall) {
+  for (int guard = 0; guard < 1000000; guard++) {
+    uint64_t t = UINT64_MAX;
+    for (int i = 0; i < s->n_reps; i++) {
+      uint64_t n = replica_next_ns(s->reps[i]);
+      if (n < t) t = n;
+    }
+    if (t > wall) break;
+    if (t > s->vnow) s->vnow = t;
+    bool moved = false;
+    for (int i = 0; i < s->n_reps; i++)
+      if (replica_next_ns(s->reps[i]) <= s->vnow) moved |= replica_advance(s->reps[i], s->vnow);
+    moved |= drain_events(s);
+    if (!moved && t <= s->vnow) {
+      // nothing came of it: the replicas wait on the clock, which is now `wall`
+      if (s->vnow >= wall) break;
+      s->vnow = wall;
+    }
+  }
+  if (wall > s->vnow) s->vnow = wall;
+}
+
+// Copies the replicas' gauges for /metrics.
+static void refresh_gauges(server *s) {
+  srv_replica_gauges g[64];
+  int n = s->n_reps < 64 ? s->n_reps : 64;
+  for (int i = 0; i < n; i++) {
+    engine_stats st;
+    replica_stats(s->reps[i], &st);
+    g[i] = (srv_replica_gauges){.kv_used = st.kv_used,
+                                .kv_total = st.kv_total,
+                                .running = st.running,
+                                .waiting = st.queue_len,
+                                .epoch = replica_epoch(s->reps[i]),
+                                .health = replica_health_get(s->reps[i])};
+  }
+  pthread_mutex_lock(&s->mu);
+  if (s->m.reps) memcpy(s->m.reps, g, (size_t)n * sizeof *g);
+  pthread_mutex_unlock(&s->mu);
+}
+
+// Ends every live generation with an error (drain timeout, stop).
+static int cut_off(server *s, const char *why) {
+  int n = 0;
+  while (s->live) {
+    gen *g = s->live;
+    req_rec *q = &s->reqs.v[g->key];
+    if (q->dispatched && !q->waiting && !g->cancelling) replica_cancel(s->reps[q->replica], g->key);
+    finish_gen(s, g->key, NULL, 503, why, REQ_CANCELLED);
+    n++;
+  }
+  return n;
+}
+
+// --- building the replicas
+static sc_status build(server *s, sc_error *err) {
+  engine_config ec = s->c.engine;
+  s->sim = s->c.replicas.kind == REPLICA_SIM;
+  ec.clock = s->sim ? (sc_clock){.now_ns = sim_clock_now, .ctx = &s->vnow} : sc_clock_monotonic();
+  s->reps = calloc((size_t)s->c.dp, sizeof *s->reps);
+  if (!s->reps) return sc_fail(err, SC_OOM, "out of memory");
+  router_config rc = {.policy = ROUTER_LEAST_OUTSTANDING,
+                      .max_retries = 3,
+                      .backoff_ns = 50000000ull,
+                      .resume = true};
+  router_hooks rh = {.ud = s, .dispatch = dispatch, .fail = fail_hook};
+  s->rt = router_new(&rc, s->reps, s->c.dp, &s->reqs, rh);
+  if (!s->rt) return sc_fail(err, SC_OOM, "out of memory");
+  for (int i = 0; i < s->c.dp; i++) {
+    ec.sim.layout.first_gpu = i * ec.tp * ec.pp;
+    ec.first_device = i * ec.tp * ec.pp;
+    SC_TRY(replica_new(&s->c.replicas, &ec, i, &s->reps[i], err));
+    s->n_reps++;
+  }
+  replica_set_peers(s->reps, s->n_reps);
+  return SC_OK;
+}
+
+// --- the loop
+void *server_loop_main(void *arg) {
+  server *s = arg;
+  sc_error err = {{0}};
+  sc_status st = build(s, &err);
+  int kv_blocks = 0, block = 0;
+  if (st == SC_OK) {
+    engine_stats es;
+    replica_stats(s->reps[0], &es);
+    kv_blocks = es.kv_total;
+    block = es.kv_block_size ? es.kv_block_size : s->c.engine.block_size;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->build_status = st;
+  s->build_err = err;
+  if (st == SC_OK) {
+    s->ready = true;
+    s->kv_blocks = kv_blocks;
+    s->lim.kv_tokens = kv_blocks * block;
+  } else {
+    s->failed = true;
+  }
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  if (st == SC_OK) refresh_gauges(s);
+
+  struct pollfd *fds = NULL;
+  gen **fd_gen = NULL;
+  size_t cap_fds = 0;
+  uint64_t next_tick = 0, seen_events = 0;
+  bool stop = st != SC_OK;
+  while (!stop) {
+    uint64_t wall = rel_now(s);
+    if (s->sim) sim_catch_up(s, wall);
+    run_commands(s);
+    router_tick(s->rt, wall);
+    if (s->sim) sim_catch_up(s, rel_now(s)); // new work starts now
+    drain_events(s);
+    bool events = s->n_events != seen_events; // also those handled while catching up (sim)
+    seen_events = s->n_events;
+    pthread_mutex_lock(&s->mu);
+    bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (stopping) break;
+    maybe_recycle(s);
+    wall = rel_now(s);
+    if (events || wall >= next_tick) {
+      refresh_gauges(s);
+      next_tick = wall + TICK_NS;
+    }
+    // what to sleep on: the wake fd, the replicas, the suspended clients
+    size_t want = 1 + (size_t)s->n_reps;
+    for (gen *g = s->live; g; g = g->next) want++;
+    if (want > cap_fds) {
+      size_t cap = want * 2;
+      struct pollfd *f = realloc(fds, cap * sizeof *f);
+      if (f) fds = f;
+      gen **m = realloc(fd_gen, cap * sizeof *m);
+      if (m) fd_gen = m;
+      if (f && m) cap_fds = cap;
+    }
+    size_t n = 0;
+    fds[n] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
+    fd_gen[n++] = NULL;
+    for (int i = 0; i < s->n_reps; i++) {
+      int fd = replica_wait_fd(s->reps[i]);
+      if (fd < 0) continue;
+      fds[n] = (struct pollfd){.fd = fd, .events = POLLIN};
+      fd_gen[n++] = NULL;
+    }
+    size_t first_client = n;
+    pthread_mutex_lock(&s->mu);
+    for (gen *g = s->live; g && n < cap_fds; g = g->next)
+      if (g->suspended && g->conn && g->fd >= 0) {
+        fds[n] = (struct pollfd){.fd = g->fd, .events = POLLRDHUP};
+        fd_gen[n++] = g;
+      }
+    pthread_mutex_unlock(&s->mu);
+    uint64_t until = next_tick;
+    uint64_t r = router_next(s->rt);
+    if (r < until) until = r;
+    for (int i = 0; s->sim && i < s->n_reps; i++) {
+      uint64_t t = replica_next_ns(s->reps[i]);
+      if (t < until) until = t;
+    }
+    wall = rel_now(s);
+    uint64_t d = until > wall ? until - wall : 0;
+    struct timespec ts = {.tv_sec = (time_t)(d / 1000000000ull),
+                          .tv_nsec = (long)(d % 1000000000ull)};
+    int got = ppoll(fds, (nfds_t)n, &ts, NULL);
+    if (got > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t v;
+      ssize_t rd = read(s->wake_fd, &v, sizeof v);
+      (void)rd;
+    }
+    for (size_t i = first_client; got > 0 && i < n; i++) {
+      if (!(fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
+      gen *g = fd_gen[i];
+      pthread_mutex_lock(&s->mu);
+      bool still = g->suspended && g->conn;
+      if (still) { // close it: nothing more is sent
+        g->hung_up = true;
+        g->suspended = false;
+        MHD_resume_connection(g->conn);
+      }
+      pthread_mutex_unlock(&s->mu);
+      if (still) cancel_gen(s, g);
+    }
+  }
+  free(fds);
+  free(fd_gen);
+  // stopping: end what is left, then let no connection suspend again
+  if (st == SC_OK) {
+    run_commands(s);
+    cut_off(s, "the server is shutting down");
+    drain_events(s);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->stopped = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+// Drain: the caller's thread waits for the loop's generations to end.
+static void cut_cmd(server *s, void *ud) {
+  *(int *)ud = cut_off(s, "the server is shutting down: the drain timeout passed");
+}
+
+int server_drain(server *s, uint64_t timeout_ns) {
+  pthread_mutex_lock(&s->mu);
+  s->draining = true;
+  pthread_mutex_unlock(&s->mu);
+  server_wake(s);
+  uint64_t end = sc_monotonic_ns() + timeout_ns;
+  pthread_mutex_lock(&s->mu);
+  while (s->inflight > 0 && !s->stopped) {
+    uint64_t now = sc_monotonic_ns();
+    if (now >= end) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t wait = end - now < 100000000ull ? end - now : 100000000ull;
+    ts.tv_nsec += (long)(wait % 1000000000ull);
+    ts.tv_sec += (time_t)(wait / 1000000000ull) + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+  }
+  int left = s->inflight;
+  pthread_mutex_unlock(&s->mu);
+  int cut = 0;
+  if (left > 0 && !server_loop_call(s, cut_cmd, &cut)) cut = left;
+  return cut;
+}

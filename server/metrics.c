@@ -1,0 +1,164 @@
+// /metrics: the server's counters and gauges in the Prometheus text format, under vLLM's names
+// where they mean the same (vllm:num_requests_running, vllm:gpu_cache_usage_perc, ...), and
+// shardcheck's own per replica (KV blocks, epoch, health). Who counts what is server/loop.c's;
+// this file only renders.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+
+// vLLM's buckets (vllm/engine/metrics.py).
+const double srv_ttft_bounds[SRV_TTFT_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                                  0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0};
+const double srv_e2e_bounds[SRV_E2E_BUCKETS] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5, 5.0,
+                                                10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0};
+
+void srv_hist_add(srv_hist *h, const double *bounds, int n_bounds, double v) {
+  h->count++;
+  h->sum += v;
+  for (int i = 0; i < n_bounds; i++)
+    if (v <= bounds[i]) {
+      h->le[i]++;
+      return;
+    }
+}
+
+typedef struct buf {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = true;
+      return;
+    }
+    if ((size_t)k < b->cap - b->n) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap * 2 + (size_t)k;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+}
+
+static void hist(buf *b, const char *name, const char *help, const srv_hist *h,
+                 const double *bounds, int n, const char *model) {
+  put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+  uint64_t cum = 0;
+  for (int i = 0; i < n; i++) {
+    cum += h->le[i];
+    put(b, "%s_bucket{le=\"%g\",model_name=\"%s\"} %llu\n", name, bounds[i], model,
+        (unsigned long long)cum);
+  }
+  put(b, "%s_bucket{le=\"+Inf\",model_name=\"%s\"} %llu\n", name, model,
+      (unsigned long long)h->count);
+  put(b, "%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h->count);
+  put(b, "%s_sum{model_name=\"%s\"} %.9g\n", name, model, h->sum);
+}
+
+char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, int pending) {
+  buf b = {.cap = 4096};
+  b.p = malloc(b.cap);
+  if (!b.p) return NULL;
+  b.p[0] = 0;
+  int running = 0, waiting = 0;
+  long kv_used = 0, kv_total = 0;
+  for (int i = 0; i < n_reps; i++) {
+    running += m->reps[i].running;
+    waiting += m->reps[i].waiting;
+    kv_used += m->reps[i].kv_used;
+    kv_total += m->reps[i].kv_total;
+  }
+  put(&b,
+      "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+      "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"%s\"} %d\n",
+      model, running);
+  put(&b,
+      "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+      "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"%s\"} %d\n",
+      model, waiting);
+  put(&b,
+      "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n"
+      "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"%s\"} %.6g\n",
+      model, kv_total ? (double)kv_used / (double)kv_total : 0.0);
+  put(&b,
+      "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+      "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"%s\"} %llu\n",
+      model, (unsigned long long)m->prompt_tokens);
+  put(&b,
+      "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+      "# TYPE vllm:generation_tokens_total counter\n"
+      "vllm:generation_tokens_total{model_name=\"%s\"} %llu\n",
+      model, (unsigned long long)m->generation_tokens);
+  static const char *const reasons[SRV_FINISH_KINDS] = {"stop", "length", "abort"};
+  put(&b, "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+          "# TYPE vllm:request_success_total counter\n");
+  for (int i = 0; i < SRV_FINISH_KINDS; i++)
+    put(&b, "vllm:request_success_total{finished_reason=\"%s\",model_name=\"%s\"} %llu\n",
+        reasons[i], model, (unsigned long long)m->success[i]);
+  hist(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+       &m->ttft, srv_ttft_bounds, SRV_TTFT_BUCKETS, model);
+  hist(&b, "vllm:e2e_request_latency_seconds",
+       "Histogram of end to end request latency in seconds.", &m->e2e, srv_e2e_bounds,
+       SRV_E2E_BUCKETS, model);
+  put(&b,
+      "# HELP shardcheck:requests_pending Requests accepted without a first token yet (what "
+      "--max-pending counts).\n# TYPE shardcheck:requests_pending gauge\n"
+      "shardcheck:requests_pending %d\n",
+      pending);
+  put(&b,
+      "# HELP shardcheck:requests_failed_total Requests that ended with an error.\n"
+      "# TYPE shardcheck:requests_failed_total counter\nshardcheck:requests_failed_total %llu\n",
+      (unsigned long long)m->failed);
+  put(&b,
+      "# HELP shardcheck:requests_cancelled_total Requests whose client went away.\n"
+      "# TYPE shardcheck:requests_cancelled_total counter\n"
+      "shardcheck:requests_cancelled_total %llu\n",
+      (unsigned long long)m->cancelled);
+  put(&b,
+      "# HELP shardcheck:requests_rejected_total Requests refused with 503 past --max-pending.\n"
+      "# TYPE shardcheck:requests_rejected_total counter\n"
+      "shardcheck:requests_rejected_total %llu\n",
+      (unsigned long long)m->rejected);
+  static const char *const gauges[][2] = {
+      {"kv_blocks_used", "KV-cache blocks in use on the replica."},
+      {"kv_blocks_total", "KV-cache blocks of the replica."},
+      {"replica_epoch", "The replica's incarnation (1 at start, +1 per restart or swap)."},
+      {"replica_healthy", "1 while the replica is healthy, else 0."},
+      {"replica_health", "The replica's state: 0 healthy, 1 draining, 2 unhealthy, 3 dead."}};
+  for (size_t k = 0; k < sizeof gauges / sizeof gauges[0]; k++) {
+    put(&b, "# HELP shardcheck:%s %s\n# TYPE shardcheck:%s gauge\n", gauges[k][0], gauges[k][1],
+        gauges[k][0]);
+    for (int i = 0; i < n_reps; i++) {
+      const srv_replica_gauges *g = &m->reps[i];
+      long v = k == 0   ? g->kv_used
+               : k == 1 ? g->kv_total
+               : k == 2 ? g->epoch
+               : k == 3 ? g->health == REPLICA_HEALTHY
+                        : (long)g->health;
+      put(&b, "shardcheck:%s{replica=\"%d\"} %ld\n", gauges[k][0], i, v);
+    }
+  }
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  return b.p;
+}

@@ -1,0 +1,126 @@
+// The server's lifecycle (see server.h): config defaults, start (the HTTP side, then the loop
+// thread that builds the replicas), readiness, and the orderly stop. The loop is server/loop.c,
+// the HTTP side server/http.c.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "kernels/clock.h"
+#include "server/server_impl.h"
+
+server_config server_config_defaults(void) {
+  return (server_config){.host = "127.0.0.1",
+                         .port = 8000,
+                         .served_name = "model",
+                         .max_body_bytes = 1u << 20,
+                         .max_connections = 1024,
+                         .max_pending = 4096,
+                         .idle_timeout_s = 30,
+                         .engine = engine_config_defaults(),
+                         .dp = 1,
+                         .replicas = {.kind = REPLICA_LOCAL},
+                         .layout = "tp1"};
+}
+
+static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
+
+sc_status server_new(const server_config *c, server **out, sc_error *err) {
+  *out = NULL;
+  if (c->dp < 1 || c->max_model_len < 2 || c->max_model_len > c->engine.model.max_seq_len)
+    return sc_fail(err, SC_INVALID, "server: dp must be >= 1 and max_model_len in [2, %d]",
+                   c->engine.model.max_seq_len);
+  server *s = calloc(1, sizeof *s);
+  if (!s) return sc_fail(err, SC_OOM, "out of memory");
+  s->c = *c;
+  s->host = strdup(c->host ? c->host : "127.0.0.1");
+  s->name = strdup(c->served_name ? c->served_name : "model");
+  s->key = dup_or_null(c->api_key);
+  s->layout = strdup(c->layout ? c->layout : "");
+  s->m.reps = calloc((size_t)c->dp, sizeof *s->m.reps);
+  s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->t0 = sc_monotonic_ns();
+  s->lim = (oai_limits){
+      .model = &s->c.engine.model, .served_name = s->name, .max_model_len = c->max_model_len};
+  if (!s->host || !s->name || !s->layout || !s->m.reps || s->wake_fd < 0 ||
+      (c->api_key && *c->api_key && !s->key)) {
+    server_free(s);
+    return sc_fail(err, SC_OOM, "out of memory");
+  }
+  sc_status st = server_http_start(s, err);
+  if (st != SC_OK) {
+    server_free(s);
+    return st;
+  }
+  if (pthread_create(&s->loop, NULL, server_loop_main, s) != 0) {
+    server_free(s);
+    return sc_fail(err, SC_OOM, "cannot start the loop thread");
+  }
+  s->loop_started = true;
+  *out = s;
+  return SC_OK;
+}
+
+sc_status server_wait_ready(server *s, sc_error *err) {
+  pthread_mutex_lock(&s->mu);
+  while (!s->ready && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
+  sc_status st = s->ready ? SC_OK : s->build_status;
+  if (err && !s->ready) *err = s->build_err;
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+int server_port(const server *s) { return s->port; }
+
+int server_kv_blocks(const server *s) {
+  server *m = (server *)s;
+  pthread_mutex_lock(&m->mu);
+  int n = m->kv_blocks;
+  pthread_mutex_unlock(&m->mu);
+  return n;
+}
+
+void server_free(server *s) {
+  if (!s) return;
+  if (s->loop_started) {
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_mutex_unlock(&s->mu);
+    server_wake(s);
+    pthread_join(s->loop, NULL);
+  } else {
+    pthread_mutex_lock(&s->mu);
+    s->stopped = true;
+    pthread_mutex_unlock(&s->mu);
+  }
+  server_http_stop(s); // every connection is closed: their commands are queued below
+  // Commands the loop never ran: release what they hold.
+  server_cmd *c = s->cmd_head;
+  s->cmd_head = s->cmd_tail = NULL;
+  while (c) {
+    server_cmd *next = c->next;
+    if (c->drop) c->drop(s, c->ud);
+    free(c);
+    c = next;
+  }
+  for (int i = 0; i < s->n_reps; i++) replica_free(s->reps[i]);
+  router_free(s->rt);
+  for (size_t k = 0; k < s->reqs.n; k++) {
+    free(s->reqs.v[k].tok);
+    free(s->reqs.v[k].ids);
+  }
+  free(s->reqs.v);
+  free(s->by_key);
+  free(s->reps);
+  free(s->m.reps);
+  if (s->wake_fd >= 0) close(s->wake_fd);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s->host);
+  free(s->name);
+  free(s->key);
+  free(s->layout);
+  free(s);
+}

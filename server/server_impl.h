@@ -1,0 +1,139 @@
+// The server's insides, shared by its HTTP side (server/http.c), its loop thread
+// (server/loop.c) and /metrics (server/metrics.c). server.h is the public API.
+//
+// Ownership and threads: `mu` guards every field marked (mu); fields marked (loop) belong to
+// the loop thread alone, (http) to libmicrohttpd's one internal thread. A generation (gen) is
+// shared: the handler makes it, the loop fills its output, the connection sends it; each holder
+// keeps a reference and the last one frees it.
+#pragma once
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/openai.h"
+#include "server/server.h"
+#include "serving/request.h"
+#include "serving/router.h"
+
+// --- one generation request
+typedef struct gen gen;
+struct gen {
+  server *srv;
+  // Set by the handler before the loop sees it; read-only after.
+  oai_request req;
+  oai_resp resp;
+  char id[48];
+  uint64_t arrival_ns;         // monotonic, when the body was complete
+  struct MHD_Connection *conn; // its connection (NULL once closed (mu))
+  int fd;                      // the client's socket, polled for a hang-up while suspended
+  // (mu)
+  int refs;
+  char *out; // (len) bytes for the connection, from off
+  size_t len, off, cap;
+  int status;     // non-streamed: the response's status once done
+  bool done;      // nothing more will be added to out
+  bool suspended; // the connection is suspended until the loop adds bytes
+  bool gone;      // the connection closed (client gone or response sent)
+  bool hung_up;   // the loop saw the client hang up: close, send nothing more
+  // (loop)
+  uint64_t key;    // its row in the loop's request table
+  bool live;       // in the loop's table and not finished
+  bool final_sent; // the chunk with finish_reason went out
+  bool cancelling; // a cancel was sent to its replica
+  char finish[16]; // the finish reason once known
+  char *text;      // non-streamed: the text so far (text_len)
+  size_t text_len, text_cap;
+  uint64_t first_ns; // monotonic, its first token (0: none yet)
+  gen *prev, *next;  // the loop's list of live generations
+};
+
+void gen_ref(gen *g);   // (mu) held
+void gen_unref(gen *g); // takes mu itself; frees on the last reference
+
+// --- commands: closures the HTTP side hands to the loop
+typedef struct server_cmd server_cmd;
+struct server_cmd {
+  void (*fn)(server *s, void *ud);
+  void (*drop)(server *s, void *ud); // the loop is gone: release ud instead (NULL: nothing)
+  void *ud;
+  bool *ran; // server_loop_call: set (mu) once fn ran, then cv broadcast
+  server_cmd *next;
+};
+// Queues a command and wakes the loop; false when the loop is gone (nothing queued).
+bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *, void *), void *ud);
+
+// --- metrics
+enum { SRV_TTFT_BUCKETS = 16, SRV_E2E_BUCKETS = 15, SRV_FINISH_KINDS = 3 };
+typedef struct srv_hist {
+  uint64_t count;
+  double sum;
+  uint64_t le[20]; // cumulative at render time; here per bucket
+} srv_hist;
+
+typedef struct srv_replica_gauges {
+  int kv_used, kv_total, running, waiting, epoch;
+  replica_health health;
+} srv_replica_gauges;
+
+typedef struct srv_metrics {
+  uint64_t prompt_tokens, generation_tokens;
+  uint64_t success[SRV_FINISH_KINDS]; // finished_reason stop, length, abort
+  uint64_t failed, cancelled, rejected;
+  srv_hist ttft, e2e;
+  srv_replica_gauges *reps; // (n_reps)
+} srv_metrics;
+
+// Renders /metrics (Prometheus text, vLLM's names) from m; malloc'd, NULL when out of memory.
+char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, int pending);
+void srv_hist_add(srv_hist *h, const double *bounds, int n_bounds, double v);
+extern const double srv_ttft_bounds[SRV_TTFT_BUCKETS];
+extern const double srv_e2e_bounds[SRV_E2E_BUCKETS];
+
+// --- the server
+struct server {
+  server_config c; // strings below are copies
+  char *host, *name, *key, *layout;
+  oai_limits lim; // kv_tokens set once ready
+  struct MHD_Daemon *d;
+  int port;
+  int wake_fd; // eventfd: commands or a state change for the loop
+  pthread_t loop;
+  bool loop_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  // (mu)
+  server_cmd *cmd_head, *cmd_tail;
+  bool ready, failed; // replicas built / failed to build (build_err says why)
+  sc_status build_status;
+  sc_error build_err;
+  bool draining; // new generations get 503
+  bool stopping; // the loop is asked to end
+  bool stopped;  // the loop has ended: nothing may suspend any more
+  int inflight;  // generations accepted and not finished
+  int waiting;   // of them, without a first token yet (--max-pending counts these)
+  int kv_blocks; // per replica, once ready
+  srv_metrics m;
+  // (http)
+  int n_conns;
+  // (loop)
+  replica **reps;
+  int n_reps;
+  router *rt;
+  req_table reqs;
+  gen **by_key;  // (reqs.cap) the generation of each row
+  gen *live;     // live generations
+  uint64_t t0;   // monotonic at start: the sim replicas' clock origin
+  uint64_t vnow; // sim: the virtual clock (ns since t0)
+  bool sim;
+  uint64_t n_events; // events handled so far (the gauges refresh when it moves)
+};
+
+// The loop thread's body (server/loop.c).
+void *server_loop_main(void *arg);
+// HTTP side (server/http.c): starts and stops the daemon.
+sc_status server_http_start(server *s, sc_error *err);
+void server_http_stop(server *s);
+// Wakes the loop (writes the eventfd).
+void server_wake(server *s);

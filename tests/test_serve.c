@@ -1,0 +1,907 @@
+// `shardcheck serve` over HTTP, with libcurl as the client: every endpoint, status code and
+// field of docs/serve.md, streaming and not, completions and chat; bad input; client
+// disconnects; draining; exactness against `shardcheck generate`; 1,000 concurrent streams;
+// and sim mode's pacing against `shardcheck run --mode sim`.
+//
+// Most tests start the server in this process (server_new on an ephemeral port of 127.0.0.1),
+// so the sanitizers see both sides; the startup line and SIGTERM are tested on the binary.
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <math.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/clock.h"
+#include "server/deploy.h"
+#include "server/openai.h"
+#include "server/server.h"
+#include "tests/helpers.h"
+
+// --- a server in this process
+typedef struct bed {
+  server *srv;
+  void *keep;
+  int port;
+  server_config c;
+} bed;
+
+static bed *bed_start(serve_deploy d, void (*tweak)(server_config *)) {
+  if (!d.model) d.model = "llama-tiny";
+  if (!d.tp) d.tp = 1;
+  if (!d.pp) d.pp = 1;
+  if (!d.dp) d.dp = 1;
+  if (!d.sim && !d.threads) d.threads = 1;
+  bed *b = calloc(1, sizeof *b);
+  b->c = server_config_defaults();
+  sc_error err = {{0}};
+  cr_assert_eq(serve_deploy_config(&d, &b->c, &b->keep, &err), SC_OK, "%s", err.msg);
+  b->c.port = 0;
+  b->c.served_name = d.model;
+  b->c.replicas.proc.exe = SC_BINARY;
+  if (tweak) tweak(&b->c);
+  cr_assert_eq(server_new(&b->c, &b->srv, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(server_wait_ready(b->srv, &err), SC_OK, "%s", err.msg);
+  b->port = server_port(b->srv);
+  cr_assert_gt(b->port, 0);
+  return b;
+}
+
+static void bed_free(bed *b) {
+  server_free(b->srv);
+  serve_deploy_free(b->keep);
+  free(b);
+}
+
+// --- the client
+typedef struct resp {
+  long status;
+  char *body;
+  size_t len;
+  uint64_t t0;
+  uint64_t *t; // (n_t) when each "data: {" chunk with content arrived (monotonic ns)
+  int n_t;
+  int abort_after; // > 0: the write callback aborts once this many chunks arrived
+} resp;
+
+static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
+  resp *r = ud;
+  size_t k = sz * n;
+  r->body = realloc(r->body, r->len + k + 1);
+  memcpy(r->body + r->len, p, k);
+  uint64_t now = sc_monotonic_ns();
+  // count content chunks that ended in this piece
+  size_t from = r->len;
+  r->len += k;
+  r->body[r->len] = 0;
+  for (const char *q = r->body + (from > 8 ? from - 8 : 0); (q = strstr(q, "token_ids")); q++) {
+    if ((size_t)(q - r->body) < from) continue;
+    r->t = realloc(r->t, sizeof *r->t * (size_t)(r->n_t + 1));
+    r->t[r->n_t++] = now;
+  }
+  if (r->abort_after > 0 && r->n_t >= r->abort_after) return 0;
+  return k;
+}
+
+static CURL *easy(int port, const char *method, const char *path, const char *body,
+                  const char *header, resp *r, struct curl_slist **hl) {
+  CURL *c = curl_easy_init();
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  if (body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+  }
+  *hl = curl_slist_append(NULL, "Content-Type: application/json");
+  if (header) *hl = curl_slist_append(*hl, header);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hl);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+  r->t0 = sc_monotonic_ns();
+  return c;
+}
+
+static resp http(int port, const char *method, const char *path, const char *body,
+                 const char *header) {
+  resp r = {0};
+  struct curl_slist *hl;
+  CURL *c = easy(port, method, path, body, header, &r, &hl);
+  curl_easy_perform(c);
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  curl_easy_cleanup(c);
+  curl_slist_free_all(hl);
+  if (!r.body) r.body = calloc(1, 1);
+  return r;
+}
+
+static void resp_free(resp *r) {
+  free(r->body);
+  free(r->t);
+}
+
+static json_t *parse(const char *s) {
+  json_error_t e;
+  json_t *o = json_loads(s, 0, &e);
+  cr_assert(o, "not JSON (%s): %s", e.text, s);
+  return o;
+}
+
+// The SSE events of a streamed body: each "data: X" payload, in order.
+static int sse_events(const char *body, char ev[][4096], int cap) {
+  int n = 0;
+  for (const char *p = body; (p = strstr(p, "data: ")) && n < cap;) {
+    p += 6;
+    const char *e = strstr(p, "\n\n");
+    cr_assert(e, "an SSE event not ended by a blank line: %s", p);
+    size_t k = (size_t)(e - p) < 4095 ? (size_t)(e - p) : 4095;
+    memcpy(ev[n], p, k);
+    ev[n++][k] = 0;
+    p = e;
+  }
+  return n;
+}
+
+// The error object of a body: checks the status, and that the message names `needle`.
+static void expect_error(resp *r, long status, const char *needle) {
+  cr_assert_eq(r->status, status, "status %ld, want %ld: %s", r->status, status, r->body);
+  json_t *o = parse(r->body);
+  json_t *e = json_object_get(o, "error");
+  cr_assert(json_is_object(e), "%s", r->body);
+  cr_assert(json_is_string(json_object_get(e, "message")));
+  cr_assert(json_is_string(json_object_get(e, "type")));
+  cr_assert_eq(json_integer_value(json_object_get(e, "code")), status);
+  if (needle)
+    cr_assert(strstr(json_string_value(json_object_get(e, "message")), needle) ||
+                  (json_is_string(json_object_get(e, "param")) &&
+                   strstr(json_string_value(json_object_get(e, "param")), needle)),
+              "'%s' not named in %s", needle, r->body);
+  json_decref(o);
+}
+
+// A metric's value in /metrics (the first line starting with `line`).
+static double metric(int port, const char *line) {
+  resp r = http(port, "GET", "/metrics", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  char at[256];
+  snprintf(at, sizeof at, "\n%s", line);
+  const char *p = strstr(r.body, at);
+  cr_assert(p, "no '%s' in /metrics:\n%s", line, r.body);
+  double v = atof(p + strlen(at));
+  resp_free(&r);
+  return v;
+}
+
+// Waits (up to 10 s) until the metric reads want.
+static bool metric_becomes(int port, const char *line, double want) {
+  for (int i = 0; i < 1000; i++) {
+    if (metric(port, line) == want) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+static void setup(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void teardown(void) { curl_global_cleanup(); }
+
+TestSuite(serve, .init = setup, .fini = teardown, .timeout = 120);
+
+// --- endpoints
+Test(serve, completion_returns_text_token_ids_and_usage) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  resp r =
+      http(b->port, "POST", "/v1/completions",
+           "{\"model\":\"llama-tiny\",\"prompt\":\"Hello\",\"max_tokens\":8,\"ignore_eos\":true,"
+           "\"unknown_field\":{\"a\":[1,2]}}",
+           NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  json_t *o = parse(r.body);
+  cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+  cr_assert(!strncmp(json_string_value(json_object_get(o, "id")), "cmpl-", 5));
+  cr_assert_str_eq(json_string_value(json_object_get(o, "model")), "llama-tiny");
+  json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+  cr_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+  cr_assert(json_is_string(json_object_get(c, "text")));
+  cr_assert_eq(json_array_size(json_object_get(c, "token_ids")), 8);
+  json_t *u = json_object_get(o, "usage");
+  cr_assert_eq(json_integer_value(json_object_get(u, "prompt_tokens")), 6); // BOS + 5 bytes
+  cr_assert_eq(json_integer_value(json_object_get(u, "completion_tokens")), 8);
+  cr_assert_eq(json_integer_value(json_object_get(u, "total_tokens")), 14);
+  json_decref(o);
+  resp_free(&r);
+  bed_free(b);
+}
+
+Test(serve, chat_returns_an_assistant_message) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  resp r = http(b->port, "POST", "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\","
+                "\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"max_tokens\":5,"
+                "\"ignore_eos\":true,\"temperature\":0.7,\"top_p\":0.9,\"seed\":3}",
+                NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  json_t *o = parse(r.body);
+  cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
+  json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+  json_t *m = json_object_get(c, "message");
+  cr_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
+  cr_assert(json_is_string(json_object_get(m, "content")));
+  cr_assert_eq(json_array_size(json_object_get(c, "token_ids")), 5);
+  cr_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+  json_decref(o);
+  resp_free(&r);
+  bed_free(b);
+}
+
+Test(serve, chat_stream_is_role_content_finish_usage_done) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  resp r = http(b->port, "POST", "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4,"
+                "\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+                NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  static char ev[16][4096];
+  int n = sse_events(r.body, ev, 16);
+  cr_assert_eq(n, 1 + 4 + 1 + 1, "%s",
+               r.body); // role, 4 contents (the last with finish), usage, DONE
+  json_t *o = parse(ev[0]);
+  cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
+  json_t *d = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
+  cr_assert_str_eq(json_string_value(json_object_get(d, "role")), "assistant");
+  cr_assert_str_eq(json_string_value(json_object_get(d, "content")), "");
+  json_decref(o);
+  for (int i = 1; i <= 4; i++) {
+    o = parse(ev[i]);
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+    cr_assert(json_is_string(json_object_get(json_object_get(c, "delta"), "content")));
+    cr_assert_eq(json_array_size(json_object_get(c, "token_ids")), 1);
+    json_t *f = json_object_get(c, "finish_reason");
+    if (i < 4)
+      cr_assert(json_is_null(f), "%s", ev[i]);
+    else
+      cr_assert_str_eq(json_string_value(f), "length");
+    json_decref(o);
+  }
+  o = parse(ev[5]);
+  cr_assert_eq(json_array_size(json_object_get(o, "choices")), 0);
+  cr_assert_eq(
+      json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 4);
+  json_decref(o);
+  cr_assert_str_eq(ev[6], "[DONE]");
+  cr_assert(strstr(r.body, "\n\ndata: [DONE]\n\n"));
+  resp_free(&r);
+  bed_free(b);
+}
+
+Test(serve, completion_stream_chunks_are_text_completion_objects) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  resp r =
+      http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":[1,40,41,42],\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true}", NULL);
+  cr_assert_eq(r.status, 200);
+  static char ev[16][4096];
+  int n = sse_events(r.body, ev, 16);
+  cr_assert_eq(n, 3 + 1, "%s", r.body); // no usage chunk unless asked
+  for (int i = 0; i < 3; i++) {
+    json_t *o = parse(ev[i]);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+    cr_assert(json_is_string(json_object_get(c, "text")));
+    json_decref(o);
+  }
+  cr_assert_str_eq(ev[3], "[DONE]");
+  resp_free(&r);
+  bed_free(b);
+}
+
+Test(serve, models_health_and_metrics) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  resp r = http(b->port, "GET", "/v1/models", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  json_t *o = parse(r.body);
+  cr_assert_str_eq(
+      json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")),
+      "llama-tiny");
+  json_decref(o);
+  resp_free(&r);
+  r = http(b->port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  r = http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":\"ab\",\"max_tokens\":2,\"ignore_eos\":true}", NULL);
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  r = http(b->port, "GET", "/metrics", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  const char *names[] = {"vllm:num_requests_running{",
+                         "vllm:num_requests_waiting{",
+                         "vllm:gpu_cache_usage_perc{",
+                         "vllm:prompt_tokens_total{",
+                         "vllm:generation_tokens_total{",
+                         "vllm:request_success_total{finished_reason=\"length\"",
+                         "vllm:time_to_first_token_seconds_bucket{le=\"0.001\"",
+                         "vllm:e2e_request_latency_seconds_count{",
+                         "shardcheck:kv_blocks_used{replica=\"0\"}",
+                         "shardcheck:kv_blocks_total{replica=\"0\"}",
+                         "shardcheck:replica_epoch{replica=\"0\"} 1",
+                         "shardcheck:replica_healthy{replica=\"0\"} 1"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    cr_assert(strstr(r.body, names[i]), "no %s in\n%s", names[i], r.body);
+  resp_free(&r);
+  cr_assert_eq(metric(b->port, "vllm:generation_tokens_total{model_name=\"llama-tiny\"} "), 2);
+  cr_assert_eq(metric(b->port, "vllm:prompt_tokens_total{model_name=\"llama-tiny\"} "), 3);
+  cr_assert_eq(
+      metric(b->port,
+             "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama-tiny\"} "),
+      1);
+  bed_free(b);
+}
+
+Test(serve, binds_loopback_by_default) {
+  server_config c = server_config_defaults();
+  cr_assert_str_eq(c.host, "127.0.0.1");
+  cr_assert_eq(c.max_body_bytes, 1u << 20);
+}
+
+// --- errors before streaming
+static void key_tweak(server_config *c) { c->api_key = "sekret"; }
+
+Test(serve, api_key_is_required_on_v1_only) {
+  bed *b = bed_start((serve_deploy){0}, key_tweak);
+  resp r = http(b->port, "GET", "/v1/models", NULL, NULL);
+  expect_error(&r, 401, "API key");
+  resp_free(&r);
+  r = http(b->port, "GET", "/v1/models", NULL, "Authorization: Bearer sekreT");
+  expect_error(&r, 401, NULL);
+  resp_free(&r);
+  r = http(b->port, "GET", "/v1/models", NULL, "Authorization: Bearer sekret2");
+  expect_error(&r, 401, NULL);
+  resp_free(&r);
+  r = http(b->port, "GET", "/v1/models", NULL, "Authorization: Bearer sekret");
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  r = http(b->port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  bed_free(b);
+}
+
+Test(serve, status_codes_name_what_was_wrong) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  struct {
+    const char *method, *path, *body;
+    long status;
+    const char *needle;
+  } cases[] = {
+      {"GET", "/nope", NULL, 404, NULL},
+      {"GET", "/v1/completions", NULL, 405, "POST"},
+      {"POST", "/v1/models", "{}", 405, "GET"},
+      {"POST", "/v1/completions", "{\"model\":\"gpt-4\",\"prompt\":\"a\"}", 404, "gpt-4"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":\"8\"}", 400, "max_tokens"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"temperature\":-1}", 400, "temperature"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"top_p\":0}", 400, "top_p"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stream\":\"yes\"}", 400, "stream"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"ignore_eos\":1}", 400, "ignore_eos"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"seed\":1.5}", 400, "seed"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"min_tokens\":9,\"max_tokens\":4}", 400,
+       "min_tokens"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", 400, "not supported"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"best_of\":3}", 400, "not supported"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":2}", 400, "not supported"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[\"x\"]}", 400, "not supported"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"echo\":true}", 400, "not supported"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}",
+       400, "stream_options"},
+      {"POST", "/v1/completions", "{\"max_tokens\":3}", 400, "prompt"},
+      {"POST", "/v1/completions", "{\"prompt\":[1,2,512]}", 400, "vocabulary"},
+      {"POST", "/v1/completions", "{\"prompt\":[1,-3]}", 400, "vocabulary"},
+      {"POST", "/v1/completions", "{\"prompt\":[]}", 400, "prompt"},
+      {"POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", 400, "batched"},
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":600}", 400, "512"},
+      {"POST", "/v1/completions", "[1,2]", 400, "object"},
+      {"POST", "/v1/completions", "{\"prompt\": \"abc\", ", 400, "position"},
+      {"POST", "/v1/completions", "not json", 400, "position"},
+      {"POST", "/v1/chat/completions", "{\"messages\":[]}", 400, "messages"},
+      {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+       400, "role"},
+      {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400,
+       "content"},
+      {"POST", "/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 400,
+       "not supported"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    resp r = http(b->port, cases[i].method, cases[i].path, cases[i].body, NULL);
+    expect_error(&r, cases[i].status, cases[i].needle);
+    resp_free(&r);
+  }
+  bed_free(b);
+}
+
+Test(serve, prompt_longer_than_context_names_both_numbers) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  char *body = malloc(8000);
+  strcpy(body, "{\"prompt\":\"");
+  size_t n = strlen(body);
+  for (int i = 0; i < 600; i++) body[n++] = 'x';
+  strcpy(body + n, "\"}");
+  resp r = http(b->port, "POST", "/v1/completions", body, NULL);
+  expect_error(&r, 400, "maximum context length is 512 tokens");
+  cr_assert(strstr(r.body, "601 tokens"), "%s", r.body); // BOS + 600
+  resp_free(&r);
+  free(body);
+  bed_free(b);
+}
+
+static void small_body(server_config *c) { c->max_body_bytes = 4096; }
+
+Test(serve, large_and_deep_bodies_are_refused) {
+  bed *b = bed_start((serve_deploy){0}, small_body);
+  char *big = malloc(10000);
+  memset(big, ' ', 9999);
+  big[0] = '{';
+  big[9998] = '}';
+  big[9999] = 0;
+  resp r = http(b->port, "POST", "/v1/completions", big, NULL);
+  cr_assert_eq(r.status, 413, "%s", r.body);
+  resp_free(&r);
+  free(big);
+  char deep[400] = "{\"prompt\":\"a\",\"x\":";
+  size_t n = strlen(deep);
+  for (int i = 0; i < 70; i++) deep[n++] = '[';
+  for (int i = 0; i < 70; i++) deep[n++] = ']';
+  strcpy(deep + n, "}");
+  r = http(b->port, "POST", "/v1/completions", deep, NULL);
+  expect_error(&r, 400, "deeper than 64");
+  resp_free(&r);
+  bed_free(b);
+}
+
+Test(serve, after_malformed_corpus_server_answers_and_holds_no_kv) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  const char *corpus[] = {
+      "",
+      "{",
+      "}",
+      "[",
+      "null",
+      "true",
+      "42",
+      "\"str\"",
+      "{\"prompt\":}",
+      "{\"prompt\":\"a\",}",
+      "{\"prompt\":\"a\"} trailing",
+      "{'prompt':'a'}",
+      "{\"prompt\":\"\\ud800\"}",
+      "{\"prompt\":\"a\\u0000b\"}",
+      "{\"prompt\":[1,2,3.5]}",
+      "{\"prompt\":[1,[2]]}",
+      "{\"prompt\":{\"a\":1}}",
+      "{\"prompt\":\"a\",\"max_tokens\":1e99}",
+      "{\"prompt\":\"a\",\"max_tokens\":-1}",
+      "{\"prompt\":\"a\",\"max_tokens\":99999999999999999999}",
+      "{\"prompt\":\"a\",\"temperature\":\"hot\"}",
+      "{\"prompt\":\"a\",\"top_p\":2}",
+      "{\"prompt\":[99999999]}",
+      "{\"messages\":\"hi\"}",
+      "{\"prompt\":\"a\",\"stream\":null,\"n\":0}",
+      "\xff\xfe{}",
+      "{\"prompt\":\"a\",\"stream_options\":5,\"stream\":true}",
+      "{\"prompt\":\"a\",\"model\":7}",
+      "{\"prompt\":\"a\",\"stop\":5}",
+  };
+  int n = (int)(sizeof corpus / sizeof corpus[0]);
+  cr_assert_geq(n, 25);
+  for (int i = 0; i < n; i++) {
+    resp r = http(b->port, "POST", i % 3 == 1 ? "/v1/chat/completions" : "/v1/completions",
+                  corpus[i], NULL);
+    cr_assert(r.status == 400 || r.status == 404, "corpus[%d] %s: %ld %s", i, corpus[i], r.status,
+              r.body);
+    resp_free(&r);
+  }
+  resp r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"ok\",\"max_tokens\":2}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
+  cr_assert_eq(metric(b->port, "vllm:num_requests_running{model_name=\"llama-tiny\"} "), 0);
+  bed_free(b);
+}
+
+// --- connections: limits and timeouts
+static int raw_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(0x7f000001)};
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  return fd;
+}
+
+static void short_idle(server_config *c) {
+  c->idle_timeout_s = 1;
+  c->max_connections = 3;
+}
+
+Test(serve, slow_clients_time_out_and_connections_past_the_limit_get_503) {
+  bed *b = bed_start((serve_deploy){0}, short_idle);
+  // a client that sends half its headers and stops is closed after the idle timeout
+  int fd = raw_connect(b->port);
+  const char *half = "GET /health HTTP/1.1\r\nHost: x\r\n";
+  cr_assert_eq(write(fd, half, strlen(half)), (ssize_t)strlen(half));
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  cr_assert_eq(poll(&p, 1, 5000), 1, "the server kept a stalled connection open");
+  char buf[256];
+  cr_assert_leq(read(fd, buf, sizeof buf), 0);
+  close(fd);
+  // three idle connections held: the fourth request gets 503
+  int held[3];
+  for (int i = 0; i < 3; i++) held[i] = raw_connect(b->port);
+  usleep(100000);
+  resp r = http(b->port, "GET", "/health", NULL, NULL);
+  expect_error(&r, 503, "connections");
+  resp_free(&r);
+  for (int i = 0; i < 3; i++) close(held[i]);
+  usleep(100000);
+  r = http(b->port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  bed_free(b);
+}
+
+// --- disconnects (sim mode: llama3-70b steps take milliseconds of wall time)
+static serve_deploy sim70b(int tp) {
+  return (serve_deploy){.model = "llama3-70b", .sim = true, .profile = "h100-sxm", .tp = tp};
+}
+
+Test(serve, a_client_that_disconnects_cancels_its_request) {
+  bed *b = bed_start(sim70b(4), NULL);
+  // streamed: the client hangs up after two chunks
+  resp r = {.abort_after = 2};
+  struct curl_slist *hl;
+  CURL *c = easy(b->port, "POST", "/v1/completions",
+                 "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}",
+                 NULL, &r, &hl);
+  cr_assert_eq(curl_easy_perform(c), CURLE_WRITE_ERROR);
+  curl_easy_cleanup(c);
+  curl_slist_free_all(hl);
+  resp_free(&r);
+  cr_assert(metric_becomes(b->port, "shardcheck:requests_cancelled_total ", 1));
+  cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
+  // not streamed: the client gives up while its connection waits suspended
+  resp q = {0};
+  c = easy(b->port, "POST", "/v1/completions",
+           "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true}", NULL, &q, &hl);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 200L);
+  cr_assert_eq(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
+  curl_easy_cleanup(c);
+  curl_slist_free_all(hl);
+  resp_free(&q);
+  cr_assert(metric_becomes(b->port, "shardcheck:requests_cancelled_total ", 2));
+  cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
+  cr_assert_eq(metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} "), 0);
+  bed_free(b);
+}
+
+// --- draining
+typedef struct bg {
+  int port;
+  const char *body;
+  resp r;
+} bg;
+
+static void *bg_request(void *arg) {
+  bg *g = arg;
+  g->r = http(g->port, "POST", "/v1/completions", g->body, NULL);
+  return NULL;
+}
+
+Test(serve, drain_refuses_new_requests_and_lets_running_ones_finish) {
+  bed *b = bed_start(sim70b(4), NULL);
+  bg g = {.port = b->port,
+          .body = "{\"prompt\":\"hello\",\"max_tokens\":30,\"ignore_eos\":true,\"stream\":true}"};
+  pthread_t t;
+  pthread_create(&t, NULL, bg_request, &g);
+  while (metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} ") < 1) usleep(2000);
+  int cut = server_drain(b->srv, 10ull * 1000000000ull);
+  pthread_join(t, NULL);
+  cr_assert_eq(cut, 0);
+  cr_assert_eq(g.r.status, 200);
+  cr_assert(strstr(g.r.body, "\"finish_reason\":\"length\""), "%s", g.r.body);
+  cr_assert(strstr(g.r.body, "data: [DONE]"));
+  resp_free(&g.r);
+  resp r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"a\"}", NULL);
+  expect_error(&r, 503, "shutting down");
+  resp_free(&r);
+  r = http(b->port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 503);
+  resp_free(&r);
+  bed_free(b);
+}
+
+Test(serve, drain_timeout_cuts_off_a_stream_with_an_error_event) {
+  bed *b = bed_start(sim70b(4), NULL);
+  bg g = {.port = b->port,
+          .body = "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}"};
+  pthread_t t;
+  pthread_create(&t, NULL, bg_request, &g);
+  while (metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} ") < 1) usleep(2000);
+  cr_assert_eq(server_drain(b->srv, 100000000ull), 1);
+  pthread_join(t, NULL);
+  cr_assert_eq(g.r.status, 200);
+  static char ev[4096][4096];
+  int n = sse_events(g.r.body, ev, 4096);
+  cr_assert_geq(n, 2);
+  cr_assert(strstr(ev[n - 2], "{\"error\":"), "%s", ev[n - 2]);
+  cr_assert(strstr(ev[n - 2], "\"code\":503"), "%s", ev[n - 2]);
+  cr_assert_str_eq(ev[n - 1], "[DONE]");
+  resp_free(&g.r);
+  bed_free(b);
+}
+
+// The binary: the startup line (URL, layout, KV capacity), then SIGTERM drains and exits 0.
+Test(serve, binary_prints_startup_line_and_exits_0_on_sigterm) {
+  const char *dir = sc_test_tmpdir("serve");
+  char log[512];
+  snprintf(log, sizeof log, "%s/serve.log", dir);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(SC_BINARY, SC_BINARY, "serve", "--model", "llama-tiny", "--port", "0", "-tp", "2",
+          "--threads", "1", (char *)NULL);
+    _exit(127);
+  }
+  char *text = NULL;
+  int port = 0;
+  for (int i = 0; i < 500 && !port; i++) {
+    usleep(10000);
+    free(text);
+    text = sc_test_read_file(log, NULL);
+    const char *p = text ? strstr(text, "http://127.0.0.1:") : NULL;
+    if (p) port = atoi(p + strlen("http://127.0.0.1:"));
+  }
+  cr_assert_gt(port, 0, "no startup line: %s", text ? text : "");
+  cr_assert(strstr(text, "tp=2 pp=1 dp=1"), "%s", text);
+  cr_assert(strstr(text, "KV cache"), "%s", text);
+  cr_assert_eq(sc_test_count_lines(text), 1, "%s", text);
+  resp r = http(port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  free(text);
+  text = sc_test_read_file(log, NULL);
+  sc_test_no_sanitizer_reports(text);
+  free(text);
+}
+
+// --- exactness: greedy ids streamed by serve equal `shardcheck generate` at tp=1
+static int stream_ids(int port, const char *prompt_ids, int32_t *out, int cap) {
+  char body[1024];
+  snprintf(body, sizeof body,
+           "{\"prompt\":[%s],\"max_tokens\":64,\"ignore_eos\":true,\"temperature\":0,"
+           "\"stream\":true}",
+           prompt_ids);
+  resp r = http(port, "POST", "/v1/completions", body, NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  static char ev[128][4096];
+  int n = sse_events(r.body, ev, 128), k = 0;
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(ev[i], "[DONE]")) break;
+    json_t *o = parse(ev[i]);
+    json_t *ids = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "token_ids");
+    for (size_t j = 0; j < json_array_size(ids) && k < cap; j++)
+      out[k++] = (int32_t)json_integer_value(json_array_get(ids, j));
+    json_decref(o);
+  }
+  resp_free(&r);
+  return k;
+}
+
+Test(serve, greedy_ids_at_tp2_pp2_dp2_equal_generate_at_tp1_for_64_tokens) {
+  const char *prompt = "1,72,101,108,108,111,44,32,119,111,114,108,100";
+  char args[512], out[65536];
+  snprintf(args, sizeof args,
+           "generate --model llama-tiny --prompt-ids %s --max-tokens 64 --threads 1 --json",
+           prompt);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  json_t *g = parse(out);
+  json_t *want = json_object_get(g, "tokens");
+  cr_assert_eq(json_array_size(want), 64);
+  serve_deploy layouts[] = {{.tp = 2}, {.pp = 2}, {.dp = 2}};
+  for (size_t l = 0; l < 3; l++) {
+    bed *b = bed_start(layouts[l], NULL);
+    for (int rep = 0; rep < (layouts[l].dp == 2 ? 2 : 1); rep++) { // dp2: both replicas
+      int32_t ids[80];
+      int n = stream_ids(b->port, prompt, ids, 80);
+      cr_assert_eq(n, 64, "layout %zu: %d tokens", l, n);
+      for (int i = 0; i < 64; i++)
+        cr_assert_eq(ids[i], json_integer_value(json_array_get(want, (size_t)i)),
+                     "layout %zu, token %d: %d, generate says %lld", l, i, ids[i],
+                     json_integer_value(json_array_get(want, (size_t)i)));
+    }
+    bed_free(b);
+  }
+  json_decref(g);
+}
+
+// --- many streams
+static long rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r"); // (size 0 to stat: read it line by line)
+  cr_assert(f);
+  char line[256];
+  long v = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6)) v = atol(line + 6);
+  fclose(f);
+  cr_assert_gt(v, 0);
+  return v;
+}
+
+static void many_conns(server_config *c) { c->max_connections = 1100; }
+
+// Runs n concurrent streams through one curl multi handle; returns how many ended in [DONE].
+static int run_streams(int port, int n) {
+  CURLM *m = curl_multi_init();
+  CURL **e = calloc((size_t)n, sizeof *e);
+  resp *r = calloc((size_t)n, sizeof *r);
+  struct curl_slist **hl = calloc((size_t)n, sizeof *hl);
+  for (int i = 0; i < n; i++) {
+    e[i] =
+        easy(port, "POST", "/v1/completions",
+             "{\"prompt\":\"many streams\",\"max_tokens\":8,\"ignore_eos\":true,\"stream\":true}",
+             NULL, &r[i], &hl[i]);
+    curl_multi_add_handle(m, e[i]);
+  }
+  int running = 1;
+  while (running) {
+    curl_multi_perform(m, &running);
+    if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+  }
+  int done = 0;
+  for (int i = 0; i < n; i++) {
+    done += r[i].body && strstr(r[i].body, "data: [DONE]") &&
+            strstr(r[i].body, "\"finish_reason\":\"length\"");
+    curl_multi_remove_handle(m, e[i]);
+    curl_easy_cleanup(e[i]);
+    curl_slist_free_all(hl[i]);
+    resp_free(&r[i]);
+  }
+  curl_multi_cleanup(m);
+  free(e);
+  free(r);
+  free(hl);
+  return done;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+enum { STREAMS = 200, SANITIZED = 1 }; // the sanitizers' own memory makes RSS say nothing
+#else
+enum { STREAMS = 1000, SANITIZED = 0 };
+#endif
+
+// Three rounds of STREAMS streams: the first two reach the plateau of the allocators (server and
+// client in this process), the third may not climb past it by more than 32 MiB.
+Test(serve, a_thousand_concurrent_streams_complete_with_bounded_rss) {
+  bed *b = bed_start((serve_deploy){.threads = 2}, many_conns);
+  long rss[4] = {rss_kb()};
+  for (int k = 1; k <= 3; k++) {
+    cr_assert_eq(run_streams(b->port, STREAMS), STREAMS, "round %d", k);
+    rss[k] = rss_kb();
+  }
+  cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
+  bed_free(b);
+  if (SANITIZED) return;
+  fprintf(stderr,
+          "test_serve: RSS (server and client) before: %ld kB; after 1000, 2000, 3000 streams: "
+          "%ld, %ld, %ld kB\n",
+          rss[0], rss[1], rss[2], rss[3]);
+  long plateau = rss[1] > rss[2] ? rss[1] : rss[2];
+  cr_assert_lt(rss[3], plateau + 32 * 1024, "RSS climbs: %ld, %ld, then %ld kB", rss[1], rss[2],
+               rss[3]);
+}
+
+// --- process isolation: a replica as a worker process
+Test(serve, worker_process_replicas_serve_requests) {
+  bed *b = bed_start((serve_deploy){.process = true}, NULL);
+  resp r = http(b->port, "POST", "/v1/completions",
+                "{\"prompt\":\"hi\",\"max_tokens\":4,\"ignore_eos\":true}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  cr_assert(strstr(r.body, "\"completion_tokens\":4"), "%s", r.body);
+  resp_free(&r);
+  bed_free(b);
+}
+
+// --- sim mode: wall-clock TTFT and TPOT match `shardcheck run --mode sim` for one request
+Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
+  const char *scn =
+      sc_test_write_tmp("serve-sim", "one.yaml",
+                        "name: one-request\nmode: sim\nmodel: {preset: llama3-70b}\n"
+                        "hardware: {profile: h100-sxm, gpus: 4}\ndeployments: [{tp: 4}]\n"
+                        "workload:\n  prompts: [{input: 1024, output: 32}]\n"
+                        "  phases: [{fixed: {requests: 1, concurrency: 1}}]\n");
+  char db[512], args[2048], out[65536];
+  snprintf(db, sizeof db, "%s.db", scn);
+  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  double ttft_run = (double)sc_test_q1(db, "SELECT first_token_ns - arrival_ns FROM request");
+  double tpot_run =
+      (double)sc_test_q1(db, "SELECT (MAX(t.t_ns) - MIN(t.t_ns)) / (COUNT(*) - 1) FROM token t");
+  cr_assert_eq(sc_test_q1(db, "SELECT output_tokens FROM request"), 32);
+  cr_assert_eq(sc_test_q1(db, "SELECT prompt_tokens FROM request"), 1024);
+
+  bed *b = bed_start(sim70b(4), NULL);
+  // 1024 prompt ids, 32 tokens
+  char *body = malloc(16384);
+  size_t n = (size_t)sprintf(body, "{\"prompt\":[");
+  for (int i = 0; i < 1024; i++) n += (size_t)sprintf(body + n, "%s%d", i ? "," : "", 3 + i % 500);
+  sprintf(body + n, "],\"max_tokens\":32,\"ignore_eos\":true,\"stream\":true}");
+  double best_ttft = 1e18, best_tpot = 1e18;
+  for (int rep = 0; rep < 3;
+       rep++) { // the closest of three: a loaded machine adds, never subtracts
+    resp r = {0};
+    struct curl_slist *hl;
+    CURL *c = easy(b->port, "POST", "/v1/completions", body, NULL, &r, &hl);
+    curl_easy_perform(c);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hl);
+    cr_assert_eq(r.n_t, 32, "%s", r.body);
+    double ttft = (double)(r.t[0] - r.t0), tpot = (double)(r.t[31] - r.t[0]) / 31;
+    if (fabs(ttft / ttft_run - 1) < fabs(best_ttft / ttft_run - 1)) best_ttft = ttft;
+    if (fabs(tpot / tpot_run - 1) < fabs(best_tpot / tpot_run - 1)) best_tpot = tpot;
+    resp_free(&r);
+  }
+  fprintf(stderr, "test_serve: sim: TTFT %.3f ms served vs %.3f ms run; TPOT %.3f ms vs %.3f ms\n",
+          best_ttft / 1e6, ttft_run / 1e6, best_tpot / 1e6, tpot_run / 1e6);
+  cr_assert_lt(fabs(best_ttft / ttft_run - 1), 0.05, "TTFT %.3f ms served, %.3f ms run",
+               best_ttft / 1e6, ttft_run / 1e6);
+  cr_assert_lt(fabs(best_tpot / tpot_run - 1), 0.05, "TPOT %.3f ms served, %.3f ms run",
+               best_tpot / 1e6, tpot_run / 1e6);
+  free(body);
+  bed_free(b);
+}
+
+// --- --max-pending: requests without a first token past it get 503
+static void one_pending(server_config *c) { c->max_pending = 1; }
+
+Test(serve, requests_past_max_pending_get_503) {
+  bed *b = bed_start(sim70b(4), one_pending);
+  // a long prompt: its prefill takes several priced steps, so it waits for a first token a while
+  char *body = malloc(64 * 1024);
+  size_t n = (size_t)sprintf(body, "{\"prompt\":[");
+  for (int i = 0; i < 7000; i++) n += (size_t)sprintf(body + n, "%s%d", i ? "," : "", 3 + i % 500);
+  sprintf(body + n, "],\"max_tokens\":2,\"ignore_eos\":true}");
+  bg g = {.port = b->port, .body = body};
+  pthread_t t;
+  pthread_create(&t, NULL, bg_request, &g);
+  while (metric(b->port, "shardcheck:requests_pending ") < 1) usleep(1000);
+  resp r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}", NULL);
+  expect_error(&r, 503, "max-pending");
+  resp_free(&r);
+  pthread_join(t, NULL);
+  cr_assert_eq(g.r.status, 200, "%s", g.r.body);
+  resp_free(&g.r);
+  cr_assert_eq(metric(b->port, "shardcheck:requests_rejected_total "), 1);
+  r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  free(body);
+  bed_free(b);
+}
