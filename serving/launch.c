@@ -193,6 +193,44 @@ bool launch_on_path(const char *word) {
   return false;
 }
 
+sc_status launch_url_at(const char *url, const char *path, char *out, size_t cap, sc_error *err) {
+  CURLU *u = curl_url();
+  if (!u) return sc_fail(err, SC_OOM, "launch: out of memory");
+  char *full = NULL;
+  CURLUcode rc = curl_url_set(u, CURLUPART_URL, url, 0);
+  if (rc == CURLUE_OK) rc = curl_url_set(u, CURLUPART_PATH, path, 0);
+  if (rc == CURLUE_OK) rc = curl_url_set(u, CURLUPART_QUERY, NULL, 0);
+  if (rc == CURLUE_OK) rc = curl_url_get(u, CURLUPART_URL, &full, 0);
+  sc_status st = SC_OK;
+  if (rc != CURLUE_OK)
+    st = sc_fail(err, SC_INVALID, "url '%.300s': %s", url, curl_url_strerror(rc));
+  else if ((size_t)snprintf(out, cap, "%s", full) >= cap)
+    st = sc_fail(err, SC_INVALID, "url '%.300s': too long", url);
+  curl_free(full);
+  curl_url_cleanup(u);
+  return st;
+}
+
+// Makes the directory holding file path, and its missing parents.
+static sc_status parent_dirs(const char *path, sc_error *err) {
+  char d[4096];
+  if ((size_t)snprintf(d, sizeof d, "%s", path) >= sizeof d)
+    return sc_fail(err, SC_IO, "launch: path too long: %.200s", path);
+  char *slash = strrchr(d, '/');
+  if (!slash || slash == d) return SC_OK;
+  *slash = 0;
+  for (char *p = d + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(d, 0777) != 0 && errno != EEXIST)
+      return sc_fail(err, SC_IO, "launch: mkdir %s: %s", d, strerror(errno));
+    *p = '/';
+  }
+  if (mkdir(d, 0777) != 0 && errno != EEXIST)
+    return sc_fail(err, SC_IO, "launch: mkdir %s: %s", d, strerror(errno));
+  return SC_OK;
+}
+
 sc_status launch_free_port(int *port, sc_error *err) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return sc_fail(err, SC_IO, "launch: socket: %s", strerror(errno));
@@ -264,6 +302,11 @@ sc_status launch_start(const launch_spec *s, launch_proc **out, sc_error *err) {
     return sc_fail(err, SC_OOM, "launch: out of memory");
   }
   snprintf(p->command, n, "exec %s", s->command);
+  sc_status ds = parent_dirs(s->log_path, err);
+  if (ds != SC_OK) {
+    launch_free(p);
+    return ds;
+  }
   int log = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {
     sc_status st = sc_fail(err, SC_IO, "launch: cannot open the log file %s: %s", s->log_path,

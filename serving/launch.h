@@ -41,6 +41,11 @@ void launch_command_word(const char *cmd, char *out, size_t cap);
 // Whether `word` names an executable: a path (with a '/') that is one, or a name found on PATH.
 bool launch_on_path(const char *word);
 
+// The URL of `path` (starting with '/') on the server of url: its scheme, host and port with
+// path in place of url's own ("http://h:8000/v1" + "/health" -> "http://h:8000/health").
+// SC_INVALID (libcurl's reason) when url cannot be parsed.
+sc_status launch_url_at(const char *url, const char *path, char *out, size_t cap, sc_error *err);
+
 // A TCP port on 127.0.0.1 free now (bound and released: another process may take it before
 // the server does, which then fails to start and says so in its log). SC_IO when none can be
 // bound.
@@ -51,7 +56,8 @@ typedef struct launch_spec {
   const char *command;     // the expanded command line, run as `/bin/sh -c 'exec COMMAND'`
   const char *const *env;  // NULL-terminated "NAME=value" entries added to its environment
                            // (NULL: none)
-  const char *log_path;    // its stdout and stderr (created or truncated)
+  const char *log_path;    // its stdout and stderr (created or truncated; its directory and
+                           // missing parents are made)
   uint64_t stop_grace_ns;  // SIGTERM, then SIGKILL after this long (0: 10 s)
 } launch_spec;
 
