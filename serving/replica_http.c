@@ -154,12 +154,13 @@ static void fail_req(hrep *h, hreq *q, replica_failure why, int http_status, con
 }
 
 // --- the stream of one request
-static bool on_event(void *ud, const char *data, size_t len) {
+static bool on_event(void *ud, const char *data, size_t len, bool error) {
   hreq *q = ud;
   hrep *h = q->rep;
   uint64_t t = now_ns(h);
   oai_chunk c;
-  oai_chunk_parse(data, len, &c);
+  if (error) oai_error_parse(data, len, &c);
+  else oai_chunk_parse(data, len, &c);
   switch (c.kind) {
   case OAI_CHUNK_DONE: q->done = true; return true;
   case OAI_CHUNK_ERROR:

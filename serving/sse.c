@@ -2,7 +2,8 @@
 //
 // Framing follows the WHATWG rules: lines end in "\r\n", "\n" or "\r"; a line starting with ':'
 // is a comment (servers send them as keep-alives); "data:" appends its value (one leading
-// space dropped) and a newline to the event's data; "event", "id" and "retry" are read past;
+// space dropped) and a newline to the event's data ("error:", llama.cpp's way to stream an
+// error, does the same and marks the event); "event", "id" and "retry" are read past;
 // an empty line dispatches the event, minus its last newline. Bytes may arrive split anywhere,
 // a "\r\n" across two calls included. The HTTP layer, timing and what a chunk means for a
 // request are serving/replica_http.c's.
@@ -19,7 +20,8 @@ void sse_init(sse_parser *p) { memset(p, 0, sizeof *p); }
 
 void sse_reset(sse_parser *p) {
   p->n_line = p->n_data = 0;
-  p->has_data = p->cr = p->bom_checked = p->failed = false;
+  p->has_data = p->is_error = p->cr = p->bom_checked = p->failed = false;
+  p->bom_seen = 0;
   p->why[0] = 0;
 }
 
@@ -57,17 +59,20 @@ static bool on_line(sse_parser *p, sse_event_fn fn, void *ud) {
   p->n_line = 0;
   if (n == 0) { // dispatch
     if (!p->has_data) return true;
-    p->has_data = false;
+    bool error = p->is_error;
+    p->has_data = p->is_error = false;
     size_t len = p->n_data ? p->n_data - 1 : 0; // without the last '\n'
     p->n_data = 0;
     p->data[len] = 0;
-    return fn(ud, p->data, len);
+    return fn(ud, p->data, len, error);
   }
   const char *l = p->line;
   if (l[0] == ':') return true; // a comment
   const char *colon = memchr(l, ':', n);
   size_t name_len = colon ? (size_t)(colon - l) : n;
-  if (name_len != 4 || memcmp(l, "data", 4)) return true; // event, id, retry, unknown
+  bool data = name_len == 4 && !memcmp(l, "data", 4);
+  bool error = name_len == 5 && !memcmp(l, "error", 5);
+  if (!data && !error) return true; // event, id, retry, unknown
   const char *v = colon ? colon + 1 : l + n;
   if (v < l + n && *v == ' ') v++;
   size_t vlen = (size_t)(l + n - v);
@@ -76,17 +81,21 @@ static bool on_line(sse_parser *p, sse_event_fn fn, void *ud) {
   p->n_data += vlen;
   p->data[p->n_data++] = '\n';
   p->has_data = true;
+  p->is_error |= error;
   return true;
 }
 
 bool sse_feed(sse_parser *p, const char *buf, size_t n, sse_event_fn fn, void *ud) {
   if (p->failed) return false;
   size_t i = 0;
-  if (!p->bom_checked && n > 0) { // a UTF-8 BOM may open the stream
-    p->bom_checked = true;
-    if (n >= 3 && (unsigned char)buf[0] == 0xEF && (unsigned char)buf[1] == 0xBB &&
-        (unsigned char)buf[2] == 0xBF)
-      i = 3;
+  static const unsigned char bom[3] = {0xEF, 0xBB, 0xBF}; // may open the stream, split or not
+  while (!p->bom_checked && i < n) {
+    if ((unsigned char)buf[i] != bom[p->bom_seen]) {
+      p->bom_checked = true;
+      break;
+    }
+    i++;
+    if (++p->bom_seen == 3) p->bom_checked = true;
   }
   while (i < n) {
     char ch = buf[i];
@@ -197,5 +206,22 @@ void oai_chunk_parse(const char *data, size_t len, oai_chunk *out) {
     }
     if (json_is_integer(pt)) out->usage_prompt = (int)json_integer_value(pt);
   }
+  json_decref(root);
+}
+
+void oai_error_parse(const char *data, size_t len, oai_chunk *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = OAI_CHUNK_ERROR;
+  out->n_token_ids = -1;
+  out->usage_prompt = -1;
+  json_t *root = json_loadb(data, len, 0, NULL);
+  json_t *e = json_is_object(root) && json_is_object(json_object_get(root, "error"))
+                  ? json_object_get(root, "error")
+                  : root;
+  json_t *msg = json_is_object(e) ? json_object_get(e, "message") : NULL;
+  if (json_is_string(msg))
+    snprintf(out->error, sizeof out->error, "%s", json_string_value(msg));
+  else
+    snprintf(out->error, sizeof out->error, "%.*s", (int)(len < 255 ? len : 255), data);
   json_decref(root);
 }

@@ -17,17 +17,21 @@ enum { SSE_MAX_EVENT = 1 << 20 }; // bytes of one event's data at most: more is 
 
 // Called with each dispatched event's data (the "data:" lines joined with '\n', without the
 // last newline; NUL-terminated, valid during the call only). Events with no data line are not
-// dispatched. Returning false stops the parser (sse_feed returns false too).
-typedef bool (*sse_event_fn)(void *ud, const char *data, size_t len);
+// dispatched. llama.cpp's server streams an error as an "error:" field instead of "data:": such
+// an event is dispatched with error true and the error lines as its data. Returning false
+// stops the parser (sse_feed returns false too).
+typedef bool (*sse_event_fn)(void *ud, const char *data, size_t len, bool error);
 
 typedef struct sse_parser {
   char *line;        // (cap_line) the line being read, not yet terminated
   size_t n_line, cap_line;
   char *data;        // (cap_data) the event's data so far
   size_t n_data, cap_data;
-  bool has_data;     // a data field was seen in this event
+  bool has_data;     // a data (or error) field was seen in this event
+  bool is_error;     // ... and it was an error field
   bool cr;           // the last byte was '\r' (a following '\n' belongs to it)
   bool bom_checked;  // the stream's first bytes were checked for a UTF-8 byte-order mark
+  int bom_seen;      // bytes of it matched so far
   bool failed;       // an event grew past SSE_MAX_EVENT or memory ran out
   char why[96];      // why it failed
 } sse_parser;
@@ -64,3 +68,6 @@ typedef struct oai_chunk {
 
 // Reads data[0..len) into *out. Never fails: what cannot be read is OAI_CHUNK_BAD.
 void oai_chunk_parse(const char *data, size_t len, oai_chunk *out);
+// Reads the data of an "error:" event (llama.cpp: {"code", "message", "type"}) into *out:
+// always OAI_CHUNK_ERROR, with the message when there is one, else the text itself.
+void oai_error_parse(const char *data, size_t len, oai_chunk *out);
