@@ -353,7 +353,7 @@ static void *http_thread(void *arg) {
       else n = cap_batch; // the rest waits for the next turn
     }
     if (n) memcpy(batch, h->in, (size_t)n * sizeof *batch);
-    memmove(h->in, h->in + n, (size_t)(h->n_in - n) * sizeof *h->in);
+    if (h->n_in > n) memmove(h->in, h->in + n, (size_t)(h->n_in - n) * sizeof *h->in);
     h->n_in -= n;
     pthread_mutex_unlock(&h->mu);
     for (int i = 0; i < n; i++) {
