@@ -15,6 +15,7 @@ pkgs=(
   jq                                 # bench/gate.sh reads the gate's JSON
   libmicrohttpd-dev                  # shardcheck serve's HTTP server
   libcurl4-openssl-dev               # HTTP client: serve's tests, external targets
+  python3                            # tests/openai_standin.py, the HTTP targets' stand-in server
 )
 
 missing=()

@@ -62,4 +62,10 @@ echo "== tsan: end-to-end runs"
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test_run --jobs 1 \
   --filter 'run/@(passing|an_slo|requests_past|ctrl_c)*' 2>&1 | tee build/tsan.run.log
 
+# HTTP replicas (a libcurl thread per replica, launched stand-in servers) under TSan: every test
+# of the file is short; the binary it runs inherits TSAN_OPTIONS.
+echo "== tsan: HTTP replicas"
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test_http --jobs 1 \
+  2>&1 | tee build/tsan.http.log
+
 echo "== all suites passed"

@@ -137,6 +137,7 @@ int cmd_run(int argc, char **argv) {
   scenario *s = NULL;
   sc_status st = scenario_load_with(file, &ov, &s, &err);
   if (st != SC_OK) return cli_fail("run", st, &err);
+  for (int i = 0; i < s->n_warnings; i++) fprintf(stderr, "warning: %s\n", s->warnings[i]);
   if (sens > 0 && s->mode != SCN_MODE_SIM) {
     scenario_free(s);
     return cli_usage_error("run", "--sensitivity prices a sim run; this run is real (use --mode "
@@ -166,6 +167,7 @@ int cmd_run(int argc, char **argv) {
   char git_rev[CLI_GIT_REV_CAP];
   cli_git_rev(git_rev, sizeof git_rev);
   ro.git_rev = git_rev;
+  ro.log_dir = out_dir; // launched servers' logs beside the report (NULL: the default report dir)
   ro.interrupted = &interrupted;
   ro.progress = quiet ? RUNNER_PROGRESS_NONE : RUNNER_PROGRESS_AUTO;
   runner_result res;

@@ -106,14 +106,24 @@ static void print_summary(const char *path, const scenario *s) {
   size_t len = 0;
   const size_t cap = sizeof line;
   const scn_model *m = &s->model;
+  if (s->target.set) {
+    const scn_target *t = &s->target;
+    add(line, cap, &len, "%s: ok: scenario '%s', target openai (%s, model %s, %s%s%s)", path,
+        s->name, t->api == SCN_API_CHAT ? "chat" : "completions", t->model,
+        t->launch[0] ? "launched per replica, url " : "url ", t->url,
+        s->hardware.n_devices ? ", GPUs from hardware.devices" : "");
+  } else {
   add(line, cap, &len, "%s: ok: scenario '%s', mode %s, model %s (%s, %s)", path, s->name,
       s->mode == SCN_MODE_SIM ? "sim" : "real", m->config.name,
       m->dtype[0] ? m->dtype : sc_dtype_name(m->config.dtype),
       s->mode == SCN_MODE_SIM ? "shapes only"
       : m->has_weights        ? "weights from disk"
                               : "generated weights");
+  }
   const scn_hardware *h = &s->hardware;
-  if (s->mode == SCN_MODE_SIM) {
+  if (s->target.set) {
+    // nothing of shardcheck's own hardware is used
+  } else if (s->mode == SCN_MODE_SIM) {
     add(line, cap, &len, ", %d simulated GPU%s (profile %s", h->gpus, h->gpus == 1 ? "" : "s",
         h->profile);
     if (h->link[0]) add(line, cap, &len, ", link %s", h->link);
@@ -173,6 +183,7 @@ static int validate_one(const char *path, bool quiet) {
     scenario_free(s);
     return cli_fail("validate", st, &err);
   }
+  for (int i = 0; i < s->n_warnings; i++) fprintf(stderr, "warning: %s\n", s->warnings[i]);
   if (!quiet) print_summary(path, s);
   scenario_free(s);
   return CLI_OK;

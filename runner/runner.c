@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serving/launch.h"
 #include "serving/replica.h"
 #include "serving/router.h"
 #include "faults/runtime.h"
@@ -546,6 +547,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
     }
     break;
   case REPLICA_EV_FINISHED:
+    if (ev->prompt_tokens > 0) q->prompt_tokens = ev->prompt_tokens; // the server's own count
     if (ev->reason == FINISH_CANCELLED)
       finish_req(r, ev->key, REQ_CANCELLED, "cancelled", NULL, t);
     else
@@ -556,6 +558,12 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
     if (replica_failure_is_loss(ev->failure)) { // the router retries, resumes or fails it
       q->loss_seen = true;
       router_on_lost(r->rt, ev->key, rep, t);
+      break;
+    }
+    if (ev->failure == REPLICA_FAIL_HTTP) { // the reason names the status
+      char why[24];
+      snprintf(why, sizeof why, "http_%d", ev->http_status);
+      finish_req(r, ev->key, REQ_FAILED, why, replica_error(r->reps[rep]), t);
       break;
     }
     finish_req(r, ev->key, REQ_FAILED, replica_failure_name(ev->failure),
@@ -586,7 +594,12 @@ static void drain_events(rt *r) {
       int got = replica_poll(r->reps[i], r->ev + n, EV_BATCH);
       if (got <= 0) break;
       uint64_t t = now_rel(r); // in hand now: seen no earlier than this
-      for (int k = 0; k < got; k++) r->ev_meta[n + (size_t)k] = (ev_meta){.t = t, .rep = i};
+      bool own = r->reps[i]->client_stamps; // stamped as they arrived (an HTTP replica)
+      for (int k = 0; k < got; k++) {
+        uint64_t te = r->ev[n + (size_t)k].t_ns;
+        uint64_t tk = !own ? t : te > r->t0 ? te - r->t0 : 0;
+        r->ev_meta[n + (size_t)k] = (ev_meta){.t = tk < t ? tk : t, .rep = i};
+      }
       n += (size_t)got;
     }
   }
@@ -1041,6 +1054,7 @@ static void rt_finish(void *ud, uint64_t key, req_status st, const char *reason,
 // ones.
 static replica_kind replica_kind_of(const scenario *s) {
   if (s->mode == SCN_MODE_SIM) return REPLICA_SIM;
+  if (s->target.set) return REPLICA_HTTP;
   return scenario_isolates_processes(s) ? REPLICA_PROCESS : REPLICA_LOCAL;
 }
 
@@ -1094,6 +1108,75 @@ static void audit_metrics(rt *r) {
            r->dep->label, bad < 0 ? 0 : bad, why);
 }
 
+// --- an external target's replicas (docs/targets.md)
+
+// What one HTTP replica's options point into: its templates expanded.
+typedef struct http_strings {
+  char url[1200], ready[1400], command[8192], log[1400], gpus[256];
+  char env[SCN_MAX_TARGET_ENV][700];
+  const char *envp[SCN_MAX_TARGET_ENV + 1];
+} http_strings;
+
+// The directory launched servers log to (runner_options.log_dir, "{run}" the run's id).
+static void log_dir(const rt *r, char *out, size_t cap) {
+  const char *t = r->o->log_dir ? r->o->log_dir : "reports/out/run-{run}";
+  size_t len = 0;
+  out[0] = 0;
+  while (*t && len + 1 < cap) {
+    if (!strncmp(t, "{run}", 5)) {
+      len += (size_t)snprintf(out + len, cap - len, "%lld", (long long)r->run_id);
+      t += 5;
+      if (len >= cap) len = cap - 1;
+      continue;
+    }
+    out[len++] = *t++;
+    out[len] = 0;
+  }
+}
+
+// Fills o (pointing into hs) for replica i of deployment d: a free port, its GPU ids (the
+// next tp x pp of hardware.devices), the url, launch command and environment expanded, its
+// log file and readiness URL. err says what failed.
+static sc_status http_options(rt *r, const scn_deployment *d, const char *label, int i,
+                              replica_http_options *o, http_strings *hs, sc_error *err) {
+  const scn_target *t = &r->s->target;
+  launch_vars v = {.tp = d->tp, .pp = d->pp, .dp = d->dp, .replica = i, .gpus = hs->gpus};
+  hs->gpus[0] = 0;
+  const scn_hardware *h = &r->s->hardware;
+  int per = d->tp * d->pp;
+  for (int k = 0; k < per && h->n_devices > 0; k++) {
+    size_t len = strlen(hs->gpus);
+    snprintf(hs->gpus + len, sizeof hs->gpus - len, "%s%d", k ? "," : "",
+             h->devices[(i * per + k) % h->n_devices]);
+  }
+  if (t->launch[0]) SC_TRY(launch_free_port(&v.port, err));
+  SC_TRY(launch_expand(t->url, &v, hs->url, sizeof hs->url, err));
+  *o = (replica_http_options){.base_url = hs->url, .chat = t->api == SCN_API_CHAT,
+                              .model = t->model,
+                              .api_key = t->api_key_env[0] ? getenv(t->api_key_env) : NULL,
+                              .extra_body = t->extra_body[0] ? t->extra_body : NULL};
+  if (!t->launch[0]) return SC_OK;
+  SC_TRY(launch_expand(t->launch, &v, hs->command, sizeof hs->command, err));
+  for (int k = 0; k < t->n_env; k++) {
+    char val[600];
+    SC_TRY(launch_expand(t->env[k].value, &v, val, sizeof val, err));
+    snprintf(hs->env[k], sizeof hs->env[k], "%s=%s", t->env[k].name, val);
+    hs->envp[k] = hs->env[k];
+  }
+  hs->envp[t->n_env] = NULL;
+  char dir[1024];
+  log_dir(r, dir, sizeof dir);
+  snprintf(hs->log, sizeof hs->log, "%s/%s-replica%d.log", dir, label, i);
+  SC_TRY(launch_url_at(hs->url, t->ready_path, hs->ready, sizeof hs->ready, err));
+  o->command = hs->command;
+  o->env = hs->envp;
+  o->log_path = hs->log;
+  o->ready_url = hs->ready;
+  o->ready_timeout_ns = t->ready_timeout_ns;
+  o->stop_grace_ns = t->stop_grace_ns;
+  return SC_OK;
+}
+
 static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   const scn_deployment *d = &r->s->deployments[idx];
   r->dep = d;
@@ -1138,6 +1221,11 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
     progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d) on simulated %s, %d KV blocks "
                   "per replica", idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp,
                   r->s->hw.name, ec.kv_blocks);
+  else if (r->s->target.set)
+    progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d): %s %s", idx + 1,
+                  r->s->n_deployments, d->label, d->tp, d->pp, d->dp,
+                  r->s->target.launch[0] ? "launching servers for" : "requests to",
+                  r->s->target.url);
   else
     progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
                   idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
@@ -1160,15 +1248,30 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
                         .proc = {.exe = r->o->worker_exe,
                                  .detect_timeout_ns = r->s->router.detect_timeout_ns,
                                  .env = fault_rt_worker_env(r->fr)}};
+  http_strings *hs = ro.kind == REPLICA_HTTP ? calloc(1, sizeof *hs) : NULL;
+  if (ro.kind == REPLICA_HTTP && !hs) bs = sc_fail(&be, SC_OOM, "runner: out of memory");
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
     ec.sim.layout.first_gpu = i * d->tp * d->pp;
     ec.first_device = i * d->tp * d->pp; // real cuda: replica i's ranks take the next GPUs
+    if (hs) bs = http_options(r, d, label, i, &ro.http, hs, &be);
+    if (bs != SC_OK) break;
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
                             : replica_new(&ro, &ec, i, &r->reps[i], &be);
     if (bs == SC_OK) r->n_reps++;
   }
+  free(hs);
+  // every replica is built (launched servers start side by side), then each is waited for
+  for (int i = 0; i < r->n_reps && bs == SC_OK; i++) {
+    sc_error we = {{0}};
+    if (replica_wait_ready(r->reps[i], r->o->interrupted, &we) != SC_OK) {
+      bs = SC_IO;
+      snprintf(be.msg, sizeof be.msg, "replica %d: %.480s", i, we.msg);
+      if (r->o->interrupted && *r->o->interrupted) r->stopping = true;
+    }
+  }
   if (bs == SC_OK) replica_set_peers(r->reps, r->n_reps);
   if (bs != SC_OK) {
+    free_replicas(r); // a launched server stops here, not at the end of the run
     snprintf(r->res->error, sizeof r->res->error, "deployment %s: %.400s", d->label, be.msg);
     progress_note(r, "deployment %s failed to start: %s", d->label, be.msg);
     SC_TRY(rec_drain(r->rec, &r->err));
@@ -1226,9 +1329,17 @@ static char *config_json(const scenario *s, uint64_t seed) {
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;
   json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
-  if (s->mode != SCN_MODE_SIM)
+  if (s->mode != SCN_MODE_SIM && !s->target.set)
     json_object_set_new(o, "isolation",
                         json_string(scenario_isolates_processes(s) ? "process" : "thread"));
+  if (s->target.set) { // what was measured; never the API key
+    const scn_target *t = &s->target;
+    json_object_set_new(o, "backend", json_string("openai"));
+    json_object_set_new(o, "target",
+                        json_pack("{s:s, s:s, s:s, s:s}", "api",
+                                  t->api == SCN_API_CHAT ? "chat" : "completions", "model",
+                                  t->model, "url", t->url, "launch", t->launch));
+  }
   if (s->mode == SCN_MODE_SIM) {
     json_object_set_new(o, "backend", json_string("sim"));
     json_object_set_new(o, "link", json_string(s->hw.link));
@@ -1368,6 +1479,11 @@ static sc_status finish_run(rt *r, dep_result *drs, int n) {
 }
 
 static sc_status refuse(const scenario *s, sc_error *err) {
+  const scn_target *t = &s->target;
+  if (t->set && t->api_key_env[0] && !getenv(t->api_key_env))
+    return sc_fail(err, SC_INVALID, "%s:%d:%d: target.openai.api_key_env: %s is not set (the API "
+                   "key is read from it, never stored)", s->path, t->line, t->col,
+                   t->api_key_env);
   if (s->mode == SCN_MODE_SIM && !s->have_hw)
     return sc_fail(err, SC_INVALID, "%s: mode sim needs a hardware profile", s->path);
   if (s->mode == SCN_MODE_SIM) return SC_OK;
@@ -1425,7 +1541,8 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   char *cfg = config_json(s, r.seed);
   store_run sr = {.scenario = s->name, .scenario_path = s->path[0] ? s->path : NULL,
                   .scenario_text = s->text ? s->text : "", .mode = r.sim ? "sim" : "real",
-                  .backend = r.sim ? "sim" : s->hardware.backend[0] ? s->hardware.backend : "cpu",
+                  .backend = r.sim ? "sim" : s->target.set ? "openai"
+                                            : s->hardware.backend[0] ? s->hardware.backend : "cpu",
                   .git_rev = o->git_rev,
                   .model = s->model.source, .config = cfg, .seed = r.seed};
   r.t0 = sc_clock_now(&r.clock);

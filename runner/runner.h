@@ -42,6 +42,9 @@ typedef struct runner_options {
   // NULL: /proc/self/exe (right when the caller is shardcheck itself).
   const char *worker_exe;
   const char *git_rev;                // the source revision the run row records (NULL: none)
+  // An external target's launched servers write their output to DIR/LABEL-replicaI.log; "{run}"
+  // in it becomes the run's id. NULL: reports/out/run-{run} (where `run` writes its report).
+  const char *log_dir;
 } runner_options;
 
 runner_options runner_options_defaults(void);

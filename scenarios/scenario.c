@@ -17,7 +17,9 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <libfyaml.h>
+#include <regex.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +34,7 @@
 #include "engine/shard.h"
 #include "config/yaml_map.h"
 #include "scenarios/metric_names.h"
+#include "serving/launch.h"
 
 #define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
 #define SCN_MAX_GPUS 1024               // largest GPU count of a scaling item
@@ -44,6 +47,11 @@
 #define U64_MAX_DIGITS 20               // decimal digits of the largest uint64_t
 #define EDIT_MAX_LEN 63                 // longest name edit_distance compares
 #define EDIT_FAR 99                     // edit_distance of names too long to compare
+#define TARGET_CONTEXT (1 << 20)        // a target's context as the workload sees it: the server
+                                        // refuses what it cannot hold
+#define TARGET_CHAT_VOCAB 32000         // chat: ids only pick generated words
+#define TARGET_READY_NS (600ull * 1000000000ull) // ready.timeout default
+#define TARGET_GRACE_NS (10ull * 1000000000ull)  // stop_grace default
 
 // One parse: where messages point, where relative paths start, what is filled.
 typedef struct ctx {
@@ -1740,6 +1748,309 @@ static sc_status parse_gate(ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
+// --- target: an external OpenAI-compatible server (docs/targets.md)
+
+// Records a warning for `validate` and `run` to print (the first SCN_MAX_WARNINGS).
+__attribute__((format(printf, 2, 3))) static void warn(ctx *c, const char *fmt, ...) {
+  scenario *s = c->s;
+  if (s->n_warnings == SCN_MAX_WARNINGS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->warnings[s->n_warnings++], sizeof s->warnings[0], fmt, ap);
+  va_end(ap);
+}
+
+// An error unless text (the value v of key k) is a template launch.h can expand.
+static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, const char *text) {
+  char bad[64];
+  if (launch_template_check(text, bad, sizeof bad)) return SC_OK;
+  if (bad[0] == '{')
+    return fail_at(c, v, k, "key '%s': unknown placeholder %s; expected one of {tp}, {pp}, {dp}, "
+                   "{replica}, {port}, {gpus} ({{ and }} for literal braces)", key_text(k), bad);
+  return fail_at(c, v, k, "key '%s': %s in '%.200s' ({{ and }} for literal braces)", key_text(k),
+                 bad, text);
+}
+
+// The YAML value v as JSON: mappings are objects, sequences arrays; a plain scalar is null,
+// true, false, an integer or a number when it reads as one, else a string (as is every quoted
+// scalar). NULL (error at v) for a key that is not a plain scalar.
+static json_t *yaml_json(ctx *c, struct fy_node *v, struct fy_node *k, sc_status *st) {
+  if (!v || fy_node_is_null(v)) return json_null();
+  switch (fy_node_get_type(v)) {
+  case FYNT_MAPPING: {
+    json_t *o = json_object();
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while ((pair = fy_node_mapping_iterate(v, &it))) {
+      struct fy_node *pk = fy_node_pair_key(pair);
+      const char *name =
+          pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+      if (!name) {
+        *st = fail_at(c, pk, v, "key '%s': expected plain keys", key_text(k));
+        json_decref(o);
+        return NULL;
+      }
+      json_t *x = yaml_json(c, fy_node_pair_value(pair), pk, st);
+      if (!x) {
+        json_decref(o);
+        return NULL;
+      }
+      json_object_set_new(o, name, x);
+    }
+    return o;
+  }
+  case FYNT_SEQUENCE: {
+    json_t *a = json_array();
+    void *it = NULL;
+    struct fy_node *item;
+    while ((item = fy_node_sequence_iterate(v, &it))) {
+      json_t *x = yaml_json(c, item, k, st);
+      if (!x) {
+        json_decref(a);
+        return NULL;
+      }
+      json_array_append_new(a, x);
+    }
+    return a;
+  }
+  case FYNT_SCALAR: break;
+  }
+  const char *t = fy_node_get_scalar0(v);
+  if (!t) t = "";
+  if (fy_node_get_style(v) != FYNS_PLAIN) return json_string(t);
+  if (!strcmp(t, "null") || !strcmp(t, "~")) return json_null();
+  if (!strcmp(t, "true")) return json_true();
+  if (!strcmp(t, "false")) return json_false();
+  char *end;
+  errno = 0;
+  long long i = strtoll(t, &end, 10);
+  if (*t && !*end && !errno) return json_integer(i);
+  double d = strtod(t, &end);
+  if (*t && !*end && isfinite(d)) return json_real(d);
+  return json_string(t);
+}
+
+static sc_status parse_target_env(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_target *t = &c->s->target;
+  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
+    return expect_at(c, v, k, "env", "a mapping of NAME: value");
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(v, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : "";
+    bool ok = name && (isalpha((unsigned char)name[0]) || name[0] == '_') &&
+              strlen(name) < sizeof t->env[0].name;
+    for (const char *q = name; ok && *q; q++) ok = isalnum((unsigned char)*q) || *q == '_';
+    if (!ok) return fail_at(c, pk, v, "key 'env': expected a variable name, got '%s'", name);
+    if (t->n_env == SCN_MAX_TARGET_ENV)
+      return fail_at(c, pk, v, "key 'env': at most %d variables", SCN_MAX_TARGET_ENV);
+    yaml_map_field f = F_STR(name, t->env[t->n_env].value);
+    SC_TRY(read_scalar(c, pk, pv, &f));
+    SC_TRY(check_template(c, pv, pk, t->env[t->n_env].value));
+    snprintf(t->env[t->n_env].name, sizeof t->env[0].name, "%s", name);
+    t->n_env++;
+  }
+  return SC_OK;
+}
+
+static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scenario *s = c->s;
+  scn_target *t = &s->target;
+  static const char *const nested[] = {"openai"};
+  mapview m;
+  SC_TRY(read_map(c, v, "target", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(need(c, &m, "openai", "an OpenAI-compatible server: {url, model, ...}"));
+  struct fy_node *ov = mv_val(&m, "openai"), *ok = mv_key(&m, "openai");
+  char api[16] = "completions";
+  t->set = true;
+  snprintf(t->ready_path, sizeof t->ready_path, "/health");
+  t->ready_timeout_ns = TARGET_READY_NS;
+  t->stop_grace_ns = TARGET_GRACE_NS;
+  static const char *const onested[] = {"env", "ready", "extra_body"};
+  const yaml_map_field f[] = {
+      F_STR("api", api),
+      F_STR("model", t->model),
+      F_STR("url", t->url),
+      F_STR("launch", t->launch),
+      F_STR("api_key_env", t->api_key_env),
+      F_INT("vocab_size", &t->vocab_size),
+      F_STR("rank_process", t->rank_process),
+      F_DUR("stop_grace", &t->stop_grace_ns),
+  };
+  mapview om;
+  SC_TRY(read_map(c, ov, "openai", ok, f, COUNT(f), onested, COUNT(onested), &om));
+  yaml_map_pos(ov, &t->line, &t->col);
+  static const char *const apis[] = {"completions", "chat"};
+  int a = 0;
+  SC_TRY(pick_key(c, &om, "api", api, apis, 2, &a));
+  t->api = a ? SCN_API_CHAT : SCN_API_COMPLETIONS;
+  SC_TRY(need(c, &om, "model", "the served model name sent in each request"));
+  SC_TRY(check(c, &om, "model", t->model[0] != 0, "a non-empty model name"));
+  SC_TRY(need(c, &om, "url", "the API base, e.g. \"http://127.0.0.1:{port}/v1\""));
+  SC_TRY(check(c, &om, "url", !strncmp(t->url, "http://", 7) || !strncmp(t->url, "https://", 8),
+               "an http:// or https:// URL"));
+  SC_TRY(check_template(c, mv_val(&om, "url"), mv_key(&om, "url"), t->url));
+  if (t->api == SCN_API_COMPLETIONS)
+    SC_TRY(need(c, &om, "vocab_size", "api completions sends token ids in [3, vocab_size): the "
+                "served model's vocabulary size"));
+  SC_TRY(check(c, &om, "vocab_size", t->vocab_size > 3, "an integer > 3"));
+  SC_TRY(check(c, &om, "stop_grace", t->stop_grace_ns > 0, "a duration > 0"));
+  SC_TRY(check(c, &om, "api_key_env", t->api_key_env[0] != 0, "an environment variable name"));
+  if (t->rank_process[0]) {
+    regex_t re;
+    int rc = regcomp(&re, t->rank_process, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+      char why[128];
+      regerror(rc, &re, why, sizeof why);
+      return fail_at(c, mv_val(&om, "rank_process"), mv_key(&om, "rank_process"),
+                     "key 'rank_process': expected a regular expression (POSIX extended), got "
+                     "'%s': %s", t->rank_process, why);
+    }
+    regfree(&re);
+  }
+  if (mv_has(&om, "launch")) {
+    struct fy_node *lv = mv_val(&om, "launch"), *lk = mv_key(&om, "launch");
+    SC_TRY(check(c, &om, "launch", t->launch[0] != 0, "a command line"));
+    SC_TRY(check_template(c, lv, lk, t->launch));
+    char word[512];
+    launch_command_word(t->launch, word, sizeof word);
+    if (!strchr(word, '{') && !launch_on_path(word)) {
+      char w[300];
+      yaml_map_where(lv, c->file, w, sizeof w);
+      warn(c, "%s: key 'launch': '%s' is not an executable on this machine's PATH (it may "
+           "exist only where the scenario runs)", w, word);
+    }
+    if (launch_template_uses(t->url, "port") && !launch_template_uses(t->launch, "port"))
+      return fail_at(c, lv, lk, "key 'launch': the url has {port} but the command does not "
+                     "pass it on: the server would not listen where requests go");
+  }
+  if (mv_has(&om, "env")) {
+    if (!t->launch[0])
+      return fail_at(c, mv_key(&om, "env"), NULL, "key 'env': only with 'launch' (it is the "
+                     "launched server's environment)");
+    SC_TRY(parse_target_env(c, mv_val(&om, "env"), mv_key(&om, "env")));
+  }
+  if (mv_has(&om, "ready")) {
+    static const char *const none[] = {NULL};
+    const yaml_map_field rf[] = {F_STR("path", t->ready_path),
+                                 F_DUR("timeout", &t->ready_timeout_ns)};
+    mapview rm;
+    SC_TRY(read_map(c, mv_val(&om, "ready"), "ready", mv_key(&om, "ready"), rf, COUNT(rf), none,
+                    0, &rm));
+    SC_TRY(check(c, &rm, "path", t->ready_path[0] == '/', "a path starting with '/'"));
+    SC_TRY(check(c, &rm, "timeout", t->ready_timeout_ns > 0, "a duration > 0"));
+  }
+  if (mv_has(&om, "extra_body")) {
+    struct fy_node *ev = mv_val(&om, "extra_body"), *ek = mv_key(&om, "extra_body");
+    if (!ev || fy_node_get_type(ev) != FYNT_MAPPING)
+      return expect_at(c, ev, ek, "extra_body", "a mapping merged into every request's JSON");
+    static const char *const reserved[] = {"model", "prompt", "messages", "stream",
+                                           "stream_options", "max_tokens"};
+    for (int i = 0; i < COUNT(reserved); i++) {
+      struct fy_node *rk = fy_node_mapping_lookup_key_by_string(ev, reserved[i], FY_NT);
+      if (rk)
+        return fail_at(c, rk, ek, "key 'extra_body': '%s' is shardcheck's to set (from the "
+                       "target and the workload)", reserved[i]);
+    }
+    sc_status st = SC_OK;
+    json_t *j = yaml_json(c, ev, ek, &st);
+    if (!j) return st;
+    char *txt = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(j);
+    if (!txt) return sc_fail(c->err, SC_OOM, "%s: out of memory", c->file);
+    bool fits = strlen(txt) < sizeof t->extra_body;
+    snprintf(t->extra_body, sizeof t->extra_body, "%s", txt);
+    free(txt);
+    if (!fits) return fail_at(c, ev, ek, "key 'extra_body': longer than %zu bytes as JSON",
+                              sizeof t->extra_body - 1);
+  }
+  // The model as the workload sees it: the vocabulary prompt ids are drawn from, and no
+  // context limit of its own (the server refuses what it cannot hold).
+  model_config *mc = &s->model.config;
+  memset(mc, 0, sizeof *mc);
+  snprintf(mc->name, sizeof mc->name, "%.*s", (int)sizeof mc->name - 1, t->model);
+  mc->vocab_size = t->vocab_size ? t->vocab_size : TARGET_CHAT_VOCAB;
+  mc->max_seq_len = TARGET_CONTEXT;
+  mc->bos_token_id = mc->eos_token_id = -1;
+  snprintf(s->model.source, sizeof s->model.source, "%s", t->model);
+  snprintf(s->model.resolved, sizeof s->model.resolved, "%s", t->model);
+  return SC_OK;
+}
+
+// A target's hardware: devices only (the GPU ids handed out to launched replicas).
+static sc_status target_hardware(ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_hardware *h = &c->s->hardware;
+  static const char *const nested[] = {"devices"};
+  mapview m;
+  SC_TRY(read_map(c, v, "hardware", k, NULL, 0, nested, COUNT(nested), &m));
+  snprintf(h->backend, sizeof h->backend, "%s", "");
+  h->profile[0] = 0;
+  if (!mv_has(&m, "devices")) return SC_OK;
+  struct fy_node *dk = mv_key(&m, "devices");
+  SC_TRY(int_list(c, mv_val(&m, "devices"), dk, "a list of GPU ids handed out to launched "
+                  "replicas", 0, COUNT(h->devices), h->devices, &h->n_devices, NULL));
+  for (int i = 0; i < h->n_devices; i++)
+    for (int j = 0; j < i; j++)
+      if (h->devices[i] == h->devices[j])
+        return fail_at(c, mv_val(&m, "devices"), dk, "key 'devices': device %d is listed twice",
+                       h->devices[i]);
+  h->gpus = h->n_devices;
+  return SC_OK;
+}
+
+// "host:port" of a URL (at most cap - 1 bytes), for a fixed target's deployment label.
+static void url_hostport(const char *url, char *out, size_t cap) {
+  const char *p = strstr(url, "://");
+  p = p ? p + 3 : url;
+  size_t n = strcspn(p, "/?#");
+  if (n >= cap) n = cap - 1;
+  memcpy(out, p, n);
+  out[n] = 0;
+}
+
+// A target's deployments: with launch, each dp > 1 needs {port} in the url and the devices
+// must cover tp x pp x dp; without, one deployment of one replica, labelled with where it is.
+static sc_status check_target_deployments(ctx *c, struct fy_node *root) {
+  scenario *s = c->s;
+  const scn_target *t = &s->target;
+  if (s->n_deployments == 0) {
+    if (t->launch[0])
+      return fail_at(c, root, NULL, "missing required key 'deployments' (with target.openai."
+                     "launch: the layouts to launch, e.g. [{tp: 1, dp: 2}])");
+    SC_TRY(add_deployment(c, root, 1, 1, 1));
+    s->deployments[0].line = s->deployments[0].col = 0;
+  }
+  for (int i = 0; i < s->n_deployments; i++) {
+    scn_deployment *d = &s->deployments[i];
+    char w[300];
+    if (d->line) snprintf(w, sizeof w, "%s:%d:%d", c->file, d->line, d->col);
+    else snprintf(w, sizeof w, "%s", c->file);
+    if (!t->launch[0]) {
+      if (s->n_deployments > 1 || d->dp > 1)
+        return sc_fail(c->err, SC_INVALID, "%s: deployment '%s': without target.openai.launch "
+                       "the url is one fixed server: one deployment of dp 1 (its tp and pp only "
+                       "describe what is behind it)", w, d->label);
+      char hp[32];
+      url_hostport(t->url, hp, sizeof hp);
+      char label[sizeof d->label];
+      snprintf(label, sizeof label, "%.8s@%.22s", d->label, hp);
+      snprintf(d->label, sizeof d->label, "%s", label);
+      continue;
+    }
+    if (d->dp > 1 && !launch_template_uses(t->url, "port"))
+      return sc_fail(c->err, SC_INVALID, "%s: deployment '%s' has %d replicas: target.openai.url "
+                     "needs {port} so that each replica's server gets its own", w, d->label,
+                     d->dp);
+    int n = d->tp * d->pp * d->dp;
+    if (s->hardware.n_devices > 0 && n > s->hardware.n_devices)
+      return sc_fail(c->err, SC_INVALID, "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; "
+                     "hardware.devices lists %d", w, d->label, d->tp, d->pp, d->dp, n,
+                     s->hardware.n_devices);
+  }
+  return SC_OK;
+}
+
 // --- the whole document
 
 static void set_defaults(scenario *s) {
@@ -1778,12 +2089,15 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   };
   static const char *const nested[] = {"model",  "hardware", "deployments", "workload",
                                        "faults", "slo",      "limits",      "router",
-                                       "gate"};
+                                       "gate",   "target"};
   mapview m;
   SC_TRY(read_map(c, root, NULL, NULL, f, COUNT(f), nested, COUNT(nested), &m));
   SC_TRY(need(c, &m, "name", "a string naming the scenario"));
-  SC_TRY(need(c, &m, "model", "{preset: NAME} or {path: DIR}"));
-  SC_TRY(need(c, &m, "deployments", "a list of {tp, pp, dp} or {scaling: {gpus, pattern}}"));
+  const bool target = mv_has(&m, "target");
+  if (!target) {
+    SC_TRY(need(c, &m, "model", "{preset: NAME} or {path: DIR}"));
+    SC_TRY(need(c, &m, "deployments", "a list of {tp, pp, dp} or {scaling: {gpus, pattern}}"));
+  }
   SC_TRY(need(c, &m, "workload", "{prompts or dataset, phases}"));
   SC_TRY(check(c, &m, "name", s->name[0] != 0, "a non-empty name"));
   static const char *const modes[] = {"real", "sim"};
@@ -1796,8 +2110,22 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
     md = o;
   }
   s->mode = md ? SCN_MODE_SIM : SCN_MODE_REAL;
-  SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
-  SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware"), root));
+  if (target) {
+    if (s->mode == SCN_MODE_SIM)
+      return fail_at(c, mv_key(&m, "target"), NULL, "key 'target': only in mode: real (mode: sim "
+                     "simulates shardcheck's own engine)%s", c->mode_from_ov ? " (--mode sim)" : "");
+    if (mv_has(&m, "model"))
+      return fail_at(c, mv_key(&m, "model"), NULL, "key 'model': not with 'target' (the served "
+                     "model is target.openai.model; vocab_size sets the prompt ids)");
+    SC_TRY(parse_target(c, mv_val(&m, "target"), mv_key(&m, "target")));
+    if (mv_has(&m, "hardware"))
+      SC_TRY(target_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware")));
+    else
+      s->hardware.backend[0] = s->hardware.profile[0] = 0;
+  } else {
+    SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
+    SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware"), root));
+  }
   if (mv_has(&m, "limits")) SC_TRY(parse_limits(c, mv_val(&m, "limits"), mv_key(&m, "limits")));
   if (mv_has(&m, "router")) SC_TRY(parse_router(c, mv_val(&m, "router"), mv_key(&m, "router")));
   // the planner's parameters (engine/memplan.h), as the engine will size itself: the KV cache
@@ -1813,9 +2141,26 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   bool cpu = s->mode == SCN_MODE_SIM ? s->have_hw && s->hw.sim.host_cores > 0
                                      : !strcmp(s->hardware.backend, "cpu");
   mp->kv_dtype = cpu ? SC_F32 : SC_BF16;
-  SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
+  if (!target) {
+    SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
+  } else {
+    if (mv_has(&m, "deployments")) {
+      struct fy_node *dv = mv_val(&m, "deployments"), *dk = mv_key(&m, "deployments");
+      struct fy_node *items[SCN_MAX_DEPLOYMENTS];
+      int n = 0;
+      SC_TRY(seq_items(c, dv, dk, "a list of deployments {tp, pp, dp}", SCN_MAX_DEPLOYMENTS, items,
+                       &n));
+      for (int i = 0; i < n; i++) SC_TRY(parse_deployment_item(c, items[i], dk));
+    }
+    SC_TRY(check_target_deployments(c, root));
+  }
   SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
   if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
+  if (target && s->n_faults > 0)
+    return sc_fail(c->err, SC_INVALID, "%s:%d:%d: fault '%s': an openai target takes no faults "
+                   "yet (faults on external servers are not built; docs/targets.md)", c->file,
+                   s->faults[0].line, s->faults[0].col,
+                   scenario_fault_kind_name(s->faults[0].kind));
   if (mv_has(&m, "slo")) SC_TRY(parse_slo(c, mv_val(&m, "slo"), mv_key(&m, "slo")));
   if (mv_has(&m, "gate")) SC_TRY(parse_gate(c, mv_val(&m, "gate"), mv_key(&m, "gate")));
   return SC_OK;

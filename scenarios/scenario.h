@@ -239,6 +239,34 @@ typedef struct scn_router {
   bool restart;               // key restart: a dead replica is restarted (true)
 } scn_router;
 
+// --- an external target (key target.openai): an OpenAI-compatible server instead of
+// shardcheck's own engine (docs/targets.md). Templates keep their {placeholders}: the runner
+// expands them per replica (serving/launch.h).
+enum { SCN_MAX_TARGET_ENV = 16, SCN_MAX_WARNINGS = 8 };
+
+typedef enum scn_target_api { SCN_API_COMPLETIONS, SCN_API_CHAT } scn_target_api;
+
+typedef struct scn_target {
+  bool set;                  // the scenario has a target block
+  scn_target_api api;        // key api: completions (default) | chat
+  char model[256];           // key model: the served model name sent in each request
+  char url[1024];            // key url: the API base (".../v1"), may hold {port} etc.
+  char launch[4096];         // key launch: the command template ("" = the server is already up)
+  struct {
+    char name[64];
+    char value[512];         // a template
+  } env[SCN_MAX_TARGET_ENV]; // key env: added to the launched server's environment
+  int n_env;
+  char ready_path[256];      // key ready.path: polled until HTTP 200 (default /health)
+  uint64_t ready_timeout_ns; // key ready.timeout (default 10 min)
+  char api_key_env[128];     // key api_key_env: the variable the API key is read from ("" none)
+  int vocab_size;            // key vocab_size: prompt token ids are drawn in [3, vocab_size)
+  char extra_body[4096];     // key extra_body: a JSON object (from YAML) merged into requests
+  char rank_process[256];    // key rank_process: a regex on a child's command line (faults)
+  uint64_t stop_grace_ns;    // key stop_grace: SIGTERM, then SIGKILL after this (default 10 s)
+  int line, col;             // where target.openai is
+} scn_target;
+
 typedef struct scenario {
   char path[1024];     // the file as given ("" when parsed from a string)
   char dir[1024];      // its directory: relative paths inside are resolved against it
@@ -258,7 +286,12 @@ typedef struct scenario {
   scn_gate gate;
   scn_limits limits;
   scn_router router;
+  scn_target target;   // key target (target.set: the deployments run an external server)
   uint64_t seed;       // key seed (default 0)
+  // Things validation noticed that may still run (a launch command not on this machine's
+  // PATH may exist on the GPU machine): `validate` and `run` print them.
+  char warnings[SCN_MAX_WARNINGS][300];
+  int n_warnings;
   // Resolved during validation, for the runner and the simulator:
   bool have_hw;        // hardware.profile named a profile (always in sim mode)
   hw_profile hw;       // that profile, hardware.link applied

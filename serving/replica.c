@@ -10,6 +10,7 @@ sc_status replica_new(const replica_options *o, const engine_config *cfg, int in
   switch (o->kind) {
   case REPLICA_SIM: return replica_sim_new(cfg, index, out, err);
   case REPLICA_PROCESS: return replica_proc_new(cfg, &o->proc, index, out, err);
+  case REPLICA_HTTP: return replica_http_new(cfg, &o->http, index, out, err);
   case REPLICA_LOCAL: break;
   }
   return replica_local_new(cfg, index, out, err);
@@ -31,6 +32,8 @@ static const char *const failure_names[REPLICA_FAIL_N] = {
     [REPLICA_FAIL_INVALID] = "invalid",       [REPLICA_FAIL_OOM] = "oom",
     [REPLICA_FAIL_TIMEOUT] = "timeout",       [REPLICA_FAIL_NUMERICAL] = "numerical",
     [REPLICA_FAIL_FAILED] = "replica_failed", [REPLICA_FAIL_LOST] = "replica_lost",
+    [REPLICA_FAIL_CONNECT] = "connect",       [REPLICA_FAIL_PROTOCOL] = "protocol",
+    [REPLICA_FAIL_SERVER_ERROR] = "server_error", [REPLICA_FAIL_HTTP] = "http",
 };
 
 const char *replica_failure_name(replica_failure f) {

@@ -14,6 +14,7 @@
 // events are pending, so a real-mode loop can sleep in ppoll. Calls come from one thread.
 #pragma once
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,12 @@ typedef enum replica_failure {
   REPLICA_FAIL_NUMERICAL, // "numerical": NaN or inf logits
   REPLICA_FAIL_FAILED,    // "replica_failed": the replica died of an error of its own
   REPLICA_FAIL_LOST,      // "replica_lost": killed, hung past detection, or swapped away
+  // an external server's (replica_http.c):
+  REPLICA_FAIL_CONNECT,      // "connect": no connection to the server (refused, unreachable)
+  REPLICA_FAIL_PROTOCOL,     // "protocol": a malformed stream, or one cut short
+  REPLICA_FAIL_SERVER_ERROR, // "server_error": an {"error": ...} payload in the stream
+  REPLICA_FAIL_HTTP,         // "http": an HTTP status other than 200 (http_status says which;
+                             // the request row's reason is "http_<status>")
   REPLICA_FAIL_N
 } replica_failure;
 
@@ -63,6 +70,9 @@ typedef struct replica_event {
   replica_failure failure;     // FAILED: why
   engine_step_info step;       // STEP (t_start_ns on the replica's clock)
   uint64_t t_ns;               // when the replica produced the event, on its clock
+  int http_status;             // FAILED with REPLICA_FAIL_HTTP: the status
+  int prompt_tokens;           // FINISHED: the prompt's tokens as the server counted them
+                               // (0: not known; the request keeps the workload's count)
 } replica_event;
 
 typedef enum replica_health {
@@ -162,6 +172,11 @@ typedef struct replica_i {
   // it, the engine may start a step between two of them). Steps of work already admitted go
   // on while held. The caller releases what it holds, promptly.
   void (*hold)(void *ctx, bool on);
+  // Optional (NULL: ready once built). Blocks until the replica can take requests (a launched
+  // server answers its readiness check), it cannot (err says why), or *interrupted is set. The
+  // caller builds every replica of a deployment first, then waits for each, so launches
+  // overlap.
+  sc_status (*wait_ready)(void *ctx, volatile sig_atomic_t *interrupted, sc_error *err);
   void (*free)(void *ctx);
 } replica_i;
 
@@ -170,6 +185,10 @@ struct replica {
   void *ctx;
   int index; // replica number within the deployment
   int n_ranks;
+  // Its events' t_ns are the moments a client saw them, on the caller's clock (an HTTP
+  // replica stamps each chunk as it arrives): the runner records those rather than the moment
+  // it pulled the events.
+  bool client_stamps;
 };
 
 // Builds a local replica: engine_new on the calling thread (errors come back here, err says
@@ -201,16 +220,46 @@ bool replica_is_proc(const replica *r);
 // The worker's pid now (0 when none runs).
 int replica_proc_pid(const replica *r);
 
+// --- HTTP replicas (replica_http.c): an OpenAI-compatible server, one streaming POST per
+// request over libcurl's multi interface, driven by a thread of its own; optionally a server
+// it launched itself (serving/launch.h) and stops when freed.
+typedef struct replica_http_options {
+  const char *base_url;     // ".../v1": requests go to BASE/completions or BASE/chat/completions
+  bool chat;                // the chat API (generated text) instead of completions (token ids)
+  const char *model;        // the served model name sent in every request
+  const char *api_key;      // sent as "Authorization: Bearer KEY" (NULL: none)
+  const char *extra_body;   // a JSON object merged into every request body (NULL: none)
+  // launching (command NULL: the server is already there at base_url)
+  const char *command;      // the expanded launch command
+  const char *const *env;   // NULL-terminated "NAME=value" entries for it (NULL: none)
+  const char *log_path;     // its stdout and stderr
+  const char *ready_url;    // polled until HTTP 200 (wait_ready)
+  uint64_t ready_timeout_ns;
+  uint64_t stop_grace_ns;   // SIGTERM, then SIGKILL after this (0: 10 s)
+} replica_http_options;
+
+// Builds an HTTP replica (launching its server when o->command is set; readiness is waited for
+// by replica_wait_ready) stamping events on clock (cfg->clock; monotonic when unset). cfg gives
+// the layout (tp x pp ranks, for reports); requests bring their own sampling. On error *out is
+// NULL and err says why.
+sc_status replica_http_new(const engine_config *cfg, const replica_http_options *o, int index,
+                           replica **out, sc_error *err);
+bool replica_is_http(const replica *r);
+// The launched server's pid, also its process group id (0: none launched, or stopped).
+int replica_http_pid(const replica *r);
+
 // --- picking an implementation
 typedef enum replica_kind {
   REPLICA_LOCAL,   // replica_local_new
   REPLICA_PROCESS, // replica_proc_new with proc's options
   REPLICA_SIM,     // replica_sim_new
+  REPLICA_HTTP,    // replica_http_new with http's options
 } replica_kind;
 
 typedef struct replica_options {
   replica_kind kind;
   replica_proc_options proc; // REPLICA_PROCESS only
+  replica_http_options http; // REPLICA_HTTP only
 } replica_options;
 
 // Builds replica `index` of kind o->kind from cfg: the one place an implementation is picked.
@@ -241,6 +290,10 @@ static inline void replica_hold(replica *r, bool on) {
   if (r->i->hold) r->i->hold(r->ctx, on);
 }
 static inline void replica_stats(replica *r, engine_stats *out) { r->i->stats(r->ctx, out); }
+static inline sc_status replica_wait_ready(replica *r, volatile sig_atomic_t *interrupted,
+                                           sc_error *err) {
+  return r->i->wait_ready ? r->i->wait_ready(r->ctx, interrupted, err) : SC_OK;
+}
 static inline sc_status replica_rank_mem(replica *r, int rank, size_t *used, size_t *total) {
   return r->i->rank_mem(r->ctx, rank, used, total);
 }

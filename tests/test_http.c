@@ -1,0 +1,364 @@
+// External targets end to end (serving/replica_http.c, serving/launch.c, target.openai): the
+// `shardcheck run` binary against tests/openai_standin.py, a stand-in server that streams
+// vLLM-shaped events at known times. Closed and open loop through launched replicas (rows,
+// client-side timing, logs, teardown of the whole process group), multi-token chunks, the chat
+// API, the failures (a launch that exits, a server never ready, a refused connection, malformed
+// events, a mid-stream error), no survivor after SIGKILL of the runner, and the scenario keys'
+// errors.
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serving/launch.h"
+#include "tests/helpers.h"
+
+static char out[1 << 16];
+
+#define q1 sc_test_q1
+#define q1s sc_test_q1s
+
+// A scenario against the stand-in: `target` lines go under target.openai (indented 4), then
+// the rest as given.
+static const char *scenario(const char *dir, const char *name, const char *target,
+                            const char *rest) {
+  static char path[8][600];
+  static int slot;
+  char *p = path[slot++ % 8];
+  snprintf(p, 600, "%s/%s", dir, name);
+  char text[8192];
+  snprintf(text, sizeof text, "name: %s\ntarget:\n  openai:\n    model: standin\n%s%s", name,
+           target, rest);
+  cr_assert_eq(sc_test_write_file(p, text, strlen(text)), 0);
+  return p;
+}
+
+// "    launch: python3 SRC/tests/openai_standin.py --port {port} ARGS\n" plus the url and
+// the rest of a launched target.
+static const char *launched(const char *args) {
+  static char t[2][2048];
+  static int slot;
+  char *p = t[slot++ % 2];
+  snprintf(p, 2048,
+           "    url: \"http://127.0.0.1:{port}/v1\"\n"
+           "    launch: \"python3 %s/tests/openai_standin.py --port {port} %s\"\n"
+           "    vocab_size: 1000\n"
+           "    ready: {timeout: 20s}\n"
+           "    stop_grace: 2s\n",
+           SC_SOURCE_DIR, args);
+  return p;
+}
+
+// Whether a process of group pgid lives (zombies do not count).
+static bool group_alive(int pgid) {
+  DIR *d = opendir("/proc");
+  cr_assert_not_null(d);
+  bool alive = false;
+  struct dirent *e;
+  while (!alive && (e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%.255s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');
+    char st = 0;
+    int ppid = 0, pgrp = 0;
+    if (rp && sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) == 3 && pgrp == pgid && st != 'Z')
+      alive = true;
+  }
+  closedir(d);
+  return alive;
+}
+
+// The process group the stand-in wrote to path ("PID PGID"); 0 when the file is not there.
+static int pgid_in(const char *path) {
+  char *t = sc_test_read_file(path, NULL);
+  if (!t) return 0;
+  int pid = 0, pgid = 0;
+  sscanf(t, "%d %d", &pid, &pgid);
+  free(t);
+  return pgid;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+// --- runs that work
+
+Test(http, launched_replicas_closed_and_open_loop_rows_timing_logs_and_teardown) {
+  const char *dir = sc_test_tmpdir("http-ok");
+  char args[512];
+  snprintf(args, sizeof args, "--ttft-ms 40 --token-ms 5 --child --pid-file %s/pid{replica}",
+           dir);
+  const char *sc = scenario(dir, "ok.yaml", launched(args),
+                            "deployments: [{dp: 2}]\n"
+                            "workload:\n  prompts: [{input: 16, output: 8}]\n"
+                            "  phases: [{fixed: {requests: 8, concurrency: 2}}, "
+                            "{rate: 40, arrival: constant, requests: 8}]\n"
+                            "slo: {error_rate: 0}\n");
+  char cmd[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(cmd, sizeof cmd, "run %s --db %s --out %s/rep --no-report", sc, db, dir);
+  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  cr_assert_eq(rc, 0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'ok'"), 16);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 8"), 16);
+  cr_expect_eq(q1(db, "SELECT count(DISTINCT replica) FROM request"), 2, "both replicas served");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM token"), 16 * 8);
+  // the stand-in waits 40 ms before the first chunk, then 5 ms between the 8 chunks: TTFT and
+  // E2EL (which ends at the last content chunk) can only be longer
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE first_token_ns - arrival_ns < 40e6"),
+               0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE finish_ns - arrival_ns < 75e6"), 0);
+  // ... and the finish is the last token's own stamp, not a later [DONE] or pull
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request r WHERE finish_ns <> (SELECT max(t_ns) FROM "
+                      "token t WHERE t.request_id = r.id)"), 0);
+  cr_expect_str_eq(q1s(db, "SELECT backend FROM run"), "openai");
+  char path[700];
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/rep/dp2-replica%d.log", dir, i);
+    char *log = sc_test_read_file(path, NULL);
+    cr_assert_not_null(log, "no log %s", path);
+    cr_expect(strstr(log, "POST /v1/completions"), "%s", log);
+    free(log);
+    snprintf(path, sizeof path, "%s/pid%d", dir, i);
+    int g = pgid_in(path);
+    cr_assert_gt(g, 0);
+    cr_expect(!group_alive(g), "replica %d's process group %d outlived the run", i, g);
+  }
+}
+
+Test(http, multi_token_chunks_count_every_token_and_chat_reads_the_prompt_from_usage) {
+  const char *dir = sc_test_tmpdir("http-multi");
+  const char *sc = scenario(dir, "ids.yaml", launched("--token-ids --ttft-ms 5 --token-ms 2"),
+                            "deployments: [{tp: 1}]\n"
+                            "workload:\n  prompts: [{input: 16, output: 7}]\n"
+                            "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n");
+  char cmd[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc, db);
+  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 7"), 4,
+               "two token ids per chunk, all counted");
+  // three tokens per chunk, no token_ids: the usage chunk says how many there were
+  const char *sc2 = scenario(dir, "usage.yaml", launched("--chunk-tokens 3 --ttft-ms 5"),
+                             "deployments: [{tp: 1}]\n"
+                             "workload:\n  prompts: [{input: 16, output: 7}]\n"
+                             "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n");
+  snprintf(db, sizeof db, "%s/r2.db", dir);
+  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc2, db);
+  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 7"), 4);
+  // chat: generated words; the prompt's token count is the server's (the stand-in counts words)
+  char chat[2300];
+  snprintf(chat, sizeof chat, "    api: chat\n%s", launched("--ttft-ms 5"));
+  const char *sc3 = scenario(dir, "chat.yaml", chat,
+                             "deployments: [{tp: 1}]\n"
+                             "workload:\n  prompts: [{input: 16, output: 5}]\n"
+                             "  phases: [{fixed: {requests: 3, concurrency: 1}}]\n");
+  snprintf(db, sizeof db, "%s/r3.db", dir);
+  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc3, db);
+  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 5 AND status = 'ok'"),
+               3);
+}
+
+// --- failures
+
+Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines) {
+  const char *dir = sc_test_tmpdir("http-exit");
+  const char *sc = scenario(dir, "exit.yaml", launched("--mode exit"),
+                            "deployments: [{tp: 1}]\n"
+                            "workload:\n  prompts: [{input: 8, output: 2}]\n"
+                            "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n");
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "run %s --db %s/r.db --out %s/rep --no-report --quiet", sc, dir, dir);
+  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  cr_expect_eq(rc, 3, "%s", out);
+  cr_expect(strstr(out, "exited with status 3"), "%s", out);
+  cr_expect(strstr(out, "CUDA error: no device found"), "the log's last lines: %s", out);
+}
+
+Test(http, a_server_never_ready_fails_after_the_timeout_naming_the_url) {
+  const char *dir = sc_test_tmpdir("http-never");
+  char t[2300];
+  snprintf(t, sizeof t,
+           "    url: \"http://127.0.0.1:{port}/v1\"\n"
+           "    launch: \"python3 %s/tests/openai_standin.py --port {port} --mode never-ready\"\n"
+           "    vocab_size: 1000\n"
+           "    ready: {path: /health, timeout: 1500ms}\n"
+           "    stop_grace: 1s\n",
+           SC_SOURCE_DIR);
+  const char *sc = scenario(dir, "never.yaml", t,
+                            "deployments: [{tp: 1}]\n"
+                            "workload:\n  prompts: [{input: 8, output: 2}]\n"
+                            "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n");
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "run %s --db %s/r.db --out %s/rep --no-report --quiet", sc, dir, dir);
+  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  cr_expect_eq(rc, 3, "%s", out);
+  cr_expect(strstr(out, "not ready after 2 s") || strstr(out, "not ready after 1 s"), "%s", out);
+  cr_expect(strstr(out, "http://127.0.0.1:"), "names the URL: %s", out);
+  cr_expect(strstr(out, "/health"), "%s", out);
+}
+
+Test(http, a_refused_connection_fails_every_request_with_reason_connect) {
+  const char *dir = sc_test_tmpdir("http-refused");
+  int port = 0;
+  sc_error e = {{0}};
+  cr_assert_eq(launch_free_port(&port, &e), SC_OK, "%s", e.msg); // nothing listens there now
+  char t[512];
+  snprintf(t, sizeof t, "    url: \"http://127.0.0.1:%d/v1\"\n    vocab_size: 1000\n", port);
+  const char *sc = scenario(dir, "refused.yaml", t,
+                            "workload:\n  prompts: [{input: 8, output: 2}]\n"
+                            "  phases: [{fixed: {requests: 5, concurrency: 2}}]\n"
+                            "slo: {error_rate: 0}\n");
+  char cmd[2048], db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report", sc, db);
+  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  cr_expect_eq(rc, 1, "the error_rate SLO fails: %s", out);
+  cr_expect(strstr(out, "error_rate") && strstr(out, "FAIL"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'failed' AND reason = "
+                      "'connect'"), 5);
+  cr_expect(strstr(q1s(db, "SELECT label FROM deployment"), "127.0.0.1"),
+            "the label says what is behind it");
+}
+
+Test(http, malformed_events_fail_with_protocol_and_a_mid_stream_error_with_server_error) {
+  const char *dir = sc_test_tmpdir("http-bad");
+  const char *modes[] = {"malformed", "error"};
+  const char *reasons[] = {"protocol", "server_error"};
+  for (int i = 0; i < 2; i++) {
+    char a[64], name[64], cmd[2048], db[600];
+    snprintf(a, sizeof a, "--mode %s --ttft-ms 5", modes[i]);
+    snprintf(name, sizeof name, "%s.yaml", modes[i]);
+    const char *sc = scenario(dir, name, launched(a),
+                              "deployments: [{tp: 1}]\n"
+                              "workload:\n  prompts: [{input: 8, output: 6}]\n"
+                              "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n"
+                              "slo: {error_rate: 0}\n");
+    snprintf(db, sizeof db, "%s/%s.db", dir, modes[i]);
+    snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc, db);
+    int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+    cr_expect_eq(rc, 1, "%s: %s", modes[i], out);
+    char q[200];
+    snprintf(q, sizeof q, "SELECT count(*) FROM request WHERE status = 'failed' AND reason = '%s'",
+             reasons[i]);
+    cr_expect_eq(q1(db, q), 4, "%s", modes[i]);
+  }
+}
+
+Test(http, no_server_survives_a_sigkill_of_the_runner) {
+  const char *dir = sc_test_tmpdir("http-kill");
+  char args[512];
+  snprintf(args, sizeof args, "--child --pid-file %s/pid{replica} --token-ms 20", dir);
+  const char *sc = scenario(dir, "kill.yaml", launched(args),
+                            "deployments: [{dp: 2}]\n"
+                            "workload:\n  prompts: [{input: 8, output: 50}]\n"
+                            "  phases: [{fixed: {requests: 1000, concurrency: 2}}]\n");
+  char db[600], rep[600], log[600], pf[2][700];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(rep, sizeof rep, "%s/rep", dir);
+  snprintf(log, sizeof log, "%s/run.log", dir);
+  pid_t pid = sc_test_spawn_run(sc, db, rep, log);
+  int g[2] = {0, 0};
+  for (int i = 0; i < 2; i++) snprintf(pf[i], sizeof pf[i], "%s/pid%d", dir, i);
+  for (int k = 0; k < 300 && (!g[0] || !g[1]); k++) { // both servers up (at most 30 s)
+    sleep_ms(100);
+    g[0] = pgid_in(pf[0]);
+    g[1] = pgid_in(pf[1]);
+  }
+  cr_assert(g[0] && g[1], "the stand-ins never started");
+  sleep_ms(500); // requests in flight
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  for (int k = 0; k < 100 && (group_alive(g[0]) || group_alive(g[1])); k++) sleep_ms(100);
+  cr_expect(!group_alive(g[0]) && !group_alive(g[1]),
+            "a launched server (or its child) outlived the runner's SIGKILL");
+}
+
+// --- scenario keys
+static int validate(const char *dir, const char *name, const char *text) {
+  char path[600], cmd[800];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  snprintf(cmd, sizeof cmd, "validate %s", path);
+  return sc_test_run_cli_clean(cmd, out, sizeof out);
+}
+
+#define WL "workload:\n  prompts: [{input: 8, output: 2}]\n  phases: [{fixed: {requests: 2}}]\n"
+
+Test(http, bad_target_keys_exit_2_naming_file_line_column_and_the_key) {
+  const char *dir = sc_test_tmpdir("http-keys");
+  struct {
+    const char *name, *text, *want;
+  } cases[] = {
+      {"ph.yaml",
+       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
+       "    url: \"http://127.0.0.1:{prot}/v1\"\n" WL,
+       "ph.yaml:6:11: key 'url': unknown placeholder {prot}"},
+      {"port.yaml",
+       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
+       "    url: \"http://127.0.0.1:8000/v1\"\n    launch: \"true --tp {tp}\"\n"
+       "deployments: [{dp: 2}]\n" WL,
+       "port.yaml:8:16: deployment 'dp2' has 2 replicas: target.openai.url needs {port}"},
+      {"vocab.yaml", "name: x\ntarget:\n  openai:\n    model: m\n    url: \"http://h/v1\"\n" WL,
+       "vocab.yaml:4:5: missing required key 'vocab_size'"},
+      {"api.yaml",
+       "name: x\ntarget:\n  openai:\n    model: m\n    api: chatty\n    url: \"http://h/v1\"\n" WL,
+       "api.yaml:5:10: key 'api': expected one of completions, chat"},
+      {"extra.yaml",
+       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: \"http://h/v1\"\n"
+       "    extra_body: {ignore_eos: true, stream: false}\n" WL,
+       "extra.yaml:7:36: key 'extra_body': 'stream' is shardcheck's to set"},
+      {"fault.yaml",
+       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: \"http://h/v1\"\n"
+       WL "faults:\n  - {kill: replica, target: replica0, at: 1s}\n",
+       "fault.yaml:11:6: fault 'kill': an openai target takes no faults yet"},
+      {"model.yaml",
+       "name: x\nmodel: llama-tiny\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
+       "    url: \"http://h/v1\"\n" WL,
+       "model.yaml:2:1: key 'model': not with 'target'"},
+      {"unknown.yaml",
+       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: \"http://h/v1\"\n"
+       "    tokenizer: x\n" WL,
+       "unknown.yaml:7:5: unknown key 'tokenizer'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int rc = validate(dir, cases[i].name, cases[i].text);
+    cr_expect_eq(rc, 2, "%s: %s", cases[i].name, out);
+    cr_expect(strstr(out, cases[i].want), "%s: want '%s' in: %s", cases[i].name, cases[i].want,
+              out);
+  }
+}
+
+Test(http, a_launch_command_not_on_path_is_a_warning_naming_it) {
+  const char *dir = sc_test_tmpdir("http-path");
+  int rc = validate(dir, "vllm.yaml",
+                    "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
+                    "    url: \"http://127.0.0.1:{port}/v1\"\n"
+                    "    launch: \"no-such-server-xyz serve m -tp {tp} --port {port}\"\n"
+                    "    env: {CUDA_VISIBLE_DEVICES: \"{gpus}\"}\n"
+                    "    rank_process: \"VllmWorker\"\n"
+                    "hardware: {devices: [0, 1, 2, 3]}\n"
+                    "deployments: [{tp: 1, dp: 4}, {tp: 2, dp: 2}, {tp: 4}]\n" WL);
+  cr_expect_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "warning: ") && strstr(out, "vllm.yaml:7:14: key 'launch': "
+                                                    "'no-such-server-xyz' is not an executable"),
+            "%s", out);
+  cr_expect(strstr(out, "3 deployments (dp4, tp2-dp2, tp4)"), "%s", out);
+}
