@@ -183,7 +183,7 @@ static void cancel_storm(fault_rt *f, int fi, uint64_t now) {
            n);
 }
 
-static replica_fault to_rfault(const ft_fault *ft, bool end) {
+replica_fault fault_replica_fault(const ft_fault *ft, bool end) {
   replica_fault rf = {.rank = ft->rank};
   if (end) {
     rf.kind = ft->kind == SCN_FAULT_HANG ? RFAULT_RESUME : RFAULT_CLEAR;
@@ -240,7 +240,7 @@ void frt_act(fault_rt *f, int fi, bool end, uint64_t now) {
     fr->ended = true;
     fr->ended_ns = now;
   }
-  replica_fault rf = to_rfault(ft, end);
+  replica_fault rf = fault_replica_fault(ft, end);
   if (ft->replica >= 0) {
     inject_one(f, fi, ft->replica, &rf);
   } else {

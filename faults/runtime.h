@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "faults/timeline.h"
 #include "kernels/clock.h"
 #include "kernels/status.h"
 #include "reports/metrics.h"
@@ -120,3 +121,8 @@ void fault_rt_free(fault_rt *f); // NULL is a no-op
 // The libfaketime a clock jump preloads into the workers (SHARDCHECK_LIBFAKETIME, else the
 // first of the distributions' paths that exists); NULL when there is none.
 const char *fault_faketime_lib(void);
+
+// What a planned fault asks of its replica (every implementation takes every kind): its start,
+// or its end (a hang's resume, a clear for the rest). `shardcheck serve`'s admin faults use it
+// too, so a fault means the same on a server as in a scenario.
+replica_fault fault_replica_fault(const ft_fault *ft, bool end);

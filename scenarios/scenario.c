@@ -62,6 +62,8 @@ typedef struct ctx {
   const scn_overrides *ov; // command-line overrides (NULL: none)
   bool mode_from_ov;       // the mode is the override's, not the file's
   bool switched;           // the file says real, the override sim: hardware is converted
+  bool now;                // one fault applied at once (scenario_parse_fault_now): no time,
+                           // no duration, only the kinds a running server takes
 } ctx;
 
 // --- positions and messages
@@ -1375,6 +1377,21 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
                    "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt or chaos), got none");
   ft->kind = (scn_fault_kind)kind;
   const fault_rule *r = &fault_rules[kind];
+  if (c->now) { // applied at once: the kinds that act on a replica, for as long as no clear
+    bool takes = kind == SCN_FAULT_KILL || kind == SCN_FAULT_HANG || kind == SCN_FAULT_SLOW ||
+                 kind == SCN_FAULT_OOM || kind == SCN_FAULT_CORRUPT;
+    if (!takes)
+      return fail_at(c, m.key[ki], NULL, "key '%s': expected one of kill, hang, slow, oom, "
+                     "corrupt or clear (a %s fault is a scenario's only)", fault_kinds[kind],
+                     fault_kinds[kind]);
+    for (int i = 0; i < m.n; i++) {
+      const char *n = m.name[i];
+      if (!strcmp(n, "at") || !strcmp(n, "at_phase") || !strcmp(n, "duration") ||
+          !strcmp(n, "resume_after"))
+        return fail_at(c, m.key[i], NULL, "key '%s': a fault sent to a server applies now and "
+                       "lasts until a clear; no %s", n, n);
+    }
+  }
   // keys the kind does not take
   for (int i = 0; i < m.n; i++) {
     const char *n = m.name[i];
@@ -1391,7 +1408,7 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of at or at_phase, "
                    "got both", m.name[later]);
   }
-  if (r->timed && ia < 0 && ip < 0)
+  if (r->timed && ia < 0 && ip < 0 && !c->now)
     return fail_at(c, item, k, "missing required key 'at' or 'at_phase' (when the %s fault "
                    "happens)", fault_kinds[kind]);
   if (ip >= 0) {
@@ -2182,6 +2199,40 @@ static sc_status parse_text(scenario *s, const char *name, const scn_overrides *
 }
 
 // --- public API
+
+static sc_status parse_now_root(struct fy_node *root, void *arg, sc_error *err) {
+  ctx *c = arg;
+  if (!root || fy_node_is_null(root))
+    return sc_fail(err, SC_INVALID, "%s: empty; expected one fault (a mapping such as "
+                   "{\"kill\": \"gpu\", \"target\": \"replica0.rank1\"})", c->file);
+  return parse_fault(c, root, NULL, &c->s->faults[0]);
+}
+
+sc_status scenario_parse_fault_now(const char *text, size_t len, const char *name, int dp,
+                                   int ranks, bool sim, scn_fault *out, sc_error *err) {
+  memset(out, 0, sizeof *out);
+  scenario *s = calloc(1, sizeof *s);
+  if (!s) return sc_fail(err, SC_OOM, "%s: out of memory", name);
+  set_defaults(s);
+  s->mode = sim ? SCN_MODE_SIM : SCN_MODE_REAL;
+  s->n_deployments = 1;
+  s->deployments[0] = (scn_deployment){.tp = ranks, .pp = 1, .dp = dp};
+  snprintf(s->deployments[0].label, sizeof s->deployments[0].label, "served");
+  ctx c = {.file = name, .dir = ".", .s = s, .err = err, .now = true};
+  sc_status st = yaml_map_parse(text, len, name, parse_now_root, &c, err);
+  if (st == SC_OK) *out = s->faults[0];
+  free(s);
+  return st;
+}
+
+bool scenario_fault_target(const char *text, int *replica, int *rank) {
+  int r = -1, k = -1;
+  int form = target_parse(text, &r, &k);
+  if (form != TGT_REPLICA && form != TGT_RANK) return false;
+  *replica = r;
+  *rank = form == TGT_RANK ? k : -1;
+  return true;
+}
 
 // scenario_parse with overrides (ov may be NULL, its values already checked).
 static sc_status parse_with(const char *text, size_t len, const char *name, const char *dir,

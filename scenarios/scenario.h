@@ -327,3 +327,14 @@ uint64_t scenario_phase_duration_ns(const scn_phase *p);
 bool scenario_isolates_processes(const scenario *s);
 const char *scenario_phase_kind_name(scn_phase_kind k); // "ramp", "rate", "fixed"
 const char *scenario_fault_kind_name(scn_fault_kind k); // "kill", "hang", ..., "chaos"
+
+// One fault applied at once, as `shardcheck serve`'s POST /admin/faults takes it: text (YAML or
+// JSON: {"kill": "gpu", "target": "replica0.rank1"}) is one item of a `faults:` list without
+// at, at_phase, duration or resume_after, of a kind that acts on a replica (kill, hang, slow,
+// oom, corrupt), checked as a scenario's is against a deployment of dp replicas of `ranks`
+// ranks. On error *out is zeroed and err says why, as "NAME:LINE:COL: key 'KEY': ..." (the key
+// at fault is quoted first).
+sc_status scenario_parse_fault_now(const char *text, size_t len, const char *name, int dp,
+                                   int ranks, bool sim, scn_fault *out, sc_error *err);
+// A target "replicaR" (rank -1) or "replicaR.rankK"; false for any other text.
+bool scenario_fault_target(const char *text, int *replica, int *rank);
