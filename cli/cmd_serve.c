@@ -22,6 +22,7 @@ static void usage(FILE *f) {
          "                        [--mode real|sim] [--profile NAME|FILE.yaml]\n"
          "                        [--isolation thread|process] [--host ADDR] [--port N]\n"
          "                        [--served-model-name NAME] [--api-key KEY]\n"
+         "                        [--admin-token TOKEN] [--max-retries N]\n"
          "                        [--max-num-seqs N] [--max-num-batched-tokens N]\n"
          "                        [--block-size N] [--gpu-memory-utilization F]\n"
          "                        [--max-model-len N] [--drain-timeout SECONDS]\n"
@@ -48,7 +49,10 @@ static void usage(FILE *f) {
          "  --port N                   port (default 8000; 0: any free port)\n"
          "  --served-model-name NAME   the model name of the API (default: --model)\n"
          "  --api-key KEY              require \"Authorization: Bearer KEY\" on /v1/*\n"
-         "  --admin-token TOKEN        reserved for the admin endpoints (not served yet)\n"
+         "  --admin-token TOKEN        serve /admin/faults and /admin/state, which require\n"
+         "                             \"Authorization: Bearer TOKEN\" (without it: 404)\n"
+         "  --max-retries N            resubmissions of a request whose replica was lost\n"
+         "                             (default 3; 0: it ends with an error at once)\n"
          "  --max-num-seqs N           running sequences per replica (default 256)\n"
          "  --max-num-batched-tokens N tokens per engine step (default 8192)\n"
          "  --block-size N             KV-cache block in tokens (default 16)\n"
@@ -140,6 +144,7 @@ int cmd_serve(int argc, char **argv) {
     INT_FLAG("--max-pending", NULL, 1, 1 << 24, &c.max_pending);
     INT_FLAG("--max-connections", NULL, 1, 1 << 20, &c.max_connections);
     INT_FLAG("--threads", NULL, 1, 1024, &d.threads);
+    INT_FLAG("--max-retries", NULL, 0, 100, &c.max_retries);
     if (FLAG("--model", NULL)) {
       NEED();
       d.model = v;
@@ -174,7 +179,8 @@ int cmd_serve(int argc, char **argv) {
       NEED();
       c.api_key = v;
     } else if (FLAG("--admin-token", NULL)) {
-      NEED(); // reserved: the admin endpoints come later
+      NEED();
+      c.admin_token = v;
     } else if (FLAG("--gpu-memory-utilization", NULL)) {
       NEED();
       if (!cli_parse_double(v, 0.1, 1.0, &d.gpu_memory_utilization))

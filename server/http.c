@@ -24,6 +24,8 @@ typedef enum route {
   R_MODELS,
   R_HEALTH,
   R_METRICS,
+  R_ADMIN_FAULTS, // only with --admin-token (else 404, as any unknown path)
+  R_ADMIN_STATE,
 } route;
 
 // The per-request state of a connection (MHD's req_cls).
@@ -35,7 +37,7 @@ typedef struct conn_ctx {
   gen *g; // the generation it started (one reference)
 } conn_ctx;
 
-static route route_of(const char *url, const char **method_wanted) {
+static route route_of(const server *s, const char *url, const char **method_wanted) {
   static const struct {
     const char *path, *method;
     route r;
@@ -43,9 +45,12 @@ static route route_of(const char *url, const char **method_wanted) {
                 {"/v1/chat/completions", "POST", R_CHAT},
                 {"/v1/models", "GET", R_MODELS},
                 {"/health", "GET", R_HEALTH},
-                {"/metrics", "GET", R_METRICS}};
+                {"/metrics", "GET", R_METRICS},
+                {"/admin/faults", "POST", R_ADMIN_FAULTS},
+                {"/admin/state", "GET", R_ADMIN_STATE}};
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
     if (!strcmp(url, routes[i].path)) {
+      if (routes[i].r >= R_ADMIN_FAULTS && !s->admin) return R_NONE;
       *method_wanted = routes[i].method;
       return routes[i].r;
     }
@@ -83,12 +88,12 @@ static enum MHD_Result send_error(struct MHD_Connection *c, int status, const ch
   return send_buf(c, status, oai_error_body(status, param, msg), "application/json");
 }
 
-// Whether "Authorization: Bearer KEY" matches, in time independent of where they differ.
-static bool key_ok(const server *s, struct MHD_Connection *c) {
-  if (!s->key) return true;
+// Whether "Authorization: Bearer KEY" matches want (NULL: nothing is required), in time
+// independent of where they differ.
+static bool key_ok(const char *want, struct MHD_Connection *c) {
+  if (!want) return true;
   const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   if (!h) return false;
-  const char *want = s->key;
   size_t hn = strlen(h), wn = strlen(want), pre = 7; // "Bearer "
   unsigned diff = hn != pre + wn;
   if (hn < pre || strncmp(h, "Bearer ", pre)) diff = 1;
@@ -297,7 +302,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cc) return MHD_NO;
     *req_cls = cc;
     const char *want = NULL;
-    cc->r = route_of(url, &want);
+    cc->r = route_of(s, url, &want);
     if (s->n_conns > s->c.max_connections)
       return send_error(c, 503, "", "too many connections (--max-connections)");
     if (cc->r == R_NONE) return send_error(c, 404, "", "Not Found");
@@ -317,8 +322,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       MHD_destroy_response(r);
       return ok;
     }
-    if (!strncmp(url, "/v1/", 4) && !key_ok(s, c))
+    if (!strncmp(url, "/v1/", 4) && !key_ok(s->key, c))
       return send_error(c, 401, "", "missing or wrong API key (Authorization: Bearer KEY)");
+    if (cc->r >= R_ADMIN_FAULTS && !key_ok(s->admin, c))
+      return send_error(c, 401, "",
+                        "missing or wrong admin token (Authorization: Bearer TOKEN)");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > s->c.max_body_bytes) {
       char msg[128];
@@ -364,6 +372,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   case R_MODELS: return models(s, c);
   case R_HEALTH: return health(s, c);
   case R_METRICS: return metrics(s, c);
+  case R_ADMIN_FAULTS:
+  case R_ADMIN_STATE: {
+    char *body = NULL;
+    int st = cc->r == R_ADMIN_STATE ? server_admin_state(s, &body)
+                                    : server_admin_faults(s, cc->body ? cc->body : "", cc->len,
+                                                          &body);
+    return send_buf(c, st, body, "application/json");
+  }
   default: return send_error(c, 404, "", "Not Found");
   }
 }

@@ -446,6 +446,7 @@ static bool drain_events(server *s) {
   replica_event ev[EV_BATCH];
   bool any = false;
   for (int i = 0; i < s->n_reps; i++) {
+    if (router_busy(s->rt, i)) continue; // the supervisor owns it
     for (;;) {
       int n = replica_poll(s->reps[i], ev, EV_BATCH);
       if (n <= 0) break;
@@ -485,7 +486,15 @@ static void sim_catch_up(server *s, uint64_t wall) {
 static void refresh_gauges(server *s) {
   srv_replica_gauges g[64];
   int n = s->n_reps < 64 ? s->n_reps : 64;
+  pthread_mutex_lock(&s->mu);
+  if (s->m.reps) memcpy(g, s->m.reps, (size_t)n * sizeof *g);
+  pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < n; i++) {
+    if (router_busy(s->rt, i)) { // restarting: untouchable, and dead until it is back
+      g[i].health = REPLICA_DEAD;
+      g[i].kv_used = g[i].running = g[i].waiting = 0;
+      continue;
+    }
     engine_stats st;
     replica_stats(s->reps[i], &st);
     g[i] = (srv_replica_gauges){.kv_used = st.kv_used,
@@ -506,7 +515,8 @@ static int cut_off(server *s, const char *why) {
   while (s->live) {
     gen *g = s->live;
     req_rec *q = &s->reqs.v[g->key];
-    if (q->dispatched && !q->waiting && !g->cancelling) replica_cancel(s->reps[q->replica], g->key);
+    if (q->dispatched && !q->waiting && !g->cancelling && !router_busy(s->rt, q->replica))
+      replica_cancel(s->reps[q->replica], g->key);
     finish_gen(s, g->key, NULL, 503, why, REQ_CANCELLED);
     n++;
   }
@@ -519,9 +529,10 @@ static sc_status build(server *s, sc_error *err) {
   s->sim = s->c.replicas.kind == REPLICA_SIM;
   ec.clock = s->sim ? (sc_clock){.now_ns = sim_clock_now, .ctx = &s->vnow} : sc_clock_monotonic();
   s->reps = calloc((size_t)s->c.dp, sizeof *s->reps);
-  if (!s->reps) return sc_fail(err, SC_OOM, "out of memory");
+  s->rs = calloc((size_t)s->c.dp, sizeof *s->rs);
+  if (!s->reps || !s->rs) return sc_fail(err, SC_OOM, "out of memory");
   router_config rc = {.policy = ROUTER_LEAST_OUTSTANDING,
-                      .max_retries = 3,
+                      .max_retries = s->c.max_retries,
                       .backoff_ns = 50000000ull,
                       .resume = true};
   router_hooks rh = {.ud = s, .dispatch = dispatch, .fail = fail_hook};
@@ -534,7 +545,90 @@ static sc_status build(server *s, sc_error *err) {
     s->n_reps++;
   }
   replica_set_peers(s->reps, s->n_reps);
+  if (!s->sim && s->c.restart && s->n_reps > 0 && replica_can_restart(s->reps[0]))
+    SC_TRY(server_supervisor_start(s));
   return SC_OK;
+}
+
+// --- dead replicas: restarts
+// A replica's requests not yet ended when it is found dead (every one normally got its FAILED
+// event first): they go to the router as lost ones, before anyone else may touch the replica.
+static void lose_leftovers(server *s, int i) {
+  size_t n = 0;
+  for (gen *g = s->live; g; g = g->next) n++;
+  uint64_t *keys = n ? malloc(n * sizeof *keys) : NULL;
+  size_t k = 0;
+  for (gen *g = s->live; g && keys; g = g->next) {
+    req_rec *q = &s->reqs.v[g->key];
+    if (q->state != REQ_DONE && q->dispatched && !q->waiting && q->replica == i) keys[k++] = g->key;
+  }
+  for (size_t j = 0; j < k; j++) {
+    req_rec *q = &s->reqs.v[keys[j]];
+    gen *g = s->by_key[keys[j]];
+    if (q->state == REQ_DONE || !g) continue;
+    if (g->cancelling)
+      finish_gen(s, keys[j], g->finish[0] ? g->finish : NULL, 499, "cancelled",
+                 g->finish[0] ? REQ_OK : REQ_CANCELLED);
+    else
+      router_on_lost(s->rt, keys[j], i, rel_now(s));
+  }
+  free(keys);
+}
+
+static void restart_done(server *s, int i, sc_status st, const sc_error *e) {
+  srv_restart *r = &s->rs[i];
+  s->n_events++; // the gauges show it now
+  r->last_ms = (double)(sc_monotonic_ns() - r->began_ns) / 1e6;
+  if (st == SC_OK) {
+    r->restarts++;
+    snprintf(r->note, sizeof r->note, "restarted (epoch %d) in %.0f ms",
+             replica_epoch(s->reps[i]), r->last_ms);
+  } else {
+    r->given_up = true;
+    snprintf(r->note, sizeof r->note, "could not be restarted: %.200s",
+             e->msg[0] ? e->msg : sc_status_name(st));
+  }
+}
+
+// Finds dead replicas and restarts them: in sim mode at once (the replica models its load
+// time, admitting once it is over); in real mode through the supervisor, the router holding
+// the replica busy meanwhile so that nothing on this thread touches it. A replica that cannot
+// restart (a local one) or whose restart failed stays dead.
+static void watch_replicas(server *s) {
+  for (int i = 0; i < s->n_reps; i++) {
+    srv_restart *r = &s->rs[i];
+    if (r->restarting) {
+      if (!atomic_load(&r->done)) continue;
+      r->restarting = false;
+      router_set_busy(s->rt, i, false);
+      restart_done(s, i, r->st, &r->err);
+      continue;
+    }
+    if (r->given_up || replica_health_get(s->reps[i]) != REPLICA_DEAD) continue;
+    lose_leftovers(s, i);
+    if (!s->c.restart || !replica_can_restart(s->reps[i])) {
+      r->given_up = true;
+      snprintf(r->note, sizeof r->note, "dead for good: %s",
+               s->c.restart ? "this kind of replica cannot restart" : "restarts are off");
+      continue;
+    }
+    r->began_ns = sc_monotonic_ns();
+    if (replica_in_virtual_time(s->reps[i])) {
+      sc_error e = {{0}};
+      sc_status st = replica_restart(s->reps[i], &e);
+      restart_done(s, i, st, &e);
+      continue;
+    }
+    if (!s->sup_started) {
+      r->given_up = true;
+      snprintf(r->note, sizeof r->note, "dead for good: no supervisor");
+      continue;
+    }
+    atomic_store(&r->done, false);
+    r->restarting = true;
+    router_set_busy(s->rt, i, true);
+    server_supervisor_want(s, i);
+  }
 }
 
 // --- the loop
@@ -575,6 +669,7 @@ void *server_loop_main(void *arg) {
     router_tick(s->rt, wall);
     if (s->sim) sim_catch_up(s, rel_now(s)); // new work starts now
     drain_events(s);
+    watch_replicas(s);
     bool events = s->n_events != seen_events; // also those handled while catching up (sim)
     seen_events = s->n_events;
     pthread_mutex_lock(&s->mu);
@@ -602,6 +697,7 @@ void *server_loop_main(void *arg) {
     fds[n] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
     fd_gen[n++] = NULL;
     for (int i = 0; i < s->n_reps; i++) {
+      if (router_busy(s->rt, i)) continue; // the supervisor wakes the loop when it is done
       int fd = replica_wait_fd(s->reps[i]);
       if (fd < 0) continue;
       fds[n] = (struct pollfd){.fd = fd, .events = POLLIN};

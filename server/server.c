@@ -20,7 +20,9 @@ server_config server_config_defaults(void) {
                          .engine = engine_config_defaults(),
                          .dp = 1,
                          .replicas = {.kind = REPLICA_LOCAL},
-                         .layout = "tp1"};
+                         .layout = "tp1",
+                         .max_retries = 3,
+                         .restart = true};
 }
 
 static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
@@ -36,6 +38,7 @@ sc_status server_new(const server_config *c, server **out, sc_error *err) {
   s->host = strdup(c->host ? c->host : "127.0.0.1");
   s->name = strdup(c->served_name ? c->served_name : "model");
   s->key = dup_or_null(c->api_key);
+  s->admin = dup_or_null(c->admin_token);
   s->layout = strdup(c->layout ? c->layout : "");
   s->m.reps = calloc((size_t)c->dp, sizeof *s->m.reps);
   s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -45,7 +48,8 @@ sc_status server_new(const server_config *c, server **out, sc_error *err) {
   s->lim = (oai_limits){
       .model = &s->c.engine.model, .served_name = s->name, .max_model_len = c->max_model_len};
   if (!s->host || !s->name || !s->layout || !s->m.reps || s->wake_fd < 0 ||
-      (c->api_key && *c->api_key && !s->key)) {
+      (c->api_key && *c->api_key && !s->key) ||
+      (c->admin_token && *c->admin_token && !s->admin)) {
     server_free(s);
     return sc_fail(err, SC_OOM, "out of memory");
   }
@@ -105,6 +109,9 @@ void server_free(server *s) {
     free(c);
     c = next;
   }
+  // The supervisor first: a restart under way finishes before its replica is freed (the
+  // workers it started die with it, PR_SET_PDEATHSIG, as the loop's did with the loop).
+  server_supervisor_stop(s);
   for (int i = 0; i < s->n_reps; i++) replica_free(s->reps[i]);
   router_free(s->rt);
   for (size_t k = 0; k < s->reqs.n; k++) {
@@ -121,6 +128,8 @@ void server_free(server *s) {
   free(s->host);
   free(s->name);
   free(s->key);
+  free(s->admin);
+  free(s->rs);
   free(s->layout);
   free(s);
 }

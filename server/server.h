@@ -13,8 +13,10 @@
 //   and turns events into response bytes and metrics;
 // - the deployment (server/deploy.c): flags -> the same engine config `shardcheck run` builds.
 //
-// Anything that must reach the replicas (a future admin endpoint injecting faults, say) goes
-// through server_loop_call: a closure run on the loop thread.
+// Anything that must reach the replicas (the admin endpoints, server/admin.c: faults and
+// state) goes through server_loop_call: a closure run on the loop thread. A dead replica is
+// rebuilt (a new epoch) by a supervisor thread in real mode, at once in sim mode, while the loop
+// goes on serving the others.
 //
 // This file is the public API; the struct both sides share is server/server_impl.h.
 #pragma once
@@ -46,9 +48,17 @@ typedef struct server_config {
   int max_model_len;        // the context the API admits (<= engine.model.max_seq_len)
   bool synthetic_text;      // sim: token ids become words of a fixed synthetic vocabulary
   const char *layout;       // for messages and /metrics labels, e.g. "tp2-pp1-dp2"
+  // --- faults and recovery
+  const char *admin_token; // NULL or "": /admin/* are 404; else they take
+                           // "Authorization: Bearer TOKEN" (401 without it)
+  int max_retries;         // resubmissions of a request whose replica was lost (default 3;
+                           // 0: such a request ends with an error at once)
+  bool restart;            // a dead replica is rebuilt with a new epoch where its kind can be
+                           // (process and sim replicas; default true)
 } server_config;
 
-// Defaults: 127.0.0.1:8000, 1 MiB bodies, 1024 connections, 4096 pending, 30 s idle, dp 1.
+// Defaults: 127.0.0.1:8000, 1 MiB bodies, 1024 connections, 4096 pending, 30 s idle, dp 1,
+// 3 retries, restarts on.
 server_config server_config_defaults(void);
 
 // Binds and starts the HTTP side, then the loop thread, which builds the replicas (/health

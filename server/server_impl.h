@@ -9,6 +9,7 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -91,10 +92,40 @@ void srv_hist_add(srv_hist *h, const double *bounds, int n_bounds, double v);
 extern const double srv_ttft_bounds[SRV_TTFT_BUCKETS];
 extern const double srv_e2e_bounds[SRV_E2E_BUCKETS];
 
+// --- restarts: a dead replica rebuilt with a new epoch (server/admin.c's supervisor in real
+// mode, the loop itself in sim mode, where a restart returns at once and models its load)
+typedef struct srv_restart {
+  // (loop)
+  bool restarting;   // the supervisor owns the replica (the router holds it busy)
+  bool given_up;     // dead for good: it cannot restart, restarts are off, or one failed
+  int restarts;      // restarts that succeeded
+  uint64_t began_ns; // monotonic, when the running restart began
+  double last_ms;    // the latest restart's duration
+  char note[256];    // the latest restart's outcome ("" none yet)
+  // (sup_mu)
+  bool want; // the supervisor is asked to restart it
+  // the supervisor's outcome: written before done is set, read by the loop once it is seen
+  atomic_bool done;
+  sc_status st;
+  sc_error err;
+} srv_restart;
+
+// The supervisor thread (real mode): restarts the replicas the loop hands it, one at a time.
+// It lives as long as the replicas, since a worker dies with the thread that started it.
+sc_status server_supervisor_start(server *s);
+void server_supervisor_stop(server *s); // NULL-safe on a server without one
+// Asks the supervisor to restart replica i (the loop has marked it busy).
+void server_supervisor_want(server *s, int i);
+
+// The admin endpoints (server/admin.c), on the HTTP thread; each returns the HTTP status and a
+// malloc'd JSON body in *body (NULL: out of memory).
+int server_admin_faults(server *s, const char *text, size_t len, char **body);
+int server_admin_state(server *s, char **body);
+
 // --- the server
 struct server {
   server_config c; // strings below are copies
-  char *host, *name, *key, *layout;
+  char *host, *name, *key, *admin, *layout; // admin: the admin token (NULL: no admin API)
   oai_limits lim; // kv_tokens set once ready
   struct MHD_Daemon *d;
   int port;
@@ -128,6 +159,13 @@ struct server {
   uint64_t vnow; // sim: the virtual clock (ns since t0)
   bool sim;
   uint64_t n_events; // events handled so far (the gauges refresh when it moves)
+  srv_restart *rs;   // (n_reps) each replica's restarts; fields marked there
+  // the supervisor (real mode with restarts)
+  pthread_t sup;
+  bool sup_started;      // (loop) until server_free
+  pthread_mutex_t sup_mu;
+  pthread_cond_t sup_cv;
+  bool sup_quit;         // (sup_mu)
 };
 
 // The loop thread's body (server/loop.c).

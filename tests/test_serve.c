@@ -1,7 +1,9 @@
 // `shardcheck serve` over HTTP, with libcurl as the client: every endpoint, status code and
 // field of docs/serve.md, streaming and not, completions and chat; bad input; client
 // disconnects; draining; exactness against `shardcheck generate`; 1,000 concurrent streams;
-// and sim mode's pacing against `shardcheck run --mode sim`.
+// sim mode's pacing against `shardcheck run --mode sim`; the admin API (faults, state,
+// restarts), a worker process killed under a request, and /health before the replicas are
+// ready.
 //
 // Most tests start the server in this process (server_new on an ephemeral port of 127.0.0.1),
 // so the sanitizers see both sides; the startup line and SIGTERM are tested on the binary.
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +74,7 @@ typedef struct resp {
   uint64_t *t; // (n_t) when each "data: {" chunk with content arrived (monotonic ns)
   int n_t;
   int abort_after; // > 0: the write callback aborts once this many chunks arrived
+  pid_t kill_pid;  // > 0: the write callback SIGKILLs it once the first chunk arrived
 } resp;
 
 static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
@@ -89,6 +93,10 @@ static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
     r->t[r->n_t++] = now;
   }
   if (r->abort_after > 0 && r->n_t >= r->abort_after) return 0;
+  if (r->kill_pid > 0 && r->n_t >= 1) {
+    kill(r->kill_pid, SIGKILL);
+    r->kill_pid = 0;
+  }
   return k;
 }
 
@@ -904,4 +912,294 @@ Test(serve, requests_past_max_pending_get_503) {
   resp_free(&r);
   free(body);
   bed_free(b);
+}
+
+// --- the admin API: faults and state
+static void admin_on(server_config *c) { c->admin_token = "s3cret"; }
+static void admin_no_retries(server_config *c) {
+  c->admin_token = "s3cret";
+  c->max_retries = 0;
+}
+static const char *ADMIN = "Authorization: Bearer s3cret";
+
+static json_t *admin_state(int port) {
+  resp r = http(port, "GET", "/admin/state", NULL, ADMIN);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  json_t *o = parse(r.body);
+  resp_free(&r);
+  return o;
+}
+
+static json_t *state_replica(json_t *st, int i) {
+  return json_array_get(json_object_get(st, "replicas"), (size_t)i);
+}
+
+static long long rep_int(json_t *st, int i, const char *k) {
+  return json_integer_value(json_object_get(state_replica(st, i), k));
+}
+
+static const char *rep_str(json_t *st, int i, const char *k) {
+  const char *v = json_string_value(json_object_get(state_replica(st, i), k));
+  return v ? v : "";
+}
+
+Test(serve, admin_paths_are_404_without_a_token_and_401_with_a_wrong_one) {
+  bed *b = bed_start((serve_deploy){0}, NULL);
+  resp r = http(b->port, "GET", "/admin/state", NULL, ADMIN);
+  expect_error(&r, 404, NULL);
+  resp_free(&r);
+  r = http(b->port, "POST", "/admin/faults", "{\"kill\":\"replica\",\"target\":\"replica0\"}",
+           ADMIN);
+  expect_error(&r, 404, NULL);
+  resp_free(&r);
+  bed_free(b);
+
+  b = bed_start((serve_deploy){.tp = 2}, admin_on);
+  r = http(b->port, "GET", "/admin/state", NULL, NULL);
+  expect_error(&r, 401, "admin token");
+  resp_free(&r);
+  r = http(b->port, "GET", "/admin/state", NULL, "Authorization: Bearer s3creT");
+  expect_error(&r, 401, "admin token");
+  resp_free(&r);
+  r = http(b->port, "POST", "/admin/faults", "{\"kill\":\"replica\",\"target\":\"replica0\"}",
+           "Authorization: Bearer s3cre");
+  expect_error(&r, 401, "admin token");
+  resp_free(&r);
+  // bad bodies: 400 naming the field
+  static const struct {
+    const char *body, *param;
+  } bad[] = {
+      {"{\"kill\":\"cpu\",\"target\":\"replica0.rank1\"}", "kill"},
+      {"{\"kill\":\"gpu\"}", "target"},
+      {"{\"kill\":\"gpu\",\"target\":\"replica0.rank2\"}", "target"},
+      {"{\"kill\":\"gpu\",\"target\":\"replica1.rank0\"}", "target"},
+      {"{\"kill\":\"replica\",\"target\":\"replica0\",\"at\":\"1s\"}", "at"},
+      {"{\"slow\":{\"on\":\"rank\",\"factor\":0.5},\"target\":\"replica0.rank0\"}", "factor"},
+      {"{\"cancel_storm\":{\"count\":1}}", "cancel_storm"},
+      {"{\"oom\":{\"after_allocs\":-1},\"target\":\"replica0\"}", "after_allocs"},
+      {"{\"clear\":false}", "clear"},
+      {"{\"clear\":true,\"target\":\"replica3\"}", "target"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    r = http(b->port, "POST", "/admin/faults", bad[i].body, ADMIN);
+    cr_assert_eq(r.status, 400, "%s: %ld %s", bad[i].body, r.status, r.body);
+    json_t *o = parse(r.body);
+    const char *param = json_string_value(json_object_get(json_object_get(o, "error"), "param"));
+    cr_assert(param && !strcmp(param, bad[i].param), "%s: param %s, want %s: %s", bad[i].body,
+              param ? param : "null", bad[i].param, r.body);
+    json_decref(o);
+    resp_free(&r);
+  }
+  r = http(b->port, "POST", "/admin/faults", "{\"kill\": ", ADMIN);
+  cr_assert_eq(r.status, 400, "%s", r.body);
+  resp_free(&r);
+  // the state
+  json_t *st = admin_state(b->port);
+  cr_assert_str_eq(json_string_value(json_object_get(st, "model")), "llama-tiny");
+  cr_assert_eq(json_integer_value(json_object_get(st, "tp")), 2);
+  cr_assert_eq(json_integer_value(json_object_get(st, "dp")), 1);
+  cr_assert(json_is_true(json_object_get(st, "ready")));
+  cr_assert_eq(json_array_size(json_object_get(st, "replicas")), 1);
+  cr_assert_eq(rep_int(st, 0, "epoch"), 1);
+  cr_assert_str_eq(rep_str(st, 0, "health"), "healthy");
+  cr_assert_eq(rep_int(st, 0, "kv_blocks_used"), 0);
+  cr_assert_gt(rep_int(st, 0, "kv_blocks_total"), 0);
+  cr_assert_eq(rep_int(st, 0, "restarts"), 0);
+  json_t *ranks = json_object_get(state_replica(st, 0), "ranks");
+  cr_assert_eq(json_array_size(ranks), 2);
+  cr_assert_eq(json_integer_value(json_object_get(json_array_get(ranks, 1), "rank")), 1);
+  json_decref(st);
+  // a fault that does not kill, then its clear: the replica serves on
+  r = http(b->port, "POST", "/admin/faults",
+           "{\"slow\":{\"on\":\"rank\",\"factor\":2},\"target\":\"replica0.rank1\"}", ADMIN);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  cr_assert(strstr(r.body, "\"applied\":\"slow\""), "%s", r.body);
+  resp_free(&r);
+  r = http(b->port, "POST", "/admin/faults", "{\"clear\":true}", ADMIN);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  r = http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":\"hi\",\"max_tokens\":4,\"ignore_eos\":true}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  bed_free(b);
+}
+
+static serve_deploy sim8b_dp2(void) {
+  return (serve_deploy){
+      .model = "llama3-8b", .sim = true, .profile = "h100-sxm", .tp = 2, .dp = 2};
+}
+
+// Starts a long stream in the background and waits until it runs; returns its replica.
+static int start_stream(int port, bg *g, pthread_t *t, const char *body) {
+  *g = (bg){.port = port, .body = body};
+  pthread_create(t, NULL, bg_request, g);
+  for (int i = 0; i < 2000; i++) {
+    json_t *st = admin_state(port);
+    int rep = -1;
+    for (int k = 0; k < 2; k++)
+      if (rep_int(st, k, "running") > 0) rep = k;
+    json_decref(st);
+    if (rep >= 0) return rep;
+    usleep(5000);
+  }
+  cr_assert_fail("the stream never ran");
+  return -1;
+}
+
+// Waits (up to 10 s) until replica i is healthy at epoch `epoch`.
+static bool replica_back(int port, int i, int epoch) {
+  for (int k = 0; k < 1000; k++) {
+    json_t *st = admin_state(port);
+    bool back = rep_int(st, i, "epoch") == epoch && !strcmp(rep_str(st, i, "health"), "healthy");
+    json_decref(st);
+    if (back) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+Test(serve, admin_kill_gpu_ends_streams_on_it_with_an_error_and_restarts_it) {
+  bed *b = bed_start(sim8b_dp2(), admin_no_retries);
+  bg g;
+  pthread_t t;
+  int rep = start_stream(b->port, &g, &t,
+                         "{\"prompt\":\"hello\",\"max_tokens\":3000,\"ignore_eos\":true,"
+                         "\"stream\":true}");
+  char fault[128];
+  snprintf(fault, sizeof fault, "{\"kill\": \"gpu\", \"target\": \"replica%d.rank1\"}", rep);
+  resp r = http(b->port, "POST", "/admin/faults", fault, ADMIN);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  pthread_join(t, NULL);
+  // the stream on it: tokens, then the error event and [DONE]
+  cr_assert_eq(g.r.status, 200);
+  static char ev[4096][4096];
+  int n = sse_events(g.r.body, ev, 4096);
+  cr_assert_geq(n, 3, "%s", g.r.body);
+  cr_assert(strstr(ev[n - 2], "{\"error\":"), "%s", ev[n - 2]);
+  cr_assert(strstr(ev[n - 2], "replica_lost"), "%s", ev[n - 2]);
+  cr_assert_str_eq(ev[n - 1], "[DONE]");
+  resp_free(&g.r);
+  // new requests go to the other replica while this one is down or loading
+  json_t *st = admin_state(b->port);
+  cr_assert_eq(rep_int(st, rep, "restarts"), 1, "%s", rep_str(st, rep, "note"));
+  cr_assert_str_neq(rep_str(st, rep, "health"), "healthy");
+  json_decref(st);
+  r = http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":\"after\",\"max_tokens\":4,\"ignore_eos\":true}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  cr_assert_eq(metric(b->port, "shardcheck:replica_epoch{replica=\"0\"} ") +
+                   metric(b->port, "shardcheck:replica_epoch{replica=\"1\"} "),
+               3);
+  // it comes back with a new epoch, and serves
+  cr_assert(replica_back(b->port, rep, 2));
+  r = http(b->port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  r = http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":\"again\",\"max_tokens\":4,\"ignore_eos\":true}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
+  cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"1\"} ", 0));
+  bed_free(b);
+}
+
+// With retries (the default), the router resumes a stream lost mid-way on the other replica:
+// the client gets every token once, and no error.
+Test(serve, admin_kill_with_retries_resumes_the_stream_elsewhere) {
+  bed *b = bed_start(sim8b_dp2(), admin_on);
+  bg g;
+  pthread_t t;
+  int rep = start_stream(b->port, &g, &t,
+                         "{\"prompt\":\"hello\",\"max_tokens\":400,\"ignore_eos\":true,"
+                         "\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+  char fault[128];
+  snprintf(fault, sizeof fault, "{\"kill\": \"replica\", \"target\": \"replica%d\"}", rep);
+  resp r = http(b->port, "POST", "/admin/faults", fault, ADMIN);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  pthread_join(t, NULL);
+  cr_assert_eq(g.r.status, 200);
+  cr_assert(!strstr(g.r.body, "\"error\""), "%s", g.r.body);
+  cr_assert_eq(g.r.n_t, 400, "%s", g.r.body);
+  cr_assert(strstr(g.r.body, "\"completion_tokens\":400"), "%s", g.r.body);
+  cr_assert(strstr(g.r.body, "data: [DONE]"));
+  resp_free(&g.r);
+  cr_assert(replica_back(b->port, rep, 2));
+  bed_free(b);
+}
+
+// --- worker processes: one killed under a request
+Test(serve, a_worker_killed_under_a_request_ends_it_cleanly_and_the_server_answers_on) {
+  bed *b = bed_start((serve_deploy){.process = true}, admin_on);
+  json_t *st = admin_state(b->port);
+  pid_t pid = (pid_t)rep_int(st, 0, "pid");
+  cr_assert_str_eq(json_string_value(json_object_get(st, "replica_kind")), "process");
+  json_decref(st);
+  cr_assert_gt(pid, 0);
+  resp r = {.kill_pid = pid};
+  struct curl_slist *hl;
+  CURL *c = easy(b->port, "POST", "/v1/completions",
+                 "{\"prompt\":\"hi\",\"max_tokens\":200,\"ignore_eos\":true,\"temperature\":0,"
+                 "\"stream\":true}",
+                 NULL, &r, &hl);
+  cr_assert_eq(curl_easy_perform(c), CURLE_OK);
+  curl_easy_cleanup(c);
+  curl_slist_free_all(hl);
+  cr_assert_eq(r.kill_pid, 0, "never killed: %s", r.body);
+  // dp=1: the request waits for the restarted worker and resumes there, or ends with an error
+  // event; either way the stream ends with [DONE]
+  cr_assert(strstr(r.body, "data: [DONE]\n\n"), "%s", r.body);
+  if (!strstr(r.body, "{\"error\":")) cr_assert_eq(r.n_t, 200, "%s", r.body);
+  resp_free(&r);
+  cr_assert(replica_back(b->port, 0, 2));
+  st = admin_state(b->port);
+  cr_assert_neq(rep_int(st, 0, "pid"), pid);
+  json_decref(st);
+  r = http(b->port, "POST", "/v1/completions",
+           "{\"prompt\":\"hi\",\"max_tokens\":4,\"ignore_eos\":true}", NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  r = http(b->port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 200);
+  resp_free(&r);
+  bed_free(b);
+}
+
+// --- /health before the replicas are ready: a worker that takes a second to start
+static const char *slow_worker;
+static void slow_exe(server_config *c) { c->replicas.proc.exe = slow_worker; }
+
+Test(serve, health_is_503_until_every_replica_is_ready) {
+  char script[600];
+  snprintf(script, sizeof script, "#!/bin/sh\nsleep 1\nexec '%s' \"$@\"\n", SC_BINARY);
+  slow_worker = sc_test_write_tmp("serve-slow", "worker.sh", script);
+  cr_assert_eq(chmod(slow_worker, 0755), 0);
+  serve_deploy d = {.model = "llama-tiny", .tp = 1, .pp = 1, .dp = 2, .process = true,
+                    .threads = 1};
+  server_config c = server_config_defaults();
+  void *keep = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(serve_deploy_config(&d, &c, &keep, &err), SC_OK, "%s", err.msg);
+  c.port = 0;
+  c.served_name = "llama-tiny";
+  slow_exe(&c);
+  server *s = NULL;
+  cr_assert_eq(server_new(&c, &s, &err), SC_OK, "%s", err.msg);
+  int port = server_port(s);
+  resp r = http(port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 503, "%s", r.body);
+  resp_free(&r);
+  r = http(port, "POST", "/v1/completions", "{\"prompt\":\"a\"}", NULL);
+  expect_error(&r, 503, "starting");
+  resp_free(&r);
+  cr_assert_eq(server_wait_ready(s, &err), SC_OK, "%s", err.msg);
+  r = http(port, "GET", "/health", NULL, NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  server_free(s);
+  serve_deploy_free(keep);
 }
