@@ -18,6 +18,31 @@ pkgs=(
   python3                            # tests/openai_standin.py, the HTTP targets' stand-in server
 )
 
+# The official `openai` npm package, pinned (tests/clients/package.json), for the serve tests
+# that drive the server with a client nobody here wrote (tests/clients/openai_client.mjs). Into
+# tests/clients/node_modules (ignored); skipped when node or npm is missing (the test then says
+# "skipped"). Run after the packages below, and only when the pinned version is not there yet.
+install_node_clients() {
+  local dir want have
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/clients"
+  want="$(sed -n 's/.*"openai": *"\([^"]*\)".*/\1/p' "$dir/package.json")"
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "setup: no node/npm: the openai client test will be skipped"
+    return 0
+  fi
+  have=""
+  if [ -f "$dir/node_modules/openai/package.json" ]; then
+    have="$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$dir/node_modules/openai/package.json" |
+      head -1)"
+  fi
+  if [ "$have" = "$want" ]; then
+    echo "setup: openai npm package $want present"
+    return 0
+  fi
+  echo "setup: installing the openai npm package $want into tests/clients/node_modules"
+  npm install --prefix "$dir" --no-package-lock --no-audit --no-fund --loglevel=error
+}
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,6 +50,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#pkgs[@]} packages present"
+  install_node_clients
   exit 0
 fi
 
@@ -34,3 +60,4 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_node_clients
