@@ -473,6 +473,13 @@ static void sim_catch_up(server *s, uint64_t wall) {
     for (int i = 0; i < s->n_reps; i++)
       if (replica_next_ns(s->reps[i]) <= s->vnow) moved |= replica_advance(s->reps[i], s->vnow);
     moved |= drain_events(s);
+    if (moved) { // its events are out: how late after its priced end
+      uint64_t done = rel_now(s);
+      pthread_mutex_lock(&s->mu);
+      srv_hist_add(&s->m.late, srv_late_bounds, SRV_LATE_BUCKETS,
+                   done > t ? (double)(done - t) * 1e-9 : 0);
+      pthread_mutex_unlock(&s->mu);
+    }
     if (!moved && t <= s->vnow) {
       // nothing came of it: the replicas wait on the clock, which is now `wall`
       if (s->vnow >= wall) break;

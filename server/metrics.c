@@ -15,6 +15,10 @@ const double srv_ttft_bounds[SRV_TTFT_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04
 const double srv_e2e_bounds[SRV_E2E_BUCKETS] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5, 5.0,
                                                 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0};
 
+// Sim mode: how late after its priced end the loop completed a step (s).
+const double srv_late_bounds[SRV_LATE_BUCKETS] = {0.00001, 0.00005, 0.0001, 0.00025, 0.0005,
+                                                  0.001,   0.0025,  0.005,  0.01,    0.1};
+
 void srv_hist_add(srv_hist *h, const double *bounds, int n_bounds, double v) {
   h->count++;
   h->sum += v;
@@ -118,6 +122,10 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
   hist(&b, "vllm:e2e_request_latency_seconds",
        "Histogram of end to end request latency in seconds.", &m->e2e, srv_e2e_bounds,
        SRV_E2E_BUCKETS, model);
+  if (m->late.count)
+    hist(&b, "shardcheck:sim_step_lateness_seconds",
+         "Sim mode: wall time past its priced end at which each engine step completed.",
+         &m->late, srv_late_bounds, SRV_LATE_BUCKETS, model);
   put(&b,
       "# HELP shardcheck:requests_pending Requests accepted without a first token yet (what "
       "--max-pending counts).\n# TYPE shardcheck:requests_pending gauge\n"

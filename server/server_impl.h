@@ -66,7 +66,7 @@ struct server_cmd {
 bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *, void *), void *ud);
 
 // --- metrics
-enum { SRV_TTFT_BUCKETS = 16, SRV_E2E_BUCKETS = 15, SRV_FINISH_KINDS = 3 };
+enum { SRV_TTFT_BUCKETS = 16, SRV_E2E_BUCKETS = 15, SRV_LATE_BUCKETS = 10, SRV_FINISH_KINDS = 3 };
 typedef struct srv_hist {
   uint64_t count;
   double sum;
@@ -83,6 +83,7 @@ typedef struct srv_metrics {
   uint64_t success[SRV_FINISH_KINDS]; // finished_reason stop, length, abort
   uint64_t failed, cancelled, rejected;
   srv_hist ttft, e2e;
+  srv_hist late; // sim: steps completed past their priced end (srv_late_bounds)
   srv_replica_gauges *reps; // (n_reps)
 } srv_metrics;
 
@@ -91,6 +92,7 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
 void srv_hist_add(srv_hist *h, const double *bounds, int n_bounds, double v);
 extern const double srv_ttft_bounds[SRV_TTFT_BUCKETS];
 extern const double srv_e2e_bounds[SRV_E2E_BUCKETS];
+extern const double srv_late_bounds[SRV_LATE_BUCKETS];
 
 // --- restarts: a dead replica rebuilt with a new epoch (server/admin.c's supervisor in real
 // mode, the loop itself in sim mode, where a restart returns at once and models its load)
