@@ -33,11 +33,8 @@ void server_wake(server *s) {
   (void)w; // a full counter already wakes the loop
 }
 
-bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *, void *),
-                 void *ud) {
-  server_cmd *c = calloc(1, sizeof *c);
-  if (!c) return false;
-  *c = (server_cmd){.fn = fn, .drop = drop, .ud = ud};
+// Queues c for the loop and wakes it; false (c freed) once the server has stopped.
+static bool enqueue(server *s, server_cmd *c) {
   pthread_mutex_lock(&s->mu);
   bool ok = !s->stopped;
   if (ok) {
@@ -56,26 +53,20 @@ bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *,
   return true;
 }
 
+bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *, void *),
+                 void *ud) {
+  server_cmd *c = calloc(1, sizeof *c);
+  if (!c) return false;
+  *c = (server_cmd){.fn = fn, .drop = drop, .ud = ud};
+  return enqueue(s, c);
+}
+
 bool server_loop_call(server *s, void (*fn)(server *s, void *ud), void *ud) {
   bool ran = false;
   server_cmd *c = calloc(1, sizeof *c);
   if (!c) return false;
   *c = (server_cmd){.fn = fn, .ud = ud, .ran = &ran};
-  pthread_mutex_lock(&s->mu);
-  bool ok = !s->stopped;
-  if (ok) {
-    if (s->cmd_tail)
-      s->cmd_tail->next = c;
-    else
-      s->cmd_head = c;
-    s->cmd_tail = c;
-  }
-  pthread_mutex_unlock(&s->mu);
-  if (!ok) {
-    free(c);
-    return false;
-  }
-  server_wake(s);
+  if (!enqueue(s, c)) return false;
   pthread_mutex_lock(&s->mu);
   while (!ran && !s->stopped) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
