@@ -625,6 +625,16 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
+// Sim mode: the scheduler knobs a profile's engine block sets (docs/calibration.md) replace the
+// scenario's limits, since they describe the engine that profile models.
+static void apply_engine_knobs(scn_limits *l, const sim_engine *e) {
+  if (e->max_running > 0) l->max_running = e->max_running;
+  if (e->token_budget > 0) l->token_budget = e->token_budget;
+  if (e->block_size > 0) l->block_size = e->block_size;
+  if (e->chunked_prefill < 0) l->prefill_chunk = l->token_budget;
+  if (l->prefill_chunk > l->token_budget) l->prefill_chunk = l->token_budget;
+}
+
 static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
   static const char *const policies[] = {"least-outstanding", "round-robin"};
@@ -2144,6 +2154,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
     SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware"), root));
   }
   if (mv_has(&m, "limits")) SC_TRY(parse_limits(c, mv_val(&m, "limits"), mv_key(&m, "limits")));
+  if (s->mode == SCN_MODE_SIM && s->have_hw) apply_engine_knobs(&s->limits, &s->hw.sim.engine);
   if (mv_has(&m, "router")) SC_TRY(parse_router(c, mv_val(&m, "router"), mv_key(&m, "router")));
   // the planner's parameters (engine/memplan.h), as the engine will size itself: the KV cache
   // is f32 on the CPU backend (real cpu, or a simulated CPU profile: host_cores > 0), else bf16
