@@ -34,6 +34,7 @@
 #include "engine/shard.h"
 #include "config/yaml_map.h"
 #include "scenarios/metric_names.h"
+#include "scenarios/workload.h"
 #include "serving/launch.h"
 
 #define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
@@ -1081,13 +1082,48 @@ static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
+// workload.trace: the file read as a dataset with arrivals, and the one phase that replays it.
+static sc_status parse_trace(ctx *c, mapview *m, const char *trace) {
+  scn_workload *w = &c->s->workload;
+  struct fy_node *tv = mv_val(m, "trace");
+  if (mv_has(m, "phases"))
+    return fail_at(c, mv_key(m, "phases"), NULL, "key 'phases': not with 'trace' (a trace "
+                   "replays its own arrival times in one phase named 'trace')");
+  if (!trace[0]) return expect_at(c, tv, mv_key(m, "trace"), "trace", "a .jsonl path");
+  if (!resolve_path(c, trace, w->dataset, sizeof w->dataset))
+    return fail_at(c, tv, NULL, "key 'trace': path too long");
+  int n = 0;
+  uint64_t last = 0;
+  sc_error e = {0};
+  if (workload_trace_scan(w->dataset, &n, &last, &e) != SC_OK)
+    return fail_at(c, tv, NULL, "key 'trace': %s", e.msg);
+  w->trace = true;
+  scn_phase *p = &w->phases[0];
+  *p = (scn_phase){.kind = SCN_PHASE_RATE, .arrival = SCN_ARRIVAL_TRACE, .requests = n};
+  p->rate = last > 0 ? n / (last / 1e9) : n; // for progress lines only: the trace's mean rate
+  snprintf(p->name, sizeof p->name, "trace");
+  yaml_map_pos(tv, &p->line, &p->col);
+  w->n_phases = 1;
+  return SC_OK;
+}
+
 static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
-  char dataset[1024] = "";
+  char dataset[1024] = "", trace[1024] = "";
   static const char *const nested[] = {"prompts", "phases", "sampling"};
-  const yaml_map_field f[] = {F_STR("dataset", dataset), F_BOOL("stop_at_eos", &w->stop_at_eos)};
+  const yaml_map_field f[] = {F_STR("dataset", dataset), F_STR("trace", trace),
+                              F_BOOL("stop_at_eos", &w->stop_at_eos)};
   mapview m;
   SC_TRY(read_map(c, v, "workload", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (mv_has(&m, "trace")) {
+    if (mv_has(&m, "prompts") || mv_has(&m, "dataset")) {
+      const char *o = mv_has(&m, "prompts") ? "prompts" : "dataset";
+      return fail_at(c, mv_key(&m, o), NULL, "key '%s': not with 'trace' (a trace gives every "
+                     "request's lengths)", o);
+    }
+    SC_TRY(parse_trace(c, &m, trace));
+    goto sampling;
+  }
   if (mv_has(&m, "prompts") && mv_has(&m, "dataset")) {
     int later = mv_find(&m, "prompts") > mv_find(&m, "dataset") ? mv_find(&m, "prompts")
                                                                  : mv_find(&m, "dataset");
@@ -1095,8 +1131,8 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
                    "dataset, got both", m.name[later]);
   }
   if (!mv_has(&m, "prompts") && !mv_has(&m, "dataset"))
-    return fail_at(c, v, k, "missing required key 'prompts' or 'dataset' (a list of prompt "
-                   "classes, or a .jsonl file)");
+    return fail_at(c, v, k, "missing required key 'prompts', 'dataset' or 'trace' (a list of "
+                   "prompt classes, or a .jsonl file)");
   SC_TRY(need(c, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
   if (mv_has(&m, "prompts")) SC_TRY(parse_classes(c, mv_val(&m, "prompts"), mv_key(&m, "prompts")));
   if (mv_has(&m, "dataset")) {
@@ -1110,6 +1146,7 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
                      is_dir(w->dataset) ? "a directory, not a .jsonl file" : strerror(errno));
     fclose(fp);
   }
+sampling:
   if (mv_has(&m, "sampling")) {
     static const char *const none[] = {NULL};
     const yaml_map_field sf[] = {F_DBL("temperature", &w->temperature), F_DBL("top_p", &w->top_p)};
@@ -1119,6 +1156,7 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
     SC_TRY(check(c, &sm, "temperature", w->temperature >= 0, "a number >= 0 (0 = greedy)"));
     SC_TRY(check(c, &sm, "top_p", w->top_p > 0 && w->top_p <= 1, "a number in (0, 1]"));
   }
+  if (w->trace) return SC_OK;
   return parse_phases(c, mv_val(&m, "phases"), mv_key(&m, "phases"));
 }
 
