@@ -71,8 +71,16 @@ sc_status calib_eval(const scenario *s, const rq_req_time *req, int n, calib_err
       if (ev->kind == ENGINE_EV_TOKEN) last[lo] = end;
       if (ev->kind != ENGINE_EV_TOKEN) done++;
     }
-    if (r.info.duration_ns == 0 && r.n_events == 0 && next < n) now = req[next].arrival_ns - t0;
-    else now = end;
+    if (r.info.duration_ns == 0 && r.n_events == 0) { // nothing could be scheduled
+      if (next >= n) {
+        st = sc_fail(err, SC_INVALID, "calibrate: the replay is stuck with %d of %d requests "
+                     "unfinished (do they fit the KV cache?)", n - done, n);
+        break;
+      }
+      now = req[next].arrival_ns - t0;
+    } else {
+      now = end;
+    }
     if (steps > CALIB_MAX_STEPS) st = sc_fail(err, SC_INVALID, "calibrate: the replay is stuck");
   }
   engine_free(e);
