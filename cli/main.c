@@ -19,6 +19,8 @@ static const struct {
     {"plan", cmd_plan, "list every tp x pp x dp layout with its memory per GPU"},
     {"model", cmd_model, "model utilities: `model gen` writes random weights for a preset"},
     {"serve", cmd_serve, "serve a model over an OpenAI-compatible HTTP API (real or sim)"},
+    {"import", cmd_import, "store a published per-request trace (vLLM, LLMServingSim) as a run"},
+    {"calibrate", cmd_calibrate, "fit a profile's engine block to measured runs (sim)"},
     {"profile", cmd_profile, "measure this machine and write a hardware profile (sim)"},
     {"worker", cmd_worker, "internal: one process replica, started by run (not run by hand)"},
 };

@@ -185,6 +185,40 @@ static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, s
                    overhead_item, err);
 }
 
+// The engine block (docs/calibration.md): the serving engine's costs and scheduler knobs.
+static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  sim_engine *e = dst;
+  bool chunked = true;
+  const yaml_map_field f[] = {
+      {"step_s", YAML_MAP_DOUBLE, &e->step_s, 0, false, NULL, NULL, NULL, NULL},
+      {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
+      {"prefill_eff", YAML_MAP_DOUBLE, &e->prefill_eff, 0, false, NULL, NULL, NULL, NULL},
+      {"decode_eff", YAML_MAP_DOUBLE, &e->decode_eff, 0, false, NULL, NULL, NULL, NULL},
+      {"max_running", YAML_MAP_INT, &e->max_running, 0, false, NULL, NULL, NULL, NULL},
+      {"token_budget", YAML_MAP_INT, &e->token_budget, 0, false, NULL, NULL, NULL, NULL},
+      {"block_size", YAML_MAP_INT, &e->block_size, 0, false, NULL, NULL, NULL, NULL},
+      {"chunked_prefill", YAML_MAP_BOOL, &chunked, 0, false, NULL, NULL, NULL, NULL},
+  };
+  *e = sim_engine_defaults();
+  SC_TRY(yaml_map_read_node(v, file, f, (int)(sizeof f / sizeof f[0]), err));
+  if (fy_node_mapping_lookup_by_string(v, "chunked_prefill", FY_NT)) e->chunked_prefill = chunked ? 1 : -1;
+  char where[300];
+  yaml_map_where(v, file, where, sizeof where);
+  if (!(e->step_s >= 0 && e->step_s <= HW_STEP_OVERHEAD_MAX_S && e->seq_s >= 0 &&
+        e->seq_s <= HW_STEP_OVERHEAD_MAX_S))
+    return sc_fail(err, SC_INVALID, "%s: engine: keys 'step_s' and 'seq_s' must be seconds in "
+                   "[0, %d], got %g and %g", where, HW_STEP_OVERHEAD_MAX_S, e->step_s, e->seq_s);
+  if (!(e->prefill_eff > 0 && e->prefill_eff <= HW_ENGINE_EFF_MAX && e->decode_eff > 0 &&
+        e->decode_eff <= HW_ENGINE_EFF_MAX))
+    return sc_fail(err, SC_INVALID, "%s: engine: keys 'prefill_eff' and 'decode_eff' must be in "
+                   "(0, %d], got %g and %g", where, HW_ENGINE_EFF_MAX, e->prefill_eff,
+                   e->decode_eff);
+  if (e->max_running < 0 || e->token_budget < 0 || e->block_size < 0)
+    return sc_fail(err, SC_INVALID, "%s: engine: keys 'max_running', 'token_budget' and "
+                   "'block_size' must be integers >= 1 (or absent: the scenario's limits)", where);
+  return SC_OK;
+}
+
 // --- loading
 
 static sc_status set_link(sim_link *l, const char *name, const char *where, const char *key,
@@ -236,6 +270,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
   char inter[32] = HW_INTER_LINK_DEFAULT;
   double inter_bw = 0, inter_lat = -1;
   h->mem_eff = 1;
+  h->engine = sim_engine_defaults();
   const yaml_map_field fields[] = {
       {"name", YAML_MAP_STRING, p->name, sizeof p->name, true, NULL, NULL, NULL, NULL},
       {"description", YAML_MAP_STRING, p->description, sizeof p->description, true, NULL, NULL,
@@ -266,6 +301,9 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
       {"allreduce", YAML_MAP_NODE, h, 0, false, NULL, "a list of {ranks, t}", NULL, node_coll},
       {"step_overhead", YAML_MAP_NODE, h, 0, false, NULL, "a list of {tp, replicas, s}", NULL,
        node_overhead},
+      {"engine", YAML_MAP_NODE, &h->engine, 0, false, NULL,
+       "a mapping {step_s, seq_s, prefill_eff, decode_eff, max_running, token_budget, "
+       "chunked_prefill, block_size}", NULL, node_engine},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,
                              (int)(sizeof fields / sizeof fields[0]), err));

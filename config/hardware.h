@@ -18,6 +18,7 @@
 #define HW_HOST_CORES_MAX 4096      // host_cores at most
 #define HW_TABLES_ATTN_MAX 8        // attention tables at most
 #define HW_TABLES_COLL_MAX 8        // allreduce tables at most
+#define HW_ENGINE_EFF_MAX 10        // engine.prefill_eff, engine.decode_eff at most
 
 // Loads a profile by name (embedded scenarios/hardware/NAME.yaml) or from a .yaml path.
 // Unknown keys, missing keys and wrong types are SC_INVALID naming file:line:column and key;

@@ -861,3 +861,51 @@ int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, siz
   rq_metric_cache_free(&mc);
   return bad;
 }
+
+// --- measured request times
+
+sc_status rq_request_times(sqlite3 *db, int64_t run_id, rq_req_time **out, int *n, sc_error *err) {
+  *out = NULL;
+  *n = 0;
+  static const char *q =
+      "SELECT prompt_tokens, output_tokens, arrival_ns, first_token_ns, finish_ns FROM request "
+      "WHERE run_id = ?1 AND status = 'ok' AND first_token_ns IS NOT NULL AND finish_ns IS NOT "
+      "NULL AND deployment_id = (SELECT id FROM deployment WHERE run_id = ?1 ORDER BY idx, id "
+      "LIMIT 1) ORDER BY arrival_ns, seq";
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK)
+    return sc_fail(err, SC_IO, "request times: %s", sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, run_id);
+  rq_req_time *v = NULL;
+  int cap = 0, k = 0, rc;
+  sc_status s = SC_OK;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (k == cap) {
+      cap = cap ? cap * 2 : 256;
+      rq_req_time *nv = realloc(v, (size_t)cap * sizeof *nv);
+      if (!nv) {
+        s = sc_fail(err, SC_OOM, "request times: out of memory");
+        break;
+      }
+      v = nv;
+    }
+    v[k++] = (rq_req_time){.prompt_tokens = sqlite3_column_int(st, 0),
+                           .output_tokens = sqlite3_column_int(st, 1),
+                           .arrival_ns = (uint64_t)sqlite3_column_int64(st, 2),
+                           .first_token_ns = (uint64_t)sqlite3_column_int64(st, 3),
+                           .finish_ns = (uint64_t)sqlite3_column_int64(st, 4)};
+  }
+  if (s == SC_OK && rc != SQLITE_DONE)
+    s = sc_fail(err, SC_IO, "request times: %s", sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  if (s == SC_OK && k == 0)
+    s = sc_fail(err, SC_INVALID, "run %lld has no completed requests to calibrate against",
+                (long long)run_id);
+  if (s != SC_OK) {
+    free(v);
+    return s;
+  }
+  *out = v;
+  *n = k;
+  return SC_OK;
+}

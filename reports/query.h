@@ -279,3 +279,15 @@ sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
 // the first one in why ("tpot_mean_ms: 11.08 stored, 11.85 from the rows"); -1 with why set
 // when a query cannot be prepared. The rows must be written (the recorder drained).
 int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, size_t cap);
+
+// --- measured request times (runner/calibrate.c)
+
+// One completed request of a run as its client saw it, ns from the run's start.
+typedef struct rq_req_time {
+  int prompt_tokens, output_tokens;
+  uint64_t arrival_ns, first_token_ns, finish_ns;
+} rq_req_time;
+// The ok requests of run_id's first deployment, by arrival then seq, into *out (malloc'd, the
+// caller frees) and *n. SC_INVALID when the run has none; SC_IO naming the query on a
+// database error (*out NULL then).
+sc_status rq_request_times(sqlite3 *db, int64_t run_id, rq_req_time **out, int *n, sc_error *err);

@@ -796,6 +796,7 @@ static sc_status run_phase(rt *r, int k) {
                     .arrival = p->kind != SCN_PHASE_RATE ? NULL
                                : p->arrival == SCN_ARRIVAL_POISSON ? "poisson"
                                : p->arrival == SCN_ARRIVAL_CONSTANT ? "constant"
+                               : p->arrival == SCN_ARRIVAL_TRACE    ? "trace"
                                                                     : "gamma",
                     .start_ns = start, .warmup_end_ns = ph->warmup_end};
   rec_lock(r->rec);

@@ -34,6 +34,7 @@
 #include "engine/shard.h"
 #include "config/yaml_map.h"
 #include "scenarios/metric_names.h"
+#include "scenarios/workload.h"
 #include "serving/launch.h"
 
 #define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
@@ -625,6 +626,16 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
+// Sim mode: the scheduler knobs a profile's engine block sets (docs/calibration.md) replace the
+// scenario's limits, since they describe the engine that profile models.
+static void apply_engine_knobs(scn_limits *l, const sim_engine *e) {
+  if (e->max_running > 0) l->max_running = e->max_running;
+  if (e->token_budget > 0) l->token_budget = e->token_budget;
+  if (e->block_size > 0) l->block_size = e->block_size;
+  if (e->chunked_prefill < 0) l->prefill_chunk = l->token_budget;
+  if (l->prefill_chunk > l->token_budget) l->prefill_chunk = l->token_budget;
+}
+
 static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
   static const char *const policies[] = {"least-outstanding", "round-robin"};
@@ -1071,13 +1082,48 @@ static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
+// workload.trace: the file read as a dataset with arrivals, and the one phase that replays it.
+static sc_status parse_trace(ctx *c, mapview *m, const char *trace) {
+  scn_workload *w = &c->s->workload;
+  struct fy_node *tv = mv_val(m, "trace");
+  if (mv_has(m, "phases"))
+    return fail_at(c, mv_key(m, "phases"), NULL, "key 'phases': not with 'trace' (a trace "
+                   "replays its own arrival times in one phase named 'trace')");
+  if (!trace[0]) return expect_at(c, tv, mv_key(m, "trace"), "trace", "a .jsonl path");
+  if (!resolve_path(c, trace, w->dataset, sizeof w->dataset))
+    return fail_at(c, tv, NULL, "key 'trace': path too long");
+  int n = 0;
+  uint64_t last = 0;
+  sc_error e = {0};
+  if (workload_trace_scan(w->dataset, &n, &last, &e) != SC_OK)
+    return fail_at(c, tv, NULL, "key 'trace': %s", e.msg);
+  w->trace = true;
+  scn_phase *p = &w->phases[0];
+  *p = (scn_phase){.kind = SCN_PHASE_RATE, .arrival = SCN_ARRIVAL_TRACE, .requests = n};
+  p->rate = last > 0 ? n / (last / 1e9) : n; // for progress lines only: the trace's mean rate
+  snprintf(p->name, sizeof p->name, "trace");
+  yaml_map_pos(tv, &p->line, &p->col);
+  w->n_phases = 1;
+  return SC_OK;
+}
+
 static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
-  char dataset[1024] = "";
+  char dataset[1024] = "", trace[1024] = "";
   static const char *const nested[] = {"prompts", "phases", "sampling"};
-  const yaml_map_field f[] = {F_STR("dataset", dataset), F_BOOL("stop_at_eos", &w->stop_at_eos)};
+  const yaml_map_field f[] = {F_STR("dataset", dataset), F_STR("trace", trace),
+                              F_BOOL("stop_at_eos", &w->stop_at_eos)};
   mapview m;
   SC_TRY(read_map(c, v, "workload", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (mv_has(&m, "trace")) {
+    if (mv_has(&m, "prompts") || mv_has(&m, "dataset")) {
+      const char *o = mv_has(&m, "prompts") ? "prompts" : "dataset";
+      return fail_at(c, mv_key(&m, o), NULL, "key '%s': not with 'trace' (a trace gives every "
+                     "request's lengths)", o);
+    }
+    SC_TRY(parse_trace(c, &m, trace));
+    goto sampling;
+  }
   if (mv_has(&m, "prompts") && mv_has(&m, "dataset")) {
     int later = mv_find(&m, "prompts") > mv_find(&m, "dataset") ? mv_find(&m, "prompts")
                                                                  : mv_find(&m, "dataset");
@@ -1085,8 +1131,8 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
                    "dataset, got both", m.name[later]);
   }
   if (!mv_has(&m, "prompts") && !mv_has(&m, "dataset"))
-    return fail_at(c, v, k, "missing required key 'prompts' or 'dataset' (a list of prompt "
-                   "classes, or a .jsonl file)");
+    return fail_at(c, v, k, "missing required key 'prompts', 'dataset' or 'trace' (a list of "
+                   "prompt classes, or a .jsonl file)");
   SC_TRY(need(c, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
   if (mv_has(&m, "prompts")) SC_TRY(parse_classes(c, mv_val(&m, "prompts"), mv_key(&m, "prompts")));
   if (mv_has(&m, "dataset")) {
@@ -1100,6 +1146,7 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
                      is_dir(w->dataset) ? "a directory, not a .jsonl file" : strerror(errno));
     fclose(fp);
   }
+sampling:
   if (mv_has(&m, "sampling")) {
     static const char *const none[] = {NULL};
     const yaml_map_field sf[] = {F_DBL("temperature", &w->temperature), F_DBL("top_p", &w->top_p)};
@@ -1109,6 +1156,7 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
     SC_TRY(check(c, &sm, "temperature", w->temperature >= 0, "a number >= 0 (0 = greedy)"));
     SC_TRY(check(c, &sm, "top_p", w->top_p > 0 && w->top_p <= 1, "a number in (0, 1]"));
   }
+  if (w->trace) return SC_OK;
   return parse_phases(c, mv_val(&m, "phases"), mv_key(&m, "phases"));
 }
 
@@ -2144,6 +2192,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
     SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware"), root));
   }
   if (mv_has(&m, "limits")) SC_TRY(parse_limits(c, mv_val(&m, "limits"), mv_key(&m, "limits")));
+  if (s->mode == SCN_MODE_SIM && s->have_hw) apply_engine_knobs(&s->limits, &s->hw.sim.engine);
   if (mv_has(&m, "router")) SC_TRY(parse_router(c, mv_val(&m, "router"), mv_key(&m, "router")));
   // the planner's parameters (engine/memplan.h), as the engine will size itself: the KV cache
   // is f32 on the CPU backend (real cpu, or a simulated CPU profile: host_cores > 0), else bf16

@@ -88,6 +88,7 @@ typedef enum scn_arrival {
   SCN_ARRIVAL_POISSON,
   SCN_ARRIVAL_CONSTANT,
   SCN_ARRIVAL_GAMMA,
+  SCN_ARRIVAL_TRACE, // workload.trace: each request at its recorded arrival time
 } scn_arrival;
 
 typedef struct scn_phase {
@@ -114,6 +115,8 @@ typedef struct scn_workload {
   char dataset[1024];   // key dataset: a .jsonl path as written, resolved against the
                         // scenario's directory ("" when prompts are given); exactly one of
                         // prompts / dataset
+  bool trace;           // key trace: `dataset` holds a trace (a .jsonl with arrival_s per line,
+                        // replayed exactly: one rate phase "trace" of arrival SCN_ARRIVAL_TRACE)
   scn_phase phases[SCN_MAX_PHASES];
   int n_phases;
   double temperature;   // key sampling.temperature; 0 = greedy (default)

@@ -61,6 +61,7 @@ enum {
   WL_FIRST_TOKEN = 3,             // ids 0..2 are special (pad/unk, BOS, EOS in Llama presets)
   WL_GAMMA_MAX_TRIES = 1000,      // Marsaglia-Tsang accepts > 95% per try; a cap for safety
 };
+#define WL_TRACE_MAX_S 1e9 // a trace's arrival_s below this (about 31 years; fits ns in u64)
 
 // Streams of wl_hash used here ("wl" in the high bytes); other users of wl_hash pick others.
 static const uint64_t WL_STREAM_CLASS = 0x776c000000000001ull;
@@ -78,6 +79,7 @@ static const uint64_t WL_GOLDEN = 0x9e3779b97f4a7c15ull;
 typedef struct wl_line {
   int n_prompt;     // prompt tokens, in [1, context - 1]
   int max_tokens;   // in [1, context - n_prompt]
+  uint64_t arrival_ns; // trace: ns from 0 (arrival_s as written), non-decreasing by line
   int64_t text_off; // offset of its tokens in workload.text; -1: random tokens per request
 } wl_line;
 
@@ -102,6 +104,7 @@ struct workload {
 
   // dataset
   bool dataset;
+  bool trace; // the dataset is a trace: arrival_s on every line, lengths exact
   wl_line *lines; // (n_lines) in file order, blank lines left out
   int n_lines, lines_cap;
   int32_t *text;  // (n_text) token ids of the "prompt" lines, back to back
@@ -282,7 +285,7 @@ static sc_status setup_phases(workload *w, const scn_workload *wl, sc_error *err
     if (!(p->rate > 0) || !isfinite(p->rate))
       return sc_fail(err, SC_INVALID, "workload: phase '%s': rate must be > 0, got %g",
                      p->name, p->rate);
-    if ((unsigned)p->arrival > SCN_ARRIVAL_GAMMA)
+    if ((unsigned)p->arrival > SCN_ARRIVAL_TRACE || (p->arrival == SCN_ARRIVAL_TRACE) != wl->trace)
       return sc_fail(err, SC_INVALID, "workload: phase '%s': unknown arrival process %d",
                      p->name, (int)p->arrival);
     if (p->arrival == SCN_ARRIVAL_GAMMA && (!(p->burstiness > 0) || !isfinite(p->burstiness)))
@@ -347,7 +350,8 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
   sc_status st = SC_OK;
   int n_tokens = 0, max_tokens = WL_DEFAULT_OUTPUT_TOKENS;
   const char *prompt = NULL;
-  bool has_tokens = false;
+  bool has_tokens = false, has_arrival = false;
+  double arrival = 0;
   const char *k;
   json_t *v;
   if (!json_is_object(root)) {
@@ -361,15 +365,22 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
       has_tokens = true;
     } else if (!strcmp(k, "output_tokens")) {
       st = line_count(v, path, lineno, k, &max_tokens, err);
+    } else if (w->trace && !strcmp(k, "arrival_s")) {
+      arrival = json_number_value(v);
+      has_arrival = true;
+      if (!json_is_number(v) || !(arrival >= 0 && arrival < WL_TRACE_MAX_S))
+        st = sc_fail(err, SC_INVALID, "%s:%d: key 'arrival_s': expected seconds >= 0 (below %g), "
+                     "got %s", path, lineno, WL_TRACE_MAX_S,
+                     json_is_number(v) ? "a number out of range" : json_type_name(v));
     } else if (!strcmp(k, "prompt")) {
       if (!json_is_string(v) || json_string_length(v) == 0)
         st = sc_fail(err, SC_INVALID, "%s:%d: key 'prompt': expected a non-empty string, got %s",
                      path, lineno, json_is_string(v) ? "an empty string" : json_type_name(v));
       else prompt = json_string_value(v);
     } else {
-      st = sc_fail(err, SC_INVALID,
-                   "%s:%d: key '%.64s': expected one of prompt_tokens, prompt, output_tokens",
-                   path, lineno, k);
+      st = sc_fail(err, SC_INVALID, "%s:%d: key '%.64s': expected one of %s", path, lineno, k,
+                   w->trace ? "arrival_s, prompt_tokens, prompt, output_tokens"
+                            : "prompt_tokens, prompt, output_tokens");
     }
     if (st != SC_OK) goto done;
   }
@@ -385,6 +396,12 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
                  "text), got neither", path, lineno);
     goto done;
   }
+  if (w->trace && !has_arrival) {
+    st = sc_fail(err, SC_INVALID, "%s:%d: key 'arrival_s': missing (a trace gives every "
+                 "request's arrival time in seconds)", path, lineno);
+    goto done;
+  }
+  out->arrival_ns = to_ns(arrival * 1e9);
   int keep = w->context - 1;
   out->text_off = -1;
   if (prompt) {
@@ -398,6 +415,12 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
     tokenizer_encode(mc, prompt, w->text + w->n_text, keep);
     out->text_off = w->n_text;
     w->n_text += keep;
+  }
+  if (w->trace && (int64_t)n_tokens + max_tokens > w->context) {
+    st = sc_fail(err, SC_INVALID, "%s:%d: key 'output_tokens': prompt_tokens %d + output_tokens "
+                 "%d exceed the model's context of %d (a trace is replayed exactly, never "
+                 "clamped)", path, lineno, n_tokens, max_tokens, w->context);
+    goto done;
   }
   out->n_prompt = n_tokens < keep ? n_tokens : keep;
   out->max_tokens = clamp_len(max_tokens, w->context - out->n_prompt);
@@ -434,6 +457,11 @@ static sc_status load_dataset(workload *w, const model_config *mc, const char *p
       break;
     }
     w->lines_cap = (int)lines_cap;
+    if (w->trace && w->n_lines > 0 && l.arrival_ns < w->lines[w->n_lines - 1].arrival_ns) {
+      st = sc_fail(err, SC_INVALID, "%s:%d: key 'arrival_s': arrivals must not decrease (this "
+                   "line arrives before the one above it)", path, lineno);
+      break;
+    }
     w->lines[w->n_lines++] = l;
     if (l.text_off < 0 && l.n_prompt > max_generated) max_generated = l.n_prompt;
     errno = 0;
@@ -451,6 +479,21 @@ static sc_status load_dataset(workload *w, const model_config *mc, const char *p
 }
 
 // --- public
+
+sc_status workload_trace_scan(const char *path, int *n, uint64_t *last_ns, sc_error *err) {
+  workload *w = calloc(1, sizeof *w);
+  if (!w) return sc_fail(err, SC_OOM, "workload: out of memory");
+  static const model_config any = {.max_seq_len = INT_MAX, .vocab_size = 256};
+  w->dataset = w->trace = true;
+  w->context = INT_MAX;
+  sc_status st = load_dataset(w, &any, path, err);
+  if (st == SC_OK) {
+    *n = w->n_lines;
+    *last_ns = w->lines[w->n_lines - 1].arrival_ns;
+  }
+  workload_free(w);
+  return st;
+}
 
 sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_error *err) {
   SC_ASSERT(s && out);
@@ -479,8 +522,9 @@ sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_erro
       st = sc_fail(err, SC_INVALID, "workload: dataset path too long: %s", wl->dataset);
     } else {
       w->dataset = true;
+      w->trace = wl->trace;
       w->n_classes = 1;
-      snprintf(w->names[0], sizeof w->names[0], "dataset");
+      snprintf(w->names[0], sizeof w->names[0], "%s", wl->trace ? "trace" : "dataset");
       st = load_dataset(w, mc, path, err);
     }
   } else if (st == SC_OK) {
@@ -557,6 +601,9 @@ uint64_t workload_gap_ns(const workload *w, int phase, uint64_t j) {
   SC_ASSERT(phase >= 0 && phase < w->n_phases && w->phases[phase].kind == SCN_PHASE_RATE);
   const wl_phase *p = &w->phases[phase];
   switch (p->arrival) {
+  case SCN_ARRIVAL_TRACE:
+    if (!w->trace || j >= (uint64_t)w->n_lines) return 0;
+    return w->lines[j].arrival_ns - (j ? w->lines[j - 1].arrival_ns : 0);
   case SCN_ARRIVAL_CONSTANT:
     if (j == 0) return 0;
     return to_ns(floor((double)j * p->mean_ns + 0.5)) -

@@ -25,11 +25,17 @@ typedef struct wl_request {
 
 // Builds the generator for s (reads s->workload.dataset when set: one JSON object per line,
 // {"prompt_tokens": n, "output_tokens": m} or {"prompt": "text", "output_tokens": m}; text is
-// tokenized with the byte tokenizer). Input + output are kept within the model's context
+// tokenized with the byte tokenizer; a trace (s->workload.trace) adds "arrival_s": t to every
+// line, and its lengths are never clamped: a line that does not fit the context is an error). Input + output are kept within the model's context
 // (input first clamped to context - 1, then output to context - input). SC_INVALID names the
 // dataset's FILE:LINE and the field for a bad line; SC_IO when the file cannot be read.
 sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_error *err);
 void workload_free(workload *w); // NULL is a no-op
+
+// A trace file (workload.trace) checked line by line without a model: *n requests, the last
+// arrival *last_ns (ns from the first request's arrival... from 0: arrival_s as written).
+// SC_INVALID names FILE:LINE and the field; SC_IO when it cannot be read.
+sc_status workload_trace_scan(const char *path, int *n, uint64_t *last_ns, sc_error *err);
 
 // Request `index` (0, 1, 2, ... within one deployment; any order, any number of times: the
 // result depends only on seed and index). Dataset lines are used in file order, cycling.
@@ -41,7 +47,8 @@ const char *workload_class_name(const workload *w, int idx); // "dataset" for a 
 // Gap in ns before arrival j (j = 0: the first arrival, counted from the phase start) of open-
 // loop phase `phase` (index into s->workload.phases; must be SCN_PHASE_RATE): poisson =
 // exponential gaps of mean 1/rate; constant = exactly 1/rate (first at 0); gamma = gamma gaps
-// with shape `burstiness` and mean 1/rate.
+// with shape `burstiness` and mean 1/rate; trace = the recorded gap (arrival j - arrival j-1,
+// the first from 0; 0 beyond the trace's end).
 uint64_t workload_gap_ns(const workload *w, int phase, uint64_t j);
 
 // --- the deterministic random numbers the generator (and others: chaos faults) draw from

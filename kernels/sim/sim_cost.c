@@ -387,6 +387,24 @@ static double step_overhead(const sim_hw *hw, const sim_layout *l, int rows, dou
   return hw->step_overhead_s;
 }
 
+sim_engine sim_engine_defaults(void) {
+  return (sim_engine){.prefill_eff = 1, .decode_eff = 1};
+}
+
+// The engine block's device-time factor for a step: the token-weighted mean of 1 / prefill_eff
+// over prefill tokens and 1 / decode_eff over decode tokens (a sequence computing one token).
+// Exactly 1 when neither efficiency is set.
+static double engine_factor(const sim_engine *e, const sim_seq *seqs, int n) {
+  double pe = e->prefill_eff > 0 ? e->prefill_eff : 1, de = e->decode_eff > 0 ? e->decode_eff : 1;
+  if (pe == 1 && de == 1) return 1;
+  double p = 0, d = 0;
+  for (int i = 0; i < n; i++) {
+    if (seqs[i].n == 1) d += 1;
+    else p += seqs[i].n;
+  }
+  return (p / pe + d / de) / (p + d);
+}
+
 static void scale_curve(sim_curve *c, double f) {
   for (int i = 0; i < c->n; i++) c->y[i] *= f;
 }
@@ -404,6 +422,8 @@ void sim_hw_scale(sim_hw *hw, double f) {
   hw->flops_int8 /= f;
   hw->launch_s *= f;
   hw->step_overhead_s *= f;
+  hw->engine.step_s *= f;
+  hw->engine.seq_s *= f;
   scale_link(&hw->intra, f);
   scale_link(&hw->inter, f);
   for (int i = 0; i < hw->n_gemm; i++) scale_curve(&hw->gemm[i].t, f);
@@ -463,12 +483,13 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
   cell last = prev[n_mb - 1];
   int rows = 0;
   for (int i = 0; i < n; i++) rows += seqs[i].n;
-  double ov = step_overhead(hw, l, rows, last.end);
+  double ef = engine_factor(&hw->engine, seqs, n);
+  double ov = step_overhead(hw, l, rows, last.end) + hw->engine.step_s + hw->engine.seq_s * n;
   *out = (sim_step_cost){
-      .total_s = last.end + ov,
-      .compute_s = last.busy,
-      .comm_s = last.comm,
-      .overhead_s = last.launch + ov,
+      .total_s = last.end * ef + ov,
+      .compute_s = last.busy * ef,
+      .comm_s = last.comm * ef,
+      .overhead_s = last.launch * ef + ov,
       .bubble_frac = pp > 1 && last.end > 0 ? 1 - busy_sum / (pp * last.end) : 0,
       .n_microbatches = n_mb,
   };

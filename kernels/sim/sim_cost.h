@@ -82,6 +82,23 @@ typedef struct sim_coll_table {
   sim_curve allreduce; // x: bytes per rank, y: seconds
 } sim_coll_table;
 
+// The serving engine's own costs and knobs, apart from the GPU's (a profile's `engine:` block,
+// docs/calibration.md). All zero is the idealized engine: no host time beyond the step
+// overhead, device time as the roofline prices it, the scenario's scheduler limits.
+typedef struct sim_engine {
+  double step_s;      // fixed host time per step, s (added to the step overhead)
+  double seq_s;       // host time per scheduled sequence of a step, s
+  double prefill_eff; // device time of prefill tokens is divided by this; <= 0: 1
+  double decode_eff;  // device time of decode tokens (a sequence computing 1 token); <= 0: 1
+  // the scheduler's knobs; 0: the scenario's limits
+  int max_running, token_budget, block_size;
+  int chunked_prefill; // 1: on (chunks of limits.prefill_chunk); -1: off (a prompt, up to the
+                       // token budget, in one step); 0: the scenario's limits
+} sim_engine;
+
+// The idealized engine: no engine costs, efficiencies 1, the scenario's limits.
+sim_engine sim_engine_defaults(void);
+
 // One simulated device and its links, read from a hardware profile.
 typedef struct sim_hw {
   double mem_bytes;       // device memory, bytes
@@ -108,6 +125,7 @@ typedef struct sim_hw {
   // host, pp 1) replaces step_overhead_s for it
   sim_overhead_table overhead[SIM_OVERHEAD_TABLES];
   int n_overhead;
+  sim_engine engine; // the serving engine's costs (all zero: the idealized engine)
 } sim_hw;
 
 // Dtype codes the cost model knows (the engine's sc_dtype maps onto them).
@@ -147,7 +165,8 @@ typedef struct sim_step_cost {
   double total_s;      // start of the step to the last stage's end (what the clock advances)
   double compute_s;    // summed over the ops of one rank of each stage (stage 0 .. pp-1)
   double comm_s;       // collectives and PP transfers on the critical path
-  double overhead_s;   // the step overhead (step_overhead_s or its table) + launches
+  double overhead_s;   // the step overhead (step_overhead_s or its table) + launches + the
+                       // engine block's step_s + seq_s per sequence
   double bubble_frac;  // pp > 1: idle fraction of the stages between the step's start and end
   int n_microbatches;
 } sim_step_cost;

@@ -1,0 +1,292 @@
+// Engine calibration (docs/calibration.md): the engine block of a profile, the trace workload,
+// `shardcheck import` of published traces, and `shardcheck calibrate`'s fit.
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/hardware.h"
+#include "config/presets.h"
+#include "helpers.h"
+#include "kernels/embedded.h"
+#include "kernels/sim/sim_cost.h"
+
+// The shipped h100-sxm profile's text (embedded in the binary).
+static const char *h100_text(void) {
+  const sc_embedded_file *f = sc_embedded_find("scenarios/hardware/h100-sxm.yaml");
+  cr_assert(f);
+  return f->data;
+}
+
+// --- the engine block
+
+static sim_model llama3_8b(void) {
+  model_config c;
+  sc_error err = {{0}};
+  cr_assert_eq(model_preset_load("llama3-8b", &c, &err), SC_OK, "%s", err.msg);
+  return (sim_model){.dim = c.dim, .n_layers = c.n_layers, .n_heads = c.n_heads,
+                     .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .ffn_dim = c.ffn_dim,
+                     .vocab = c.vocab_size, .weight_dtype = SIM_BF16, .act_dtype = SIM_BF16};
+}
+
+static double price(const sim_hw *hw, const sim_seq *s, int n) {
+  sim_model m = llama3_8b();
+  sim_layout l = {.tp = 1, .pp = 1, .threads = 1, .cluster_ranks = 1};
+  sim_step_cost c;
+  cr_assert_eq(sim_step_price(hw, &m, &l, s, n, NULL, 1, &c), 0);
+  return c.total_s;
+}
+
+Test(calibrate, default_engine_block_prices_a_step_exactly_as_none) {
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
+  sim_hw zero = p.sim;
+  memset(&zero.engine, 0, sizeof zero.engine);
+  sim_seq s[3] = {{.start = 0, .n = 512, .logits = true}, {.start = 900, .n = 1, .logits = true},
+                  {.start = 40, .n = 1, .logits = true}};
+  cr_expect_eq(price(&p.sim, s, 3), price(&zero, s, 3)); // bit for bit
+}
+
+Test(calibrate, engine_block_adds_host_time_and_divides_device_time_by_token_weight) {
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
+  sim_seq dec[4], pre = {.start = 0, .n = 1024, .logits = true};
+  for (int i = 0; i < 4; i++) dec[i] = (sim_seq){.start = 100, .n = 1, .logits = true};
+  double d0 = price(&p.sim, dec, 4), p0 = price(&p.sim, &pre, 1);
+  double ov = p.sim.step_overhead_s;
+  p.sim.engine.step_s = 1e-3;
+  p.sim.engine.seq_s = 1e-5;
+  cr_expect_float_eq(price(&p.sim, dec, 4), d0 + 1e-3 + 4e-5, 1e-12);
+  p.sim.engine.step_s = p.sim.engine.seq_s = 0;
+  p.sim.engine.decode_eff = 0.5; // a decode-only step: its device time doubles
+  cr_expect_float_eq(price(&p.sim, dec, 4), 2 * (d0 - ov) + ov, 1e-12);
+  cr_expect_float_eq(price(&p.sim, &pre, 1), p0, 1e-15); // prefill untouched
+  p.sim.engine.prefill_eff = 0.25;
+  cr_expect_float_eq(price(&p.sim, &pre, 1), 4 * (p0 - ov) + ov, 1e-12);
+}
+
+Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
+  const char *base = h100_text();
+  char text[16384];
+  snprintf(text, sizeof text, "%sengine:\n  step_s: 0.003\n  seq_s: 2e-5\n  prefill_eff: 0.7\n"
+           "  decode_eff: 0.8\n  max_running: 64\n  token_budget: 2048\n  chunked_prefill: false\n"
+           "  block_size: 32\n", base);
+  const char *path = sc_test_write_tmp("calib-prof", "p.yaml", text);
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load(path, &p, &err), SC_OK, "%s", err.msg);
+  cr_expect_float_eq(p.sim.engine.step_s, 0.003, 1e-15);
+  cr_expect_float_eq(p.sim.engine.decode_eff, 0.8, 1e-15);
+  cr_expect_eq(p.sim.engine.max_running, 64);
+  cr_expect_eq(p.sim.engine.chunked_prefill, -1);
+  cr_expect_eq(p.sim.engine.block_size, 32);
+  snprintf(text, sizeof text, "%sengine:\n  prefill_eff: 0\n", base);
+  path = sc_test_write_tmp("calib-prof", "bad.yaml", text);
+  cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "prefill_eff"), "%s", err.msg);
+  cr_expect(strstr(err.msg, "bad.yaml:"), "%s", err.msg);
+}
+
+// --- the trace workload
+
+static const char *trace_text =
+    "{\"arrival_s\": 0, \"prompt_tokens\": 40, \"output_tokens\": 6}\n"
+    "{\"arrival_s\": 0.05, \"prompt_tokens\": 12, \"output_tokens\": 9}\n"
+    "\n"
+    "{\"arrival_s\": 0.123456789, \"prompt_tokens\": 77, \"output_tokens\": 3}\n"
+    "{\"arrival_s\": 0.3, \"prompt_tokens\": 5, \"output_tokens\": 12}\n"
+    "{\"arrival_s\": 0.3, \"prompt_tokens\": 30, \"output_tokens\": 4}\n";
+static const long long trace_ns[] = {0, 50000000, 123456789, 300000000, 300000000};
+static const int trace_in[] = {40, 12, 77, 5, 30}, trace_out[] = {6, 9, 3, 12, 4};
+
+// Writes the trace and a scenario replaying it in `mode` beside it; returns the scenario path.
+static const char *trace_scenario(const char *mode, const char *model_hw) {
+  static char scn[1024];
+  const char *dir = sc_test_tmpdir("calib-trace");
+  char path[1100], text[2048];
+  snprintf(path, sizeof path, "%s/t.jsonl", dir);
+  cr_assert_eq(sc_test_write_file(path, trace_text, strlen(trace_text)), 0);
+  snprintf(text, sizeof text, "name: tr\nmode: %s\n%sdeployments: [{tp: 1, pp: 1, dp: 1}]\n"
+           "workload: {trace: t.jsonl}\n", mode, model_hw);
+  snprintf(scn, sizeof scn, "%s/s.yaml", dir);
+  cr_assert_eq(sc_test_write_file(scn, text, strlen(text)), 0);
+  return scn;
+}
+
+static void expect_replayed(const char *db, long long tol_ns) {
+  cr_assert_eq(sc_test_q1(db, "SELECT count(*) FROM request"), 5);
+  long long a0 = sc_test_q1(db, "SELECT min(arrival_ns) FROM request");
+  for (int i = 0; i < 5; i++) {
+    char q[200];
+    snprintf(q, sizeof q, "SELECT prompt_tokens * 1000 + output_tokens FROM request WHERE seq = %d", i);
+    cr_expect_eq(sc_test_q1(db, q), trace_in[i] * 1000 + trace_out[i], "request %d", i);
+    snprintf(q, sizeof q, "SELECT arrival_ns FROM request WHERE seq = %d", i);
+    long long d = sc_test_q1(db, q) - a0 - trace_ns[i];
+    cr_expect(llabs(d) <= tol_ns, "request %d arrived %lld ns off the trace", i, d);
+  }
+  cr_expect_str_eq(sc_test_q1s(db, "SELECT arrival FROM phase"), "trace");
+}
+
+Test(calibrate, trace_replays_arrivals_and_lengths_exactly_in_sim, .timeout = 60) {
+  const char *scn = trace_scenario("sim", "model: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n");
+  char db[1100], args[2400], out[8192];
+  snprintf(db, sizeof db, "%s.db", scn);
+  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT min(arrival_ns) FROM request"),
+               sc_test_q1(db, "SELECT start_ns FROM phase")); // the first at the phase start
+  expect_replayed(db, 0);
+}
+
+Test(calibrate, trace_replays_arrivals_and_lengths_in_real_mode, .timeout = 120) {
+  const char *scn = trace_scenario("real", "model: {preset: llama-tiny}\nhardware: {backend: cpu}\n");
+  char db[1100], args[2400], out[8192];
+  snprintf(db, sizeof db, "%s.db", scn);
+  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  expect_replayed(db, 20000000); // sent on the wall clock: within 20 ms of the trace
+}
+
+Test(calibrate, trace_refuses_decreasing_arrivals_and_a_missing_arrival_with_file_line) {
+  const char *dir = sc_test_tmpdir("calib-bad-trace");
+  char path[1100], scn[1100], text[1024], args[2400], out[8192];
+  const char *cases[][2] = {
+      {"{\"arrival_s\": 1, \"prompt_tokens\": 4}\n{\"arrival_s\": 0.5, \"prompt_tokens\": 4}\n",
+       "t.jsonl:2: key 'arrival_s'"},
+      {"{\"arrival_s\": 1, \"prompt_tokens\": 4}\n\n{\"prompt_tokens\": 4}\n",
+       "t.jsonl:3: key 'arrival_s': missing"},
+      {"{\"arrival_s\": 0, \"prompt_tokens\": 8000, \"output_tokens\": 500}\n",
+       "t.jsonl:1: key 'output_tokens'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(path, sizeof path, "%s/t.jsonl", dir);
+    cr_assert_eq(sc_test_write_file(path, cases[i][0], strlen(cases[i][0])), 0);
+    snprintf(text, sizeof text, "name: tr\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: "
+             "{profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1, pp: 1, dp: 1}]\nworkload: "
+             "{trace: t.jsonl}\n");
+    snprintf(scn, sizeof scn, "%s/s.yaml", dir);
+    cr_assert_eq(sc_test_write_file(scn, text, strlen(text)), 0);
+    snprintf(args, sizeof args, "validate %s", scn);
+    cr_expect_eq(sc_test_run_cli_clean(args, out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, cases[i][1]), "case %zu: %s", i, out);
+  }
+}
+
+// --- import
+
+static const char *lss_text =
+    "{\"request_id\": \"bench-0\", \"input_toks\": 100, \"output_toks\": 11, \"arrival_time\": 17e8, "
+    "\"queued_ts\": 50.0, \"scheduled_ts\": 50.0, \"first_token_ts\": 50.2, \"last_token_ts\": 50.7}\n"
+    "{\"request_id\": \"bench-1\", \"input_toks\": 30, \"output_toks\": 5, \"arrival_time\": 17e8, "
+    "\"queued_ts\": 50.5, \"scheduled_ts\": 50.5, \"first_token_ts\": 50.6, \"last_token_ts\": 51.0}\n";
+
+Test(calibrate, import_llmservingsim_trace_keeps_its_ttft_and_tpot, .timeout = 30) {
+  const char *trace = sc_test_write_tmp("calib-imp", "requests.jsonl", lss_text);
+  char db[1100], args[2400], out[8192];
+  snprintf(db, sizeof db, "%s.db", trace);
+  snprintf(args, sizeof args, "import %s --db %s", trace, db);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "llmservingsim"), "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT arrival_ns FROM request WHERE seq = 1"), 500000000);
+  cr_expect_eq(sc_test_q1(db, "SELECT first_token_ns FROM request WHERE seq = 0"), 200000000);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM token"), 16);
+  // TTFT (200 + 100) / 2 = 150 ms; TPOT (500/10 + 400/4) / 2 = 75 ms
+  cr_expect_eq(sc_test_q1(db, "SELECT round(value * 1000) FROM metric WHERE name = "
+                              "'ttft_mean_ms' AND phase_id IS NULL"), 150000);
+  cr_expect_eq(sc_test_q1(db, "SELECT round(value * 1000) FROM metric WHERE name = "
+                              "'tpot_mean_ms' AND phase_id IS NULL"), 75000);
+  cr_expect_str_eq(sc_test_q1s(db, "SELECT status FROM run"), "complete");
+}
+
+Test(calibrate, import_refuses_a_malformed_trace_with_file_line_and_field, .timeout = 30) {
+  const char *cases[][2] = {
+      {"{\"input_toks\": 3, \"output_toks\": 2, \"queued_ts\": 1, \"first_token_ts\": 2, "
+       "\"last_token_ts\": 3}\n{\"input_toks\": 3, \"output_toks\": 2, \"queued_ts\": 1, "
+       "\"last_token_ts\": 3}\n",
+       "bad.jsonl:2: key 'first_token_ts': missing"},
+      {"{\"input_toks\": \"3\", \"output_toks\": 2, \"queued_ts\": 1, \"first_token_ts\": 2, "
+       "\"last_token_ts\": 3}\n",
+       "bad.jsonl:1: key 'input_toks': expected an integer"},
+      {"{\"input_toks\": 3, \"output_toks\": 2, \"queued_ts\": 1, \"first_token_ts\": 2, "
+       "\"last_token_ts\": 1.5}\n",
+       "bad.jsonl:1: key 'last_token_ts'"},
+      {"{\"input_lens\": [3, 4], \"output_lens\": [2, 2], \"ttfts\": [0.1], \"itls\": [[0.1], [0.1]]}",
+       "bad.jsonl: key 'ttfts': expected 2 entries"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *trace = sc_test_write_tmp("calib-imp-bad", "bad.jsonl", cases[i][0]);
+    char db[1100], args[2400], out[8192];
+    snprintf(db, sizeof db, "%s.db", trace);
+    snprintf(args, sizeof args, "import %s --db %s", trace, db);
+    cr_expect_eq(sc_test_run_cli_clean(args, out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, cases[i][1]), "case %zu: %s", i, out);
+    cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM run"), 0, "nothing stored");
+  }
+}
+
+Test(calibrate, import_vllm_bench_result_uses_its_token_gaps_and_says_what_it_assumed,
+     .timeout = 30) {
+  const char *text = "{\"request_rate\": 2.0, \"model_id\": \"m\", \"input_lens\": [10, 20], "
+                     "\"output_lens\": [3, 2], \"ttfts\": [0.1, 0.2], "
+                     "\"itls\": [[0.01, 0.03], [0.05]]}";
+  const char *trace = sc_test_write_tmp("calib-bench", "bench.json", text);
+  char db[1100], args[2400], out[8192];
+  snprintf(db, sizeof db, "%s.db", trace);
+  snprintf(args, sizeof args, "import %s --db %s", trace, db);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "vllm-bench"), "%s", out);
+  cr_expect(strstr(out, "assumed: request_rate 2"), "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT arrival_ns FROM request WHERE seq = 1"), 500000000);
+  cr_expect_eq(sc_test_q1(db, "SELECT t_ns FROM token t JOIN request r ON r.id = t.request_id "
+                              "WHERE r.seq = 0 AND t.idx = 2"), 140000000);
+  cr_expect_str_eq(sc_test_q1s(db, "SELECT model FROM run"), "m");
+}
+
+// --- calibrate
+
+Test(calibrate, fit_recovers_known_engine_parameters_within_2_percent, .timeout = 120) {
+  // a run simulated with a known engine block, every request at 0 (the scheduling then does
+  // not depend on the prices, so the objective is smooth and its minimum is the truth)
+  const char *dir = sc_test_tmpdir("calib-fit");
+  char path[1100], text[16384], args[4096], out[16384];
+  const char *base = h100_text();
+  snprintf(path, sizeof path, "%s/t.jsonl", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  static const int in[] = {64, 300, 1200, 3000};
+  for (int i = 0; i < 40; i++)
+    fprintf(f, "{\"arrival_s\": 0, \"prompt_tokens\": %d, \"output_tokens\": %d}\n",
+            in[(i * 7) % 4], 8 + (i * 37) % 100);
+  fclose(f);
+  snprintf(text, sizeof text, "%sengine:\n  step_s: 0.002\n  seq_s: 2e-5\n  prefill_eff: 0.6\n"
+           "  decode_eff: 0.75\n  max_running: 16\n  token_budget: 2048\n", base);
+  snprintf(path, sizeof path, "%s/truth.yaml", dir);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  snprintf(text, sizeof text, "%sengine:\n  max_running: 16\n  token_budget: 2048\n", base);
+  snprintf(path, sizeof path, "%s/base.yaml", dir);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  snprintf(text, sizeof text, "name: known\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: "
+           "{profile: truth.yaml, gpus: 1}\ndeployments: [{tp: 1, pp: 1, dp: 1}]\nworkload: "
+           "{trace: t.jsonl}\n");
+  snprintf(path, sizeof path, "%s/s.yaml", dir);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  snprintf(args, sizeof args, "run %s --db %s/r.db --no-report --quiet", path, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  snprintf(args, sizeof args, "calibrate --db %s/r.db --run 1 --profile %s/base.yaml --model "
+           "llama3-8b --out %s/fit.yaml", dir, dir, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "fit       1"), "residuals printed: %s", out);
+  snprintf(path, sizeof path, "%s/fit.yaml", dir);
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load(path, &p, &err), SC_OK, "%s", err.msg); // loads back
+  const sim_engine *e = &p.sim.engine;
+  cr_expect(fabs(e->step_s / 0.002 - 1) < 0.02, "step_s %g", e->step_s);
+  cr_expect(fabs(e->seq_s / 2e-5 - 1) < 0.02, "seq_s %g", e->seq_s);
+  cr_expect(fabs(e->prefill_eff / 0.6 - 1) < 0.02, "prefill_eff %g", e->prefill_eff);
+  cr_expect(fabs(e->decode_eff / 0.75 - 1) < 0.02, "decode_eff %g", e->decode_eff);
+  cr_expect_eq(e->max_running, 16);
+}
