@@ -1179,9 +1179,9 @@ static sc_status check_target(ctx *c, struct fy_node *v, struct fy_node *k, cons
 }
 
 // Fault kind keys, in scn_fault_kind order.
-static const char *const fault_kinds[] = {"kill",     "hang",       "slow",
-                                          "cancel_storm", "hot_swap", "clock_jump",
-                                          "oom",      "corrupt",    "chaos"};
+static const char *const fault_kinds[] = {"kill",     "hang",       "slow", "cancel_storm",
+                                          "hot_swap", "clock_jump", "oom",  "corrupt",
+                                          "chaos",    "exec"};
 
 static sc_status parse_slow(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
   static const char *const none[] = {NULL};
@@ -1321,11 +1321,11 @@ typedef struct fault_rule {
 } fault_rule;
 
 static const fault_rule fault_rules[] = {
-    [SCN_FAULT_KILL] = {true, false, true},      [SCN_FAULT_HANG] = {true, true, true},
-    [SCN_FAULT_SLOW] = {true, true, true},       [SCN_FAULT_CANCEL_STORM] = {true, false, false},
-    [SCN_FAULT_HOT_SWAP] = {true, false, true},  [SCN_FAULT_CLOCK_JUMP] = {true, false, false},
-    [SCN_FAULT_OOM] = {true, true, true},        [SCN_FAULT_CORRUPT] = {true, true, true},
-    [SCN_FAULT_CHAOS] = {false, false, false},
+    [SCN_FAULT_KILL] = {true, false, true},     [SCN_FAULT_HANG] = {true, true, true},
+    [SCN_FAULT_SLOW] = {true, true, true},      [SCN_FAULT_CANCEL_STORM] = {true, false, false},
+    [SCN_FAULT_HOT_SWAP] = {true, false, true}, [SCN_FAULT_CLOCK_JUMP] = {true, false, false},
+    [SCN_FAULT_OOM] = {true, true, true},       [SCN_FAULT_CORRUPT] = {true, true, true},
+    [SCN_FAULT_CHAOS] = {false, false, false},  [SCN_FAULT_EXEC] = {true, false, true},
 };
 
 // Target forms accepted (and whether one is required) for a parsed fault.
@@ -1338,7 +1338,8 @@ static int fault_targets(const scn_fault *ft, bool *required) {
     if (!strcmp(ft->what, "rank")) return TGT_RANK | TGT_EVERY;
     *required = false;
     return TGT_REPLICA | TGT_RANK | TGT_EVERY;
-  case SCN_FAULT_HOT_SWAP: *required = false; return TGT_REPLICA;
+  case SCN_FAULT_HOT_SWAP:
+  case SCN_FAULT_EXEC: *required = false; return TGT_REPLICA;
   case SCN_FAULT_OOM:
   case SCN_FAULT_CORRUPT: return TGT_REPLICA | TGT_RANK | TGT_EVERY;
   default: *required = false; return 0;
@@ -1350,7 +1351,7 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   char kill[16] = "", hang[16] = "";
   uint64_t resume = 0;
   static const char *const nested[] = {"slow", "cancel_storm", "hot_swap", "clock_jump",
-                                       "oom",  "corrupt",      "chaos"};
+                                       "oom",  "corrupt",      "chaos",    "exec"};
   const yaml_map_field f[] = {
       F_STR("kill", kill),           F_STR("hang", hang),
       F_DUR("at", &ft->at_ns),       F_STR("at_phase", ft->at_phase),
@@ -1371,8 +1372,10 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
       ki = i;
     }
   if (kind < 0)
-    return fail_at(c, item, k, "key 'faults': expected one fault kind per fault (kill, hang, "
-                   "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt or chaos), got none");
+    return fail_at(
+        c, item, k,
+        "key 'faults': expected one fault kind per fault (kill, hang, "
+        "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt, chaos or exec), got none");
   ft->kind = (scn_fault_kind)kind;
   const fault_rule *r = &fault_rules[kind];
   // keys the kind does not take
@@ -1473,6 +1476,24 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     break;
   }
   case SCN_FAULT_CHAOS: SC_TRY(parse_chaos(c, kv, kk, ft)); break;
+  case SCN_FAULT_EXEC: {
+    static const char *const none[] = {NULL};
+    const yaml_map_field ef[] = {F_STR("command", ft->exec_command)};
+    mapview em;
+    SC_TRY(read_map(c, kv, "exec", kk, ef, 1, none, 0, &em));
+    SC_TRY(need(c, &em, "command",
+                "a command line run at the fault's time, e.g. \"docker kill "
+                "llm-{replica}\""));
+    SC_TRY(check(c, &em, "command", ft->exec_command[0] != 0, "a command line"));
+    char bad[64];
+    if (!launch_exec_check(ft->exec_command, bad, sizeof bad))
+      return fail_at(c, mv_val(&em, "command"), mv_key(&em, "command"),
+                     "key 'command': %s%s; "
+                     "expected placeholders among {pid}, {port}, {replica} ({{ and }} for literal "
+                     "braces)",
+                     bad[0] == '{' ? "unknown placeholder " : "", bad);
+    break;
+  }
   }
   bool required = false;
   int accept = fault_targets(ft, &required);
@@ -1865,6 +1886,7 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
   char api[16] = "completions";
   t->set = true;
   snprintf(t->ready_path, sizeof t->ready_path, "/health");
+  snprintf(t->metrics_path, sizeof t->metrics_path, "/metrics");
   t->ready_timeout_ns = TARGET_READY_NS;
   t->stop_grace_ns = TARGET_GRACE_NS;
   static const char *const onested[] = {"env", "ready", "extra_body"};
@@ -1876,6 +1898,7 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_STR("api_key_env", t->api_key_env),
       F_INT("vocab_size", &t->vocab_size),
       F_STR("rank_process", t->rank_process),
+      F_STR("metrics_path", t->metrics_path),
       F_DUR("stop_grace", &t->stop_grace_ns),
   };
   mapview om;
@@ -1897,6 +1920,8 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
   SC_TRY(check(c, &om, "vocab_size", t->vocab_size > 3, "an integer > 3"));
   SC_TRY(check(c, &om, "stop_grace", t->stop_grace_ns > 0, "a duration > 0"));
   SC_TRY(check(c, &om, "api_key_env", t->api_key_env[0] != 0, "an environment variable name"));
+  SC_TRY(check(c, &om, "metrics_path", !t->metrics_path[0] || t->metrics_path[0] == '/',
+               "a path starting with '/' (\"\": no scraping)"));
   if (t->rank_process[0]) {
     regex_t re;
     int rc = regcomp(&re, t->rank_process, REG_EXTENDED | REG_NOSUB);
@@ -2051,6 +2076,74 @@ static sc_status check_target_deployments(ctx *c, struct fy_node *root) {
   return SC_OK;
 }
 
+// Which faults a scenario's kind of deployment takes: on an external target, only what reaches
+// a server from outside (signals to what shardcheck launched, the clients' own cancels, a user
+// command); exec only there.
+static sc_status check_fault_target(ctx *c, const scn_fault *f) {
+  const scenario *s = c->s;
+  const scn_target *t = &s->target;
+  const char *kind = scenario_fault_kind_name(f->kind);
+  char w[300];
+  snprintf(w, sizeof w, "%s:%d:%d: fault '%s'", c->file, f->line, f->col, kind);
+  if (!t->set) {
+    if (f->kind == SCN_FAULT_EXEC)
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: only with a target (it runs a command against a "
+                     "server shardcheck did not start; shardcheck's own replicas take kill and "
+                     "hang)",
+                     w);
+    return SC_OK;
+  }
+  switch (f->kind) {
+  case SCN_FAULT_OOM:
+  case SCN_FAULT_CORRUPT:
+  case SCN_FAULT_SLOW:
+    return sc_fail(c->err, SC_INVALID,
+                   "%s: an external target takes no %s fault (it happens "
+                   "inside the engine; against shardcheck serve it will go through its admin "
+                   "endpoint, not built yet: docs/targets.md)",
+                   w, kind);
+  case SCN_FAULT_CHAOS:
+    return sc_fail(c->err, SC_INVALID,
+                   "%s: not on an external target (its draws include oom, "
+                   "slow and corrupt); list kill, hang and cancel_storm faults instead",
+                   w);
+  case SCN_FAULT_HOT_SWAP:
+    return sc_fail(c->err, SC_INVALID,
+                   "%s: not on an external target yet (a rolling relaunch "
+                   "with another model is not built: docs/targets.md)",
+                   w);
+  case SCN_FAULT_KILL:
+  case SCN_FAULT_HANG:
+  case SCN_FAULT_CLOCK_JUMP:
+    if (!t->launch[0])
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: needs target.openai.launch (shardcheck signals "
+                     "only what it launched; an exec fault reaches a server it did not start)",
+                     w);
+    if (f->kind == SCN_FAULT_HANG && !strcmp(f->what, "rank"))
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: hang: rank is not available on an external target "
+                     "(hang: replica stops the whole server)",
+                     w);
+    if (f->kind == SCN_FAULT_KILL && !strcmp(f->what, "gpu") && !t->rank_process[0])
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: kill: gpu needs target.openai.rank_process (a "
+                     "regular expression on the command line of the server's worker processes, "
+                     "e.g. \"VllmWorker\")",
+                     w);
+    return SC_OK;
+  case SCN_FAULT_EXEC:
+    if (!t->launch[0] && strstr(f->exec_command, "{pid}"))
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: {pid} needs target.openai.launch (a server "
+                     "shardcheck did not start has no pid it knows)",
+                     w);
+    return SC_OK;
+  default: return SC_OK;
+  }
+}
+
 // --- the whole document
 
 static void set_defaults(scenario *s) {
@@ -2156,11 +2249,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   }
   SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
   if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
-  if (target && s->n_faults > 0)
-    return sc_fail(c->err, SC_INVALID, "%s:%d:%d: fault '%s': an openai target takes no faults "
-                   "yet (faults on external servers are not built; docs/targets.md)", c->file,
-                   s->faults[0].line, s->faults[0].col,
-                   scenario_fault_kind_name(s->faults[0].kind));
+  for (int i = 0; i < s->n_faults; i++) SC_TRY(check_fault_target(c, &s->faults[i]));
   if (mv_has(&m, "slo")) SC_TRY(parse_slo(c, mv_val(&m, "slo"), mv_key(&m, "slo")));
   if (mv_has(&m, "gate")) SC_TRY(parse_gate(c, mv_val(&m, "gate"), mv_key(&m, "gate")));
   return SC_OK;

@@ -132,6 +132,7 @@ typedef enum scn_fault_kind {
   SCN_FAULT_OOM,          // what: "transient" | "persistent"; after_allocs
   SCN_FAULT_CORRUPT,      // what: "nan" | "bitflip"
   SCN_FAULT_CHAOS,        // kinds_mask, count_min/max, between, keep_alive
+  SCN_FAULT_EXEC,         // exec_command: a user command at the fault's time (targets only)
 } scn_fault_kind;
 
 enum { SCN_STAGE_QUEUED = 1, SCN_STAGE_PREFILL = 2, SCN_STAGE_DECODE = 4 };
@@ -160,6 +161,7 @@ typedef struct scn_fault {
   uint64_t between_ns[2];          // chaos: window of fault times
   char keep_alive[8][32];          // chaos: replicas never targeted
   int n_keep_alive;
+  char exec_command[1024]; // exec: the command, with {pid} {port} {replica}
   int line, col;
 } scn_fault;
 
@@ -263,6 +265,8 @@ typedef struct scn_target {
   int vocab_size;            // key vocab_size: prompt token ids are drawn in [3, vocab_size)
   char extra_body[4096];     // key extra_body: a JSON object (from YAML) merged into requests
   char rank_process[256];    // key rank_process: a regex on a child's command line (faults)
+  char metrics_path[256];    // key metrics_path: scraped every second (default /metrics; ""
+                             // none)
   uint64_t stop_grace_ns;    // key stop_grace: SIGTERM, then SIGKILL after this (default 10 s)
   int line, col;             // where target.openai is
 } scn_target;
