@@ -141,6 +141,7 @@ typedef struct rt {
   engine_config ec;         // the replicas' engine config (a reference run rebuilds one)
   int sweep;                // every-rank sweeps: which run of the deployment this is
   char log_dir[1024];       // launched servers' and exec faults' logs (the run's report directory)
+  uint64_t *server_seen;    // (dp) an HTTP replica's latest scrape recorded (its t_ns); NULL: none
 } rt;
 
 
@@ -669,6 +670,27 @@ static void wait_until(rt *r, uint64_t deadline) {
 }
 
 // --- periodic work
+// An external server's latest scrape per replica (a row when it is new since the last).
+static void sample_servers(rt *r) {
+  for (int i = 0; i < r->n_reps; i++) {
+    replica_server_metrics m;
+    if (router_busy(r->rt, i) || !replica_http_server_metrics(r->reps[i], &m)) continue;
+    if (m.t_ns == r->server_seen[i]) continue;
+    r->server_seen[i] = m.t_ns;
+    store_server_sample row = {.run_id = r->run_id,
+                               .deployment_id = r->dep_id,
+                               .replica = i,
+                               .t_ns = m.t_ns > r->t0 ? m.t_ns - r->t0 : 0,
+                               .running = m.running,
+                               .waiting = m.waiting,
+                               .kv_usage = m.kv_usage,
+                               .kv_blocks = m.kv_blocks};
+    rec_lock(r->rec);
+    db_ok(r, store_server_sample_add(r->db, &row, &r->err));
+    rec_unlock(r->rec);
+  }
+}
+
 static void sample_devices(rt *r, uint64_t now) {
   for (int i = 0; i < r->n_reps; i++)
     for (int k = 0; k < r->reps[i]->n_ranks && !router_busy(r->rt, i); k++) {
@@ -689,6 +711,7 @@ static void periodic(rt *r, uint64_t now) {
   }
   if (now >= r->next_sample) {
     sample_devices(r, now);
+    if (r->server_seen) sample_servers(r);
     r->next_sample = now + SAMPLE_NS;
     double el = (double)(now - r->tok_window_start) / 1e9;
     if (el > 0) r->tok_rate = (double)r->tok_window / el;
@@ -1006,6 +1029,8 @@ static void free_deployment(rt *r) {
   r->held = NULL;
   free(r->fds);
   r->fds = NULL;
+  free(r->server_seen);
+  r->server_seen = NULL;
   router_free(r->rt);
   r->rt = NULL;
   for (size_t i = 0; i < r->reqs.n; i++) {
@@ -1253,6 +1278,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->reps = calloc((size_t)d->dp, sizeof *r->reps);
   r->held = calloc((size_t)d->dp, sizeof *r->held);
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
+  if (r->s->target.set) r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
   const scn_router *sr = &r->s->router;
   router_config rc = {.policy = sr->policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
                                                                      : ROUTER_LEAST_OUTSTANDING,
