@@ -210,7 +210,8 @@ static void exec_start(fault_rt *f, int fi) {
       snprintf(log, sizeof log, "%s/%s-exec%d-replica%d.log", f->c.log_dir, f->c.dep->label, fi, i);
     else
       snprintf(log, sizeof log, "/dev/null");
-    launch_spec ls = {.command = cmd, .log_path = log, .stop_grace_ns = 2000000000ull};
+    launch_spec ls = {
+        .command = cmd, .log_path = log, .stop_grace_ns = 2000000000ull, .script = true};
     if (launch_start(&ls, &fr->exec[i], &e) != SC_OK) {
       snprintf(fr->note, sizeof fr->note, "not run: %.140s", e.msg);
       continue;

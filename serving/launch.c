@@ -346,7 +346,7 @@ sc_status launch_start(const launch_spec *s, launch_proc **out, sc_error *err) {
     launch_free(p);
     return sc_fail(err, SC_OOM, "launch: out of memory");
   }
-  snprintf(p->command, n, "exec %s", s->command);
+  snprintf(p->command, n, "%s%s", s->script ? "" : "exec ", s->command);
   sc_status ds = parent_dirs(s->log_path, err);
   if (ds != SC_OK) {
     launch_free(p);

@@ -64,12 +64,15 @@ sc_status launch_free_port(int *port, sc_error *err);
 // --- one launched server
 typedef struct launch_spec {
   const char *command;     // the expanded command line, run as `/bin/sh -c 'exec COMMAND'`
+                           // (or as given with script)
   const char *const *env;  // NULL-terminated "NAME=value" entries added to its environment
                            // (NULL: none)
   const char *log_path;    // its stdout and stderr (created or truncated; its directory and
                            // missing parents are made)
   uint64_t stop_grace_ns;  // SIGTERM, then SIGKILL after this long (0: 10 s)
   bool append;             // add to the log file rather than truncate it (a relaunch)
+  bool script;             // run as `/bin/sh -c 'COMMAND'` (a command list: an exec fault's),
+                           // not exec'd in place of the shell
 } launch_spec;
 
 typedef struct launch_proc launch_proc;
