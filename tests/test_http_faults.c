@@ -117,6 +117,18 @@ Test(http_faults, http_faults_kill_hang_and_cancel_storm_are_detected_relaunched
   }
 }
 
+Test(http_faults, the_vllm_and_sglang_scenarios_validate_here_with_only_a_path_warning) {
+  const char *names[] = {"vllm-llama3-8b-h100", "sglang-llama3-70b-h100"};
+  for (int i = 0; i < 2; i++) {
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "validate %s/scenarios/%s.yaml", SC_SOURCE_DIR, names[i]);
+    int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+    cr_expect_eq(rc, 0, "%s: %s", names[i], out);
+    cr_expect(strstr(out, "faults"), "%s", out);
+    cr_expect(!strstr(out, "error"), "%s", out);
+  }
+}
+
 // --- exec and kill: gpu
 
 Test(http_faults, an_exec_fault_runs_its_command_with_pid_port_replica_and_its_kill_is_detected,
