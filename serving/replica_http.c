@@ -49,8 +49,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/clock.h"
@@ -133,6 +135,8 @@ typedef struct hrep {
   bool dead;           // (mu) the server is lost: DEAD until restarted
   bool suspect;        // (mu) a connection failed: UNHEALTHY until a probe answers
   bool probe_reset;    // (mu) the thread's probe clock starts now (ready, relaunched)
+  bool have_skew;      // (mu) skew_ns holds the current incarnation's wall clock
+  int64_t skew_ns;     // (mu) its Date header minus our wall clock, whole seconds
   char dead_why[256];  // (mu)
   int epoch;           // (mu) 1, +1 per restart
   char *rank_process, *metrics_url;
@@ -143,6 +147,7 @@ typedef struct hrep {
   CURL *probe, *scrape; // the readiness probe and the metrics scrape (in the multi while
                         // in flight)
   bool probe_busy, scrape_busy;
+  time_t probe_date;                          // the probe answer's Date header (0: none)
   uint64_t probe_ok, probe_next, scrape_next; // monotonic ns
   char *scrape_buf;
   size_t n_scrape;
@@ -477,6 +482,21 @@ static uint64_t probe_period(const hrep *h) {
   return p < 50000000ull ? 50000000ull : p > 500000000ull ? 500000000ull : p;
 }
 
+// The probe's headers: keeps the Date header (the server's wall clock, to the second).
+static size_t probe_header(char *buf, size_t size, size_t n, void *ud) {
+  hrep *h = ud;
+  size_t len = size * n;
+  if (len > 5 && !strncasecmp(buf, "date:", 5)) {
+    char v[128];
+    size_t k = len - 5 < sizeof v - 1 ? len - 5 : sizeof v - 1;
+    memcpy(v, buf + 5, k);
+    v[k] = 0;
+    time_t t = curl_getdate(v, NULL);
+    if (t > 0) h->probe_date = t;
+  }
+  return len;
+}
+
 static void start_probe(hrep *h) {
   if (!h->probe) {
     h->probe = curl_easy_init();
@@ -486,7 +506,10 @@ static void start_probe(hrep *h) {
     curl_easy_setopt(h->probe, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h->probe, CURLOPT_TIMEOUT_MS, ms < 200 ? 200L : ms);
     curl_easy_setopt(h->probe, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(h->probe, CURLOPT_HEADERFUNCTION, probe_header);
+    curl_easy_setopt(h->probe, CURLOPT_HEADERDATA, h);
   }
+  h->probe_date = 0;
   if (curl_multi_add_handle(h->multi, h->probe) == CURLM_OK) h->probe_busy = true;
 }
 
@@ -498,8 +521,17 @@ static void probe_done(hrep *h, CURLcode rc) {
   uint64_t now = sc_monotonic_ns();
   if (rc == CURLE_OK && code == 200) {
     h->probe_ok = now;
+    // The server's wall clock minus ours: its Date header is floor(its time), so half a second
+    // later is its time within +-0.5 s; rounded to whole seconds (clock jumps are whole).
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    double ours = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
     pthread_mutex_lock(&h->mu);
     h->suspect = false;
+    if (h->probe_date > 0) {
+      h->skew_ns = (int64_t)llround((double)h->probe_date + 0.5 - ours) * 1000000000ll;
+      h->have_skew = true;
+    }
     pthread_mutex_unlock(&h->mu);
   }
   h->probe_next = now + probe_period(h);
@@ -943,11 +975,23 @@ static sc_status h_restart(void *ctx, sc_error *err) {
   h->suspect = false;
   h->dead_why[0] = 0;
   h->probe_reset = true;
+  h->have_skew = false;
   h->epoch++;
   pthread_mutex_unlock(&h->mu);
   // the thread's probe clock starts again: it reads probe_ok only while the replica lives
   curl_multi_wakeup(h->multi);
   return SC_OK;
+}
+
+// The server's wall clock minus ours, from its latest probe answer's Date header (whole
+// seconds); false before one came in this incarnation.
+static bool h_wall_skew(void *ctx, int64_t *skew_ns) {
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->mu);
+  bool have = h->have_skew;
+  if (have) *skew_ns = h->skew_ns;
+  pthread_mutex_unlock(&h->mu);
+  return have;
 }
 
 static int h_epoch(void *ctx) {
@@ -1016,6 +1060,7 @@ static const replica_i http_i = {
     .inject = h_inject,
     .restart = h_restart,
     .epoch = h_epoch,
+    .wall_skew = h_wall_skew,
     .free = h_free,
 };
 

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "faults/runtime.h"
 #include "tests/helpers.h"
 
 static char out[1 << 16];
@@ -184,6 +185,30 @@ Test(http_faults, kill_gpu_sigkills_the_server_worker_matching_rank_process, .ti
   cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'kill' AND detail NOT LIKE "
                       "'%not injected%'"),
                1, "%s", out);
+}
+
+Test(http_faults, a_clock_jump_reaches_launched_servers_through_libfaketime_and_nothing_notices,
+     .timeout = 90) {
+  if (!fault_faketime_lib()) cr_skip_test("libfaketime is not installed");
+  const char *dir = sc_test_tmpdir("httpc");
+  const char *sc = serve_scenario(dir, "c.yaml", "tiny-c", "", "",
+                                  "deployments: [{dp: 2}]\n"
+                                  "workload:\n  prompts: [{input: 16, output: 24}]\n"
+                                  "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
+                                  "faults:\n  - {at: 1s, clock_jump: {offset: +1h}}\n"
+                                  "  - {at: 2s, clock_jump: {offset: -2h}}\n"
+                                  "router: {detect_timeout: 1s}\n"
+                                  "slo: {failed_requests: 0, unexplained_losses: 0, "
+                                  "history_violations: 0, timeouts: 0}\n");
+  char db[700];
+  int rc = run(sc, dir, "c", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  // seen through the servers' Date headers: each launched server's wall clock moved
+  cr_expect(strstr(out, "is off by +3600 s"), "%s", out);
+  cr_expect(strstr(out, "is off by -3600 s"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'clock_jump' AND detected_ns IS "
+                      "NOT NULL"),
+               2);
 }
 
 // --- the runner killed mid-run
