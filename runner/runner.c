@@ -1195,8 +1195,13 @@ static sc_status http_options(rt *r, const scn_deployment *d, const char *label,
                               replica_http_options *o, http_strings *hs, sc_error *err) {
   const scn_target *t = &r->s->target;
   self_exe(r, hs->exe, sizeof hs->exe);
-  launch_vars v = {
-      .tp = d->tp, .pp = d->pp, .dp = d->dp, .replica = i, .gpus = hs->gpus, .exe = hs->exe};
+  launch_vars v = {.tp = d->tp,
+                   .pp = d->pp,
+                   .dp = d->dp,
+                   .replica = i,
+                   .gpus = hs->gpus,
+                   .exe = hs->exe,
+                   .model = t->model};
   hs->gpus[0] = 0;
   const scn_hardware *h = &r->s->hardware;
   int per = d->tp * d->pp;
@@ -1243,6 +1248,8 @@ static sc_status http_options(rt *r, const scn_deployment *d, const char *label,
   log_dir(r, dir, sizeof dir);
   snprintf(hs->log, sizeof hs->log, "%s/%s-replica%d.log", dir, label, i);
   o->command = hs->command;
+  o->launch_template = t->launch; // a hot swap expands it (or its own) again with these values
+  o->vars = v;
   o->env = hs->envp;
   o->log_path = hs->log;
   o->ready_url = hs->ready;

@@ -1248,7 +1248,39 @@ static sc_status parse_cancel_storm(ctx *c, struct fy_node *v, struct fy_node *k
   return SC_OK;
 }
 
+static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, const char *text);
+
+// hot_swap on an external target: a rolling relaunch with another served model ({model} in the
+// launch template) and/or another launch command.
+static sc_status parse_target_swap(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+  static const char *const none[] = {NULL};
+  const scn_target *t = &c->s->target;
+  const yaml_map_field f[] = {F_STR("model", ft->swap_model), F_STR("launch", ft->swap_launch)};
+  mapview m;
+  SC_TRY(read_map(c, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
+  if (!m.n)
+    return fail_at(c, v, k,
+                   "key 'hot_swap': expected at least one of model (a served model "
+                   "name for {model} in the launch template) or launch (a new command), got "
+                   "neither");
+  SC_TRY(check(c, &m, "model", ft->swap_model[0] != 0, "a served model name"));
+  SC_TRY(check(c, &m, "launch", ft->swap_launch[0] != 0, "a command template"));
+  if (mv_has(&m, "launch"))
+    SC_TRY(check_template(c, mv_val(&m, "launch"), mv_key(&m, "launch"), ft->swap_launch));
+  const char *tmpl = ft->swap_launch[0] ? ft->swap_launch : t->launch;
+  if (ft->swap_model[0] && tmpl[0] && !launch_template_uses(tmpl, "model"))
+    return fail_at(c, mv_val(&m, "model"), mv_key(&m, "model"),
+                   "key 'model': the launch "
+                   "command has no {model}: the relaunched server would serve the same model");
+  if (launch_template_uses(t->url, "port") && tmpl[0] && !launch_template_uses(tmpl, "port"))
+    return fail_at(c, v, k,
+                   "key 'launch': the url has {port} but the command does not pass it "
+                   "on");
+  return SC_OK;
+}
+
 static sc_status parse_hot_swap(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+  if (c->s->target.set) return parse_target_swap(c, v, k, ft);
   static const char *const none[] = {NULL};
   char model[1024] = "";
   const yaml_map_field f[] = {F_STR("model", model),
@@ -1786,8 +1818,11 @@ static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, co
   char bad[64];
   if (launch_template_check(text, bad, sizeof bad)) return SC_OK;
   if (bad[0] == '{')
-    return fail_at(c, v, k, "key '%s': unknown placeholder %s; expected one of {tp}, {pp}, {dp}, "
-                   "{replica}, {port}, {gpus} ({{ and }} for literal braces)", key_text(k), bad);
+    return fail_at(c, v, k,
+                   "key '%s': unknown placeholder %s; expected one of {tp}, {pp}, {dp}, "
+                   "{replica}, {port}, {gpus}, {shardcheck}, {model} ({{ and }} for literal "
+                   "braces)",
+                   key_text(k), bad);
   return fail_at(c, v, k, "key '%s': %s in '%.200s' ({{ and }} for literal braces)", key_text(k),
                  bad, text);
 }
@@ -2108,14 +2143,10 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
                    "%s: not on an external target (its draws include oom, "
                    "slow and corrupt); list kill, hang and cancel_storm faults instead",
                    w);
-  case SCN_FAULT_HOT_SWAP:
-    return sc_fail(c->err, SC_INVALID,
-                   "%s: not on an external target yet (a rolling relaunch "
-                   "with another model is not built: docs/targets.md)",
-                   w);
   case SCN_FAULT_KILL:
   case SCN_FAULT_HANG:
   case SCN_FAULT_CLOCK_JUMP:
+  case SCN_FAULT_HOT_SWAP:
     if (!t->launch[0])
       return sc_fail(c->err, SC_INVALID,
                      "%s: needs target.openai.launch (shardcheck signals "

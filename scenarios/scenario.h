@@ -152,6 +152,8 @@ typedef struct scn_fault {
   int stages;            // cancel_storm: SCN_STAGE_* mask (default all)
   char swap_model[1024]; // hot_swap: a preset or directory ("" = same model)
   char swap_dtype[8];    // hot_swap: new weight dtype ("" = same)
+  char swap_launch[2048];   // hot_swap on a target: the new launch template ("" = the target's);
+                            // swap_model then holds the new served model name ("" = same)
   model_config swap_config; // hot_swap with a model: its resolved shapes
   bool swap_has_weights; // ... and swap_model is a directory holding safetensors
   int64_t offset_ns;     // clock_jump: signed offset of the wall clock

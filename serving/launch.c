@@ -41,9 +41,10 @@
 #define READY_REQ_TIMEOUT_MS 2000L
 #define TAIL_LINES 5
 
-const char launch_placeholder_names[] = "tp, pp, dp, replica, port, gpus, shardcheck";
-static const char *const names[] = {"tp", "pp", "dp", "replica", "port", "gpus", "shardcheck"};
-enum { N_NAMES = 7, NAME_MAX_LEN = 31 };
+const char launch_placeholder_names[] = "tp, pp, dp, replica, port, gpus, shardcheck, model";
+static const char *const names[] = {"tp",   "pp",   "dp",         "replica",
+                                    "port", "gpus", "shardcheck", "model"};
+enum { N_NAMES = 8, NAME_MAX_LEN = 31 };
 // An exec fault's command (launch_exec_expand): its own, shorter list.
 const char launch_exec_placeholder_names[] = "pid, port, replica";
 static const char *const exec_names[] = {"pid", "port", "replica"};
@@ -148,8 +149,8 @@ static void exp_var(void *ud, int idx) {
   exp_ctx *e = ud;
   char b[32];
   const int iv[] = {e->v->tp, e->v->pp, e->v->dp, e->v->replica, e->v->port};
-  if (idx == 5 || idx == 6) {
-    const char *t = idx == 5 ? e->v->gpus : e->v->exe;
+  if (idx >= 5) {
+    const char *t = idx == 5 ? e->v->gpus : idx == 6 ? e->v->exe : e->v->model;
     exp_put(e, t ? t : "", strlen(t ? t : ""));
     return;
   }

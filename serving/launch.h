@@ -24,9 +24,11 @@ typedef struct launch_vars {
   const char *gpus; // "0,1": its GPU ids, comma-separated ("" when none were handed out)
   const char *exe;  // {shardcheck}: the path of the shardcheck binary running (so a scenario
                     // can launch `{shardcheck} serve ...`); NULL: ""
+  const char *model; // {model}: the served model name (a hot swap's new one); NULL: ""
 } launch_vars;
 
-// The placeholder names a template may use, "tp, pp, dp, replica, port, gpus, shardcheck".
+// The placeholder names a template may use, "tp, pp, dp, replica, port, gpus, shardcheck,
+// model".
 extern const char launch_placeholder_names[];
 // The placeholder names an exec fault's command may use, "pid, port, replica".
 extern const char launch_exec_placeholder_names[];

@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "kernels/status.h"
+#include "serving/launch.h"
 
 typedef enum replica_ev_kind {
   REPLICA_EV_TOKEN,    // one output token of `key`
@@ -246,6 +247,10 @@ typedef struct replica_http_options {
   uint64_t detect_timeout_ns;
   const char *rank_process; // kill: gpu: a regex on a descendant's command line (NULL: none)
   const char *metrics_url;  // scraped for running / waiting requests and KV usage (NULL: none)
+  // hot swaps: the template command was expanded from and its values, to expand another one
+  // (or the same with another {model}) for a relaunch; template NULL: no swap
+  const char *launch_template;
+  launch_vars vars;
 } replica_http_options;
 
 // Builds an HTTP replica (launching its server when o->command is set; readiness is waited for
@@ -270,6 +275,12 @@ typedef struct replica_server_metrics {
 } replica_server_metrics;
 // False when the replica is not HTTP or nothing was scraped yet.
 bool replica_http_server_metrics(const replica *r, replica_server_metrics *out);
+// A hot swap's next incarnation (before replica_swap, on a drained replica): the server is
+// relaunched from launch_template (NULL: the current one) with {model} = model (NULL: the
+// current one), and requests name that model from then on. SC_INVALID when the replica cannot
+// (not HTTP, not launched) or the template does not expand; nothing changes then.
+sc_status replica_http_stage_swap(replica *r, const char *launch_template, const char *model,
+                                  sc_error *err);
 // Scrapes now, from the calling thread (blocks up to 2 s), and keeps the result as the latest.
 // False when there is no metrics URL, it did not answer 200, or it named none of the figures.
 bool replica_http_scrape_now(replica *r, replica_server_metrics *out);

@@ -140,6 +140,10 @@ typedef struct hrep {
   char dead_why[256];  // (mu)
   int epoch;           // (mu) 1, +1 per restart
   char *rank_process, *metrics_url;
+  // hot swaps: what the command was expanded from, and the next incarnation's (staged)
+  char *tmpl, *gpus, *exe;         // owned copies (tmpl NULL: no swap)
+  launch_vars vars;                // gpus and exe point at the copies; model at model
+  char *next_command, *next_model; // (lmu) staged by replica_http_stage_swap
   replica_server_metrics sm; // (mu) the latest scrape
   // the thread's own
   hreq **reqs;                // (cap_reqs) requests in flight
@@ -756,7 +760,9 @@ static char *chat_text(const int32_t *ids, int n) {
 static char *request_body(hrep *h, const engine_request *r) {
   json_t *o = json_object();
   if (!o) return NULL;
+  pthread_mutex_lock(&h->mu); // a hot swap replaces the model name
   json_object_set_new(o, "model", json_string(h->model));
+  pthread_mutex_unlock(&h->mu);
   if (h->o.chat) {
     char *text = chat_text(r->prompt, r->n_prompt);
     if (!text) {
@@ -994,6 +1000,65 @@ static bool h_wall_skew(void *ctx, int64_t *skew_ns) {
   return have;
 }
 
+// A hot swap (the supervisor thread; the replica is drained): the server is stopped (SIGTERM,
+// SIGKILL after the grace period), the staged command started (its log appended to) and waited
+// for; from then on requests name the staged model, the replica admits again at the next epoch.
+// On error the replica is DEAD.
+static sc_status h_swap(void *ctx, const engine_config *cfg, sc_error *err) {
+  (void)cfg; // a server's weights are its own: the command says what it serves
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->lmu);
+  launch_proc *old = h->launch;
+  char *cmd = h->next_command, *model = h->next_model;
+  h->launch = NULL;
+  h->next_command = h->next_model = NULL;
+  pthread_mutex_unlock(&h->lmu);
+  pthread_mutex_lock(&h->mu);
+  h->watching = false; // its exit is the swap's doing, not a loss
+  pthread_mutex_unlock(&h->mu);
+  launch_free(old);
+  sc_status s = SC_OK;
+  if (!cmd) s = sc_fail(err, SC_INVALID, "swap: no command staged");
+  launch_proc *p = NULL;
+  if (s == SC_OK) {
+    launch_spec ls = {.command = cmd,
+                      .env = (const char *const *)h->env,
+                      .log_path = h->log_path ? h->log_path : "/dev/null",
+                      .stop_grace_ns = h->o.stop_grace_ns,
+                      .append = true};
+    s = launch_start(&ls, &p, err);
+  }
+  if (s == SC_OK) s = launch_wait_ready(p, h->ready_url, h->o.ready_timeout_ns, NULL, err);
+  if (s != SC_OK) {
+    launch_free(p);
+    free(cmd), free(model);
+    pthread_mutex_lock(&h->mu);
+    h->dead = true;
+    snprintf(h->dead_why, sizeof h->dead_why, "swap failed: %.200s", err ? err->msg : "");
+    pthread_mutex_unlock(&h->mu);
+    return s;
+  }
+  pthread_mutex_lock(&h->lmu);
+  h->launch = p;
+  free(h->command);
+  h->command = cmd;
+  pthread_mutex_unlock(&h->lmu);
+  pthread_mutex_lock(&h->mu);
+  if (model) { // request bodies are built on the caller's thread, under mu from here on
+    free(h->model);
+    h->model = model;
+    h->vars.model = h->model;
+  }
+  h->epoch++;
+  h->have_skew = false;
+  h->admitting = true;
+  h->watching = true;
+  h->probe_reset = true;
+  pthread_mutex_unlock(&h->mu);
+  curl_multi_wakeup(h->multi);
+  return SC_OK;
+}
+
 static int h_epoch(void *ctx) {
   hrep *h = ctx;
   pthread_mutex_lock(&h->mu);
@@ -1029,6 +1094,7 @@ static void h_free(void *ctx) {
     free(b);
   }
   free(h->rank_process), free(h->metrics_url);
+  free(h->tmpl), free(h->gpus), free(h->exe), free(h->next_command), free(h->next_model);
   for (int i = 0; i < h->n_in; i++) free(h->in[i].body);
   free(h->in);
   if (h->multi) curl_multi_cleanup(h->multi);
@@ -1060,6 +1126,7 @@ static const replica_i http_i = {
     .inject = h_inject,
     .restart = h_restart,
     .epoch = h_epoch,
+    .swap = h_swap,
     .wall_skew = h_wall_skew,
     .free = h_free,
 };
@@ -1109,6 +1176,13 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
   h->rank_process =
       dup_or_null(o->rank_process && o->rank_process[0] ? o->rank_process : NULL, &oom);
   h->metrics_url = dup_or_null(o->metrics_url, &oom);
+  h->tmpl = dup_or_null(o->command ? o->launch_template : NULL, &oom);
+  h->gpus = dup_or_null(o->vars.gpus ? o->vars.gpus : "", &oom);
+  h->exe = dup_or_null(o->vars.exe ? o->vars.exe : "", &oom);
+  h->vars = o->vars;
+  h->vars.gpus = h->gpus;
+  h->vars.exe = h->exe;
+  h->vars.model = h->model;
   if (h->detect_ns && !h->ready_url) h->detect_ns = 0; // nothing to probe: no watching
   int n_env = 0;
   while (o->env && o->env[n_env]) n_env++;
@@ -1215,6 +1289,32 @@ static size_t grow_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   p[b->n] = 0;
   b->p = p;
   return n;
+}
+
+sc_status replica_http_stage_swap(replica *r, const char *launch_template, const char *model,
+                                  sc_error *err) {
+  if (!replica_is_http(r)) return sc_fail(err, SC_INVALID, "swap: not an HTTP replica");
+  hrep *h = r->ctx;
+  if (!h->tmpl) return sc_fail(err, SC_INVALID, "swap: a server shardcheck did not launch");
+  launch_vars v = h->vars;
+  if (model) v.model = model;
+  char *cmd = malloc(8192);
+  char *m = strdup(model ? model : h->model);
+  if (!cmd || !m) {
+    free(cmd), free(m);
+    return sc_fail(err, SC_OOM, "swap: out of memory");
+  }
+  sc_status s = launch_expand(launch_template ? launch_template : h->tmpl, &v, cmd, 8192, err);
+  if (s != SC_OK) {
+    free(cmd), free(m);
+    return s;
+  }
+  pthread_mutex_lock(&h->lmu);
+  free(h->next_command), free(h->next_model);
+  h->next_command = cmd;
+  h->next_model = m;
+  pthread_mutex_unlock(&h->lmu);
+  return SC_OK;
 }
 
 bool replica_http_scrape_now(replica *r, replica_server_metrics *out) {

@@ -350,6 +350,8 @@ Test(http, bad_target_keys_exit_2_naming_file_line_column_and_the_key) {
        "hangrank.yaml:13:6: fault 'hang': hang: rank is not available on an external target"},
       {"execph.yaml", LAUNCHED WL "faults:\n  - {exec: {command: \"kill {gpu}\"}, at: 1s}\n",
        "execph.yaml:13:23: key 'command': unknown placeholder {gpu}"},
+      {"swap.yaml", LAUNCHED WL "faults:\n  - {hot_swap: {model: other}, at: 1s}\n",
+       "swap.yaml:13:24: key 'model': the launch command has no {model}"},
       {"execpid.yaml",
        "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: "
        "\"http://h/v1\"\n" WL "faults:\n  - {exec: {command: \"kill {pid}\"}, at: 1s}\n",

@@ -211,6 +211,41 @@ Test(http_faults, a_clock_jump_reaches_launched_servers_through_libfaketime_and_
                2);
 }
 
+Test(http_faults, a_hot_swap_relaunches_each_replica_in_turn_with_the_new_model_and_loses_nothing,
+     .timeout = 90) {
+  const char *dir = sc_test_tmpdir("httph");
+  char text[2048], path[700];
+  snprintf(path, sizeof path, "%s/h.yaml", dir);
+  snprintf(text, sizeof text,
+           "name: h\ntarget:\n  openai:\n"
+           "    url: \"http://127.0.0.1:{port}/v1\"\n"
+           "    launch: \"{shardcheck} serve --model llama-tiny --served-model-name {model} "
+           "--port {port} --threads 1\"\n"
+           "    model: tiny-a\n    vocab_size: 512\n    extra_body: {ignore_eos: true}\n"
+           "    stop_grace: 2s\n"
+           "deployments: [{dp: 2}]\n"
+           "workload:\n  prompts: [{input: 16, output: 24}]\n"
+           "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
+           "faults:\n  - {at: 1s, hot_swap: {model: tiny-b}}\n"
+           "slo: {failed_requests: 0, lost_requests: 0, history_violations: 0, timeouts: 0}\n");
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  char db[700];
+  int rc = run(path, dir, "h", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "2 replicas swapped"), "%s", out);
+  // requests after the swap name the new model (serve answers 404 to another name): all ok
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE weight_version = 1"), 0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status <> 'ok'"), 0);
+  for (int i = 0; i < 2; i++) {
+    char lp[800];
+    snprintf(lp, sizeof lp, "%s/h/dp2-replica%d.log", dir, i);
+    char *log = sc_test_read_file(lp, NULL);
+    cr_assert_not_null(log, "%s", lp);
+    cr_expect(strstr(log, "tiny-b on http"), "replica%d was relaunched serving tiny-b: %s", i, log);
+    free(log);
+  }
+}
+
 // --- the runner killed mid-run
 
 // Whether a live process's command line holds marker.
