@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -64,10 +65,11 @@
 #define POLL_MS 1000             // the thread's longest sleep (woken earlier by any call)
 #define CONNECT_TIMEOUT_MS 10000L
 #define ERR_BODY_MAX 2048        // bytes of a non-200 response kept for the message
-#define MAX_CONNECTS 8192L       // connections kept alive in the cache
+#define MAX_CONNECTS       65536L      // connections kept alive in the cache (more than streams)
 #define WATCH_MS           50          // the thread's longest sleep while it watches its server
 #define SCRAPE_NS          1000000000ull // how often the metrics URL is read
 #define MSG_BLOCK          65536         // failure messages are kept in blocks of this many bytes
+#define EPOLL_BATCH        1024          // socket events taken per wait
 
 // --- one request
 typedef struct hreq {
@@ -90,6 +92,7 @@ typedef struct hreq {
   char msg[256];
   int prompt_tokens;     // usage.prompt_tokens (-1: not seen)
   int usage_completion;  // usage.completion_tokens (-1: not seen)
+  int slot;              // its index in hrep.reqs
 } hreq;
 
 // Failure messages, kept until the replica is freed (replica_event.what points into them).
@@ -146,6 +149,9 @@ typedef struct hrep {
   char *next_command, *next_model; // (lmu) staged by replica_http_stage_swap
   replica_server_metrics sm; // (mu) the latest scrape
   // the thread's own
+  int ep, wake_fd; // the thread's epoll set (libcurl's sockets) and its wake-up
+  bool timer_set;  // libcurl asked for a timeout at timer_at (monotonic ns)
+  uint64_t timer_at;
   hreq **reqs;                // (cap_reqs) requests in flight
   int n_reqs, cap_reqs;
   CURL *probe, *scrape; // the readiness probe and the metrics scrape (in the multi while
@@ -368,6 +374,7 @@ static void drop_req(hrep *h, int i) {
   curl_multi_remove_handle(h->multi, q->easy);
   req_free(q);
   h->reqs[i] = h->reqs[--h->n_reqs];
+  if (i < h->n_reqs) h->reqs[i]->slot = i;
 }
 
 // Room for one more request in the thread's list. False when memory ran out.
@@ -429,6 +436,7 @@ static void start_req(hrep *h, uint64_t key, char *body) {
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL); // no compression: chunks as they come
+  q->slot = h->n_reqs;
   h->reqs[h->n_reqs++] = q;
   if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
     h->n_reqs--;
@@ -678,6 +686,42 @@ static void watch(hrep *h) {
     declare_dead(h, "%s unanswered for %.1f s", h->ready_url, (double)h->detect_ns / 1e9);
 }
 
+// libcurl's socket callback: which sockets the thread's epoll set watches, and for what.
+static int sock_cb(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
+  (void)e, (void)socketp;
+  hrep *h = userp;
+  if (what == CURL_POLL_REMOVE) {
+    epoll_ctl(h->ep, EPOLL_CTL_DEL, fd, NULL);
+    return 0;
+  }
+  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
+                                     (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+                           .data.fd = fd};
+  if (epoll_ctl(h->ep, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
+    epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &ev);
+  return 0;
+}
+
+// libcurl's timer callback: when it next wants CURL_SOCKET_TIMEOUT (-1: never).
+static int timer_cb(CURLM *m, long timeout_ms, void *userp) {
+  (void)m;
+  hrep *h = userp;
+  if (timeout_ms < 0) {
+    h->timer_set = false;
+  } else {
+    h->timer_set = true;
+    h->timer_at = sc_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
+  }
+  return 0;
+}
+
+// Wakes the thread (a submit, a cancel, a stop, a relaunch).
+static void wake(hrep *h) {
+  uint64_t one = 1;
+  ssize_t w = write(h->wake_fd, &one, sizeof one);
+  (void)w; // a full counter already wakes it
+}
+
 static void *http_thread(void *arg) {
   hrep *h = arg;
   inbox_item *batch = NULL;
@@ -703,7 +747,34 @@ static void *http_thread(void *arg) {
       else start_req(h, batch[i].key, batch[i].body);
     }
     int running = 0;
-    curl_multi_perform(h->multi, &running);
+    // Sleep until a socket is ready, libcurl's timer is due, a call wakes us, or (watching) the
+    // next look at the server; then hand libcurl only what is ready (O(ready), not O(streams)).
+    watch(h);
+    uint64_t now = sc_monotonic_ns();
+    long wait_ms = n > 0 ? 0 : h->detect_ns || h->metrics_url ? WATCH_MS : POLL_MS;
+    if (h->timer_set) {
+      uint64_t d = h->timer_at > now ? (h->timer_at - now + 999999) / 1000000 : 0;
+      if ((long)d < wait_ms) wait_ms = (long)d;
+    }
+    struct epoll_event evs[EPOLL_BATCH];
+    int ne = epoll_wait(h->ep, evs, EPOLL_BATCH, (int)wait_ms);
+    for (int i = 0; i < ne; i++) {
+      int fd = evs[i].data.fd;
+      if (fd == h->wake_fd) {
+        uint64_t v;
+        ssize_t rr = read(h->wake_fd, &v, sizeof v);
+        (void)rr;
+        continue;
+      }
+      int flags = (evs[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                  (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                  (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+      curl_multi_socket_action(h->multi, fd, flags, &running);
+    }
+    if (h->timer_set && sc_monotonic_ns() >= h->timer_at) {
+      h->timer_set = false;
+      curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
     CURLMsg *m;
     int left;
     while ((m = curl_multi_info_read(h->multi, &left))) {
@@ -720,16 +791,10 @@ static void *http_thread(void *arg) {
       hreq *q = NULL;
       curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
       on_done(h, q, rc);
-      for (int i = 0; i < h->n_reqs; i++)
-        if (h->reqs[i] == q) {
-          drop_req(h, i);
-          break;
-        }
+      drop_req(h, q->slot);
     }
     // Requests failed by a chunk (server_error, protocol) whose transfers curl still reports
     // as running were aborted by the write callback; they arrive in info_read above.
-    watch(h);
-    curl_multi_poll(h->multi, NULL, 0, h->detect_ns || h->metrics_url ? WATCH_MS : POLL_MS, NULL);
   }
   free(batch);
   return NULL;
@@ -812,7 +877,7 @@ static sc_status h_submit(void *ctx, uint64_t key, const engine_request *r, sc_e
   }
   h->in[h->n_in++] = (inbox_item){.key = key, .body = body};
   pthread_mutex_unlock(&h->mu);
-  curl_multi_wakeup(h->multi);
+  wake(h);
   return SC_OK;
 }
 
@@ -821,7 +886,7 @@ static void h_cancel(void *ctx, uint64_t key) {
   pthread_mutex_lock(&h->mu);
   if (inbox_room(h)) h->in[h->n_in++] = (inbox_item){.cancel = true, .key = key};
   pthread_mutex_unlock(&h->mu);
-  curl_multi_wakeup(h->multi);
+  wake(h);
 }
 
 static int h_poll(void *ctx, replica_event *out, int cap) {
@@ -887,7 +952,7 @@ static void start_watching(hrep *h) {
   h->watching = true;
   h->probe_reset = true;
   pthread_mutex_unlock(&h->mu);
-  curl_multi_wakeup(h->multi);
+  wake(h);
 }
 
 static sc_status h_wait_ready(void *ctx, volatile sig_atomic_t *interrupted, sc_error *err) {
@@ -942,7 +1007,7 @@ static sc_status h_inject(void *ctx, const replica_fault *f, sc_error *err) {
     }
   }
   pthread_mutex_unlock(&h->lmu);
-  curl_multi_wakeup(h->multi);
+  wake(h);
   return s;
 }
 
@@ -985,7 +1050,7 @@ static sc_status h_restart(void *ctx, sc_error *err) {
   h->epoch++;
   pthread_mutex_unlock(&h->mu);
   // the thread's probe clock starts again: it reads probe_ok only while the replica lives
-  curl_multi_wakeup(h->multi);
+  wake(h);
   return SC_OK;
 }
 
@@ -1055,7 +1120,7 @@ static sc_status h_swap(void *ctx, const engine_config *cfg, sc_error *err) {
   h->watching = true;
   h->probe_reset = true;
   pthread_mutex_unlock(&h->mu);
-  curl_multi_wakeup(h->multi);
+  wake(h);
   return SC_OK;
 }
 
@@ -1074,7 +1139,7 @@ static void h_free(void *ctx) {
     pthread_mutex_lock(&h->mu);
     h->stop = true;
     pthread_mutex_unlock(&h->mu);
-    curl_multi_wakeup(h->multi);
+    wake(h);
     pthread_join(h->thread, NULL);
   }
   for (int i = h->n_reqs - 1; i >= 0; i--) drop_req(h, i);
@@ -1102,6 +1167,8 @@ static void h_free(void *ctx) {
   launch_free(h->launch); // after the connections are closed: the server sees them go first
   rq_free(&h->out);
   if (h->evfd >= 0) close(h->evfd);
+  if (h->ep >= 0) close(h->ep); // after curl_multi_cleanup: its sockets' callbacks are done
+  if (h->wake_fd >= 0) close(h->wake_fd);
   json_decref(h->extra);
   for (int i = 0; h->env && h->env[i]; i++) free(h->env[i]);
   free(h->env);
@@ -1157,7 +1224,7 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
     free(r);
     return sc_fail(err, SC_OOM, "replica: out of memory");
   }
-  h->evfd = -1;
+  h->evfd = h->ep = h->wake_fd = -1;
   pthread_mutex_init(&h->mu, NULL);
   pthread_mutex_init(&h->lmu, NULL);
   h->epoch = 1;
@@ -1220,11 +1287,21 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
   }
   h->multi = curl_multi_init();
   h->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (!h->headers || !h->multi || h->evfd < 0) {
+  h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  h->ep = epoll_create1(EPOLL_CLOEXEC);
+  if (h->ep >= 0 && h->wake_fd >= 0) {
+    struct epoll_event we = {.events = EPOLLIN, .data.fd = h->wake_fd};
+    epoll_ctl(h->ep, EPOLL_CTL_ADD, h->wake_fd, &we);
+  }
+  if (!h->headers || !h->multi || h->evfd < 0 || h->wake_fd < 0 || h->ep < 0) {
     s = sc_fail(err, SC_OOM, "replica: cannot set up libcurl or its eventfd");
     goto fail;
   }
   curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+  curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+  curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
   curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
   if (h->command) {
     launch_spec ls = {.command = h->command, .env = (const char *const *)h->env,
