@@ -5,10 +5,12 @@
 // request and extra_body merged in.
 //
 // Threads. The caller's thread only touches the inbox (submits, cancels) and the outbox
-// (events) under one mutex, and wakes the replica's thread with curl_multi_wakeup. That thread
+// (events) under one mutex, and wakes the replica's thread through an eventfd. That thread
 // owns the libcurl multi handle: it turns the inbox into easy handles (added: a stream opens;
-// removed: cancel closes it), runs curl_multi_perform and sleeps in curl_multi_poll, so
-// thousands of streams share one thread and keep-alive connections. Body bytes go through
+// removed: cancel closes it) and sleeps in epoll on libcurl's sockets (its socket and timer
+// callbacks keep the set), handing libcurl only the sockets that are ready
+// (curl_multi_socket_action), so thousands of streams share one thread and keep-alive
+// connections and a wake costs what is ready, not what is open. Body bytes go through
 // sse.h's parser; each chunk becomes events stamped on the run's clock as it arrives
 // (client_stamps: the runner keeps these stamps). An eventfd is readable while events wait
 // (wait_fd).
