@@ -62,6 +62,7 @@ typedef struct ctx {
   const scn_overrides *ov; // command-line overrides (NULL: none)
   bool mode_from_ov;       // the mode is the override's, not the file's
   bool switched;           // the file says real, the override sim: hardware is converted
+  bool predicting;         // a target scenario in mode sim: its model simulated on its profile
 } ctx;
 
 // --- positions and messages
@@ -490,7 +491,8 @@ static sc_status hardware_real(ctx *c, const mapview *m, const char *backend, ch
   SC_TRY(check(c, m, "gpus", h->gpus >= 0, "an integer >= 0 (0 = no limit)"));
   SC_TRY(check(c, m, "threads", h->threads >= 0, "an integer >= 0 (0 = automatic)"));
   if (b == 1 && !mv_has(m, "profile")) profile[0] = 0; // no default for real GPUs
-  if (!mv_has(m, "devices")) return SC_OK;
+  // a target's prediction: its devices are the launched servers' GPUs, not the simulation's
+  if (!mv_has(m, "devices") || c->predicting) return SC_OK;
   if (b != 1)
     return fail_at(c, mv_key(m, "devices"), NULL,
                    "key 'devices': only with backend: cuda (the backend is %s)", backend);
@@ -2042,8 +2044,12 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
 static sc_status target_hardware(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_hardware *h = &c->s->hardware;
   static const char *const nested[] = {"devices"};
+  char profile[1024] = "";
+  int gpus = 0;
+  // profile and gpus are --mode sim's (the prediction's simulated GPUs): accepted here
+  const yaml_map_field f[] = {F_STR("profile", profile), F_INT("gpus", &gpus)};
   mapview m;
-  SC_TRY(read_map(c, v, "hardware", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(read_map(c, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
   snprintf(h->backend, sizeof h->backend, "%s", "");
   h->profile[0] = 0;
   if (!mv_has(&m, "devices")) return SC_OK;
@@ -2121,6 +2127,11 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
   char w[300];
   snprintf(w, sizeof w, "%s:%d:%d: fault '%s'", c->file, f->line, f->col, kind);
   if (!t->set) {
+    if (f->kind == SCN_FAULT_EXEC && c->predicting)
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: not in mode sim (a user command has no simulated "
+                     "server to reach): predict without it",
+                     w);
     if (f->kind == SCN_FAULT_EXEC)
       return sc_fail(c->err, SC_INVALID,
                      "%s: only with a target (it runs a command against a "
@@ -2234,13 +2245,25 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
     md = o;
   }
   s->mode = md ? SCN_MODE_SIM : SCN_MODE_REAL;
-  if (target) {
-    if (s->mode == SCN_MODE_SIM)
-      return fail_at(c, mv_key(&m, "target"), NULL, "key 'target': only in mode: real (mode: sim "
-                     "simulates shardcheck's own engine)%s", c->mode_from_ov ? " (--mode sim)" : "");
-    if (mv_has(&m, "model"))
-      return fail_at(c, mv_key(&m, "model"), NULL, "key 'model': not with 'target' (the served "
-                     "model is target.openai.model; vocab_size sets the prompt ids)");
+  // A target scenario in mode sim predicts what the measurement will show: its `model` on its
+  // `hardware.profile`, the same deployments, workload and faults, simulated (the target is
+  // checked, then set aside).
+  c->predicting = target && s->mode == SCN_MODE_SIM;
+  if (c->predicting) {
+    SC_TRY(parse_target(c, mv_val(&m, "target"), mv_key(&m, "target")));
+    memset(&s->target, 0, sizeof s->target);
+    memset(&s->model, 0, sizeof s->model);
+    if (!mv_has(&m, "model"))
+      return fail_at(c, mv_key(&m, "target"), NULL,
+                     "mode sim on a target scenario simulates "
+                     "its model on its hardware profile: add model: {preset: NAME} (and "
+                     "hardware.profile)%s",
+                     c->mode_from_ov ? " (--mode sim)" : "");
+    SC_TRY(need(c, &m, "deployments", "a list of {tp, pp, dp}"));
+  }
+  if (target && !c->predicting) {
+    // `model` and hardware.profile are --mode sim's (a prediction); checked, not used here
+    if (mv_has(&m, "model")) SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
     SC_TRY(parse_target(c, mv_val(&m, "target"), mv_key(&m, "target")));
     if (mv_has(&m, "hardware"))
       SC_TRY(target_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware")));
@@ -2265,7 +2288,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   bool cpu = s->mode == SCN_MODE_SIM ? s->have_hw && s->hw.sim.host_cores > 0
                                      : !strcmp(s->hardware.backend, "cpu");
   mp->kv_dtype = cpu ? SC_F32 : SC_BF16;
-  if (!target) {
+  if (!target || c->predicting) {
     SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
   } else {
     if (mv_has(&m, "deployments")) {

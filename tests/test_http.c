@@ -352,14 +352,16 @@ Test(http, bad_target_keys_exit_2_naming_file_line_column_and_the_key) {
        "execph.yaml:13:23: key 'command': unknown placeholder {gpu}"},
       {"swap.yaml", LAUNCHED WL "faults:\n  - {hot_swap: {model: other}, at: 1s}\n",
        "swap.yaml:13:24: key 'model': the launch command has no {model}"},
+      {"nomodel.yaml", "mode: sim\n" LAUNCHED WL,
+       "nomodel.yaml:3:1: mode sim on a target scenario simulates its model"},
       {"execpid.yaml",
        "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: "
        "\"http://h/v1\"\n" WL "faults:\n  - {exec: {command: \"kill {pid}\"}, at: 1s}\n",
        "execpid.yaml:11:6: fault 'exec': {pid} needs target.openai.launch"},
       {"model.yaml",
-       "name: x\nmodel: llama-tiny\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
-       "    url: \"http://h/v1\"\n" WL,
-       "model.yaml:2:1: key 'model': not with 'target'"},
+       "name: x\nmodel: {preset: no-such-model}\ntarget:\n  openai:\n    model: m\n"
+       "    vocab_size: 100\n    url: \"http://h/v1\"\n" WL,
+       "no-such-model"},
       {"unknown.yaml",
        "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: \"http://h/v1\"\n"
        "    tokenizer: x\n" WL,

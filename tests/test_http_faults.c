@@ -85,6 +85,16 @@ Test(http_faults, http_quickstart_runs_every_phase_kind_on_tp1_dp2_tp2_against_l
   cr_expect_gt(q1(db, "SELECT count(*) FROM server_sample WHERE running IS NOT NULL AND "
                       "waiting IS NOT NULL AND kv_usage IS NOT NULL AND kv_blocks IS NOT NULL"),
                0);
+  // the prediction: the same file in mode sim (its model on the CPU profile), into the same
+  // database, then the report puts it beside the measurement
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "run %s --mode sim --db %s --no-report --quiet", path, db);
+  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect_str_eq(q1s(db, "SELECT backend FROM run WHERE id = 2"), "sim");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM deployment WHERE run_id = 2"), 3);
+  snprintf(cmd, sizeof cmd, "report --db %s --run 2 --run 1 --out %s/pm", db, dir);
+  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "mean |error|"), "the prediction beside the measurement: %s", out);
 }
 
 Test(http_faults, http_faults_kill_hang_and_cancel_storm_are_detected_relaunched_and_pass,
