@@ -781,25 +781,30 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
     return SC_IO;
   }
   double w_s = (double)b.w_ns / NS_PER_S;
+  // two more columns only when an external server's /metrics was sampled (a target run)
   fprintf(f,
-          "# t_s output_tok_s ttft_p95_ms queue_len server_running server_kv_usage\n"
+          "# t_s output_tok_s ttft_p95_ms queue_len%s\n"
           "# %s.dat: run %lld in bins of %s s. t_s: the middle of the bin (s since the run's\n"
           "# start); output_tok_s: tokens clients saw in the bin / bin width; ttft_p95_ms: p95\n"
           "# TTFT of the requests (warm-up included) whose first token came in the bin;\n"
           "# queue_len: the longest queue of a deployment in the bin, each step row counting\n"
-          "# the latest queue lengths of that deployment's replicas summed (an external\n"
-          "# server's waiting requests from its /metrics count as its queue);\n"
-          "# server_running, server_kv_usage: the most running requests and the highest KV\n"
-          "# usage (0..1) an external server's /metrics showed in the bin. NaN: nothing in\n"
+          "# the latest queue lengths of that deployment's replicas summed%s. NaN: nothing in\n"
           "# the bin.\n",
-          p->name, (long long)r->id, wbuf);
+          b.any_server ? " server_running server_kv_usage" : "", p->name, (long long)r->id, wbuf,
+          b.any_server ? " (an external\n# server's waiting requests from its /metrics count as "
+                         "its queue); server_running,\n# server_kv_usage: the most running "
+                         "requests and the highest KV usage (0..1) an\n# external server's "
+                         "/metrics showed in the bin"
+                       : "");
   for (int i = 0; i < b.nb; i++) {
     fprintf(f, "%.10g", (i + 0.5) * w_s);
     dat_num(f, (double)b.tokens[i] / w_s);
     dat_num(f, b.ttft_p95[i]);
     dat_num(f, b.queue[i] < 0 ? NAN : b.queue[i]);
-    dat_num(f, b.running[i]);
-    dat_num(f, b.kv[i]);
+    if (b.any_server) {
+      dat_num(f, b.running[i]);
+      dat_num(f, b.kv[i]);
+    }
     fputc('\n', f);
   }
   sc_status s = rp_close_out(f, path, err);
