@@ -63,9 +63,12 @@ TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test
   --filter 'run/@(passing|an_slo|requests_past|ctrl_c)*' 2>&1 | tee build/tsan.run.log
 
 # HTTP replicas (a libcurl thread per replica, launched stand-in servers) under TSan: every test
-# of the file is short; the binary it runs inherits TSAN_OPTIONS.
+# of the file is short; the binary it runs inherits TSAN_OPTIONS. Then faults on launched serve
+# replicas (the replica's watching thread, relaunches on the supervisor, scrapes): about 80 s.
 echo "== tsan: HTTP replicas"
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test_http --jobs 1 \
   2>&1 | tee build/tsan.http.log
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test_http_faults \
+  --jobs 1 2>&1 | tee build/tsan.http_faults.log
 
 echo "== all suites passed"

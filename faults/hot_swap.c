@@ -14,6 +14,10 @@
 static sc_status swap_config(fault_rt *f, const ft_fault *ft, const engine_config *base,
                              engine_config *out, sc_error *err) {
   const scn_fault *src = ft->src;
+  if (f->c.s->target.set) { // a server's weights are its own: the relaunch command says
+    *out = *base;
+    return SC_OK;
+  }
   model_config m = src->swap_model[0] ? src->swap_config : base->model;
   sc_dtype wdt = base->weight_dtype;
   if (src->swap_dtype[0] && sc_dtype_parse(src->swap_dtype, &wdt) != SC_OK)
@@ -74,6 +78,17 @@ static void swap_load(fault_rt *f, int fi, int i, uint64_t now) {
   rs->swapping = true;
   rs->swap_cfg = &f->vcfg[fr->version];
   rs->restart_err = (sc_error){{0}};
+  if (replica_is_http(f->c.reps[i])) { // the command (and model) of its next incarnation
+    const scn_fault *src = f->plan.v[fi].src;
+    sc_status st =
+        replica_http_stage_swap(f->c.reps[i], src->swap_launch[0] ? src->swap_launch : NULL,
+                                src->swap_model[0] ? src->swap_model : NULL, &rs->restart_err);
+    if (st != SC_OK) {
+      rs->restart_st = st;
+      rs->swapping = false;
+      return;
+    }
+  }
   if (replica_in_virtual_time(f->c.reps[i]) || !frt_ask_supervisor(f, i)) {
     rs->restart_st = replica_swap(f->c.reps[i], rs->swap_cfg, &rs->restart_err);
     rs->swapping = false;
@@ -143,6 +158,13 @@ void frt_swap_tick(fault_rt *f, int fi, uint64_t now) {
 void frt_swap_quality(fault_rt *f, int fi) {
   fault_run *fr = &f->fr[fi];
   if (f->c.sim || fr->version < 1) return;
+  if (f->c.s->target.set) {
+    frt_note(f,
+             "%s: hot swap: quality delta not measured (an external server's weights are "
+             "not shardcheck's to load)",
+             f->c.dep->label);
+    return;
+  }
   enum { PROMPTS = 8, TOKENS = 16 };
   const int32_t *prompts[PROMPTS];
   int n_prompt[PROMPTS], n = 0;

@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "faults/runtime_impl.h"
 #include "kernels/util.h"
+#include "serving/launch.h"
 
 // --- clock jumps
 static const char *const faketime_libs[] = {
@@ -183,6 +185,72 @@ static void cancel_storm(fault_rt *f, int fi, uint64_t now) {
            n);
 }
 
+// --- exec: a user command at the fault's time, once per target replica (every replica when the
+// fault names none), in a process group of its own (serving/launch.h: it cannot outlive the
+// runner), its output in LOG_DIR/LABEL-exec-FAULT-replicaR.log.
+static void exec_start(fault_rt *f, int fi) {
+  const ft_fault *ft = &f->plan.v[fi];
+  fault_run *fr = &f->fr[fi];
+  fr->exec = calloc((size_t)f->c.n_reps, sizeof *fr->exec);
+  if (!fr->exec) {
+    snprintf(fr->note, sizeof fr->note, "not injected: out of memory");
+    return;
+  }
+  for (int i = 0; i < f->c.n_reps; i++) {
+    if (ft->replica >= 0 && i != ft->replica) continue;
+    char cmd[2048], log[1400];
+    sc_error e = {{0}};
+    const replica *rep = f->c.reps[i];
+    if (launch_exec_expand(ft->src->exec_command, replica_http_pid(rep), replica_http_port(rep), i,
+                           cmd, sizeof cmd, &e) != SC_OK) {
+      snprintf(fr->note, sizeof fr->note, "not run: %.140s", e.msg);
+      continue;
+    }
+    if (f->c.log_dir)
+      snprintf(log, sizeof log, "%s/%s-exec%d-replica%d.log", f->c.log_dir, f->c.dep->label, fi, i);
+    else
+      snprintf(log, sizeof log, "/dev/null");
+    launch_spec ls = {
+        .command = cmd, .log_path = log, .stop_grace_ns = 2000000000ull, .script = true};
+    if (launch_start(&ls, &fr->exec[i], &e) != SC_OK) {
+      snprintf(fr->note, sizeof fr->note, "not run: %.140s", e.msg);
+      continue;
+    }
+    fr->exec_left++;
+    frt_note(f, "%s: exec on replica%d: %.200s", f->c.dep->label, i, cmd);
+  }
+}
+
+void frt_exec_reap(fault_rt *f, int fi, bool wait) {
+  fault_run *fr = &f->fr[fi];
+  for (int i = 0; fr->exec && i < f->c.n_reps; i++) {
+    if (!fr->exec[i]) continue;
+    int st = 0;
+    bool done = launch_exited(fr->exec[i], &st);
+    if (!done && !wait) continue;
+    if (!done) {
+      snprintf(fr->note, sizeof fr->note,
+               "the command still ran at the deployment's end: "
+               "stopped");
+      st = 0;
+    }
+    launch_free(fr->exec[i]); // dismisses the watchdog (and stops the group if it lingers)
+    fr->exec[i] = NULL;
+    fr->exec_left--;
+    if (st != 0 && fr->exec_status == 0) {
+      fr->exec_status = st;
+      snprintf(fr->note, sizeof fr->note, "the command on replica%d %s %d", i,
+               WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
+               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+      frt_note(f, "%s: exec fault: %s", f->c.dep->label, fr->note);
+    }
+  }
+  if (wait || fr->exec_left == 0) {
+    free(fr->exec);
+    fr->exec = NULL;
+  }
+}
+
 replica_fault fault_replica_fault(const ft_fault *ft, bool end) {
   replica_fault rf = {.rank = ft->rank};
   if (end) {
@@ -233,6 +301,11 @@ void frt_act(fault_rt *f, int fi, bool end, uint64_t now) {
     }
     if (ft->kind == SCN_FAULT_CLOCK_JUMP) {
       frt_clock_jump(f, fi);
+      fr->end = UINT64_MAX;
+      return;
+    }
+    if (ft->kind == SCN_FAULT_EXEC) {
+      exec_start(f, fi);
       fr->end = UINT64_MAX;
       return;
     }

@@ -18,6 +18,27 @@ enum {
   REF_POLL_MS = 100, // the reference engine's wait between polls
 };
 static const uint64_t REF_DEADLINE_NS = 120000000000ull; // the reference engine's time limit
+// An external target's reference is one of its own live replicas, asked again after the run:
+// its keys start here, past any request's.
+static const uint64_t REF_KEY = 1ull << 62;
+
+// An external target: a live replica to ask again, or -1 (why says) when none is, or when the
+// server sent no token ids for the requests compared.
+static int live_reference(fault_rt *f, int version, char *why, size_t cap) {
+  for (size_t k = 0; k < f->c.reqs->n; k++) {
+    const req_rec *q = &f->c.reqs->v[k];
+    if (q->status != REQ_OK || (q->retries == 0 && q->fault < 0) || q->version != version) continue;
+    for (int i = 0; i < q->n_tok; i++)
+      if (q->ids[i] < 0) {
+        snprintf(why, cap, "the server sends no token ids");
+        return -1;
+      }
+  }
+  for (int i = 0; i < f->c.n_reps; i++)
+    if (!router_busy(f->c.rt, i) && replica_health_get(f->c.reps[i]) == REPLICA_HEALTHY) return i;
+  snprintf(why, cap, "no live replica to ask again");
+  return -1;
+}
 
 void frt_add_metric(fault_rt *f, const char *name, double v) {
   db_ok(f, store_metric_add(f->c.db, f->c.run_id, f->c.dep_id, 0, NULL, name, v, &f->err));
@@ -97,7 +118,14 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
   engine_config ec = f->vcfg[version];
   replica *ref = NULL;
   sc_error e = {{0}};
-  if (replica_local_new(&ec, 0, &ref, &e) != SC_OK) {
+  // an external target: the same server, asked again now that no fault is in force
+  const bool live = f->c.s->target.set;
+  const uint64_t base = live ? REF_KEY : 0;
+  if (live) {
+    int i = live_reference(f, version, why, cap);
+    if (i < 0) return -1;
+    ref = f->c.reps[i];
+  } else if (replica_local_new(&ec, 0, &ref, &e) != SC_OK) {
     snprintf(why, cap, "the reference engine failed to start: %.100s", e.msg);
     return -1;
   }
@@ -122,7 +150,7 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
                          .max_tokens = w.max_tokens,
                          .stop_at_eos = f->c.s->workload.stop_at_eos};
     got[k] = malloc((size_t)w.max_tokens * sizeof **got);
-    if (!got[k] || replica_submit(ref, k, &er, &e) != SC_OK) {
+    if (!got[k] || replica_submit(ref, base + k, &er, &e) != SC_OK) {
       snprintf(why, cap, "the reference engine refused a request: %.100s", e.msg);
       mismatches = -1;
       goto out;
@@ -139,8 +167,9 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
     int m;
     while ((m = replica_poll(ref, ev, REF_EVENTS)) > 0)
       for (int i = 0; i < m; i++) {
-        uint64_t k = ev[i].key;
-        if (ev[i].kind == REPLICA_EV_STEP || k >= f->c.reqs->n || !got[k] || done[k]) continue;
+        if (ev[i].kind == REPLICA_EV_STEP || ev[i].key < base) continue; // the run's own: late
+        uint64_t k = ev[i].key - base;
+        if (k >= f->c.reqs->n || !got[k] || done[k]) continue;
         if (ev[i].kind == REPLICA_EV_TOKEN && n_got[k] < f->c.reqs->v[k].max_tokens)
           got[k][n_got[k]++] = ev[i].token;
         if (ev[i].kind == REPLICA_EV_FINISHED || ev[i].kind == REPLICA_EV_FAILED) {
@@ -163,7 +192,7 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
       mismatches++;
   }
 out:
-  replica_free(ref);
+  if (!live) replica_free(ref);
   if (got)
     for (size_t k = 0; k < f->c.reqs->n; k++) free(got[k]);
   free(got);
@@ -277,15 +306,34 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   if (!f->faulted) return SC_OK;
   dr->faulted = true;
   f->res = dr;
-  // KV blocks still held on live replicas now that every request has ended.
-  int64_t leak = 0;
+  // KV blocks still held on live replicas now that every request has ended. An external
+  // server says so on its /metrics, scraped now: blocks where it counts them (shardcheck
+  // serve), else only its KV usage (kv_leak_frac); a server with neither is not measured.
+  double leak = 0, leak_frac = NAN;
+  bool measured = true;
   for (int i = 0; i < f->c.n_reps; i++) {
     if (replica_health_get(f->c.reps[i]) == REPLICA_DEAD) continue;
+    if (replica_is_http(f->c.reps[i])) {
+      replica_server_metrics m;
+      bool got = replica_http_scrape_now(f->c.reps[i], &m);
+      if (got && isfinite(m.kv_usage))
+        leak_frac = fmax(isnan(leak_frac) ? 0 : leak_frac, m.kv_usage);
+      if (got && isfinite(m.kv_blocks))
+        leak += m.kv_blocks;
+      else
+        measured = false;
+      continue;
+    }
     engine_stats st;
     replica_stats(f->c.reps[i], &st);
     leak += st.kv_used;
   }
-  dr->kv_leak = (double)leak;
+  if (!measured) {
+    leak = NAN;
+    frt_note(f, "%s: KV leak (blocks) not measured: the server's /metrics counts no KV blocks%s",
+             f->c.dep->label, isnan(leak_frac) ? " and no KV usage" : "");
+  }
+  dr->kv_leak = leak;
   // History over the recorded rows.
   SC_TRY(rec_drain(f->c.rec, &f->err));
   fv_history h;
@@ -395,7 +443,8 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   frt_add_metric(f, "history_violations",
                  (double)(h.double_done + h.bad_status + h.dup_tokens + h.token_gaps +
                           h.bad_times));
-  frt_add_metric(f, "kv_leak_blocks", (double)leak);
+  frt_add_metric(f, "kv_leak_blocks", leak);
+  if (f->c.s->target.set) frt_add_metric(f, "kv_leak_frac", leak_frac);
   frt_add_metric(f, "output_mismatches", dr->mismatches);
   int retried = 0, resumed = 0, affected = 0;
   for (size_t k = 0; k < f->c.reqs->n; k++) {
@@ -422,6 +471,8 @@ sc_status fault_rt_end(fault_rt *f, uint64_t end, fault_result *res, sc_error *e
 sc_status fault_rt_after_free(fault_rt *f, sc_error *err) {
   if (!f) return SC_OK;
   frt_stop_supervisor(f);
+  for (int i = 0; f->fr && i < f->plan.n; i++)
+    if (f->fr[i].exec) frt_exec_reap(f, i, true); // before the count of child processes
   if (!f->faulted || !f->have_before) return SC_OK;
   fv_resources after;
   sc_error e = {{0}};

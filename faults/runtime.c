@@ -134,7 +134,7 @@ void fault_rt_on_failed(fault_rt *f, int rep, const replica_event *ev, uint64_t 
     fi = frt_fault_of(f, rep, 1u << SCN_FAULT_CORRUPT);
     frt_detect(f, fi, t, "NaN/inf logits failed a request");
   } else if (replica_failure_is_loss(ev->failure)) {
-    fi = frt_fault_of(f, rep, 1u << SCN_FAULT_KILL | 1u << SCN_FAULT_HANG);
+    fi = frt_fault_of(f, rep, FRT_LETHAL);
   }
   if (fi >= 0 && q->fault != fi) {
     q->fault = fi;
@@ -174,6 +174,7 @@ void fault_rt_tick(fault_rt *f, uint64_t now) {
   for (int i = 0; i < f->plan.n; i++) {
     if (!f->fr[i].injected) continue;
     if (f->plan.v[i].kind == SCN_FAULT_HOT_SWAP) frt_swap_tick(f, i, now);
+    if (f->fr[i].exec) frt_exec_reap(f, i, false);
     if (f->plan.v[i].kind == SCN_FAULT_CLOCK_JUMP && !f->fr[i].detected && !f->fr[i].note[0])
       frt_clock_check(f, i, now);
   }
@@ -202,6 +203,8 @@ bool fault_rt_busy(const fault_rt *f) {
 void fault_rt_free(fault_rt *f) {
   if (!f) return;
   frt_stop_supervisor(f);
+  for (int i = 0; f->fr && i < f->plan.n; i++)
+    if (f->fr[i].exec) frt_exec_reap(f, i, true);
   ft_plan_free(&f->plan);
   free(f->fr);
   free(f->vcfg);

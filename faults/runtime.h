@@ -69,6 +69,7 @@ typedef struct fault_ctx {
   store *db;
   recorder *rec;
   int64_t run_id, dep_id;
+  const char *log_dir; // where an exec fault's command writes its output (NULL: discarded)
   fault_hooks h;
 } fault_ctx;
 

@@ -52,6 +52,10 @@ typedef struct fault_run {
   int acks;         // cancel storm: cancels not acknowledged yet
   double reload_ms; // a restart after it: how long the replica took to come back
   char note[160];
+  // exec: the commands started (one per target replica), reaped by the loop
+  struct launch_proc **exec; // (c.n_reps) NULL where none runs
+  int exec_left;             // still running
+  int exec_status;           // the first non-zero wait status (0: all succeeded so far)
   // hot swap: a rolling swap, one replica at a time: drain, load, admit again
   int version;              // the weights it installs (index into fault_rt.vcfg)
   int sw_next;              // replicas taken so far (the next one in order)
@@ -115,6 +119,9 @@ static inline bool db_ok(fault_rt *f, sc_status s) {
   return s == SC_OK;
 }
 
+// The kinds whose symptom is a replica lost (its death, a request failed as replica_lost).
+#define FRT_LETHAL (1u << SCN_FAULT_KILL | 1u << SCN_FAULT_HANG | 1u << SCN_FAULT_EXEC)
+
 // --- faults/runtime.c
 // The injected fault of one of the given kinds (bits 1 << scn_fault_kind) that a symptom of
 // replica rep belongs to: the latest on it (or on every replica) not detected yet, else the
@@ -130,6 +137,10 @@ sc_status frt_clock_setup(fault_rt *f);
 void frt_act(fault_rt *f, int fi, bool end, uint64_t now);
 // Whether every live worker's wall clock shows clock jump fi (then it is detected).
 void frt_clock_check(fault_rt *f, int fi, uint64_t now);
+
+// Reaps the commands of exec fault fi that have ended (every loop turn); wait: all of them,
+// stopping what still runs (the deployment's end).
+void frt_exec_reap(fault_rt *f, int fi, bool wait);
 
 // --- faults/supervisor.c
 // Starts the thread that restarts and swaps replicas in real mode. SC_OOM when it cannot.

@@ -71,15 +71,14 @@ bool frt_ask_supervisor(fault_rt *f, int i) {
 void frt_on_dead(fault_rt *f, int i, uint64_t now) {
   rep_state *rs = &f->rs[i];
   rs->dead_seen = true;
-  unsigned lethal = 1u << SCN_FAULT_KILL | 1u << SCN_FAULT_HANG;
-  int fi = frt_fault_of(f, i, lethal);
+  int fi = frt_fault_of(f, i, FRT_LETHAL);
   char how[200];
   snprintf(how, sizeof how, "replica%d lost: %.150s", i, replica_error(f->c.reps[i]));
   if (fi >= 0) {
     frt_detect(f, fi, now, how);
   } else {
     f->unexplained++;
-    frt_note(f, "%s: %s (no kill or hang fault explains it)", f->c.dep->label, how);
+    frt_note(f, "%s: %s (no kill, hang or exec fault explains it)", f->c.dep->label, how);
   }
   rs->fault = fi;
   if (!f->c.s->router.restart || !replica_can_restart(f->c.reps[i])) return;

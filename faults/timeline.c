@@ -117,6 +117,7 @@ static void describe(ft_fault *f) {
     snprintf(f->detail, sizeof f->detail, "%+.3f s", (double)f->src->offset_ns / 1e9);
     break;
   case SCN_FAULT_CHAOS: break;
+  case SCN_FAULT_EXEC: snprintf(f->detail, sizeof f->detail, "%.120s", f->src->exec_command); break;
   }
   if (f->replica >= 0 && f->rank >= 0)
     snprintf(f->target, sizeof f->target, "replica%d.rank%d", f->replica, f->rank);

@@ -443,6 +443,40 @@ sc_status rq_kv_steps(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq
                   run_id, row_step_kv, &t, "the step table", err);
 }
 
+static double col_real(sqlite3_stmt *st, int i) {
+  return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+static bool row_server(void *ud, sqlite3_stmt *st) {
+  typed_fn *t = ud;
+  rq_server_sample s = {.deployment_id = sqlite3_column_int64(st, 0),
+                        .replica = sqlite3_column_int(st, 1),
+                        .t_ns = sqlite3_column_int64(st, 2),
+                        .running = col_real(st, 3),
+                        .waiting = col_real(st, 4),
+                        .kv_usage = col_real(st, 5)};
+  return ((bool (*)(void *, const rq_server_sample *))t->fn)(t->ud, &s);
+}
+
+sc_status rq_server_samples(sqlite3 *db, int64_t run_id,
+                            bool (*fn)(void *ud, const rq_server_sample *s), void *ud,
+                            sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  bool have = false;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                         "'server_sample'",
+                         -1, &st, NULL) == SQLITE_OK)
+    have = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  if (!have) return SC_OK;
+  typed_fn t = {(void (*)(void))fn, ud};
+  return each_row(db,
+                  "SELECT deployment_id, replica, t_ns, running, waiting, kv_usage FROM "
+                  "server_sample WHERE run_id = ?1 ORDER BY t_ns, rowid",
+                  run_id, row_server, &t, "the server_sample table", err);
+}
+
 // --- the run listing
 
 static const char *text_or_empty(sqlite3_stmt *st, int col) {

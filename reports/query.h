@@ -142,6 +142,19 @@ sc_status rq_steps_by_time(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, con
 sc_status rq_kv_steps(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
                       void *ud, sc_error *err);
 
+// One server_sample row: what an external server's /metrics said (NaN: not exposed).
+typedef struct rq_server_sample {
+  int64_t deployment_id;
+  int replica;
+  int64_t t_ns;
+  double running, waiting, kv_usage;
+} rq_server_sample;
+// Calls fn for every server_sample row of the run in time order. A file without the table (no
+// run against a target wrote there) has none. Errors as rq_token_times.
+sc_status rq_server_samples(sqlite3 *db, int64_t run_id,
+                            bool (*fn)(void *ud, const rq_server_sample *s), void *ud,
+                            sc_error *err);
+
 // --- the run listing (store_runs_list and store_run_get, reports/store.c)
 
 // One run row as `shardcheck runs` lists it; the strings ("" for NULL) live until fn returns.

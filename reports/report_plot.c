@@ -583,6 +583,8 @@ typedef struct tl_bins {
   int64_t *tokens;          // (nb) tokens seen by clients
   double *ttft_p95;         // (nb) ms, NaN: no first token in the bin
   int *queue;               // (nb) longest deployment queue, -1: no step in the bin
+  double *running, *kv;     // (nb) an external server's running requests and KV usage, the
+                            // largest one replica reported; NaN: no server sample in the bin
   // scratch while reading
   double *ttft;             // TTFT samples of the bin being read (ms)
   int n_ttft, cap_ttft, ttft_bin;
@@ -591,7 +593,7 @@ typedef struct tl_bins {
   int n_q, cap_q;
   int *q_dep_sum;           // (n_deps) sum of its replicas' last queue lengths
   const rq_run *r;
-  bool any_token, any_ttft, any_queue;
+  bool any_token, any_ttft, any_queue, any_server;
 } tl_bins;
 
 static int bin_of(const tl_bins *b, int64_t t) {
@@ -648,7 +650,27 @@ static bool tl_step(void *ud, const rq_step *st) {
   return true;
 }
 
+// A server_sample row: its waiting requests count as the queue (as a step's queue length
+// does), its running requests and KV usage go to their own columns.
+static bool tl_server(void *ud, const rq_server_sample *sm) {
+  tl_bins *b = ud;
+  int bin = bin_of(b, sm->t_ns);
+  if (isfinite(sm->waiting)) {
+    rq_step st = {.deployment_id = sm->deployment_id,
+                  .replica = sm->replica,
+                  .t_ns = sm->t_ns,
+                  .queue_len = (int)sm->waiting};
+    if (!tl_step(ud, &st)) return false;
+  }
+  if (isfinite(sm->running) && !(b->running[bin] >= sm->running)) b->running[bin] = sm->running;
+  if (isfinite(sm->kv_usage) && !(b->kv[bin] >= sm->kv_usage)) b->kv[bin] = sm->kv_usage;
+  b->any_server |= isfinite(sm->running) || isfinite(sm->kv_usage);
+  return true;
+}
+
 static void tl_free(tl_bins *b) {
+  free(b->running);
+  free(b->kv);
   free(b->tokens);
   free(b->ttft_p95);
   free(b->queue);
@@ -672,18 +694,21 @@ static sc_status tl_read(rp_ctx *c, const rq_run *r, tl_bins *b, sc_error *err) 
   b->ttft_p95 = calloc((size_t)b->nb, sizeof *b->ttft_p95);
   b->queue = calloc((size_t)b->nb, sizeof *b->queue);
   b->q_dep_sum = calloc((size_t)r->n_deps + 1, sizeof *b->q_dep_sum);
-  if (!b->tokens || !b->ttft_p95 || !b->queue || !b->q_dep_sum) {
+  b->running = calloc((size_t)b->nb, sizeof *b->running);
+  b->kv = calloc((size_t)b->nb, sizeof *b->kv);
+  if (!b->tokens || !b->ttft_p95 || !b->queue || !b->q_dep_sum || !b->running || !b->kv) {
     tl_free(b);
     return sc_fail(err, SC_OOM, "out of memory for %d time bins", b->nb);
   }
   for (int i = 0; i < b->nb; i++) {
-    b->ttft_p95[i] = NAN;
+    b->ttft_p95[i] = b->running[i] = b->kv[i] = NAN;
     b->queue[i] = -1;
   }
   sc_status s = rq_token_times(c->db, r->id, tl_token, b, err);
   if (s == SC_OK) s = rq_first_tokens(c->db, r->id, tl_request, b, err);
   if (s == SC_OK) tl_ttft_flush(b);
   if (s == SC_OK) s = rq_steps_by_time(c->db, r->id, tl_step, b, err);
+  if (s == SC_OK) s = rq_server_samples(c->db, r->id, tl_server, b, err);
   if (s != SC_OK) tl_free(b);
   return s;
 }
@@ -756,20 +781,30 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
     return SC_IO;
   }
   double w_s = (double)b.w_ns / NS_PER_S;
+  // two more columns only when an external server's /metrics was sampled (a target run)
   fprintf(f,
-          "# t_s output_tok_s ttft_p95_ms queue_len\n"
+          "# t_s output_tok_s ttft_p95_ms queue_len%s\n"
           "# %s.dat: run %lld in bins of %s s. t_s: the middle of the bin (s since the run's\n"
           "# start); output_tok_s: tokens clients saw in the bin / bin width; ttft_p95_ms: p95\n"
           "# TTFT of the requests (warm-up included) whose first token came in the bin;\n"
           "# queue_len: the longest queue of a deployment in the bin, each step row counting\n"
-          "# the latest queue lengths of that deployment's replicas summed. NaN: nothing in\n"
+          "# the latest queue lengths of that deployment's replicas summed%s. NaN: nothing in\n"
           "# the bin.\n",
-          p->name, (long long)r->id, wbuf);
+          b.any_server ? " server_running server_kv_usage" : "", p->name, (long long)r->id, wbuf,
+          b.any_server ? " (an external\n# server's waiting requests from its /metrics count as "
+                         "its queue); server_running,\n# server_kv_usage: the most running "
+                         "requests and the highest KV usage (0..1) an\n# external server's "
+                         "/metrics showed in the bin"
+                       : "");
   for (int i = 0; i < b.nb; i++) {
     fprintf(f, "%.10g", (i + 0.5) * w_s);
     dat_num(f, (double)b.tokens[i] / w_s);
     dat_num(f, b.ttft_p95[i]);
     dat_num(f, b.queue[i] < 0 ? NAN : b.queue[i]);
+    if (b.any_server) {
+      dat_num(f, b.running[i]);
+      dat_num(f, b.kv[i]);
+    }
     fputc('\n', f);
   }
   sc_status s = rp_close_out(f, path, err);
@@ -779,8 +814,8 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
     return s;
   }
   double x1 = b.nb * w_s;
-  gp_begin(f, p, t, 1200, 900);
-  fprintf(f, "  set multiplot layout 3,1 title ");
+  gp_begin(f, p, t, 1200, b.any_server ? 1150 : 900);
+  fprintf(f, "  set multiplot layout %d,1 title ", b.any_server ? 4 : 3);
   char title[256];
   snprintf(title, sizeof title, "Run %lld (%s): timeline in %s s bins", (long long)r->id,
            r->scenario, wbuf);
@@ -797,11 +832,22 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
             p->name);
   else
     gp_empty_panel(f, 0, x1);
-  fprintf(f, "  set ylabel \"queue length\"\n  set xlabel \"time since the run's start (s)\"\n");
+  fprintf(f, "  set ylabel \"queue length\"\n");
+  if (!b.any_server) fprintf(f, "  set xlabel \"time since the run's start (s)\"\n");
   if (b.any_queue)
     fprintf(f, "  plot \"%s.dat\" using 1:4 with steps lw 2 lc 3 notitle\n", p->name);
   else
     gp_empty_panel(f, 0, x1);
+  if (b.any_server) { // an external server's own figures, from its /metrics
+    fprintf(f, "  set ylabel \"server: running\"\n  set y2label \"KV usage\"\n"
+               "  set y2range [0:1]\n  set y2tics\n  set key top right\n"
+               "  set xlabel \"time since the run's start (s)\"\n");
+    fprintf(f,
+            "  plot \"%s.dat\" using 1:5 with steps lw 2 lc 4 title \"running requests\", "
+            "\"%s.dat\" using 1:6 axes x1y2 with steps lw 2 lc 5 title \"KV usage\"\n",
+            p->name, p->name);
+    fputs("  unset y2tics\n  unset y2label\n", f);
+  }
   fputs("  unset multiplot\n  unset arrow\n  unset label\n", f);
   gp_end(f);
   tl_free(&b);

@@ -8,6 +8,18 @@
 
 const int store_schema_version = 2;
 
+// An external server's scraped figures (store_server_sample_add creates it on first use).
+const char *const store_server_sample_sql =
+    "CREATE TABLE IF NOT EXISTS server_sample(\n"
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
+    "  replica INTEGER NOT NULL,\n"
+    "  t_ns INTEGER NOT NULL,\n" // when it was scraped
+    "  running REAL,\n"          // requests running (NULL: not exposed)
+    "  waiting REAL,\n"          // requests waiting
+    "  kv_usage REAL,\n"         // KV-cache usage, 0..1
+    "  kv_blocks REAL);\n";      // KV blocks in use (shardcheck serve)
+
 const char *const store_schema_sql =
     "CREATE TABLE IF NOT EXISTS meta(\n"
     "  key TEXT PRIMARY KEY,\n"

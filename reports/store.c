@@ -55,6 +55,7 @@ enum {
   ST_STEP,
   ST_STEP8,
   ST_DEVICE,
+  ST_SERVER,
   ST_FAULT,
   ST_FAULT_WINDOW,
   ST_METRIC,
@@ -94,15 +95,17 @@ static const char *const st_sql[ST_COUNT] = {
                 "kv_total) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
     // 8 rows per statement, 13 parameters per row
     [ST_STEP8] =
-                 "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, prefill_to"
-                 "kens, decode_tokens, preempted, queue_len, running, kv_used, kv_total) VALUES(?1,?2,"
-                 "?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13),(?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?"
-                 "25,?26),(?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38,?39),(?40,?41,?42,?43,?44,?"
-                 "45,?46,?47,?48,?49,?50,?51,?52),(?53,?54,?55,?56,?57,?58,?59,?60,?61,?62,?63,?64,?65"
-                 "),(?66,?67,?68,?69,?70,?71,?72,?73,?74,?75,?76,?77,?78),(?79,?80,?81,?82,?83,?84,?85"
-                 ",?86,?87,?88,?89,?90,?91),(?92,?93,?94,?95,?96,?97,?98,?99,?100,?101,?102,?103,?104)",
+        "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, prefill_to"
+        "kens, decode_tokens, preempted, queue_len, running, kv_used, kv_total) VALUES(?1,?2,"
+        "?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13),(?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?"
+        "25,?26),(?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38,?39),(?40,?41,?42,?43,?44,?"
+        "45,?46,?47,?48,?49,?50,?51,?52),(?53,?54,?55,?56,?57,?58,?59,?60,?61,?62,?63,?64,?65"
+        "),(?66,?67,?68,?69,?70,?71,?72,?73,?74,?75,?76,?77,?78),(?79,?80,?81,?82,?83,?84,?85"
+        ",?86,?87,?88,?89,?90,?91),(?92,?93,?94,?95,?96,?97,?98,?99,?100,?101,?102,?103,?104)",
     [ST_DEVICE] = "INSERT INTO device_sample(run_id, deployment_id, replica, rank, t_ns, "
                   "mem_used, mem_total, link_bytes) VALUES(?,?,?,?,?,?,?,?)",
+    [ST_SERVER] = "INSERT INTO server_sample(run_id, deployment_id, replica, t_ns, running, "
+                  "waiting, kv_usage, kv_blocks) VALUES(?,?,?,?,?,?,?,?)",
     [ST_FAULT] = "INSERT INTO fault(run_id, deployment_id, kind, target, injected_ns, "
                  "detected_ns, recovered_ns, affected, detail) VALUES(?,?,?,?,?,?,?,?,?)",
     [ST_FAULT_WINDOW] = "INSERT INTO fault_window(fault_id, window, start_ns, end_ns, name, "
@@ -119,6 +122,7 @@ struct store {
   bool readonly;
   sqlite3_stmt *st[ST_COUNT];     // NULL until first used
   char host[256];                 // this machine's host name ("" when unknown)
+  bool have_server_sample;        // the server_sample table exists (made on first use)
 };
 
 // --- errors
@@ -683,6 +687,25 @@ sc_status store_device_sample_add(store *s, const store_device_sample *d, sc_err
   if (d->link_bytes >= 0) bind_i64(st, 8, d->link_bytes);
   else sqlite3_bind_null(st, 8);
   return exec_stmt(s, st, "inserting a device_sample row", err);
+}
+
+sc_status store_server_sample_add(store *s, const store_server_sample *d, sc_error *err) {
+  SC_TRY(tx_begin(s, err));
+  if (!s->have_server_sample) {
+    SC_TRY(exec_sql(s, store_server_sample_sql, "creating the server_sample table", err));
+    s->have_server_sample = true;
+  }
+  sqlite3_stmt *st;
+  SC_TRY(prep(s, ST_SERVER, &st, err));
+  bind_i64(st, 1, d->run_id);
+  bind_i64(st, 2, d->deployment_id);
+  bind_i64(st, 3, d->replica);
+  bind_ns(st, 4, d->t_ns);
+  bind_real_opt(st, 5, d->running);
+  bind_real_opt(st, 6, d->waiting);
+  bind_real_opt(st, 7, d->kv_usage);
+  bind_real_opt(st, 8, d->kv_blocks);
+  return exec_stmt(s, st, "inserting a server_sample row", err);
 }
 
 sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error *err) {

@@ -126,6 +126,20 @@ typedef struct store_device_sample {
 } store_device_sample;
 sc_status store_device_sample_add(store *s, const store_device_sample *d, sc_error *err);
 
+// What an external server's /metrics said (runs against a target only). The table is made by
+// the first write (store_server_sample_sql): files of runs without a target never have it, and
+// a file of any schema version 2 gains it when a target run writes there.
+typedef struct store_server_sample {
+  int64_t run_id, deployment_id;
+  int replica;
+  uint64_t t_ns;
+  double running, waiting; // requests (NaN -> NULL: the server does not expose it)
+  double kv_usage;         // fraction 0..1 (NaN -> NULL)
+  double kv_blocks;        // blocks in use (NaN -> NULL; shardcheck serve only)
+} store_server_sample;
+sc_status store_server_sample_add(store *s, const store_server_sample *d, sc_error *err);
+extern const char *const store_server_sample_sql;
+
 typedef struct store_fault {
   int64_t run_id, deployment_id; // deployment_id 0 -> NULL
   const char *kind, *target, *detail;

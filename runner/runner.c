@@ -140,6 +140,8 @@ typedef struct rt {
   bool have_ref;
   engine_config ec;         // the replicas' engine config (a reference run rebuilds one)
   int sweep;                // every-rank sweeps: which run of the deployment this is
+  char log_dir[1024];       // launched servers' and exec faults' logs (the run's report directory)
+  uint64_t *server_seen;    // (dp) an HTTP replica's latest scrape recorded (its t_ns); NULL: none
 } rt;
 
 
@@ -501,6 +503,14 @@ static bool past_timeout(const rt *r, const req_rec *q, uint64_t t) {
   return r->s->limits.request_timeout_ns && t - q->arrival > r->s->limits.request_timeout_ns;
 }
 
+// Whether every token q has came with its id (an HTTP server may send text only): a resume
+// sends them back as the prompt's continuation.
+static bool ids_known(const req_rec *q) {
+  for (int i = 0; i < q->n_tok; i++)
+    if (q->ids[i] < 0) return false;
+  return true;
+}
+
 static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
   if (ev->kind == REPLICA_EV_STEP) {
     const engine_step_info *si = &ev->step;
@@ -553,24 +563,33 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
     else
       finish_req(r, ev->key, REQ_OK, engine_finish_reason_name(ev->reason), NULL, t);
     break;
-  case REPLICA_EV_FAILED:
+  case REPLICA_EV_FAILED: {
     fault_rt_on_failed(r->fr, rep, ev, t); // which fault caused it, if one did
+    const char *msg = ev->what ? ev->what : replica_error(r->reps[rep]);
     if (replica_failure_is_loss(ev->failure)) { // the router retries, resumes or fails it
       q->loss_seen = true;
+      if (q->n_tok > 0 && r->s->router.resume && !ids_known(q)) {
+        char why[300];
+        snprintf(why, sizeof why,
+                 "its replica was lost mid-stream and the server sent no token "
+                 "ids to resume from (%.200s)",
+                 msg);
+        finish_req(r, ev->key, REQ_FAILED, "replica_lost", why, t);
+        break;
+      }
       router_on_lost(r->rt, ev->key, rep, t);
       break;
     }
     if (ev->failure == REPLICA_FAIL_HTTP) { // the reason names the status
       char why[24];
       snprintf(why, sizeof why, "http_%d", ev->http_status);
-      finish_req(r, ev->key, REQ_FAILED, why, replica_error(r->reps[rep]), t);
+      finish_req(r, ev->key, REQ_FAILED, why, msg, t);
       break;
     }
     finish_req(r, ev->key, REQ_FAILED, replica_failure_name(ev->failure),
-               ev->status == SC_INVALID ? "the engine refused the request"
-                                        : replica_error(r->reps[rep]),
-               t);
+               ev->status == SC_INVALID ? "the engine refused the request" : msg, t);
     break;
+  }
   default: break;
   }
 }
@@ -651,6 +670,27 @@ static void wait_until(rt *r, uint64_t deadline) {
 }
 
 // --- periodic work
+// An external server's latest scrape per replica (a row when it is new since the last).
+static void sample_servers(rt *r) {
+  for (int i = 0; i < r->n_reps; i++) {
+    replica_server_metrics m;
+    if (router_busy(r->rt, i) || !replica_http_server_metrics(r->reps[i], &m)) continue;
+    if (m.t_ns == r->server_seen[i]) continue;
+    r->server_seen[i] = m.t_ns;
+    store_server_sample row = {.run_id = r->run_id,
+                               .deployment_id = r->dep_id,
+                               .replica = i,
+                               .t_ns = m.t_ns > r->t0 ? m.t_ns - r->t0 : 0,
+                               .running = m.running,
+                               .waiting = m.waiting,
+                               .kv_usage = m.kv_usage,
+                               .kv_blocks = m.kv_blocks};
+    rec_lock(r->rec);
+    db_ok(r, store_server_sample_add(r->db, &row, &r->err));
+    rec_unlock(r->rec);
+  }
+}
+
 static void sample_devices(rt *r, uint64_t now) {
   for (int i = 0; i < r->n_reps; i++)
     for (int k = 0; k < r->reps[i]->n_ranks && !router_busy(r->rt, i); k++) {
@@ -671,6 +711,7 @@ static void periodic(rt *r, uint64_t now) {
   }
   if (now >= r->next_sample) {
     sample_devices(r, now);
+    if (r->server_seen) sample_servers(r);
     r->next_sample = now + SAMPLE_NS;
     double el = (double)(now - r->tok_window_start) / 1e9;
     if (el > 0) r->tok_rate = (double)r->tok_window / el;
@@ -989,6 +1030,8 @@ static void free_deployment(rt *r) {
   r->held = NULL;
   free(r->fds);
   r->fds = NULL;
+  free(r->server_seen);
+  r->server_seen = NULL;
   router_free(r->rt);
   r->rt = NULL;
   for (size_t i = 0; i < r->reqs.n; i++) {
@@ -1113,10 +1156,21 @@ static void audit_metrics(rt *r) {
 
 // What one HTTP replica's options point into: its templates expanded.
 typedef struct http_strings {
-  char url[1200], ready[1400], command[8192], log[1400], gpus[256];
-  char env[SCN_MAX_TARGET_ENV][700];
-  const char *envp[SCN_MAX_TARGET_ENV + 1];
+  char url[1200], ready[1400], metrics[1400], command[8192], log[1400], gpus[256], exe[1024];
+  char env[SCN_MAX_TARGET_ENV + 8][700];
+  const char *envp[SCN_MAX_TARGET_ENV + 9];
 } http_strings;
+
+// The shardcheck binary running ({shardcheck} in a launch template): the runner's worker_exe
+// when set, else /proc/self/exe.
+static void self_exe(const rt *r, char *out, size_t cap) {
+  if (r->o->worker_exe) {
+    snprintf(out, cap, "%s", r->o->worker_exe);
+    return;
+  }
+  ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+  out[n > 0 ? n : 0] = 0;
+}
 
 // The directory launched servers log to (runner_options.log_dir, "{run}" the run's id).
 static void log_dir(const rt *r, char *out, size_t cap) {
@@ -1141,7 +1195,14 @@ static void log_dir(const rt *r, char *out, size_t cap) {
 static sc_status http_options(rt *r, const scn_deployment *d, const char *label, int i,
                               replica_http_options *o, http_strings *hs, sc_error *err) {
   const scn_target *t = &r->s->target;
-  launch_vars v = {.tp = d->tp, .pp = d->pp, .dp = d->dp, .replica = i, .gpus = hs->gpus};
+  self_exe(r, hs->exe, sizeof hs->exe);
+  launch_vars v = {.tp = d->tp,
+                   .pp = d->pp,
+                   .dp = d->dp,
+                   .replica = i,
+                   .gpus = hs->gpus,
+                   .exe = hs->exe,
+                   .model = t->model};
   hs->gpus[0] = 0;
   const scn_hardware *h = &r->s->hardware;
   int per = d->tp * d->pp;
@@ -1156,6 +1217,17 @@ static sc_status http_options(rt *r, const scn_deployment *d, const char *label,
                               .model = t->model,
                               .api_key = t->api_key_env[0] ? getenv(t->api_key_env) : NULL,
                               .extra_body = t->extra_body[0] ? t->extra_body : NULL};
+  // faults: the replica watches its server (probes against detect_timeout; exits)
+  SC_TRY(launch_url_at(hs->url, t->ready_path, hs->ready, sizeof hs->ready, err));
+  if (r->s->n_faults > 0) {
+    o->detect_timeout_ns = r->s->router.detect_timeout_ns;
+    o->ready_url = hs->ready;
+    o->rank_process = t->rank_process[0] ? t->rank_process : NULL;
+  }
+  if (t->metrics_path[0]) {
+    SC_TRY(launch_url_at(hs->url, t->metrics_path, hs->metrics, sizeof hs->metrics, err));
+    o->metrics_url = hs->metrics;
+  }
   if (!t->launch[0]) return SC_OK;
   SC_TRY(launch_expand(t->launch, &v, hs->command, sizeof hs->command, err));
   for (int k = 0; k < t->n_env; k++) {
@@ -1164,12 +1236,21 @@ static sc_status http_options(rt *r, const scn_deployment *d, const char *label,
     snprintf(hs->env[k], sizeof hs->env[k], "%s=%s", t->env[k].name, val);
     hs->envp[k] = hs->env[k];
   }
-  hs->envp[t->n_env] = NULL;
+  int n_env = t->n_env;
+  // a clock jump: the servers run under libfaketime, as workers do
+  const char *const *fe = fault_rt_worker_env(r->fr);
+  for (int k = 0; fe && fe[k] && n_env < SCN_MAX_TARGET_ENV + 8; k++) {
+    snprintf(hs->env[n_env], sizeof hs->env[n_env], "%s", fe[k]);
+    hs->envp[n_env] = hs->env[n_env];
+    n_env++;
+  }
+  hs->envp[n_env] = NULL;
   char dir[1024];
   log_dir(r, dir, sizeof dir);
   snprintf(hs->log, sizeof hs->log, "%s/%s-replica%d.log", dir, label, i);
-  SC_TRY(launch_url_at(hs->url, t->ready_path, hs->ready, sizeof hs->ready, err));
   o->command = hs->command;
+  o->launch_template = t->launch; // a hot swap expands it (or its own) again with these values
+  o->vars = v;
   o->env = hs->envp;
   o->log_path = hs->log;
   o->ready_url = hs->ready;
@@ -1205,6 +1286,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->reps = calloc((size_t)d->dp, sizeof *r->reps);
   r->held = calloc((size_t)d->dp, sizeof *r->held);
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
+  if (r->s->target.set) r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
   const scn_router *sr = &r->s->router;
   router_config rc = {.policy = sr->policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
                                                                      : ROUTER_LEAST_OUTSTANDING,
@@ -1233,12 +1315,27 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
                   ec.threads == 1 ? "" : "s");
   r->ec = ec;
   if (bs == SC_OK) {
-    fault_ctx fc = {.s = r->s, .dep = d, .sweep = sweep, .seed = r->seed, .sim = r->sim,
-                    .clock = r->clock, .reps = r->reps, .n_reps = d->dp, .rt = r->rt,
-                    .reqs = &r->reqs, .wl = r->wl, .good = &r->good, .ec = ec,
-                    .n_phases = r->n_phases, .db = r->db, .rec = r->rec, .run_id = r->run_id,
+    fault_ctx fc = {.s = r->s,
+                    .dep = d,
+                    .sweep = sweep,
+                    .seed = r->seed,
+                    .sim = r->sim,
+                    .clock = r->clock,
+                    .reps = r->reps,
+                    .n_reps = d->dp,
+                    .rt = r->rt,
+                    .reqs = &r->reqs,
+                    .wl = r->wl,
+                    .good = &r->good,
+                    .ec = ec,
+                    .n_phases = r->n_phases,
+                    .db = r->db,
+                    .rec = r->rec,
+                    .run_id = r->run_id,
                     .dep_id = r->dep_id,
+                    .log_dir = r->s->target.set ? r->log_dir : NULL,
                     .h = {.ud = r, .now = rt_now, .note = rt_note, .finish = rt_finish}};
+    log_dir(r, r->log_dir, sizeof r->log_dir);
     sc_error fe = {{0}};
     if (fault_rt_begin(&fc, &r->fr, &fe) != SC_OK) {
       r->err = fe;
@@ -1491,7 +1588,7 @@ static sc_status refuse(const scenario *s, sc_error *err) {
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];
     if (f->kind != SCN_FAULT_CLOCK_JUMP) continue;
-    if (!scenario_isolates_processes(s))
+    if (!s->target.set && !scenario_isolates_processes(s))
       return sc_fail(err, SC_INVALID, "%s:%d:%d: clock_jump needs router.isolation: process (the "
                      "workers' clock is offset through libfaketime; a thread shares this "
                      "process's clock)", s->path, f->line, f->col);

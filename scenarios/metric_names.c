@@ -38,6 +38,9 @@ static const mt_metric_info metrics[] = {
     {"recover_ms", "ms", MT_LOWER_BETTER, "slowest fault recovery: max of recovered - injected"},
     {"kv_leak_blocks", "blocks", MT_LOWER_BETTER,
      "KV blocks still in use on surviving replicas once every request has ended"},
+    {"kv_leak_frac", "fraction", MT_LOWER_BETTER,
+     "external targets: the largest KV-cache usage a surviving server reports on its /metrics "
+     "once every request has ended"},
     {"layout_mismatches", "requests", MT_LOWER_BETTER,
      "mode real, greedy: completed outputs that differ from the first deployment's for the same "
      "request (every layout computes the same tokens)"},

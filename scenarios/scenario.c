@@ -65,6 +65,7 @@ typedef struct ctx {
   bool switched;           // the file says real, the override sim: hardware is converted
   bool now;                // one fault applied at once (scenario_parse_fault_now): no time,
                            // no duration, only the kinds a running server takes
+  bool predicting;         // a target scenario in mode sim: its model simulated on its profile
 } ctx;
 
 // --- positions and messages
@@ -493,7 +494,8 @@ static sc_status hardware_real(ctx *c, const mapview *m, const char *backend, ch
   SC_TRY(check(c, m, "gpus", h->gpus >= 0, "an integer >= 0 (0 = no limit)"));
   SC_TRY(check(c, m, "threads", h->threads >= 0, "an integer >= 0 (0 = automatic)"));
   if (b == 1 && !mv_has(m, "profile")) profile[0] = 0; // no default for real GPUs
-  if (!mv_has(m, "devices")) return SC_OK;
+  // a target's prediction: its devices are the launched servers' GPUs, not the simulation's
+  if (!mv_has(m, "devices") || c->predicting) return SC_OK;
   if (b != 1)
     return fail_at(c, mv_key(m, "devices"), NULL,
                    "key 'devices': only with backend: cuda (the backend is %s)", backend);
@@ -1229,9 +1231,9 @@ static sc_status check_target(ctx *c, struct fy_node *v, struct fy_node *k, cons
 }
 
 // Fault kind keys, in scn_fault_kind order.
-static const char *const fault_kinds[] = {"kill",     "hang",       "slow",
-                                          "cancel_storm", "hot_swap", "clock_jump",
-                                          "oom",      "corrupt",    "chaos"};
+static const char *const fault_kinds[] = {"kill",     "hang",       "slow", "cancel_storm",
+                                          "hot_swap", "clock_jump", "oom",  "corrupt",
+                                          "chaos",    "exec"};
 
 static sc_status parse_slow(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
   static const char *const none[] = {NULL};
@@ -1298,7 +1300,39 @@ static sc_status parse_cancel_storm(ctx *c, struct fy_node *v, struct fy_node *k
   return SC_OK;
 }
 
+static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, const char *text);
+
+// hot_swap on an external target: a rolling relaunch with another served model ({model} in the
+// launch template) and/or another launch command.
+static sc_status parse_target_swap(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+  static const char *const none[] = {NULL};
+  const scn_target *t = &c->s->target;
+  const yaml_map_field f[] = {F_STR("model", ft->swap_model), F_STR("launch", ft->swap_launch)};
+  mapview m;
+  SC_TRY(read_map(c, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
+  if (!m.n)
+    return fail_at(c, v, k,
+                   "key 'hot_swap': expected at least one of model (a served model "
+                   "name for {model} in the launch template) or launch (a new command), got "
+                   "neither");
+  SC_TRY(check(c, &m, "model", ft->swap_model[0] != 0, "a served model name"));
+  SC_TRY(check(c, &m, "launch", ft->swap_launch[0] != 0, "a command template"));
+  if (mv_has(&m, "launch"))
+    SC_TRY(check_template(c, mv_val(&m, "launch"), mv_key(&m, "launch"), ft->swap_launch));
+  const char *tmpl = ft->swap_launch[0] ? ft->swap_launch : t->launch;
+  if (ft->swap_model[0] && tmpl[0] && !launch_template_uses(tmpl, "model"))
+    return fail_at(c, mv_val(&m, "model"), mv_key(&m, "model"),
+                   "key 'model': the launch "
+                   "command has no {model}: the relaunched server would serve the same model");
+  if (launch_template_uses(t->url, "port") && tmpl[0] && !launch_template_uses(tmpl, "port"))
+    return fail_at(c, v, k,
+                   "key 'launch': the url has {port} but the command does not pass it "
+                   "on");
+  return SC_OK;
+}
+
 static sc_status parse_hot_swap(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+  if (c->s->target.set) return parse_target_swap(c, v, k, ft);
   static const char *const none[] = {NULL};
   char model[1024] = "";
   const yaml_map_field f[] = {F_STR("model", model),
@@ -1371,11 +1405,11 @@ typedef struct fault_rule {
 } fault_rule;
 
 static const fault_rule fault_rules[] = {
-    [SCN_FAULT_KILL] = {true, false, true},      [SCN_FAULT_HANG] = {true, true, true},
-    [SCN_FAULT_SLOW] = {true, true, true},       [SCN_FAULT_CANCEL_STORM] = {true, false, false},
-    [SCN_FAULT_HOT_SWAP] = {true, false, true},  [SCN_FAULT_CLOCK_JUMP] = {true, false, false},
-    [SCN_FAULT_OOM] = {true, true, true},        [SCN_FAULT_CORRUPT] = {true, true, true},
-    [SCN_FAULT_CHAOS] = {false, false, false},
+    [SCN_FAULT_KILL] = {true, false, true},     [SCN_FAULT_HANG] = {true, true, true},
+    [SCN_FAULT_SLOW] = {true, true, true},      [SCN_FAULT_CANCEL_STORM] = {true, false, false},
+    [SCN_FAULT_HOT_SWAP] = {true, false, true}, [SCN_FAULT_CLOCK_JUMP] = {true, false, false},
+    [SCN_FAULT_OOM] = {true, true, true},       [SCN_FAULT_CORRUPT] = {true, true, true},
+    [SCN_FAULT_CHAOS] = {false, false, false},  [SCN_FAULT_EXEC] = {true, false, true},
 };
 
 // Target forms accepted (and whether one is required) for a parsed fault.
@@ -1388,7 +1422,8 @@ static int fault_targets(const scn_fault *ft, bool *required) {
     if (!strcmp(ft->what, "rank")) return TGT_RANK | TGT_EVERY;
     *required = false;
     return TGT_REPLICA | TGT_RANK | TGT_EVERY;
-  case SCN_FAULT_HOT_SWAP: *required = false; return TGT_REPLICA;
+  case SCN_FAULT_HOT_SWAP:
+  case SCN_FAULT_EXEC: *required = false; return TGT_REPLICA;
   case SCN_FAULT_OOM:
   case SCN_FAULT_CORRUPT: return TGT_REPLICA | TGT_RANK | TGT_EVERY;
   default: *required = false; return 0;
@@ -1400,7 +1435,7 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   char kill[16] = "", hang[16] = "";
   uint64_t resume = 0;
   static const char *const nested[] = {"slow", "cancel_storm", "hot_swap", "clock_jump",
-                                       "oom",  "corrupt",      "chaos"};
+                                       "oom",  "corrupt",      "chaos",    "exec"};
   const yaml_map_field f[] = {
       F_STR("kill", kill),           F_STR("hang", hang),
       F_DUR("at", &ft->at_ns),       F_STR("at_phase", ft->at_phase),
@@ -1421,8 +1456,10 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
       ki = i;
     }
   if (kind < 0)
-    return fail_at(c, item, k, "key 'faults': expected one fault kind per fault (kill, hang, "
-                   "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt or chaos), got none");
+    return fail_at(
+        c, item, k,
+        "key 'faults': expected one fault kind per fault (kill, hang, "
+        "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt, chaos or exec), got none");
   ft->kind = (scn_fault_kind)kind;
   const fault_rule *r = &fault_rules[kind];
   if (c->now) { // applied at once: the kinds that act on a replica, for as long as no clear
@@ -1538,6 +1575,24 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     break;
   }
   case SCN_FAULT_CHAOS: SC_TRY(parse_chaos(c, kv, kk, ft)); break;
+  case SCN_FAULT_EXEC: {
+    static const char *const none[] = {NULL};
+    const yaml_map_field ef[] = {F_STR("command", ft->exec_command)};
+    mapview em;
+    SC_TRY(read_map(c, kv, "exec", kk, ef, 1, none, 0, &em));
+    SC_TRY(need(c, &em, "command",
+                "a command line run at the fault's time, e.g. \"docker kill "
+                "llm-{replica}\""));
+    SC_TRY(check(c, &em, "command", ft->exec_command[0] != 0, "a command line"));
+    char bad[64];
+    if (!launch_exec_check(ft->exec_command, bad, sizeof bad))
+      return fail_at(c, mv_val(&em, "command"), mv_key(&em, "command"),
+                     "key 'command': %s%s; "
+                     "expected placeholders among {pid}, {port}, {replica} ({{ and }} for literal "
+                     "braces)",
+                     bad[0] == '{' ? "unknown placeholder " : "", bad);
+    break;
+  }
   }
   bool required = false;
   int accept = fault_targets(ft, &required);
@@ -1830,8 +1885,11 @@ static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, co
   char bad[64];
   if (launch_template_check(text, bad, sizeof bad)) return SC_OK;
   if (bad[0] == '{')
-    return fail_at(c, v, k, "key '%s': unknown placeholder %s; expected one of {tp}, {pp}, {dp}, "
-                   "{replica}, {port}, {gpus} ({{ and }} for literal braces)", key_text(k), bad);
+    return fail_at(c, v, k,
+                   "key '%s': unknown placeholder %s; expected one of {tp}, {pp}, {dp}, "
+                   "{replica}, {port}, {gpus}, {shardcheck}, {model} ({{ and }} for literal "
+                   "braces)",
+                   key_text(k), bad);
   return fail_at(c, v, k, "key '%s': %s in '%.200s' ({{ and }} for literal braces)", key_text(k),
                  bad, text);
 }
@@ -1930,6 +1988,7 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
   char api[16] = "completions";
   t->set = true;
   snprintf(t->ready_path, sizeof t->ready_path, "/health");
+  snprintf(t->metrics_path, sizeof t->metrics_path, "/metrics");
   t->ready_timeout_ns = TARGET_READY_NS;
   t->stop_grace_ns = TARGET_GRACE_NS;
   static const char *const onested[] = {"env", "ready", "extra_body"};
@@ -1941,6 +2000,7 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_STR("api_key_env", t->api_key_env),
       F_INT("vocab_size", &t->vocab_size),
       F_STR("rank_process", t->rank_process),
+      F_STR("metrics_path", t->metrics_path),
       F_DUR("stop_grace", &t->stop_grace_ns),
   };
   mapview om;
@@ -1962,6 +2022,8 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
   SC_TRY(check(c, &om, "vocab_size", t->vocab_size > 3, "an integer > 3"));
   SC_TRY(check(c, &om, "stop_grace", t->stop_grace_ns > 0, "a duration > 0"));
   SC_TRY(check(c, &om, "api_key_env", t->api_key_env[0] != 0, "an environment variable name"));
+  SC_TRY(check(c, &om, "metrics_path", !t->metrics_path[0] || t->metrics_path[0] == '/',
+               "a path starting with '/' (\"\": no scraping)"));
   if (t->rank_process[0]) {
     regex_t re;
     int rc = regcomp(&re, t->rank_process, REG_EXTENDED | REG_NOSUB);
@@ -2047,8 +2109,12 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
 static sc_status target_hardware(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_hardware *h = &c->s->hardware;
   static const char *const nested[] = {"devices"};
+  char profile[1024] = "";
+  int gpus = 0;
+  // profile and gpus are --mode sim's (the prediction's simulated GPUs): accepted here
+  const yaml_map_field f[] = {F_STR("profile", profile), F_INT("gpus", &gpus)};
   mapview m;
-  SC_TRY(read_map(c, v, "hardware", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(read_map(c, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
   snprintf(h->backend, sizeof h->backend, "%s", "");
   h->profile[0] = 0;
   if (!mv_has(&m, "devices")) return SC_OK;
@@ -2116,6 +2182,75 @@ static sc_status check_target_deployments(ctx *c, struct fy_node *root) {
   return SC_OK;
 }
 
+// Which faults a scenario's kind of deployment takes: on an external target, only what reaches
+// a server from outside (signals to what shardcheck launched, the clients' own cancels, a user
+// command); exec only there.
+static sc_status check_fault_target(ctx *c, const scn_fault *f) {
+  const scenario *s = c->s;
+  const scn_target *t = &s->target;
+  const char *kind = scenario_fault_kind_name(f->kind);
+  char w[300];
+  snprintf(w, sizeof w, "%s:%d:%d: fault '%s'", c->file, f->line, f->col, kind);
+  if (!t->set) {
+    if (f->kind == SCN_FAULT_EXEC && c->predicting)
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: not in mode sim (a user command has no simulated "
+                     "server to reach): predict without it",
+                     w);
+    if (f->kind == SCN_FAULT_EXEC)
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: only with a target (it runs a command against a "
+                     "server shardcheck did not start; shardcheck's own replicas take kill and "
+                     "hang)",
+                     w);
+    return SC_OK;
+  }
+  switch (f->kind) {
+  case SCN_FAULT_OOM:
+  case SCN_FAULT_CORRUPT:
+  case SCN_FAULT_SLOW:
+    return sc_fail(c->err, SC_INVALID,
+                   "%s: an external target takes no %s fault (it happens "
+                   "inside the engine; against shardcheck serve it will go through its admin "
+                   "endpoint, not built yet: docs/targets.md)",
+                   w, kind);
+  case SCN_FAULT_CHAOS:
+    return sc_fail(c->err, SC_INVALID,
+                   "%s: not on an external target (its draws include oom, "
+                   "slow and corrupt); list kill, hang and cancel_storm faults instead",
+                   w);
+  case SCN_FAULT_KILL:
+  case SCN_FAULT_HANG:
+  case SCN_FAULT_CLOCK_JUMP:
+  case SCN_FAULT_HOT_SWAP:
+    if (!t->launch[0])
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: needs target.openai.launch (shardcheck signals "
+                     "only what it launched; an exec fault reaches a server it did not start)",
+                     w);
+    if (f->kind == SCN_FAULT_HANG && !strcmp(f->what, "rank"))
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: hang: rank is not available on an external target "
+                     "(hang: replica stops the whole server)",
+                     w);
+    if (f->kind == SCN_FAULT_KILL && !strcmp(f->what, "gpu") && !t->rank_process[0])
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: kill: gpu needs target.openai.rank_process (a "
+                     "regular expression on the command line of the server's worker processes, "
+                     "e.g. \"VllmWorker\")",
+                     w);
+    return SC_OK;
+  case SCN_FAULT_EXEC:
+    if (!t->launch[0] && strstr(f->exec_command, "{pid}"))
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: {pid} needs target.openai.launch (a server "
+                     "shardcheck did not start has no pid it knows)",
+                     w);
+    return SC_OK;
+  default: return SC_OK;
+  }
+}
+
 // --- the whole document
 
 static void set_defaults(scenario *s) {
@@ -2175,13 +2310,25 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
     md = o;
   }
   s->mode = md ? SCN_MODE_SIM : SCN_MODE_REAL;
-  if (target) {
-    if (s->mode == SCN_MODE_SIM)
-      return fail_at(c, mv_key(&m, "target"), NULL, "key 'target': only in mode: real (mode: sim "
-                     "simulates shardcheck's own engine)%s", c->mode_from_ov ? " (--mode sim)" : "");
-    if (mv_has(&m, "model"))
-      return fail_at(c, mv_key(&m, "model"), NULL, "key 'model': not with 'target' (the served "
-                     "model is target.openai.model; vocab_size sets the prompt ids)");
+  // A target scenario in mode sim predicts what the measurement will show: its `model` on its
+  // `hardware.profile`, the same deployments, workload and faults, simulated (the target is
+  // checked, then set aside).
+  c->predicting = target && s->mode == SCN_MODE_SIM;
+  if (c->predicting) {
+    SC_TRY(parse_target(c, mv_val(&m, "target"), mv_key(&m, "target")));
+    memset(&s->target, 0, sizeof s->target);
+    memset(&s->model, 0, sizeof s->model);
+    if (!mv_has(&m, "model"))
+      return fail_at(c, mv_key(&m, "target"), NULL,
+                     "mode sim on a target scenario simulates "
+                     "its model on its hardware profile: add model: {preset: NAME} (and "
+                     "hardware.profile)%s",
+                     c->mode_from_ov ? " (--mode sim)" : "");
+    SC_TRY(need(c, &m, "deployments", "a list of {tp, pp, dp}"));
+  }
+  if (target && !c->predicting) {
+    // `model` and hardware.profile are --mode sim's (a prediction); checked, not used here
+    if (mv_has(&m, "model")) SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
     SC_TRY(parse_target(c, mv_val(&m, "target"), mv_key(&m, "target")));
     if (mv_has(&m, "hardware"))
       SC_TRY(target_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware")));
@@ -2207,7 +2354,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   bool cpu = s->mode == SCN_MODE_SIM ? s->have_hw && s->hw.sim.host_cores > 0
                                      : !strcmp(s->hardware.backend, "cpu");
   mp->kv_dtype = cpu ? SC_F32 : SC_BF16;
-  if (!target) {
+  if (!target || c->predicting) {
     SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
   } else {
     if (mv_has(&m, "deployments")) {
@@ -2222,11 +2369,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   }
   SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
   if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
-  if (target && s->n_faults > 0)
-    return sc_fail(c->err, SC_INVALID, "%s:%d:%d: fault '%s': an openai target takes no faults "
-                   "yet (faults on external servers are not built; docs/targets.md)", c->file,
-                   s->faults[0].line, s->faults[0].col,
-                   scenario_fault_kind_name(s->faults[0].kind));
+  for (int i = 0; i < s->n_faults; i++) SC_TRY(check_fault_target(c, &s->faults[i]));
   if (mv_has(&m, "slo")) SC_TRY(parse_slo(c, mv_val(&m, "slo"), mv_key(&m, "slo")));
   if (mv_has(&m, "gate")) SC_TRY(parse_gate(c, mv_val(&m, "gate"), mv_key(&m, "gate")));
   return SC_OK;

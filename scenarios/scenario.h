@@ -135,6 +135,7 @@ typedef enum scn_fault_kind {
   SCN_FAULT_OOM,          // what: "transient" | "persistent"; after_allocs
   SCN_FAULT_CORRUPT,      // what: "nan" | "bitflip"
   SCN_FAULT_CHAOS,        // kinds_mask, count_min/max, between, keep_alive
+  SCN_FAULT_EXEC,         // exec_command: a user command at the fault's time (targets only)
 } scn_fault_kind;
 
 enum { SCN_STAGE_QUEUED = 1, SCN_STAGE_PREFILL = 2, SCN_STAGE_DECODE = 4 };
@@ -154,6 +155,8 @@ typedef struct scn_fault {
   int stages;            // cancel_storm: SCN_STAGE_* mask (default all)
   char swap_model[1024]; // hot_swap: a preset or directory ("" = same model)
   char swap_dtype[8];    // hot_swap: new weight dtype ("" = same)
+  char swap_launch[2048];   // hot_swap on a target: the new launch template ("" = the target's);
+                            // swap_model then holds the new served model name ("" = same)
   model_config swap_config; // hot_swap with a model: its resolved shapes
   bool swap_has_weights; // ... and swap_model is a directory holding safetensors
   int64_t offset_ns;     // clock_jump: signed offset of the wall clock
@@ -163,6 +166,7 @@ typedef struct scn_fault {
   uint64_t between_ns[2];          // chaos: window of fault times
   char keep_alive[8][32];          // chaos: replicas never targeted
   int n_keep_alive;
+  char exec_command[1024]; // exec: the command, with {pid} {port} {replica}
   int line, col;
 } scn_fault;
 
@@ -266,6 +270,8 @@ typedef struct scn_target {
   int vocab_size;            // key vocab_size: prompt token ids are drawn in [3, vocab_size)
   char extra_body[4096];     // key extra_body: a JSON object (from YAML) merged into requests
   char rank_process[256];    // key rank_process: a regex on a child's command line (faults)
+  char metrics_path[256];    // key metrics_path: scraped every second (default /metrics; ""
+                             // none)
   uint64_t stop_grace_ns;    // key stop_grace: SIGTERM, then SIGKILL after this (default 10 s)
   int line, col;             // where target.openai is
 } scn_target;

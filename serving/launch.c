@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <regex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,9 +41,14 @@
 #define READY_REQ_TIMEOUT_MS 2000L
 #define TAIL_LINES 5
 
-const char launch_placeholder_names[] = "tp, pp, dp, replica, port, gpus";
-static const char *const names[] = {"tp", "pp", "dp", "replica", "port", "gpus"};
-enum { N_NAMES = 6, NAME_MAX_LEN = 31 };
+const char launch_placeholder_names[] = "tp, pp, dp, replica, port, gpus, shardcheck, model";
+static const char *const names[] = {"tp",   "pp",   "dp",         "replica",
+                                    "port", "gpus", "shardcheck", "model"};
+enum { N_NAMES = 8, NAME_MAX_LEN = 31 };
+// An exec fault's command (launch_exec_expand): its own, shorter list.
+const char launch_exec_placeholder_names[] = "pid, port, replica";
+static const char *const exec_names[] = {"pid", "port", "replica"};
+enum { N_EXEC_NAMES = 3 };
 
 // --- templates
 
@@ -54,7 +60,16 @@ typedef struct walker {
   void *ud;
 } walker;
 
+// Walks t over the placeholder names nm[0..n_nm) (the launch template's by default).
+static bool walk_names(const char *t, const char *const *nm, int n_nm, const walker *w, char *bad,
+                       size_t cap);
+
 static bool walk(const char *t, const walker *w, char *bad, size_t cap) {
+  return walk_names(t, names, N_NAMES, w, bad, cap);
+}
+
+static bool walk_names(const char *t, const char *const *nm, int n_nm, const walker *w, char *bad,
+                       size_t cap) {
   while (*t) {
     if ((t[0] == '{' && t[1] == '{') || (t[0] == '}' && t[1] == '}')) {
       if (w) w->lit(w->ud, t, 1);
@@ -79,8 +94,8 @@ static bool walk(const char *t, const walker *w, char *bad, size_t cap) {
     }
     size_t n = (size_t)(close - t - 1);
     int idx = -1;
-    for (int i = 0; i < N_NAMES && n <= NAME_MAX_LEN; i++)
-      if (strlen(names[i]) == n && !memcmp(names[i], t + 1, n)) idx = i;
+    for (int i = 0; i < n_nm && n <= NAME_MAX_LEN; i++)
+      if (strlen(nm[i]) == n && !memcmp(nm[i], t + 1, n)) idx = i;
     if (idx < 0) {
       if (bad) snprintf(bad, cap, "{%.*s}", (int)(n < 40 ? n : 40), t + 1);
       return false;
@@ -134,8 +149,9 @@ static void exp_var(void *ud, int idx) {
   exp_ctx *e = ud;
   char b[32];
   const int iv[] = {e->v->tp, e->v->pp, e->v->dp, e->v->replica, e->v->port};
-  if (idx == 5) {
-    exp_put(e, e->v->gpus ? e->v->gpus : "", strlen(e->v->gpus ? e->v->gpus : ""));
+  if (idx >= 5) {
+    const char *t = idx == 5 ? e->v->gpus : idx == 6 ? e->v->exe : e->v->model;
+    exp_put(e, t ? t : "", strlen(t ? t : ""));
     return;
   }
   int n = snprintf(b, sizeof b, "%d", iv[idx]);
@@ -152,6 +168,36 @@ sc_status launch_expand(const char *tmpl, const launch_vars *v, char *out, size_
     return sc_fail(err, SC_INVALID, "template '%.200s': %s (placeholders: %s)", tmpl, bad,
                    launch_placeholder_names);
   if (e.overflow) return sc_fail(err, SC_INVALID, "template '%.200s': too long once expanded", tmpl);
+  return SC_OK;
+}
+
+bool launch_exec_check(const char *tmpl, char *bad, size_t cap) {
+  return walk_names(tmpl, exec_names, N_EXEC_NAMES, NULL, bad, cap);
+}
+
+typedef struct exec_ctx {
+  exp_ctx e;
+  const int *iv; // pid, port, replica
+} exec_ctx;
+static void exec_var(void *ud, int idx) {
+  exec_ctx *x = ud;
+  char b[32];
+  int n = snprintf(b, sizeof b, "%d", x->iv[idx]);
+  exp_put(&x->e, b, (size_t)n);
+}
+
+sc_status launch_exec_expand(const char *tmpl, int pid, int port, int replica, char *out,
+                             size_t cap, sc_error *err) {
+  const int iv[] = {pid, port, replica};
+  exec_ctx x = {.e = {.out = out, .cap = cap}, .iv = iv};
+  if (cap) out[0] = 0;
+  walker w = {.lit = exp_lit, .var = exec_var, .ud = &x};
+  char bad[64];
+  if (!walk_names(tmpl, exec_names, N_EXEC_NAMES, &w, bad, sizeof bad))
+    return sc_fail(err, SC_INVALID, "command '%.200s': %s (placeholders: %s)", tmpl, bad,
+                   launch_exec_placeholder_names);
+  if (x.e.overflow)
+    return sc_fail(err, SC_INVALID, "command '%.200s': too long once expanded", tmpl);
   return SC_OK;
 }
 
@@ -301,13 +347,14 @@ sc_status launch_start(const launch_spec *s, launch_proc **out, sc_error *err) {
     launch_free(p);
     return sc_fail(err, SC_OOM, "launch: out of memory");
   }
-  snprintf(p->command, n, "exec %s", s->command);
+  snprintf(p->command, n, "%s%s", s->script ? "" : "exec ", s->command);
   sc_status ds = parent_dirs(s->log_path, err);
   if (ds != SC_OK) {
     launch_free(p);
     return ds;
   }
-  int log = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int log =
+      open(s->log_path, O_WRONLY | O_CREAT | (s->append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
   if (log < 0) {
     sc_status st = sc_fail(err, SC_IO, "launch: cannot open the log file %s: %s", s->log_path,
                            strerror(errno));
@@ -400,6 +447,14 @@ sc_status launch_start(const launch_spec *s, launch_proc **out, sc_error *err) {
 }
 
 int launch_pid(const launch_proc *p) { return p && !p->reaped ? p->pid : 0; }
+
+sc_status launch_signal(launch_proc *p, int sig, sc_error *err) {
+  int pid = launch_pid(p);
+  if (pid <= 0) return sc_fail(err, SC_ABORTED, "launch: the server is not running");
+  if (kill(-pid, sig) != 0)
+    return sc_fail(err, SC_IO, "launch: kill(-%d, %d): %s", pid, sig, strerror(errno));
+  return SC_OK;
+}
 
 bool launch_exited(launch_proc *p, int *status) {
   if (!p->reaped && p->pid > 0) {
@@ -529,6 +584,112 @@ static bool group_alive(pid_t pgid) {
   }
   closedir(d);
   return alive;
+}
+
+// --- a launched server's processes, by command line (kill: gpu)
+typedef struct proc_ent {
+  int pid, ppid;
+} proc_ent;
+
+static int cmp_ent(const void *a, const void *b) {
+  return ((const proc_ent *)a)->pid - ((const proc_ent *)b)->pid;
+}
+
+// Every live process's pid and parent, sorted by pid (*n of them; NULL when /proc is unreadable
+// or memory ran out).
+static proc_ent *proc_table(int *n) {
+  *n = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return NULL;
+  int cap = 256;
+  proc_ent *v = malloc((size_t)cap * sizeof *v);
+  struct dirent *e;
+  while (v && (e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%.255s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = 0;
+    const char *rp = strrchr(buf, ')');
+    char state = 0;
+    int ppid = 0;
+    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 || state == 'Z' || state == 'X')
+      continue;
+    if (*n == cap) {
+      cap *= 2;
+      proc_ent *w = realloc(v, (size_t)cap * sizeof *v);
+      if (!w) {
+        free(v);
+        v = NULL;
+        break;
+      }
+      v = w;
+    }
+    v[(*n)++] = (proc_ent){.pid = atoi(e->d_name), .ppid = ppid};
+  }
+  closedir(d);
+  if (v) qsort(v, (size_t)*n, sizeof *v, cmp_ent);
+  return v;
+}
+
+static int parent_of(const proc_ent *v, int n, int pid) {
+  proc_ent key = {.pid = pid};
+  const proc_ent *e = bsearch(&key, v, (size_t)n, sizeof *v, cmp_ent);
+  return e ? e->ppid : 0;
+}
+
+// The command line of pid with its arguments joined by spaces, into out ("" when unreadable).
+static void cmdline_of(int pid, char *out, size_t cap) {
+  out[0] = 0;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  size_t k = fread(out, 1, cap - 1, f);
+  fclose(f);
+  while (k > 0 && out[k - 1] == 0) k--;
+  for (size_t i = 0; i < k; i++)
+    if (out[i] == 0) out[i] = ' ';
+  out[k] = 0;
+}
+
+int launch_find_descendant(const launch_proc *p, const char *regex, int nth, char *cmd, size_t cap,
+                           sc_error *err) {
+  int root = launch_pid(p);
+  if (root <= 0) {
+    sc_fail(err, SC_ABORTED, "launch: the server is not running");
+    return 0;
+  }
+  regex_t re;
+  if (regcomp(&re, regex, REG_EXTENDED | REG_NOSUB) != 0) {
+    sc_fail(err, SC_INVALID, "launch: bad regular expression '%.100s'", regex);
+    return 0;
+  }
+  int n = 0, found = 0, pid = 0;
+  proc_ent *v = proc_table(&n);
+  char line[1024];
+  for (int i = 0; v && i < n && !pid; i++) {
+    int a = v[i].ppid, depth = 0;
+    while (a > 1 && a != root && depth++ < 64) a = parent_of(v, n, a);
+    if (a != root) continue; // not a descendant (the server itself is not one)
+    cmdline_of(v[i].pid, line, sizeof line);
+    if (regexec(&re, line, 0, NULL, 0) != 0) continue;
+    if (found++ == nth) {
+      pid = v[i].pid;
+      if (cmd) snprintf(cmd, cap, "%s", line);
+    }
+  }
+  free(v);
+  regfree(&re);
+  if (!pid)
+    sc_fail(err, SC_INVALID,
+            "no process under the server (pid %d) matches rank_process '%.100s'"
+            " %s (%d match%s)",
+            root, regex, found ? "that often" : "", found, found == 1 ? "es" : "");
+  return pid;
 }
 
 void launch_stop(launch_proc *p) {

@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "kernels/status.h"
+#include "serving/launch.h"
 
 typedef enum replica_ev_kind {
   REPLICA_EV_TOKEN,    // one output token of `key`
@@ -73,6 +74,8 @@ typedef struct replica_event {
   int http_status;             // FAILED with REPLICA_FAIL_HTTP: the status
   int prompt_tokens;           // FINISHED: the prompt's tokens as the server counted them
                                // (0: not known; the request keeps the workload's count)
+  const char *what;            // FAILED: this request's own message, owned by the replica and
+                               // valid until it is freed (NULL: replica_error says why)
 } replica_event;
 
 typedef enum replica_health {
@@ -236,6 +239,18 @@ typedef struct replica_http_options {
   const char *ready_url;    // polled until HTTP 200 (wait_ready)
   uint64_t ready_timeout_ns;
   uint64_t stop_grace_ns;   // SIGTERM, then SIGKILL after this (0: 10 s)
+  // faults (docs/targets.md, "Faults"): with detect_timeout_ns > 0 the replica watches its
+  // server once ready: a launched server that exits, or ready_url unanswered (HTTP 200) for
+  // this long, makes it DEAD (every request it held fails with "replica_lost"); a dropped or
+  // refused connection fails its request with "replica_lost" and makes the replica UNHEALTHY
+  // until a probe answers. 0: none of that (a drop is "protocol", a refusal "connect").
+  uint64_t detect_timeout_ns;
+  const char *rank_process; // kill: gpu: a regex on a descendant's command line (NULL: none)
+  const char *metrics_url;  // scraped for running / waiting requests and KV usage (NULL: none)
+  // hot swaps: the template command was expanded from and its values, to expand another one
+  // (or the same with another {model}) for a relaunch; template NULL: no swap
+  const char *launch_template;
+  launch_vars vars;
 } replica_http_options;
 
 // Builds an HTTP replica (launching its server when o->command is set; readiness is waited for
@@ -247,6 +262,28 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
 bool replica_is_http(const replica *r);
 // The launched server's pid, also its process group id (0: none launched, or stopped).
 int replica_http_pid(const replica *r);
+// The port of the replica's url (its scheme's default when it names none; 0: not HTTP).
+int replica_http_port(const replica *r);
+// What the server's /metrics said at its latest scrape (replica_http_options.metrics_url).
+typedef struct replica_server_metrics {
+  bool have;        // a scrape succeeded and named at least one of the figures below
+  double running;   // requests running (NaN: not exposed)
+  double waiting;   // requests waiting (NaN: not exposed)
+  double kv_usage;  // KV-cache usage, 0..1 (NaN: not exposed)
+  double kv_blocks; // KV blocks in use (shardcheck serve only; NaN: not exposed)
+  uint64_t t_ns;    // when it was scraped, on the replica's clock
+} replica_server_metrics;
+// False when the replica is not HTTP or nothing was scraped yet.
+bool replica_http_server_metrics(const replica *r, replica_server_metrics *out);
+// A hot swap's next incarnation (before replica_swap, on a drained replica): the server is
+// relaunched from launch_template (NULL: the current one) with {model} = model (NULL: the
+// current one), and requests name that model from then on. SC_INVALID when the replica cannot
+// (not HTTP, not launched) or the template does not expand; nothing changes then.
+sc_status replica_http_stage_swap(replica *r, const char *launch_template, const char *model,
+                                  sc_error *err);
+// Scrapes now, from the calling thread (blocks up to 2 s), and keeps the result as the latest.
+// False when there is no metrics URL, it did not answer 200, or it named none of the figures.
+bool replica_http_scrape_now(replica *r, replica_server_metrics *out);
 
 // --- picking an implementation
 typedef enum replica_kind {

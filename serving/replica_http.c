@@ -5,10 +5,12 @@
 // request and extra_body merged in.
 //
 // Threads. The caller's thread only touches the inbox (submits, cancels) and the outbox
-// (events) under one mutex, and wakes the replica's thread with curl_multi_wakeup. That thread
+// (events) under one mutex, and wakes the replica's thread through an eventfd. That thread
 // owns the libcurl multi handle: it turns the inbox into easy handles (added: a stream opens;
-// removed: cancel closes it), runs curl_multi_perform and sleeps in curl_multi_poll, so
-// thousands of streams share one thread and keep-alive connections. Body bytes go through
+// removed: cancel closes it) and sleeps in epoll on libcurl's sockets (its socket and timer
+// callbacks keep the set), handing libcurl only the sockets that are ready
+// (curl_multi_socket_action), so thousands of streams share one thread and keep-alive
+// connections and a wake costs what is ready, not what is open. Body bytes go through
 // sse.h's parser; each chunk becomes events stamped on the run's clock as it arrives
 // (client_stamps: the runner keeps these stamps). An eventfd is readable while events wait
 // (wait_fd).
@@ -23,19 +25,40 @@
 // protocol, a status other than 200 with http_<status>, no connection with connect.
 //
 // A launched server (launch.h) belongs to its replica: started when it is built, waited for in
-// wait_ready, stopped when it is freed. Faults on external servers are not taken yet (inject is
-// NULL); launch_pid finds the group a later fault would signal.
+// wait_ready, stopped when it is freed.
+//
+// Faults (docs/targets.md, "Faults"). inject signals the launched server's process group
+// (kill: SIGKILL; hang: SIGSTOP, resume: SIGCONT) or one descendant whose command line matches
+// rank_process (kill: gpu). With a detect timeout the thread also watches the server once it
+// is ready: a launched server that exits, or a readiness URL unanswered for the timeout (a
+// stopped server), makes the replica DEAD and fails every request it held with replica_lost;
+// a connection refused or dropped mid-stream fails that request with replica_lost (the router
+// retries or resumes it) and makes the replica UNHEALTHY until a probe answers. restart runs on
+// the fault runtime's supervisor thread: SIGKILL what is left of the group, relaunch the same
+// command (its log appended to), wait until ready, next epoch. The launched process is shared
+// between that thread and this one under lmu.
+//
+// Scraping: with a metrics URL the thread GETs it every second and keeps the running and
+// waiting requests and the KV usage it names (vLLM's, SGLang's, llama.cpp's and shardcheck
+// serve's names), for the runner's samples and the KV-leak verdict.
 #include <curl/curl.h>
 #include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "kernels/clock.h"
 #include "serving/launch.h"
 #include "serving/replica.h"
 #include "serving/replica_keys.h"
@@ -44,7 +67,11 @@
 #define POLL_MS 1000             // the thread's longest sleep (woken earlier by any call)
 #define CONNECT_TIMEOUT_MS 10000L
 #define ERR_BODY_MAX 2048        // bytes of a non-200 response kept for the message
-#define MAX_CONNECTS 8192L       // connections kept alive in the cache
+#define MAX_CONNECTS       65536L      // connections kept alive in the cache (more than streams)
+#define WATCH_MS           50          // the thread's longest sleep while it watches its server
+#define SCRAPE_NS          1000000000ull // how often the metrics URL is read
+#define MSG_BLOCK          65536         // failure messages are kept in blocks of this many bytes
+#define EPOLL_BATCH        1024          // socket events taken per wait
 
 // --- one request
 typedef struct hreq {
@@ -58,6 +85,8 @@ typedef struct hreq {
   size_t n_err_body;
   int n_tok;             // tokens handed out as TOKEN events
   int pending;           // tokens seen (token_ids of a content-less chunk) not yet handed out
+  int32_t pend_ids[64];  // their ids while every one is known and they fit (pend_ids_ok)
+  bool pend_ids_ok;
   uint64_t last_content; // when the last content chunk arrived (0: none yet)
   bool done;             // [DONE] seen
   bool failed;           // a FAILED event went out: nothing more for it
@@ -65,7 +94,15 @@ typedef struct hreq {
   char msg[256];
   int prompt_tokens;     // usage.prompt_tokens (-1: not seen)
   int usage_completion;  // usage.completion_tokens (-1: not seen)
+  int slot;              // its index in hrep.reqs
 } hreq;
+
+// Failure messages, kept until the replica is freed (replica_event.what points into them).
+typedef struct msg_block {
+  struct msg_block *next;
+  size_t used;
+  char text[MSG_BLOCK];
+} msg_block;
 
 typedef struct inbox_item {
   bool cancel;
@@ -95,9 +132,37 @@ typedef struct hrep {
   bool admitting;             // (mu)
   char last_error[256];       // (mu) the latest failure's message
   char error_seen[256];       // caller's copy, refreshed by poll
+  msg_block *msgs;            // (mu) every failed request's own message
+  // faults
+  pthread_mutex_t lmu; // guards launch (the supervisor relaunches it)
+  uint64_t detect_ns;  // 0: no watching
+  bool watching;       // (mu) ready once: watch the server from here on
+  bool dead;           // (mu) the server is lost: DEAD until restarted
+  bool suspect;        // (mu) a connection failed: UNHEALTHY until a probe answers
+  bool probe_reset;    // (mu) the thread's probe clock starts now (ready, relaunched)
+  bool have_skew;      // (mu) skew_ns holds the current incarnation's wall clock
+  int64_t skew_ns;     // (mu) its Date header minus our wall clock, whole seconds
+  char dead_why[256];  // (mu)
+  int epoch;           // (mu) 1, +1 per restart
+  char *rank_process, *metrics_url;
+  // hot swaps: what the command was expanded from, and the next incarnation's (staged)
+  char *tmpl, *gpus, *exe;         // owned copies (tmpl NULL: no swap)
+  launch_vars vars;                // gpus and exe point at the copies; model at model
+  char *next_command, *next_model; // (lmu) staged by replica_http_stage_swap
+  replica_server_metrics sm; // (mu) the latest scrape
   // the thread's own
+  int ep, wake_fd; // the thread's epoll set (libcurl's sockets) and its wake-up
+  bool timer_set;  // libcurl asked for a timeout at timer_at (monotonic ns)
+  uint64_t timer_at;
   hreq **reqs;                // (cap_reqs) requests in flight
   int n_reqs, cap_reqs;
+  CURL *probe, *scrape; // the readiness probe and the metrics scrape (in the multi while
+                        // in flight)
+  bool probe_busy, scrape_busy;
+  time_t probe_date;                          // the probe answer's Date header (0: none)
+  uint64_t probe_ok, probe_next, scrape_next; // monotonic ns
+  char *scrape_buf;
+  size_t n_scrape;
 } hrep;
 
 static const replica_i http_i;
@@ -125,12 +190,33 @@ static void emit(hrep *h, const replica_event *ev) {
 static void emit_tokens(hrep *h, hreq *q, int n, const int32_t *ids, int n_ids, uint64_t t) {
   pthread_mutex_lock(&h->mu);
   for (int i = 0; i < n; i++) {
-    replica_event ev = {.kind = REPLICA_EV_TOKEN, .key = q->key, .index = q->n_tok,
-                        .token = i < n_ids ? ids[i] : 0, .t_ns = t};
+    // -1: an id the server did not send (or chat, whose prompts are words: no resume from it)
+    replica_event ev = {.kind = REPLICA_EV_TOKEN,
+                        .key = q->key,
+                        .index = q->n_tok,
+                        .token = i < n_ids && !h->o.chat ? ids[i] : -1,
+                        .t_ns = t};
     push_out(h, &ev);
     q->n_tok++;
   }
   pthread_mutex_unlock(&h->mu);
+}
+
+// A copy of text kept until the replica is freed (mu held); NULL when memory ran out.
+static const char *keep_msg(hrep *h, const char *text) {
+  size_t n = strlen(text) + 1;
+  if (n > MSG_BLOCK) return NULL;
+  if (!h->msgs || h->msgs->used + n > MSG_BLOCK) {
+    msg_block *b = malloc(sizeof *b);
+    if (!b) return NULL;
+    b->next = h->msgs;
+    b->used = 0;
+    h->msgs = b;
+  }
+  char *p = h->msgs->text + h->msgs->used;
+  memcpy(p, text, n);
+  h->msgs->used += n;
+  return p;
 }
 
 // Fails q (once) with why and a message; its transfer is removed by the caller.
@@ -149,6 +235,7 @@ static void fail_req(hrep *h, hreq *q, replica_failure why, int http_status, con
                       .http_status = http_status, .t_ns = now_ns(h)};
   pthread_mutex_lock(&h->mu);
   snprintf(h->last_error, sizeof h->last_error, "%s", q->msg);
+  ev.what = keep_msg(h, q->msg);
   push_out(h, &ev);
   pthread_mutex_unlock(&h->mu);
 }
@@ -183,12 +270,15 @@ static bool on_event(void *ud, const char *data, size_t len, bool error) {
   int n = c.n_token_ids >= 0 ? c.n_token_ids : (c.has_content ? 1 : 0);
   int n_ids = c.n_token_ids > 64 ? 64 : c.n_token_ids;
   if (!c.has_content) { // tokens the client cannot see yet: counted with the next content
+    if (q->pending == 0) q->pend_ids_ok = true;
+    if (n_ids < n || q->pending + n > 64) q->pend_ids_ok = false;
+    for (int i = 0; i < n && q->pend_ids_ok; i++) q->pend_ids[q->pending + i] = c.token_ids[i];
     q->pending += n;
     return true;
   }
   if (n < 1) n = 1; // content is at least one token
   if (q->pending > 0) { // carried tokens first, then this chunk's own
-    emit_tokens(h, q, q->pending, NULL, 0, t);
+    emit_tokens(h, q, q->pending, q->pend_ids, q->pend_ids_ok ? q->pending : 0, t);
     q->pending = 0;
   }
   emit_tokens(h, q, n, c.token_ids, n_ids > 0 ? n_ids : 0, t);
@@ -217,13 +307,33 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   return n;
 }
 
+// A connection failed: UNHEALTHY until the next probe answers (the probe is moved up).
+static void suspect(hrep *h) {
+  pthread_mutex_lock(&h->mu);
+  h->suspect = true;
+  pthread_mutex_unlock(&h->mu);
+  h->probe_next = 0;
+}
+
 // The transfer of q ended with result rc (its easy handle is still attached).
 static void on_done(hrep *h, hreq *q, CURLcode rc) {
   if (q->failed) return;
   long status = q->status;
   if (!status) curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
-  if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
-      (rc == CURLE_OPERATION_TIMEDOUT && status == 0)) {
+  bool refused = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+                 (rc == CURLE_OPERATION_TIMEDOUT && status == 0);
+  if (h->detect_ns && rc != CURLE_OK && (refused || status == 0 || status == 200)) {
+    // watched: a connection refused or dropped is the replica's loss, not the request's
+    suspect(h);
+    if (refused)
+      fail_req(h, q, REPLICA_FAIL_LOST, 0, "no connection to %s: %s", h->url,
+               curl_easy_strerror(rc));
+    else
+      fail_req(h, q, REPLICA_FAIL_LOST, 0, "the connection to %s dropped %s: %s", h->url,
+               q->n_tok ? "mid-stream" : "before the first token", curl_easy_strerror(rc));
+    return;
+  }
+  if (refused) {
     fail_req(h, q, REPLICA_FAIL_CONNECT, 0, "no connection to %s: %s", h->url,
              curl_easy_strerror(rc));
     return;
@@ -244,7 +354,8 @@ static void on_done(hrep *h, hreq *q, CURLcode rc) {
   uint64_t t = q->last_content ? q->last_content : now_ns(h);
   int extra = q->pending;
   if (q->usage_completion > q->n_tok + extra) extra = q->usage_completion - q->n_tok;
-  if (extra > 0) emit_tokens(h, q, extra, NULL, 0, t);
+  if (extra > 0)
+    emit_tokens(h, q, extra, q->pend_ids, q->pend_ids_ok && extra == q->pending ? extra : 0, t);
   replica_event ev = {.kind = REPLICA_EV_FINISHED, .key = q->key, .reason = FINISH_LENGTH,
                       .n_generated = q->n_tok,
                       .prompt_tokens = q->prompt_tokens > 0 ? q->prompt_tokens : 0, .t_ns = t};
@@ -265,6 +376,7 @@ static void drop_req(hrep *h, int i) {
   curl_multi_remove_handle(h->multi, q->easy);
   req_free(q);
   h->reqs[i] = h->reqs[--h->n_reqs];
+  if (i < h->n_reqs) h->reqs[i]->slot = i;
 }
 
 // Room for one more request in the thread's list. False when memory ran out.
@@ -280,6 +392,19 @@ static bool reqs_room(hrep *h) {
 
 // Opens the stream of request key (body: its JSON, owned from here).
 static void start_req(hrep *h, uint64_t key, char *body) {
+  pthread_mutex_lock(&h->mu);
+  bool dead = h->dead;
+  pthread_mutex_unlock(&h->mu);
+  if (dead) { // sent while the replica was being declared lost: the router takes it back
+    free(body);
+    replica_event ev = {.kind = REPLICA_EV_FAILED,
+                        .key = key,
+                        .status = SC_ABORTED,
+                        .failure = REPLICA_FAIL_LOST,
+                        .t_ns = now_ns(h)};
+    emit(h, &ev);
+    return;
+  }
   hreq *q = reqs_room(h) ? calloc(1, sizeof *q) : NULL;
   if (!q) {
     free(body);
@@ -313,6 +438,7 @@ static void start_req(hrep *h, uint64_t key, char *body) {
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL); // no compression: chunks as they come
+  q->slot = h->n_reqs;
   h->reqs[h->n_reqs++] = q;
   if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
     h->n_reqs--;
@@ -334,6 +460,268 @@ static void cancel_req(hrep *h, uint64_t key) {
     }
     return;
   }
+}
+
+// --- watching the server: exits, readiness probes, /metrics
+
+// Declares the server lost (once): every request in flight fails with replica_lost.
+static void declare_dead(hrep *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void declare_dead(hrep *h, const char *fmt, ...) {
+  char why[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&h->mu);
+  if (h->dead) {
+    pthread_mutex_unlock(&h->mu);
+    return;
+  }
+  h->dead = true;
+  snprintf(h->dead_why, sizeof h->dead_why, "%s", why);
+  pthread_mutex_unlock(&h->mu);
+  for (int i = h->n_reqs - 1; i >= 0; i--) {
+    fail_req(h, h->reqs[i], REPLICA_FAIL_LOST, 0, "replica lost: %s", why);
+    drop_req(h, i);
+  }
+}
+
+static size_t discard(char *ptr, size_t size, size_t n, void *ud) {
+  (void)ptr, (void)ud;
+  return size * n;
+}
+
+static uint64_t probe_period(const hrep *h) {
+  uint64_t p = h->detect_ns / 4;
+  return p < 50000000ull ? 50000000ull : p > 500000000ull ? 500000000ull : p;
+}
+
+// The probe's headers: keeps the Date header (the server's wall clock, to the second).
+static size_t probe_header(char *buf, size_t size, size_t n, void *ud) {
+  hrep *h = ud;
+  size_t len = size * n;
+  if (len > 5 && !strncasecmp(buf, "date:", 5)) {
+    char v[128];
+    size_t k = len - 5 < sizeof v - 1 ? len - 5 : sizeof v - 1;
+    memcpy(v, buf + 5, k);
+    v[k] = 0;
+    time_t t = curl_getdate(v, NULL);
+    if (t > 0) h->probe_date = t;
+  }
+  return len;
+}
+
+static void start_probe(hrep *h) {
+  if (!h->probe) {
+    h->probe = curl_easy_init();
+    if (!h->probe) return;
+    long ms = (long)(h->detect_ns / 1000000ull);
+    curl_easy_setopt(h->probe, CURLOPT_URL, h->ready_url);
+    curl_easy_setopt(h->probe, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h->probe, CURLOPT_TIMEOUT_MS, ms < 200 ? 200L : ms);
+    curl_easy_setopt(h->probe, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(h->probe, CURLOPT_HEADERFUNCTION, probe_header);
+    curl_easy_setopt(h->probe, CURLOPT_HEADERDATA, h);
+  }
+  h->probe_date = 0;
+  if (curl_multi_add_handle(h->multi, h->probe) == CURLM_OK) h->probe_busy = true;
+}
+
+static void probe_done(hrep *h, CURLcode rc) {
+  long code = 0;
+  curl_easy_getinfo(h->probe, CURLINFO_RESPONSE_CODE, &code);
+  curl_multi_remove_handle(h->multi, h->probe);
+  h->probe_busy = false;
+  uint64_t now = sc_monotonic_ns();
+  if (rc == CURLE_OK && code == 200) {
+    h->probe_ok = now;
+    // The server's wall clock minus ours: its Date header is floor(its time), so half a second
+    // later is its time within +-0.5 s; rounded to whole seconds (clock jumps are whole).
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    double ours = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
+    pthread_mutex_lock(&h->mu);
+    h->suspect = false;
+    if (h->probe_date > 0) {
+      h->skew_ns = (int64_t)llround((double)h->probe_date + 0.5 - ours) * 1000000000ll;
+      h->have_skew = true;
+    }
+    pthread_mutex_unlock(&h->mu);
+  }
+  h->probe_next = now + probe_period(h);
+}
+
+enum { SCRAPE_MAX = 4 << 20 }; // bytes of /metrics read at most
+
+static size_t scrape_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+  hrep *h = ud;
+  size_t n = size * nmemb;
+  if (h->n_scrape + n > SCRAPE_MAX) return 0;
+  char *b = realloc(h->scrape_buf, h->n_scrape + n + 1);
+  if (!b) return 0;
+  memcpy(b + h->n_scrape, ptr, n);
+  h->n_scrape += n;
+  b[h->n_scrape] = 0;
+  h->scrape_buf = b;
+  return n;
+}
+
+// The Prometheus text exposition format: "name{labels} value [timestamp]" per line, "#" lines
+// are comments. Each figure is the sum over every series of the first name it knows that the
+// text has (a server with two engines reports two series).
+typedef struct prom_figure {
+  const char *const *names; // NULL-terminated, in order of preference
+  double *out;
+} prom_figure;
+
+static const char *const running_names[] = {"vllm:num_requests_running", "sglang:num_running_reqs",
+                                            "llamacpp:requests_processing",
+                                            "tgi_batch_current_size", NULL};
+static const char *const waiting_names[] = {"vllm:num_requests_waiting", "sglang:num_queue_reqs",
+                                            "llamacpp:requests_deferred", "tgi_queue_size", NULL};
+static const char *const kv_names[] = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                                       "sglang:token_usage", "llamacpp:kv_cache_usage_ratio", NULL};
+static const char *const blocks_names[] = {"shardcheck:kv_blocks_used", NULL};
+
+// Sum of every sample of metric `name` in text; false when it has none.
+static bool prom_sum(const char *text, const char *name, double *sum) {
+  size_t nl = strlen(name);
+  bool found = false;
+  double v = 0;
+  for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+    if (*l == '#' || strncmp(l, name, nl) != 0) continue;
+    const char *p = l + nl;
+    if (*p == '{') { // labels: skip to the closing brace (quoted values may hold braces)
+      bool quoted = false;
+      for (p++; *p && *p != '\n'; p++) {
+        if (*p == '\\' && quoted && p[1])
+          p++;
+        else if (*p == '"')
+          quoted = !quoted;
+        else if (*p == '}' && !quoted)
+          break;
+      }
+      if (*p != '}') continue;
+      p++;
+    }
+    if (*p != ' ' && *p != '\t') continue; // a longer name that starts with this one
+    char *end;
+    double x = strtod(p, &end);
+    if (end == p || !isfinite(x)) continue;
+    v += x;
+    found = true;
+  }
+  if (found) *sum = v;
+  return found;
+}
+
+static bool prom_parse(const char *text, replica_server_metrics *m) {
+  *m = (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN, .kv_blocks = NAN};
+  const prom_figure figs[] = {{running_names, &m->running},
+                              {waiting_names, &m->waiting},
+                              {kv_names, &m->kv_usage},
+                              {blocks_names, &m->kv_blocks}};
+  for (size_t i = 0; i < sizeof figs / sizeof *figs; i++)
+    for (int k = 0; figs[i].names[k]; k++)
+      if (prom_sum(text, figs[i].names[k], figs[i].out)) {
+        m->have = true;
+        break;
+      }
+  return m->have;
+}
+
+static void start_scrape(hrep *h) {
+  if (!h->scrape) {
+    h->scrape = curl_easy_init();
+    if (!h->scrape) return;
+    curl_easy_setopt(h->scrape, CURLOPT_URL, h->metrics_url);
+    curl_easy_setopt(h->scrape, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h->scrape, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(h->scrape, CURLOPT_WRITEFUNCTION, scrape_body);
+    curl_easy_setopt(h->scrape, CURLOPT_WRITEDATA, h);
+  }
+  h->n_scrape = 0;
+  if (curl_multi_add_handle(h->multi, h->scrape) == CURLM_OK) h->scrape_busy = true;
+}
+
+static void scrape_done(hrep *h, CURLcode rc) {
+  long code = 0;
+  curl_easy_getinfo(h->scrape, CURLINFO_RESPONSE_CODE, &code);
+  curl_multi_remove_handle(h->multi, h->scrape);
+  h->scrape_busy = false;
+  h->scrape_next = sc_monotonic_ns() + SCRAPE_NS;
+  replica_server_metrics m;
+  if (rc != CURLE_OK || code != 200 || !h->scrape_buf || !prom_parse(h->scrape_buf, &m)) return;
+  m.t_ns = now_ns(h);
+  pthread_mutex_lock(&h->mu);
+  h->sm = m;
+  pthread_mutex_unlock(&h->mu);
+}
+
+// Once per turn of the thread: scrapes, and with a detect timeout, notices the server's end.
+static void watch(hrep *h) {
+  uint64_t now = sc_monotonic_ns();
+  pthread_mutex_lock(&h->mu);
+  bool on = h->watching && !h->dead;
+  if (on && h->probe_reset) {
+    h->probe_ok = h->probe_next = now;
+    h->probe_reset = false;
+  }
+  pthread_mutex_unlock(&h->mu);
+  if (!on) return;
+  if (h->metrics_url && !h->scrape_busy && now >= h->scrape_next) start_scrape(h);
+  if (!h->detect_ns) return;
+  int st = 0;
+  bool exited = false;
+  pthread_mutex_lock(&h->lmu);
+  if (h->launch) exited = launch_exited(h->launch, &st);
+  pthread_mutex_unlock(&h->lmu);
+  if (exited) {
+    if (WIFSIGNALED(st))
+      declare_dead(h, "its server was killed by signal %d", WTERMSIG(st));
+    else
+      declare_dead(h, "its server exited with status %d", WEXITSTATUS(st));
+    return;
+  }
+  if (!h->probe_busy && now >= h->probe_next) start_probe(h);
+  if (now > h->probe_ok + h->detect_ns)
+    declare_dead(h, "%s unanswered for %.1f s", h->ready_url, (double)h->detect_ns / 1e9);
+}
+
+// libcurl's socket callback: which sockets the thread's epoll set watches, and for what.
+static int sock_cb(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
+  (void)e, (void)socketp;
+  hrep *h = userp;
+  if (what == CURL_POLL_REMOVE) {
+    epoll_ctl(h->ep, EPOLL_CTL_DEL, fd, NULL);
+    return 0;
+  }
+  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
+                                     (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+                           .data.fd = fd};
+  if (epoll_ctl(h->ep, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
+    epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &ev);
+  return 0;
+}
+
+// libcurl's timer callback: when it next wants CURL_SOCKET_TIMEOUT (-1: never).
+static int timer_cb(CURLM *m, long timeout_ms, void *userp) {
+  (void)m;
+  hrep *h = userp;
+  if (timeout_ms < 0) {
+    h->timer_set = false;
+  } else {
+    h->timer_set = true;
+    h->timer_at = sc_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
+  }
+  return 0;
+}
+
+// Wakes the thread (a submit, a cancel, a stop, a relaunch).
+static void wake(hrep *h) {
+  uint64_t one = 1;
+  ssize_t w = write(h->wake_fd, &one, sizeof one);
+  (void)w; // a full counter already wakes it
 }
 
 static void *http_thread(void *arg) {
@@ -361,24 +749,54 @@ static void *http_thread(void *arg) {
       else start_req(h, batch[i].key, batch[i].body);
     }
     int running = 0;
-    curl_multi_perform(h->multi, &running);
+    // Sleep until a socket is ready, libcurl's timer is due, a call wakes us, or (watching) the
+    // next look at the server; then hand libcurl only what is ready (O(ready), not O(streams)).
+    watch(h);
+    uint64_t now = sc_monotonic_ns();
+    long wait_ms = n > 0 ? 0 : h->detect_ns || h->metrics_url ? WATCH_MS : POLL_MS;
+    if (h->timer_set) {
+      uint64_t d = h->timer_at > now ? (h->timer_at - now + 999999) / 1000000 : 0;
+      if ((long)d < wait_ms) wait_ms = (long)d;
+    }
+    struct epoll_event evs[EPOLL_BATCH];
+    int ne = epoll_wait(h->ep, evs, EPOLL_BATCH, (int)wait_ms);
+    for (int i = 0; i < ne; i++) {
+      int fd = evs[i].data.fd;
+      if (fd == h->wake_fd) {
+        uint64_t v;
+        ssize_t rr = read(h->wake_fd, &v, sizeof v);
+        (void)rr;
+        continue;
+      }
+      int flags = (evs[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                  (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                  (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+      curl_multi_socket_action(h->multi, fd, flags, &running);
+    }
+    if (h->timer_set && sc_monotonic_ns() >= h->timer_at) {
+      h->timer_set = false;
+      curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
     CURLMsg *m;
     int left;
     while ((m = curl_multi_info_read(h->multi, &left))) {
       if (m->msg != CURLMSG_DONE) continue;
+      CURLcode rc = m->data.result;
+      if (m->easy_handle == h->probe) {
+        probe_done(h, rc);
+        continue;
+      }
+      if (m->easy_handle == h->scrape) {
+        scrape_done(h, rc);
+        continue;
+      }
       hreq *q = NULL;
       curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
-      CURLcode rc = m->data.result;
       on_done(h, q, rc);
-      for (int i = 0; i < h->n_reqs; i++)
-        if (h->reqs[i] == q) {
-          drop_req(h, i);
-          break;
-        }
+      drop_req(h, q->slot);
     }
     // Requests failed by a chunk (server_error, protocol) whose transfers curl still reports
     // as running were aborted by the write callback; they arrive in info_read above.
-    curl_multi_poll(h->multi, NULL, 0, POLL_MS, NULL);
   }
   free(batch);
   return NULL;
@@ -409,7 +827,9 @@ static char *chat_text(const int32_t *ids, int n) {
 static char *request_body(hrep *h, const engine_request *r) {
   json_t *o = json_object();
   if (!o) return NULL;
+  pthread_mutex_lock(&h->mu); // a hot swap replaces the model name
   json_object_set_new(o, "model", json_string(h->model));
+  pthread_mutex_unlock(&h->mu);
   if (h->o.chat) {
     char *text = chat_text(r->prompt, r->n_prompt);
     if (!text) {
@@ -459,7 +879,7 @@ static sc_status h_submit(void *ctx, uint64_t key, const engine_request *r, sc_e
   }
   h->in[h->n_in++] = (inbox_item){.key = key, .body = body};
   pthread_mutex_unlock(&h->mu);
-  curl_multi_wakeup(h->multi);
+  wake(h);
   return SC_OK;
 }
 
@@ -468,7 +888,7 @@ static void h_cancel(void *ctx, uint64_t key) {
   pthread_mutex_lock(&h->mu);
   if (inbox_room(h)) h->in[h->n_in++] = (inbox_item){.cancel = true, .key = key};
   pthread_mutex_unlock(&h->mu);
-  curl_multi_wakeup(h->multi);
+  wake(h);
 }
 
 static int h_poll(void *ctx, replica_event *out, int cap) {
@@ -481,7 +901,7 @@ static int h_poll(void *ctx, replica_event *out, int cap) {
     (void)r;
     h->signalled = false;
   }
-  memcpy(h->error_seen, h->last_error, sizeof h->error_seen);
+  memcpy(h->error_seen, h->dead ? h->dead_why : h->last_error, sizeof h->error_seen);
   pthread_mutex_unlock(&h->mu);
   return n;
 }
@@ -491,9 +911,12 @@ static int h_wait_fd(void *ctx) { return ((hrep *)ctx)->evfd; }
 static replica_health h_health(void *ctx) {
   hrep *h = ctx;
   pthread_mutex_lock(&h->mu);
-  bool a = h->admitting;
+  replica_health r = h->dead         ? REPLICA_DEAD
+                     : !h->admitting ? REPLICA_DRAINING
+                     : h->suspect    ? REPLICA_UNHEALTHY
+                                     : REPLICA_HEALTHY;
   pthread_mutex_unlock(&h->mu);
-  return a ? REPLICA_HEALTHY : REPLICA_DRAINING;
+  return r;
 }
 
 static void h_set_admitting(void *ctx, bool a) {
@@ -503,9 +926,17 @@ static void h_set_admitting(void *ctx, bool a) {
   pthread_mutex_unlock(&h->mu);
 }
 
+// The server's own figures at the latest scrape (zeros when it exposes none).
 static void h_stats(void *ctx, engine_stats *out) {
-  (void)ctx;
-  memset(out, 0, sizeof *out); // the server's own numbers are not scraped (yet)
+  hrep *h = ctx;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&h->mu);
+  replica_server_metrics m = h->sm;
+  pthread_mutex_unlock(&h->mu);
+  if (!m.have) return;
+  if (isfinite(m.running)) out->running = (int)m.running;
+  if (isfinite(m.waiting)) out->queue_len = (int)m.waiting;
+  if (isfinite(m.kv_blocks)) out->kv_used = (int)m.kv_blocks;
 }
 
 static sc_status h_rank_mem(void *ctx, int r, size_t *used, size_t *total) {
@@ -513,13 +944,194 @@ static sc_status h_rank_mem(void *ctx, int r, size_t *used, size_t *total) {
   return SC_INVALID; // not known from outside the server
 }
 
-// The latest request failure's message, as of the latest poll ("" when none).
+// Why the server was lost, else the latest request failure's message, as of the latest poll
+// ("" when none).
 static const char *h_error(void *ctx) { return ((hrep *)ctx)->error_seen; }
+
+// From now on the thread watches the server (probes from now).
+static void start_watching(hrep *h) {
+  pthread_mutex_lock(&h->mu);
+  h->watching = true;
+  h->probe_reset = true;
+  pthread_mutex_unlock(&h->mu);
+  wake(h);
+}
 
 static sc_status h_wait_ready(void *ctx, volatile sig_atomic_t *interrupted, sc_error *err) {
   hrep *h = ctx;
-  if (!h->launch) return SC_OK;
-  return launch_wait_ready(h->launch, h->ready_url, h->o.ready_timeout_ns, interrupted, err);
+  if (h->launch) {
+    pthread_mutex_lock(&h->lmu);
+    launch_proc *p = h->launch; // only a restart replaces it, and none runs before this
+    pthread_mutex_unlock(&h->lmu);
+    SC_TRY(launch_wait_ready(p, h->ready_url, h->o.ready_timeout_ns, interrupted, err));
+  }
+  start_watching(h);
+  return SC_OK;
+}
+
+// --- faults
+static sc_status h_inject(void *ctx, const replica_fault *f, sc_error *err) {
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->mu);
+  bool dead = h->dead;
+  pthread_mutex_unlock(&h->mu);
+  if (dead) return sc_fail(err, SC_ABORTED, "the replica is dead");
+  pthread_mutex_lock(&h->lmu);
+  sc_status s = SC_OK;
+  if (!h->launch) {
+    s = sc_fail(err, SC_INVALID,
+                "a server shardcheck did not launch takes no signals (an exec "
+                "fault can reach it)");
+  } else {
+    switch (f->kind) {
+    case RFAULT_KILL: s = launch_signal(h->launch, SIGKILL, err); break;
+    case RFAULT_HANG: s = launch_signal(h->launch, SIGSTOP, err); break;
+    case RFAULT_RESUME: s = launch_signal(h->launch, SIGCONT, err); break;
+    case RFAULT_KILL_RANK: {
+      if (!h->rank_process) {
+        s = sc_fail(err, SC_INVALID, "kill: gpu needs target.openai.rank_process");
+        break;
+      }
+      char cmd[160];
+      int pid = launch_find_descendant(h->launch, h->rank_process, f->rank < 0 ? 0 : f->rank, cmd,
+                                       sizeof cmd, err);
+      if (pid <= 0)
+        s = SC_INVALID;
+      else if (kill(pid, SIGKILL) != 0)
+        s = sc_fail(err, SC_IO, "kill(%d, SIGKILL): %s", pid, strerror(errno));
+      break;
+    }
+    default:
+      s = sc_fail(err, SC_INVALID,
+                  "an external server takes no such fault (only kill, hang and "
+                  "resume: signals to what shardcheck launched)");
+      break;
+    }
+  }
+  pthread_mutex_unlock(&h->lmu);
+  wake(h);
+  return s;
+}
+
+// Relaunches a DEAD replica's server (the supervisor thread): SIGKILL to what is left of the
+// old group, the same command again (its log appended to), wait until ready, next epoch. On
+// error the replica stays DEAD.
+static sc_status h_restart(void *ctx, sc_error *err) {
+  hrep *h = ctx;
+  if (!h->command)
+    return sc_fail(err, SC_INVALID, "a server shardcheck did not launch cannot be relaunched");
+  pthread_mutex_lock(&h->lmu);
+  launch_proc *old = h->launch;
+  h->launch = NULL;
+  pthread_mutex_unlock(&h->lmu);
+  if (old) {
+    launch_signal(old, SIGKILL, NULL); // a stopped group too
+    launch_free(old);
+  }
+  launch_spec ls = {.command = h->command,
+                    .env = (const char *const *)h->env,
+                    .log_path = h->log_path ? h->log_path : "/dev/null",
+                    .stop_grace_ns = h->o.stop_grace_ns,
+                    .append = true};
+  launch_proc *p = NULL;
+  SC_TRY(launch_start(&ls, &p, err));
+  sc_status s = launch_wait_ready(p, h->ready_url, h->o.ready_timeout_ns, NULL, err);
+  if (s != SC_OK) {
+    launch_free(p);
+    return s;
+  }
+  pthread_mutex_lock(&h->lmu);
+  h->launch = p;
+  pthread_mutex_unlock(&h->lmu);
+  pthread_mutex_lock(&h->mu);
+  h->dead = false;
+  h->suspect = false;
+  h->dead_why[0] = 0;
+  h->probe_reset = true;
+  h->have_skew = false;
+  h->epoch++;
+  pthread_mutex_unlock(&h->mu);
+  // the thread's probe clock starts again: it reads probe_ok only while the replica lives
+  wake(h);
+  return SC_OK;
+}
+
+// The server's wall clock minus ours, from its latest probe answer's Date header (whole
+// seconds); false before one came in this incarnation.
+static bool h_wall_skew(void *ctx, int64_t *skew_ns) {
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->mu);
+  bool have = h->have_skew;
+  if (have) *skew_ns = h->skew_ns;
+  pthread_mutex_unlock(&h->mu);
+  return have;
+}
+
+// A hot swap (the supervisor thread; the replica is drained): the server is stopped (SIGTERM,
+// SIGKILL after the grace period), the staged command started (its log appended to) and waited
+// for; from then on requests name the staged model, the replica admits again at the next epoch.
+// On error the replica is DEAD.
+static sc_status h_swap(void *ctx, const engine_config *cfg, sc_error *err) {
+  (void)cfg; // a server's weights are its own: the command says what it serves
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->lmu);
+  launch_proc *old = h->launch;
+  char *cmd = h->next_command, *model = h->next_model;
+  h->launch = NULL;
+  h->next_command = h->next_model = NULL;
+  pthread_mutex_unlock(&h->lmu);
+  pthread_mutex_lock(&h->mu);
+  h->watching = false; // its exit is the swap's doing, not a loss
+  pthread_mutex_unlock(&h->mu);
+  launch_free(old);
+  sc_status s = SC_OK;
+  if (!cmd) s = sc_fail(err, SC_INVALID, "swap: no command staged");
+  launch_proc *p = NULL;
+  if (s == SC_OK) {
+    launch_spec ls = {.command = cmd,
+                      .env = (const char *const *)h->env,
+                      .log_path = h->log_path ? h->log_path : "/dev/null",
+                      .stop_grace_ns = h->o.stop_grace_ns,
+                      .append = true};
+    s = launch_start(&ls, &p, err);
+  }
+  if (s == SC_OK) s = launch_wait_ready(p, h->ready_url, h->o.ready_timeout_ns, NULL, err);
+  if (s != SC_OK) {
+    launch_free(p);
+    free(cmd), free(model);
+    pthread_mutex_lock(&h->mu);
+    h->dead = true;
+    snprintf(h->dead_why, sizeof h->dead_why, "swap failed: %.200s", err ? err->msg : "");
+    pthread_mutex_unlock(&h->mu);
+    return s;
+  }
+  pthread_mutex_lock(&h->lmu);
+  h->launch = p;
+  free(h->command);
+  h->command = cmd;
+  pthread_mutex_unlock(&h->lmu);
+  pthread_mutex_lock(&h->mu);
+  if (model) { // request bodies are built on the caller's thread, under mu from here on
+    free(h->model);
+    h->model = model;
+    h->vars.model = h->model;
+  }
+  h->epoch++;
+  h->have_skew = false;
+  h->admitting = true;
+  h->watching = true;
+  h->probe_reset = true;
+  pthread_mutex_unlock(&h->mu);
+  wake(h);
+  return SC_OK;
+}
+
+static int h_epoch(void *ctx) {
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->mu);
+  int e = h->epoch;
+  pthread_mutex_unlock(&h->mu);
+  return e;
 }
 
 static void h_free(void *ctx) {
@@ -529,11 +1141,27 @@ static void h_free(void *ctx) {
     pthread_mutex_lock(&h->mu);
     h->stop = true;
     pthread_mutex_unlock(&h->mu);
-    curl_multi_wakeup(h->multi);
+    wake(h);
     pthread_join(h->thread, NULL);
   }
   for (int i = h->n_reqs - 1; i >= 0; i--) drop_req(h, i);
   free(h->reqs);
+  if (h->probe) {
+    if (h->probe_busy) curl_multi_remove_handle(h->multi, h->probe);
+    curl_easy_cleanup(h->probe);
+  }
+  if (h->scrape) {
+    if (h->scrape_busy) curl_multi_remove_handle(h->multi, h->scrape);
+    curl_easy_cleanup(h->scrape);
+  }
+  free(h->scrape_buf);
+  while (h->msgs) {
+    msg_block *b = h->msgs;
+    h->msgs = b->next;
+    free(b);
+  }
+  free(h->rank_process), free(h->metrics_url);
+  free(h->tmpl), free(h->gpus), free(h->exe), free(h->next_command), free(h->next_model);
   for (int i = 0; i < h->n_in; i++) free(h->in[i].body);
   free(h->in);
   if (h->multi) curl_multi_cleanup(h->multi);
@@ -541,11 +1169,14 @@ static void h_free(void *ctx) {
   launch_free(h->launch); // after the connections are closed: the server sees them go first
   rq_free(&h->out);
   if (h->evfd >= 0) close(h->evfd);
+  if (h->ep >= 0) close(h->ep); // after curl_multi_cleanup: its sockets' callbacks are done
+  if (h->wake_fd >= 0) close(h->wake_fd);
   json_decref(h->extra);
   for (int i = 0; h->env && h->env[i]; i++) free(h->env[i]);
   free(h->env);
   free(h->base_url), free(h->model), free(h->api_key), free(h->extra_body), free(h->url);
   free(h->command), free(h->log_path), free(h->ready_url);
+  pthread_mutex_destroy(&h->lmu);
   pthread_mutex_destroy(&h->mu);
   free(h);
 }
@@ -561,6 +1192,11 @@ static const replica_i http_i = {
     .rank_mem = h_rank_mem,
     .error = h_error,
     .wait_ready = h_wait_ready,
+    .inject = h_inject,
+    .restart = h_restart,
+    .epoch = h_epoch,
+    .swap = h_swap,
+    .wall_skew = h_wall_skew,
     .free = h_free,
 };
 
@@ -590,8 +1226,11 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
     free(r);
     return sc_fail(err, SC_OOM, "replica: out of memory");
   }
-  h->evfd = -1;
+  h->evfd = h->ep = h->wake_fd = -1;
   pthread_mutex_init(&h->mu, NULL);
+  pthread_mutex_init(&h->lmu, NULL);
+  h->epoch = 1;
+  h->detect_ns = o->detect_timeout_ns;
   h->o = *o;
   h->admitting = true;
   h->clock = cfg->clock.now_ns ? cfg->clock : sc_clock_monotonic();
@@ -603,6 +1242,17 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
   h->command = dup_or_null(o->command, &oom);
   h->log_path = dup_or_null(o->log_path, &oom);
   h->ready_url = dup_or_null(o->ready_url, &oom);
+  h->rank_process =
+      dup_or_null(o->rank_process && o->rank_process[0] ? o->rank_process : NULL, &oom);
+  h->metrics_url = dup_or_null(o->metrics_url, &oom);
+  h->tmpl = dup_or_null(o->command ? o->launch_template : NULL, &oom);
+  h->gpus = dup_or_null(o->vars.gpus ? o->vars.gpus : "", &oom);
+  h->exe = dup_or_null(o->vars.exe ? o->vars.exe : "", &oom);
+  h->vars = o->vars;
+  h->vars.gpus = h->gpus;
+  h->vars.exe = h->exe;
+  h->vars.model = h->model;
+  if (h->detect_ns && !h->ready_url) h->detect_ns = 0; // nothing to probe: no watching
   int n_env = 0;
   while (o->env && o->env[n_env]) n_env++;
   h->env = calloc((size_t)n_env + 1, sizeof *h->env);
@@ -639,11 +1289,21 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
   }
   h->multi = curl_multi_init();
   h->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (!h->headers || !h->multi || h->evfd < 0) {
+  h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  h->ep = epoll_create1(EPOLL_CLOEXEC);
+  if (h->ep >= 0 && h->wake_fd >= 0) {
+    struct epoll_event we = {.events = EPOLLIN, .data.fd = h->wake_fd};
+    epoll_ctl(h->ep, EPOLL_CTL_ADD, h->wake_fd, &we);
+  }
+  if (!h->headers || !h->multi || h->evfd < 0 || h->wake_fd < 0 || h->ep < 0) {
     s = sc_fail(err, SC_OOM, "replica: cannot set up libcurl or its eventfd");
     goto fail;
   }
   curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+  curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+  curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
   curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
   if (h->command) {
     launch_spec ls = {.command = h->command, .env = (const char *const *)h->env,
@@ -670,5 +1330,105 @@ fail:
 bool replica_is_http(const replica *r) { return r && r->i == &http_i; }
 
 int replica_http_pid(const replica *r) {
-  return replica_is_http(r) ? launch_pid(((hrep *)r->ctx)->launch) : 0;
+  if (!replica_is_http(r)) return 0;
+  hrep *h = r->ctx;
+  pthread_mutex_lock(&h->lmu);
+  int pid = launch_pid(h->launch);
+  pthread_mutex_unlock(&h->lmu);
+  return pid;
+}
+
+int replica_http_port(const replica *r) {
+  if (!replica_is_http(r)) return 0;
+  hrep *h = r->ctx;
+  CURLU *u = curl_url();
+  char *port = NULL;
+  int p = 0;
+  if (u && curl_url_set(u, CURLUPART_URL, h->base_url, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
+    p = atoi(port);
+  curl_free(port);
+  curl_url_cleanup(u);
+  return p;
+}
+
+typedef struct grow_buf {
+  char *p;
+  size_t n;
+} grow_buf;
+
+static size_t grow_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+  grow_buf *b = ud;
+  size_t n = size * nmemb;
+  if (b->n + n > SCRAPE_MAX) return 0;
+  char *p = realloc(b->p, b->n + n + 1);
+  if (!p) return 0;
+  memcpy(p + b->n, ptr, n);
+  b->n += n;
+  p[b->n] = 0;
+  b->p = p;
+  return n;
+}
+
+sc_status replica_http_stage_swap(replica *r, const char *launch_template, const char *model,
+                                  sc_error *err) {
+  if (!replica_is_http(r)) return sc_fail(err, SC_INVALID, "swap: not an HTTP replica");
+  hrep *h = r->ctx;
+  if (!h->tmpl) return sc_fail(err, SC_INVALID, "swap: a server shardcheck did not launch");
+  launch_vars v = h->vars;
+  if (model) v.model = model;
+  char *cmd = malloc(8192);
+  char *m = strdup(model ? model : h->model);
+  if (!cmd || !m) {
+    free(cmd), free(m);
+    return sc_fail(err, SC_OOM, "swap: out of memory");
+  }
+  sc_status s = launch_expand(launch_template ? launch_template : h->tmpl, &v, cmd, 8192, err);
+  if (s != SC_OK) {
+    free(cmd), free(m);
+    return s;
+  }
+  pthread_mutex_lock(&h->lmu);
+  free(h->next_command), free(h->next_model);
+  h->next_command = cmd;
+  h->next_model = m;
+  pthread_mutex_unlock(&h->lmu);
+  return SC_OK;
+}
+
+bool replica_http_scrape_now(replica *r, replica_server_metrics *out) {
+  *out =
+      (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN, .kv_blocks = NAN};
+  if (!replica_is_http(r)) return false;
+  hrep *h = r->ctx;
+  if (!h->metrics_url) return false;
+  CURL *c = curl_easy_init();
+  if (!c) return false;
+  grow_buf b = {0};
+  curl_easy_setopt(c, CURLOPT_URL, h->metrics_url);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, grow_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  long code = 0;
+  bool ok = curl_easy_perform(c) == CURLE_OK &&
+            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200 && b.p &&
+            prom_parse(b.p, out);
+  curl_easy_cleanup(c);
+  free(b.p);
+  if (!ok) return false;
+  out->t_ns = now_ns(h);
+  pthread_mutex_lock(&h->mu);
+  h->sm = *out;
+  pthread_mutex_unlock(&h->mu);
+  return true;
+}
+
+bool replica_http_server_metrics(const replica *r, replica_server_metrics *out) {
+  if (!replica_is_http(r)) return false;
+  hrep *h = r->ctx;
+  pthread_mutex_lock(&h->mu);
+  *out = h->sm;
+  pthread_mutex_unlock(&h->mu);
+  return out->have;
 }

@@ -300,6 +300,12 @@ static int validate(const char *dir, const char *name, const char *text) {
   return sc_test_run_cli_clean(cmd, out, sizeof out);
 }
 
+// A launched target (its command need not exist to validate).
+#define LAUNCHED                                                                                   \
+  "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"                               \
+  "    url: \"http://127.0.0.1:{port}/v1\"\n    launch: \"true --port {port}\"\n"                  \
+  "deployments: [{tp: 2}]\n"
+
 #define WL "workload:\n  prompts: [{input: 8, output: 2}]\n  phases: [{fixed: {requests: 2}}]\n"
 
 Test(http, bad_target_keys_exit_2_naming_file_line_column_and_the_key) {
@@ -326,13 +332,36 @@ Test(http, bad_target_keys_exit_2_naming_file_line_column_and_the_key) {
        "    extra_body: {ignore_eos: true, stream: false}\n" WL,
        "extra.yaml:7:36: key 'extra_body': 'stream' is shardcheck's to set"},
       {"fault.yaml",
-       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: \"http://h/v1\"\n"
-       WL "faults:\n  - {kill: replica, target: replica0, at: 1s}\n",
-       "fault.yaml:11:6: fault 'kill': an openai target takes no faults yet"},
+       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: "
+       "\"http://h/v1\"\n" WL "faults:\n  - {kill: replica, target: replica0, at: 1s}\n",
+       "fault.yaml:11:6: fault 'kill': needs target.openai.launch"},
+      {"oom.yaml", LAUNCHED WL "faults:\n  - {oom: {mode: transient}, target: replica0, at: 1s}\n",
+       "oom.yaml:13:6: fault 'oom': an external target takes no oom fault"},
+      {"slow.yaml",
+       LAUNCHED WL "faults:\n  - {slow: {on: rank, factor: 3}, target: replica0.rank0, "
+                   "at: 1s}\n",
+       "slow.yaml:13:6: fault 'slow': an external target takes no slow fault"},
+      {"corrupt.yaml",
+       LAUNCHED WL "faults:\n  - {corrupt: {kind: nan}, target: replica0, at: 1s}\n",
+       "corrupt.yaml:13:6: fault 'corrupt': an external target takes no corrupt fault"},
+      {"gpu.yaml", LAUNCHED WL "faults:\n  - {kill: gpu, target: replica0.rank0, at: 1s}\n",
+       "gpu.yaml:13:6: fault 'kill': kill: gpu needs target.openai.rank_process"},
+      {"hangrank.yaml", LAUNCHED WL "faults:\n  - {hang: rank, target: replica0.rank0, at: 1s}\n",
+       "hangrank.yaml:13:6: fault 'hang': hang: rank is not available on an external target"},
+      {"execph.yaml", LAUNCHED WL "faults:\n  - {exec: {command: \"kill {gpu}\"}, at: 1s}\n",
+       "execph.yaml:13:23: key 'command': unknown placeholder {gpu}"},
+      {"swap.yaml", LAUNCHED WL "faults:\n  - {hot_swap: {model: other}, at: 1s}\n",
+       "swap.yaml:13:24: key 'model': the launch command has no {model}"},
+      {"nomodel.yaml", "mode: sim\n" LAUNCHED WL,
+       "nomodel.yaml:3:1: mode sim on a target scenario simulates its model"},
+      {"execpid.yaml",
+       "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: "
+       "\"http://h/v1\"\n" WL "faults:\n  - {exec: {command: \"kill {pid}\"}, at: 1s}\n",
+       "execpid.yaml:11:6: fault 'exec': {pid} needs target.openai.launch"},
       {"model.yaml",
-       "name: x\nmodel: llama-tiny\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
-       "    url: \"http://h/v1\"\n" WL,
-       "model.yaml:2:1: key 'model': not with 'target'"},
+       "name: x\nmodel: {preset: no-such-model}\ntarget:\n  openai:\n    model: m\n"
+       "    vocab_size: 100\n    url: \"http://h/v1\"\n" WL,
+       "no-such-model"},
       {"unknown.yaml",
        "name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n    url: \"http://h/v1\"\n"
        "    tokenizer: x\n" WL,

@@ -1,0 +1,331 @@
+// Faults on external targets end to end: `shardcheck run` launching `shardcheck serve`
+// replicas ({shardcheck} in the launch template), llama-tiny on the CPU backend. The shipped
+// scenarios (http-quickstart: every phase kind on tp1, dp2 and tp2; http-faults: kill, hang and
+// a cancel storm), an exec fault reaching a server through a user command, kill: gpu on serve's
+// worker processes, and a SIGKILL of the runner mid-run (no server survives it, the file stays
+// consistent with the run listed as incomplete). docs/targets.md, "Faults".
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "faults/runtime.h"
+#include "tests/helpers.h"
+
+static char out[1 << 16];
+
+#define q1 sc_test_q1
+#define q1s sc_test_q1s
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+// Runs `shardcheck run PATH --db DIR/NAME.db --out DIR/NAME` and returns its exit code.
+static int run(const char *path, const char *dir, const char *name, char *db, size_t cap) {
+  char cmd[2048];
+  snprintf(db, cap, "%s/%s.db", dir, name);
+  snprintf(cmd, sizeof cmd, "run %s --db %s --out %s/%s --no-report", path, db, dir, name);
+  return sc_test_run_cli_clean(cmd, out, sizeof out);
+}
+
+// A metric of the run's only deployment (phase-less, class-less): NaN when absent or NULL.
+static double dep_metric(const char *db, const char *name) {
+  char q[300];
+  snprintf(q, sizeof q,
+           "SELECT coalesce(value, -1) FROM metric WHERE phase_id IS NULL AND class = '' AND "
+           "name = '%s'",
+           name);
+  return (double)q1(db, q);
+}
+
+// A launched-serve target with `extra` target lines, then the rest of the scenario.
+static const char *serve_scenario(const char *dir, const char *name, const char *model,
+                                  const char *serve_args, const char *extra, const char *rest) {
+  static char path[4][600];
+  static int slot;
+  char *p = path[slot++ % 4];
+  snprintf(p, 600, "%s/%s", dir, name);
+  char text[8192];
+  snprintf(text, sizeof text,
+           "name: %s\ntarget:\n  openai:\n"
+           "    url: \"http://127.0.0.1:{port}/v1\"\n"
+           "    launch: \"{shardcheck} serve --model llama-tiny --served-model-name %s -tp {tp} "
+           "--port {port} --threads 1 %s\"\n"
+           "    model: %s\n    vocab_size: 512\n    extra_body: {ignore_eos: true}\n"
+           "    ready: {timeout: 30s}\n    stop_grace: 2s\n%s%s",
+           name, model, serve_args, model, extra, rest);
+  cr_assert_eq(sc_test_write_file(p, text, strlen(text)), 0);
+  return p;
+}
+
+// --- the shipped scenarios
+
+Test(http_faults, http_quickstart_runs_every_phase_kind_on_tp1_dp2_tp2_against_launched_serve,
+     .timeout = 120) {
+  const char *dir = sc_test_tmpdir("httpq");
+  char path[600], db[700];
+  snprintf(path, sizeof path, "%s/scenarios/http-quickstart.yaml", SC_SOURCE_DIR);
+  int rc = run(path, dir, "qs", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM deployment WHERE status = 'complete'"), 3);
+  cr_expect_eq(q1(db, "SELECT count(DISTINCT kind) FROM phase"), 3, "fixed, rate and ramp");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status <> 'ok'"), 0);
+  cr_expect_eq(q1(db, "SELECT count(DISTINCT replica) FROM request r JOIN deployment d ON "
+                      "d.id = r.deployment_id WHERE d.label = 'dp2'"),
+               2);
+  // serve's /metrics was scraped into server_sample (running, waiting, KV usage and blocks)
+  cr_expect_gt(q1(db, "SELECT count(*) FROM server_sample WHERE running IS NOT NULL AND "
+                      "waiting IS NOT NULL AND kv_usage IS NOT NULL AND kv_blocks IS NOT NULL"),
+               0);
+  // the prediction: the same file in mode sim (its model on the CPU profile), into the same
+  // database, then the report puts it beside the measurement
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "run %s --mode sim --db %s --no-report --quiet", path, db);
+  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect_str_eq(q1s(db, "SELECT backend FROM run WHERE id = 2"), "sim");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM deployment WHERE run_id = 2"), 3);
+  snprintf(cmd, sizeof cmd, "report --db %s --run 2 --run 1 --out %s/pm", db, dir);
+  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "mean |error|"), "the prediction beside the measurement: %s", out);
+}
+
+Test(http_faults, http_faults_kill_hang_and_cancel_storm_are_detected_relaunched_and_pass,
+     .timeout = 120) {
+  const char *dir = sc_test_tmpdir("httpf");
+  char path[600], db[700];
+  snprintf(path, sizeof path, "%s/scenarios/http-faults.yaml", SC_SOURCE_DIR);
+  int rc = run(path, dir, "f", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE detected_ns IS NOT NULL"), 3, "%s", out);
+  cr_expect(strstr(out, "replica1 lost: its server was killed by signal 9"), "%s", out);
+  cr_expect(strstr(out, "unanswered for 1.0 s"), "the hang is seen by the probe: %s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE detail LIKE '%restarted in%'"), 2);
+  cr_expect_gt(dep_metric(db, "retried_requests"), 0);
+  cr_expect_gt(dep_metric(db, "resumed_requests"), 0, "serve streams token ids: resumes");
+  cr_expect_eq(dep_metric(db, "output_mismatches"), 0);
+  cr_expect_eq(dep_metric(db, "kv_leak_blocks"), 0);
+  cr_expect_eq(dep_metric(db, "leaked_processes"), 0);
+  // half of what was in flight at that instant (6 users: 3, fewer when some were between
+  // requests), each its own row, and the fault row counts them
+  int64_t cancelled = q1(db, "SELECT count(*) FROM request WHERE status = 'cancelled'");
+  cr_expect(cancelled >= 1 && cancelled <= 3, "%lld cancelled", (long long)cancelled);
+  cr_expect_eq(q1(db, "SELECT affected FROM fault WHERE kind = 'cancel_storm'"), cancelled);
+  // each relaunch appends to the replica's log: two startups in each
+  for (int i = 0; i < 2; i++) {
+    char lp[800];
+    snprintf(lp, sizeof lp, "%s/f/dp2-replica%d.log", dir, i);
+    char *log = sc_test_read_file(lp, NULL);
+    cr_assert_not_null(log, "%s", lp);
+    int n = 0;
+    for (const char *p = log; (p = strstr(p, "KV cache ")); p++) n++;
+    cr_expect_eq(n, 2, "replica%d: %s", i, log);
+    free(log);
+  }
+}
+
+Test(http_faults, the_vllm_and_sglang_scenarios_validate_here_with_only_a_path_warning) {
+  const char *names[] = {"vllm-llama3-8b-h100", "sglang-llama3-70b-h100"};
+  for (int i = 0; i < 2; i++) {
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "validate %s/scenarios/%s.yaml", SC_SOURCE_DIR, names[i]);
+    int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+    cr_expect_eq(rc, 0, "%s: %s", names[i], out);
+    cr_expect(strstr(out, "faults"), "%s", out);
+    cr_expect(!strstr(out, "error"), "%s", out);
+  }
+}
+
+// --- exec and kill: gpu
+
+Test(http_faults, an_exec_fault_runs_its_command_with_pid_port_replica_and_its_kill_is_detected,
+     .timeout = 90) {
+  const char *dir = sc_test_tmpdir("httpx");
+  char rest[1024];
+  snprintf(rest, sizeof rest,
+           "deployments: [{dp: 2}]\n"
+           "workload:\n  prompts: [{input: 16, output: 24}]\n"
+           "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
+           "faults:\n"
+           "  - {at: 1s, exec: {command: \"echo {pid} {port} {replica} > %s/seen; kill -9 "
+           "{pid}\"}, target: replica1}\n"
+           "router: {detect_timeout: 1s}\n"
+           "slo: {lost_requests: 0, failed_requests: 0, timeouts: 0}\n",
+           dir);
+  const char *sc = serve_scenario(dir, "x.yaml", "tiny-x", "", "", rest);
+  char db[700];
+  int rc = run(sc, dir, "x", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "exec on replica1: echo "), "%s", out);
+  cr_expect(strstr(out, "replica1 lost: its server was killed by signal 9"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'exec' AND detected_ns IS NOT "
+                      "NULL AND target = 'replica1'"),
+               1);
+  char seen[700];
+  snprintf(seen, sizeof seen, "%s/seen", dir);
+  char *t = sc_test_read_file(seen, NULL);
+  cr_assert_not_null(t, "the command did not run");
+  int pid = 0, port = 0, rep = -1;
+  cr_expect_eq(sscanf(t, "%d %d %d", &pid, &port, &rep), 3, "%s", t);
+  cr_expect_gt(pid, 1);
+  cr_expect_gt(port, 0);
+  cr_expect_eq(rep, 1);
+  free(t);
+}
+
+Test(http_faults, kill_gpu_sigkills_the_server_worker_matching_rank_process, .timeout = 90) {
+  const char *dir = sc_test_tmpdir("httpg");
+  const char *sc = serve_scenario(
+      dir, "g.yaml", "tiny-g", "--isolation process", "    rank_process: \" worker --fd\"\n",
+      "deployments: [{tp: 2}]\n"
+      "workload:\n  prompts: [{input: 16, output: 24}]\n"
+      "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
+      "faults:\n  - {at: 1s, kill: gpu, target: replica0.rank0}\n"
+      "router: {detect_timeout: 1s}\n"
+      "slo: {lost_requests: 0, history_violations: 0}\n");
+  char db[700];
+  int rc = run(sc, dir, "g", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  // the worker's death reaches the client one way or another (serve fails or retries its
+  // requests; its /health turns 503 until it restarts it): the fault is seen
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'kill' AND detail NOT LIKE "
+                      "'%not injected%'"),
+               1, "%s", out);
+}
+
+Test(http_faults, a_clock_jump_reaches_launched_servers_through_libfaketime_and_nothing_notices,
+     .timeout = 90) {
+  if (!fault_faketime_lib()) cr_skip_test("libfaketime is not installed");
+  const char *dir = sc_test_tmpdir("httpc");
+  const char *sc = serve_scenario(dir, "c.yaml", "tiny-c", "", "",
+                                  "deployments: [{dp: 2}]\n"
+                                  "workload:\n  prompts: [{input: 16, output: 24}]\n"
+                                  "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
+                                  "faults:\n  - {at: 1s, clock_jump: {offset: +1h}}\n"
+                                  "  - {at: 2s, clock_jump: {offset: -2h}}\n"
+                                  "router: {detect_timeout: 1s}\n"
+                                  "slo: {failed_requests: 0, unexplained_losses: 0, "
+                                  "history_violations: 0, timeouts: 0}\n");
+  char db[700];
+  int rc = run(sc, dir, "c", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  // seen through the servers' Date headers: each launched server's wall clock moved
+  cr_expect(strstr(out, "is off by +3600 s"), "%s", out);
+  cr_expect(strstr(out, "is off by -3600 s"), "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'clock_jump' AND detected_ns IS "
+                      "NOT NULL"),
+               2);
+}
+
+Test(http_faults, a_hot_swap_relaunches_each_replica_in_turn_with_the_new_model_and_loses_nothing,
+     .timeout = 90) {
+  const char *dir = sc_test_tmpdir("httph");
+  char text[2048], path[700];
+  snprintf(path, sizeof path, "%s/h.yaml", dir);
+  snprintf(text, sizeof text,
+           "name: h\ntarget:\n  openai:\n"
+           "    url: \"http://127.0.0.1:{port}/v1\"\n"
+           "    launch: \"{shardcheck} serve --model llama-tiny --served-model-name {model} "
+           "--port {port} --threads 1\"\n"
+           "    model: tiny-a\n    vocab_size: 512\n    extra_body: {ignore_eos: true}\n"
+           "    stop_grace: 2s\n"
+           "deployments: [{dp: 2}]\n"
+           "workload:\n  prompts: [{input: 16, output: 24}]\n"
+           "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
+           "faults:\n  - {at: 1s, hot_swap: {model: tiny-b}}\n"
+           "slo: {failed_requests: 0, lost_requests: 0, history_violations: 0, timeouts: 0}\n");
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  char db[700];
+  int rc = run(path, dir, "h", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  cr_expect(strstr(out, "2 replicas swapped"), "%s", out);
+  // requests after the swap name the new model (serve answers 404 to another name): all ok
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE weight_version = 1"), 0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status <> 'ok'"), 0);
+  for (int i = 0; i < 2; i++) {
+    char lp[800];
+    snprintf(lp, sizeof lp, "%s/h/dp2-replica%d.log", dir, i);
+    char *log = sc_test_read_file(lp, NULL);
+    cr_assert_not_null(log, "%s", lp);
+    cr_expect(strstr(log, "tiny-b on http"), "replica%d was relaunched serving tiny-b: %s", i, log);
+    free(log);
+  }
+}
+
+// --- the runner killed mid-run
+
+// Whether a live process's command line holds marker.
+static bool process_with(const char *marker) {
+  DIR *d = opendir("/proc");
+  cr_assert_not_null(d);
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[4096];
+    snprintf(path, sizeof path, "/proc/%.255s/cmdline", e->d_name);
+    FILE *f = fopen(path, "rb");
+    if (!f) continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+      if (!buf[i]) buf[i] = ' ';
+    buf[n] = 0;
+    snprintf(path, sizeof path, "/proc/%.255s/stat", e->d_name);
+    char st[512] = "";
+    f = fopen(path, "r");
+    if (f) {
+      size_t k = fread(st, 1, sizeof st - 1, f);
+      st[k] = 0;
+      fclose(f);
+    }
+    const char *rp = strrchr(st, ')');
+    bool zombie = rp && rp[1] == ' ' && rp[2] == 'Z';
+    found = !zombie && strstr(buf, marker) != NULL;
+  }
+  closedir(d);
+  return found;
+}
+
+Test(http_faults, a_sigkill_of_the_runner_leaves_no_server_and_a_consistent_file_incomplete,
+     .timeout = 90) {
+  const char *dir = sc_test_tmpdir("httpk");
+  char marker[64];
+  snprintf(marker, sizeof marker, "tiny-k%d", (int)getpid());
+  const char *sc = serve_scenario(dir, "k.yaml", marker, "", "",
+                                  "deployments: [{dp: 2}]\n"
+                                  "workload:\n  prompts: [{input: 16, output: 24}]\n"
+                                  "  phases: [{ramp: {concurrency: [4]}, hold: 60s}]\n"
+                                  "faults:\n  - {at: 50s, kill: replica, target: replica0}\n");
+  char db[600], rep[600], log[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  snprintf(rep, sizeof rep, "%s/rep", dir);
+  snprintf(log, sizeof log, "%s/run.log", dir);
+  pid_t pid = sc_test_spawn_run(sc, db, rep, log);
+  bool up = false;
+  for (int k = 0; k < 300 && !up; k++) { // the servers up and requests done (at most 30 s)
+    sleep_ms(100);
+    up = process_with(marker) && sc_test_file_size(db) > 0 &&
+         q1(db, "SELECT count(*) FROM request") > 20;
+  }
+  cr_assert(up, "the run never got going");
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  for (int k = 0; k < 100 && process_with(marker); k++) sleep_ms(100);
+  cr_expect(!process_with(marker), "a launched server outlived the runner's SIGKILL");
+  cr_expect_str_eq(q1s(db, "PRAGMA integrity_check"), "ok");
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request"), 0);
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "runs --db %s", db);
+  cr_expect_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "incomplete"), "the killed run is listed as incomplete: %s", out);
+}
