@@ -270,6 +270,7 @@ static bool on_event(void *ud, const char *data, size_t len, bool error) {
   int n = c.n_token_ids >= 0 ? c.n_token_ids : (c.has_content ? 1 : 0);
   int n_ids = c.n_token_ids > 64 ? 64 : c.n_token_ids;
   if (!c.has_content) { // tokens the client cannot see yet: counted with the next content
+    if (n == 0) return true; // no token here (the usage chunk, a role chunk)
     if (q->pending == 0) q->pend_ids_ok = true;
     if (n_ids < n || q->pending + n > 64) q->pend_ids_ok = false;
     for (int i = 0; i < n && q->pend_ids_ok; i++) q->pend_ids[q->pending + i] = c.token_ids[i];
