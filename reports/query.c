@@ -815,7 +815,8 @@ sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
 
 // --- the metrics audit
 
-int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, size_t cap) {
+int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, bool token_rows, char *why,
+                     size_t cap) {
   // The formulas of docs/metrics.md, once more in SQL: warm-up requests are not counted;
   // latencies are over completed (ok) requests, TPOT over those with two tokens or more.
   static const char *const sql =
@@ -849,7 +850,7 @@ int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, siz
   sqlite3_finalize(st);
   rq_metric_cache mc = {0};
   int bad = 0;
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < (token_rows ? N : N - 1); i++) {
     double stored = rq_metric(db, &mc, run_id, dep_id, 0, NULL, names[i]);
     bool same = (isnan(stored) && isnan(rows[i])) ||
                 fabs(stored - rows[i]) <= 1e-6 * fmax(1.0, fabs(rows[i]));

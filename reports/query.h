@@ -277,5 +277,8 @@ sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
 // tokens, mean TTFT, TPOT and end-to-end latency, token rows of completed requests) and compares
 // each with the metric row mt_summarize wrote (relative 1e-6). Returns how many disagree, with
 // the first one in why ("tpot_mean_ms: 11.08 stored, 11.85 from the rows"); -1 with why set
-// when a query cannot be prepared. The rows must be written (the recorder drained).
-int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, size_t cap);
+// when a query cannot be prepared. The rows must be written (the recorder drained). Without
+// token_rows (a run recorded at level requests: no token rows) the token-row count is not
+// compared.
+int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, bool token_rows, char *why,
+                     size_t cap);
