@@ -360,6 +360,7 @@ static sc_status open_common(const char *path, bool readonly, store **out, sc_er
   if ((r = exec_sql(s, "PRAGMA journal_mode=WAL", "switching to WAL", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA synchronous=NORMAL", "setting synchronous", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA temp_store=MEMORY", "setting temp_store", err)) != SC_OK ||
+      (r = exec_sql(s, "PRAGMA cache_size=-65536", "setting cache_size", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA foreign_keys=ON", "setting foreign_keys", err)) != SC_OK)
     goto fail;
   if (empty) {
