@@ -491,12 +491,20 @@ static void time_out(rt *r, uint64_t k) {
   finish_req(r, k, REQ_TIMEOUT, lost ? "replica_lost" : "timeout", msg, end);
 }
 
+// In a rate phase arrivals never decrease with the request index (and every request of an
+// earlier phase has ended), so the scan stops at the first request still inside its limit: an
+// overloaded phase keeps thousands of requests waiting, and scanning them all every tick was
+// most of a simulated overload's time. Closed-loop users may send out of arrival order: there
+// every request is looked at.
 static void check_timeouts(rt *r, uint64_t now) {
   uint64_t limit = r->s->limits.request_timeout_ns;
   if (!limit) return;
+  bool ordered = r->cur < r->n_phases && r->phases[r->cur].p->kind == SCN_PHASE_RATE;
   for (size_t k = r->reqs.low; k < r->reqs.n; k++) {
     req_rec *q = &r->reqs.v[k];
-    if (q->state != REQ_DONE && now - q->arrival > limit) time_out(r, k);
+    if (q->state == REQ_DONE) continue;
+    if (now - q->arrival > limit) time_out(r, k);
+    else if (ordered) break;
   }
 }
 
