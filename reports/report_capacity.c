@@ -115,7 +115,7 @@ static sc_status write_gp(const rq_capacity *c, const char *dir, sc_error *err) 
   if (!f) return SC_IO;
   fprintf(f, "# Written by `shardcheck capacity`. Run `gnuplot capacity.gp` in this directory:\n"
              "# it reads capacity.dat and writes capacity.svg. Edit freely to restyle.\n"
-             "set terminal svg size 900,560 noenhanced font \"sans,10\" background rgb "
+             "set terminal svg size 1000,%d noenhanced font \"sans,10\" background rgb "
              "\"white\"\n"
              "set output \"capacity.svg\"\n"
              "set title \"Output throughput per GPU against TTFT p95 (every simulated point; "
@@ -123,17 +123,24 @@ static sc_status write_gp(const rq_capacity *c, const char *dir, sc_error *err) 
              "set xlabel \"output tokens/s per GPU\"\n"
              "set ylabel \"TTFT p95 (ms)\"\n"
              "set logscale y\n"
-             "set key outside right top\n"
+             "set key outside bottom center horizontal maxrows %d font \",9\"\n"
              "set grid\n"
-             "plot \\\n");
+             "plot \\\n", 560 + 18 * ((c->n_layouts + 3) / 4), (c->n_layouts + 4) / 4);
+  // a point shape per GPU kind (filled: held, hollow: failed), a colour per layout of it
+  static const int filled[] = {7, 5, 9, 11, 13}, hollow[] = {6, 4, 8, 10, 12};
+  int kind = 0, first = 0;
   for (int i = 0; i < c->n_layouts; i++) {
+    if (i > 0 && strcmp(c->layouts[i].kind, c->layouts[i - 1].kind)) {
+      kind = (kind + 1) % 5;
+      first = i;
+    }
     char title[320];
     snprintf(title, sizeof title, "%s %s", c->layouts[i].kind, c->layouts[i].label);
-    fprintf(f, "  \"capacity.dat\" index %d using 1:($3 > 0 ? $2 : 1/0) with points pt 7 lc %d "
-               "title ", i, i + 1);
+    fprintf(f, "  \"capacity.dat\" index %d using 1:($3 > 0 ? $2 : 1/0) with points pt %d "
+               "lc %d title ", i, filled[kind], i - first + 1);
     rp_gp_str(f, title);
-    fprintf(f, ", \\\n  \"capacity.dat\" index %d using 1:($3 > 0 ? 1/0 : $2) with points pt 6 "
-               "lc %d notitle, \\\n", i, i + 1);
+    fprintf(f, ", \\\n  \"capacity.dat\" index %d using 1:($3 > 0 ? 1/0 : $2) with points pt %d "
+               "lc %d notitle, \\\n", i, hollow[kind], i - first + 1);
   }
   fprintf(f, "  \"capacity.dat\" index %d using 1:2 with linespoints lw 2 lc rgb \"black\" pt 2 "
              "title \"Pareto front\"\n", c->n_layouts);
