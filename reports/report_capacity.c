@@ -24,8 +24,8 @@ static double per_gpu(const store_cap_layout *l, double tok_s) {
 }
 
 void report_capacity_print(const rq_capacity *c, FILE *f) {
-  fprintf(f, "capacity of %s: target %.3g req/s, rates %.3g..%.3g (%d bisection steps), SLO %s\n",
-          c->scenario, c->target_rate, c->rate_lo, c->rate_hi, c->iters, c->slo);
+  fprintf(f, "capacity of %s: target %.3g req/s, rates %.3g..%.3g (%d probes per layout), SLO %s\n",
+          c->scenario, c->target_rate, c->rate_lo, c->rate_hi, c->iters + 2, c->slo);
   fprintf(f, "%-2s %-10s %-14s %4s %8s %11s %11s %10s %9s  %s\n", "", "kind", "layout", "gpus",
           "cost/h", "max req/s", "tok/s/GPU", "ttft p95", "$/M tok", "limit above");
   for (int i = 0; i < c->n_layouts; i++) {
@@ -199,9 +199,10 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
     rp_put_esc(f, c.scenario);
     fputs("</h1>\n<p>", f);
     rp_put_esc(f, c.note);
-    fprintf(f, "</p>\n<p>Target %.3g req/s; every layout bisected on the request rate over "
-               "%.3g..%.3g req/s (%d steps after the two ends), probes recorded at level ",
-            c.target_rate, c.rate_lo, c.rate_hi, c.iters);
+    fprintf(f, "</p>\n<p>Target %.3g req/s; every layout searched from it over %.3g..%.3g "
+               "req/s (doubled or halved to bracket its capacity, then bisected; %d probes per "
+               "layout), probes recorded at level ", c.target_rate, c.rate_lo, c.rate_hi,
+            c.iters + 2);
     rp_put_esc(f, c.record);
     fputs("; seed ", f);
     fprintf(f, "%lld. SLO: ", (long long)c.seed);

@@ -160,7 +160,7 @@ const char *const store_schema_sql =
     "  target_rate REAL NOT NULL,\n"     // requests/s to serve
     "  rate_lo REAL NOT NULL,\n"         // the search range, requests/s
     "  rate_hi REAL NOT NULL,\n"
-    "  iters INTEGER NOT NULL,\n"        // bisection steps after the two ends
+    "  iters INTEGER NOT NULL,\n"        // --iters: probes per layout less 2
     "  slo TEXT,\n"                      // e.g. \"ttft_p95_ms <= 500, tpot_p95_ms <= 50\"
     "  costs TEXT,\n"                    // cost per GPU-hour per kind
     "  best INTEGER,\n"                  // capacity_layout.idx of the recommendation, NULL none

@@ -191,7 +191,7 @@ typedef struct store_cap_search {
   const char *record;                   // the probes' recording level
   uint64_t seed;
   double target_rate, rate_lo, rate_hi;
-  int iters;                            // bisection steps after the two ends
+  int iters;                            // --iters: probes per layout less 2
   const char *slo;                      // the SLOs as text ("ttft_p95_ms <= 500, ...")
   const char *costs;                    // cost per GPU-hour per kind as text
   int best, runner_up;                  // layout indexes, -1 none

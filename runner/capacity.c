@@ -135,6 +135,12 @@ static void set_limit(store_cap_layout *l, const store_cap_point *p) {
   snprintf(l->limit, sizeof l->limit, "at %.3g req/s: %.120s", p->rate, p->failed);
 }
 
+// The search of one layout, in at most iters + 2 probes when its capacity is within a factor
+// of 2^(iters + 1) of the target: first the target rate (clamped to the range), then doubling
+// up while the SLOs hold, or halving down while they fail, until a rate that holds and one that
+// fails bracket the capacity (or the range ends), then geometric bisection of the bracket with
+// the probes left. Starting at the target keeps every failing probe within twice the
+// capacity: a heavily overloaded probe is the most expensive kind, and answers nothing more.
 static sc_status search_layout(search *x, int li, sc_error *err) {
   capacity_result *r = x->res;
   scenario *s = x->s;
@@ -146,38 +152,36 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
   s->hardware.nodes = 0;
   l->max_rate = NAN;
   l->output_tok_s = l->cost_per_mtok = NAN;
+  int budget = r->iters + 2;
+  int best = -1, worst = -1; // the highest passing point, the lowest failing one
+  double rate = fmin(fmax(r->target_rate, r->rate_lo), r->rate_hi);
   store_cap_point *p;
-  int best = -1; // index of the highest passing point
-  SC_TRY(probe(x, li, r->rate_hi, &p, err));
-  if (p->pass) {
-    l->capped = true;
-    best = (int)(p - r->points);
-  } else {
-    int hi_pt = (int)(p - r->points);
-    SC_TRY(probe(x, li, r->rate_lo, &p, err));
-    if (!p->pass) {
-      set_limit(&r->layouts[li], p);
-    } else {
-      best = (int)(p - r->points);
-      double lo = r->rate_lo, hi = r->rate_hi;
-      for (int i = 0; i < r->iters; i++) {
-        double mid = sqrt(lo * hi);
-        SC_TRY(probe(x, li, mid, &p, err));
-        if (p->pass) {
-          lo = mid;
-          best = (int)(p - r->points);
-        } else {
-          hi = mid;
-          hi_pt = (int)(p - r->points);
-        }
-      }
-      set_limit(&r->layouts[li], &r->points[hi_pt]);
-    }
+  // bracket
+  for (;;) {
+    SC_TRY(probe(x, li, rate, &p, err));
+    budget--;
+    int k = (int)(p - r->points);
+    if (p->pass) best = k;
+    else worst = k;
+    if (best >= 0 && worst >= 0) break;
+    if (p->pass && rate >= r->rate_hi) break;  // holds at the top: capped
+    if (!p->pass && rate <= r->rate_lo) break; // fails at the bottom: none
+    rate = p->pass ? fmin(rate * 2, r->rate_hi) : fmax(rate / 2, r->rate_lo);
+  }
+  // bisect
+  while (best >= 0 && worst >= 0 && budget > 0) {
+    double mid = sqrt(r->points[best].rate * r->points[worst].rate);
+    SC_TRY(probe(x, li, mid, &p, err));
+    budget--;
+    if (p->pass) best = (int)(p - r->points);
+    else worst = (int)(p - r->points);
   }
   l = &r->layouts[li];
+  if (worst >= 0) set_limit(l, &r->points[worst]);
   if (best >= 0) {
     const store_cap_point *b = &r->points[best];
     l->max_rate = b->rate;
+    l->capped = worst < 0;
     l->output_tok_s = b->output_tok_s;
     if (b->output_tok_s > 0) l->cost_per_mtok = l->cost_per_hour / (b->output_tok_s * 3600) * 1e6;
   }

@@ -1,6 +1,7 @@
 // Capacity planning by simulation (`shardcheck capacity`, docs/capacity.md): for each GPU kind
 // and every tp x pp x dp layout the planner admits up to a GPU count, the highest request
-// rate whose SLOs hold, found by a bisection on the rate of simulated runs; then the cheapest
+// rate whose SLOs hold, found by bracketing and bisecting the rate of simulated runs from the
+// target rate (capacity.c, search_layout); then the cheapest
 // layout that serves a target rate, and the runner-up.
 //
 // Each probe is a whole runner_run of the scenario in mode sim with one deployment (the layout)
@@ -30,7 +31,7 @@ typedef struct capacity_options {
   int n_kinds;        // 0: the scenario's profile with hardware.gpus GPUs, cost 1
   double target_rate; // requests/s to serve; 0: the scenario's first rate phase's rate
   double rate_lo, rate_hi; // the search range (requests/s); 0: target / 8 and target x 4
-  int iters;          // bisection steps after the two ends (default 6)
+  int iters;          // probes per layout, less 2 (default 6): what bracketing leaves bisects
   scn_record record;  // the probes' level (default summary; tokens is allowed)
   FILE *progress;     // a line per layout (NULL: none)
 } capacity_options;

@@ -60,7 +60,7 @@ Test(capacity, picks_the_known_best_layout_on_a_constructed_case) {
   cr_assert_eq(capacity_search(s, &o, &r, &err), SC_OK, "%s", err.msg);
   int tp1 = find(&r, "tp1"), dp2 = find(&r, "dp2"), tp2 = find(&r, "tp2");
   cr_assert(tp1 >= 0 && dp2 >= 0 && tp2 >= 0, "layouts tp1, dp2 and tp2 were searched");
-  cr_expect_eq(r.n_points, r.n_layouts * (o.iters + 2), "every layout bisected in full");
+  cr_expect_eq(r.n_points, r.n_layouts * (o.iters + 2), "every layout bracketed and bisected within its budget");
   double c1 = r.layouts[tp1].max_rate, c2 = r.layouts[dp2].max_rate;
   cr_assert(c1 > 4 && c1 < 256, "tp1's capacity is inside the range: %g", c1);
   cr_expect(c2 > 1.6 * c1, "dp2 serves about twice tp1: %g against %g", c2, c1);
