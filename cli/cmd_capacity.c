@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "kernels/clock.h"
@@ -18,7 +19,7 @@ static void usage(FILE *f) {
           "usage: shardcheck capacity FILE [--gpus KIND:N,...] [--rate R | --rate-range A:B]\n"
           "                           [--cost KIND=PRICE,...] [--iters N]\n"
           "                           [--record requests|summary|tokens] [--db PATH]\n"
-          "                           [--out DIR] [--quiet]\n\n"
+          "                           [--out DIR] [--jobs N] [--quiet]\n\n"
           "Finds by simulation, for each GPU kind and every tp x pp x dp layout the memory\n"
           "planner admits on up to N of them, the highest request rate whose SLOs hold\n"
           "(simulated runs of FILE from the target rate, doubled or halved until a rate that\n"
@@ -38,6 +39,8 @@ static void usage(FILE *f) {
           "  --iters N           simulations per layout, less 2 (0..20, default 6): what the\n"
           "                      bracket leaves of N + 2 bisects it (a layout far from the\n"
           "                      target takes more to bracket, and is not bisected)\n"
+          "  --jobs N            worker processes searching layouts at once (1..64,\n"
+          "                      default: the CPUs online); the result is the same\n"
           "  --record L          what each probe records in its scratch database (default\n"
           "                      summary; requests and tokens are slower, same points)\n"
           "  --db PATH           results database (default results.db)\n"
@@ -96,6 +99,8 @@ int cmd_capacity(int argc, char **argv) {
   const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *costs = NULL;
   bool quiet = false;
   capacity_options o = capacity_options_defaults();
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  o.jobs = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool has_val = i + 1 < argc;
@@ -121,6 +126,9 @@ int cmd_capacity(int argc, char **argv) {
     } else if (!strcmp(a, "--iters") && has_val) {
       if (!cli_parse_int(argv[++i], 0, 20, &o.iters))
         return cli_usage_error("capacity", "--iters needs a count from 0 to 20, got", argv[i]);
+    } else if (!strcmp(a, "--jobs") && has_val) {
+      if (!cli_parse_int(argv[++i], 1, 64, &o.jobs))
+        return cli_usage_error("capacity", "--jobs needs a count from 1 to 64, got", argv[i]);
     } else if (!strcmp(a, "--record") && has_val) {
       if (!scenario_record_parse(argv[++i], &o.record))
         return cli_usage_error("capacity", "--record needs requests, summary or tokens, got",

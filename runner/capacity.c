@@ -4,9 +4,13 @@
 // (cli/cmd_capacity.c, reports/report_capacity.c).
 #include "runner/capacity.h"
 
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "config/hardware.h"
 #include "engine/memplan.h"
@@ -14,6 +18,8 @@
 #include "runner/runner.h"
 
 enum { MAX_LAYOUTS_PER_KIND = 256 };
+
+static bool write_all(int fd, const void *p, size_t n);
 
 capacity_options capacity_options_defaults(void) {
   return (capacity_options){.iters = 6, .record = SCN_RECORD_SUMMARY};
@@ -339,6 +345,195 @@ static void recommend(capacity_result *r) {
              u->gpus > w->gpus ? "GPU count" : "the search order");
 }
 
+// --- searching the layouts, in this process or in worker processes
+
+// Searches layouts w, w + jobs, ... (the kind's profile put in first). With fd >= 0 (a worker)
+// each layout is written to fd as it is done: its index, the layout, its point count and
+// points; then -1, or on error -2, the status and the error.
+static sc_status search_share(search *x, const int *kind_of, int w, int jobs, int fd,
+                              sc_error *err) {
+  capacity_result *r = x->res;
+  int cur = -1;
+  sc_status st = SC_OK;
+  for (int i = w; i < r->n_layouts && st == SC_OK; i += jobs) {
+    if (kind_of[i] != cur) {
+      cur = kind_of[i];
+      st = use_kind(x, &x->o->kinds[cur], err);
+      if (st != SC_OK) break;
+    }
+    int first = r->n_points;
+    st = search_layout(x, i, err);
+    if (st == SC_OK && fd >= 0) {
+      int n = r->n_points - first;
+      bool ok = write_all(fd, &i, sizeof i) && write_all(fd, &r->layouts[i], sizeof r->layouts[i]) &&
+                write_all(fd, &n, sizeof n) &&
+                write_all(fd, r->points + first, (size_t)n * sizeof *r->points);
+      if (!ok) st = sc_fail(err, SC_IO, "capacity: a worker could not write its results");
+    }
+  }
+  if (fd >= 0) {
+    int end = st == SC_OK ? -1 : -2;
+    if (write_all(fd, &end, sizeof end) && st != SC_OK)
+      (void)(write_all(fd, &st, sizeof st) && write_all(fd, err, sizeof *err));
+  }
+  return st;
+}
+
+// One worker's output, read whole.
+typedef struct wbuf {
+  int fd;
+  pid_t pid;
+  char *p;
+  size_t n, cap;
+  bool eof;
+} wbuf;
+
+static bool take(const wbuf *b, size_t *off, void *dst, size_t n) {
+  if (*off + n > b->n) return false;
+  memcpy(dst, b->p + *off, n);
+  *off += n;
+  return true;
+}
+
+// Forks `jobs` workers over fork-time copies of the search, reads what each writes, and puts
+// the layouts and points back in layout order: the same result as one process gives.
+static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_error *err) {
+  capacity_result *r = x->res;
+  wbuf *w = calloc((size_t)jobs, sizeof *w);
+  if (!w) return sc_fail(err, SC_OOM, "capacity: out of memory");
+  if (x->o->progress) fflush(x->o->progress);
+  fflush(stdout);
+  fflush(stderr);
+  sc_status st = SC_OK;
+  int started = 0;
+  for (; started < jobs; started++) {
+    int pfd[2];
+    if (pipe(pfd) != 0) {
+      st = sc_fail(err, SC_IO, "capacity: pipe: %s", strerror(errno));
+      break;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(pfd[0]);
+      close(pfd[1]);
+      st = sc_fail(err, SC_IO, "capacity: fork: %s", strerror(errno));
+      break;
+    }
+    if (pid == 0) { // the worker: its share, then exit without running the parent's atexit
+      close(pfd[0]);
+      for (int k = 0; k < started; k++) close(w[k].fd);
+      sc_error e = {{0}};
+      sc_status s = search_share(x, kind_of, started, jobs, pfd[1], &e);
+      close(pfd[1]);
+      _exit(s == SC_OK ? 0 : 1);
+    }
+    close(pfd[1]);
+    w[started] = (wbuf){.fd = pfd[0], .pid = pid};
+  }
+  // read every worker's pipe to its end
+  for (;;) {
+    struct pollfd pf[64];
+    int idx[64], n = 0;
+    for (int k = 0; k < started && n < 64; k++)
+      if (!w[k].eof) {
+        pf[n] = (struct pollfd){.fd = w[k].fd, .events = POLLIN};
+        idx[n++] = k;
+      }
+    if (n == 0) break;
+    if (poll(pf, (nfds_t)n, -1) < 0) {
+      if (errno == EINTR) continue;
+      st = sc_fail(err, SC_IO, "capacity: poll: %s", strerror(errno));
+      break;
+    }
+    for (int j = 0; j < n; j++) {
+      if (!(pf[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      wbuf *b = &w[idx[j]];
+      if (b->cap - b->n < 65536) {
+        size_t cap = b->cap ? b->cap * 2 : 1 << 17;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+          st = sc_fail(err, SC_OOM, "capacity: out of memory");
+          b->eof = true;
+          continue;
+        }
+        b->p = q;
+        b->cap = cap;
+      }
+      ssize_t got = read(b->fd, b->p + b->n, b->cap - b->n);
+      if (got > 0) b->n += (size_t)got;
+      else if (got == 0 || errno != EINTR) b->eof = true;
+    }
+  }
+  for (int k = 0; k < started; k++) {
+    close(w[k].fd);
+    int ws = 0;
+    while (waitpid(w[k].pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+  }
+  // merge: layouts by index, each one's points after those of the layouts before it
+  store_cap_point **pts = calloc((size_t)r->n_layouts, sizeof *pts);
+  int *npts = calloc((size_t)r->n_layouts, sizeof *npts);
+  bool *done = calloc((size_t)r->n_layouts, sizeof *done);
+  if (st == SC_OK && (!pts || !npts || !done)) st = sc_fail(err, SC_OOM, "capacity: out of memory");
+  for (int k = 0; k < started && st == SC_OK; k++) {
+    size_t off = 0;
+    for (;;) {
+      int li;
+      if (!take(&w[k], &off, &li, sizeof li)) {
+        st = sc_fail(err, SC_IO, "capacity: worker %d ended early (killed?)", k);
+        break;
+      }
+      if (li == -1) break;
+      if (li == -2) {
+        sc_status ws = SC_IO;
+        if (take(&w[k], &off, &ws, sizeof ws) && take(&w[k], &off, err, sizeof *err)) st = ws;
+        else st = sc_fail(err, SC_IO, "capacity: worker %d failed", k);
+        break;
+      }
+      int n = 0;
+      if (li < 0 || li >= r->n_layouts || !take(&w[k], &off, &r->layouts[li], sizeof r->layouts[li]) ||
+          !take(&w[k], &off, &n, sizeof n) || n < 0 ||
+          !(pts[li] = malloc((size_t)(n ? n : 1) * sizeof **pts)) ||
+          !take(&w[k], &off, pts[li], (size_t)n * sizeof **pts)) {
+        st = sc_fail(err, SC_IO, "capacity: worker %d wrote a short record", k);
+        break;
+      }
+      npts[li] = n;
+      done[li] = true;
+    }
+  }
+  for (int i = 0; i < r->n_layouts && st == SC_OK; i++) {
+    if (!done[i]) {
+      st = sc_fail(err, SC_IO, "capacity: layout %d was not searched", i);
+      break;
+    }
+    for (int j = 0; j < npts[i] && st == SC_OK; j++) {
+      store_cap_point *p = new_point(x, err);
+      if (!p) st = SC_OOM;
+      else *p = pts[i][j];
+    }
+  }
+  for (int i = 0; pts && i < r->n_layouts; i++) free(pts[i]);
+  free(pts);
+  free(npts);
+  free(done);
+  for (int k = 0; k < jobs; k++) free(w[k].p);
+  free(w);
+  return st;
+}
+
+static bool write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t k = write(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
 // --- the search
 
 static void slo_text(const scenario *s, char *buf, size_t n) {
@@ -385,12 +580,21 @@ sc_status capacity_search(const scenario *base, const capacity_options *o, capac
   s->record = opt.record;
   search x = {.s = s, .base = base, .o = &opt, .res = out};
   sc_status st = SC_OK;
+  int *kind_of = NULL; // (n_layouts) index into opt.kinds
   for (int k = 0; k < opt.n_kinds && st == SC_OK; k++) {
     int first = out->n_layouts;
     st = use_kind(&x, &opt.kinds[k], err);
     if (st == SC_OK) st = add_layouts(&x, &opt.kinds[k], err);
-    for (int i = first; i < out->n_layouts && st == SC_OK; i++) st = search_layout(&x, i, err);
+    int *ko = st == SC_OK ? realloc(kind_of, (size_t)out->n_layouts * sizeof *ko) : NULL;
+    if (st == SC_OK && !ko) st = sc_fail(err, SC_OOM, "capacity: out of memory");
+    if (ko) kind_of = ko;
+    for (int i = first; i < out->n_layouts && st == SC_OK; i++) kind_of[i] = k;
   }
+  int jobs = opt.jobs > 1 ? opt.jobs : 1;
+  if (jobs > out->n_layouts) jobs = out->n_layouts;
+  if (st == SC_OK) st = jobs > 1 ? search_parallel(&x, kind_of, jobs, err)
+                                 : search_share(&x, kind_of, 0, 1, -1, err);
+  free(kind_of);
   free(s);
   if (st != SC_OK) return st;
   recommend(out);

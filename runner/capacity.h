@@ -7,7 +7,8 @@
 // Each probe is a whole runner_run of the scenario in mode sim with one deployment (the layout)
 // on the kind's profile, every rate phase at the probed rate, at a recording level below tokens
 // (default summary), into a scratch in-memory database. The search is deterministic: the same
-// scenario, seed and options give the same points. Storing a search (reports/store.h,
+// scenario, seed and options give the same points, with any number of worker processes
+// (capacity_options.jobs: forked, each searching every jobs-th layout). Storing a search (reports/store.h,
 // store_capacity_add) and its report (reports/report.h) are the caller's.
 #pragma once
 
@@ -34,6 +35,8 @@ typedef struct capacity_options {
   int iters;          // probes per layout, less 2 (default 6): what bracketing leaves bisects
   scn_record record;  // the probes' level (default summary; tokens is allowed)
   FILE *progress;     // a line per layout (NULL: none)
+  int jobs;           // worker processes searching layouts at once (<= 1: none, this process);
+                      // the result is the same for any count
 } capacity_options;
 
 capacity_options capacity_options_defaults(void);

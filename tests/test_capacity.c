@@ -119,7 +119,8 @@ Test(capacity, a_scenario_without_slo_or_with_a_ramp_is_refused_naming_it) {
   scenario_free(s);
 }
 
-// The CLI twice on the same inputs: the same table, the same stored points, the same report.
+// The CLI twice on the same inputs, in one process and in two workers: the same table, the
+// same stored points, the same report.
 Test(capacity, the_search_is_deterministic_stored_and_reported) {
   char text[2048];
   snprintf(text, sizeof text, SCN, "400");
@@ -128,7 +129,7 @@ Test(capacity, the_search_is_deterministic_stored_and_reported) {
   char out[2][16384], args[2048], html[2][1200];
   for (int k = 0; k < 2; k++) {
     snprintf(args, sizeof args, "capacity %s --iters 3 --rate-range 4:64 --cost h100-sxm=2.5 "
-             "--db %s/c.db --out %s/r%d --quiet", sc, dir, dir, k);
+             "--db %s/c.db --out %s/r%d --quiet --jobs %d", sc, dir, dir, k, k + 1);
     cr_assert_eq(sc_test_run_cli_clean(args, out[k], sizeof out[k]), 0, "%s", out[k]);
     snprintf(html[k], sizeof html[k], "%s/r%d/index.html", dir, k);
   }
