@@ -15,39 +15,38 @@
 #include "scenarios/scenario.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: shardcheck capacity FILE [--gpus KIND:N,...] [--rate R | --rate-range A:B]\n"
-          "                           [--cost KIND=PRICE,...] [--iters N]\n"
-          "                           [--record requests|summary|tokens] [--db PATH]\n"
-          "                           [--out DIR] [--jobs N] [--quiet]\n\n"
-          "Finds by simulation, for each GPU kind and every tp x pp x dp layout the memory\n"
-          "planner admits on up to N of them, the highest request rate whose SLOs hold\n"
-          "(simulated runs of FILE from the target rate, doubled or halved until a rate that\n"
-          "holds and one that fails bracket it, then bisected), then recommends the cheapest\n"
-          "layout that serves the target rate, with the runner-up and why it lost. FILE is a\n"
-          "scenario with an slo and rate phases only; each probe runs it in mode sim with one\n"
-          "deployment, every rate phase scaled to the probed rate (the first phase's rate\n"
-          "is the one named). Every point is stored in the database; the table is printed\n"
-          "and a report (index.html, capacity.svg) is written.\n\n"
-          "  --gpus KIND:N,...   GPU kinds (hardware profiles) and how many of each at most\n"
-          "                      (default: the scenario's hardware.profile and gpus)\n"
-          "  --rate R            the target rate, requests/s (default: the scenario's first\n"
-          "                      rate phase)\n"
-          "  --rate-range A:B    the search range, requests/s (default: R/8 to 4R)\n"
-          "  --cost KIND=P,...   cost per GPU-hour of each kind (default 1 each: the table's\n"
-          "                      cost is then GPU-hours)\n"
-          "  --iters N           simulations per layout, less 2 (0..20, default 6): what the\n"
-          "                      bracket leaves of N + 2 bisects it (a layout far from the\n"
-          "                      target takes more to bracket, and is not bisected)\n"
-          "  --jobs N            worker processes searching layouts at once (1..64,\n"
-          "                      default: the CPUs online); the result is the same\n"
-          "  --record L          what each probe records in its scratch database (default\n"
-          "                      summary; requests and tokens are slower, same points)\n"
-          "  --db PATH           results database (default results.db)\n"
-          "  --out DIR           report directory (default reports/out/capacity-<id>/)\n"
-          "  --quiet             no progress lines\n\n"
-          "exit codes: 0 a layout serves the target, 1 none does (the message names the best\n"
-          "found), 2 bad input, 3 runtime failure.\n");
+  fprintf(f, "usage: shardcheck capacity FILE [--gpus KIND:N,...] [--rate R | --rate-range A:B]\n"
+             "                           [--cost KIND=PRICE,...] [--iters N]\n"
+             "                           [--record requests|summary|tokens] [--db PATH]\n"
+             "                           [--out DIR] [--jobs N] [--quiet]\n\n"
+             "Finds by simulation, for each GPU kind and every tp x pp x dp layout the memory\n"
+             "planner admits on up to N of them, the highest request rate whose SLOs hold\n"
+             "(simulated runs of FILE from the target rate, doubled or halved until a rate that\n"
+             "holds and one that fails bracket it, then bisected), then recommends the cheapest\n"
+             "layout that serves the target rate, with the runner-up and why it lost. FILE is a\n"
+             "scenario with an slo and rate phases only; each probe runs it in mode sim with one\n"
+             "deployment, every rate phase scaled to the probed rate (the first phase's rate\n"
+             "is the one named). Every point is stored in the database; the table is printed\n"
+             "and a report (index.html, capacity.svg) is written.\n\n"
+             "  --gpus KIND:N,...   GPU kinds (hardware profiles) and how many of each at most\n"
+             "                      (default: the scenario's hardware.profile and gpus)\n"
+             "  --rate R            the target rate, requests/s (default: the scenario's first\n"
+             "                      rate phase)\n"
+             "  --rate-range A:B    the search range, requests/s (default: R/8 to 4R)\n"
+             "  --cost KIND=P,...   cost per GPU-hour of each kind (default 1 each: the table's\n"
+             "                      cost is then GPU-hours)\n"
+             "  --iters N           simulations per layout, less 2 (0..20, default 6): what the\n"
+             "                      bracket leaves of N + 2 bisects it (a layout far from the\n"
+             "                      target takes more to bracket, and is not bisected)\n"
+             "  --jobs N            worker processes searching layouts at once (1..64,\n"
+             "                      default: the CPUs online); the result is the same\n"
+             "  --record L          what each probe records in its scratch database (default\n"
+             "                      summary; requests and tokens are slower, same points)\n"
+             "  --db PATH           results database (default results.db)\n"
+             "  --out DIR           report directory (default reports/out/capacity-<id>/)\n"
+             "  --quiet             no progress lines\n\n"
+             "exit codes: 0 a layout serves the target, 1 none does (the message names the best\n"
+             "found), 2 bad input, 3 runtime failure.\n");
 }
 
 // "h100-sxm:8,h200:8" into o->kinds (costs 1).
@@ -140,9 +139,9 @@ int cmd_capacity(int argc, char **argv) {
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = true;
     } else if (a[0] == '-') {
-      return cli_usage_error("capacity", has_val || strncmp(a, "--", 2) ? "unknown option"
-                                                                        : "option needs a value",
-                             a);
+      return cli_usage_error(
+          "capacity", has_val || strncmp(a, "--", 2) ? "unknown option" : "option needs a value",
+          a);
     } else if (file) {
       return cli_usage_error("capacity", "one scenario file only; extra argument", a);
     } else {
@@ -186,12 +185,21 @@ int cmd_capacity(int argc, char **argv) {
   char git_rev[CLI_GIT_REV_CAP];
   cli_git_rev(git_rev, sizeof git_rev);
   if (st == SC_OK) {
-    store_cap_search cs = {.scenario = s->name, .scenario_text = s->text, .git_rev = git_rev,
-                           .record = scenario_record_name(o.record), .seed = s->seed,
-                           .target_rate = r.target_rate, .rate_lo = r.rate_lo,
-                           .rate_hi = r.rate_hi, .iters = r.iters, .slo = r.slo,
-                           .costs = r.costs, .best = r.best, .runner_up = r.runner_up,
-                           .served = r.best >= 0, .note = r.note};
+    store_cap_search cs = {.scenario = s->name,
+                           .scenario_text = s->text,
+                           .git_rev = git_rev,
+                           .record = scenario_record_name(o.record),
+                           .seed = s->seed,
+                           .target_rate = r.target_rate,
+                           .rate_lo = r.rate_lo,
+                           .rate_hi = r.rate_hi,
+                           .iters = r.iters,
+                           .slo = r.slo,
+                           .costs = r.costs,
+                           .best = r.best,
+                           .runner_up = r.runner_up,
+                           .served = r.best >= 0,
+                           .note = r.note};
     st = store_capacity_add(db, &cs, r.layouts, r.n_layouts, r.points, r.n_points, &id, &err);
   }
   int code = r.best >= 0 ? CLI_OK : CLI_SLO_FAIL;
@@ -202,8 +210,10 @@ int cmd_capacity(int argc, char **argv) {
     rq_capacity_free(&c);
   }
   char dir[1100];
-  if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
-  else snprintf(dir, sizeof dir, "reports/out/capacity-%lld", (long long)id);
+  if (out_dir)
+    snprintf(dir, sizeof dir, "%s", out_dir);
+  else
+    snprintf(dir, sizeof dir, "reports/out/capacity-%lld", (long long)id);
   if (st == SC_OK) {
     report_result rr;
     if (report_capacity_write(store_db(db), id, dir, NULL, &rr, &err) != SC_OK) {
@@ -211,13 +221,16 @@ int cmd_capacity(int argc, char **argv) {
       code = CLI_RUNTIME;
     } else if (!quiet) {
       if (rr.plots_skipped) fprintf(stderr, "warning: plot skipped: %s\n", rr.why);
-      fprintf(stderr, "capacity: %d simulations in %.1f s; report: %s; database: %s "
-              "(capacity search %lld)\n", r.n_points, wall, rr.index_path, db_path,
-              (long long)id);
+      fprintf(stderr,
+              "capacity: %d simulations in %.1f s; report: %s; database: %s "
+              "(capacity search %lld)\n",
+              r.n_points, wall, rr.index_path, db_path, (long long)id);
     }
   }
-  if (st != SC_OK) code = cli_fail("capacity", st, &err);
-  else if (r.best < 0) fprintf(stderr, "shardcheck capacity: %s\n", r.note);
+  if (st != SC_OK)
+    code = cli_fail("capacity", st, &err);
+  else if (r.best < 0)
+    fprintf(stderr, "shardcheck capacity: %s\n", r.note);
   store_close(db);
   capacity_result_free(&r);
   scenario_free(s);

@@ -15,8 +15,10 @@
 enum { GP_TIMEOUT_S = 120 };
 
 static void fmt(double v, const char *spec, char *buf, size_t n) {
-  if (isnan(v)) snprintf(buf, n, "-");
-  else snprintf(buf, n, spec, v);
+  if (isnan(v))
+    snprintf(buf, n, "-");
+  else
+    snprintf(buf, n, spec, v);
 }
 
 static double per_gpu(const store_cap_layout *l, double tok_s) {
@@ -35,8 +37,10 @@ void report_capacity_print(const rq_capacity *c, FILE *f) {
       if (c->points[k].layout == i && c->points[k].pass && c->points[k].rate == l->max_rate)
         at = &c->points[k];
     char rate[24], tpg[24], ttft[24], cpm[24];
-    if (isnan(l->max_rate)) snprintf(rate, sizeof rate, "< %.3g", c->rate_lo);
-    else snprintf(rate, sizeof rate, "%s%.3g", l->capped ? ">=" : "", l->max_rate);
+    if (isnan(l->max_rate))
+      snprintf(rate, sizeof rate, "< %.3g", c->rate_lo);
+    else
+      snprintf(rate, sizeof rate, "%s%.3g", l->capped ? ">=" : "", l->max_rate);
     fmt(per_gpu(l, l->output_tok_s), "%.0f", tpg, sizeof tpg);
     fmt(at ? at->ttft_p95_ms : NAN, "%.0f ms", ttft, sizeof ttft);
     fmt(l->cost_per_mtok, "%.3f", cpm, sizeof cpm);
@@ -56,16 +60,18 @@ static sc_status write_dat(const rq_capacity *c, const char *dir, sc_error *err)
   char path[1200];
   FILE *f = rp_open_out(dir, "capacity", "dat", path, sizeof path, err);
   if (!f) return SC_IO;
-  fprintf(f, "# shardcheck capacity search %lld: per layout, every simulated point\n"
-             "# tok_s_per_gpu ttft_p95_ms pass rate\n", (long long)c->id);
+  fprintf(f,
+          "# shardcheck capacity search %lld: per layout, every simulated point\n"
+          "# tok_s_per_gpu ttft_p95_ms pass rate\n",
+          (long long)c->id);
   for (int i = 0; i < c->n_layouts; i++) {
     fprintf(f, "# %s %s\n", c->layouts[i].kind, c->layouts[i].label);
     int n = 0;
     for (int k = 0; k < c->n_points; k++) {
       const store_cap_point *p = &c->points[k];
       if (p->layout != i || isnan(p->output_tok_s) || isnan(p->ttft_p95_ms)) continue;
-      fprintf(f, "%.6g %.6g %d %.6g\n", per_gpu(&c->layouts[i], p->output_tok_s),
-              p->ttft_p95_ms, p->pass ? 1 : 0, p->rate);
+      fprintf(f, "%.6g %.6g %d %.6g\n", per_gpu(&c->layouts[i], p->output_tok_s), p->ttft_p95_ms,
+              p->pass ? 1 : 0, p->rate);
       n++;
     }
     if (!n) fprintf(f, "NaN NaN 0 NaN\n");
@@ -113,19 +119,21 @@ static sc_status write_gp(const rq_capacity *c, const char *dir, sc_error *err) 
   char path[1200];
   FILE *f = rp_open_out(dir, "capacity", "gp", path, sizeof path, err);
   if (!f) return SC_IO;
-  fprintf(f, "# Written by `shardcheck capacity`. Run `gnuplot capacity.gp` in this directory:\n"
-             "# it reads capacity.dat and writes capacity.svg. Edit freely to restyle.\n"
-             "set terminal svg size 1000,%d noenhanced font \"sans,10\" background rgb "
-             "\"white\"\n"
-             "set output \"capacity.svg\"\n"
-             "set title \"Output throughput per GPU against TTFT p95 (every simulated point; "
-             "filled: SLO held)\"\n"
-             "set xlabel \"output tokens/s per GPU\"\n"
-             "set ylabel \"TTFT p95 (ms)\"\n"
-             "set logscale y\n"
-             "set key outside bottom center horizontal maxrows %d font \",9\"\n"
-             "set grid\n"
-             "plot \\\n", 560 + 18 * ((c->n_layouts + 3) / 4), (c->n_layouts + 4) / 4);
+  fprintf(f,
+          "# Written by `shardcheck capacity`. Run `gnuplot capacity.gp` in this directory:\n"
+          "# it reads capacity.dat and writes capacity.svg. Edit freely to restyle.\n"
+          "set terminal svg size 1000,%d noenhanced font \"sans,10\" background rgb "
+          "\"white\"\n"
+          "set output \"capacity.svg\"\n"
+          "set title \"Output throughput per GPU against TTFT p95 (every simulated point; "
+          "filled: SLO held)\"\n"
+          "set xlabel \"output tokens/s per GPU\"\n"
+          "set ylabel \"TTFT p95 (ms)\"\n"
+          "set logscale y\n"
+          "set key outside bottom center horizontal maxrows %d font \",9\"\n"
+          "set grid\n"
+          "plot \\\n",
+          560 + 18 * ((c->n_layouts + 3) / 4), (c->n_layouts + 4) / 4);
   // a point shape per GPU kind (filled: held, hollow: failed), a colour per layout of it
   static const int filled[] = {7, 5, 9, 11, 13}, hollow[] = {6, 4, 8, 10, 12};
   int kind = 0, first = 0;
@@ -136,14 +144,20 @@ static sc_status write_gp(const rq_capacity *c, const char *dir, sc_error *err) 
     }
     char title[320];
     snprintf(title, sizeof title, "%s %s", c->layouts[i].kind, c->layouts[i].label);
-    fprintf(f, "  \"capacity.dat\" index %d using 1:($3 > 0 ? $2 : 1/0) with points pt %d "
-               "lc %d title ", i, filled[kind], i - first + 1);
+    fprintf(f,
+            "  \"capacity.dat\" index %d using 1:($3 > 0 ? $2 : 1/0) with points pt %d "
+            "lc %d title ",
+            i, filled[kind], i - first + 1);
     rp_gp_str(f, title);
-    fprintf(f, ", \\\n  \"capacity.dat\" index %d using 1:($3 > 0 ? 1/0 : $2) with points pt %d "
-               "lc %d notitle, \\\n", i, hollow[kind], i - first + 1);
+    fprintf(f,
+            ", \\\n  \"capacity.dat\" index %d using 1:($3 > 0 ? 1/0 : $2) with points pt %d "
+            "lc %d notitle, \\\n",
+            i, hollow[kind], i - first + 1);
   }
-  fprintf(f, "  \"capacity.dat\" index %d using 1:2 with linespoints lw 2 lc rgb \"black\" pt 2 "
-             "title \"Pareto front\"\n", c->n_layouts);
+  fprintf(f,
+          "  \"capacity.dat\" index %d using 1:2 with linespoints lw 2 lc rgb \"black\" pt 2 "
+          "title \"Pareto front\"\n",
+          c->n_layouts);
   return rp_close_out(f, path, err);
 }
 
@@ -195,14 +209,16 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
     fputs("</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
           "collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
           "td:nth-child(-n+3){text-align:left}tr.best{background:#dfd}tr.second{background:"
-          "#eef}</style></head><body>\n<h1>Capacity: ", f);
+          "#eef}</style></head><body>\n<h1>Capacity: ",
+          f);
     rp_put_esc(f, c.scenario);
     fputs("</h1>\n<p>", f);
     rp_put_esc(f, c.note);
-    fprintf(f, "</p>\n<p>Target %.3g req/s; every layout searched from it over %.3g..%.3g "
-               "req/s (doubled or halved to bracket its capacity, then bisected; %d probes per "
-               "layout), probes recorded at level ", c.target_rate, c.rate_lo, c.rate_hi,
-            c.iters + 2);
+    fprintf(f,
+            "</p>\n<p>Target %.3g req/s; every layout searched from it over %.3g..%.3g "
+            "req/s (doubled or halved to bracket its capacity, then bisected; %d probes per "
+            "layout), probes recorded at level ",
+            c.target_rate, c.rate_lo, c.rate_hi, c.iters + 2);
     rp_put_esc(f, c.record);
     fputs("; seed ", f);
     fprintf(f, "%lld. SLO: ", (long long)c.seed);
@@ -216,18 +232,23 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
       fputs("<p>(no plot: gnuplot was not run; capacity.gp and capacity.dat are here)</p>\n", f);
     fputs("<table>\n<tr><th></th><th>kind</th><th>layout</th><th>GPUs</th><th>cost/h</th>"
           "<th>max req/s</th><th>output tok/s</th><th>tok/s per GPU</th><th>cost per M tokens"
-          "</th><th>limit above</th></tr>\n", f);
+          "</th><th>limit above</th></tr>\n",
+          f);
     for (int i = 0; i < c.n_layouts; i++) {
       const store_cap_layout *l = &c.layouts[i];
       char b[64];
-      fprintf(f, "<tr%s>", i == c.best ? " class=\"best\"" : i == c.runner_up ? " class=\"second\""
-                                                                             : "");
+      fprintf(f, "<tr%s>",
+              i == c.best        ? " class=\"best\""
+              : i == c.runner_up ? " class=\"second\""
+                                 : "");
       td(f, i == c.best ? "recommended" : i == c.runner_up ? "runner-up" : "");
       td(f, l->kind);
       td(f, l->label);
       fprintf(f, "<td>%d</td><td>%.2f</td>", l->gpus, l->cost_per_hour);
-      if (isnan(l->max_rate)) snprintf(b, sizeof b, "&lt; %.3g", c.rate_lo);
-      else snprintf(b, sizeof b, "%s%.3g", l->capped ? "&ge; " : "", l->max_rate);
+      if (isnan(l->max_rate))
+        snprintf(b, sizeof b, "&lt; %.3g", c.rate_lo);
+      else
+        snprintf(b, sizeof b, "%s%.3g", l->capped ? "&ge; " : "", l->max_rate);
       fprintf(f, "<td>%s</td>", b);
       fmt(l->output_tok_s, "%.0f", b, sizeof b);
       td(f, b);
@@ -240,7 +261,8 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
     }
     fputs("</table>\n<h2>Every simulated point</h2>\n<table>\n<tr><th>kind</th><th>layout</th>"
           "<th>req/s</th><th>SLO</th><th>TTFT p95 ms</th><th>TPOT p95 ms</th><th>output tok/s"
-          "</th><th>error rate</th><th>failed</th></tr>\n", f);
+          "</th><th>error rate</th><th>failed</th></tr>\n",
+          f);
     for (int k = 0; k < c.n_points; k++) {
       const store_cap_point *p = &c.points[k];
       const store_cap_layout *l = &c.layouts[p->layout];

@@ -41,19 +41,25 @@ static sc_status check_scenario(const scenario *s, sc_error *err) {
   if (s->mode != SCN_MODE_SIM)
     return sc_fail(err, SC_INVALID, "%s: capacity simulates: the scenario must be mode sim", f);
   if (s->slo.n == 0 && s->slo.n_classes == 0)
-    return sc_fail(err, SC_INVALID, "%s: capacity needs an slo: the limits a layout must hold "
-                   "(e.g. slo: {ttft_p95_ms: 500, tpot_p95_ms: 50})", f);
+    return sc_fail(err, SC_INVALID,
+                   "%s: capacity needs an slo: the limits a layout must hold "
+                   "(e.g. slo: {ttft_p95_ms: 500, tpot_p95_ms: 50})",
+                   f);
   if (s->n_faults > 0)
-    return sc_fail(err, SC_INVALID, "%s:%d:%d: capacity searches a fault-free workload; remove "
-                   "the faults", f, s->faults[0].line, s->faults[0].col);
+    return sc_fail(err, SC_INVALID,
+                   "%s:%d:%d: capacity searches a fault-free workload; remove "
+                   "the faults",
+                   f, s->faults[0].line, s->faults[0].col);
   if (s->target.set)
     return sc_fail(err, SC_INVALID, "%s: capacity simulates shardcheck's engine; not a target", f);
   for (int k = 0; k < s->workload.n_phases; k++) {
     const scn_phase *p = &s->workload.phases[k];
     if (p->kind != SCN_PHASE_RATE)
-      return sc_fail(err, SC_INVALID, "%s:%d:%d: phase '%s' is a %s phase: capacity varies "
+      return sc_fail(err, SC_INVALID,
+                     "%s:%d:%d: phase '%s' is a %s phase: capacity varies "
                      "the request rate, so every phase must be a rate phase (open loop: rate, "
-                     "duration)", f, p->line, p->col, p->name, scenario_phase_kind_name(p->kind));
+                     "duration)",
+                     f, p->line, p->col, p->name, scenario_phase_kind_name(p->kind));
   }
   return SC_OK;
 }
@@ -61,7 +67,7 @@ static sc_status check_scenario(const scenario *s, sc_error *err) {
 // --- one probe
 
 typedef struct search {
-  scenario *s;              // the working copy: one deployment, the kind's profile, the rate
+  scenario *s; // the working copy: one deployment, the kind's profile, the rate
   const scenario *base;
   const capacity_options *o;
   capacity_result *res;
@@ -167,8 +173,10 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
     SC_TRY(probe(x, li, rate, &p, err));
     budget--;
     int k = (int)(p - r->points);
-    if (p->pass) best = k;
-    else worst = k;
+    if (p->pass)
+      best = k;
+    else
+      worst = k;
     if (best >= 0 && worst >= 0) break;
     if (p->pass && rate >= r->rate_hi) break;  // holds at the top: capped
     if (!p->pass && rate <= r->rate_lo) break; // fails at the bottom: none
@@ -179,8 +187,10 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
     double mid = sqrt(r->points[best].rate * r->points[worst].rate);
     SC_TRY(probe(x, li, mid, &p, err));
     budget--;
-    if (p->pass) best = (int)(p - r->points);
-    else worst = (int)(p - r->points);
+    if (p->pass)
+      best = (int)(p - r->points);
+    else
+      worst = (int)(p - r->points);
   }
   l = &r->layouts[li];
   if (worst >= 0) set_limit(l, &r->points[worst]);
@@ -221,8 +231,8 @@ static sc_status add_layouts(search *x, const capacity_kind *k, sc_error *err) {
   scenario *s = x->s;
   memplan_layout *ls = calloc(MAX_LAYOUTS_PER_KIND, sizeof *ls);
   if (!ls) return sc_fail(err, SC_OOM, "capacity: out of memory");
-  int n = memplan_enumerate(&s->model.config, &s->hw, &s->mp, k->max_gpus, ls,
-                            MAX_LAYOUTS_PER_KIND);
+  int n =
+      memplan_enumerate(&s->model.config, &s->hw, &s->mp, k->max_gpus, ls, MAX_LAYOUTS_PER_KIND);
   if (n > MAX_LAYOUTS_PER_KIND) n = MAX_LAYOUTS_PER_KIND;
   capacity_result *r = x->res;
   int added = 0;
@@ -262,16 +272,16 @@ static sc_status add_layouts(search *x, const capacity_kind *k, sc_error *err) {
   free(ls);
   if (!added)
     return sc_fail(err, SC_INVALID, "%s: no layout of %s on up to %d %s fits: %s",
-                   x->base->path[0] ? x->base->path : x->base->name,
-                   s->model.source, k->max_gpus, k->name, why[0] ? why : "none admitted");
+                   x->base->path[0] ? x->base->path : x->base->name, s->model.source, k->max_gpus,
+                   k->name, why[0] ? why : "none admitted");
   return SC_OK;
 }
 
 // --- the recommendation
 
 static void layout_name(const store_cap_layout *l, char *buf, size_t n) {
-  snprintf(buf, n, "%.100s %s (%d GPU%s, %.2f/h)", l->kind, l->label, l->gpus, l->gpus > 1 ? "s" : "",
-           l->cost_per_hour);
+  snprintf(buf, n, "%.100s %s (%d GPU%s, %.2f/h)", l->kind, l->label, l->gpus,
+           l->gpus > 1 ? "s" : "", l->cost_per_hour);
 }
 
 // Cheaper first; at equal cost the higher capacity, then fewer GPUs, then the search order.
@@ -306,21 +316,25 @@ static void recommend(capacity_result *r) {
         top = i;
     }
     if (top < 0) {
-      snprintf(r->note, sizeof r->note, "no layout serves %.3g req/s within the SLO (%.200s): none "
-               "holds it even at %.3g req/s, the bottom of the range", r->target_rate, r->slo,
-               r->rate_lo);
+      snprintf(r->note, sizeof r->note,
+               "no layout serves %.3g req/s within the SLO (%.200s): none "
+               "holds it even at %.3g req/s, the bottom of the range",
+               r->target_rate, r->slo, r->rate_lo);
       return;
     }
     const store_cap_layout *t = &r->layouts[top];
     layout_name(t, a, sizeof a);
-    snprintf(r->note, sizeof r->note, "no layout serves %.3g req/s within the SLO (%.200s): the "
-             "best found is %s, up to %.3g req/s (%.160s)", r->target_rate, r->slo, a, t->max_rate,
+    snprintf(r->note, sizeof r->note,
+             "no layout serves %.3g req/s within the SLO (%.200s): the "
+             "best found is %s, up to %.3g req/s (%.160s)",
+             r->target_rate, r->slo, a, t->max_rate,
              t->limit[0] ? t->limit : "the top of the range");
     return;
   }
   const store_cap_layout *w = &r->layouts[r->best];
   layout_name(w, a, sizeof a);
-  int len = snprintf(r->note, sizeof r->note, "recommended: %s serves up to %s%.3g req/s (target "
+  int len = snprintf(r->note, sizeof r->note,
+                     "recommended: %s serves up to %s%.3g req/s (target "
                      "%.3g), %.3g output tok/s, %.3g per million output tokens",
                      a, w->capped ? ">= " : "", w->max_rate, r->target_rate, w->output_tok_s,
                      w->cost_per_mtok);
@@ -332,16 +346,20 @@ static void recommend(capacity_result *r) {
   const store_cap_layout *u = &r->layouts[r->runner_up];
   layout_name(u, b, sizeof b);
   if (u->cost_per_hour > w->cost_per_hour)
-    snprintf(r->note + len, sizeof r->note - (size_t)len, ". Runner-up: %s, up to %s%.3g req/s; "
-             "it lost on cost: %.2f/h more", b, u->capped ? ">= " : "", u->max_rate,
-             u->cost_per_hour - w->cost_per_hour);
+    snprintf(r->note + len, sizeof r->note - (size_t)len,
+             ". Runner-up: %s, up to %s%.3g req/s; "
+             "it lost on cost: %.2f/h more",
+             b, u->capped ? ">= " : "", u->max_rate, u->cost_per_hour - w->cost_per_hour);
   else if (u->max_rate < w->max_rate)
-    snprintf(r->note + len, sizeof r->note - (size_t)len, ". Runner-up: %s, up to %s%.3g req/s; "
-             "same cost, it lost on capacity (%.0f%% of the recommended)", b,
-             u->capped ? ">= " : "", u->max_rate, 100 * u->max_rate / w->max_rate);
+    snprintf(r->note + len, sizeof r->note - (size_t)len,
+             ". Runner-up: %s, up to %s%.3g req/s; "
+             "same cost, it lost on capacity (%.0f%% of the recommended)",
+             b, u->capped ? ">= " : "", u->max_rate, 100 * u->max_rate / w->max_rate);
   else
-    snprintf(r->note + len, sizeof r->note - (size_t)len, ". Runner-up: %s, up to %s%.3g req/s; "
-             "same cost and capacity, it lost on %s", b, u->capped ? ">= " : "", u->max_rate,
+    snprintf(r->note + len, sizeof r->note - (size_t)len,
+             ". Runner-up: %s, up to %s%.3g req/s; "
+             "same cost and capacity, it lost on %s",
+             b, u->capped ? ">= " : "", u->max_rate,
              u->gpus > w->gpus ? "GPU count" : "the search order");
 }
 
@@ -365,7 +383,8 @@ static sc_status search_share(search *x, const int *kind_of, int w, int jobs, in
     st = search_layout(x, i, err);
     if (st == SC_OK && fd >= 0) {
       int n = r->n_points - first;
-      bool ok = write_all(fd, &i, sizeof i) && write_all(fd, &r->layouts[i], sizeof r->layouts[i]) &&
+      bool ok = write_all(fd, &i, sizeof i) &&
+                write_all(fd, &r->layouts[i], sizeof r->layouts[i]) &&
                 write_all(fd, &n, sizeof n) &&
                 write_all(fd, r->points + first, (size_t)n * sizeof *r->points);
       if (!ok) st = sc_fail(err, SC_IO, "capacity: a worker could not write its results");
@@ -460,8 +479,10 @@ static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_err
         b->cap = cap;
       }
       ssize_t got = read(b->fd, b->p + b->n, b->cap - b->n);
-      if (got > 0) b->n += (size_t)got;
-      else if (got == 0 || errno != EINTR) b->eof = true;
+      if (got > 0)
+        b->n += (size_t)got;
+      else if (got == 0 || errno != EINTR)
+        b->eof = true;
     }
   }
   for (int k = 0; k < started; k++) {
@@ -486,12 +507,15 @@ static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_err
       if (li == -1) break;
       if (li == -2) {
         sc_status ws = SC_IO;
-        if (take(&w[k], &off, &ws, sizeof ws) && take(&w[k], &off, err, sizeof *err)) st = ws;
-        else st = sc_fail(err, SC_IO, "capacity: worker %d failed", k);
+        if (take(&w[k], &off, &ws, sizeof ws) && take(&w[k], &off, err, sizeof *err))
+          st = ws;
+        else
+          st = sc_fail(err, SC_IO, "capacity: worker %d failed", k);
         break;
       }
       int n = 0;
-      if (li < 0 || li >= r->n_layouts || !take(&w[k], &off, &r->layouts[li], sizeof r->layouts[li]) ||
+      if (li < 0 || li >= r->n_layouts ||
+          !take(&w[k], &off, &r->layouts[li], sizeof r->layouts[li]) ||
           !take(&w[k], &off, &n, sizeof n) || n < 0 ||
           !(pts[li] = malloc((size_t)(n ? n : 1) * sizeof **pts)) ||
           !take(&w[k], &off, pts[li], (size_t)n * sizeof **pts)) {
@@ -509,8 +533,10 @@ static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_err
     }
     for (int j = 0; j < npts[i] && st == SC_OK; j++) {
       store_cap_point *p = new_point(x, err);
-      if (!p) st = SC_OOM;
-      else *p = pts[i][j];
+      if (!p)
+        st = SC_OOM;
+      else
+        *p = pts[i][j];
     }
   }
   for (int i = 0; pts && i < r->n_layouts; i++) free(pts[i]);
@@ -592,8 +618,9 @@ sc_status capacity_search(const scenario *base, const capacity_options *o, capac
   }
   int jobs = opt.jobs > 1 ? opt.jobs : 1;
   if (jobs > out->n_layouts) jobs = out->n_layouts;
-  if (st == SC_OK) st = jobs > 1 ? search_parallel(&x, kind_of, jobs, err)
-                                 : search_share(&x, kind_of, 0, 1, -1, err);
+  if (st == SC_OK)
+    st = jobs > 1 ? search_parallel(&x, kind_of, jobs, err)
+                  : search_share(&x, kind_of, 0, 1, -1, err);
   free(kind_of);
   free(s);
   if (st != SC_OK) return st;

@@ -29,14 +29,14 @@ typedef struct capacity_kind {
 
 typedef struct capacity_options {
   capacity_kind kinds[CAP_MAX_KINDS];
-  int n_kinds;        // 0: the scenario's profile with hardware.gpus GPUs, cost 1
-  double target_rate; // requests/s to serve; 0: the scenario's first rate phase's rate
+  int n_kinds;             // 0: the scenario's profile with hardware.gpus GPUs, cost 1
+  double target_rate;      // requests/s to serve; 0: the scenario's first rate phase's rate
   double rate_lo, rate_hi; // the search range (requests/s); 0: target / 8 and target x 4
-  int iters;          // probes per layout, less 2 (default 6): what bracketing leaves bisects
-  scn_record record;  // the probes' level (default summary; tokens is allowed)
-  FILE *progress;     // a line per layout (NULL: none)
-  int jobs;           // worker processes searching layouts at once (<= 1: none, this process);
-                      // the result is the same for any count
+  int iters;               // probes per layout, less 2 (default 6): what bracketing leaves bisects
+  scn_record record;       // the probes' level (default summary; tokens is allowed)
+  FILE *progress;          // a line per layout (NULL: none)
+  int jobs;                // worker processes searching layouts at once (<= 1: none, this process);
+                           // the result is the same for any count
 } capacity_options;
 
 capacity_options capacity_options_defaults(void);
@@ -46,13 +46,13 @@ typedef struct capacity_result {
   int iters;
   store_cap_layout *layouts; // (n_layouts) every layout searched, kinds in order given
   int n_layouts;
-  store_cap_point *points;   // (n_points) every probe, in the order simulated
+  store_cap_point *points; // (n_points) every probe, in the order simulated
   int n_points;
-  int best, runner_up;       // layout indexes (-1 none): the cheapest serving target_rate
-  char note[1024];            // the recommendation and why the runner-up lost, or the refusal
-                             // naming the best layout found
-  char slo[512];             // the SLOs as text
-  char costs[256];           // the costs as text
+  int best, runner_up; // layout indexes (-1 none): the cheapest serving target_rate
+  char note[1024];     // the recommendation and why the runner-up lost, or the refusal
+                       // naming the best layout found
+  char slo[512];       // the SLOs as text
+  char costs[256];     // the costs as text
 } capacity_result;
 
 // Searches s (a sim scenario with SLOs and only rate phases; it is copied, never changed).

@@ -35,8 +35,7 @@ static scenario *load(const char *ttft) {
   snprintf(text, sizeof text, SCN, ttft);
   sc_error err = {{0}};
   scenario *s = NULL;
-  cr_assert_eq(scenario_parse(text, strlen(text), "cap.yaml", ".", &s, &err), SC_OK, "%s",
-               err.msg);
+  cr_assert_eq(scenario_parse(text, strlen(text), "cap.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
   return s;
 }
 
@@ -60,7 +59,8 @@ Test(capacity, picks_the_known_best_layout_on_a_constructed_case) {
   cr_assert_eq(capacity_search(s, &o, &r, &err), SC_OK, "%s", err.msg);
   int tp1 = find(&r, "tp1"), dp2 = find(&r, "dp2"), tp2 = find(&r, "tp2");
   cr_assert(tp1 >= 0 && dp2 >= 0 && tp2 >= 0, "layouts tp1, dp2 and tp2 were searched");
-  cr_expect_eq(r.n_points, r.n_layouts * (o.iters + 2), "every layout bracketed and bisected within its budget");
+  cr_expect_eq(r.n_points, r.n_layouts * (o.iters + 2),
+               "every layout bracketed and bisected within its budget");
   double c1 = r.layouts[tp1].max_rate, c2 = r.layouts[dp2].max_rate;
   cr_assert(c1 > 4 && c1 < 256, "tp1's capacity is inside the range: %g", c1);
   cr_expect(c2 > 1.6 * c1, "dp2 serves about twice tp1: %g against %g", c2, c1);
@@ -128,8 +128,10 @@ Test(capacity, the_search_is_deterministic_stored_and_reported) {
   const char *dir = sc_test_tmpdir("cap-cli-out");
   char out[2][16384], args[2048], html[2][1200];
   for (int k = 0; k < 2; k++) {
-    snprintf(args, sizeof args, "capacity %s --iters 3 --rate-range 4:64 --cost h100-sxm=2.5 "
-             "--db %s/c.db --out %s/r%d --quiet --jobs %d", sc, dir, dir, k, k + 1);
+    snprintf(args, sizeof args,
+             "capacity %s --iters 3 --rate-range 4:64 --cost h100-sxm=2.5 "
+             "--db %s/c.db --out %s/r%d --quiet --jobs %d",
+             sc, dir, dir, k, k + 1);
     cr_assert_eq(sc_test_run_cli_clean(args, out[k], sizeof out[k]), 0, "%s", out[k]);
     snprintf(html[k], sizeof html[k], "%s/r%d/index.html", dir, k);
   }
@@ -147,11 +149,14 @@ Test(capacity, the_search_is_deterministic_stored_and_reported) {
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM (SELECT layout, idx, rate, pass, "
                               "ttft_p95_ms FROM capacity_point WHERE capacity_id = 1 EXCEPT "
                               "SELECT layout, idx, rate, pass, ttft_p95_ms FROM capacity_point "
-                              "WHERE capacity_id = 2)"), 0);
+                              "WHERE capacity_id = 2)"),
+               0);
   cr_expect_gt(sc_test_q1(db, "SELECT count(*) FROM capacity_point WHERE capacity_id = 1"), 0);
   // a search no layout passes exits 1 naming the best found
-  snprintf(args, sizeof args, "capacity %s --iters 2 --rate 500 --rate-range 4:64 --db %s/c.db "
-           "--out %s/r2 --quiet", sc, dir, dir);
+  snprintf(args, sizeof args,
+           "capacity %s --iters 2 --rate 500 --rate-range 4:64 --db %s/c.db "
+           "--out %s/r2 --quiet",
+           sc, dir, dir);
   cr_expect_eq(sc_test_run_cli_clean(args, out[0], sizeof out[0]), 1, "%s", out[0]);
   cr_expect(strstr(out[0], "shardcheck capacity: no layout serves 500 req/s") != NULL, "%s",
             out[0]);

@@ -69,7 +69,8 @@ static char *rows(store *db, const char *sql, int64_t run) {
 static long long count(store *db, const char *table, int64_t run) {
   char sql[256];
   if (!strcmp(table, "token"))
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM token t JOIN request r ON r.id = "
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM token t JOIN request r ON r.id = "
              "t.request_id WHERE r.run_id = ?1");
   else
     snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE run_id = ?1", table);
@@ -127,8 +128,8 @@ Test(record, metrics_and_verdicts_are_identical_at_every_level) {
   free(cfg);
   // the report is still written from a summary-only run
   report_result rr;
-  report_options opt = {.out_dir = sc_test_tmpdir("record-report"), .run_ids = &run[2],
-                        .n_runs = 1};
+  report_options opt = {
+      .out_dir = sc_test_tmpdir("record-report"), .run_ids = &run[2], .n_runs = 1};
   cr_expect_eq(report_write(store_db(db), &opt, &rr, &err), SC_OK, "%s", err.msg);
   store_close(db);
 }
@@ -146,8 +147,10 @@ Test(record, a_bad_level_and_faults_below_tokens_exit_2_naming_them) {
   snprintf(args, sizeof args, "validate %s", sc);
   cr_expect_eq(sc_test_run_cli_clean(args, out, sizeof out), 2, "%s", out);
   cr_expect(strstr(out, "b.yaml:16:") != NULL && strstr(out, "record") != NULL, "%s", out);
-  snprintf(text, sizeof text, "%srecord: requests\nfaults:\n  - {at: 1s, kill: replica, "
-           "target: replica1}\n", BASE);
+  snprintf(text, sizeof text,
+           "%srecord: requests\nfaults:\n  - {at: 1s, kill: replica, "
+           "target: replica1}\n",
+           BASE);
   sc = sc_test_write_tmp("record-cli3", "f.yaml", text);
   snprintf(args, sizeof args, "validate %s", sc);
   cr_expect_eq(sc_test_run_cli_clean(args, out, sizeof out), 2, "%s", out);
