@@ -1,6 +1,7 @@
 // Simulator speed: hours of simulated serving through the whole harness (runner, router,
 // scheduler, KV cache, cost model, recorder, SQLite), with every request, token time and step
-// recorded, timed on the wall clock.
+// recorded (or, with --record requests|summary, fewer rows: docs/schema.md), timed on the wall
+// clock.
 //
 // Default: llama3-8b bf16 on 4 simulated H100s as dp=4 (the most engine steps per simulated
 // second of the 4-GPU layouts), poisson arrivals at 10 requests/s for 1 hour (36,000
@@ -27,17 +28,19 @@ static long long count(sqlite3 *db, const char *sql) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_sim [--hours H] [--rate R] [--layout dp4|tp4|tp2dp2] [--db PATH]\n");
+  fprintf(stderr, "usage: bench_sim [--hours H] [--rate R] [--layout dp4|tp4|tp2dp2] [--db PATH]\n"
+                  "                 [--record tokens|requests|summary]\n");
 }
 
 int main(int argc, char **argv) {
   double hours = 1, rate = 10;
-  const char *layout = "dp4", *db_path = NULL;
+  const char *layout = "dp4", *db_path = NULL, *record = "tokens";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--hours") && i + 1 < argc) hours = atof(argv[++i]);
     else if (!strcmp(argv[i], "--rate") && i + 1 < argc) rate = atof(argv[++i]);
     else if (!strcmp(argv[i], "--layout") && i + 1 < argc) layout = argv[++i];
     else if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
+    else if (!strcmp(argv[i], "--record") && i + 1 < argc) record = argv[++i];
     else {
       usage();
       return 2;
@@ -59,8 +62,9 @@ int main(int argc, char **argv) {
            "  phases:\n"
            "    - {name: steady, rate: %g, arrival: poisson, duration: %gs}\n"
            "limits: {request_timeout: 600s}\n"
-           "seed: 1\n",
-           dep, rate, hours * 3600);
+           "seed: 1\n"
+           "record: %s\n",
+           dep, rate, hours * 3600, record);
   sc_error err = {{0}};
   scenario *s = NULL;
   if (scenario_parse(text, strlen(text), "bench-sim", ".", &s, &err) != SC_OK) {
@@ -93,7 +97,8 @@ int main(int argc, char **argv) {
   long long toks = count(q, "SELECT count(*) FROM token");
   long long steps = count(q, "SELECT count(*) FROM step");
   double sim_s = res.wall_s; // the run's clock is the virtual one
-  printf("layout %s, %g req/s for %g h simulated: run %s\n", layout, rate, hours, res.status);
+  printf("layout %s, %g req/s for %g h simulated, record %s: run %s\n", layout, rate, hours,
+         record, res.status);
   printf("| wall s | simulated s | x real time | requests | requests / wall s | tokens | steps |"
          " events / wall s |\n");
   printf("| %.2f | %.0f | %.0f | %lld | %.0f | %lld | %lld | %.0f |\n", wall, sim_s, sim_s / wall,

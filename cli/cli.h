@@ -27,6 +27,7 @@ int cmd_baseline(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_capacity(int argc, char **argv);
 
 // Maps a library status to an exit code (SC_INVALID and SC_IO on input -> 2, else 3).
 int cli_exit_code(sc_status s);

@@ -23,10 +23,11 @@ static void usage(FILE *f) {
           "usage: shardcheck run FILE [--db PATH] [--out DIR] [--seed N] [--junit PATH]\n"
           "                      [--mode real|sim] [--profile NAME|FILE.yaml]\n"
           "                      [--repeat N] [--group RUN] [--sensitivity PCT] [--quiet]\n"
-          "                      [--no-report]\n\n"
+          "                      [--no-report] [--record tokens|requests|summary]\n\n"
           "Runs the scenario FILE: every deployment in turn, every phase of its workload, on\n"
           "the real engine (mode real) or on simulated GPUs in virtual time (mode sim). Every\n"
-          "request, token time, engine step and device sample goes to the SQLite database;\n"
+          "request, token time, engine step and device sample goes to the SQLite database\n"
+          "(fewer with --record);\n"
           "at the end the metrics, the SLO verdicts, the plots and index.html are written,\n"
           "and the verdict table is printed.\n\n"
           "  --db PATH      results database, created when absent (default results.db)\n"
@@ -53,7 +54,14 @@ static void usage(FILE *f) {
           "                 (docs/simulator.md)\n"
           "  --quiet        no progress lines or notes (the verdict table is still printed)\n"
           "  --no-report    skip the plots and index.html (`shardcheck report` makes them\n"
-          "                 later)\n\n"
+          "                 later)\n"
+          "  --record L     override the scenario's record key: what rows the run writes\n"
+          "                 besides its summaries (metrics, verdicts): tokens (default: request,\n"
+          "                 token, step and device-sample rows), requests (request and\n"
+          "                 device-sample rows only), summary (none of them). The metrics are\n"
+          "                 the same at every level; plots drawn from token or step rows are\n"
+          "                 empty below tokens, and scenarios with faults need tokens\n"
+          "                 (docs/schema.md)\n\n"
           "Ctrl-C stops cleanly: requests in flight are recorded as cancelled and the run as\n"
           "interrupted.\n"
           "exit codes: 0 every SLO holds, 1 an SLO failed, 2 bad input, 3 the run failed,\n"
@@ -106,6 +114,12 @@ int cmd_run(int argc, char **argv) {
         return cli_usage_error("run", "--mode needs real or sim, got", ov.mode);
     } else if (!strcmp(a, "--profile") && has_val) {
       ov.profile = argv[++i];
+    } else if (!strcmp(a, "--record") && has_val) {
+      ov.record = argv[++i];
+      scn_record lvl;
+      if (!scenario_record_parse(ov.record, &lvl))
+        return cli_usage_error("run", "--record needs tokens, requests or summary, got",
+                               ov.record);
     } else if (!strcmp(a, "--repeat") && has_val) {
       if (!cli_parse_int(argv[++i], 1, 64, &repeat))
         return cli_usage_error("run", "--repeat needs a count from 1 to 64, got", argv[i]);

@@ -17,6 +17,7 @@ static const struct {
     {"baseline", cmd_baseline, "mark a run as the baseline of its scenario"},
     {"generate", cmd_generate, "run one prompt through a sharded engine and print the tokens"},
     {"plan", cmd_plan, "list every tp x pp x dp layout with its memory per GPU"},
+    {"capacity", cmd_capacity, "the cheapest GPUs and layout serving a rate within the SLO (sim)"},
     {"model", cmd_model, "model utilities: `model gen` writes random weights for a preset"},
     {"serve", cmd_serve, "serve a model over an OpenAI-compatible HTTP API (real or sim)"},
     {"import", cmd_import, "store a published per-request trace (vLLM, LLMServingSim) as a run"},

@@ -1,4 +1,5 @@
-// Small helpers every floor uses: qsort comparators and the median. Header-only; no state.
+// Small helpers every floor uses: qsort comparators, the median and a sort for many doubles.
+// Header-only but for sc_sort_doubles (kernels/sort.c); no state.
 // Kept here, on the lowest floor, so that no module grows its own copy (docs/design.md).
 #pragma once
 
@@ -18,6 +19,10 @@ static inline int sc_cmp_u64(const void *pa, const void *pb) {
   uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
   return (a > b) - (a < b);
 }
+
+// Sorts v[0..n) ascending in place, NaNs last: the order qsort with sc_cmp_double gives, in
+// linear time (a radix sort; qsort below a few hundred values or when memory runs out).
+void sc_sort_doubles(double *v, size_t n);
 
 // The median of v[0..n) (sorts v in place): the middle value, or the mean of the two middle
 // values when n is even. `empty` when n <= 0.

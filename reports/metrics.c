@@ -40,7 +40,7 @@ void mt_dist_of(double *values, int n, mt_dist *out) {
     *out = (mt_dist){0, NAN, NAN, NAN, NAN, NAN, NAN};
     return;
   }
-  qsort(values, (size_t)n, sizeof values[0], sc_cmp_double);
+  sc_sort_doubles(values, (size_t)n);
   double sum = 0;
   for (int i = 0; i < n; i++) sum += values[i];
   out->n = n;

@@ -849,7 +849,8 @@ sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
 
 // --- the metrics audit
 
-int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, size_t cap) {
+int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, bool token_rows, char *why,
+                     size_t cap) {
   // The formulas of docs/metrics.md, once more in SQL: warm-up requests are not counted;
   // latencies are over completed (ok) requests, TPOT over those with two tokens or more.
   static const char *const sql =
@@ -883,7 +884,7 @@ int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, siz
   sqlite3_finalize(st);
   rq_metric_cache mc = {0};
   int bad = 0;
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < (token_rows ? N : N - 1); i++) {
     double stored = rq_metric(db, &mc, run_id, dep_id, 0, NULL, names[i]);
     bool same = (isnan(stored) && isnan(rows[i])) ||
                 fabs(stored - rows[i]) <= 1e-6 * fmax(1.0, fabs(rows[i]));
@@ -941,5 +942,125 @@ sc_status rq_request_times(sqlite3 *db, int64_t run_id, rq_req_time **out, int *
   }
   *out = v;
   *n = k;
+  return SC_OK;
+}
+
+// --- capacity searches
+
+static void col_str(sqlite3_stmt *st, int i, char *out, size_t n) {
+  const char *v = (const char *)sqlite3_column_text(st, i);
+  snprintf(out, n, "%s", v ? v : "");
+}
+
+void rq_capacity_free(rq_capacity *c) {
+  if (!c) return;
+  free(c->layouts);
+  free(c->points);
+  memset(c, 0, sizeof *c);
+}
+
+sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *err) {
+  memset(c, 0, sizeof *c);
+  sqlite3_stmt *st = NULL;
+  const char *head =
+      "SELECT id, scenario, record, started_at, git_rev, slo, costs, note, seed, target_rate, "
+      "rate_lo, rate_hi, iters, best, runner_up, served FROM capacity "
+      "WHERE id = ?1 OR (?1 = 0 AND id = (SELECT max(id) FROM capacity))";
+  if (sqlite3_prepare_v2(db, head, -1, &st, NULL) != SQLITE_OK)
+    return sc_fail(err, SC_IO, "reading capacity searches: %s", sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, id);
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW) {
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+      return sc_fail(err, SC_IO, "reading capacity search %lld: %s", (long long)id,
+                     sqlite3_errmsg(db));
+    if (id) return sc_fail(err, SC_INVALID, "no capacity search %lld in the database", (long long)id);
+    return sc_fail(err, SC_INVALID, "no capacity searches in the database");
+  }
+  c->id = sqlite3_column_int64(st, 0);
+  col_str(st, 1, c->scenario, sizeof c->scenario);
+  col_str(st, 2, c->record, sizeof c->record);
+  col_str(st, 3, c->started_at, sizeof c->started_at);
+  col_str(st, 4, c->git_rev, sizeof c->git_rev);
+  col_str(st, 5, c->slo, sizeof c->slo);
+  col_str(st, 6, c->costs, sizeof c->costs);
+  col_str(st, 7, c->note, sizeof c->note);
+  c->seed = sqlite3_column_int64(st, 8);
+  c->target_rate = sqlite3_column_double(st, 9);
+  c->rate_lo = sqlite3_column_double(st, 10);
+  c->rate_hi = sqlite3_column_double(st, 11);
+  c->iters = sqlite3_column_int(st, 12);
+  c->best = sqlite3_column_type(st, 13) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 13);
+  c->runner_up = sqlite3_column_type(st, 14) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 14);
+  c->served = sqlite3_column_int(st, 15) != 0;
+  sqlite3_finalize(st);
+  const char *ls = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
+                   "output_tok_s, cost_per_mtok, limit_text FROM capacity_layout "
+                   "WHERE capacity_id = ?1 ORDER BY idx";
+  if (sqlite3_prepare_v2(db, ls, -1, &st, NULL) != SQLITE_OK)
+    return sc_fail(err, SC_IO, "reading capacity layouts: %s", sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, c->id);
+  int cap = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (c->n_layouts == cap) {
+      cap = cap ? cap * 2 : 32;
+      store_cap_layout *p = realloc(c->layouts, (size_t)cap * sizeof *p);
+      if (!p) {
+        sqlite3_finalize(st);
+        rq_capacity_free(c);
+        return sc_fail(err, SC_OOM, "reading capacity layouts: out of memory");
+      }
+      c->layouts = p;
+    }
+    store_cap_layout *l = &c->layouts[c->n_layouts++];
+    memset(l, 0, sizeof *l);
+    col_str(st, 0, l->kind, sizeof l->kind);
+    l->tp = sqlite3_column_int(st, 1);
+    l->pp = sqlite3_column_int(st, 2);
+    l->dp = sqlite3_column_int(st, 3);
+    l->gpus = sqlite3_column_int(st, 4);
+    col_str(st, 5, l->label, sizeof l->label);
+    l->cost_per_hour = sqlite3_column_double(st, 6);
+    l->max_rate = col_real(st, 7);
+    l->capped = sqlite3_column_int(st, 8) != 0;
+    l->output_tok_s = col_real(st, 9);
+    l->cost_per_mtok = col_real(st, 10);
+    col_str(st, 11, l->limit, sizeof l->limit);
+  }
+  sqlite3_finalize(st);
+  const char *ps = "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "
+                   "output_tok_s, error_rate, failed FROM capacity_point WHERE capacity_id = ?1 "
+                   "ORDER BY layout, idx";
+  if (sqlite3_prepare_v2(db, ps, -1, &st, NULL) != SQLITE_OK) {
+    rq_capacity_free(c);
+    return sc_fail(err, SC_IO, "reading capacity points: %s", sqlite3_errmsg(db));
+  }
+  sqlite3_bind_int64(st, 1, c->id);
+  cap = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (c->n_points == cap) {
+      cap = cap ? cap * 2 : 128;
+      store_cap_point *p = realloc(c->points, (size_t)cap * sizeof *p);
+      if (!p) {
+        sqlite3_finalize(st);
+        rq_capacity_free(c);
+        return sc_fail(err, SC_OOM, "reading capacity points: out of memory");
+      }
+      c->points = p;
+    }
+    store_cap_point *p = &c->points[c->n_points++];
+    memset(p, 0, sizeof *p);
+    p->layout = sqlite3_column_int(st, 0);
+    p->rate = sqlite3_column_double(st, 1);
+    p->pass = sqlite3_column_int(st, 2) != 0;
+    p->ttft_p95_ms = col_real(st, 3);
+    p->tpot_p95_ms = col_real(st, 4);
+    p->e2el_p95_ms = col_real(st, 5);
+    p->output_tok_s = col_real(st, 6);
+    p->error_rate = col_real(st, 7);
+    col_str(st, 8, p->failed, sizeof p->failed);
+  }
+  sqlite3_finalize(st);
   return SC_OK;
 }

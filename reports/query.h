@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "kernels/status.h"
+#include "reports/store.h"
 
 // --- one run, as the reports show it (time columns: ns since the run's start; -1 for NULL)
 
@@ -290,8 +291,11 @@ sc_status rq_error_kinds(sqlite3 *db, int64_t run_id,
 // tokens, mean TTFT, TPOT and end-to-end latency, token rows of completed requests) and compares
 // each with the metric row mt_summarize wrote (relative 1e-6). Returns how many disagree, with
 // the first one in why ("tpot_mean_ms: 11.08 stored, 11.85 from the rows"); -1 with why set
-// when a query cannot be prepared. The rows must be written (the recorder drained).
-int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, char *why, size_t cap);
+// when a query cannot be prepared. The rows must be written (the recorder drained). Without
+// token_rows (a run recorded at level requests: no token rows) the token-row count is not
+// compared.
+int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, bool token_rows, char *why,
+                     size_t cap);
 
 // --- measured request times (runner/calibrate.c)
 
@@ -304,3 +308,25 @@ typedef struct rq_req_time {
 // caller frees) and *n. SC_INVALID when the run has none; SC_IO naming the query on a
 // database error (*out NULL then).
 sc_status rq_request_times(sqlite3 *db, int64_t run_id, rq_req_time **out, int *n, sc_error *err);
+
+// --- capacity searches (`shardcheck capacity`; the rows store_capacity_add wrote)
+
+typedef struct rq_capacity {
+  int64_t id;
+  char scenario[128], record[16], started_at[32], git_rev[48];
+  char slo[512], costs[256], note[1024];
+  int64_t seed;
+  double target_rate, rate_lo, rate_hi;
+  int iters;
+  int best, runner_up;         // layout indexes, -1 none
+  bool served;
+  store_cap_layout *layouts;   // (n_layouts) by idx
+  int n_layouts;
+  store_cap_point *points;     // (n_points) by layout, then the order simulated
+  int n_points;
+} rq_capacity;
+
+// Loads capacity search `id` (0: the newest) into *c (free with rq_capacity_free). SC_INVALID
+// "no capacity search N" when absent (or none at all), SC_IO on a database error, SC_OOM.
+sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *err);
+void rq_capacity_free(rq_capacity *c); // a zeroed one is a no-op

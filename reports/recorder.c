@@ -15,6 +15,11 @@
 
 typedef enum item_kind { IT_REQUEST, IT_STEP, IT_SAMPLE } item_kind;
 
+// Queued items that wake the writer. Below it the writer sleeps until a flush (periodic: the
+// runner asks every second of its clock) or a drain: waking it for each of a simulated run's
+// millions of rows cost a context switch per row on a 2-CPU host.
+enum { WAKE_ITEMS = 512 };
+
 typedef struct item {
   struct item *next;
   item_kind kind;
@@ -37,6 +42,7 @@ struct recorder {
   item *head, *tail;
   bool stop, flush, busy;
   unsigned long queued, written; // items
+  int pending;                   // items queued since the writer last took the list
   sc_status status;
   sc_error err;
 };
@@ -55,7 +61,7 @@ static void push(recorder *r, item *it) {
     r->head = it;
   r->tail = it;
   r->queued++;
-  pthread_cond_signal(&r->cv);
+  if (++r->pending >= WAKE_ITEMS) pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
 }
 
@@ -144,10 +150,11 @@ static void *writer(void *arg) {
   }
   pthread_mutex_lock(&r->mu);
   for (;;) {
-    while (!r->head && !r->flush && !r->stop) pthread_cond_wait(&r->cv, &r->mu);
+    while (!(r->pending >= WAKE_ITEMS || r->flush || r->stop)) pthread_cond_wait(&r->cv, &r->mu);
     if (!r->head && !r->flush && r->stop) break;
     item *batch = r->head;
     r->head = r->tail = NULL;
+    r->pending = 0;
     bool flush = r->flush;
     r->flush = false;
     r->busy = true;

@@ -33,6 +33,20 @@ typedef struct report_result {
 // run that does not exist; SC_IO when out_dir cannot be written.
 sc_status report_write(sqlite3 *db, const report_options *o, report_result *res, sc_error *err);
 
+// --- capacity searches (reports/report_capacity.c; docs/capacity.md)
+
+typedef struct rq_capacity rq_capacity; // reports/query.h
+
+// The table `shardcheck capacity` prints: one line per layout searched (the recommendation
+// marked *, the runner-up 2), then the recommendation or the refusal.
+void report_capacity_print(const rq_capacity *c, FILE *f);
+// Writes capacity.dat, capacity.gp, capacity.svg (when gnuplot runs; program as in
+// report_options.gnuplot, NULL: $SHARDCHECK_GNUPLOT, else "gnuplot" on PATH) and index.html of
+// capacity search id (0: the newest) into dir. The same stored search gives the same files.
+// A missing gnuplot is no error (res->plots_skipped). SC_INVALID for no such search; SC_IO.
+sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const char *gnuplot,
+                                report_result *res, sc_error *err);
+
 // Prints the verdict table of a run (each deployment x SLO: expected, actual, pass/FAIL) and a
 // per-deployment summary line; "no SLOs" when the run has none.
 sc_status report_print_verdicts(sqlite3 *db, int64_t run_id, FILE *f, sc_error *err);

@@ -6,7 +6,7 @@
 // This file holds only the DDL; reports/store.c opens, migrates and writes.
 #include "reports/store.h"
 
-const int store_schema_version = 2;
+const int store_schema_version = 3;
 
 // An external server's scraped figures (store_server_sample_add creates it on first use).
 const char *const store_server_sample_sql =
@@ -159,4 +159,47 @@ const char *const store_schema_sql =
     "  op TEXT NOT NULL,\n"              // <= or >=
     "  expected REAL NOT NULL,\n"
     "  actual REAL,\n"                   // NULL: no data (counts as a failure)
-    "  pass INTEGER NOT NULL);\n";
+    "  pass INTEGER NOT NULL);\n"
+    // version 3: capacity searches (`shardcheck capacity`, docs/capacity.md)
+    "CREATE TABLE IF NOT EXISTS capacity(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  scenario TEXT NOT NULL,\n"
+    "  scenario_text TEXT NOT NULL,\n"
+    "  git_rev TEXT,\n"
+    "  started_at TEXT NOT NULL,\n"      // UTC, ISO 8601
+    "  record TEXT NOT NULL,\n"          // the probes' recording level
+    "  seed INTEGER NOT NULL,\n"
+    "  target_rate REAL NOT NULL,\n"     // requests/s to serve
+    "  rate_lo REAL NOT NULL,\n"         // the search range, requests/s
+    "  rate_hi REAL NOT NULL,\n"
+    "  iters INTEGER NOT NULL,\n"        // --iters: probes per layout less 2
+    "  slo TEXT,\n"                      // e.g. \"ttft_p95_ms <= 500, tpot_p95_ms <= 50\"
+    "  costs TEXT,\n"                    // cost per GPU-hour per kind
+    "  best INTEGER,\n"                  // capacity_layout.idx of the recommendation, NULL none
+    "  runner_up INTEGER,\n"
+    "  served INTEGER NOT NULL,\n"       // 1 when a layout serves target_rate
+    "  note TEXT);\n"                    // the recommendation, or why none
+    "CREATE TABLE IF NOT EXISTS capacity_layout(\n"
+    "  capacity_id INTEGER NOT NULL REFERENCES capacity(id),\n"
+    "  idx INTEGER NOT NULL,\n"
+    "  kind TEXT NOT NULL,\n"            // hardware profile
+    "  tp INTEGER NOT NULL, pp INTEGER NOT NULL, dp INTEGER NOT NULL, gpus INTEGER NOT NULL,\n"
+    "  label TEXT NOT NULL,\n"
+    "  cost_per_hour REAL NOT NULL,\n"
+    "  max_rate REAL,\n"                 // NULL: no rate of the range passed
+    "  capped INTEGER NOT NULL,\n"       // passed at rate_hi: capacity may be higher
+    "  output_tok_s REAL,\n"             // at max_rate
+    "  cost_per_mtok REAL,\n"            // cost per million output tokens at max_rate
+    "  limit_text TEXT,\n"               // what failed just above max_rate
+    "  PRIMARY KEY(capacity_id, idx)) WITHOUT ROWID;\n"
+    "CREATE TABLE IF NOT EXISTS capacity_point(\n"
+    "  capacity_id INTEGER NOT NULL REFERENCES capacity(id),\n"
+    "  layout INTEGER NOT NULL,\n"       // capacity_layout.idx
+    "  idx INTEGER NOT NULL,\n"          // order simulated
+    "  rate REAL NOT NULL,\n"
+    "  pass INTEGER NOT NULL,\n"
+    "  ttft_p95_ms REAL, tpot_p95_ms REAL, e2el_p95_ms REAL,\n"
+    "  output_tok_s REAL,\n"
+    "  error_rate REAL,\n"
+    "  failed TEXT,\n"                   // the first SLO that failed, or why the run failed
+    "  PRIMARY KEY(capacity_id, layout, idx)) WITHOUT ROWID;\n";

@@ -230,9 +230,9 @@ static void utc_now(char *buf, size_t cap) {
 
 // --- opening
 
-// Migrates a version 1 file to version 2 in one transaction: adds run.repeat_group and
-// run.repeat_index, and the tables added since (fault_window; the schema text only creates
-// what is missing). Another process may have migrated it between our read and the lock:
+// Migrates a version 1 file to version 3 in one transaction: adds run.repeat_group and
+// run.repeat_index, and the tables added since (fault_window, the capacity tables; the schema
+// text only creates what is missing). Another process may have migrated it between our read and the lock:
 // then there is nothing left to do. On error the file is left as it was.
 static sc_status migrate_v1(store *s, sc_error *err) {
   SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema from version 1", err));
@@ -246,9 +246,22 @@ static sc_status migrate_v1(store *s, sc_error *err) {
                      : exec_sql(s,
                                 "ALTER TABLE run ADD COLUMN repeat_group INTEGER;"
                                 " ALTER TABLE run ADD COLUMN repeat_index INTEGER;"
-                                " UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+                                " UPDATE meta SET value = '3' WHERE key = 'schema_version';",
                                 "migrating the schema from version 1 to 2", err);
   if (r == SC_OK) r = exec_sql(s, store_schema_sql, "migrating the schema from version 1", err);
+  if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema migration", err);
+  if (r != SC_OK) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  return r;
+}
+
+// Migrates a version 2 file to version 3 in one transaction: the capacity tables (the schema
+// text only creates what is missing). On error the file is left as it was.
+static sc_status migrate_v2(store *s, sc_error *err) {
+  SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema from version 2", err));
+  sc_status r = exec_sql(s, store_schema_sql, "migrating the schema from version 2", err);
+  if (r == SC_OK)
+    r = exec_sql(s, "UPDATE meta SET value = '3' WHERE key = 'schema_version'",
+                 "migrating the schema from version 2 to 3", err);
   if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema migration", err);
   if (r != SC_OK) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
   return r;
@@ -304,7 +317,9 @@ static sc_status check_schema(store *s, bool *empty, sc_error *err) {
                    s->path, version, store_schema_version);
   // Version 1 lacks run.repeat_group and run.repeat_index: added in place when the file is
   // opened for writing (a reader sees every run as its own group).
+  // Version 2 lacks the capacity tables (a reader sees no searches).
   if (version == 1 && !s->readonly) return migrate_v1(s, err);
+  if (version == 2 && !s->readonly) return migrate_v2(s, err);
   return SC_OK;
 }
 
@@ -364,6 +379,7 @@ static sc_status open_common(const char *path, bool readonly, store **out, sc_er
   if ((r = exec_sql(s, "PRAGMA journal_mode=WAL", "switching to WAL", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA synchronous=NORMAL", "setting synchronous", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA temp_store=MEMORY", "setting temp_store", err)) != SC_OK ||
+      (r = exec_sql(s, "PRAGMA cache_size=-65536", "setting cache_size", err)) != SC_OK ||
       (r = exec_sql(s, "PRAGMA foreign_keys=ON", "setting foreign_keys", err)) != SC_OK)
     goto fail;
   if (empty) {
@@ -905,4 +921,110 @@ sc_status store_run_get(store *s, int64_t id, store_run_row *out, sc_error *err)
   if (rc == SQLITE_DONE)
     return sc_fail(err, SC_INVALID, "no run %lld in %s", (long long)id, s->path);
   return db_fail(s, rc, prepared ? "reading a run" : "preparing a statement", err);
+}
+
+// --- capacity searches
+
+sc_status store_capacity_add(store *s, const store_cap_search *c, const store_cap_layout *layouts,
+                             int n_layouts, const store_cap_point *points, int n_points,
+                             int64_t *id, sc_error *err) {
+  char now[32];
+  utc_now(now, sizeof now);
+  SC_TRY(tx_begin(s, err));
+  SC_TRY(exec_k(s, ST_SP_BEGIN, "opening a savepoint", err));
+  sqlite3_stmt *st = NULL;
+  sc_status r = SC_OK;
+  int rc = sqlite3_prepare_v2(
+      s->db,
+      "INSERT INTO capacity(scenario, scenario_text, git_rev, started_at, record, seed, "
+      "target_rate, rate_lo, rate_hi, iters, slo, costs, best, runner_up, served, note) "
+      "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL);
+  if (rc != SQLITE_OK) r = db_fail(s, rc, "preparing the capacity row", err);
+  if (r == SC_OK) {
+    bind_text(st, 1, c->scenario);
+    bind_text(st, 2, c->scenario_text ? c->scenario_text : "");
+    bind_text(st, 3, c->git_rev && *c->git_rev ? c->git_rev : NULL);
+    bind_text(st, 4, now);
+    bind_text(st, 5, c->record);
+    bind_i64(st, 6, (int64_t)c->seed);
+    sqlite3_bind_double(st, 7, c->target_rate);
+    sqlite3_bind_double(st, 8, c->rate_lo);
+    sqlite3_bind_double(st, 9, c->rate_hi);
+    bind_i64(st, 10, c->iters);
+    bind_text(st, 11, c->slo);
+    bind_text(st, 12, c->costs);
+    if (c->best >= 0) bind_i64(st, 13, c->best);
+    if (c->runner_up >= 0) bind_i64(st, 14, c->runner_up);
+    bind_i64(st, 15, c->served ? 1 : 0);
+    bind_text(st, 16, c->note);
+    r = exec_stmt(s, st, "inserting the capacity row", err);
+  }
+  sqlite3_finalize(st);
+  int64_t cid = sqlite3_last_insert_rowid(s->db);
+  st = NULL;
+  if (r == SC_OK) {
+    rc = sqlite3_prepare_v2(s->db,
+                            "INSERT INTO capacity_layout(capacity_id, idx, kind, tp, pp, dp, "
+                            "gpus, label, cost_per_hour, max_rate, capped, output_tok_s, "
+                            "cost_per_mtok, limit_text) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                            -1, &st, NULL);
+    if (rc != SQLITE_OK) r = db_fail(s, rc, "preparing a capacity_layout row", err);
+  }
+  for (int i = 0; r == SC_OK && i < n_layouts; i++) {
+    const store_cap_layout *l = &layouts[i];
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    bind_i64(st, 1, cid);
+    bind_i64(st, 2, i);
+    bind_text(st, 3, l->kind);
+    bind_i64(st, 4, l->tp);
+    bind_i64(st, 5, l->pp);
+    bind_i64(st, 6, l->dp);
+    bind_i64(st, 7, l->gpus);
+    bind_text(st, 8, l->label);
+    sqlite3_bind_double(st, 9, l->cost_per_hour);
+    bind_real_opt(st, 10, l->max_rate);
+    bind_i64(st, 11, l->capped ? 1 : 0);
+    bind_real_opt(st, 12, l->output_tok_s);
+    bind_real_opt(st, 13, l->cost_per_mtok);
+    bind_text(st, 14, l->limit[0] ? l->limit : NULL);
+    r = exec_stmt(s, st, "inserting a capacity_layout row", err);
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  if (r == SC_OK) {
+    rc = sqlite3_prepare_v2(s->db,
+                            "INSERT INTO capacity_point(capacity_id, layout, idx, rate, pass, "
+                            "ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, output_tok_s, error_rate, "
+                            "failed) VALUES(?,?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL);
+    if (rc != SQLITE_OK) r = db_fail(s, rc, "preparing a capacity_point row", err);
+  }
+  for (int i = 0; r == SC_OK && i < n_points; i++) {
+    const store_cap_point *p = &points[i];
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    bind_i64(st, 1, cid);
+    bind_i64(st, 2, p->layout);
+    bind_i64(st, 3, i);
+    sqlite3_bind_double(st, 4, p->rate);
+    bind_i64(st, 5, p->pass ? 1 : 0);
+    bind_real_opt(st, 6, p->ttft_p95_ms);
+    bind_real_opt(st, 7, p->tpot_p95_ms);
+    bind_real_opt(st, 8, p->e2el_p95_ms);
+    bind_real_opt(st, 9, p->output_tok_s);
+    bind_real_opt(st, 10, p->error_rate);
+    bind_text(st, 11, p->failed[0] ? p->failed : NULL);
+    r = exec_stmt(s, st, "inserting a capacity_point row", err);
+  }
+  sqlite3_finalize(st);
+  if (r != SC_OK) {
+    sc_error ignored;
+    exec_k(s, ST_SP_ROLLBACK, "rolling back a capacity search", &ignored);
+  }
+  sc_error rel_err;
+  sc_status rel = exec_k(s, ST_SP_RELEASE, "releasing a savepoint", r == SC_OK ? err : &rel_err);
+  if (r == SC_OK) r = rel;
+  if (r == SC_OK) r = store_flush(s, err);
+  if (r == SC_OK && id) *id = cid;
+  return r;
 }

@@ -172,6 +172,53 @@ sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, con
                             const char *op, double expected, double actual, bool pass,
                             sc_error *err);
 
+// --- capacity searches (`shardcheck capacity`, runner/capacity.h; docs/capacity.md)
+
+// One simulated point: a layout at one request rate and what the SLOs said.
+typedef struct store_cap_point {
+  int layout;          // index into the search's layouts
+  double rate;         // requests/s offered
+  bool pass;           // every SLO held and the run completed
+  double ttft_p95_ms, tpot_p95_ms, e2el_p95_ms; // pooled, NaN when none
+  double output_tok_s; // output tokens/s delivered
+  double error_rate;
+  char failed[160];    // when !pass: the first SLO that failed ("ttft_p95_ms 812 > 500"), or
+                       // why the run did not complete
+} store_cap_point;
+
+// One layout searched: a GPU kind and tp x pp x dp, and what the bisection found.
+typedef struct store_cap_layout {
+  char kind[256];       // hardware profile name
+  int tp, pp, dp, gpus;
+  char label[32];       // "tp2-dp2"
+  double cost_per_hour; // gpus x the kind's cost per GPU-hour
+  double max_rate;      // the highest rate whose point passed; NaN: none passed
+  bool capped;          // it passed at the top of the range (its capacity may be higher)
+  double output_tok_s;  // at max_rate
+  double cost_per_mtok; // cost_per_hour / (output_tok_s x 3600) x 1e6 at max_rate
+  char limit[160];      // the failure of the lowest failing point above max_rate ("" none)
+} store_cap_layout;
+
+typedef struct store_cap_search {
+  const char *scenario, *scenario_text; // name and the file's text
+  const char *git_rev;                  // may be NULL
+  const char *record;                   // the probes' recording level
+  uint64_t seed;
+  double target_rate, rate_lo, rate_hi;
+  int iters;                            // --iters: probes per layout less 2
+  const char *slo;                      // the SLOs as text ("ttft_p95_ms <= 500, ...")
+  const char *costs;                    // cost per GPU-hour per kind as text
+  int best, runner_up;                  // layout indexes, -1 none
+  bool served;                          // best >= 0
+  const char *note;                     // the recommendation, or why none (a sentence)
+} store_cap_search;
+
+// Writes a search, its layouts and its points (layout indexes as given) in one transaction,
+// committed at once; *id the search's id. On error nothing is written.
+sc_status store_capacity_add(store *s, const store_cap_search *c, const store_cap_layout *layouts,
+                             int n_layouts, const store_cap_point *points, int n_points,
+                             int64_t *id, sc_error *err);
+
 // --- reading runs (shardcheck runs, report, gate)
 typedef struct store_run_row {
   int64_t id;

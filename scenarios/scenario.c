@@ -2280,11 +2280,12 @@ static void set_defaults(scenario *s) {
 
 static sc_status parse_root(ctx *c, struct fy_node *root) {
   scenario *s = c->s;
-  char mode[16] = "real";
+  char mode[16] = "real", record[16] = "tokens";
   const yaml_map_field f[] = {
       F_STR("name", s->name),
       F_STR("description", s->description),
       F_STR("mode", mode),
+      F_STR("record", record),
       F_CUSTOM("seed", &s->seed, parse_u64, "a non-negative integer"),
   };
   static const char *const nested[] = {"model",  "hardware", "deployments", "workload",
@@ -2310,6 +2311,11 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
     md = o;
   }
   s->mode = md ? SCN_MODE_SIM : SCN_MODE_REAL;
+  static const char *const records[] = {"tokens", "requests", "summary"};
+  int rec = 0;
+  SC_TRY(pick_key(c, &m, "record", record, records, 3, &rec));
+  if (c->ov && c->ov->record) scenario_record_parse(c->ov->record, (scn_record *)&rec);
+  s->record = (scn_record)rec;
   // A target scenario in mode sim predicts what the measurement will show: its `model` on its
   // `hardware.profile`, the same deployments, workload and faults, simulated (the target is
   // checked, then set aside).
@@ -2370,6 +2376,16 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
   if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
   for (int i = 0; i < s->n_faults; i++) SC_TRY(check_fault_target(c, &s->faults[i]));
+  if (s->record != SCN_RECORD_TOKENS && s->n_faults > 0) {
+    const char *lvl = scenario_record_name(s->record);
+    if (c->ov && c->ov->record)
+      return sc_fail(c->err, SC_INVALID, "%s: --record %s: this scenario has faults, whose "
+                     "verdicts (the request history, recovery) read token rows: use --record "
+                     "tokens", c->file, lvl);
+    return fail_at(c, mv_key(&m, "record"), NULL, "key 'record': %s, but the scenario has "
+                   "faults, whose verdicts (the request history, recovery) read token rows: "
+                   "record: tokens", lvl);
+  }
   if (mv_has(&m, "slo")) SC_TRY(parse_slo(c, mv_val(&m, "slo"), mv_key(&m, "slo")));
   if (mv_has(&m, "gate")) SC_TRY(parse_gate(c, mv_val(&m, "gate"), mv_key(&m, "gate")));
   return SC_OK;
@@ -2462,9 +2478,31 @@ sc_status scenario_load(const char *path, scenario **out, sc_error *err) {
   return scenario_load_with(path, NULL, out, err);
 }
 
+const char *scenario_record_name(scn_record r) {
+  switch (r) {
+  case SCN_RECORD_TOKENS: return "tokens";
+  case SCN_RECORD_REQUESTS: return "requests";
+  case SCN_RECORD_SUMMARY: return "summary";
+  }
+  return "tokens";
+}
+
+bool scenario_record_parse(const char *text, scn_record *out) {
+  for (int r = SCN_RECORD_TOKENS; r <= SCN_RECORD_SUMMARY; r++)
+    if (text && !strcmp(text, scenario_record_name((scn_record)r))) {
+      *out = (scn_record)r;
+      return true;
+    }
+  return false;
+}
+
 sc_status scenario_load_with(const char *path, const scn_overrides *ov, scenario **out,
                              sc_error *err) {
   *out = NULL;
+  scn_record rec;
+  if (ov && ov->record && !scenario_record_parse(ov->record, &rec))
+    return sc_fail(err, SC_INVALID, "--record: expected tokens, requests or summary, got "
+                   "'%.100s'", ov->record);
   if (ov && ov->mode && strcmp(ov->mode, "real") && strcmp(ov->mode, "sim"))
     return sc_fail(err, SC_INVALID, "--mode: expected real or sim, got '%.100s'", ov->mode);
   if (ov && ov->profile && !ov->profile[0])

@@ -28,6 +28,14 @@ enum {
 
 typedef enum scn_mode { SCN_MODE_REAL, SCN_MODE_SIM } scn_mode;
 
+// What a run writes besides its run, deployment, phase, metric, verdict and fault rows
+// (docs/schema.md, "Recording levels"); the metrics are the same at every level.
+typedef enum scn_record {
+  SCN_RECORD_TOKENS,   // request, token, step and device-sample rows (the default)
+  SCN_RECORD_REQUESTS, // request and device-sample rows: no token or step rows
+  SCN_RECORD_SUMMARY,  // none of them: only the summaries
+} scn_record;
+
 // --- model and hardware
 typedef struct scn_model {
   char source[1024];    // what the file says: a preset name, a preset .yaml path, or a
@@ -297,6 +305,7 @@ typedef struct scenario {
   scn_router router;
   scn_target target;   // key target (target.set: the deployments run an external server)
   uint64_t seed;       // key seed (default 0)
+  scn_record record;   // key record: tokens (default) | requests | summary
   // Things validation noticed that may still run (a launch command not on this machine's
   // PATH may exist on the GPU machine): `validate` and `run` print them.
   char warnings[SCN_MAX_WARNINGS][300];
@@ -311,6 +320,7 @@ typedef struct scenario {
 typedef struct scn_overrides {
   const char *mode;    // NULL: the file's; "real" | "sim"
   const char *profile; // NULL: the file's hardware.profile; a name or a .yaml path (as given)
+  const char *record;  // NULL: the file's record key; "tokens" | "requests" | "summary"
 } scn_overrides;
 
 // Reads and validates the file at path. On success *out owns everything (scenario_free); on
@@ -336,6 +346,9 @@ uint64_t scenario_phase_duration_ns(const scn_phase *p);
 bool scenario_isolates_processes(const scenario *s);
 const char *scenario_phase_kind_name(scn_phase_kind k); // "ramp", "rate", "fixed"
 const char *scenario_fault_kind_name(scn_fault_kind k); // "kill", "hang", ..., "chaos"
+const char *scenario_record_name(scn_record r);         // "tokens", "requests", "summary"
+// The level named by text into *out; false (and *out untouched) for anything else.
+bool scenario_record_parse(const char *text, scn_record *out);
 
 // One fault applied at once, as `shardcheck serve`'s POST /admin/faults takes it: text (YAML or
 // JSON: {"kill": "gpu", "target": "replica0.rank1"}) is one item of a `faults:` list without

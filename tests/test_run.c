@@ -274,13 +274,13 @@ Test(run, the_metrics_audit_finds_a_metric_that_disagrees_with_its_rows, .timeou
   sqlite3 *h = NULL;
   cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
   char why[200] = "";
-  cr_expect_eq(rq_metrics_audit(h, 1, 1, why, sizeof why), 0, "%s", why);
+  cr_expect_eq(rq_metrics_audit(h, 1, 1, true, why, sizeof why), 0, "%s", why);
   // a TPOT computed over n tokens instead of n - 1 reads low: the rows say otherwise
   cr_assert_eq(sqlite3_exec(h, "UPDATE metric SET value = value * 0.95 WHERE name = "
                                "'tpot_mean_ms' AND phase_id IS NULL AND class = ''",
                             NULL, NULL, NULL),
                SQLITE_OK);
-  cr_expect_eq(rq_metrics_audit(h, 1, 1, why, sizeof why), 1);
+  cr_expect_eq(rq_metrics_audit(h, 1, 1, true, why, sizeof why), 1);
   cr_expect(strstr(why, "tpot_mean_ms: "), "%s", why);
   // a token row the recorder lost: the completed requests' tokens no longer add up
   cr_assert_eq(sqlite3_exec(h, "DELETE FROM token WHERE (request_id, idx) = (SELECT t.request_id, "
@@ -288,7 +288,7 @@ Test(run, the_metrics_audit_finds_a_metric_that_disagrees_with_its_rows, .timeou
                                "q.status = 'ok' LIMIT 1)",
                             NULL, NULL, NULL),
                SQLITE_OK);
-  cr_expect_eq(rq_metrics_audit(h, 1, 1, why, sizeof why), 2);
+  cr_expect_eq(rq_metrics_audit(h, 1, 1, true, why, sizeof why), 2);
   sqlite3_close(h);
 }
 

@@ -174,7 +174,7 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   sqlite3 *db = store_db(s);
   char want[1024];
   expect_q(db, "PRAGMA journal_mode", "wal");
-  expect_q(db, "SELECT key, value FROM meta", "schema_version|2");
+  expect_q(db, "SELECT key, value FROM meta", "schema_version|3");
   snprintf(want, sizeof want,
            "%lld|rt|scenarios/rt.yaml|name: rt\nseed: 7\n|sim|sim|llama3-8b|abc1234|%s|%d|7|"
            "{\"block_size\":16}|NULL|complete|fail|0|0",
@@ -310,10 +310,28 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "2");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "3");
   expect_q(db, "SELECT count(*) FROM pragma_table_info('run') WHERE name IN ('repeat_group', "
                "'repeat_index')", "2");
   expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'fault_window'", "1");
+  expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'capacity%'", "3");
+  store_close(s);
+}
+
+Test(store, a_version_2_file_gets_the_capacity_tables_when_opened_for_writing) {
+  const char *path = db_path("migrate2");
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  sc_test_exec(path, "DROP TABLE capacity_point; DROP TABLE capacity_layout; DROP TABLE "
+                     "capacity; UPDATE meta SET value = '2' WHERE key = 'schema_version'");
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "2");
+  store_close(s);
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "3");
+  expect_q(store_db(s), "SELECT count(*) FROM sqlite_master WHERE name LIKE 'capacity%'", "3");
   store_close(s);
 }
 

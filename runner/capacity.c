@@ -1,0 +1,629 @@
+// The capacity search (see capacity.h): layouts per GPU kind from the memory planner, a
+// geometric bisection on the request rate per layout, each probe a simulated run, and the
+// recommendation. Not here: storing the search (reports/store.c), its table and HTML report
+// (cli/cmd_capacity.c, reports/report_capacity.c).
+#include "runner/capacity.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/hardware.h"
+#include "engine/memplan.h"
+#include "reports/query.h"
+#include "runner/runner.h"
+
+enum { MAX_LAYOUTS_PER_KIND = 256 };
+
+static bool write_all(int fd, const void *p, size_t n);
+
+capacity_options capacity_options_defaults(void) {
+  return (capacity_options){.iters = 6, .record = SCN_RECORD_SUMMARY};
+}
+
+void capacity_result_free(capacity_result *r) {
+  if (!r) return;
+  free(r->layouts);
+  free(r->points);
+  r->layouts = NULL;
+  r->points = NULL;
+  r->n_layouts = r->n_points = 0;
+}
+
+// --- checking the scenario
+
+static sc_status check_scenario(const scenario *s, sc_error *err) {
+  const char *f = s->path[0] ? s->path : s->name;
+  if (s->mode != SCN_MODE_SIM)
+    return sc_fail(err, SC_INVALID, "%s: capacity simulates: the scenario must be mode sim", f);
+  if (s->slo.n == 0 && s->slo.n_classes == 0)
+    return sc_fail(err, SC_INVALID,
+                   "%s: capacity needs an slo: the limits a layout must hold "
+                   "(e.g. slo: {ttft_p95_ms: 500, tpot_p95_ms: 50})",
+                   f);
+  if (s->n_faults > 0)
+    return sc_fail(err, SC_INVALID,
+                   "%s:%d:%d: capacity searches a fault-free workload; remove "
+                   "the faults",
+                   f, s->faults[0].line, s->faults[0].col);
+  if (s->target.set)
+    return sc_fail(err, SC_INVALID, "%s: capacity simulates shardcheck's engine; not a target", f);
+  for (int k = 0; k < s->workload.n_phases; k++) {
+    const scn_phase *p = &s->workload.phases[k];
+    if (p->kind != SCN_PHASE_RATE)
+      return sc_fail(err, SC_INVALID,
+                     "%s:%d:%d: phase '%s' is a %s phase: capacity varies "
+                     "the request rate, so every phase must be a rate phase (open loop: rate, "
+                     "duration)",
+                     f, p->line, p->col, p->name, scenario_phase_kind_name(p->kind));
+  }
+  return SC_OK;
+}
+
+// --- one probe
+
+typedef struct search {
+  scenario *s; // the working copy: one deployment, the kind's profile, the rate
+  const scenario *base;
+  const capacity_options *o;
+  capacity_result *res;
+  int cap_points;
+} search;
+
+static store_cap_point *new_point(search *x, sc_error *err) {
+  capacity_result *r = x->res;
+  if (r->n_points == x->cap_points) {
+    int cap = x->cap_points ? x->cap_points * 2 : 256;
+    store_cap_point *p = realloc(r->points, (size_t)cap * sizeof *p);
+    if (!p) {
+      sc_fail(err, SC_OOM, "capacity: out of memory");
+      return NULL;
+    }
+    r->points = p;
+    x->cap_points = cap;
+  }
+  store_cap_point *p = &r->points[r->n_points++];
+  memset(p, 0, sizeof *p);
+  return p;
+}
+
+static const char *op_of(const rq_verdict *v) { return v->op[0] == '>' ? "<" : ">"; }
+
+// Simulates layout li at `rate` (the first rate phase's; the others scaled alike) into a
+// scratch database and appends the point. SC_OK whatever the SLOs said.
+static sc_status probe(search *x, int li, double rate, store_cap_point **out, sc_error *err) {
+  scenario *s = x->s;
+  double base_rate = x->base->workload.phases[0].rate;
+  for (int k = 0; k < s->workload.n_phases; k++)
+    s->workload.phases[k].rate = x->base->workload.phases[k].rate * rate / base_rate;
+  store_cap_point *p = new_point(x, err);
+  if (!p) return SC_OOM;
+  p->layout = li;
+  p->rate = rate;
+  store *db = NULL;
+  SC_TRY(store_open(":memory:", &db, err));
+  runner_options ro = runner_options_defaults();
+  ro.progress = RUNNER_PROGRESS_NONE;
+  runner_result rr;
+  sc_status st = runner_run(s, db, &ro, &rr, err);
+  rq_run run = {0};
+  if (st == SC_OK) st = rq_run_load(store_db(db), rr.run_id, &run, err);
+  if (st == SC_OK) {
+    int64_t dep = run.n_deps ? run.deps[0].id : 0;
+    rq_metric_cache mc = {0};
+    sqlite3 *h = store_db(db);
+    p->ttft_p95_ms = rq_metric(h, &mc, rr.run_id, dep, 0, NULL, "ttft_p95_ms");
+    p->tpot_p95_ms = rq_metric(h, &mc, rr.run_id, dep, 0, NULL, "tpot_p95_ms");
+    p->e2el_p95_ms = rq_metric(h, &mc, rr.run_id, dep, 0, NULL, "e2el_p95_ms");
+    p->output_tok_s = rq_metric(h, &mc, rr.run_id, dep, 0, NULL, "output_tok_s");
+    p->error_rate = rq_metric(h, &mc, rr.run_id, dep, 0, NULL, "error_rate");
+    rq_metric_cache_free(&mc);
+    p->pass = !strcmp(rr.status, "complete") && !rr.error[0] && rr.n_failed == 0;
+    if (strcmp(rr.status, "complete") || rr.error[0])
+      snprintf(p->failed, sizeof p->failed, "the run %s: %.120s", rr.status, rr.error);
+    for (int i = 0; i < run.n_verdicts && !p->failed[0]; i++) {
+      const rq_verdict *v = &run.verdicts[i];
+      if (v->pass) continue;
+      if (isnan(v->actual))
+        snprintf(p->failed, sizeof p->failed, "%s: no data", v->slo);
+      else
+        snprintf(p->failed, sizeof p->failed, "%s %.4g %s %.4g", v->slo, v->actual, op_of(v),
+                 v->expected);
+    }
+  }
+  rq_run_free(&run);
+  store_close(db);
+  if (out) *out = p;
+  return st;
+}
+
+// --- one layout: the bisection
+
+static void set_limit(store_cap_layout *l, const store_cap_point *p) {
+  snprintf(l->limit, sizeof l->limit, "at %.3g req/s: %.120s", p->rate, p->failed);
+}
+
+// The search of one layout, in at most iters + 2 probes when its capacity is within a factor
+// of 2^(iters + 1) of the target: first the target rate (clamped to the range), then doubling
+// up while the SLOs hold, or halving down while they fail, until a rate that holds and one that
+// fails bracket the capacity (or the range ends), then geometric bisection of the bracket with
+// the probes left. Starting at the target keeps every failing probe within twice the
+// capacity: a heavily overloaded probe is the most expensive kind, and answers nothing more.
+static sc_status search_layout(search *x, int li, sc_error *err) {
+  capacity_result *r = x->res;
+  scenario *s = x->s;
+  store_cap_layout *l = &r->layouts[li];
+  s->deployments[0] = (scn_deployment){.tp = l->tp, .pp = l->pp, .dp = l->dp};
+  snprintf(s->deployments[0].label, sizeof s->deployments[0].label, "%s", l->label);
+  s->n_deployments = 1;
+  s->hardware.gpus = l->gpus;
+  s->hardware.nodes = 0;
+  l->max_rate = NAN;
+  l->output_tok_s = l->cost_per_mtok = NAN;
+  int budget = r->iters + 2;
+  int best = -1, worst = -1; // the highest passing point, the lowest failing one
+  double rate = fmin(fmax(r->target_rate, r->rate_lo), r->rate_hi);
+  store_cap_point *p;
+  // bracket
+  for (;;) {
+    SC_TRY(probe(x, li, rate, &p, err));
+    budget--;
+    int k = (int)(p - r->points);
+    if (p->pass)
+      best = k;
+    else
+      worst = k;
+    if (best >= 0 && worst >= 0) break;
+    if (p->pass && rate >= r->rate_hi) break;  // holds at the top: capped
+    if (!p->pass && rate <= r->rate_lo) break; // fails at the bottom: none
+    rate = p->pass ? fmin(rate * 2, r->rate_hi) : fmax(rate / 2, r->rate_lo);
+  }
+  // bisect
+  while (best >= 0 && worst >= 0 && budget > 0) {
+    double mid = sqrt(r->points[best].rate * r->points[worst].rate);
+    SC_TRY(probe(x, li, mid, &p, err));
+    budget--;
+    if (p->pass)
+      best = (int)(p - r->points);
+    else
+      worst = (int)(p - r->points);
+  }
+  l = &r->layouts[li];
+  if (worst >= 0) set_limit(l, &r->points[worst]);
+  if (best >= 0) {
+    const store_cap_point *b = &r->points[best];
+    l->max_rate = b->rate;
+    l->capped = worst < 0;
+    l->output_tok_s = b->output_tok_s;
+    if (b->output_tok_s > 0) l->cost_per_mtok = l->cost_per_hour / (b->output_tok_s * 3600) * 1e6;
+  }
+  if (x->o->progress) {
+    if (best >= 0)
+      fprintf(x->o->progress, "  %-10s %-14s %s%.3g req/s\n", l->kind, l->label,
+              l->capped ? ">= " : "", l->max_rate);
+    else
+      fprintf(x->o->progress, "  %-10s %-14s below %.3g req/s\n", l->kind, l->label, r->rate_lo);
+    fflush(x->o->progress);
+  }
+  return SC_OK;
+}
+
+// --- layouts of one kind
+
+// Puts the kind's profile into the working copy, as validation resolves it (scenario.c).
+static sc_status use_kind(search *x, const capacity_kind *k, sc_error *err) {
+  scenario *s = x->s;
+  hw_profile hw;
+  SC_TRY(hw_profile_load(k->name, &hw, err));
+  if (x->base->hardware.link[0]) SC_TRY(hw_profile_set_link(&hw, x->base->hardware.link, err));
+  s->hw = hw;
+  s->have_hw = true;
+  snprintf(s->hardware.profile, sizeof s->hardware.profile, "%s", k->name);
+  s->mp.kv_dtype = hw.sim.host_cores > 0 ? SC_F32 : SC_BF16;
+  return SC_OK;
+}
+
+static sc_status add_layouts(search *x, const capacity_kind *k, sc_error *err) {
+  scenario *s = x->s;
+  memplan_layout *ls = calloc(MAX_LAYOUTS_PER_KIND, sizeof *ls);
+  if (!ls) return sc_fail(err, SC_OOM, "capacity: out of memory");
+  int n =
+      memplan_enumerate(&s->model.config, &s->hw, &s->mp, k->max_gpus, ls, MAX_LAYOUTS_PER_KIND);
+  if (n > MAX_LAYOUTS_PER_KIND) n = MAX_LAYOUTS_PER_KIND;
+  capacity_result *r = x->res;
+  int added = 0;
+  char why[256] = "";
+  for (int i = 0; i < n; i++) {
+    const memplan_layout *m = &ls[i];
+    int node = s->hw.gpus_per_node;
+    if (!m->valid || !m->fits) {
+      if (!why[0]) snprintf(why, sizeof why, "%s", m->why);
+      continue;
+    }
+    if (node > 0 && m->tp > node && m->tp % node) continue; // as the scenario check refuses
+    store_cap_layout *nl = realloc(r->layouts, (size_t)(r->n_layouts + 1) * sizeof *nl);
+    if (!nl) {
+      free(ls);
+      return sc_fail(err, SC_OOM, "capacity: out of memory");
+    }
+    r->layouts = nl;
+    store_cap_layout *l = &r->layouts[r->n_layouts++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->kind, sizeof l->kind, "%s", k->name);
+    l->tp = m->tp;
+    l->pp = m->pp;
+    l->dp = m->dp;
+    l->gpus = m->gpus;
+    const int v[3] = {m->tp, m->pp, m->dp};
+    static const char *const names[3] = {"tp", "pp", "dp"};
+    size_t len = 0;
+    for (int j = 0; j < 3; j++)
+      if (v[j] != 1)
+        len += (size_t)snprintf(l->label + len, sizeof l->label - len, "%s%s%d", len ? "-" : "",
+                                names[j], v[j]);
+    if (!len) snprintf(l->label, sizeof l->label, "tp1");
+    l->cost_per_hour = k->cost_per_gpu_hour * m->gpus;
+    added++;
+  }
+  free(ls);
+  if (!added)
+    return sc_fail(err, SC_INVALID, "%s: no layout of %s on up to %d %s fits: %s",
+                   x->base->path[0] ? x->base->path : x->base->name, s->model.source, k->max_gpus,
+                   k->name, why[0] ? why : "none admitted");
+  return SC_OK;
+}
+
+// --- the recommendation
+
+static void layout_name(const store_cap_layout *l, char *buf, size_t n) {
+  snprintf(buf, n, "%.100s %s (%d GPU%s, %.2f/h)", l->kind, l->label, l->gpus,
+           l->gpus > 1 ? "s" : "", l->cost_per_hour);
+}
+
+// Cheaper first; at equal cost the higher capacity, then fewer GPUs, then the search order.
+static bool better(const store_cap_layout *a, int ai, const store_cap_layout *b, int bi) {
+  if (a->cost_per_hour != b->cost_per_hour) return a->cost_per_hour < b->cost_per_hour;
+  if (a->max_rate != b->max_rate) return a->max_rate > b->max_rate;
+  if (a->gpus != b->gpus) return a->gpus < b->gpus;
+  return ai < bi;
+}
+
+static void recommend(capacity_result *r) {
+  r->best = r->runner_up = -1;
+  for (int i = 0; i < r->n_layouts; i++) {
+    const store_cap_layout *l = &r->layouts[i];
+    if (isnan(l->max_rate) || l->max_rate < r->target_rate) continue;
+    if (r->best < 0 || better(l, i, &r->layouts[r->best], r->best)) {
+      r->runner_up = r->best;
+      r->best = i;
+    } else if (r->runner_up < 0 || better(l, i, &r->layouts[r->runner_up], r->runner_up)) {
+      r->runner_up = i;
+    }
+  }
+  char a[160], b[160];
+  if (r->best < 0) {
+    int top = -1; // the highest capacity found; ties: cheaper
+    for (int i = 0; i < r->n_layouts; i++) {
+      const store_cap_layout *l = &r->layouts[i];
+      if (isnan(l->max_rate)) continue;
+      if (top < 0 || l->max_rate > r->layouts[top].max_rate ||
+          (l->max_rate == r->layouts[top].max_rate &&
+           l->cost_per_hour < r->layouts[top].cost_per_hour))
+        top = i;
+    }
+    if (top < 0) {
+      snprintf(r->note, sizeof r->note,
+               "no layout serves %.3g req/s within the SLO (%.200s): none "
+               "holds it even at %.3g req/s, the bottom of the range",
+               r->target_rate, r->slo, r->rate_lo);
+      return;
+    }
+    const store_cap_layout *t = &r->layouts[top];
+    layout_name(t, a, sizeof a);
+    snprintf(r->note, sizeof r->note,
+             "no layout serves %.3g req/s within the SLO (%.200s): the "
+             "best found is %s, up to %.3g req/s (%.160s)",
+             r->target_rate, r->slo, a, t->max_rate,
+             t->limit[0] ? t->limit : "the top of the range");
+    return;
+  }
+  const store_cap_layout *w = &r->layouts[r->best];
+  layout_name(w, a, sizeof a);
+  int len = snprintf(r->note, sizeof r->note,
+                     "recommended: %s serves up to %s%.3g req/s (target "
+                     "%.3g), %.3g output tok/s, %.3g per million output tokens",
+                     a, w->capped ? ">= " : "", w->max_rate, r->target_rate, w->output_tok_s,
+                     w->cost_per_mtok);
+  if (len < 0 || (size_t)len >= sizeof r->note) return;
+  if (r->runner_up < 0) {
+    snprintf(r->note + len, sizeof r->note - (size_t)len, "; no other layout serves the target");
+    return;
+  }
+  const store_cap_layout *u = &r->layouts[r->runner_up];
+  layout_name(u, b, sizeof b);
+  if (u->cost_per_hour > w->cost_per_hour)
+    snprintf(r->note + len, sizeof r->note - (size_t)len,
+             ". Runner-up: %s, up to %s%.3g req/s; "
+             "it lost on cost: %.2f/h more",
+             b, u->capped ? ">= " : "", u->max_rate, u->cost_per_hour - w->cost_per_hour);
+  else if (u->max_rate < w->max_rate)
+    snprintf(r->note + len, sizeof r->note - (size_t)len,
+             ". Runner-up: %s, up to %s%.3g req/s; "
+             "same cost, it lost on capacity (%.0f%% of the recommended)",
+             b, u->capped ? ">= " : "", u->max_rate, 100 * u->max_rate / w->max_rate);
+  else
+    snprintf(r->note + len, sizeof r->note - (size_t)len,
+             ". Runner-up: %s, up to %s%.3g req/s; "
+             "same cost and capacity, it lost on %s",
+             b, u->capped ? ">= " : "", u->max_rate,
+             u->gpus > w->gpus ? "GPU count" : "the search order");
+}
+
+// --- searching the layouts, in this process or in worker processes
+
+// Searches layouts w, w + jobs, ... (the kind's profile put in first). With fd >= 0 (a worker)
+// each layout is written to fd as it is done: its index, the layout, its point count and
+// points; then -1, or on error -2, the status and the error.
+static sc_status search_share(search *x, const int *kind_of, int w, int jobs, int fd,
+                              sc_error *err) {
+  capacity_result *r = x->res;
+  int cur = -1;
+  sc_status st = SC_OK;
+  for (int i = w; i < r->n_layouts && st == SC_OK; i += jobs) {
+    if (kind_of[i] != cur) {
+      cur = kind_of[i];
+      st = use_kind(x, &x->o->kinds[cur], err);
+      if (st != SC_OK) break;
+    }
+    int first = r->n_points;
+    st = search_layout(x, i, err);
+    if (st == SC_OK && fd >= 0) {
+      int n = r->n_points - first;
+      bool ok = write_all(fd, &i, sizeof i) &&
+                write_all(fd, &r->layouts[i], sizeof r->layouts[i]) &&
+                write_all(fd, &n, sizeof n) &&
+                write_all(fd, r->points + first, (size_t)n * sizeof *r->points);
+      if (!ok) st = sc_fail(err, SC_IO, "capacity: a worker could not write its results");
+    }
+  }
+  if (fd >= 0) {
+    int end = st == SC_OK ? -1 : -2;
+    if (write_all(fd, &end, sizeof end) && st != SC_OK)
+      (void)(write_all(fd, &st, sizeof st) && write_all(fd, err, sizeof *err));
+  }
+  return st;
+}
+
+// One worker's output, read whole.
+typedef struct wbuf {
+  int fd;
+  pid_t pid;
+  char *p;
+  size_t n, cap;
+  bool eof;
+} wbuf;
+
+static bool take(const wbuf *b, size_t *off, void *dst, size_t n) {
+  if (*off + n > b->n) return false;
+  memcpy(dst, b->p + *off, n);
+  *off += n;
+  return true;
+}
+
+// Forks `jobs` workers over fork-time copies of the search, reads what each writes, and puts
+// the layouts and points back in layout order: the same result as one process gives.
+static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_error *err) {
+  capacity_result *r = x->res;
+  wbuf *w = calloc((size_t)jobs, sizeof *w);
+  if (!w) return sc_fail(err, SC_OOM, "capacity: out of memory");
+  if (x->o->progress) fflush(x->o->progress);
+  fflush(stdout);
+  fflush(stderr);
+  sc_status st = SC_OK;
+  int started = 0;
+  for (; started < jobs; started++) {
+    int pfd[2];
+    if (pipe(pfd) != 0) {
+      st = sc_fail(err, SC_IO, "capacity: pipe: %s", strerror(errno));
+      break;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(pfd[0]);
+      close(pfd[1]);
+      st = sc_fail(err, SC_IO, "capacity: fork: %s", strerror(errno));
+      break;
+    }
+    if (pid == 0) { // the worker: its share, then exit without running the parent's atexit
+      close(pfd[0]);
+      for (int k = 0; k < started; k++) close(w[k].fd);
+      sc_error e = {{0}};
+      sc_status s = search_share(x, kind_of, started, jobs, pfd[1], &e);
+      close(pfd[1]);
+      _exit(s == SC_OK ? 0 : 1);
+    }
+    close(pfd[1]);
+    w[started] = (wbuf){.fd = pfd[0], .pid = pid};
+  }
+  // read every worker's pipe to its end
+  for (;;) {
+    struct pollfd pf[64];
+    int idx[64], n = 0;
+    for (int k = 0; k < started && n < 64; k++)
+      if (!w[k].eof) {
+        pf[n] = (struct pollfd){.fd = w[k].fd, .events = POLLIN};
+        idx[n++] = k;
+      }
+    if (n == 0) break;
+    if (poll(pf, (nfds_t)n, -1) < 0) {
+      if (errno == EINTR) continue;
+      st = sc_fail(err, SC_IO, "capacity: poll: %s", strerror(errno));
+      break;
+    }
+    for (int j = 0; j < n; j++) {
+      if (!(pf[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      wbuf *b = &w[idx[j]];
+      if (b->cap - b->n < 65536) {
+        size_t cap = b->cap ? b->cap * 2 : 1 << 17;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+          st = sc_fail(err, SC_OOM, "capacity: out of memory");
+          b->eof = true;
+          continue;
+        }
+        b->p = q;
+        b->cap = cap;
+      }
+      ssize_t got = read(b->fd, b->p + b->n, b->cap - b->n);
+      if (got > 0)
+        b->n += (size_t)got;
+      else if (got == 0 || errno != EINTR)
+        b->eof = true;
+    }
+  }
+  for (int k = 0; k < started; k++) {
+    close(w[k].fd);
+    int ws = 0;
+    while (waitpid(w[k].pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+  }
+  // merge: layouts by index, each one's points after those of the layouts before it
+  store_cap_point **pts = calloc((size_t)r->n_layouts, sizeof *pts);
+  int *npts = calloc((size_t)r->n_layouts, sizeof *npts);
+  bool *done = calloc((size_t)r->n_layouts, sizeof *done);
+  if (st == SC_OK && (!pts || !npts || !done)) st = sc_fail(err, SC_OOM, "capacity: out of memory");
+  for (int k = 0; k < started && st == SC_OK; k++) {
+    size_t off = 0;
+    for (;;) {
+      int li;
+      if (!take(&w[k], &off, &li, sizeof li)) {
+        st = sc_fail(err, SC_IO, "capacity: worker %d ended early (killed?)", k);
+        break;
+      }
+      if (li == -1) break;
+      if (li == -2) {
+        sc_status ws = SC_IO;
+        if (take(&w[k], &off, &ws, sizeof ws) && take(&w[k], &off, err, sizeof *err))
+          st = ws;
+        else
+          st = sc_fail(err, SC_IO, "capacity: worker %d failed", k);
+        break;
+      }
+      int n = 0;
+      if (li < 0 || li >= r->n_layouts ||
+          !take(&w[k], &off, &r->layouts[li], sizeof r->layouts[li]) ||
+          !take(&w[k], &off, &n, sizeof n) || n < 0 ||
+          !(pts[li] = malloc((size_t)(n ? n : 1) * sizeof **pts)) ||
+          !take(&w[k], &off, pts[li], (size_t)n * sizeof **pts)) {
+        st = sc_fail(err, SC_IO, "capacity: worker %d wrote a short record", k);
+        break;
+      }
+      npts[li] = n;
+      done[li] = true;
+    }
+  }
+  for (int i = 0; i < r->n_layouts && st == SC_OK; i++) {
+    if (!done[i]) {
+      st = sc_fail(err, SC_IO, "capacity: layout %d was not searched", i);
+      break;
+    }
+    for (int j = 0; j < npts[i] && st == SC_OK; j++) {
+      store_cap_point *p = new_point(x, err);
+      if (!p)
+        st = SC_OOM;
+      else
+        *p = pts[i][j];
+    }
+  }
+  for (int i = 0; pts && i < r->n_layouts; i++) free(pts[i]);
+  free(pts);
+  free(npts);
+  free(done);
+  for (int k = 0; k < jobs; k++) free(w[k].p);
+  free(w);
+  return st;
+}
+
+static bool write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t k = write(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
+// --- the search
+
+static void slo_text(const scenario *s, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < s->slo.n && len < n; i++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%s %g", i ? ", " : "", s->slo.items[i].key,
+                            s->slo.items[i].limit);
+  for (int c = 0; c < s->slo.n_classes && len < n; c++)
+    for (int i = 0; i < s->slo.classes[c].n && len < n; i++)
+      len += (size_t)snprintf(buf + len, n - len, "%s%s:%s %g", len ? ", " : "",
+                              s->slo.classes[c].name, s->slo.classes[c].items[i].key,
+                              s->slo.classes[c].items[i].limit);
+}
+
+sc_status capacity_search(const scenario *base, const capacity_options *o, capacity_result *out,
+                          sc_error *err) {
+  memset(out, 0, sizeof *out);
+  out->best = out->runner_up = -1;
+  SC_TRY(check_scenario(base, err));
+  const char *f = base->path[0] ? base->path : base->name;
+  capacity_options opt = *o;
+  if (opt.n_kinds == 0) {
+    snprintf(opt.kinds[0].name, sizeof opt.kinds[0].name, "%.255s", base->hardware.profile);
+    opt.kinds[0].max_gpus = base->hardware.gpus > 0 ? base->hardware.gpus : 1;
+    opt.kinds[0].cost_per_gpu_hour = 1;
+    opt.n_kinds = 1;
+  }
+  out->target_rate = opt.target_rate > 0 ? opt.target_rate : base->workload.phases[0].rate;
+  out->rate_lo = opt.rate_lo > 0 ? opt.rate_lo : out->target_rate / 8;
+  out->rate_hi = opt.rate_hi > 0 ? opt.rate_hi : out->target_rate * 4;
+  out->iters = opt.iters >= 0 ? opt.iters : 6;
+  if (!(out->rate_lo > 0 && out->rate_hi > out->rate_lo))
+    return sc_fail(err, SC_INVALID, "%s: the rate range %g:%g is empty (it needs 0 < A < B)", f,
+                   out->rate_lo, out->rate_hi);
+  slo_text(base, out->slo, sizeof out->slo);
+  size_t len = 0;
+  for (int k = 0; k < opt.n_kinds && len < sizeof out->costs; k++)
+    len += (size_t)snprintf(out->costs + len, sizeof out->costs - len, "%s%s=%g", k ? "," : "",
+                            opt.kinds[k].name, opt.kinds[k].cost_per_gpu_hour);
+  scenario *s = malloc(sizeof *s);
+  if (!s) return sc_fail(err, SC_OOM, "capacity: out of memory");
+  *s = *base; // shares text and the like with base, which outlives it; never freed as a scenario
+  s->record = opt.record;
+  search x = {.s = s, .base = base, .o = &opt, .res = out};
+  sc_status st = SC_OK;
+  int *kind_of = NULL; // (n_layouts) index into opt.kinds
+  for (int k = 0; k < opt.n_kinds && st == SC_OK; k++) {
+    int first = out->n_layouts;
+    st = use_kind(&x, &opt.kinds[k], err);
+    if (st == SC_OK) st = add_layouts(&x, &opt.kinds[k], err);
+    int *ko = st == SC_OK ? realloc(kind_of, (size_t)out->n_layouts * sizeof *ko) : NULL;
+    if (st == SC_OK && !ko) st = sc_fail(err, SC_OOM, "capacity: out of memory");
+    if (ko) kind_of = ko;
+    for (int i = first; i < out->n_layouts && st == SC_OK; i++) kind_of[i] = k;
+  }
+  int jobs = opt.jobs > 1 ? opt.jobs : 1;
+  if (jobs > out->n_layouts) jobs = out->n_layouts;
+  if (st == SC_OK)
+    st = jobs > 1 ? search_parallel(&x, kind_of, jobs, err)
+                  : search_share(&x, kind_of, 0, 1, -1, err);
+  free(kind_of);
+  free(s);
+  if (st != SC_OK) return st;
+  recommend(out);
+  return SC_OK;
+}
