@@ -42,7 +42,7 @@ for entry in $all; do
   echo "== fuzz_$t: ${secs}s"
   rc=0
   "build/fuzz/fuzz_$t" "${args[@]}" "$work" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
-  grep -E '^#[0-9]+ *DONE|stat::number_of_executed_units|stat::peak_rss_mb' "$log" || true
+  grep -E '^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb' "$log" || true
   if [ $rc -ne 0 ]; then
     failed=1
     grep -E 'ERROR: |SUMMARY: |runtime error:|Test unit written to|ALARM' "$log" | head -20
