@@ -45,10 +45,10 @@ for entry in $all; do
   grep -E '^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb' "$log" || true
   if [ $rc -ne 0 ]; then
     failed=1
-    grep -E 'ERROR: |SUMMARY: |runtime error:|Test unit written to|ALARM' "$log" | head -20
+    grep -E 'ERROR: |SUMMARY: |runtime error:|Test unit written to|ALARM' "$log" | head -20 || true
     unit=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
     echo "== fuzz_$t FAILED (exit $rc; log $log)"
-    [ -n "$unit" ] && echo "   reproduce: build/fuzz/fuzz_$t $unit"
+    if [ -n "$unit" ]; then echo "   reproduce: build/fuzz/fuzz_$t $unit"; fi
   fi
 done
 [ $failed -eq 0 ] || { echo "== fuzz: failures above"; exit 1; }
