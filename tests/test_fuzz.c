@@ -38,3 +38,13 @@ Test(fuzz, hardware_profile_directive_of_bytes_not_utf8_is_refused, .timeout = 1
   cr_assert_eq(hw_profile_load(path, &p, &err), SC_INVALID, "%s", err.msg);
   cr_assert(strstr(err.msg, ":1:2: invalid YAML: byte 0xa1 is not UTF-8"), "%s", err.msg);
 }
+
+// The same input as a body of serve's POST /admin/faults (the 400 comes from this error).
+Test(fuzz, admin_fault_body_of_bytes_not_utf8_is_refused, .timeout = 10) {
+  scn_fault f;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_parse_fault_now(directive_not_utf8, sizeof directive_not_utf8 - 1,
+                                        "body", 1, 2, true, &f, &err),
+               SC_INVALID);
+  cr_assert(strstr(err.msg, "body:1:2: invalid YAML: byte 0xa1 is not UTF-8"), "%s", err.msg);
+}
