@@ -17,7 +17,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (size < 1) return 0;
   oai_kind kind = data[0] & 1 ? OAI_CHAT : OAI_COMPLETION;
-  oai_limits lim = {.model = &mc, .served_name = "llama-tiny", .max_model_len = mc.max_seq_len,
+  oai_limits lim = {.model = &mc,
+                    .served_name = "llama-tiny",
+                    .max_model_len = mc.max_seq_len,
                     .kv_tokens = 4096};
   oai_request req;
   oai_error e;

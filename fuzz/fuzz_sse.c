@@ -8,8 +8,10 @@
 
 static bool on_event(void *ud, const char *data, size_t len, bool error) {
   oai_chunk c;
-  if (error) oai_error_parse(data, len, &c);
-  else oai_chunk_parse(data, len, &c);
+  if (error)
+    oai_error_parse(data, len, &c);
+  else
+    oai_chunk_parse(data, len, &c);
   return c.kind != OAI_CHUNK_DONE;
 }
 

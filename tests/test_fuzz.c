@@ -16,8 +16,8 @@ static const char directive_not_utf8[] = "%\xa1\xa1\xa1\xa1\xa1\xa1\xa1\xa1\xa1\
 Test(fuzz, scenario_directive_of_bytes_not_utf8_is_refused_at_its_column, .timeout = 10) {
   scenario *s = NULL;
   sc_error err = {{0}};
-  sc_status st = scenario_parse(directive_not_utf8, sizeof directive_not_utf8 - 1, "bad.yaml",
-                                ".", &s, &err);
+  sc_status st =
+      scenario_parse(directive_not_utf8, sizeof directive_not_utf8 - 1, "bad.yaml", ".", &s, &err);
   cr_assert_eq(st, SC_INVALID, "%s", err.msg);
   cr_assert_null(s);
   cr_assert(strstr(err.msg, "bad.yaml:1:2: invalid YAML: byte 0xa1 is not UTF-8"), "%s", err.msg);
@@ -43,8 +43,8 @@ Test(fuzz, hardware_profile_directive_of_bytes_not_utf8_is_refused, .timeout = 1
 Test(fuzz, admin_fault_body_of_bytes_not_utf8_is_refused, .timeout = 10) {
   scn_fault f;
   sc_error err = {{0}};
-  cr_assert_eq(scenario_parse_fault_now(directive_not_utf8, sizeof directive_not_utf8 - 1,
-                                        "body", 1, 2, true, &f, &err),
+  cr_assert_eq(scenario_parse_fault_now(directive_not_utf8, sizeof directive_not_utf8 - 1, "body",
+                                        1, 2, true, &f, &err),
                SC_INVALID);
   cr_assert(strstr(err.msg, "body:1:2: invalid YAML: byte 0xa1 is not UTF-8"), "%s", err.msg);
 }
