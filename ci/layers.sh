@@ -14,7 +14,7 @@
 #   6 server/      `shardcheck serve`: the OpenAI-compatible HTTP server (libmicrohttpd)
 #   7 cli/         the commands
 #
-# bench/ and tests/ sit outside the floors and may include anything.
+# bench/, tests/ and fuzz/ sit outside the floors and may include anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -12,6 +12,7 @@ pkgs=(
   libcriterion-dev                   # tests
   gnuplot-nox                        # plots, at run time
   faketime                           # clock-jump faults (libfaketime in the workers)
+  clang libclang-rt-dev              # ci/fuzz.sh: libFuzzer with ASan + UBSan (Debian's clang)
   jq                                 # bench/gate.sh reads the gate's JSON
   libmicrohttpd-dev                  # shardcheck serve's HTTP server
   libcurl4-openssl-dev               # HTTP client: serve's tests, external targets

@@ -2,7 +2,7 @@
 # What CI runs (.ci/run) and what the README shows: set-up, a warnings-as-errors build with
 # every test, the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
 # threaded tests (communicator, engine, profile, the runner's end-to-end runs, the HTTP server) under
-# ThreadSanitizer.
+# ThreadSanitizer, then every input parser under libFuzzer for a short fixed time (ci/fuzz.sh).
 #
 # Criterion does not fail a test on a LeakSanitizer report or on a TSan report without
 # halt_on_error, so sanitizer logs are also searched for reports.
@@ -70,5 +70,9 @@ TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test
   2>&1 | tee build/tsan.http.log
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test_http_faults \
   --jobs 1 2>&1 | tee build/tsan.http_faults.log
+
+# Every parser of user or network input under libFuzzer (clang, ASan + UBSan) for a short fixed
+# time each over the corpus kept in fuzz/corpus/: 8 targets x 20 s, plus the clang build.
+bash ci/fuzz.sh 20
 
 echo "== all suites passed"

@@ -282,9 +282,54 @@ sc_status yaml_map_pairs(struct fy_node *v, const char *file, const char *key, d
   return SC_OK;
 }
 
+// The offset of the first byte of text[0, len) that does not belong to well-formed UTF-8
+// (overlong forms, surrogates and code points past U+10FFFF included), or len when all do.
+static size_t utf8_bad_at(const unsigned char *t, size_t len) {
+  size_t i = 0;
+  while (i < len) {
+    unsigned c = t[i];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF; // the second byte's range
+    if (c < 0x80) n = 0;
+    else if (c >= 0xC2 && c <= 0xDF) n = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else return i;
+    if (n > len - i - 1) return i;
+    for (size_t k = 1; k <= n; k++) {
+      unsigned b = t[i + k];
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+    }
+    i += n + 1;
+  }
+  return len;
+}
+
 sc_status yaml_map_parse(const char *text, size_t len, const char *name,
                          sc_status (*use)(struct fy_node *root, void *arg, sc_error *err),
                          void *arg, sc_error *err) {
+  // YAML text is Unicode; libfyaml (0.7.12) loops forever on some bytes that are not UTF-8 (a
+  // directive such as "%\xa1"), so they are refused here, at their line and column.
+  size_t bad = utf8_bad_at((const unsigned char *)text, len);
+  if (bad < len) {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < bad; i++) {
+      if (text[i] == '\n') {
+        line++;
+        col = 1;
+      } else if (((unsigned char)text[i] & 0xC0) != 0x80) {
+        col++;
+      }
+    }
+    return sc_fail(err, SC_INVALID, "%s:%d:%d: invalid YAML: byte 0x%02x is not UTF-8", name,
+                   line, col, (unsigned char)text[bad]);
+  }
   // Diagnostics are collected, not printed (engine/ never prints).
   struct fy_diag_cfg dcfg;
   fy_diag_cfg_default(&dcfg);

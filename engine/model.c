@@ -266,27 +266,63 @@ static void name_from_path(const char *path, char *name, size_t cap) {
   else snprintf(name, cap, "%.*s", (int)(slash - path), path);
 }
 
-sc_status model_config_load_json(const char *path, model_config *out, sc_error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return sc_fail(err, SC_IO, "%s: cannot read: %s", path, strerror(errno));
-  json_error_t je;
-  json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
-  int rerr = ferror(f);
-  fclose(f);
-  if (!root) {
-    if (rerr) return sc_fail(err, SC_IO, "%s: cannot read: %s", path, je.text);
-    return sc_fail(err, SC_INVALID, "%s: malformed JSON at line %d, column %d: %s", path,
-                   je.line, je.column, je.text);
-  }
+// Validates the parsed root (owned by the caller) as path's config.
+static sc_status config_from_root(json_t *root, const char *path, model_config *out,
+                                  sc_error *err) {
   model_config c;
   memset(&c, 0, sizeof c);
   name_from_path(path, c.name, sizeof c.name);
-  sc_status s = config_from_json(root, path, &c, err);
-  json_decref(root);
-  SC_TRY(s);
+  SC_TRY(config_from_json(root, path, &c, err));
   SC_TRY(model_config_check(&c, path, err));
   *out = c;
   return SC_OK;
+}
+
+sc_status model_config_load_json(const char *path, model_config *out, sc_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return sc_fail(err, SC_IO, "%s: cannot read: %s", path, strerror(errno));
+  // The whole file, then the text parser (the one entry the fuzz target drives too).
+  enum { CONFIG_JSON_MAX = 16 << 20 }; // bytes: a config.json is a few KB
+  char *text = NULL;
+  size_t n = 0, cap = 0;
+  sc_status s = SC_OK;
+  for (;;) {
+    if (n == cap) {
+      size_t ncap = cap ? 2 * cap : 8192;
+      char *t = ncap <= CONFIG_JSON_MAX + 1 ? realloc(text, ncap) : NULL;
+      if (!t) {
+        s = ncap > CONFIG_JSON_MAX + 1
+                ? sc_fail(err, SC_INVALID, "%s: larger than %d bytes: not a config.json", path,
+                          (int)CONFIG_JSON_MAX)
+                : sc_fail(err, SC_OOM, "%s: out of memory reading it", path);
+        break;
+      }
+      text = t;
+      cap = ncap;
+    }
+    size_t got = fread(text + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) {
+      if (ferror(f)) s = sc_fail(err, SC_IO, "%s: cannot read: %s", path, strerror(errno));
+      break;
+    }
+  }
+  fclose(f);
+  if (s == SC_OK) s = model_config_parse_json(text, n, path, out, err);
+  free(text);
+  return s;
+}
+
+sc_status model_config_parse_json(const char *text, size_t len, const char *path,
+                                  model_config *out, sc_error *err) {
+  json_error_t je;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root)
+    return sc_fail(err, SC_INVALID, "%s: malformed JSON at line %d, column %d: %s", path,
+                   je.line, je.column, je.text);
+  sc_status s = config_from_root(root, path, out, err);
+  json_decref(root);
+  return s;
 }
 
 // A JSON real that prints as the shortest decimal reading back to the same float

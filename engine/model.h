@@ -47,6 +47,10 @@ sc_status model_config_check(const model_config *c, const char *where, sc_error 
 // num_attention_heads, num_hidden_layers, vocab_size, rms_norm_eps, max_position_embeddings.
 // A missing field or a wrong type is SC_INVALID with "PATH: field 'F' ..." in err.
 sc_status model_config_load_json(const char *path, model_config *out, sc_error *err);
+// The same from text[0, len) read from path (which names it in errors and gives the config its
+// name, the directory part); what load_json does after reading the file.
+sc_status model_config_parse_json(const char *text, size_t len, const char *path,
+                                  model_config *out, sc_error *err);
 sc_status model_config_write_json(const model_config *c, const char *path, sc_error *err);
 
 uint64_t model_config_n_params(const model_config *c);
