@@ -916,6 +916,8 @@ static replica_health h_health(void *ctx) {
                      : !h->admitting ? REPLICA_DRAINING
                      : h->suspect    ? REPLICA_UNHEALTHY
                                      : REPLICA_HEALTHY;
+  // the caller that sees it dead reads why next (error): refresh its copy with the health
+  if (h->dead) memcpy(h->error_seen, h->dead_why, sizeof h->error_seen);
   pthread_mutex_unlock(&h->mu);
   return r;
 }
