@@ -12,6 +12,9 @@ pkgs=(
   libmbedcrypto7 libmbedtls14 libmbedx509-1 libssh2-1 libffi8 libpcre2-8-0 libgssapi-krb5-2
   libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 libkeyutils1
   pkgconf pkgconf-bin libpkgconf3
+  libmicrohttpd-dev libmicrohttpd12 libgnutls30 libcurl4-openssl-dev libcurl4 libnghttp2-14
+  librtmp1 libpsl5 libbrotli1 libldap-2.5-0 libsasl2-2 libidn2-0 libzstd1 libunistring2
+  libnettle8 libhogweed6 libtasn1-6 libp11-kit0 libgmp10
 )
 mkdir -p .gpu-debs
 cd .gpu-debs

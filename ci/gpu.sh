@@ -22,9 +22,12 @@ if [ -d .gpu-debs ]; then
   mkdir -p $deps/pc
   for f in .gpu-debs/*.deb; do dpkg -x "$f" $deps; done
   libs=$deps/usr/lib/$ma:$deps/usr/lib/$ma/openblas-pthread:$deps/lib/$ma
-  # criterion.pc names the -dev packages of its own dependencies as Requires.private; linking
-  # it as a shared library needs none of them, so a copy without that line goes first.
-  grep -v '^Requires.private' $deps/usr/lib/$ma/pkgconfig/criterion.pc >$deps/pc/criterion.pc
+  # criterion.pc and libmicrohttpd.pc name the -dev packages of their own dependencies as
+  # Requires.private; linking them as shared libraries needs none of them, so copies without
+  # that line go first.
+  for pc in criterion libmicrohttpd; do
+    grep -v '^Requires.private' $deps/usr/lib/$ma/pkgconfig/$pc.pc >$deps/pc/$pc.pc
+  done
   export PKG_CONFIG_SYSROOT_DIR=$deps
   export PKG_CONFIG_LIBDIR=$deps/pc:$deps/usr/lib/$ma/pkgconfig:$deps/usr/lib/$ma/openblas-pthread/pkgconfig
   export LDFLAGS="-Wl,-rpath-link=$libs ${LDFLAGS:-}" # the libraries' own dependencies
