@@ -559,8 +559,7 @@ sc_status launch_wait_ready(launch_proc *p, const char *url, uint64_t timeout_ns
   return st;
 }
 
-// Whether any process of group pgid lives (a zombie does not count).
-static bool group_alive(pid_t pgid) {
+bool launch_group_alive(pid_t pgid) {
   if (kill(-pgid, 0) != 0) return errno != ESRCH;
   DIR *d = opendir("/proc");
   if (!d) return true;
@@ -694,14 +693,14 @@ int launch_find_descendant(const launch_proc *p, const char *regex, int nth, cha
 
 void launch_stop(launch_proc *p) {
   if (!p) return;
-  if (p->pid > 0 && launch_exited(p, NULL) && !group_alive(p->pid)) p->pid = 0; // gone already
+  if (p->pid > 0 && launch_exited(p, NULL) && !launch_group_alive(p->pid)) p->pid = 0; // gone already
   if (p->pid > 0) {
     pid_t g = p->pid;
     kill(-g, SIGTERM);
     uint64_t deadline = sc_monotonic_ns() + p->grace_ns;
     for (;;) {
       launch_exited(p, NULL);
-      if (p->reaped && !group_alive(g)) break;
+      if (p->reaped && !launch_group_alive(g)) break;
       if (sc_monotonic_ns() >= deadline) {
         kill(-g, SIGKILL);
         if (!p->reaped) {
@@ -712,7 +711,7 @@ void launch_stop(launch_proc *p) {
           p->status = st;
         }
         // the rest of the group is not ours to reap; give SIGKILL a moment to land
-        for (int i = 0; i < 100 && group_alive(g); i++) sleep_ns(10 * NS_PER_MS);
+        for (int i = 0; i < 100 && launch_group_alive(g); i++) sleep_ns(10 * NS_PER_MS);
         break;
       }
       sleep_ns(10 * NS_PER_MS);

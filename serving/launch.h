@@ -101,6 +101,9 @@ sc_status launch_wait_ready(launch_proc *p, const char *url, uint64_t timeout_ns
                             volatile sig_atomic_t *interrupted, sc_error *err);
 // Whether the server process has exited (reaped; *status its wait status when not NULL).
 bool launch_exited(launch_proc *p, int *status);
+// Whether any process of group pgid lives (a zombie does not count; true when /proc cannot be
+// read, so a caller waiting on it errs on the side of waiting).
+bool launch_group_alive(pid_t pgid);
 // Stops the server: SIGTERM to its group, SIGKILL after the grace period to whatever is left,
 // reaps it, and dismisses the watchdog. Idempotent. Blocks at most the grace period (+1 s).
 void launch_stop(launch_proc *p);

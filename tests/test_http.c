@@ -55,30 +55,6 @@ static const char *launched(const char *args) {
   return p;
 }
 
-// Whether a process of group pgid lives (zombies do not count).
-static bool group_alive(int pgid) {
-  DIR *d = opendir("/proc");
-  cr_assert_not_null(d);
-  bool alive = false;
-  struct dirent *e;
-  while (!alive && (e = readdir(d))) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%.255s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')');
-    char st = 0;
-    int ppid = 0, pgrp = 0;
-    if (rp && sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) == 3 && pgrp == pgid && st != 'Z')
-      alive = true;
-  }
-  closedir(d);
-  return alive;
-}
 
 // The process group the stand-in wrote to path ("PID PGID"); 0 when the file is not there.
 static int pgid_in(const char *path) {
@@ -136,7 +112,7 @@ Test(http, launched_replicas_closed_and_open_loop_rows_timing_logs_and_teardown)
     snprintf(path, sizeof path, "%s/pid%d", dir, i);
     int g = pgid_in(path);
     cr_assert_gt(g, 0);
-    cr_expect(!group_alive(g), "replica %d's process group %d outlived the run", i, g);
+    cr_expect(!launch_group_alive(g), "replica %d's process group %d outlived the run", i, g);
   }
 }
 
@@ -286,8 +262,9 @@ Test(http, no_server_survives_a_sigkill_of_the_runner) {
   kill(pid, SIGKILL);
   int st;
   waitpid(pid, &st, 0);
-  for (int k = 0; k < 100 && (group_alive(g[0]) || group_alive(g[1])); k++) sleep_ms(100);
-  cr_expect(!group_alive(g[0]) && !group_alive(g[1]),
+  for (int k = 0; k < 100 && (launch_group_alive(g[0]) || launch_group_alive(g[1])); k++)
+    sleep_ms(100);
+  cr_expect(!launch_group_alive(g[0]) && !launch_group_alive(g[1]),
             "a launched server (or its child) outlived the runner's SIGKILL");
 }
 
