@@ -115,6 +115,7 @@ void gen_unref(gen *g) {
   if (!last) return;
   oai_request_free(&g->req);
   free(g->out);
+  free(g->sse_head);
   free(g->text);
   free(g);
 }
@@ -137,6 +138,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     n = (ssize_t)k;
   } else if (g->done || s->stopped) {
     n = MHD_CONTENT_READER_END_OF_STREAM;
+  } else if (g->peer_hup) { // the client is gone: close (its completion cancels the request)
+    n = MHD_CONTENT_READER_END_WITH_ERROR;
   } else {
     g->suspended = true;
     MHD_suspend_connection(g->conn);
@@ -250,6 +253,10 @@ static enum MHD_Result resumed(server *s, struct MHD_Connection *c, gen *g) {
     if (s->stopped) {
       pthread_mutex_unlock(&s->mu);
       return send_error(c, 503, "", "the server is shutting down");
+    }
+    if (g->peer_hup) { // the client is gone: close (its completion cancels the request)
+      pthread_mutex_unlock(&s->mu);
+      return MHD_NO;
     }
     g->suspended = true;
     MHD_suspend_connection(c);

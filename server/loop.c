@@ -2,26 +2,35 @@
 // router. It builds the replicas, then loops: run the HTTP side's commands (submit, cancel,
 // closures), send the router's retries, step simulated replicas to their priced deadlines,
 // pull events and turn them into response bytes and metrics, then sleep in ppoll on its wake
-// eventfd, the replicas' wait fds and the sockets of suspended clients (a hang-up cancels the
-// request at once).
+// eventfd, the replicas' wait fds and hup_ep, an epoll set of the generations' sockets,
+// edge-triggered on a hang-up (a hang-up cancels the request at once). Connections with new
+// bytes are resumed in bursts (flush_resumes).
 //
 // Sim mode: each replica's virtual clock reads the monotonic time since the server started. A
 // step that ends at virtual time t is completed at exactly t (the loop sleeps to t, and the next
-// step starts at t however late the loop woke), so scheduling errors do not accumulate.
+// step starts at t however late the loop woke), so scheduling errors do not accumulate. Ending a
+// step comes before handing out another's chunks (drain_events checks between small batches),
+// and the loop thread asks the kernel for a short scheduling slice (0.1 ms), so that it runs
+// soon after its deadline on a busy machine.
 //
 // Parsing and formatting are server/openai.c's; the connections, server/http.c's.
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kernels/clock.h"
 #include "server/server_impl.h"
 
 static const uint64_t TICK_NS = 500000000ull; // gauges refresh at least this often
-enum { EV_BATCH = 256, TABLE_RECYCLE = 4096 };
+// SIM_EV_BATCH: events handed out between checks for a step that fell due (about 50 us);
+// RESUME_BURST: connections with new bytes resumed together
+enum { EV_BATCH = 256, SIM_EV_BATCH = 16, RESUME_BURST = 64, TABLE_RECYCLE = 4096 };
 
 static uint64_t rel_now(const server *s) { return sc_monotonic_ns() - s->t0; }
 
@@ -79,10 +88,9 @@ int server_n_replicas(const server *s) { return s->n_reps; }
 // --- output: bytes for a connection (mu taken here)
 // Appends text (owned, may be NULL: out of memory) to g's output and wakes its connection.
 // done: nothing more will follow (status: a non-streamed body's HTTP status).
-static void emit(server *s, gen *g, char *text, bool done, int status) {
+static void emit_bytes(server *s, gen *g, const char *text, size_t n, bool done, int status) {
   pthread_mutex_lock(&s->mu);
   if (text && !g->gone && !g->hung_up) {
-    size_t n = strlen(text);
     if (g->len + n + 1 > g->cap) { // out stays NUL-terminated (a whole body is sent as a string)
       size_t cap = g->cap ? g->cap : 256;
       while (cap < g->len + n + 1) cap *= 2;
@@ -101,11 +109,48 @@ static void emit(server *s, gen *g, char *text, bool done, int status) {
     g->done = true;
     g->status = status;
   }
-  if (g->suspended && g->conn) {
-    g->suspended = false;
-    MHD_resume_connection(g->conn);
+  if (g->suspended && g->conn && !g->resume_queued) {
+    if (s->n_resume == s->cap_resume) {
+      size_t cap = s->cap_resume ? s->cap_resume * 2 : 256;
+      gen **p = realloc(s->resume, cap * sizeof *p);
+      if (p) {
+        s->resume = p;
+        s->cap_resume = cap;
+      }
+    }
+    if (s->n_resume < s->cap_resume) { // resumed in a burst by flush_resumes
+      gen_ref(g);
+      g->resume_queued = true;
+      s->resume[s->n_resume++] = g;
+    } else {
+      g->suspended = false;
+      MHD_resume_connection(g->conn);
+    }
   }
   pthread_mutex_unlock(&s->mu);
+}
+
+// Resumes the connections emit_bytes queued. One burst wakes libmicrohttpd's thread once and
+// finds it awake for the rest, where a resume per chunk woke it per chunk.
+static void flush_resumes(server *s) {
+  size_t n = s->n_resume;
+  if (!n) return;
+  for (size_t i = 0; i < n; i++) {
+    gen *g = s->resume[i];
+    pthread_mutex_lock(&s->mu);
+    g->resume_queued = false;
+    if (g->suspended && g->conn) {
+      g->suspended = false;
+      MHD_resume_connection(g->conn);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  s->n_resume = 0;
+  for (size_t i = 0; i < n; i++) gen_unref(s->resume[i]);
+}
+
+static void emit(server *s, gen *g, char *text, bool done, int status) {
+  emit_bytes(s, g, text, text ? strlen(text) : 0, done, status);
   free(text);
 }
 
@@ -160,6 +205,10 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
   // metrics first: a client that has its answer sees them counted
   uint64_t now = sc_monotonic_ns();
   pthread_mutex_lock(&s->mu);
+  // still open (libmicrohttpd closes a socket only after its completion, which takes mu): the
+  // descriptor is this generation's, not a later connection's that reused the number
+  if (g->watched && g->conn) epoll_ctl(s->hup_ep, EPOLL_CTL_DEL, g->fd, NULL);
+  g->watched = false;
   s->inflight--;
   if (!g->first_ns) s->waiting--;
   if (st == REQ_OK) {
@@ -288,6 +337,15 @@ void server_loop_submit(server *s, void *ud) {
   g->next = s->live;
   if (s->live) s->live->prev = g;
   s->live = g;
+  g->serial = ++s->next_serial;
+  pthread_mutex_lock(&s->mu);
+  if (g->conn && g->fd >= 0) { // a hang-up from now on cancels it (watch_hangups)
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLET,
+                             .data.u64 = (uint64_t)g->serial << 32 | (uint32_t)k};
+    g->watched = epoll_ctl(s->hup_ep, EPOLL_CTL_ADD, g->fd, &ev) == 0 ||
+                 (errno == EEXIST && epoll_ctl(s->hup_ep, EPOLL_CTL_MOD, g->fd, &ev) == 0);
+  }
+  pthread_mutex_unlock(&s->mu);
   if (g->req.stream && g->req.kind == OAI_CHAT) emit(s, g, oai_sse_role(&g->resp), false, 0);
   uint64_t t = rel_now(s);
   if (!dispatch(s, k, t) && !router_hold(s->rt, k, t))
@@ -373,7 +431,15 @@ static void on_token(server *s, gen *g, req_rec *q, const replica_event *ev) {
   char text[64];
   oai_token_text(m, s->c.synthetic_text, ev->token, text, sizeof text);
   if (rq->stream) {
-    emit(s, g, oai_sse_content(&g->resp, text, &ev->token, 1, finish), false, 0);
+    if (!g->sse_head) g->sse_head = oai_sse_head(&g->resp);
+    char chunk[1024];
+    size_t n = g->sse_head ? oai_sse_content_to(g->sse_head, rq->kind, text, &ev->token, 1, finish,
+                                                chunk, sizeof chunk)
+                           : 0;
+    if (n)
+      emit_bytes(s, g, chunk, n, false, 0);
+    else
+      emit(s, g, oai_sse_content(&g->resp, text, &ev->token, 1, finish), false, 0);
     g->final_sent = finish != NULL;
   } else {
     size_t n = strlen(text);
@@ -433,25 +499,41 @@ static void on_event(server *s, int rep, const replica_event *ev) {
 }
 
 // Pulls and handles every pending event; true when there were any.
+static bool sim_end_due(server *s, uint64_t wall);
+
+// Hands out the replicas' events. In sim mode a step that falls due meanwhile ends first, at
+// its priced time: a step's end does not wait for another step's chunks to go out.
 static bool drain_events(server *s) {
   replica_event ev[EV_BATCH];
   bool any = false;
   for (int i = 0; i < s->n_reps; i++) {
     if (router_busy(s->rt, i)) continue; // the supervisor owns it
     for (;;) {
-      int n = replica_poll(s->reps[i], ev, EV_BATCH);
+      int n = replica_poll(s->reps[i], ev, s->sim ? SIM_EV_BATCH : EV_BATCH);
       if (n <= 0) break;
       any = true;
       s->n_events += (uint64_t)n;
       for (int k = 0; k < n; k++) on_event(s, i, &ev[k]);
+      if (s->n_resume >= RESUME_BURST) flush_resumes(s);
+      if (s->sim) sim_end_due(s, rel_now(s));
+    }
+    flush_resumes(s);
+    if (s->sim && s->step_end[i]) { // replica i's ended steps are all out
+      uint64_t out = rel_now(s);
+      pthread_mutex_lock(&s->mu);
+      srv_hist_add(&s->m.handout, srv_late_bounds, SRV_LATE_BUCKETS,
+                   (double)(out - s->step_end[i]) * 1e-9);
+      pthread_mutex_unlock(&s->mu);
+      s->step_end[i] = 0;
     }
   }
   return any;
 }
 
-// Sim: completes every step that ends by wall time `wall` (ns since t0) at its own end time,
-// handing out events as they become pollable.
-static void sim_catch_up(server *s, uint64_t wall) {
+// Sim: ends every step due by wall time `wall` (ns since t0), each at its own priced end, the
+// earliest first, without handing out their events; true when any ended.
+static bool sim_end_due(server *s, uint64_t wall) {
+  bool any = false;
   for (int guard = 0; guard < 1000000; guard++) {
     uint64_t t = UINT64_MAX;
     for (int i = 0; i < s->n_reps; i++) {
@@ -460,22 +542,34 @@ static void sim_catch_up(server *s, uint64_t wall) {
     }
     if (t > wall) break;
     if (t > s->vnow) s->vnow = t;
-    bool moved = false;
-    for (int i = 0; i < s->n_reps; i++)
-      if (replica_next_ns(s->reps[i]) <= s->vnow) moved |= replica_advance(s->reps[i], s->vnow);
-    moved |= drain_events(s);
-    if (moved) { // its events are out: how late after its priced end
-      uint64_t done = rel_now(s);
+    bool stepped = false;
+    for (int i = 0; i < s->n_reps; i++) {
+      if (replica_next_ns(s->reps[i]) > s->vnow || !replica_advance(s->reps[i], s->vnow)) continue;
+      // its step is over (its tokens exist): how late after its priced end
+      uint64_t ended = rel_now(s);
+      stepped = true;
+      if (!s->step_end[i]) s->step_end[i] = ended | 1; // 0 means none
       pthread_mutex_lock(&s->mu);
       srv_hist_add(&s->m.late, srv_late_bounds, SRV_LATE_BUCKETS,
-                   done > t ? (double)(done - t) * 1e-9 : 0);
+                   ended > t ? (double)(ended - t) * 1e-9 : 0);
       pthread_mutex_unlock(&s->mu);
     }
-    if (!moved && t <= s->vnow) {
+    if (stepped) {
+      any = true;
+    } else {
       // nothing came of it: the replicas wait on the clock, which is now `wall`
       if (s->vnow >= wall) break;
       s->vnow = wall;
     }
+  }
+  return any;
+}
+
+// Sim: ends every step due by wall time `wall` at its own end time and hands out the events.
+static void sim_catch_up(server *s, uint64_t wall) {
+  for (int guard = 0; guard < 1000000; guard++) {
+    bool ended = sim_end_due(s, wall);
+    if (!drain_events(s) && !ended) break;
   }
   if (wall > s->vnow) s->vnow = wall;
 }
@@ -528,7 +622,8 @@ static sc_status build(server *s, sc_error *err) {
   ec.clock = s->sim ? (sc_clock){.now_ns = sim_clock_now, .ctx = &s->vnow} : sc_clock_monotonic();
   s->reps = calloc((size_t)s->c.dp, sizeof *s->reps);
   s->rs = calloc((size_t)s->c.dp, sizeof *s->rs);
-  if (!s->reps || !s->rs) return sc_fail(err, SC_OOM, "out of memory");
+  s->step_end = calloc((size_t)s->c.dp, sizeof *s->step_end);
+  if (!s->reps || !s->rs || !s->step_end) return sc_fail(err, SC_OOM, "out of memory");
   router_config rc = {.policy = ROUTER_LEAST_OUTSTANDING,
                       .max_retries = s->c.max_retries,
                       .backoff_ns = 50000000ull,
@@ -629,11 +724,54 @@ static void watch_replicas(server *s) {
   }
 }
 
+// The clients that hung up: a suspended connection is closed and its request cancelled now
+// (its KV blocks are free before the next step); one libmicrohttpd is serving closes at its
+// next suspension (peer_hup), its completion cancelling the request.
+static void watch_hangups(server *s) {
+  struct epoll_event ev[256];
+  int n;
+  do {
+    n = epoll_wait(s->hup_ep, ev, 256, 0);
+    for (int i = 0; i < n; i++) {
+      uint64_t k = (uint32_t)ev[i].data.u64;
+      gen *g = k < s->reqs.n ? s->by_key[k] : NULL;
+      if (!g || g->serial != (uint32_t)(ev[i].data.u64 >> 32)) continue; // over already
+      pthread_mutex_lock(&s->mu);
+      bool now = g->suspended && g->conn;
+      if (now) { // close it: nothing more is sent
+        g->hung_up = true;
+        g->suspended = false;
+        MHD_resume_connection(g->conn);
+      } else {
+        g->peer_hup = true;
+      }
+      pthread_mutex_unlock(&s->mu);
+      if (now) cancel_gen(s, g);
+    }
+  } while (n == 256);
+}
+
+// Sim mode: a short scheduling slice (0.1 ms, EEVDF's sched_attr.sched_runtime for a normal
+// thread; no privilege needed) lets the loop thread preempt the HTTP thread or a client sooner
+// when it wakes for a step's end. A kernel without it keeps its default: nothing else changes.
+static void ask_short_slice(void) {
+  struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t prio;
+    uint64_t runtime, deadline, period;
+  } a = {.size = 48, .policy = 0 /* SCHED_OTHER */, .runtime = 100000};
+  (void)syscall(SYS_sched_setattr, 0, &a, 0);
+}
+
 // --- the loop
 void *server_loop_main(void *arg) {
   server *s = arg;
+  pthread_setname_np(pthread_self(), "serve-loop"); // as top -H and perf show it
   sc_error err = {{0}};
   sc_status st = build(s, &err);
+  if (s->sim) ask_short_slice();
   int kv_blocks = 0, block = 0;
   if (st == SC_OK) {
     engine_stats es;
@@ -655,11 +793,9 @@ void *server_loop_main(void *arg) {
   pthread_mutex_unlock(&s->mu);
   if (st == SC_OK) refresh_gauges(s);
 
-  struct pollfd *fds = NULL;
-  gen **fd_gen = NULL;
-  size_t cap_fds = 0;
+  struct pollfd *fds = calloc(2 + (size_t)s->c.dp, sizeof *fds);
   uint64_t next_tick = 0, seen_events = 0;
-  bool stop = st != SC_OK;
+  bool stop = st != SC_OK || !fds;
   while (!stop) {
     uint64_t wall = rel_now(s);
     if (s->sim) sim_catch_up(s, wall);
@@ -680,42 +816,26 @@ void *server_loop_main(void *arg) {
       refresh_gauges(s);
       next_tick = wall + TICK_NS;
     }
-    // what to sleep on: the wake fd, the replicas, the suspended clients
-    size_t want = 1 + (size_t)s->n_reps;
-    for (gen *g = s->live; g; g = g->next) want++;
-    if (want > cap_fds) {
-      size_t cap = want * 2;
-      struct pollfd *f = realloc(fds, cap * sizeof *f);
-      if (f) fds = f;
-      gen **m = realloc(fd_gen, cap * sizeof *m);
-      if (m) fd_gen = m;
-      if (f && m) cap_fds = cap;
-    }
+    flush_resumes(s); // what commands and restarts emitted
+    // what to sleep on: the wake fd, the clients' hang-ups, the replicas
     size_t n = 0;
-    fds[n] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
-    fd_gen[n++] = NULL;
+    fds[n++] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
+    fds[n++] = (struct pollfd){.fd = s->hup_ep, .events = POLLIN};
     for (int i = 0; i < s->n_reps; i++) {
       if (router_busy(s->rt, i)) continue; // the supervisor wakes the loop when it is done
       int fd = replica_wait_fd(s->reps[i]);
       if (fd < 0) continue;
-      fds[n] = (struct pollfd){.fd = fd, .events = POLLIN};
-      fd_gen[n++] = NULL;
+      fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
     }
-    size_t first_client = n;
-    pthread_mutex_lock(&s->mu);
-    for (gen *g = s->live; g && n < cap_fds; g = g->next)
-      if (g->suspended && g->conn && g->fd >= 0) {
-        fds[n] = (struct pollfd){.fd = g->fd, .events = POLLRDHUP};
-        fd_gen[n++] = g;
-      }
-    pthread_mutex_unlock(&s->mu);
     uint64_t until = next_tick;
     uint64_t r = router_next(s->rt);
     if (r < until) until = r;
+    uint64_t step_due = UINT64_MAX;
     for (int i = 0; s->sim && i < s->n_reps; i++) {
       uint64_t t = replica_next_ns(s->reps[i]);
-      if (t < until) until = t;
+      if (t < step_due) step_due = t;
     }
+    if (step_due < until) until = step_due;
     wall = rel_now(s);
     uint64_t d = until > wall ? until - wall : 0;
     struct timespec ts = {.tv_sec = (time_t)(d / 1000000000ull),
@@ -726,27 +846,15 @@ void *server_loop_main(void *arg) {
       ssize_t rd = read(s->wake_fd, &v, sizeof v);
       (void)rd;
     }
-    for (size_t i = first_client; got > 0 && i < n; i++) {
-      if (!(fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
-      gen *g = fd_gen[i];
-      pthread_mutex_lock(&s->mu);
-      bool still = g->suspended && g->conn;
-      if (still) { // close it: nothing more is sent
-        g->hung_up = true;
-        g->suspended = false;
-        MHD_resume_connection(g->conn);
-      }
-      pthread_mutex_unlock(&s->mu);
-      if (still) cancel_gen(s, g);
-    }
+    if (got > 0 && (fds[1].revents & POLLIN)) watch_hangups(s);
   }
   free(fds);
-  free(fd_gen);
   // stopping: end what is left, then let no connection suspend again
   if (st == SC_OK) {
     run_commands(s);
     cut_off(s, "the server is shutting down");
     drain_events(s);
+    flush_resumes(s);
   }
   pthread_mutex_lock(&s->mu);
   s->stopped = true;

@@ -15,7 +15,8 @@ const double srv_ttft_bounds[SRV_TTFT_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04
 const double srv_e2e_bounds[SRV_E2E_BUCKETS] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5, 5.0,
                                                 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0};
 
-// Sim mode: how late after its priced end the loop completed a step (s).
+// Sim mode: how late after its priced end a step ended, and how long its chunks took to hand
+// out (s).
 const double srv_late_bounds[SRV_LATE_BUCKETS] = {0.00001, 0.00005, 0.0001, 0.00025, 0.0005,
                                                   0.001,   0.0025,  0.005,  0.01,    0.1};
 
@@ -122,10 +123,15 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
   hist(&b, "vllm:e2e_request_latency_seconds",
        "Histogram of end to end request latency in seconds.", &m->e2e, srv_e2e_bounds,
        SRV_E2E_BUCKETS, model);
-  if (m->late.count)
+  if (m->late.count) {
     hist(&b, "shardcheck:sim_step_lateness_seconds",
-         "Sim mode: wall time past its priced end at which each engine step completed.",
-         &m->late, srv_late_bounds, SRV_LATE_BUCKETS, model);
+         "Sim mode: wall time past its priced end at which each engine step ended.", &m->late,
+         srv_late_bounds, SRV_LATE_BUCKETS, model);
+    hist(&b, "shardcheck:sim_step_handout_seconds",
+         "Sim mode: wall time from each engine step's end to its chunks handed to the "
+         "connections.",
+         &m->handout, srv_late_bounds, SRV_LATE_BUCKETS, model);
+  }
   put(&b,
       "# HELP shardcheck:requests_pending Requests accepted without a first token yet (what "
       "--max-pending counts).\n# TYPE shardcheck:requests_pending gauge\n"

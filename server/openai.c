@@ -479,6 +479,64 @@ char *oai_sse_content(const oai_resp *r, const char *text, const int32_t *ids, i
   return sse(o);
 }
 
+char *oai_sse_head(const oai_resp *r) {
+  char *j = dump(head(r, chunk_object(r->kind)));
+  if (!j) return NULL;
+  size_t n = strlen(j); // j ends with '}': the choices array goes before it
+  char *h = malloc(n + 32);
+  if (h) snprintf(h, n + 32, "data: %.*s,\"choices\":[{\"index\":0,", (int)(n - 1), j);
+  free(j);
+  return h;
+}
+
+// Appends src (n bytes) at *at when it fits in end; false (nothing written) when it does not.
+static bool put_bytes(char **at, const char *end, const char *src, size_t n) {
+  if ((size_t)(end - *at) < n) return false;
+  memcpy(*at, src, n);
+  *at += n;
+  return true;
+}
+
+size_t oai_sse_content_to(const char *sse_head, oai_kind kind, const char *text,
+                          const int32_t *ids, int n, const char *finish, char *buf, size_t cap) {
+  if (finish && strspn(finish, "abcdefghijklmnopqrstuvwxyz_") != strlen(finish))
+    return 0; // not a finish reason the server writes (no escaping here)
+  char *at = buf, *end = buf + cap;
+  bool ok = put_bytes(&at, end, sse_head, strlen(sse_head));
+  const char *key = kind == OAI_CHAT ? "\"delta\":{\"content\":" : "\"text\":";
+  ok = ok && put_bytes(&at, end, key, strlen(key));
+  json_t *t = ok ? json_string(text) : NULL; // jansson escapes it, and refuses bad UTF-8
+  size_t tn = t ? json_dumpb(t, at, (size_t)(end - at), JSON_ENCODE_ANY | JSON_COMPACT) : 0;
+  json_decref(t);
+  if (!tn || tn > (size_t)(end - at)) return 0;
+  at += tn;
+  if (kind == OAI_CHAT) ok = put_bytes(&at, end, "}", 1);
+  static const char mid[] = ",\"logprobs\":null,\"finish_reason\":";
+  ok = ok && put_bytes(&at, end, mid, sizeof mid - 1);
+  if (finish) {
+    ok = ok && put_bytes(&at, end, "\"", 1) && put_bytes(&at, end, finish, strlen(finish)) &&
+         put_bytes(&at, end, "\",\"stop_reason\":null", 20);
+  } else {
+    ok = ok && put_bytes(&at, end, "null", 4);
+  }
+  ok = ok && put_bytes(&at, end, ",\"token_ids\":[", 14);
+  for (int i = 0; ok && i < n; i++) { // ",%d" without printf's cost
+    char d[16], *q = d + sizeof d;
+    int64_t v = ids[i];
+    bool neg = v < 0;
+    uint64_t u = neg ? (uint64_t)-v : (uint64_t)v;
+    do *--q = (char)('0' + u % 10);
+    while (u /= 10);
+    if (neg) *--q = '-';
+    if (i) *--q = ',';
+    ok = put_bytes(&at, end, q, (size_t)(d + sizeof d - q));
+  }
+  ok = ok && put_bytes(&at, end, "]}]}\n\n", 6);
+  if (!ok || at == end) return 0;
+  *at = 0;
+  return (size_t)(at - buf);
+}
+
 static json_t *usage(int prompt_tokens, int completion_tokens) {
   return json_pack("{s:i,s:i,s:i}", "prompt_tokens", prompt_tokens, "total_tokens",
                    prompt_tokens + completion_tokens, "completion_tokens", completion_tokens);

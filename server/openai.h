@@ -81,6 +81,14 @@ char *oai_sse_role(const oai_resp *r);
 // reason when it ends the stream (NULL: not yet).
 char *oai_sse_content(const oai_resp *r, const char *text, const int32_t *ids, int n,
                       const char *finish);
+// The same chunk without a JSON tree, for the per-token path: sse_head is the generation's
+// oai_sse_head (malloc'd: the constant start of every content chunk). Writes the chunk
+// NUL-terminated into buf (cap bytes) and returns its length; 0 when it does not fit or the
+// text is not valid UTF-8 (then oai_sse_content says what to send). Byte for byte the same as
+// oai_sse_content (test_serve checks it).
+char *oai_sse_head(const oai_resp *r);
+size_t oai_sse_content_to(const char *sse_head, oai_kind kind, const char *text,
+                          const int32_t *ids, int n, const char *finish, char *buf, size_t cap);
 // The usage chunk (choices: []).
 char *oai_sse_usage(const oai_resp *r, int prompt_tokens, int completion_tokens);
 // An error after streaming began: data: {"error": {"message", "type", "code"}}.

@@ -3,6 +3,7 @@
 // the HTTP side server/http.c.
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -42,12 +43,13 @@ sc_status server_new(const server_config *c, server **out, sc_error *err) {
   s->layout = strdup(c->layout ? c->layout : "");
   s->m.reps = calloc((size_t)c->dp, sizeof *s->m.reps);
   s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  s->hup_ep = epoll_create1(EPOLL_CLOEXEC);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->t0 = sc_monotonic_ns();
   s->lim = (oai_limits){
       .model = &s->c.engine.model, .served_name = s->name, .max_model_len = c->max_model_len};
-  if (!s->host || !s->name || !s->layout || !s->m.reps || s->wake_fd < 0 ||
+  if (!s->host || !s->name || !s->layout || !s->m.reps || s->wake_fd < 0 || s->hup_ep < 0 ||
       (c->api_key && *c->api_key && !s->key) ||
       (c->admin_token && *c->admin_token && !s->admin)) {
     server_free(s);
@@ -123,6 +125,7 @@ void server_free(server *s) {
   free(s->reps);
   free(s->m.reps);
   if (s->wake_fd >= 0) close(s->wake_fd);
+  if (s->hup_ep >= 0) close(s->hup_ep);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s->host);
@@ -130,6 +133,8 @@ void server_free(server *s) {
   free(s->key);
   free(s->admin);
   free(s->rs);
+  free(s->step_end);
+  free(s->resume);
   free(s->layout);
   free(s);
 }

@@ -8,9 +8,9 @@
 //   ready, so an idle stream costs nothing;
 // - the loop thread (server/loop.c): the one thread that touches the replicas and the router
 //   (the replica API is single-threaded). It runs the handlers' commands, sleeps in ppoll on
-//   the replicas' wait fds, its wake eventfd and the suspended clients' sockets (a hang-up
-//   cancels the request), steps simulated replicas to priced deadlines on the monotonic clock,
-//   and turns events into response bytes and metrics;
+//   the replicas' wait fds, its wake eventfd and an epoll set of the clients' sockets (a
+//   hang-up cancels the request), steps simulated replicas to priced deadlines on the
+//   monotonic clock, and turns events into response bytes and metrics;
 // - the deployment (server/deploy.c): flags -> the same engine config `shardcheck run` builds.
 //
 // Anything that must reach the replicas (the admin endpoints, server/admin.c: faults and

@@ -38,12 +38,18 @@ struct gen {
   bool suspended; // the connection is suspended until the loop adds bytes
   bool gone;      // the connection closed (client gone or response sent)
   bool hung_up;   // the loop saw the client hang up: close, send nothing more
+  bool peer_hup;  // the client hung up while the connection was not suspended: close at the
+                  // next suspension instead (libmicrohttpd does not watch a suspended one)
+  bool watched;   // its socket is in the loop's hang-up set (hup_ep)
+  bool resume_queued; // in the loop's burst of connections to resume (one reference)
   // (loop)
   uint64_t key;    // its row in the loop's request table
+  uint32_t serial; // tells its hang-up events from an earlier generation's of the same row
   bool live;       // in the loop's table and not finished
   bool final_sent; // the chunk with finish_reason went out
   bool cancelling; // a cancel was sent to its replica
   char finish[16]; // the finish reason once known
+  char *sse_head;  // streamed: the start of its content chunks (oai_sse_head), once needed
   char *text;      // non-streamed: the text so far (text_len)
   size_t text_len, text_cap;
   uint64_t first_ns; // monotonic, its first token (0: none yet)
@@ -83,7 +89,8 @@ typedef struct srv_metrics {
   uint64_t success[SRV_FINISH_KINDS]; // finished_reason stop, length, abort
   uint64_t failed, cancelled, rejected;
   srv_hist ttft, e2e;
-  srv_hist late; // sim: steps completed past their priced end (srv_late_bounds)
+  srv_hist late;    // sim: how far past its priced end each step ended (srv_late_bounds)
+  srv_hist handout; // sim: from a step's end to its events handed to the connections
   srv_replica_gauges *reps; // (n_reps)
 } srv_metrics;
 
@@ -132,6 +139,10 @@ struct server {
   struct MHD_Daemon *d;
   int port;
   int wake_fd; // eventfd: commands or a state change for the loop
+  int hup_ep;  // epoll: the generations' sockets, edge-triggered on a hang-up (loop)
+  uint32_t next_serial; // (loop)
+  gen **resume;         // (loop) connections to resume (flush_resumes), each one reference
+  size_t n_resume, cap_resume;
   pthread_t loop;
   bool loop_started;
   pthread_mutex_t mu;
@@ -159,6 +170,7 @@ struct server {
   gen *live;     // live generations
   uint64_t t0;   // monotonic at start: the sim replicas' clock origin
   uint64_t vnow; // sim: the virtual clock (ns since t0)
+  uint64_t *step_end; // sim (n_reps): when its earliest step not yet handed out ended (0: none)
   bool sim;
   uint64_t n_events; // events handled so far (the gauges refresh when it moves)
   srv_restart *rs;   // (n_reps) each replica's restarts; fields marked there

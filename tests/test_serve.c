@@ -314,6 +314,40 @@ Test(serve, completion_stream_chunks_are_text_completion_objects) {
   bed_free(b);
 }
 
+// The per-token path formats a content chunk without a JSON tree; it must be the tree's bytes.
+Test(serve, fast_content_chunks_equal_the_json_tree_byte_for_byte) {
+  static const char *texts[] = {"", "a", " the", "\"", "\\", "/", "\n\t\r", "\x01\x1f",
+                                "caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                "<|assistant|>", "\x7f"};
+  static const char *finishes[] = {NULL, "stop", "length"};
+  int32_t ids[3] = {0, 127, 2000000000};
+  for (int k = 0; k < 2; k++) {
+    oai_resp r = {.kind = k ? OAI_CHAT : OAI_COMPLETION, .id = "cmpl-\"x\\", .created = 1764115200,
+                  .model = "llama \"tiny\""};
+    char *head = oai_sse_head(&r);
+    cr_assert_not_null(head);
+    for (size_t t = 0; t < sizeof texts / sizeof *texts; t++)
+      for (int f = 0; f < 3; f++)
+        for (int n = 0; n <= 3; n++) {
+          char *want = oai_sse_content(&r, texts[t], ids, n, finishes[f]);
+          char buf[1024];
+          size_t got = oai_sse_content_to(head, r.kind, texts[t], ids, n, finishes[f], buf,
+                                          sizeof buf);
+          cr_assert_not_null(want);
+          cr_assert_eq(got, strlen(want), "text %zu finish %d n %d", t, f, n);
+          cr_assert_str_eq(buf, want);
+          free(want);
+          // too small a buffer is refused, never cut
+          cr_assert_eq(oai_sse_content_to(head, r.kind, texts[t], ids, n, finishes[f], buf, got),
+                       0);
+        }
+    // text that is not UTF-8: the fast path declines (the tree path decides what to send)
+    char buf[1024];
+    cr_assert_eq(oai_sse_content_to(head, r.kind, "\xff", ids, 1, NULL, buf, sizeof buf), 0);
+    free(head);
+  }
+}
+
 Test(serve, models_health_and_metrics) {
   bed *b = bed_start((serve_deploy){0}, NULL);
   resp r = http(b->port, "GET", "/v1/models", NULL, NULL);
@@ -600,6 +634,55 @@ Test(serve, a_client_that_disconnects_cancels_its_request) {
   cr_assert(metric_becomes(b->port, "shardcheck:requests_cancelled_total ", 2));
   cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
   cr_assert_eq(metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} "), 0);
+  bed_free(b);
+}
+
+// Hang-ups at every moment of a stream (before its first chunk, between chunks, while the
+// server is writing, while its connection waits for the next step), many at once: each is
+// cancelled and every KV block comes back.
+Test(serve, clients_hanging_up_at_any_moment_are_all_cancelled) {
+  bed *b = bed_start(sim70b(4), NULL);
+  enum { N = 48 };
+  resp r[N] = {{0}};
+  CURL *e[N];
+  struct curl_slist *hl[N];
+  CURLM *m = curl_multi_init();
+  for (int i = 0; i < N; i++) {
+    r[i].abort_after = 1 + i % 12;
+    e[i] = easy(b->port, "POST", i % 2 ? "/v1/chat/completions" : "/v1/completions",
+                i % 2 ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                        "\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}"
+                      : "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true,"
+                        "\"stream\":true}",
+                NULL, &r[i], &hl[i]);
+    curl_multi_add_handle(m, e[i]);
+  }
+  int running = N;
+  while (running) {
+    curl_multi_perform(m, &running);
+    if (running) curl_multi_poll(m, NULL, 0, 50, NULL);
+  }
+  int aborted = 0;
+  CURLMsg *msg;
+  int left;
+  while ((msg = curl_multi_info_read(m, &left)))
+    aborted += msg->msg == CURLMSG_DONE && msg->data.result == CURLE_WRITE_ERROR;
+  cr_assert_eq(aborted, N);
+  for (int i = 0; i < N; i++) {
+    curl_multi_remove_handle(m, e[i]);
+    curl_easy_cleanup(e[i]);
+    curl_slist_free_all(hl[i]);
+    resp_free(&r[i]);
+  }
+  curl_multi_cleanup(m);
+  cr_assert(metric_becomes(b->port, "shardcheck:requests_cancelled_total ", N));
+  cr_assert(metric_becomes(b->port, "shardcheck:kv_blocks_used{replica=\"0\"} ", 0));
+  cr_assert_eq(metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} "), 0);
+  // and the server goes on answering
+  resp ok = http(b->port, "POST", "/v1/completions",
+                 "{\"prompt\":\"hello\",\"max_tokens\":3,\"ignore_eos\":true}", NULL);
+  cr_assert_eq(ok.status, 200);
+  resp_free(&ok);
   bed_free(b);
 }
 
