@@ -169,15 +169,24 @@ static const replica_i http_i;
 
 static uint64_t now_ns(hrep *h) { return sc_clock_now(&h->clock); }
 
+// The replica whose thread is running on this thread (NULL elsewhere): its events wake the
+// caller once per turn of the thread (signal_out) rather than once per event, which cost a
+// wake-up and two context switches per chunk.
+static _Thread_local hrep *tl_batching;
+
+// Makes evfd readable if events wait (mu held).
+static void signal_out(hrep *h) {
+  if (h->signalled || rq_len(&h->out) == 0) return;
+  uint64_t one = 1;
+  ssize_t w = write(h->evfd, &one, sizeof one);
+  (void)w;
+  h->signalled = true;
+}
+
 // Appends an event (mu held).
 static void push_out(hrep *h, const replica_event *ev) {
   if (!rq_push(&h->out, ev)) return; // out of memory: the runner's request timeout catches it
-  if (!h->signalled) {
-    uint64_t one = 1;
-    ssize_t w = write(h->evfd, &one, sizeof one);
-    (void)w;
-    h->signalled = true;
-  }
+  if (tl_batching != h) signal_out(h);
 }
 
 static void emit(hrep *h, const replica_event *ev) {
@@ -729,8 +738,10 @@ static void *http_thread(void *arg) {
   hrep *h = arg;
   inbox_item *batch = NULL;
   int cap_batch = 0;
+  tl_batching = h;
   for (;;) {
     pthread_mutex_lock(&h->mu);
+    signal_out(h); // what the last turn produced
     if (h->stop) {
       pthread_mutex_unlock(&h->mu);
       break;
@@ -759,6 +770,9 @@ static void *http_thread(void *arg) {
       uint64_t d = h->timer_at > now ? (h->timer_at - now + 999999) / 1000000 : 0;
       if ((long)d < wait_ms) wait_ms = (long)d;
     }
+    pthread_mutex_lock(&h->mu);
+    signal_out(h); // what this turn produced before its sleep
+    pthread_mutex_unlock(&h->mu);
     struct epoll_event evs[EPOLL_BATCH];
     int ne = epoll_wait(h->ep, evs, EPOLL_BATCH, (int)wait_ms);
     for (int i = 0; i < ne; i++) {
