@@ -739,6 +739,7 @@ static void *http_thread(void *arg) {
   inbox_item *batch = NULL;
   int cap_batch = 0;
   tl_batching = h;
+  pthread_setname_np(pthread_self(), "replica-http"); // as top -H and perf show it
   for (;;) {
     pthread_mutex_lock(&h->mu);
     signal_out(h); // what the last turn produced
