@@ -1170,7 +1170,8 @@ static void audit_metrics(rt *r) {
 
 // What one HTTP replica's options point into: its templates expanded.
 typedef struct http_strings {
-  char url[1200], ready[1400], metrics[1400], command[8192], log[1400], gpus[256], exe[1024];
+  char url[1200], ready[1400], metrics[1400], admin[1400], command[8192], log[1400], gpus[256],
+      exe[1024];
   char env[SCN_MAX_TARGET_ENV + 8][700];
   const char *envp[SCN_MAX_TARGET_ENV + 9];
 } http_strings;
@@ -1241,6 +1242,11 @@ static sc_status http_options(rt *r, const scn_deployment *d, const char *label,
   if (t->metrics_path[0]) {
     SC_TRY(launch_url_at(hs->url, t->metrics_path, hs->metrics, sizeof hs->metrics, err));
     o->metrics_url = hs->metrics;
+  }
+  if (t->admin_token[0]) { // shardcheck serve: oom, corrupt and slow through its admin API
+    SC_TRY(launch_url_at(hs->url, "/admin/faults", hs->admin, sizeof hs->admin, err));
+    o->admin_url = hs->admin;
+    o->admin_token = t->admin_token;
   }
   if (!t->launch[0]) return SC_OK;
   SC_TRY(launch_expand(t->launch, &v, hs->command, sizeof hs->command, err));

@@ -2000,6 +2000,7 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_STR("api_key_env", t->api_key_env),
       F_INT("vocab_size", &t->vocab_size),
       F_STR("rank_process", t->rank_process),
+      F_STR("admin_token", t->admin_token),
       F_STR("metrics_path", t->metrics_path),
       F_DUR("stop_grace", &t->stop_grace_ns),
   };
@@ -2209,11 +2210,19 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
   case SCN_FAULT_OOM:
   case SCN_FAULT_CORRUPT:
   case SCN_FAULT_SLOW:
-    return sc_fail(c->err, SC_INVALID,
-                   "%s: an external target takes no %s fault (it happens "
-                   "inside the engine; against shardcheck serve it will go through its admin "
-                   "endpoint, not built yet: docs/targets.md)",
-                   w, kind);
+    if (!t->admin_token[0])
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: an external target takes no %s fault (it happens inside the "
+                     "engine) unless it is shardcheck serve: set target.openai.admin_token to "
+                     "the --admin-token its launch passes, and the fault goes through its admin "
+                     "API (docs/targets.md)",
+                     w, kind);
+    if (t->launch[0] && !strstr(t->launch, t->admin_token))
+      return sc_fail(c->err, SC_INVALID,
+                     "%s: target.openai.admin_token is not in target.openai.launch (the "
+                     "launched server needs --admin-token with it)",
+                     w);
+    return SC_OK;
   case SCN_FAULT_CHAOS:
     return sc_fail(c->err, SC_INVALID,
                    "%s: not on an external target (its draws include oom, "

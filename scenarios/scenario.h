@@ -278,6 +278,8 @@ typedef struct scn_target {
   int vocab_size;            // key vocab_size: prompt token ids are drawn in [3, vocab_size)
   char extra_body[4096];     // key extra_body: a JSON object (from YAML) merged into requests
   char rank_process[256];    // key rank_process: a regex on a child's command line (faults)
+  char admin_token[128];     // key admin_token: shardcheck serve's --admin-token (oom, corrupt
+                             // and slow faults go through its admin API; "" none)
   char metrics_path[256];    // key metrics_path: scraped every second (default /metrics; ""
                              // none)
   uint64_t stop_grace_ns;    // key stop_grace: SIGTERM, then SIGKILL after this (default 10 s)

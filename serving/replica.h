@@ -247,6 +247,9 @@ typedef struct replica_http_options {
   uint64_t detect_timeout_ns;
   const char *rank_process; // kill: gpu: a regex on a descendant's command line (NULL: none)
   const char *metrics_url;  // scraped for running / waiting requests and KV usage (NULL: none)
+  // shardcheck serve's POST /admin/faults and its --admin-token: oom, corrupt and slow (and
+  // their clear) are sent there (NULL: the replica takes none of them)
+  const char *admin_url, *admin_token;
   // hot swaps: the template command was expanded from and its values, to expand another one
   // (or the same with another {model}) for a relaunch; template NULL: no swap
   const char *launch_template;

@@ -29,7 +29,9 @@
 //
 // Faults (docs/targets.md, "Faults"). inject signals the launched server's process group
 // (kill: SIGKILL; hang: SIGSTOP, resume: SIGCONT) or one descendant whose command line matches
-// rank_process (kill: gpu). With a detect timeout the thread also watches the server once it
+// rank_process (kill: gpu); with shardcheck serve's admin URL and token, oom, corrupt and slow
+// (and their clear) are POSTed to its /admin/faults instead, blocking the caller up to 5 s.
+// With a detect timeout the thread also watches the server once it
 // is ready: a launched server that exits, or a readiness URL unanswered for the timeout (a
 // stopped server), makes the replica DEAD and fails every request it held with replica_lost;
 // a connection refused or dropped mid-stream fails that request with replica_lost (the router
@@ -145,6 +147,7 @@ typedef struct hrep {
   char dead_why[256];  // (mu)
   int epoch;           // (mu) 1, +1 per restart
   char *rank_process, *metrics_url;
+  char *admin_url, *admin_token; // shardcheck serve's admin API (NULL: none)
   // hot swaps: what the command was expanded from, and the next incarnation's (staged)
   char *tmpl, *gpus, *exe;         // owned copies (tmpl NULL: no swap)
   launch_vars vars;                // gpus and exe point at the copies; model at model
@@ -988,12 +991,102 @@ static sc_status h_wait_ready(void *ctx, volatile sig_atomic_t *interrupted, sc_
 }
 
 // --- faults
+
+// A fault that happens inside an engine, as one item of a scenario's faults: list for
+// shardcheck serve's POST /admin/faults (docs/serve.md, "Admin API"); the server runs one
+// replica per launch, replica0. NULL for a kind that goes elsewhere (or out of memory).
+static char *admin_body(const replica_fault *f) {
+  char target[48];
+  if (f->rank >= 0)
+    snprintf(target, sizeof target, "replica0.rank%d", f->rank);
+  else
+    snprintf(target, sizeof target, "replica0");
+  json_t *o = NULL;
+  switch (f->kind) {
+  case RFAULT_OOM:
+    o = json_pack("{s:{s:s,s:i},s:s}", "oom", "mode", f->persistent ? "persistent" : "transient",
+                  "after_allocs", f->after_allocs, "target", target);
+    break;
+  case RFAULT_CORRUPT:
+    o = json_pack("{s:{s:s},s:s}", "corrupt", "kind", f->bitflip ? "bitflip" : "nan", "target",
+                  target);
+    break;
+  case RFAULT_SLOW_RANK:
+    o = json_pack("{s:{s:s,s:f},s:s}", "slow", "on", "rank", "factor", f->factor, "target",
+                  target);
+    break;
+  case RFAULT_SLOW_LINK: {
+    json_t *s = json_pack("{s:s}", "on", "link");
+    if (s && f->factor > 1) json_object_set_new(s, "factor", json_real(f->factor));
+    if (s && f->latency_ns) {
+      char lat[32];
+      snprintf(lat, sizeof lat, "%lluns", (unsigned long long)f->latency_ns);
+      json_object_set_new(s, "latency", json_string(lat));
+    }
+    if (s && f->bandwidth > 0) json_object_set_new(s, "bandwidth", json_real(f->bandwidth));
+    o = s ? json_pack("{s:o,s:s}", "slow", s, "target", "replica0") : NULL;
+    break;
+  }
+  case RFAULT_CLEAR: o = json_pack("{s:b,s:s}", "clear", 1, "target", "replica0"); break;
+  default: return NULL;
+  }
+  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  return text;
+}
+
+static size_t admin_answer(char *p, size_t sz, size_t n, void *ud) {
+  char *buf = ud; // 512 bytes, NUL-terminated: the start of the answer is enough
+  size_t have = strlen(buf), k = sz * n, take = k < 511 - have ? k : 511 - have;
+  memcpy(buf + have, p, take);
+  buf[have + take] = 0;
+  return k;
+}
+
+// Sends body to the admin API (blocking, 5 s at most): SC_OK on 200, else the server's word.
+static sc_status admin_post(hrep *h, const char *body, sc_error *err) {
+  CURL *e = curl_easy_init();
+  char auth[192], answer[512] = "";
+  snprintf(auth, sizeof auth, "Authorization: Bearer %s", h->admin_token);
+  struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
+  struct curl_slist *hl2 = hl ? curl_slist_append(hl, auth) : NULL;
+  if (!e || !hl2) {
+    curl_easy_cleanup(e);
+    curl_slist_free_all(hl);
+    return sc_fail(err, SC_OOM, "out of memory sending a fault to %s", h->admin_url);
+  }
+  curl_easy_setopt(e, CURLOPT_URL, h->admin_url);
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl2);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, admin_answer);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, (void *)answer);
+  CURLcode rc = curl_easy_perform(e);
+  long status = 0;
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(e);
+  curl_slist_free_all(hl2);
+  if (rc != CURLE_OK)
+    return sc_fail(err, SC_IO, "%s: %s", h->admin_url, curl_easy_strerror(rc));
+  if (status != 200)
+    return sc_fail(err, status == 409 ? SC_ABORTED : SC_INVALID, "%s answered %ld: %.300s",
+                   h->admin_url, status, answer);
+  return SC_OK;
+}
+
 static sc_status h_inject(void *ctx, const replica_fault *f, sc_error *err) {
   hrep *h = ctx;
   pthread_mutex_lock(&h->mu);
   bool dead = h->dead;
   pthread_mutex_unlock(&h->mu);
   if (dead) return sc_fail(err, SC_ABORTED, "the replica is dead");
+  char *body = h->admin_url ? admin_body(f) : NULL;
+  if (body) { // inside the engine: through shardcheck serve's admin API
+    sc_status s = admin_post(h, body, err);
+    free(body);
+    return s;
+  }
   pthread_mutex_lock(&h->lmu);
   sc_status s = SC_OK;
   if (!h->launch) {
@@ -1179,6 +1272,7 @@ static void h_free(void *ctx) {
     free(b);
   }
   free(h->rank_process), free(h->metrics_url);
+  free(h->admin_url), free(h->admin_token);
   free(h->tmpl), free(h->gpus), free(h->exe), free(h->next_command), free(h->next_model);
   for (int i = 0; i < h->n_in; i++) free(h->in[i].body);
   free(h->in);
@@ -1263,6 +1357,8 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
   h->rank_process =
       dup_or_null(o->rank_process && o->rank_process[0] ? o->rank_process : NULL, &oom);
   h->metrics_url = dup_or_null(o->metrics_url, &oom);
+  h->admin_url = dup_or_null(o->admin_url, &oom);
+  h->admin_token = dup_or_null(o->admin_token, &oom);
   h->tmpl = dup_or_null(o->command ? o->launch_template : NULL, &oom);
   h->gpus = dup_or_null(o->vars.gpus ? o->vars.gpus : "", &oom);
   h->exe = dup_or_null(o->vars.exe ? o->vars.exe : "", &oom);

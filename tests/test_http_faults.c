@@ -2,8 +2,9 @@
 // replicas ({shardcheck} in the launch template), llama-tiny on the CPU backend. The shipped
 // scenarios (http-quickstart: every phase kind on tp1, dp2 and tp2; http-faults: kill, hang and
 // a cancel storm), an exec fault reaching a server through a user command, kill: gpu on serve's
-// worker processes, and a SIGKILL of the runner mid-run (no server survives it, the file stays
-// consistent with the run listed as incomplete). docs/targets.md, "Faults".
+// worker processes, slow, corrupt and oom through serve's admin API, and a SIGKILL of the runner
+// mid-run (no server survives it, the file stays consistent with the run listed as
+// incomplete). docs/targets.md, "Faults".
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
@@ -199,6 +200,55 @@ Test(http_faults, kill_gpu_sigkills_the_server_worker_matching_rank_process, .ti
   cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'kill' AND detail NOT LIKE "
                       "'%not injected%'"),
                1, "%s", out);
+}
+
+// oom, corrupt and slow happen inside an engine: against shardcheck serve they go through its
+// admin API (target.openai.admin_token), and the server's own replica takes them.
+Test(http_faults, slow_oom_and_corrupt_reach_serve_through_its_admin_api, .timeout = 90) {
+  const char *dir = sc_test_tmpdir("httpa");
+  const char *sc = serve_scenario(
+      dir, "a.yaml", "tiny-a", "--admin-token tok-a1", "    admin_token: tok-a1\n",
+      "deployments: [{dp: 1}]\n"
+      "workload:\n  prompts: [{input: 16, output: 24}]\n"
+      "  phases: [{ramp: {concurrency: [2]}, hold: 5s}]\n"
+      "faults:\n  - {at: 1s, slow: {on: rank, factor: 4}, target: replica0.rank0, duration: 1s}\n"
+      "  - {at: 2500ms, corrupt: {kind: nan}, target: replica0.rank0, duration: 500ms}\n"
+      "  - {at: 3500ms, oom: {mode: persistent, after_allocs: 0}, target: replica0, "
+      "duration: 500ms}\n"
+      "router: {detect_timeout: 1s}\n");
+  char db[700];
+  int rc = run(sc, dir, "a", db, sizeof db);
+  cr_assert(rc == 0 || rc == 1, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind IN ('slow', 'oom', 'corrupt') AND "
+                      "detail NOT LIKE '%not injected%'"),
+               3, "%s", out);
+  // the server's replica felt them: its steps 4x slower while slowed, requests ended by its
+  // NaN check while corrupted, and by its allocator once out of memory
+  double before = atof(q1s(db, "SELECT value FROM fault_window WHERE fault_id = 1 AND window = "
+                               "'before' AND name = 'tpot_p95_ms'"));
+  double during = atof(q1s(db, "SELECT value FROM fault_window WHERE fault_id = 1 AND window = "
+                               "'during' AND name = 'tpot_p95_ms'"));
+  cr_expect_gt(during, 2 * before, "TPOT p95 %.3f ms slowed against %.3f before", during, before);
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE error LIKE '%numerical%'"), 0, "%s", out);
+  cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE error LIKE '%oom%'"), 0, "%s", out);
+  // without the token the same faults are refused at validation, naming the key
+  const char *bad = serve_scenario(
+      dir, "b.yaml", "tiny-b", "", "",
+      "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 16, output: 24}]\n"
+      "  phases: [{ramp: {concurrency: [2]}, hold: 1s}]\n"
+      "faults:\n  - {at: 500ms, oom: {mode: transient}, target: replica0}\n");
+  rc = run(bad, dir, "b", db, sizeof db);
+  cr_expect_eq(rc, 2, "%s", out);
+  cr_expect(strstr(out, "admin_token"), "%s", out);
+  // a token the launch does not pass
+  const char *miss = serve_scenario(
+      dir, "m.yaml", "tiny-m", "", "    admin_token: tok-m\n",
+      "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 16, output: 24}]\n"
+      "  phases: [{ramp: {concurrency: [2]}, hold: 1s}]\n"
+      "faults:\n  - {at: 500ms, slow: {on: rank, factor: 2}, target: replica0.rank0}\n");
+  rc = run(miss, dir, "m", db, sizeof db);
+  cr_expect_eq(rc, 2, "%s", out);
+  cr_expect(strstr(out, "--admin-token"), "%s", out);
 }
 
 Test(http_faults, a_clock_jump_reaches_launched_servers_through_libfaketime_and_nothing_notices,
