@@ -293,21 +293,6 @@ typedef struct cli_loop {
   uint64_t due; // libcurl's timer, monotonic ns (0: none)
 } cli_loop;
 
-static int cli_sock(CURL *e, curl_socket_t fd, int what, void *ud, void *sp) {
-  (void)e;
-  (void)sp;
-  cli_loop *cl = ud;
-  if (what == CURL_POLL_REMOVE) {
-    epoll_ctl(cl->ep, EPOLL_CTL_DEL, fd, NULL);
-    return 0;
-  }
-  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
-                                     (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
-                           .data.fd = fd};
-  if (epoll_ctl(cl->ep, EPOLL_CTL_MOD, fd, &ev) < 0) epoll_ctl(cl->ep, EPOLL_CTL_ADD, fd, &ev);
-  return 0;
-}
-
 static int cli_timer(CURLM *m, long ms, void *ud) {
   (void)m;
   ((cli_loop *)ud)->due = ms < 0 ? 0 : sc_monotonic_ns() + (uint64_t)ms * 1000000u;
@@ -337,8 +322,8 @@ static void capacity(int n, int tokens, const char *model, int tp, int dp, int s
   // the client's cost per chunk is what is ready, not what is open: epoll on libcurl's
   // sockets, curl_multi_socket_action on those that woke
   cli_loop cl = {.ep = epoll_create1(EPOLL_CLOEXEC)};
-  curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, cli_sock);
-  curl_multi_setopt(m, CURLMOPT_SOCKETDATA, &cl);
+  curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, replica_http_epoll_sock);
+  curl_multi_setopt(m, CURLMOPT_SOCKETDATA, &cl.ep);
   curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, cli_timer);
   curl_multi_setopt(m, CURLMOPT_TIMERDATA, &cl);
   int running = n, peak = 0;

@@ -263,6 +263,10 @@ typedef struct replica_http_options {
 sc_status replica_http_new(const engine_config *cfg, const replica_http_options *o, int index,
                            replica **out, sc_error *err);
 bool replica_is_http(const replica *r);
+// libcurl's socket callback (CURLMOPT_SOCKETFUNCTION) for a multi handle driven through an
+// epoll set: ep (CURLMOPT_SOCKETDATA) points at the set's fd; each socket is watched for what
+// libcurl asks, its epoll data the fd. The HTTP replica's thread uses it, as can a client.
+int replica_http_epoll_sock(void *easy, int fd, int what, void *ep, void *socketp);
 // The launched server's pid, also its process group id (0: none launched, or stopped).
 int replica_http_pid(const replica *r);
 // The port of the replica's url (its scheme's default when it names none; 0: not HTTP).

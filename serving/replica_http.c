@@ -701,19 +701,18 @@ static void watch(hrep *h) {
     declare_dead(h, "%s unanswered for %.1f s", h->ready_url, (double)h->detect_ns / 1e9);
 }
 
-// libcurl's socket callback: which sockets the thread's epoll set watches, and for what.
-static int sock_cb(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
-  (void)e, (void)socketp;
-  hrep *h = userp;
+int replica_http_epoll_sock(void *easy, int fd, int what, void *ep, void *socketp) {
+  (void)easy, (void)socketp;
+  int set = *(const int *)ep;
   if (what == CURL_POLL_REMOVE) {
-    epoll_ctl(h->ep, EPOLL_CTL_DEL, fd, NULL);
+    epoll_ctl(set, EPOLL_CTL_DEL, fd, NULL);
     return 0;
   }
   struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
                                      (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
                            .data.fd = fd};
-  if (epoll_ctl(h->ep, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
-    epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &ev);
+  if (epoll_ctl(set, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
+    epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
   return 0;
 }
 
@@ -1414,8 +1413,8 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
     goto fail;
   }
   curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, replica_http_epoll_sock);
+  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, &h->ep);
   curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
   curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
   curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);

@@ -231,24 +231,24 @@ Test(http_faults, slow_oom_and_corrupt_reach_serve_through_its_admin_api, .timeo
   cr_expect_gt(during, 2 * before, "TPOT p95 %.3f ms slowed against %.3f before", during, before);
   cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE error LIKE '%numerical%'"), 0, "%s", out);
   cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE error LIKE '%oom%'"), 0, "%s", out);
-  // without the token the same faults are refused at validation, naming the key
-  const char *bad = serve_scenario(
-      dir, "b.yaml", "tiny-b", "", "",
-      "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 16, output: 24}]\n"
-      "  phases: [{ramp: {concurrency: [2]}, hold: 1s}]\n"
-      "faults:\n  - {at: 500ms, oom: {mode: transient}, target: replica0}\n");
-  rc = run(bad, dir, "b", db, sizeof db);
-  cr_expect_eq(rc, 2, "%s", out);
-  cr_expect(strstr(out, "admin_token"), "%s", out);
-  // a token the launch does not pass
-  const char *miss = serve_scenario(
-      dir, "m.yaml", "tiny-m", "", "    admin_token: tok-m\n",
-      "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 16, output: 24}]\n"
-      "  phases: [{ramp: {concurrency: [2]}, hold: 1s}]\n"
-      "faults:\n  - {at: 500ms, slow: {on: rank, factor: 2}, target: replica0.rank0}\n");
-  rc = run(miss, dir, "m", db, sizeof db);
-  cr_expect_eq(rc, 2, "%s", out);
-  cr_expect(strstr(out, "--admin-token"), "%s", out);
+  // refused at validation, naming what is missing: the token; a token the launch does not pass
+  static const struct {
+    const char *name, *target_line, *fault, *want;
+  } refused[] = {{"b.yaml", "", "{at: 500ms, oom: {mode: transient}, target: replica0}",
+                  "admin_token"},
+                 {"m.yaml", "    admin_token: tok-m\n",
+                  "{at: 500ms, slow: {on: rank, factor: 2}, target: replica0.rank0}",
+                  "--admin-token"}};
+  for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+    char rest[512];
+    snprintf(rest, sizeof rest,
+             "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 16, output: 24}]\n"
+             "  phases: [{ramp: {concurrency: [2]}, hold: 1s}]\nfaults:\n  - %s\n",
+             refused[k].fault);
+    const char *p = serve_scenario(dir, refused[k].name, "tiny-r", "", refused[k].target_line, rest);
+    cr_expect_eq(run(p, dir, "r", db, sizeof db), 2, "%s", out);
+    cr_expect(strstr(out, refused[k].want), "%s", out);
+  }
 }
 
 Test(http_faults, a_clock_jump_reaches_launched_servers_through_libfaketime_and_nothing_notices,
