@@ -236,23 +236,27 @@ static void overhead(int reqs, int n_prompt, int n_out, int threads) {
 }
 
 // --- capacity
-static double metric_sum(int port, const char *prefix) {
+// GET /metrics into a temporary file (rewound; the caller closes it).
+static FILE *scrape(int port) {
   CURL *c = curl_easy_init();
   char url[128];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
-  stream dummy = {0};
-  (void)dummy;
   FILE *f = tmpfile();
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
   curl_easy_perform(c);
   curl_easy_cleanup(c);
   rewind(f);
+  return f;
+}
+
+// The value of the last line of f starting with prefix (-1: none).
+static double metric_in(FILE *f, const char *prefix) {
+  rewind(f);
   char line[512];
   double v = -1;
   while (fgets(line, sizeof line, f))
     if (!strncmp(line, prefix, strlen(prefix))) v = atof(strrchr(line, ' ') + 1);
-  fclose(f);
   return v;
 }
 
@@ -265,16 +269,18 @@ typedef struct hist_snap {
 static const char *const snap_names[2] = {"lateness", "handout"};
 
 static void snap_take(int port, hist_snap *h) {
+  FILE *f = scrape(port); // one scrape: every figure of the snapshot from the same moment
   for (int k = 0; k < 2; k++) {
     char name[160];
     snprintf(name, sizeof name, "shardcheck:sim_step_%s_seconds_count", snap_names[k]);
-    h->count[k] = metric_sum(port, name);
+    h->count[k] = metric_in(f, name);
     for (int b = 0; b < N_LES; b++) {
       snprintf(name, sizeof name, "shardcheck:sim_step_%s_seconds_bucket{le=\"%s\"",
                snap_names[k], snap_les[b]);
-      h->le[k][b] = metric_sum(port, name);
+      h->le[k][b] = metric_in(f, name);
     }
   }
+  fclose(f);
 }
 
 // Prints b - a (a NULL: b) as rows of the per-step table.
