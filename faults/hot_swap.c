@@ -4,6 +4,7 @@
 // between the old and new weights (faults/quality.h) and the swap_* metrics.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "faults/quality.h"
@@ -153,32 +154,116 @@ void frt_swap_tick(fault_rt *f, int fi, uint64_t now) {
 }
 
 // --- hot swap verdicts
+// The prompts of the workload's first n requests, copied (the generator's are valid only until
+// its next call); false when memory ran out. Free q->buf.
+static bool quality_prompts(fault_rt *f, int n, fq_prompts *q) {
+  size_t room = 0;
+  for (int k = 0; k < n; k++) {
+    wl_request w;
+    workload_request(f->c.wl, (uint64_t)k, &w);
+    room += (size_t)w.n_prompt;
+  }
+  *q = (fq_prompts){.buf = malloc((room ? room : 1) * sizeof *q->buf)};
+  if (!q->buf) return false;
+  size_t at = 0;
+  for (int k = 0; k < n; k++, q->count++) {
+    wl_request w;
+    workload_request(f->c.wl, (uint64_t)k, &w);
+    memcpy(q->buf + at, w.prompt, (size_t)w.n_prompt * sizeof *q->buf);
+    q->p[k] = q->buf + at;
+    q->n[k] = w.n_prompt;
+    at += (size_t)w.n_prompt;
+  }
+  return true;
+}
+
+// An external target's probes wait this long for their requests.
+static uint64_t probe_timeout(const fault_rt *f) {
+  uint64_t t = f->c.s->limits.request_timeout_ns;
+  return t > 0 && t < UINT64_C(600000000000) ? t : UINT64_C(120000000000);
+}
+
+// The last hot swap of the plan (-1: none).
+static int last_swap(const fault_rt *f, bool done) {
+  int last = -1;
+  for (int i = 0; i < f->plan.n; i++)
+    if (f->plan.v[i].kind == SCN_FAULT_HOT_SWAP && (!done || f->fr[i].swap_done)) last = i;
+  return last;
+}
+
+void fault_rt_replicas_ready(fault_rt *f) {
+  if (!f || f->c.sim || !f->c.s->target.set) return;
+  int fi = last_swap(f, false);
+  if (fi < 0) return;
+  f->swap_ref_rep = f->plan.v[fi].replica >= 0 ? f->plan.v[fi].replica : 0;
+  sc_error e = {{0}};
+  if (f->c.s->target.api == SCN_API_CHAT)
+    snprintf(f->swap_ref_why, sizeof f->swap_ref_why,
+             "a chat target's prompts are words, so no token ids to teacher-force");
+  else if (!quality_prompts(f, FQ_PROMPTS, &f->swap_ref_prompts))
+    snprintf(f->swap_ref_why, sizeof f->swap_ref_why, "out of memory");
+  else if (fq_replica_greedy(f->c.reps[f->swap_ref_rep], f->swap_ref_prompts.p,
+                             f->swap_ref_prompts.n, FQ_PROMPTS, FQ_TOKENS, probe_timeout(f),
+                             &f->swap_ref, &e) != SC_OK)
+    snprintf(f->swap_ref_why, sizeof f->swap_ref_why, "the old weights' greedy tokens: %.160s",
+             e.msg);
+  else
+    frt_note(f, "%s: hot swap: the old weights' greedy tokens taken on replica%d (%d prompts)",
+             f->c.dep->label, f->swap_ref_rep, FQ_PROMPTS);
+}
+
+// An external target's quality delta (swap fi, the plan's last done one): the greedy tokens
+// taken before the workload against the server the swaps left on the same replica.
+static void swap_quality_http(fault_rt *f, int fi) {
+  fault_run *fr = &f->fr[fi];
+  const char *label = f->c.dep->label;
+  if (fi != last_swap(f, true)) {
+    frt_note(f,
+             "%s: hot swap v%d: quality delta not measured (a server's weights can be probed "
+             "only before the first swap and after the last)",
+             label, fr->version);
+    return;
+  }
+  if (!f->swap_ref.n) {
+    frt_note(f, "%s: hot swap: quality delta not measured: %s", label, f->swap_ref_why);
+    return;
+  }
+  fq_result q;
+  sc_error e = {{0}};
+  if (fq_replica_agreement(f->c.reps[f->swap_ref_rep], &f->swap_ref, f->swap_ref_prompts.p,
+                           f->swap_ref_prompts.n, probe_timeout(f), &q, &e) != SC_OK) {
+    frt_note(f, "%s: hot swap: quality delta not measured: %s", label, e.msg);
+    return;
+  }
+  fr->agreement = q.agreement;
+  frt_note(f,
+           "%s: hot swap v0 -> v%d: greedy agreement %.3f over %d positions on replica%d (KL "
+           "not measured: a server sends tokens, not distributions)",
+           label, fr->version, q.agreement, q.positions, f->swap_ref_rep);
+}
+
 // The quality delta of swap fi: its old and new weights on the first prompts of the workload,
 // greedy (faults/quality.h). Real mode only: simulated replicas produce no logits.
 void frt_swap_quality(fault_rt *f, int fi) {
   fault_run *fr = &f->fr[fi];
   if (f->c.sim || fr->version < 1) return;
   if (f->c.s->target.set) {
-    frt_note(f,
-             "%s: hot swap: quality delta not measured (an external server's weights are "
-             "not shardcheck's to load)",
-             f->c.dep->label);
+    swap_quality_http(f, fi);
     return;
   }
-  enum { PROMPTS = 8, TOKENS = 16 };
-  const int32_t *prompts[PROMPTS];
-  int n_prompt[PROMPTS], n = 0;
-  for (uint64_t k = 0; k < PROMPTS && k < f->c.reqs->n; k++, n++) {
-    wl_request w;
-    workload_request(f->c.wl, k, &w);
-    prompts[n] = w.prompt;
-    n_prompt[n] = w.n_prompt;
-  }
+  int n = f->c.reqs->n < FQ_PROMPTS ? (int)f->c.reqs->n : FQ_PROMPTS;
   if (n == 0) return;
+  fq_prompts p;
+  if (!quality_prompts(f, n, &p)) {
+    frt_note(f, "%s: hot swap: quality delta not measured: out of memory", f->c.dep->label);
+    return;
+  }
   fq_result q;
   sc_error e = {{0}};
-  if (fq_compare(&f->vcfg[fr->version - 1], &f->vcfg[fr->version], prompts, n_prompt, n, TOKENS, &q,
-                 &e) != SC_OK) {
+  sc_status st =
+      fq_compare(&f->vcfg[fr->version - 1], &f->vcfg[fr->version], p.p, p.n, n, FQ_TOKENS, &q, &e);
+  free(p.buf);
+  if (st != SC_OK) {
     frt_note(f, "%s: hot swap: quality delta not measured: %s", f->c.dep->label, e.msg);
     return;
   }
@@ -205,7 +290,8 @@ void frt_swap_detail(const fault_run *fr, char *d, size_t cap) {
   if (n < cap && !isnan(fr->dip))
     n += (size_t)snprintf(d + n, cap - n, ", throughput dip %.0f%%", 100 * fr->dip);
   if (n < cap && !isnan(fr->agreement))
-    snprintf(d + n, cap - n, ", greedy agreement %.3f, mean KL %.3g nats", fr->agreement, fr->kl);
+    n += (size_t)snprintf(d + n, cap - n, ", greedy agreement %.3f", fr->agreement);
+  if (n < cap && !isnan(fr->kl)) snprintf(d + n, cap - n, ", mean KL %.3g nats", fr->kl);
 }
 
 // swap_* metrics: the worst over the deployment's swaps (agreement: the lowest).

@@ -206,6 +206,8 @@ void fault_rt_free(fault_rt *f) {
   for (int i = 0; f->fr && i < f->plan.n; i++)
     if (f->fr[i].exec) frt_exec_reap(f, i, true);
   ft_plan_free(&f->plan);
+  fq_greedy_free(&f->swap_ref);
+  free(f->swap_ref_prompts.buf);
   free(f->fr);
   free(f->vcfg);
   if (f->clock_dir[0]) {

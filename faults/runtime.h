@@ -94,6 +94,9 @@ sc_status fault_rt_begin(const fault_ctx *c, fault_rt **out, sc_error *err);
 // start: faults timed from p (or, for k = 0, from the run) get their times.
 void fault_rt_phase_started(fault_rt *f, int k, const scn_phase *p, const scn_phase *prev,
                             uint64_t start);
+// Every replica is ready and no phase has begun: against an external target with a hot swap
+// planned, the old weights' greedy tokens are taken here (the quality delta, faults/hot_swap.c).
+void fault_rt_replicas_ready(fault_rt *f);
 void fault_rt_tick(fault_rt *f, uint64_t now);
 uint64_t fault_rt_next(const fault_rt *f); // UINT64_MAX: nothing to do
 // A FAILED event for request ev->key from replica rep: attributes it to the fault that caused

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "faults/quality.h"
 #include "faults/runtime.h"
 #include "faults/timeline.h"
 #include "faults/verdict.h"
@@ -85,6 +86,12 @@ struct fault_rt {
   engine_config *vcfg; // (n_vcfg) the engine config of each weight version, 0 the initial
   int n_vcfg;
   int swap_active; // the hot swap rolling now (-1: none): one at a time
+  // an external target's quality delta: the old weights' greedy tokens, taken on replica
+  // swap_ref_rep before the first phase (swap_ref.n NULL: not taken; swap_ref_why says why)
+  fq_greedy swap_ref;
+  fq_prompts swap_ref_prompts;
+  int swap_ref_rep;
+  char swap_ref_why[200];
   // clock jumps (real mode): the workers run under libfaketime, reading their wall clock's
   // offset from clock_file; env is what they are started with
   char clock_dir[64], clock_file[96];

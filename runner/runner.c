@@ -1387,7 +1387,10 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
       if (r->o->interrupted && *r->o->interrupted) r->stopping = true;
     }
   }
-  if (bs == SC_OK) replica_set_peers(r->reps, r->n_reps);
+  if (bs == SC_OK) {
+    replica_set_peers(r->reps, r->n_reps);
+    fault_rt_replicas_ready(r->fr);
+  }
   if (bs != SC_OK) {
     free_replicas(r); // a launched server stops here, not at the end of the run
     snprintf(r->res->error, sizeof r->res->error, "deployment %s: %.400s", d->label, be.msg);

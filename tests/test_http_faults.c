@@ -20,7 +20,7 @@
 
 static char out[1 << 16];
 
-#define q1 sc_test_q1
+#define q1  sc_test_q1
 #define q1s sc_test_q1s
 
 static void sleep_ms(int ms) {
@@ -184,14 +184,14 @@ Test(http_faults, an_exec_fault_runs_its_command_with_pid_port_replica_and_its_k
 
 Test(http_faults, kill_gpu_sigkills_the_server_worker_matching_rank_process, .timeout = 90) {
   const char *dir = sc_test_tmpdir("httpg");
-  const char *sc = serve_scenario(
-      dir, "g.yaml", "tiny-g", "--isolation process", "    rank_process: \" worker --fd\"\n",
-      "deployments: [{tp: 2}]\n"
-      "workload:\n  prompts: [{input: 16, output: 24}]\n"
-      "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
-      "faults:\n  - {at: 1s, kill: gpu, target: replica0.rank0}\n"
-      "router: {detect_timeout: 1s}\n"
-      "slo: {lost_requests: 0, history_violations: 0}\n");
+  const char *sc = serve_scenario(dir, "g.yaml", "tiny-g", "--isolation process",
+                                  "    rank_process: \" worker --fd\"\n",
+                                  "deployments: [{tp: 2}]\n"
+                                  "workload:\n  prompts: [{input: 16, output: 24}]\n"
+                                  "  phases: [{ramp: {concurrency: [4]}, hold: 3s}]\n"
+                                  "faults:\n  - {at: 1s, kill: gpu, target: replica0.rank0}\n"
+                                  "router: {detect_timeout: 1s}\n"
+                                  "slo: {lost_requests: 0, history_violations: 0}\n");
   char db[700];
   int rc = run(sc, dir, "g", db, sizeof db);
   cr_assert_eq(rc, 0, "%s", out);
@@ -231,24 +231,25 @@ Test(http_faults, slow_oom_and_corrupt_reach_serve_through_its_admin_api, .timeo
                                "'before' AND name = 'output_tok_s'"));
   double during = atof(q1s(db, "SELECT value FROM fault_window WHERE fault_id = 1 AND window = "
                                "'during' AND name = 'output_tok_s'"));
-  cr_expect_lt(during, before / 2, "%.1f tokens/s while slowed against %.1f before", during, before);
+  cr_expect_lt(during, before / 2, "%.1f tokens/s while slowed against %.1f before", during,
+               before);
   cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE error LIKE '%numerical%'"), 0, "%s", out);
   cr_expect_gt(q1(db, "SELECT count(*) FROM request WHERE error LIKE '%oom%'"), 0, "%s", out);
   // refused at validation, naming what is missing: the token; a token the launch does not pass
   static const struct {
     const char *name, *target_line, *fault, *want;
-  } refused[] = {{"b.yaml", "", "{at: 500ms, oom: {mode: transient}, target: replica0}",
-                  "admin_token"},
-                 {"m.yaml", "    admin_token: tok-m\n",
-                  "{at: 500ms, slow: {on: rank, factor: 2}, target: replica0.rank0}",
-                  "--admin-token"}};
+  } refused[] = {
+      {"b.yaml", "", "{at: 500ms, oom: {mode: transient}, target: replica0}", "admin_token"},
+      {"m.yaml", "    admin_token: tok-m\n",
+       "{at: 500ms, slow: {on: rank, factor: 2}, target: replica0.rank0}", "--admin-token"}};
   for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
     char rest[512];
     snprintf(rest, sizeof rest,
              "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 16, output: 24}]\n"
              "  phases: [{ramp: {concurrency: [2]}, hold: 1s}]\nfaults:\n  - %s\n",
              refused[k].fault);
-    const char *p = serve_scenario(dir, refused[k].name, "tiny-r", "", refused[k].target_line, rest);
+    const char *p =
+        serve_scenario(dir, refused[k].name, "tiny-r", "", refused[k].target_line, rest);
     cr_expect_eq(run(p, dir, "r", db, sizeof db), 2, "%s", out);
     cr_expect(strstr(out, refused[k].want), "%s", out);
   }
@@ -311,6 +312,30 @@ Test(http_faults, a_hot_swap_relaunches_each_replica_in_turn_with_the_new_model_
     cr_expect(strstr(log, "tiny-b on http"), "replica%d was relaunched serving tiny-b: %s", i, log);
     free(log);
   }
+  // the same weights under another name: the quality delta (greedy tokens taken before the
+  // workload, teacher-forced after it, through serve's token ids) finds every position agreeing
+  cr_expect(strstr(out, "old weights' greedy tokens taken on replica0"), "%s", out);
+  cr_expect_eq(dep_metric(db, "swap_agreement"), 1.0, "%s", out);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'swap_kl' AND value IS NULL"), 1);
+}
+
+// A swap to other weights (a relaunch with another seed): the greedy tokens mostly disagree.
+Test(http_faults, a_hot_swap_to_other_weights_shows_in_the_quality_delta, .timeout = 90) {
+  const char *dir = sc_test_tmpdir("httpw");
+  const char *sc = serve_scenario(
+      dir, "q.yaml", "tiny-q", "", "",
+      "deployments: [{dp: 1}]\n"
+      "workload:\n  prompts: [{input: 16, output: 24}]\n"
+      "  phases: [{ramp: {concurrency: [2]}, hold: 2s}]\n"
+      "faults:\n  - {at: 500ms, hot_swap: {launch: \"{shardcheck} serve --model llama-tiny "
+      "--served-model-name tiny-q --weights-seed 7 -tp {tp} --port {port} --threads 1\"}}\n");
+  char db[700];
+  int rc = run(sc, dir, "q", db, sizeof db);
+  cr_assert_eq(rc, 0, "%s", out);
+  double agree = dep_metric(db, "swap_agreement");
+  cr_expect(agree >= 0 && agree < 0.5,
+            "greedy agreement %.3f after a swap to unrelated weights: %s", agree, out);
+  cr_expect(strstr(out, "greedy agreement"), "%s", out);
 }
 
 // --- the runner killed mid-run
