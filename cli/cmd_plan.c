@@ -33,7 +33,9 @@ static void usage(FILE *f) {
           "  -g, --gpu PROFILE       a built-in hardware profile or a profile .yaml (required)\n"
           "  -n, --gpus N            GPUs available, 1..%d (required)\n"
           "      --dtype T           weight dtype: fp32, bf16, fp16, int8, int4 (weight-only\n"
-          "                          quantization) (default: the model's dtype)\n"
+          "                          quantization), fp8 (default: the model's dtype)\n"
+          "      --kv-cache-dtype T  auto (the activations': bf16, or the model's f32/f16) or\n"
+          "                          fp8 (default auto)\n"
           "      --context TOKENS    tokens one sequence must fit (default: max_seq_len)\n"
           "      --headroom F        fraction of GPU memory kept free, 0 <= F < 1 (default 0.1)\n"
           "      --json              print one JSON object instead of the table\n"
@@ -91,7 +93,7 @@ static void print_table(const model_config *m, const hw_profile *hw, const mempl
            l[best].why);
   else
     printf("recommended: none: no layout of up to %d %s fits %s at %s with a context of %d "
-           "tokens (try more GPUs, --dtype int8/int4 or a shorter --context)\n",
+           "tokens (try more GPUs, --dtype int8/int4/fp8, --kv-cache-dtype fp8 or a shorter --context)\n",
            gpus, hw->name, m->name, sc_dtype_name(p->weight_dtype), p->context);
 }
 
@@ -143,19 +145,20 @@ static int print_json(const model_config *m, const hw_profile *hw, const memplan
 // --- the command
 
 int cmd_plan(int argc, char **argv) {
-  enum { OPT_DTYPE = 1000, OPT_CONTEXT, OPT_HEADROOM, OPT_JSON };
+  enum { OPT_DTYPE = 1000, OPT_KV_DTYPE, OPT_CONTEXT, OPT_HEADROOM, OPT_JSON };
   static const struct option opts[] = {
       {"model", required_argument, NULL, 'm'},
       {"gpu", required_argument, NULL, 'g'},
       {"gpus", required_argument, NULL, 'n'},
       {"dtype", required_argument, NULL, OPT_DTYPE},
+      {"kv-cache-dtype", required_argument, NULL, OPT_KV_DTYPE},
       {"context", required_argument, NULL, OPT_CONTEXT},
       {"headroom", required_argument, NULL, OPT_HEADROOM},
       {"json", no_argument, NULL, OPT_JSON},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  const char *model = NULL, *gpu = NULL, *dtype = NULL;
+  const char *model = NULL, *gpu = NULL, *dtype = NULL, *kv_dtype = NULL;
   int gpus = 0, context = 0;
   bool json = false, have_headroom = false;
   double headroom = 0;
@@ -171,6 +174,7 @@ int cmd_plan(int argc, char **argv) {
         return cli_usage_error("plan", "--gpus must be an integer in 1..1024, got", optarg);
       break;
     case OPT_DTYPE: dtype = optarg; break;
+    case OPT_KV_DTYPE: kv_dtype = optarg; break;
     case OPT_CONTEXT:
       if (!cli_parse_int(optarg, 1, 1 << 30, &context))
         return cli_usage_error("plan", "--context must be a positive number of tokens, got", optarg);
@@ -208,10 +212,16 @@ int cmd_plan(int argc, char **argv) {
   memplan_params p = memplan_defaults();
   p.weight_dtype = m.dtype;
   if (dtype && sc_dtype_parse(dtype, &p.weight_dtype) != SC_OK)
-    return cli_usage_error("plan", "--dtype must be one of fp32, bf16, fp16, int8, int4, got", dtype);
+    return cli_usage_error("plan", "--dtype must be one of fp32, bf16, fp16, int8, int4, fp8, got",
+                           dtype);
   // The KV cache is kept in the activation dtype: f32 and f16 models keep theirs, the rest
-  // (bf16 and weight-only quantized) use bf16.
+  // (bf16 and quantized) use bf16; fp8 when asked.
   p.kv_dtype = p.weight_dtype == SC_F32 || p.weight_dtype == SC_F16 ? p.weight_dtype : SC_BF16;
+  if (kv_dtype && strcmp(kv_dtype, "auto")) {
+    if (strcmp(kv_dtype, "fp8") && strcmp(kv_dtype, "fp8_e4m3") && strcmp(kv_dtype, "fp8_e5m2"))
+      return cli_usage_error("plan", "--kv-cache-dtype must be auto or fp8, got", kv_dtype);
+    p.kv_dtype = SC_FP8;
+  }
   if (context > m.max_seq_len) {
     fprintf(stderr, "shardcheck plan: --context %d exceeds max_seq_len %d of %s\n", context,
             m.max_seq_len, m.name);

@@ -16,7 +16,7 @@
 
 static void usage(FILE *f) {
   fprintf(
-      f, "usage: shardcheck serve --model DIR|PRESET [--dtype DTYPE]\n"
+      f, "usage: shardcheck serve --model DIR|PRESET [--dtype DTYPE] [--kv-cache-dtype T]\n"
          "                        [-tp|--tensor-parallel-size N] [-pp|--pipeline-parallel-size N]\n"
          "                        [-dp|--data-parallel-size N] [--backend cpu|cuda]\n"
          "                        [--mode real|sim] [--profile NAME|FILE.yaml]\n"
@@ -35,7 +35,8 @@ static void usage(FILE *f) {
          "steps take the wall time the cost model prices (mode sim). docs/serve.md has every\n"
          "endpoint, field and metric.\n\n"
          "  --model DIR|PRESET         a Hugging Face directory or a preset (llama-tiny, ...)\n"
-         "  --dtype DTYPE              weight dtype: f32, f16, bf16, int8 (int4: sim only)\n"
+         "  --dtype DTYPE              weight dtype: f32, f16, bf16, int8 (int4, fp8: sim only)\n"
+         "  --kv-cache-dtype auto|fp8  the KV cache's dtype (fp8: sim only; default auto)\n"
          "  -tp, --tensor-parallel-size N    ranks per TP group (default 1)\n"
          "  -pp, --pipeline-parallel-size N  pipeline stages (default 1)\n"
          "  -dp, --data-parallel-size N      replicas behind the router (default 1)\n"
@@ -151,6 +152,9 @@ int cmd_serve(int argc, char **argv) {
     } else if (FLAG("--dtype", NULL)) {
       NEED();
       d.dtype = v;
+    } else if (FLAG("--kv-cache-dtype", NULL)) {
+      NEED();
+      d.kv_cache_dtype = v;
     } else if (FLAG("--backend", NULL)) {
       NEED();
       if (strcmp(v, "cpu") && strcmp(v, "cuda"))

@@ -6,6 +6,7 @@
 #include "config/hardware.h"
 
 #include <libfyaml.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +189,7 @@ static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, s
 // The engine block (docs/calibration.md): the serving engine's costs and scheduler knobs.
 static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_engine *e = dst;
-  bool chunked = true;
+  bool chunked = true, no_evict = false;
   const yaml_map_field f[] = {
       {"step_s", YAML_MAP_DOUBLE, &e->step_s, 0, false, NULL, NULL, NULL, NULL},
       {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
@@ -198,10 +199,12 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
       {"token_budget", YAML_MAP_INT, &e->token_budget, 0, false, NULL, NULL, NULL, NULL},
       {"block_size", YAML_MAP_INT, &e->block_size, 0, false, NULL, NULL, NULL, NULL},
       {"chunked_prefill", YAML_MAP_BOOL, &chunked, 0, false, NULL, NULL, NULL, NULL},
+      {"no_evict", YAML_MAP_BOOL, &no_evict, 0, false, NULL, NULL, NULL, NULL},
   };
   *e = sim_engine_defaults();
   SC_TRY(yaml_map_read_node(v, file, f, (int)(sizeof f / sizeof f[0]), err));
   if (fy_node_mapping_lookup_by_string(v, "chunked_prefill", FY_NT)) e->chunked_prefill = chunked ? 1 : -1;
+  if (fy_node_mapping_lookup_by_string(v, "no_evict", FY_NT)) e->no_evict = no_evict ? 1 : -1;
   char where[300];
   yaml_map_where(v, file, where, sizeof where);
   if (!(e->step_s >= 0 && e->step_s <= HW_STEP_OVERHEAD_MAX_S && e->seq_s >= 0 &&
@@ -238,6 +241,7 @@ void hw_profile_sync_sim(hw_profile *p) {
   h->flops_f16 = p->flops_fp16;
   h->flops_bf16 = p->flops_bf16;
   h->flops_int8 = p->flops_int8;
+  h->flops_fp8 = p->flops_fp8;
   h->gpus_per_node = p->gpus_per_node;
   snprintf(h->intra.name, sizeof h->intra.name, "%s", p->link);
   h->intra.bw = p->link_bw;
@@ -281,6 +285,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
       {"flops_fp16", YAML_MAP_DOUBLE, &p->flops_fp16, 0, true, NULL, NULL, NULL, NULL},
       {"flops_fp32", YAML_MAP_DOUBLE, &p->flops_fp32, 0, true, NULL, NULL, NULL, NULL},
       {"flops_int8", YAML_MAP_DOUBLE, &p->flops_int8, 0, true, NULL, NULL, NULL, NULL},
+      {"flops_fp8", YAML_MAP_DOUBLE, &p->flops_fp8, 0, false, NULL, NULL, NULL, NULL},
       {"link", YAML_MAP_STRING, p->link, sizeof p->link, true, NULL, NULL, NULL, NULL},
       {"link_bw", YAML_MAP_DOUBLE, &p->link_bw, 0, true, NULL, NULL, NULL, NULL},
       {"link_latency_s", YAML_MAP_DOUBLE, &p->link_latency_s, 0, true, NULL, NULL, NULL, NULL},
@@ -303,7 +308,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
        node_overhead},
       {"engine", YAML_MAP_NODE, &h->engine, 0, false, NULL,
        "a mapping {step_s, seq_s, prefill_eff, decode_eff, max_running, token_budget, "
-       "chunked_prefill, block_size}", NULL, node_engine},
+       "chunked_prefill, no_evict, block_size}", NULL, node_engine},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,
                              (int)(sizeof fields / sizeof fields[0]), err));
@@ -322,6 +327,10 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
   if (p->flops_int8 < 0)
     return sc_fail(err, SC_INVALID, "%s: key 'flops_int8' must be >= 0 (0 = unknown), got %g",
                    where, p->flops_int8);
+  if (!(p->flops_fp8 >= 0) || !isfinite(p->flops_fp8))
+    return sc_fail(err, SC_INVALID,
+                   "%s: key 'flops_fp8' must be >= 0 (0 or absent: no fp8 tensor cores), got %g",
+                   where, p->flops_fp8);
   if (p->link_latency_s < 0 || p->link_latency_s > HW_LINK_LATENCY_MAX_S)
     return sc_fail(err, SC_INVALID, "%s: key 'link_latency_s' must be in [0, %d] seconds, got %g",
                    where, HW_LINK_LATENCY_MAX_S, p->link_latency_s);

@@ -224,7 +224,8 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   if (s == SC_OK)
     s = sched_new((sched_config){.max_running = c->max_running,
                                  .token_budget = c->token_budget,
-                                 .prefill_chunk = c->prefill_chunk},
+                                 .prefill_chunk = c->prefill_chunk,
+                                 .no_evict = c->no_evict},
                   e->kv, &e->sched);
   if (s == SC_OK) {
     size_t R = (size_t)c->max_running;

@@ -57,6 +57,7 @@ typedef struct engine_config {
   int max_running;          // running sequences at most (256)
   int token_budget;         // tokens per step at most (8192)
   int prefill_chunk;        // prefill tokens of one sequence per step; 0: token_budget / 4
+  bool no_evict;            // admission reserves full lengths, never preempts (scheduler.h)
   int threads;              // cpu backend: BLAS threads per rank; 0: cores / (tp * pp), >= 1
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
   sc_clock clock;           // step timing; monotonic by default

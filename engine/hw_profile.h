@@ -19,6 +19,7 @@ typedef struct hw_profile {
   double flops_fp16;     // dense fp16 matrix throughput, FLOP/s
   double flops_fp32;     // fp32 throughput (non-tensor), FLOP/s
   double flops_int8;     // dense int8 throughput, OP/s (0 when unknown)
+  double flops_fp8;      // dense fp8 matrix throughput, FLOP/s (optional; 0: none, as on A100)
   char link[32];         // intra-node link kind: "nvlink4", "pcie4", "pcie5", "memory"
   double link_bw;        // intra-node link bandwidth per direction per GPU, bytes/s
   double link_latency_s; // intra-node link latency, seconds

@@ -29,12 +29,13 @@ memplan_params memplan_defaults(void) {
 // --- weights
 //
 // A projection held as (rows, cols) on one rank. Float dtypes: rows x cols x bytes.
-// Weight-only quantization (int8, int4) stores rows x cols x 1 or 0.5 bytes plus one bf16
-// scale per output row (rows x 2 bytes); int4 adds one bf16 scale per group of 128 inputs
-// (rows x ceil(cols / 128) x 2 bytes). Embedding, LM head and norms stay bf16 when quantized.
+// Quantized weights (int8 and int4 weight-only, fp8) store rows x cols x 1 or 0.5 bytes plus
+// one bf16 scale per output row (rows x 2 bytes); int4 adds one bf16 scale per group of 128
+// inputs (rows x ceil(cols / 128) x 2 bytes). Embedding, LM head and norms stay bf16 when
+// quantized (as in the FP8 checkpoints vLLM and TensorRT-LLM serve).
 #define QUANT_GROUP 128
 
-static bool quantized(sc_dtype t) { return t == SC_I8 || t == SC_I4; }
+static bool quantized(sc_dtype t) { return t == SC_I8 || t == SC_I4 || t == SC_FP8; }
 
 static double proj_bytes(double rows, double cols, sc_dtype t) {
   double b = rows * cols * sc_dtype_bytes(t);

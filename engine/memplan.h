@@ -13,7 +13,7 @@
 
 typedef struct memplan_params {
   sc_dtype weight_dtype; // dtype of weights on the device
-  sc_dtype kv_dtype;     // dtype of the KV cache (f32 on the CPU backend, else bf16/f16)
+  sc_dtype kv_dtype;     // dtype of the KV cache (f32 on the CPU backend, else bf16/f16; fp8)
   int context;           // tokens one sequence may hold (0 = the model's max_seq_len)
   double headroom;       // fraction of device memory kept free (0.10 by default)
   int block_size;        // KV block, tokens (16)

@@ -28,6 +28,7 @@ const char *sc_dtype_name(sc_dtype t) {
   case SC_BF16: return "bf16";
   case SC_I8: return "int8";
   case SC_I4: return "int4";
+  case SC_FP8: return "fp8";
   }
   return "unknown";
 }
@@ -39,7 +40,7 @@ sc_status sc_dtype_parse(const char *s, sc_dtype *out) {
   } names[] = {
       {"f32", SC_F32},   {"fp32", SC_F32},      {"float32", SC_F32}, {"f16", SC_F16},
       {"fp16", SC_F16},  {"float16", SC_F16},   {"bf16", SC_BF16},   {"bfloat16", SC_BF16},
-      {"int8", SC_I8},   {"int4", SC_I4},
+      {"int8", SC_I8},   {"int4", SC_I4},       {"fp8", SC_FP8},     {"fp8_e4m3", SC_FP8},
   };
   if (!s) return SC_INVALID;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -55,7 +56,8 @@ double sc_dtype_bytes(sc_dtype t) {
   case SC_F32: return 4;
   case SC_F16:
   case SC_BF16: return 2;
-  case SC_I8: return 1;
+  case SC_I8:
+  case SC_FP8: return 1;
   case SC_I4: return 0.5;
   }
   return 0;
@@ -110,7 +112,7 @@ sc_status model_config_check(const model_config *c, const char *where, sc_error 
   if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
     return sc_fail(err, SC_INVALID, "%s: field 'rms_norm_eps' must be a positive number, got %g",
                    where, (double)c->norm_eps);
-  if ((unsigned)c->dtype > (unsigned)SC_I4)
+  if ((unsigned)c->dtype > (unsigned)SC_DTYPE_LAST)
     return sc_fail(err, SC_INVALID, "%s: field 'torch_dtype' is not a known dtype (%d)", where,
                    (int)c->dtype);
   if (c->bos_token_id < -1 || c->bos_token_id >= c->vocab_size)

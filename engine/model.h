@@ -12,7 +12,9 @@
 
 #include "kernels/status.h"
 
-typedef enum sc_dtype { SC_F32, SC_F16, SC_BF16, SC_I8, SC_I4 } sc_dtype;
+// int4 and fp8 exist for the planner and the simulator only: the real backends hold f32 or int8.
+typedef enum sc_dtype { SC_F32, SC_F16, SC_BF16, SC_I8, SC_I4, SC_FP8 } sc_dtype;
+#define SC_DTYPE_LAST SC_FP8
 
 const char *sc_dtype_name(sc_dtype t); // "f32", "f16", "bf16", "int8", "int4"
 // Accepts f32|fp32|float32, f16|fp16|float16, bf16|bfloat16, int8, int4.

@@ -1,4 +1,5 @@
-// Continuous batching with chunked prefill and preemption by recompute (see scheduler.h).
+// Continuous batching with chunked prefill and preemption by recompute, or admission that
+// reserves each sequence's full length so nothing is preempted (see scheduler.h).
 #include "engine/scheduler.h"
 
 #include <stdlib.h>
@@ -15,6 +16,7 @@ struct scheduler {
   kv_cache *kv;
   seq_list waiting; // front is next
   seq_list running; // in admission order; the back is preempted first
+  int reserved;      // no_evict: blocks the running sequences hold or will at full length
 };
 
 // Makes room for n entries, so that moving a seq between the lists never allocates.
@@ -74,6 +76,11 @@ sc_status sched_add(scheduler *s, seq *q) {
   return SC_OK;
 }
 
+// The blocks q holds at its full length (no_evict's reservation).
+static int full_blocks(const scheduler *s, const seq *q) {
+  return kv_cache_blocks_for(s->kv, q->cap);
+}
+
 static void release_blocks(scheduler *s, seq *q) {
   kv_cache_give_back(s->kv, q->blocks, q->n_blocks);
   q->n_blocks = 0;
@@ -82,7 +89,10 @@ static void release_blocks(scheduler *s, seq *q) {
 
 void sched_remove(scheduler *s, seq *q) {
   int i = list_index(&s->running, q);
-  if (i >= 0) list_erase(&s->running, i);
+  if (i >= 0) {
+    list_erase(&s->running, i);
+    if (s->cfg.no_evict) s->reserved -= full_blocks(s, q);
+  }
   i = list_index(&s->waiting, q);
   if (i >= 0) list_erase(&s->waiting, i);
   release_blocks(s, q);
@@ -131,6 +141,7 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
     while (grow_blocks(s, q, n) != SC_OK) {
       seq *victim = s->running.v[s->running.n - 1];
       list_erase(&s->running, s->running.n - 1);
+      if (s->cfg.no_evict) s->reserved -= full_blocks(s, victim);
       release_blocks(s, victim);
       victim->state = SEQ_WAITING;
       victim->n_preempted++;
@@ -149,7 +160,9 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
   while (!preempted && s->waiting.n > 0 && s->running.n < s->cfg.max_running && budget > 0) {
     seq *q = s->waiting.v[0];
     int n = step_tokens(s, q, budget);
+    if (s->cfg.no_evict && s->reserved + full_blocks(s, q) > kv_cache_total(s->kv)) break;
     if (grow_blocks(s, q, n) != SC_OK) break;
+    if (s->cfg.no_evict) s->reserved += full_blocks(s, q);
     list_erase(&s->waiting, 0);
     list_insert(&s->running, s->running.n, q);
     q->state = SEQ_RUNNING;

@@ -40,6 +40,11 @@ typedef struct sched_config {
   int max_running;   // sequences in one step at most
   int token_budget;  // tokens in one step at most
   int prefill_chunk; // prefill tokens of one sequence in one step at most
+  // Admission: false admits while free blocks last and preempts by recompute when a running
+  // sequence cannot grow (vLLM's policy); true admits a sequence only when the cache holds every
+  // running one at its full length (prompt + max_new) beside it, so nothing is ever preempted
+  // (TensorRT-LLM's default, GUARANTEED_NO_EVICT).
+  bool no_evict;
 } sched_config;
 
 // One sequence's part of a step: tokens [start, start + n); sample when that reaches the end.

@@ -223,7 +223,7 @@ static sc_status use_kind(search *x, const capacity_kind *k, sc_error *err) {
   s->hw = hw;
   s->have_hw = true;
   snprintf(s->hardware.profile, sizeof s->hardware.profile, "%s", k->name);
-  s->mp.kv_dtype = hw.sim.host_cores > 0 ? SC_F32 : SC_BF16;
+  s->mp.kv_dtype = hw.sim.host_cores > 0 ? SC_F32 : s->model.kv_cache_dtype[0] ? SC_FP8 : SC_BF16;
   return SC_OK;
 }
 

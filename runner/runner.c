@@ -1450,6 +1450,7 @@ static char *config_json(const scenario *s, uint64_t seed) {
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;
   json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
+  if (s->limits.no_evict) json_object_set_new(o, "no_evict", json_true()); // default left out
   if (s->record != SCN_RECORD_TOKENS) // the default is left out: older runs have no key
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)
@@ -1634,16 +1635,22 @@ static sc_status refuse(const scenario *s, sc_error *err) {
                    s->path, s->hardware.backend);
 #endif
   }
-  if (!strcmp(s->model.dtype, "int4"))
+  if (!strcmp(s->model.dtype, "int4") || !strcmp(s->model.dtype, "fp8"))
     return sc_fail(err, SC_INVALID,
-                   "%s: model.dtype int4: the real backends hold weights as f32 or int8 "
-                   "(weight-only); use int8, f32, f16 or bf16", s->path);
+                   "%s: model.dtype %s: the real backends hold weights as f32 or int8 "
+                   "(weight-only); use int8, f32, f16 or bf16, or mode: sim", s->path,
+                   s->model.dtype);
+  if (s->model.kv_cache_dtype[0])
+    return sc_fail(err, SC_INVALID,
+                   "%s: model.kv_cache_dtype %s: the real backends keep the KV cache in the "
+                   "activations' dtype; use auto, or mode: sim", s->path, s->model.kv_cache_dtype);
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];
-    if (f->kind == SCN_FAULT_HOT_SWAP && !strcmp(f->swap_dtype, "int4"))
+    if (f->kind == SCN_FAULT_HOT_SWAP && (!strcmp(f->swap_dtype, "int4") ||
+                                          !strcmp(f->swap_dtype, "fp8")))
       return sc_fail(err, SC_INVALID,
-                     "%s:%d:%d: hot_swap dtype int4: the real backends hold weights as f32 or "
-                     "int8 (weight-only); use int8", s->path, f->line, f->col);
+                     "%s:%d:%d: hot_swap dtype %s: the real backends hold weights as f32 or "
+                     "int8 (weight-only); use int8", s->path, f->line, f->col, f->swap_dtype);
   }
   return SC_OK;
 }

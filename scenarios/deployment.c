@@ -36,6 +36,7 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   c.max_running = s->limits.max_running;
   c.token_budget = s->limits.token_budget;
   c.prefill_chunk = s->limits.prefill_chunk;
+  c.no_evict = s->limits.no_evict;
   c.threads = threads_per_rank(s, d);
   if (s->limits.collective_timeout_ns) c.collective_timeout_ns = s->limits.collective_timeout_ns;
   c.clock = clock;
@@ -73,7 +74,8 @@ static sc_status sim_config(const scenario *s, const scn_deployment *d, const mo
                 .vocab = m->vocab_size,
                 .tied_embeddings = m->tied_embeddings,
                 .weight_dtype = held,
-                .act_dtype = (sim_dtype)mp.kv_dtype},
+                .act_dtype = mp.kv_dtype == SC_FP8 ? SIM_BF16 : (sim_dtype)mp.kv_dtype,
+                .kv_fp8 = mp.kv_dtype == SC_FP8},
       .layout = {.tp = d->tp,
                  .pp = d->pp,
                  .threads = c->threads,

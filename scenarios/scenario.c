@@ -167,7 +167,18 @@ static bool parse_dtype(const char *text, void *dst) {
   snprintf(dst, 8, "%s", sc_dtype_name(t));
   return true;
 }
-#define DTYPE_EXPECT "a dtype (f32, f16, bf16, int8, int4)"
+#define DTYPE_EXPECT "a dtype (f32, f16, bf16, int8, int4, fp8)"
+
+// model.kv_cache_dtype: auto (stored as "") or fp8 (vLLM's spellings fp8_e4m3, fp8_e5m2 too).
+static bool parse_kv_dtype(const char *text, void *dst) {
+  if (!strcmp(text, "auto")) {
+    *(char *)dst = 0;
+    return true;
+  }
+  if (strcmp(text, "fp8") && strcmp(text, "fp8_e4m3") && strcmp(text, "fp8_e5m2")) return false;
+  snprintf(dst, 8, "fp8");
+  return true;
+}
 
 // Field table entries (designated, so unused members stay zero).
 #define F_INT(k, d) {.key = (k), .type = YAML_MAP_INT, .dst = (d)}
@@ -438,6 +449,7 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
         F_STR("preset", preset),
         F_STR("path", path),
         F_CUSTOM("dtype", mo->dtype, parse_dtype, DTYPE_EXPECT),
+        F_CUSTOM("kv_cache_dtype", mo->kv_cache_dtype, parse_kv_dtype, "auto or fp8"),
         F_CUSTOM("weights_seed", &mo->weights_seed, parse_u64, "a non-negative integer"),
     };
     mapview m;
@@ -608,6 +620,7 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_INT("max_running", &l->max_running),
       F_INT("token_budget", &l->token_budget),
       F_INT("prefill_chunk", &l->prefill_chunk),
+      F_BOOL("no_evict", &l->no_evict),
       F_INT("block_size", &l->block_size),
       F_DBL("kv_headroom", &l->kv_headroom),
       F_DUR("collective_timeout", &l->collective_timeout_ns),
@@ -636,6 +649,7 @@ static void apply_engine_knobs(scn_limits *l, const sim_engine *e) {
   if (e->block_size > 0) l->block_size = e->block_size;
   if (e->chunked_prefill < 0) l->prefill_chunk = l->token_budget;
   if (l->prefill_chunk > l->token_budget) l->prefill_chunk = l->token_budget;
+  if (e->no_evict) l->no_evict = e->no_evict > 0;
 }
 
 static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
@@ -2369,6 +2383,14 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   bool cpu = s->mode == SCN_MODE_SIM ? s->have_hw && s->hw.sim.host_cores > 0
                                      : !strcmp(s->hardware.backend, "cpu");
   mp->kv_dtype = cpu ? SC_F32 : SC_BF16;
+  if (s->model.kv_cache_dtype[0] && s->mode == SCN_MODE_SIM) {
+    if (cpu)
+      return fail_at(c, mv_val(&m, "model"), mv_key(&m, "model"),
+                     "model.kv_cache_dtype fp8: the CPU profile %s models the CPU backend, whose "
+                     "KV cache is f32; use auto",
+                     s->hardware.profile);
+    mp->kv_dtype = SC_FP8;
+  }
   if (!target || c->predicting) {
     SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
   } else {

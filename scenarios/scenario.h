@@ -42,7 +42,8 @@ typedef struct scn_model {
                         // directory with config.json (+ safetensors), as written
   char resolved[1024];  // source with a relative path made relative to the scenario's directory
   bool has_weights;     // resolved is a directory with safetensors (else weights are generated)
-  char dtype[8];        // "" = the model's own dtype; else f32 | f16 | bf16 | int8 | int4
+  char dtype[8];        // "" = the model's own dtype; else f32 | f16 | bf16 | int8 | int4 | fp8
+  char kv_cache_dtype[8]; // "" = auto (the activations' dtype); "fp8" (sim mode, GPU profiles)
   uint64_t weights_seed; // seed of generated weights (key weights_seed; default 0)
   model_config config;  // resolved shapes (model_config_resolve)
 } scn_model;
@@ -224,6 +225,7 @@ typedef struct scn_limits {
   int max_running;               // running sequences per replica (256)
   int token_budget;              // tokens per step (8192)
   int prefill_chunk;             // prefill tokens of one sequence per step (0 = budget / 4)
+  bool no_evict;                 // admit only what fits at full length; never preempt
   int block_size;                // KV block, tokens (16)
   double kv_headroom;            // fraction of device memory kept free (0.10)
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)

@@ -26,7 +26,7 @@ static size_t quoted(char *out, size_t cap, const char *s) {
 
 sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **keep, sc_error *err) {
   *keep = NULL;
-  char model[2200], dtype[64] = "", profile[2200] = "", hw[2400], limits[256];
+  char model[2200], dtype[128] = "", profile[2200] = "", hw[2400], limits[256];
   struct stat st;
   bool dir = stat(d->model, &st) == 0 && S_ISDIR(st.st_mode);
   char q[2100];
@@ -35,6 +35,12 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
     char qd[40];
     quoted(qd, sizeof qd, d->dtype);
     snprintf(dtype, sizeof dtype, ", dtype: %s", qd);
+  }
+  if (d->kv_cache_dtype && *d->kv_cache_dtype) {
+    char qk[40];
+    quoted(qk, sizeof qk, d->kv_cache_dtype);
+    size_t n = strlen(dtype);
+    snprintf(dtype + n, sizeof dtype - n, ", kv_cache_dtype: %s", qk);
   }
   snprintf(model, sizeof model, "{%s: %s%s}", dir ? "path" : "preset", q, dtype);
   if (d->profile && *d->profile) {
@@ -81,6 +87,15 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
   scenario *s = NULL;
   sc_status rc = scenario_parse(text, strlen(text), "serve flags", ".", &s, err);
   if (rc != SC_OK) return rc;
+  sc_dtype w = s->mp.weight_dtype;
+  if (!d->sim && (w == SC_I4 || w == SC_FP8 || s->model.kv_cache_dtype[0])) {
+    bool kv = w != SC_I4 && w != SC_FP8;
+    scenario_free(s);
+    return sc_fail(err, SC_INVALID,
+                   "%s %s: the real backends hold weights as f32 or int8 and the KV cache in the "
+                   "activations' dtype; use --mode sim for it",
+                   kv ? "--kv-cache-dtype" : "--dtype", kv ? d->kv_cache_dtype : sc_dtype_name(w));
+  }
   const scn_deployment *dep = &s->deployments[0];
   engine_config ec;
   rc = scenario_engine_config(s, dep, &s->model.config, s->mp.weight_dtype, sc_clock_monotonic(),

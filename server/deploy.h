@@ -14,6 +14,7 @@
 typedef struct serve_deploy {
   const char *model; // a preset name, a preset .yaml or a model directory
   const char *dtype; // NULL: the model's own
+  const char *kv_cache_dtype; // NULL or "auto": the activations'; "fp8" (mode sim)
   int tp, pp, dp;
   const char *backend;           // real: "cpu" (default) or "cuda"
   bool sim;                      // mode sim: simulated GPUs of profile

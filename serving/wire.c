@@ -264,7 +264,7 @@ bool wire_get_config(wire_reader *r, wire_config *out) {
   m->norm_eps = get_f32(r);
   m->tied_embeddings = get_bool(r);
   uint32_t dtype = get_u32(r);
-  if (dtype > SC_I4) return false;
+  if (dtype > SC_DTYPE_LAST) return false;
   m->dtype = (sc_dtype)dtype;
   m->bos_token_id = get_i32(r);
   m->eos_token_id = get_i32(r);
@@ -272,7 +272,7 @@ bool wire_get_config(wire_reader *r, wire_config *out) {
   out->cfg.weights_dir = has_dir ? out->weights_dir : NULL;
   out->cfg.weights_seed = get_u64(r);
   uint32_t wdtype = get_u32(r);
-  if (wdtype > SC_I4) return false;
+  if (wdtype > SC_DTYPE_LAST) return false;
   out->cfg.weight_dtype = (sc_dtype)wdtype;
   bool has_backend = get_str(r, out->backend, sizeof out->backend);
   out->cfg.backend = has_backend ? out->backend : NULL;

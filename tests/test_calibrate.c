@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "kernels/embedded.h"
 #include "kernels/sim/sim_cost.h"
+#include "scenarios/scenario.h"
 
 // The shipped h100-sxm profile's text (embedded in the binary).
 static const char *h100_text(void) {
@@ -73,7 +74,7 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   char text[16384];
   snprintf(text, sizeof text, "%sengine:\n  step_s: 0.003\n  seq_s: 2e-5\n  prefill_eff: 0.7\n"
            "  decode_eff: 0.8\n  max_running: 64\n  token_budget: 2048\n  chunked_prefill: false\n"
-           "  block_size: 32\n", base);
+           "  block_size: 32\n  no_evict: true\n", base);
   const char *path = sc_test_write_tmp("calib-prof", "p.yaml", text);
   hw_profile p;
   sc_error err = {{0}};
@@ -83,6 +84,19 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   cr_expect_eq(p.sim.engine.max_running, 64);
   cr_expect_eq(p.sim.engine.chunked_prefill, -1);
   cr_expect_eq(p.sim.engine.block_size, 32);
+  cr_expect_eq(p.sim.engine.no_evict, 1);
+  // the engine's knobs replace the scenario's limits
+  char sc[1024];
+  snprintf(sc, sizeof sc,
+           "name: k\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: %s, gpus: 1}\n"
+           "deployments: [{tp: 1}]\nlimits: {max_running: 8, no_evict: false}\nworkload:\n"
+           "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n",
+           path);
+  scenario *s = NULL;
+  cr_assert_eq(scenario_parse(sc, strlen(sc), "k.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(s->limits.max_running, 64);
+  cr_expect(s->limits.no_evict);
+  scenario_free(s);
   snprintf(text, sizeof text, "%sengine:\n  prefill_eff: 0\n", base);
   path = sc_test_write_tmp("calib-prof", "bad.yaml", text);
   cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);

@@ -200,6 +200,9 @@ Test(cli, serve_refuses_bad_deployments_in_one_line) {
   expect_bad_input("serve --model llama3-70b --mode sim --port 0", "--profile", NULL);
   expect_bad_input("serve --model llama-tiny --max-model-len 4096 --port 0", "4096", "512");
   expect_bad_input("serve --model llama-tiny --host not-an-address --port 0", "not-an-address", NULL);
+  expect_bad_input("serve --model llama-tiny --dtype fp8 --port 0", "--dtype fp8", "--mode sim");
+  expect_bad_input("serve --model llama-tiny --kv-cache-dtype fp8 --port 0", "--kv-cache-dtype",
+                   "--mode sim");
   int rc = sc_test_run_cli("serve --model llama-tiny --port 0 -tp x", out, sizeof out);
   cr_expect_eq(rc, 2, "%s", out);
   cr_expect(strstr(out, "--tensor-parallel-size"), "%s", out);

@@ -420,6 +420,25 @@ Test(memplan, int8_is_about_half_of_bf16_and_embeddings_stay_bf16) {
             (q.weight_bytes - table) / 1e9, linear_bf16 / 2e9);
 }
 
+// fp8 weights are planned like int8 (a byte a weight, a scale per row, bf16 tables), and an
+// fp8 KV cache holds twice the tokens of a bf16 one in the same bytes.
+Test(memplan, fp8_weights_plan_like_int8_and_an_fp8_kv_cache_holds_twice_the_tokens) {
+  memplan_layout q = eval("llama3-8b", "h100-sxm", SC_I8, 1, 1, 1);
+  memplan_layout f = eval("llama3-8b", "h100-sxm", SC_FP8, 1, 1, 1);
+  cr_assert_eq(f.weight_bytes, q.weight_bytes);
+  model_config m = preset("llama3-8b");
+  hw_profile hw = profile("h100-sxm");
+  memplan_params p = memplan_defaults();
+  p.weight_dtype = SC_FP8;
+  memplan_layout bf, f8;
+  cr_assert_eq(memplan_eval(&m, &hw, &p, 1, 1, 1, &bf), SC_OK);
+  p.kv_dtype = SC_FP8;
+  cr_assert_eq(memplan_eval(&m, &hw, &p, 1, 1, 1, &f8), SC_OK);
+  cr_assert_eq(f8.kv_bytes_per_token * 2, bf.kv_bytes_per_token);
+  cr_assert_geq(f8.kv_blocks, 2 * bf.kv_blocks - 1, "%lld vs %lld blocks",
+                (long long)f8.kv_blocks, (long long)bf.kv_blocks);
+}
+
 Test(memplan, pipeline_stages_split_the_layers_and_the_head_sits_on_the_last) {
   memplan_layout one = eval("llama3-70b", "h200", SC_BF16, 1, 1, 1);
   memplan_layout two = eval("llama3-70b", "h200", SC_BF16, 1, 2, 1);
@@ -553,10 +572,15 @@ Test(plan_cli, help_exits_0_and_bad_input_exits_2_naming_it) {
                                sizeof out),
                2);
   cr_assert(strstr(out, "--gpus") && strstr(out, "zero"), "%s", out);
-  cr_assert_eq(sc_test_run_cli("plan --model llama3-8b --gpu h100-sxm --gpus 4 --dtype fp8",
+  cr_assert_eq(sc_test_run_cli("plan --model llama3-8b --gpu h100-sxm --gpus 4 --dtype fp6",
                                out, sizeof out),
                2);
-  cr_assert(strstr(out, "--dtype") && strstr(out, "fp8"), "%s", out);
+  cr_assert(strstr(out, "--dtype") && strstr(out, "fp6"), "%s", out);
+  cr_assert_eq(sc_test_run_cli("plan --model llama3-8b --gpu h100-sxm --gpus 4 --kv-cache-dtype "
+                               "int8",
+                               out, sizeof out),
+               2);
+  cr_assert(strstr(out, "--kv-cache-dtype") && strstr(out, "int8"), "%s", out);
   cr_assert_eq(sc_test_run_cli("plan --model llama3-8b --gpu h100-sxm --gpus 4 --bogus", out,
                                sizeof out),
                2);
@@ -592,6 +616,16 @@ Test(plan_cli, json_is_one_object_with_layouts_and_the_recommendation) {
   json_t *rec = json_object_get(root, "recommended");
   cr_assert(json_is_object(rec));
   cr_assert_eq(json_integer_value(json_object_get(rec, "tp")), 2);
+  json_decref(root);
+
+  rc = sc_test_run_cli("plan --model llama3-70b --gpu h100-sxm --gpus 2 --dtype fp8 "
+                       "--kv-cache-dtype fp8 --json",
+                       out, sizeof out);
+  cr_assert_eq(rc, 0, "%s", out);
+  root = json_loads(out, 0, &je);
+  cr_assert(root, "not JSON: %s\n%s", je.text, out);
+  cr_assert_str_eq(json_string_value(json_object_get(root, "dtype")), "fp8");
+  cr_assert_str_eq(json_string_value(json_object_get(root, "kv_dtype")), "fp8");
   json_decref(root);
 
   rc = sc_test_run_cli("plan --model llama3-70b --gpu rtx3050 --gpus 1 --json", out, sizeof out);

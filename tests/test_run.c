@@ -395,6 +395,24 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
                 strstr(out, "hot_swap dtype int4: the real backends hold"),
             "%s", out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM run"), 0);
+  // fp8 weights and an fp8 KV cache are the simulator's: real mode says so
+  static const struct {
+    const char *model, *want;
+  } sim_only[] = {{"{preset: llama-tiny, dtype: fp8}", "model.dtype fp8: the real backends"},
+                  {"{preset: llama-tiny, kv_cache_dtype: fp8}", "model.kv_cache_dtype fp8"}};
+  for (size_t i = 0; i < sizeof sim_only / sizeof *sim_only; i++) {
+    char text[512], path[600];
+    snprintf(path, sizeof path, "%s/fp8-%zu.yaml", dir, i);
+    snprintf(text, sizeof text,
+             "name: f\nmodel: %s\ndeployments: [{tp: 1}]\nworkload:\n  prompts: [{input: 8, "
+             "output: 4}]\n  phases: [{fixed: {requests: 1}}]\n",
+             sim_only[i].model);
+    cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+    snprintf(args, sizeof args, "run %s --db %s", path, db);
+    cr_assert_eq(cli(args), 2, "%s", out);
+    cr_assert(strstr(out, sim_only[i].want) && strstr(out, "mode: sim"), "%s", out);
+  }
+  cr_assert_eq(q1(db, "SELECT count(*) FROM run"), 0);
   snprintf(args, sizeof args, "run %s/missing.yaml --db %s", dir, db);
   cr_assert_eq(cli(args), 2, "%s", out);
   cr_assert_eq(cli("run"), 2, "%s", out);

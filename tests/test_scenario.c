@@ -803,6 +803,30 @@ Test(sim_mode, planner_params_follow_limits_and_dtype) {
   scenario_free(s);
 }
 
+// fp8 weights and KV cache (sim mode, GPU profiles): planned at a byte each; a CPU profile's
+// engine keeps its KV in f32, and anything else than auto or fp8 is refused where it is written.
+Test(sim_mode, fp8_weights_and_kv_cache_are_planned_at_a_byte) {
+  const char *fmt = "name: t\nmodel: {preset: llama3-8b, dtype: fp8, kv_cache_dtype: %s}\n"
+                    "mode: sim\nhardware: {profile: %s, gpus: 1}\ndeployments: [{tp: 1}]\n"
+                    "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                    "  phases: [{fixed: {requests: 1}}]\n";
+  char text[512];
+  snprintf(text, sizeof text, fmt, "fp8_e4m3", "h100-sxm");
+  scenario *s = parse_ok(text);
+  cr_expect_eq(s->mp.weight_dtype, SC_FP8);
+  cr_expect_eq(s->mp.kv_dtype, SC_FP8);
+  cr_expect_str_eq(s->model.kv_cache_dtype, "fp8");
+  scenario_free(s);
+  snprintf(text, sizeof text, fmt, "auto", "h100-sxm");
+  s = parse_ok(text);
+  cr_expect_eq(s->mp.kv_dtype, SC_BF16, "auto: the activations' dtype");
+  scenario_free(s);
+  snprintf(text, sizeof text, fmt, "int8", "h100-sxm");
+  parse_bad(text, "t.yaml:2:", "kv_cache_dtype");
+  snprintf(text, sizeof text, fmt, "fp8", "cpu");
+  parse_bad(text, "t.yaml:2:", "f32");
+}
+
 Test(sim_mode, real_mode_fills_the_profile_and_planner_params_too) {
   scenario *s = parse_ok(BASE);
   cr_assert(s->have_hw, "the real CPU default profile is cpu");

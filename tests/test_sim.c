@@ -21,6 +21,7 @@ typedef struct tally {
   int failed;
   int steps;
   int preempted;
+  int max_running; // sequences in the largest step
   uint64_t step_ns;
 } tally;
 
@@ -43,6 +44,7 @@ static void pull(replica *r, tally *t) {
       case REPLICA_EV_STEP:
         t->steps++;
         t->preempted += e->step.n_preempted;
+        if (e->step.n_seqs > t->max_running) t->max_running = e->step.n_seqs;
         t->step_ns += e->step.duration_ns;
         cr_assert_gt(e->step.duration_ns, 0);
         break;
@@ -120,6 +122,31 @@ Test(sim, running_out_of_kv_blocks_preempts_and_everything_completes) {
   for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
   drive(b, r, &t);
   cr_expect_gt(t.preempted, 0, "the cache is too small for all of them at once");
+  for (int k = 0; k < 8; k++) {
+    cr_expect_eq(t.tokens[k], 40, "request %d: %d tokens", k, t.tokens[k]);
+    cr_expect_eq(t.finished[k], 1);
+  }
+  engine_stats st;
+  replica_stats(r, &st);
+  cr_expect_eq(st.kv_used, 0, "every block is back");
+  replica_free(r);
+  sc_test_simbed_free(b);
+}
+
+// The same starved cache with no_evict: a request is admitted only when every running one fits
+// at its full length beside it (5 blocks each, so 4 at a time): nothing is preempted, and
+// never more than 4 run at once.
+Test(sim, no_evict_admits_only_what_fits_at_full_length_and_never_preempts) {
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
+  b->cfg.no_evict = true;
+  replica *r = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
+  tally t = {0};
+  for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
+  drive(b, r, &t);
+  cr_expect_eq(t.preempted, 0);
+  cr_expect_eq(t.max_running, 4, "at most 24 / 5 sequences of 80 tokens: %d", t.max_running);
   for (int k = 0; k < 8; k++) {
     cr_expect_eq(t.tokens[k], 40, "request %d: %d tokens", k, t.tokens[k]);
     cr_expect_eq(t.finished[k], 1);

@@ -30,6 +30,7 @@ static sim_dtype to_sim_dtype(sc_dtype t) {
   case SC_BF16: return SIM_BF16;
   case SC_I8: return SIM_I8;
   case SC_I4: return SIM_I4;
+  case SC_FP8: return SIM_FP8;
   }
   return SIM_F32;
 }
@@ -218,6 +219,51 @@ Test(sim_cost, int8_weights_decode_faster_than_bf16_at_batch1) {
               (nk + 4096 * 2 + io) / B + hw.launch_s, 1e-12, "int8 GEMV");
   assert_near(sim_gemm_s(&hw, &l, 1, 4096, 4096, SIM_I4, SIM_BF16),
               (nk / 2 + 4096 * 2 + 4096 * 32 * 2 + io) / B + hw.launch_s, 1e-12, "int4 GEMV");
+}
+
+// fp8 weights: a byte per weight like int8 when memory bound, and, unlike the weight-only kinds,
+// multiplied at the fp8 peak where the device has one (W8A8), at the bf16 rate where it has not.
+Test(sim_cost, fp8_weights_read_a_byte_and_multiply_at_the_fp8_peak_where_there_is_one) {
+  sim_hw hw = load_hw("h100-sxm"), a100 = load_hw("a100-80g");
+  cr_assert_gt(hw.flops_fp8, 1.9 * hw.flops_bf16, "h100-sxm: flops_fp8 %g", hw.flops_fp8);
+  cr_assert_eq(a100.flops_fp8, 0, "a100-80g has no fp8 tensor cores");
+  sim_layout l = layout(1, 1);
+  double B = hw.mem_bw * hw.mem_eff, nk = 4096.0 * 4096, io = 2 * 4096.0 * 2;
+  assert_near(sim_gemm_s(&hw, &l, 1, 4096, 4096, SIM_FP8, SIM_BF16),
+              sim_gemm_s(&hw, &l, 1, 4096, 4096, SIM_I8, SIM_BF16), 1e-15, "fp8 GEMV = int8");
+  assert_near(sim_gemm_s(&hw, &l, 1, 4096, 4096, SIM_FP8, SIM_BF16),
+              (nk + 4096 * 2 + io) / B + hw.launch_s, 1e-12, "fp8 GEMV");
+  // 8192 rows: compute bound at 0.75 of the peak (gemm_eff beyond 1024 rows)
+  double flops = 2.0 * 8192 * 4096 * 4096;
+  assert_near(sim_gemm_s(&hw, &l, 8192, 4096, 4096, SIM_FP8, SIM_BF16),
+              flops / (hw.flops_fp8 * 0.75) + hw.launch_s, 1e-9, "fp8 GEMM on h100");
+  assert_near(sim_gemm_s(&hw, &l, 8192, 4096, 4096, SIM_I8, SIM_BF16),
+              flops / (hw.flops_bf16 * 0.75) + hw.launch_s, 1e-9, "int8 weight-only GEMM");
+  assert_near(sim_gemm_s(&a100, &l, 8192, 4096, 4096, SIM_FP8, SIM_BF16),
+              sim_gemm_s(&a100, &l, 8192, 4096, 4096, SIM_I8, SIM_BF16), 1e-12,
+              "fp8 on a100: weight-only, bf16 rate");
+  // a whole prefill step of llama3-8b: fp8 about twice as fast as bf16 where compute bound
+  sim_model bf = load_model("llama3-8b", SC_BF16), f8 = load_model("llama3-8b", SC_FP8);
+  sim_seq p = {.start = 0, .n = 8192, .logits = true};
+  double t_bf = price(&hw, &bf, &l, &p, 1).total_s, t_f8 = price(&hw, &f8, &l, &p, 1).total_s;
+  cr_assert(t_f8 < 0.75 * t_bf && t_f8 > 0.45 * t_bf, "prefill fp8 %.4g s vs bf16 %.4g s", t_f8,
+            t_bf);
+}
+
+// An fp8 KV cache halves the bytes a long-context decode reads.
+Test(sim_cost, an_fp8_kv_cache_halves_what_decode_attention_reads) {
+  sim_hw hw = load_hw("h100-sxm");
+  sim_layout l = layout(1, 1);
+  sim_seq d = {.start = 7999, .n = 1, .logits = true};
+  double bf = sim_attention_s(&hw, &l, &d, 1, 32, 8, 128, SIM_BF16) - hw.launch_s;
+  double f8 = sim_attention_s(&hw, &l, &d, 1, 32, 8, 128, SIM_FP8) - hw.launch_s;
+  assert_near(f8, bf / 2, 1e-12, "decode attention at 8000 tokens, fp8 KV");
+  sim_model m = load_model("llama3-8b", SC_BF16), mk = m;
+  mk.kv_fp8 = true;
+  sim_seq batch[64];
+  decode_batch(batch, 64, 8000);
+  double t = price(&hw, &m, &l, batch, 64).total_s, tk = price(&hw, &mk, &l, batch, 64).total_s;
+  cr_assert(tk < 0.8 * t, "64 decodes at 8000 tokens: fp8 KV %.4g s vs bf16 %.4g s", tk, t);
 }
 
 // --- 5. attention

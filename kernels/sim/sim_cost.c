@@ -65,24 +65,29 @@ double sim_dtype_bytes(sim_dtype t) {
   case SIM_F32: return 4;
   case SIM_F16:
   case SIM_BF16: return 2;
-  case SIM_I8: return 1;
+  case SIM_I8:
+  case SIM_FP8: return 1;
   case SIM_I4: return 0.5;
   }
   return 4;
 }
 
-static bool quantized(sim_dtype t) { return t == SIM_I8 || t == SIM_I4; }
+static bool quantized(sim_dtype t) { return t == SIM_I8 || t == SIM_I4 || t == SIM_FP8; }
 
 // The dtype of the tensors that are never quantized (embedding, LM head, norms): bf16 beside
-// int8/int4 weights, the weight dtype otherwise (engine/memplan.c's rule).
+// quantized weights, the weight dtype otherwise (engine/memplan.c's rule).
 static sim_dtype dense_dtype(sim_dtype w) { return quantized(w) ? SIM_BF16 : w; }
 
 // Peak FLOP/s a GEMM with weights w and activations act runs at: f32 when either is f32 (the CPU
-// backend), f16 when the activations are f16, bf16 otherwise. Weight-only quantized weights (int8,
-// int4) are dequantized and multiplied at the activations' rate, not the int8 peak.
+// backend), f16 when the activations are f16, the fp8 peak for fp8 weights (W8A8: the
+// activations are quantized to fp8 on the fly, as vLLM and TensorRT-LLM do on Hopper and later)
+// on a device that has one, bf16 otherwise. Weight-only quantized weights (int8, int4, and fp8
+// on a device without fp8 tensor cores) are dequantized and multiplied at the activations' rate,
+// not the int8 peak.
 static double peak_flops(const sim_hw *hw, sim_dtype w, sim_dtype act) {
   if (w == SIM_F32 || act == SIM_F32) return hw->flops_f32;
   if (act == SIM_F16) return hw->flops_f16;
+  if (w == SIM_FP8 && hw->flops_fp8 > 0) return hw->flops_fp8;
   return hw->flops_bf16;
 }
 
@@ -294,8 +299,8 @@ static void price_microbatch(const sim_hw *hw, const sim_model *m, const sim_lay
                              double share, const sim_seq *seqs, int n, mb_cost *c) {
   int tp = l->tp, hl = m->n_heads / tp, kvl = kv_heads_local(m, tp), hd = m->head_dim;
   int fl = m->ffn_dim / tp, D = m->dim;
-  sim_dtype w = m->weight_dtype, act = m->act_dtype;
-  double ab = sim_dtype_bytes(act);
+  sim_dtype w = m->weight_dtype, act = m->act_dtype, kv = m->kv_fp8 ? SIM_FP8 : act;
+  double ab = sim_dtype_bytes(act), kb = sim_dtype_bytes(kv);
   int T = 0, S = 0;
   for (int i = 0; i < n; i++) {
     T += seqs[i].n;
@@ -309,8 +314,8 @@ static void price_microbatch(const sim_hw *hw, const sim_model *m, const sim_lay
   stage_op(L, elementwise_op(hw, share, 2 * t * D * ab + D * ab));       // rmsnorm
   stage_op(L, gemm_op(hw, l, share, T, (int)(qd + 2 * kvd), D, w, act)); // q, k, v
   stage_op(L, elementwise_op(hw, share, 2 * t * (qd + kvd) * ab));       // rope on q, k
-  stage_op(L, elementwise_op(hw, share, 4 * t * kvd * ab));              // K, V to cache
-  stage_op(L, attention_op(hw, l, share, seqs, n, hl, kvl, hd, act));
+  stage_op(L, elementwise_op(hw, share, 2 * t * kvd * (ab + kb)));      // K, V to cache
+  stage_op(L, attention_op(hw, l, share, seqs, n, hl, kvl, hd, kv));
   stage_op(L, gemm_op(hw, l, share, T, D, (int)qd, w, act));       // o_proj (+ all-reduce)
   stage_op(L, elementwise_op(hw, share, 3 * t * D * ab));          // residual add
   stage_op(L, elementwise_op(hw, share, 2 * t * D * ab + D * ab)); // rmsnorm
@@ -420,6 +425,7 @@ void sim_hw_scale(sim_hw *hw, double f) {
   hw->flops_f16 /= f;
   hw->flops_bf16 /= f;
   hw->flops_int8 /= f;
+  hw->flops_fp8 /= f;
   hw->launch_s *= f;
   hw->step_overhead_s *= f;
   hw->engine.step_s *= f;

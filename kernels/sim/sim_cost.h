@@ -94,6 +94,8 @@ typedef struct sim_engine {
   int max_running, token_budget, block_size;
   int chunked_prefill; // 1: on (chunks of limits.prefill_chunk); -1: off (a prompt, up to the
                        // token budget, in one step); 0: the scenario's limits
+  int no_evict;        // 1: admission reserves full lengths, nothing preempted; -1: admit while
+                       // blocks last, preempt by recompute; 0: the scenario's limits
 } sim_engine;
 
 // The idealized engine: no engine costs, efficiencies 1, the scenario's limits.
@@ -105,6 +107,7 @@ typedef struct sim_hw {
   double mem_bw;          // peak memory bandwidth, bytes/s
   double mem_eff;         // achieved fraction of mem_bw on streaming reads (0 < e <= 1)
   double flops_f32, flops_f16, flops_bf16, flops_int8; // dense peak, FLOP/s (int8 0: unknown)
+  double flops_fp8;       // dense fp8 peak, FLOP/s (0: no fp8 tensor cores; fp8 at the bf16 rate)
   sim_curve gemm_eff;     // achieved fraction of peak flops vs GEMM rows m (absent: 1)
   double launch_s;        // per kernel launch
   double step_overhead_s; // per engine step (scheduling, sampling, host work)
@@ -129,8 +132,8 @@ typedef struct sim_hw {
 } sim_hw;
 
 // Dtype codes the cost model knows (the engine's sc_dtype maps onto them).
-typedef enum sim_dtype { SIM_F32, SIM_F16, SIM_BF16, SIM_I8, SIM_I4 } sim_dtype;
-double sim_dtype_bytes(sim_dtype t); // 4, 2, 2, 1, 0.5
+typedef enum sim_dtype { SIM_F32, SIM_F16, SIM_BF16, SIM_I8, SIM_I4, SIM_FP8 } sim_dtype;
+double sim_dtype_bytes(sim_dtype t); // 4, 2, 2, 1, 0.5, 1
 
 // The model's shapes, as the shard plan splits them.
 typedef struct sim_model {
@@ -138,6 +141,7 @@ typedef struct sim_model {
   bool tied_embeddings;
   sim_dtype weight_dtype; // weights on the device (int8/int4: fewer bytes read)
   sim_dtype act_dtype;    // activations, KV cache and collectives (f32 on the CPU backend)
+  bool kv_fp8;            // the KV cache is fp8 instead (1 byte; attention at the fp8 rate)
 } sim_model;
 
 // Where one replica sits and how it is split.
