@@ -23,8 +23,8 @@ show $ex/RTXPRO6000/Qwen3-32B/vllm/requests.jsonl >"$out/pro-qwen32b.jsonl"
 db=$out/v.db
 for t in pro-llama 4090-llama pro-qwen32b; do "$bin" import "$out/$t.jsonl" --db "$db" --name "$t"; done
 # the scheduler knobs of each run (their vllm/meta.json): max_num_seqs, max_num_batched_tokens,
-# block 16, chunked prefill (vLLM V1's default)
-knobs() { printf 'engine:\n  max_running: %s\n  token_budget: 2048\n  block_size: 16\n  chunked_prefill: true\n' "$1"; }
+# block 16, chunked prefill and prefix caching (vLLM V1 defaults)
+knobs() { printf 'engine:\n  max_running: %s\n  token_budget: 2048\n  block_size: 16\n  chunked_prefill: true\n  prefix_caching: true\n' "$1"; }
 { cat "$root/scenarios/hardware/rtx-pro-6000.yaml"; knobs 128; } >"$out/pro-base.yaml"
 { cat "$root/scenarios/hardware/rtx4090.yaml"; knobs 256; } >"$out/4090-base.yaml"
 echo "== idealized engine (no fitted block)"

@@ -30,9 +30,10 @@ static void usage(FILE *f) {
           "with their own arrival times and lengths, and a Nelder-Mead search over the\n"
           "log-parameters minimizes, summed over the runs, the mean squared per-request error\n"
           "of TTFT and of TPOT, each divided by the run's measured mean. The scheduler knobs\n"
-          "(max_running, token_budget, chunked_prefill, no_evict, block_size) are not fitted: set\n"
-          "them in BASE's engine block to the measured engine's. Prints each run's residuals\n"
-          "and writes BASE with the fitted engine block to FILE.yaml, an ordinary profile.\n\n"
+          "(max_running, token_budget, chunked_prefill, no_evict, prefix_caching, block_size) are\n"
+          "not fitted: set them in BASE's engine block to the measured engine's. Prints each\n"
+          "run's residuals and writes BASE with the fitted engine block to FILE.yaml, an\n"
+          "ordinary profile.\n\n"
           "  -d, --db PATH       the results database (a run of any target, or `shardcheck\n"
           "                      import`ed trace)\n"
           "  -r, --run ID        a run to fit to (repeatable, at most %d)\n"
@@ -105,6 +106,8 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
   if (e->block_size > 0) fprintf(o, "  block_size: %d\n", e->block_size);
   if (e->chunked_prefill) fprintf(o, "  chunked_prefill: %s\n", e->chunked_prefill > 0 ? "true" : "false");
   if (e->no_evict) fprintf(o, "  no_evict: %s\n", e->no_evict > 0 ? "true" : "false");
+  if (e->prefix_caching)
+    fprintf(o, "  prefix_caching: %s\n", e->prefix_caching > 0 ? "true" : "false");
   if (fclose(o) != 0) return sc_fail(err, SC_IO, "%s: cannot write the profile", out);
   hw_profile back;
   return hw_profile_load(out, &back, err);

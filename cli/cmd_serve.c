@@ -28,7 +28,8 @@ static void usage(FILE *f) {
          "                        [--max-model-len N] [--drain-timeout SECONDS]\n"
          "                        [--max-pending N] [--max-connections N]\n"
          "                        [--max-body-bytes N] [--idle-timeout SECONDS]\n"
-         "                        [--threads N] [--weights-seed S]\n\n"
+         "                        [--threads N] [--weights-seed S]\n"
+         "                        [--enable-prefix-caching]\n\n"
          "Serves the model over an OpenAI-compatible HTTP API (/v1/completions,\n"
          "/v1/chat/completions, /v1/models, /health, /metrics): dp replicas of tp x pp ranks\n"
          "behind the router, on the CPU or CUDA backend (mode real) or on simulated GPUs whose\n"
@@ -68,7 +69,9 @@ static void usage(FILE *f) {
          "  --max-body-bytes N         larger request bodies get 413 (default 1048576)\n"
          "  --idle-timeout SECONDS     a connection idle this long is closed (default 30)\n"
          "  --threads N                real cpu: BLAS threads per rank (default: cores/ranks)\n"
-         "  --weights-seed S           seed of a preset's random weights (default 0)\n\n"
+         "  --weights-seed S           seed of a preset's random weights (default 0)\n"
+         "  --enable-prefix-caching    keep full KV blocks by content and reuse them for\n"
+         "                             prompts that begin alike (default off)\n\n"
          "Startup prints one line with the URL, the layout and the KV capacity; /health\n"
          "answers 200 once every replica is ready. SIGTERM or SIGINT drains: new requests get\n"
          "503, requests in flight finish (up to --drain-timeout), then the server exits 0.\n"
@@ -121,6 +124,10 @@ int cmd_serve(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       return CLI_OK;
+    }
+    if (!strcmp(a, "--enable-prefix-caching") || !strcmp(a, "--no-enable-prefix-caching")) {
+      d.prefix_caching = a[2] == 'e';
+      continue;
     }
 #define FLAG(n, alias) ((v = flag_val(argc, argv, &i, n, alias, &m)) != NULL || m)
 #define NEED()                                                                                     \

@@ -189,7 +189,7 @@ static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, s
 // The engine block (docs/calibration.md): the serving engine's costs and scheduler knobs.
 static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_engine *e = dst;
-  bool chunked = true, no_evict = false;
+  bool chunked = true, no_evict = false, prefix = false;
   const yaml_map_field f[] = {
       {"step_s", YAML_MAP_DOUBLE, &e->step_s, 0, false, NULL, NULL, NULL, NULL},
       {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
@@ -200,11 +200,14 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
       {"block_size", YAML_MAP_INT, &e->block_size, 0, false, NULL, NULL, NULL, NULL},
       {"chunked_prefill", YAML_MAP_BOOL, &chunked, 0, false, NULL, NULL, NULL, NULL},
       {"no_evict", YAML_MAP_BOOL, &no_evict, 0, false, NULL, NULL, NULL, NULL},
+      {"prefix_caching", YAML_MAP_BOOL, &prefix, 0, false, NULL, NULL, NULL, NULL},
   };
   *e = sim_engine_defaults();
   SC_TRY(yaml_map_read_node(v, file, f, (int)(sizeof f / sizeof f[0]), err));
   if (fy_node_mapping_lookup_by_string(v, "chunked_prefill", FY_NT)) e->chunked_prefill = chunked ? 1 : -1;
   if (fy_node_mapping_lookup_by_string(v, "no_evict", FY_NT)) e->no_evict = no_evict ? 1 : -1;
+  if (fy_node_mapping_lookup_by_string(v, "prefix_caching", FY_NT))
+    e->prefix_caching = prefix ? 1 : -1;
   char where[300];
   yaml_map_where(v, file, where, sizeof where);
   if (!(e->step_s >= 0 && e->step_s <= HW_STEP_OVERHEAD_MAX_S && e->seq_s >= 0 &&
@@ -308,7 +311,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
        node_overhead},
       {"engine", YAML_MAP_NODE, &h->engine, 0, false, NULL,
        "a mapping {step_s, seq_s, prefill_eff, decode_eff, max_running, token_budget, "
-       "chunked_prefill, no_evict, block_size}", NULL, node_engine},
+       "chunked_prefill, no_evict, prefix_caching, block_size}", NULL, node_engine},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,
                              (int)(sizeof fields / sizeof fields[0]), err));

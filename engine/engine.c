@@ -225,7 +225,8 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
     s = sched_new((sched_config){.max_running = c->max_running,
                                  .token_budget = c->token_budget,
                                  .prefill_chunk = c->prefill_chunk,
-                                 .no_evict = c->no_evict},
+                                 .no_evict = c->no_evict,
+                                 .prefix_caching = c->prefix_caching},
                   e->kv, &e->sched);
   if (s == SC_OK) {
     size_t R = (size_t)c->max_running;
@@ -528,6 +529,7 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
     for (int i = 0; i < n; i++) {
       sched_item *it = &e->items[i];
       it->s->n_computed += it->n;
+      sched_computed(e->sched, it->s);
       if (!it->sample) continue;
       size_t V = (size_t)e->cfg.model.vocab_size;
       const float *lg = !e->logits || e->picked ? NULL : e->logits + (size_t)row * V;
@@ -561,6 +563,7 @@ void engine_stats_get(const engine *e, engine_stats *out) {
                         .kv_block_size = kv_cache_block_size(e->kv),
                         .steps = e->steps,
                         .preemptions = e->preemptions,
+                        .prefix_hit_tokens = sched_prefix_hit_tokens(e->sched),
                         .generated_tokens = e->generated,
                         .n_ranks = e->be->n_ranks(e),
                         .oom_failures = e->oom_failures,

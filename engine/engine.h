@@ -58,6 +58,7 @@ typedef struct engine_config {
   int token_budget;         // tokens per step at most (8192)
   int prefill_chunk;        // prefill tokens of one sequence per step; 0: token_budget / 4
   bool no_evict;            // admission reserves full lengths, never preempts (scheduler.h)
+  bool prefix_caching;      // full blocks are cached by content and reused (scheduler.h)
   int threads;              // cpu backend: BLAS threads per rank; 0: cores / (tp * pp), >= 1
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
   sc_clock clock;           // step timing; monotonic by default
@@ -129,6 +130,7 @@ typedef struct engine_stats {
   int queue_len, running;
   int kv_used, kv_total, kv_block_size;
   uint64_t steps, preemptions, generated_tokens;
+  uint64_t prefix_hit_tokens; // prefix caching: tokens admitted with their KV already cached
   int n_ranks;
   uint64_t oom_failures;       // requests failed with SC_OOM
   uint64_t numerical_failures; // requests failed with SC_NUMERICAL (NaN/inf logits)

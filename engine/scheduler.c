@@ -17,6 +17,7 @@ struct scheduler {
   seq_list waiting; // front is next
   seq_list running; // in admission order; the back is preempted first
   int reserved;      // no_evict: blocks the running sequences hold or will at full length
+  uint64_t hit_tokens; // prefix caching: tokens admitted already computed
 };
 
 // Makes room for n entries, so that moving a seq between the lists never allocates.
@@ -56,6 +57,10 @@ sc_status sched_new(sched_config cfg, kv_cache *kv, scheduler **out) {
   if (!s) return SC_OOM;
   s->cfg = cfg;
   s->kv = kv;
+  if (cfg.prefix_caching && kv_cache_enable_prefix(kv) != SC_OK) {
+    free(s);
+    return SC_OOM;
+  }
   *out = s;
   return SC_OK;
 }
@@ -85,7 +90,58 @@ static void release_blocks(scheduler *s, seq *q) {
   kv_cache_give_back(s->kv, q->blocks, q->n_blocks);
   q->n_blocks = 0;
   q->n_computed = 0;
+  q->n_hashed = 0;
+  q->last_hash = 0;
 }
+
+// --- prefix caching
+
+// The hash of a full block of tokens after the blocks whose hash is parent (0: the first):
+// FNV-1a over the tokens from the parent, then a splitmix finish; never 0.
+static uint64_t block_hash(uint64_t parent, const int32_t *t, int n) {
+  uint64_t h = parent ^ UINT64_C(0xcbf29ce484222325);
+  for (int i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * UINT64_C(0x100000001b3);
+  h ^= h >> 30;
+  h *= UINT64_C(0xbf58476d1ce4e5b9);
+  h ^= h >> 27;
+  h *= UINT64_C(0x94d049bb133111eb);
+  h ^= h >> 31;
+  return h ? h : 1;
+}
+
+// q has no blocks: takes every registered block its tokens begin with, leaving its last token
+// to compute.
+static void match_prefix(scheduler *s, seq *q) {
+  int bs = kv_cache_block_size(s->kv);
+  uint64_t h = 0;
+  int j = 0;
+  while ((j + 1) * bs <= q->n_tokens - 1) {
+    uint64_t hj = block_hash(h, q->tokens + (size_t)j * (size_t)bs, bs);
+    int32_t b = kv_cache_lookup(s->kv, hj);
+    if (b < 0) break;
+    kv_cache_acquire(s->kv, b);
+    q->blocks[q->n_blocks++] = b;
+    h = hj;
+    j++;
+  }
+  q->n_computed = j * bs;
+  q->n_hashed = j;
+  q->last_hash = h;
+}
+
+void sched_computed(scheduler *s, seq *q) {
+  if (!s->cfg.prefix_caching) return;
+  int bs = kv_cache_block_size(s->kv);
+  while ((q->n_hashed + 1) * bs <= q->n_computed) {
+    int j = q->n_hashed;
+    uint64_t h = block_hash(q->last_hash, q->tokens + (size_t)j * (size_t)bs, bs);
+    kv_cache_register(s->kv, q->blocks[j], h);
+    q->last_hash = h;
+    q->n_hashed++;
+  }
+}
+
+uint64_t sched_prefix_hit_tokens(const scheduler *s) { return s->hit_tokens; }
 
 void sched_remove(scheduler *s, seq *q) {
   int i = list_index(&s->running, q);
@@ -159,9 +215,14 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
   // Admit from the queue, FCFS, unless this step had to preempt (no room to spare).
   while (!preempted && s->waiting.n > 0 && s->running.n < s->cfg.max_running && budget > 0) {
     seq *q = s->waiting.v[0];
-    int n = step_tokens(s, q, budget);
     if (s->cfg.no_evict && s->reserved + full_blocks(s, q) > kv_cache_total(s->kv)) break;
-    if (grow_blocks(s, q, n) != SC_OK) break;
+    if (s->cfg.prefix_caching && q->n_blocks == 0) match_prefix(s, q);
+    int n = step_tokens(s, q, budget);
+    if (grow_blocks(s, q, n) != SC_OK) {
+      if (s->cfg.prefix_caching) release_blocks(s, q); // its matched blocks back to the cache
+      break;
+    }
+    s->hit_tokens += (uint64_t)(s->cfg.prefix_caching ? q->n_computed : 0);
     if (s->cfg.no_evict) s->reserved += full_blocks(s, q);
     list_erase(&s->waiting, 0);
     list_insert(&s->running, s->running.n, q);

@@ -7,6 +7,8 @@
 // running sequence needs a block and none is free, the most recently admitted running
 // sequence is preempted by recompute: its blocks are freed and it returns to the front of
 // the queue with its generated tokens appended to its prompt. Cancel frees blocks at once.
+// With prefix caching a freed block keeps its content until its room is needed, so a preempted
+// sequence re-admitted soon after finds most of its blocks again.
 // Running the step is engine/executor.c's; sampling and events are engine/engine.c's.
 #pragma once
 
@@ -34,6 +36,10 @@ typedef struct seq {
   bool stop_at_eos;
   int n_preempted;  // times this sequence was preempted
   seq_state state;
+  // prefix caching: full blocks from the start whose hash is known (registered or matched),
+  // and the hash of the last of them
+  int n_hashed;
+  uint64_t last_hash;
 } seq;
 
 typedef struct sched_config {
@@ -45,6 +51,11 @@ typedef struct sched_config {
   // running one at its full length (prompt + max_new) beside it, so nothing is ever preempted
   // (TensorRT-LLM's default, GUARANTEED_NO_EVICT).
   bool no_evict;
+  // Prefix caching (vLLM's --enable-prefix-caching): each full block computed is registered
+  // under the hash of its tokens and all before them (kv_cache.h), and a sequence admitted
+  // without blocks (new, or preempted) first takes every registered block its tokens begin with,
+  // computing only the rest (always its last token, whose logits it needs).
+  bool prefix_caching;
 } sched_config;
 
 // One sequence's part of a step: tokens [start, start + n); sample when that reaches the end.
@@ -68,6 +79,11 @@ void sched_remove(scheduler *s, seq *q);
 // Plans one step into items (capacity max_running) and returns how many; *n_preempted says
 // how many sequences were preempted to make room.
 int sched_plan(scheduler *s, sched_item *items, int *n_preempted);
+// After a step computed some of q's tokens (q->n_computed grew): registers the blocks that
+// became full (prefix caching; a no-op without it).
+void sched_computed(scheduler *s, seq *q);
+// Prompt and recomputed tokens prefix caching spared since the scheduler began.
+uint64_t sched_prefix_hit_tokens(const scheduler *s);
 
 int sched_n_waiting(const scheduler *s);
 int sched_n_running(const scheduler *s);

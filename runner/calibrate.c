@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "kernels/clock.h"
 #include "scenarios/deployment.h"
+#include "scenarios/workload.h"
 
 #define CALIB_MAX_STEPS 100000000 // a replay that steps this often is stuck
 #define CALIB_MAX_EVALS 2400      // replays one fit may run
@@ -36,11 +37,14 @@ sc_status calib_eval(const scenario *s, const rq_req_time *req, int n, calib_err
   sc_status st = prompt && first && last && ids
                      ? engine_new(&cfg, &e, err)
                      : sc_fail(err, SC_OOM, "calibrate: out of memory");
-  for (int i = 0; i < most && prompt; i++) prompt[i] = 3 + i % 1000;
   uint64_t t0 = req[0].arrival_ns;
   int next = 0, done = 0;
   for (long steps = 0; st == SC_OK && done < n; steps++) {
     while (next < n && req[next].arrival_ns - t0 <= now) {
+      // each request's own tokens (the engine copies them): no two replayed prompts begin
+      // alike, so a profile with prefix caching shares nothing the measured run did not
+      for (int i = 0; i < req[next].prompt_tokens; i++)
+        prompt[i] = 3 + (int32_t)(wl_hash(UINT64_C(0xca11b), (uint64_t)next, (uint64_t)i) % 1000);
       engine_request q = {.prompt = prompt, .n_prompt = req[next].prompt_tokens,
                           .max_tokens = req[next].output_tokens, .stop_at_eos = false};
       st = engine_submit(e, &q, &ids[next], err);

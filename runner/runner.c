@@ -1450,7 +1450,8 @@ static char *config_json(const scenario *s, uint64_t seed) {
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;
   json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
-  if (s->limits.no_evict) json_object_set_new(o, "no_evict", json_true()); // default left out
+  if (s->limits.no_evict) json_object_set_new(o, "no_evict", json_true()); // defaults left out
+  if (s->limits.prefix_caching) json_object_set_new(o, "prefix_caching", json_true());
   if (s->record != SCN_RECORD_TOKENS) // the default is left out: older runs have no key
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)

@@ -37,6 +37,7 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   c.token_budget = s->limits.token_budget;
   c.prefill_chunk = s->limits.prefill_chunk;
   c.no_evict = s->limits.no_evict;
+  c.prefix_caching = s->limits.prefix_caching;
   c.threads = threads_per_rank(s, d);
   if (s->limits.collective_timeout_ns) c.collective_timeout_ns = s->limits.collective_timeout_ns;
   c.clock = clock;

@@ -621,6 +621,7 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_INT("token_budget", &l->token_budget),
       F_INT("prefill_chunk", &l->prefill_chunk),
       F_BOOL("no_evict", &l->no_evict),
+      F_BOOL("prefix_caching", &l->prefix_caching),
       F_INT("block_size", &l->block_size),
       F_DBL("kv_headroom", &l->kv_headroom),
       F_DUR("collective_timeout", &l->collective_timeout_ns),
@@ -650,6 +651,7 @@ static void apply_engine_knobs(scn_limits *l, const sim_engine *e) {
   if (e->chunked_prefill < 0) l->prefill_chunk = l->token_budget;
   if (l->prefill_chunk > l->token_budget) l->prefill_chunk = l->token_budget;
   if (e->no_evict) l->no_evict = e->no_evict > 0;
+  if (e->prefix_caching) l->prefix_caching = e->prefix_caching > 0;
 }
 
 static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {

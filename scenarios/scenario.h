@@ -226,6 +226,7 @@ typedef struct scn_limits {
   int token_budget;              // tokens per step (8192)
   int prefill_chunk;             // prefill tokens of one sequence per step (0 = budget / 4)
   bool no_evict;                 // admit only what fits at full length; never preempt
+  bool prefix_caching;           // full KV blocks cached by content and reused
   int block_size;                // KV block, tokens (16)
   double kv_headroom;            // fraction of device memory kept free (0.10)
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)

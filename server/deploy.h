@@ -27,6 +27,7 @@ typedef struct serve_deploy {
   int max_model_len;             // 0: the model's context
   int threads;                   // real cpu: BLAS threads per rank (0: cores / ranks)
   uint64_t weights_seed;
+  bool prefix_caching; // full KV blocks cached by content (limits.prefix_caching)
 } serve_deploy;
 
 // Fills c's deployment fields (engine, dp, replicas, max_model_len, synthetic_text, layout)

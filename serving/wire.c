@@ -230,6 +230,8 @@ static bool put_config(wire_buf *b, int type, uint32_t epoch, const engine_confi
   put_i32(&w, cfg->max_running);
   put_i32(&w, cfg->token_budget);
   put_i32(&w, cfg->prefill_chunk);
+  put_u8(&w, cfg->no_evict);
+  put_u8(&w, cfg->prefix_caching);
   put_i32(&w, cfg->threads);
   put_u64(&w, cfg->collective_timeout_ns);
   put_i32(&w, index);
@@ -289,6 +291,8 @@ bool wire_get_config(wire_reader *r, wire_config *out) {
   out->cfg.max_running = get_i32(r);
   out->cfg.token_budget = get_i32(r);
   out->cfg.prefill_chunk = get_i32(r);
+  out->cfg.no_evict = get_bool(r);
+  out->cfg.prefix_caching = get_bool(r);
   out->cfg.threads = get_i32(r);
   out->cfg.collective_timeout_ns = get_u64(r);
   out->index = get_i32(r);
@@ -396,6 +400,7 @@ bool wire_put_status(wire_buf *b, int type, uint32_t epoch, const wire_status *s
   put_i32(&w, st->kv_block_size);
   put_u64(&w, st->steps);
   put_u64(&w, st->preemptions);
+  put_u64(&w, st->prefix_hit_tokens);
   put_u64(&w, st->generated_tokens);
   put_i32(&w, st->n_ranks);
   put_u64(&w, st->oom_failures);
@@ -424,6 +429,7 @@ bool wire_get_status(wire_reader *r, wire_status *out, size_t *used, size_t *tot
   st->kv_block_size = get_i32(r);
   st->steps = get_u64(r);
   st->preemptions = get_u64(r);
+  st->prefix_hit_tokens = get_u64(r);
   st->generated_tokens = get_u64(r);
   st->n_ranks = get_i32(r);
   st->oom_failures = get_u64(r);

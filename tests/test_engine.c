@@ -24,6 +24,7 @@ typedef struct run_log {
   int n_req;
   int max_kv_used;
   uint64_t preemptions;
+  uint64_t prefix_hits; // tokens prefix caching spared
 } run_log;
 
 static int req_index(const run_log *L, uint64_t id) {
@@ -89,6 +90,7 @@ static void run_requests(engine_config cfg, int n_req, int32_t (*prompts)[200], 
   engine_stats_get(e, &st);
   cr_assert_eq(st.kv_used, 0, "every block returns once all requests finished");
   L->preemptions = st.preemptions;
+  L->prefix_hits = st.prefix_hit_tokens;
   engine_free(e);
 }
 
@@ -266,6 +268,44 @@ Test(kv, preemption_under_a_tiny_kv_budget_completes_every_request_with_same_tok
     cr_assert_eq(tight.n_tokens[i], 40);
     cr_assert_eq(tight.reason[i], FINISH_LENGTH);
     cr_assert_arr_eq(tight.tokens[i], ample.tokens[i], sizeof(int32_t) * 40, "request %d", i);
+  }
+}
+
+// Prefix caching on the real engine: prompts sharing a 48-token prefix (3 blocks) compute it
+// once, and under a tiny budget the preempted requests find their blocks again. Every request
+// gets the tokens it gets without caching (each cached block holds exactly the KV a recompute
+// would), and every block is back at the end.
+Test(kv, prefix_caching_shares_prompts_and_preempted_blocks_with_the_same_tokens, .timeout = 300) {
+  static int32_t prompts[8][200];
+  int lens[8];
+  for (int i = 0; i < 8; i++) {
+    lens[i] = 48 + 5 + 3 * i;
+    sc_test_prompt(prompts[i], lens[i], 90 + i);
+    if (i > 0) memcpy(prompts[i], prompts[0], 48 * sizeof(int32_t));
+  }
+  static run_log plain, shared, tight;
+  memset(&plain, 0, sizeof plain);
+  memset(&shared, 0, sizeof shared);
+  memset(&tight, 0, sizeof tight);
+  engine_config c = tiny_config(2, 1);
+  c.block_size = 16;
+  c.max_running = 4; // the first four compute the prefix; the rest find it
+  run_requests(c, 8, prompts, lens, 40, NULL, &plain, false);
+  cr_assert_eq(plain.prefix_hits, 0);
+  c.prefix_caching = true;
+  run_requests(c, 8, prompts, lens, 40, NULL, &shared, false);
+  cr_assert_geq(shared.prefix_hits, 4 * 48, "hit tokens %llu",
+                (unsigned long long)shared.prefix_hits);
+  c.max_running = 32;
+  c.kv_blocks = 14;
+  run_requests(c, 8, prompts, lens, 40, NULL, &tight, false);
+  cr_assert_gt(tight.preemptions, 0, "the budget must force preemption");
+  cr_assert_gt(tight.prefix_hits, shared.prefix_hits, "preempted requests found blocks again");
+  for (int i = 0; i < 8; i++) {
+    cr_assert_eq(shared.n_tokens[i], 40);
+    cr_assert_eq(tight.n_tokens[i], 40);
+    cr_assert_arr_eq(shared.tokens[i], plain.tokens[i], sizeof(int32_t) * 40, "request %d", i);
+    cr_assert_arr_eq(tight.tokens[i], plain.tokens[i], sizeof(int32_t) * 40, "request %d", i);
   }
 }
 

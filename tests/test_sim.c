@@ -22,6 +22,7 @@ typedef struct tally {
   int steps;
   int preempted;
   int max_running; // sequences in the largest step
+  uint64_t prefill_tokens;
   uint64_t step_ns;
 } tally;
 
@@ -45,6 +46,7 @@ static void pull(replica *r, tally *t) {
         t->steps++;
         t->preempted += e->step.n_preempted;
         if (e->step.n_seqs > t->max_running) t->max_running = e->step.n_seqs;
+        t->prefill_tokens += (uint64_t)e->step.prefill_tokens;
         t->step_ns += e->step.duration_ns;
         cr_assert_gt(e->step.duration_ns, 0);
         break;
@@ -156,6 +158,36 @@ Test(sim, no_evict_admits_only_what_fits_at_full_length_and_never_preempts) {
   cr_expect_eq(st.kv_used, 0, "every block is back");
   replica_free(r);
   sc_test_simbed_free(b);
+}
+
+// The starved cache again, with prefix caching: a preempted request finds the blocks it had
+// computed (unless newer ones took their room), so fewer prefill tokens are computed again,
+// and everything still completes with every block back.
+Test(sim, prefix_caching_spares_the_recompute_of_preempted_requests) {
+  uint64_t prefill[2], hits[2];
+  for (int on = 0; on < 2; on++) {
+    simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
+    b->cfg.prefix_caching = on;
+    replica *r = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
+    tally t = {0};
+    for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
+    drive(b, r, &t);
+    cr_expect_gt(t.preempted, 0);
+    for (int k = 0; k < 8; k++) cr_expect_eq(t.tokens[k], 40, "request %d", k);
+    engine_stats st;
+    replica_stats(r, &st);
+    cr_expect_eq(st.kv_used, 0, "every block is back (cached ones count as free)");
+    prefill[on] = t.prefill_tokens;
+    hits[on] = st.prefix_hit_tokens;
+    replica_free(r);
+    sc_test_simbed_free(b);
+  }
+  cr_expect_eq(hits[0], 0);
+  cr_expect_gt(hits[1], 0);
+  cr_expect_lt(prefill[1], prefill[0], "prefill tokens %llu with caching, %llu without",
+               (unsigned long long)prefill[1], (unsigned long long)prefill[0]);
 }
 
 Test(sim, cancel_frees_the_request_at_once) {

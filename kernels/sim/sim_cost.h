@@ -96,6 +96,7 @@ typedef struct sim_engine {
                        // token budget, in one step); 0: the scenario's limits
   int no_evict;        // 1: admission reserves full lengths, nothing preempted; -1: admit while
                        // blocks last, preempt by recompute; 0: the scenario's limits
+  int prefix_caching;  // 1: on, -1: off, 0: the scenario's limits
 } sim_engine;
 
 // The idealized engine: no engine costs, efficiencies 1, the scenario's limits.
