@@ -114,80 +114,58 @@ Test(sim, same_requests_give_the_same_timeline) {
   cr_expect_eq(steps[0], steps[1]);
 }
 
-Test(sim, running_out_of_kv_blocks_preempts_and_everything_completes) {
-  // 24 blocks of 16 tokens: 384 tokens for 8 requests of 40 + 40 tokens (80 each, 640 in all).
+// 24 blocks of 16 tokens: 384 tokens for 8 requests of 40 + 40 tokens (80 each, 640 in all).
+// Runs them to the end with the admission and caching asked for; every request completes and
+// every block comes back (cached ones count as free). Returns the replica's stats.
+static engine_stats starved(bool no_evict, bool prefix_caching, tally *t) {
   simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
+  b->cfg.no_evict = no_evict;
+  b->cfg.prefix_caching = prefix_caching;
   replica *r = NULL;
   sc_error err = {{0}};
   cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
-  tally t = {0};
+  *t = (tally){0};
   for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
-  drive(b, r, &t);
-  cr_expect_gt(t.preempted, 0, "the cache is too small for all of them at once");
+  drive(b, r, t);
   for (int k = 0; k < 8; k++) {
-    cr_expect_eq(t.tokens[k], 40, "request %d: %d tokens", k, t.tokens[k]);
-    cr_expect_eq(t.finished[k], 1);
+    cr_expect_eq(t->tokens[k], 40, "request %d: %d tokens", k, t->tokens[k]);
+    cr_expect_eq(t->finished[k], 1);
   }
   engine_stats st;
   replica_stats(r, &st);
   cr_expect_eq(st.kv_used, 0, "every block is back");
   replica_free(r);
   sc_test_simbed_free(b);
+  return st;
+}
+
+Test(sim, running_out_of_kv_blocks_preempts_and_everything_completes) {
+  tally t;
+  starved(false, false, &t);
+  cr_expect_gt(t.preempted, 0, "the cache is too small for all of them at once");
 }
 
 // The same starved cache with no_evict: a request is admitted only when every running one fits
 // at its full length beside it (5 blocks each, so 4 at a time): nothing is preempted, and
 // never more than 4 run at once.
 Test(sim, no_evict_admits_only_what_fits_at_full_length_and_never_preempts) {
-  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
-  b->cfg.no_evict = true;
-  replica *r = NULL;
-  sc_error err = {{0}};
-  cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
-  tally t = {0};
-  for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
-  drive(b, r, &t);
+  tally t;
+  starved(true, false, &t);
   cr_expect_eq(t.preempted, 0);
   cr_expect_eq(t.max_running, 4, "at most 24 / 5 sequences of 80 tokens: %d", t.max_running);
-  for (int k = 0; k < 8; k++) {
-    cr_expect_eq(t.tokens[k], 40, "request %d: %d tokens", k, t.tokens[k]);
-    cr_expect_eq(t.finished[k], 1);
-  }
-  engine_stats st;
-  replica_stats(r, &st);
-  cr_expect_eq(st.kv_used, 0, "every block is back");
-  replica_free(r);
-  sc_test_simbed_free(b);
 }
 
 // The starved cache again, with prefix caching: a preempted request finds the blocks it had
-// computed (unless newer ones took their room), so fewer prefill tokens are computed again,
-// and everything still completes with every block back.
+// computed (unless newer ones took their room), so fewer prefill tokens are computed again.
 Test(sim, prefix_caching_spares_the_recompute_of_preempted_requests) {
-  uint64_t prefill[2], hits[2];
-  for (int on = 0; on < 2; on++) {
-    simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
-    b->cfg.prefix_caching = on;
-    replica *r = NULL;
-    sc_error err = {{0}};
-    cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
-    tally t = {0};
-    for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
-    drive(b, r, &t);
-    cr_expect_gt(t.preempted, 0);
-    for (int k = 0; k < 8; k++) cr_expect_eq(t.tokens[k], 40, "request %d", k);
-    engine_stats st;
-    replica_stats(r, &st);
-    cr_expect_eq(st.kv_used, 0, "every block is back (cached ones count as free)");
-    prefill[on] = t.prefill_tokens;
-    hits[on] = st.prefix_hit_tokens;
-    replica_free(r);
-    sc_test_simbed_free(b);
-  }
-  cr_expect_eq(hits[0], 0);
-  cr_expect_gt(hits[1], 0);
-  cr_expect_lt(prefill[1], prefill[0], "prefill tokens %llu with caching, %llu without",
-               (unsigned long long)prefill[1], (unsigned long long)prefill[0]);
+  tally off, on;
+  engine_stats s_off = starved(false, false, &off), s_on = starved(false, true, &on);
+  cr_expect_gt(on.preempted, 0);
+  cr_expect_eq(s_off.prefix_hit_tokens, 0);
+  cr_expect_gt(s_on.prefix_hit_tokens, 0);
+  cr_expect_lt(on.prefill_tokens, off.prefill_tokens,
+               "prefill tokens %llu with caching, %llu without",
+               (unsigned long long)on.prefill_tokens, (unsigned long long)off.prefill_tokens);
 }
 
 Test(sim, cancel_frees_the_request_at_once) {
