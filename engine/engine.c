@@ -564,6 +564,7 @@ void engine_stats_get(const engine *e, engine_stats *out) {
                         .steps = e->steps,
                         .preemptions = e->preemptions,
                         .prefix_hit_tokens = sched_prefix_hit_tokens(e->sched),
+                        .prefix_query_tokens = sched_prefix_query_tokens(e->sched),
                         .generated_tokens = e->generated,
                         .n_ranks = e->be->n_ranks(e),
                         .oom_failures = e->oom_failures,

@@ -130,7 +130,8 @@ typedef struct engine_stats {
   int queue_len, running;
   int kv_used, kv_total, kv_block_size;
   uint64_t steps, preemptions, generated_tokens;
-  uint64_t prefix_hit_tokens; // prefix caching: tokens admitted with their KV already cached
+  uint64_t prefix_hit_tokens;   // prefix caching: tokens admitted with their KV already cached
+  uint64_t prefix_query_tokens; // prefix caching: tokens admitted (looked up in the cache)
   int n_ranks;
   uint64_t oom_failures;       // requests failed with SC_OOM
   uint64_t numerical_failures; // requests failed with SC_NUMERICAL (NaN/inf logits)

@@ -17,7 +17,8 @@ struct scheduler {
   seq_list waiting; // front is next
   seq_list running; // in admission order; the back is preempted first
   int reserved;      // no_evict: blocks the running sequences hold or will at full length
-  uint64_t hit_tokens; // prefix caching: tokens admitted already computed
+  uint64_t hit_tokens;   // prefix caching: tokens admitted already computed
+  uint64_t query_tokens; // prefix caching: tokens admitted (looked up)
 };
 
 // Makes room for n entries, so that moving a seq between the lists never allocates.
@@ -142,6 +143,7 @@ void sched_computed(scheduler *s, seq *q) {
 }
 
 uint64_t sched_prefix_hit_tokens(const scheduler *s) { return s->hit_tokens; }
+uint64_t sched_prefix_query_tokens(const scheduler *s) { return s->query_tokens; }
 
 void sched_remove(scheduler *s, seq *q) {
   int i = list_index(&s->running, q);
@@ -222,7 +224,10 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
       if (s->cfg.prefix_caching) release_blocks(s, q); // its matched blocks back to the cache
       break;
     }
-    s->hit_tokens += (uint64_t)(s->cfg.prefix_caching ? q->n_computed : 0);
+    if (s->cfg.prefix_caching) {
+      s->hit_tokens += (uint64_t)q->n_computed;
+      s->query_tokens += (uint64_t)q->n_tokens;
+    }
     if (s->cfg.no_evict) s->reserved += full_blocks(s, q);
     list_erase(&s->waiting, 0);
     list_insert(&s->running, s->running.n, q);

@@ -82,8 +82,10 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted);
 // After a step computed some of q's tokens (q->n_computed grew): registers the blocks that
 // became full (prefix caching; a no-op without it).
 void sched_computed(scheduler *s, seq *q);
-// Prompt and recomputed tokens prefix caching spared since the scheduler began.
+// Prompt and recomputed tokens prefix caching spared since the scheduler began, and the tokens
+// of every admission it looked up (vLLM's prefix_cache_hits and prefix_cache_queries).
 uint64_t sched_prefix_hit_tokens(const scheduler *s);
+uint64_t sched_prefix_query_tokens(const scheduler *s);
 
 int sched_n_waiting(const scheduler *s);
 int sched_n_running(const scheduler *s);

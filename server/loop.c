@@ -593,6 +593,9 @@ static void refresh_gauges(server *s) {
                                 .kv_total = st.kv_total,
                                 .running = st.running,
                                 .waiting = st.queue_len,
+                                .preemptions = st.preemptions,
+                                .prefix_queries = st.prefix_query_tokens,
+                                .prefix_hits = st.prefix_hit_tokens,
                                 .epoch = replica_epoch(s->reps[i]),
                                 .health = replica_health_get(s->reps[i])};
   }

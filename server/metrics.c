@@ -85,11 +85,15 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
   b.p[0] = 0;
   int running = 0, waiting = 0;
   long kv_used = 0, kv_total = 0;
+  unsigned long long preempt = 0, queries = 0, hits = 0;
   for (int i = 0; i < n_reps; i++) {
     running += m->reps[i].running;
     waiting += m->reps[i].waiting;
     kv_used += m->reps[i].kv_used;
     kv_total += m->reps[i].kv_total;
+    preempt += m->reps[i].preemptions;
+    queries += m->reps[i].prefix_queries;
+    hits += m->reps[i].prefix_hits;
   }
   put(&b,
       "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
@@ -103,6 +107,21 @@ char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, in
       "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n"
       "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"%s\"} %.6g\n",
       model, kv_total ? (double)kv_used / (double)kv_total : 0.0);
+  put(&b,
+      "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.\n"
+      "# TYPE vllm:num_preemptions_total counter\n"
+      "vllm:num_preemptions_total{model_name=\"%s\"} %llu\n",
+      model, preempt);
+  put(&b,
+      "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of "
+      "queried tokens.\n# TYPE vllm:prefix_cache_queries_total counter\n"
+      "vllm:prefix_cache_queries_total{model_name=\"%s\"} %llu\n",
+      model, queries);
+  put(&b,
+      "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached "
+      "tokens.\n# TYPE vllm:prefix_cache_hits_total counter\n"
+      "vllm:prefix_cache_hits_total{model_name=\"%s\"} %llu\n",
+      model, hits);
   put(&b,
       "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
       "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"%s\"} %llu\n",

@@ -81,6 +81,8 @@ typedef struct srv_hist {
 
 typedef struct srv_replica_gauges {
   int kv_used, kv_total, running, waiting, epoch;
+  // the replica's counters since it (re)started: preemptions, prefix-cache lookups and hits
+  uint64_t preemptions, prefix_queries, prefix_hits;
   replica_health health;
 } srv_replica_gauges;
 

@@ -401,6 +401,7 @@ bool wire_put_status(wire_buf *b, int type, uint32_t epoch, const wire_status *s
   put_u64(&w, st->steps);
   put_u64(&w, st->preemptions);
   put_u64(&w, st->prefix_hit_tokens);
+  put_u64(&w, st->prefix_query_tokens);
   put_u64(&w, st->generated_tokens);
   put_i32(&w, st->n_ranks);
   put_u64(&w, st->oom_failures);
@@ -430,6 +431,7 @@ bool wire_get_status(wire_reader *r, wire_status *out, size_t *used, size_t *tot
   st->steps = get_u64(r);
   st->preemptions = get_u64(r);
   st->prefix_hit_tokens = get_u64(r);
+  st->prefix_query_tokens = get_u64(r);
   st->generated_tokens = get_u64(r);
   st->n_ranks = get_i32(r);
   st->oom_failures = get_u64(r);

@@ -372,6 +372,9 @@ Test(serve, models_health_and_metrics) {
                          "vllm:gpu_cache_usage_perc{",
                          "vllm:prompt_tokens_total{",
                          "vllm:generation_tokens_total{",
+                         "vllm:num_preemptions_total{",
+                         "vllm:prefix_cache_queries_total{",
+                         "vllm:prefix_cache_hits_total{",
                          "vllm:request_success_total{finished_reason=\"length\"",
                          "vllm:time_to_first_token_seconds_bucket{le=\"0.001\"",
                          "vllm:e2e_request_latency_seconds_count{",
@@ -388,6 +391,27 @@ Test(serve, models_health_and_metrics) {
       metric(b->port,
              "vllm:request_success_total{finished_reason=\"length\",model_name=\"llama-tiny\"} "),
       1);
+  bed_free(b);
+}
+
+// --enable-prefix-caching: the same 40-token prompt twice, one after the other; the second
+// finds its first two blocks (32 tokens) cached, as vLLM's counters count them.
+Test(serve, prefix_caching_counts_queries_and_hits_like_vllm) {
+  bed *b = bed_start((serve_deploy){.prefix_caching = true}, NULL);
+  char body[1024];
+  int n = snprintf(body, sizeof body, "{\"prompt\":[");
+  for (int i = 0; i < 40; i++)
+    n += snprintf(body + n, sizeof body - (size_t)n, "%s%d", i ? "," : "", 5 + 7 * i);
+  snprintf(body + n, sizeof body - (size_t)n, "],\"max_tokens\":2,\"ignore_eos\":true}");
+  for (int k = 0; k < 2; k++) {
+    resp r = http(b->port, "POST", "/v1/completions", body, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    resp_free(&r);
+  }
+  cr_assert(
+      metric_becomes(b->port, "vllm:prefix_cache_queries_total{model_name=\"llama-tiny\"} ", 80));
+  cr_assert(
+      metric_becomes(b->port, "vllm:prefix_cache_hits_total{model_name=\"llama-tiny\"} ", 32));
   bed_free(b);
 }
 
