@@ -26,7 +26,7 @@ static size_t quoted(char *out, size_t cap, const char *s) {
 
 sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **keep, sc_error *err) {
   *keep = NULL;
-  char model[2200], dtype[128] = "", profile[2200] = "", hw[2400], limits[256];
+  char model[2400], dtype[128] = "", profile[2200] = "", hw[2400], limits[256];
   struct stat st;
   bool dir = stat(d->model, &st) == 0 && S_ISDIR(st.st_mode);
   char q[2100];
