@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "engine/model.h"
+#include "runner/runner.h"
 #include "scenarios/scenario.h"
 #include "scenarios/workload.h"
 
@@ -177,7 +178,8 @@ static int validate_one(const char *path, bool quiet) {
   // The dataset's lines are the workload generator's to read: building it here makes a bad
   // line fail `validate` with its FILE:LINE exactly as `run` would.
   workload *wl = NULL;
-  st = workload_new(s, s->seed, &wl, &err);
+  st = runner_check_dtypes(s, &err);
+  if (st == SC_OK) st = workload_new(s, s->seed, &wl, &err);
   workload_free(wl);
   if (st != SC_OK) {
     scenario_free(s);

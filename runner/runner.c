@@ -1636,6 +1636,12 @@ static sc_status refuse(const scenario *s, sc_error *err) {
                    s->path, s->hardware.backend);
 #endif
   }
+  return runner_check_dtypes(s, err);
+}
+
+sc_status runner_check_dtypes(const scenario *s, sc_error *err) {
+  // an external target's weights are its server's: the keys only shape a --mode sim prediction
+  if (s->mode == SCN_MODE_SIM || s->target.set) return SC_OK;
   if (!strcmp(s->model.dtype, "int4") || !strcmp(s->model.dtype, "fp8"))
     return sc_fail(err, SC_INVALID,
                    "%s: model.dtype %s: the real backends hold weights as f32 or int8 "

@@ -67,6 +67,11 @@ typedef struct runner_result {
 // before anything
 // is recorded; SC_IO/SC_OOM when the database or memory fails (the run row is left "running",
 // i.e. incomplete).
+// Real mode: refuses the weight and KV dtypes the real backends cannot hold (int4, fp8; an fp8
+// KV cache), in the model and in hot swaps, naming the key (`shardcheck validate` and
+// runner_run both ask). SC_OK in sim mode and against an external target.
+sc_status runner_check_dtypes(const scenario *s, sc_error *err);
+
 sc_status runner_run(const scenario *s, store *db, const runner_options *o, runner_result *res,
                      sc_error *err);
 

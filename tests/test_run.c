@@ -411,6 +411,9 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
     snprintf(args, sizeof args, "run %s --db %s", path, db);
     cr_assert_eq(cli(args), 2, "%s", out);
     cr_assert(strstr(out, sim_only[i].want) && strstr(out, "mode: sim"), "%s", out);
+    snprintf(args, sizeof args, "validate %s", path); // validate says the same
+    cr_assert_eq(cli(args), 2, "%s", out);
+    cr_assert(strstr(out, sim_only[i].want), "%s", out);
   }
   cr_assert_eq(q1(db, "SELECT count(*) FROM run"), 0);
   snprintf(args, sizeof args, "run %s/missing.yaml --db %s", dir, db);
