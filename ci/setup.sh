@@ -14,6 +14,7 @@ pkgs=(
   faketime                           # clock-jump faults (libfaketime in the workers)
   clang libclang-rt-dev              # ci/fuzz.sh: libFuzzer with ASan + UBSan (Debian's clang)
   jq                                 # bench/gate.sh reads the gate's JSON
+  sqlite3 bc                         # ci/same-rows.sh and the bench/ scripts read results
   libmicrohttpd-dev                  # shardcheck serve's HTTP server
   libcurl4-openssl-dev               # HTTP client: serve's tests, external targets
   python3                            # tests/openai_standin.py, the HTTP targets' stand-in server
