@@ -221,7 +221,7 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
     if (s->cfg.prefix_caching && q->n_blocks == 0) match_prefix(s, q);
     int n = step_tokens(s, q, budget);
     if (grow_blocks(s, q, n) != SC_OK) {
-      if (s->cfg.prefix_caching) release_blocks(s, q); // its matched blocks back to the cache
+      release_blocks(s, q); // blocks a prefix match took go back to the cache
       break;
     }
     if (s->cfg.prefix_caching) {
