@@ -30,7 +30,8 @@ static void usage(FILE *f) {
           "with their own arrival times and lengths, and a Nelder-Mead search over the\n"
           "log-parameters minimizes, summed over the runs, the mean squared per-request error\n"
           "of TTFT and of TPOT, each divided by the run's measured mean. The scheduler knobs\n"
-          "(max_running, token_budget, chunked_prefill, no_evict, prefix_caching, block_size) are\n"
+          "(max_running, token_budget, chunked_prefill, no_evict, prefix_caching,\n"
+          "reserve_full_isl, kv_watermark, num_gpu_blocks, block_size) are\n"
           "not fitted: set them in BASE's engine block to the measured engine's. Prints each\n"
           "run's residuals and writes BASE with the fitted engine block to FILE.yaml, an\n"
           "ordinary profile.\n\n"
@@ -108,6 +109,10 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
   if (e->no_evict) fprintf(o, "  no_evict: %s\n", e->no_evict > 0 ? "true" : "false");
   if (e->prefix_caching)
     fprintf(o, "  prefix_caching: %s\n", e->prefix_caching > 0 ? "true" : "false");
+  if (e->reserve_full_isl)
+    fprintf(o, "  reserve_full_isl: %s\n", e->reserve_full_isl > 0 ? "true" : "false");
+  if (e->has_kv_watermark) fprintf(o, "  kv_watermark: %.6g\n", e->kv_watermark);
+  if (e->num_gpu_blocks > 0) fprintf(o, "  num_gpu_blocks: %d\n", e->num_gpu_blocks);
   if (fclose(o) != 0) return sc_fail(err, SC_IO, "%s: cannot write the profile", out);
   hw_profile back;
   return hw_profile_load(out, &back, err);

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
          "                        [--max-pending N] [--max-connections N]\n"
          "                        [--max-body-bytes N] [--idle-timeout SECONDS]\n"
          "                        [--threads N] [--weights-seed S]\n"
-         "                        [--enable-prefix-caching]\n\n"
+         "                        [--enable-prefix-caching] [--scheduler-reserve-full-isl]\n"
+         "                        [--num-gpu-blocks-override N]\n\n"
          "Serves the model over an OpenAI-compatible HTTP API (/v1/completions,\n"
          "/v1/chat/completions, /v1/models, /health, /metrics): dp replicas of tp x pp ranks\n"
          "behind the router, on the CPU or CUDA backend (mode real) or on simulated GPUs whose\n"
@@ -71,7 +72,10 @@ static void usage(FILE *f) {
          "  --threads N                real cpu: BLAS threads per rank (default: cores/ranks)\n"
          "  --weights-seed S           seed of a preset's random weights (default 0)\n"
          "  --enable-prefix-caching    keep full KV blocks by content and reuse them for\n"
-         "                             prompts that begin alike (default off)\n\n"
+         "                             prompts that begin alike (default off)\n"
+         "  --scheduler-reserve-full-isl  admit a request only when the free KV blocks hold\n"
+         "                             all of its prompt, not just its first chunk (default off)\n"
+         "  --num-gpu-blocks-override N KV blocks per replica instead of the planner's\n\n"
          "Startup prints one line with the URL, the layout and the KV capacity; /health\n"
          "answers 200 once every replica is ready. SIGTERM or SIGINT drains: new requests get\n"
          "503, requests in flight finish (up to --drain-timeout), then the server exits 0.\n"
@@ -129,6 +133,11 @@ int cmd_serve(int argc, char **argv) {
       d.prefix_caching = a[2] == 'e';
       continue;
     }
+    if (!strcmp(a, "--scheduler-reserve-full-isl") ||
+        !strcmp(a, "--no-scheduler-reserve-full-isl")) {
+      d.reserve_full_isl = a[2] == 's';
+      continue;
+    }
 #define FLAG(n, alias) ((v = flag_val(argc, argv, &i, n, alias, &m)) != NULL || m)
 #define NEED()                                                                                     \
   do {                                                                                             \
@@ -148,6 +157,7 @@ int cmd_serve(int argc, char **argv) {
     INT_FLAG("--max-num-seqs", NULL, 1, 1 << 20, &d.max_num_seqs);
     INT_FLAG("--max-num-batched-tokens", NULL, 1, 1 << 24, &d.max_num_batched_tokens);
     INT_FLAG("--block-size", NULL, 1, 4096, &d.block_size);
+    INT_FLAG("--num-gpu-blocks-override", NULL, 1, 100000000, &d.num_gpu_blocks);
     INT_FLAG("--max-model-len", NULL, 2, 1 << 24, &d.max_model_len);
     INT_FLAG("--max-pending", NULL, 1, 1 << 24, &c.max_pending);
     INT_FLAG("--max-connections", NULL, 1, 1 << 20, &c.max_connections);

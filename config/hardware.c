@@ -189,7 +189,7 @@ static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, s
 // The engine block (docs/calibration.md): the serving engine's costs and scheduler knobs.
 static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_engine *e = dst;
-  bool chunked = true, no_evict = false, prefix = false;
+  bool chunked = true, no_evict = false, prefix = false, full_isl = false;
   const yaml_map_field f[] = {
       {"step_s", YAML_MAP_DOUBLE, &e->step_s, 0, false, NULL, NULL, NULL, NULL},
       {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
@@ -201,6 +201,9 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
       {"chunked_prefill", YAML_MAP_BOOL, &chunked, 0, false, NULL, NULL, NULL, NULL},
       {"no_evict", YAML_MAP_BOOL, &no_evict, 0, false, NULL, NULL, NULL, NULL},
       {"prefix_caching", YAML_MAP_BOOL, &prefix, 0, false, NULL, NULL, NULL, NULL},
+      {"reserve_full_isl", YAML_MAP_BOOL, &full_isl, 0, false, NULL, NULL, NULL, NULL},
+      {"kv_watermark", YAML_MAP_DOUBLE, &e->kv_watermark, 0, false, NULL, NULL, NULL, NULL},
+      {"num_gpu_blocks", YAML_MAP_INT, &e->num_gpu_blocks, 0, false, NULL, NULL, NULL, NULL},
   };
   *e = sim_engine_defaults();
   SC_TRY(yaml_map_read_node(v, file, f, (int)(sizeof f / sizeof f[0]), err));
@@ -208,6 +211,9 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
   if (fy_node_mapping_lookup_by_string(v, "no_evict", FY_NT)) e->no_evict = no_evict ? 1 : -1;
   if (fy_node_mapping_lookup_by_string(v, "prefix_caching", FY_NT))
     e->prefix_caching = prefix ? 1 : -1;
+  if (fy_node_mapping_lookup_by_string(v, "reserve_full_isl", FY_NT))
+    e->reserve_full_isl = full_isl ? 1 : -1;
+  e->has_kv_watermark = fy_node_mapping_lookup_by_string(v, "kv_watermark", FY_NT) != NULL;
   char where[300];
   yaml_map_where(v, file, where, sizeof where);
   if (!(e->step_s >= 0 && e->step_s <= HW_STEP_OVERHEAD_MAX_S && e->seq_s >= 0 &&
@@ -219,9 +225,13 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
     return sc_fail(err, SC_INVALID, "%s: engine: keys 'prefill_eff' and 'decode_eff' must be in "
                    "(0, %d], got %g and %g", where, HW_ENGINE_EFF_MAX, e->prefill_eff,
                    e->decode_eff);
-  if (e->max_running < 0 || e->token_budget < 0 || e->block_size < 0)
+  if (!(e->kv_watermark >= 0 && e->kv_watermark <= 0.5))
+    return sc_fail(err, SC_INVALID, "%s: engine: key 'kv_watermark' must be a fraction in "
+                   "[0, 0.5] (vLLM keeps 0.01), got %g", where, e->kv_watermark);
+  if (e->max_running < 0 || e->token_budget < 0 || e->block_size < 0 || e->num_gpu_blocks < 0)
     return sc_fail(err, SC_INVALID, "%s: engine: keys 'max_running', 'token_budget' and "
-                   "'block_size' must be integers >= 1 (or absent: the scenario's limits)", where);
+                   "'block_size' (and 'num_gpu_blocks') must be integers >= 1 (or absent: the "
+                   "scenario's limits)", where);
   return SC_OK;
 }
 
@@ -311,7 +321,8 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
        node_overhead},
       {"engine", YAML_MAP_NODE, &h->engine, 0, false, NULL,
        "a mapping {step_s, seq_s, prefill_eff, decode_eff, max_running, token_budget, "
-       "chunked_prefill, no_evict, prefix_caching, block_size}", NULL, node_engine},
+       "chunked_prefill, no_evict, prefix_caching, reserve_full_isl, kv_watermark, "
+       "num_gpu_blocks, block_size}", NULL, node_engine},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,
                              (int)(sizeof fields / sizeof fields[0]), err));

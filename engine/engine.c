@@ -226,7 +226,9 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
                                  .token_budget = c->token_budget,
                                  .prefill_chunk = c->prefill_chunk,
                                  .no_evict = c->no_evict,
-                                 .prefix_caching = c->prefix_caching},
+                                 .prefix_caching = c->prefix_caching,
+                                 .reserve_full_isl = c->reserve_full_isl,
+                                 .watermark_blocks = (int)(c->kv_watermark * c->kv_blocks)},
                   e->kv, &e->sched);
   if (s == SC_OK) {
     size_t R = (size_t)c->max_running;

@@ -59,6 +59,8 @@ typedef struct engine_config {
   int prefill_chunk;        // prefill tokens of one sequence per step; 0: token_budget / 4
   bool no_evict;            // admission reserves full lengths, never preempts (scheduler.h)
   bool prefix_caching;      // full blocks are cached by content and reused (scheduler.h)
+  bool reserve_full_isl;    // admit only when all of a sequence's tokens fit (scheduler.h)
+  double kv_watermark;      // fraction of the KV blocks an admission leaves free (scheduler.h)
   int threads;              // cpu backend: BLAS threads per rank; 0: cores / (tp * pp), >= 1
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
   sc_clock clock;           // step timing; monotonic by default

@@ -190,6 +190,17 @@ static sc_status grow_blocks(scheduler *s, seq *q, int n) {
   return SC_OK;
 }
 
+// Whether waiting q (its prefix matched) may take the blocks for n more tokens: with
+// reserve_full_isl, room for all its tokens; and the watermark left free while others run.
+static bool admissible(const scheduler *s, const seq *q, int n) {
+  int room = kv_cache_total(s->kv) - kv_cache_used(s->kv); // free or cached: takeable
+  int upto = s->cfg.reserve_full_isl && q->n_tokens > q->n_computed + n ? q->n_tokens
+                                                                         : q->n_computed + n;
+  int want = kv_cache_blocks_for(s->kv, upto) - q->n_blocks;
+  int keep = s->running.n > 0 ? s->cfg.watermark_blocks : 0;
+  return want + keep <= room;
+}
+
 int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
   int budget = s->cfg.token_budget, n_items = 0, preempted = 0;
   for (int i = 0; i < s->running.n && budget > 0; i++) {
@@ -220,7 +231,7 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
     if (s->cfg.no_evict && s->reserved + full_blocks(s, q) > kv_cache_total(s->kv)) break;
     if (s->cfg.prefix_caching && q->n_blocks == 0) match_prefix(s, q);
     int n = step_tokens(s, q, budget);
-    if (grow_blocks(s, q, n) != SC_OK) {
+    if (!admissible(s, q, n) || grow_blocks(s, q, n) != SC_OK) {
       release_blocks(s, q); // blocks a prefix match took go back to the cache
       break;
     }

@@ -51,6 +51,14 @@ typedef struct sched_config {
   // running one at its full length (prompt + max_new) beside it, so nothing is ever preempted
   // (TensorRT-LLM's default, GUARANTEED_NO_EVICT).
   bool no_evict;
+  // vLLM's admission check (its scheduler_reserve_full_isl, on by default from vLLM 0.19): a
+  // waiting sequence is admitted only when the free blocks hold all of its tokens (prompt, and
+  // what it generated before a preemption), not just this step's chunk, so a long prompt waits
+  // instead of being admitted and preempted half-way.
+  bool reserve_full_isl;
+  // vLLM's watermark: blocks an admission must leave free while any sequence runs (vLLM keeps
+  // 1% of the cache), room for the running ones to grow before someone is preempted.
+  int watermark_blocks;
   // Prefix caching (vLLM's --enable-prefix-caching): each full block computed is registered
   // under the hash of its tokens and all before them (kv_cache.h), and a sequence admitted
   // without blocks (new, or preempted) first takes every registered block its tokens begin with,

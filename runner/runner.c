@@ -1452,6 +1452,12 @@ static char *config_json(const scenario *s, uint64_t seed) {
   json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
   if (s->limits.no_evict) json_object_set_new(o, "no_evict", json_true()); // defaults left out
   if (s->limits.prefix_caching) json_object_set_new(o, "prefix_caching", json_true());
+  if (s->limits.reserve_full_isl) json_object_set_new(o, "reserve_full_isl", json_true());
+  if (s->limits.kv_watermark > 0)
+    json_object_set_new(o, "kv_watermark", json_real(s->limits.kv_watermark));
+  if (s->limits.num_gpu_blocks_override > 0)
+    json_object_set_new(o, "num_gpu_blocks_override",
+                        json_integer(s->limits.num_gpu_blocks_override));
   if (s->record != SCN_RECORD_TOKENS) // the default is left out: older runs have no key
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)

@@ -38,6 +38,9 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   c.prefill_chunk = s->limits.prefill_chunk;
   c.no_evict = s->limits.no_evict;
   c.prefix_caching = s->limits.prefix_caching;
+  c.reserve_full_isl = s->limits.reserve_full_isl;
+  c.kv_watermark = s->limits.kv_watermark;
+  if (s->limits.num_gpu_blocks_override > 0) c.kv_blocks = s->limits.num_gpu_blocks_override;
   c.threads = threads_per_rank(s, d);
   if (s->limits.collective_timeout_ns) c.collective_timeout_ns = s->limits.collective_timeout_ns;
   c.clock = clock;
@@ -60,6 +63,7 @@ static sc_status sim_config(const scenario *s, const scn_deployment *d, const mo
   int64_t most = (int64_t)s->limits.max_running * per_seq;
   c->backend = "sim";
   c->kv_blocks = (int)(lay.kv_blocks < most ? lay.kv_blocks : most);
+  if (s->limits.num_gpu_blocks_override > 0) c->kv_blocks = s->limits.num_gpu_blocks_override;
   c->threads = hw->host_cores > 0 ? hw->host_cores / (d->tp * d->pp * d->dp) : 1;
   if (c->threads < 1) c->threads = 1;
   // the CPU backend holds weights in f32 whatever the file says, or as int8 when asked to

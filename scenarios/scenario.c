@@ -622,6 +622,9 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_INT("prefill_chunk", &l->prefill_chunk),
       F_BOOL("no_evict", &l->no_evict),
       F_BOOL("prefix_caching", &l->prefix_caching),
+      F_BOOL("reserve_full_isl", &l->reserve_full_isl),
+      F_DBL("kv_watermark", &l->kv_watermark),
+      F_INT("num_gpu_blocks_override", &l->num_gpu_blocks_override),
       F_INT("block_size", &l->block_size),
       F_DBL("kv_headroom", &l->kv_headroom),
       F_DUR("collective_timeout", &l->collective_timeout_ns),
@@ -637,6 +640,10 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
   SC_TRY(check(c, &m, "block_size", l->block_size >= 1, "an integer >= 1"));
   SC_TRY(check(c, &m, "kv_headroom", l->kv_headroom >= 0 && l->kv_headroom <= 0.9,
                "a fraction in [0, 0.9]"));
+  SC_TRY(check(c, &m, "kv_watermark", l->kv_watermark >= 0 && l->kv_watermark <= 0.5,
+               "a fraction in [0, 0.5] (vLLM keeps 0.01)"));
+  SC_TRY(check(c, &m, "num_gpu_blocks_override", l->num_gpu_blocks_override >= 0,
+               "an integer >= 0 (0 = the planner's)"));
   SC_TRY(check(c, &m, "collective_timeout", l->collective_timeout_ns > 0,
                "a duration > 0 (a collective always has a deadline)"));
   return SC_OK;
@@ -652,6 +659,9 @@ static void apply_engine_knobs(scn_limits *l, const sim_engine *e) {
   if (l->prefill_chunk > l->token_budget) l->prefill_chunk = l->token_budget;
   if (e->no_evict) l->no_evict = e->no_evict > 0;
   if (e->prefix_caching) l->prefix_caching = e->prefix_caching > 0;
+  if (e->reserve_full_isl) l->reserve_full_isl = e->reserve_full_isl > 0;
+  if (e->has_kv_watermark) l->kv_watermark = e->kv_watermark;
+  if (e->num_gpu_blocks > 0) l->num_gpu_blocks_override = e->num_gpu_blocks;
 }
 
 static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {

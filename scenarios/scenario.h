@@ -227,6 +227,9 @@ typedef struct scn_limits {
   int prefill_chunk;             // prefill tokens of one sequence per step (0 = budget / 4)
   bool no_evict;                 // admit only what fits at full length; never preempt
   bool prefix_caching;           // full KV blocks cached by content and reused
+  bool reserve_full_isl;         // admit only when all of a request's tokens fit the free blocks
+  double kv_watermark;           // fraction of KV blocks an admission leaves free (0)
+  int num_gpu_blocks_override;   // KV blocks per replica instead of the planner's (0: planner's)
   int block_size;                // KV block, tokens (16)
   double kv_headroom;            // fraction of device memory kept free (0.10)
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)

@@ -64,11 +64,12 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
   double util = d->gpu_memory_utilization > 0 ? d->gpu_memory_utilization : 0.9;
   snprintf(limits, sizeof limits,
            "{max_running: %d, token_budget: %d, block_size: %d, kv_headroom: %.6f, "
-           "prefix_caching: %s}",
+           "prefix_caching: %s, reserve_full_isl: %s, num_gpu_blocks_override: %d}",
            d->max_num_seqs > 0 ? d->max_num_seqs : 256,
            d->max_num_batched_tokens > 0 ? d->max_num_batched_tokens : 8192,
            d->block_size > 0 ? d->block_size : 16, 1.0 - util,
-           d->prefix_caching ? "true" : "false");
+           d->prefix_caching ? "true" : "false", d->reserve_full_isl ? "true" : "false",
+           d->num_gpu_blocks);
   char text[8192];
   snprintf(text, sizeof text,
            "name: serve\nmode: %s\nmodel: %s\nhardware: %s\nlimits: %s\n"

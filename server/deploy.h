@@ -28,6 +28,8 @@ typedef struct serve_deploy {
   int threads;                   // real cpu: BLAS threads per rank (0: cores / ranks)
   uint64_t weights_seed;
   bool prefix_caching; // full KV blocks cached by content (limits.prefix_caching)
+  bool reserve_full_isl;  // admit only what fits whole (limits.reserve_full_isl)
+  int num_gpu_blocks;     // KV blocks per replica (limits.num_gpu_blocks_override; 0: planner's)
 } serve_deploy;
 
 // Fills c's deployment fields (engine, dp, replicas, max_model_len, synthetic_text, layout)

@@ -232,6 +232,8 @@ static bool put_config(wire_buf *b, int type, uint32_t epoch, const engine_confi
   put_i32(&w, cfg->prefill_chunk);
   put_u8(&w, cfg->no_evict);
   put_u8(&w, cfg->prefix_caching);
+  put_u8(&w, cfg->reserve_full_isl);
+  put_f64(&w, cfg->kv_watermark);
   put_i32(&w, cfg->threads);
   put_u64(&w, cfg->collective_timeout_ns);
   put_i32(&w, index);
@@ -293,6 +295,8 @@ bool wire_get_config(wire_reader *r, wire_config *out) {
   out->cfg.prefill_chunk = get_i32(r);
   out->cfg.no_evict = get_bool(r);
   out->cfg.prefix_caching = get_bool(r);
+  out->cfg.reserve_full_isl = get_bool(r);
+  out->cfg.kv_watermark = get_f64(r);
   out->cfg.threads = get_i32(r);
   out->cfg.collective_timeout_ns = get_u64(r);
   out->index = get_i32(r);

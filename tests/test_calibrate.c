@@ -74,7 +74,8 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   char text[16384];
   snprintf(text, sizeof text, "%sengine:\n  step_s: 0.003\n  seq_s: 2e-5\n  prefill_eff: 0.7\n"
            "  decode_eff: 0.8\n  max_running: 64\n  token_budget: 2048\n  chunked_prefill: false\n"
-           "  block_size: 32\n  no_evict: true\n", base);
+           "  block_size: 32\n  no_evict: true\n  reserve_full_isl: true\n  kv_watermark: 0.01\n"
+           "  num_gpu_blocks: 2588\n", base);
   const char *path = sc_test_write_tmp("calib-prof", "p.yaml", text);
   hw_profile p;
   sc_error err = {{0}};
@@ -85,6 +86,9 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   cr_expect_eq(p.sim.engine.chunked_prefill, -1);
   cr_expect_eq(p.sim.engine.block_size, 32);
   cr_expect_eq(p.sim.engine.no_evict, 1);
+  cr_expect_eq(p.sim.engine.reserve_full_isl, 1);
+  cr_expect_float_eq(p.sim.engine.kv_watermark, 0.01, 1e-15);
+  cr_expect_eq(p.sim.engine.num_gpu_blocks, 2588);
   // the engine's knobs replace the scenario's limits
   char sc[1024];
   snprintf(sc, sizeof sc,
@@ -96,12 +100,19 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   cr_assert_eq(scenario_parse(sc, strlen(sc), "k.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
   cr_expect_eq(s->limits.max_running, 64);
   cr_expect(s->limits.no_evict);
+  cr_expect(s->limits.reserve_full_isl);
+  cr_expect_float_eq(s->limits.kv_watermark, 0.01, 1e-15);
+  cr_expect_eq(s->limits.num_gpu_blocks_override, 2588);
   scenario_free(s);
   snprintf(text, sizeof text, "%sengine:\n  prefill_eff: 0\n", base);
   path = sc_test_write_tmp("calib-prof", "bad.yaml", text);
   cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);
   cr_expect(strstr(err.msg, "prefill_eff"), "%s", err.msg);
   cr_expect(strstr(err.msg, "bad.yaml:"), "%s", err.msg);
+  snprintf(text, sizeof text, "%sengine:\n  kv_watermark: 0.9\n", base);
+  path = sc_test_write_tmp("calib-prof", "bad2.yaml", text);
+  cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "kv_watermark"), "%s", err.msg);
 }
 
 // --- the trace workload
@@ -152,6 +163,24 @@ Test(calibrate, trace_replays_arrivals_and_lengths_exactly_in_sim, .timeout = 60
   cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
   cr_expect_eq(sc_test_q1(db, "SELECT min(arrival_ns) FROM request"),
                sc_test_q1(db, "SELECT start_ns FROM phase")); // the first at the phase start
+  expect_replayed(db, 0);
+}
+
+// A measured engine's KV size replaces the planner's (vLLM's --num-gpu-blocks-override): every
+// step of the replay sees that many blocks, and the run's config says so.
+Test(calibrate, num_gpu_blocks_override_sets_the_simulated_kv_cache, .timeout = 60) {
+  const char *scn = trace_scenario("sim", "model: {preset: llama3-8b}\nhardware: {profile: "
+                                          "h100-sxm, gpus: 1}\nlimits: {num_gpu_blocks_override: "
+                                          "100, reserve_full_isl: true, kv_watermark: 0.01}\n");
+  char db[1100], args[2400], out[8192];
+  snprintf(db, sizeof db, "%s.db", scn);
+  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_expect_gt(sc_test_q1(db, "SELECT count(*) FROM step"), 0);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM step WHERE kv_total != 100"), 0);
+  cr_expect_eq(sc_test_q1(db, "SELECT json_extract(config, '$.num_gpu_blocks_override') "
+                              "FROM run"),
+               100);
   expect_replayed(db, 0);
 }
 

@@ -16,6 +16,7 @@
 
 #include "config/presets.h"
 #include "serving/replica.h"
+#include "serving/wire.h"
 #include "kernels/clock.h"
 #include "tests/helpers.h"
 
@@ -652,4 +653,38 @@ Test(proc, a_held_worker_admits_what_was_submitted_in_one_step, .timeout = 120) 
   replica *pr = proc_new(&cfg, 0);
   held_requests_start_in_one_step(pr);
   replica_free(pr);
+}
+
+// The engine config crosses the wire whole: the scheduler's knobs a worker must apply as the
+// runner set them (a knob lost on the way would make a process replica schedule differently).
+Test(proc, the_config_frame_carries_every_scheduler_knob) {
+  engine_config c = engine_config_defaults();
+  c.backend = "cpu";
+  c.kv_blocks = 2588;
+  c.max_running = 7;
+  c.token_budget = 300;
+  c.prefill_chunk = 64;
+  c.no_evict = true;
+  c.prefix_caching = true;
+  c.reserve_full_isl = true;
+  c.kv_watermark = 0.01;
+  wire_buf b = {0};
+  cr_assert(wire_put_config(&b, 3, &c, 1, 1000000));
+  int type;
+  uint32_t epoch;
+  const uint8_t *body;
+  size_t body_n, frame_n;
+  cr_assert_eq(wire_frame(b.p, b.n, &type, &epoch, &body, &body_n, &frame_n), 1);
+  cr_expect_eq(type, WIRE_CONFIG);
+  wire_reader r = {.p = body, .n = body_n};
+  wire_config w;
+  cr_assert(wire_get_config(&r, &w));
+  cr_expect(wire_done(&r));
+  cr_expect_eq(w.cfg.kv_blocks, 2588);
+  cr_expect_eq(w.cfg.max_running, 7);
+  cr_expect_eq(w.cfg.token_budget, 300);
+  cr_expect_eq(w.cfg.prefill_chunk, 64);
+  cr_expect(w.cfg.no_evict && w.cfg.prefix_caching && w.cfg.reserve_full_isl);
+  cr_expect_float_eq(w.cfg.kv_watermark, 0.01, 0);
+  wire_buf_free(&b);
 }

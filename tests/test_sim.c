@@ -168,6 +168,63 @@ Test(sim, prefix_caching_spares_the_recompute_of_preempted_requests) {
                (unsigned long long)on.prefill_tokens, (unsigned long long)off.prefill_tokens);
 }
 
+// The starved cache with vLLM's watermark: while anything runs, an admission must leave half
+// the blocks (12) free, so of the 3-block prompts at most 4 are admitted before the first
+// step (used 0, 3, 6, 9) instead of all 8; every request still completes.
+Test(sim, the_watermark_keeps_blocks_free_at_admission) {
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
+  b->cfg.kv_watermark = 0.5;
+  replica *r = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
+  tally t = {0}, plain;
+  for (uint64_t k = 0; k < 8; k++) sc_test_submit(r, k, 40, 40);
+  drive(b, r, &t);
+  for (int k = 0; k < 8; k++) cr_expect_eq(t.tokens[k], 40, "request %d", k);
+  cr_expect_eq(t.max_running, 4, "%d ran at once", t.max_running);
+  replica_free(r);
+  sc_test_simbed_free(b);
+  starved(false, false, &plain);
+  cr_expect_eq(plain.max_running, 8, "without a watermark: %d", plain.max_running);
+}
+
+// 24 blocks. Request 0 (40 + 300 tokens, 22 blocks at its full length) runs alone until it
+// holds 13 blocks; then request 1 arrives with a 200-token prompt (13 blocks, 11 are free).
+// Admitted by its first chunk, request 1 grows beside request 0 until one of them is
+// preempted; with reserve_full_isl (vLLM's default since 0.19) it waits until all of its prompt
+// fits, after request 0 is done: nothing is preempted and the two never run together.
+static tally late_long_prompt(bool reserve) {
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 24);
+  b->cfg.reserve_full_isl = reserve;
+  b->cfg.prefill_chunk = 32;
+  replica *r = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
+  tally t = {0};
+  sc_test_submit(r, 0, 40, 300);
+  for (int guard = 0; t.tokens[0] < 160 && guard < 1000; guard++) {
+    b->now = replica_next_ns(r);
+    replica_advance(r, b->now);
+    pull(r, &t);
+  }
+  cr_assert_eq(t.tokens[0], 160);
+  sc_test_submit(r, 1, 200, 20);
+  drive(b, r, &t);
+  cr_expect_eq(t.tokens[0], 300);
+  cr_expect_eq(t.tokens[1], 20);
+  replica_free(r);
+  sc_test_simbed_free(b);
+  return t;
+}
+
+Test(sim, reserve_full_isl_admits_a_prompt_only_when_all_of_it_fits) {
+  tally chunked = late_long_prompt(false), reserved = late_long_prompt(true);
+  cr_expect_gt(chunked.preempted, 0, "admitted by its first chunk, request 1 is preempted");
+  cr_expect_eq(chunked.max_running, 2);
+  cr_expect_eq(reserved.preempted, 0);
+  cr_expect_eq(reserved.max_running, 1, "request 1 waits for all of its prompt's blocks");
+}
+
 Test(sim, cancel_frees_the_request_at_once) {
   simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 4096);
   replica *r = NULL;

@@ -97,6 +97,11 @@ typedef struct sim_engine {
   int no_evict;        // 1: admission reserves full lengths, nothing preempted; -1: admit while
                        // blocks last, preempt by recompute; 0: the scenario's limits
   int prefix_caching;  // 1: on, -1: off, 0: the scenario's limits
+  int reserve_full_isl; // 1: admit only when all of a request's tokens fit, -1: when this
+                        // step's chunk does; 0: the scenario's limits
+  bool has_kv_watermark; // kv_watermark replaces the scenario's
+  double kv_watermark;   // fraction of KV blocks an admission leaves free while others run
+  int num_gpu_blocks;    // KV blocks per replica (the measured engine's); 0: the planner's
 } sim_engine;
 
 // The idealized engine: no engine costs, efficiencies 1, the scenario's limits.
