@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces the validation table of docs/calibration.md: LLMServingSim's published vLLM
 # traces (github.com/casys-kaist/LLMServingSim, MIT licence, bench/examples/) are imported,
-# the engine block is fitted on the RTX PRO 6000 Llama-3.1-8B trace, and the other traces are
+# each card's profile takes the GEMM times LLMServingSim measured on it (profiler/perf/), the
+# engine block is fitted on the RTX PRO 6000 Llama-3.1-8B trace, and the other traces are
 # predicted without refitting.
 #
 #   bench/calibration.sh LLMSERVINGSIM_GIT_DIR [SHARDCHECK]
@@ -9,7 +10,7 @@
 # LLMSERVINGSIM_GIT_DIR: a clone (or bare git directory) of that repository; the traces are read
 # with git show, so no work tree is needed. Writes into a scratch directory it prints.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 src=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${2:-$root/build/release/shardcheck}
@@ -22,11 +23,52 @@ show $ex/RTX4090/Llama-3.1-8B/vllm/requests.jsonl >"$out/4090-llama.jsonl"
 show $ex/RTXPRO6000/Qwen3-32B/vllm/requests.jsonl >"$out/pro-qwen32b.jsonl"
 db=$out/v.db
 for t in pro-llama 4090-llama pro-qwen32b; do "$bin" import "$out/$t.jsonl" --db "$db" --name "$t"; done
-# the scheduler knobs of each run (their vllm/meta.json): max_num_seqs, max_num_batched_tokens,
-# block 16, chunked prefill and prefix caching (vLLM V1 defaults)
-knobs() { printf 'engine:\n  max_running: %s\n  token_budget: 2048\n  block_size: 16\n  chunked_prefill: true\n  prefix_caching: true\n' "$1"; }
-{ cat "$root/scenarios/hardware/rtx-pro-6000.yaml"; knobs 128; } >"$out/pro-base.yaml"
-{ cat "$root/scenarios/hardware/rtx4090.yaml"; knobs 256; } >"$out/4090-base.yaml"
+# the scheduler knobs of each run (their vllm/meta.json, vLLM 0.19.0): max_num_seqs,
+# max_num_batched_tokens, block 16, chunked prefill, prefix caching, scheduler_reserve_full_isl
+# and the 1% watermark (vLLM defaults); the 4090's KV blocks as vLLM reported them (num_gpu_blocks;
+# the PRO 6000 runs do not say, and never fill their cache)
+knobs() {
+  printf 'engine:\n  max_running: %s\n  token_budget: 2048\n  block_size: 16\n' "$1"
+  printf '  chunked_prefill: true\n  prefix_caching: true\n  reserve_full_isl: true\n'
+  printf '  kv_watermark: 0.01\n'
+  [ -z "${2:-}" ] || printf '  num_gpu_blocks: %s\n' "$2"
+}
+blocks4090=$(show $ex/RTX4090/Llama-3.1-8B/vllm/meta.json | sed -n 's/.*"num_gpu_blocks": \([0-9]*\).*/\1/p' | head -1)
+# tables CARD MODEL TP SHAPES: the GEMM times LLMServingSim measured of MODEL bf16 at tensor
+# parallelism TP on CARD (profiler/perf/CARD/MODEL/bf16/tpTP, vLLM 0.19.0's own kernels): the
+# fused q|k|v, o, gate|up and down projections (dense.csv) and the LM head (per_sequence.csv),
+# us at each token count, as a profile's `gemm:` entries (seconds vs rows m). SHAPES: each one's
+# per-rank "n k", in that order, as the cost model prices them.
+tables() {
+  local p=profiler/perf/$1/$2/bf16/tp$3
+  { show "$p/dense.csv"; show "$p/per_sequence.csv" | sed 's/^/ps:/'; } | awk -F, -v shapes="$4" '
+    BEGIN { split(shapes, s, " "); split("qkv_proj o_proj gate_up_proj down_proj ps:lm_head", op, " ")
+            for (i = 1; i <= 5; i++) { shape[op[i]] = s[2 * i - 1] " " s[2 * i]; order[i] = op[i] }
+            split("1 2 4 8 16 24 32 48 64 96 128 192 256 384 512 768 1024 1536 2048", pts, " ")
+            for (i in pts) want[pts[i]] = 1 }
+    ($1 in shape) && ($2 in want) { t[$1] = t[$1] sprintf("%s[%d, %.6g]", t[$1] ? ", " : "", $2, $3 / 1e6) }
+    END { for (i = 1; i <= 5; i++) { o = order[i]; if (!(o in t)) continue; split(shape[o], nk, " ")
+            printf "  - {n: %d, k: %d, threads: 1, t: [%s]}\n", nk[1], nk[2], t[o] } }'
+}
+llama8b="6144 4096 4096 4096 28672 4096 4096 14336 128256 4096"        # tp 1
+qwen32b_tp2="5120 5120 5120 4096 25600 5120 5120 12800 75968 5120"    # tp 2, per rank
+# mem_eff CARD BW: the achieved fraction of CARD's memory bandwidth BW that LLMServingSim's
+# measured GEMVs show (Llama-3.1-8B tp1, one token: the four projections of a layer read their
+# bf16 weights once), replacing the profile's estimate (0.85).
+mem_eff() {
+  show "profiler/perf/$1/meta-llama/Llama-3.1-8B/bf16/tp1/dense.csv" | awk -F, -v bw="$2" '
+    BEGIN { nk["qkv_proj"] = 6144 * 4096; nk["o_proj"] = 4096 * 4096
+            nk["gate_up_proj"] = 28672 * 4096; nk["down_proj"] = 4096 * 14336 }
+    ($1 in nk) && $2 == 1 { t += $3 * 1e-6; b += 2 * nk[$1] }
+    END { printf "mem_eff: %.4f\n", b / t / bw }'
+}
+# each card's profile with its measured tables (the rooflines price the rest: attention,
+# elementwise, the other models' shapes)
+{ grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx-pro-6000.yaml"; mem_eff RTXPRO6000 1792e9; echo "gemm:"
+  tables RTXPRO6000 meta-llama/Llama-3.1-8B 1 "$llama8b"; tables RTXPRO6000 Qwen/Qwen3-32B 2 "$qwen32b_tp2"
+  knobs 128; } >"$out/pro-base.yaml"
+{ grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx4090.yaml"; mem_eff RTX4090 1008e9; echo "gemm:"
+  tables RTX4090 meta-llama/Llama-3.1-8B 1 "$llama8b"; knobs 256 "$blocks4090"; } >"$out/4090-base.yaml"
 echo "== idealized engine (no fitted block)"
 "$bin" calibrate --db "$db" --check 1 --no-fit --profile "$out/pro-base.yaml" --model llama3.1-8b
 "$bin" calibrate --db "$db" --check 3 --no-fit --profile "$out/pro-base.yaml" --model qwen3-32b --tp 2
@@ -35,6 +77,7 @@ echo "== fit on the RTX PRO 6000 Llama-3.1-8B trace (run 1)"
 "$bin" calibrate --db "$db" --run 1 --profile "$out/pro-base.yaml" --model llama3.1-8b --out "$out/pro-fit.yaml"
 echo "== predicted without refitting"
 "$bin" calibrate --db "$db" --check 3 --no-fit --profile "$out/pro-fit.yaml" --model qwen3-32b --tp 2
-{ cat "$root/scenarios/hardware/rtx4090.yaml"; sed -n '/^engine:/,$p' "$out/pro-fit.yaml" |
-  sed 's/max_running: 128/max_running: 256/'; } >"$out/4090-fit.yaml"
+{ grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx4090.yaml"; mem_eff RTX4090 1008e9; echo "gemm:"
+  tables RTX4090 meta-llama/Llama-3.1-8B 1 "$llama8b"; sed -n '/^engine:/,$p' "$out/pro-fit.yaml" |
+  sed 's/max_running: 128/max_running: 256/'; printf '  num_gpu_blocks: %s\n' "$blocks4090"; } >"$out/4090-fit.yaml"
 "$bin" calibrate --db "$db" --check 2 --no-fit --profile "$out/4090-fit.yaml" --model llama3-8b
