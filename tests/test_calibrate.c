@@ -141,6 +141,16 @@ static const char *trace_scenario(const char *mode, const char *model_hw) {
   return scn;
 }
 
+// Runs the trace scenario scn to completion; returns its database's path.
+static const char *run_trace(const char *scn) {
+  static char db[1100];
+  char args[2400], out[8192];
+  snprintf(db, sizeof db, "%s.db", scn);
+  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  return db;
+}
+
 static void expect_replayed(const char *db, long long tol_ns) {
   cr_assert_eq(sc_test_q1(db, "SELECT count(*) FROM request"), 5);
   long long a0 = sc_test_q1(db, "SELECT min(arrival_ns) FROM request");
@@ -157,10 +167,7 @@ static void expect_replayed(const char *db, long long tol_ns) {
 
 Test(calibrate, trace_replays_arrivals_and_lengths_exactly_in_sim, .timeout = 60) {
   const char *scn = trace_scenario("sim", "model: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n");
-  char db[1100], args[2400], out[8192];
-  snprintf(db, sizeof db, "%s.db", scn);
-  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  const char *db = run_trace(scn);
   cr_expect_eq(sc_test_q1(db, "SELECT min(arrival_ns) FROM request"),
                sc_test_q1(db, "SELECT start_ns FROM phase")); // the first at the phase start
   expect_replayed(db, 0);
@@ -172,10 +179,7 @@ Test(calibrate, num_gpu_blocks_override_sets_the_simulated_kv_cache, .timeout = 
   const char *scn = trace_scenario("sim", "model: {preset: llama3-8b}\nhardware: {profile: "
                                           "h100-sxm, gpus: 1}\nlimits: {num_gpu_blocks_override: "
                                           "100, reserve_full_isl: true, kv_watermark: 0.01}\n");
-  char db[1100], args[2400], out[8192];
-  snprintf(db, sizeof db, "%s.db", scn);
-  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  const char *db = run_trace(scn);
   cr_expect_gt(sc_test_q1(db, "SELECT count(*) FROM step"), 0);
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM step WHERE kv_total != 100"), 0);
   cr_expect_eq(sc_test_q1(db, "SELECT json_extract(config, '$.num_gpu_blocks_override') "
@@ -186,10 +190,7 @@ Test(calibrate, num_gpu_blocks_override_sets_the_simulated_kv_cache, .timeout = 
 
 Test(calibrate, trace_replays_arrivals_and_lengths_in_real_mode, .timeout = 120) {
   const char *scn = trace_scenario("real", "model: {preset: llama-tiny}\nhardware: {backend: cpu}\n");
-  char db[1100], args[2400], out[8192];
-  snprintf(db, sizeof db, "%s.db", scn);
-  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  const char *db = run_trace(scn);
   expect_replayed(db, 20000000); // sent on the wall clock: within 20 ms of the trace
 }
 
