@@ -415,6 +415,19 @@ Test(serve, prefix_caching_counts_queries_and_hits_like_vllm) {
   bed_free(b);
 }
 
+// --num-gpu-blocks-override and --scheduler-reserve-full-isl reach the engine: the replica holds
+// that many KV blocks (the capacity the startup line prints), and admits whole prompts.
+Test(serve, num_gpu_blocks_override_and_reserve_full_isl_reach_the_engine) {
+  bed *b = bed_start((serve_deploy){.num_gpu_blocks = 37, .reserve_full_isl = true}, NULL);
+  cr_expect_eq(server_kv_blocks(b->srv), 37);
+  cr_expect(b->c.engine.reserve_full_isl);
+  resp r = http(b->port, "POST", "/v1/completions",
+                "{\"prompt\":[1,2,3],\"max_tokens\":2,\"ignore_eos\":true}", NULL);
+  cr_expect_eq(r.status, 200, "%s", r.body);
+  resp_free(&r);
+  bed_free(b);
+}
+
 Test(serve, binds_loopback_by_default) {
   server_config c = server_config_defaults();
   cr_assert_str_eq(c.host, "127.0.0.1");
