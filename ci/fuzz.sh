@@ -27,6 +27,9 @@ cmake --build build/fuzz -j"$(nproc)" --target fuzz_all
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# the targets that take a path write each input to a file: in memory, not through the disk (on
+# the CI kind, with /tmp on disk, fuzz_safetensors spent 473 of 646 CPU seconds in the kernel)
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 failed=0
 for entry in $all; do
   t=${entry%%:*}
