@@ -40,7 +40,6 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   c.prefix_caching = s->limits.prefix_caching;
   c.reserve_full_isl = s->limits.reserve_full_isl;
   c.kv_watermark = s->limits.kv_watermark;
-  if (s->limits.num_gpu_blocks_override > 0) c.kv_blocks = s->limits.num_gpu_blocks_override;
   c.threads = threads_per_rank(s, d);
   if (s->limits.collective_timeout_ns) c.collective_timeout_ns = s->limits.collective_timeout_ns;
   c.clock = clock;
@@ -63,7 +62,6 @@ static sc_status sim_config(const scenario *s, const scn_deployment *d, const mo
   int64_t most = (int64_t)s->limits.max_running * per_seq;
   c->backend = "sim";
   c->kv_blocks = (int)(lay.kv_blocks < most ? lay.kv_blocks : most);
-  if (s->limits.num_gpu_blocks_override > 0) c->kv_blocks = s->limits.num_gpu_blocks_override;
   c->threads = hw->host_cores > 0 ? hw->host_cores / (d->tp * d->pp * d->dp) : 1;
   if (c->threads < 1) c->threads = 1;
   // the CPU backend holds weights in f32 whatever the file says, or as int8 when asked to
@@ -96,9 +94,12 @@ sc_status scenario_engine_config(const scenario *s, const scn_deployment *d, con
   *c = engine_cfg(s, d, clock);
   c->model = *m;
   c->weight_dtype = held_dtype(s, wdt);
-  if (s->mode != SCN_MODE_SIM) return SC_OK;
-  SC_TRY(sim_config(s, d, m, wdt, c, err));
-  c->sim.detect_timeout_ns = s->router.detect_timeout_ns;
-  c->sim.collective_timeout_ns = s->limits.collective_timeout_ns;
+  if (s->mode == SCN_MODE_SIM) {
+    SC_TRY(sim_config(s, d, m, wdt, c, err));
+    c->sim.detect_timeout_ns = s->router.detect_timeout_ns;
+    c->sim.collective_timeout_ns = s->limits.collective_timeout_ns;
+  }
+  // a measured engine's KV size wins over the planner's (sim) and the engine's own sizing (real)
+  if (s->limits.num_gpu_blocks_override > 0) c->kv_blocks = s->limits.num_gpu_blocks_override;
   return SC_OK;
 }
