@@ -112,6 +112,7 @@ typedef struct mb_meta {
   int seq0, n_seq;  // seqs [seq0, seq0 + n_seq) of the batch
   int tok0, n_tok;  // flat tokens [tok0, tok0 + n_tok)
   int sample0, n_sample; // rows [sample0, sample0 + n_sample) of the logits
+  int max_run;           // the most tokens of one sequence (dev_kv_batch's hint)
 } mb_meta;
 
 struct executor {
@@ -496,7 +497,8 @@ static sc_status forward_microbatch(rank *r, const mb_meta *mb) {
   RTRY("upload seq ids", dev_copy(d, r->d_seq, ex->h_seq + mb->tok0, (size_t)T * il, DEV_H2D));
   SC_TRY(upload_block_tables(r, mb));
   dev_kv_batch kb = {.n_tok = T, .pos = r->d_pos, .seq = r->d_seq, .block_tables = r->d_bt,
-                     .max_blocks = ex->max_blocks, .block_size = ex->cfg.block_size};
+                     .max_blocks = ex->max_blocks, .block_size = ex->cfg.block_size,
+                     .max_run = mb->max_run};
   if (s->first_stage) {
     RTRY("upload ids", dev_copy(d, r->d_ids, ex->h_ids + mb->tok0, (size_t)T * il, DEV_H2D));
     RTRY("embedding", dev_embedding(d, T, D, r->d_ids, r->embed, s->vocab0, s->vocab, r->x));
@@ -787,6 +789,7 @@ static sc_status flatten(executor *ex, const exec_batch *b, sc_error *err) {
       *cur = (mb_meta){.seq0 = i, .tok0 = tok, .sample0 = n_sample};
     }
     int row = cur->n_seq++;
+    if (q->n > cur->max_run) cur->max_run = q->n;
     for (int j = 0; j < q->n; j++) {
       ex->h_ids[tok + j] = q->tokens[j];
       ex->h_pos[tok + j] = q->start + j;

@@ -26,6 +26,8 @@ typedef struct dev_kv_batch {
   const int32_t *block_tables; // (n_seq, max_blocks) physical block ids, row per sequence
   int max_blocks;              // columns of block_tables
   int block_size;              // tokens per KV block
+  int max_run; // a hint, 0 when unknown: the most consecutive tokens of one sequence (the
+               // longest prefill chunk); a backend may choose its attention kernel by it
 } dev_kv_batch;
 
 // KV storage of one layer on one device: (n_blocks, block_size, n_kv_heads, head_dim) each.

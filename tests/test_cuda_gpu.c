@@ -195,8 +195,11 @@ static void matmul_case(pair *p, rng *r, int m, int n, int k, float beta) {
 Test(cuda_ops, matmul_f32_int8_and_bf16_match_the_cpu_over_odd_and_large_shapes) {
   pair p = open_pair();
   rng r = {1};
-  const int shapes[][3] = {{1, 1, 1},   {1, 257, 129}, {3, 64, 4096}, {7, 1000, 33},
-                           {37, 96, 511}, {128, 512, 512}, {300, 130, 77}};
+  // 1..8 rows with k % 8 == 0 take the bf16 decode kernel (1, 2 or 4 columns per warp, the
+  // last warp's columns past n clamped); the others cuBLAS
+  const int shapes[][3] = {{1, 1, 1},       {1, 257, 129},   {3, 64, 4096},  {7, 1000, 33},
+                           {37, 96, 511},   {128, 512, 512}, {300, 130, 77}, {1, 4101, 1024},
+                           {4, 8192, 2048}, {8, 4096, 1024}, {5, 3001, 264}};
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
     matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.0f);
     matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.5f);
@@ -308,7 +311,7 @@ Test(cuda_ops, argmax_picks_what_the_cpu_picks_and_flags_the_same_rows) {
 // n_seq sequences with a history already in the cache, then a step of new tokens per sequence
 // (1: decode; more: a chunk of prefill), GQA heads, blocks shuffled across the cache.
 static void attention_case(const char *what, int n_seq, const int *hist, const int *step, int nh,
-                           int nkv, int hd, int bs, uint64_t seed) {
+                           int nkv, int hd, int bs, int max_run, uint64_t seed) {
   pair p = open_pair();
   rng r = {seed};
   int max_ctx = 0, n_hist = 0, n_step = 0;
@@ -348,7 +351,7 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
     float *kc = up(p.cpu, k, kvn * 4), *kg = up(p.gpu, k, kvn * 4);
     float *vc = up(p.cpu, v, kvn * 4), *vg = up(p.gpu, v, kvn * 4);
     dev_kv_batch bc = {.n_tok = n_tok, .pos = posc, .seq = seqc, .block_tables = btc,
-                       .max_blocks = max_blocks, .block_size = bs};
+                       .max_blocks = max_blocks, .block_size = bs, .max_run = max_run};
     dev_kv_batch bg = bc;
     bg.pos = posg, bg.seq = seqg, bg.block_tables = btg;
     cr_assert_eq(dev_kv_store(p.cpu, &bc, nkv, hd, kc, vc, kvc), SC_OK);
@@ -378,17 +381,31 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
   close_pair(&p);
 }
 
+// max_run is the batch's hint (dev_kv_batch): from 16 the GPU takes tiles of query tokens
+// (head_dim 64 or 128, 1, 2, 4 or 8 query heads per KV head), below one block per token and
+// head. A hint larger than the truth only costs time, so decode batches go through the tiled
+// kernel too (each token a run of its own).
 Test(cuda_ops, attention_decode_over_several_sequences_matches_the_cpu) {
   const int hist[] = {0, 1, 15, 16, 17, 200, 1000, 4095}, step[] = {1, 1, 1, 1, 1, 1, 1, 1};
-  attention_case("attention decode hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 3);
-  attention_case("attention decode hd=64 mha 4/4", 8, hist, step, 4, 4, 64, 16, 4);
+  attention_case("attention decode hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 1, 3);
+  attention_case("attention decode hd=64 mha 4/4", 8, hist, step, 4, 4, 64, 16, 1, 4);
+  attention_case("attention decode, tiled, hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 64, 3);
 }
 
 Test(cuda_ops, attention_prefill_chunks_match_the_cpu) {
   const int hist[] = {0, 48, 300}, step[] = {512, 33, 7};
-  attention_case("attention prefill hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16, 5);
+  attention_case("attention prefill, tiled, hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16, 512,
+                 5);
+  attention_case("attention prefill, per token, hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16,
+                 0, 5);
   const int hist2[] = {0}, step2[] = {2048};
-  attention_case("attention prefill 2048 hd=128 gqa 8/2", 1, hist2, step2, 8, 2, 128, 32, 6);
+  attention_case("attention prefill 2048, tiled, hd=128 gqa 8/2", 1, hist2, step2, 8, 2, 128, 32,
+                 2048, 6);
+  const int hist3[] = {37, 0, 5}, step3[] = {100, 20, 130};
+  attention_case("attention prefill, tiled, hd=64 mha 4/4", 3, hist3, step3, 4, 4, 64, 16, 130, 7);
+  attention_case("attention prefill, tiled, hd=64 gqa 8/4", 3, hist3, step3, 8, 4, 64, 16, 130, 8);
+  attention_case("attention prefill, tiled, hd=128 gqa 16/2", 3, hist3, step3, 16, 2, 128, 16, 130,
+                 9);
 }
 
 // --- memory, errors, faults

@@ -14,7 +14,9 @@
 //   stream. The communicators (comm_cuda.c) order themselves after the stream the same way.
 // - Math: matmul is cublasSgemm in fp32 with the default math mode (no TF32), so that fp32
 //   runs give the CPU engine's greedy tokens; matmul_bf16 is cublasGemmEx on bf16 weights and
-//   bf16-rounded activations with fp32 sums (a bf16 model's tensor-core path); matmul_q8 and
+//   bf16-rounded activations with fp32 sums (a bf16 model's tensor-core path), except for 1 to
+//   8 rows (decode), where a kernel of our own streams the weights once with the same rounding
+//   and fp32 sums (cuBLAS reached 72% of the copy bandwidth there on an H100); matmul_q8 and
 //   the layer ops are this backend's own kernels (cuda_kernels.cu), each held to the CPU
 //   backend's formula.
 // - Errors: every CUDA and cuBLAS call is checked (cuda_backend.h); the op returns SC_DEVICE
@@ -198,6 +200,8 @@ static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x
   if (!y || (k > 0 && (!x || !w))) return SC_INVALID;
   if (k == 0) return cuda_matmul(ctx, m, n, 0, NULL, NULL, beta, y);
   CUDA_ENTER(c);
+  if (sck_matmul_bf16_small_ok(m, k, x, w)) // a decode batch: one kernel, x rounded inside
+    return LAUNCH(c, sck_matmul_bf16_small(c->stream, m, n, k, x, w, beta, y));
   size_t need = (size_t)m * (size_t)k;
   if (need > c->xb_cap) { // waits for the stream: the old scratch may still be read
     CU_TRY(&c->err, cudaStreamSynchronize(c->stream));
@@ -258,7 +262,7 @@ static sc_status check_batch(const dev_kv_batch *b, sck_kv *out) {
     return SC_INVALID;
   *out = (sck_kv){.n_tok = b->n_tok, .pos = b->pos, .seq = b->seq,
                   .block_tables = b->block_tables, .max_blocks = b->max_blocks,
-                  .block_size = b->block_size};
+                  .block_size = b->block_size, .max_run = b->max_run};
   return SC_OK;
 }
 

@@ -1,7 +1,7 @@
 // The CUDA backend's own kernels (see cuda_kernels.h): the ops of a Llama decoder other than
-// the f32 matmul (RMSNorm, rotate-half RoPE, paged KV store, paged causal GQA attention,
-// SwiGLU, add, vocab-sharded embedding, the int8 weight-only matmul), plus the ordered sum and
-// the fill that the loopback communicator and the tests use. Each launcher enqueues on the
+// the f32 matmul and prefill's bf16 matmul (RMSNorm, rotate-half RoPE, paged KV store, paged
+// causal GQA attention, SwiGLU, add, vocab-sharded embedding, the int8 weight-only matmul,
+// decode's bf16 matmul), plus the ordered sum and the fill that the loopback communicator and the tests use. Each launcher enqueues on the
 // stream it is given and returns cudaGetLastError(); none allocates or synchronizes.
 //
 // Every kernel computes the CPU backend's formula (kernels/cpu/cpu_device.c), with its layouts
@@ -28,9 +28,20 @@
 //   shuffles, and folds them into its own online softmax (running max m, sum l, output
 //   rescaled by exp(m_old - m_new) when the max grows). At the end the groups' partial
 //   (m, l, output) are merged through shared memory with weights exp(m_g - max). Nothing
-//   depends on the context length but the trip count, so contexts of any length work; decode
-//   and prefill tokens go through the same path, each token re-reading its own prefix (L2
-//   serves a prefill chunk's repeated reads; there is no query tiling).
+//   depends on the context length but the trip count, so contexts of any length work. Each
+//   token re-reads its own prefix, per query head: the decode path (and prefill's without
+//   the tiled kernel's shapes).
+// attention, tiled (a batch with a run of >= 16 tokens of one sequence: prefill): one block of
+//   256 threads per (64 / G consecutive tokens, KV head), G query heads per KV head, so 64
+//   query rows share every K and V read. The block walks the positions in tiles of 64 through
+//   shared memory (Q rows, then K, the tile's probabilities, then V over K's space: 85 KB at
+//   head_dim 128, two blocks per SM), each thread owning 4 rows' online softmax and a 4 x 4
+//   score tile, then 4 rows x head_dim/16 outputs. Tokens of the block from other sequences
+//   (tile edges, decode tokens beside a chunk) are taken run by run, the others masked.
+// matmul_bf16, m <= 8 (decode batches): one warp per 1, 2 or 4 weight rows, 16-byte loads of 8
+//   bf16 weights, x rounded to bf16 as it is read (cuBLAS's path rounds it into a scratch
+//   first), fp32 sums reduced over the warp; fewer rows per warp while there would be under
+//   2,048 warps, so a 1,024-row projection still covers every SM.
 // matmul_q8, m <= 32 (decode batches): a warp kernel for up to 8 rows of x, launched once per
 //   8 rows (so q is read ceil(m / 8) times, mostly from L2 after the first). Each warp owns NC
 //   output columns (1, 2 or 4, fewer when that would leave under 1024 warps), 8 warps per
@@ -377,6 +388,203 @@ cudaError_t att_launch(cudaStream_t st, unsigned blocks, const att_params &a) {
   return cudaGetLastError();
 }
 
+// --- attention over tiles of query tokens (prefill)
+
+constexpr int kTileRows = 64;       // query rows per block: (token, head of the KV group) pairs
+constexpr int kTilePos = 64;        // cache positions per step
+constexpr int kTileThreads = 256;   // 16 x 16: thread (ty, tx) = (tid / 16, tid % 16)
+constexpr int kTileMinRun = 16;     // the batch's longest run of one sequence that selects it
+
+// Floats of dynamic shared memory: Q rows, one K-or-V tile, the tile's probabilities.
+template <int HD> constexpr size_t tile_smem_floats() {
+  return (size_t)kTileRows * (HD + 4) + (size_t)kTilePos * (HD + 4) +
+         (size_t)kTileRows * (kTilePos + 4);
+}
+
+// Block (blockIdx.x, blockIdx.y) = (TQ = 64 / G consecutive tokens from t0, KV head); row r of
+// the block is token t0 + r / G, query head kvh * G + r % G. The tokens are taken as runs of
+// one sequence (the whole tile in a prefill chunk; one token each in a decode batch): for each
+// run the block walks the sequence's positions 0..max pos of the run in tiles of 64 (K, then V,
+// through shared memory, read once for all G heads and TQ tokens), with a causal mask per row,
+// and keeps each row's online softmax (m, l, output) in registers: thread (ty, tx) owns rows
+// 4 ty .. 4 ty + 3, score columns tx + 16 b and output columns 4 tx + 64 c .. + 3.
+template <int HD, int G>
+__global__ void __launch_bounds__(kTileThreads, 2) attention_tiled_kernel(att_params a) {
+  constexpr int TQ = kTileRows / G, QP = HD + 4, PP = kTilePos + 4, NCV = HD / 64;
+  static_assert(kTileRows % G == 0 && HD % 64 == 0, "G divides 64; HD is 64 or 128");
+  extern __shared__ float4 tile_smem[];
+  float *qs = reinterpret_cast<float *>(tile_smem); // [kTileRows][QP]
+  float *kv = qs + kTileRows * QP;                  // [kTilePos][QP]
+  float *ps = kv + kTilePos * QP;                   // [kTileRows][PP]
+  __shared__ int s_seq[TQ], s_pos[TQ];
+
+  const int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int t0 = (int)blockIdx.x * TQ, kvh = (int)blockIdx.y;
+  const int nt = a.b.n_tok - t0 < TQ ? a.b.n_tok - t0 : TQ;
+  if (tid < TQ) {
+    s_seq[tid] = tid < nt ? a.b.seq[t0 + tid] : -1;
+    s_pos[tid] = tid < nt ? a.b.pos[t0 + tid] : -1;
+  }
+  for (int i = tid; i < kTileRows * HD / 4; i += kTileThreads) {
+    const int r = i / (HD / 4), c4 = i % (HD / 4), tl = r / G;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (tl < nt)
+      v = *reinterpret_cast<const float4 *>(
+          a.q + ((size_t)(t0 + tl) * (size_t)a.n_heads + (size_t)(kvh * G + r % G)) * HD + c4 * 4);
+    *reinterpret_cast<float4 *>(qs + r * QP + c4 * 4) = v;
+  }
+  __syncthreads();
+
+  const size_t kv_off = (size_t)kvh * HD;
+  for (int run0 = 0; run0 < nt;) { // every thread walks the same runs (shared values only)
+    const int sq = s_seq[run0];
+    int run1 = run0 + 1, max_pos = s_pos[run0];
+    while (run1 < nt && s_seq[run1] == sq) {
+      max_pos = s_pos[run1] > max_pos ? s_pos[run1] : max_pos;
+      run1++;
+    }
+    const int32_t *bt = a.b.block_tables + (size_t)sq * (size_t)a.b.max_blocks;
+    int rpos[4]; // each owned row's position; -1: the row is not in this run
+    float m[4], l[4], o[4][NCV][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int tl = (ty * 4 + i) / G;
+      rpos[i] = tl >= run0 && tl < run1 ? s_pos[tl] : -1;
+      m[i] = -INFINITY;
+      l[i] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < NCV; c++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[i][c][e] = 0.0f;
+    }
+    for (int j0 = 0; j0 <= max_pos; j0 += kTilePos) {
+      __syncthreads(); // the last tile's V and P are no longer read
+      for (int i = tid; i < kTilePos * HD / 4; i += kTileThreads) {
+        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (j <= max_pos)
+          v = *reinterpret_cast<const float4 *>(
+              a.kc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
+        *reinterpret_cast<float4 *>(kv + jj * QP + c4 * 4) = v;
+      }
+      __syncthreads();
+      float sc[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) sc[i][b] = 0.0f;
+#pragma unroll 2
+      for (int d = 0; d < HD; d += 4) {
+        float4 qv[4], kr[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) qv[i] = *reinterpret_cast<const float4 *>(qs + (ty * 4 + i) * QP + d);
+#pragma unroll
+        for (int b = 0; b < 4; b++) kr[b] = *reinterpret_cast<const float4 *>(kv + (tx + 16 * b) * QP + d);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int b = 0; b < 4; b++)
+            sc[i][b] += qv[i].x * kr[b].x + qv[i].y * kr[b].y + qv[i].z * kr[b].z + qv[i].w * kr[b].w;
+      }
+      // each row's online softmax over this tile; a row's 64 scores sit in the 16 lanes of
+      // its half-warp (the xor shuffles below stay inside it)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        float mx = m[i];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+          const int j = j0 + tx + 16 * b;
+          sc[i][b] = j <= rpos[i] ? a.scale * sc[i][b] : -INFINITY; // rpos -1: none
+          mx = fmaxf(mx, sc[i][b]);
+        }
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+        const float corr = mx == -INFINITY ? 1.0f : expf(m[i] - mx); // exp(-inf) = 0 at first
+        float sum = 0.0f;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+          const float p = sc[i][b] == -INFINITY ? 0.0f : expf(sc[i][b] - mx);
+          ps[(ty * 4 + i) * PP + tx + 16 * b] = p;
+          sum += p;
+        }
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
+        l[i] = l[i] * corr + sum;
+        m[i] = mx;
+#pragma unroll
+        for (int c = 0; c < NCV; c++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) o[i][c][e] *= corr;
+      }
+      __syncthreads(); // K is no longer read; P is written
+      for (int i = tid; i < kTilePos * HD / 4; i += kTileThreads) {
+        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (j <= max_pos)
+          v = *reinterpret_cast<const float4 *>(
+              a.vc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
+        *reinterpret_cast<float4 *>(kv + jj * QP + c4 * 4) = v;
+      }
+      __syncthreads();
+      const int jn = max_pos - j0 + 1 < kTilePos ? max_pos - j0 + 1 : kTilePos;
+      for (int jj = 0; jj < jn; jj += 4) { // columns past jn hold p = 0 and v = 0
+        float4 pv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) pv[i] = *reinterpret_cast<const float4 *>(ps + (ty * 4 + i) * PP + jj);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+#pragma unroll
+          for (int c = 0; c < NCV; c++) {
+            const float4 v = *reinterpret_cast<const float4 *>(kv + (jj + u) * QP + tx * 4 + 64 * c);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+              const float p = u == 0 ? pv[i].x : u == 1 ? pv[i].y : u == 2 ? pv[i].z : pv[i].w;
+              o[i][c][0] += p * v.x;
+              o[i][c][1] += p * v.y;
+              o[i][c][2] += p * v.z;
+              o[i][c][3] += p * v.w;
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      if (rpos[i] < 0) continue;
+      const int r = ty * 4 + i, tl = r / G;
+      const float inv = 1.0f / l[i]; // l >= 1: position 0 is in every row's first tile
+      float *oh = a.out + ((size_t)(t0 + tl) * (size_t)a.n_heads + (size_t)(kvh * G + r % G)) * HD;
+#pragma unroll
+      for (int c = 0; c < NCV; c++)
+        *reinterpret_cast<float4 *>(oh + tx * 4 + 64 * c) =
+            make_float4(o[i][c][0] * inv, o[i][c][1] * inv, o[i][c][2] * inv, o[i][c][3] * inv);
+    }
+    run0 = run1;
+  }
+}
+
+template <int HD, int G>
+cudaError_t att_tiled_launch(cudaStream_t st, const att_params &a, int n_kv_heads) {
+  constexpr int TQ = kTileRows / G;
+  const size_t smem = tile_smem_floats<HD>() * sizeof(float);
+  const cudaError_t rc = cudaFuncSetAttribute(attention_tiled_kernel<HD, G>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (rc != cudaSuccess) return rc;
+  const dim3 grid((unsigned)((a.b.n_tok + TQ - 1) / TQ), (unsigned)n_kv_heads);
+  attention_tiled_kernel<HD, G><<<grid, kTileThreads, smem, st>>>(a);
+  return cudaGetLastError();
+}
+
+template <int HD>
+cudaError_t att_tiled_dispatch(cudaStream_t st, const att_params &a, int n_kv_heads) {
+  switch (a.group) {
+  case 1: return att_tiled_launch<HD, 1>(st, a, n_kv_heads);
+  case 2: return att_tiled_launch<HD, 2>(st, a, n_kv_heads);
+  case 4: return att_tiled_launch<HD, 4>(st, a, n_kv_heads);
+  default: return att_tiled_launch<HD, 8>(st, a, n_kv_heads);
+  }
+}
+
 // --- elementwise
 
 // out = silu(gate) * up = gate / (1 + exp(-gate)) * up; out may alias gate or up.
@@ -648,6 +856,99 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 }
 
+// --- bf16 weights, few rows of x
+
+constexpr int kBfWarps = 4;        // warps per block
+constexpr int kBfMaxM = 8;         // rows of x the warp kernel takes (more go to cuBLAS)
+constexpr int kBfMinWarps = 2048;  // fewer columns per warp while there would be fewer warps
+
+// x rounded to bf16 and back (what cuBLAS multiplies after sck_f32_to_bf16).
+__device__ __forceinline__ float bf16_round(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// y[0:M, :] = bf16(x) . w^T + beta y: warp w of the grid computes columns NC w .. NC w + NC - 1
+// for all M rows. Each lane loads 8 weights of each of its NC rows of w at once (one uint4:
+// k % 8 == 0, w and x 16-byte aligned) and the matching 8 floats of each row of x (two float4),
+// rounds x to bf16 as cuBLAS's path does, and sums in fp32; the warp then reduces each dot
+// product by shuffles. Weights stream once; x comes from L1/L2.
+template <int M, int NC>
+__global__ void __launch_bounds__(kBfWarps * 32)
+    bf16_gemv_kernel(int n, int k, const float *__restrict__ x, const uint4 *__restrict__ w,
+                     float beta, float *y) {
+  static_assert(M * NC <= 32, "one lane stores each output");
+  const int lane = (int)threadIdx.x % 32;
+  const int j0 = ((int)blockIdx.x * kBfWarps + (int)threadIdx.x / 32) * NC;
+  if (j0 >= n) return; // the whole warp leaves together
+  const int k8 = k / 8;
+  const uint4 *wr[NC]; // past n the last row again (computed, not stored)
+#pragma unroll
+  for (int c = 0; c < NC; c++) wr[c] = w + (size_t)(j0 + c < n ? j0 + c : n - 1) * (size_t)k8;
+  float acc[M][NC];
+#pragma unroll
+  for (int a = 0; a < M; a++)
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[a][c] = 0.0f;
+#pragma unroll 2
+  for (int i = lane; i < k8; i += 32) {
+    uint4 wv[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) wv[c] = __ldg(wr[c] + i);
+    float wf[NC][8];
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+      const unsigned u[4] = {wv[c].x, wv[c].y, wv[c].z, wv[c].w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) { // bf16 -> f32 is the bits shifted up
+        wf[c][2 * e] = __uint_as_float(u[e] << 16);
+        wf[c][2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < M; a++) {
+      const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)a * (size_t)k) + 2 * i;
+      const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+      const float xf[8] = {bf16_round(x0.x), bf16_round(x0.y), bf16_round(x0.z), bf16_round(x0.w),
+                           bf16_round(x1.x), bf16_round(x1.y), bf16_round(x1.z), bf16_round(x1.w)};
+#pragma unroll
+      for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[a][c] += xf[e] * wf[c][e];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < NC; c++) {
+    const int j = j0 + c;
+#pragma unroll
+    for (int a = 0; a < M; a++) {
+      const float v = warp_sum(acc[a][c]);
+      if (lane == a * NC + c && j < n) q8_out(y + (size_t)a * (size_t)n + j, v, beta);
+    }
+  }
+}
+
+template <int M, int NC>
+cudaError_t bf16_gemv_run(cudaStream_t st, int n, int k, const float *x, const uint16_t *w,
+                          float beta, float *y) {
+  const unsigned cols = kBfWarps * NC; // per block
+  const unsigned blocks = (unsigned)(((unsigned)n + cols - 1) / cols);
+  bf16_gemv_kernel<M, NC><<<blocks, kBfWarps * 32, 0, st>>>(
+      n, k, x, reinterpret_cast<const uint4 *>(w), beta, y);
+  return cudaGetLastError();
+}
+
+// Columns per warp: up to 4 (2 from 5 rows, where 4 would spill), fewer while that leaves
+// fewer than kBfMinWarps warps (a small n then still spreads over every SM).
+template <int M>
+cudaError_t bf16_gemv_launch(cudaStream_t st, int n, int k, const float *x, const uint16_t *w,
+                             float beta, float *y) {
+  int nc = M <= 4 ? 4 : 2;
+  while (nc > 1 && n / nc < kBfMinWarps) nc /= 2;
+  if (nc == 4) return bf16_gemv_run<M, (M <= 4 ? 4 : 2)>(st, n, k, x, w, beta, y);
+  if (nc == 2) return bf16_gemv_run<M, 2>(st, n, k, x, w, beta, y);
+  return bf16_gemv_run<M, 1>(st, n, k, x, w, beta, y);
+}
+
 } // namespace
 
 // --- launchers
@@ -704,7 +1005,13 @@ cudaError_t sck_attention(cudaStream_t st, const sck_kv *b, int n_heads, int n_k
   a.vc = vc;
   a.out = out;
   const unsigned nb = (unsigned)blocks;
-  if (head_dim % 4 == 0 && aligned16(q) && aligned16(kc) && aligned16(vc) && aligned16(out)) {
+  const bool vec = head_dim % 4 == 0 && aligned16(q) && aligned16(kc) && aligned16(vc) &&
+                   aligned16(out);
+  if (b->max_run >= kTileMinRun && vec && (head_dim == 64 || head_dim == 128) &&
+      (a.group == 1 || a.group == 2 || a.group == 4 || a.group == 8))
+    return head_dim == 64 ? att_tiled_dispatch<64>(st, a, n_kv_heads)
+                          : att_tiled_dispatch<128>(st, a, n_kv_heads);
+  if (vec) {
     const int n4 = head_dim / 4; // float4s per row: 1..64
     if (n4 <= 4) return att_launch<4, 1, 4>(st, nb, a);
     if (n4 <= 8) return att_launch<8, 1, 4>(st, nb, a);
@@ -779,6 +1086,27 @@ cudaError_t sck_matmul_q8(cudaStream_t st, int m, int n, int k, const float *x, 
   const dim3 grid((unsigned)((n + kTileN - 1) / kTileN), gy);
   q8_gemm_kernel<<<grid, kGemmThreads, 0, st>>>(m, n, k, x, q, scale, beta, y);
   return cudaGetLastError();
+}
+
+bool sck_matmul_bf16_small_ok(int m, int k, const float *x, const uint16_t *w) {
+  return m >= 1 && m <= kBfMaxM && k > 0 && k % 8 == 0 && aligned16(x) && aligned16(w);
+}
+
+cudaError_t sck_matmul_bf16_small(cudaStream_t st, int m, int n, int k, const float *x,
+                                  const uint16_t *w, float beta, float *y) {
+  if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
+  if (m == 0 || n == 0) return cudaSuccess;
+  if (!sck_matmul_bf16_small_ok(m, k, x, w)) return cudaErrorInvalidValue;
+  switch (m) {
+  case 1: return bf16_gemv_launch<1>(st, n, k, x, w, beta, y);
+  case 2: return bf16_gemv_launch<2>(st, n, k, x, w, beta, y);
+  case 3: return bf16_gemv_launch<3>(st, n, k, x, w, beta, y);
+  case 4: return bf16_gemv_launch<4>(st, n, k, x, w, beta, y);
+  case 5: return bf16_gemv_launch<5>(st, n, k, x, w, beta, y);
+  case 6: return bf16_gemv_launch<6>(st, n, k, x, w, beta, y);
+  case 7: return bf16_gemv_launch<7>(st, n, k, x, w, beta, y);
+  default: return bf16_gemv_launch<8>(st, n, k, x, w, beta, y);
+  }
 }
 
 cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *srcs, float *dst) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,7 @@ typedef struct sck_kv {
   const int32_t *block_tables; // (n_seq, max_blocks)
   int max_blocks;
   int block_size;
+  int max_run; // a hint (0: unknown): the most consecutive tokens of one sequence
 } sck_kv;
 // Writes k, v (n_tok, n_kv_heads, head_dim) into each token's slot of kc, vc.
 cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int head_dim,
@@ -46,6 +48,8 @@ cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int h
 // query head h attend to positions 0..p of the same sequence, KV head h / (n_heads /
 // n_kv_heads): out = softmax(scale * q . k_j) . v_j over j. q, out: (n_tok, n_heads, head_dim).
 // The cache already holds every token of the step (sck_kv_store ran first). head_dim <= 256.
+// With max_run >= 16 (a prefill chunk), head_dim 64 or 128 and 1, 2, 4 or 8 query heads per KV
+// head, tiles of query tokens share each K and V read; else one block per token and head.
 cudaError_t sck_attention(cudaStream_t st, const sck_kv *b, int n_heads, int n_kv_heads,
                           int head_dim, float scale, const float *q, const float *kc,
                           const float *vc, float *out);
@@ -70,6 +74,13 @@ cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x);
 // Greedy picks: for each row i of x(m,n), idx(i) = the column of its largest value (the first
 // on ties), val(i) = that value; idx(i) = -1 when the row holds a NaN or an infinity.
 cudaError_t sck_argmax(cudaStream_t st, int m, int n, const float *x, int32_t *idx, float *val);
+// y(m,n) = bf16(x(m,k)) * w(n,k)^T + beta * y(m,n) for a decode batch: w bf16 bits in (out,
+// in) layout, x rounded to bf16 (as sck_f32_to_bf16 does) and fp32 sums, in one kernel that
+// streams w once. Only where sck_matmul_bf16_small_ok (1..8 rows, k % 8 == 0, x and w 16-byte
+// aligned); beta == 0 never reads y.
+bool sck_matmul_bf16_small_ok(int m, int k, const float *x, const uint16_t *w);
+cudaError_t sck_matmul_bf16_small(cudaStream_t st, int m, int n, int k, const float *x,
+                                  const uint16_t *w, float beta, float *y);
 // y(n) = x(n) as bfloat16 bits, rounded to nearest even (the bf16 matmul's activations).
 cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
 
