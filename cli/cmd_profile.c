@@ -1,7 +1,7 @@
-// `shardcheck profile`: measures the real device (the cpu backend so far) and writes a
-// hardware profile YAML that `hardware: {profile: FILE.yaml}` accepts and the simulator's
-// cost model reads: host figures, GEMM / attention / all-reduce time tables for the model's
-// shapes at each TP degree, the link fit and the per-step overhead.
+// `shardcheck profile`: measures the real device (the cpu backend, or GPU 0 on the cuda
+// backend) and writes a hardware profile YAML that `hardware: {profile: FILE.yaml}` accepts
+// and the simulator's cost model reads: host figures, GEMM / attention / all-reduce time
+// tables for the model's shapes at each TP degree, the link fit and the per-step overhead.
 //
 // The measuring and the file format are config/profile.c (docs/profile.md); reading profiles
 // back is config/hardware.c. This file parses arguments, refuses bad input before anything is
@@ -23,12 +23,13 @@
 #include "engine/shard.h"
 #include "config/yaml_map.h"
 #include "kernels/clock.h"
+#include "kernels/device.h"
 
 #define CMD "profile"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: shardcheck profile --backend cpu --out FILE.yaml [options]\n\n"
+          "usage: shardcheck profile --backend cpu|cuda --out FILE.yaml [options]\n\n"
           "Measures this machine through the engine's own device ops and writes a hardware\n"
           "profile for the simulator (mode: sim) and the planner: memory size and streaming-\n"
           "read bandwidth, peak fp32 GEMM rate and cores; GEMM time vs rows for every GEMM one\n"
@@ -39,8 +40,9 @@ static void usage(FILE *f) {
           "per batch size, for each TP degree alone and for tp x replicas side by side.\n"
           "Use the file with `hardware: {profile: FILE.yaml}` in a scenario. Format and\n"
           "method: docs/profile.md.\n\n"
-          "  --backend B             the device to measure: cpu (required). cuda is refused\n"
-          "                          until the CUDA backend measures itself\n"
+          "  --backend B             the device to measure (required): cpu, or cuda (GPU 0,\n"
+          "                          every rank sharing it as with `devices: [0]`; needs a\n"
+          "                          build with the CUDA backend and a GPU)\n"
           "  -m, --model PRESET|DIR  whose shapes to measure: a built-in preset, a preset\n"
           "                          .yaml, or a directory with config.json (default\n"
           "                          llama-small; weights are random either way)\n"
@@ -50,13 +52,15 @@ static void usage(FILE *f) {
           "                          minutes; coarser tables)\n"
           "  -o, --out FILE.yaml     where to write the profile (required; replaced if it\n"
           "                          exists)\n"
-          "  --name NAME             the profile's name (default cpu)\n"
-          "  --description TEXT      its description (default: the CPU model and cores)\n"
+          "  --name NAME             the profile's name (default: the backend, cpu or cuda)\n"
+          "  --description TEXT      its description (default: the CPU model and cores, or\n"
+          "                          the GPU's memory)\n"
           "  -h, --help              this text\n\n"
           "Progress goes to stderr, one line per measured group; a summary to stdout.\n"
           "The default run (llama-small, tp 1,2) takes about 65 s on 2 cores, --quick a few\n"
           "seconds. Run it on an otherwise idle machine: it warns when other processes took\n"
-          "CPU time while it measured.\n",
+          "CPU time while it measured (cpu). --backend cuda without a visible GPU exits 3\n"
+          "(\"no CUDA device\") before measuring.\n",
           PROFILE_MAX_TP);
   cli_print_names(f, "built-in presets", model_preset_names);
   fprintf(f, "exit codes: 0 ok, 2 bad input or usage, 3 runtime failure.\n");
@@ -120,7 +124,8 @@ static int check_out(const char *path) {
   return CLI_OK;
 }
 
-// The backend named by --backend: 0 for cpu, else the exit code of the refusal.
+// The backend named by --backend: 0 for cpu, and for cuda in a build with it; else the exit
+// code of the refusal.
 static int check_backend(const char *b) {
   if (!strcmp(b, "cpu")) return CLI_OK;
   if (!strcmp(b, "cuda")) {
@@ -129,13 +134,26 @@ static int check_backend(const char *b) {
             "shardcheck profile: --backend cuda: this build has no CUDA backend (it was built "
             "without CUDA: configure with -DSHARDCHECK_CUDA=ON where the CUDA toolkit, cuBLAS "
             "and NCCL are installed); --backend cpu measures this host\n");
-#else
-    fprintf(stderr, "shardcheck profile: --backend cuda: measuring the CUDA backend is not "
-                    "implemented yet; --backend cpu measures this host\n");
-#endif
     return CLI_USAGE;
+#else
+    return CLI_OK;
+#endif
   }
   return cli_usage_error(CMD, "--backend must be cpu or cuda, got", b);
+}
+
+// --backend cuda: GPU 0 must be there before anything is measured. 0 when it is, else
+// CLI_RUNTIME with the backend's own reason (no GPU or driver, the library not loading).
+static int check_cuda_device(void) {
+  if (device_backend_count("cuda") > 0) return CLI_OK;
+  sc_error err = {{0}};
+  device *d = NULL;
+  sc_status s = device_open("cuda", 0, &d, &err);
+  device_free(d);
+  if (s == SC_OK) return CLI_OK; // counted none, yet it opens: let the measurement say more
+  fprintf(stderr, "shardcheck profile: --backend cuda: no CUDA device to measure: %s\n",
+          err.msg[0] ? err.msg : sc_status_name(s));
+  return CLI_RUNTIME;
 }
 
 static void on_progress(void *ud, const char *line) {
@@ -167,7 +185,7 @@ int cmd_profile(int argc, char **argv) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  const char *backend = NULL, *model = "llama-small", *out = NULL, *name = "cpu",
+  const char *backend = NULL, *model = "llama-small", *out = NULL, *name = NULL,
              *description = NULL;
   int tp[PROFILE_MAX_TP] = {1, 2}, n_tp = 2;
   bool quick = false;
@@ -206,7 +224,7 @@ int cmd_profile(int argc, char **argv) {
     }
   }
   if (optind < argc) return cli_usage_error(CMD, "unexpected argument", argv[optind]);
-  if (!backend) return cli_usage_error(CMD, "missing --backend cpu", NULL);
+  if (!backend) return cli_usage_error(CMD, "missing --backend cpu (or cuda)", NULL);
   int rc = check_backend(backend);
   if (rc != CLI_OK) return rc;
   if (!out) return cli_usage_error(CMD, "missing --out FILE.yaml", NULL);
@@ -221,6 +239,10 @@ int cmd_profile(int argc, char **argv) {
   for (int i = 0; i < n_tp; i++) {
     s = shard_layout_check(&o.model, tp[i], 1, &err);
     if (s != SC_OK) return cli_fail("profile --tp-list", s, &err);
+  }
+  if (!strcmp(backend, "cuda")) {
+    rc = check_cuda_device();
+    if (rc != CLI_OK) return rc;
   }
   memcpy(o.tp, tp, sizeof tp);
   o.n_tp = n_tp;
@@ -260,8 +282,14 @@ int cmd_profile(int argc, char **argv) {
             "machine\n",
             sm.other_load * 100, sm.steal * 100);
   printf("wrote %s (profile '%s', %.1f s)\n", out, back.name, sm.elapsed_s);
-  printf("  host: %d cores, %.1f GiB, streaming read %.1f GB/s, fp32 GEMM %.1f GFLOP/s\n",
-         sm.host_cores, sm.mem_bytes / (1u << 30), sm.mem_bw / 1e9, sm.flops_fp32 / 1e9);
+  if (sm.cuda)
+    printf("  device: cuda 0, %.1f GiB, device-to-device copy %.0f GB/s (read + write), GEMM "
+           "f32 %.1f TFLOP/s, bf16 %.1f TFLOP/s, launch %.2f us\n",
+           sm.mem_bytes / (1u << 30), sm.mem_bw / 1e9, sm.flops_fp32 / 1e12,
+           sm.flops_bf16 / 1e12, sm.launch_s * 1e6);
+  else
+    printf("  host: %d cores, %.1f GiB, streaming read %.1f GB/s, fp32 GEMM %.1f GFLOP/s\n",
+           sm.host_cores, sm.mem_bytes / (1u << 30), sm.mem_bw / 1e9, sm.flops_fp32 / 1e9);
   printf("  tables: %d gemm, %d attention, %d allreduce, %d step_overhead\n", back.sim.n_gemm,
          back.sim.n_attn, back.sim.n_coll, back.sim.n_overhead);
   printf("  link (all-reduce fit): %.2f GB/s, latency %.1f us\n", sm.link_bw / 1e9,

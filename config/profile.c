@@ -54,6 +54,9 @@
 #define PROF_AR_ITERS_MAX 200              // all-reduce calls per round at most
 #define PROF_AR_TIMEOUT_NS (30ull * 1000000000ull) // the shm group's collective timeout
 #define PROF_GEMM_COPIES_MAX 4096          // weight copies rotated through per GEMM shape
+#define PROF_CUDA_POOL ((size_t)256 << 20) // cuda: weight / KV rotation pool (H100 L2: 50 MB)
+#define PROF_SYNC_PROBE 8                  // cuda: calls that size a round (then one wait)
+#define PROF_UPLOAD_FLOATS ((size_t)1 << 20) // cuda: host chunk that fills device buffers
 
 // One GEMM shape of one rank, and which ops of which TP degrees it stands for.
 typedef struct gemm_shape {
@@ -63,6 +66,9 @@ typedef struct gemm_shape {
 
 struct profile {
   profile_options o; // grids filled in
+  bool cuda;         // backend cuda: device memory, asynchronous ops, ranks sharing GPU 0
+  sc_dtype wdt;      // how the GEMM weights are held (cuda: bf16 for a bf16 model; else f32)
+  device *dev;       // the device of the host figures (and, on cuda, of the shared buffers)
   hw_profile hw;     // what the YAML says
   profile_summary sum;
   char gemm_role[SIM_TABLES_MAX][96];
@@ -138,6 +144,42 @@ static size_t rotate_bytes(void) {
   return b;
 }
 
+// The rotation pool of p's backend: the CPU's from its cache; on cuda a fixed 256 MiB, five
+// times an H100's L2 (50 MB), so a decode GEMM or attention reads from HBM as in a step.
+static size_t pool_bytes(const profile *p) { return p->cuda ? PROF_CUDA_POOL : rotate_bytes(); }
+
+// Fills n elements of dst, a buffer of device d, with fill_random's values (as bf16 bits when
+// bf16). On the cpu backend device memory is host memory and is filled in place; on cuda one
+// host chunk is filled and copied over the buffer again and again (values do not change a
+// timing, only where they sit). SC_OOM / SC_DEVICE when the chunk or a copy fails.
+static sc_status fill_device(const profile *p, device *d, void *dst, size_t n, uint64_t seed,
+                             float scale, bool bf16) {
+  if (!p->cuda) {
+    fill_random(dst, n, seed, scale);
+    return SC_OK;
+  }
+  if (n == 0) return SC_OK;
+  size_t chunk = n < PROF_UPLOAD_FLOATS ? n : PROF_UPLOAD_FLOATS, es = bf16 ? 2 : 4;
+  float *h = malloc(chunk * sizeof(float));
+  uint16_t *hb = bf16 ? malloc(chunk * sizeof(uint16_t)) : NULL;
+  if (!h || (bf16 && !hb)) {
+    free(h);
+    free(hb);
+    return SC_OOM;
+  }
+  fill_random(h, chunk, seed, scale);
+  if (bf16) dev_bf16_from_f32(h, chunk, hb);
+  const void *src = bf16 ? (const void *)hb : (const void *)h;
+  sc_status s = SC_OK;
+  for (size_t off = 0; s == SC_OK && off < n; off += chunk) {
+    size_t len = n - off < chunk ? n - off : chunk;
+    s = dev_copy(d, (char *)dst + off * es, src, len * es, DEV_H2D);
+  }
+  free(h);
+  free(hb);
+  return s;
+}
+
 // --- timing
 
 typedef sc_status (*prof_op)(void *ctx, int iter);
@@ -148,30 +190,42 @@ typedef struct timed {
   prof_op op;
   void *ctx;
   sc_status (*prep)(void *ctx); // before each round, or NULL (points that share buffers)
+  device *sync; // asynchronous ops (cuda): the device whose queue a round waits for; or NULL
   long inner;
   int iter;
   double v[PROF_MAX_REPS]; // per-call seconds of each round
 } timed;
 
-// Times points t[0..n): one warm-up call each, which also sizes its rounds (at least min_s),
-// then `reps` passes over all of them, one round per point per pass. Spreading a point's
-// rounds over the whole group means a disturbance of a few seconds lands in one round of
-// each point, and the median drops it, rather than in every round of a few points.
+// Seconds per call of `calls` calls of point t back to back; an asynchronous point waits for
+// its device's queue once, after the last call, so the calls run as a step runs them.
+static sc_status time_calls(timed *t, long calls, double *per_call) {
+  double a = sc_monotonic_s();
+  for (long j = 0; j < calls; j++) SC_TRY(t->op(t->ctx, t->iter++));
+  if (t->sync) SC_TRY(dev_synchronize(t->sync));
+  *per_call = (sc_monotonic_s() - a) / (double)calls;
+  return SC_OK;
+}
+
+// Times points t[0..n): one warm-up call each, which also sizes its rounds (at least min_s;
+// an asynchronous point is sized by PROF_SYNC_PROBE calls after the warm-up, since one call
+// and a wait is mostly the wait), then `reps` passes over all of them, one round per point per
+// pass. Spreading a point's rounds over the whole group means a disturbance of a few seconds
+// lands in one round of each point, and the median drops it, rather than in every round of a
+// few points.
 static sc_status time_points(timed *t, int n, int reps, double min_s) {
   for (int i = 0; i < n; i++) {
     if (t[i].prep) SC_TRY(t[i].prep(t[i].ctx));
-    double a = sc_monotonic_s();
-    SC_TRY(t[i].op(t[i].ctx, t[i].iter++));
-    double one = sc_monotonic_s() - a;
+    double one = 0;
+    SC_TRY(time_calls(&t[i], 1, &one));
+    if (t[i].sync) SC_TRY(time_calls(&t[i], PROF_SYNC_PROBE, &one));
     long inner = one > 0 ? (long)ceil(min_s / one) : PROF_INNER_UNTIMED;
     t[i].inner = inner < 1 ? 1 : inner > PROF_INNER_MAX ? PROF_INNER_MAX : inner;
   }
   for (int r = 0; r < reps && r < PROF_MAX_REPS; r++)
     for (int i = 0; i < n; i++) {
       if (t[i].prep) SC_TRY(t[i].prep(t[i].ctx));
-      double a = sc_monotonic_s();
-      for (long j = 0; j < t[i].inner; j++) SC_TRY(t[i].op(t[i].ctx, t[i].iter++));
-      double v = (sc_monotonic_s() - a) / (double)t[i].inner;
+      double v = 0;
+      SC_TRY(time_calls(&t[i], t[i].inner, &v));
       t[i].v[r] = v > 0 ? v : 1e-9;
     }
   return SC_OK;
@@ -190,10 +244,11 @@ static double timed_best(const timed *t, int reps) {
   return lo;
 }
 
-// One op on its own: the median (and the best) per-call seconds over reps rounds.
-static sc_status time_op(prof_op op, void *ctx, int reps, double min_s, double *med,
-                         double *best) {
-  timed t = {.op = op, .ctx = ctx};
+// One op on its own: the median (and the best) per-call seconds over reps rounds. sync: as in
+// timed (NULL on the cpu backend).
+static sc_status time_op(prof_op op, void *ctx, device *sync, int reps, double min_s,
+                         double *med, double *best) {
+  timed t = {.op = op, .ctx = ctx, .sync = sync};
   SC_TRY(time_points(&t, 1, reps, min_s));
   if (med) *med = timed_median(&t, reps);
   if (best) *best = timed_best(&t, reps);
@@ -244,13 +299,13 @@ static int cmp_int(const void *a, const void *b) {
 
 // Fills the grids left empty, sorts and dedupes the TP degrees, and checks everything.
 static sc_status resolve_options(profile_options *o, sc_error *err) {
-  if (!o->backend || strcmp(o->backend, "cpu") != 0) {
-    if (o->backend && !strcmp(o->backend, "cuda"))
-      return sc_fail(err, SC_INVALID,
-                     "profile: backend 'cuda' cannot be measured yet; only backend 'cpu' is");
+  const bool cuda = o->backend && !strcmp(o->backend, "cuda");
+  if (!o->backend || (strcmp(o->backend, "cpu") != 0 && !cuda))
     return sc_fail(err, SC_INVALID, "profile: unknown backend '%s'; known backends: cpu, cuda",
                    o->backend ? o->backend : "(null)");
-  }
+  if (cuda && !device_backend_available("cuda"))
+    return sc_fail(err, SC_INVALID,
+                   "profile: backend 'cuda' is not built in (configure with SHARDCHECK_CUDA=ON)");
   SC_TRY(model_config_check(&o->model, o->model.name, err));
   const model_config *m = &o->model;
   if (o->n_tp < 1 || o->n_tp > PROFILE_MAX_TP)
@@ -288,9 +343,10 @@ static sc_status resolve_options(profile_options *o, sc_error *err) {
   if (o->min_round_s <= 0) o->min_round_s = q ? 0.002 : 0.01;
   if (o->decode_steps <= 0) o->decode_steps = q ? 5 : 8;
   if (o->overhead_rounds <= 0) o->overhead_rounds = q ? 1 : 3;
-  if (o->bw_bytes == 0) o->bw_bytes = q ? (size_t)64 << 20 : (size_t)256 << 20;
-  if (o->square_n <= 0) o->square_n = q ? 1024 : 2048;
-  if (!o->name) o->name = "cpu";
+  if (o->bw_bytes == 0)
+    o->bw_bytes = cuda ? (size_t)1 << 30 : q ? (size_t)64 << 20 : (size_t)256 << 20;
+  if (o->square_n <= 0) o->square_n = cuda ? (q ? 4096 : 8192) : q ? 1024 : 2048;
+  if (!o->name) o->name = cuda ? "cuda" : "cpu";
 
   if (o->reps > PROF_MAX_REPS)
     return sc_fail(err, SC_INVALID, "profile: at most %d repetitions, got %d", PROF_MAX_REPS,
@@ -390,8 +446,9 @@ typedef struct mm_mirror {
 typedef struct mm_ctx {
   device *d;
   int m, n, k;
-  const float *x;    // (m, k)
-  const float *pool; // weights: copy c at pool + c * n * k, each (n, k)
+  const float *x;   // (m, k)
+  const void *pool; // weights: copy c at element c * n * k, each (n, k), elements of wdt
+  sc_dtype wdt;     // SC_F32 (dev_matmul) or SC_BF16 (dev_matmul_bf16: bf16 bits)
   int copies;
   float *y;       // (m, n)
   mm_mirror *mr;  // NULL, or where to publish (m, n, k) for the companions
@@ -404,9 +461,15 @@ static sc_status mm_call(void *c, int iter) {
                           (unsigned long long)g->m << 48 | (unsigned long long)g->n << 24 |
                               (unsigned long long)g->k,
                           memory_order_relaxed);
-  const float *w = g->pool + (size_t)(iter % g->copies) * (size_t)g->n * (size_t)g->k;
-  return dev_matmul(g->d, g->m, g->n, g->k, g->x, w, 0.0f, g->y);
+  size_t at = (size_t)(iter % g->copies) * (size_t)g->n * (size_t)g->k;
+  if (g->wdt == SC_BF16)
+    return dev_matmul_bf16(g->d, g->m, g->n, g->k, g->x, (const uint16_t *)g->pool + at, 0.0f,
+                           g->y);
+  return dev_matmul(g->d, g->m, g->n, g->k, g->x, (const float *)g->pool + at, 0.0f, g->y);
 }
+
+// Bytes per GEMM weight element as p holds them.
+static size_t weight_bytes(const profile *p) { return p->wdt == SC_BF16 ? 2 : sizeof(float); }
 
 typedef struct add_ctx {
   device *d;
@@ -418,15 +481,68 @@ static sc_status add_call(void *c, int iter) {
   return dev_add(a->d, 16, a->a, a->y);
 }
 
-static sc_status measure_host(profile *p, device *d, sc_error *err) {
-  profile_options *o = &p->o;
-  double t0 = sc_monotonic_s();
-  int cores = device_cpu_cores();
-  size_t used = 0, total = 0;
-  SC_TRY(dev_mem_info(d, &used, &total));
-  p->sum.host_cores = cores;
-  p->sum.mem_bytes = (double)total;
+// Best FLOP/s of a square N x N x N GEMM with weights held as wdt, on device d.
+static sc_status square_gemm(profile *p, device *d, sc_dtype wdt, double *flops) {
+  const profile_options *o = &p->o;
+  int N = o->square_n;
+  float *a = NULL, *c = NULL;
+  void *b = NULL;
+  size_t nn = (size_t)N * (size_t)N, wb = wdt == SC_BF16 ? 2 : sizeof(float);
+  sc_status s = dev_alloc(d, nn * sizeof(float), (void **)&a);
+  if (s == SC_OK) s = dev_alloc(d, nn * wb, &b);
+  if (s == SC_OK) s = dev_alloc(d, nn * sizeof(float), (void **)&c);
+  if (s == SC_OK) s = fill_device(p, d, a, nn, o->seed, 0.05f, false);
+  if (s == SC_OK) s = fill_device(p, d, b, nn, o->seed + 1, 0.05f, wdt == SC_BF16);
+  double best = 0;
+  if (s == SC_OK) {
+    if (!p->cuda) device_cpu_set_threads(device_cpu_cores());
+    mm_ctx g = {.d = d, .m = N, .n = N, .k = N, .x = a, .pool = b, .wdt = wdt, .copies = 1,
+                .y = c};
+    s = time_op(mm_call, &g, p->cuda ? d : NULL, o->reps, 0, NULL, &best);
+  }
+  dev_free(d, a);
+  dev_free(d, b);
+  dev_free(d, c);
+  SC_TRY(s);
+  *flops = 2.0 * N * (double)N * N / best;
+  return SC_OK;
+}
 
+typedef struct copy_ctx {
+  device *d;
+  void *dst;
+  const void *src;
+  size_t bytes;
+} copy_ctx;
+
+static sc_status copy_call(void *c, int iter) {
+  (void)iter;
+  copy_ctx *k = c;
+  return dev_copy(k->d, k->dst, k->src, k->bytes, DEV_D2D);
+}
+
+// cuda: the best device-to-device copy of o->bw_bytes, counted as bytes read plus bytes
+// written (the cost model's bytes / mem_bw counts both for every op), in bytes/s.
+static sc_status copy_bandwidth(profile *p, device *d, double *out) {
+  const profile_options *o = &p->o;
+  void *src = NULL, *dst = NULL;
+  sc_status s = dev_alloc(d, o->bw_bytes, &src);
+  if (s == SC_OK) s = dev_alloc(d, o->bw_bytes, &dst);
+  double best = 0;
+  copy_ctx k = {.d = d, .dst = dst, .src = src, .bytes = o->bw_bytes};
+  int bw_reps = 2 * o->reps > 10 ? 2 * o->reps : 10;
+  if (s == SC_OK) s = time_op(copy_call, &k, d, bw_reps, o->min_round_s, NULL, &best);
+  dev_free(d, src);
+  dev_free(d, dst);
+  SC_TRY(s);
+  *out = 2.0 * (double)o->bw_bytes / best;
+  return SC_OK;
+}
+
+// The memory figures of the cpu backend: streaming reads of o->bw_bytes on every core and on
+// one (mem_bw, and mem_eff their ratio).
+static sc_status cpu_read_bandwidth(profile *p, device *d, int cores, sc_error *err) {
+  profile_options *o = &p->o;
   uint64_t *buf = NULL;
   SC_TRY(dev_alloc(d, o->bw_bytes, (void **)&buf));
   for (size_t i = 0; i < o->bw_bytes / 8; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
@@ -437,51 +553,72 @@ static sc_status measure_host(profile *p, device *d, sc_error *err) {
   SC_TRY(s);
   if (!(p->sum.mem_bw > 0)) return sc_fail(err, SC_DEVICE, "profile: no memory bandwidth measured");
   if (p->sum.mem_bw_1t > p->sum.mem_bw) p->sum.mem_bw = p->sum.mem_bw_1t;
+  return SC_OK;
+}
 
-  // peak fp32: a square GEMM on every core
-  int N = o->square_n;
-  float *a = NULL, *b = NULL, *c = NULL;
-  size_t nn = (size_t)N * (size_t)N;
-  s = dev_alloc(d, nn * sizeof(float), (void **)&a);
-  if (s == SC_OK) s = dev_alloc(d, nn * sizeof(float), (void **)&b);
-  if (s == SC_OK) s = dev_alloc(d, nn * sizeof(float), (void **)&c);
-  double best = 0;
-  if (s == SC_OK) {
-    fill_random(a, nn, o->seed, 0.05f);
-    fill_random(b, nn, o->seed + 1, 0.05f);
-    device_cpu_set_threads(cores);
-    mm_ctx g = {.d = d, .m = N, .n = N, .k = N, .x = a, .pool = b, .copies = 1, .y = c};
-    s = time_op(mm_call, &g, o->reps, 0, NULL, &best);
+// Host figures. cpu: RAM, streaming reads, an fp32 GEMM on every core, the call of the
+// smallest op, the cores. cuda: the GPU's memory, a device-to-device copy, the square GEMM in
+// f32 and (with bf16 weights) in bf16, back-to-back launches of the smallest op; host_cores 0
+// (a GPU: no CPU share factor, tables looked up without threads).
+static sc_status measure_host(profile *p, device *d, sc_error *err) {
+  profile_options *o = &p->o;
+  double t0 = sc_monotonic_s();
+  int cores = p->cuda ? 0 : device_cpu_cores();
+  size_t used = 0, total = 0;
+  SC_TRY(dev_mem_info(d, &used, &total));
+  p->sum.host_cores = cores;
+  p->sum.mem_bytes = (double)total;
+  sc_status s;
+  if (p->cuda) {
+    s = copy_bandwidth(p, d, &p->sum.mem_bw);
+    if (s != SC_OK) return sc_fail(err, s, "profile: the device-to-device copy failed: %s",
+                                   dev_last_error(d));
+    p->sum.mem_bw_1t = p->sum.mem_bw;
+  } else {
+    SC_TRY(cpu_read_bandwidth(p, d, cores, err));
   }
-  dev_free(d, a);
-  dev_free(d, b);
-  dev_free(d, c);
-  SC_TRY(s);
-  p->sum.flops_fp32 = 2.0 * N * (double)N * N / best;
 
-  // call overhead of the smallest op
+  // peak fp32: a square GEMM (on every core); bf16 on cuda with bf16 weights
+  s = square_gemm(p, d, SC_F32, &p->sum.flops_fp32);
+  p->sum.flops_bf16 = p->sum.flops_fp32;
+  if (s == SC_OK && p->cuda && dev_has_matmul_bf16(d))
+    s = square_gemm(p, d, SC_BF16, &p->sum.flops_bf16);
+  if (s != SC_OK)
+    return sc_fail(err, s, "profile: the square GEMM failed%s%s", p->cuda ? ": " : "",
+                   p->cuda ? dev_last_error(d) : "");
+
+  // call overhead of the smallest op (cuda: launched back to back, one wait per round)
   float *t = NULL;
   SC_TRY(dev_alloc(d, 32 * sizeof(float), (void **)&t));
   add_ctx ac = {.d = d, .a = t, .y = t + 16};
-  s = time_op(add_call, &ac, o->reps, o->min_round_s, &p->sum.launch_s, NULL);
+  s = time_op(add_call, &ac, p->cuda ? d : NULL, o->reps, o->min_round_s, &p->sum.launch_s, NULL);
   dev_free(d, t);
   SC_TRY(s);
 
   hw_profile *h = &p->hw;
   h->mem_bytes = p->sum.mem_bytes;
   h->mem_bw = p->sum.mem_bw;
-  h->flops_fp32 = h->flops_bf16 = h->flops_fp16 = p->sum.flops_fp32;
+  h->flops_fp32 = p->sum.flops_fp32;
+  h->flops_bf16 = h->flops_fp16 = p->sum.flops_bf16;
   h->flops_int8 = 0;
   h->gpus_per_node = 8;
   h->sim.mem_eff = p->sum.mem_bw_1t / p->sum.mem_bw;
   if (!(h->sim.mem_eff > 0 && h->sim.mem_eff <= 1)) h->sim.mem_eff = 1;
   h->sim.launch_s = p->sum.launch_s;
   h->sim.host_cores = cores;
-  progress(o,
-           "host: %d cores, %.1f GiB, streaming read %.1f GB/s (1 thread %.1f GB/s), "
-           "fp32 GEMM %d^3 %.1f GFLOP/s, op call %.0f ns [%.1f s]",
-           cores, p->sum.mem_bytes / (1u << 30), p->sum.mem_bw / 1e9, p->sum.mem_bw_1t / 1e9, N,
-           p->sum.flops_fp32 / 1e9, p->sum.launch_s * 1e9, sc_monotonic_s() - t0);
+  if (p->cuda)
+    progress(o,
+             "device: cuda 0, %.1f GiB, device-to-device copy %.0f GB/s (read + write), "
+             "GEMM %d^3 f32 %.1f TFLOP/s, bf16 %.1f TFLOP/s, launch %.2f us [%.1f s]",
+             p->sum.mem_bytes / (1u << 30), p->sum.mem_bw / 1e9, o->square_n,
+             p->sum.flops_fp32 / 1e12, p->sum.flops_bf16 / 1e12, p->sum.launch_s * 1e6,
+             sc_monotonic_s() - t0);
+  else
+    progress(o,
+             "host: %d cores, %.1f GiB, streaming read %.1f GB/s (1 thread %.1f GB/s), "
+             "fp32 GEMM %d^3 %.1f GFLOP/s, op call %.0f ns [%.1f s]",
+             cores, p->sum.mem_bytes / (1u << 30), p->sum.mem_bw / 1e9, p->sum.mem_bw_1t / 1e9,
+             o->square_n, p->sum.flops_fp32 / 1e9, p->sum.launch_s * 1e9, sc_monotonic_s() - t0);
   return SC_OK;
 }
 
@@ -573,6 +710,19 @@ static void *companion_main(void *arg) {
   return NULL;
 }
 
+// Frees measure_gemm's buffers: device memory of p->dev on cuda, host memory on cpu.
+static void gemm_buffers_free(const profile *p, float *pool, float *x, float *y) {
+  if (p->cuda) {
+    dev_free(p->dev, pool);
+    dev_free(p->dev, x);
+    dev_free(p->dev, y);
+  } else {
+    free(pool);
+    free(x);
+    free(y);
+  }
+}
+
 // Each group of shapes at one thread count T is timed on a device opened at T threads (the
 // CPU backend sizes a device's kernel pool when it opens), and, when T leaves cores for more
 // ranks (cores / T >= 2: the ranks of a TP group, or data-parallel replicas, each on its own
@@ -581,9 +731,13 @@ static void *companion_main(void *arg) {
 // as one core can, and in a real run its peers read beside it, so it is timed sharing the
 // memory system as it will be. The companions read the timed rank's activations (only read)
 // and write outputs of their own.
+// On cuda there is one thread count (1) and no companion: the buffers are device memory of
+// p->dev, the weights (of p->wdt) rotate through PROF_CUDA_POOL, and a round waits for the
+// device once after its back-to-back calls.
 static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes, int cores,
                               sc_error *err) {
   const profile_options *o = &p->o;
+  const bool cuda = p->cuda;
   size_t max_nk = 0;
   int max_n = 0, max_k = 0, max_m = o->gemm_m[o->n_gemm_m - 1];
   for (int i = 0; i < n_shapes; i++) {
@@ -592,25 +746,38 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
     max_n = shapes[i].n > max_n ? shapes[i].n : max_n;
     max_k = shapes[i].k > max_k ? shapes[i].k : max_k;
   }
-  size_t half = rotate_bytes() / sizeof(float); // the timed rank's weights; the companions'
-  if (half < max_nk) half = max_nk;             // come after them
-  size_t pool_floats = 2 * half, xf = (size_t)max_m * max_k, yf = (size_t)max_m * max_n;
+  const size_t wb = weight_bytes(p);
+  size_t half = pool_bytes(p) / wb; // the timed rank's weights; the companions' come after them
+  if (half < max_nk) half = max_nk;
+  size_t pool_floats = cuda ? half : 2 * half, xf = (size_t)max_m * max_k,
+         yf = (size_t)max_m * max_n;
   // Companions: up to the ranks of one host (gpus_per_node 8), each with an output of its own.
   enum { MAX_COMP = 7 };
-  int max_comp = cores - 1 > MAX_COMP ? MAX_COMP : cores - 1;
-  float *pool = malloc(pool_floats * sizeof(float));
-  float *x = malloc(xf * sizeof(float));
-  float *y = malloc(yf * (size_t)(1 + max_comp) * sizeof(float));
+  int max_comp = cuda ? 0 : cores - 1 > MAX_COMP ? MAX_COMP : cores - 1;
+  float *pool = NULL, *x = NULL, *y = NULL; // pool: elements of p->wdt
   sc_status s = SC_OK;
-  if (!pool || !x || !y) {
-    free(pool);
-    free(x);
-    free(y);
-    return sc_fail(err, SC_OOM, "profile: cannot allocate the GEMM buffers (%zu MiB of weights)",
-                   pool_floats * sizeof(float) >> 20);
+  if (cuda) {
+    s = dev_alloc(p->dev, pool_floats * wb, (void **)&pool);
+    if (s == SC_OK) s = dev_alloc(p->dev, xf * sizeof(float), (void **)&x);
+    if (s == SC_OK) s = dev_alloc(p->dev, yf * sizeof(float), (void **)&y);
+    if (s == SC_OK) s = fill_device(p, p->dev, pool, pool_floats, o->seed + 2, 0.05f,
+                                    p->wdt == SC_BF16);
+    if (s == SC_OK) s = fill_device(p, p->dev, x, xf, o->seed + 3, 1.0f, false);
+  } else {
+    pool = malloc(pool_floats * sizeof(float));
+    x = malloc(xf * sizeof(float));
+    y = malloc(yf * (size_t)(1 + max_comp) * sizeof(float));
+    s = pool && x && y ? SC_OK : SC_OOM;
   }
-  fill_random(pool, pool_floats, o->seed + 2, 0.05f);
-  fill_random(x, xf, o->seed + 3, 1.0f);
+  if (s != SC_OK) {
+    gemm_buffers_free(p, pool, x, y);
+    return sc_fail(err, s, "profile: cannot allocate the GEMM buffers (%zu MiB of weights)",
+                   pool_floats * wb >> 20);
+  }
+  if (!cuda) {
+    fill_random(pool, pool_floats, o->seed + 2, 0.05f);
+    fill_random(x, xf, o->seed + 3, 1.0f);
+  }
 
   sim_hw *h = &p->hw.sim;
   for (int g0 = 0; s == SC_OK && g0 < n_shapes;) {
@@ -621,7 +788,7 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
     const int T = shapes[g0].threads;
     int n_comp = cores / T - 1;
     n_comp = n_comp < 0 ? 0 : n_comp > max_comp ? max_comp : n_comp;
-    device_cpu_set_threads(T);
+    if (!cuda) device_cpu_set_threads(T);
     device *d = NULL;
     mm_mirror mr;
     atomic_init(&mr.shape, 0);
@@ -649,14 +816,16 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
       const gemm_shape *sh = &shapes[g0 + i / nm];
       long copies = (long)(half / ((size_t)sh->n * (size_t)sh->k));
       g[i] = (mm_ctx){.d = d, .m = o->gemm_m[i % nm], .n = sh->n, .k = sh->k, .x = x,
-                      .pool = pool, .y = y,
+                      .pool = pool, .wdt = p->wdt, .y = y,
                       .copies = (int)(copies < 1                      ? 1
                                       : copies > PROF_GEMM_COPIES_MAX ? PROF_GEMM_COPIES_MAX
                                                                       : copies),
                       .mr = started ? &mr : NULL};
-      t[i] = (timed){.op = mm_call, .ctx = &g[i]};
+      t[i] = (timed){.op = mm_call, .ctx = &g[i], .sync = cuda ? d : NULL};
     }
     if (s == SC_OK) s = time_points(t, np, o->reps, o->min_round_s);
+    if (s != SC_OK && cuda && d && !err->msg[0])
+      sc_fail(err, s, "profile: a timed GEMM failed: %s", dev_last_error(d));
     atomic_store(&mr.stop, true);
     for (int c = 0; c < started; c++) {
       pthread_join(comp[c].th, NULL);
@@ -679,23 +848,27 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
     }
     free(g);
     free(t);
-    if (s == SC_OK)
+    if (s == SC_OK && cuda)
+      progress(o, "gemm: %d shape%s, %s weights rotating through %zu MiB, x %d rows (%d..%d) "
+                  "[%.1f s]",
+               g1 - g0, g1 - g0 == 1 ? "" : "s", sc_dtype_name(p->wdt),
+               pool_floats * wb >> 20, o->n_gemm_m, o->gemm_m[0], max_m, sc_monotonic_s() - t0);
+    else if (s == SC_OK)
       progress(o, "gemm: %d shape%s at %d thread%s x %d rows (%d..%d), %d companion rank%s "
                   "[%.1f s]",
                g1 - g0, g1 - g0 == 1 ? "" : "s", T, T == 1 ? "" : "s", o->n_gemm_m,
                o->gemm_m[0], max_m, started, started == 1 ? "" : "s", sc_monotonic_s() - t0);
     g0 = g1;
   }
-  device_cpu_set_threads(cores);
-  free(pool);
-  free(x);
-  free(y);
+  if (!cuda) device_cpu_set_threads(cores);
+  gemm_buffers_free(p, pool, x, y);
   if (s != SC_OK && !err->msg[0]) sc_fail(err, s, "profile: a timed GEMM failed");
   return s;
 }
 
-// Achieved fraction of flops_fp32 vs m of the largest per-layer GEMM (gate|up) of the
-// smallest TP degree on all its threads: prices GEMM shapes the profile has no table for.
+// Achieved fraction of the peak of the held weights (flops_fp32; flops_bf16 for bf16 weights
+// on cuda) vs m of the largest per-layer GEMM (gate|up) of the smallest TP degree on all its
+// threads: prices GEMM shapes the profile has no table for.
 static void derive_gemm_eff(profile *p, int cores) {
   const profile_options *o = &p->o;
   int gn[5], gk[5], th[2];
@@ -703,12 +876,13 @@ static void derive_gemm_eff(profile *p, int cores) {
   rank_gemms(&o->model, o->tp[0], gn, gk, role);
   thread_counts(cores, o->tp[0], th);
   sim_hw *h = &p->hw.sim;
+  double peak = p->wdt == SC_BF16 ? p->hw.flops_bf16 : p->hw.flops_fp32;
   for (int i = 0; i < h->n_gemm; i++) {
     const sim_gemm_table *g = &h->gemm[i];
     if (g->n != gn[2] || g->k != gk[2] || g->threads != th[0]) continue;
     h->gemm_eff.n = g->t.n;
     for (int j = 0; j < g->t.n; j++) {
-      double e = 2.0 * g->t.x[j] * g->n * (double)g->k / g->t.y[j] / p->hw.flops_fp32;
+      double e = 2.0 * g->t.x[j] * g->n * (double)g->k / g->t.y[j] / peak;
       h->gemm_eff.x[j] = g->t.x[j];
       h->gemm_eff.y[j] = e > 1 ? 1 : e < 1e-4 ? 1e-4 : e;
     }
@@ -727,8 +901,11 @@ typedef struct attn_ctx {
   const float *q; // (tokens, heads, head_dim)
   dev_kv_layer kv; // (n_blocks, block_size, kv_heads, head_dim) each
   float *out;     // (tokens, heads, head_dim)
-  int32_t *pos, *seq; // (tokens)
-  int32_t *bt;        // (PROF_ATTN_SEQS, b.max_blocks)
+  int32_t *pos, *seq; // (tokens), device memory
+  int32_t *bt;        // (PROF_ATTN_SEQS, b.max_blocks), device memory
+  // where prep writes them: the same arrays on cpu; host copies uploaded to the device on cuda
+  int32_t *hpos, *hseq, *hbt;
+  bool upload;
 } attn_ctx;
 
 // One point: decode of S sequences at context x (S > 0), or a prefill of x tokens (S == 0).
@@ -740,24 +917,30 @@ typedef struct attn_point {
 static sc_status attn_prep(void *c) {
   attn_point *pt = c;
   attn_ctx *a = pt->a;
-  int bs = a->b.block_size, mb = a->b.max_blocks;
+  int bs = a->b.block_size, mb = a->b.max_blocks, rows;
   if (pt->S > 0) { // S sequences, each one token at position x - 1 with its own blocks
     int per = (pt->x + bs - 1) / bs;
     for (int j = 0; j < pt->S; j++) {
-      a->pos[j] = pt->x - 1;
-      a->seq[j] = j;
-      for (int b = 0; b < mb; b++) a->bt[(size_t)j * mb + b] = j * per + (b < per ? b : 0);
+      a->hpos[j] = pt->x - 1;
+      a->hseq[j] = j;
+      for (int b = 0; b < mb; b++) a->hbt[(size_t)j * mb + b] = j * per + (b < per ? b : 0);
     }
     a->b.n_tok = pt->S;
+    rows = pt->S;
   } else { // one sequence, tokens at positions 0 .. x - 1 (each attends to those before it)
-    for (int b = 0; b < mb; b++) a->bt[b] = b;
+    for (int b = 0; b < mb; b++) a->hbt[b] = b;
     for (int j = 0; j < pt->x; j++) {
-      a->pos[j] = j;
-      a->seq[j] = 0;
+      a->hpos[j] = j;
+      a->hseq[j] = 0;
     }
     a->b.n_tok = pt->x;
+    rows = 1;
   }
-  return SC_OK;
+  if (!a->upload) return SC_OK;
+  size_t tok = (size_t)a->b.n_tok * sizeof(int32_t);
+  SC_TRY(dev_copy(a->d, a->pos, a->hpos, tok, DEV_H2D));
+  SC_TRY(dev_copy(a->d, a->seq, a->hseq, tok, DEV_H2D));
+  return dev_copy(a->d, a->bt, a->hbt, (size_t)rows * mb * sizeof(int32_t), DEV_H2D);
 }
 
 static sc_status attn_call(void *c, int iter) {
@@ -768,7 +951,9 @@ static sc_status attn_call(void *c, int iter) {
 
 // Decode (per sequence, vs context) and prefill (vs tokens from position 0) of one rank's
 // attention with `heads` query and `kv_heads` KV heads of head_dim. The cpu kernel runs on
-// the calling thread, so the BLAS thread count does not enter.
+// the calling thread, so the BLAS thread count does not enter. On cuda the KV pool is
+// PROF_CUDA_POOL, the batch arrays are uploaded before each round, and a round waits for the
+// device once after its calls.
 static sc_status measure_attention_shape(profile *p, device *d, int heads, int kv_heads,
                                          sim_curve *decode, sim_curve *prefill, sc_error *err) {
   const profile_options *o = &p->o;
@@ -777,7 +962,7 @@ static sc_status measure_attention_shape(profile *p, device *d, int heads, int k
   int max_len = max_ctx > max_pre ? max_ctx : max_pre;
   int max_blocks = (max_len + bs - 1) / bs;
   size_t slot = (size_t)kv_heads * hd; // floats per token, K or V
-  size_t pool_tokens = rotate_bytes() / (2 * slot * sizeof(float));
+  size_t pool_tokens = pool_bytes(p) / (2 * slot * sizeof(float));
   if (pool_tokens < (size_t)max_blocks * bs) pool_tokens = (size_t)max_blocks * bs;
   int n_blocks = (int)((pool_tokens + bs - 1) / bs);
   int max_tok = max_pre > PROF_ATTN_SEQS ? max_pre : PROF_ATTN_SEQS;
@@ -790,17 +975,22 @@ static sc_status measure_attention_shape(profile *p, device *d, int heads, int k
   if (s == SC_OK) s = dev_alloc(d, qf * sizeof(float), (void **)&out);
   if (s == SC_OK) s = dev_alloc(d, (size_t)max_tok * sizeof(int32_t), (void **)&pos);
   if (s == SC_OK) s = dev_alloc(d, (size_t)max_tok * sizeof(int32_t), (void **)&seq);
-  if (s == SC_OK)
-    s = dev_alloc(d, (size_t)PROF_ATTN_SEQS * max_blocks * sizeof(int32_t), (void **)&bt);
-  if (s == SC_OK) {
-    fill_random(k, kv_floats, o->seed + 4, 1.0f);
-    fill_random(v, kv_floats, o->seed + 5, 1.0f);
-    fill_random(q, qf, o->seed + 6, 1.0f);
-  }
+  size_t bt_n = (size_t)PROF_ATTN_SEQS * max_blocks;
+  if (s == SC_OK) s = dev_alloc(d, bt_n * sizeof(int32_t), (void **)&bt);
+  if (s == SC_OK) s = fill_device(p, d, k, kv_floats, o->seed + 4, 1.0f, false);
+  if (s == SC_OK) s = fill_device(p, d, v, kv_floats, o->seed + 5, 1.0f, false);
+  if (s == SC_OK) s = fill_device(p, d, q, qf, o->seed + 6, 1.0f, false);
   attn_ctx a = {.d = d, .heads = heads, .kv_heads = kv_heads, .head_dim = hd, .q = q,
                 .kv = {.k = k, .v = v}, .out = out, .pos = pos, .seq = seq, .bt = bt,
+                .hpos = pos, .hseq = seq, .hbt = bt, .upload = p->cuda,
                 .b = {.pos = pos, .seq = seq, .block_tables = bt, .max_blocks = max_blocks,
                       .block_size = bs}};
+  if (s == SC_OK && p->cuda) {
+    a.hpos = malloc((size_t)max_tok * sizeof(int32_t));
+    a.hseq = malloc((size_t)max_tok * sizeof(int32_t));
+    a.hbt = malloc(bt_n * sizeof(int32_t));
+    if (!a.hpos || !a.hseq || !a.hbt) s = SC_OOM;
+  }
   // the decode points, then the prefill points, timed together
   int np = o->n_ctx + o->n_prefill;
   attn_point pts[2 * SIM_CURVE_MAX];
@@ -813,9 +1003,12 @@ static sc_status measure_attention_shape(profile *p, device *d, int heads, int k
     } else {
       pts[i] = (attn_point){.a = &a, .x = o->prefill[i - o->n_ctx], .S = 0};
     }
-    t[i] = (timed){.op = attn_call, .ctx = &pts[i], .prep = attn_prep};
+    t[i] = (timed){.op = attn_call, .ctx = &pts[i], .prep = attn_prep,
+                   .sync = p->cuda ? d : NULL};
   }
   if (s == SC_OK) s = time_points(t, np, o->reps, o->min_round_s);
+  if (s != SC_OK && p->cuda && !err->msg[0])
+    sc_fail(err, s, "profile: a timed attention call failed: %s", dev_last_error(d));
   if (s == SC_OK) {
     for (int i = 0; i < o->n_ctx; i++) {
       decode->x[i] = pts[i].x;
@@ -835,6 +1028,11 @@ static sc_status measure_attention_shape(profile *p, device *d, int heads, int k
   dev_free(d, pos);
   dev_free(d, seq);
   dev_free(d, bt);
+  if (p->cuda) {
+    free(a.hpos);
+    free(a.hseq);
+    free(a.hbt);
+  }
   if (s != SC_OK && !err->msg[0]) sc_fail(err, s, "profile: a timed attention call failed");
   return s;
 }
@@ -882,13 +1080,13 @@ static sc_status measure_attention(profile *p, int cores, sc_error *err) {
       *a = (sim_attn_table){.heads = sr.n_heads, .kv_heads = sr.n_kv,
                             .head_dim = o->model.head_dim, .threads = th[j]};
       double t0 = sc_monotonic_s();
-      device_cpu_set_threads(th[j]);
+      if (!p->cuda) device_cpu_set_threads(th[j]);
       device *d = NULL;
       sc_status s = device_open(o->backend, 0, &d, err);
       if (s == SC_OK)
         s = measure_attention_shape(p, d, sr.n_heads, sr.n_kv, &a->decode, &a->prefill, err);
       device_free(d);
-      device_cpu_set_threads(cores);
+      if (!p->cuda) device_cpu_set_threads(cores);
       SC_TRY(s);
       progress(o, "attention: tp%d, %d heads / %d KV heads x %d at %d thread%s, decode %d "
                   "contexts, prefill %d lengths [%.1f s]",
@@ -905,7 +1103,7 @@ static sc_status measure_attention(profile *p, int cores, sc_error *err) {
 
 typedef struct ar_shared {
   const profile_options *o;
-  comm_shm_group *g;
+  comm_group *g; // shm (cpu: ranks as threads) or cuda (ranks on GPU 0: loopback)
   int ranks;
   double *t; // (n_ar_bytes, reps) per-call seconds seen by rank 0
 } ar_shared;
@@ -913,7 +1111,8 @@ typedef struct ar_shared {
 typedef struct ar_rank {
   ar_shared *sh;
   int r;
-  float *buf; // (largest size / 4) floats
+  device *d;  // cuda: this rank's device (GPU 0, a stream of its own); NULL on cpu
+  float *buf; // (largest size / 4) floats: host memory on cpu, d's memory on cuda
   pthread_t th;
   sc_status st;
 } ar_rank;
@@ -931,7 +1130,7 @@ static void *ar_main(void *arg) {
   ar_rank *rk = arg;
   ar_shared *sh = rk->sh;
   const profile_options *o = sh->o;
-  comm *c = comm_shm_group_rank(sh->g, rk->r);
+  comm *c = comm_group_rank(sh->g, rk->r);
   rk->st = SC_OK;
   // warm-up (sizes the staging slots), then passes over all sizes, as in time_points
   for (int i = 0; rk->st == SC_OK && i < o->n_ar_bytes; i++)
@@ -946,28 +1145,52 @@ static void *ar_main(void *arg) {
         rk->st = comm_allreduce_sum(c, rk->buf, n);
       if (rk->r == 0) sh->t[i * o->reps + r] = (sc_monotonic_s() - a) / iters;
     }
-  if (rk->st != SC_OK) comm_shm_group_abort(sh->g);
+  if (rk->st != SC_OK) comm_group_abort(sh->g);
   return NULL;
 }
 
+// Gives every rank its buffer of `floats` (random values): host memory on cpu; on cuda a
+// device of its own on GPU 0 (as the executor opens one per rank) and memory of it.
+static sc_status ar_buffers(profile *p, ar_rank *rk, int ranks, size_t floats, device **devs,
+                            sc_error *err) {
+  const profile_options *o = &p->o;
+  for (int r = 0; r < ranks; r++) {
+    uint64_t seed = o->seed + 7 + (uint64_t)r;
+    if (!p->cuda) {
+      rk[r].buf = malloc(floats * sizeof(float));
+      if (!rk[r].buf) return SC_OOM;
+      fill_random(rk[r].buf, floats, seed, 1e-3f);
+      continue;
+    }
+    SC_TRY(device_open(o->backend, 0, &rk[r].d, err));
+    devs[r] = rk[r].d;
+    SC_TRY(dev_alloc(rk[r].d, floats * sizeof(float), (void **)&rk[r].buf));
+    SC_TRY(fill_device(p, rk[r].d, rk[r].buf, floats, seed, 1e-3f, false));
+  }
+  return SC_OK;
+}
+
+// One all-reduce table: `ranks` threads over the communicator the executor gives ranks of
+// this backend (comm_group_open: shm on cpu; on cuda, every rank on GPU 0, the loopback
+// transport), an in-place sum timed on rank 0 from a barrier (a cuda call returns once its
+// result is in place).
 static sc_status measure_allreduce_ranks(profile *p, int ranks, sim_coll_table *tb,
                                          sc_error *err) {
   const profile_options *o = &p->o;
   size_t floats = (size_t)(o->ar_bytes[o->n_ar_bytes - 1] / sizeof(float));
   ar_shared sh = {.o = o, .ranks = ranks};
   ar_rank *rk = calloc((size_t)ranks, sizeof *rk);
+  device **devs = calloc((size_t)ranks, sizeof *devs);
   sh.t = calloc((size_t)o->n_ar_bytes * o->reps, sizeof(double));
-  sc_status s = rk && sh.t ? SC_OK : SC_OOM;
-  if (s == SC_OK) s = comm_shm_group_new(ranks, PROF_AR_TIMEOUT_NS, &sh.g);
-  for (int r = 0; s == SC_OK && r < ranks; r++) {
-    rk[r] = (ar_rank){.sh = &sh, .r = r, .buf = malloc(floats * sizeof(float))};
-    if (!rk[r].buf) s = SC_OOM;
-    else fill_random(rk[r].buf, floats, o->seed + 7 + (uint64_t)r, 1e-3f);
-  }
+  sc_status s = rk && devs && sh.t ? SC_OK : SC_OOM;
+  for (int r = 0; s == SC_OK && r < ranks; r++) rk[r] = (ar_rank){.sh = &sh, .r = r};
+  if (s == SC_OK) s = ar_buffers(p, rk, ranks, floats, devs, err);
+  if (s == SC_OK)
+    s = comm_group_open(o->backend, ranks, devs, PROF_AR_TIMEOUT_NS, &sh.g, err);
   int started = 0;
   for (; s == SC_OK && started < ranks; started++)
     if (pthread_create(&rk[started].th, NULL, ar_main, &rk[started]) != 0) {
-      comm_shm_group_abort(sh.g);
+      comm_group_abort(sh.g);
       s = SC_OOM;
       break;
     }
@@ -986,13 +1209,21 @@ static sc_status measure_allreduce_ranks(profile *p, int ranks, sim_coll_table *
     }
     tb->allreduce.n = o->n_ar_bytes;
   }
-  comm_shm_group_free(sh.g);
-  for (int r = 0; rk && r < ranks; r++) free(rk[r].buf);
+  char why[400] = "";
+  if (s != SC_OK)
+    snprintf(why, sizeof why, "%.399s", sh.g ? comm_group_error(sh.g) : err->msg);
+  comm_group_free(sh.g); // before the devices it runs on
+  for (int r = 0; rk && r < ranks; r++) {
+    if (rk[r].d) dev_free(rk[r].d, rk[r].buf);
+    else free(rk[r].buf);
+    device_free(rk[r].d);
+  }
   free(rk);
+  free(devs);
   free(sh.t);
   if (s != SC_OK)
-    return sc_fail(err, s, "profile: the all-reduce over %d ranks failed (%s)", ranks,
-                   sc_status_name(s));
+    return sc_fail(err, s, "profile: the all-reduce over %d ranks failed (%s)%s%s", ranks,
+                   sc_status_name(s), why[0] ? ": " : "", why);
   return SC_OK;
 }
 
@@ -1225,7 +1456,7 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
                    "profile: %s's max_seq_len %d is too short for %d decode steps", m->name,
                    m->max_seq_len, steps);
   int per_seq = (prompt + steps + 1 + 15) / 16;
-  int cores = device_cpu_cores(), threads = cores / (tp * replicas);
+  int cores = device_cpu_cores(), threads = p->cuda ? 1 : cores / (tp * replicas);
   if (threads < 1) threads = 1;
 
   sim_hw hw = p->hw.sim;
@@ -1235,6 +1466,10 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
                   .n_kv_heads = m->n_kv_heads, .head_dim = m->head_dim, .ffn_dim = m->ffn_dim,
                   .vocab = m->vocab_size, .tied_embeddings = m->tied_embeddings,
                   .weight_dtype = SIM_F32, .act_dtype = SIM_F32};
+  if (p->cuda) { // as a scenario prices a GPU profile (scenarios/deployment.c): the model's
+    sm.weight_dtype = (sim_dtype)m->dtype; // dtype, bf16 activations
+    sm.act_dtype = SIM_BF16;
+  }
   size_t per_b = (size_t)o->overhead_rounds * PROF_MAX_STEPS, cells = (size_t)nb * per_b;
   ov_replica rep[PROF_OVERHEAD_REPLICAS_MAX];
   ov_turn turn = {.parties = replicas};
@@ -1253,7 +1488,12 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
     c.model = *m;
     c.weights_dir = NULL;
     c.weights_seed = o->seed;
-    c.backend = "cpu";
+    c.backend = o->backend;
+    c.weight_dtype = p->wdt;
+    if (p->cuda) { // every rank of every replica on GPU 0, as `devices: [0]` in a scenario
+      c.devices[0] = 0;
+      c.n_devices = 1;
+    }
     c.tp = tp;
     c.pp = 1;
     c.threads = threads;
@@ -1437,10 +1677,14 @@ sc_status profile_measure(const profile_options *opts, profile **out, sc_error *
   if (!p) return sc_fail(err, SC_OOM, "profile: out of memory");
   p->o = *opts;
   sc_status s = resolve_options(&p->o, err);
+  p->cuda = p->sum.cuda = s == SC_OK && !strcmp(p->o.backend, "cuda");
+  p->wdt = SC_F32;
   double t0 = sc_monotonic_s();
-  int cores = device_cpu_cores();
+  // The cores the tables are planned for: a cuda rank has one entry per shape (threads 1; a
+  // GPU profile's lookups ignore threads), which thread_counts gives for one core.
+  int cores = p->cuda ? 1 : device_cpu_cores();
   cpu_times c0 = {0}, c1 = {0};
-  bool have_times = read_cpu_times(&c0);
+  bool have_times = !p->cuda && read_cpu_times(&c0); // cuda: the host's load is not the GPU's
   gemm_shape *shapes = calloc(SIM_TABLES_MAX, sizeof *shapes);
   int n_shapes = 0;
   if (s == SC_OK && !shapes) s = sc_fail(err, SC_OOM, "profile: out of memory");
@@ -1448,6 +1692,10 @@ sc_status profile_measure(const profile_options *opts, profile **out, sc_error *
   if (s == SC_OK) s = attention_plan(&p->o, cores, err);
   device *d = NULL;
   if (s == SC_OK) s = device_open(p->o.backend, 0, &d, err);
+  p->dev = d;
+  // cuda holds a bf16 model's GEMM weights in bf16 (scenarios/deployment.c, held_dtype)
+  if (s == SC_OK && p->cuda && p->o.model.dtype == SC_BF16 && dev_has_matmul_bf16(d))
+    p->wdt = SC_BF16;
   if (s == SC_OK) {
     read_cpu_model(p);
     time_t now = time(NULL);
@@ -1464,6 +1712,7 @@ sc_status profile_measure(const profile_options *opts, profile **out, sc_error *
     s = measure_overhead(p, err);
   }
   device_free(d);
+  p->dev = NULL;
   free(shapes);
   if (s != SC_OK) {
     free(p);
@@ -1472,6 +1721,9 @@ sc_status profile_measure(const profile_options *opts, profile **out, sc_error *
   hw_profile *hp = &p->hw;
   if (p->o.description)
     snprintf(hp->description, sizeof hp->description, "%s", p->o.description);
+  else if (p->cuda)
+    snprintf(hp->description, sizeof hp->description,
+             "CUDA GPU 0, %.1f GiB, CUDA backend (measured)", p->sum.mem_bytes / (1u << 30));
   else
     snprintf(hp->description, sizeof hp->description, "%.80s, %d cores, CPU backend (measured)",
              p->cpu_model, cores);
@@ -1521,21 +1773,11 @@ static void write_quoted(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void write_header(const profile *p, FILE *f) {
+// "# date: ...", and how busy the machine was meanwhile when known.
+static void write_when(const profile *p, FILE *f) {
   const profile_options *o = &p->o;
   const model_config *m = &o->model;
   const profile_summary *s = &p->sum;
-  const hw_profile *h = &p->hw;
-  int th[2];
-  thread_counts(s->host_cores, o->tp[0], th);
-  fprintf(f, "# %s: a hardware profile measured by `shardcheck profile` (docs/profile.md).\n",
-          h->name);
-  if (o->command) fprintf(f, "# command: %s\n", o->command);
-  fprintf(f, "# machine: %s%s; %d cores usable by the process (%d online); %.1f GiB RAM",
-          p->cpu_model, p->virtual_machine ? " (virtual machine)" : "", s->host_cores,
-          p->cpus_online, s->mem_bytes / (1u << 30));
-  if (p->llc_bytes) fprintf(f, "; last-level cache %ld MiB", p->llc_bytes >> 20);
-  fputc('\n', f);
   fprintf(f, "# date: %s; measuring took %.1f s\n", p->date, s->elapsed_s);
   if (s->other_load >= 0)
     fprintf(f, "# meanwhile: other processes used %.1f%% of the CPUs, the hypervisor took "
@@ -1544,9 +1786,27 @@ static void write_header(const profile *p, FILE *f) {
              "# TP degrees:", m->name, m->dim, m->n_layers, m->n_heads, m->n_kv_heads,
           m->head_dim, m->ffn_dim, m->vocab_size);
   for (int i = 0; i < o->n_tp; i++) fprintf(f, "%s%d", i ? ", " : " ", o->tp[i]);
-  fprintf(f, "\n# backend cpu: the \"devices\" are shares of this host, ranks are threads.\n");
+}
+
+static void write_rounds(const profile *p, FILE *f) {
   fprintf(f, "# Table times are the median of %d rounds; a round repeats the op for at least "
-             "%g ms.\n", o->reps, o->min_round_s * 1e3);
+             "%g ms.\n", p->o.reps, p->o.min_round_s * 1e3);
+}
+
+// The header's machine line and host figures of a cpu profile.
+static void write_host_cpu(const profile *p, FILE *f) {
+  const profile_options *o = &p->o;
+  const profile_summary *s = &p->sum;
+  int th[2];
+  thread_counts(s->host_cores, o->tp[0], th);
+  fprintf(f, "# machine: %s%s; %d cores usable by the process (%d online); %.1f GiB RAM",
+          p->cpu_model, p->virtual_machine ? " (virtual machine)" : "", s->host_cores,
+          p->cpus_online, s->mem_bytes / (1u << 30));
+  if (p->llc_bytes) fprintf(f, "; last-level cache %ld MiB", p->llc_bytes >> 20);
+  fputc('\n', f);
+  write_when(p, f);
+  fprintf(f, "\n# backend cpu: the \"devices\" are shares of this host, ranks are threads.\n");
+  write_rounds(p, f);
   fprintf(f,
           "# host figures:\n"
           "#   mem_bytes: total RAM. mem_bw: streaming read of %zu MiB with %d threads (1 thread:\n"
@@ -1565,6 +1825,48 @@ static void write_header(const profile *p, FILE *f) {
           "#   gpus_per_node 8: up to 8 ranks as threads.\n",
           o->bw_bytes >> 20, s->host_cores, s->mem_bw_1t / 1e9, o->square_n, s->host_cores,
           o->tp[0], th[0], p->coll_fit);
+}
+
+// The header's machine line and host figures of a cuda profile.
+static void write_host_cuda(const profile *p, FILE *f) {
+  const profile_options *o = &p->o;
+  const profile_summary *s = &p->sum;
+  fprintf(f, "# machine: CUDA GPU 0 with %.1f GiB; host %s%s, %d CPUs online\n",
+          s->mem_bytes / (1u << 30), p->cpu_model,
+          p->virtual_machine ? " (virtual machine)" : "", p->cpus_online);
+  write_when(p, f);
+  fprintf(f,
+          "\n# backend cuda: every rank on GPU 0, each with a stream of its own (as a scenario's\n"
+          "#   `hardware: {backend: cuda, devices: [0]}` places them); GEMM weights held as %s.\n",
+          sc_dtype_name(p->wdt));
+  write_rounds(p, f);
+  fprintf(f,
+          "#   Ops are asynchronous: a round launches its calls back to back on one stream and\n"
+          "#   waits for the device once at the end (as a step runs them), divided by the count.\n"
+          "# host figures:\n"
+          "#   mem_bytes: the GPU's memory. mem_bw: the best device-to-device copy of %zu MiB,\n"
+          "#     bytes read plus bytes written (the cost model counts both); mem_eff 1.\n"
+          "#   flops_fp32: the best %d^3 GEMM in f32 (cuBLAS, no TF32); flops_bf16 and\n"
+          "#     flops_fp16: the same GEMM with bf16 weights and activations (fp32 sums);\n"
+          "#     flops_int8 0 (not measured).\n"
+          "#   gemm_eff: achieved fraction of flops_%s vs rows m of the tp%d gate|up GEMM\n"
+          "#     (prices GEMM shapes that have no table below).\n"
+          "#   launch_s: per call of the smallest device op (an add of 16 floats), launched back\n"
+          "#     to back.\n"
+          "#   host_cores 0: a GPU (no CPU share factor; tables are looked up without threads,\n"
+          "#     so each shape has one entry, written with threads: 1).\n"
+          "#   link memory: ranks on one GPU exchange activations through its memory (the\n"
+          "#     loopback communicator). link_bw and link_latency_s fit\n"
+          "#     t = 2(n-1) latency + 2(n-1)/n bytes / bw to the allreduce tables below (%s).\n"
+          "#   gpus_per_node 8: up to 8 ranks on the GPU.\n",
+          o->bw_bytes >> 20, o->square_n, p->wdt == SC_BF16 ? "bf16" : "fp32", o->tp[0],
+          p->coll_fit);
+}
+
+// The step-overhead figures and their detail per layout and batch.
+static void write_overhead(const profile *p, FILE *f) {
+  const profile_options *o = &p->o;
+  const profile_summary *s = &p->sum;
   fprintf(f,
           "#   step_overhead_s: per engine step, beyond the ops the cost model prices: the\n"
           "#     median over %d decode steps of %s at tp%d (random weights, %d rounds) of\n"
@@ -1576,7 +1878,7 @@ static void write_header(const profile *p, FILE *f) {
           "#     table is priced with it instead. Medians in ms\n"
           "#     (engine_step / executor = engine_step_info.duration_ns, no sampling / priced,\n"
           "#     and the residual):\n",
-          s->overhead_steps, m->name, s->overhead_tp, o->overhead_rounds,
+          s->overhead_steps, o->model.name, s->overhead_tp, o->overhead_rounds,
           s->step_overhead_exec_s * 1e3);
   for (int t = 0; t < p->hw.sim.n_overhead; t++) {
     const sim_overhead_table *ot = &p->hw.sim.overhead[t];
@@ -1587,6 +1889,9 @@ static void write_header(const profile *p, FILE *f) {
               p->wall_s[t][i] * 1e3, p->exec_s[t][i] * 1e3, p->price_s[t][i] * 1e3,
               p->res_s[t][i] * 1e3);
   }
+}
+
+static void write_tables_cpu(FILE *f) {
   fprintf(f,
           "# gemm: seconds vs rows m of y(m x n) = x(m x k) . w(n x k)^T through a device at\n"
           "#   `threads` threads, for every GEMM one rank of each TP degree runs (q|k|v and\n"
@@ -1602,6 +1907,35 @@ static void write_header(const profile *p, FILE *f) {
           "# allreduce: seconds vs bytes per rank of an in-place sum over the shm communicator,\n"
           "#   ranks as threads.\n",
           rotate_bytes() >> 20, rotate_bytes() >> 20, PROF_ATTN_SEQS);
+}
+
+static void write_tables_cuda(const profile *p, FILE *f) {
+  fprintf(f,
+          "# gemm: seconds vs rows m of y(m x n) = x(m x k) . w(n x k)^T (%s weights), for\n"
+          "#   every GEMM one rank of each TP degree runs (q|k|v and gate|up as the cost model\n"
+          "#   prices them: one GEMM of the combined width; the executor runs them as separate\n"
+          "#   GEMMs). Weights rotate through %zu MiB (over 4 times the L2 of an H100), so they\n"
+          "#   come from HBM as in a step. One rank alone on the GPU: what ranks sharing it\n"
+          "#   cost each other is in the step_overhead tables of their layouts.\n"
+          "# attention: one layer on one rank: decode = seconds per sequence for one token at\n"
+          "#   context length x (timed over as many sequences as fill %zu MiB of KV, at most\n"
+          "#   %d), prefill = seconds for x tokens from position 0 (causal).\n"
+          "# allreduce: seconds vs bytes per rank of an in-place sum over the cuda communicator\n"
+          "#   with every rank on GPU 0 (loopback: copies and a reduction kernel meeting at host\n"
+          "#   barriers), ranks as threads, each with its own stream.\n",
+          sc_dtype_name(p->wdt), PROF_CUDA_POOL >> 20, PROF_CUDA_POOL >> 20, PROF_ATTN_SEQS);
+}
+
+static void write_header(const profile *p, FILE *f) {
+  const profile_options *o = &p->o;
+  fprintf(f, "# %s: a hardware profile measured by `shardcheck profile` (docs/profile.md).\n",
+          p->hw.name);
+  if (o->command) fprintf(f, "# command: %s\n", o->command);
+  if (p->cuda) write_host_cuda(p, f);
+  else write_host_cpu(p, f);
+  write_overhead(p, f);
+  if (p->cuda) write_tables_cuda(p, f);
+  else write_tables_cpu(f);
 }
 
 sc_status profile_write(const profile *p, FILE *f, sc_error *err) {

@@ -1,7 +1,10 @@
 // `shardcheck profile` and config/profile.c: the written profile loads back with a table for
 // every shape each requested TP degree runs; measured times are positive and grow with the
 // work (rows, context, prompt, message size); bad arguments are refused with exit 2 and a
-// message naming the problem before anything is measured; --help is true.
+// message naming the problem before anything is measured; --help is true. --backend cuda:
+// refused with exit 2 in a build without CUDA, exit 3 "no CUDA device" where no GPU is
+// visible; on a machine with a GPU, a cuda profile is a GPU profile (host_cores 0) whose
+// tables the cost model finds for a cuda deployment.
 //
 // Grids are tiny (llama-tiny, a few points) so every test runs in seconds. Nothing here
 // asserts a wall-clock time: "grows" compares work that differs 16x or more.
@@ -16,6 +19,7 @@
 #include "config/profile.h"
 #include "engine/shard.h"
 #include "kernels/device.h"
+#include "kernels/sim/sim_cost.h"
 #include "tests/helpers.h"
 
 static char out[1 << 16];
@@ -257,6 +261,73 @@ Test(profile, measure_refuses_a_context_grid_past_max_seq_len) {
   cr_expect(strstr(err.msg, "decode context"), "%s", err.msg);
 }
 
+// Without a GPU (or without the CUDA backend) a cuda measurement fails before any timing,
+// naming the reason, and hands back nothing.
+Test(profile, measure_on_cuda_without_a_gpu_fails_naming_the_device) {
+  if (device_backend_count("cuda") > 0) cr_skip_test("a CUDA device is visible");
+  const int tp[] = {1};
+  profile_options o = tiny_options(tp, 1);
+  o.backend = "cuda";
+  o.progress = count_progress;
+  lines_seen = 0;
+  profile *p = (profile *)1;
+  sc_error err = {{0}};
+  sc_status s = profile_measure(&o, &p, &err);
+  cr_expect_null(p);
+  cr_expect_eq(lines_seen, 0, "measured before failing");
+#ifdef SHARDCHECK_HAVE_CUDA
+  cr_expect_eq(s, SC_DEVICE, "%s", sc_status_name(s));
+  cr_expect(strstr(err.msg, "no CUDA device"), "%s", err.msg);
+#else
+  cr_expect_eq(s, SC_INVALID, "%s", sc_status_name(s));
+  cr_expect(strstr(err.msg, "cuda") && strstr(err.msg, "not built in"), "%s", err.msg);
+#endif
+}
+
+// On a GPU: llama-tiny at tp 1 and 2 on GPU 0. The profile is a GPU profile (host_cores 0), one
+// GEMM and one attention table per shape with threads 1, the all-reduce over 2 ranks sharing
+// the GPU, step-overhead tables for tp1, tp2 and tp1 x 2; and the cost model, for a cuda
+// deployment as a scenario lays it out (threads 1, or any: GPU profiles ignore them), prices
+// every GEMM and the attention from those tables rather than from the formulas.
+Test(profile, cuda_profile_tables_are_found_for_a_cuda_deployment) {
+  if (device_backend_count("cuda") < 1) cr_skip_test("no CUDA device");
+  const int tp[] = {1, 2};
+  profile_options o = tiny_options(tp, 2);
+  o.backend = "cuda";
+  profile *p = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(profile_measure(&o, &p, &err), SC_OK, "%s", err.msg);
+  const char *dir = sc_test_tmpdir("profile-cuda");
+  char path[512];
+  snprintf(path, sizeof path, "%s/cuda.yaml", dir);
+  cr_assert_eq(profile_write_path(p, path, &err), SC_OK, "%s", err.msg);
+  hw_profile h;
+  cr_assert_eq(hw_profile_load(path, &h, &err), SC_OK, "%s", err.msg);
+  cr_expect_str_eq(h.name, "cuda");
+  cr_expect_eq(h.sim.host_cores, 0);
+  cr_expect_gt(h.mem_bw, 1e10);
+  cr_expect_gt(h.flops_fp32, 0);
+  cr_expect_eq(h.sim.n_coll, 1);
+  cr_expect_eq(h.sim.n_overhead, 3);
+  for (int i = 0; i < h.sim.n_gemm; i++) cr_expect_eq(h.sim.gemm[i].threads, 1);
+  for (int i = 0; i < h.sim.n_attn; i++) cr_expect_eq(h.sim.attn[i].threads, 1);
+  model_config m = o.model;
+  for (int i = 0; i < 2; i++) {
+    shard_rank s = shard_rank_plan(&m, tp[i], 1, 0, 0);
+    sim_layout lay = {.tp = tp[i], .pp = 1, .threads = 1, .cluster_ranks = tp[i]};
+    int n = 2 * s.ffn, k = m.dim;
+    const sim_gemm_table *g = find_gemm(&h.sim, n, k, 1);
+    cr_assert_not_null(g, "tp%d: no gate|up table", tp[i]);
+    double t = sim_gemm_s(&h.sim, &lay, 16, n, k, SIM_F32, SIM_BF16);
+    cr_expect(close_rel(t, sim_curve_time(&g->t, 16)), "tp%d: priced %g, table %g", tp[i], t,
+              sim_curve_time(&g->t, 16));
+    lay.threads = 7; // a GPU profile's lookup does not key on threads
+    cr_expect(close_rel(sim_gemm_s(&h.sim, &lay, 16, n, k, SIM_F32, SIM_BF16), t));
+    cr_expect_not_null(find_attn(&h.sim, s.n_heads, s.n_kv, m.head_dim, 1), "tp%d", tp[i]);
+  }
+  profile_free(p);
+}
+
 Test(profile, write_path_reports_an_unwritable_path) {
   const int tp[] = {1};
   profile_options o = tiny_options(tp, 1);
@@ -273,8 +344,8 @@ Test(profile, write_path_reports_an_unwritable_path) {
 Test(profile_cli, help_exits_0_and_names_every_option) {
   int rc = sc_test_run_cli("profile --help", out, sizeof out);
   cr_expect_eq(rc, 0, "%s", out);
-  const char *want[] = {"--backend", "--model", "--tp-list", "--quick", "--out", "--name",
-                        "--description", "llama-tiny", "docs/profile.md"};
+  const char *want[] = {"--backend", "cuda", "--model", "--tp-list", "--quick", "--out",
+                        "--name", "--description", "llama-tiny", "docs/profile.md"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     cr_expect(strstr(out, want[i]), "'%s' missing from --help:\n%s", want[i], out);
 }
@@ -324,13 +395,39 @@ Test(profile_cli, unwritable_out_exits_2_naming_the_path) {
   expect_refused(args, ".yaml", "p.txt");
 }
 
-Test(profile_cli, cuda_backend_is_refused_with_exit_2) {
-  expect_refused("profile --backend cuda --out /tmp/sc-never.yaml", "--backend cuda", NULL);
 #ifndef SHARDCHECK_HAVE_CUDA
-  cr_expect(strstr(out, "no CUDA backend"), "%s", out);
+Test(profile_cli, cuda_backend_in_a_build_without_cuda_exits_2) {
+  expect_refused("profile --backend cuda --out /tmp/sc-never.yaml", "--backend cuda",
+                 "no CUDA backend");
+}
 #else
-  cr_expect(strstr(out, "not implemented"), "%s", out);
+// No GPU: exit 3 (a runtime failure, docs/profile.md) with the backend's reason, before
+// anything is measured and without writing --out.
+Test(profile_cli, cuda_backend_without_a_gpu_exits_3_with_no_cuda_device) {
+  if (device_backend_count("cuda") > 0) cr_skip_test("a CUDA device is visible");
+  const char *d = sc_test_tmpdir("profile-cli");
+  char args[512], path[300];
+  snprintf(path, sizeof path, "%s/never.yaml", d);
+  snprintf(args, sizeof args, "profile --backend cuda --model llama-tiny --quick --out %s", path);
+  int rc = sc_test_run_cli(args, out, sizeof out);
+  cr_expect_eq(rc, 3, "`shardcheck %s` exited %d:\n%s", args, rc, out);
+  cr_expect(strstr(out, "--backend cuda") && strstr(out, "no CUDA device"), "%s", out);
+  cr_expect(!strstr(out, "device:") && !strstr(out, "host:"), "measured:\n%s", out);
+  cr_expect_leq(sc_test_count_lines(out), 2, "%s", out);
+  struct stat st;
+  cr_expect_neq(stat(path, &st), 0, "--out was written without a device");
+  sc_test_no_sanitizer_reports(out);
+}
 #endif
+
+// Bad input is refused (exit 2) before the device is looked for, cuda or not.
+Test(profile_cli, cuda_backend_bad_arguments_exit_2_before_looking_for_a_gpu) {
+  expect_refused("profile --backend cuda", "--out", NULL);
+  expect_refused("profile --backend cuda --tp-list 1,3 --out /tmp/sc-never.yaml", "tp=3", NULL);
+  expect_refused("profile --backend cuda --out /nonexistent-sc-dir/p.yaml",
+                 "/nonexistent-sc-dir/p.yaml", NULL);
+  expect_refused("profile --backend cuda --tp-list 1,,2 --out /tmp/sc-never.yaml", "--tp-list",
+                 NULL);
 }
 
 Test(profile_cli, quick_run_writes_a_profile_that_loads_with_progress_on_stderr) {
