@@ -384,6 +384,24 @@ static sc_status mm(device *d, int m, int n, int k, const float *x, const wmat *
   return dev_matmul(d, m, n, k, x, w->f, 0.0f, y);
 }
 
+// y[i] = x * w[i]^T for weights sharing x (q, k, v; gate, up): one grouped call when all are
+// bf16 (the backend may run them as one launch), else one mm each.
+static sc_status mm_group(device *d, int m, int k, const float *x, int count, const wmat *const *w,
+                          const int *n, float *const *y) {
+  const uint16_t *h[DEV_GROUP_MAX];
+  bool all_bf16 = count <= DEV_GROUP_MAX;
+  for (int i = 0; i < count && all_bf16; i++) {
+    all_bf16 = w[i]->h && !w[i]->q;
+    h[i] = w[i]->h;
+  }
+  if (all_bf16) return dev_matmul_bf16_group(d, m, k, x, count, h, n, y);
+  for (int i = 0; i < count; i++) {
+    sc_status s = mm(d, m, n[i], k, x, w[i], y[i]);
+    if (s != SC_OK) return s;
+  }
+  return SC_OK;
+}
+
 #define RTRY(what, expr)                                                                           \
   do {                                                                                             \
     sc_status rs_ = (expr);                                                                        \
@@ -396,9 +414,10 @@ static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const
   device *d = r->dev;
   int T = kb->n_tok, D = m->dim, hd = m->head_dim, qd = s->n_heads * hd, kvd = s->n_kv * hd;
   RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->attn_norm, m->norm_eps, r->h));
-  RTRY("q_proj", mm(d, T, qd, D, r->h, &w->wq, r->q));
-  RTRY("k_proj", mm(d, T, kvd, D, r->h, &w->wk, r->k));
-  RTRY("v_proj", mm(d, T, kvd, D, r->h, &w->wv, r->v));
+  const wmat *qkv_w[] = {&w->wq, &w->wk, &w->wv};
+  const int qkv_n[] = {qd, kvd, kvd};
+  float *qkv_y[] = {r->q, r->k, r->v};
+  RTRY("q/k/v_proj", mm_group(d, T, D, r->h, 3, qkv_w, qkv_n, qkv_y));
   RTRY("rope", dev_rope(d, T, s->n_heads, hd, r->d_pos, m->rope_theta, r->q));
   RTRY("rope", dev_rope(d, T, s->n_kv, hd, r->d_pos, m->rope_theta, r->k));
   RTRY("kv_store", dev_kv_store(d, kb, s->n_kv, hd, r->k, r->v, kv));
@@ -408,8 +427,10 @@ static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const
   if (r->tp_comm) RTRY("all-reduce after o_proj", comm_allreduce_sum(r->tp_comm, r->o, (size_t)T * D));
   RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
   RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->ffn_norm, m->norm_eps, r->h));
-  RTRY("gate_proj", mm(d, T, s->ffn, D, r->h, &w->wg, r->g));
-  RTRY("up_proj", mm(d, T, s->ffn, D, r->h, &w->wu, r->u));
+  const wmat *gu_w[] = {&w->wg, &w->wu};
+  const int gu_n[] = {s->ffn, s->ffn};
+  float *gu_y[] = {r->g, r->u};
+  RTRY("gate/up_proj", mm_group(d, T, D, r->h, 2, gu_w, gu_n, gu_y));
   RTRY("swiglu", dev_swiglu(d, T, s->ffn, r->g, r->u, r->g));
   RTRY("down_proj", mm(d, T, D, s->ffn, r->g, &w->wd, r->o));
   if (r->tp_comm)
@@ -498,7 +519,8 @@ static sc_status forward_microbatch(rank *r, const mb_meta *mb) {
   SC_TRY(upload_block_tables(r, mb));
   dev_kv_batch kb = {.n_tok = T, .pos = r->d_pos, .seq = r->d_seq, .block_tables = r->d_bt,
                      .max_blocks = ex->max_blocks, .block_size = ex->cfg.block_size,
-                     .max_run = mb->max_run};
+                     .max_run = mb->max_run,
+                     .reduced_precision = ex->cfg.weight_dtype == SC_BF16};
   if (s->first_stage) {
     RTRY("upload ids", dev_copy(d, r->d_ids, ex->h_ids + mb->tok0, (size_t)T * il, DEV_H2D));
     RTRY("embedding", dev_embedding(d, T, D, r->d_ids, r->embed, s->vocab0, s->vocab, r->x));

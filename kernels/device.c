@@ -375,6 +375,19 @@ sc_status dev_matmul_bf16(device *d, int m, int n, int k, const float *x, const 
   DEV_CALL(d, matmul_bf16_then_corrupt(d, m, n, k, x, w, beta, y));
 }
 
+sc_status dev_matmul_bf16_group(device *d, int m, int k, const float *x, int count,
+                                const uint16_t *const *w, const int *n, float *const *y) {
+  DEV_SLOT(d, matmul_bf16);
+  if (count < 1 || count > DEV_GROUP_MAX || !w || !n || !y) return SC_INVALID;
+  if (d->iface->matmul_bf16_group && !faulty(d))
+    return d->iface->matmul_bf16_group(d->ctx, m, k, x, count, w, n, y);
+  for (int i = 0; i < count; i++) {
+    sc_status s = dev_matmul_bf16(d, m, n[i], k, x, w[i], 0.0f, y[i]);
+    if (s != SC_OK) return s;
+  }
+  return SC_OK;
+}
+
 void dev_bf16_from_f32(const float *w, size_t n, uint16_t *out) {
   for (size_t i = 0; i < n; i++) {
     uint32_t b;

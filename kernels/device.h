@@ -28,6 +28,8 @@ typedef struct dev_kv_batch {
   int block_size;              // tokens per KV block
   int max_run; // a hint, 0 when unknown: the most consecutive tokens of one sequence (the
                // longest prefill chunk); a backend may choose its attention kernel by it
+  int reduced_precision; // nonzero: the model's matmuls round their inputs to bf16, so
+                         // attention may too (the CUDA backend's prefill then runs in TF32)
 } dev_kv_batch;
 
 // KV storage of one layer on one device: (n_blocks, block_size, n_kv_heads, head_dim) each.
@@ -60,6 +62,11 @@ typedef struct device_i {
   // products are summed in fp32, as bf16 inference does; y stays f32.
   sc_status (*matmul_bf16)(void *ctx, int m, int n, int k, const float *x, const uint16_t *w,
                            float beta, float *y);
+  // Optional (NULL: one matmul_bf16 per weight). count (1..DEV_GROUP_MAX) bf16 products of the
+  // same x: y[i](m, n[i]) = bf16(x)(m,k) * w[i](n[i],k)^T, beta 0 (q, k and v of a layer; gate
+  // and up), so that a backend can run them as one launch.
+  sc_status (*matmul_bf16_group)(void *ctx, int m, int k, const float *x, int count,
+                                 const uint16_t *const *w, const int *n, float *const *y);
   // y(m,d) = x / sqrt(mean(x^2) + eps) * w(d); y may alias x.
   sc_status (*rmsnorm)(void *ctx, int m, int d, const float *x, const float *w, float eps,
                        float *y);
@@ -136,6 +143,13 @@ bool dev_has_matmul_bf16(const device *d);
 // hook applies as to dev_matmul.
 sc_status dev_matmul_bf16(device *d, int m, int n, int k, const float *x, const uint16_t *w,
                           float beta, float *y);
+// Most weights one dev_matmul_bf16_group takes.
+#define DEV_GROUP_MAX 4
+// y[i](m, n[i]) = bf16(x)(m,k) * w[i](n[i],k)^T for i < count (1..DEV_GROUP_MAX): in one call
+// where the backend has device_i.matmul_bf16_group and no fault is set, else one
+// dev_matmul_bf16 each (every fault hook then applies to each, as to dev_matmul).
+sc_status dev_matmul_bf16_group(device *d, int m, int k, const float *x, int count,
+                                const uint16_t *const *w, const int *n, float *const *y);
 // Host side: w(n) as bfloat16 bits, rounded to nearest even (NaN stays NaN, inf stays inf).
 void dev_bf16_from_f32(const float *w, size_t n, uint16_t *out);
 // Host side: symmetric per-row int8 of w(n,k): scale(j) = max_i |w(j,i)| / 127 (0 for a row of

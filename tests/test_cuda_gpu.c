@@ -121,6 +121,7 @@ static void expect_close(const char *what, const float *got, const float *ref, s
 
 #define F32_TOL 1e-5
 #define BF16_RND_TOL 1e-4 // the same bf16-rounded inputs: only the order of fp32 sums differs
+#define TF32_TOL 1e-2     // attention of a bf16 model: q, k, p and v rounded to TF32
 
 // --- matmul, f32 and int8
 
@@ -203,6 +204,47 @@ Test(cuda_ops, matmul_f32_int8_and_bf16_match_the_cpu_over_odd_and_large_shapes)
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
     matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.0f);
     matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.5f);
+  }
+  close_pair(&p);
+}
+
+// A group of bf16 products of one x (q, k, v; gate, up) gives each product's bits as a call of
+// its own: one launch for a decode batch, one matmul_bf16 each beyond 8 rows or for odd k.
+Test(cuda_ops, a_bf16_group_gives_the_bits_of_separate_products) {
+  pair p = open_pair();
+  rng r = {11};
+  const int shapes[][2] = {{1, 512}, {3, 512}, {8, 4096}, {12, 512}, {2, 100}};
+  const int ns[3] = {640, 128, 130};
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    int m = shapes[si][0], k = shapes[si][1];
+    float *x = rand_host(&r, (size_t)m * k, 1.0f);
+    float *xg = up(p.gpu, x, (size_t)m * k * 4);
+    const uint16_t *wg[3];
+    float *ys[3], *yg[3];
+    for (int i = 0; i < 3; i++) {
+      float *w = rand_host(&r, (size_t)ns[i] * k, 0.05f);
+      uint16_t *h = malloc((size_t)ns[i] * k * sizeof *h);
+      dev_bf16_from_f32(w, (size_t)ns[i] * k, h);
+      wg[i] = up(p.gpu, h, (size_t)ns[i] * k * sizeof *h);
+      ys[i] = poisoned(p.gpu, (size_t)m * ns[i]);
+      yg[i] = poisoned(p.gpu, (size_t)m * ns[i]);
+      cr_assert_eq(dev_matmul_bf16(p.gpu, m, ns[i], k, xg, wg[i], 0.0f, ys[i]), SC_OK, "%s",
+                   dev_last_error(p.gpu));
+      free(w), free(h);
+    }
+    cr_assert_eq(dev_matmul_bf16_group(p.gpu, m, k, xg, 3, wg, ns, yg), SC_OK, "%s",
+                 dev_last_error(p.gpu));
+    for (int i = 0; i < 3; i++) {
+      float *a = down(p.gpu, yg[i], (size_t)m * ns[i]), *b = down(p.gpu, ys[i], (size_t)m * ns[i]);
+      size_t differ = 0;
+      for (size_t e = 0; e < (size_t)m * ns[i]; e++) differ += memcmp(&a[e], &b[e], 4) != 0;
+      cr_expect_eq(differ, 0, "group m=%d k=%d, product %d: %zu of %zu outputs differ", m, k, i,
+                   differ, (size_t)m * ns[i]);
+      free(a), free(b);
+      dev_free(p.gpu, (void *)wg[i]), dev_free(p.gpu, ys[i]), dev_free(p.gpu, yg[i]);
+    }
+    dev_free(p.gpu, xg);
+    free(x);
   }
   close_pair(&p);
 }
@@ -311,7 +353,7 @@ Test(cuda_ops, argmax_picks_what_the_cpu_picks_and_flags_the_same_rows) {
 // n_seq sequences with a history already in the cache, then a step of new tokens per sequence
 // (1: decode; more: a chunk of prefill), GQA heads, blocks shuffled across the cache.
 static void attention_case(const char *what, int n_seq, const int *hist, const int *step, int nh,
-                           int nkv, int hd, int bs, int max_run, uint64_t seed) {
+                           int nkv, int hd, int bs, int max_run, int reduced, uint64_t seed) {
   pair p = open_pair();
   rng r = {seed};
   int max_ctx = 0, n_hist = 0, n_step = 0;
@@ -351,7 +393,8 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
     float *kc = up(p.cpu, k, kvn * 4), *kg = up(p.gpu, k, kvn * 4);
     float *vc = up(p.cpu, v, kvn * 4), *vg = up(p.gpu, v, kvn * 4);
     dev_kv_batch bc = {.n_tok = n_tok, .pos = posc, .seq = seqc, .block_tables = btc,
-                       .max_blocks = max_blocks, .block_size = bs, .max_run = max_run};
+                       .max_blocks = max_blocks, .block_size = bs, .max_run = max_run,
+                       .reduced_precision = reduced};
     dev_kv_batch bg = bc;
     bg.pos = posg, bg.seq = seqg, bg.block_tables = btg;
     cr_assert_eq(dev_kv_store(p.cpu, &bc, nkv, hd, kc, vc, kvc), SC_OK);
@@ -367,7 +410,7 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
       cr_assert_eq(dev_attention(p.gpu, &bg, nh, nkv, hd, scale, qg, kvg, og), SC_OK, "%s",
                    dev_last_error(p.gpu));
       float *a = down(p.gpu, og, qn), *b = down(p.cpu, oc, qn);
-      expect_close(what, a, b, qn, F32_TOL);
+      expect_close(what, a, b, qn, reduced ? TF32_TOL : F32_TOL);
       free(a), free(b), free(q);
     }
     free(pos), free(seq), free(k), free(v);
@@ -384,28 +427,38 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
 // max_run is the batch's hint (dev_kv_batch): from 16 the GPU takes tiles of query tokens
 // (head_dim 64 or 128, 1, 2, 4 or 8 query heads per KV head), below one block per token and
 // head. A hint larger than the truth only costs time, so decode batches go through the tiled
-// kernel too (each token a run of its own).
+// kernels too (each token a run of its own). reduced_precision (a bf16 model) puts the tiled
+// kernel's products on the tensor cores in TF32, held to 1e-2 like the bf16 matmul.
 Test(cuda_ops, attention_decode_over_several_sequences_matches_the_cpu) {
   const int hist[] = {0, 1, 15, 16, 17, 200, 1000, 4095}, step[] = {1, 1, 1, 1, 1, 1, 1, 1};
-  attention_case("attention decode hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 1, 3);
-  attention_case("attention decode hd=64 mha 4/4", 8, hist, step, 4, 4, 64, 16, 1, 4);
-  attention_case("attention decode, tiled, hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 64, 3);
+  attention_case("attention decode hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 1, 0, 3);
+  attention_case("attention decode hd=64 mha 4/4", 8, hist, step, 4, 4, 64, 16, 1, 0, 4);
+  attention_case("attention decode, tiled, hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 64, 0,
+                 3);
+  attention_case("attention decode, tf32, hd=128 gqa 32/8", 8, hist, step, 32, 8, 128, 16, 64, 1,
+                 3);
 }
 
 Test(cuda_ops, attention_prefill_chunks_match_the_cpu) {
   const int hist[] = {0, 48, 300}, step[] = {512, 33, 7};
-  attention_case("attention prefill, tiled, hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16, 512,
-                 5);
-  attention_case("attention prefill, per token, hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16,
-                 0, 5);
   const int hist2[] = {0}, step2[] = {2048};
-  attention_case("attention prefill 2048, tiled, hd=128 gqa 8/2", 1, hist2, step2, 8, 2, 128, 32,
-                 2048, 6);
   const int hist3[] = {37, 0, 5}, step3[] = {100, 20, 130};
-  attention_case("attention prefill, tiled, hd=64 mha 4/4", 3, hist3, step3, 4, 4, 64, 16, 130, 7);
-  attention_case("attention prefill, tiled, hd=64 gqa 8/4", 3, hist3, step3, 8, 4, 64, 16, 130, 8);
-  attention_case("attention prefill, tiled, hd=128 gqa 16/2", 3, hist3, step3, 16, 2, 128, 16, 130,
-                 9);
+  for (int tf = 0; tf < 2; tf++) {
+    const char *k = tf ? "tf32" : "tiled";
+    char w[96];
+    snprintf(w, sizeof w, "attention prefill, %s, hd=128 gqa 32/8", k);
+    attention_case(w, 3, hist, step, 32, 8, 128, 16, 512, tf, 5);
+    snprintf(w, sizeof w, "attention prefill 2048, %s, hd=128 gqa 8/2", k);
+    attention_case(w, 1, hist2, step2, 8, 2, 128, 32, 2048, tf, 6);
+    snprintf(w, sizeof w, "attention prefill, %s, hd=64 mha 4/4", k);
+    attention_case(w, 3, hist3, step3, 4, 4, 64, 16, 130, tf, 7);
+    snprintf(w, sizeof w, "attention prefill, %s, hd=64 gqa 8/4", k);
+    attention_case(w, 3, hist3, step3, 8, 4, 64, 16, 130, tf, 8);
+    snprintf(w, sizeof w, "attention prefill, %s, hd=128 gqa 16/2", k);
+    attention_case(w, 3, hist3, step3, 16, 2, 128, 16, 130, tf, 9);
+  }
+  attention_case("attention prefill, per token, hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16, 0,
+                 0, 5);
 }
 
 // --- memory, errors, faults

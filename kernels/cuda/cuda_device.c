@@ -59,6 +59,8 @@ typedef struct cuda_ctx {
 
 static const device_i cuda_iface;
 
+_Static_assert(SCK_GROUP_MAX == DEV_GROUP_MAX, "a device group is one launch");
+
 // Every entry point makes its GPU current first: rank threads and the engine's thread all call
 // in, and a thread's current device is per thread.
 #define CUDA_ENTER(c) CU_TRY(&(c)->err, cudaSetDevice((c)->gpu))
@@ -223,6 +225,25 @@ static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x
   return SC_OK;
 }
 
+// q, k, v (or gate, up) of a decode batch as one launch; otherwise one matmul_bf16 each.
+static sc_status cuda_matmul_bf16_group(void *ctx, int m, int k, const float *x, int count,
+                                        const uint16_t *const *w, const int *n, float *const *y) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || k < 0 || count < 1 || count > SCK_GROUP_MAX) return SC_INVALID;
+  bool one = true;
+  for (int i = 0; i < count; i++) {
+    if (n[i] < 0 || !y[i] || (k > 0 && (!x || !w[i]))) return SC_INVALID;
+    one = one && sck_matmul_bf16_small_ok(m, k, x, w[i]);
+  }
+  if (m == 0) return SC_OK;
+  if (one) {
+    CUDA_ENTER(c);
+    return LAUNCH(c, sck_matmul_bf16_small_group(c->stream, m, k, x, count, w, n, y, 0.0f));
+  }
+  for (int i = 0; i < count; i++) SC_TRY(cuda_matmul_bf16(ctx, m, n[i], k, x, w[i], 0.0f, y[i]));
+  return SC_OK;
+}
+
 static sc_status cuda_matmul_q8(void *ctx, int m, int n, int k, const float *x, const int8_t *q,
                                 const float *scale, float beta, float *y) {
   cuda_ctx *c = ctx;
@@ -262,7 +283,8 @@ static sc_status check_batch(const dev_kv_batch *b, sck_kv *out) {
     return SC_INVALID;
   *out = (sck_kv){.n_tok = b->n_tok, .pos = b->pos, .seq = b->seq,
                   .block_tables = b->block_tables, .max_blocks = b->max_blocks,
-                  .block_size = b->block_size, .max_run = b->max_run};
+                  .block_size = b->block_size, .max_run = b->max_run,
+                  .tf32 = b->reduced_precision};
   return SC_OK;
 }
 
@@ -359,6 +381,7 @@ static const device_i cuda_iface = {
     .matmul = cuda_matmul,
     .matmul_q8 = cuda_matmul_q8,
     .matmul_bf16 = cuda_matmul_bf16,
+    .matmul_bf16_group = cuda_matmul_bf16_group,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .kv_store = cuda_kv_store,

@@ -585,6 +585,231 @@ cudaError_t att_tiled_dispatch(cudaStream_t st, const att_params &a, int n_kv_he
   }
 }
 
+// --- attention over tiles of query tokens on the tensor cores (a bf16 model's prefill)
+
+constexpr int kMmaThreads = 128; // 4 warps, 16 query rows each
+
+// x rounded to TF32 (10-bit mantissa, round to nearest, ties away), as the mma takes it.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  return u;
+}
+
+// d (16 x 8, fp32) += a (16 x 8, tf32, row-major) . b (8 x 8, tf32, column-major). Fragments
+// (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4: a0 (g, t), a1 (g + 8, t),
+// a2 (g, t + 4), a3 (g + 8, t + 4); b0 (k = t, n = g), b1 (t + 4, g); d0 (g, 2t), d1 (g, 2t + 1),
+// d2 (g + 8, 2t), d3 (g + 8, 2t + 1).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Shared memory of the tensor-core kernel: Q rows (stride HD + 4), then one K tile (stride
+// HD + 4: a B fragment's 32 lanes read 32 banks) or V tile (stride HD + 8, likewise for its
+// transposed reads), as TF32 bit patterns.
+template <int HD> constexpr size_t mma_smem_words() {
+  return (size_t)kTileRows * (HD + 4) + (size_t)kTilePos * (HD + 8);
+}
+
+// The tiled kernel's blocks and runs, with the products on the tensor cores in TF32 and fp32
+// sums: warp w owns rows 16 w .. 16 w + 15 (Q as A fragments in registers for the whole run),
+// computes its 16 x 64 scores with mma (K as B fragments from shared memory), folds them into
+// each row's online softmax in registers (a row's values sit in the 4 lanes of one g), moves the
+// probabilities from the accumulator layout to A fragments by shuffles, and accumulates
+// P . V with mma into 16 x HD outputs. Q, K, V and P are rounded to TF32: about 1e-3 relative,
+// the precision of a model whose matmuls round their activations to bf16.
+template <int HD, int G>
+__global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_params a) {
+  constexpr int TQ = kTileRows / G, KP = HD + 4, VP = HD + 8, KS = HD / 8, ND = HD / 8;
+  static_assert(kTileRows % G == 0 && HD % 64 == 0, "G divides 64; HD is 64 or 128");
+  extern __shared__ float4 mma_smem[];
+  uint32_t *qs = reinterpret_cast<uint32_t *>(mma_smem); // [kTileRows][KP]
+  uint32_t *kv = qs + kTileRows * KP;                    // [kTilePos][KP or VP]
+  __shared__ int s_seq[TQ], s_pos[TQ];
+
+  const int tid = (int)threadIdx.x, lane = tid % 32, w = tid / 32, g = lane / 4, t = lane % 4;
+  const int t0 = (int)blockIdx.x * TQ, kvh = (int)blockIdx.y;
+  const int nt = a.b.n_tok - t0 < TQ ? a.b.n_tok - t0 : TQ;
+  if (tid < TQ) {
+    s_seq[tid] = tid < nt ? a.b.seq[t0 + tid] : -1;
+    s_pos[tid] = tid < nt ? a.b.pos[t0 + tid] : -1;
+  }
+  for (int i = tid; i < kTileRows * HD / 4; i += kMmaThreads) {
+    const int r = i / (HD / 4), c4 = i % (HD / 4), tl = r / G;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (tl < nt)
+      v = *reinterpret_cast<const float4 *>(
+          a.q + ((size_t)(t0 + tl) * (size_t)a.n_heads + (size_t)(kvh * G + r % G)) * HD + c4 * 4);
+    *reinterpret_cast<uint4 *>(qs + r * KP + c4 * 4) =
+        make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w));
+  }
+  __syncthreads();
+  uint32_t qa[KS][4]; // the warp's 16 rows of Q as A fragments, one per 8 columns
+  const int r0 = 16 * w + g, r1 = r0 + 8;
+#pragma unroll
+  for (int kk = 0; kk < KS; kk++) {
+    qa[kk][0] = qs[r0 * KP + 8 * kk + t];
+    qa[kk][1] = qs[r1 * KP + 8 * kk + t];
+    qa[kk][2] = qs[r0 * KP + 8 * kk + t + 4];
+    qa[kk][3] = qs[r1 * KP + 8 * kk + t + 4];
+  }
+
+  const size_t kv_off = (size_t)kvh * HD;
+  const int src_lo = 4 * g + t / 2, src_hi = src_lo + 2; // lanes holding columns t, t + 4
+  for (int run0 = 0; run0 < nt;) {
+    const int sq = s_seq[run0];
+    int run1 = run0 + 1, max_pos = s_pos[run0];
+    while (run1 < nt && s_seq[run1] == sq) {
+      max_pos = s_pos[run1] > max_pos ? s_pos[run1] : max_pos;
+      run1++;
+    }
+    const int32_t *bt = a.b.block_tables + (size_t)sq * (size_t)a.b.max_blocks;
+    const int tl0 = r0 / G, tl1 = r1 / G;
+    const int p0 = tl0 >= run0 && tl0 < run1 ? s_pos[tl0] : -1; // -1: not in this run
+    const int p1 = tl1 >= run0 && tl1 < run1 ? s_pos[tl1] : -1;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float o[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int j0 = 0; j0 <= max_pos; j0 += kTilePos) {
+      __syncthreads(); // the last tile's V is no longer read
+      for (int i = tid; i < kTilePos * HD / 4; i += kMmaThreads) {
+        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (j <= max_pos)
+          v = *reinterpret_cast<const float4 *>(
+              a.kc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
+        *reinterpret_cast<uint4 *>(kv + jj * KP + c4 * 4) =
+            make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w));
+      }
+      __syncthreads();
+      float sc[8][4]; // 8 blocks of 8 positions: rows r0 (0, 1) and r1 (2, 3), columns 2t, 2t + 1
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+          mma_tf32(sc[n], qa[kk], kv[(8 * n + g) * KP + 8 * kk + t],
+                   kv[(8 * n + g) * KP + 8 * kk + t + 4]);
+      }
+      float mx0 = m0, mx1 = m1;
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        const int j = j0 + 8 * n + 2 * t;
+        sc[n][0] = j <= p0 ? a.scale * sc[n][0] : -INFINITY;
+        sc[n][1] = j + 1 <= p0 ? a.scale * sc[n][1] : -INFINITY;
+        sc[n][2] = j <= p1 ? a.scale * sc[n][2] : -INFINITY;
+        sc[n][3] = j + 1 <= p1 ? a.scale * sc[n][3] : -INFINITY;
+        mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+      }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+      }
+      const float c0 = mx0 == -INFINITY ? 1.0f : expf(m0 - mx0);
+      const float c1 = mx1 == -INFINITY ? 1.0f : expf(m1 - mx1);
+      float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float mx = e < 2 ? mx0 : mx1;
+          sc[n][e] = sc[n][e] == -INFINITY ? 0.0f : expf(sc[n][e] - mx);
+        }
+        sum0 += sc[n][0] + sc[n][1];
+        sum1 += sc[n][2] + sc[n][3];
+      }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        sum0 += __shfl_xor_sync(kFullMask, sum0, off);
+        sum1 += __shfl_xor_sync(kFullMask, sum1, off);
+      }
+      l0 = l0 * c0 + sum0;
+      l1 = l1 * c1 + sum1;
+      m0 = mx0;
+      m1 = mx1;
+#pragma unroll
+      for (int n = 0; n < ND; n++) {
+        o[n][0] *= c0;
+        o[n][1] *= c0;
+        o[n][2] *= c1;
+        o[n][3] *= c1;
+      }
+      __syncthreads(); // K is no longer read
+      for (int i = tid; i < kTilePos * HD / 4; i += kMmaThreads) {
+        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (j <= max_pos)
+          v = *reinterpret_cast<const float4 *>(
+              a.vc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
+        *reinterpret_cast<uint4 *>(kv + jj * VP + c4 * 4) =
+            make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w));
+      }
+      __syncthreads();
+#pragma unroll
+      for (int n = 0; n < 8; n++) { // positions 8n .. 8n + 7 as the k of P . V
+        // P's A fragment: column t of row r0 sits in lane 4g + t/2, element t % 2; column t + 4
+        // two lanes further
+        const float lo0 = __shfl_sync(kFullMask, sc[n][0], src_lo);
+        const float lo1 = __shfl_sync(kFullMask, sc[n][1], src_lo);
+        const float lo2 = __shfl_sync(kFullMask, sc[n][2], src_lo);
+        const float lo3 = __shfl_sync(kFullMask, sc[n][3], src_lo);
+        const float hi0 = __shfl_sync(kFullMask, sc[n][0], src_hi);
+        const float hi1 = __shfl_sync(kFullMask, sc[n][1], src_hi);
+        const float hi2 = __shfl_sync(kFullMask, sc[n][2], src_hi);
+        const float hi3 = __shfl_sync(kFullMask, sc[n][3], src_hi);
+        const bool odd = t & 1;
+        const uint32_t pa[4] = {to_tf32(odd ? lo1 : lo0), to_tf32(odd ? lo3 : lo2),
+                                to_tf32(odd ? hi1 : hi0), to_tf32(odd ? hi3 : hi2)};
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++)
+          mma_tf32(o[nd], pa, kv[(8 * n + t) * VP + 8 * nd + g], kv[(8 * n + t + 4) * VP + 8 * nd + g]);
+      }
+    }
+    // rows of this run: out = o / l (l >= 1: position 0 is in every row's first tile)
+    const float inv0 = p0 >= 0 ? 1.0f / l0 : 0.0f, inv1 = p1 >= 0 ? 1.0f / l1 : 0.0f;
+    float *oh0 = a.out + ((size_t)(t0 + tl0) * (size_t)a.n_heads + (size_t)(kvh * G + r0 % G)) * HD;
+    float *oh1 = a.out + ((size_t)(t0 + tl1) * (size_t)a.n_heads + (size_t)(kvh * G + r1 % G)) * HD;
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) {
+      if (p0 >= 0)
+        *reinterpret_cast<float2 *>(oh0 + 8 * nd + 2 * t) = make_float2(o[nd][0] * inv0, o[nd][1] * inv0);
+      if (p1 >= 0)
+        *reinterpret_cast<float2 *>(oh1 + 8 * nd + 2 * t) = make_float2(o[nd][2] * inv1, o[nd][3] * inv1);
+    }
+    run0 = run1;
+  }
+}
+
+template <int HD, int G>
+cudaError_t att_mma_launch(cudaStream_t st, const att_params &a, int n_kv_heads) {
+  constexpr int TQ = kTileRows / G;
+  const size_t smem = mma_smem_words<HD>() * sizeof(uint32_t);
+  const cudaError_t rc = cudaFuncSetAttribute(attention_mma_kernel<HD, G>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (rc != cudaSuccess) return rc;
+  const dim3 grid((unsigned)((a.b.n_tok + TQ - 1) / TQ), (unsigned)n_kv_heads);
+  attention_mma_kernel<HD, G><<<grid, kMmaThreads, smem, st>>>(a);
+  return cudaGetLastError();
+}
+
+template <int HD>
+cudaError_t att_mma_dispatch(cudaStream_t st, const att_params &a, int n_kv_heads) {
+  switch (a.group) {
+  case 1: return att_mma_launch<HD, 1>(st, a, n_kv_heads);
+  case 2: return att_mma_launch<HD, 2>(st, a, n_kv_heads);
+  case 4: return att_mma_launch<HD, 4>(st, a, n_kv_heads);
+  default: return att_mma_launch<HD, 8>(st, a, n_kv_heads);
+  }
+}
+
 // --- elementwise
 
 // out = silu(gate) * up = gate / (1 + exp(-gate)) * up; out may alias gate or up.
@@ -867,18 +1092,38 @@ __device__ __forceinline__ float bf16_round(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-// y[0:M, :] = bf16(x) . w^T + beta y: warp w of the grid computes columns NC w .. NC w + NC - 1
-// for all M rows. Each lane loads 8 weights of each of its NC rows of w at once (one uint4:
-// k % 8 == 0, w and x 16-byte aligned) and the matching 8 floats of each row of x (two float4),
-// rounds x to bf16 as cuBLAS's path does, and sums in fp32; the warp then reduces each dot
-// product by shuffles. Weights stream once; x comes from L1/L2.
+// Up to SCK_GROUP_MAX products of one x, as one launch: matrix i takes blocks [blk[i],
+// blk[i + 1]) of the grid.
+struct bf16_group {
+  int count;
+  int blk[SCK_GROUP_MAX + 1];
+  const uint4 *w[SCK_GROUP_MAX];
+  float *y[SCK_GROUP_MAX];
+  int n[SCK_GROUP_MAX];
+};
+
+// y[0:M, :] = bf16(x) . w^T + beta y for the group's matrix of this block: warp w of its
+// blocks computes columns NC w .. NC w + NC - 1 for all M rows. Each lane loads 8 weights of
+// each of its NC rows of w at once (one uint4: k % 8 == 0, w and x 16-byte aligned) and the
+// matching 8 floats of each row of x (two float4), rounds x to bf16 as cuBLAS's path does, and
+// sums in fp32; the warp then reduces each dot product by shuffles. Weights stream once; x
+// comes from L1/L2.
 template <int M, int NC>
 __global__ void __launch_bounds__(kBfWarps * 32)
-    bf16_gemv_kernel(int n, int k, const float *__restrict__ x, const uint4 *__restrict__ w,
-                     float beta, float *y) {
+    bf16_gemv_kernel(int k, const float *__restrict__ x, bf16_group gr, float beta) {
   static_assert(M * NC <= 32, "one lane stores each output");
+  int mi = 0; // constant indices below keep gr in parameter space
+#pragma unroll
+  for (int i = 1; i < SCK_GROUP_MAX; i++)
+    if (i < gr.count && (int)blockIdx.x >= gr.blk[i]) mi = i;
+  int n = gr.n[0], b0 = gr.blk[0];
+  const uint4 *w = gr.w[0];
+  float *y = gr.y[0];
+#pragma unroll
+  for (int i = 1; i < SCK_GROUP_MAX; i++)
+    if (mi == i) n = gr.n[i], b0 = gr.blk[i], w = gr.w[i], y = gr.y[i];
   const int lane = (int)threadIdx.x % 32;
-  const int j0 = ((int)blockIdx.x * kBfWarps + (int)threadIdx.x / 32) * NC;
+  const int j0 = (((int)blockIdx.x - b0) * kBfWarps + (int)threadIdx.x / 32) * NC;
   if (j0 >= n) return; // the whole warp leaves together
   const int k8 = k / 8;
   const uint4 *wr[NC]; // past n the last row again (computed, not stored)
@@ -927,26 +1172,36 @@ __global__ void __launch_bounds__(kBfWarps * 32)
   }
 }
 
-template <int M, int NC>
-cudaError_t bf16_gemv_run(cudaStream_t st, int n, int k, const float *x, const uint16_t *w,
-                          float beta, float *y) {
-  const unsigned cols = kBfWarps * NC; // per block
-  const unsigned blocks = (unsigned)(((unsigned)n + cols - 1) / cols);
-  bf16_gemv_kernel<M, NC><<<blocks, kBfWarps * 32, 0, st>>>(
-      n, k, x, reinterpret_cast<const uint4 *>(w), beta, y);
+// Columns per warp: up to 4 (2 from 5 rows, where 4 would spill), fewer while the group would
+// have fewer than kBfMinWarps warps (a small n then still spreads over every SM).
+template <int M>
+cudaError_t bf16_gemv_launch(cudaStream_t st, int k, const float *x, bf16_group gr, float beta) {
+  int total = 0;
+  for (int i = 0; i < gr.count; i++) total += gr.n[i];
+  int nc = M <= 4 ? 4 : 2;
+  while (nc > 1 && total / nc < kBfMinWarps) nc /= 2;
+  const int cols = kBfWarps * nc; // per block
+  gr.blk[0] = 0;
+  for (int i = 0; i < gr.count; i++) gr.blk[i + 1] = gr.blk[i] + (gr.n[i] + cols - 1) / cols;
+  const unsigned blocks = (unsigned)gr.blk[gr.count];
+  if (nc == 4) bf16_gemv_kernel<M, (M <= 4 ? 4 : 2)><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
+  else if (nc == 2) bf16_gemv_kernel<M, 2><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
+  else bf16_gemv_kernel<M, 1><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
   return cudaGetLastError();
 }
 
-// Columns per warp: up to 4 (2 from 5 rows, where 4 would spill), fewer while that leaves
-// fewer than kBfMinWarps warps (a small n then still spreads over every SM).
-template <int M>
-cudaError_t bf16_gemv_launch(cudaStream_t st, int n, int k, const float *x, const uint16_t *w,
-                             float beta, float *y) {
-  int nc = M <= 4 ? 4 : 2;
-  while (nc > 1 && n / nc < kBfMinWarps) nc /= 2;
-  if (nc == 4) return bf16_gemv_run<M, (M <= 4 ? 4 : 2)>(st, n, k, x, w, beta, y);
-  if (nc == 2) return bf16_gemv_run<M, 2>(st, n, k, x, w, beta, y);
-  return bf16_gemv_run<M, 1>(st, n, k, x, w, beta, y);
+cudaError_t bf16_gemv_dispatch(cudaStream_t st, int m, int k, const float *x,
+                               const bf16_group &gr, float beta) {
+  switch (m) {
+  case 1: return bf16_gemv_launch<1>(st, k, x, gr, beta);
+  case 2: return bf16_gemv_launch<2>(st, k, x, gr, beta);
+  case 3: return bf16_gemv_launch<3>(st, k, x, gr, beta);
+  case 4: return bf16_gemv_launch<4>(st, k, x, gr, beta);
+  case 5: return bf16_gemv_launch<5>(st, k, x, gr, beta);
+  case 6: return bf16_gemv_launch<6>(st, k, x, gr, beta);
+  case 7: return bf16_gemv_launch<7>(st, k, x, gr, beta);
+  default: return bf16_gemv_launch<8>(st, k, x, gr, beta);
+  }
 }
 
 } // namespace
@@ -1008,9 +1263,13 @@ cudaError_t sck_attention(cudaStream_t st, const sck_kv *b, int n_heads, int n_k
   const bool vec = head_dim % 4 == 0 && aligned16(q) && aligned16(kc) && aligned16(vc) &&
                    aligned16(out);
   if (b->max_run >= kTileMinRun && vec && (head_dim == 64 || head_dim == 128) &&
-      (a.group == 1 || a.group == 2 || a.group == 4 || a.group == 8))
+      (a.group == 1 || a.group == 2 || a.group == 4 || a.group == 8)) {
+    if (b->tf32)
+      return head_dim == 64 ? att_mma_dispatch<64>(st, a, n_kv_heads)
+                            : att_mma_dispatch<128>(st, a, n_kv_heads);
     return head_dim == 64 ? att_tiled_dispatch<64>(st, a, n_kv_heads)
                           : att_tiled_dispatch<128>(st, a, n_kv_heads);
+  }
   if (vec) {
     const int n4 = head_dim / 4; // float4s per row: 1..64
     if (n4 <= 4) return att_launch<4, 1, 4>(st, nb, a);
@@ -1094,19 +1353,24 @@ bool sck_matmul_bf16_small_ok(int m, int k, const float *x, const uint16_t *w) {
 
 cudaError_t sck_matmul_bf16_small(cudaStream_t st, int m, int n, int k, const float *x,
                                   const uint16_t *w, float beta, float *y) {
-  if (m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
-  if (m == 0 || n == 0) return cudaSuccess;
-  if (!sck_matmul_bf16_small_ok(m, k, x, w)) return cudaErrorInvalidValue;
-  switch (m) {
-  case 1: return bf16_gemv_launch<1>(st, n, k, x, w, beta, y);
-  case 2: return bf16_gemv_launch<2>(st, n, k, x, w, beta, y);
-  case 3: return bf16_gemv_launch<3>(st, n, k, x, w, beta, y);
-  case 4: return bf16_gemv_launch<4>(st, n, k, x, w, beta, y);
-  case 5: return bf16_gemv_launch<5>(st, n, k, x, w, beta, y);
-  case 6: return bf16_gemv_launch<6>(st, n, k, x, w, beta, y);
-  case 7: return bf16_gemv_launch<7>(st, n, k, x, w, beta, y);
-  default: return bf16_gemv_launch<8>(st, n, k, x, w, beta, y);
+  return sck_matmul_bf16_small_group(st, m, k, x, 1, &w, &n, &y, beta);
+}
+
+cudaError_t sck_matmul_bf16_small_group(cudaStream_t st, int m, int k, const float *x, int count,
+                                        const uint16_t *const *w, const int *n, float *const *y,
+                                        float beta) {
+  if (m < 0 || k < 0 || count < 1 || count > SCK_GROUP_MAX) return cudaErrorInvalidValue;
+  bf16_group gr = {};
+  for (int i = 0; i < count; i++) {
+    if (n[i] < 0 || !sck_matmul_bf16_small_ok(m, k, x, w[i])) return cudaErrorInvalidValue;
+    if (n[i] == 0) continue; // nothing of it to compute
+    gr.w[gr.count] = reinterpret_cast<const uint4 *>(w[i]);
+    gr.y[gr.count] = y[i];
+    gr.n[gr.count] = n[i];
+    gr.count++;
   }
+  if (m == 0 || gr.count == 0) return cudaSuccess;
+  return bf16_gemv_dispatch(st, m, k, x, gr, beta);
 }
 
 cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *srcs, float *dst) {

@@ -40,6 +40,7 @@ typedef struct sck_kv {
   int max_blocks;
   int block_size;
   int max_run; // a hint (0: unknown): the most consecutive tokens of one sequence
+  int tf32;    // nonzero: attention may multiply in TF32 (dev_kv_batch.reduced_precision)
 } sck_kv;
 // Writes k, v (n_tok, n_kv_heads, head_dim) into each token's slot of kc, vc.
 cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int head_dim,
@@ -49,7 +50,8 @@ cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int h
 // n_kv_heads): out = softmax(scale * q . k_j) . v_j over j. q, out: (n_tok, n_heads, head_dim).
 // The cache already holds every token of the step (sck_kv_store ran first). head_dim <= 256.
 // With max_run >= 16 (a prefill chunk), head_dim 64 or 128 and 1, 2, 4 or 8 query heads per KV
-// head, tiles of query tokens share each K and V read; else one block per token and head.
+// head, tiles of query tokens share each K and V read (with tf32, their products on the tensor
+// cores in TF32, about 1e-3 relative); else one block per token and head, in fp32.
 cudaError_t sck_attention(cudaStream_t st, const sck_kv *b, int n_heads, int n_kv_heads,
                           int head_dim, float scale, const float *q, const float *kc,
                           const float *vc, float *out);
@@ -81,6 +83,12 @@ cudaError_t sck_argmax(cudaStream_t st, int m, int n, const float *x, int32_t *i
 bool sck_matmul_bf16_small_ok(int m, int k, const float *x, const uint16_t *w);
 cudaError_t sck_matmul_bf16_small(cudaStream_t st, int m, int n, int k, const float *x,
                                   const uint16_t *w, float beta, float *y);
+// The same for count (1..SCK_GROUP_MAX) weights of one x, y[i](m, n[i]), in one launch; w, n
+// and y are HOST arrays of count (each w[i] must pass sck_matmul_bf16_small_ok).
+#define SCK_GROUP_MAX 4
+cudaError_t sck_matmul_bf16_small_group(cudaStream_t st, int m, int k, const float *x, int count,
+                                        const uint16_t *const *w, const int *n, float *const *y,
+                                        float beta);
 // y(n) = x(n) as bfloat16 bits, rounded to nearest even (the bf16 matmul's activations).
 cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
 
