@@ -79,12 +79,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
   tee -a "$summary"
 note '```'
 
+# .tar.xz and .xz without xz(1), where the image lacks it
+untar() { tar -xJf "$1" -C "${2:-.}" 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "${2:-.}"; }
+unxz() { xz -dc "$1" 2>/dev/null || python3 -c 'import lzma, shutil, sys
+shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; }
+
 bin=build/gpu
 if [ "${PREBUILT:-0}" = 1 ] && [ -f .gpu-carry/bin.tar.xz ]; then
   # built where this checkout was packed: the binaries find the source tree (tests' data, the
   # shardcheck binary) and libshardcheck_cuda.so at the paths they were built at
   src=$(cat .gpu-carry/source-dir)
-  tar -xJf .gpu-carry/bin.tar.xz
+  untar .gpu-carry/bin.tar.xz
   if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
   if "${run[@]}" ldd build/release/test_cuda_gpu build/release/shardcheck | grep -q "not found"; then
     note "prebuilt binaries: libraries not found, building here"
@@ -128,10 +134,10 @@ serve_check() {
   local node=node port=18123
   if ! command -v node >/dev/null; then
     [ -f .gpu-carry/node.xz ] || { echo "serve: no node and no .gpu-carry/node.xz"; return 2; }
-    xz -dc .gpu-carry/node.xz >/tmp/node && chmod +x /tmp/node && node=/tmp/node
+    unxz .gpu-carry/node.xz >/tmp/node && chmod +x /tmp/node && node=/tmp/node
   fi
   if [ ! -f tests/clients/node_modules/openai/package.json ]; then
-    tar -xJf .gpu-carry/node_modules.tar.xz -C tests/clients
+    untar .gpu-carry/node_modules.tar.xz tests/clients
   fi
   "${run[@]}" "$bin/shardcheck" serve --model llama3-8b --dtype bf16 --backend cuda \
     --port $port --api-key client-key --weights-seed 7 --drain-timeout 5 &
@@ -156,13 +162,13 @@ for s in "${steps[@]}"; do
   case $s in
   tests)
     step test_cuda 120 "${run[@]}" $bin/test_cuda --jobs 1
-    step test_cuda_gpu 420 "${run[@]}" $bin/test_cuda_gpu --jobs 1 --verbose
+    step test_cuda_gpu 240 "${run[@]}" $bin/test_cuda_gpu --jobs 1 --verbose
     grep -E "worst relative error" "$out/test_cuda_gpu.log" | sed 's/^.*\]: /  /' >>"$summary" ;;
   smoke)
     step cuda-smoke 180 "${run[@]}" $bin/shardcheck run scenarios/cuda-smoke.yaml \
       --db "$out/cuda.db" --out "$out/cuda-smoke" ;;
   bench)
-    step bench_cuda 400 "${run[@]}" $bin/bench_cuda
+    step bench_cuda 240 "${run[@]}" $bin/bench_cuda
     cp "$out/bench_cuda.log" "$out/bench_cuda.md" ;;
   layers)
     step bench_cuda 200 "${run[@]}" $bin/bench_cuda --no-engine
@@ -170,7 +176,7 @@ for s in "${steps[@]}"; do
   serve)
     step serve 0 serve_check ;;
   accuracy)
-    step accuracy 400 "${run[@]}" BIN=$bin/shardcheck OUT="$out/accuracy" bash bench/cuda_accuracy.sh ;;
+    step accuracy 400 "${run[@]}" BIN=$bin/shardcheck OUT="$out/accuracy" REPEAT=${REPEAT:-2} bash bench/cuda_accuracy.sh ;;
   *) note "- $s: unknown step"; rc=1 ;;
   esac
 done
