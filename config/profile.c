@@ -283,6 +283,19 @@ static int gemm_rows_grid(int *out, int cap, int hi) {
   return n;
 }
 
+// cuda: every row count from 1 to 16, then the default grid from 24. cuBLAS picks its kernel
+// (split-K, tile) per shape, so neighbouring small row counts can differ by 2-3x (an H100's
+// 512 x 256 f32 GEMM: 25 us at 8 rows, 8 us at 16), and decode batches land on every count.
+static int gemm_rows_grid_gpu(int *out, int cap, int hi) {
+  int n = 0;
+  for (int x = 1; x <= 16 && x <= hi && n < cap; x++) out[n++] = x;
+  int rest[SIM_CURVE_MAX];
+  int nr = gemm_rows_grid(rest, SIM_CURVE_MAX, hi);
+  for (int i = 0; i < nr && n < cap; i++)
+    if (rest[i] > 16) out[n++] = rest[i];
+  return n;
+}
+
 static sc_status check_grid(const int *v, int n, int hi, const char *what, sc_error *err) {
   for (int i = 0; i < n; i++)
     if (v[i] < 1 || (i > 0 && v[i] <= v[i - 1]) || (hi > 0 && v[i] > hi))
@@ -321,8 +334,9 @@ static sc_status resolve_options(profile_options *o, sc_error *err) {
   bool q = o->quick;
   int L = m->max_seq_len, lo = L < 16 ? L : 16;
   if (o->n_gemm_m == 0)
-    o->n_gemm_m = q ? geometric(o->gemm_m, SIM_CURVE_MAX, 1, 1024, 4)
-                    : gemm_rows_grid(o->gemm_m, SIM_CURVE_MAX, 2048);
+    o->n_gemm_m = q      ? geometric(o->gemm_m, SIM_CURVE_MAX, 1, 1024, 4)
+                  : cuda ? gemm_rows_grid_gpu(o->gemm_m, SIM_CURVE_MAX, 2048)
+                         : gemm_rows_grid(o->gemm_m, SIM_CURVE_MAX, 2048);
   if (o->n_ctx == 0)
     o->n_ctx = geometric(o->ctx, SIM_CURVE_MAX, lo, q ? (L / 2 > lo ? L / 2 : lo) : L, q ? 4 : 2);
   if (o->n_prefill == 0) {
@@ -335,13 +349,16 @@ static sc_status resolve_options(profile_options *o, sc_error *err) {
       o->ar_bytes[o->n_ar_bytes++] = b;
   }
   if (o->n_batches == 0) {
-    static const int dflt[] = {1, 2, 3, 4, 6, 8, 12, 16, 32, 64}, quick[] = {1, 8};
-    o->n_batches = q ? 2 : 10;
-    memcpy(o->batches, q ? quick : dflt, sizeof(int) * (size_t)o->n_batches);
+    // cuda: every batch to 12 (the per-row-count GEMM kernels above show in whole steps)
+    static const int dflt[] = {1, 2, 3, 4, 6, 8, 12, 16, 32, 64}, quick[] = {1, 8},
+                     gpu[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 24, 32, 64};
+    const int *b = q ? quick : cuda ? gpu : dflt;
+    o->n_batches = q ? 2 : cuda ? (int)(sizeof gpu / sizeof *gpu) : 10;
+    memcpy(o->batches, b, sizeof(int) * (size_t)o->n_batches);
   }
   if (o->reps <= 0) o->reps = q ? 3 : 5;
   if (o->min_round_s <= 0) o->min_round_s = q ? 0.002 : 0.01;
-  if (o->decode_steps <= 0) o->decode_steps = q ? 5 : 8;
+  if (o->decode_steps <= 0) o->decode_steps = q ? 5 : cuda ? 16 : 8; // cuda: ~1 ms steps
   if (o->overhead_rounds <= 0) o->overhead_rounds = q ? 1 : 3;
   if (o->bw_bytes == 0)
     o->bw_bytes = cuda ? (size_t)1 << 30 : q ? (size_t)64 << 20 : (size_t)256 << 20;
@@ -926,6 +943,7 @@ static sc_status attn_prep(void *c) {
       for (int b = 0; b < mb; b++) a->hbt[(size_t)j * mb + b] = j * per + (b < per ? b : 0);
     }
     a->b.n_tok = pt->S;
+    a->b.max_run = 1;
     rows = pt->S;
   } else { // one sequence, tokens at positions 0 .. x - 1 (each attends to those before it)
     for (int b = 0; b < mb; b++) a->hbt[b] = b;
@@ -934,6 +952,7 @@ static sc_status attn_prep(void *c) {
       a->hseq[j] = 0;
     }
     a->b.n_tok = pt->x;
+    a->b.max_run = pt->x; // a prefill chunk, as the executor tells the backend
     rows = 1;
   }
   if (!a->upload) return SC_OK;
@@ -984,7 +1003,7 @@ static sc_status measure_attention_shape(profile *p, device *d, int heads, int k
                 .kv = {.k = k, .v = v}, .out = out, .pos = pos, .seq = seq, .bt = bt,
                 .hpos = pos, .hseq = seq, .hbt = bt, .upload = p->cuda,
                 .b = {.pos = pos, .seq = seq, .block_tables = bt, .max_blocks = max_blocks,
-                      .block_size = bs}};
+                      .block_size = bs, .reduced_precision = p->wdt == SC_BF16}};
   if (s == SC_OK && p->cuda) {
     a.hpos = malloc((size_t)max_tok * sizeof(int32_t));
     a.hseq = malloc((size_t)max_tok * sizeof(int32_t));

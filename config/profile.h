@@ -25,7 +25,7 @@
 #include "kernels/status.h"
 
 #define PROFILE_MAX_TP 8     // TP degrees in one profile (the attention and all-reduce tables)
-#define PROFILE_MAX_BATCHES 12 // decode batch sizes of the step-overhead tables
+#define PROFILE_MAX_BATCHES 16 // decode batch sizes of the step-overhead tables
 
 // What to measure and how long to spend on it. Start from profile_options_defaults, set the
 // model and the TP degrees, then override what you need; a grid left at n == 0 gets the
