@@ -28,6 +28,7 @@ int main(void) {
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -145,6 +146,94 @@ static void do_step(void *p) {
                         : dev_matmul_bf16(s->d, s->m, w->n, w->k, s->x, w->h, 0.0f, s->y);
     ok(st, s->d, "matmul");
   }
+}
+
+// --- a 2,048-token prefill's other ops, one layer of llama3-8b
+
+typedef enum { OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ADD, OP_SWIGLU } op_kind;
+
+typedef struct op_arg {
+  device *d;
+  op_kind kind;
+  int T;
+  float *x, *y, *w;     // activations (T x ffn), outputs, the norm's weight
+  dev_kv_batch kb;      // T tokens of one sequence at positions 0..T-1
+  dev_kv_layer kv;
+} op_arg;
+
+static void do_op(void *p) {
+  op_arg *o = p;
+  const int D = 4096, H = 32, KVH = 8, HD = 128, F = 14336;
+  sc_status s = SC_OK;
+  switch (o->kind) {
+  case OP_RMSNORM: s = dev_rmsnorm(o->d, o->T, D, o->x, o->w, 1e-5f, o->y); break;
+  case OP_ROPE: // q and k
+    s = dev_rope(o->d, o->T, H, HD, o->kb.pos, 500000.0f, o->y);
+    if (s == SC_OK) s = dev_rope(o->d, o->T, KVH, HD, o->kb.pos, 500000.0f, o->x);
+    break;
+  case OP_KV_STORE: s = dev_kv_store(o->d, &o->kb, KVH, HD, o->x, o->x, o->kv); break;
+  case OP_ATTENTION:
+    s = dev_attention(o->d, &o->kb, H, KVH, HD, 1.0f / sqrtf((float)HD), o->x, o->kv, o->y);
+    break;
+  case OP_ADD: s = dev_add(o->d, (size_t)o->T * D, o->x, o->y); break;
+  case OP_SWIGLU: s = dev_swiglu(o->d, o->T, F, o->x, o->x, o->y); break;
+  }
+  ok(s, o->d, "prefill op");
+}
+
+// Each op of a llama3-8b layer beside its matmuls, at T tokens of one prefill, x the layer's
+// count of it: where a prefill step's time goes besides the linear layers (their line above).
+static void prefill_ops(device *d, int T, float *x, float *y, int trials, double linear_ms) {
+  const int D = 4096, KVD = 1024, bs = 16, nb = (T + bs - 1) / bs;
+  int32_t *pos = malloc((size_t)T * sizeof *pos), *seq = calloc((size_t)T, sizeof *seq);
+  int32_t *bt = malloc((size_t)nb * sizeof *bt);
+  for (int i = 0; i < T; i++) pos[i] = i;
+  for (int i = 0; i < nb; i++) bt[i] = nb - 1 - i; // blocks anywhere, as a cache holds them
+  op_arg o = {.d = d, .T = T, .x = x, .y = y};
+  void *dp, *ds, *db, *kc, *vc, *w;
+  ok(dev_alloc(d, (size_t)T * 4, &dp), d, "dev_alloc");
+  ok(dev_alloc(d, (size_t)T * 4, &ds), d, "dev_alloc");
+  ok(dev_alloc(d, (size_t)nb * 4, &db), d, "dev_alloc");
+  ok(dev_alloc(d, (size_t)nb * bs * KVD * 4, &kc), d, "dev_alloc");
+  ok(dev_alloc(d, (size_t)nb * bs * KVD * 4, &vc), d, "dev_alloc");
+  ok(dev_alloc(d, (size_t)D * 4, &w), d, "dev_alloc");
+  ok(dev_copy(d, dp, pos, (size_t)T * 4, DEV_H2D), d, "dev_copy");
+  ok(dev_copy(d, ds, seq, (size_t)T * 4, DEV_H2D), d, "dev_copy");
+  ok(dev_copy(d, db, bt, (size_t)nb * 4, DEV_H2D), d, "dev_copy");
+  ok(dev_copy(d, w, x, (size_t)D * 4, DEV_D2D), d, "dev_copy");
+  o.w = w;
+  o.kb = (dev_kv_batch){.n_tok = T, .pos = dp, .seq = ds, .block_tables = db, .max_blocks = nb,
+                        .block_size = bs, .max_run = T};
+  o.kv = (dev_kv_layer){kc, vc};
+  struct {
+    const char *name;
+    op_kind kind;
+    int per_layer, tf32;
+  } ops[] = {{"rmsnorm", OP_RMSNORM, 2, 0},
+             {"rope (q and k)", OP_ROPE, 1, 0},
+             {"kv_store", OP_KV_STORE, 1, 0},
+             {"attention, fp32 (an f32 model)", OP_ATTENTION, 1, 0},
+             {"attention, TF32 tensor cores (a bf16 model)", OP_ATTENTION, 1, 1},
+             {"residual add", OP_ADD, 2, 0},
+             {"swiglu", OP_SWIGLU, 1, 0}};
+  printf("\nA %d-token prefill's other ops (one sequence from position 0), llama3-8b's 32 "
+         "layers:\n\n| op | per call ms | x per layer | 32 layers ms |\n|---|---|---|---|\n", T);
+  double sum_bf16 = 0;
+  for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+    o.kind = ops[i].kind;
+    o.kb.reduced_precision = ops[i].tf32;
+    if (ops[i].kind == OP_ATTENTION) // the cache holds the sequence's K and V first
+      ok(dev_kv_store(d, &o.kb, 8, 128, x, x, o.kv), d, "kv_store");
+    double ms = time_ms(d, do_op, &o, trials), all = ms * ops[i].per_layer * 32;
+    printf("| %s | %.3f | %d | %.2f |\n", ops[i].name, ms, ops[i].per_layer, all);
+    if (!(ops[i].kind == OP_ATTENTION && !ops[i].tf32)) sum_bf16 += all;
+  }
+  printf("\nlinear layers (above, %d rows) %.2f ms + the other ops of a bf16 model %.2f ms = "
+         "%.2f ms: %.0f tokens/s if nothing else took time\n", T, linear_ms, sum_bf16,
+         linear_ms + sum_bf16, T / ((linear_ms + sum_bf16) * 1e-3));
+  dev_free(d, dp), dev_free(d, ds), dev_free(d, db), dev_free(d, kc), dev_free(d, vc);
+  dev_free(d, w);
+  free(pos), free(seq), free(bt);
 }
 
 // --- the whole engine
@@ -324,9 +413,11 @@ int main(int argc, char **argv) {
   printf("| rows (tokens) | step ms | weights read | share of copy bandwidth | GEMM rate | "
          "share of the GEMM roof |\n|---|---|---|---|---|---|\n");
   const int rows[] = {1, 16, 64, 256, 2048};
+  double prefill_linear_ms = 0;
   for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
     step_arg sa = {.d = d, .mats = mats, .n_mats = n_mats, .m = rows[i], .x = x, .y = y};
     double ms = time_ms(d, do_step, &sa, trials);
+    if (rows[i] == max_m) prefill_linear_ms = ms * 32 / layers;
     double bw = 2 * params / (ms * 1e-3), rate = 2.0 * rows[i] * params / (ms * 1e-3);
     printf("| %d | %.3f | %.0f GB/s | %.0f%% | %.1f TFLOP/s | %.0f%% |\n", rows[i], ms, bw / 1e9,
            100 * bw / copy_bw, rate / 1e12, 100 * rate / gemm_rate);
@@ -346,6 +437,7 @@ int main(int argc, char **argv) {
          "the copy bandwidth\n", f32_mats / 7, fms, fbw / 1e9, 100 * fbw / copy_bw);
   for (int i = 0; i < f32_mats; i++) dev_free(d, f[i]);
   for (int i = 0; i < n_mats; i++) dev_free(d, mats[i].h);
+  prefill_ops(d, max_m, x, y, trials, prefill_linear_ms);
   dev_free(d, x), dev_free(d, y);
   free(f), free(mats), free(block);
   device_free(d);
