@@ -119,6 +119,20 @@ template <typename T> __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+// 16 bytes from global to shared memory without passing through registers (sm_80+): the
+// copies of a tile are all in flight at once. With valid false the 16 bytes are zero-filled
+// and nothing is read.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight (in order).
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // --- rmsnorm
 
 constexpr int kNormThreads = 256;
@@ -444,6 +458,21 @@ __global__ void __launch_bounds__(kTileThreads, 2) attention_tiled_kernel(att_pa
       run1++;
     }
     const int32_t *bt = a.b.block_tables + (size_t)sq * (size_t)a.b.max_blocks;
+    // positions j0 .. j0 + 63 of K or V into kv (zeros past max_pos), every copy in flight
+    // at once, then waited for by the whole block
+    auto load_tile = [&](const float *src, int j0) {
+      for (int i = tid; i < kTilePos * HD / 4; i += kTileThreads) {
+        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
+        const bool in = j <= max_pos;
+        cp_async16(kv + jj * QP + c4 * 4,
+                   in ? src + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4
+                      : src,
+                   in);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    };
     int rpos[4]; // each owned row's position; -1: the row is not in this run
     float m[4], l[4], o[4][NCV][4];
 #pragma unroll
@@ -459,15 +488,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) attention_tiled_kernel(att_pa
     }
     for (int j0 = 0; j0 <= max_pos; j0 += kTilePos) {
       __syncthreads(); // the last tile's V and P are no longer read
-      for (int i = tid; i < kTilePos * HD / 4; i += kTileThreads) {
-        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (j <= max_pos)
-          v = *reinterpret_cast<const float4 *>(
-              a.kc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
-        *reinterpret_cast<float4 *>(kv + jj * QP + c4 * 4) = v;
-      }
-      __syncthreads();
+      load_tile(a.kc, j0);
       float sc[4][4];
 #pragma unroll
       for (int i = 0; i < 4; i++)
@@ -517,15 +538,7 @@ __global__ void __launch_bounds__(kTileThreads, 2) attention_tiled_kernel(att_pa
           for (int e = 0; e < 4; e++) o[i][c][e] *= corr;
       }
       __syncthreads(); // K is no longer read; P is written
-      for (int i = tid; i < kTilePos * HD / 4; i += kTileThreads) {
-        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (j <= max_pos)
-          v = *reinterpret_cast<const float4 *>(
-              a.vc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
-        *reinterpret_cast<float4 *>(kv + jj * QP + c4 * 4) = v;
-      }
-      __syncthreads();
+      load_tile(a.vc, j0);
       const int jn = max_pos - j0 + 1 < kTilePos ? max_pos - j0 + 1 : kTilePos;
       for (int jj = 0; jj < jn; jj += 4) { // columns past jn hold p = 0 and v = 0
         float4 pv[4];
@@ -608,11 +621,13 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Shared memory of the tensor-core kernel: Q rows (stride HD + 4), then one K tile (stride
-// HD + 4: a B fragment's 32 lanes read 32 banks) or V tile (stride HD + 8, likewise for its
-// transposed reads), as TF32 bit patterns.
+// Shared memory of the tensor-core kernel: Q rows (stride HD + 4, rounded to TF32), one K
+// tile (stride HD + 4: a B fragment's 32 lanes read 32 banks) and one V tile (stride HD + 8,
+// likewise for its transposed reads), K and V as the cache's fp32 bits (the mma reads their
+// top 19: TF32 rounded toward zero).
 template <int HD> constexpr size_t mma_smem_words() {
-  return (size_t)kTileRows * (HD + 4) + (size_t)kTilePos * (HD + 8);
+  return (size_t)kTileRows * (HD + 4) + (size_t)kTilePos * (HD + 4) +
+         (size_t)kTilePos * (HD + 8);
 }
 
 // The tiled kernel's blocks and runs, with the products on the tensor cores in TF32 and fp32
@@ -628,7 +643,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_param
   static_assert(kTileRows % G == 0 && HD % 64 == 0, "G divides 64; HD is 64 or 128");
   extern __shared__ float4 mma_smem[];
   uint32_t *qs = reinterpret_cast<uint32_t *>(mma_smem); // [kTileRows][KP]
-  uint32_t *kv = qs + kTileRows * KP;                    // [kTilePos][KP or VP]
+  uint32_t *ks = qs + kTileRows * KP;                    // [kTilePos][KP]
+  uint32_t *vs = ks + kTilePos * KP;                     // [kTilePos][VP]
   __shared__ int s_seq[TQ], s_pos[TQ];
 
   const int tid = (int)threadIdx.x, lane = tid % 32, w = tid / 32, g = lane / 4, t = lane % 4;
@@ -675,18 +691,24 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_param
     float o[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-
-    for (int j0 = 0; j0 <= max_pos; j0 += kTilePos) {
-      __syncthreads(); // the last tile's V is no longer read
+    // positions j0 .. j0 + 63 of K or V into dst (zeros past max_pos) as one group of copies;
+    // groups complete in order: K(0), then per tile V(j0) and K(j0 + 64) (or an empty group)
+    auto load_tile = [&](uint32_t *dst, int stride, const float *src, int j0) {
       for (int i = tid; i < kTilePos * HD / 4; i += kMmaThreads) {
         const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (j <= max_pos)
-          v = *reinterpret_cast<const float4 *>(
-              a.kc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
-        *reinterpret_cast<uint4 *>(kv + jj * KP + c4 * 4) =
-            make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w));
+        const bool in = j <= max_pos;
+        cp_async16(dst + jj * stride + c4 * 4,
+                   in ? src + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4
+                      : src,
+                   in);
       }
+      cp_async_commit();
+    };
+    load_tile(ks, KP, a.kc, 0);
+
+    for (int j0 = 0; j0 <= max_pos; j0 += kTilePos) {
+      load_tile(vs, VP, a.vc, j0); // V is free: the last tile's P . V ended with a barrier
+      cp_async_wait<1>();          // K(j0) is in (V(j0) may not be)
       __syncthreads();
       float sc[8][4]; // 8 blocks of 8 positions: rows r0 (0, 1) and r1 (2, 3), columns 2t, 2t + 1
 #pragma unroll
@@ -694,9 +716,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_param
         sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++)
-          mma_tf32(sc[n], qa[kk], kv[(8 * n + g) * KP + 8 * kk + t],
-                   kv[(8 * n + g) * KP + 8 * kk + t + 4]);
+          mma_tf32(sc[n], qa[kk], ks[(8 * n + g) * KP + 8 * kk + t],
+                   ks[(8 * n + g) * KP + 8 * kk + t + 4]);
       }
+      __syncthreads(); // every warp has read K(j0): fetch the next tile's during the rest
+      if (j0 + kTilePos <= max_pos) load_tile(ks, KP, a.kc, j0 + kTilePos);
+      else cp_async_commit(); // an empty group keeps the count of the wait below
       float mx0 = m0, mx1 = m1;
 #pragma unroll
       for (int n = 0; n < 8; n++) {
@@ -742,16 +767,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_param
         o[n][2] *= c1;
         o[n][3] *= c1;
       }
-      __syncthreads(); // K is no longer read
-      for (int i = tid; i < kTilePos * HD / 4; i += kMmaThreads) {
-        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (j <= max_pos)
-          v = *reinterpret_cast<const float4 *>(
-              a.vc + kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + c4 * 4);
-        *reinterpret_cast<uint4 *>(kv + jj * VP + c4 * 4) =
-            make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w));
-      }
+      cp_async_wait<1>(); // V(j0) is in (the next K may not be)
       __syncthreads();
 #pragma unroll
       for (int n = 0; n < 8; n++) { // positions 8n .. 8n + 7 as the k of P . V
@@ -770,9 +786,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_param
                                 to_tf32(odd ? hi1 : hi0), to_tf32(odd ? hi3 : hi2)};
 #pragma unroll
         for (int nd = 0; nd < ND; nd++)
-          mma_tf32(o[nd], pa, kv[(8 * n + t) * VP + 8 * nd + g], kv[(8 * n + t + 4) * VP + 8 * nd + g]);
+          mma_tf32(o[nd], pa, vs[(8 * n + t) * VP + 8 * nd + g], vs[(8 * n + t + 4) * VP + 8 * nd + g]);
       }
+      __syncthreads(); // every warp has read V(j0)
     }
+    cp_async_wait<0>(); // the run's last (empty) group
     // rows of this run: out = o / l (l >= 1: position 0 is in every row's first tile)
     const float inv0 = p0 >= 0 ? 1.0f / l0 : 0.0f, inv1 = p1 >= 0 ? 1.0f / l1 : 0.0f;
     float *oh0 = a.out + ((size_t)(t0 + tl0) * (size_t)a.n_heads + (size_t)(kvh * G + r0 % G)) * HD;
