@@ -576,27 +576,6 @@ __global__ void __launch_bounds__(kTileThreads, 2) attention_tiled_kernel(att_pa
   }
 }
 
-template <int HD, int G>
-cudaError_t att_tiled_launch(cudaStream_t st, const att_params &a, int n_kv_heads) {
-  constexpr int TQ = kTileRows / G;
-  const size_t smem = tile_smem_floats<HD>() * sizeof(float);
-  const cudaError_t rc = cudaFuncSetAttribute(attention_tiled_kernel<HD, G>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (rc != cudaSuccess) return rc;
-  const dim3 grid((unsigned)((a.b.n_tok + TQ - 1) / TQ), (unsigned)n_kv_heads);
-  attention_tiled_kernel<HD, G><<<grid, kTileThreads, smem, st>>>(a);
-  return cudaGetLastError();
-}
-
-template <int HD>
-cudaError_t att_tiled_dispatch(cudaStream_t st, const att_params &a, int n_kv_heads) {
-  switch (a.group) {
-  case 1: return att_tiled_launch<HD, 1>(st, a, n_kv_heads);
-  case 2: return att_tiled_launch<HD, 2>(st, a, n_kv_heads);
-  case 4: return att_tiled_launch<HD, 4>(st, a, n_kv_heads);
-  default: return att_tiled_launch<HD, 8>(st, a, n_kv_heads);
-  }
-}
 
 // --- attention over tiles of query tokens on the tensor cores (a bf16 model's prefill)
 
@@ -806,25 +785,29 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_param
   }
 }
 
+// One of the tiled kernels (fp32, or with tf32 on the tensor cores) for G query heads per KV
+// head: blocks of (64 / G tokens, KV head), with the dynamic shared memory it needs.
 template <int HD, int G>
-cudaError_t att_mma_launch(cudaStream_t st, const att_params &a, int n_kv_heads) {
+cudaError_t att_tiles_launch(cudaStream_t st, const att_params &a, int n_kv_heads, bool tf32) {
   constexpr int TQ = kTileRows / G;
-  const size_t smem = mma_smem_words<HD>() * sizeof(uint32_t);
-  const cudaError_t rc = cudaFuncSetAttribute(attention_mma_kernel<HD, G>,
+  void (*kernel)(att_params) = tf32 ? attention_mma_kernel<HD, G> : attention_tiled_kernel<HD, G>;
+  const size_t smem = tf32 ? mma_smem_words<HD>() * sizeof(uint32_t)
+                           : tile_smem_floats<HD>() * sizeof(float);
+  const cudaError_t rc = cudaFuncSetAttribute((const void *)kernel,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (rc != cudaSuccess) return rc;
   const dim3 grid((unsigned)((a.b.n_tok + TQ - 1) / TQ), (unsigned)n_kv_heads);
-  attention_mma_kernel<HD, G><<<grid, kMmaThreads, smem, st>>>(a);
+  kernel<<<grid, tf32 ? kMmaThreads : kTileThreads, smem, st>>>(a);
   return cudaGetLastError();
 }
 
 template <int HD>
-cudaError_t att_mma_dispatch(cudaStream_t st, const att_params &a, int n_kv_heads) {
+cudaError_t att_tiles(cudaStream_t st, const att_params &a, int n_kv_heads, bool tf32) {
   switch (a.group) {
-  case 1: return att_mma_launch<HD, 1>(st, a, n_kv_heads);
-  case 2: return att_mma_launch<HD, 2>(st, a, n_kv_heads);
-  case 4: return att_mma_launch<HD, 4>(st, a, n_kv_heads);
-  default: return att_mma_launch<HD, 8>(st, a, n_kv_heads);
+  case 1: return att_tiles_launch<HD, 1>(st, a, n_kv_heads, tf32);
+  case 2: return att_tiles_launch<HD, 2>(st, a, n_kv_heads, tf32);
+  case 4: return att_tiles_launch<HD, 4>(st, a, n_kv_heads, tf32);
+  default: return att_tiles_launch<HD, 8>(st, a, n_kv_heads, tf32);
   }
 }
 
@@ -1281,13 +1264,9 @@ cudaError_t sck_attention(cudaStream_t st, const sck_kv *b, int n_heads, int n_k
   const bool vec = head_dim % 4 == 0 && aligned16(q) && aligned16(kc) && aligned16(vc) &&
                    aligned16(out);
   if (b->max_run >= kTileMinRun && vec && (head_dim == 64 || head_dim == 128) &&
-      (a.group == 1 || a.group == 2 || a.group == 4 || a.group == 8)) {
-    if (b->tf32)
-      return head_dim == 64 ? att_mma_dispatch<64>(st, a, n_kv_heads)
-                            : att_mma_dispatch<128>(st, a, n_kv_heads);
-    return head_dim == 64 ? att_tiled_dispatch<64>(st, a, n_kv_heads)
-                          : att_tiled_dispatch<128>(st, a, n_kv_heads);
-  }
+      (a.group == 1 || a.group == 2 || a.group == 4 || a.group == 8))
+    return head_dim == 64 ? att_tiles<64>(st, a, n_kv_heads, b->tf32 != 0)
+                          : att_tiles<128>(st, a, n_kv_heads, b->tf32 != 0);
   if (vec) {
     const int n4 = head_dim / 4; // float4s per row: 1..64
     if (n4 <= 4) return att_launch<4, 1, 4>(st, nb, a);
