@@ -188,13 +188,15 @@ static double attn_measured(const sim_attn_table *a, int s, int n) {
 }
 
 // One sequence's attention on the roofline: max(causal flops / achieved rate, bytes of the K and V
-// read plus q in and output out / achieved bandwidth). eff1: the GEMM efficiency at one row
-// (decode), looked up once per call.
+// read plus q in and output out / achieved bandwidth). The products run at the GEMM efficiency
+// of n g rows, g = heads / kv_heads: each K and V read serves its group's query heads (a decode
+// of llama3-8b multiplies 4 rows per KV head, not 1). eff_g: that efficiency at n = 1 (decode),
+// looked up once per call.
 static double attn_roofline(const sim_hw *hw, int s, int n, int heads, int kv_heads, int head_dim,
-                            sim_dtype kv, double eff1) {
+                            sim_dtype kv, double eff_g) {
   double b = sim_dtype_bytes(kv), ctx = (double)s + n;
   double flops = 4.0 * n * (s + n / 2.0) * head_dim * heads;
-  double eff = n == 1 ? eff1 : sim_curve_eff(&hw->gemm_eff, n, 1);
+  double eff = n == 1 ? eff_g : sim_curve_eff(&hw->gemm_eff, (double)n * heads / kv_heads, 1);
   double rate = peak_flops(hw, kv, kv) * eff;
   double bytes = ctx * 2.0 * kv_heads * head_dim * b + 2.0 * n * heads * head_dim * b;
   double tc = rate > 0 ? flops / rate : 0, tm = bytes / mem_rate(hw);
@@ -204,10 +206,10 @@ static double attn_roofline(const sim_hw *hw, int s, int n, int heads, int kv_he
 static op_t attention_op(const sim_hw *hw, const sim_layout *l, double share, const sim_seq *seqs,
                          int n, int heads, int kv_heads, int head_dim, sim_dtype kv) {
   const sim_attn_table *a = find_attn(hw, l, heads, kv_heads, head_dim);
-  double t = 0, eff1 = sim_curve_eff(&hw->gemm_eff, 1, 1);
+  double t = 0, eff_g = sim_curve_eff(&hw->gemm_eff, (double)heads / kv_heads, 1);
   for (int i = 0; i < n; i++)
     t += a ? attn_measured(a, seqs[i].start, seqs[i].n)
-           : attn_roofline(hw, seqs[i].start, seqs[i].n, heads, kv_heads, head_dim, kv, eff1);
+           : attn_roofline(hw, seqs[i].start, seqs[i].n, heads, kv_heads, head_dim, kv, eff_g);
   return (op_t){t * share, a ? 0 : hw->launch_s * share};
 }
 
