@@ -43,6 +43,10 @@ int main(void) {
 
 #define MIB ((size_t)1 << 20)
 
+// llama3-8b's shapes, which the layer and op measurements use: dim, 32 query heads and 8 KV
+// heads of 128, ffn
+enum { L8_DIM = 4096, L8_HEADS = 32, L8_KV_HEADS = 8, L8_HEAD_DIM = 128, L8_FFN = 14336 };
+
 static void die(const char *what, const char *why) {
   fprintf(stderr, "bench_cuda: %s: %s\n", what, why);
   exit(1);
@@ -163,7 +167,7 @@ typedef struct op_arg {
 
 static void do_op(void *p) {
   op_arg *o = p;
-  const int D = 4096, H = 32, KVH = 8, HD = 128, F = 14336;
+  const int D = L8_DIM, H = L8_HEADS, KVH = L8_KV_HEADS, HD = L8_HEAD_DIM, F = L8_FFN;
   sc_status s = SC_OK;
   switch (o->kind) {
   case OP_RMSNORM: s = dev_rmsnorm(o->d, o->T, D, o->x, o->w, 1e-5f, o->y); break;
@@ -184,7 +188,7 @@ static void do_op(void *p) {
 // Each op of a llama3-8b layer beside its matmuls, at T tokens of one prefill, x the layer's
 // count of it: where a prefill step's time goes besides the linear layers (their line above).
 static void prefill_ops(device *d, int T, float *x, float *y, int trials, double linear_ms) {
-  const int D = 4096, KVD = 1024, bs = 16, nb = (T + bs - 1) / bs;
+  const int D = L8_DIM, KVD = L8_KV_HEADS * L8_HEAD_DIM, bs = 16, nb = (T + bs - 1) / bs;
   int32_t *pos = malloc((size_t)T * sizeof *pos), *seq = calloc((size_t)T, sizeof *seq);
   int32_t *bt = malloc((size_t)nb * sizeof *bt);
   for (int i = 0; i < T; i++) pos[i] = i;
@@ -223,7 +227,7 @@ static void prefill_ops(device *d, int T, float *x, float *y, int trials, double
     o.kind = ops[i].kind;
     o.kb.reduced_precision = ops[i].tf32;
     if (ops[i].kind == OP_ATTENTION) // the cache holds the sequence's K and V first
-      ok(dev_kv_store(d, &o.kb, 8, 128, x, x, o.kv), d, "kv_store");
+      ok(dev_kv_store(d, &o.kb, L8_KV_HEADS, L8_HEAD_DIM, x, x, o.kv), d, "kv_store");
     double ms = time_ms(d, do_op, &o, trials), all = ms * ops[i].per_layer * 32;
     printf("| %s | %.3f | %d | %.2f |\n", ops[i].name, ms, ops[i].per_layer, all);
     if (!(ops[i].kind == OP_ATTENTION && !ops[i].tf32)) sum_bf16 += all;
@@ -387,8 +391,7 @@ int main(int argc, char **argv) {
   printf("| device-to-device copy, 1 GiB (read + write) | %.0f GB/s |\n", copy_bw / 1e9);
   printf("| bf16 GEMM 8192^3, fp32 sums | %.0f TFLOP/s |\n\n", gemm_rate / 1e12);
 
-  // llama3-8b: dim 4096, 32 heads (8 KV) of 128, ffn 14336
-  const int D = 4096, KV = 1024, F = 14336;
+  const int D = L8_DIM, KV = L8_KV_HEADS * L8_HEAD_DIM, F = L8_FFN;
   const int shapes[7][2] = {{D, D}, {KV, D}, {KV, D}, {D, D}, {F, D}, {F, D}, {D, F}};
   int n_mats = 7 * layers;
   mat *mats = calloc((size_t)n_mats, sizeof *mats);

@@ -7,16 +7,15 @@
 #   source-dir            the path they were built at (their tests find data there)
 #   node.xz               this machine's node, when it is one self-contained binary
 #   node_modules.tar.xz   the openai npm package of tests/clients (bash ci/setup.sh installs it)
-# usage: ci/gpu-pack.sh [BUILD_DIR]   (default build/release)
+# usage: ci/gpu-pack.sh   (build/release configured with -DSHARDCHECK_CUDA=ON)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-b=${1:-build/release}
+b=build/release # where ci/gpu.sh unpacks it
 grep -q "SHARDCHECK_HAVE_CUDA" "$b/CMakeFiles/shardcheck.dir/flags.make" 2>/dev/null ||
   { echo "gpu-pack: $b has no CUDA backend (configure with -DSHARDCHECK_CUDA=ON)" >&2; exit 2; }
 cmake --build "$b" -j"$(nproc)" --target shardcheck test_cuda test_cuda_gpu bench_cuda >/dev/null
 bash ci/gpu-deps.sh
 mkdir -p .gpu-carry
-[ "$b" = build/release ] || { echo "gpu-pack: ci/gpu.sh expects build/release" >&2; exit 2; }
 tar -cJf .gpu-carry/bin.tar.xz "$b"/shardcheck "$b"/test_cuda "$b"/test_cuda_gpu \
   "$b"/bench_cuda "$b"/libshardcheck_cuda.so
 echo "$PWD" >.gpu-carry/source-dir

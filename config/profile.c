@@ -485,9 +485,6 @@ static sc_status mm_call(void *c, int iter) {
   return dev_matmul(g->d, g->m, g->n, g->k, g->x, (const float *)g->pool + at, 0.0f, g->y);
 }
 
-// Bytes per GEMM weight element as p holds them.
-static size_t weight_bytes(const profile *p) { return p->wdt == SC_BF16 ? 2 : sizeof(float); }
-
 typedef struct add_ctx {
   device *d;
   float *a, *y; // (16) each
@@ -504,7 +501,7 @@ static sc_status square_gemm(profile *p, device *d, sc_dtype wdt, double *flops)
   int N = o->square_n;
   float *a = NULL, *c = NULL;
   void *b = NULL;
-  size_t nn = (size_t)N * (size_t)N, wb = wdt == SC_BF16 ? 2 : sizeof(float);
+  size_t nn = (size_t)N * (size_t)N, wb = (size_t)sc_dtype_bytes(wdt);
   sc_status s = dev_alloc(d, nn * sizeof(float), (void **)&a);
   if (s == SC_OK) s = dev_alloc(d, nn * wb, &b);
   if (s == SC_OK) s = dev_alloc(d, nn * sizeof(float), (void **)&c);
@@ -763,7 +760,7 @@ static sc_status measure_gemm(profile *p, const gemm_shape *shapes, int n_shapes
     max_n = shapes[i].n > max_n ? shapes[i].n : max_n;
     max_k = shapes[i].k > max_k ? shapes[i].k : max_k;
   }
-  const size_t wb = weight_bytes(p);
+  const size_t wb = (size_t)sc_dtype_bytes(p->wdt); // f32 or bf16
   size_t half = pool_bytes(p) / wb; // the timed rank's weights; the companions' come after them
   if (half < max_nk) half = max_nk;
   size_t pool_floats = cuda ? half : 2 * half, xf = (size_t)max_m * max_k,
