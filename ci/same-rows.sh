@@ -49,8 +49,11 @@ dump() {
       cat "$tmp/$n.cli"
       if [ -f "$db" ]; then
         local t
-        for t in $(sqlite3 "$db" "SELECT name FROM sqlite_master WHERE type='table' AND \
-                                  name NOT IN ('run','meta') ORDER BY name"); do
+        # Tables and views, the token view in place of the table it replaced (token_times,
+        # its storage, is the same rows).
+        for t in $(sqlite3 "$db" "SELECT name FROM sqlite_master WHERE type IN ('table', \
+                                  'view') AND name NOT IN ('run','meta','token_times') \
+                                  ORDER BY name"); do
           echo "== $t"
           sqlite3 -header "$db" "SELECT * FROM $t" | sort
         done

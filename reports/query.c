@@ -726,27 +726,90 @@ static const char *const history_requests_sql =
     "  FROM request WHERE run_id = ?1 AND deployment_id = ?2 GROUP BY seq)";
 enum { HISTORY_REQUEST_COLS = 9 };
 
-// Token rows beyond the first for each (request, idx) of the deployment's requests, and the
-// requests whose distinct token indexes are not exactly 0 .. output_tokens - 1 (a token row
-// missing, or one past what the request says it delivered): per request one range of the token
-// table's primary key (request_id, idx), so the cost is linear in the deployment's token rows
-// (about 0.1 s for 1e6 rows). ?1 run, ?2 deployment.
-static const char *const history_tokens_sql =
-    "SELECT coalesce(sum(n - d), 0), coalesce(sum(d != r_out OR (d > 0 AND hi != r_out - 1)), 0)"
-    " FROM (SELECT r.output_tokens AS r_out, count(t.idx) AS n, count(DISTINCT t.idx) AS d,"
-    "  max(t.idx) AS hi FROM request AS r LEFT JOIN token AS t ON t.request_id = r.id"
-    "  WHERE r.run_id = ?1 AND r.deployment_id = ?2 GROUP BY r.id)";
-
-// Requests whose times run backwards: dispatched, first token or finished before arrival, a
-// token before arrival or after the finish, or a token before the one ahead of it (a negative
-// latency, as a wall clock that jumped back would give). ?1 run, ?2 deployment.
+// Requests whose times run backwards by their own columns: dispatched, first token or finished
+// before arrival, finished before the first token. ?1 run, ?2 deployment.
+#define HISTORY_BAD_REQUEST_TIMES                                                               \
+  "(r.dispatch_ns < r.arrival_ns OR r.first_token_ns < r.arrival_ns OR"                        \
+  " r.finish_ns < r.arrival_ns OR r.finish_ns < r.first_token_ns)"
 static const char *const history_times_sql =
-    "SELECT count(*) FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2 AND ("
-    " r.dispatch_ns < r.arrival_ns OR r.first_token_ns < r.arrival_ns OR"
-    " r.finish_ns < r.arrival_ns OR r.finish_ns < r.first_token_ns OR"
-    " EXISTS (SELECT 1 FROM token AS a WHERE a.request_id = r.id AND"
-    "  (a.t_ns < r.arrival_ns OR a.t_ns > r.finish_ns OR EXISTS (SELECT 1 FROM token AS b"
-    "   WHERE b.request_id = r.id AND b.idx = a.idx + 1 AND b.t_ns < a.t_ns))))";
+    "SELECT count(*) FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2 AND "
+    HISTORY_BAD_REQUEST_TIMES;
+
+// Requests that say they delivered tokens but have no token rows at all. ?1 run, ?2 deployment.
+static const char *const history_tokenless_sql =
+    "SELECT count(*) FROM request AS r WHERE r.run_id = ?1 AND r.deployment_id = ?2"
+    " AND r.output_tokens != 0 AND NOT EXISTS (SELECT 1 FROM token AS t WHERE t.request_id = r.id)";
+
+// Every token row of the deployment's requests, a request's rows together in index order, with
+// what the request says (output_tokens, arrival, finish, whether its own times are bad), for
+// one pass in history_tokens. ?1 run, ?2 deployment.
+static const char *const history_token_rows_sql =
+    "SELECT r.id, r.output_tokens, r.arrival_ns, r.finish_ns, " HISTORY_BAD_REQUEST_TIMES ","
+    " t.idx, t.t_ns FROM request AS r JOIN token AS t ON t.request_id = r.id"
+    " WHERE r.run_id = ?1 AND r.deployment_id = ?2 ORDER BY r.id, t.idx";
+
+// One request's token rows so far, in history_tokens.
+typedef struct history_req {
+  int64_t id, out, n, distinct, hi;  // rows, distinct indexes, the highest
+  int64_t idx;                       // the index of the latest row
+  int64_t max_t, max_t_before;       // the latest time at idx, and at idx - 1 (INT64_MIN: none)
+  bool bad_times, bad_request_times; // a token out of order or outside its request
+} history_req;
+
+static void history_req_end(const history_req *q, rq_request_history *out) {
+  if (q->n == 0) return;
+  out->dup_tokens += q->n - q->distinct;
+  out->token_gaps += q->distinct != q->out || q->hi != q->out - 1;
+  out->bad_times += q->bad_times && !q->bad_request_times; // the latter counted by its own query
+}
+
+// Duplicate token rows (beyond the first for a (request, idx)), requests whose distinct token
+// indexes are not exactly 0 .. output_tokens - 1 (a row missing, or one past what the request
+// says it delivered), and requests with a token before arrival, after the finish, or before one
+// at the index ahead of it (a negative latency, as a wall clock that jumped back would give):
+// one pass over the deployment's token rows, linear but for their sort. Adds to out's
+// dup_tokens, token_gaps and bad_times.
+static sc_status history_tokens(sqlite3 *db, int64_t run_id, int64_t deployment_id,
+                                rq_request_history *out, sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, history_token_rows_sql, -1, &st, NULL) != SQLITE_OK)
+    return sc_fail(err, SC_IO, "history check: preparing the token query: %s",
+                   sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, run_id);
+  sqlite3_bind_int64(st, 2, deployment_id);
+  history_req q = {.n = 0};
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0), idx = sqlite3_column_int64(st, 5),
+            t = sqlite3_column_int64(st, 6);
+    if (q.n == 0 || id != q.id) {
+      history_req_end(&q, out);
+      q = (history_req){.id = id,
+                        .out = sqlite3_column_int64(st, 1),
+                        .idx = idx,
+                        .max_t = INT64_MIN,
+                        .max_t_before = INT64_MIN,
+                        .bad_request_times = sqlite3_column_int(st, 4) != 0};
+    } else if (idx != q.idx) {
+      q.max_t_before = idx == q.idx + 1 ? q.max_t : INT64_MIN;
+      q.max_t = INT64_MIN;
+      q.idx = idx;
+    }
+    if (q.n == 0 || q.distinct == 0 || idx != q.hi) q.distinct++;
+    q.n++;
+    q.hi = idx;
+    if (t > q.max_t) q.max_t = t;
+    if (t < sqlite3_column_int64(st, 2) ||
+        (sqlite3_column_type(st, 3) != SQLITE_NULL && t > sqlite3_column_int64(st, 3)) ||
+        (q.max_t_before != INT64_MIN && t < q.max_t_before))
+      q.bad_times = true;
+  }
+  history_req_end(&q, out);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return sc_fail(err, SC_IO, "history check: the token query: %s", sqlite3_errmsg(db));
+  return SC_OK;
+}
 
 // Runs sql with ?1 run_id, ?2 deployment_id (and ?3 sent when the statement has it) and reads
 // its one row's first ncol integer columns into v. SC_IO with sqlite's message on error.
@@ -787,12 +850,11 @@ sc_status rq_request_history_read(sqlite3 *db, int64_t run_id, int64_t deploymen
                               .timeout = r[6],
                               .bad_status = r[7],
                               .abandoned = r[8]};
-  int64_t tok[2];
-  SC_TRY(history_row(db, history_tokens_sql, "token", run_id, deployment_id, sent, tok, 2, err));
-  out->dup_tokens = tok[0];
-  out->token_gaps = tok[1];
-  return history_row(db, history_times_sql, "time", run_id, deployment_id, sent,
-                     &out->bad_times, 1, err);
+  SC_TRY(history_row(db, history_tokenless_sql, "token", run_id, deployment_id, sent,
+                     &out->token_gaps, 1, err));
+  SC_TRY(history_row(db, history_times_sql, "time", run_id, deployment_id, sent,
+                     &out->bad_times, 1, err));
+  return history_tokens(db, run_id, deployment_id, out, err);
 }
 
 // --- a sim run's sensitivity

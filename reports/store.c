@@ -31,7 +31,6 @@
 
 enum {
   BUSY_TIMEOUT_MS = 5000, // how long a statement waits for another process's lock
-  TOKEN_BATCH = 16,       // token rows per ST_TOKEN16 statement
   STEP_BATCH = 8,         // step rows per ST_STEP8 statement
   STEP_COLS = 13,         // parameters per step row
 };
@@ -51,7 +50,6 @@ enum {
   ST_PHASE_END,
   ST_REQUEST,
   ST_TOKEN,
-  ST_TOKEN16,
   ST_STEP,
   ST_STEP8,
   ST_DEVICE,
@@ -84,12 +82,7 @@ static const char *const st_sql[ST_COUNT] = {
                    "prompt_tokens, max_tokens, output_tokens, arrival_ns, dispatch_ns, "
                    "first_token_ns, finish_ns, status, reason, error, retries, warmup, "
                    "weight_version) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [ST_TOKEN] = "INSERT INTO token(request_id, idx, t_ns) VALUES(?,?,?)",
-    // 16 rows per statement: the request id is ?1, row j binds ?(2+2j) idx and ?(3+2j) t_ns
-    [ST_TOKEN16] = "INSERT INTO token(request_id, idx, t_ns) VALUES(?1,?2,?3),(?1,?4,?5),"
-                   "(?1,?6,?7),(?1,?8,?9),(?1,?10,?11),(?1,?12,?13),(?1,?14,?15),(?1,?16,?17),"
-                   "(?1,?18,?19),(?1,?20,?21),(?1,?22,?23),(?1,?24,?25),(?1,?26,?27),"
-                   "(?1,?28,?29),(?1,?30,?31),(?1,?32,?33)",
+    [ST_TOKEN] = "INSERT INTO token_times(request_id, t_ns) VALUES(?,?)",
     [ST_STEP] = "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, "
                 "prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, "
                 "kv_total) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -121,6 +114,8 @@ struct store {
   char *path;                     // as given to store_open (owned)
   bool readonly;
   sqlite3_stmt *st[ST_COUNT];     // NULL until first used
+  char *times;                    // a request's token times as JSON text (grown, reused)
+  size_t times_cap;
   char host[256];                 // this machine's host name ("" when unknown)
   bool have_server_sample;        // the server_sample table exists (made on first use)
 };
@@ -230,38 +225,58 @@ static void utc_now(char *buf, size_t cap) {
 
 // --- opening
 
-// Migrates a version 1 file to version 3 in one transaction: adds run.repeat_group and
-// run.repeat_index, and the tables added since (fault_window, the capacity tables; the schema
-// text only creates what is missing). Another process may have migrated it between our read and the lock:
-// then there is nothing left to do. On error the file is left as it was.
-static sc_status migrate_v1(store *s, sc_error *err) {
-  SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema from version 1", err));
+// Reads meta.schema_version into *version: -1 when there is no such row, 0 when its value is
+// not a positive integer.
+static int read_version(store *s, long *version) {
   sqlite3_stmt *st = NULL;
-  bool done = false;
-  if (sqlite3_prepare_v2(s->db, "SELECT 1 FROM pragma_table_info('run') WHERE name = "
-                                "'repeat_group'", -1, &st, NULL) == SQLITE_OK)
-    done = sqlite3_step(st) == SQLITE_ROW;
+  *version = -1;
+  int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
+                              &st, NULL);
+  if (rc != SQLITE_OK) return rc;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const char *v = (const char *)sqlite3_column_text(st, 0);
+    char *end = NULL;
+    errno = 0;
+    *version = v ? strtol(v, &end, 10) : -1;
+    if (!v || errno || *end || *version < 1) *version = 0;
+  }
   sqlite3_finalize(st);
-  sc_status r = done ? SC_OK
-                     : exec_sql(s,
-                                "ALTER TABLE run ADD COLUMN repeat_group INTEGER;"
-                                " ALTER TABLE run ADD COLUMN repeat_index INTEGER;"
-                                " UPDATE meta SET value = '3' WHERE key = 'schema_version';",
-                                "migrating the schema from version 1 to 2", err);
-  if (r == SC_OK) r = exec_sql(s, store_schema_sql, "migrating the schema from version 1", err);
-  if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema migration", err);
-  if (r != SC_OK) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-  return r;
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-// Migrates a version 2 file to version 3 in one transaction: the capacity tables (the schema
-// text only creates what is missing). On error the file is left as it was.
-static sc_status migrate_v2(store *s, sc_error *err) {
-  SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema from version 2", err));
-  sc_status r = exec_sql(s, store_schema_sql, "migrating the schema from version 2", err);
-  if (r == SC_OK)
-    r = exec_sql(s, "UPDATE meta SET value = '3' WHERE key = 'schema_version'",
-                 "migrating the schema from version 2 to 3", err);
+// Migrates an older file to the current version in one transaction, each version's steps in
+// turn: version 1 gains run.repeat_group and run.repeat_index; version 3's token table (a row
+// per token) becomes token_times (a row per request, its times in index order) and the token
+// view; the schema text then creates what is missing (fault_window, the capacity tables).
+// Another process may have migrated the file between our read and the lock: the version is
+// read again under it. On error the file is left as it was.
+static sc_status migrate(store *s, sc_error *err) {
+  SC_TRY(exec_sql(s, "BEGIN IMMEDIATE", "migrating the schema", err));
+  long version;
+  int rc = read_version(s, &version);
+  sc_status r = rc == SQLITE_OK ? SC_OK : db_fail(s, rc, "reading meta.schema_version", err);
+  if (r == SC_OK && version == 1)
+    r = exec_sql(s,
+                 "ALTER TABLE run ADD COLUMN repeat_group INTEGER;"
+                 " ALTER TABLE run ADD COLUMN repeat_index INTEGER;",
+                 "migrating the schema from version 1", err);
+  if (r == SC_OK && version >= 1 && version <= 3)
+    r = exec_sql(s,
+                 "CREATE TABLE token_times(request_id INTEGER PRIMARY KEY REFERENCES request(id),"
+                 "  t_ns TEXT NOT NULL);"
+                 " INSERT INTO token_times(request_id, t_ns) SELECT request_id, "
+                 "  json_group_array(t_ns) FROM (SELECT request_id, t_ns FROM token"
+                 "  ORDER BY request_id, idx) GROUP BY request_id;"
+                 " DROP TABLE token;",
+                 "migrating the token rows to version 4", err);
+  if (r == SC_OK && version < store_schema_version) {
+    r = exec_sql(s, store_schema_sql, "migrating the schema", err);
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE meta SET value = '%d' WHERE key = 'schema_version'",
+             store_schema_version);
+    if (r == SC_OK) r = exec_sql(s, sql, "migrating the schema", err);
+  }
   if (r == SC_OK) r = exec_sql(s, "COMMIT", "committing the schema migration", err);
   if (r != SC_OK) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
   return r;
@@ -292,34 +307,23 @@ static sc_status check_schema(store *s, bool *empty, sc_error *err) {
   long version = -1;
   if (has_meta && has_run) {
     why = "it has no schema_version in its meta table";
-    rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
-                            &st, NULL);
-    if (rc != SQLITE_OK)
+    rc = read_version(s, &version);
+    if ((rc & 0xff) == SQLITE_ERROR)
       return sc_fail(err, SC_INVALID, "%s is not a shardcheck results database (reading "
                      "meta.schema_version: %s)", s->path, sqlite3_errmsg(s->db));
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-      const char *v = (const char *)sqlite3_column_text(st, 0);
-      char *end = NULL;
-      errno = 0;
-      version = v ? strtol(v, &end, 10) : -1;
-      if (!v || errno || *end || version < 1) version = -1;
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-      return db_fail(s, rc, "reading meta.schema_version", err);
-    if (rc == SQLITE_ROW && version < 1) why = "its schema_version is not a positive integer";
+    if (rc != SQLITE_OK) return db_fail(s, rc, "reading meta.schema_version", err);
+    if (version == 0) why = "its schema_version is not a positive integer";
   }
   if (version < 1)
     return sc_fail(err, SC_INVALID, "%s is not a shardcheck results database (%s)", s->path, why);
   if (version > store_schema_version)
     return sc_fail(err, SC_INVALID, "%s has schema version %ld, newer than this shardcheck (%d)",
                    s->path, version, store_schema_version);
-  // Version 1 lacks run.repeat_group and run.repeat_index: added in place when the file is
-  // opened for writing (a reader sees every run as its own group).
-  // Version 2 lacks the capacity tables (a reader sees no searches).
-  if (version == 1 && !s->readonly) return migrate_v1(s, err);
-  if (version == 2 && !s->readonly) return migrate_v2(s, err);
+  // An older file is migrated in place when opened for writing. A reader takes it as it is:
+  // version 1 lacks run.repeat_group and run.repeat_index (every run its own group), version 2
+  // the capacity tables (no searches), version 3 has a token table where version 4 has the
+  // token view over token_times (the same rows).
+  if (version < store_schema_version && !s->readonly) return migrate(s, err);
   return SC_OK;
 }
 
@@ -422,6 +426,7 @@ void store_close(store *s) {
   }
   for (int k = 0; k < ST_COUNT; k++) sqlite3_finalize(s->st[k]);
   sqlite3_close_v2(s->db);
+  free(s->times);
   free(s->path);
   free(s);
 }
@@ -589,42 +594,33 @@ static sc_status request_rows(store *s, const store_request *r, const uint64_t *
   int64_t rid = sqlite3_last_insert_rowid(s->db);
   if (id) *id = rid;
   if (n_tokens <= 0) return SC_OK;
-  // The hot loop (one row per generated token): 16 rows per statement while 16 remain, then
-  // one at a time; request_id bound once, two integer binds per row, no allocation.
-  sqlite3_stmt *tk;
-  int i = 0;
-  if (n_tokens >= TOKEN_BATCH) {
-    SC_TRY(prep(s, ST_TOKEN16, &tk, err));
-    sqlite3_bind_int64(tk, 1, rid);
-    for (; i + TOKEN_BATCH <= n_tokens; i += TOKEN_BATCH) {
-      for (int j = 0; j < TOKEN_BATCH; j++) {
-        sqlite3_bind_int64(tk, 2 + 2 * j, i + j);
-        sqlite3_bind_int64(tk, 3 + 2 * j, (sqlite3_int64)token_ns[i + j]);
-      }
-      int rc = sqlite3_step(tk);
-      if (rc != SQLITE_DONE) {
-        sc_status r2 = db_fail(s, rc, "inserting token rows", err);
-        sqlite3_reset(tk);
-        return r2;
-      }
-      sqlite3_reset(tk);
-    }
+  // The hot path (every generated token passes here): the times as one JSON array, written
+  // by hand (digits only), in a buffer the handle keeps; one row per request.
+  size_t need = (size_t)n_tokens * 21 + 2; // 20 digits and a comma each, the brackets
+  if (need > s->times_cap) {
+    char *p = realloc(s->times, need);
+    if (!p) return sc_fail(err, SC_OOM, "%s: request %lld: out of memory for %d token times",
+                           s->path, (long long)r->seq, n_tokens);
+    s->times = p;
+    s->times_cap = need;
   }
-  if (i == n_tokens) return SC_OK;
+  char *p = s->times;
+  *p++ = '[';
+  for (int i = 0; i < n_tokens; i++) {
+    if (i) *p++ = ',';
+    char digits[20];
+    int n = 0;
+    uint64_t v = token_ns[i] > INT64_MAX ? INT64_MAX : token_ns[i];
+    do digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n) *p++ = digits[--n];
+  }
+  *p++ = ']';
+  sqlite3_stmt *tk;
   SC_TRY(prep(s, ST_TOKEN, &tk, err));
   sqlite3_bind_int64(tk, 1, rid);
-  for (; i < n_tokens; i++) {
-    sqlite3_bind_int64(tk, 2, i);
-    sqlite3_bind_int64(tk, 3, (sqlite3_int64)token_ns[i]);
-    int rc = sqlite3_step(tk);
-    if (rc != SQLITE_DONE) {
-      sc_status r2 = db_fail(s, rc, "inserting a token row", err);
-      sqlite3_reset(tk);
-      return r2;
-    }
-    sqlite3_reset(tk);
-  }
-  return SC_OK;
+  sqlite3_bind_text(tk, 2, s->times, (int)(p - s->times), SQLITE_STATIC);
+  return exec_stmt(s, tk, "inserting a request's token times", err);
 }
 
 sc_status store_request_add(store *s, const store_request *r, const uint64_t *token_ns,

@@ -214,6 +214,12 @@ const char *sc_test_q1s(const char *path, const char *sql) {
   return buf;
 }
 
+const char *const sc_test_token_table_v3_sql =
+    "DROP VIEW token; CREATE TABLE token(request_id INTEGER NOT NULL REFERENCES request(id), "
+    "idx INTEGER NOT NULL, t_ns INTEGER NOT NULL, PRIMARY KEY(request_id, idx)) WITHOUT ROWID; "
+    "INSERT INTO token SELECT tt.request_id, j.key, j.value FROM token_times AS tt, "
+    "json_each(tt.t_ns) AS j; DROP TABLE token_times;";
+
 void sc_test_exec(const char *path, const char *sql) {
   sqlite3 *db = NULL;
   cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);

@@ -46,6 +46,10 @@ const char *sc_test_q1s(const char *db, const char *sql);
 // Runs sql (UPDATE/INSERT text) on a plain SQLite connection to the database at path; the test
 // fails when it does not succeed.
 void sc_test_exec(const char *db, const char *sql);
+// The SQL that gives a file of this schema the token table of schema version 3 (a row per
+// token, key (request_id, idx)) in place of token_times and the token view, rows unchanged: how
+// the tests make the older files that the store migrates and the readers read as they are.
+extern const char *const sc_test_token_table_v3_sql;
 
 // engine_config_defaults() with the model of the named preset (the test fails when it does not
 // load); every other field is the caller's to set.

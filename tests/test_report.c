@@ -128,9 +128,10 @@ static void add_run(sqlite3 *db, int64_t run, const char *status) {
               q % 2 ? "long" : "short", q % deps[d].dp, (long long)arr, (long long)arr,
               (long long)first, (long long)(first + 4 * 20 * MS_NS));
         int64_t req = sqlite3_last_insert_rowid(db);
-        for (int k = 0; k < 5; k++)
-          execf(db, "INSERT INTO token(request_id, idx, t_ns) VALUES(%lld, %d, %lld)",
-                (long long)req, k, (long long)(first + k * 20 * MS_NS));
+        execf(db, "INSERT INTO token_times(request_id, t_ns) VALUES(%lld, json_array(%lld, "
+                  "%lld, %lld, %lld, %lld))", (long long)req, (long long)first,
+              (long long)(first + 20 * MS_NS), (long long)(first + 40 * MS_NS),
+              (long long)(first + 60 * MS_NS), (long long)(first + 80 * MS_NS));
       }
       summary_metrics(db, run, dep, phase, deps[d].ttft[ph], deps[d].toks[ph]);
     }

@@ -174,7 +174,7 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   sqlite3 *db = store_db(s);
   char want[1024];
   expect_q(db, "PRAGMA journal_mode", "wal");
-  expect_q(db, "SELECT key, value FROM meta", "schema_version|3");
+  expect_q(db, "SELECT key, value FROM meta", "schema_version|4");
   snprintf(want, sizeof want,
            "%lld|rt|scenarios/rt.yaml|name: rt\nseed: 7\n|sim|sim|llama3-8b|abc1234|%s|%d|7|"
            "{\"block_size\":16}|NULL|complete|fail|0|0",
@@ -208,6 +208,8 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   snprintf(want, sizeof want, "%lld|0|2000;%lld|1|2500;%lld|2|3000", (long long)rq1,
            (long long)rq1, (long long)rq1);
   expect_q(db, "SELECT request_id, idx, t_ns FROM token ORDER BY request_id, idx", want);
+  snprintf(want, sizeof want, "%lld|[2000,2500,3000]", (long long)rq1);
+  expect_q(db, "SELECT request_id, t_ns FROM token_times", want);
   expect_q(db, "SELECT replica, t_ns, duration_ns, seqs, prefill_tokens, decode_tokens, "
                "preempted, queue_len, running, kv_used, kv_total FROM step ORDER BY t_ns",
            "1|1500|400|2|64|1|0|3|2|5|100;0|2100|300|1|0|1|1|0|1|6|100");
@@ -297,41 +299,98 @@ Test(store, bad_values_are_refused_with_the_reason) {
 
 // --- refusing files
 
+// A file of this schema with one request of three tokens, recorded out of index order in the
+// version 3 table below; its path.
+static const char *file_with_tokens(const char *tag) {
+  const char *path = db_path(tag);
+  store *s = open_rw(path);
+  sc_error err = {{0}};
+  int64_t run = 0, dep = 0, ph = 0;
+  store_run r = {.scenario = "m", .scenario_text = "name: m\n", .mode = "sim", .seed = 1};
+  cr_assert_eq(store_run_begin(s, &r, &run, &err), SC_OK, "%s", err.msg);
+  store_deployment d = {.run_id = run, .label = "one", .tp = 1, .pp = 1, .dp = 1};
+  cr_assert_eq(store_deployment_begin(s, &d, &dep, &err), SC_OK, "%s", err.msg);
+  store_phase p = {.run_id = run, .deployment_id = dep, .name = "p", .kind = "fixed",
+                   .concurrency = 1};
+  cr_assert_eq(store_phase_begin(s, &p, &ph, &err), SC_OK, "%s", err.msg);
+  uint64_t t[3] = {10, 20, 30};
+  store_request rq = {.run_id = run, .deployment_id = dep, .phase_id = ph, .seq = 0,
+                      .class_name = "", .replica = 0, .prompt_tokens = 1, .max_tokens = 3,
+                      .output_tokens = 3, .status = "ok"};
+  cr_assert_eq(store_request_add(s, &rq, t, 3, NULL, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  return path;
+}
+
 Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
-  const char *path = db_path("migrate");
+  const char *path = file_with_tokens("migrate");
   store *s = NULL;
   sc_error err = {{0}};
-  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
-  store_close(s);
   sc_test_exec(path, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
                      "repeat_index; DROP TABLE fault_window; UPDATE meta SET value = '1' "
                      "WHERE key = 'schema_version'");
+  sc_test_exec(path, sc_test_token_table_v3_sql);
   cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
+  expect_q(store_db(s), "SELECT type FROM sqlite_master WHERE name = 'token'", "table");
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "3");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
   expect_q(db, "SELECT count(*) FROM pragma_table_info('run') WHERE name IN ('repeat_group', "
                "'repeat_index')", "2");
   expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'fault_window'", "1");
   expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'capacity%'", "3");
+  expect_q(db, "SELECT idx, t_ns FROM token ORDER BY idx", "0|10;1|20;2|30");
   store_close(s);
 }
 
 Test(store, a_version_2_file_gets_the_capacity_tables_when_opened_for_writing) {
-  const char *path = db_path("migrate2");
+  const char *path = file_with_tokens("migrate2");
   store *s = NULL;
   sc_error err = {{0}};
-  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
-  store_close(s);
   sc_test_exec(path, "DROP TABLE capacity_point; DROP TABLE capacity_layout; DROP TABLE "
                      "capacity; UPDATE meta SET value = '2' WHERE key = 'schema_version'");
+  sc_test_exec(path, sc_test_token_table_v3_sql);
   cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
   expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "2");
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
-  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "3");
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "4");
   expect_q(store_db(s), "SELECT count(*) FROM sqlite_master WHERE name LIKE 'capacity%'", "3");
+  store_close(s);
+}
+
+Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_order) {
+  const char *path = file_with_tokens("migrate3");
+  sc_test_exec(path, "UPDATE meta SET value = '3' WHERE key = 'schema_version'");
+  sc_test_exec(path, sc_test_token_table_v3_sql);
+  // A second request whose rows went in out of index order, and one with none.
+  sc_test_exec(path, "INSERT INTO request(run_id, deployment_id, phase_id, seq, class, "
+                     "prompt_tokens, max_tokens, output_tokens, arrival_ns, status) "
+                     "SELECT run_id, deployment_id, phase_id, seq + 1, '', 1, 3, 3, 0, 'ok' "
+                     "FROM request UNION ALL SELECT run_id, deployment_id, phase_id, seq + 2, "
+                     "'', 1, 3, 0, 0, 'failed' FROM request");
+  sc_test_exec(path, "INSERT INTO token SELECT r.id, 2, 7 FROM request r WHERE r.seq = 1; "
+                     "INSERT INTO token SELECT r.id, 0, 5 FROM request r WHERE r.seq = 1; "
+                     "INSERT INTO token SELECT r.id, 1, 6 FROM request r WHERE r.seq = 1");
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
+  expect_q(store_db(s), "SELECT r.seq, t.idx, t.t_ns FROM token t JOIN request r ON r.id = "
+                        "t.request_id ORDER BY r.seq, t.idx", "0|0|10;0|1|20;0|2|30;1|0|5;1|1|6;1|2|7");
+  store_close(s);
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  sqlite3 *db = store_db(s);
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(db, "SELECT type FROM sqlite_master WHERE name = 'token'", "view");
+  expect_q(db, "SELECT r.seq, tt.t_ns FROM token_times tt JOIN request r ON r.id = "
+               "tt.request_id ORDER BY r.seq", "0|[10,20,30];1|[5,6,7]");
+  expect_q(db, "SELECT r.seq, t.idx, t.t_ns FROM token t JOIN request r ON r.id = "
+               "t.request_id ORDER BY r.seq, t.idx", "0|0|10;0|1|20;0|2|30;1|0|5;1|1|6;1|2|7");
+  store_close(s);
+  // Opened again, nothing is left to do.
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  expect_q(store_db(s), "SELECT count(*) FROM token_times", "2");
   store_close(s);
 }
 
