@@ -350,7 +350,10 @@ static sc_status open_common(const char *path, bool readonly, store **out, sc_er
   if (gethostname(s->host, sizeof s->host) != 0) s->host[0] = 0;
   s->host[sizeof s->host - 1] = 0;
 
-  int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  // NOMUTEX: a connection is used by one thread at a time (the recorder's store lock), so
+  // SQLite's own lock on every call, a dozen per step row, is not needed.
+  int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+              SQLITE_OPEN_NOMUTEX;
   int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
   sc_status r = SC_OK;
   if (rc != SQLITE_OK) {
