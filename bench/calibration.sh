@@ -62,9 +62,20 @@ mem_eff() {
     ($1 in nk) && $2 == 1 { t += $3 * 1e-6; b += 2 * nk[$1] }
     END { printf "mem_eff: %.4f\n", b / t / bw }'
 }
+# link CONFIG: the GPU link of the machine a trace ran on as LLMServingSim describes it in the
+# trace's config.json (link_bw GB/s, link_latency ns), which its authors set so that their
+# all-reduce (a ring: 2(n-1) steps of latency plus 2(n-1)/n of the bytes over the bandwidth, the
+# formula the cost model uses) matches NCCL's on that machine; it replaces the profile's
+# estimate (docs/calibration.md).
+link() {
+  show "$1" | awk '/"link_bw"/ { gsub(/[^0-9.]/, "", $2); bw = $2 }
+    /"link_latency"/ { gsub(/[^0-9.]/, "", $2); lat = $2 }
+    END { printf "link_bw: %se9\nlink_latency_s: %se-9\n", bw, lat }'
+}
 # each card's profile with its measured tables (the rooflines price the rest: attention,
 # elementwise, the other models' shapes)
-{ grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx-pro-6000.yaml"; mem_eff RTXPRO6000 1792e9; echo "gemm:"
+{ grep -v -E "^(mem_eff|link_bw|link_latency_s):" "$root/scenarios/hardware/rtx-pro-6000.yaml"
+  mem_eff RTXPRO6000 1792e9; link $ex/RTXPRO6000/Qwen3-32B/config.json; echo "gemm:"
   tables RTXPRO6000 meta-llama/Llama-3.1-8B 1 "$llama8b"; tables RTXPRO6000 Qwen/Qwen3-32B 2 "$qwen32b_tp2"
   knobs 128; } >"$out/pro-base.yaml"
 { grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx4090.yaml"; mem_eff RTX4090 1008e9; echo "gemm:"
