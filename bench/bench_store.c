@@ -3,9 +3,9 @@
 // prints rows, seconds, rows/s and the file size, against the target of 1,000,000 token events
 // in under 3 s. A benchmark, never a test: nothing here asserts a time.
 //
-// Default shape: 10,000 requests x 100 tokens = 1,000,000 token rows, plus one step row per 10
-// tokens (100,000) and the 10,000 request rows; store_flush every 50,000 rows written (token +
-// step + request rows). "record" is from the first write to the last flush's commit; "close"
+// Default shape: 10,000 requests x 100 tokens = 1,000,000 token times (each request's in one
+// token_times row, docs/schema.md), plus one step row per 10 tokens (100,000) and the 10,000
+// request rows; store_flush every 50,000 events written (token times + step + request rows). "record" is from the first write to the last flush's commit; "close"
 // is store_close (it checkpoints the WAL into the database file).
 //
 // usage: bench_store [--requests N] [--tokens N] [--dir DIR] [--keep]
@@ -133,17 +133,18 @@ int main(int argc, char **argv) {
   uname(&u);
   printf("bench_store: %s %s, %ld online CPUs, SQLite %s, WAL, synchronous=NORMAL\n",
          u.sysname, u.machine, sysconf(_SC_NPROCESSORS_ONLN), sqlite3_libversion());
-  printf("shape: %d requests x %d tokens, a step row per 10 tokens, flush every %d rows "
+  printf("shape: %d requests x %d tokens, a step row per 10 tokens, flush every %d events "
          "(%lld flushes)\n\n", n_req, n_tok, FLUSH_ROWS, flushes);
-  printf("%-28s %12s %10s %14s %14s\n", "phase", "rows", "seconds", "rows/s", "token rows/s");
+  printf("%-28s %12s %10s %14s %14s\n", "phase", "events", "seconds", "events/s", "tokens/s");
   printf("%-28s %12lld %10.3f %14.0f %14.0f\n", "record (writes + flushes)", rows, rec,
          rows / rec, tokens / rec);
   printf("%-28s %12s %10.3f\n", "close (WAL checkpoint)", "", t2 - t1);
   printf("%-28s %12lld %10.3f %14.0f %14.0f\n\n", "total", rows, total, rows / total,
          tokens / total);
-  printf("rows: %lld token, %d request, %lld step\n", tokens, n_req, steps);
+  printf("events: %lld token times (%d token_times rows), %d request rows, %lld step rows\n",
+         tokens, n_req, n_req, steps);
   printf("file: %.1f MB database + %.1f MB WAL before close; %.1f MB after close (%.1f bytes "
-         "per token row, all tables)\n",
+         "per token, all tables)\n",
          db_before / 1e6, wal_before / 1e6, db_after / 1e6, (double)db_after / (double)tokens);
   if (tokens == 1000000)
     printf("target: 1,000,000 token events recorded in < %.0f s (record + close): %.3f s: %s\n",
