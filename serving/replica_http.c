@@ -6,7 +6,8 @@
 //
 // Threads. The caller's thread only touches the inbox (submits, cancels) and the outbox
 // (events) under one mutex, and wakes the replica's thread through an eventfd. That thread
-// owns the libcurl multi handle: it turns the inbox into easy handles (added: a stream opens;
+// owns the libcurl multi handles (hshard: up to SHARDS of SHARD_STREAMS streams each, filled
+// in turn): it turns the inbox into easy handles (added: a stream opens;
 // removed: cancel closes it) and sleeps in epoll on libcurl's sockets (its socket and timer
 // callbacks keep the set), handing libcurl only the sockets that are ready
 // (curl_multi_socket_action), so thousands of streams share one thread and keep-alive
@@ -74,6 +75,8 @@
 #define SCRAPE_NS          1000000000ull // how often the metrics URL is read
 #define MSG_BLOCK          65536         // failure messages are kept in blocks of this many bytes
 #define EPOLL_BATCH        1024          // socket events taken per wait
+#define SHARDS             16            // libcurl multi handles the thread drives
+#define SHARD_STREAMS      1024          // streams a shard takes before the next is used
 
 // --- one request
 typedef struct hreq {
@@ -97,6 +100,7 @@ typedef struct hreq {
   int prompt_tokens;     // usage.prompt_tokens (-1: not seen)
   int usage_completion;  // usage.completion_tokens (-1: not seen)
   int slot;              // its index in hrep.reqs
+  int shard;             // the multi handle it is in (hrep.sh)
 } hreq;
 
 // Failure messages, kept until the replica is freed (replica_event.what points into them).
@@ -112,6 +116,20 @@ typedef struct inbox_item {
   char *body; // submit: the JSON request (owned)
 } inbox_item;
 
+// One libcurl multi handle of the thread, with its share of the streams. libcurl 7.88 walks
+// a multi's connections for a host when a transfer starts or ends, and finds a socket in a
+// hash of 911 buckets on every action: with 10,000 streams in one multi those walks were a
+// third of the thread's CPU (docs/benchmarks.md, the HTTP client). Streams fill shard 0 up to
+// SHARD_STREAMS, then the next, so a few streams behave as with one multi handle.
+typedef struct hshard {
+  CURLM *multi;
+  struct hrep *h;
+  int k;           // its index in hrep.sh
+  int n;           // streams in it
+  bool timer_set;  // libcurl asked for a timeout at timer_at (monotonic ns)
+  uint64_t timer_at;
+} hshard;
+
 typedef struct hrep {
   replica_http_options o;
   char *base_url, *model, *api_key, *extra_body, *url; // owned copies; url = the endpoint
@@ -120,7 +138,7 @@ typedef struct hrep {
   json_t *extra;              // extra_body parsed
   sc_clock clock;
   launch_proc *launch;
-  CURLM *multi;
+  hshard sh[SHARDS];          // the probe and the scrape use sh[0]
   struct curl_slist *headers; // shared by every request (read-only)
   pthread_t thread;
   bool thread_started;
@@ -155,8 +173,6 @@ typedef struct hrep {
   replica_server_metrics sm; // (mu) the latest scrape
   // the thread's own
   int ep, wake_fd; // the thread's epoll set (libcurl's sockets) and its wake-up
-  bool timer_set;  // libcurl asked for a timeout at timer_at (monotonic ns)
-  uint64_t timer_at;
   hreq **reqs;                // (cap_reqs) requests in flight
   int n_reqs, cap_reqs;
   CURL *probe, *scrape; // the readiness probe and the metrics scrape (in the multi while
@@ -386,7 +402,8 @@ static void req_free(hreq *q) {
 // Detaches and frees request i of the thread's list.
 static void drop_req(hrep *h, int i) {
   hreq *q = h->reqs[i];
-  curl_multi_remove_handle(h->multi, q->easy);
+  curl_multi_remove_handle(h->sh[q->shard].multi, q->easy);
+  h->sh[q->shard].n--;
   req_free(q);
   h->reqs[i] = h->reqs[--h->n_reqs];
   if (i < h->n_reqs) h->reqs[i]->slot = i;
@@ -452,8 +469,18 @@ static void start_req(hrep *h, uint64_t key, char *body) {
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL); // no compression: chunks as they come
   q->slot = h->n_reqs;
+  q->shard = 0;
+  for (int k = 0; k < SHARDS; k++) {
+    if (h->sh[k].n < SHARD_STREAMS) {
+      q->shard = k;
+      break;
+    }
+    if (h->sh[k].n < h->sh[q->shard].n) q->shard = k;
+  }
   h->reqs[h->n_reqs++] = q;
-  if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
+  if (curl_multi_add_handle(h->sh[q->shard].multi, e) == CURLM_OK) {
+    h->sh[q->shard].n++;
+  } else {
     h->n_reqs--;
     fail_req(h, q, REPLICA_FAIL_FAILED, 0, "libcurl refused a transfer");
     req_free(q);
@@ -537,13 +564,13 @@ static void start_probe(hrep *h) {
     curl_easy_setopt(h->probe, CURLOPT_HEADERDATA, h);
   }
   h->probe_date = 0;
-  if (curl_multi_add_handle(h->multi, h->probe) == CURLM_OK) h->probe_busy = true;
+  if (curl_multi_add_handle(h->sh[0].multi, h->probe) == CURLM_OK) h->probe_busy = true;
 }
 
 static void probe_done(hrep *h, CURLcode rc) {
   long code = 0;
   curl_easy_getinfo(h->probe, CURLINFO_RESPONSE_CODE, &code);
-  curl_multi_remove_handle(h->multi, h->probe);
+  curl_multi_remove_handle(h->sh[0].multi, h->probe);
   h->probe_busy = false;
   uint64_t now = sc_monotonic_ns();
   if (rc == CURLE_OK && code == 200) {
@@ -654,13 +681,13 @@ static void start_scrape(hrep *h) {
     curl_easy_setopt(h->scrape, CURLOPT_WRITEDATA, h);
   }
   h->n_scrape = 0;
-  if (curl_multi_add_handle(h->multi, h->scrape) == CURLM_OK) h->scrape_busy = true;
+  if (curl_multi_add_handle(h->sh[0].multi, h->scrape) == CURLM_OK) h->scrape_busy = true;
 }
 
 static void scrape_done(hrep *h, CURLcode rc) {
   long code = 0;
   curl_easy_getinfo(h->scrape, CURLINFO_RESPONSE_CODE, &code);
-  curl_multi_remove_handle(h->multi, h->scrape);
+  curl_multi_remove_handle(h->sh[0].multi, h->scrape);
   h->scrape_busy = false;
   h->scrape_next = sc_monotonic_ns() + SCRAPE_NS;
   replica_server_metrics m;
@@ -716,15 +743,33 @@ int replica_http_epoll_sock(void *easy, int fd, int what, void *ep, void *socket
   return 0;
 }
 
-// libcurl's timer callback: when it next wants CURL_SOCKET_TIMEOUT (-1: never).
+// A shard's socket callback: keeps the thread's epoll set, each socket tagged with its shard
+// (data.u64: shard + 1 in the high half, the fd in the low; 0 in the high half is the wake-up).
+static int shard_sock(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
+  (void)easy, (void)socketp;
+  const hshard *sh = userp;
+  int set = sh->h->ep;
+  if (what == CURL_POLL_REMOVE) {
+    epoll_ctl(set, EPOLL_CTL_DEL, fd, NULL);
+    return 0;
+  }
+  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
+                                     (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+                           .data.u64 = (uint64_t)(sh->k + 1) << 32 | (uint32_t)fd};
+  if (epoll_ctl(set, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
+    epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
+  return 0;
+}
+
+// A shard's timer callback: when its multi next wants CURL_SOCKET_TIMEOUT (-1: never).
 static int timer_cb(CURLM *m, long timeout_ms, void *userp) {
   (void)m;
-  hrep *h = userp;
+  hshard *sh = userp;
   if (timeout_ms < 0) {
-    h->timer_set = false;
+    sh->timer_set = false;
   } else {
-    h->timer_set = true;
-    h->timer_at = sc_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
+    sh->timer_set = true;
+    sh->timer_at = sc_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
   }
   return 0;
 }
@@ -769,8 +814,10 @@ static void *http_thread(void *arg) {
     watch(h);
     uint64_t now = sc_monotonic_ns();
     long wait_ms = n > 0 ? 0 : h->detect_ns || h->metrics_url ? WATCH_MS : POLL_MS;
-    if (h->timer_set) {
-      uint64_t d = h->timer_at > now ? (h->timer_at - now + 999999) / 1000000 : 0;
+    for (int k = 0; k < SHARDS; k++) {
+      const hshard *sh = &h->sh[k];
+      if (!sh->timer_set) continue;
+      uint64_t d = sh->timer_at > now ? (sh->timer_at - now + 999999) / 1000000 : 0;
       if ((long)d < wait_ms) wait_ms = (long)d;
     }
     pthread_mutex_lock(&h->mu);
@@ -779,8 +826,9 @@ static void *http_thread(void *arg) {
     struct epoll_event evs[EPOLL_BATCH];
     int ne = epoll_wait(h->ep, evs, EPOLL_BATCH, (int)wait_ms);
     for (int i = 0; i < ne; i++) {
-      int fd = evs[i].data.fd;
-      if (fd == h->wake_fd) {
+      uint64_t tag = evs[i].data.u64;
+      int fd = (int)(uint32_t)tag;
+      if (tag >> 32 == 0) { // the wake-up
         uint64_t v;
         ssize_t rr = read(h->wake_fd, &v, sizeof v);
         (void)rr;
@@ -789,29 +837,34 @@ static void *http_thread(void *arg) {
       int flags = (evs[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
                   (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                   (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-      curl_multi_socket_action(h->multi, fd, flags, &running);
+      curl_multi_socket_action(h->sh[(tag >> 32) - 1].multi, fd, flags, &running);
     }
-    if (h->timer_set && sc_monotonic_ns() >= h->timer_at) {
-      h->timer_set = false;
-      curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    uint64_t after = sc_monotonic_ns();
+    for (int k = 0; k < SHARDS; k++) {
+      hshard *sh = &h->sh[k];
+      if (!sh->timer_set || after < sh->timer_at) continue;
+      sh->timer_set = false;
+      curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     }
     CURLMsg *m;
     int left;
-    while ((m = curl_multi_info_read(h->multi, &left))) {
-      if (m->msg != CURLMSG_DONE) continue;
-      CURLcode rc = m->data.result;
-      if (m->easy_handle == h->probe) {
-        probe_done(h, rc);
-        continue;
+    for (int k = 0; k < SHARDS; k++) {
+      while ((m = curl_multi_info_read(h->sh[k].multi, &left))) {
+        if (m->msg != CURLMSG_DONE) continue;
+        CURLcode rc = m->data.result;
+        if (m->easy_handle == h->probe) {
+          probe_done(h, rc);
+          continue;
+        }
+        if (m->easy_handle == h->scrape) {
+          scrape_done(h, rc);
+          continue;
+        }
+        hreq *q = NULL;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+        on_done(h, q, rc);
+        drop_req(h, q->slot);
       }
-      if (m->easy_handle == h->scrape) {
-        scrape_done(h, rc);
-        continue;
-      }
-      hreq *q = NULL;
-      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
-      on_done(h, q, rc);
-      drop_req(h, q->slot);
     }
     // Requests failed by a chunk (server_error, protocol) whose transfers curl still reports
     // as running were aborted by the write callback; they arrive in info_read above.
@@ -1257,11 +1310,11 @@ static void h_free(void *ctx) {
   for (int i = h->n_reqs - 1; i >= 0; i--) drop_req(h, i);
   free(h->reqs);
   if (h->probe) {
-    if (h->probe_busy) curl_multi_remove_handle(h->multi, h->probe);
+    if (h->probe_busy) curl_multi_remove_handle(h->sh[0].multi, h->probe);
     curl_easy_cleanup(h->probe);
   }
   if (h->scrape) {
-    if (h->scrape_busy) curl_multi_remove_handle(h->multi, h->scrape);
+    if (h->scrape_busy) curl_multi_remove_handle(h->sh[0].multi, h->scrape);
     curl_easy_cleanup(h->scrape);
   }
   free(h->scrape_buf);
@@ -1275,7 +1328,8 @@ static void h_free(void *ctx) {
   free(h->tmpl), free(h->gpus), free(h->exe), free(h->next_command), free(h->next_model);
   for (int i = 0; i < h->n_in; i++) free(h->in[i].body);
   free(h->in);
-  if (h->multi) curl_multi_cleanup(h->multi);
+  for (int k = 0; k < SHARDS; k++)
+    if (h->sh[k].multi) curl_multi_cleanup(h->sh[k].multi);
   curl_slist_free_all(h->headers);
   launch_free(h->launch); // after the connections are closed: the server sees them go first
   rq_free(&h->out);
@@ -1400,24 +1454,32 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
     snprintf(auth, sizeof auth, "Authorization: Bearer %.1100s", o->api_key);
     h->headers = curl_slist_append(h->headers, auth);
   }
-  h->multi = curl_multi_init();
+  bool multis = true;
+  for (int k = 0; k < SHARDS; k++) {
+    hshard *sh = &h->sh[k];
+    *sh = (hshard){.multi = curl_multi_init(), .h = h, .k = k};
+    multis = multis && sh->multi;
+  }
   h->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   h->ep = epoll_create1(EPOLL_CLOEXEC);
   if (h->ep >= 0 && h->wake_fd >= 0) {
-    struct epoll_event we = {.events = EPOLLIN, .data.fd = h->wake_fd};
+    struct epoll_event we = {.events = EPOLLIN, .data.u64 = (uint32_t)h->wake_fd};
     epoll_ctl(h->ep, EPOLL_CTL_ADD, h->wake_fd, &we);
   }
-  if (!h->headers || !h->multi || h->evfd < 0 || h->wake_fd < 0 || h->ep < 0) {
+  if (!h->headers || !multis || h->evfd < 0 || h->wake_fd < 0 || h->ep < 0) {
     s = sc_fail(err, SC_OOM, "replica: cannot set up libcurl or its eventfd");
     goto fail;
   }
-  curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, replica_http_epoll_sock);
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, &h->ep);
-  curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-  curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
-  curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+  for (int k = 0; k < SHARDS; k++) {
+    CURLM *m = h->sh[k].multi;
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
+    curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, shard_sock);
+    curl_multi_setopt(m, CURLMOPT_SOCKETDATA, &h->sh[k]);
+    curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(m, CURLMOPT_TIMERDATA, &h->sh[k]);
+    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+  }
   if (h->command) {
     launch_spec ls = {.command = h->command, .env = (const char *const *)h->env,
                       .log_path = h->log_path ? h->log_path : "/dev/null",
