@@ -750,7 +750,8 @@ static const char *const history_token_rows_sql =
 
 // One request's token rows so far, in history_tokens.
 typedef struct history_req {
-  int64_t id, out, n, distinct, hi;  // rows, distinct indexes, the highest
+  int64_t id, out;                   // the request, its output_tokens
+  int64_t n, distinct, hi;           // its rows, their distinct indexes, the highest
   int64_t idx;                       // the index of the latest row
   int64_t max_t, max_t_before;       // the latest time at idx, and at idx - 1 (INT64_MIN: none)
   bool bad_times, bad_request_times; // a token out of order or outside its request
@@ -795,7 +796,7 @@ static sc_status history_tokens(sqlite3 *db, int64_t run_id, int64_t deployment_
       q.max_t = INT64_MIN;
       q.idx = idx;
     }
-    if (q.n == 0 || q.distinct == 0 || idx != q.hi) q.distinct++;
+    if (q.n == 0 || idx != q.hi) q.distinct++;
     q.n++;
     q.hi = idx;
     if (t > q.max_t) q.max_t = t;
