@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/util.h"
 #include "reports/query.h"
 
 // --- the handle
@@ -611,12 +612,10 @@ static sc_status request_rows(store *s, const store_request *r, const uint64_t *
   *p++ = '[';
   for (int i = 0; i < n_tokens; i++) {
     if (i) *p++ = ',';
-    char digits[20];
-    int n = 0;
-    uint64_t v = token_ns[i] > INT64_MAX ? INT64_MAX : token_ns[i];
-    do digits[n++] = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    while (n) *p++ = digits[--n];
+    char digits[20], *end = digits + sizeof digits;
+    const char *d = sc_u64_digits(token_ns[i] > INT64_MAX ? INT64_MAX : token_ns[i], end);
+    memcpy(p, d, (size_t)(end - d));
+    p += end - d;
   }
   *p++ = ']';
   sqlite3_stmt *tk;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/tokenizer.h"
+#include "kernels/util.h"
 
 static bool fail(oai_error *e, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -524,9 +525,7 @@ size_t oai_sse_content_to(const char *sse_head, oai_kind kind, const char *text,
     char d[16], *q = d + sizeof d;
     int64_t v = ids[i];
     bool neg = v < 0;
-    uint64_t u = neg ? (uint64_t)-v : (uint64_t)v;
-    do *--q = (char)('0' + u % 10);
-    while (u /= 10);
+    q = sc_u64_digits(neg ? (uint64_t)-v : (uint64_t)v, q);
     if (neg) *--q = '-';
     if (i) *--q = ',';
     ok = put_bytes(&at, end, q, (size_t)(d + sizeof d - q));

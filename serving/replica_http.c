@@ -728,18 +728,22 @@ static void watch(hrep *h) {
     declare_dead(h, "%s unanswered for %.1f s", h->ready_url, (double)h->detect_ns / 1e9);
 }
 
-int replica_http_epoll_sock(void *easy, int fd, int what, void *ep, void *socketp) {
-  (void)easy, (void)socketp;
-  int set = *(const int *)ep;
+// Keeps fd in the epoll set as libcurl's `what` asks (CURL_POLL_*), with data as its tag.
+static void epoll_keep(int set, int fd, int what, epoll_data_t data) {
   if (what == CURL_POLL_REMOVE) {
     epoll_ctl(set, EPOLL_CTL_DEL, fd, NULL);
-    return 0;
+    return;
   }
   struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
                                      (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
-                           .data.fd = fd};
+                           .data = data};
   if (epoll_ctl(set, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
     epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int replica_http_epoll_sock(void *easy, int fd, int what, void *ep, void *socketp) {
+  (void)easy, (void)socketp;
+  epoll_keep(*(const int *)ep, fd, what, (epoll_data_t){.fd = fd});
   return 0;
 }
 
@@ -748,16 +752,8 @@ int replica_http_epoll_sock(void *easy, int fd, int what, void *ep, void *socket
 static int shard_sock(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
   (void)easy, (void)socketp;
   const hshard *sh = userp;
-  int set = sh->h->ep;
-  if (what == CURL_POLL_REMOVE) {
-    epoll_ctl(set, EPOLL_CTL_DEL, fd, NULL);
-    return 0;
-  }
-  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
-                                     (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
-                           .data.u64 = (uint64_t)(sh->k + 1) << 32 | (uint32_t)fd};
-  if (epoll_ctl(set, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT)
-    epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
+  epoll_keep(sh->h->ep, fd, what,
+             (epoll_data_t){.u64 = (uint64_t)(sh->k + 1) << 32 | (uint32_t)fd});
   return 0;
 }
 
