@@ -926,10 +926,27 @@ static double busy_frac(const rt *r, double busy_ns, uint64_t span_ns) {
   return span_ns ? busy_ns / ((double)r->dep->dp * (double)span_ns) : NAN;
 }
 
-static sc_status deployment_metrics(rt *r, dep_result *dr) {
+// The summaries of a deployment's requests (mt_summarize): per started phase k, sums[k * (1 +
+// nc)] of every request and sums[k * (1 + nc) + 1 + cl] of class cl, nc the classes when the
+// workload has several (else 0); pooled over the phases into dr->pooled and dr->cls_pooled.
+// They come from the runner's own records, not the rows, so they are computed while the
+// recorder writes its backlog (a simulated run's step and token rows), which run_deployment
+// waits for before deployment_metrics stores them.
+typedef struct dep_sums {
+  mt_summary *v;
+  int nc;
+} dep_sums;
+
+static sc_status deployment_summaries(rt *r, dep_result *dr, dep_sums *out) {
   size_t n = r->reqs.n;
+  int n_classes = workload_n_classes(r->wl);
+  out->nc = n_classes > 1 ? n_classes : 0;
+  out->v = calloc((size_t)(r->n_phases ? r->n_phases : 1) * (size_t)(1 + out->nc), sizeof *out->v);
   mt_request *m = calloc(n ? n : 1, sizeof *m);
-  if (!m) return sc_fail(&r->err, SC_OOM, "runner: out of memory computing metrics");
+  if (!out->v || !m) {
+    free(m);
+    return sc_fail(&r->err, SC_OOM, "runner: out of memory computing metrics");
+  }
   for (size_t i = 0; i < n; i++) {
     const req_rec *q = &r->reqs.v[i];
     m[i] = (mt_request){.arrival_ns = q->arrival, .finish_ns = q->finish, .token_ns = q->tok,
@@ -937,23 +954,38 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
                         .status = q->status, .reason = q->reason, .class_idx = q->class_idx,
                         .warmup = q->warmup};
   }
-  int n_classes = workload_n_classes(r->wl);
+  sc_status s = SC_OK;
+  for (int k = 0; k < r->n_phases && s == SC_OK; k++) {
+    const phase_run *ph = &r->phases[k];
+    if (!ph->id) continue; // never started (interrupted before it)
+    const mt_request *pm = m + ph->first_seq;
+    int pn = (int)(ph->end_seq - ph->first_seq);
+    mt_summary *sum = out->v + (size_t)k * (size_t)(1 + out->nc);
+    s = mt_summarize(pm, pn, -1, &r->good, ph->warmup_end, ph->end, &sum[0]);
+    for (int cl = 0; cl < out->nc && s == SC_OK; cl++)
+      s = mt_summarize(pm, pn, cl, &r->good, ph->warmup_end, ph->end, &sum[1 + cl]);
+  }
+  if (s == SC_OK) s = mt_summarize(m, (int)n, -1, &r->good, 0, 0, &dr->pooled);
+  for (int cl = 0; cl < out->nc && s == SC_OK; cl++)
+    s = mt_summarize(m, (int)n, cl, &r->good, 0, 0, &dr->cls_pooled[cl]);
+  free(m);
+  if (s != SC_OK) return sc_fail(&r->err, s, "runner: computing the metrics failed");
+  return SC_OK;
+}
+
+// Stores the summaries (deployment_summaries) and the phases' own figures as metric rows.
+static sc_status deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   int conc[SCN_MAX_PHASES * SCN_MAX_RAMP];
   double ttft95[SCN_MAX_PHASES * SCN_MAX_RAMP];
   int n_knee = 0;
   double busy_ns = 0;
   uint64_t span_ns = 0;
-  sc_status s = SC_OK;
-  for (int k = 0; k < r->n_phases && s == SC_OK; k++) {
+  for (int k = 0; k < r->n_phases; k++) {
     phase_run *ph = &r->phases[k];
-    if (!ph->id) continue; // never started (interrupted before it)
-    const mt_request *pm = m + ph->first_seq;
-    int pn = (int)(ph->end_seq - ph->first_seq);
-    mt_summary sum;
-    s = mt_summarize(pm, pn, -1, &r->good, ph->warmup_end, ph->end, &sum);
-    if (s != SC_OK) break;
+    if (!ph->id) continue;
+    const mt_summary *sum = sums->v + (size_t)k * (size_t)(1 + sums->nc);
     emit_ctx c = {.r = r, .phase_id = ph->id, .cls = NULL};
-    mt_summary_each(&sum, emit_metric, &c);
+    mt_summary_each(&sum[0], emit_metric, &c);
     add_metric(r, ph->id, "peak_queue", ph->peak_queue);
     add_metric(r, ph->id, "peak_batch", ph->peak_batch);
     add_metric(r, ph->id, "limit_violations", ph->limit_violations);
@@ -963,49 +995,41 @@ static sc_status deployment_metrics(rt *r, dep_result *dr) {
     add_metric(r, ph->id, "busy_frac", busy_frac(r, ph->busy_ns, ph->end - ph->start));
     busy_ns += ph->busy_ns;
     span_ns += ph->end - ph->start;
-    ph->ttft_p95_ms = sum.ttft_ms.p95;
-    ph->output_tok_s = sum.output_tok_s;
-    if (sum.output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum.output_tok_s;
+    ph->ttft_p95_ms = sum[0].ttft_ms.p95;
+    ph->output_tok_s = sum[0].output_tok_s;
+    if (sum[0].output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum[0].output_tok_s;
     if (ph->peak_queue > dr->peak_queue) dr->peak_queue = ph->peak_queue;
     if (ph->peak_batch > dr->peak_batch) dr->peak_batch = ph->peak_batch;
     dr->limit_violations += ph->limit_violations;
     if (ph->kv_peak > dr->kv_peak) dr->kv_peak = ph->kv_peak;
     if (ph->concurrency) {
       conc[n_knee] = ph->concurrency;
-      ttft95[n_knee++] = sum.ttft_ms.p95;
+      ttft95[n_knee++] = sum[0].ttft_ms.p95;
     }
-    for (int cl = 0; cl < n_classes && n_classes > 1 && s == SC_OK; cl++) {
-      s = mt_summarize(pm, pn, cl, &r->good, ph->warmup_end, ph->end, &sum);
+    for (int cl = 0; cl < sums->nc; cl++) {
       emit_ctx cc = {.r = r, .phase_id = ph->id, .cls = workload_class_name(r->wl, cl)};
-      if (s == SC_OK) mt_summary_each(&sum, emit_metric, &cc);
+      mt_summary_each(&sum[1 + cl], emit_metric, &cc);
     }
   }
-  if (s == SC_OK) s = mt_summarize(m, (int)n, -1, &r->good, 0, 0, &dr->pooled);
-  if (s == SC_OK) {
-    emit_ctx c = {.r = r, .phase_id = 0, .cls = NULL};
-    mt_summary_each(&dr->pooled, emit_metric, &c);
-    add_metric(r, 0, "peak_queue", dr->peak_queue);
-    add_metric(r, 0, "peak_batch", dr->peak_batch);
-    add_metric(r, 0, "limit_violations", dr->limit_violations);
-    add_metric(r, 0, "kv_peak_frac", dr->kv_peak);
-    add_metric(r, 0, "busy_frac", busy_frac(r, busy_ns, span_ns));
-    add_metric(r, 0, "gpus", dr->gpus);
-    add_metric(r, 0, "peak_output_tok_s", dr->peak_tok_s);
-    for (int i = 0; i < r->s->slo.n; i++)
-      if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
-        dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);
-        dr->has_knee = true;
-        add_metric(r, 0, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
-      }
-    for (int cl = 0; cl < n_classes && n_classes > 1 && s == SC_OK; cl++) {
-      mt_summary *sum = &dr->cls_pooled[cl];
-      s = mt_summarize(m, (int)n, cl, &r->good, 0, 0, sum);
-      emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
-      if (s == SC_OK) mt_summary_each(sum, emit_metric, &cc);
+  emit_ctx c = {.r = r, .phase_id = 0, .cls = NULL};
+  mt_summary_each(&dr->pooled, emit_metric, &c);
+  add_metric(r, 0, "peak_queue", dr->peak_queue);
+  add_metric(r, 0, "peak_batch", dr->peak_batch);
+  add_metric(r, 0, "limit_violations", dr->limit_violations);
+  add_metric(r, 0, "kv_peak_frac", dr->kv_peak);
+  add_metric(r, 0, "busy_frac", busy_frac(r, busy_ns, span_ns));
+  add_metric(r, 0, "gpus", dr->gpus);
+  add_metric(r, 0, "peak_output_tok_s", dr->peak_tok_s);
+  for (int i = 0; i < r->s->slo.n; i++)
+    if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
+      dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);
+      dr->has_knee = true;
+      add_metric(r, 0, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
     }
+  for (int cl = 0; cl < sums->nc; cl++) {
+    emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
+    mt_summary_each(&dr->cls_pooled[cl], emit_metric, &cc);
   }
-  free(m);
-  if (s != SC_OK) return sc_fail(&r->err, s, "runner: computing the metrics failed");
   return r->db_status;
 }
 
@@ -1426,10 +1450,15 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
                  d->label, i, replica_error(r->reps[i]));
   free_replicas(r);
   db_ok(r, fault_rt_after_free(r->fr, &r->err));
-  SC_TRY(rec_drain(r->rec, &r->err)); // the writer is idle from here to the next phase
-  SC_TRY(store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
-                              now_rel(r), &r->err));
-  SC_TRY(deployment_metrics(r, dr));
+  dep_sums sums = {0};
+  s = deployment_summaries(r, dr, &sums);
+  if (s == SC_OK) s = rec_drain(r->rec, &r->err); // the writer is idle from here to the next phase
+  if (s == SC_OK)
+    s = store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
+                             now_rel(r), &r->err);
+  if (s == SC_OK) s = deployment_metrics(r, dr, &sums);
+  free(sums.v);
+  SC_TRY(s);
   if (!r->stopping) audit_metrics(r);
   return layout_equivalence(r, dr);
 }
