@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -336,6 +337,11 @@ static sc_status create_schema(store *s, sc_error *err) {
   return exec_sql(s, sql, "writing meta.schema_version", err);
 }
 
+// SQLite's memory statistics take a global mutex on every allocation, which none of shardcheck
+// reads; off before SQLite initializes (afterwards sqlite3_config refuses, and they stay on).
+static pthread_once_t sqlite_once = PTHREAD_ONCE_INIT;
+static void sqlite_setup(void) { (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
+
 static sc_status open_common(const char *path, bool readonly, store **out, sc_error *err) {
   *out = NULL;
   if (!path || !*path) return sc_fail(err, SC_INVALID, "results database: empty path");
@@ -355,6 +361,7 @@ static sc_status open_common(const char *path, bool readonly, store **out, sc_er
   // SQLite's own lock on every call, a dozen per step row, is not needed.
   int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
               SQLITE_OPEN_NOMUTEX;
+  pthread_once(&sqlite_once, sqlite_setup);
   int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
   sc_status r = SC_OK;
   if (rc != SQLITE_OK) {
