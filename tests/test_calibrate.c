@@ -69,6 +69,28 @@ Test(calibrate, engine_block_adds_host_time_and_divides_device_time_by_token_wei
   cr_expect_float_eq(price(&p.sim, &pre, 1), 4 * (p0 - ov) + ov, 1e-12);
 }
 
+Test(calibrate, engine_block_scales_the_kernels_of_a_tp_step_not_its_collectives) {
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
+  sim_model m = llama3_8b();
+  sim_layout l = {.tp = 2, .pp = 1, .threads = 1, .cluster_ranks = 2};
+  sim_seq s[3] = {{.start = 0, .n = 512, .logits = true},
+                  {.start = 300, .n = 1, .logits = true},
+                  {.start = 900, .n = 1, .logits = true}};
+  sim_step_cost c0, c1;
+  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &c0), 0);
+  cr_assert_gt(c0.comm_s, 0);
+  p.sim.engine.prefill_eff = 0.5;
+  p.sim.engine.decode_eff = 0.8;
+  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &c1), 0);
+  double f = (512 / 0.5 + 2 / 0.8) / 514; // the token-weighted mean of 1 / eff
+  double ov = p.sim.step_overhead_s;
+  cr_expect_float_eq(c1.comm_s, c0.comm_s, 1e-15); // the link's price is its own
+  cr_expect_float_eq(c1.compute_s, f * c0.compute_s, 1e-12);
+  cr_expect_float_eq(c1.total_s, f * (c0.total_s - c0.comm_s - ov) + c0.comm_s + ov, 1e-12);
+}
+
 Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   const char *base = h100_text();
   char text[16384];

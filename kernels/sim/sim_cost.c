@@ -398,7 +398,7 @@ sim_engine sim_engine_defaults(void) {
   return (sim_engine){.prefill_eff = 1, .decode_eff = 1};
 }
 
-// The engine block's device-time factor for a step: the token-weighted mean of 1 / prefill_eff
+// The engine block's kernel-time factor for a step: the token-weighted mean of 1 / prefill_eff
 // over prefill tokens and 1 / decode_eff over decode tokens (a sequence computing one token).
 // Exactly 1 when neither efficiency is set.
 static double engine_factor(const sim_engine *e, const sim_seq *seqs, int n) {
@@ -493,10 +493,12 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
   for (int i = 0; i < n; i++) rows += seqs[i].n;
   double ef = engine_factor(&hw->engine, seqs, n);
   double ov = step_overhead(hw, l, rows, last.end) + hw->engine.step_s + hw->engine.seq_s * n;
+  // The factor is the engine's use of the GPU (its kernels, their launches); a collective's
+  // price is the link's, which a profile sets or measures on its own.
   *out = (sim_step_cost){
-      .total_s = last.end * ef + ov,
+      .total_s = (last.busy + last.launch) * ef + last.comm + ov,
       .compute_s = last.busy * ef,
-      .comm_s = last.comm * ef,
+      .comm_s = last.comm,
       .overhead_s = last.launch * ef + ov,
       .bubble_frac = pp > 1 && last.end > 0 ? 1 - busy_sum / (pp * last.end) : 0,
       .n_microbatches = n_mb,

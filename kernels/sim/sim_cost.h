@@ -88,8 +88,9 @@ typedef struct sim_coll_table {
 typedef struct sim_engine {
   double step_s;      // fixed host time per step, s (added to the step overhead)
   double seq_s;       // host time per scheduled sequence of a step, s
-  double prefill_eff; // device time of prefill tokens is divided by this; <= 0: 1
-  double decode_eff;  // device time of decode tokens (a sequence computing 1 token); <= 0: 1
+  double prefill_eff; // kernel time of prefill tokens is divided by this (collectives are
+                      // not); <= 0: 1
+  double decode_eff;  // kernel time of decode tokens (a sequence computing 1 token); <= 0: 1
   // the scheduler's knobs; 0: the scenario's limits
   int max_running, token_budget, block_size;
   int chunked_prefill; // 1: on (chunks of limits.prefill_chunk); -1: off (a prompt, up to the
