@@ -15,6 +15,7 @@
 
 typedef struct fixture {
   store *db;
+  recorder *rec;
   int64_t run, dep, phase;
 } fixture;
 
@@ -34,7 +35,13 @@ static fixture open_fixture(const char *tag) {
   store_phase p = {.run_id = f.run, .deployment_id = f.dep, .name = "p", .kind = "fixed",
                    .concurrency = 1};
   cr_assert_eq(store_phase_begin(f.db, &p, &f.phase, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(rec_new(f.db, &f.rec, &err), SC_OK, "%s", err.msg);
   return f;
+}
+
+static void close_fixture(fixture *f) {
+  rec_free(f->rec);
+  store_close(f->db);
 }
 
 static long long scalar(store *db, const char *sql) {
@@ -85,9 +92,8 @@ static void *produce(void *arg) {
 
 Test(recorder, rows_from_several_threads_arrive_whole_and_in_each_threads_order) {
   fixture f = open_fixture("rec-order");
-  recorder *rec = NULL;
+  recorder *rec = f.rec;
   sc_error err = {{0}};
-  cr_assert_eq(rec_new(f.db, &rec, &err), SC_OK, "%s", err.msg);
   enum { THREADS = 3, ROWS = 40000 }; // a few MB of items: many chunks, each used many times
   producer p[THREADS];
   pthread_t th[THREADS];
@@ -108,15 +114,13 @@ Test(recorder, rows_from_several_threads_arrive_whole_and_in_each_threads_order)
   cr_expect_eq(scalar(f.db, "SELECT count(*) FROM request WHERE class != 'c' OR "
                             "status != 'ok' OR reason IS NOT NULL OR error IS NOT NULL"),
                0);
-  rec_free(rec);
-  store_close(f.db);
+  close_fixture(&f);
 }
 
 Test(recorder, a_request_larger_than_a_queue_chunk_is_written_whole_between_its_neighbours) {
   fixture f = open_fixture("rec-large");
-  recorder *rec = NULL;
+  recorder *rec = f.rec;
   sc_error err = {{0}};
-  cr_assert_eq(rec_new(f.db, &rec, &err), SC_OK, "%s", err.msg);
   enum { BIG = 100000 }; // 800 KB of token times, past the queue's 64 KiB chunks
   uint64_t *t = malloc(BIG * sizeof *t);
   cr_assert_not_null(t);
@@ -140,15 +144,13 @@ Test(recorder, a_request_larger_than_a_queue_chunk_is_written_whole_between_its_
   cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), "1,2");
   sqlite3_finalize(st);
   free(t);
-  rec_free(rec);
-  store_close(f.db);
+  close_fixture(&f);
 }
 
 Test(recorder, after_a_write_error_later_rows_are_dropped_and_the_drain_reports_it) {
   fixture f = open_fixture("rec-error");
-  recorder *rec = NULL;
+  recorder *rec = f.rec;
   sc_error err = {{0}};
-  cr_assert_eq(rec_new(f.db, &rec, &err), SC_OK, "%s", err.msg);
   store_step ok = step_row(&f, 0, 1);
   rec_step(rec, &ok);
   cr_assert_eq(rec_drain(rec, &err), SC_OK, "%s", err.msg);
@@ -162,7 +164,6 @@ Test(recorder, after_a_write_error_later_rows_are_dropped_and_the_drain_reports_
   rec_step(rec, &later);
   sc_error again = {{0}};
   cr_expect_neq(rec_drain(rec, &again), SC_OK);
-  rec_free(rec);
   cr_expect_eq(scalar(f.db, "SELECT count(*) FROM step WHERE t_ns = 3"), 0);
-  store_close(f.db);
+  close_fixture(&f);
 }
