@@ -3,7 +3,7 @@
 # traces (github.com/casys-kaist/LLMServingSim, MIT licence, bench/examples/) are imported,
 # each card's profile takes the GEMM times LLMServingSim measured on it (profiler/perf/), the
 # engine block is fitted on the RTX PRO 6000 Llama-3.1-8B trace, and the other traces are
-# predicted without refitting.
+# predicted without refitting; then the other way, fitted on the RTX 4090 trace.
 #
 #   bench/calibration.sh LLMSERVINGSIM_GIT_DIR [SHARDCHECK]
 #
@@ -92,3 +92,9 @@ echo "== predicted without refitting"
   tables RTX4090 meta-llama/Llama-3.1-8B 1 "$llama8b"; sed -n '/^engine:/,$p' "$out/pro-fit.yaml" |
   sed 's/max_running: 128/max_running: 256/'; printf '  num_gpu_blocks: %s\n' "$blocks4090"; } >"$out/4090-fit.yaml"
 "$bin" calibrate --db "$db" --check 2 --no-fit --profile "$out/4090-fit.yaml" --model llama3-8b
+echo "== the other way: fit on the RTX 4090 trace (run 2), predict the PRO 6000 ones"
+"$bin" calibrate --db "$db" --run 2 --profile "$out/4090-base.yaml" --model llama3-8b --out "$out/4090-own.yaml"
+{ sed '/^engine:/,$d' "$out/pro-base.yaml"; sed -n '/^engine:/,$p' "$out/4090-own.yaml" |
+  sed 's/max_running: 256/max_running: 128/' | grep -v num_gpu_blocks; } >"$out/pro-from-4090.yaml"
+"$bin" calibrate --db "$db" --check 1 --no-fit --profile "$out/pro-from-4090.yaml" --model llama3.1-8b
+"$bin" calibrate --db "$db" --check 3 --no-fit --profile "$out/pro-from-4090.yaml" --model qwen3-32b --tp 2
