@@ -25,9 +25,13 @@ typedef enum item_kind { IT_REQUEST, IT_STEP, IT_SAMPLE } item_kind;
 // millions of rows cost a context switch per row on a 2-CPU host.
 enum { WAKE_ITEMS = 512 };
 
-// A chunk's bytes (an item larger than this gets a chunk of its own size), and the empty
-// chunks kept for reuse: enough for the items of several writer batches.
-enum { CHUNK_BYTES = 64 * 1024, SPARE_CHUNKS = 16 };
+// A chunk's bytes (an item larger than this gets a chunk of its own size); the empty chunks
+// kept for reuse; the chunks the writer takes at most at once (so that written ones come back
+// while it works through a backlog); and the chunks queued at most (64 MiB), past which a new
+// row waits for the writer. A simulation makes rows faster than SQLite takes them (an hour of
+// dp=4 serving: 1.6 s against 3.1 s), and a long one would otherwise queue gigabytes; a real
+// run's rows come far slower than the writer's pace.
+enum { CHUNK_BYTES = 64 * 1024, SPARE_CHUNKS = 64, BATCH_CHUNKS = 32, MAX_CHUNKS = 1024 };
 
 typedef struct item {
   item_kind kind;
@@ -53,11 +57,15 @@ struct recorder {
   pthread_mutex_t mu;       // guards the queue, the spare chunks and the flags
   pthread_cond_t cv;        // writer: work or stop
   pthread_cond_t idle_cv;   // drain: the writer finished a batch
+  pthread_cond_t space_cv;  // a row waiting for room: the queue is down to half its bound
   pthread_mutex_t store_mu; // held by whoever writes to the store
   chunk *head, *tail;       // full chunks, in queue order
   chunk *cur;               // the chunk being filled, after them
   chunk *spare;             // empty chunks of CHUNK_BYTES
   int n_spare;
+  int n_live;               // chunks queued, being filled or being written
+  int n_waiting;            // rows waiting on space_cv
+  size_t live_bytes, peak_bytes; // their bytes, now and at most
   bool stop, flush, busy;
   unsigned long queued, written; // items
   int pending;                   // items queued since the writer last took the list
@@ -80,6 +88,15 @@ static item *reserve(recorder *r, size_t size) {
     return NULL;
   }
   if (!r->cur || r->cur->cap - r->cur->used < size) {
+    // Waits until the writer has taken the queue down to half: waking at every batch it writes
+    // would put the two threads in lockstep (and on one CPU, at times).
+    while (r->n_live >= MAX_CHUNKS && r->status == SC_OK) {
+      pthread_cond_signal(&r->cv);
+      r->n_waiting++;
+      pthread_cond_wait(&r->space_cv, &r->mu);
+      r->n_waiting--;
+    }
+    if (r->status != SC_OK) return NULL; // the writer failed meanwhile
     chunk *c;
     if (size <= CHUNK_BYTES && r->spare) {
       c = r->spare;
@@ -94,6 +111,9 @@ static item *reserve(recorder *r, size_t size) {
       }
       c->cap = cap;
     }
+    r->n_live++;
+    r->live_bytes += c->cap;
+    if (r->live_bytes > r->peak_bytes) r->peak_bytes = r->live_bytes;
     c->next = NULL;
     c->used = 0;
     if (r->cur) {
@@ -214,6 +234,8 @@ static unsigned long write_chunks(recorder *r, chunk *list, sc_status *s, sc_err
 static void recycle(recorder *r, chunk *list) {
   for (chunk *c = list, *next; c; c = next) {
     next = c->next;
+    r->n_live--;
+    r->live_bytes -= c->cap;
     if (c->cap == CHUNK_BYTES && r->n_spare < SPARE_CHUNKS) {
       c->next = r->spare;
       r->spare = c;
@@ -222,6 +244,8 @@ static void recycle(recorder *r, chunk *list) {
       free(c);
     }
   }
+  if (r->n_waiting && (r->n_live <= MAX_CHUNKS / 2 || r->status != SC_OK))
+    pthread_cond_broadcast(&r->space_cv);
 }
 
 static void free_chunks(chunk *list) {
@@ -241,18 +265,28 @@ static void *writer(void *arg) {
   for (;;) {
     while (!(r->pending >= WAKE_ITEMS || r->flush || r->stop)) pthread_cond_wait(&r->cv, &r->mu);
     if (!r->head && !r->cur && !r->flush && r->stop) break;
-    chunk *batch = r->head;
-    if (r->cur) { // the chunk being filled goes too; the next row starts another
-      if (r->tail)
-        r->tail->next = r->cur;
-      else
-        batch = r->cur;
-      r->cur = NULL;
+    // Up to BATCH_CHUNKS full chunks; when they are all there are, the chunk being filled goes
+    // too (the next row starts another).
+    chunk *batch = r->head, *last = r->head;
+    for (int k = 1; last && last->next && k < BATCH_CHUNKS; k++) last = last->next;
+    bool whole = !last || !last->next;
+    if (!whole) {
+      r->head = last->next;
+      last->next = NULL;
+      r->pending = WAKE_ITEMS; // more to take after this batch
+    } else {
+      if (r->cur) {
+        if (last)
+          last->next = r->cur;
+        else
+          batch = r->cur;
+        r->cur = NULL;
+      }
+      r->head = r->tail = NULL;
+      r->pending = 0;
     }
-    r->head = r->tail = NULL;
-    r->pending = 0;
-    bool flush = r->flush;
-    r->flush = false;
+    bool flush = r->flush; // a flush asked for commits every batch until the queue is empty
+    if (whole) r->flush = false;
     r->busy = true;
     sc_status failed = r->status;
     pthread_mutex_unlock(&r->mu);
@@ -287,11 +321,13 @@ sc_status rec_new(store *db, recorder **out, sc_error *err) {
   pthread_mutex_init(&r->store_mu, NULL);
   pthread_cond_init(&r->cv, NULL);
   pthread_cond_init(&r->idle_cv, NULL);
+  pthread_cond_init(&r->space_cv, NULL);
   if (pthread_create(&r->thread, NULL, writer, r) != 0) {
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->store_mu);
     pthread_cond_destroy(&r->cv);
     pthread_cond_destroy(&r->idle_cv);
+    pthread_cond_destroy(&r->space_cv);
     free(r);
     return sc_fail(err, SC_OOM, "recorder: cannot start its thread");
   }
@@ -325,8 +361,16 @@ void rec_free(recorder *r) {
   pthread_mutex_destroy(&r->store_mu);
   pthread_cond_destroy(&r->cv);
   pthread_cond_destroy(&r->idle_cv);
+  pthread_cond_destroy(&r->space_cv);
   free(r);
 }
 
 void rec_lock(recorder *r) { pthread_mutex_lock(&r->store_mu); }
 void rec_unlock(recorder *r) { pthread_mutex_unlock(&r->store_mu); }
+
+size_t rec_queue_peak_bytes(recorder *r) {
+  pthread_mutex_lock(&r->mu);
+  size_t n = r->peak_bytes;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}

@@ -2,12 +2,14 @@
 // device samples) to the results database from a thread of its own, so the event loop never
 // waits on SQLite while tokens are arriving (a stall there would show up in every token stamp).
 //
-// Rows are copied into a queue and written in order, in batched transactions (reports/store.h).
+// Rows are copied into a queue and written in order, in batched transactions (reports/store.h);
+// past 64 MiB queued, a new row waits for the writer (a simulation outruns SQLite).
 // Anything else the runner writes (run, deployment, phase rows, metrics, verdicts) goes straight
 // to the store between rec_lock and rec_unlock, which keeps the writer off the connection.
 // Write errors are kept and returned by rec_drain; rows after an error are dropped.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/status.h"
@@ -28,6 +30,10 @@ void rec_sample(recorder *r, const store_device_sample *d);
 void rec_flush(recorder *r);
 // Waits until every queued row is written and committed; returns the first error (then err).
 sc_status rec_drain(recorder *r, sc_error *err);
+
+// The most bytes the queue held at once (it holds at most 64 MiB and a row, then a new row waits
+// for the writer).
+size_t rec_queue_peak_bytes(recorder *r);
 
 // Exclusive use of the store for direct writes (the writer waits meanwhile).
 void rec_lock(recorder *r);

@@ -4,10 +4,12 @@
 // later rows are dropped and rec_drain reports the error.
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "reports/recorder.h"
 #include "reports/store.h"
@@ -114,6 +116,47 @@ Test(recorder, rows_from_several_threads_arrive_whole_and_in_each_threads_order)
   cr_expect_eq(scalar(f.db, "SELECT count(*) FROM request WHERE class != 'c' OR "
                             "status != 'ok' OR reason IS NOT NULL OR error IS NOT NULL"),
                0);
+  close_fixture(&f);
+}
+
+typedef struct bounded_producer {
+  producer p;
+  atomic_int done;
+} bounded_producer;
+
+static void *produce_then_say_so(void *arg) {
+  bounded_producer *b = arg;
+  produce(&b->p);
+  atomic_store(&b->done, 1);
+  return NULL;
+}
+
+Test(recorder, a_producer_far_ahead_of_the_writer_waits_with_the_queue_bounded) {
+  fixture f = open_fixture("rec-bound");
+  enum { ROWS = 600000 };                    // about 90 MB of queued rows
+  const size_t bound = 64u << 20, chunk = 64u << 10;
+  bounded_producer b = {.p = {.rec = f.rec, .f = &f, .replica = 0, .n = ROWS}};
+  atomic_init(&b.done, 0);
+  rec_lock(f.rec); // the writer cannot write: the queue only grows
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, produce_then_say_so, &b), 0);
+  for (int ms = 0; ms < 60000 && !atomic_load(&b.done) && rec_queue_peak_bytes(f.rec) < bound;
+       ms++)
+    usleep(1000);
+  usleep(50000);
+  size_t peak = rec_queue_peak_bytes(f.rec);
+  int done = atomic_load(&b.done);
+  rec_unlock(f.rec);
+  pthread_join(th, NULL);
+  cr_expect(!done, "the producer queued all %d rows past the bound", ROWS);
+  cr_expect(peak >= bound && peak <= bound + chunk, "peak %zu bytes while blocked", peak);
+  sc_error err = {{0}};
+  cr_assert_eq(rec_drain(f.rec, &err), SC_OK, "%s", err.msg);
+  cr_expect_leq(rec_queue_peak_bytes(f.rec), bound + chunk);
+  cr_expect_eq(scalar(f.db, "SELECT count(*) FROM step"), ROWS);
+  cr_expect_eq(scalar(f.db, "SELECT count(*) FROM step WHERE t_ns != id - (SELECT min(id) FROM "
+                            "step)"),
+               0, "rows in the order they were queued");
   close_fixture(&f);
 }
 
