@@ -102,6 +102,15 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
   fprintf(o, "\n# --- engine: fitted by `shardcheck calibrate` (docs/calibration.md)\n# %s\n", note);
   fprintf(o, "engine:\n  step_s: %.6g\n  seq_s: %.6g\n  prefill_eff: %.6g\n  decode_eff: %.6g\n",
           e->step_s, e->seq_s, e->prefill_eff, e->decode_eff);
+  if (e->n_mixed_attn > 0) fprintf(o, "  mixed_attn:\n");
+  for (int i = 0; i < e->n_mixed_attn && i < SIM_MIXED_MAX; i++) {
+    const sim_mixed_attn *m = &e->mixed_attn[i];
+    fprintf(o, "    - {heads: %d, kv_heads: %d, head_dim: %d, decodes: %d, factor: [", m->heads,
+            m->kv_heads, m->head_dim, m->decodes);
+    for (int k = 0; k < m->factor.n && k < SIM_CURVE_MAX; k++)
+      fprintf(o, "%s[%.6g, %.6g]", k ? ", " : "", m->factor.x[k], m->factor.y[k]);
+    fprintf(o, "]}\n");
+  }
   if (e->max_running > 0) fprintf(o, "  max_running: %d\n", e->max_running);
   if (e->token_budget > 0) fprintf(o, "  token_budget: %d\n", e->token_budget);
   if (e->block_size > 0) fprintf(o, "  block_size: %d\n", e->block_size);

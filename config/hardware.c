@@ -186,6 +186,42 @@ static sc_status node_overhead(struct fy_node *v, void *dst, const char *file, s
                    overhead_item, err);
 }
 
+static sc_status node_mixed_factor(struct fy_node *v, void *dst, const char *file,
+                                   sc_error *err) {
+  SC_TRY(read_curve(v, file, "factor", dst, err));
+  const sim_curve *c = dst;
+  for (int i = 0; i < c->n; i++)
+    if (!(c->y[i] >= 1 && c->y[i] <= HW_ENGINE_EFF_MAX)) {
+      char where[300];
+      yaml_map_where(v, file, where, sizeof where);
+      return sc_fail(err, SC_INVALID, "%s: key 'factor': pairs must be [context, factor in "
+                     "[1, %d]], got [%g, %g]", where, HW_ENGINE_EFF_MAX, c->x[i], c->y[i]);
+    }
+  return SC_OK;
+}
+
+static sc_status mixed_item(struct fy_node *e, const char *file, void *dst, int i,
+                            sc_error *err) {
+  sim_mixed_attn *m = &((sim_engine *)dst)->mixed_attn[i];
+  const yaml_map_field f[] = {
+      {"heads", YAML_MAP_INT, &m->heads, 0, true, NULL, NULL, NULL, NULL},
+      {"kv_heads", YAML_MAP_INT, &m->kv_heads, 0, true, NULL, NULL, NULL, NULL},
+      {"head_dim", YAML_MAP_INT, &m->head_dim, 0, true, NULL, NULL, NULL, NULL},
+      {"decodes", YAML_MAP_INT, &m->decodes, 0, true, NULL, NULL, NULL, NULL},
+      {"factor", YAML_MAP_NODE, &m->factor, 0, true, NULL, "a list of [context, factor] pairs",
+       NULL, node_mixed_factor},
+  };
+  SC_TRY(yaml_map_read_node(e, file, f, 5, err));
+  static const char *const names[] = {"heads", "kv_heads", "head_dim", "decodes"};
+  return positive_ints(e, file, "mixed_attn",
+                       (int[]){m->heads, m->kv_heads, m->head_dim, m->decodes}, names, 4, err);
+}
+
+static sc_status node_mixed_attn(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  sim_engine *e = dst;
+  return each_item(v, file, "mixed_attn", SIM_MIXED_MAX, &e->n_mixed_attn, e, mixed_item, err);
+}
+
 // The engine block (docs/calibration.md): the serving engine's costs and scheduler knobs.
 static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_engine *e = dst;
@@ -195,6 +231,9 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
       {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
       {"prefill_eff", YAML_MAP_DOUBLE, &e->prefill_eff, 0, false, NULL, NULL, NULL, NULL},
       {"decode_eff", YAML_MAP_DOUBLE, &e->decode_eff, 0, false, NULL, NULL, NULL, NULL},
+      {"mixed_attn", YAML_MAP_NODE, e, 0, false, NULL,
+       "a list of {heads, kv_heads, head_dim, decodes, factor: [[context, factor], ...]}", NULL,
+       node_mixed_attn},
       {"max_running", YAML_MAP_INT, &e->max_running, 0, false, NULL, NULL, NULL, NULL},
       {"token_budget", YAML_MAP_INT, &e->token_budget, 0, false, NULL, NULL, NULL, NULL},
       {"block_size", YAML_MAP_INT, &e->block_size, 0, false, NULL, NULL, NULL, NULL},

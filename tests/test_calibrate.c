@@ -91,13 +91,51 @@ Test(calibrate, engine_block_scales_the_kernels_of_a_tp_step_not_its_collectives
   cr_expect_float_eq(c1.total_s, f * (c0.total_s - c0.comm_s - ov) + c0.comm_s + ov, 1e-12);
 }
 
+// A step of one 64-token prompt chunk and four decodes at 1,000 tokens of context, on
+// llama3-8b at tp 1 (attention shape 32 / 8 / 128 per rank).
+static double mixed_step(const sim_hw *hw) {
+  sim_seq s[5] = {{.start = 0, .n = 64, .logits = true}};
+  for (int i = 1; i < 5; i++) s[i] = (sim_seq){.start = 999, .n = 1, .logits = true};
+  return price(hw, s, 5);
+}
+
+Test(calibrate, mixed_attn_prices_the_decodes_of_a_batch_with_a_prompt_at_their_factor) {
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
+  sim_model m = llama3_8b();
+  sim_layout l = {.tp = 1, .pp = 1, .threads = 1, .cluster_ranks = 1};
+  sim_seq dec[4];
+  for (int i = 0; i < 4; i++) dec[i] = (sim_seq){.start = 999, .n = 1, .logits = true};
+  // the four decodes' attention in one layer, without its launch
+  double td = sim_attention_s(&p.sim, &l, dec, 4, m.n_heads, m.n_kv_heads, m.head_dim, SIM_BF16) -
+              p.sim.launch_s;
+  cr_assert_gt(td, 0);
+  double plain = mixed_step(&p.sim), decode_only = price(&p.sim, dec, 4);
+  // entries for 2 and 8 decodes, flat in the context: 4 decodes is half-way in log(count)
+  p.sim.engine.n_mixed_attn = 3;
+  p.sim.engine.mixed_attn[0] = (sim_mixed_attn){32, 8, 128, 2, {2, {100, 10000}, {1.5, 1.5}}};
+  p.sim.engine.mixed_attn[1] = (sim_mixed_attn){32, 8, 128, 8, {2, {100, 10000}, {3, 3}}};
+  p.sim.engine.mixed_attn[2] = (sim_mixed_attn){64, 8, 128, 4, {1, {100}, {9}}}; // other shape
+  cr_expect_float_eq(mixed_step(&p.sim), plain + m.n_layers * td * (2.25 - 1), 1e-12);
+  cr_expect_float_eq(price(&p.sim, dec, 4), decode_only, 1e-15); // no prompt: untouched
+  // one entry, rising with the context: at 1,000 tokens, half-way from 500 to 2,000 in log
+  p.sim.engine.n_mixed_attn = 1;
+  p.sim.engine.mixed_attn[0] = (sim_mixed_attn){32, 8, 128, 16, {2, {500, 2000}, {1, 3}}};
+  cr_expect_float_eq(mixed_step(&p.sim), plain + m.n_layers * td * (2 - 1), 1e-12);
+  // no entry of this shape: untouched
+  p.sim.engine.mixed_attn[0].kv_heads = 4;
+  cr_expect_float_eq(mixed_step(&p.sim), plain, 1e-15);
+}
+
 Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   const char *base = h100_text();
   char text[16384];
   snprintf(text, sizeof text, "%sengine:\n  step_s: 0.003\n  seq_s: 2e-5\n  prefill_eff: 0.7\n"
            "  decode_eff: 0.8\n  max_running: 64\n  token_budget: 2048\n  chunked_prefill: false\n"
            "  block_size: 32\n  no_evict: true\n  reserve_full_isl: true\n  kv_watermark: 0.01\n"
-           "  num_gpu_blocks: 2588\n", base);
+           "  num_gpu_blocks: 2588\n  mixed_attn:\n    - {heads: 32, kv_heads: 8, head_dim: 128, "
+           "decodes: 16, factor: [[256, 1.2], [4096, 1.9]]}\n", base);
   const char *path = sc_test_write_tmp("calib-prof", "p.yaml", text);
   hw_profile p;
   sc_error err = {{0}};
@@ -111,6 +149,10 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   cr_expect_eq(p.sim.engine.reserve_full_isl, 1);
   cr_expect_float_eq(p.sim.engine.kv_watermark, 0.01, 1e-15);
   cr_expect_eq(p.sim.engine.num_gpu_blocks, 2588);
+  cr_expect_eq(p.sim.engine.n_mixed_attn, 1);
+  cr_expect_eq(p.sim.engine.mixed_attn[0].decodes, 16);
+  cr_expect_eq(p.sim.engine.mixed_attn[0].factor.n, 2);
+  cr_expect_float_eq(p.sim.engine.mixed_attn[0].factor.y[1], 1.9, 1e-15);
   // the engine's knobs replace the scenario's limits
   char sc[1024];
   snprintf(sc, sizeof sc,
@@ -131,6 +173,11 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);
   cr_expect(strstr(err.msg, "prefill_eff"), "%s", err.msg);
   cr_expect(strstr(err.msg, "bad.yaml:"), "%s", err.msg);
+  snprintf(text, sizeof text, "%sengine:\n  mixed_attn:\n    - {heads: 32, kv_heads: 8, "
+           "head_dim: 128, decodes: 4, factor: [[256, 0.5]]}\n", base);
+  path = sc_test_write_tmp("calib-prof", "bad-mixed.yaml", text);
+  cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "bad-mixed.yaml:") && strstr(err.msg, "'factor'"), "%s", err.msg);
   snprintf(text, sizeof text, "%sengine:\n  kv_watermark: 0.9\n", base);
   path = sc_test_write_tmp("calib-prof", "bad2.yaml", text);
   cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);

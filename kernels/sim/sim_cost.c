@@ -203,13 +203,64 @@ static double attn_roofline(const sim_hw *hw, int s, int n, int heads, int kv_he
   return tc > tm ? tc : tm;
 }
 
+// The engine's measured factors for this attention shape that bracket `decodes`: *lo the
+// largest count at or below it (else the smallest), *hi the smallest at or above it (else the
+// largest); false when the engine has none for the shape.
+static bool mixed_entries(const sim_engine *e, int heads, int kv_heads, int head_dim,
+                          int decodes, const sim_mixed_attn **lo, const sim_mixed_attn **hi) {
+  *lo = *hi = NULL;
+  const sim_mixed_attn *min = NULL, *max = NULL;
+  for (int i = 0; i < e->n_mixed_attn && i < SIM_MIXED_MAX; i++) {
+    const sim_mixed_attn *m = &e->mixed_attn[i];
+    if (m->heads != heads || m->kv_heads != kv_heads || m->head_dim != head_dim) continue;
+    if (m->decodes <= decodes && (!*lo || m->decodes > (*lo)->decodes)) *lo = m;
+    if (m->decodes >= decodes && (!*hi || m->decodes < (*hi)->decodes)) *hi = m;
+    if (!min || m->decodes < min->decodes) min = m;
+    if (!max || m->decodes > max->decodes) max = m;
+  }
+  if (!min) return false;
+  if (!*lo) *lo = min;
+  if (!*hi) *hi = max;
+  return true;
+}
+
+// A decode's factor at context ctx between the bracketing counts (log-linear in the count).
+static double mixed_factor(const sim_mixed_attn *lo, const sim_mixed_attn *hi, int decodes,
+                           double ctx) {
+  double a = sim_curve_eff(&lo->factor, ctx, 1);
+  if (lo == hi || lo->decodes == hi->decodes) return a;
+  double b = sim_curve_eff(&hi->factor, ctx, 1);
+  double f = log((double)decodes / lo->decodes) / log((double)hi->decodes / lo->decodes);
+  return a + f * (b - a);
+}
+
+// The batch's attention: each sequence's, its decodes (sequences computing one token) at the
+// engine's mixed factor when a prompt chunk shares the batch.
 static op_t attention_op(const sim_hw *hw, const sim_layout *l, double share, const sim_seq *seqs,
                          int n, int heads, int kv_heads, int head_dim, sim_dtype kv) {
   const sim_attn_table *a = find_attn(hw, l, heads, kv_heads, head_dim);
-  double t = 0, eff_g = sim_curve_eff(&hw->gemm_eff, (double)heads / kv_heads, 1);
-  for (int i = 0; i < n; i++)
-    t += a ? attn_measured(a, seqs[i].start, seqs[i].n)
-           : attn_roofline(hw, seqs[i].start, seqs[i].n, heads, kv_heads, head_dim, kv, eff_g);
+  double t = 0, td = 0, eff_g = sim_curve_eff(&hw->gemm_eff, (double)heads / kv_heads, 1);
+  int decodes = 0;
+  for (int i = 0; i < n; i++) {
+    double x = a ? attn_measured(a, seqs[i].start, seqs[i].n)
+                 : attn_roofline(hw, seqs[i].start, seqs[i].n, heads, kv_heads, head_dim, kv, eff_g);
+    t += x;
+    if (seqs[i].n == 1) {
+      td += x;
+      decodes++;
+    }
+  }
+  const sim_mixed_attn *lo, *hi;
+  if (decodes && decodes < n && hw->engine.n_mixed_attn > 0 &&
+      mixed_entries(&hw->engine, heads, kv_heads, head_dim, decodes, &lo, &hi)) {
+    t -= td;
+    for (int i = 0; i < n; i++)
+      if (seqs[i].n == 1) {
+        double x = a ? attn_measured(a, seqs[i].start, 1)
+                     : attn_roofline(hw, seqs[i].start, 1, heads, kv_heads, head_dim, kv, eff_g);
+        t += x * mixed_factor(lo, hi, decodes, seqs[i].start + 1.0);
+      }
+  }
   return (op_t){t * share, a ? 0 : hw->launch_s * share};
 }
 

@@ -82,6 +82,17 @@ typedef struct sim_coll_table {
   sim_curve allreduce; // x: bytes per rank, y: seconds
 } sim_coll_table;
 
+// How much slower an engine's decode attention runs in a batch that also computes a prompt
+// chunk, for one attention shape on a rank (as sim_attn_table) and one count of decodes in the
+// batch: an engine that runs both through one variable-length kernel (vLLM's FlashAttention)
+// gives up its decode kernel's split of long contexts. Measured, e.g. from a kernel profile
+// (docs/calibration.md); between two counts of a shape the factor is interpolated in log(count).
+#define SIM_MIXED_MAX 32
+typedef struct sim_mixed_attn {
+  int heads, kv_heads, head_dim, decodes;
+  sim_curve factor; // x: a decode's context (tokens), y: its attention's factor (>= 1)
+} sim_mixed_attn;
+
 // The serving engine's own costs and knobs, apart from the GPU's (a profile's `engine:` block,
 // docs/calibration.md). All zero is the idealized engine: no host time beyond the step
 // overhead, device time as the roofline prices it, the scenario's scheduler limits.
@@ -91,6 +102,8 @@ typedef struct sim_engine {
   double prefill_eff; // kernel time of prefill tokens is divided by this (collectives are
                       // not); <= 0: 1
   double decode_eff;  // kernel time of decode tokens (a sequence computing 1 token); <= 0: 1
+  sim_mixed_attn mixed_attn[SIM_MIXED_MAX]; // by attention shape; none: decodes priced alike
+  int n_mixed_attn;
   // the scheduler's knobs; 0: the scenario's limits
   int max_running, token_budget, block_size;
   int chunked_prefill; // 1: on (chunks of limits.prefill_chunk); -1: off (a prompt, up to the
