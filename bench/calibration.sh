@@ -28,7 +28,7 @@ for t in pro-llama 4090-llama pro-qwen32b; do "$bin" import "$out/$t.jsonl" --db
 # and the 1% watermark (vLLM defaults); the 4090's KV blocks as vLLM reported them (num_gpu_blocks;
 # the PRO 6000 runs do not say, and never fill their cache)
 knobs() {
-  printf 'engine:\n  max_running: %s\n  token_budget: 2048\n  block_size: 16\n' "$1"
+  printf '  max_running: %s\n  token_budget: 2048\n  block_size: 16\n' "$1"
   printf '  chunked_prefill: true\n  prefix_caching: true\n  reserve_full_isl: true\n'
   printf '  kv_watermark: 0.01\n'
   [ -z "${2:-}" ] || printf '  num_gpu_blocks: %s\n' "$2"
@@ -72,15 +72,49 @@ link() {
     /"link_latency"/ { gsub(/[^0-9.]/, "", $2); lat = $2 }
     END { printf "link_bw: %se9\nlink_latency_s: %se-9\n", bw, lat }'
 }
+# mixed CARD MODEL TP HEADS KV_HEADS HEAD_DIM: how much slower decode attention ran in a batch
+# with a prompt chunk on CARD (vLLM 0.19's FlashAttention, one varlen kernel for both), from
+# LLMServingSim's attention.csv of MODEL at TP: for each count of decodes n and each context,
+# the median over prompt chunks (from position 0) of (mixed - the chunk alone) / the same
+# decodes alone, as the engine block's `mixed_attn` entries for that per-rank shape.
+mixed() {
+  show "profiler/perf/$1/$2/bf16/tp$3/attention.csv" | awk -F, '
+    NR > 1 && $1 == 0 && $3 > 0 { pure[$3 " " $4] = $5 }
+    NR > 1 && $1 > 0 && $2 == 0 && $3 == 0 { pre[$1] = $5 }
+    NR > 1 && $1 > 0 && $2 == 0 && $3 > 0 { mix[$1 " " $3 " " $4] = $5 }
+    END { for (k in mix) { split(k, a, " "); p = a[2] " " a[3]
+            if ((p in pure) && (a[1] in pre)) print a[2], a[3], (mix[k] - pre[a[1]]) / pure[p] } }' |
+    sort -k1,1n -k2,2n -k3,3g | awk -v h="$4" -v kv="$5" -v hd="$6" '
+    function cell() { if (c) { m = c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
+                        row = row sprintf("%s[%d, %.3f]", row ? ", " : "", ctx, m < 1 ? 1 : m) } c = 0 }
+    function line() { cell(); if (row) printf "    - {heads: %d, kv_heads: %d, head_dim: %d, decodes: %d, factor: [%s]}\n", h, kv, hd, n, row; row = "" }
+    $1 != n { line(); n = $1; ctx = $2 } $2 != ctx { cell(); ctx = $2 } { v[++c] = $3 }
+    END { line() }'
+}
+
 # each card's profile with its measured tables (the rooflines price the rest: attention,
-# elementwise, the other models' shapes)
-{ grep -v -E "^(mem_eff|link_bw|link_latency_s):" "$root/scenarios/hardware/rtx-pro-6000.yaml"
+# elementwise, the other models' shapes), and its engine block: vLLM's knobs and the card's
+# mixed-batch attention; `fitted FILE` is what a fit wrote of the engine's costs, which go to
+# the other card's profile with that card's own knobs and measurements
+pro_card() {
+  grep -v -E "^(mem_eff|link_bw|link_latency_s):" "$root/scenarios/hardware/rtx-pro-6000.yaml"
   mem_eff RTXPRO6000 1792e9; link $ex/RTXPRO6000/Qwen3-32B/config.json; echo "gemm:"
   tables RTXPRO6000 meta-llama/Llama-3.1-8B 1 "$llama8b"; tables RTXPRO6000 Qwen/Qwen3-32B 2 "$qwen32b_tp2"
-  knobs 128; } >"$out/pro-base.yaml"
-{ grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx4090.yaml"; mem_eff RTX4090 1008e9; echo "gemm:"
-  tables RTX4090 meta-llama/Llama-3.1-8B 1 "$llama8b"; knobs 256 "$blocks4090"; } >"$out/4090-base.yaml"
-echo "== idealized engine (no fitted block)"
+  echo "engine:"
+}
+pro_engine() {
+  knobs 128; echo "  mixed_attn:"
+  mixed RTXPRO6000 meta-llama/Llama-3.1-8B 1 32 8 128; mixed RTXPRO6000 Qwen/Qwen3-32B 2 32 4 128
+}
+card_4090() {
+  grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx4090.yaml"; mem_eff RTX4090 1008e9; echo "gemm:"
+  tables RTX4090 meta-llama/Llama-3.1-8B 1 "$llama8b"; echo "engine:"
+}
+engine_4090() { knobs 256 "$blocks4090"; echo "  mixed_attn:"; mixed RTX4090 meta-llama/Llama-3.1-8B 1 32 8 128; }
+fitted() { grep -E '^  (step_s|seq_s|prefill_eff|decode_eff):' "$1"; }
+{ pro_card; pro_engine; } >"$out/pro-base.yaml"
+{ card_4090; engine_4090; } >"$out/4090-base.yaml"
+echo "== idealized engine (no fitted costs)"
 "$bin" calibrate --db "$db" --check 1 --no-fit --profile "$out/pro-base.yaml" --model llama3.1-8b
 "$bin" calibrate --db "$db" --check 3 --no-fit --profile "$out/pro-base.yaml" --model qwen3-32b --tp 2
 "$bin" calibrate --db "$db" --check 2 --no-fit --profile "$out/4090-base.yaml" --model llama3-8b
@@ -88,13 +122,10 @@ echo "== fit on the RTX PRO 6000 Llama-3.1-8B trace (run 1)"
 "$bin" calibrate --db "$db" --run 1 --profile "$out/pro-base.yaml" --model llama3.1-8b --out "$out/pro-fit.yaml"
 echo "== predicted without refitting"
 "$bin" calibrate --db "$db" --check 3 --no-fit --profile "$out/pro-fit.yaml" --model qwen3-32b --tp 2
-{ grep -v -E "^(mem_eff):" "$root/scenarios/hardware/rtx4090.yaml"; mem_eff RTX4090 1008e9; echo "gemm:"
-  tables RTX4090 meta-llama/Llama-3.1-8B 1 "$llama8b"; sed -n '/^engine:/,$p' "$out/pro-fit.yaml" |
-  sed 's/max_running: 128/max_running: 256/'; printf '  num_gpu_blocks: %s\n' "$blocks4090"; } >"$out/4090-fit.yaml"
+{ card_4090; fitted "$out/pro-fit.yaml"; engine_4090; } >"$out/4090-fit.yaml"
 "$bin" calibrate --db "$db" --check 2 --no-fit --profile "$out/4090-fit.yaml" --model llama3-8b
 echo "== the other way: fit on the RTX 4090 trace (run 2), predict the PRO 6000 ones"
 "$bin" calibrate --db "$db" --run 2 --profile "$out/4090-base.yaml" --model llama3-8b --out "$out/4090-own.yaml"
-{ sed '/^engine:/,$d' "$out/pro-base.yaml"; sed -n '/^engine:/,$p' "$out/4090-own.yaml" |
-  sed 's/max_running: 256/max_running: 128/' | grep -v num_gpu_blocks; } >"$out/pro-from-4090.yaml"
+{ pro_card; fitted "$out/4090-own.yaml"; pro_engine; } >"$out/pro-from-4090.yaml"
 "$bin" calibrate --db "$db" --check 1 --no-fit --profile "$out/pro-from-4090.yaml" --model llama3.1-8b
 "$bin" calibrate --db "$db" --check 3 --no-fit --profile "$out/pro-from-4090.yaml" --model qwen3-32b --tp 2
