@@ -1,9 +1,9 @@
 // The recorder's queue and writer thread (see recorder.h).
 //
 // The queue is a list of chunks, each a run of self-contained items (the row, then its token
-// times, then its strings) packed one after another. The writer takes every chunk at once,
-// writes it under the store mutex, commits when a flush was asked for or the list was long, and
-// hands the chunks back for reuse: a simulated run queues millions of step rows, and one malloc
+// times, then its strings) packed one after another. The writer takes up to
+// BATCH_CHUNKS of them at a time, writes them under the store mutex, commits when a flush was
+// asked for, and hands the chunks back for reuse: a simulated run queues millions of step rows, and one malloc
 // in the event loop and one free in the writer per row cost both threads more than the copy
 // (the free of another thread's block waits on that thread's malloc arena).
 #include "reports/recorder.h"
@@ -27,11 +27,12 @@ enum { WAKE_ITEMS = 512 };
 
 // A chunk's bytes (an item larger than this gets a chunk of its own size); the empty chunks
 // kept for reuse; the chunks the writer takes at most at once (so that written ones come back
-// while it works through a backlog); and the chunks queued at most (64 MiB), past which a new
-// row waits for the writer. A simulation makes rows faster than SQLite takes them (an hour of
+// while it works through a backlog); and the bytes queued at most, past which a new row waits
+// for the writer. A simulation makes rows faster than SQLite takes them (an hour of
 // dp=4 serving: 1.6 s against 3.1 s), and a long one would otherwise queue gigabytes; a real
 // run's rows come far slower than the writer's pace.
-enum { CHUNK_BYTES = 64 * 1024, SPARE_CHUNKS = 64, BATCH_CHUNKS = 32, MAX_CHUNKS = 1024 };
+enum { CHUNK_BYTES = 64 * 1024, SPARE_CHUNKS = 64, BATCH_CHUNKS = 32 };
+#define MAX_QUEUED_BYTES ((size_t)64 << 20)
 
 typedef struct item {
   item_kind kind;
@@ -63,12 +64,11 @@ struct recorder {
   chunk *cur;               // the chunk being filled, after them
   chunk *spare;             // empty chunks of CHUNK_BYTES
   int n_spare;
-  int n_live;               // chunks queued, being filled or being written
-  int n_waiting;            // rows waiting on space_cv
-  size_t live_bytes, peak_bytes; // their bytes, now and at most
+  int n_waiting;                 // rows waiting on space_cv
+  size_t live_bytes, peak_bytes; // bytes of the chunks queued, being filled or being written,
+                                 // now and at most
   bool stop, flush, busy;
-  unsigned long queued, written; // items
-  int pending;                   // items queued since the writer last took the list
+  int pending; // items queued since the writer last took the whole list
   sc_status status;
   sc_error err;
 };
@@ -90,7 +90,7 @@ static item *reserve(recorder *r, size_t size) {
   if (!r->cur || r->cur->cap - r->cur->used < size) {
     // Waits until the writer has taken the queue down to half: waking at every batch it writes
     // would put the two threads in lockstep (and on one CPU, at times).
-    while (r->n_live >= MAX_CHUNKS && r->status == SC_OK) {
+    while (r->live_bytes >= MAX_QUEUED_BYTES && r->status == SC_OK) {
       pthread_cond_signal(&r->cv);
       r->n_waiting++;
       pthread_cond_wait(&r->space_cv, &r->mu);
@@ -111,7 +111,6 @@ static item *reserve(recorder *r, size_t size) {
       }
       c->cap = cap;
     }
-    r->n_live++;
     r->live_bytes += c->cap;
     if (r->live_bytes > r->peak_bytes) r->peak_bytes = r->live_bytes;
     c->next = NULL;
@@ -131,9 +130,8 @@ static item *reserve(recorder *r, size_t size) {
   return it;
 }
 
-// The item filled in: counts it and wakes the writer when enough wait. Called with mu held.
+// The item filled in: wakes the writer when enough wait. Called with mu held.
 static void commit(recorder *r) {
-  r->queued++;
   if (++r->pending >= WAKE_ITEMS) pthread_cond_signal(&r->cv);
 }
 
@@ -170,27 +168,21 @@ void rec_request(recorder *r, const store_request *q, const uint64_t *token_ns, 
   pthread_mutex_unlock(&r->mu);
 }
 
-void rec_step(recorder *r, const store_step *st) {
+// Queues a row of fixed size (a step or a sample: `bytes` of it copied into the item's union).
+static void push_row(recorder *r, item_kind kind, const void *row, size_t bytes) {
   pthread_mutex_lock(&r->mu);
   item *it = reserve(r, sizeof *it);
   if (it) {
-    it->kind = IT_STEP;
-    it->u.step = *st;
+    it->kind = kind;
+    memcpy(&it->u, row, bytes);
     commit(r);
   }
   pthread_mutex_unlock(&r->mu);
 }
 
-void rec_sample(recorder *r, const store_device_sample *d) {
-  pthread_mutex_lock(&r->mu);
-  item *it = reserve(r, sizeof *it);
-  if (it) {
-    it->kind = IT_SAMPLE;
-    it->u.sample = *d;
-    commit(r);
-  }
-  pthread_mutex_unlock(&r->mu);
-}
+void rec_step(recorder *r, const store_step *st) { push_row(r, IT_STEP, st, sizeof *st); }
+
+void rec_sample(recorder *r, const store_device_sample *d) { push_row(r, IT_SAMPLE, d, sizeof *d); }
 
 void rec_flush(recorder *r) {
   pthread_mutex_lock(&r->mu);
@@ -202,22 +194,20 @@ void rec_flush(recorder *r) {
 static sc_status write_item(recorder *r, const item *it, sc_error *err) {
   switch (it->kind) {
   case IT_REQUEST: return store_request_add(r->db, &it->u.req, it->tokens, it->n_tokens, NULL, err);
-  case IT_STEP: return store_step_add(r->db, &it->u.step, err);
+  case IT_STEP: break; // written in runs by write_chunks
   case IT_SAMPLE: return store_device_sample_add(r->db, &it->u.sample, err);
   }
   return SC_OK;
 }
 
-// Writes the chunks' items in order, consecutive step rows together; returns the items seen.
-static unsigned long write_chunks(recorder *r, chunk *list, sc_status *s, sc_error *e) {
+// Writes the chunks' items in order, consecutive step rows together, while *s is SC_OK.
+static void write_chunks(recorder *r, chunk *list, sc_status *s, sc_error *e) {
   const store_step *steps[64];
   int n_steps = 0;
-  unsigned long n = 0;
   for (chunk *c = list; c; c = c->next)
     for (size_t off = 0; off < c->used;) {
       const item *it = (const item *)(c->data + off);
       off += it->size;
-      n++;
       if (it->kind == IT_STEP) {
         steps[n_steps++] = &it->u.step;
         if (n_steps < 64) continue;
@@ -227,14 +217,12 @@ static unsigned long write_chunks(recorder *r, chunk *list, sc_status *s, sc_err
       n_steps = 0;
     }
   if (n_steps && *s == SC_OK) *s = store_steps_add(r->db, steps, n_steps, e);
-  return n;
 }
 
 // Keeps up to SPARE_CHUNKS of the written chunks for reuse. Called with mu held.
 static void recycle(recorder *r, chunk *list) {
   for (chunk *c = list, *next; c; c = next) {
     next = c->next;
-    r->n_live--;
     r->live_bytes -= c->cap;
     if (c->cap == CHUNK_BYTES && r->n_spare < SPARE_CHUNKS) {
       c->next = r->spare;
@@ -244,7 +232,7 @@ static void recycle(recorder *r, chunk *list) {
       free(c);
     }
   }
-  if (r->n_waiting && (r->n_live <= MAX_CHUNKS / 2 || r->status != SC_OK))
+  if (r->n_waiting && (r->live_bytes <= MAX_QUEUED_BYTES / 2 || r->status != SC_OK))
     pthread_cond_broadcast(&r->space_cv);
 }
 
@@ -294,7 +282,7 @@ static void *writer(void *arg) {
     sc_status s = failed;
     sc_error e = {{0}};
     pthread_mutex_lock(&r->store_mu);
-    unsigned long n = write_chunks(r, batch, &s, &e);
+    write_chunks(r, batch, &s, &e);
     if (s == SC_OK && flush) s = store_flush(r->db, &e);
     pthread_mutex_unlock(&r->store_mu);
 
@@ -304,7 +292,6 @@ static void *writer(void *arg) {
       r->err = e;
     }
     recycle(r, batch);
-    r->written += n;
     r->busy = false;
     pthread_cond_broadcast(&r->idle_cv);
   }
