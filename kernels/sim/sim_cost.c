@@ -239,27 +239,20 @@ static double mixed_factor(const sim_mixed_attn *lo, const sim_mixed_attn *hi, i
 static op_t attention_op(const sim_hw *hw, const sim_layout *l, double share, const sim_seq *seqs,
                          int n, int heads, int kv_heads, int head_dim, sim_dtype kv) {
   const sim_attn_table *a = find_attn(hw, l, heads, kv_heads, head_dim);
-  double t = 0, td = 0, eff_g = sim_curve_eff(&hw->gemm_eff, (double)heads / kv_heads, 1);
+  double t = 0, eff_g = sim_curve_eff(&hw->gemm_eff, (double)heads / kv_heads, 1);
+  const sim_mixed_attn *lo = NULL, *hi = NULL;
   int decodes = 0;
+  if (hw->engine.n_mixed_attn > 0) {
+    for (int i = 0; i < n; i++) decodes += seqs[i].n == 1;
+    bool mixed = decodes && decodes < n; // decodes beside a prompt chunk
+    if (!mixed || !mixed_entries(&hw->engine, heads, kv_heads, head_dim, decodes, &lo, &hi))
+      lo = hi = NULL; // priced alike
+  }
   for (int i = 0; i < n; i++) {
     double x = a ? attn_measured(a, seqs[i].start, seqs[i].n)
                  : attn_roofline(hw, seqs[i].start, seqs[i].n, heads, kv_heads, head_dim, kv, eff_g);
+    if (lo && seqs[i].n == 1) x *= mixed_factor(lo, hi, decodes, seqs[i].start + 1.0);
     t += x;
-    if (seqs[i].n == 1) {
-      td += x;
-      decodes++;
-    }
-  }
-  const sim_mixed_attn *lo, *hi;
-  if (decodes && decodes < n && hw->engine.n_mixed_attn > 0 &&
-      mixed_entries(&hw->engine, heads, kv_heads, head_dim, decodes, &lo, &hi)) {
-    t -= td;
-    for (int i = 0; i < n; i++)
-      if (seqs[i].n == 1) {
-        double x = a ? attn_measured(a, seqs[i].start, 1)
-                     : attn_roofline(hw, seqs[i].start, 1, heads, kv_heads, head_dim, kv, eff_g);
-        t += x * mixed_factor(lo, hi, decodes, seqs[i].start + 1.0);
-      }
   }
   return (op_t){t * share, a ? 0 : hw->launch_s * share};
 }
