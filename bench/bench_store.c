@@ -5,8 +5,9 @@
 //
 // Default shape: 10,000 requests x 100 tokens = 1,000,000 token times (each request's in one
 // token_times row, docs/schema.md), plus one step row per 10 tokens (100,000) and the 10,000
-// request rows; store_flush every 50,000 events written (token times + step + request rows). "record" is from the first write to the last flush's commit; "close"
-// is store_close (it checkpoints the WAL into the database file).
+// request rows; store_flush every 50,000 events written (token times + step + request rows).
+// "record" is from the first write to the last flush's commit; "close" is store_close (it
+// checkpoints the WAL into the database file).
 //
 // usage: bench_store [--requests N] [--tokens N] [--dir DIR] [--keep]
 #include <getopt.h>

@@ -522,10 +522,10 @@ size_t oai_sse_content_to(const char *sse_head, oai_kind kind, const char *text,
   }
   ok = ok && put_bytes(&at, end, ",\"token_ids\":[", 14);
   for (int i = 0; ok && i < n; i++) { // ",%d" without printf's cost
-    char d[16], *q = d + sizeof d;
+    char d[24], *q = d + sizeof d; // 20 digits, a sign, a comma
     int64_t v = ids[i];
     bool neg = v < 0;
-    q = sc_u64_digits(neg ? (uint64_t)-v : (uint64_t)v, q);
+    q = sc_u64_digits(neg ? 0 - (uint64_t)v : (uint64_t)v, q);
     if (neg) *--q = '-';
     if (i) *--q = ',';
     ok = put_bytes(&at, end, q, (size_t)(d + sizeof d - q));
