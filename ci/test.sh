@@ -50,7 +50,7 @@ ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
-TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant|recorder|serve|serve_client)$'
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant|recorder|replica_http|serve|serve_client)$'
 # The profile's step-overhead replicas (threads side by side) under TSan: the test that measures
 # every layout of tp 1,2,4. Its other tests compare timings, which TSan's slowdown makes noise.
 echo "== tsan: profile replicas"

@@ -239,6 +239,7 @@ typedef struct replica_http_options {
   const char *ready_url;    // polled until HTTP 200 (wait_ready)
   uint64_t ready_timeout_ns;
   uint64_t stop_grace_ns;   // SIGTERM, then SIGKILL after this (0: 10 s)
+  uint64_t connect_timeout_ns; // a request not connected by then fails with "connect" (0: 10 s)
   // faults (docs/targets.md, "Faults"): with detect_timeout_ns > 0 the replica watches its
   // server once ready: a launched server that exits, or ready_url unanswered (HTTP 200) for
   // this long, makes it DEAD (every request it held fails with "replica_lost"); a dropped or

@@ -68,7 +68,7 @@
 #include "serving/sse.h"
 
 #define POLL_MS 1000             // the thread's longest sleep (woken earlier by any call)
-#define CONNECT_TIMEOUT_MS 10000L
+#define CONNECT_TIMEOUT_NS 10000000000ull // connect_timeout_ns's default
 #define ERR_BODY_MAX 2048        // bytes of a non-200 response kept for the message
 #define MAX_CONNECTS       65536L      // connections kept alive in the cache (more than streams)
 #define WATCH_MS           50          // the thread's longest sleep while it watches its server
@@ -93,6 +93,7 @@ typedef struct hreq {
   int32_t pend_ids[64];  // their ids while every one is known and they fit (pend_ids_ok)
   bool pend_ids_ok;
   uint64_t last_content; // when the last content chunk arrived (0: none yet)
+  uint64_t connect_by;   // monotonic ns: fails unless connected by then (0: connected)
   bool done;             // [DONE] seen
   bool failed;           // a FAILED event went out: nothing more for it
   replica_failure why;
@@ -180,6 +181,8 @@ typedef struct hrep {
   bool probe_busy, scrape_busy;
   time_t probe_date;                          // the probe answer's Date header (0: none)
   uint64_t probe_ok, probe_next, scrape_next; // monotonic ns
+  uint64_t connect_ns;   // how long a transfer may take to connect
+  uint64_t connect_scan; // monotonic ns: the earliest connect_by in flight (0: none)
   char *scrape_buf;
   size_t n_scrape;
 } hrep;
@@ -344,6 +347,14 @@ static void suspect(hrep *h) {
   h->probe_next = 0;
 }
 
+// q got no connection (why: curl's words, or the deadline's): watched, that is the replica's
+// loss; else the request's.
+static void no_connection(hrep *h, hreq *q, const char *why) {
+  if (h->detect_ns) suspect(h);
+  fail_req(h, q, h->detect_ns ? REPLICA_FAIL_LOST : REPLICA_FAIL_CONNECT, 0,
+           "no connection to %s: %s", h->url, why);
+}
+
 // The transfer of q ended with result rc (its easy handle is still attached).
 static void on_done(hrep *h, hreq *q, CURLcode rc) {
   if (q->failed) return;
@@ -351,20 +362,15 @@ static void on_done(hrep *h, hreq *q, CURLcode rc) {
   if (!status) curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
   bool refused = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
                  (rc == CURLE_OPERATION_TIMEDOUT && status == 0);
-  if (h->detect_ns && rc != CURLE_OK && (refused || status == 0 || status == 200)) {
-    // watched: a connection refused or dropped is the replica's loss, not the request's
-    suspect(h);
-    if (refused)
-      fail_req(h, q, REPLICA_FAIL_LOST, 0, "no connection to %s: %s", h->url,
-               curl_easy_strerror(rc));
-    else
-      fail_req(h, q, REPLICA_FAIL_LOST, 0, "the connection to %s dropped %s: %s", h->url,
-               q->n_tok ? "mid-stream" : "before the first token", curl_easy_strerror(rc));
+  if (refused) {
+    no_connection(h, q, curl_easy_strerror(rc));
     return;
   }
-  if (refused) {
-    fail_req(h, q, REPLICA_FAIL_CONNECT, 0, "no connection to %s: %s", h->url,
-             curl_easy_strerror(rc));
+  if (h->detect_ns && rc != CURLE_OK && (status == 0 || status == 200)) {
+    // watched: a connection dropped is the replica's loss, not the request's
+    suspect(h);
+    fail_req(h, q, REPLICA_FAIL_LOST, 0, "the connection to %s dropped %s: %s", h->url,
+             q->n_tok ? "mid-stream" : "before the first token", curl_easy_strerror(rc));
     return;
   }
   if (status != 0 && status != 200) {
@@ -420,6 +426,31 @@ static bool reqs_room(hrep *h) {
   return true;
 }
 
+// libcurl's word that q's connection is up (new or reused), before the request goes out.
+static int on_connected(void *ud, char *ip, char *local_ip, int port, int local_port) {
+  (void)ip, (void)local_ip, (void)port, (void)local_port;
+  ((hreq *)ud)->connect_by = 0;
+  return CURL_PREREQFUNC_OK;
+}
+
+// Fails the requests still unconnected past their deadline; keeps the next deadline.
+static void connect_overdue(hrep *h, uint64_t now) {
+  if (!h->connect_scan || now < h->connect_scan) return;
+  h->connect_scan = 0;
+  char why[64];
+  snprintf(why, sizeof why, "not connected after %.1f s", (double)h->connect_ns / 1e9);
+  for (int i = h->n_reqs - 1; i >= 0; i--) {
+    hreq *q = h->reqs[i];
+    if (!q->connect_by || q->failed) continue;
+    if (now < q->connect_by) {
+      if (!h->connect_scan || q->connect_by < h->connect_scan) h->connect_scan = q->connect_by;
+      continue;
+    }
+    no_connection(h, q, why);
+    drop_req(h, i);
+  }
+}
+
 // Opens the stream of request key (body: its JSON, owned from here).
 static void start_req(hrep *h, uint64_t key, char *body) {
   pthread_mutex_lock(&h->mu);
@@ -465,7 +496,15 @@ static void start_req(hrep *h, uint64_t key, char *body) {
   curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
   curl_easy_setopt(e, CURLOPT_PRIVATE, q);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+  // The connect deadline is the thread's (connect_overdue), not CURLOPT_CONNECTTIMEOUT_MS:
+  // libcurl 7.88 keeps that timer in its tree for the transfer's first connect_ns,
+  // connected or not, and moves it on every chunk (a sixth of the thread's CPU at 10,000
+  // streams, docs/benchmarks.md).
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 0L);
+  curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_connected);
+  curl_easy_setopt(e, CURLOPT_PREREQDATA, q);
+  q->connect_by = sc_monotonic_ns() + h->connect_ns;
+  if (!h->connect_scan || q->connect_by < h->connect_scan) h->connect_scan = q->connect_by;
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL); // no compression: chunks as they come
   q->slot = h->n_reqs;
@@ -810,10 +849,10 @@ static void *http_thread(void *arg) {
     watch(h);
     uint64_t now = sc_monotonic_ns();
     long wait_ms = n > 0 ? 0 : h->detect_ns || h->metrics_url ? WATCH_MS : POLL_MS;
-    for (int k = 0; k < SHARDS; k++) {
-      const hshard *sh = &h->sh[k];
-      if (!sh->timer_set) continue;
-      uint64_t d = sh->timer_at > now ? (sh->timer_at - now + 999999) / 1000000 : 0;
+    for (int k = 0; k <= SHARDS; k++) {
+      uint64_t at = k < SHARDS ? h->sh[k].timer_at : h->connect_scan;
+      if (k < SHARDS ? !h->sh[k].timer_set : !at) continue;
+      uint64_t d = at > now ? (at - now + 999999) / 1000000 : 0;
       if ((long)d < wait_ms) wait_ms = (long)d;
     }
     pthread_mutex_lock(&h->mu);
@@ -842,6 +881,7 @@ static void *http_thread(void *arg) {
       sh->timer_set = false;
       curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     }
+    connect_overdue(h, after);
     CURLMsg *m;
     int left;
     for (int k = 0; k < SHARDS; k++) {
@@ -1392,6 +1432,7 @@ sc_status replica_http_new(const engine_config *cfg, const replica_http_options 
   pthread_mutex_init(&h->lmu, NULL);
   h->epoch = 1;
   h->detect_ns = o->detect_timeout_ns;
+  h->connect_ns = o->connect_timeout_ns ? o->connect_timeout_ns : CONNECT_TIMEOUT_NS;
   h->o = *o;
   h->admitting = true;
   h->clock = cfg->clock.now_ns ? cfg->clock : sc_clock_monotonic();
