@@ -426,6 +426,21 @@ static bool reqs_room(hrep *h) {
   return true;
 }
 
+// q must be connected within the replica's connect_ns from now.
+static void arm_connect(hrep *h, hreq *q) {
+  q->connect_by = sc_monotonic_ns() + h->connect_ns;
+  if (!h->connect_scan || q->connect_by < h->connect_scan) h->connect_scan = q->connect_by;
+}
+
+// libcurl opened a socket for q: a connection made again (a kept-alive one found closed when
+// the request went out) gets its own deadline, as libcurl's connect timeout did.
+static int on_socket(void *ud, curl_socket_t fd, curlsocktype purpose) {
+  (void)fd;
+  hreq *q = ud;
+  if (purpose == CURLSOCKTYPE_IPCXN && !q->connect_by) arm_connect(q->rep, q);
+  return CURL_SOCKOPT_OK;
+}
+
 // libcurl's word that q's connection is up (new or reused), before the request goes out.
 static int on_connected(void *ud, char *ip, char *local_ip, int port, int local_port) {
   (void)ip, (void)local_ip, (void)port, (void)local_port;
@@ -498,13 +513,14 @@ static void start_req(hrep *h, uint64_t key, char *body) {
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   // The connect deadline is the thread's (connect_overdue), not CURLOPT_CONNECTTIMEOUT_MS:
   // libcurl 7.88 keeps that timer in its tree for the transfer's first connect_ns,
-  // connected or not, and moves it on every chunk (a sixth of the thread's CPU at 10,000
+  // connected or not, and moves it on every chunk (13% of the thread's CPU at 10,000
   // streams, docs/benchmarks.md).
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 0L);
+  curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_socket);
+  curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, q);
   curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_connected);
   curl_easy_setopt(e, CURLOPT_PREREQDATA, q);
-  q->connect_by = sc_monotonic_ns() + h->connect_ns;
-  if (!h->connect_scan || q->connect_by < h->connect_scan) h->connect_scan = q->connect_by;
+  arm_connect(h, q);
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL); // no compression: chunks as they come
   q->slot = h->n_reqs;

@@ -1,12 +1,15 @@
 // The HTTP replica (serving/replica_http.c) through its own API, below the runner: its connect
 // deadline, which the replica's thread keeps instead of libcurl. A server whose accept queue
 // is full never completes a connection, so every request fails with reason "connect" once the
-// deadline passes; streams on connections made in time, new or reused, run past it to the end.
+// deadline passes, also a request whose kept-alive connection was closed under it (libcurl
+// connects again); streams on connections made in time, new or reused, run past it to the end.
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -86,6 +89,89 @@ Test(replica_http, a_connection_never_accepted_fails_with_connect_at_the_deadlin
   replica_free(r);
   for (int i = 0; i < 3; i++) close(held[i]);
   close(lfd);
+}
+
+// The one-connection server of the test below: answers the first request on its connection,
+// then, when the second arrives there, fills its accept queue and closes the connection.
+typedef struct once_server {
+  int lfd, port, held[2];
+} once_server;
+
+// Reads one request (headers and Content-Length bytes of body) from fd; false at EOF.
+static bool read_request(int fd) {
+  char buf[8192];
+  size_t n = 0;
+  for (;;) {
+    ssize_t k = read(fd, buf + n, sizeof buf - 1 - n);
+    if (k <= 0) return false;
+    n += (size_t)k;
+    buf[n] = 0;
+    char *end = strstr(buf, "\r\n\r\n");
+    const char *cl = strcasestr(buf, "content-length:");
+    if (end && cl && n >= (size_t)(end + 4 - buf) + (size_t)atoi(cl + 15)) return true;
+    if (n >= sizeof buf - 1) return false;
+  }
+}
+
+static void *once_serve(void *arg) {
+  once_server *s = arg;
+  int c = accept(s->lfd, NULL, NULL);
+  if (c < 0 || !read_request(c)) return NULL;
+  const char *body = "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":\"length\"}]}"
+                     "\n\ndata: [DONE]\n\n";
+  char resp[512];
+  int n = snprintf(resp, sizeof resp,
+                   "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                   "Content-Length: %zu\r\n\r\n%s",
+                   strlen(body), body);
+  if (write(c, resp, (size_t)n) != n) return NULL;
+  if (read_request(c)) { // the second request on the kept-alive connection
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 2; i++) {
+      s->held[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      connect(s->held[i], (struct sockaddr *)&a, sizeof a);
+    }
+  }
+  close(c);
+  return NULL;
+}
+
+Test(replica_http, a_kept_alive_connection_closed_under_a_request_gets_a_new_deadline) {
+  once_server s = {.held = {-1, -1}};
+  s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  cr_assert_eq(bind(s.lfd, (struct sockaddr *)&a, sizeof a), 0);
+  cr_assert_eq(listen(s.lfd, 0), 0);
+  cr_assert_eq(getsockname(s.lfd, (struct sockaddr *)&a, &al), 0);
+  s.port = ntohs(a.sin_port);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, once_serve, &s), 0);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", s.port);
+  replica_http_options o = {.base_url = url, .model = "m", .connect_timeout_ns = 300 * MS};
+  engine_config cfg = {.tp = 1, .pp = 1};
+  replica *r = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_http_new(&cfg, &o, 0, &r, &err), SC_OK, "%s", err.msg);
+  sc_test_submit(r, 1, 8, 1);
+  ends e = wait_ends(r, 1, 5000);
+  cr_assert_eq(e.finished, 1, "the first request: finished %d, failed %d: %s", e.finished,
+               e.failed, e.what);
+  uint64_t t0 = sc_monotonic_ns();
+  sc_test_submit(r, 2, 8, 1);
+  e = wait_ends(r, 1, 5000);
+  cr_assert_eq(e.connect_failures, 1, "the second request: connect failures %d, failed %d: %s",
+               e.connect_failures, e.failed, e.what);
+  double took = (double)(e.last_ns - t0) / 1e9;
+  cr_assert(took >= 0.3 && took < 2.0, "failed after %.2f s, the deadline is 0.3 s", took);
+  replica_free(r);
+  pthread_join(th, NULL);
+  for (int i = 0; i < 2; i++)
+    if (s.held[i] >= 0) close(s.held[i]);
+  close(s.lfd);
 }
 
 Test(replica_http, streams_outlast_the_connect_deadline_on_new_and_reused_connections) {
