@@ -26,11 +26,12 @@ for t in pro-llama 4090-llama pro-qwen32b; do "$bin" import "$out/$t.jsonl" --db
 # the scheduler knobs of each run (their vllm/meta.json, vLLM 0.19.0): max_num_seqs,
 # max_num_batched_tokens, block 16, chunked prefill, prefix caching, scheduler_reserve_full_isl
 # and the 1% watermark (vLLM defaults); the 4090's KV blocks as vLLM reported them (num_gpu_blocks;
-# the PRO 6000 runs do not say, and never fill their cache)
+# the PRO 6000 runs do not say, and never fill their cache); logits all-gathered over TP in the
+# model's dtype, as vLLM's LogitsProcessor gathers the LM head's output (bf16 here)
 knobs() {
   printf '  max_running: %s\n  token_budget: 2048\n  block_size: 16\n' "$1"
   printf '  chunked_prefill: true\n  prefix_caching: true\n  reserve_full_isl: true\n'
-  printf '  kv_watermark: 0.01\n'
+  printf '  kv_watermark: 0.01\n  logits_dtype: bf16\n'
   [ -z "${2:-}" ] || printf '  num_gpu_blocks: %s\n' "$2"
 }
 blocks4090=$(show $ex/RTX4090/Llama-3.1-8B/vllm/meta.json | sed -n 's/.*"num_gpu_blocks": \([0-9]*\).*/\1/p' | head -1)

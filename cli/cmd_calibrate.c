@@ -111,6 +111,8 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
       fprintf(o, "%s[%.6g, %.6g]", k ? ", " : "", m->factor.x[k], m->factor.y[k]);
     fprintf(o, "]}\n");
   }
+  if (e->logits_bytes > 0)
+    fprintf(o, "  logits_dtype: %s\n", e->logits_bytes == 2 ? "bf16" : "f32");
   if (e->max_running > 0) fprintf(o, "  max_running: %d\n", e->max_running);
   if (e->token_budget > 0) fprintf(o, "  token_budget: %d\n", e->token_budget);
   if (e->block_size > 0) fprintf(o, "  block_size: %d\n", e->block_size);

@@ -222,6 +222,15 @@ static sc_status node_mixed_attn(struct fy_node *v, void *dst, const char *file,
   return each_item(v, file, "mixed_attn", SIM_MIXED_MAX, &e->n_mixed_attn, e, mixed_item, err);
 }
 
+// logits_dtype: the bytes of one logit in that dtype.
+static bool parse_logits_dtype(const char *text, void *dst) {
+  int *bytes = dst;
+  if (!strcmp(text, "f32")) *bytes = 4;
+  else if (!strcmp(text, "bf16") || !strcmp(text, "f16")) *bytes = 2;
+  else return false;
+  return true;
+}
+
 // The engine block (docs/calibration.md): the serving engine's costs and scheduler knobs.
 static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_engine *e = dst;
@@ -234,6 +243,8 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
       {"mixed_attn", YAML_MAP_NODE, e, 0, false, NULL,
        "a list of {heads, kv_heads, head_dim, decodes, factor: [[context, factor], ...]}", NULL,
        node_mixed_attn},
+      {"logits_dtype", YAML_MAP_CUSTOM, &e->logits_bytes, 0, false, parse_logits_dtype,
+       "a dtype (f32, bf16, f16)", NULL, NULL},
       {"max_running", YAML_MAP_INT, &e->max_running, 0, false, NULL, NULL, NULL, NULL},
       {"token_budget", YAML_MAP_INT, &e->token_budget, 0, false, NULL, NULL, NULL, NULL},
       {"block_size", YAML_MAP_INT, &e->block_size, 0, false, NULL, NULL, NULL, NULL},

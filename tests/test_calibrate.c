@@ -91,6 +91,29 @@ Test(calibrate, engine_block_scales_the_kernels_of_a_tp_step_not_its_collectives
   cr_expect_float_eq(c1.total_s, f * (c0.total_s - c0.comm_s - ov) + c0.comm_s + ov, 1e-12);
 }
 
+Test(calibrate, logits_dtype_sets_the_bytes_of_a_tp_steps_logits_all_gather) {
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
+  sim_model m = llama3_8b();
+  sim_layout l = {.tp = 2, .pp = 1, .threads = 1, .cluster_ranks = 2};
+  sim_seq s[3] = {{.start = 0, .n = 512, .logits = true},
+                  {.start = 300, .n = 1, .logits = true},
+                  {.start = 900, .n = 1, .logits = true}};
+  sim_step_cost f32, bf16;
+  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &f32), 0);
+  p.sim.engine.logits_bytes = 2;
+  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &bf16), 0);
+  double rows = 3.0 * m.vocab; // three sampled rows of the whole vocabulary
+  double saved = sim_allgather_s(&p.sim, 0, 2, rows * 4) - sim_allgather_s(&p.sim, 0, 2, rows * 2);
+  cr_assert_gt(saved, 0);
+  cr_expect_float_eq(f32.comm_s - bf16.comm_s, saved, 1e-12);
+  cr_expect_float_eq(f32.compute_s, bf16.compute_s, 1e-15); // the kernels are their own
+  p.sim.engine.logits_bytes = 4;
+  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &bf16), 0);
+  cr_expect_float_eq(bf16.total_s, f32.total_s, 1e-15); // 4: as unset
+}
+
 // A step of one 64-token prompt chunk and four decodes at 1,000 tokens of context, on
 // llama3-8b at tp 1 (attention shape 32 / 8 / 128 per rank).
 static double mixed_step(const sim_hw *hw) {
@@ -134,7 +157,7 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   snprintf(text, sizeof text, "%sengine:\n  step_s: 0.003\n  seq_s: 2e-5\n  prefill_eff: 0.7\n"
            "  decode_eff: 0.8\n  max_running: 64\n  token_budget: 2048\n  chunked_prefill: false\n"
            "  block_size: 32\n  no_evict: true\n  reserve_full_isl: true\n  kv_watermark: 0.01\n"
-           "  num_gpu_blocks: 2588\n  mixed_attn:\n    - {heads: 32, kv_heads: 8, head_dim: 128, "
+           "  num_gpu_blocks: 2588\n  logits_dtype: bf16\n  mixed_attn:\n    - {heads: 32, kv_heads: 8, head_dim: 128, "
            "decodes: 16, factor: [[256, 1.2], [4096, 1.9]]}\n", base);
   const char *path = sc_test_write_tmp("calib-prof", "p.yaml", text);
   hw_profile p;
@@ -149,6 +172,7 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   cr_expect_eq(p.sim.engine.reserve_full_isl, 1);
   cr_expect_float_eq(p.sim.engine.kv_watermark, 0.01, 1e-15);
   cr_expect_eq(p.sim.engine.num_gpu_blocks, 2588);
+  cr_expect_eq(p.sim.engine.logits_bytes, 2);
   cr_expect_eq(p.sim.engine.n_mixed_attn, 1);
   cr_expect_eq(p.sim.engine.mixed_attn[0].decodes, 16);
   cr_expect_eq(p.sim.engine.mixed_attn[0].factor.n, 2);
@@ -182,6 +206,10 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   path = sc_test_write_tmp("calib-prof", "bad2.yaml", text);
   cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);
   cr_expect(strstr(err.msg, "kv_watermark"), "%s", err.msg);
+  snprintf(text, sizeof text, "%sengine:\n  logits_dtype: fp8\n", base);
+  path = sc_test_write_tmp("calib-prof", "bad3.yaml", text);
+  cr_expect_eq(hw_profile_load(path, &p, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "bad3.yaml:") && strstr(err.msg, "logits_dtype"), "%s", err.msg);
 }
 
 // --- the trace workload
@@ -378,7 +406,8 @@ Test(calibrate, fit_recovers_known_engine_parameters_within_2_percent, .timeout 
            "  decode_eff: 0.75\n  max_running: 16\n  token_budget: 2048\n", base);
   snprintf(path, sizeof path, "%s/truth.yaml", dir);
   cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  snprintf(text, sizeof text, "%sengine:\n  max_running: 16\n  token_budget: 2048\n", base);
+  snprintf(text, sizeof text, "%sengine:\n  max_running: 16\n  token_budget: 2048\n"
+           "  logits_dtype: bf16\n", base);
   snprintf(path, sizeof path, "%s/base.yaml", dir);
   cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
   snprintf(text, sizeof text, "name: known\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: "
@@ -402,4 +431,5 @@ Test(calibrate, fit_recovers_known_engine_parameters_within_2_percent, .timeout 
   cr_expect(fabs(e->prefill_eff / 0.6 - 1) < 0.02, "prefill_eff %g", e->prefill_eff);
   cr_expect(fabs(e->decode_eff / 0.75 - 1) < 0.02, "decode_eff %g", e->decode_eff);
   cr_expect_eq(e->max_running, 16);
+  cr_expect_eq(e->logits_bytes, 2); // the base's knobs go with the fit
 }

@@ -338,7 +338,7 @@ typedef struct mb_cost {
   stage_t embed;       // embedding gather, without its all-reduce
   stage_t head;        // final norm of the sampled rows and LM head, without the all-gather
   double act_bytes;    // (tokens, dim) activations: each all-reduce and the PP transfer
-  double logits_bytes; // (samples, vocab) f32 logits each rank holds after the all-gather
+  double logits_bytes; // (samples, vocab) logits each rank holds after the all-gather
 } mb_cost;
 
 static void price_microbatch(const sim_hw *hw, const sim_model *m, const sim_layout *l,
@@ -381,7 +381,8 @@ static void price_microbatch(const sim_hw *hw, const sim_model *m, const sim_lay
     stage_op(&c->head, gemm_op(hw, l, share, S, m->vocab / tp, D, dense_dtype(w), act));
   }
   c->act_bytes = t * D * ab;
-  c->logits_bytes = (double)S * m->vocab * 4;
+  int lb = hw->engine.logits_bytes > 0 ? hw->engine.logits_bytes : 4;
+  c->logits_bytes = (double)S * m->vocab * lb;
 }
 
 // Layers of stage s of pp: engine/shard.c's shard_stage_layers rule.

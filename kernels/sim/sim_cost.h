@@ -104,6 +104,9 @@ typedef struct sim_engine {
   double decode_eff;  // kernel time of decode tokens (a sequence computing 1 token); <= 0: 1
   sim_mixed_attn mixed_attn[SIM_MIXED_MAX]; // by attention shape; none: decodes priced alike
   int n_mixed_attn;
+  int logits_bytes;   // bytes a logit takes in the TP all-gather of the sampled rows' logits: 2
+                      // for an engine that gathers them in the model's dtype (vLLM), 4 for f32
+                      // (shardcheck's engine); 0: 4
   // the scheduler's knobs; 0: the scenario's limits
   int max_running, token_budget, block_size;
   int chunked_prefill; // 1: on (chunks of limits.prefill_chunk); -1: off (a prompt, up to the
