@@ -69,21 +69,27 @@ Test(calibrate, engine_block_adds_host_time_and_divides_device_time_by_token_wei
   cr_expect_float_eq(price(&p.sim, &pre, 1), 4 * (p0 - ov) + ov, 1e-12);
 }
 
-Test(calibrate, engine_block_scales_the_kernels_of_a_tp_step_not_its_collectives) {
-  hw_profile p;
-  sc_error err = {{0}};
-  cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
+// A step of llama3-8b at tp 2: a 512-token prompt and two decodes, all three sampled.
+static sim_step_cost tp2_step(const sim_hw *hw) {
   sim_model m = llama3_8b();
   sim_layout l = {.tp = 2, .pp = 1, .threads = 1, .cluster_ranks = 2};
   sim_seq s[3] = {{.start = 0, .n = 512, .logits = true},
                   {.start = 300, .n = 1, .logits = true},
                   {.start = 900, .n = 1, .logits = true}};
-  sim_step_cost c0, c1;
-  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &c0), 0);
+  sim_step_cost c;
+  cr_assert_eq(sim_step_price(hw, &m, &l, s, 3, NULL, 1, &c), 0);
+  return c;
+}
+
+Test(calibrate, engine_block_scales_the_kernels_of_a_tp_step_not_its_collectives) {
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
+  sim_step_cost c0 = tp2_step(&p.sim);
   cr_assert_gt(c0.comm_s, 0);
   p.sim.engine.prefill_eff = 0.5;
   p.sim.engine.decode_eff = 0.8;
-  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &c1), 0);
+  sim_step_cost c1 = tp2_step(&p.sim);
   double f = (512 / 0.5 + 2 / 0.8) / 514; // the token-weighted mean of 1 / eff
   double ov = p.sim.step_overhead_s;
   cr_expect_float_eq(c1.comm_s, c0.comm_s, 1e-15); // the link's price is its own
@@ -95,23 +101,16 @@ Test(calibrate, logits_dtype_sets_the_bytes_of_a_tp_steps_logits_all_gather) {
   hw_profile p;
   sc_error err = {{0}};
   cr_assert_eq(hw_profile_load("h100-sxm", &p, &err), SC_OK, "%s", err.msg);
-  sim_model m = llama3_8b();
-  sim_layout l = {.tp = 2, .pp = 1, .threads = 1, .cluster_ranks = 2};
-  sim_seq s[3] = {{.start = 0, .n = 512, .logits = true},
-                  {.start = 300, .n = 1, .logits = true},
-                  {.start = 900, .n = 1, .logits = true}};
-  sim_step_cost f32, bf16;
-  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &f32), 0);
+  sim_step_cost f32 = tp2_step(&p.sim);
   p.sim.engine.logits_bytes = 2;
-  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &bf16), 0);
-  double rows = 3.0 * m.vocab; // three sampled rows of the whole vocabulary
+  sim_step_cost bf16 = tp2_step(&p.sim);
+  double rows = 3.0 * llama3_8b().vocab; // three sampled rows of the whole vocabulary
   double saved = sim_allgather_s(&p.sim, 0, 2, rows * 4) - sim_allgather_s(&p.sim, 0, 2, rows * 2);
   cr_assert_gt(saved, 0);
   cr_expect_float_eq(f32.comm_s - bf16.comm_s, saved, 1e-12);
   cr_expect_float_eq(f32.compute_s, bf16.compute_s, 1e-15); // the kernels are their own
   p.sim.engine.logits_bytes = 4;
-  cr_assert_eq(sim_step_price(&p.sim, &m, &l, s, 3, NULL, 1, &bf16), 0);
-  cr_expect_float_eq(bf16.total_s, f32.total_s, 1e-15); // 4: as unset
+  cr_expect_float_eq(tp2_step(&p.sim).total_s, f32.total_s, 1e-15); // 4: as unset
 }
 
 // A step of one 64-token prompt chunk and four decodes at 1,000 tokens of context, on
