@@ -45,7 +45,6 @@ typedef struct conn {
   size_t n_in;
   bool streaming;
   int sent;        // chunks sent of the current response
-  uint64_t next;   // monotonic ns of its next chunk (0: none due)
   int hidx;        // its index in srv.heap (-1: not scheduled)
 } conn;
 
@@ -91,9 +90,9 @@ static void heap_fix(srv *s, int i) {
   }
 }
 
-static void heap_push(srv *s, conn *c) {
+static void heap_push(srv *s, conn *c, uint64_t due) {
   c->hidx = s->n_heap;
-  s->heap[s->n_heap++] = (hent){c->next, c};
+  s->heap[s->n_heap++] = (hent){due, c};
   heap_fix(s, c->hidx);
 }
 
@@ -155,8 +154,7 @@ static void srv_request(srv *s, conn *c) {
   // tokens are: not every stream's chunk due at one instant
   s->n_started++;
   uint64_t phase = (uint64_t)((double)s->gap_ns * fmod(s->n_started * 0.6180339887, 1.0));
-  c->next = sc_monotonic_ns() + s->ttft_ns + phase;
-  heap_push(s, c);
+  heap_push(s, c, sc_monotonic_ns() + s->ttft_ns + phase);
 }
 
 // Sends c's next chunk (its send time inside), or the end of its stream.
@@ -169,8 +167,7 @@ static void srv_chunk(srv *s, conn *c) {
                      (unsigned long long)(us % 2147483648ull));
     int m = snprintf(out, sizeof out, "%x\r\n%s\r\n", n, ev);
     c->sent++;
-    c->next += s->gap_ns;
-    s->heap[c->hidx].next = c->next;
+    s->heap[c->hidx].next += s->gap_ns;
     heap_fix(s, c->hidx);
     if (!send_all(c->fd, out, (size_t)m)) srv_close(s, c);
     return;
@@ -178,7 +175,6 @@ static void srv_chunk(srv *s, conn *c) {
   static const char done[] = "data: [DONE]\n\n";
   int m = snprintf(out, sizeof out, "%zx\r\n%s\r\n0\r\n\r\n", sizeof done - 1, done);
   c->streaming = false;
-  c->next = 0;
   heap_remove(s, c);
   if (!send_all(c->fd, out, (size_t)m)) srv_close(s, c);
 }

@@ -1,11 +1,11 @@
 // The recorder's queue and writer thread (see recorder.h).
 //
 // The queue is a list of chunks, each a run of self-contained items (the row, then its token
-// times, then its strings) packed one after another. The writer takes up to
-// BATCH_CHUNKS of them at a time, writes them under the store mutex, commits when a flush was
-// asked for, and hands the chunks back for reuse: a simulated run queues millions of step rows, and one malloc
-// in the event loop and one free in the writer per row cost both threads more than the copy
-// (the free of another thread's block waits on that thread's malloc arena).
+// times, then its strings) packed one after another. The writer takes up to BATCH_CHUNKS of
+// them at a time, writes them under the store mutex, commits when a flush was asked for, and
+// hands the chunks back for reuse: a simulated run queues millions of step rows, and one
+// malloc in the event loop and one free in the writer per row cost both threads more than the
+// copy (the free of another thread's block waits on that thread's malloc arena).
 #include "reports/recorder.h"
 
 #include <pthread.h>

@@ -426,10 +426,15 @@ static bool reqs_room(hrep *h) {
   return true;
 }
 
+// The thread looks for overdue connects at the earliest deadline in flight.
+static void scan_by(hrep *h, uint64_t at) {
+  if (!h->connect_scan || at < h->connect_scan) h->connect_scan = at;
+}
+
 // q must be connected within the replica's connect_ns from now.
 static void arm_connect(hrep *h, hreq *q) {
   q->connect_by = sc_monotonic_ns() + h->connect_ns;
-  if (!h->connect_scan || q->connect_by < h->connect_scan) h->connect_scan = q->connect_by;
+  scan_by(h, q->connect_by);
 }
 
 // libcurl opened a socket for q: a connection made again (a kept-alive one found closed when
@@ -458,7 +463,7 @@ static void connect_overdue(hrep *h, uint64_t now) {
     hreq *q = h->reqs[i];
     if (!q->connect_by || q->failed) continue;
     if (now < q->connect_by) {
-      if (!h->connect_scan || q->connect_by < h->connect_scan) h->connect_scan = q->connect_by;
+      scan_by(h, q->connect_by);
       continue;
     }
     no_connection(h, q, why);
@@ -865,10 +870,12 @@ static void *http_thread(void *arg) {
     watch(h);
     uint64_t now = sc_monotonic_ns();
     long wait_ms = n > 0 ? 0 : h->detect_ns || h->metrics_url ? WATCH_MS : POLL_MS;
-    for (int k = 0; k <= SHARDS; k++) {
-      uint64_t at = k < SHARDS ? h->sh[k].timer_at : h->connect_scan;
-      if (k < SHARDS ? !h->sh[k].timer_set : !at) continue;
-      uint64_t d = at > now ? (at - now + 999999) / 1000000 : 0;
+    uint64_t wake_at = h->connect_scan; // 0: none
+    for (int k = 0; k < SHARDS; k++)
+      if (h->sh[k].timer_set && (!wake_at || h->sh[k].timer_at < wake_at))
+        wake_at = h->sh[k].timer_at;
+    if (wake_at) {
+      uint64_t d = wake_at > now ? (wake_at - now + 999999) / 1000000 : 0;
       if ((long)d < wait_ms) wait_ms = (long)d;
     }
     pthread_mutex_lock(&h->mu);

@@ -156,7 +156,8 @@ Test(calibrate, profile_engine_block_loads_and_bad_values_name_the_key) {
   snprintf(text, sizeof text, "%sengine:\n  step_s: 0.003\n  seq_s: 2e-5\n  prefill_eff: 0.7\n"
            "  decode_eff: 0.8\n  max_running: 64\n  token_budget: 2048\n  chunked_prefill: false\n"
            "  block_size: 32\n  no_evict: true\n  reserve_full_isl: true\n  kv_watermark: 0.01\n"
-           "  num_gpu_blocks: 2588\n  logits_dtype: bf16\n  mixed_attn:\n    - {heads: 32, kv_heads: 8, head_dim: 128, "
+           "  num_gpu_blocks: 2588\n  logits_dtype: bf16\n"
+           "  mixed_attn:\n    - {heads: 32, kv_heads: 8, head_dim: 128, "
            "decodes: 16, factor: [[256, 1.2], [4096, 1.9]]}\n", base);
   const char *path = sc_test_write_tmp("calib-prof", "p.yaml", text);
   hw_profile p;

@@ -117,8 +117,8 @@ static void *once_serve(void *arg) {
   once_server *s = arg;
   int c = accept(s->lfd, NULL, NULL);
   if (c < 0 || !read_request(c)) return NULL;
-  const char *body = "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":\"length\"}]}"
-                     "\n\ndata: [DONE]\n\n";
+  const char *body = "data: {\"choices\":[{\"index\":0,\"text\":\"a\","
+                     "\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
   char resp[512];
   int n = snprintf(resp, sizeof resp,
                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"

@@ -249,9 +249,10 @@ static op_t attention_op(const sim_hw *hw, const sim_layout *l, double share, co
       lo = hi = NULL; // priced alike
   }
   for (int i = 0; i < n; i++) {
-    double x = a ? attn_measured(a, seqs[i].start, seqs[i].n)
-                 : attn_roofline(hw, seqs[i].start, seqs[i].n, heads, kv_heads, head_dim, kv, eff_g);
-    if (lo && seqs[i].n == 1) x *= mixed_factor(lo, hi, decodes, seqs[i].start + 1.0);
+    const sim_seq *q = &seqs[i];
+    double x = a ? attn_measured(a, q->start, q->n)
+                 : attn_roofline(hw, q->start, q->n, heads, kv_heads, head_dim, kv, eff_g);
+    if (lo && q->n == 1) x *= mixed_factor(lo, hi, decodes, q->start + 1.0);
     t += x;
   }
   return (op_t){t * share, a ? 0 : hw->launch_s * share};
