@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "config/hardware.h"
 #include "config/yaml_map.h"
+#include "engine/model.h"
 #include "kernels/embedded.h"
 #include "reports/store.h"
 #include "runner/calibrate.h"
@@ -22,7 +23,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck calibrate --db PATH --run ID [--run ID ...] --profile BASE\n"
-          "                            --model PRESET [--tp N] --out FILE.yaml\n"
+          "                            --model PRESET [--tp N] [--dtype D] [--kv-cache-dtype D]\n"
+          "                            --out FILE.yaml\n"
           "                            [--check ID ...] [--no-fit]\n\n"
           "Fits the engine block of hardware profile BASE (host time per step and per\n"
           "scheduled sequence, prefill and decode efficiency) to measured runs: each run's\n"
@@ -42,6 +44,9 @@ static void usage(FILE *f) {
           "  -p, --profile BASE  a hardware profile name or .yaml path\n"
           "  -m, --model PRESET  the model the runs served (a preset or a directory)\n"
           "      --tp N          its tensor parallelism (default 1)\n"
+          "      --dtype D       its weights' dtype, as a scenario's model.dtype (default:\n"
+          "                      the preset's)\n"
+          "      --kv-cache-dtype D  its KV cache's dtype, as model.kv_cache_dtype (default auto)\n"
           "  -o, --out FILE      where the fitted profile goes (required unless --no-fit)\n"
           "      --no-fit        only replay: BASE's engine block as it is\n"
           "  -h, --help          this text\n\n"
@@ -51,16 +56,22 @@ static void usage(FILE *f) {
 }
 
 // The one-deployment sim scenario the replay runs (its workload is never used).
-static sc_status make_scenario(const char *profile, const char *model, int tp, scenario **out,
-                               sc_error *err) {
-  char text[4096];
+// dtype and kv_dtype: the model's keys, or NULL for the preset's.
+static sc_status make_scenario(const char *profile, const char *model, const char *dtype,
+                               const char *kv_dtype, int tp, scenario **out, sc_error *err) {
+  char text[4096], extra[256] = "";
   const char *key = strchr(model, '/') ? "path" : "preset";
+  if (dtype) snprintf(extra, sizeof extra, ", dtype: \"%s\"", dtype);
+  if (kv_dtype)
+    snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", kv_cache_dtype: \"%s\"",
+             kv_dtype);
   snprintf(text, sizeof text,
-           "name: calibrate\nmode: sim\nmodel: {%s: \"%s\"}\nhardware: {profile: \"%s\", gpus: %d}\n"
+           "name: calibrate\nmode: sim\nmodel: {%s: \"%s\"%s}\n"
+           "hardware: {profile: \"%s\", gpus: %d}\n"
            "deployments: [{tp: %d, pp: 1, dp: 1}]\n"
            "workload:\n  prompts: [{name: a, input: 8, output: 8}]\n"
            "  phases: [{rate: 1, requests: 1}]\nlimits: {request_timeout: 0s}\n",
-           key, model, profile, tp, tp);
+           key, model, extra, profile, tp, tp);
   return scenario_parse(text, strlen(text), "calibrate", ".", out, err);
 }
 
@@ -131,6 +142,7 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
 
 int cmd_calibrate(int argc, char **argv) {
   const char *db_path = NULL, *profile = NULL, *model = NULL, *out = NULL;
+  const char *dtype = NULL, *kv_dtype = NULL;
   int64_t fit_ids[CAL_MAX_RUNS], check_ids[CAL_MAX_RUNS];
   int n_fit = 0, n_check = 0, tp = 1;
   bool no_fit = false;
@@ -139,6 +151,7 @@ int cmd_calibrate(int argc, char **argv) {
       {"check", required_argument, 0, 'c'},   {"profile", required_argument, 0, 'p'},
       {"model", required_argument, 0, 'm'},   {"tp", required_argument, 0, 'T'},
       {"out", required_argument, 0, 'o'},     {"no-fit", no_argument, 0, 'N'},
+      {"dtype", required_argument, 0, 'D'},   {"kv-cache-dtype", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   optind = 1;
   opterr = 0;
@@ -164,6 +177,20 @@ int cmd_calibrate(int argc, char **argv) {
       break;
     case 'o': out = optarg; break;
     case 'N': no_fit = true; break;
+    case 'D': {
+      sc_dtype t;
+      if (sc_dtype_parse(optarg, &t) != SC_OK)
+        return cli_usage_error("calibrate", "--dtype expects f32, f16, bf16, int8, int4 or fp8",
+                               optarg);
+      dtype = optarg;
+      break;
+    }
+    case 'K':
+      if (strcmp(optarg, "auto") && strcmp(optarg, "fp8") && strcmp(optarg, "fp8_e4m3") &&
+          strcmp(optarg, "fp8_e5m2"))
+        return cli_usage_error("calibrate", "--kv-cache-dtype expects auto or fp8", optarg);
+      kv_dtype = optarg;
+      break;
     case 'h': usage(stdout); return CLI_OK;
     default: return cli_usage_error("calibrate", "unknown option", argv[optind - 1]);
     }
@@ -182,7 +209,7 @@ int cmd_calibrate(int argc, char **argv) {
   rq_req_time *reqs[2 * CAL_MAX_RUNS] = {0};
   int nreq[2 * CAL_MAX_RUNS] = {0};
   sc_status st = store_open_readonly(db_path, &db, &err);
-  if (st == SC_OK) st = make_scenario(profile, model, tp, &s, &err);
+  if (st == SC_OK) st = make_scenario(profile, model, dtype, kv_dtype, tp, &s, &err);
   for (int i = 0; st == SC_OK && i < n_fit + n_check; i++) {
     int64_t id = i < n_fit ? fit_ids[i] : check_ids[i - n_fit];
     st = rq_request_times(store_db(db), id, &reqs[i], &nreq[i], &err);
