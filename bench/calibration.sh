@@ -64,14 +64,16 @@ mem_eff() {
     END { printf "mem_eff: %.4f\n", b / t / bw }'
 }
 # link CONFIG: the GPU link of the machine a trace ran on as LLMServingSim describes it in the
-# trace's config.json (link_bw GB/s, link_latency ns), which its authors set so that their
+# trace's config.json (link_bw "GB/s", link_latency ns), which its authors set so that their
 # all-reduce (a ring: 2(n-1) steps of latency plus 2(n-1)/n of the bytes over the bandwidth, the
 # formula the cost model uses) matches NCCL's on that machine; it replaces the profile's
-# estimate (docs/calibration.md).
+# estimate (docs/calibration.md). Their network backend (ASTRA-sim's analytical one,
+# common/NetworkFunction.cpp, bw_GBps_to_Bpns) reads that GB as 2^30 bytes, so 16 is
+# 17.18e9 bytes/s, the unit of a profile's link_bw.
 link() {
   show "$1" | awk '/"link_bw"/ { gsub(/[^0-9.]/, "", $2); bw = $2 }
     /"link_latency"/ { gsub(/[^0-9.]/, "", $2); lat = $2 }
-    END { printf "link_bw: %se9\nlink_latency_s: %se-9\n", bw, lat }'
+    END { printf "link_bw: %.6g\nlink_latency_s: %se-9\n", bw * 2^30, lat }'
 }
 # mixed CARD MODEL TP HEADS KV_HEADS HEAD_DIM: how much slower decode attention ran in a batch
 # with a prompt chunk on CARD (vLLM 0.19's FlashAttention, one varlen kernel for both), from
