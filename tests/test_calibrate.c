@@ -388,6 +388,21 @@ Test(calibrate, import_vllm_bench_result_uses_its_token_gaps_and_says_what_it_as
 
 // --- calibrate
 
+// Simulates dir/t.jsonl on H100 with the engine block engine_lines (two-space indented) and
+// model mapping `model` into dir/r.db, run 1; the profile is left as dir/truth.yaml.
+static void run_known(const char *dir, const char *engine_lines, const char *model) {
+  char path[1100], text[16384], args[2400], out[8192];
+  snprintf(text, sizeof text, "%sengine:\n%s", h100_text(), engine_lines);
+  snprintf(path, sizeof path, "%s/truth.yaml", dir);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  snprintf(text, sizeof text, "name: known\nmode: sim\nmodel: %s\nhardware: {profile: truth.yaml, "
+           "gpus: 1}\ndeployments: [{tp: 1, pp: 1, dp: 1}]\nworkload: {trace: t.jsonl}\n", model);
+  snprintf(path, sizeof path, "%s/s.yaml", dir);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  snprintf(args, sizeof args, "run %s --db %s/r.db --no-report --quiet", path, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+}
+
 Test(calibrate, fit_recovers_known_engine_parameters_within_2_percent, .timeout = 120) {
   // a run simulated with a known engine block, every request at 0 (the scheduling then does
   // not depend on the prices, so the objective is smooth and its minimum is the truth)
@@ -402,21 +417,12 @@ Test(calibrate, fit_recovers_known_engine_parameters_within_2_percent, .timeout 
     fprintf(f, "{\"arrival_s\": 0, \"prompt_tokens\": %d, \"output_tokens\": %d}\n",
             in[(i * 7) % 4], 8 + (i * 37) % 100);
   fclose(f);
-  snprintf(text, sizeof text, "%sengine:\n  step_s: 0.002\n  seq_s: 2e-5\n  prefill_eff: 0.6\n"
-           "  decode_eff: 0.75\n  max_running: 16\n  token_budget: 2048\n", base);
-  snprintf(path, sizeof path, "%s/truth.yaml", dir);
-  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  run_known(dir, "  step_s: 0.002\n  seq_s: 2e-5\n  prefill_eff: 0.6\n  decode_eff: 0.75\n"
+            "  max_running: 16\n  token_budget: 2048\n", "{preset: llama3-8b}");
   snprintf(text, sizeof text, "%sengine:\n  max_running: 16\n  token_budget: 2048\n"
            "  logits_dtype: bf16\n", base);
   snprintf(path, sizeof path, "%s/base.yaml", dir);
   cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  snprintf(text, sizeof text, "name: known\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: "
-           "{profile: truth.yaml, gpus: 1}\ndeployments: [{tp: 1, pp: 1, dp: 1}]\nworkload: "
-           "{trace: t.jsonl}\n");
-  snprintf(path, sizeof path, "%s/s.yaml", dir);
-  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  snprintf(args, sizeof args, "run %s --db %s/r.db --no-report --quiet", path, dir);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
   snprintf(args, sizeof args, "calibrate --db %s/r.db --run 1 --profile %s/base.yaml --model "
            "llama3-8b --out %s/fit.yaml", dir, dir, dir);
   cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
@@ -438,7 +444,7 @@ Test(calibrate, replay_takes_the_runs_weight_and_kv_dtypes, .timeout = 60) {
   // a run of llama3-8b in fp8 with an fp8 KV cache replays to the nanosecond only when
   // calibrate is told both dtypes; with the preset's bf16 it prices other steps
   const char *dir = sc_test_tmpdir("calib-dtype");
-  char path[1100], text[16384], args[4096], out[16384];
+  char path[1100], args[4096], out[16384];
   snprintf(path, sizeof path, "%s/t.jsonl", dir);
   FILE *f = fopen(path, "w");
   cr_assert(f);
@@ -446,16 +452,8 @@ Test(calibrate, replay_takes_the_runs_weight_and_kv_dtypes, .timeout = 60) {
     fprintf(f, "{\"arrival_s\": %.2f, \"prompt_tokens\": %d, \"output_tokens\": %d}\n", 0.05 * i,
             (int[]){64, 300, 1200}[i % 3], 8 + 5 * i);
   fclose(f);
-  snprintf(text, sizeof text, "%sengine:\n  step_s: 0.001\n  max_running: 16\n", h100_text());
-  snprintf(path, sizeof path, "%s/truth.yaml", dir);
-  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  snprintf(text, sizeof text, "name: fp8\nmode: sim\nmodel: {preset: llama3-8b, dtype: fp8, "
-           "kv_cache_dtype: fp8}\nhardware: {profile: truth.yaml, gpus: 1}\n"
-           "deployments: [{tp: 1, pp: 1, dp: 1}]\nworkload: {trace: t.jsonl}\n");
-  snprintf(path, sizeof path, "%s/s.yaml", dir);
-  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  snprintf(args, sizeof args, "run %s --db %s/r.db --no-report --quiet", path, dir);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  run_known(dir, "  step_s: 0.001\n  max_running: 16\n",
+            "{preset: llama3-8b, dtype: fp8, kv_cache_dtype: fp8}");
   static const char *const dtypes[] = {"--dtype fp8 --kv-cache-dtype fp8", "--dtype fp8", ""};
   for (int i = 0; i < 3; i++) {
     snprintf(args, sizeof args, "calibrate --db %s/r.db --check 1 --no-fit --profile "
