@@ -311,24 +311,81 @@ static size_t utf8_bad_at(const unsigned char *t, size_t len) {
   return len;
 }
 
+static bool blank_at(const char *t, size_t i, size_t end) {
+  return i >= end || t[i] == ' ' || t[i] == '\t' || t[i] == '\r';
+}
+
+// The offset of the first explicit mapping key of text[0, len) ("?" as a line's first token,
+// after any "---" and sequence entries' "-"), or len when there is none. libfyaml 0.7.12
+// crashes cleaning up its parser after it refuses a tab after such a key's value indicator ("?
+// a:\t- b"), and the files read here never need one: a key is a plain scalar. Lines of a
+// block scalar (after a line ending in "|" or ">" and its indicators, those more indented than
+// it, and blank ones) are its text, not tokens.
+static size_t explicit_key_at(const char *t, size_t len) {
+  long block = -1; // in a block scalar: the indentation of the line that opened it
+  for (size_t i = 0; i < len; i++) {
+    size_t j = i, eol = i;
+    while (eol < len && t[eol] != '\n') eol++;
+    while (j < eol && t[j] == ' ') j++;
+    long indent = (long)(j - i);
+    if (block >= 0 && (blank_at(t, j, eol) || t[j] == '#' || indent > block)) {
+      i = eol;
+      continue;
+    }
+    block = -1;
+    if (eol - j >= 3 && !strncmp(t + j, "---", 3) && blank_at(t, j + 3, eol))
+      for (j += 3; j < eol && (t[j] == ' ' || t[j] == '\t');) j++;
+    while (j < eol && t[j] == '-' && blank_at(t, j + 1, eol))
+      for (j++; j < eol && (t[j] == ' ' || t[j] == '\t');) j++;
+    if (j < eol && t[j] == '?' && blank_at(t, j + 1, eol)) return j;
+    size_t e = eol; // the line without its comment, trailing blanks and block indicators
+    for (size_t k = j; k + 1 < eol; k++)
+      if ((t[k] == ' ' || t[k] == '\t') && t[k + 1] == '#') {
+        e = k;
+        break;
+      }
+    while (e > j && (t[e - 1] == ' ' || t[e - 1] == '\t' || t[e - 1] == '\r')) e--;
+    while (e > j && (t[e - 1] == '-' || t[e - 1] == '+' || (t[e - 1] >= '1' && t[e - 1] <= '9')))
+      e--;
+    if (e > j && (t[e - 1] == '|' || t[e - 1] == '>') && (e - 1 == j || blank_at(t, e - 2, eol)))
+      block = indent;
+    i = eol;
+  }
+  return len;
+}
+
+// The 1-based line and column (in code points) of text[off].
+static void line_col(const char *text, size_t off, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < off; i++) {
+    if (text[i] == '\n') {
+      (*line)++;
+      *col = 1;
+    } else if (((unsigned char)text[i] & 0xC0) != 0x80) {
+      (*col)++;
+    }
+  }
+}
+
 sc_status yaml_map_parse(const char *text, size_t len, const char *name,
                          sc_status (*use)(struct fy_node *root, void *arg, sc_error *err),
                          void *arg, sc_error *err) {
   // YAML text is Unicode; libfyaml (0.7.12) loops forever on some bytes that are not UTF-8 (a
   // directive such as "%\xa1"), so they are refused here, at their line and column.
   size_t bad = utf8_bad_at((const unsigned char *)text, len);
+  int line, col;
   if (bad < len) {
-    int line = 1, col = 1;
-    for (size_t i = 0; i < bad; i++) {
-      if (text[i] == '\n') {
-        line++;
-        col = 1;
-      } else if (((unsigned char)text[i] & 0xC0) != 0x80) {
-        col++;
-      }
-    }
+    line_col(text, bad, &line, &col);
     return sc_fail(err, SC_INVALID, "%s:%d:%d: invalid YAML: byte 0x%02x is not UTF-8", name,
                    line, col, (unsigned char)text[bad]);
+  }
+  size_t key = explicit_key_at(text, len);
+  if (key < len) {
+    line_col(text, key, &line, &col);
+    return sc_fail(err, SC_INVALID,
+                   "%s:%d:%d: explicit mapping keys ('? key') are not read here; write 'key:'",
+                   name, line, col);
   }
   // Diagnostics are collected, not printed (engine/ never prints).
   struct fy_diag_cfg dcfg;

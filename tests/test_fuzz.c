@@ -77,3 +77,42 @@ Test(fuzz, admin_fault_body_of_bytes_not_utf8_is_refused, .timeout = 10) {
                SC_INVALID);
   cr_assert(strstr(err.msg, "body:1:2: invalid YAML: byte 0xa1 is not UTF-8"), "%s", err.msg);
 }
+
+// fuzz_hardware (CI's 10 s run): an explicit key ("? ") whose value indicator is followed by a
+// tab and a block entry crashed libfyaml 0.7.12 (a write through a null pointer in its parser's
+// cleanup after it refuses the tab). Explicit keys are refused before libfyaml sees the text, at their column,
+// wherever a line's first token is one; a "?" elsewhere, or in a block scalar, is text.
+Test(fuzz, an_explicit_key_is_refused_at_its_column_before_libfyaml_reads_it, .timeout = 10) {
+  static const struct {
+    const char *text, *at;
+  } in[] = {{"? elreduce:\t- ngine", ":1:1: "},
+            {"name: x\n? a:\t- b\n", ":2:1: "},
+            {"- ? a:\t? b", ":1:3: "},
+            {"--- ? a:\t- b", ":1:5: "},
+            {"name: x\n  ?\n", ":2:3: "}};
+  for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+    scenario *s = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(scenario_parse(in[i].text, strlen(in[i].text), "k.yaml", ".", &s, &err),
+                 SC_INVALID, "%s", in[i].text);
+    cr_expect(strstr(err.msg, in[i].at) && strstr(err.msg, "explicit mapping keys"), "%s",
+              err.msg);
+    const char *path = sc_test_write_tmp("fuzz-hwk", "k.yaml", in[i].text);
+    hw_profile p;
+    cr_assert_eq(hw_profile_load(path, &p, &err), SC_INVALID, "%s", err.msg);
+    cr_expect(strstr(err.msg, "explicit mapping keys"), "%s", err.msg);
+  }
+  // not explicit keys: a "?" in quotes, in a plain scalar (after its first character), and
+  // a block scalar's lines
+  static const char *const text[] = {
+      "name: \"?\"\ndescription: why? ?not\n",
+      "name: x\ndescription: |\n  ? the text of a block scalar\n  - and more\n",
+      "name: x\ndescription: >-  # folded\n  ?\n\n  ? again\n"};
+  for (size_t i = 0; i < sizeof text / sizeof *text; i++) {
+    scenario *s = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(scenario_parse(text[i], strlen(text[i]), "k.yaml", ".", &s, &err), SC_INVALID);
+    cr_expect(!strstr(err.msg, "explicit") && strstr(err.msg, "missing required key"), "%s",
+              err.msg);
+  }
+}
