@@ -13,7 +13,6 @@
 #include "cli/cli.h"
 #include "config/hardware.h"
 #include "config/yaml_map.h"
-#include "engine/model.h"
 #include "kernels/embedded.h"
 #include "reports/store.h"
 #include "runner/calibrate.h"
@@ -55,8 +54,9 @@ static void usage(FILE *f) {
           CAL_MAX_RUNS);
 }
 
-// The one-deployment sim scenario the replay runs (its workload is never used).
-// dtype and kv_dtype: the model's keys, or NULL for the preset's.
+// The one-deployment sim scenario the replay runs (its workload is never used), parsed as
+// "calibrate flags" like serve's: the scenario parser checks --dtype and --kv-cache-dtype (the
+// model's keys; NULL: the preset's) and names the key of a bad one.
 static sc_status make_scenario(const char *profile, const char *model, const char *dtype,
                                const char *kv_dtype, int tp, scenario **out, sc_error *err) {
   char text[4096], extra[256] = "";
@@ -72,7 +72,7 @@ static sc_status make_scenario(const char *profile, const char *model, const cha
            "workload:\n  prompts: [{name: a, input: 8, output: 8}]\n"
            "  phases: [{rate: 1, requests: 1}]\nlimits: {request_timeout: 0s}\n",
            key, model, extra, profile, tp, tp);
-  return scenario_parse(text, strlen(text), "calibrate", ".", out, err);
+  return scenario_parse(text, strlen(text), "calibrate flags", ".", out, err);
 }
 
 static void print_row(const char *what, int64_t id, const calib_errors *e) {
@@ -122,7 +122,7 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
       fprintf(o, "%s[%.6g, %.6g]", k ? ", " : "", m->factor.x[k], m->factor.y[k]);
     fprintf(o, "]}\n");
   }
-  if (e->logits_bytes > 0)
+  if (e->logits_bytes > 0) // the bytes are what is priced: an f16 block comes back as bf16
     fprintf(o, "  logits_dtype: %s\n", e->logits_bytes == 2 ? "bf16" : "f32");
   if (e->max_running > 0) fprintf(o, "  max_running: %d\n", e->max_running);
   if (e->token_budget > 0) fprintf(o, "  token_budget: %d\n", e->token_budget);
@@ -177,20 +177,8 @@ int cmd_calibrate(int argc, char **argv) {
       break;
     case 'o': out = optarg; break;
     case 'N': no_fit = true; break;
-    case 'D': {
-      sc_dtype t;
-      if (sc_dtype_parse(optarg, &t) != SC_OK)
-        return cli_usage_error("calibrate", "--dtype expects f32, f16, bf16, int8, int4 or fp8",
-                               optarg);
-      dtype = optarg;
-      break;
-    }
-    case 'K':
-      if (strcmp(optarg, "auto") && strcmp(optarg, "fp8") && strcmp(optarg, "fp8_e4m3") &&
-          strcmp(optarg, "fp8_e5m2"))
-        return cli_usage_error("calibrate", "--kv-cache-dtype expects auto or fp8", optarg);
-      kv_dtype = optarg;
-      break;
+    case 'D': dtype = optarg; break;
+    case 'K': kv_dtype = optarg; break;
     case 'h': usage(stdout); return CLI_OK;
     default: return cli_usage_error("calibrate", "unknown option", argv[optind - 1]);
     }
