@@ -315,6 +315,11 @@ static bool blank_at(const char *t, size_t i, size_t end) {
   return i >= end || t[i] == ' ' || t[i] == '\t' || t[i] == '\r';
 }
 
+static size_t past_blanks(const char *t, size_t i, size_t end) {
+  while (i < end && (t[i] == ' ' || t[i] == '\t')) i++;
+  return i;
+}
+
 // The offset of the first explicit mapping key of text[0, len) ("?" as a line's first token,
 // after any "---" and sequence entries' "-"), or len when there is none. libfyaml 0.7.12
 // crashes cleaning up its parser after it refuses a tab after such a key's value indicator ("?
@@ -334,9 +339,8 @@ static size_t explicit_key_at(const char *t, size_t len) {
     }
     block = -1;
     if (eol - j >= 3 && !strncmp(t + j, "---", 3) && blank_at(t, j + 3, eol))
-      for (j += 3; j < eol && (t[j] == ' ' || t[j] == '\t');) j++;
-    while (j < eol && t[j] == '-' && blank_at(t, j + 1, eol))
-      for (j++; j < eol && (t[j] == ' ' || t[j] == '\t');) j++;
+      j = past_blanks(t, j + 3, eol);
+    while (j < eol && t[j] == '-' && blank_at(t, j + 1, eol)) j = past_blanks(t, j + 1, eol);
     if (j < eol && t[j] == '?' && blank_at(t, j + 1, eol)) return j;
     size_t e = eol; // the line without its comment, trailing blanks and block indicators
     for (size_t k = j; k + 1 < eol; k++)
