@@ -39,6 +39,7 @@ int main(void) {
 #include "engine/engine.h"
 #include "kernels/clock.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/device.h"
 
 #define MIB ((size_t)1 << 20)
@@ -154,7 +155,16 @@ static void do_step(void *p) {
 
 // --- a 2,048-token prefill's other ops, one layer of llama3-8b
 
-typedef enum { OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ADD, OP_SWIGLU } op_kind;
+typedef enum {
+  OP_RMSNORM,
+  OP_ADD_RMSNORM,
+  OP_ROPE,
+  OP_KV_STORE,
+  OP_ROPE_KV_STORE,
+  OP_ATTENTION,
+  OP_ADD,
+  OP_SWIGLU
+} op_kind;
 
 typedef struct op_arg {
   device *d;
@@ -171,6 +181,11 @@ static void do_op(void *p) {
   sc_status s = SC_OK;
   switch (o->kind) {
   case OP_RMSNORM: s = dev_rmsnorm(o->d, o->T, D, o->x, o->w, 1e-5f, o->y); break;
+  case OP_ADD_RMSNORM: s = dev_add_rmsnorm(o->d, o->T, D, o->x, o->y, o->w, 1e-5f, o->y); break;
+  case OP_ROPE_KV_STORE: // q in y, k and v in x (v past T rows of dim)
+    s = dev_rope_kv_store(o->d, &o->kb, H, KVH, HD, 500000.0f, o->y, o->x,
+                          o->x + (size_t)o->T * D, o->kv);
+    break;
   case OP_ROPE: // q and k
     s = dev_rope(o->d, o->T, H, HD, o->kb.pos, 500000.0f, o->y);
     if (s == SC_OK) s = dev_rope(o->d, o->T, KVH, HD, o->kb.pos, 500000.0f, o->x);
@@ -209,29 +224,44 @@ static void prefill_ops(device *d, int T, float *x, float *y, int trials, double
   o.kb = (dev_kv_batch){.n_tok = T, .pos = dp, .seq = ds, .block_tables = db, .max_blocks = nb,
                         .block_size = bs, .max_run = T};
   o.kv = (dev_kv_layer){kc, vc};
+  // per_layer: calls per layer of a bf16 model's prefill as the engine runs it (the first
+  // layer's norm and the last layer's add aside); 0: a variant or the separate ops a fused one
+  // replaced, timed for comparison. reduced: a bf16 model's attention; tf32: its TF32 variant.
   struct {
     const char *name;
     op_kind kind;
-    int per_layer, tf32;
-  } ops[] = {{"rmsnorm", OP_RMSNORM, 2, 0},
-             {"rope (q and k)", OP_ROPE, 1, 0},
-             {"kv_store", OP_KV_STORE, 1, 0},
-             {"attention, fp32 (an f32 model)", OP_ATTENTION, 1, 0},
-             {"attention, TF32 tensor cores (a bf16 model)", OP_ATTENTION, 1, 1},
-             {"residual add", OP_ADD, 2, 0},
-             {"swiglu", OP_SWIGLU, 1, 0}};
+    int per_layer, reduced, tf32;
+  } ops[] = {{"residual add + rmsnorm (fused)", OP_ADD_RMSNORM, 2, 0, 0},
+             {"rope (q and k) + kv_store (fused)", OP_ROPE_KV_STORE, 1, 0, 0},
+             {"attention, 16-bit tensor cores (a bf16 model)", OP_ATTENTION, 1, 1, 0},
+             {"swiglu", OP_SWIGLU, 1, 0, 0},
+             {"rmsnorm (alone)", OP_RMSNORM, 0, 0, 0},
+             {"residual add (alone)", OP_ADD, 0, 0, 0},
+             {"rope, q and k (alone)", OP_ROPE, 0, 0, 0},
+             {"kv_store (alone)", OP_KV_STORE, 0, 0, 0},
+             {"attention, TF32 tensor cores (variant)", OP_ATTENTION, 0, 1, 1},
+             {"attention, fp32 (an f32 model)", OP_ATTENTION, 0, 0, 0}};
   printf("\nA %d-token prefill's other ops (one sequence from position 0), llama3-8b's 32 "
-         "layers:\n\n| op | per call ms | x per layer | 32 layers ms |\n|---|---|---|---|\n", T);
+         "layers (x per layer 0: not run by the engine, for comparison):\n\n| op | per call ms "
+         "| x per layer | 32 layers ms | attention TFLOP/s |\n|---|---|---|---|---|\n", T);
+  // causal attention's products: q.k and p.v over T (T + 1) / 2 positions, every head
+  const double att_flop = 4.0 * L8_HEADS * L8_HEAD_DIM * (double)T * (T + 1) / 2;
   double sum_bf16 = 0;
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
     o.kind = ops[i].kind;
-    o.kb.reduced_precision = ops[i].tf32;
+    o.kb.reduced_precision = ops[i].reduced;
+    sck_set_variants(&(sck_variants){.attention = ops[i].tf32 ? SCK_ATT_TF32 : SCK_ATT_DEFAULT});
     if (ops[i].kind == OP_ATTENTION) // the cache holds the sequence's K and V first
       ok(dev_kv_store(d, &o.kb, L8_KV_HEADS, L8_HEAD_DIM, x, x, o.kv), d, "kv_store");
     double ms = time_ms(d, do_op, &o, trials), all = ms * ops[i].per_layer * 32;
-    printf("| %s | %.3f | %d | %.2f |\n", ops[i].name, ms, ops[i].per_layer, all);
-    if (!(ops[i].kind == OP_ATTENTION && !ops[i].tf32)) sum_bf16 += all;
+    if (ops[i].kind == OP_ATTENTION)
+      printf("| %s | %.3f | %d | %.2f | %.0f |\n", ops[i].name, ms, ops[i].per_layer, all,
+             att_flop / (ms * 1e-3) / 1e12);
+    else
+      printf("| %s | %.3f | %d | %.2f | |\n", ops[i].name, ms, ops[i].per_layer, all);
+    sum_bf16 += all;
   }
+  sck_set_variants(NULL);
   printf("\nlinear layers (above, %d rows) %.2f ms + the other ops of a bf16 model %.2f ms = "
          "%.2f ms: %.0f tokens/s if nothing else took time\n", T, linear_ms, sum_bf16,
          linear_ms + sum_bf16, T / ((linear_ms + sum_bf16) * 1e-3));
@@ -291,9 +321,12 @@ static void run_engine(const char *preset, const char *weights, int gpu, double 
   }
   printf("| prefill, 2048 tokens | 1 | %.0f | %.0f%% of the GEMM roof (linear layers) |\n", best,
          100 * 2 * layer_params * best / gemm_rate);
-  const int batches[] = {1, 16, 64, 256};
-  for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) { // steady decode
+  // steady decode; batch 1 also with every op enqueued one by one (no graphs), for comparison
+  const int batches[] = {1, 1, 2, 4, 8, 16, 64, 256};
+  for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
     int b = batches[bi], steps = 32;
+    bool eager = bi == 1;
+    sck_set_variants(&(sck_variants){.no_graphs = eager});
     bench_submit("bench_cuda", e, &m, b, 16, steps + 8);
     while (bench_step("bench_cuda", e).prefill_tokens > 0) {
     }
@@ -307,9 +340,10 @@ static void run_engine(const char *preset, const char *weights, int gpu, double 
     }
     while (!engine_idle(e)) bench_step("bench_cuda", e);
     double tps = tokens / ((double)ns / 1e9), steps_s = tps / b;
-    printf("| decode | %d | %.0f | weights at %.0f%% of the copy roof |\n", b, tps,
-           100 * 2 * params * steps_s / copy_bw);
+    printf("| decode%s | %d | %.0f | weights at %.0f%% of the copy roof |\n",
+           eager ? ", no graphs" : "", b, tps, 100 * 2 * params * steps_s / copy_bw);
   }
+  sck_set_variants(NULL);
   const int e2e[] = {1, 64};
   for (size_t bi = 0; bi < 2; bi++) { // end to end, as torch_compare.py times it
     int b = e2e[bi];
@@ -425,6 +459,16 @@ int main(int argc, char **argv) {
     printf("| %d | %.3f | %.0f GB/s | %.0f%% | %.1f TFLOP/s | %.0f%% |\n", rows[i], ms, bw / 1e9,
            100 * bw / copy_bw, rate / 1e12, 100 * rate / gemm_rate);
   }
+  // a few rows: the decode kernel against cuBLAS (where the kernel should stop taking rows)
+  for (int m1 = 1; m1 <= 8; m1 *= 2)
+    for (int blas = 0; blas < 2; blas++) {
+      sck_set_variants(&(sck_variants){.small_rows = blas ? -1 : 8});
+      step_arg sa = {.d = d, .mats = mats, .n_mats = n_mats, .m = m1, .x = x, .y = y};
+      double ms = time_ms(d, do_step, &sa, trials), bw = 2 * params / (ms * 1e-3);
+      printf("| %d, %s | %.3f | %.0f GB/s | %.0f%% | | |\n", m1,
+             blas ? "cuBLAS" : "the decode kernel", ms, bw / 1e9, 100 * bw / copy_bw);
+    }
+  sck_set_variants(NULL);
   // the same decode step with f32 weights (what an f32 model runs), over the first layers that fit
   int f32_mats = n_mats < 7 * 8 ? n_mats : 7 * 8; // 8 layers: 7 GB of f32
   float **f = calloc((size_t)f32_mats, sizeof *f);

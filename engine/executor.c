@@ -95,6 +95,7 @@ typedef struct rank {
 
   pthread_t thread;
   bool thread_started;
+  bool no_graphs;   // a graph recording failed here: this rank enqueues its ops one by one
   atomic_bool busy; // this rank has not finished the current step (read by the watchdog)
   sc_status status;
   sc_error err;
@@ -408,25 +409,27 @@ static sc_status mm_group(device *d, int m, int k, const float *x, int count, co
     if (rs_ != SC_OK) return rank_fail(r, what, rs_);                                              \
   } while (0)
 
-static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const dev_kv_batch *kb) {
+// Layer l of this rank on x: h = attn_norm(x) comes in already computed, except for a stage's
+// first layer; the residual add that ends the layer is fused with the next layer's norm.
+static sc_status forward_layer(rank *r, int l, const dev_kv_batch *kb) {
   const model_config *m = &r->ex->cfg.model;
   const shard_rank *s = &r->sh;
+  const layer_w *w = &r->layers[l];
   device *d = r->dev;
   int T = kb->n_tok, D = m->dim, hd = m->head_dim, qd = s->n_heads * hd, kvd = s->n_kv * hd;
-  RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->attn_norm, m->norm_eps, r->h));
+  if (l == 0) RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->attn_norm, m->norm_eps, r->h));
   const wmat *qkv_w[] = {&w->wq, &w->wk, &w->wv};
   const int qkv_n[] = {qd, kvd, kvd};
   float *qkv_y[] = {r->q, r->k, r->v};
   RTRY("q/k/v_proj", mm_group(d, T, D, r->h, 3, qkv_w, qkv_n, qkv_y));
-  RTRY("rope", dev_rope(d, T, s->n_heads, hd, r->d_pos, m->rope_theta, r->q));
-  RTRY("rope", dev_rope(d, T, s->n_kv, hd, r->d_pos, m->rope_theta, r->k));
-  RTRY("kv_store", dev_kv_store(d, kb, s->n_kv, hd, r->k, r->v, kv));
+  RTRY("rope and kv_store", dev_rope_kv_store(d, kb, s->n_heads, s->n_kv, hd, m->rope_theta, r->q,
+                                              r->k, r->v, r->kv[l]));
   RTRY("attention", dev_attention(d, kb, s->n_heads, s->n_kv, hd, 1.0f / sqrtf((float)hd), r->q,
-                                  kv, r->att));
+                                  r->kv[l], r->att));
   RTRY("o_proj", mm(d, T, D, qd, r->att, &w->wo, r->o));
   if (r->tp_comm) RTRY("all-reduce after o_proj", comm_allreduce_sum(r->tp_comm, r->o, (size_t)T * D));
-  RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
-  RTRY("rmsnorm", dev_rmsnorm(d, T, D, r->x, w->ffn_norm, m->norm_eps, r->h));
+  RTRY("residual add and rmsnorm",
+       dev_add_rmsnorm(d, T, D, r->o, r->x, w->ffn_norm, m->norm_eps, r->h));
   const wmat *gu_w[] = {&w->wg, &w->wu};
   const int gu_n[] = {s->ffn, s->ffn};
   float *gu_y[] = {r->g, r->u};
@@ -435,8 +438,56 @@ static sc_status forward_layer(rank *r, const layer_w *w, dev_kv_layer kv, const
   RTRY("down_proj", mm(d, T, D, s->ffn, r->g, &w->wd, r->o));
   if (r->tp_comm)
     RTRY("all-reduce after down_proj", comm_allreduce_sum(r->tp_comm, r->o, (size_t)T * D));
-  RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
+  if (l + 1 < s->n_layers)
+    RTRY("residual add and rmsnorm", dev_add_rmsnorm(d, T, D, r->o, r->x,
+                                                     r->layers[l + 1].attn_norm, m->norm_eps, r->h));
+  else
+    RTRY("residual add", dev_add(d, (size_t)T * D, r->o, r->x));
   return SC_OK;
+}
+
+// The rows of a decode micro-batch whose layers a rank records once and replays as a graph
+// (dev_graph_begin): a batch of this many decode tokens or fewer, on a rank with no
+// communicator (tp 1, pp 1: a collective waits on the host), with bf16 or int8 weights (their
+// products are the backend's own kernels, which keep no scratch that a larger batch regrows).
+#define GRAPH_MAX_ROWS 8
+
+// The embedding and the layers of micro-batch mb (positions, sequence ids and block tables are
+// on the device already), as a graph where the rank may use one: the ops of a decode batch
+// of T rows are the same every step but for what they read from the device, so a graph keyed
+// by T replays them. A recording that fails is discarded (nothing of it ran) and the ops run
+// one by one; the rank then records no more graphs.
+static sc_status forward_layers(rank *r, const mb_meta *mb, const dev_kv_batch *kb) {
+  executor *ex = r->ex;
+  const shard_rank *s = &r->sh;
+  device *d = r->dev;
+  int T = mb->n_tok, D = ex->cfg.model.dim, mode = DEV_GRAPH_OFF;
+  if (!r->no_graphs && !r->tp_comm && !r->pp_comm && mb->max_run <= 1 && T <= GRAPH_MAX_ROWS &&
+      (ex->cfg.weight_dtype == SC_BF16 || ex->cfg.weight_dtype == SC_I8) &&
+      dev_graph_begin(d, (uint64_t)T, T, &mode) != SC_OK)
+    mode = DEV_GRAPH_OFF;
+  if (mode == DEV_GRAPH_REPLAYED) return SC_OK;
+  for (int pass = 0; pass < 2; pass++) {
+    sc_status st = SC_OK;
+    if (s->first_stage) {
+      st = dev_embedding(d, T, D, r->d_ids, r->embed, s->vocab0, s->vocab, r->x);
+      if (st != SC_OK) st = rank_fail(r, "embedding", st);
+      if (st == SC_OK && r->tp_comm) {
+        st = comm_allreduce_sum(r->tp_comm, r->x, (size_t)T * D);
+        if (st != SC_OK) st = rank_fail(r, "all-reduce of embeddings", st);
+      }
+    } else {
+      st = comm_recv(r->pp_comm, r->x, (size_t)T * D * sizeof(float), s->pp_rank - 1);
+      if (st != SC_OK) st = rank_fail(r, "receive activations", st);
+    }
+    for (int l = 0; l < s->n_layers && st == SC_OK; l++) st = forward_layer(r, l, kb);
+    if (mode != DEV_GRAPH_RECORDING) return st;
+    mode = DEV_GRAPH_OFF;
+    sc_status es = dev_graph_end(d, st == SC_OK);
+    if (st == SC_OK && es == SC_OK) return SC_OK; // recorded, and run once
+    r->no_graphs = true; // run them again, one by one
+  }
+  return SC_OK; // not reached: the second pass records nothing
 }
 
 // The last stage: logits of the sampled rows, gathered over TP, copied to the host; or, when the
@@ -521,16 +572,9 @@ static sc_status forward_microbatch(rank *r, const mb_meta *mb) {
                      .max_blocks = ex->max_blocks, .block_size = ex->cfg.block_size,
                      .max_run = mb->max_run,
                      .reduced_precision = ex->cfg.weight_dtype == SC_BF16};
-  if (s->first_stage) {
+  if (s->first_stage)
     RTRY("upload ids", dev_copy(d, r->d_ids, ex->h_ids + mb->tok0, (size_t)T * il, DEV_H2D));
-    RTRY("embedding", dev_embedding(d, T, D, r->d_ids, r->embed, s->vocab0, s->vocab, r->x));
-    if (r->tp_comm)
-      RTRY("all-reduce of embeddings", comm_allreduce_sum(r->tp_comm, r->x, (size_t)T * D));
-  } else {
-    RTRY("receive activations",
-         comm_recv(r->pp_comm, r->x, (size_t)T * D * sizeof(float), s->pp_rank - 1));
-  }
-  for (int l = 0; l < s->n_layers; l++) SC_TRY(forward_layer(r, &r->layers[l], r->kv[l], &kb));
+  SC_TRY(forward_layers(r, mb, &kb));
   if (!s->last_stage)
     RTRY("send activations",
          comm_send(r->pp_comm, r->x, (size_t)T * D * sizeof(float), s->pp_rank + 1));

@@ -463,6 +463,39 @@ sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const flo
   DEV_CALL(d, d->iface->embedding(d->ctx, m, dim, ids, table, row0, rows, out));
 }
 
+sc_status dev_add_rmsnorm(device *d, int m, int dim, const float *a, float *x, const float *w,
+                          float eps, float *y) {
+  if (!d) return SC_INVALID;
+  if (m < 0 || dim <= 0) return SC_INVALID;
+  if (d->iface->add_rmsnorm && !faulty(d))
+    return d->iface->add_rmsnorm(d->ctx, m, dim, a, x, w, eps, y);
+  SC_TRY(dev_add(d, (size_t)m * (size_t)dim, a, x));
+  return dev_rmsnorm(d, m, dim, x, w, eps, y);
+}
+
+sc_status dev_rope_kv_store(device *d, const dev_kv_batch *b, int n_heads, int n_kv_heads,
+                            int head_dim, float theta, float *q, float *k, const float *v,
+                            dev_kv_layer kv) {
+  if (!d || !b) return SC_INVALID;
+  if (d->iface->rope_kv_store && !faulty(d))
+    return d->iface->rope_kv_store(d->ctx, b, n_heads, n_kv_heads, head_dim, theta, q, k, v, kv);
+  SC_TRY(dev_rope(d, b->n_tok, n_heads, head_dim, b->pos, theta, q));
+  SC_TRY(dev_rope(d, b->n_tok, n_kv_heads, head_dim, b->pos, theta, k));
+  return dev_kv_store(d, b, n_kv_heads, head_dim, k, v, kv);
+}
+
+sc_status dev_graph_begin(device *d, uint64_t key, int rows, int *mode) {
+  if (!mode) return SC_INVALID;
+  *mode = DEV_GRAPH_OFF;
+  if (!d || !d->iface->graph_begin || !d->iface->graph_end || faulty(d)) return SC_OK;
+  return d->iface->graph_begin(d->ctx, key, rows, mode);
+}
+
+sc_status dev_graph_end(device *d, bool keep) {
+  if (!d || !d->iface->graph_end) return SC_INVALID;
+  return d->iface->graph_end(d->ctx, keep);
+}
+
 bool dev_has_argmax(const device *d) { return d && d->iface->argmax; }
 
 sc_status dev_argmax(device *d, int m, int n, const float *x, int32_t *idx, float *val) {

@@ -94,6 +94,25 @@ typedef struct device_i {
   // -1 when the row holds a NaN or an infinity. idx and val are device memory.
   sc_status (*argmax)(void *ctx, int m, int n, const float *x, int32_t *idx, float *val);
 
+  // Optional (NULL: dev_add_rmsnorm runs add, then rmsnorm). x(m,d) += a(m,d), then y =
+  // rmsnorm(x) . w(d) as rmsnorm computes it, in one pass (the residual add before a norm).
+  sc_status (*add_rmsnorm)(void *ctx, int m, int d, const float *a, float *x, const float *w,
+                           float eps, float *y);
+  // Optional (NULL: dev_rope_kv_store runs rope on q, rope on k, then kv_store of k and v):
+  // the same results in one pass.
+  sc_status (*rope_kv_store)(void *ctx, const dev_kv_batch *b, int n_heads, int n_kv_heads,
+                             int head_dim, float theta, float *q, float *k, const float *v,
+                             dev_kv_layer kv);
+  // Optional (NULL: every op is enqueued as it comes), both or neither. graph_begin replays
+  // the ops recorded under key, as they were recorded (*mode DEV_GRAPH_REPLAYED), or starts
+  // recording the ops that follow on this device (DEV_GRAPH_RECORDING: they are kept, not run,
+  // until graph_end), or declines (DEV_GRAPH_OFF; a backend may by the step's rows, where its
+  // products at that many rows keep a scratch they may regrow). graph_end(keep) stops recording: keep
+  // false discards what was recorded (nothing of it ran); keep true stores it under the key and
+  // runs it once. The caller records only ops whose arguments, pointers included, are the same
+  // whenever it asks for the key again, and whose device-side inputs it updates before.
+  sc_status (*graph_begin)(void *ctx, uint64_t key, int rows, int *mode);
+  sc_status (*graph_end)(void *ctx, bool keep);
   // Optional (NULL: nothing to add): the text of the backend's last failure, e.g. the CUDA call,
   // file, line and message behind an SC_DEVICE; "" when there is none.
   const char *(*last_error)(void *ctx);
@@ -169,6 +188,24 @@ sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const flo
                         int row0, int rows, float *out);
 bool dev_has_argmax(const device *d);
 sc_status dev_argmax(device *d, int m, int n, const float *x, int32_t *idx, float *val);
+// x(m,dim) += a(m,dim), then y = rmsnorm(x) . w: one call where the backend has
+// device_i.add_rmsnorm and no fault is set, else dev_add then dev_rmsnorm (each with its
+// fault hooks). The same bits either way.
+sc_status dev_add_rmsnorm(device *d, int m, int dim, const float *a, float *x, const float *w,
+                          float eps, float *y);
+// RoPE on q (n_tok, n_heads, head_dim) and k (n_tok, n_kv_heads, head_dim) at the batch's
+// positions, then k and v into the cache: one call where the backend has
+// device_i.rope_kv_store and no fault is set, else dev_rope, dev_rope, dev_kv_store.
+sc_status dev_rope_kv_store(device *d, const dev_kv_batch *b, int n_heads, int n_kv_heads,
+                            int head_dim, float theta, float *q, float *k, const float *v,
+                            dev_kv_layer kv);
+// What dev_graph_begin did (device_i.graph_begin).
+enum { DEV_GRAPH_OFF, DEV_GRAPH_RECORDING, DEV_GRAPH_REPLAYED };
+// Graphs of ops (device_i.graph_begin): *mode DEV_GRAPH_OFF, with SC_OK, when the backend has
+// none or a fault is set on d (the ops then run one by one, through their fault hooks).
+sc_status dev_graph_begin(device *d, uint64_t key, int rows, int *mode);
+// Ends a recording dev_graph_begin started (SC_INVALID when none was started).
+sc_status dev_graph_end(device *d, bool keep);
 
 // --- fault hooks (faults/ drives them through the engine; every backend gets them because
 // they live in the wrappers above). Thread-safe: set from any thread while ops run.

@@ -28,6 +28,7 @@ int main(void) {
 #include "engine/engine.h"
 #include "kernels/comm.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/device.h"
 #include "tests/helpers.h"
 
@@ -121,7 +122,7 @@ static void expect_close(const char *what, const float *got, const float *ref, s
 
 #define F32_TOL 1e-5
 #define BF16_RND_TOL 1e-4 // the same bf16-rounded inputs: only the order of fp32 sums differs
-#define TF32_TOL 1e-2     // attention of a bf16 model: q, k, p and v rounded to TF32
+#define REDUCED_TOL 1e-2  // attention of a bf16 model: q, k in bf16, p, v in fp16 (or all TF32)
 
 // --- matmul, f32 and int8
 
@@ -196,7 +197,7 @@ static void matmul_case(pair *p, rng *r, int m, int n, int k, float beta) {
 Test(cuda_ops, matmul_f32_int8_and_bf16_match_the_cpu_over_odd_and_large_shapes) {
   pair p = open_pair();
   rng r = {1};
-  // 1..8 rows with k % 8 == 0 take the bf16 decode kernel (1, 2 or 4 columns per warp, the
+  // 1 row with k % 8 == 0 takes the bf16 decode kernel (1, 2 or 4 columns per warp, the
   // last warp's columns past n clamped); the others cuBLAS
   const int shapes[][3] = {{1, 1, 1},       {1, 257, 129},   {3, 64, 4096},  {7, 1000, 33},
                            {37, 96, 511},   {128, 512, 512}, {300, 130, 77}, {1, 4101, 1024},
@@ -205,12 +206,19 @@ Test(cuda_ops, matmul_f32_int8_and_bf16_match_the_cpu_over_odd_and_large_shapes)
     matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.0f);
     matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.5f);
   }
+  // up to 8 rows through the decode kernel, which takes 1 by default (bench_cuda times both
+  // ways to set where it stops)
+  sck_set_variants(&(sck_variants){.small_rows = 8});
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    if (shapes[i][0] <= 8) matmul_case(&p, &r, shapes[i][0], shapes[i][1], shapes[i][2], 0.5f);
+  sck_set_variants(NULL);
   close_pair(&p);
 }
 
 // A group of bf16 products of one x (q, k, v; gate, up) gives each product's bits as a call of
 // its own: one launch for a decode batch, one matmul_bf16 each beyond 8 rows or for odd k.
 Test(cuda_ops, a_bf16_group_gives_the_bits_of_separate_products) {
+  sck_set_variants(&(sck_variants){.small_rows = 8}); // the kernel up to 8 rows (1 by default)
   pair p = open_pair();
   rng r = {11};
   const int shapes[][2] = {{1, 512}, {3, 512}, {8, 4096}, {12, 512}, {2, 100}};
@@ -246,6 +254,7 @@ Test(cuda_ops, a_bf16_group_gives_the_bits_of_separate_products) {
     dev_free(p.gpu, xg);
     free(x);
   }
+  sck_set_variants(NULL);
   close_pair(&p);
 }
 
@@ -410,7 +419,7 @@ static void attention_case(const char *what, int n_seq, const int *hist, const i
       cr_assert_eq(dev_attention(p.gpu, &bg, nh, nkv, hd, scale, qg, kvg, og), SC_OK, "%s",
                    dev_last_error(p.gpu));
       float *a = down(p.gpu, og, qn), *b = down(p.cpu, oc, qn);
-      expect_close(what, a, b, qn, reduced ? TF32_TOL : F32_TOL);
+      expect_close(what, a, b, qn, reduced ? REDUCED_TOL : F32_TOL);
       free(a), free(b), free(q);
     }
     free(pos), free(seq), free(k), free(v);
@@ -443,8 +452,10 @@ Test(cuda_ops, attention_prefill_chunks_match_the_cpu) {
   const int hist[] = {0, 48, 300}, step[] = {512, 33, 7};
   const int hist2[] = {0}, step2[] = {2048};
   const int hist3[] = {37, 0, 5}, step3[] = {100, 20, 130};
-  for (int tf = 0; tf < 2; tf++) {
-    const char *k = tf ? "tf32" : "tiled";
+  for (int kind = 0; kind < 3; kind++) { // fp32 tiles; a bf16 model's 16-bit and TF32 tiles
+    const char *k = kind == 0 ? "tiled" : kind == 1 ? "16-bit" : "tf32";
+    int tf = kind > 0;
+    sck_set_variants(&(sck_variants){.attention = kind == 2 ? SCK_ATT_TF32 : SCK_ATT_DEFAULT});
     char w[96];
     snprintf(w, sizeof w, "attention prefill, %s, hd=128 gqa 32/8", k);
     attention_case(w, 3, hist, step, 32, 8, 128, 16, 512, tf, 5);
@@ -456,12 +467,122 @@ Test(cuda_ops, attention_prefill_chunks_match_the_cpu) {
     attention_case(w, 3, hist3, step3, 8, 4, 64, 16, 130, tf, 8);
     snprintf(w, sizeof w, "attention prefill, %s, hd=128 gqa 16/2", k);
     attention_case(w, 3, hist3, step3, 16, 2, 128, 16, 130, tf, 9);
+    // a chunk beside decodes of other sequences in one block's tokens
+    const int hist4[] = {0, 700, 5, 64, 31}, step4[] = {90, 1, 1, 1, 40};
+    snprintf(w, sizeof w, "attention prefill beside decodes, %s, hd=128 gqa 32/8", k);
+    attention_case(w, 5, hist4, step4, 32, 8, 128, 16, 90, tf, 10);
   }
+  sck_set_variants(NULL);
   attention_case("attention prefill, per token, hd=128 gqa 32/8", 3, hist, step, 32, 8, 128, 16, 0,
                  0, 5);
 }
 
 // --- memory, errors, faults
+
+// --- fused ops and graphs
+
+static void expect_same_bits(const char *what, device *d, const float *a, const float *b, size_t n) {
+  float *x = down(d, a, n), *y = down(d, b, n);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++) differ += memcmp(&x[i], &y[i], sizeof *x) != 0;
+  cr_expect_eq(differ, 0, "%s: %zu of %zu elements differ", what, differ, n);
+  free(x), free(y);
+}
+
+// The residual add fused with the next norm, and RoPE fused with the KV store, give the bits of
+// the ops they replace (the engine runs the fused ones on cuda, the separate ones on the cpu).
+Test(cuda_ops, fused_add_rmsnorm_and_rope_kv_store_give_the_bits_of_the_separate_ops) {
+  pair p = open_pair();
+  device *g = p.gpu;
+  rng r = {21};
+  const int m = 19, d = 4096, nh = 32, nkv = 8, hd = 128, bs = 16;
+  size_t md = (size_t)m * d;
+  float *x = rand_host(&r, md, 2.0f), *a = rand_host(&r, md, 1.0f), *w = rand_host(&r, d, 1.0f);
+  float *x1 = up(g, x, md * 4), *x2 = up(g, x, md * 4), *ag = up(g, a, md * 4);
+  float *wg = up(g, w, (size_t)d * 4), *y1 = poisoned(g, md), *y2 = poisoned(g, md);
+  cr_assert_eq(dev_add_rmsnorm(g, m, d, ag, x1, wg, 1e-5f, y1), SC_OK, "%s", dev_last_error(g));
+  cr_assert_eq(dev_add(g, md, ag, x2), SC_OK);
+  cr_assert_eq(dev_rmsnorm(g, m, d, x2, wg, 1e-5f, y2), SC_OK);
+  expect_same_bits("add_rmsnorm: the residual", g, x1, x2, md);
+  expect_same_bits("add_rmsnorm: the norm", g, y1, y2, md);
+  // rope + kv_store: m tokens of 3 sequences at scattered positions, blocks anywhere
+  int32_t pos[19], seq[19], bt[3 * 8];
+  for (int i = 0; i < m; i++) seq[i] = i % 3, pos[i] = (int32_t)(i / 3 * 17 + seq[i]);
+  for (int i = 0; i < 24; i++) bt[i] = (i * 7) % 24;
+  size_t qn = (size_t)m * nh * hd, kn = (size_t)m * nkv * hd, cache = (size_t)24 * bs * nkv * hd;
+  float *q = rand_host(&r, qn, 1.0f), *k = rand_host(&r, kn, 1.0f), *v = rand_host(&r, kn, 1.0f);
+  float *q1 = up(g, q, qn * 4), *q2 = up(g, q, qn * 4), *k1 = up(g, k, kn * 4);
+  float *k2 = up(g, k, kn * 4), *vg = up(g, v, kn * 4);
+  dev_kv_layer c1 = {poisoned(g, cache), poisoned(g, cache)};
+  dev_kv_layer c2 = {poisoned(g, cache), poisoned(g, cache)};
+  dev_kv_batch b = {.n_tok = m, .pos = up(g, pos, sizeof pos), .seq = up(g, seq, sizeof seq),
+                    .block_tables = up(g, bt, sizeof bt), .max_blocks = 8, .block_size = bs};
+  cr_assert_eq(dev_rope_kv_store(g, &b, nh, nkv, hd, 500000.0f, q1, k1, vg, c1), SC_OK, "%s",
+               dev_last_error(g));
+  cr_assert_eq(dev_rope(g, m, nh, hd, b.pos, 500000.0f, q2), SC_OK);
+  cr_assert_eq(dev_rope(g, m, nkv, hd, b.pos, 500000.0f, k2), SC_OK);
+  cr_assert_eq(dev_kv_store(g, &b, nkv, hd, k2, vg, c2), SC_OK);
+  expect_same_bits("rope_kv_store: q", g, q1, q2, qn);
+  expect_same_bits("rope_kv_store: k", g, k1, k2, kn);
+  float *h1 = down(g, c1.k, cache), *h2 = down(g, c2.k, cache), *h3 = down(g, c1.v, cache),
+        *h4 = down(g, c2.v, cache);
+  size_t differ = 0; // poison (NaN) where neither wrote: compared as bits
+  for (size_t i = 0; i < cache; i++)
+    differ += (memcmp(&h1[i], &h2[i], 4) != 0) + (memcmp(&h3[i], &h4[i], 4) != 0);
+  cr_expect_eq(differ, 0, "rope_kv_store: %zu cache elements differ", differ);
+  free(h1), free(h2), free(h3), free(h4);
+  free(x), free(a), free(w), free(q), free(k), free(v);
+  close_pair(&p);
+}
+
+// A graph replays the ops it recorded with the inputs the device holds at replay; a discarded
+// recording ran nothing; a fault on the device turns graphs off (its ops then meet the hooks).
+Test(cuda_device, a_recorded_graph_replays_its_ops_on_new_inputs) {
+  pair p = open_pair();
+  device *g = p.gpu;
+  rng r = {23};
+  const int m = 3, d = 1024;
+  size_t md = (size_t)m * d;
+  float *x = rand_host(&r, md, 1.0f), *a = rand_host(&r, md, 1.0f), *w = rand_host(&r, d, 1.0f);
+  float *xg = up(g, x, md * 4), *ag = up(g, a, md * 4), *wg = up(g, w, (size_t)d * 4);
+  float *yg = poisoned(g, md), *xr = up(g, x, md * 4), *yr = poisoned(g, md);
+  int mode = -1;
+  cr_assert_eq(dev_graph_begin(g, 7, 1, &mode), SC_OK, "%s", dev_last_error(g));
+  cr_assert_eq(mode, DEV_GRAPH_RECORDING);
+  cr_assert_eq(dev_add_rmsnorm(g, m, d, ag, xg, wg, 1e-5f, yg), SC_OK, "%s", dev_last_error(g));
+  cr_assert_eq(dev_graph_end(g, true), SC_OK, "%s", dev_last_error(g));
+  cr_assert_eq(dev_add_rmsnorm(g, m, d, ag, xr, wg, 1e-5f, yr), SC_OK);
+  expect_same_bits("recorded graph, first run", g, yg, yr, md);
+  float *a2 = rand_host(&r, md, 3.0f); // new inputs in the same buffer, then a replay
+  cr_assert_eq(dev_copy(g, ag, a2, md * 4, DEV_H2D), SC_OK);
+  cr_assert_eq(dev_graph_begin(g, 7, 1, &mode), SC_OK, "%s", dev_last_error(g));
+  cr_assert_eq(mode, DEV_GRAPH_REPLAYED);
+  cr_assert_eq(dev_add_rmsnorm(g, m, d, ag, xr, wg, 1e-5f, yr), SC_OK);
+  expect_same_bits("replayed graph, new inputs", g, yg, yr, md);
+  expect_same_bits("replayed graph, the residual", g, xg, xr, md);
+  // a discarded recording leaves its outputs as they were
+  float *z = poisoned(g, md);
+  cr_assert_eq(dev_graph_begin(g, 8, 1, &mode), SC_OK);
+  cr_assert_eq(mode, DEV_GRAPH_RECORDING);
+  cr_assert_eq(dev_rmsnorm(g, m, d, xr, wg, 1e-5f, z), SC_OK);
+  cr_assert_eq(dev_graph_end(g, false), SC_OK);
+  float *h = down(g, z, md);
+  size_t nans = 0;
+  for (size_t i = 0; i < md; i++) nans += isnan(h[i]);
+  cr_expect_eq(nans, md, "a discarded recording ran nothing");
+  free(h);
+  dev_fault f = dev_fault_none();
+  f.slow_factor = 1.5;
+  device_set_fault(g, &f);
+  cr_assert_eq(dev_graph_begin(g, 7, 1, &mode), SC_OK);
+  cr_expect_eq(mode, DEV_GRAPH_OFF, "no graph while a fault is set");
+  device_set_fault(g, NULL);
+  cr_assert_eq(dev_graph_begin(g, 9, 64, &mode), SC_OK);
+  cr_expect_eq(mode, DEV_GRAPH_OFF, "no graph of more rows than the decode kernel takes");
+  cr_expect_eq(dev_graph_end(g, true), SC_INVALID, "nothing is being recorded");
+  free(x), free(a), free(a2), free(w);
+  close_pair(&p);
+}
 
 Test(cuda_device, memory_is_accounted_zeroed_and_freed) {
   device *d = NULL;
@@ -642,10 +763,12 @@ Test(cuda_comm, a_missing_peer_times_out_and_abort_ends_a_wait, .timeout = 60) {
 
 #define MAX_TOK 32
 
-static void greedy(const char *preset, const char *backend, int tp, int32_t out[MAX_TOK]) {
+static void greedy_dtype(const char *preset, const char *backend, int tp, sc_dtype dtype,
+                         int32_t out[MAX_TOK]) {
   engine_config c = engine_config_defaults();
   sc_error err = {{0}};
   cr_assert_eq(model_preset_load(preset, &c.model, &err), SC_OK, "%s", err.msg);
+  c.weight_dtype = dtype;
   c.backend = backend;
   c.tp = tp;
   c.weights_seed = 1;
@@ -673,6 +796,10 @@ static void greedy(const char *preset, const char *backend, int tp, int32_t out[
   engine_free(e);
 }
 
+static void greedy(const char *preset, const char *backend, int tp, int32_t out[MAX_TOK]) {
+  greedy_dtype(preset, backend, tp, SC_F32, out);
+}
+
 Test(cuda_engine, fp32_greedy_tokens_match_the_cpu_engine_and_tp_on_one_gpu, .timeout = 600) {
   const char *presets[] = {"llama-tiny", "llama-small"};
   for (int i = 0; i < 2; i++) {
@@ -686,6 +813,27 @@ Test(cuda_engine, fp32_greedy_tokens_match_the_cpu_engine_and_tp_on_one_gpu, .ti
       greedy(presets[i], "cuda", tp, t);
       cr_expect_arr_eq(t, gpu, sizeof t, "%s: cuda tp=%d differs from tp=1", presets[i], tp);
     }
+  }
+}
+// A bf16 model's decode steps replay graphs (one per batch size) on a rank of its own: the same
+// greedy tokens as with every op enqueued one by one (SHARDCHECK_CUDA_GRAPHS=0), and graphs
+// were in fact recorded (the backend counts them) in the one run and not in the other.
+Test(cuda_engine, bf16_decode_graphs_give_the_tokens_of_ops_one_by_one, .timeout = 600) {
+  const char *presets[] = {"llama-tiny", "llama-small"};
+  for (int i = 0; i < 2; i++) {
+    int32_t with[MAX_TOK], without[MAX_TOK];
+    unsetenv("SHARDCHECK_CUDA_GRAPHS");
+    long g0 = cuda_graphs_recorded();
+    greedy_dtype(presets[i], "cuda", 1, SC_BF16, with);
+    long g1 = cuda_graphs_recorded();
+    cr_expect_gt(g1, g0, "%s: no graph was recorded", presets[i]);
+    setenv("SHARDCHECK_CUDA_GRAPHS", "0", 1);
+    greedy_dtype(presets[i], "cuda", 1, SC_BF16, without);
+    cr_expect_eq(cuda_graphs_recorded(), g1, "%s: SHARDCHECK_CUDA_GRAPHS=0 recorded a graph",
+                 presets[i]);
+    unsetenv("SHARDCHECK_CUDA_GRAPHS");
+    cr_expect_arr_eq(with, without, sizeof with, "%s: bf16 tokens with graphs differ",
+                     presets[i]);
   }
 }
 #endif

@@ -526,6 +526,47 @@ Test(kernels, add_matches_double_reference) {
   device_free(d);
 }
 
+// The fused wrappers on a backend without the fused slots (cpu) run the separate ops, in the
+// order the engine ran them before: the same bits, every output written.
+Test(kernels, fused_wrappers_without_the_slots_run_the_separate_ops) {
+  device *d = open_cpu();
+  rng r = {31};
+  const int m = 5, dim = 96, nh = 4, nkv = 2, hd = 16, bs = 4;
+  size_t md = (size_t)m * dim;
+  float *x1 = dfloats(d, md), *x2 = dfloats(d, md), *a = dfloats(d, md), *w = dfloats(d, dim);
+  float *y1 = dfloats(d, md), *y2 = dfloats(d, md);
+  fill(&r, x1, md, 2.0f), fill(&r, a, md, 1.0f), fill(&r, w, dim, 1.0f);
+  memcpy(x2, x1, md * sizeof *x1);
+  cr_assert_eq(dev_add_rmsnorm(d, m, dim, a, x1, w, 1e-5f, y1), SC_OK);
+  cr_assert_eq(dev_add(d, md, a, x2), SC_OK);
+  cr_assert_eq(dev_rmsnorm(d, m, dim, x2, w, 1e-5f, y2), SC_OK);
+  cr_expect_arr_eq(x1, x2, md * sizeof *x1, "add_rmsnorm: the residual");
+  cr_expect_arr_eq(y1, y2, md * sizeof *y1, "add_rmsnorm: the norm");
+  cr_expect_eq(dev_add_rmsnorm(d, -1, dim, a, x1, w, 1e-5f, y1), SC_INVALID);
+  size_t qn = (size_t)m * nh * hd, kn = (size_t)m * nkv * hd, cache = (size_t)8 * bs * nkv * hd;
+  float *q1 = dfloats(d, qn), *q2 = dfloats(d, qn), *k1 = dfloats(d, kn), *k2 = dfloats(d, kn);
+  float *v = dfloats(d, kn);
+  fill(&r, q1, qn, 1.0f), fill(&r, k1, kn, 1.0f), fill(&r, v, kn, 1.0f);
+  memcpy(q2, q1, qn * sizeof *q1), memcpy(k2, k1, kn * sizeof *k1);
+  dev_kv_layer c1 = {dfloats(d, cache), dfloats(d, cache)}, c2 = {dfloats(d, cache), dfloats(d, cache)};
+  int32_t pos[5] = {0, 1, 2, 9, 3}, seq[5] = {0, 0, 0, 1, 1}, bt[2 * 4] = {3, 1, 7, 0, 2, 6, 4, 5};
+  dev_kv_batch b = {.n_tok = m, .pos = pos, .seq = seq, .block_tables = bt, .max_blocks = 4,
+                    .block_size = bs};
+  cr_assert_eq(dev_rope_kv_store(d, &b, nh, nkv, hd, 10000.0f, q1, k1, v, c1), SC_OK);
+  cr_assert_eq(dev_rope(d, m, nh, hd, pos, 10000.0f, q2), SC_OK);
+  cr_assert_eq(dev_rope(d, m, nkv, hd, pos, 10000.0f, k2), SC_OK);
+  cr_assert_eq(dev_kv_store(d, &b, nkv, hd, k2, v, c2), SC_OK);
+  cr_expect_arr_eq(q1, q2, qn * sizeof *q1, "rope_kv_store: q");
+  cr_expect_arr_eq(k1, k2, kn * sizeof *k1, "rope_kv_store: k");
+  cr_expect_arr_eq(c1.k, c2.k, cache * sizeof *c1.k, "rope_kv_store: the K cache");
+  cr_expect_arr_eq(c1.v, c2.v, cache * sizeof *c1.v, "rope_kv_store: the V cache");
+  int mode = -1;
+  cr_expect_eq(dev_graph_begin(d, 1, 1, &mode), SC_OK);
+  cr_expect_eq(mode, DEV_GRAPH_OFF, "the cpu backend records no graphs");
+  cr_expect_eq(dev_graph_end(d, true), SC_INVALID);
+  device_free(d);
+}
+
 Test(kernels, embedding_vocab_shards_sum_to_the_full_lookup_and_zero_outside) {
   device *d = open_cpu();
   rng r = {10};

@@ -54,3 +54,7 @@ sc_status device_cuda_open(int index, device **out, sc_error *err);
 // stream every op of it runs on. NULL / -1 for any other device.
 cudaStream_t cuda_device_stream(device *d);
 int cuda_device_gpu(const device *d);
+
+// Graphs the backend has recorded in this process, over every device (tests check that a run
+// that should replay graphs recorded some, and one with SHARDCHECK_CUDA_GRAPHS=0 none).
+long cuda_graphs_recorded(void);

@@ -14,11 +14,12 @@
 //   stream. The communicators (comm_cuda.c) order themselves after the stream the same way.
 // - Math: matmul is cublasSgemm in fp32 with the default math mode (no TF32), so that fp32
 //   runs give the CPU engine's greedy tokens; matmul_bf16 is cublasGemmEx on bf16 weights and
-//   bf16-rounded activations with fp32 sums (a bf16 model's tensor-core path), except for 1 to
-//   8 rows (decode), where a kernel of our own streams the weights once with the same rounding
-//   and fp32 sums (cuBLAS reached 72% of the copy bandwidth there on an H100); matmul_q8 and
-//   the layer ops are this backend's own kernels (cuda_kernels.cu), each held to the CPU
-//   backend's formula.
+//   bf16-rounded activations with fp32 sums (a bf16 model's tensor-core path), except for one
+//   row (batch-1 decode), where a kernel of our own streams the weights once with the same
+//   rounding and fp32 sums; matmul_q8 and the layer ops are this backend's own kernels
+//   (cuda_kernels.cu), each held to the CPU backend's formula.
+// - Graphs: graph_begin / graph_end record a rank's decode step as a CUDA graph (stream capture,
+//   thread-local) and replay it (docs/cuda.md); SHARDCHECK_CUDA_GRAPHS=0 at open turns them off.
 // - Errors: every CUDA and cuBLAS call is checked (cuda_backend.h); the op returns SC_DEVICE
 //   (SC_OOM for allocations) and last_error gives "call (file:line): message". A kernel that
 //   faults shows up at the next call that waits (a copy to the host or synchronize) with the
@@ -28,6 +29,7 @@
 //   tables are device memory here and are not read back to be checked: the executor builds
 //   them from the host copies the scheduler checked.
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,9 @@ typedef struct cuda_block {
   size_t bytes;
 } cuda_block;
 
+// Graphs a device keeps (one per decode batch size the executor records).
+#define CUDA_GRAPHS 16
+
 typedef struct cuda_ctx {
   int gpu;
   cudaStream_t stream;
@@ -55,15 +60,30 @@ typedef struct cuda_ctx {
   cuda_err err; // the last failure's text (last_error)
   uint16_t *xb; // matmul_bf16's activations rounded to bf16; grown on demand, not in `used`
   size_t xb_cap; // elements xb holds
+  // graphs of recorded ops (graph_begin): at most CUDA_GRAPHS of them, by key
+  struct {
+    uint64_t key;
+    cudaGraphExec_t exec;
+  } graphs[CUDA_GRAPHS];
+  int n_graphs;
+  bool recording;     // between a graph_begin that records and its graph_end
+  uint64_t rec_key;   // the key being recorded
+  bool graphs_off;    // SHARDCHECK_CUDA_GRAPHS=0 at open: every op is enqueued as it comes
 } cuda_ctx;
 
 static const device_i cuda_iface;
 
+static atomic_long graphs_recorded; // cuda_graphs_recorded()
+
 _Static_assert(SCK_GROUP_MAX == DEV_GROUP_MAX, "a device group is one launch");
 
 // Every entry point makes its GPU current first: rank threads and the engine's thread all call
-// in, and a thread's current device is per thread.
-#define CUDA_ENTER(c) CU_TRY(&(c)->err, cudaSetDevice((c)->gpu))
+// in, and a thread's current device is per thread. While a graph is being recorded the thread
+// that records made it current at graph_begin, and nothing else is called in between.
+#define CUDA_ENTER(c)                                                                              \
+  do {                                                                                             \
+    if (!(c)->recording) CU_TRY(&(c)->err, cudaSetDevice((c)->gpu));                              \
+  } while (0)
 
 // --- memory
 
@@ -191,21 +211,12 @@ static sc_status cuda_matmul(void *ctx, int m, int n, int k, const float *x, con
   return SC_OK;
 }
 
-// cuBLAS multiplies two bf16 operands: x is rounded into the handle's scratch first (on the
-// stream, so the scratch is free again once the GEMM has read it). fp32 sums (compute type
-// CUBLAS_COMPUTE_32F), fp32 y.
-static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x,
-                                  const uint16_t *w, float beta, float *y) {
-  cuda_ctx *c = ctx;
-  if (m < 0 || n < 0 || k < 0) return SC_INVALID;
-  if (m == 0 || n == 0) return SC_OK;
-  if (!y || (k > 0 && (!x || !w))) return SC_INVALID;
-  if (k == 0) return cuda_matmul(ctx, m, n, 0, NULL, NULL, beta, y);
-  CUDA_ENTER(c);
-  if (sck_matmul_bf16_small_ok(m, k, x, w)) // a decode batch: one kernel, x rounded inside
-    return LAUNCH(c, sck_matmul_bf16_small(c->stream, m, n, k, x, w, beta, y));
+// x(m,k) rounded to bf16 into the handle's scratch (grown on demand: growing waits for the
+// stream, since the old scratch may still be read), for the cuBLAS products that follow it on
+// the stream.
+static sc_status round_x(cuda_ctx *c, int m, int k, const float *x) {
   size_t need = (size_t)m * (size_t)k;
-  if (need > c->xb_cap) { // waits for the stream: the old scratch may still be read
+  if (need > c->xb_cap) {
     CU_TRY(&c->err, cudaStreamSynchronize(c->stream));
     cudaFree(c->xb);
     c->xb = NULL;
@@ -217,7 +228,13 @@ static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x
     }
     c->xb_cap = need;
   }
-  SC_TRY(LAUNCH(c, sck_f32_to_bf16(c->stream, need, x, c->xb)));
+  return LAUNCH(c, sck_f32_to_bf16(c->stream, need, x, c->xb));
+}
+
+// y(m,n) = xb(m,k) w(n,k)^T + beta y through cuBLAS, xb the scratch round_x filled: bf16
+// operands, fp32 sums (CUBLAS_COMPUTE_32F), fp32 y.
+static sc_status gemm_bf16(cuda_ctx *c, int m, int n, int k, const uint16_t *w, float beta,
+                           float *y) {
   const float one = 1.0f;
   CUBLAS_TRY(&c->err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w,
                                    CUDA_R_16BF, k, c->xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F,
@@ -225,7 +242,26 @@ static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x
   return SC_OK;
 }
 
-// q, k, v (or gate, up) of a decode batch as one launch; otherwise one matmul_bf16 each.
+// A decode batch of sck_matmul_bf16_small_rows() rows or fewer (1) runs the backend's own
+// kernel, x rounded inside; more rows go
+// to cuBLAS with x rounded into the scratch first (on the stream, so the scratch is free again
+// once the GEMM has read it).
+static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x,
+                                  const uint16_t *w, float beta, float *y) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || n < 0 || k < 0) return SC_INVALID;
+  if (m == 0 || n == 0) return SC_OK;
+  if (!y || (k > 0 && (!x || !w))) return SC_INVALID;
+  if (k == 0) return cuda_matmul(ctx, m, n, 0, NULL, NULL, beta, y);
+  CUDA_ENTER(c);
+  if (sck_matmul_bf16_small_ok(m, k, x, w))
+    return LAUNCH(c, sck_matmul_bf16_small(c->stream, m, n, k, x, w, beta, y));
+  SC_TRY(round_x(c, m, k, x));
+  return gemm_bf16(c, m, n, k, w, beta, y);
+}
+
+// q, k, v (or gate, up) of a decode batch as one launch; otherwise x rounded once and one
+// cuBLAS product each.
 static sc_status cuda_matmul_bf16_group(void *ctx, int m, int k, const float *x, int count,
                                         const uint16_t *const *w, const int *n, float *const *y) {
   cuda_ctx *c = ctx;
@@ -236,11 +272,15 @@ static sc_status cuda_matmul_bf16_group(void *ctx, int m, int k, const float *x,
     one = one && sck_matmul_bf16_small_ok(m, k, x, w[i]);
   }
   if (m == 0) return SC_OK;
-  if (one) {
-    CUDA_ENTER(c);
-    return LAUNCH(c, sck_matmul_bf16_small_group(c->stream, m, k, x, count, w, n, y, 0.0f));
+  if (k == 0) {
+    for (int i = 0; i < count; i++) SC_TRY(cuda_matmul_bf16(ctx, m, n[i], 0, x, w[i], 0.0f, y[i]));
+    return SC_OK;
   }
-  for (int i = 0; i < count; i++) SC_TRY(cuda_matmul_bf16(ctx, m, n[i], k, x, w[i], 0.0f, y[i]));
+  CUDA_ENTER(c);
+  if (one) return LAUNCH(c, sck_matmul_bf16_small_group(c->stream, m, k, x, count, w, n, y, 0.0f));
+  SC_TRY(round_x(c, m, k, x));
+  for (int i = 0; i < count; i++)
+    if (n[i] > 0) SC_TRY(gemm_bf16(c, m, n[i], k, w[i], 0.0f, y[i]));
   return SC_OK;
 }
 
@@ -315,6 +355,84 @@ static sc_status cuda_attention(void *ctx, const dev_kv_batch *b, int n_heads, i
                                  kv.v, out));
 }
 
+static sc_status cuda_add_rmsnorm(void *ctx, int m, int d, const float *a, float *x,
+                                  const float *w, float eps, float *y) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || d <= 0) return SC_INVALID;
+  if (m == 0) return SC_OK;
+  if (!a || !x || !w || !y) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_add_rmsnorm(c->stream, m, d, a, x, w, eps, y));
+}
+
+static sc_status cuda_rope_kv_store(void *ctx, const dev_kv_batch *b, int n_heads, int n_kv_heads,
+                                    int head_dim, float theta, float *q, float *k, const float *v,
+                                    dev_kv_layer kv) {
+  cuda_ctx *c = ctx;
+  sck_kv kb;
+  if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || head_dim % 2 || !(theta > 0.0f))
+    return SC_INVALID;
+  SC_TRY(check_batch(b, &kb));
+  if (kb.n_tok == 0) return SC_OK;
+  if (!q || !k || !v || !kv.k || !kv.v) return SC_INVALID;
+  CUDA_ENTER(c);
+  return LAUNCH(c, sck_rope_kv_store(c->stream, &kb, n_heads, n_kv_heads, head_dim, theta, q, k,
+                                     v, kv.k, kv.v));
+}
+
+// --- graphs
+
+// Declines steps of more rows than the bf16 decode kernel takes: cuBLAS's path rounds x into a
+// scratch that a larger batch regrows, which a recording cannot hold.
+static sc_status cuda_graph_begin(void *ctx, uint64_t key, int rows, int *mode) {
+  cuda_ctx *c = ctx;
+  *mode = DEV_GRAPH_OFF;
+  if (c->recording) return SC_INVALID;
+  if (c->graphs_off || sck_get_variants().no_graphs || rows > sck_matmul_bf16_small_rows())
+    return SC_OK;
+  CUDA_ENTER(c);
+  for (int i = 0; i < c->n_graphs; i++) {
+    if (c->graphs[i].key != key) continue;
+    CU_TRY(&c->err, cudaGraphLaunch(c->graphs[i].exec, c->stream));
+    *mode = DEV_GRAPH_REPLAYED;
+    return SC_OK;
+  }
+  if (c->n_graphs == CUDA_GRAPHS) return SC_OK;
+  // thread-local: other threads' CUDA calls (other ranks, the recorder) stay legal meanwhile
+  CU_TRY(&c->err, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+  c->recording = true;
+  c->rec_key = key;
+  *mode = DEV_GRAPH_RECORDING;
+  return SC_OK;
+}
+
+static sc_status cuda_graph_end(void *ctx, bool keep) {
+  cuda_ctx *c = ctx;
+  if (!c->recording) return SC_INVALID;
+  c->recording = false;
+  cudaGraph_t g = NULL;
+  cudaError_t rc = cudaSetDevice(c->gpu);
+  if (rc == cudaSuccess) rc = cudaStreamEndCapture(c->stream, &g);
+  if (rc != cudaSuccess || !keep) { // a capture an op broke ends here too, with its error
+    if (g) cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    return keep ? CU_CHECK(&c->err, rc) : SC_OK;
+  }
+  cudaGraphExec_t exec = NULL;
+  sc_status s = CU_CHECK(&c->err, cudaGraphInstantiate(&exec, g, 0));
+  cudaGraphDestroy(g);
+  if (s != SC_OK) {
+    (void)cudaGetLastError();
+    return s;
+  }
+  c->graphs[c->n_graphs].key = c->rec_key;
+  c->graphs[c->n_graphs].exec = exec;
+  c->n_graphs++;
+  atomic_fetch_add(&graphs_recorded, 1);
+  CU_TRY(&c->err, cudaGraphLaunch(exec, c->stream));
+  return SC_OK;
+}
+
 static sc_status cuda_swiglu(void *ctx, int m, int d, const float *gate, const float *up,
                              float *out) {
   cuda_ctx *c = ctx;
@@ -363,6 +481,11 @@ static void cuda_destroy(void *ctx) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     for (size_t i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i].ptr); // leaked by the caller
     cudaFree(c->xb);
+    if (c->recording) {
+      cudaGraph_t g = NULL;
+      if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    }
+    for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
     if (c->blas) cublasDestroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
   }
@@ -390,6 +513,10 @@ static const device_i cuda_iface = {
     .add = cuda_add,
     .embedding = cuda_embedding,
     .argmax = cuda_argmax,
+    .add_rmsnorm = cuda_add_rmsnorm,
+    .rope_kv_store = cuda_rope_kv_store,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
     .last_error = cuda_last_error,
     .destroy = cuda_destroy,
 };
@@ -407,6 +534,8 @@ sc_status device_cuda_open(int index, device **out, sc_error *err) {
   cuda_ctx *c = calloc(1, sizeof *c);
   if (!c) return sc_fail(err, SC_OOM, "cuda device %d: out of host memory", index);
   c->gpu = index;
+  const char *graphs = getenv("SHARDCHECK_CUDA_GRAPHS");
+  c->graphs_off = graphs && !strcmp(graphs, "0");
   if (pthread_mutex_init(&c->mu, NULL)) {
     free(c);
     return sc_fail(err, SC_OOM, "cuda device %d: cannot create a mutex", index);
@@ -438,6 +567,8 @@ cudaStream_t cuda_device_stream(device *d) {
   cuda_ctx *c = ctx_of(d);
   return c ? c->stream : NULL;
 }
+
+long cuda_graphs_recorded(void) { return atomic_load(&graphs_recorded); }
 
 int cuda_device_gpu(const device *d) {
   cuda_ctx *c = ctx_of(d);

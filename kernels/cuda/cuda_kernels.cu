@@ -1,8 +1,10 @@
 // The CUDA backend's own kernels (see cuda_kernels.h): the ops of a Llama decoder other than
-// the f32 matmul and prefill's bf16 matmul (RMSNorm, rotate-half RoPE, paged KV store, paged
-// causal GQA attention, SwiGLU, add, vocab-sharded embedding, the int8 weight-only matmul,
-// decode's bf16 matmul), plus the ordered sum and the fill that the loopback communicator and the tests use. Each launcher enqueues on the
-// stream it is given and returns cudaGetLastError(); none allocates or synchronizes.
+// the f32 matmul and the bf16 matmul of more than one row (RMSNorm, alone or after the residual
+// add, rotate-half RoPE, alone or with the paged KV store, paged causal GQA attention, SwiGLU,
+// add, vocab-sharded embedding, the int8 weight-only matmul, decode's bf16 matmul), plus the
+// ordered sum and the fill that the loopback communicator and the tests use. Each launcher
+// enqueues on the stream it is given and returns cudaGetLastError(); none allocates or
+// synchronizes.
 //
 // Every kernel computes the CPU backend's formula (kernels/cpu/cpu_device.c), with its layouts
 // and edge cases, so that the CPU backend is the reference each one is tested against. Design
@@ -12,11 +14,13 @@
 //   of its strided elements in double, the warps reduce by shuffles and the block through
 //   shared memory, and 1 / sqrt(mean + eps) is taken in double, as on the CPU; the scaling is
 //   in float, (x * inv) * w. Each element is read and written by the same thread, so y may
-//   alias x.
+//   alias x. add_rmsnorm is the same kernel adding the residual to each element first.
 // rope: one block per (token, 8 heads); thread i computes the angle pos * theta^(-2i/head_dim)
 //   and its cos and sin in double (as the CPU does), rounds them to float, and rotates the pair
 //   (i, i + head_dim/2) of each of the block's heads. The angle is recomputed per block of 8
-//   heads rather than staged, which keeps the kernel free of shared memory.
+//   heads rather than staged, which keeps the kernel free of shared memory. rope_kv_store runs
+//   the query heads' chunks and the key heads' in one grid; a key block also copies its
+//   rotated heads and v's into the token's cache slot.
 // kv_store: one block per token (grid-strided), copying its (n_kv_heads, head_dim) K and V rows
 //   into the token's slot.
 // attention: one block of 256 threads per (token, query head). The threads form groups of LP
@@ -38,9 +42,13 @@
 //   head_dim 128, two blocks per SM), each thread owning 4 rows' online softmax and a 4 x 4
 //   score tile, then 4 rows x head_dim/16 outputs. Tokens of the block from other sequences
 //   (tile edges, decode tokens beside a chunk) are taken run by run, the others masked.
-// matmul_bf16, m <= 8 (decode batches): one warp per 1, 2 or 4 weight rows, 16-byte loads of 8
-//   bf16 weights, x rounded to bf16 as it is read (cuBLAS's path rounds it into a scratch
-//   first), fp32 sums reduced over the warp; fewer rows per warp while there would be under
+// attention, 16-bit tiles (a bf16 model's prefill): the same blocks and runs with 128 query rows
+//   and tiles of 32 positions on the tensor cores (mma.m16n8k16, fp16, fp32 sums); the design
+//   is at attention_hmma_kernel. The TF32 tiles of attention_mma_kernel stay as a variant.
+// matmul_bf16, m <= 8 (1 by default: cuBLAS reads the weights faster from 2 rows): one warp
+//   per 1, 2 or 4 weight rows, 16-byte loads of 8 bf16 weights, x rounded to bf16 as it is read
+//   (cuBLAS's path rounds it into a scratch first), fp32 sums reduced over the warp; fewer rows
+//   per warp while there would be under
 //   2,048 warps, so a 1,024-row projection still covers every SM.
 // matmul_q8, m <= 32 (decode batches): a warp kernel for up to 8 rows of x, launched once per
 //   8 rows (so q is read ceil(m / 8) times, mostly from L2 after the first). Each warp owns NC
@@ -72,11 +80,13 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <float.h>
 
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 namespace {
 
@@ -137,19 +147,26 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 
 constexpr int kNormThreads = 256;
 
-// y(m,d) = x / sqrt(mean(x^2) + eps) * w; y may alias x (no __restrict__).
+// y(m,d) = x / sqrt(mean(x^2) + eps) * w; y may alias x (no __restrict__). ADD: x += a(m,d)
+// first, each element by the thread that then reads it (sck_add's sum, the same bits).
+template <bool ADD>
 __global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_kernel(int m, int d, const float *x, const float *w, float eps, float *y) {
+    rmsnorm_kernel(int m, int d, const float *a, float *x, const float *w, float eps, float *y) {
   __shared__ double part[kNormThreads / 32]; // one partial sum per warp
   __shared__ float inv_sh;                   // the row's 1 / rms
   const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n_warps = (int)blockDim.x / 32;
   for (int r = (int)blockIdx.x; r < m; r += (int)gridDim.x) {
-    const float *xr = x + (size_t)r * (size_t)d;
+    float *xr = x + (size_t)r * (size_t)d;
     float *yr = y + (size_t)r * (size_t)d;
     double ss = 0.0;
     for (int i = tid; i < d; i += (int)blockDim.x) {
-      const double v = xr[i];
+      float xv = xr[i];
+      if constexpr (ADD) {
+        xv += a[(size_t)r * (size_t)d + i];
+        xr[i] = xv;
+      }
+      const double v = xv;
       ss += v * v; // exact product of two floats in double: an FMA changes nothing
     }
     ss = warp_sum(ss);
@@ -216,6 +233,54 @@ __global__ void __launch_bounds__(kKvThreads)
     for (int c = (int)threadIdx.x; c < row; c += (int)blockDim.x) {
       kd[c] = ks[c];
       vd[c] = vs[c];
+    }
+  }
+}
+
+// sck_rope_kv_store: blocks (token, chunk of 8 heads) over the query heads' chunks, then the key
+// heads'; a key block also writes its rotated heads and the same heads of v into the token's
+// cache slot. The rotation is rope_kernel's, expression for expression.
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kv_store_kernel(sck_kv b, int n_heads, int n_kv, int head_dim, float theta, float *q,
+                         float *k, const float *__restrict__ v, float *__restrict__ kc,
+                         float *__restrict__ vc) {
+  const int half = head_dim / 2, q_chunks = (n_heads + kRopeHeads - 1) / kRopeHeads;
+  const bool is_k = (int)blockIdx.y >= q_chunks;
+  const int nh = is_k ? n_kv : n_heads;
+  float *x = is_k ? k : q;
+  const int h0 = ((int)blockIdx.y - (is_k ? q_chunks : 0)) * kRopeHeads;
+  const int h1 = h0 + kRopeHeads < nh ? h0 + kRopeHeads : nh;
+  const size_t row = (size_t)n_kv * (size_t)head_dim;
+  for (int t = (int)blockIdx.x; t < b.n_tok; t += (int)gridDim.x) {
+    const double p = (double)b.pos[t];
+    float *kd = nullptr, *vd = nullptr;
+    if (is_k) {
+      const int32_t *bt = b.block_tables + (size_t)b.seq[t] * (size_t)b.max_blocks;
+      const size_t slot = kv_slot(bt, b.block_size, b.pos[t]);
+      kd = kc + slot * row;
+      vd = vc + slot * row;
+    }
+    for (int i = (int)threadIdx.x; i < half; i += (int)blockDim.x) {
+      const double inv_freq = pow((double)theta, -2.0 * i / head_dim); // the CPU's expression
+      double sn, cs;
+      sincos(p * inv_freq, &sn, &cs);
+      const float cf = (float)cs, sf = (float)sn;
+      for (int h = h0; h < h1; h++) {
+        float *xh = x + ((size_t)t * (size_t)nh + (size_t)h) * (size_t)head_dim;
+        const float x1 = xh[i], x2 = xh[i + half];
+        const float y1 = __fsub_rn(__fmul_rn(x1, cf), __fmul_rn(x2, sf));
+        const float y2 = __fadd_rn(__fmul_rn(x2, cf), __fmul_rn(x1, sf));
+        xh[i] = y1;
+        xh[i + half] = y2;
+        if (is_k) {
+          const size_t c = (size_t)h * (size_t)head_dim;
+          const float *vh = v + (size_t)t * row + c;
+          kd[c + i] = y1;
+          kd[c + i + half] = y2;
+          vd[c + i] = vh[i];
+          vd[c + i + half] = vh[i + half];
+        }
+      }
     }
   }
 }
@@ -785,29 +850,268 @@ __global__ void __launch_bounds__(kMmaThreads, 2) attention_mma_kernel(att_param
   }
 }
 
-// One of the tiled kernels (fp32, or with tf32 on the tensor cores) for G query heads per KV
-// head: blocks of (64 / G tokens, KV head), with the dynamic shared memory it needs.
+// --- attention over tiles of query tokens in 16-bit on the tensor cores (a bf16 model's prefill)
+
+constexpr int kHmmaWarps = 8;                  // warps per block, 16 query rows each
+constexpr int kHmmaThreads = kHmmaWarps * 32;
+constexpr int kHmmaRows = kHmmaWarps * 16;     // query rows per block: (token, head) pairs
+constexpr int kHmmaPos = 32;                   // cache positions per tile
+
+// lo, hi rounded to nearest fp16 and packed as an mma operand takes them (lo in the low 16
+// bits).
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+// d (16 x 8, fp32) += a (16 x 16, row-major) . b (16 x 8, column-major), in fp16.
+// Fragments (PTX ISA, mma.m16n8k16), g = lane / 4, t = lane % 4, two elements per register
+// (the lower column or row in the low half): a0 (g, 2t..2t+1), a1 (g + 8, 2t..), a2 (g, 2t + 8..),
+// a3 (g + 8, 2t + 8..); b0 (k = 2t..2t+1, n = g), b1 (k = 2t + 8.., n = g); d0, d1 (g, 2t..2t+1),
+// d2, d3 (g + 8, 2t..2t+1). The accumulators of two neighbouring n-blocks are thus, rounded,
+// the A fragment of their 16 columns: P . V takes the probabilities where Q . K^T left them.
+// x saturated to fp16's largest finite value, as `cvt.satfinite` does (NaN and infinities pass:
+// a poisoned activation still shows).
+__device__ __forceinline__ float f16_sat(float x) {
+  return fabsf(x) > 65504.0f && fabsf(x) < INFINITY ? copysignf(65504.0f, x) : x;
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Dynamic shared memory of the 16-bit kernel, bytes: the fp32 stages of one K and one V tile
+// (rows of HD + 4 floats, 16-byte aligned for cp.async), Q (rows of HD + 8 fp16), the tile's K
+// (HD + 8 fp16 per position) and its V transposed (kHmmaPos + 8 fp16 per dimension). The
+// paddings put the 32 lanes of every fragment read, and of the transposing writes, in 32 banks.
+template <int HD> constexpr size_t hmma_smem_bytes() {
+  return 2 * (size_t)kHmmaPos * (HD + 4) * 4 + (size_t)kHmmaRows * (HD + 8) * 2 +
+         (size_t)kHmmaPos * (HD + 8) * 2 + (size_t)HD * (kHmmaPos + 8) * 2;
+}
+
+// The tiled kernels' blocks and runs with 128 query rows per block (8 warps of 16), the
+// products on the tensor cores in fp16 with fp32 sums: 10 bits of mantissa, as TF32 keeps
+// (bf16's 7 cost Q . K^T's scores enough that a long context's average of V, which cancels,
+// missed 1e-2); Q is scaled by scale x log2 e before it is rounded (the scores come out in
+// log2 units, for exp2), and Q, K and V beyond fp16's range saturate at 65504 (a model whose
+// activations reach that would need bf16). Per tile of 32 positions: the block waits for its
+// fp32 stage (cp.async, issued while the last tile was computed), converts it into K
+// (row-major) and V (transposed, so that a B fragment is one 32-bit read), issues the next
+// tile's copies, and each warp then computes its 16 x 32 scores (Q fragments from shared
+// memory), folds them into its rows' online softmax in registers (a row's values sit in the 4
+// lanes of one g) and accumulates P . V into 16 x HD outputs. Blocks are taken latest tokens
+// first, so that the blocks with the longest prefixes do not start last.
 template <int HD, int G>
-cudaError_t att_tiles_launch(cudaStream_t st, const att_params &a, int n_kv_heads, bool tf32) {
-  constexpr int TQ = kTileRows / G;
-  void (*kernel)(att_params) = tf32 ? attention_mma_kernel<HD, G> : attention_tiled_kernel<HD, G>;
-  const size_t smem = tf32 ? mma_smem_words<HD>() * sizeof(uint32_t)
-                           : tile_smem_floats<HD>() * sizeof(float);
+__global__ void __launch_bounds__(kHmmaThreads, 2) attention_hmma_kernel(att_params a) {
+  constexpr int TQ = kHmmaRows / G, SP = HD + 4;
+  constexpr int QW = (HD + 8) / 2, KW = (HD + 8) / 2, VW = (kHmmaPos + 8) / 2; // row words
+  constexpr int KS = HD / 16, ND = HD / 8, NP = kHmmaPos / 8, KC = kHmmaPos / 16;
+  static_assert(kHmmaRows % G == 0 && HD % 64 == 0, "G divides 128; HD is 64 or 128");
+  extern __shared__ float4 hmma_smem[];
+  float *kst = reinterpret_cast<float *>(hmma_smem); // [kHmmaPos][SP]
+  float *vst = kst + kHmmaPos * SP;                   // [kHmmaPos][SP]
+  uint32_t *qs = reinterpret_cast<uint32_t *>(vst + kHmmaPos * SP); // [kHmmaRows][QW]
+  uint32_t *ks = qs + kHmmaRows * QW;                              // [kHmmaPos][KW]
+  uint32_t *vt = ks + kHmmaPos * KW;                               // [HD][VW]
+  __shared__ int s_seq[TQ], s_pos[TQ];
+
+  const int tid = (int)threadIdx.x, lane = tid % 32, w = tid / 32, g = lane / 4, t = lane % 4;
+  const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * TQ, kvh = (int)blockIdx.y;
+  const int nt = a.b.n_tok - t0 < TQ ? a.b.n_tok - t0 : TQ;
+  if (tid < TQ) {
+    s_seq[tid] = tid < nt ? a.b.seq[t0 + tid] : -1;
+    s_pos[tid] = tid < nt ? a.b.pos[t0 + tid] : -1;
+  }
+  const float sl2 = a.scale * 1.4426950408889634f; // exp(s) = exp2(s log2 e)
+  for (int i = tid; i < kHmmaRows * HD / 4; i += kHmmaThreads) {
+    const int r = i / (HD / 4), c4 = i % (HD / 4), tl = r / G;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (tl < nt)
+      v = *reinterpret_cast<const float4 *>(
+          a.q + ((size_t)(t0 + tl) * (size_t)a.n_heads + (size_t)(kvh * G + r % G)) * HD + c4 * 4);
+    *reinterpret_cast<uint2 *>(qs + r * QW + c4 * 2) =
+        make_uint2(pack_f16(f16_sat(sl2 * v.x), f16_sat(sl2 * v.y)),
+                   pack_f16(f16_sat(sl2 * v.z), f16_sat(sl2 * v.w)));
+  }
+  __syncthreads();
+
+  const size_t kv_off = (size_t)kvh * HD;
+  const int r0 = 16 * w + g, r1 = r0 + 8, tl0 = r0 / G, tl1 = r1 / G;
+  for (int run0 = 0; run0 < nt;) { // every thread walks the same runs (shared values only)
+    const int sq = s_seq[run0];
+    int run1 = run0 + 1, max_pos = s_pos[run0];
+    while (run1 < nt && s_seq[run1] == sq) {
+      max_pos = s_pos[run1] > max_pos ? s_pos[run1] : max_pos;
+      run1++;
+    }
+    const int32_t *bt = a.b.block_tables + (size_t)sq * (size_t)a.b.max_blocks;
+    const int p0 = tl0 >= run0 && tl0 < run1 ? s_pos[tl0] : -1; // -1: not in this run
+    const int p1 = tl1 >= run0 && tl1 < run1 ? s_pos[tl1] : -1;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float o[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    // positions j0 .. j0 + kHmmaPos - 1 of K and V into the stages (zeros past max_pos), as
+    // one group of copies in flight
+    auto stage = [&](int j0) {
+      for (int i = tid; i < kHmmaPos * HD / 4; i += kHmmaThreads) {
+        const int jj = i / (HD / 4), c4 = i % (HD / 4), j = j0 + jj;
+        const bool in = j <= max_pos;
+        const size_t off =
+            in ? kv_slot(bt, a.b.block_size, j) * a.slot_stride + kv_off + (size_t)c4 * 4 : 0;
+        cp_async16(kst + jj * SP + c4 * 4, a.kc + off, in);
+        cp_async16(vst + jj * SP + c4 * 4, a.vc + off, in);
+      }
+      cp_async_commit();
+    };
+    stage(0);
+    for (int j0 = 0; j0 <= max_pos; j0 += kHmmaPos) {
+      cp_async_wait<0>();
+      __syncthreads(); // the stages hold tile j0; no warp reads the last tile's K or V any more
+#pragma unroll 2
+      for (int i = tid; i < kHmmaPos * HD / 4; i += kHmmaThreads) { // K: row-major
+        const int jj = i / (HD / 4), c4 = i % (HD / 4);
+        const float4 v = *reinterpret_cast<const float4 *>(kst + jj * SP + c4 * 4);
+        *reinterpret_cast<uint2 *>(ks + jj * KW + c4 * 2) =
+            make_uint2(pack_f16(f16_sat(v.x), f16_sat(v.y)), pack_f16(f16_sat(v.z), f16_sat(v.w)));
+      }
+      // V: fp16, transposed: word (d, p) holds positions 2p (low half) and 2p + 1. A warp's 32
+      // words are 8 dimensions x 4 pairs, 32 banks both in the stage and in vt.
+#pragma unroll 2
+      for (int i = tid; i < HD * kHmmaPos / 2; i += kHmmaThreads) {
+        const int rest = i >> 5;
+        const int d = (rest % (HD / 8)) * 8 + (i & 7);
+        const int p = (rest / (HD / 8)) * 4 + ((i >> 3) & 3);
+        vt[d * VW + p] = pack_f16(f16_sat(vst[(2 * p) * SP + d]), f16_sat(vst[(2 * p + 1) * SP + d]));
+      }
+      __syncthreads(); // K and V of tile j0 are in; the stages are free
+      if (j0 + kHmmaPos <= max_pos) stage(j0 + kHmmaPos);
+
+      float sc[NP][4]; // blocks of 8 positions: rows r0 (0, 1) and r1 (2, 3), columns 2t, 2t + 1
+#pragma unroll
+      for (int n = 0; n < NP; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < KS; kk++) {
+        const uint32_t qa[4] = {qs[r0 * QW + 8 * kk + t], qs[r1 * QW + 8 * kk + t],
+                                qs[r0 * QW + 8 * kk + t + 4], qs[r1 * QW + 8 * kk + t + 4]};
+#pragma unroll
+        for (int n = 0; n < NP; n++)
+          mma_f16(sc[n], qa, ks[(8 * n + g) * KW + 8 * kk + t], ks[(8 * n + g) * KW + 8 * kk + t + 4]);
+      }
+      float mx0 = m0, mx1 = m1;
+#pragma unroll
+      for (int n = 0; n < NP; n++) {
+        const int j = j0 + 8 * n + 2 * t;
+        sc[n][0] = j <= p0 ? sc[n][0] : -INFINITY;
+        sc[n][1] = j + 1 <= p0 ? sc[n][1] : -INFINITY;
+        sc[n][2] = j <= p1 ? sc[n][2] : -INFINITY;
+        sc[n][3] = j + 1 <= p1 ? sc[n][3] : -INFINITY;
+        mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+      }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+      }
+      const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0); // m -inf at first: 0
+      const float c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+      float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+      for (int n = 0; n < NP; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float mx = e < 2 ? mx0 : mx1;
+          sc[n][e] = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - mx);
+        }
+        sum0 += sc[n][0] + sc[n][1];
+        sum1 += sc[n][2] + sc[n][3];
+      }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        sum0 += __shfl_xor_sync(kFullMask, sum0, off);
+        sum1 += __shfl_xor_sync(kFullMask, sum1, off);
+      }
+      l0 = l0 * c0 + sum0;
+      l1 = l1 * c1 + sum1;
+      m0 = mx0;
+      m1 = mx1;
+#pragma unroll
+      for (int n = 0; n < ND; n++) {
+        o[n][0] *= c0;
+        o[n][1] *= c0;
+        o[n][2] *= c1;
+        o[n][3] *= c1;
+      }
+#pragma unroll
+      for (int kc = 0; kc < KC; kc++) { // positions 16 kc .. 16 kc + 15 as the k of P . V
+        const uint32_t pa[4] = {pack_f16(sc[2 * kc][0], sc[2 * kc][1]),
+                                pack_f16(sc[2 * kc][2], sc[2 * kc][3]),
+                                pack_f16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
+                                pack_f16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++)
+          mma_f16(o[nd], pa, vt[(8 * nd + g) * VW + 8 * kc + t], vt[(8 * nd + g) * VW + 8 * kc + t + 4]);
+      }
+    }
+    // rows of this run: out = o / l (l >= 1: the row's largest term counts exp2(0))
+    const float inv0 = p0 >= 0 ? 1.0f / l0 : 0.0f, inv1 = p1 >= 0 ? 1.0f / l1 : 0.0f;
+    float *oh0 = a.out + ((size_t)(t0 + tl0) * (size_t)a.n_heads + (size_t)(kvh * G + r0 % G)) * HD;
+    float *oh1 = a.out + ((size_t)(t0 + tl1) * (size_t)a.n_heads + (size_t)(kvh * G + r1 % G)) * HD;
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) {
+      if (p0 >= 0)
+        *reinterpret_cast<float2 *>(oh0 + 8 * nd + 2 * t) = make_float2(o[nd][0] * inv0, o[nd][1] * inv0);
+      if (p1 >= 0)
+        *reinterpret_cast<float2 *>(oh1 + 8 * nd + 2 * t) = make_float2(o[nd][2] * inv1, o[nd][3] * inv1);
+    }
+    run0 = run1;
+  }
+}
+
+// The kernels a benchmark or a test asked for in place of the defaults (sck_set_variants).
+sck_variants g_variants = {};
+
+// One of the tiled kernels for G query heads per KV head: fp32, or for a bf16 model 16-bit (or,
+// as a variant, TF32) on the tensor cores; blocks of (rows / G tokens, KV head), with the
+// dynamic shared memory each needs.
+template <int HD, int G>
+cudaError_t att_tiles_launch(cudaStream_t st, const att_params &a, int n_kv_heads, bool reduced) {
+  void (*kernel)(att_params) = attention_tiled_kernel<HD, G>;
+  size_t smem = tile_smem_floats<HD>() * sizeof(float);
+  int rows = kTileRows, threads = kTileThreads;
+  if (reduced && g_variants.attention == SCK_ATT_TF32) {
+    kernel = attention_mma_kernel<HD, G>;
+    smem = mma_smem_words<HD>() * sizeof(uint32_t);
+    threads = kMmaThreads;
+  } else if (reduced) {
+    kernel = attention_hmma_kernel<HD, G>;
+    smem = hmma_smem_bytes<HD>();
+    rows = kHmmaRows;
+    threads = kHmmaThreads;
+  }
   const cudaError_t rc = cudaFuncSetAttribute((const void *)kernel,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (rc != cudaSuccess) return rc;
-  const dim3 grid((unsigned)((a.b.n_tok + TQ - 1) / TQ), (unsigned)n_kv_heads);
-  kernel<<<grid, tf32 ? kMmaThreads : kTileThreads, smem, st>>>(a);
+  const int tq = rows / G;
+  const dim3 grid((unsigned)((a.b.n_tok + tq - 1) / tq), (unsigned)n_kv_heads);
+  kernel<<<grid, threads, smem, st>>>(a);
   return cudaGetLastError();
 }
 
 template <int HD>
-cudaError_t att_tiles(cudaStream_t st, const att_params &a, int n_kv_heads, bool tf32) {
+cudaError_t att_tiles(cudaStream_t st, const att_params &a, int n_kv_heads, bool reduced) {
   switch (a.group) {
-  case 1: return att_tiles_launch<HD, 1>(st, a, n_kv_heads, tf32);
-  case 2: return att_tiles_launch<HD, 2>(st, a, n_kv_heads, tf32);
-  case 4: return att_tiles_launch<HD, 4>(st, a, n_kv_heads, tf32);
-  default: return att_tiles_launch<HD, 8>(st, a, n_kv_heads, tf32);
+  case 1: return att_tiles_launch<HD, 1>(st, a, n_kv_heads, reduced);
+  case 2: return att_tiles_launch<HD, 2>(st, a, n_kv_heads, reduced);
+  case 4: return att_tiles_launch<HD, 4>(st, a, n_kv_heads, reduced);
+  default: return att_tiles_launch<HD, 8>(st, a, n_kv_heads, reduced);
   }
 }
 
@@ -1085,7 +1389,10 @@ __global__ void __launch_bounds__(kGemmThreads)
 // --- bf16 weights, few rows of x
 
 constexpr int kBfWarps = 4;        // warps per block
-constexpr int kBfMaxM = 8;         // rows of x the warp kernel takes (more go to cuBLAS)
+constexpr int kBfMaxM = 8;         // rows of x the warp kernel can take
+constexpr int kBfRows = 1;         // rows it takes by default: from 2, cuBLAS reads the weights
+                                   // faster (65% of an H200's copy bandwidth at 2 to 8 rows,
+                                   // against 58% at 2 and 22% at 8 for this kernel)
 constexpr int kBfMinWarps = 2048;  // fewer columns per warp while there would be fewer warps
 
 // x rounded to bf16 and back (what cuBLAS multiplies after sck_f32_to_bf16).
@@ -1135,7 +1442,7 @@ __global__ void __launch_bounds__(kBfWarps * 32)
   for (int a = 0; a < M; a++)
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[a][c] = 0.0f;
-#pragma unroll 2
+#pragma unroll 2 // two steps' loads in flight (four measured slower on an H200)
   for (int i = lane; i < k8; i += 32) {
     uint4 wv[NC];
 #pragma unroll
@@ -1215,7 +1522,15 @@ cudaError_t sck_rmsnorm(cudaStream_t st, int m, int d, const float *x, const flo
                         float *y) {
   if (m < 0 || d < 0) return cudaErrorInvalidValue;
   if (m == 0 || d == 0) return cudaSuccess;
-  rmsnorm_kernel<<<row_blocks(m), kNormThreads, 0, st>>>(m, d, x, w, eps, y);
+  rmsnorm_kernel<false><<<row_blocks(m), kNormThreads, 0, st>>>(m, d, nullptr, const_cast<float *>(x), w, eps, y);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_add_rmsnorm(cudaStream_t st, int m, int d, const float *a, float *x,
+                            const float *w, float eps, float *y) {
+  if (m < 0 || d < 0) return cudaErrorInvalidValue;
+  if (m == 0 || d == 0) return cudaSuccess;
+  rmsnorm_kernel<true><<<row_blocks(m), kNormThreads, 0, st>>>(m, d, a, x, w, eps, y);
   return cudaGetLastError();
 }
 
@@ -1237,6 +1552,21 @@ cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int h
   if (row > (size_t)INT32_MAX || b->block_size <= 0) return cudaErrorInvalidValue;
   kv_store_kernel<<<row_blocks(b->n_tok), row_threads((int)row, kKvThreads), 0, st>>>(
       *b, (int)row, k, v, kc, vc);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_rope_kv_store(cudaStream_t st, const sck_kv *b, int n_heads, int n_kv_heads,
+                              int head_dim, float theta, float *q, float *k, const float *v,
+                              float *kc, float *vc) {
+  if (!b || b->n_tok < 0 || n_heads < 0 || n_kv_heads < 0 || head_dim < 0 || head_dim % 2)
+    return cudaErrorInvalidValue;
+  if (b->n_tok == 0 || head_dim == 0 || n_heads + n_kv_heads == 0) return cudaSuccess;
+  if (b->block_size <= 0 || (size_t)n_kv_heads * (size_t)head_dim > (size_t)INT32_MAX)
+    return cudaErrorInvalidValue;
+  const int chunks = (n_heads + kRopeHeads - 1) / kRopeHeads + (n_kv_heads + kRopeHeads - 1) / kRopeHeads;
+  const dim3 grid(row_blocks(b->n_tok), (unsigned)chunks);
+  rope_kv_store_kernel<<<grid, row_threads(head_dim / 2, kRopeThreads), 0, st>>>(
+      *b, n_heads, n_kv_heads, head_dim, theta, q, k, v, kc, vc);
   return cudaGetLastError();
 }
 
@@ -1344,8 +1674,14 @@ cudaError_t sck_matmul_q8(cudaStream_t st, int m, int n, int k, const float *x, 
   return cudaGetLastError();
 }
 
+int sck_matmul_bf16_small_rows(void) {
+  const int v = g_variants.small_rows;
+  return v == 0 ? kBfRows : v < 0 ? 0 : v < kBfMaxM ? v : kBfMaxM;
+}
+
 bool sck_matmul_bf16_small_ok(int m, int k, const float *x, const uint16_t *w) {
-  return m >= 1 && m <= kBfMaxM && k > 0 && k % 8 == 0 && aligned16(x) && aligned16(w);
+  return m >= 1 && m <= sck_matmul_bf16_small_rows() && k > 0 && k % 8 == 0 && aligned16(x) &&
+         aligned16(w);
 }
 
 cudaError_t sck_matmul_bf16_small(cudaStream_t st, int m, int n, int k, const float *x,
@@ -1390,6 +1726,10 @@ cudaError_t sck_argmax(cudaStream_t st, int m, int n, const float *x, int32_t *i
   argmax_kernel<<<(unsigned)m, kArgmaxThreads, 0, st>>>(n, x, idx, val);
   return cudaGetLastError();
 }
+
+void sck_set_variants(const sck_variants *v) { g_variants = v ? *v : sck_variants{}; }
+
+sck_variants sck_get_variants(void) { return g_variants; }
 
 cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y) {
   if (n == 0) return cudaSuccess;

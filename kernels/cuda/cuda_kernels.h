@@ -24,6 +24,10 @@ extern "C" {
 // y(m,d) = x / sqrt(mean(x^2) + eps) * w(d), row by row; y may alias x.
 cudaError_t sck_rmsnorm(cudaStream_t st, int m, int d, const float *x, const float *w, float eps,
                         float *y);
+// x(m,d) += a(m,d), then y = rmsnorm(x) . w as sck_rmsnorm: one launch with the bits of
+// sck_add then sck_rmsnorm (the residual add and the next norm of a layer).
+cudaError_t sck_add_rmsnorm(cudaStream_t st, int m, int d, const float *a, float *x,
+                            const float *w, float eps, float *y);
 // In place on x(m, n_heads, head_dim): Hugging Face rotate-half RoPE at positions pos(m):
 // for i < head_dim/2, with f = pos * theta^(-2i/head_dim),
 // x'[i] = x[i] cos f - x[i + half] sin f, x'[i + half] = x[i + half] cos f + x[i] sin f.
@@ -45,6 +49,11 @@ typedef struct sck_kv {
 // Writes k, v (n_tok, n_kv_heads, head_dim) into each token's slot of kc, vc.
 cudaError_t sck_kv_store(cudaStream_t st, const sck_kv *b, int n_kv_heads, int head_dim,
                          const float *k, const float *v, float *kc, float *vc);
+// sck_rope on q (n_tok, n_heads, head_dim) and on k (n_tok, n_kv_heads, head_dim) at the
+// batch's positions, then sck_kv_store of the rotated k and of v: one launch, the same bits.
+cudaError_t sck_rope_kv_store(cudaStream_t st, const sck_kv *b, int n_heads, int n_kv_heads,
+                              int head_dim, float theta, float *q, float *k, const float *v,
+                              float *kc, float *vc);
 // Causal attention over the paged cache: token t (sequence seq[t], position p = pos[t]) and
 // query head h attend to positions 0..p of the same sequence, KV head h / (n_heads /
 // n_kv_heads): out = softmax(scale * q . k_j) . v_j over j. q, out: (n_tok, n_heads, head_dim).
@@ -78,8 +87,9 @@ cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x);
 cudaError_t sck_argmax(cudaStream_t st, int m, int n, const float *x, int32_t *idx, float *val);
 // y(m,n) = bf16(x(m,k)) * w(n,k)^T + beta * y(m,n) for a decode batch: w bf16 bits in (out,
 // in) layout, x rounded to bf16 (as sck_f32_to_bf16 does) and fp32 sums, in one kernel that
-// streams w once. Only where sck_matmul_bf16_small_ok (1..8 rows, k % 8 == 0, x and w 16-byte
-// aligned); beta == 0 never reads y.
+// streams w once. Only where sck_matmul_bf16_small_ok (1 to sck_matmul_bf16_small_rows() rows,
+// k % 8 == 0, x and w 16-byte aligned); beta == 0 never reads y.
+int sck_matmul_bf16_small_rows(void); // 1, or what sck_variants.small_rows sets
 bool sck_matmul_bf16_small_ok(int m, int k, const float *x, const uint16_t *w);
 cudaError_t sck_matmul_bf16_small(cudaStream_t st, int m, int n, int k, const float *x,
                                   const uint16_t *w, float beta, float *y);
@@ -91,6 +101,22 @@ cudaError_t sck_matmul_bf16_small_group(cudaStream_t st, int m, int k, const flo
                                         float beta);
 // y(n) = x(n) as bfloat16 bits, rounded to nearest even (the bf16 matmul's activations).
 cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
+
+// Kernels a benchmark or a test may choose in place of the defaults, to compare them on the same
+// GPU in one run (bench/bench_cuda.c, tests/test_cuda_gpu.c). Process-wide; set it while no op
+// runs. Zero is every default.
+typedef enum sck_attention_kind {
+  SCK_ATT_DEFAULT = 0, // a bf16 model's prefill tiles: Q.K^T in bf16, P.V in fp16 (mma.m16n8k16)
+  SCK_ATT_TF32,        // the same tiles in TF32 (mma.m16n8k8), 64 query rows per block
+} sck_attention_kind;
+typedef struct sck_variants {
+  sck_attention_kind attention;
+  int small_rows; // rows up to which a bf16 product takes the decode kernel: 1..8 (0: 1;
+                   // < 0: none, every product through cuBLAS)
+  int no_graphs;   // nonzero: devices record and replay no graphs (cuda_device.c)
+} sck_variants;
+void sck_set_variants(const sck_variants *v); // NULL: the defaults
+sck_variants sck_get_variants(void);
 
 #ifdef __cplusplus
 }
