@@ -140,17 +140,25 @@ static sc_status coll_item(struct fy_node *e, const char *file, void *dst, int i
 
 // A residual may be negative (the op tables price such steps high), never beyond
 // HW_STEP_OVERHEAD_MAX_S.
-static sc_status node_residual(struct fy_node *v, void *dst, const char *file, sc_error *err) {
-  SC_TRY(read_curve(v, file, "s", dst, err));
+static sc_status residual_curve(struct fy_node *v, void *dst, const char *file, const char *key,
+                                sc_error *err) {
+  SC_TRY(read_curve(v, file, key, dst, err));
   const sim_curve *c = dst;
   for (int i = 0; i < c->n; i++)
     if (!(c->y[i] >= -HW_STEP_OVERHEAD_MAX_S && c->y[i] <= HW_STEP_OVERHEAD_MAX_S)) {
       char where[300];
       yaml_map_where(v, file, where, sizeof where);
-      return sc_fail(err, SC_INVALID, "%s: key 's': residuals must be seconds in [-%d, %d], got %g",
-                     where, HW_STEP_OVERHEAD_MAX_S, HW_STEP_OVERHEAD_MAX_S, c->y[i]);
+      return sc_fail(err, SC_INVALID, "%s: key '%s': residuals must be seconds in [-%d, %d], got %g",
+                     where, key, HW_STEP_OVERHEAD_MAX_S, HW_STEP_OVERHEAD_MAX_S, c->y[i]);
     }
   return SC_OK;
+}
+static sc_status node_residual(struct fy_node *v, void *dst, const char *file, sc_error *err) {
+  return residual_curve(v, dst, file, "s", err);
+}
+static sc_status node_prefill_residual(struct fy_node *v, void *dst, const char *file,
+                                       sc_error *err) {
+  return residual_curve(v, dst, file, "prefill", err);
 }
 
 static sc_status overhead_item(struct fy_node *e, const char *file, void *dst, int i,
@@ -161,9 +169,11 @@ static sc_status overhead_item(struct fy_node *e, const char *file, void *dst, i
       {"replicas", YAML_MAP_INT, &o->replicas, 0, false, NULL, NULL, NULL, NULL},
       {"s", YAML_MAP_NODE, &o->s, 0, true, NULL, "a list of [rows, seconds] pairs", NULL,
        node_residual},
+      {"prefill", YAML_MAP_NODE, &o->prefill, 0, false, NULL,
+       "a list of [prompt tokens, seconds] pairs", NULL, node_prefill_residual},
   };
   o->replicas = 1;
-  SC_TRY(yaml_map_read_node(e, file, f, 3, err));
+  SC_TRY(yaml_map_read_node(e, file, f, 4, err));
   static const char *const names[] = {"tp", "replicas"};
   return positive_ints(e, file, "step_overhead", (int[]){o->tp, o->replicas}, names, 2, err);
 }
@@ -367,7 +377,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
       {"attention", YAML_MAP_NODE, h, 0, false, NULL,
        "a list of {heads, kv_heads, head_dim, threads, decode, prefill}", NULL, node_attn},
       {"allreduce", YAML_MAP_NODE, h, 0, false, NULL, "a list of {ranks, t}", NULL, node_coll},
-      {"step_overhead", YAML_MAP_NODE, h, 0, false, NULL, "a list of {tp, replicas, s}", NULL,
+      {"step_overhead", YAML_MAP_NODE, h, 0, false, NULL, "a list of {tp, replicas, s, prefill}", NULL,
        node_overhead},
       {"engine", YAML_MAP_NODE, &h->engine, 0, false, NULL,
        "a mapping {step_s, seq_s, prefill_eff, decode_eff, max_running, token_budget, "

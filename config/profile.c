@@ -46,6 +46,7 @@
 #define PROF_OVERHEAD_ROUNDS_MAX 16        // step-overhead rounds at most
 #define PROF_OVERHEAD_PROMPT 16            // prompt tokens of the step-overhead sequences
 #define PROF_OVERHEAD_REPLICAS_MAX 8       // replicas side by side in the step-overhead run
+#define PROF_PREFILL_PROBES 3              // prompt sizes of the prefill residual (below)
 #define PROF_MAX_BATCH 256                 // the cost model prices at most 256 sequences
 #define PROF_INNER_MAX 100000              // calls of one op in one timed round at most
 #define PROF_INNER_UNTIMED 1000            // calls per round when one call was too fast to time
@@ -87,7 +88,17 @@ struct profile {
   double exec_s[SIM_OVERHEAD_TABLES][PROFILE_MAX_BATCHES];  // engine_step_info.duration_ns
   double price_s[SIM_OVERHEAD_TABLES][PROFILE_MAX_BATCHES]; // the cost model, no overhead
   double res_s[SIM_OVERHEAD_TABLES][PROFILE_MAX_BATCHES];   // median of engine_step - price
+  // per step_overhead table, per prompt size of its prefill curve: medians of the steps that
+  // computed a prompt beside the batch's decodes
+  int n_probe[SIM_OVERHEAD_TABLES];                              // prompt sizes measured
+  int probe_steps[SIM_OVERHEAD_TABLES][PROF_PREFILL_PROBES];     // steps timed per size
+  double probe_wall_s[SIM_OVERHEAD_TABLES][PROF_PREFILL_PROBES]; // whole engine_step
+  double probe_price_s[SIM_OVERHEAD_TABLES][PROF_PREFILL_PROBES]; // the cost model, no overhead
 };
+
+// Prompt tokens of the prefill residual's probes: what a step computes for a prompt beside a
+// batch of decodes (a short chat turn, a paragraph, a page), at most half the model's context.
+static const int prof_probe_tokens[PROF_PREFILL_PROBES] = {16, 64, 256};
 
 // --- small helpers
 
@@ -1362,8 +1373,10 @@ static bool ov_turn_aborted(ov_turn *t) {
 }
 
 // One replica of the step-overhead run: its engine, and every timed step's figures per batch
-// size (`rounds` x PROF_MAX_STEPS slots each).
+// size (`rounds` x PROF_MAX_STEPS slots each); and the probes' steps, each a prompt of n_probe
+// sizes computed beside a batch's decodes, once per (round, batch size, prompt size).
 enum { OV_WALL, OV_EXEC, OV_PRICE, OV_RES, OV_RES_EXEC, OV_FIGS };
+enum { PR_WALL, PR_PRICE, PR_BATCH, PR_FIGS };
 typedef struct ov_replica {
   const profile_options *o;
   const sim_hw *hw;
@@ -1373,6 +1386,9 @@ typedef struct ov_replica {
   int prompt, steps, index;
   size_t per_b, cells;
   double *fig; // OV_FIGS x cells
+  int n_probe;           // prompt sizes probed (prof_probe_tokens[0 .. n_probe))
+  size_t probe_cells;    // rounds x batch sizes x n_probe
+  double *pfig;          // PR_FIGS x probe_cells; PR_WALL NaN where a probe was not timed
   int kept[PROFILE_MAX_BATCHES];
   ov_turn *turn;
   sc_status s;
@@ -1385,8 +1401,11 @@ static void *ov_replica_main(void *arg) {
   ov_replica *r = arg;
   const profile_options *o = r->o;
   const model_config *m = &o->model;
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)r->prompt);
-  sim_seq *seqs = malloc(sizeof(sim_seq) * PROF_MAX_BATCH);
+  int max_ids = r->prompt;
+  for (int k = 0; k < r->n_probe; k++)
+    max_ids = prof_probe_tokens[k] > max_ids ? prof_probe_tokens[k] : max_ids;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)max_ids);
+  sim_seq *seqs = malloc(sizeof(sim_seq) * (PROF_MAX_BATCH + 1));
   if (!ids || !seqs) {
     r->s = sc_fail(&r->err, SC_OOM, "profile: out of memory for the step run");
     ov_turn_abort(r->turn); // the other replicas skip their work too
@@ -1402,12 +1421,16 @@ static void *ov_replica_main(void *arg) {
           ids[j] = 3 + (int32_t)(((uint64_t)q * 7919 + (uint64_t)j * 104729 + o->seed +
                                   (uint64_t)rd + (uint64_t)r->index * 31) %
                                  (uint64_t)(m->vocab_size > 3 ? m->vocab_size - 3 : 1));
-        engine_request rq = {.prompt = ids, .n_prompt = r->prompt, .max_tokens = r->steps + 1,
+        engine_request rq = {.prompt = ids, .n_prompt = r->prompt,
+                             .max_tokens = r->steps + 1 + r->n_probe,
                              .sampling = {.temperature = 0, .top_p = 1}};
         uint64_t id;
         s = engine_submit(r->e, &rq, &id, &r->err);
       }
-      int n_dec = 0, n_round = 0;
+      // adv: decode steps of the batch so far (pure or beside a probe), which sets the
+      // batch's positions; probe: the prompt size in flight (-1: none), submitted after every
+      // second timed decode step while sizes are left, and timed in the step that computes it
+      int n_dec = 0, n_round = 0, adv = 0, probe = -1, probed = 0;
       while (s == SC_OK && !engine_idle(r->e)) {
         engine_step_result rs;
         double a = sc_monotonic_s();
@@ -1415,11 +1438,43 @@ static void *ov_replica_main(void *arg) {
         double w = sc_monotonic_s() - a;
         if (s != SC_OK) break;
         const engine_step_info *in = &rs.info;
+        if (probe >= 0 && in->prefill_tokens > 0) { // the probe's step (or a chunk of it)
+          int P = prof_probe_tokens[probe];
+          if (in->decode_tokens == B && in->prefill_tokens == P && in->n_seqs == B + 1) {
+            for (int q = 0; q < B; q++)
+              seqs[q] = (sim_seq){.start = r->prompt + adv, .n = 1, .logits = true};
+            seqs[B] = (sim_seq){.start = 0, .n = P, .logits = true};
+            int mb[2] = {0, B + 1};
+            sim_step_cost cost;
+            if (sim_step_price(r->hw, r->sm, &r->lay, seqs, B + 1, mb, 1, &cost) == 0) {
+              size_t at = ((size_t)rd * (size_t)o->n_batches + (size_t)bi) * (size_t)r->n_probe +
+                          (size_t)probe;
+              r->pfig[PR_WALL * r->probe_cells + at] = w;
+              r->pfig[PR_PRICE * r->probe_cells + at] = cost.total_s;
+              r->pfig[PR_BATCH * r->probe_cells + at] = B;
+            }
+          }
+          probe = -1;
+        }
+        if (in->decode_tokens == B) adv++;
         if (in->decode_tokens != B || in->prefill_tokens != 0 || in->n_seqs != B) continue;
         int d = n_dec++;
         if (d == 0 || n_round == PROF_MAX_STEPS) continue; // warm-up
+        if (probe < 0 && probed < r->n_probe && d % 2 == 0) { // the next step computes it
+          int P = prof_probe_tokens[probed];
+          for (int j = 0; j < P; j++)
+            ids[j] = 3 + (int32_t)(((uint64_t)j * 104729 + (uint64_t)P * 7919 + o->seed +
+                                    (uint64_t)rd + (uint64_t)r->index * 31) %
+                                   (uint64_t)(m->vocab_size > 3 ? m->vocab_size - 3 : 1));
+          engine_request rq = {.prompt = ids, .n_prompt = P, .max_tokens = 1,
+                               .sampling = {.temperature = 0, .top_p = 1}};
+          uint64_t id;
+          s = engine_submit(r->e, &rq, &id, &r->err);
+          if (s != SC_OK) break;
+          probe = probed++;
+        }
         for (int q = 0; q < B; q++)
-          seqs[q] = (sim_seq){.start = r->prompt + d, .n = 1, .logits = true};
+          seqs[q] = (sim_seq){.start = r->prompt + adv - 1, .n = 1, .logits = true};
         int mb[2] = {0, B};
         sim_step_cost cost;
         if (sim_step_price(r->hw, r->sm, &r->lay, seqs, B, mb, 1, &cost) != 0) {
@@ -1471,7 +1526,10 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
     return sc_fail(err, SC_INVALID,
                    "profile: %s's max_seq_len %d is too short for %d decode steps", m->name,
                    m->max_seq_len, steps);
-  int per_seq = (prompt + steps + 1 + 15) / 16;
+  int n_probe = 0, probe_max = 0; // prompt sizes of the prefill curve that the model holds
+  while (n_probe < PROF_PREFILL_PROBES && prof_probe_tokens[n_probe] <= m->max_seq_len / 2)
+    probe_max = prof_probe_tokens[n_probe++];
+  int per_seq = (prompt + steps + 1 + n_probe + 15) / 16;
   int cores = device_cpu_cores(), threads = p->cuda ? 1 : cores / (tp * replicas);
   if (threads < 1) threads = 1;
 
@@ -1487,6 +1545,7 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
     sm.act_dtype = SIM_BF16;
   }
   size_t per_b = (size_t)o->overhead_rounds * PROF_MAX_STEPS, cells = (size_t)nb * per_b;
+  size_t probe_cells = (size_t)o->overhead_rounds * (size_t)nb * (size_t)n_probe;
   ov_replica rep[PROF_OVERHEAD_REPLICAS_MAX];
   ov_turn turn = {.parties = replicas};
   pthread_mutex_init(&turn.mu, NULL);
@@ -1496,8 +1555,8 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
   for (; s == SC_OK && made < replicas; made++) {
     ov_replica *r = &rep[made];
     *r = (ov_replica){.o = o, .hw = &hw, .sm = &sm, .prompt = prompt, .steps = steps,
-                      .index = made, .per_b = per_b, .cells = cells,
-                      .turn = &turn, .s = SC_OK};
+                      .index = made, .per_b = per_b, .cells = cells, .n_probe = n_probe,
+                      .probe_cells = probe_cells, .turn = &turn, .s = SC_OK};
     r->lay = (sim_layout){.tp = tp, .pp = 1, .first_gpu = made * tp, .threads = threads,
                           .cluster_ranks = tp * replicas};
     engine_config c = engine_config_defaults();
@@ -1513,15 +1572,21 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
     c.tp = tp;
     c.pp = 1;
     c.threads = threads;
-    c.max_running = max_b;
-    c.kv_blocks = max_b * per_seq;
-    c.token_budget = max_b * prompt;
-    c.prefill_chunk = prompt;
+    // room for a probe beside the largest batch: one more sequence, its blocks, its prompt in
+    // one step (the batch's own prompts fit one step either way)
+    c.max_running = max_b + 1;
+    c.kv_blocks = max_b * per_seq + (probe_max + 1 + 15) / 16;
+    c.token_budget = max_b * prompt > max_b + probe_max ? max_b * prompt : max_b + probe_max;
+    c.prefill_chunk = prompt > probe_max ? prompt : probe_max;
     r->fig = malloc(sizeof(double) * cells * OV_FIGS);
-    if (!r->fig) s = sc_fail(err, SC_OOM, "profile: out of memory for the step-overhead run");
+    r->pfig = malloc(sizeof(double) * (probe_cells ? probe_cells : 1) * PR_FIGS);
+    if (!r->fig || !r->pfig)
+      s = sc_fail(err, SC_OOM, "profile: out of memory for the step-overhead run");
+    for (size_t i = 0; r->pfig && i < probe_cells; i++) r->pfig[PR_WALL * probe_cells + i] = NAN;
     if (s == SC_OK) s = engine_new(&c, &r->e, err);
     if (s != SC_OK) {
       free(r->fig);
+      free(r->pfig);
       break;
     }
   }
@@ -1577,6 +1642,37 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
                      : med[OV_RES] > HW_STEP_OVERHEAD_MAX_S ? HW_STEP_OVERHEAD_MAX_S
                                                             : med[OV_RES];
     }
+    // the prefill curve: per prompt size, the median over every probe's step of its wall time
+    // minus its price minus the decode residual just measured at its batch size (with two
+    // rounds or more the first round's probes only warm up: a first prompt of a size meets
+    // one-time costs)
+    p->n_probe[ti] = 0;
+    tab->prefill.n = 0;
+    size_t first = o->overhead_rounds > 1 ? (size_t)nb * (size_t)n_probe : 0;
+    for (int k = 0; s == SC_OK && k < n_probe; k++) {
+      int np = 0;
+      double w_sum = 0, p_sum = 0;
+      for (int q = 0; q < replicas; q++)
+        for (size_t c = first + (size_t)k; c < probe_cells; c += (size_t)n_probe) {
+          const double *f = rep[q].pfig;
+          if (isnan(f[PR_WALL * probe_cells + c])) continue;
+          double ds = sim_curve_lin(&tab->s, f[PR_BATCH * probe_cells + c], 0);
+          pool[np++] = f[PR_WALL * probe_cells + c] - f[PR_PRICE * probe_cells + c] - ds;
+          w_sum += f[PR_WALL * probe_cells + c];
+          p_sum += f[PR_PRICE * probe_cells + c];
+        }
+      if (np == 0) continue; // no probe of this size ran in one step: no point for it
+      double med = sc_median(pool, np, 0);
+      int at = tab->prefill.n++;
+      tab->prefill.x[at] = prof_probe_tokens[k];
+      tab->prefill.y[at] = med < -HW_STEP_OVERHEAD_MAX_S  ? -HW_STEP_OVERHEAD_MAX_S
+                           : med > HW_STEP_OVERHEAD_MAX_S ? HW_STEP_OVERHEAD_MAX_S
+                                                          : med;
+      p->probe_steps[ti][at] = np;
+      p->probe_wall_s[ti][at] = w_sum / np;
+      p->probe_price_s[ti][at] = p_sum / np;
+      p->n_probe[ti] = at + 1;
+    }
     if (s == SC_OK) {
       p->n_batches = nb;
       p->hw.sim.n_overhead = ti + 1;
@@ -1598,6 +1694,10 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
       for (int i = 0; i < nb && len > 0 && (size_t)len < sizeof line; i++)
         len += snprintf(line + len, sizeof line - (size_t)len, "%s%d", i ? ", " : " ",
                         p->batch[i]);
+      for (int k = 0; k < tab->prefill.n && len > 0 && (size_t)len < sizeof line; k++)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%s%.0f: %.3f ms",
+                        k ? ", " : "; prefill residual at ", tab->prefill.x[k],
+                        tab->prefill.y[k] * 1e3);
       progress(o, "%s; median residual %.3f ms [%.1f s]", line, ov * 1e3, sc_monotonic_s() - t0);
     }
     free(pool);
@@ -1609,6 +1709,7 @@ static sc_status overhead_at(profile *p, int tp, int replicas, sc_error *err) {
   for (int q = 0; q < made; q++) {
     engine_free(rep[q].e);
     free(rep[q].fig);
+    free(rep[q].pfig);
   }
   return s;
 }
@@ -1904,7 +2005,17 @@ static void write_overhead(const profile *p, FILE *f) {
       fprintf(f, "#       %s batch %3d: %.3f / %.3f / %.3f, residual %.3f\n", who, p->batch[i],
               p->wall_s[t][i] * 1e3, p->exec_s[t][i] * 1e3, p->price_s[t][i] * 1e3,
               p->res_s[t][i] * 1e3);
+    for (int k = 0; k < p->n_probe[t]; k++)
+      fprintf(f, "#       %s prompt of %3.0f beside decodes (%d steps, means): %.3f / - / %.3f, "
+              "prefill residual %.3f (median, beyond the decode residual)\n", who,
+              ot->prefill.x[k], p->probe_steps[t][k], p->probe_wall_s[t][k] * 1e3,
+              p->probe_price_s[t][k] * 1e3, ot->prefill.y[k] * 1e3);
   }
+  fprintf(f, "#     prefill: a table's residual of a step that also computes a prompt, beyond its\n"
+             "#     decode residual: a prompt of 16, 64 and 256 tokens submitted while the batch\n"
+             "#     decodes (each size once per round and batch size; the first round's only\n"
+             "#     warm up when there are two or more), its step's wall time minus its price\n"
+             "#     minus the table's s at the batch size.\n");
 }
 
 static void write_tables_cpu(FILE *f) {
@@ -2004,6 +2115,10 @@ sc_status profile_write(const profile *p, FILE *f, sc_error *err) {
     if (s->overhead[i].replicas > 1) fprintf(f, "    replicas: %d\n", s->overhead[i].replicas);
     fprintf(f, "    s: ");
     write_pairs(f, &s->overhead[i].s, 7, "");
+    if (s->overhead[i].prefill.n > 0) {
+      fprintf(f, "    prefill: ");
+      write_pairs(f, &s->overhead[i].prefill, 13, "");
+    }
   }
   if (fflush(f) != 0 || ferror(f))
     return sc_fail(err, SC_IO, "profile: writing the profile failed: %s", strerror(errno));

@@ -159,6 +159,14 @@ Test(profile, written_file_loads_back_with_gemm_and_attention_tables_for_every_t
       cr_expect(t->s.y[j] >= -10 && t->s.y[j] <= 10, "table %d: residual %g s", i, t->s.y[j]);
       cr_expect(close_rel(t->s.y[j], mine->sim.overhead[i].s.y[j]));
     }
+    // the prefill residual at the probes' prompt sizes the model holds, loaded back as written
+    cr_expect_geq(t->prefill.n, 1, "table %d: no prefill residual", i);
+    cr_expect_eq(t->prefill.n, mine->sim.overhead[i].prefill.n, "table %d", i);
+    for (int j = 0; j < t->prefill.n; j++) {
+      cr_expect(t->prefill.x[j] == 16 || t->prefill.x[j] == 64 || t->prefill.x[j] == 256,
+                "table %d: prompt size %g", i, t->prefill.x[j]);
+      cr_expect(close_rel(t->prefill.y[j], mine->sim.overhead[i].prefill.y[j]));
+    }
   }
   cr_expect_eq(h.sim.n_gemm, mine->sim.n_gemm);
   for (int i = 0; i < h.sim.n_gemm; i++)

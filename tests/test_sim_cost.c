@@ -531,6 +531,37 @@ Test(sim_cost, step_overhead_table_prices_its_layout_by_rows) {
   assert_near(price(&hw, &m, &alone, s, 1).total_s, 0.5 * ops, 1e-9, "floor");
 }
 
+// A table with a prefill curve prices a step's decodes at its decode rows and adds the prefill
+// residual at the step's prompt tokens; a step of decodes alone is priced as without it.
+Test(sim_cost, step_overhead_prefill_curve_adds_the_prompt_residual) {
+  sim_hw hw = load_hw("cpu");
+  hw.host_cores = 2;
+  hw.step_overhead_s = 7e-3;
+  hw.overhead[0] = (sim_overhead_table){
+      .tp = 1, .s = {.n = 3, .x = {1, 4, 16}, .y = {1e-3, -5e-4, 2e-3}},
+      .prefill = {.n = 2, .x = {16, 256}, .y = {4e-4, 2e-3}}};
+  hw.n_overhead = 1;
+  sim_hw bare = hw;
+  bare.n_overhead = 0;
+  bare.step_overhead_s = 0;
+  sim_model m = load_model("llama-small", SC_F32);
+  sim_layout alone = {.tp = 1, .pp = 1, .threads = 2, .cluster_ranks = 1};
+  sim_seq s[8];
+  decode_batch(s, 4, 20);
+  assert_near(price(&hw, &m, &alone, s, 4).total_s, price(&bare, &m, &alone, s, 4).total_s - 5e-4,
+              1e-9, "decodes alone: s at 4 rows");
+  s[4] = (sim_seq){.start = 0, .n = 64, .logits = true}; // 4 decodes and a 64-token prompt
+  // s(4) + prefill(64): a fifth of the way from 16 to 256
+  assert_near(price(&hw, &m, &alone, s, 5).total_s,
+              price(&bare, &m, &alone, s, 5).total_s - 5e-4 + 7.2e-4, 1e-9, "4 decodes + 64");
+  sim_seq chunk = {.start = 0, .n = 256, .logits = true}; // a prompt alone: s at 1 row
+  assert_near(price(&hw, &m, &alone, &chunk, 1).total_s,
+              price(&bare, &m, &alone, &chunk, 1).total_s + 1e-3 + 2e-3, 1e-9, "prompt alone");
+  sim_hw scaled = hw; // a price change scales the prefill curve with the rest
+  sim_hw_scale(&scaled, 2);
+  cr_expect_float_eq(scaled.overhead[0].prefill.y[1], 4e-3, 1e-12);
+}
+
 // --- 8. invalid arguments
 
 Test(sim_cost, invalid_arguments_return_minus_one) {

@@ -420,12 +420,15 @@ typedef struct cell {
   double end, busy, launch, comm;
 } cell;
 
-// The per-step overhead of layout l for a step of `rows` rows whose ops take `ops_s`: the measured
-// residual of its layout (TP degree, replicas on the host and, on a CPU profile, the threads
-// the profile ran them at: max(1, host_cores / (tp x replicas))) when the profile has one (a
-// negative residual, where the op tables price such steps high, takes at most half of ops_s),
-// else step_overhead_s.
-static double step_overhead(const sim_hw *hw, const sim_layout *l, int rows, double ops_s) {
+// The per-step overhead of layout l for a step of `decodes` sequences computing one token and
+// `prompt` tokens of prompts (chunks) whose ops take `ops_s`: the measured residual of its layout
+// (TP degree, replicas on the host and, on a CPU profile, the threads the profile ran them at:
+// max(1, host_cores / (tp x replicas))) when the profile has one (a negative residual, where the
+// op tables price such steps high, takes at most half of ops_s), else step_overhead_s. A table
+// with a prefill curve reads s at the decode rows (at least 1) and adds the prefill residual at
+// the prompt tokens; without one, s is read at all the step's rows.
+static double step_overhead(const sim_hw *hw, const sim_layout *l, int decodes, int prompt,
+                            double ops_s) {
   int ranks = l->cluster_ranks > 0 ? l->cluster_ranks : l->tp * l->pp;
   int n_ov = hw->n_overhead < SIM_OVERHEAD_TABLES ? hw->n_overhead : SIM_OVERHEAD_TABLES;
   if (l->pp == 1 && ranks % l->tp == 0)
@@ -434,7 +437,12 @@ static double step_overhead(const sim_hw *hw, const sim_layout *l, int rows, dou
       int reps = t->replicas > 1 ? t->replicas : 1, th = hw->host_cores / (t->tp * reps);
       if (t->tp != l->tp || reps != ranks / l->tp || !threads_match(hw, l, th > 1 ? th : 1))
         continue;
-      double r = sim_curve_lin(&t->s, rows, 0);
+      double r;
+      if (t->prefill.n > 0)
+        r = sim_curve_lin(&t->s, decodes > 1 ? decodes : 1, 0) +
+            (prompt > 0 ? sim_curve_lin(&t->prefill, prompt, 0) : 0);
+      else
+        r = sim_curve_lin(&t->s, decodes + prompt, 0);
       return r < -0.5 * ops_s ? -0.5 * ops_s : r;
     }
   return hw->step_overhead_s;
@@ -486,7 +494,10 @@ void sim_hw_scale(sim_hw *hw, double f) {
     scale_curve(&hw->attn[i].prefill, f);
   }
   for (int i = 0; i < hw->n_coll; i++) scale_curve(&hw->coll[i].allreduce, f);
-  for (int i = 0; i < hw->n_overhead; i++) scale_curve(&hw->overhead[i].s, f);
+  for (int i = 0; i < hw->n_overhead; i++) {
+    scale_curve(&hw->overhead[i].s, f);
+    scale_curve(&hw->overhead[i].prefill, f);
+  }
 }
 
 int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, const sim_seq *seqs,
@@ -535,10 +546,14 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
     for (int j = 0; j < n_mb; j++) prev[j] = cur[j];
   }
   cell last = prev[n_mb - 1];
-  int rows = 0;
-  for (int i = 0; i < n; i++) rows += seqs[i].n;
+  int decodes = 0, prompt = 0;
+  for (int i = 0; i < n; i++) {
+    if (seqs[i].n == 1) decodes++;
+    else prompt += seqs[i].n;
+  }
   double ef = engine_factor(&hw->engine, seqs, n);
-  double ov = step_overhead(hw, l, rows, last.end) + hw->engine.step_s + hw->engine.seq_s * n;
+  double ov = step_overhead(hw, l, decodes, prompt, last.end) + hw->engine.step_s +
+              hw->engine.seq_s * n;
   // The factor is the engine's use of the GPU (its kernels, their launches); a collective's
   // price is the link's, which a profile sets or measures on its own.
   *out = (sim_step_cost){

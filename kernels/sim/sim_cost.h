@@ -70,10 +70,14 @@ typedef struct sim_attn_table {
 
 // A measured per-step residual of one replica of `tp` ranks while `replicas` such replicas
 // (itself included) run on the host: a whole engine decode step minus the cost model's price
-// of it from the same profile, vs the step's rows.
+// of it from the same profile, vs the step's rows; and, where measured, what a step that also
+// computes a prompt (or a chunk of one) costs beyond that, vs the prompt tokens (the host work
+// of a prefill: its sampling, its other kernels, its block table).
 typedef struct sim_overhead_table {
   int tp, replicas;
-  sim_curve s; // x: rows in the step (sequences of a decode step), y: seconds (may be < 0)
+  sim_curve s;       // x: rows in the step (sequences of a decode step), y: seconds (may be < 0)
+  sim_curve prefill; // x: prompt tokens in the step, y: seconds beyond s at the step's decode
+                     // rows (may be < 0); n 0: not measured, s is read at all the step's rows
 } sim_overhead_table;
 
 // A measured all-reduce over `ranks` ranks.
