@@ -9,7 +9,10 @@
 // for NaN/inf; a request whose row has one ends with ENGINE_EV_FAILED (SC_NUMERICAL). A step
 // whose sampled rows are all greedy (temperature 0) and whose logits nobody watches (no
 // on_logits) has the devices pick the tokens (exec_batch.tokens), with the same NaN/inf check
-// and the same first-largest rule as the host's sampler, so only token ids cross. Any other
+// and the same first-largest rule as the host's sampler, so only token ids cross; where the
+// executor can also draw sampled rows (executor_picks_sampled: one TP rank on a backend with
+// dev_sample), a step with temperature rows does too, each with its request's draw
+// (sampler_uniform(seed, index)), as the host's sampler would. Any other
 // failure of a step (a lost device, a collective deadline, a hung rank) is the replica's: the
 // step returns it and the engine is unusable. The fault hooks (engine_set_rank_fault,
 // engine_set_link_fault) only forward to the executor; deciding when to inject is faults/'s.
@@ -75,9 +78,12 @@ struct engine {
   int *ntok;             // sim: (max_running) tokens per item, for the micro-batch split
   int *mb_first;         // sim: (pp + 1)
   float *logits;         // (max_running, vocab); NULL for sim, which has none
-  int32_t *picks;        // (max_running) greedy tokens picked on the devices
+  int32_t *picks;        // (max_running) tokens picked on the devices
+  dev_sample_row *draws; // (max_running) this step's sampled rows' draws, for the devices
   bool can_pick;         // the executor picks greedy tokens on the devices
+  bool can_draw;         // ... and draws sampled ones
   bool picked;           // this step's sampled rows are in picks, not logits
+  bool drawn;            // ... drawn with draws (some row has a temperature)
   void *sample_scratch;  // sampler_scratch_bytes(vocab)
   engine_event *events;  // growable
   int n_events, cap_events;
@@ -133,9 +139,9 @@ static sc_status check_config(engine_config *c, sc_error *err) {
     return sc_fail(err, SC_INVALID, "engine: prefill_chunk must be at least 1");
   SC_TRY(shard_layout_check(&c->model, c->tp, c->pp, err));
   if (strcmp(c->backend, "sim") != 0 && c->weight_dtype != SC_F32 && c->weight_dtype != SC_I8 &&
-      c->weight_dtype != SC_BF16) // bf16: the executor checks that the backend multiplies it
+      c->weight_dtype != SC_BF16 && c->weight_dtype != SC_F16) // 16-bit: the executor checks
     return sc_fail(err, SC_INVALID, "engine: weight_dtype %s is not supported by the %s backend; "
-                   "use f32 or int8 (or bf16 on cuda)",
+                   "use f32 or int8 (or bf16, f16 on cuda)",
                    sc_dtype_name(c->weight_dtype), c->backend);
   int per_seq = (c->model.max_seq_len + c->block_size - 1) / c->block_size;
   if (c->kv_blocks == 0 && strcmp(c->backend, "sim") != 0) { // sim: the planner's, required
@@ -183,9 +189,11 @@ static sc_status real_init(engine *e, sc_error *err) {
   size_t R = (size_t)c->max_running, V = (size_t)c->model.vocab_size;
   e->logits = malloc(R * V * sizeof(float));
   e->picks = malloc(R * sizeof(int32_t));
+  e->draws = malloc(R * sizeof(dev_sample_row));
   e->can_pick = executor_picks_greedy(e->ex);
+  e->can_draw = e->can_pick && executor_picks_sampled(e->ex);
   e->sample_scratch = malloc(sampler_scratch_bytes(c->model.vocab_size));
-  if (!e->logits || !e->picks || !e->sample_scratch)
+  if (!e->logits || !e->picks || !e->draws || !e->sample_scratch)
     return sc_fail(err, SC_OOM, "engine: out of host memory for step buffers");
   return SC_OK;
 }
@@ -277,6 +285,7 @@ void engine_free(engine *e) {
   free(e->mb_first);
   free(e->logits);
   free(e->picks);
+  free(e->draws);
   free(e->sample_scratch);
   free(e->events);
   free(e);
@@ -453,7 +462,7 @@ static int admit(engine *e, int n, sc_status *fatal, sc_error *err) {
 // Runs the planned items[0..n) on the executor; the duration is the clock's.
 static sc_status real_run(engine *e, int n, engine_step_info *info, sc_error *err) {
   exec_batch b = {.n_seqs = n, .seqs = e->eseqs, .logits = e->logits,
-                  .tokens = e->picked ? e->picks : NULL};
+                  .tokens = e->picked ? e->picks : NULL, .draws = e->drawn ? e->draws : NULL};
   sc_status s = executor_run(e->ex, &b, err);
   info->duration_ns = sc_clock_now(&e->cfg.clock) - info->t_start_ns;
   return s;
@@ -519,8 +528,16 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
     // Every row greedy and nobody watching the logits: the devices pick the tokens, and only
     // the tokens cross to the host (no logits copy; under TP no logits all-gather either).
     e->picked = e->can_pick && !e->cfg.on_logits; // can_pick: never on sim
-    for (int i = 0; e->picked && i < n; i++)
-      if (e->items[i].sample && e->items[i].s->sampling.temperature > 0.0f) e->picked = false;
+    e->drawn = false;
+    for (int i = 0, row = 0; e->picked && i < n; i++) {
+      if (!e->items[i].sample) continue;
+      const seq *q = e->items[i].s;
+      e->draws[row++] = (dev_sample_row){
+          .temperature = q->sampling.temperature, .top_p = q->sampling.top_p,
+          .u = sampler_uniform(q->sampling.seed, (uint64_t)q->n_generated)};
+      if (q->sampling.temperature > 0.0f) e->drawn = true;
+    }
+    if (e->drawn && !e->can_draw) e->picked = e->drawn = false;
     sc_status s = e->be->run(e, n, info, err);
     if (s != SC_OK) {
       e->broken = s;

@@ -33,13 +33,15 @@
 // --- per-rank state
 
 // A linear layer's weight slice on the device: f32, int8 weight-only with one f32 scale per
-// output row of the slice (exec_config.weight_dtype SC_I8; dev_q8_quantize at load), or bf16
-// (SC_BF16; dev_bf16_from_f32 at load). Exactly one of f, q, h is set.
+// output row of the slice (exec_config.weight_dtype SC_I8; dev_q8_quantize at load), bf16
+// (SC_BF16; dev_bf16_from_f32 at load) or fp16 (SC_F16; dev_f16_from_f32 at load). Exactly one
+// of f, q, h, e is set.
 typedef struct wmat {
   float *f;    // (rows, cols) f32
   int8_t *q;   // (rows, cols) int8
   float *s;    // (rows) scales of q
   uint16_t *h; // (rows, cols) bf16
+  uint16_t *e; // (rows, cols) fp16
 } wmat;
 
 typedef struct layer_w {
@@ -177,6 +179,8 @@ static void carve_mat(const rank *r, carver *cv, wmat *w, size_t rows, size_t co
     w->s = carve(cv, rows * sizeof(float));
   } else if (r->ex->cfg.weight_dtype == SC_BF16) {
     w->h = carve(cv, rows * cols * sizeof(uint16_t));
+  } else if (r->ex->cfg.weight_dtype == SC_F16) {
+    w->e = carve(cv, rows * cols * sizeof(uint16_t));
   } else {
     w->f = carve(cv, rows * cols * sizeof(float));
   }
@@ -255,20 +259,23 @@ static sc_status load_slice(rank *r, float *staging, const char *name, int64_t r
   return SC_OK;
 }
 
-// load_slice for a linear layer's weight: quantized (int8) or rounded (bf16) on the host first.
+// load_slice for a linear layer's weight: quantized (int8) or rounded (bf16, fp16) on the host
+// first.
 static sc_status load_mat(rank *r, float *staging, const char *name, int64_t r0, int64_t nr,
                           int64_t c0, int64_t nc, wmat *dst, sc_error *err) {
   if (dst->f) return load_slice(r, staging, name, r0, nr, c0, nc, dst->f, err);
   SC_TRY(weight_source_read(r->ex->cfg.weights, name, r0, nr, c0, nc, staging, err));
   size_t n = (size_t)(nr * nc);
-  if (dst->h) {
+  if (dst->h || dst->e) {
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);
     sc_status s = h ? SC_OK : SC_OOM;
-    if (h) dev_bf16_from_f32(staging, n, h);
-    if (s == SC_OK) s = dev_copy(r->dev, dst->h, h, n * sizeof *h, DEV_H2D);
+    if (h && dst->h) dev_bf16_from_f32(staging, n, h);
+    else if (h) dev_f16_from_f32(staging, n, h);
+    if (s == SC_OK) s = dev_copy(r->dev, dst->h ? dst->h : dst->e, h, n * sizeof *h, DEV_H2D);
     free(h);
     if (s != SC_OK)
-      return sc_fail(err, s, "copying '%s' as bf16 to rank %d's device", name, r->index);
+      return sc_fail(err, s, "copying '%s' as %s to rank %d's device", name,
+                     dst->h ? "bf16" : "fp16", r->index);
     return SC_OK;
   }
   int8_t *q = malloc(n ? n : 1);
@@ -382,6 +389,7 @@ static sc_status rank_fail(rank *r, const char *what, sc_status s) {
 static sc_status mm(device *d, int m, int n, int k, const float *x, const wmat *w, float *y) {
   if (w->q) return dev_matmul_q8(d, m, n, k, x, w->q, w->s, 0.0f, y);
   if (w->h) return dev_matmul_bf16(d, m, n, k, x, w->h, 0.0f, y);
+  if (w->e) return dev_matmul_f16(d, m, n, k, x, w->e, 0.0f, y);
   return dev_matmul(d, m, n, k, x, w->f, 0.0f, y);
 }
 
@@ -448,7 +456,7 @@ static sc_status forward_layer(rank *r, int l, const dev_kv_batch *kb) {
 
 // The rows of a decode micro-batch whose layers a rank records once and replays as a graph
 // (dev_graph_begin): a batch of this many decode tokens or fewer, on a rank with no
-// communicator (tp 1, pp 1: a collective waits on the host), with bf16 or int8 weights (their
+// communicator (tp 1, pp 1: a collective waits on the host), with 16-bit or int8 weights (their
 // products are the backend's own kernels, which keep no scratch that a larger batch regrows).
 #define GRAPH_MAX_ROWS 8
 
@@ -463,7 +471,8 @@ static sc_status forward_layers(rank *r, const mb_meta *mb, const dev_kv_batch *
   device *d = r->dev;
   int T = mb->n_tok, D = ex->cfg.model.dim, mode = DEV_GRAPH_OFF;
   if (!r->no_graphs && !r->tp_comm && !r->pp_comm && mb->max_run <= 1 && T <= GRAPH_MAX_ROWS &&
-      (ex->cfg.weight_dtype == SC_BF16 || ex->cfg.weight_dtype == SC_I8) &&
+      (ex->cfg.weight_dtype == SC_BF16 || ex->cfg.weight_dtype == SC_F16 ||
+       ex->cfg.weight_dtype == SC_I8) &&
       dev_graph_begin(d, (uint64_t)T, T, &mode) != SC_OK)
     mode = DEV_GRAPH_OFF;
   if (mode == DEV_GRAPH_REPLAYED) return SC_OK;
@@ -507,6 +516,15 @@ static sc_status forward_head(rank *r, const mb_meta *mb) {
                                  (size_t)D * sizeof(float), DEV_D2D));
   RTRY("final rmsnorm", dev_rmsnorm(d, ns, D, r->xs, r->final_norm, m->norm_eps, r->xs));
   RTRY("lm_head", mm(d, ns, V, D, r->xs, &r->lm_head, r->logits_l));
+  if (ex->batch->tokens && ex->batch->draws) { // one TP rank: the whole vocabulary is here
+    size_t at = (size_t)mb->sample0;
+    RTRY("sampled picks", dev_sample(d, ns, V, r->logits_l, ex->batch->draws + mb->sample0,
+                                     r->d_amax_i));
+    RTRY("picks to host", dev_copy(d, ex->h_amax_i + at, r->d_amax_i, (size_t)ns * sizeof(int32_t),
+                                   DEV_D2H));
+    for (int j = 0; j < ns; j++) ex->h_amax_v[at + j] = 0;
+    return SC_OK;
+  }
   if (ex->batch->tokens) {
     size_t at = (size_t)s->tp_rank * (size_t)ex->cfg.max_seqs + (size_t)mb->sample0;
     RTRY("greedy picks", dev_argmax(d, ns, V, r->logits_l, r->d_amax_i, r->d_amax_v));
@@ -571,7 +589,8 @@ static sc_status forward_microbatch(rank *r, const mb_meta *mb) {
   dev_kv_batch kb = {.n_tok = T, .pos = r->d_pos, .seq = r->d_seq, .block_tables = r->d_bt,
                      .max_blocks = ex->max_blocks, .block_size = ex->cfg.block_size,
                      .max_run = mb->max_run,
-                     .reduced_precision = ex->cfg.weight_dtype == SC_BF16};
+                     .reduced_precision = ex->cfg.weight_dtype == SC_BF16 ||
+                                          ex->cfg.weight_dtype == SC_F16};
   if (s->first_stage)
     RTRY("upload ids", dev_copy(d, r->d_ids, ex->h_ids + mb->tok0, (size_t)T * il, DEV_H2D));
   SC_TRY(forward_layers(r, mb, &kb));
@@ -670,6 +689,9 @@ static sc_status rank_init(executor *ex, rank *r, float **staging, size_t *stagi
   SC_TRY(device_open(c->backend, rank_gpu(ex, r->index), &r->dev, err));
   if (c->weight_dtype == SC_BF16 && !dev_has_matmul_bf16(r->dev))
     return sc_fail(err, SC_INVALID, "weight_dtype bf16 is not supported by the %s backend; use "
+                   "f32 or int8", c->backend);
+  if (c->weight_dtype == SC_F16 && !dev_has_matmul_f16(r->dev))
+    return sc_fail(err, SC_INVALID, "weight_dtype f16 is not supported by the %s backend; use "
                    "f32 or int8", c->backend);
   if (c->weight_dtype == SC_I8 && !dev_has_matmul_q8(r->dev))
     return sc_fail(err, SC_INVALID, "weight_dtype int8 is not supported by the %s backend; use "
@@ -1014,6 +1036,13 @@ bool executor_picks_greedy(const executor *ex) {
   return true;
 }
 
+bool executor_picks_sampled(const executor *ex) {
+  if (ex->cfg.tp != 1) return false;
+  for (int i = 0; i < ex->n_ranks; i++)
+    if (ex->ranks[i].sh.last_stage && !dev_has_sample(ex->ranks[i].dev)) return false;
+  return true;
+}
+
 sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
   if (ex->broken != SC_OK) {
     if (err) *err = ex->broken_err;
@@ -1022,6 +1051,9 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
   if (b->tokens && !executor_picks_greedy(ex))
     return sc_fail(err, SC_INVALID, "executor: this backend cannot pick greedy tokens; ask for "
                    "logits");
+  if (b->draws && (!b->tokens || !executor_picks_sampled(ex)))
+    return sc_fail(err, SC_INVALID, "executor: sampled tokens are drawn on the devices of one TP "
+                   "rank with dev_sample only; ask for logits");
   SC_TRY(flatten(ex, b, err));
   ex->batch = b;
   int gave_up = run_ranks(ex);

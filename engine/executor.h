@@ -72,6 +72,9 @@ typedef struct exec_batch {
                    // (its largest logit, the first on ties), picked on the devices; -1 for a
                    // row that held a NaN or an infinity (executor_picks_greedy says whether
                    // the backend can)
+  const dev_sample_row *draws; // NULL, or host (n_want) with tokens: each row's token drawn
+                               // on the devices as sampler_pick would (dev_sample; greedy for a
+                               // row of temperature 0); executor_picks_sampled says whether
 } exec_batch;
 
 typedef struct executor executor;
@@ -99,6 +102,9 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err);
 // Whether executor_run can return greedy tokens (exec_batch.tokens): the last stage's devices
 // have dev_argmax.
 bool executor_picks_greedy(const executor *ex);
+// Whether executor_run can draw sampled tokens (exec_batch.draws): one TP rank (the draw needs
+// the whole vocabulary) whose last stage has dev_sample.
+bool executor_picks_sampled(const executor *ex);
 
 // Allocates a sequence's device memory: one small buffer on every rank (on a failure the
 // others are freed). SC_OOM when a device is out of memory (the executor stays usable);

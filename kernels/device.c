@@ -388,6 +388,52 @@ sc_status dev_matmul_bf16_group(device *d, int m, int k, const float *x, int cou
   return SC_OK;
 }
 
+static sc_status matmul_f16_then_corrupt(device *d, int m, int n, int k, const float *x,
+                                         const uint16_t *w, float beta, float *y) {
+  sc_status s = d->iface->matmul_f16(d->ctx, m, n, k, x, w, beta, y);
+  if (s == SC_OK) fault_corrupt(d, m, n, y);
+  return s;
+}
+
+bool dev_has_matmul_f16(const device *d) { return d && d->iface->matmul_f16; }
+
+sc_status dev_matmul_f16(device *d, int m, int n, int k, const float *x, const uint16_t *w,
+                         float beta, float *y) {
+  DEV_SLOT(d, matmul_f16);
+  if (!faulty(d)) return d->iface->matmul_f16(d->ctx, m, n, k, x, w, beta, y);
+  DEV_CALL(d, matmul_f16_then_corrupt(d, m, n, k, x, w, beta, y));
+}
+
+void dev_f16_from_f32(const float *w, size_t n, uint16_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t b;
+    memcpy(&b, &w[i], sizeof b);
+    uint32_t sign = (b >> 16) & 0x8000u, e = (b >> 23) & 0xffu, mant = b & 0x7fffffu;
+    if (e == 0xffu) { // inf, or NaN kept quiet
+      out[i] = (uint16_t)(sign | 0x7c00u | (mant ? 0x0200u | (mant >> 13) : 0));
+      continue;
+    }
+    int ex = (int)e - 127 + 15; // the half's biased exponent
+    uint32_t h;
+    if (ex >= 31) {
+      h = 0x7c00u; // too large: inf
+    } else if (ex <= 0) { // a subnormal half, or zero: shift the significand with its lead bit
+      if (ex < -10) {
+        h = 0;
+      } else {
+        uint32_t sig = mant | 0x800000u;
+        int shift = 14 - ex; // 24-bit significand down to the half's 10 bits at exponent -14
+        uint32_t q = sig >> shift, rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+        h = q + (rem > half || (rem == half && (q & 1u))); // may carry into the first normal
+      }
+    } else {
+      uint32_t q = ((uint32_t)ex << 10) | (mant >> 13), rem = mant & 0x1fffu;
+      h = q + (rem > 0x1000u || (rem == 0x1000u && (q & 1u))); // a carry may reach inf: right
+    }
+    out[i] = (uint16_t)(sign | h);
+  }
+}
+
 void dev_bf16_from_f32(const float *w, size_t n, uint16_t *out) {
   for (size_t i = 0; i < n; i++) {
     uint32_t b;
@@ -497,6 +543,13 @@ sc_status dev_graph_end(device *d, bool keep) {
 }
 
 bool dev_has_argmax(const device *d) { return d && d->iface->argmax; }
+
+bool dev_has_sample(const device *d) { return d && d->iface->sample; }
+
+sc_status dev_sample(device *d, int m, int n, float *x, const dev_sample_row *rows, int32_t *idx) {
+  DEV_SLOT(d, sample);
+  DEV_CALL(d, d->iface->sample(d->ctx, m, n, x, rows, idx));
+}
 
 sc_status dev_argmax(device *d, int m, int n, const float *x, int32_t *idx, float *val) {
   DEV_SLOT(d, argmax);

@@ -32,6 +32,14 @@ typedef struct dev_kv_batch {
                          // attention may too (the CUDA backend's prefill then runs in TF32)
 } dev_kv_batch;
 
+// One row's draw for device_i.sample: engine/sampler.c's sampler_pick for temperature > 0, with u
+// its uniform draw in [0, 1) (sampler_uniform(seed, index)); temperature <= 0 picks greedily.
+typedef struct dev_sample_row {
+  float temperature;
+  float top_p; // (0, 1); anything else keeps every token
+  double u;
+} dev_sample_row;
+
 // KV storage of one layer on one device: (n_blocks, block_size, n_kv_heads, head_dim) each.
 typedef struct dev_kv_layer {
   float *k;
@@ -62,6 +70,10 @@ typedef struct device_i {
   // products are summed in fp32, as bf16 inference does; y stays f32.
   sc_status (*matmul_bf16)(void *ctx, int m, int n, int k, const float *x, const uint16_t *w,
                            float beta, float *y);
+  // Optional (NULL: no fp16 weights). The same product with w held as IEEE half bits
+  // (dev_f16_from_f32 rounds them): x is rounded to fp16 as well, fp32 sums, f32 y.
+  sc_status (*matmul_f16)(void *ctx, int m, int n, int k, const float *x, const uint16_t *w,
+                          float beta, float *y);
   // Optional (NULL: one matmul_bf16 per weight). count (1..DEV_GROUP_MAX) bf16 products of the
   // same x: y[i](m, n[i]) = bf16(x)(m,k) * w[i](n[i],k)^T, beta 0 (q, k and v of a layer; gate
   // and up), so that a backend can run them as one launch.
@@ -113,6 +125,16 @@ typedef struct device_i {
   // whenever it asks for the key again, and whose device-side inputs it updates before.
   sc_status (*graph_begin)(void *ctx, uint64_t key, int rows, int *mode);
   sc_status (*graph_end)(void *ctx, bool keep);
+  // Optional (NULL: sampled tokens are picked on the host). For each row i of x(m,n), idx(i) =
+  // what sampler_pick draws from it with rows[i]: the probabilities exp((x - max) / T) as
+  // floats, sorted by probability (the lower id first on ties), the smallest prefix whose mass
+  // reaches top_p of the total, and the first token of it whose running mass passes u x that
+  // prefix's; the first largest when T <= 0; -1 when the row holds a NaN or an infinity. The
+  // masses are summed in double in another order than the host's, so a draw within about 1e-15
+  // of a boundary may land on its neighbour. x is overwritten (with the probabilities); rows is a
+  // HOST array of m, idx device memory.
+  sc_status (*sample)(void *ctx, int m, int n, float *x, const dev_sample_row *rows,
+                      int32_t *idx);
   // Optional (NULL: nothing to add): the text of the backend's last failure, e.g. the CUDA call,
   // file, line and message behind an SC_DEVICE; "" when there is none.
   const char *(*last_error)(void *ctx);
@@ -171,6 +193,15 @@ sc_status dev_matmul_bf16_group(device *d, int m, int k, const float *x, int cou
                                 const uint16_t *const *w, const int *n, float *const *y);
 // Host side: w(n) as bfloat16 bits, rounded to nearest even (NaN stays NaN, inf stays inf).
 void dev_bf16_from_f32(const float *w, size_t n, uint16_t *out);
+// Whether the backend multiplies fp16 weights (device_i.matmul_f16; cuda does, cpu does not).
+bool dev_has_matmul_f16(const device *d);
+// y(m,n) = f16(x)(m,k) * w(n,k)^T + beta * y(m,n), fp32 sums (device_i.matmul_f16); every fault
+// hook applies as to dev_matmul.
+sc_status dev_matmul_f16(device *d, int m, int n, int k, const float *x, const uint16_t *w,
+                         float beta, float *y);
+// Host side: w(n) as IEEE binary16 bits, rounded to nearest even; past 65504 (after rounding)
+// inf, below 2^-24 subnormals and zero as IEEE says, NaN a quiet NaN.
+void dev_f16_from_f32(const float *w, size_t n, uint16_t *out);
 // Host side: symmetric per-row int8 of w(n,k): scale(j) = max_i |w(j,i)| / 127 (0 for a row of
 // zeros), q(j,i) = round(w(j,i) / scale(j)), so |w - scale . q| <= scale / 2 element-wise.
 void dev_q8_quantize(const float *w, int n, int k, int8_t *q, float *scale);
@@ -188,6 +219,9 @@ sc_status dev_embedding(device *d, int m, int dim, const int32_t *ids, const flo
                         int row0, int rows, float *out);
 bool dev_has_argmax(const device *d);
 sc_status dev_argmax(device *d, int m, int n, const float *x, int32_t *idx, float *val);
+// Sampled picks on the device (device_i.sample); SC_INVALID where the backend has none.
+bool dev_has_sample(const device *d);
+sc_status dev_sample(device *d, int m, int n, float *x, const dev_sample_row *rows, int32_t *idx);
 // x(m,dim) += a(m,dim), then y = rmsnorm(x) . w: one call where the backend has
 // device_i.add_rmsnorm and no fault is set, else dev_add then dev_rmsnorm (each with its
 // fault hooks). The same bits either way.

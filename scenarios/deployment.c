@@ -13,11 +13,11 @@ static int threads_per_rank(const scenario *s, const scn_deployment *d) {
 }
 
 // How a real backend holds the linear layers' weights for a model of dtype wdt: int8 when asked
-// for; bf16 on cuda for a bf16 model (its GEMMs then run on the tensor cores); else f32 (the CPU
-// backend multiplies f32 whatever the file says).
+// for; bf16 or fp16 on cuda for a bf16 or fp16 model (its GEMMs then run on the tensor cores);
+// else f32 (the CPU backend multiplies f32 whatever the file says).
 static sc_dtype held_dtype(const scenario *s, sc_dtype wdt) {
   if (wdt == SC_I8) return SC_I8;
-  if (wdt == SC_BF16 && !strcmp(s->hardware.backend, "cuda")) return SC_BF16;
+  if ((wdt == SC_BF16 || wdt == SC_F16) && !strcmp(s->hardware.backend, "cuda")) return wdt;
   return SC_F32;
 }
 

@@ -26,6 +26,7 @@ int main(void) {
 
 #include "config/presets.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "kernels/comm.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -186,6 +187,31 @@ static void matmul_case(pair *p, rng *r, int m, int n, int k, float beta) {
   dev_free(p->gpu, hg);
   dev_free(p->gpu, ygh);
   free(h), free(ah);
+  // fp16 weights (x rounded to fp16), against the CPU's f32 product of the same rounded inputs
+  uint16_t *e16 = malloc((size_t)n * k * sizeof *e16), *ex16 = malloc((size_t)m * k * sizeof *ex16);
+  dev_f16_from_f32(w, (size_t)n * k, e16);
+  dev_f16_from_f32(x, (size_t)m * k, ex16);
+  float *xe = malloc((size_t)m * k * 4), *we = malloc((size_t)n * k * 4);
+  for (size_t i = 0; i < (size_t)m * k + (size_t)n * k; i++) { // the halves back to floats
+    const uint16_t *src = i < (size_t)m * k ? &ex16[i] : &e16[i - (size_t)m * k];
+    _Float16 hv;
+    memcpy(&hv, src, sizeof hv);
+    *(i < (size_t)m * k ? &xe[i] : &we[i - (size_t)m * k]) = (float)hv;
+  }
+  float *xec = up(p->cpu, xe, (size_t)m * k * 4), *wec = up(p->cpu, we, (size_t)n * k * 4);
+  float *yec = beta == 0 ? poisoned(p->cpu, (size_t)m * n) : up(p->cpu, y0, (size_t)m * n * 4);
+  cr_assert_eq(dev_matmul(p->cpu, m, n, k, xec, wec, beta, yec), SC_OK);
+  float *be = down(p->cpu, yec, (size_t)m * n);
+  uint16_t *eg = up(p->gpu, e16, (size_t)n * k * sizeof *e16);
+  float *yge = beta == 0 ? poisoned(p->gpu, (size_t)m * n) : up(p->gpu, y0, (size_t)m * n * 4);
+  cr_assert_eq(dev_matmul_f16(p->gpu, m, n, k, xg, eg, beta, yge), SC_OK, "%s",
+               dev_last_error(p->gpu));
+  float *ae = down(p->gpu, yge, (size_t)m * n);
+  snprintf(what, sizeof what, "matmul_f16 m=%d n=%d k=%d beta=%g", m, n, k, beta);
+  expect_close(what, ae, be, (size_t)m * n, BF16_RND_TOL);
+  dev_free(p->cpu, xec), dev_free(p->cpu, wec), dev_free(p->cpu, yec);
+  dev_free(p->gpu, eg), dev_free(p->gpu, yge);
+  free(e16), free(ex16), free(xe), free(we), free(be), free(ae);
   void *cpu_bufs[] = {xc, wc, yc, qc, sc_c, yc8}, *gpu_bufs[] = {xg, wg, yg, qg, sc_g, yg8};
   for (int i = 0; i < 6; i++) {
     dev_free(p->cpu, cpu_bufs[i]);
@@ -354,6 +380,58 @@ Test(cuda_ops, argmax_picks_what_the_cpu_picks_and_flags_the_same_rows) {
   cr_expect_eq(got[3], -1);
   cr_expect_eq(got[4], 0);
   free(x);
+  close_pair(&p);
+}
+
+// The device's draws against the host's sampler_pick on the same logits and the same uniform
+// draws: greedy rows, temperatures, nucleus sizes from a few tokens to all of them, over a small
+// vocabulary and llama3's. The two sum the masses in double in different orders, so a draw
+// within about 1e-15 of a boundary could land on its neighbour: at most 1 in 100 may differ
+// (each difference is printed), and never a greedy row or a flagged one.
+Test(cuda_ops, sampled_picks_are_the_host_samplers) {
+  pair p = open_pair();
+  rng r = {13};
+  const int vocabs[] = {1000, 128256};
+  const float temps[] = {0.0f, 0.3f, 0.8f, 1.0f, 1.7f};
+  const float tops[] = {1.0f, 0.95f, 0.5f, 0.05f};
+  int draws = 0, differ = 0;
+  for (int vi = 0; vi < 2; vi++) {
+    const int n = vocabs[vi], m = vi ? 40 : 200;
+    float *x = rand_host(&r, (size_t)m * n, 4.0f);
+    for (int i = 0; i < m; i++) // a few clear favourites, and ties among them
+      for (int f = 0; f < 5; f++) x[(size_t)i * n + (size_t)(rng_next(&r) % (uint64_t)n)] = 9.0f;
+    x[(size_t)3 * n + 7] = NAN;
+    dev_sample_row *rows = malloc((size_t)m * sizeof *rows);
+    for (int i = 0; i < m; i++)
+      rows[i] = (dev_sample_row){.temperature = temps[i % 5], .top_p = tops[(i / 5) % 4],
+                                 .u = sampler_uniform(99, (uint64_t)i)};
+    float *xg = up(p.gpu, x, (size_t)m * n * 4);
+    int32_t *ig = NULL;
+    cr_assert_eq(dev_alloc(p.gpu, (size_t)m * 4, (void **)&ig), SC_OK);
+    cr_assert_eq(dev_sample(p.gpu, m, n, xg, rows, ig), SC_OK, "%s", dev_last_error(p.gpu));
+    int32_t *got = malloc((size_t)m * 4);
+    cr_assert_eq(dev_copy(p.gpu, got, ig, (size_t)m * 4, DEV_D2H), SC_OK);
+    void *scratch = malloc(sampler_scratch_bytes(n));
+    for (int i = 0; i < m; i++) {
+      if (i == 3) {
+        cr_expect_eq(got[i], -1, "a row with a NaN is flagged");
+        continue;
+      }
+      sampling_params sp = {.temperature = rows[i].temperature, .top_p = rows[i].top_p,
+                            .seed = 99};
+      int32_t want = sampler_pick(&sp, x + (size_t)i * n, n, i, scratch);
+      draws++;
+      if (got[i] == want) continue;
+      differ++;
+      cr_log_info("vocab %d row %d (t %g, top_p %g, u %.17g): device %d, host %d", n, i,
+                  rows[i].temperature, rows[i].top_p, rows[i].u, got[i], want);
+      cr_expect(rows[i].temperature > 0.0f, "a greedy row differs");
+    }
+    free(scratch), free(got), free(rows), free(x);
+    dev_free(p.gpu, xg), dev_free(p.gpu, ig);
+  }
+  cr_log_info("sampled picks: %d of %d draws differ from the host's", differ, draws);
+  cr_expect_leq(differ * 100, draws, "%d of %d draws differ", differ, draws);
   close_pair(&p);
 }
 
@@ -763,12 +841,19 @@ Test(cuda_comm, a_missing_peer_times_out_and_abort_ends_a_wait, .timeout = 60) {
 
 #define MAX_TOK 32
 
-static void greedy_dtype(const char *preset, const char *backend, int tp, sc_dtype dtype,
-                         int32_t out[MAX_TOK]) {
+static void watch_nothing(void *ud, uint64_t req_id, int index, const float *logits, int vocab) {
+  (void)ud, (void)req_id, (void)index, (void)logits, (void)vocab;
+}
+
+// MAX_TOK tokens of one 12-token prompt: greedy, or drawn with sampling params sp (NULL:
+// greedy); host: a logits watcher, so the host samples every token
+static void generate(const char *preset, const char *backend, int tp, sc_dtype dtype,
+                     const sampling_params *sp, bool host, int32_t out[MAX_TOK]) {
   engine_config c = engine_config_defaults();
   sc_error err = {{0}};
   cr_assert_eq(model_preset_load(preset, &c.model, &err), SC_OK, "%s", err.msg);
   c.weight_dtype = dtype;
+  if (host) c.on_logits = watch_nothing;
   c.backend = backend;
   c.tp = tp;
   c.weights_seed = 1;
@@ -781,6 +866,7 @@ static void greedy_dtype(const char *preset, const char *backend, int tp, sc_dty
   int32_t prompt[12];
   for (int i = 0; i < 12; i++) prompt[i] = 3 + (i * 37) % 500;
   engine_request q = {.prompt = prompt, .n_prompt = 12, .max_tokens = MAX_TOK};
+  if (sp) q.sampling = *sp;
   uint64_t id = 0;
   cr_assert_eq(engine_submit(e, &q, &id, &err), SC_OK, "%s", err.msg);
   int n = 0;
@@ -797,7 +883,7 @@ static void greedy_dtype(const char *preset, const char *backend, int tp, sc_dty
 }
 
 static void greedy(const char *preset, const char *backend, int tp, int32_t out[MAX_TOK]) {
-  greedy_dtype(preset, backend, tp, SC_F32, out);
+  generate(preset, backend, tp, SC_F32, NULL, false, out);
 }
 
 Test(cuda_engine, fp32_greedy_tokens_match_the_cpu_engine_and_tp_on_one_gpu, .timeout = 600) {
@@ -815,25 +901,44 @@ Test(cuda_engine, fp32_greedy_tokens_match_the_cpu_engine_and_tp_on_one_gpu, .ti
     }
   }
 }
-// A bf16 model's decode steps replay graphs (one per batch size) on a rank of its own: the same
-// greedy tokens as with every op enqueued one by one (SHARDCHECK_CUDA_GRAPHS=0), and graphs
+// A 16-bit model's decode steps replay graphs (one per batch size) on a rank of its own: the
+// same greedy tokens as with every op enqueued one by one (SHARDCHECK_CUDA_GRAPHS=0), and graphs
 // were in fact recorded (the backend counts them) in the one run and not in the other.
-Test(cuda_engine, bf16_decode_graphs_give_the_tokens_of_ops_one_by_one, .timeout = 600) {
+Test(cuda_engine, decode_graphs_give_the_tokens_of_ops_one_by_one, .timeout = 600) {
   const char *presets[] = {"llama-tiny", "llama-small"};
-  for (int i = 0; i < 2; i++) {
-    int32_t with[MAX_TOK], without[MAX_TOK];
-    unsetenv("SHARDCHECK_CUDA_GRAPHS");
-    long g0 = cuda_graphs_recorded();
-    greedy_dtype(presets[i], "cuda", 1, SC_BF16, with);
-    long g1 = cuda_graphs_recorded();
-    cr_expect_gt(g1, g0, "%s: no graph was recorded", presets[i]);
-    setenv("SHARDCHECK_CUDA_GRAPHS", "0", 1);
-    greedy_dtype(presets[i], "cuda", 1, SC_BF16, without);
-    cr_expect_eq(cuda_graphs_recorded(), g1, "%s: SHARDCHECK_CUDA_GRAPHS=0 recorded a graph",
-                 presets[i]);
-    unsetenv("SHARDCHECK_CUDA_GRAPHS");
-    cr_expect_arr_eq(with, without, sizeof with, "%s: bf16 tokens with graphs differ",
-                     presets[i]);
-  }
+  const sc_dtype dtypes[] = {SC_BF16, SC_F16};
+  for (int i = 0; i < 2; i++)
+    for (int di = 0; di < 2; di++) {
+      const char *dn = sc_dtype_name(dtypes[di]);
+      int32_t with[MAX_TOK], without[MAX_TOK];
+      unsetenv("SHARDCHECK_CUDA_GRAPHS");
+      long g0 = cuda_graphs_recorded();
+      generate(presets[i], "cuda", 1, dtypes[di], NULL, false, with);
+      long g1 = cuda_graphs_recorded();
+      cr_expect_gt(g1, g0, "%s %s: no graph was recorded", presets[i], dn);
+      setenv("SHARDCHECK_CUDA_GRAPHS", "0", 1);
+      generate(presets[i], "cuda", 1, dtypes[di], NULL, false, without);
+      cr_expect_eq(cuda_graphs_recorded(), g1, "%s %s: SHARDCHECK_CUDA_GRAPHS=0 recorded a graph",
+                   presets[i], dn);
+      unsetenv("SHARDCHECK_CUDA_GRAPHS");
+      cr_expect_arr_eq(with, without, sizeof with, "%s %s: tokens with graphs differ", presets[i],
+                       dn);
+    }
+}
+
+// Sampled tokens drawn on the GPU (one TP rank) are the tokens the host's sampler draws from
+// the same logits (a logits watcher makes the host sample), for an f32 and a bf16 model.
+Test(cuda_engine, tokens_drawn_on_the_device_are_the_host_samplers, .timeout = 600) {
+  const sampling_params sps[] = {{.temperature = 0.8f, .top_p = 0.95f, .seed = 5},
+                                 {.temperature = 1.3f, .top_p = 1.0f, .seed = 6}};
+  const sc_dtype dtypes[] = {SC_F32, SC_BF16};
+  for (int di = 0; di < 2; di++)
+    for (int si = 0; si < 2; si++) {
+      int32_t dev[MAX_TOK], host[MAX_TOK];
+      generate("llama-small", "cuda", 1, dtypes[di], &sps[si], false, dev);
+      generate("llama-small", "cuda", 1, dtypes[di], &sps[si], true, host);
+      cr_expect_arr_eq(dev, host, sizeof dev, "%s, temperature %g: device draws differ",
+                       sc_dtype_name(dtypes[di]), sps[si].temperature);
+    }
 }
 #endif

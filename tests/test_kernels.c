@@ -526,6 +526,46 @@ Test(kernels, add_matches_double_reference) {
   device_free(d);
 }
 
+// dev_f16_from_f32 rounds as the compiler's own conversion to _Float16 does (IEEE binary16,
+// round to nearest even): across the whole range, at the overflow and subnormal edges, and for
+// zeros, infinities and NaN. The cpu backend has no fp16 product.
+Test(kernels, f16_from_f32_rounds_as_ieee_binary16) {
+  float edge[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e9f,
+                  0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x3p-26f, 0x1p-26f, 0x1.ffcp-15f,
+                  0x1.ffep-15f, 1.0009765625f, 1.00048828125f, 1.00146484375f, INFINITY,
+                  -INFINITY, 3.14159265f, -2.71828f, 1e-8f, 6.1e-5f};
+  enum { N = 200000, E = sizeof edge / sizeof *edge };
+  float *x = malloc((N + E) * sizeof *x);
+  uint16_t *h = malloc((N + E) * sizeof *h);
+  cr_assert(x && h);
+  memcpy(x, edge, sizeof edge);
+  rng r = {41};
+  for (int i = 0; i < N; i++) { // every exponent from far below to far above half's range
+    uint32_t b = (uint32_t)rng_next(&r);
+    b = (b & 0x807fffffu) | ((uint32_t)(96 + rng_next(&r) % 64) << 23);
+    memcpy(&x[E + i], &b, sizeof b);
+  }
+  dev_f16_from_f32(x, N + E, h);
+  size_t bad = 0;
+  for (int i = 0; i < N + E; i++) {
+    _Float16 ref = (_Float16)x[i];
+    uint16_t rb;
+    memcpy(&rb, &ref, sizeof rb);
+    if (rb != h[i] && !bad++)
+      cr_log_error("f16 of %a: 0x%04x, the compiler's 0x%04x", (double)x[i], h[i], rb);
+  }
+  cr_expect_eq(bad, 0, "%zu of %d conversions differ", bad, N + E);
+  float nan = NAN;
+  dev_f16_from_f32(&nan, 1, h);
+  cr_expect((h[0] & 0x7c00u) == 0x7c00u && (h[0] & 0x03ffu), "NaN stays NaN: 0x%04x", h[0]);
+  device *d = open_cpu();
+  cr_expect_not(dev_has_matmul_f16(d));
+  cr_expect_eq(dev_matmul_f16(d, 1, 1, 1, x, h, 0.0f, x), SC_INVALID);
+  cr_expect_not(dev_has_sample(d));
+  device_free(d);
+  free(x), free(h);
+}
+
 // The fused wrappers on a backend without the fused slots (cpu) run the separate ops, in the
 // order the engine ran them before: the same bits, every output written.
 Test(kernels, fused_wrappers_without_the_slots_run_the_separate_ops) {

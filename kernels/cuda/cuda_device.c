@@ -30,6 +30,7 @@
 //   them from the host copies the scheduler checked.
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,8 @@ typedef struct cuda_ctx {
   bool recording;     // between a graph_begin that records and its graph_end
   uint64_t rec_key;   // the key being recorded
   bool graphs_off;    // SHARDCHECK_CUDA_GRAPHS=0 at open: every op is enqueued as it comes
+  sck_sample *draws;  // sample's rows on the device; grown on demand, not in `used`
+  int draws_cap;      // rows draws holds
 } cuda_ctx;
 
 static const device_i cuda_iface;
@@ -76,6 +79,9 @@ static const device_i cuda_iface;
 static atomic_long graphs_recorded; // cuda_graphs_recorded()
 
 _Static_assert(SCK_GROUP_MAX == DEV_GROUP_MAX, "a device group is one launch");
+_Static_assert(sizeof(sck_sample) == sizeof(dev_sample_row) &&
+                   offsetof(sck_sample, u) == offsetof(dev_sample_row, u),
+               "a draw crosses to the device as it is");
 
 // Every entry point makes its GPU current first: rank threads and the engine's thread all call
 // in, and a thread's current device is per thread. While a graph is being recorded the thread
@@ -211,10 +217,10 @@ static sc_status cuda_matmul(void *ctx, int m, int n, int k, const float *x, con
   return SC_OK;
 }
 
-// x(m,k) rounded to bf16 into the handle's scratch (grown on demand: growing waits for the
-// stream, since the old scratch may still be read), for the cuBLAS products that follow it on
-// the stream.
-static sc_status round_x(cuda_ctx *c, int m, int k, const float *x) {
+// x(m,k) rounded to bf16 (or fp16) into the handle's scratch (grown on demand: growing waits
+// for the stream, since the old scratch may still be read), for the cuBLAS products that follow
+// it on the stream.
+static sc_status round_x(cuda_ctx *c, int m, int k, const float *x, bool f16) {
   size_t need = (size_t)m * (size_t)k;
   if (need > c->xb_cap) {
     CU_TRY(&c->err, cudaStreamSynchronize(c->stream));
@@ -228,17 +234,19 @@ static sc_status round_x(cuda_ctx *c, int m, int k, const float *x) {
     }
     c->xb_cap = need;
   }
-  return LAUNCH(c, sck_f32_to_bf16(c->stream, need, x, c->xb));
+  return LAUNCH(c, f16 ? sck_f32_to_f16(c->stream, need, x, c->xb)
+                       : sck_f32_to_bf16(c->stream, need, x, c->xb));
 }
 
 // y(m,n) = xb(m,k) w(n,k)^T + beta y through cuBLAS, xb the scratch round_x filled: bf16
 // operands, fp32 sums (CUBLAS_COMPUTE_32F), fp32 y.
 static sc_status gemm_bf16(cuda_ctx *c, int m, int n, int k, const uint16_t *w, float beta,
-                           float *y) {
+                           float *y, bool f16) {
   const float one = 1.0f;
-  CUBLAS_TRY(&c->err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w,
-                                   CUDA_R_16BF, k, c->xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F,
-                                   n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  const cudaDataType_t t = f16 ? CUDA_R_16F : CUDA_R_16BF;
+  CUBLAS_TRY(&c->err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, t, k,
+                                   c->xb, t, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
   return SC_OK;
 }
 
@@ -246,18 +254,29 @@ static sc_status gemm_bf16(cuda_ctx *c, int m, int n, int k, const uint16_t *w, 
 // kernel, x rounded inside; more rows go
 // to cuBLAS with x rounded into the scratch first (on the stream, so the scratch is free again
 // once the GEMM has read it).
-static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x,
-                                  const uint16_t *w, float beta, float *y) {
-  cuda_ctx *c = ctx;
+static sc_status matmul_16(cuda_ctx *c, int m, int n, int k, const float *x, const uint16_t *w,
+                           float beta, float *y, bool f16) {
   if (m < 0 || n < 0 || k < 0) return SC_INVALID;
   if (m == 0 || n == 0) return SC_OK;
   if (!y || (k > 0 && (!x || !w))) return SC_INVALID;
-  if (k == 0) return cuda_matmul(ctx, m, n, 0, NULL, NULL, beta, y);
+  if (k == 0) return cuda_matmul(c, m, n, 0, NULL, NULL, beta, y);
   CUDA_ENTER(c);
   if (sck_matmul_bf16_small_ok(m, k, x, w))
-    return LAUNCH(c, sck_matmul_bf16_small(c->stream, m, n, k, x, w, beta, y));
-  SC_TRY(round_x(c, m, k, x));
-  return gemm_bf16(c, m, n, k, w, beta, y);
+    return LAUNCH(c, f16 ? sck_matmul_f16_small(c->stream, m, n, k, x, w, beta, y)
+                         : sck_matmul_bf16_small(c->stream, m, n, k, x, w, beta, y));
+  SC_TRY(round_x(c, m, k, x, f16));
+  return gemm_bf16(c, m, n, k, w, beta, y, f16);
+}
+
+static sc_status cuda_matmul_bf16(void *ctx, int m, int n, int k, const float *x,
+                                  const uint16_t *w, float beta, float *y) {
+  return matmul_16(ctx, m, n, k, x, w, beta, y, false);
+}
+
+// The same with fp16 weights and x rounded to fp16 (a float16 model's checkpoint as it is).
+static sc_status cuda_matmul_f16(void *ctx, int m, int n, int k, const float *x,
+                                 const uint16_t *w, float beta, float *y) {
+  return matmul_16(ctx, m, n, k, x, w, beta, y, true);
 }
 
 // q, k, v (or gate, up) of a decode batch as one launch; otherwise x rounded once and one
@@ -278,9 +297,9 @@ static sc_status cuda_matmul_bf16_group(void *ctx, int m, int k, const float *x,
   }
   CUDA_ENTER(c);
   if (one) return LAUNCH(c, sck_matmul_bf16_small_group(c->stream, m, k, x, count, w, n, y, 0.0f));
-  SC_TRY(round_x(c, m, k, x));
+  SC_TRY(round_x(c, m, k, x, false));
   for (int i = 0; i < count; i++)
-    if (n[i] > 0) SC_TRY(gemm_bf16(c, m, n[i], k, w[i], 0.0f, y[i]));
+    if (n[i] > 0) SC_TRY(gemm_bf16(c, m, n[i], k, w[i], 0.0f, y[i], false));
   return SC_OK;
 }
 
@@ -470,6 +489,33 @@ static sc_status cuda_argmax(void *ctx, int m, int n, const float *x, int32_t *i
   return LAUNCH(c, sck_argmax(c->stream, m, n, x, idx, val));
 }
 
+// The rows' draws go to a device buffer of the handle (grown on demand: growing waits for the
+// stream, whose last sample may still read it), then one block per row picks.
+static sc_status cuda_sample(void *ctx, int m, int n, float *x, const dev_sample_row *rows,
+                             int32_t *idx) {
+  cuda_ctx *c = ctx;
+  if (m < 0 || n <= 0) return SC_INVALID;
+  if (m == 0) return SC_OK;
+  if (!x || !rows || !idx) return SC_INVALID;
+  CUDA_ENTER(c);
+  if (m > c->draws_cap) {
+    CU_TRY(&c->err, cudaStreamSynchronize(c->stream));
+    cudaFree(c->draws);
+    c->draws = NULL;
+    c->draws_cap = 0;
+    sc_status s = CU_CHECK(&c->err, cudaMalloc((void **)&c->draws, (size_t)m * sizeof *c->draws));
+    if (s != SC_OK) {
+      (void)cudaGetLastError();
+      return s;
+    }
+    c->draws_cap = m;
+  }
+  CU_TRY(&c->err, cudaMemcpyAsync(c->draws, rows, (size_t)m * sizeof *c->draws,
+                                  cudaMemcpyHostToDevice, c->stream));
+  CU_TRY(&c->err, cudaStreamSynchronize(c->stream)); // rows may be reused once this returns
+  return LAUNCH(c, sck_sample_rows(c->stream, m, n, x, c->draws, idx));
+}
+
 static const char *cuda_last_error(void *ctx) { return ((cuda_ctx *)ctx)->err.msg; }
 
 // --- lifecycle
@@ -481,6 +527,7 @@ static void cuda_destroy(void *ctx) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     for (size_t i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i].ptr); // leaked by the caller
     cudaFree(c->xb);
+    cudaFree(c->draws);
     if (c->recording) {
       cudaGraph_t g = NULL;
       if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
@@ -504,6 +551,7 @@ static const device_i cuda_iface = {
     .matmul = cuda_matmul,
     .matmul_q8 = cuda_matmul_q8,
     .matmul_bf16 = cuda_matmul_bf16,
+    .matmul_f16 = cuda_matmul_f16,
     .matmul_bf16_group = cuda_matmul_bf16_group,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
@@ -513,6 +561,7 @@ static const device_i cuda_iface = {
     .add = cuda_add,
     .embedding = cuda_embedding,
     .argmax = cuda_argmax,
+    .sample = cuda_sample,
     .add_rmsnorm = cuda_add_rmsnorm,
     .rope_kv_store = cuda_rope_kv_store,
     .graph_begin = cuda_graph_begin,

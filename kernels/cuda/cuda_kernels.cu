@@ -1170,6 +1170,109 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   }
 }
 
+// --- sampling (sck_sample)
+
+constexpr int kSampleThreads = 1024;
+
+// Sum of v over the block, the same bits in every thread (each warp adds the warps' partials in
+// the same order). sh: 32 doubles of shared memory, free again when it returns.
+__device__ double block_sum(double v, double *sh) {
+  const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+  v = warp_sum(v);
+  __syncthreads(); // sh's last use is over
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < (int)blockDim.x / 32 ? sh[lane] : 0.0);
+}
+
+// The order sampler_pick sorts by, as one number: a larger key comes first (probability, then
+// the lower id).
+__device__ __forceinline__ unsigned long long sample_key(float p, int j) {
+  return ((unsigned long long)__float_as_uint(p) << 32) | (unsigned long long)(~(unsigned)j);
+}
+
+// The mass of the keys >= k in this block's row: the running sum sampler_pick reaches after the
+// last of them.
+__device__ double sample_mass(const float *row, int n, unsigned long long k, double *sh) {
+  double s = 0.0;
+  for (int j = (int)threadIdx.x; j < n; j += (int)blockDim.x) {
+    const float p = row[j];
+    if (sample_key(p, j) >= k) s += p;
+  }
+  return block_sum(s, sh);
+}
+
+// The largest key k in [lo, ~0] with mass(k) >= t (ge) or > t; mass(lo) must qualify. Mass only
+// changes at an element's key, so the answer is an element's key.
+__device__ unsigned long long sample_search(const float *row, int n, unsigned long long lo,
+                                            double t, bool ge, double *sh) {
+  unsigned long long hi = ~0ull;
+  while (lo < hi) { // every thread takes the same branch: the mass is the same in all
+    const unsigned long long mid = lo + (hi - lo) / 2 + 1;
+    const double m = sample_mass(row, n, mid, sh);
+    if (ge ? m >= t : m > t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// One block per row: the first largest logit and a NaN/inf flag; for a temperature > 0 the
+// probabilities (written over the logits) and their sum, then two searches over the keys: the
+// nucleus's last key, the smallest prefix whose mass reaches top_p x sum; and the first key whose
+// running mass passes u x that prefix's mass (the nucleus's last when rounding leaves none).
+__global__ void __launch_bounds__(kSampleThreads)
+    sample_kernel(int n, float *x, const sck_sample *rows, int32_t *idx) {
+  __shared__ double sh[32];
+  __shared__ float sv[32];
+  __shared__ int si[32], sbad[32];
+  const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
+  float *row = x + (size_t)blockIdx.x * (size_t)n;
+  const sck_sample sp = rows[blockIdx.x];
+  float best = -INFINITY;
+  int at = n, bad = 0; // at == n: no element yet
+  for (int j = tid; j < n; j += kSampleThreads) {
+    const float v = row[j];
+    bad |= !(fabsf(v) <= FLT_MAX);
+    if (v > best || (at == n && v == best)) best = v, at = j;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, best, off);
+    const int oi = __shfl_xor_sync(kFullMask, at, off), ob = __shfl_xor_sync(kFullMask, bad, off);
+    if (ov > best || (ov == best && oi < at)) best = ov, at = oi;
+    bad |= ob;
+  }
+  if (lane == 0) sv[warp] = best, si[warp] = at, sbad[warp] = bad;
+  __syncthreads();
+  best = sv[0], at = si[0], bad = sbad[0];
+  for (int w = 1; w < kSampleThreads / 32; w++) {
+    if (sv[w] > best || (sv[w] == best && si[w] < at)) best = sv[w], at = si[w];
+    bad |= sbad[w];
+  }
+  if (bad || !(sp.temperature > 0.0f)) { // every thread read the same: all return here
+    if (tid == 0) idx[blockIdx.x] = bad ? -1 : (at < n ? at : 0);
+    return;
+  }
+  double s = 0.0;
+  for (int j = tid; j < n; j += kSampleThreads) { // sampler_pick's float expression, exp in double
+    const float p = (float)exp((double)__fdiv_rn(__fsub_rn(row[j], best), sp.temperature));
+    row[j] = p;
+    s += p;
+  }
+  const double sum = block_sum(s, sh);
+  const double top_p = sp.top_p > 0.0f && sp.top_p < 1.0f ? (double)sp.top_p : 1.0;
+  const unsigned long long last = sample_search(row, n, 0, top_p * sum, true, sh);
+  const double kept = sample_mass(row, n, last, sh), t = sp.u * kept;
+  const unsigned long long pick =
+      kept > t ? sample_search(row, n, last, t, false, sh) : last;
+  if (tid == 0) idx[blockIdx.x] = (int32_t)(~(unsigned)(pick & 0xffffffffull));
+}
+
+// Round to nearest even, as the host's dev_f16_from_f32 (the fp16 matmul's activations).
+__global__ void to_f16_kernel(size_t n, const float *x, __half *y) {
+  for (size_t i = grid_tid(); i < n; i += grid_stride()) y[i] = __float2half_rn(x[i]);
+}
+
 // Round to nearest even, as the host's dev_bf16_from_f32 (NaN stays NaN).
 __global__ void to_bf16_kernel(size_t n, const float *x, __nv_bfloat16 *y) {
   for (size_t i = grid_tid(); i < n; i += grid_stride()) y[i] = __float2bfloat16_rn(x[i]);
@@ -1400,6 +1503,12 @@ __device__ __forceinline__ float bf16_round(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
 
+// x rounded to the weights' 16-bit format and back: bf16, or fp16 (F16).
+template <bool F16> __device__ __forceinline__ float in_round(float v) {
+  if constexpr (F16) return __half2float(__float2half_rn(v));
+  else return bf16_round(v);
+}
+
 // Up to SCK_GROUP_MAX products of one x, as one launch: matrix i takes blocks [blk[i],
 // blk[i + 1]) of the grid.
 struct bf16_group {
@@ -1415,8 +1524,8 @@ struct bf16_group {
 // each of its NC rows of w at once (one uint4: k % 8 == 0, w and x 16-byte aligned) and the
 // matching 8 floats of each row of x (two float4), rounds x to bf16 as cuBLAS's path does, and
 // sums in fp32; the warp then reduces each dot product by shuffles. Weights stream once; x
-// comes from L1/L2.
-template <int M, int NC>
+// comes from L1/L2. F16: the weights are IEEE half bits, and x is rounded to fp16 instead.
+template <int M, int NC, bool F16>
 __global__ void __launch_bounds__(kBfWarps * 32)
     bf16_gemv_kernel(int k, const float *__restrict__ x, bf16_group gr, float beta) {
   static_assert(M * NC <= 32, "one lane stores each output");
@@ -1452,17 +1561,23 @@ __global__ void __launch_bounds__(kBfWarps * 32)
     for (int c = 0; c < NC; c++) {
       const unsigned u[4] = {wv[c].x, wv[c].y, wv[c].z, wv[c].w};
 #pragma unroll
-      for (int e = 0; e < 4; e++) { // bf16 -> f32 is the bits shifted up
-        wf[c][2 * e] = __uint_as_float(u[e] << 16);
-        wf[c][2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
+      for (int e = 0; e < 4; e++) {
+        if constexpr (F16) {
+          wf[c][2 * e] = __half2float(__ushort_as_half((unsigned short)(u[e] & 0xffffu)));
+          wf[c][2 * e + 1] = __half2float(__ushort_as_half((unsigned short)(u[e] >> 16)));
+        } else { // bf16 -> f32 is the bits shifted up
+          wf[c][2 * e] = __uint_as_float(u[e] << 16);
+          wf[c][2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
+        }
       }
     }
 #pragma unroll
     for (int a = 0; a < M; a++) {
       const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)a * (size_t)k) + 2 * i;
       const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-      const float xf[8] = {bf16_round(x0.x), bf16_round(x0.y), bf16_round(x0.z), bf16_round(x0.w),
-                           bf16_round(x1.x), bf16_round(x1.y), bf16_round(x1.z), bf16_round(x1.w)};
+      const float xf[8] = {in_round<F16>(x0.x), in_round<F16>(x0.y), in_round<F16>(x0.z),
+                           in_round<F16>(x0.w), in_round<F16>(x1.x), in_round<F16>(x1.y),
+                           in_round<F16>(x1.z), in_round<F16>(x1.w)};
 #pragma unroll
       for (int c = 0; c < NC; c++)
 #pragma unroll
@@ -1482,7 +1597,7 @@ __global__ void __launch_bounds__(kBfWarps * 32)
 
 // Columns per warp: up to 4 (2 from 5 rows, where 4 would spill), fewer while the group would
 // have fewer than kBfMinWarps warps (a small n then still spreads over every SM).
-template <int M>
+template <int M, bool F16>
 cudaError_t bf16_gemv_launch(cudaStream_t st, int k, const float *x, bf16_group gr, float beta) {
   int total = 0;
   for (int i = 0; i < gr.count; i++) total += gr.n[i];
@@ -1492,23 +1607,24 @@ cudaError_t bf16_gemv_launch(cudaStream_t st, int k, const float *x, bf16_group 
   gr.blk[0] = 0;
   for (int i = 0; i < gr.count; i++) gr.blk[i + 1] = gr.blk[i] + (gr.n[i] + cols - 1) / cols;
   const unsigned blocks = (unsigned)gr.blk[gr.count];
-  if (nc == 4) bf16_gemv_kernel<M, (M <= 4 ? 4 : 2)><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
-  else if (nc == 2) bf16_gemv_kernel<M, 2><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
-  else bf16_gemv_kernel<M, 1><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
+  if (nc == 4) bf16_gemv_kernel<M, (M <= 4 ? 4 : 2), F16><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
+  else if (nc == 2) bf16_gemv_kernel<M, 2, F16><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
+  else bf16_gemv_kernel<M, 1, F16><<<blocks, kBfWarps * 32, 0, st>>>(k, x, gr, beta);
   return cudaGetLastError();
 }
 
+template <bool F16>
 cudaError_t bf16_gemv_dispatch(cudaStream_t st, int m, int k, const float *x,
                                const bf16_group &gr, float beta) {
   switch (m) {
-  case 1: return bf16_gemv_launch<1>(st, k, x, gr, beta);
-  case 2: return bf16_gemv_launch<2>(st, k, x, gr, beta);
-  case 3: return bf16_gemv_launch<3>(st, k, x, gr, beta);
-  case 4: return bf16_gemv_launch<4>(st, k, x, gr, beta);
-  case 5: return bf16_gemv_launch<5>(st, k, x, gr, beta);
-  case 6: return bf16_gemv_launch<6>(st, k, x, gr, beta);
-  case 7: return bf16_gemv_launch<7>(st, k, x, gr, beta);
-  default: return bf16_gemv_launch<8>(st, k, x, gr, beta);
+  case 1: return bf16_gemv_launch<1, F16>(st, k, x, gr, beta);
+  case 2: return bf16_gemv_launch<2, F16>(st, k, x, gr, beta);
+  case 3: return bf16_gemv_launch<3, F16>(st, k, x, gr, beta);
+  case 4: return bf16_gemv_launch<4, F16>(st, k, x, gr, beta);
+  case 5: return bf16_gemv_launch<5, F16>(st, k, x, gr, beta);
+  case 6: return bf16_gemv_launch<6, F16>(st, k, x, gr, beta);
+  case 7: return bf16_gemv_launch<7, F16>(st, k, x, gr, beta);
+  default: return bf16_gemv_launch<8, F16>(st, k, x, gr, beta);
   }
 }
 
@@ -1689,9 +1805,10 @@ cudaError_t sck_matmul_bf16_small(cudaStream_t st, int m, int n, int k, const fl
   return sck_matmul_bf16_small_group(st, m, k, x, 1, &w, &n, &y, beta);
 }
 
-cudaError_t sck_matmul_bf16_small_group(cudaStream_t st, int m, int k, const float *x, int count,
-                                        const uint16_t *const *w, const int *n, float *const *y,
-                                        float beta) {
+// The group of 16-bit products behind the bf16 and fp16 launchers.
+static cudaError_t small_group(cudaStream_t st, int m, int k, const float *x, int count,
+                               const uint16_t *const *w, const int *n, float *const *y,
+                               float beta, bool f16) {
   if (m < 0 || k < 0 || count < 1 || count > SCK_GROUP_MAX) return cudaErrorInvalidValue;
   bf16_group gr = {};
   for (int i = 0; i < count; i++) {
@@ -1703,7 +1820,25 @@ cudaError_t sck_matmul_bf16_small_group(cudaStream_t st, int m, int k, const flo
     gr.count++;
   }
   if (m == 0 || gr.count == 0) return cudaSuccess;
-  return bf16_gemv_dispatch(st, m, k, x, gr, beta);
+  return f16 ? bf16_gemv_dispatch<true>(st, m, k, x, gr, beta)
+             : bf16_gemv_dispatch<false>(st, m, k, x, gr, beta);
+}
+
+cudaError_t sck_matmul_bf16_small_group(cudaStream_t st, int m, int k, const float *x, int count,
+                                        const uint16_t *const *w, const int *n, float *const *y,
+                                        float beta) {
+  return small_group(st, m, k, x, count, w, n, y, beta, false);
+}
+
+cudaError_t sck_matmul_f16_small(cudaStream_t st, int m, int n, int k, const float *x,
+                                 const uint16_t *w, float beta, float *y) {
+  return small_group(st, m, k, x, 1, &w, &n, &y, beta, true);
+}
+
+cudaError_t sck_f32_to_f16(cudaStream_t st, size_t n, const float *x, uint16_t *y) {
+  if (n == 0) return cudaSuccess;
+  to_f16_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, x, reinterpret_cast<__half *>(y));
+  return cudaGetLastError();
 }
 
 cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *srcs, float *dst) {
@@ -1718,6 +1853,13 @@ cudaError_t sck_sum(cudaStream_t st, size_t n, int n_src, const float *const *sr
 cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x) {
   if (n == 0) return cudaSuccess;
   fill_kernel<<<ew_blocks(n), kEwThreads, 0, st>>>(n, value, x);
+  return cudaGetLastError();
+}
+
+cudaError_t sck_sample_rows(cudaStream_t st, int m, int n, float *x, const sck_sample *rows,
+                            int32_t *idx) {
+  if (m <= 0 || n <= 0) return m < 0 || n < 0 ? cudaErrorInvalidValue : cudaSuccess;
+  sample_kernel<<<(unsigned)m, kSampleThreads, 0, st>>>(n, x, rows, idx);
   return cudaGetLastError();
 }
 

@@ -85,6 +85,16 @@ cudaError_t sck_fill(cudaStream_t st, size_t n, float value, float *x);
 // Greedy picks: for each row i of x(m,n), idx(i) = the column of its largest value (the first
 // on ties), val(i) = that value; idx(i) = -1 when the row holds a NaN or an infinity.
 cudaError_t sck_argmax(cudaStream_t st, int m, int n, const float *x, int32_t *idx, float *val);
+// One row's draw (kernels/device.h's dev_sample_row, the same layout).
+typedef struct sck_sample {
+  float temperature;
+  float top_p;
+  double u;
+} sck_sample;
+// Sampled picks, device_i.sample's contract: rows DEVICE memory (m), x overwritten with the
+// probabilities of the rows with a temperature > 0.
+cudaError_t sck_sample_rows(cudaStream_t st, int m, int n, float *x, const sck_sample *rows,
+                            int32_t *idx);
 // y(m,n) = bf16(x(m,k)) * w(n,k)^T + beta * y(m,n) for a decode batch: w bf16 bits in (out,
 // in) layout, x rounded to bf16 (as sck_f32_to_bf16 does) and fp32 sums, in one kernel that
 // streams w once. Only where sck_matmul_bf16_small_ok (1 to sck_matmul_bf16_small_rows() rows,
@@ -101,6 +111,11 @@ cudaError_t sck_matmul_bf16_small_group(cudaStream_t st, int m, int k, const flo
                                         float beta);
 // y(n) = x(n) as bfloat16 bits, rounded to nearest even (the bf16 matmul's activations).
 cudaError_t sck_f32_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
+// The same product for w as IEEE half bits, x rounded to fp16 (where sck_matmul_bf16_small_ok).
+cudaError_t sck_matmul_f16_small(cudaStream_t st, int m, int n, int k, const float *x,
+                                 const uint16_t *w, float beta, float *y);
+// y(n) = x(n) as IEEE half bits, rounded to nearest even (the fp16 matmul's activations).
+cudaError_t sck_f32_to_f16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
 
 // Kernels a benchmark or a test may choose in place of the defaults, to compare them on the same
 // GPU in one run (bench/bench_cuda.c, tests/test_cuda_gpu.c). Process-wide; set it while no op
