@@ -200,8 +200,8 @@ static void exec_start(fault_rt *f, int fi) {
     if (ft->replica >= 0 && i != ft->replica) continue;
     char cmd[2048], log[1400];
     sc_error e = {{0}};
-    const replica *rep = f->c.reps[i];
-    if (launch_exec_expand(ft->src->exec_command, replica_http_pid(rep), replica_http_port(rep), i,
+    replica *rep = f->c.reps[i];
+    if (launch_exec_expand(ft->src->exec_command, replica_pid(rep), replica_port(rep), i,
                            cmd, sizeof cmd, &e) != SC_OK) {
       snprintf(fr->note, sizeof fr->note, "not run: %.140s", e.msg);
       continue;

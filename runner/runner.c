@@ -437,7 +437,7 @@ static void wait_until(rt *r, uint64_t deadline) {
 static void sample_servers(rt *r) {
   for (int i = 0; i < r->n_reps; i++) {
     replica_server_metrics m;
-    if (router_busy(r->rt, i) || !replica_http_server_metrics(r->reps[i], &m)) continue;
+    if (router_busy(r->rt, i) || !replica_server_metrics_get(r->reps[i], false, &m)) continue;
     if (m.t_ns == r->server_seen[i]) continue;
     r->server_seen[i] = m.t_ns;
     store_server_sample row = {.run_id = r->run_id,

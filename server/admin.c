@@ -283,7 +283,7 @@ static void state_cmd(server *s, void *ud) {
     json_object_set_new(o, "epoch", json_integer(replica_epoch(r)));
     json_object_set_new(o, "health", json_string(health_name(replica_health_get(r))));
     json_object_set_new(o, "error", json_string(replica_error(r)));
-    if (replica_is_proc(r)) json_object_set_new(o, "pid", json_integer(replica_proc_pid(r)));
+    if (replica_has_pid(r)) json_object_set_new(o, "pid", json_integer(replica_pid(r)));
     json_object_set_new(o, "kv_blocks_used", json_integer(st.kv_used));
     json_object_set_new(o, "kv_blocks_total", json_integer(st.kv_total));
     json_object_set_new(o, "running", json_integer(st.running));

@@ -959,6 +959,54 @@ static void h_free(void *ctx) {
   free(h);
 }
 
+// The launched server's pid, also its process group id (0: none launched, or stopped).
+static int h_pid(void *ctx) {
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->lmu);
+  int pid = launch_pid(h->launch);
+  pthread_mutex_unlock(&h->lmu);
+  return pid;
+}
+
+// The port of the url (its scheme's default when it names none).
+static int h_port(void *ctx) {
+  hrep *h = ctx;
+  CURLU *u = curl_url();
+  char *port = NULL;
+  int p = 0;
+  if (u && curl_url_set(u, CURLUPART_URL, h->base_url, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
+    p = atoi(port);
+  curl_free(port);
+  curl_url_cleanup(u);
+  return p;
+}
+
+static sc_status h_stage_swap(void *ctx, const char *launch_template, const char *model,
+                              sc_error *err) {
+  hrep *h = ctx;
+  if (!h->tmpl) return sc_fail(err, SC_INVALID, "swap: a server shardcheck did not launch");
+  launch_vars v = h->vars;
+  if (model) v.model = model;
+  char *cmd = malloc(8192);
+  char *m = strdup(model ? model : h->model);
+  if (!cmd || !m) {
+    free(cmd), free(m);
+    return sc_fail(err, SC_OOM, "swap: out of memory");
+  }
+  sc_status s = launch_expand(launch_template ? launch_template : h->tmpl, &v, cmd, 8192, err);
+  if (s != SC_OK) {
+    free(cmd), free(m);
+    return s;
+  }
+  pthread_mutex_lock(&h->lmu);
+  free(h->next_command), free(h->next_model);
+  h->next_command = cmd;
+  h->next_model = m;
+  pthread_mutex_unlock(&h->lmu);
+  return SC_OK;
+}
+
 static const replica_i http_i = {
     .submit = h_submit,
     .cancel = h_cancel,
@@ -975,6 +1023,10 @@ static const replica_i http_i = {
     .epoch = h_epoch,
     .swap = h_swap,
     .wall_skew = h_wall_skew,
+    .pid = h_pid,
+    .port = h_port,
+    .server_metrics = hr_server_metrics,
+    .stage_swap = h_stage_swap,
     .free = h_free,
 };
 
@@ -1114,55 +1166,4 @@ fail:
   h_free(h);
   free(r);
   return s;
-}
-
-bool replica_is_http(const replica *r) { return r && r->i == &http_i; }
-
-int replica_http_pid(const replica *r) {
-  if (!replica_is_http(r)) return 0;
-  hrep *h = r->ctx;
-  pthread_mutex_lock(&h->lmu);
-  int pid = launch_pid(h->launch);
-  pthread_mutex_unlock(&h->lmu);
-  return pid;
-}
-
-int replica_http_port(const replica *r) {
-  if (!replica_is_http(r)) return 0;
-  hrep *h = r->ctx;
-  CURLU *u = curl_url();
-  char *port = NULL;
-  int p = 0;
-  if (u && curl_url_set(u, CURLUPART_URL, h->base_url, 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
-    p = atoi(port);
-  curl_free(port);
-  curl_url_cleanup(u);
-  return p;
-}
-
-sc_status replica_http_stage_swap(replica *r, const char *launch_template, const char *model,
-                                  sc_error *err) {
-  if (!replica_is_http(r)) return sc_fail(err, SC_INVALID, "swap: not an HTTP replica");
-  hrep *h = r->ctx;
-  if (!h->tmpl) return sc_fail(err, SC_INVALID, "swap: a server shardcheck did not launch");
-  launch_vars v = h->vars;
-  if (model) v.model = model;
-  char *cmd = malloc(8192);
-  char *m = strdup(model ? model : h->model);
-  if (!cmd || !m) {
-    free(cmd), free(m);
-    return sc_fail(err, SC_OOM, "swap: out of memory");
-  }
-  sc_status s = launch_expand(launch_template ? launch_template : h->tmpl, &v, cmd, 8192, err);
-  if (s != SC_OK) {
-    free(cmd), free(m);
-    return s;
-  }
-  pthread_mutex_lock(&h->lmu);
-  free(h->next_command), free(h->next_model);
-  h->next_command = cmd;
-  h->next_model = m;
-  pthread_mutex_unlock(&h->lmu);
-  return SC_OK;
 }

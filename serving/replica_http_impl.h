@@ -125,7 +125,7 @@ typedef struct hrep {
   // hot swaps: what the command was expanded from, and the next incarnation's (staged)
   char *tmpl, *gpus, *exe;         // owned copies (tmpl NULL: no swap)
   launch_vars vars;                // gpus and exe point at the copies; model at model
-  char *next_command, *next_model; // (lmu) staged by replica_http_stage_swap
+  char *next_command, *next_model; // (lmu) staged by stage_swap
   replica_server_metrics sm; // (mu) the latest scrape
   // the thread's own
   int ep, wake_fd; // the thread's epoll set (libcurl's sockets) and its wake-up
@@ -163,3 +163,6 @@ void hr_probe_done(hrep *h, CURLcode rc);
 void hr_scrape_done(hrep *h, CURLcode rc);
 // From now on the thread watches the server (probes from now). Any thread.
 void hr_start_watching(hrep *h);
+// The server_metrics slot (serving/replica.h): the latest scrape, or one now (the caller's
+// thread).
+bool hr_server_metrics(void *ctx, bool now, replica_server_metrics *out);

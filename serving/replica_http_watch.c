@@ -187,11 +187,10 @@ void hr_start_watching(hrep *h) {
 }
 
 // --- the figures, for the caller
-bool replica_http_scrape_now(replica *r, replica_server_metrics *out) {
+// A scrape now from the calling thread (blocks up to 2 s), kept as the latest.
+static bool scrape_now(hrep *h, replica_server_metrics *out) {
   *out =
       (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN, .kv_blocks = NAN};
-  if (!replica_is_http(r)) return false;
-  hrep *h = r->ctx;
   if (!h->metrics_url) return false;
   CURL *c = curl_easy_init();
   if (!c) return false;
@@ -215,9 +214,9 @@ bool replica_http_scrape_now(replica *r, replica_server_metrics *out) {
   return true;
 }
 
-bool replica_http_server_metrics(const replica *r, replica_server_metrics *out) {
-  if (!replica_is_http(r)) return false;
-  hrep *h = r->ctx;
+bool hr_server_metrics(void *ctx, bool now, replica_server_metrics *out) {
+  hrep *h = ctx;
+  if (now) return scrape_now(h, out);
   pthread_mutex_lock(&h->mu);
   *out = h->sm;
   pthread_mutex_unlock(&h->mu);

@@ -797,6 +797,9 @@ static bool p_wall_skew(void *ctx, int64_t *skew_ns) {
   return true;
 }
 
+// The worker's pid now (0 when none runs).
+static int p_pid(void *ctx) { return (int)((const proc *)ctx)->pid; }
+
 static const replica_i proc_i = {
     .submit = p_submit,
     .cancel = p_cancel,
@@ -813,6 +816,7 @@ static const replica_i proc_i = {
     .epoch = p_epoch,
     .swap = p_swap,
     .wall_skew = p_wall_skew,
+    .pid = p_pid,
     .free = p_free,
 };
 
@@ -881,8 +885,6 @@ fail:
 
 bool replica_is_proc(const replica *r) { return r && r->i == &proc_i; }
 
-int replica_proc_pid(const replica *r) {
-  return replica_is_proc(r) ? (int)((const proc *)r->ctx)->pid : 0;
-}
+int replica_proc_pid(const replica *r) { return replica_is_proc(r) ? p_pid(r->ctx) : 0; }
 
 
