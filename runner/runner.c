@@ -56,14 +56,9 @@ static const char *status_name(req_status s) {
 static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, const char *error,
                 uint64_t t) {
   req_rec *q = &r->reqs.v[k];
-  if (q->state == REQ_DONE) return;
-  q->state = REQ_DONE;
-  q->status = st;
+  if (!router_end(r->rt, k, st)) return;
   q->finish = t;
   snprintf(q->reason, sizeof q->reason, "%s", reason ? reason : "");
-  r->reqs.inflight--;
-  if (q->dispatched && !q->waiting) router_done(r->rt, q->replica);
-  q->waiting = false;
   const phase_run *ph = &r->phases[q->phase];
   store_request row = {.run_id = r->run_id,
                        .deployment_id = r->dep_id,
@@ -92,7 +87,6 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
   else if (r->s->record == SCN_RECORD_REQUESTS)
     rec_request(r->rec, &row, NULL, 0);
   r->res->tokens += (uint64_t)q->n_tok;
-  while (r->reqs.low < r->reqs.n && r->reqs.v[r->reqs.low].state == REQ_DONE) r->reqs.low++;
   if (q->user >= 0 && q->user < r->n_users) {
     uint64_t next = t + ph->p->think_ns;
     r->user_next[q->user] = next;
@@ -100,34 +94,22 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
   }
 }
 
-static bool grow_reqs(rt *r) {
-  if (r->reqs.n < r->reqs.cap) return true;
-  size_t cap = r->reqs.cap ? r->reqs.cap * 2 : 1024;
-  req_rec *p = realloc(r->reqs.v, cap * sizeof *p);
-  if (!p) return false;
-  r->reqs.v = p;
-  r->reqs.cap = cap;
-  return true;
-}
-
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t);
 
 // Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop).
 static void send_req(rt *r, uint64_t arrival, int user) {
-  if (!grow_reqs(r)) {
+  uint64_t k = r->reqs.n;
+  wl_request w;
+  workload_request(r->wl, k, &w);
+  phase_run *ph = &r->phases[r->cur];
+  req_rec q = {.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
+               .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
+               .fault = -1, .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
+  if (!req_table_add(&r->reqs, &q, &k)) {
     db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory recording requests"));
     r->sending = false;
     return;
   }
-  uint64_t k = r->reqs.n++;
-  wl_request w;
-  workload_request(r->wl, k, &w);
-  phase_run *ph = &r->phases[r->cur];
-  req_rec *q = &r->reqs.v[k];
-  *q = (req_rec){.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
-                 .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
-                 .fault = -1, .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
-  r->reqs.inflight++;
   r->sent++;
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
@@ -136,70 +118,29 @@ static void send_req(rt *r, uint64_t arrival, int user) {
     finish_req(r, k, REQ_FAILED, "no_replica", "no healthy replica to send the request to", t);
 }
 
-// Sends request k (not dispatched) to the replica the router picks at time t: its prompt,
-// continued by the tokens already delivered when it has some (a resume). False when no replica
-// can take it (nothing changed). A submit the replica refuses ends the request as failed.
+// Sends request k (not dispatched) to the replica the router picks at time t (router_send):
+// its prompt, continued by the tokens already delivered when it has some (a resume). False when
+// no replica can take it (nothing changed). A submit the replica refuses ends the request as
+// failed.
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
-  req_rec *q = &r->reqs.v[k];
-  int i = router_pick(r->rt, q);
-  if (i < 0) return false;
   wl_request w;
   workload_request(r->wl, k, &w);
-  // A resume sends the prompt followed by the tokens the client already has.
-  int32_t *joined = NULL;
-  const int32_t *prompt = w.prompt;
-  int n_prompt = w.n_prompt;
-  if (q->n_tok > 0) {
-    joined = malloc((size_t)(w.n_prompt + q->n_tok) * sizeof *joined);
-    if (!joined) {
-      router_done(r->rt, i);
-      finish_req(r, k, REQ_FAILED, "oom", "runner: out of memory resuming a request", t);
-      return true;
-    }
-    memcpy(joined, w.prompt, (size_t)w.n_prompt * sizeof *joined);
-    memcpy(joined + w.n_prompt, q->ids, (size_t)q->n_tok * sizeof *joined);
-    prompt = joined;
-    n_prompt += q->n_tok;
-  }
-  q->replica = i;
-  q->epoch = replica_epoch(r->reps[i]);
-  q->loss_seen = false;
-  q->version = router_version(r->rt, i);
-  q->dispatched = true;
-  q->waiting = false;
-  if (!q->retries) q->dispatch = t;
-  engine_request er = {.prompt = prompt,
-                       .n_prompt = n_prompt,
-                       .max_tokens = w.max_tokens - q->n_tok,
+  engine_request er = {.prompt = w.prompt,
+                       .n_prompt = w.n_prompt,
+                       .max_tokens = w.max_tokens,
                        .sampling = {.temperature = (float)r->s->workload.temperature,
                                     .top_p = (float)r->s->workload.top_p,
                                     .seed = r->seed ^ (k * 0x9E3779B97F4A7C15ull)},
                        .stop_at_eos = r->s->workload.stop_at_eos};
-  if (r->holding && !r->held[i]) { // issue_together releases it once the turn's requests are out
-    replica_hold(r->reps[i], true);
-    r->held[i] = true;
-  }
   sc_error e = {{0}};
-  if (replica_submit(r->reps[i], k, &er, &e) != SC_OK)
-    finish_req(r, k, REQ_FAILED, "replica_failed", e.msg, t);
-  free(joined);
-  return true;
-}
-
-static bool add_token(req_rec *q, int32_t id, uint64_t t) {
-  if (q->n_tok == q->cap_tok) {
-    int cap = q->cap_tok ? q->cap_tok * 2 : (q->max_tokens < 64 ? q->max_tokens : 64);
-    if (cap < 1) cap = 1;
-    uint64_t *p = realloc(q->tok, (size_t)cap * sizeof *p);
-    if (!p) return false;
-    q->tok = p;
-    int32_t *d = realloc(q->ids, (size_t)cap * sizeof *d);
-    if (!d) return false;
-    q->ids = d;
-    q->cap_tok = cap;
+  switch (router_send(r->rt, k, &er, t, &e)) {
+  case ROUTER_NONE: return false;
+  case ROUTER_SEND_OOM:
+    finish_req(r, k, REQ_FAILED, "oom", "runner: out of memory resuming a request", t);
+    break;
+  case ROUTER_REFUSED: finish_req(r, k, REQ_FAILED, "replica_failed", e.msg, t); break;
+  case ROUTER_SENT: break;
   }
-  q->ids[q->n_tok] = id;
-  q->tok[q->n_tok++] = t;
   return true;
 }
 
@@ -312,7 +253,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
   }
   switch (ev->kind) {
   case REPLICA_EV_TOKEN:
-    if (!add_token(q, ev->token, t)) {
+    if (!req_add_token(q, ev->token, t)) {
       replica_cancel(r->reps[rep], ev->key);
       finish_req(r, ev->key, REQ_FAILED, "oom", "runner: out of memory recording tokens", t);
     } else {
@@ -548,8 +489,8 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
   return d > now ? d : now;
 }
 
-// issue_due with each replica it submits to held (replica_hold, from dispatch_req's first
-// submission to it until every due request is out), so that the requests due at one instant
+// issue_due with each replica it submits to held (replica_hold, from the first submission to it,
+// rt_before_submit, until every due request is out), so that the requests due at one instant
 // (closed-loop users whose requests finished in one step, say) start in one engine step rather
 // than in however many the engine begins while they are submitted one by one. A turn with
 // nothing due holds nothing.
@@ -691,13 +632,7 @@ static void free_deployment(rt *r) {
   r->server_seen = NULL;
   router_free(r->rt);
   r->rt = NULL;
-  for (size_t i = 0; i < r->reqs.n; i++) {
-    free(r->reqs.v[i].tok);
-    free(r->reqs.v[i].ids);
-  }
-  r->reqs.n = 0;
-  r->reqs.low = 0;
-  r->reqs.inflight = 0;
+  req_table_clear(&r->reqs);
   free(r->phases);
   r->phases = NULL;
   r->n_phases = 0;
@@ -735,6 +670,15 @@ static sc_status build_phases(rt *r) {
 
 // --- the hooks the router and the fault runtime reach the runner by
 static bool rt_dispatch(void *ud, uint64_t key, uint64_t t) { return dispatch_req(ud, key, t); }
+
+// issue_together releases what this holds once the turn's requests are out.
+static void rt_before_submit(void *ud, int i) {
+  rt *r = ud;
+  if (r->holding && !r->held[i]) {
+    replica_hold(r->reps[i], true);
+    r->held[i] = true;
+  }
+}
 
 static void rt_fail(void *ud, uint64_t key, const char *reason, const char *error, uint64_t t) {
   finish_req(ud, key, REQ_FAILED, reason, error, t);
@@ -792,7 +736,8 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
                                                                      : ROUTER_LEAST_OUTSTANDING,
                       .max_retries = sr->max_retries, .backoff_ns = sr->backoff_ns,
                       .resume = sr->resume, .probe_unhealthy = r->s->n_faults > 0};
-  router_hooks rh = {.ud = r, .dispatch = rt_dispatch, .fail = rt_fail};
+  router_hooks rh = {
+      .ud = r, .dispatch = rt_dispatch, .fail = rt_fail, .before_submit = rt_before_submit};
   if (r->reps) r->rt = router_new(&rc, r->reps, d->dp, &r->reqs, rh);
   if (!r->reps || !r->held || !r->fds || !r->rt)
     return sc_fail(&r->err, SC_OOM, "runner: out of memory");
@@ -1098,7 +1043,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   if (st != SC_OK && err) *err = r.err;
   free_deployment(&r);
   rec_free(r.rec);
-  free(r.reqs.v);
+  req_table_free(&r.reqs);
   free(r.ref_hash);
   free(r.ref_ok);
   free(r.ttft_scratch);

@@ -168,7 +168,8 @@ struct server {
   int n_reps;
   router *rt;
   req_table reqs;
-  gen **by_key;  // (reqs.cap) the generation of each row
+  gen **by_key;  // (cap_by_key) the generation of each row
+  size_t cap_by_key;
   gen *live;     // live generations
   uint64_t t0;   // monotonic at start: the sim replicas' clock origin
   uint64_t vnow; // sim: the virtual clock (ns since t0)
