@@ -107,7 +107,7 @@ static void check_replicas(fault_rt *f, uint64_t now) {
   for (int i = 0; i < f->c.n_reps && i < f->n_rs; i++) {
     rep_state *rs = &f->rs[i];
     if (rs->thr_started) {
-      if (atomic_load(&rs->thr_done)) frt_join_restart(f, i, now);
+      if (sup_done(f->sup, i, NULL, NULL)) frt_join_restart(f, i, now);
       continue;
     }
     replica_health h = replica_health_get(f->c.reps[i]);

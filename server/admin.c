@@ -5,8 +5,8 @@
 // faults in force; GET /admin/state shows the replicas, their ranks, epochs, health, KV blocks
 // and restarts. Both reach the replicas through the loop thread (server_loop_call).
 //
-// Also here: the supervisor thread that restarts dead replicas in real mode (the loop finds
-// them and hands them over, server/loop.c). Routing, tokens and keys are http.c's and loop.c's.
+// Not here: restarting dead replicas (server/loop.c, through serving/supervisor.h in real
+// mode); routing, tokens and keys (http.c's and loop.c's).
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,64 +15,6 @@
 #include "faults/runtime.h"
 #include "scenarios/scenario.h"
 #include "server/server_impl.h"
-
-// --- the supervisor
-static void *supervisor_main(void *arg) {
-  server *s = arg;
-  pthread_mutex_lock(&s->sup_mu);
-  for (;;) {
-    int i = -1;
-    for (int k = 0; k < s->n_reps && i < 0; k++)
-      if (s->rs[k].want) i = k;
-    if (i < 0) {
-      if (s->sup_quit) break;
-      pthread_cond_wait(&s->sup_cv, &s->sup_mu);
-      continue;
-    }
-    srv_restart *r = &s->rs[i];
-    r->want = false;
-    pthread_mutex_unlock(&s->sup_mu);
-    r->err = (sc_error){{0}};
-    r->st = replica_restart(s->reps[i], &r->err);
-    atomic_store(&r->done, true);
-    server_wake(s);
-    pthread_mutex_lock(&s->sup_mu);
-  }
-  pthread_mutex_unlock(&s->sup_mu);
-  return NULL;
-}
-
-sc_status server_supervisor_start(server *s) {
-  pthread_mutex_init(&s->sup_mu, NULL);
-  pthread_cond_init(&s->sup_cv, NULL);
-  if (pthread_create(&s->sup, NULL, supervisor_main, s) != 0) {
-    pthread_cond_destroy(&s->sup_cv);
-    pthread_mutex_destroy(&s->sup_mu);
-    return SC_OOM;
-  }
-  s->sup_started = true;
-  return SC_OK;
-}
-
-void server_supervisor_want(server *s, int i) {
-  pthread_mutex_lock(&s->sup_mu);
-  s->rs[i].want = true;
-  pthread_cond_signal(&s->sup_cv);
-  pthread_mutex_unlock(&s->sup_mu);
-}
-
-void server_supervisor_stop(server *s) {
-  if (!s->sup_started) return;
-  pthread_mutex_lock(&s->sup_mu);
-  s->sup_quit = true;
-  for (int i = 0; i < s->n_reps; i++) s->rs[i].want = false; // not started: not wanted now
-  pthread_cond_signal(&s->sup_cv);
-  pthread_mutex_unlock(&s->sup_mu);
-  pthread_join(s->sup, NULL);
-  pthread_cond_destroy(&s->sup_cv);
-  pthread_mutex_destroy(&s->sup_mu);
-  s->sup_started = false;
-}
 
 // --- POST /admin/faults
 typedef struct admin_fault {

@@ -574,6 +574,9 @@ static int cut_off(server *s, const char *why) {
 }
 
 // --- building the replicas
+// The supervisor's notice that a restart ended.
+static void wake_loop(void *ud) { server_wake(ud); }
+
 static sc_status build(server *s, sc_error *err) {
   engine_config ec = s->c.engine;
   s->sim = s->c.replicas.kind == REPLICA_SIM;
@@ -596,8 +599,9 @@ static sc_status build(server *s, sc_error *err) {
     s->n_reps++;
   }
   replica_set_peers(s->reps, s->n_reps);
-  if (!s->sim && s->c.restart && s->n_reps > 0 && replica_can_restart(s->reps[0]))
-    SC_TRY(server_supervisor_start(s));
+  if (!s->sim && s->c.restart && s->n_reps > 0 && replica_can_restart(s->reps[0]) &&
+      sup_new(s->reps, s->n_reps, wake_loop, s, &s->sup) != SC_OK)
+    return SC_OOM;
   return SC_OK;
 }
 
@@ -649,10 +653,12 @@ static void watch_replicas(server *s) {
   for (int i = 0; i < s->n_reps; i++) {
     srv_restart *r = &s->rs[i];
     if (r->restarting) {
-      if (!atomic_load(&r->done)) continue;
+      sc_status st;
+      sc_error e;
+      if (!sup_done(s->sup, i, &st, &e)) continue;
       r->restarting = false;
       router_set_busy(s->rt, i, false);
-      restart_done(s, i, r->st, &r->err);
+      restart_done(s, i, st, &e);
       continue;
     }
     if (r->given_up || replica_health_get(s->reps[i]) != REPLICA_DEAD) continue;
@@ -670,15 +676,14 @@ static void watch_replicas(server *s) {
       restart_done(s, i, st, &e);
       continue;
     }
-    if (!s->sup_started) {
+    if (!s->sup) {
       r->given_up = true;
       snprintf(r->note, sizeof r->note, "dead for good: no supervisor");
       continue;
     }
-    atomic_store(&r->done, false);
     r->restarting = true;
     router_set_busy(s->rt, i, true);
-    server_supervisor_want(s, i);
+    sup_ask(s->sup, i, NULL);
   }
 }
 
