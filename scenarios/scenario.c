@@ -43,9 +43,6 @@
 #define SCN_STR_(x) #x
 #define SCN_STR(x) SCN_STR_(x) // a numeric constant as a string literal, for messages
 #define SCN_MAX_TARGET_INDEX (1 << 20)  // largest replica or rank number a fault target names
-#define DUR_MAX_CHARS 40                // digits and dot of a duration at most
-#define DUR_MAX_NS 9.2e18               // durations stay below int64 nanoseconds (~292 years)
-#define U64_MAX_DIGITS 20               // decimal digits of the largest uint64_t
 #define EDIT_MAX_LEN 63                 // longest name edit_distance compares
 #define EDIT_FAR 99                     // edit_distance of names too long to compare
 #define TARGET_CONTEXT (1 << 20)        // a target's context as the workload sees it: the server
@@ -56,10 +53,9 @@
 
 // One parse: where messages point, where relative paths start, what is filled.
 typedef struct ctx {
-  const char *file; // the name shown in messages
+  yaml_map_doc doc; // the name shown in messages, and the error
   const char *dir;  // relative paths resolve against it
   scenario *s;
-  sc_error *err;
   const scn_overrides *ov; // command-line overrides (NULL: none)
   bool mode_from_ov;       // the mode is the override's, not the file's
   bool switched;           // the file says real, the override sim: hardware is converted
@@ -68,86 +64,7 @@ typedef struct ctx {
   bool predicting;         // a target scenario in mode sim: its model simulated on its profile
 } ctx;
 
-// --- positions and messages
-
-// SC_INVALID with "WHERE: MESSAGE", WHERE the position of node (or of fallback).
-__attribute__((format(printf, 4, 5))) static sc_status
-fail_at(ctx *c, struct fy_node *node, struct fy_node *fallback, const char *fmt, ...) {
-  char w[300], msg[480];
-  yaml_map_where_or(node, fallback, c->file, w, sizeof w);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return sc_fail(c->err, SC_INVALID, "%s: %s", w, msg);
-}
-
-// SC_INVALID with "WHERE: key 'KEY': expected EXPECT, got WHAT-V-IS".
-static sc_status expect_at(ctx *c, struct fy_node *v, struct fy_node *k, const char *key,
-                           const char *expect) {
-  char got[100];
-  yaml_map_describe(v, got, sizeof got);
-  return fail_at(c, v, k, "key '%s': expected %s, got %s", key, expect, got);
-}
-
-// --- scalar conversions (YAML_MAP_CUSTOM parsers)
-
-// Durations: a decimal number and a unit (ns, us, ms, s, m, h); a bare number is seconds.
-// Signed durations take a leading + or -. Fails on anything else or past +-292 years.
-static bool dur_parse(const char *s, bool sign_ok, int64_t *out) {
-  bool neg = false;
-  if (*s == '+' || *s == '-') {
-    if (!sign_ok) return false;
-    neg = *s == '-';
-    s++;
-  }
-  const char *p = s;
-  int digits = 0, dots = 0;
-  for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
-    if (*p == '.') dots++;
-    else digits++;
-  }
-  if (!digits || dots > 1 || p - s > DUR_MAX_CHARS) return false;
-  char num[DUR_MAX_CHARS + 8];
-  memcpy(num, s, (size_t)(p - s));
-  num[p - s] = 0;
-  static const struct {
-    const char *unit;
-    double ns;
-  } units[] = {{"", 1e9},   {"ns", 1},     {"us", 1e3},    {"ms", 1e6},
-               {"s", 1e9},  {"m", 60e9},   {"h", 3600e9}};
-  double scale = 0;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-    if (!strcmp(p, units[i].unit)) scale = units[i].ns;
-  if (scale == 0) return false;
-  double ns = strtod(num, NULL) * scale;
-  if (!(ns < DUR_MAX_NS)) return false;
-  *out = (neg ? -1 : 1) * (int64_t)llround(ns);
-  return true;
-}
-
-#define DUR_EXPECT "a duration such as 250us, 500ms, 30s, 2m or 1h (a bare number is seconds)"
-#define SDUR_EXPECT "a signed duration such as +1h, -30m or 90s"
-
-static bool parse_dur(const char *text, void *dst) {
-  int64_t v;
-  if (!dur_parse(text, false, &v)) return false;
-  *(uint64_t *)dst = (uint64_t)v;
-  return true;
-}
-
-static bool parse_sdur(const char *text, void *dst) { return dur_parse(text, true, dst); }
-
-static bool parse_u64(const char *text, void *dst) {
-  if (!*text || *text == '-' || *text == '+' || strlen(text) > U64_MAX_DIGITS) return false;
-  for (const char *p = text; *p; p++)
-    if (*p < '0' || *p > '9') return false;
-  errno = 0;
-  unsigned long long v = strtoull(text, NULL, 10);
-  if (errno) return false;
-  *(uint64_t *)dst = (uint64_t)v;
-  return true;
-}
+// --- scalar conversions (YAML_MAP_CUSTOM parsers; durations are config/yaml_map.h's)
 
 // A token count: a plain integer >= 1 (the fixed form of a distribution).
 static bool parse_count(const char *text, void *dst) {
@@ -185,185 +102,11 @@ static bool parse_kv_dtype(const char *text, void *dst) {
 #define F_DBL(k, d) {.key = (k), .type = YAML_MAP_DOUBLE, .dst = (d)}
 #define F_STR(k, d) {.key = (k), .type = YAML_MAP_STRING, .dst = (d), .cap = sizeof(d)}
 #define F_BOOL(k, d) {.key = (k), .type = YAML_MAP_BOOL, .dst = (d)}
-#define F_DUR(k, d) {.key = (k), .type = YAML_MAP_CUSTOM, .dst = (d), .parse = parse_dur,        \
-                     .expect = DUR_EXPECT}
+#define F_DUR(k, d) {.key = (k), .type = YAML_MAP_CUSTOM, .dst = (d), .parse = yaml_map_parse_dur, \
+                     .expect = YAML_MAP_DUR_EXPECT}
 #define F_CUSTOM(k, d, fn, ex) {.key = (k), .type = YAML_MAP_CUSTOM, .dst = (d), .parse = (fn), \
                                 .expect = (ex)}
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-// --- reading mappings
-//
-// read_map checks that every key of a mapping is known, then reads the scalar keys (`fields`)
-// in file order with yaml_map_read_value, and hands back every present key's nodes so the
-// caller can walk the nested ones and point at any key.
-
-enum { MV_MAX = 32 };
-
-typedef struct mapview {
-  struct fy_node *map;
-  struct fy_node *owner;                    // the key whose value map is (NULL: the root)
-  int n;                                    // present keys, in file order
-  const char *name[MV_MAX];                 // key text (owned by the document)
-  struct fy_node *key[MV_MAX], *val[MV_MAX];
-} mapview;
-
-static int mv_find(const mapview *m, const char *k) {
-  for (int i = 0; i < m->n; i++)
-    if (!strcmp(m->name[i], k)) return i;
-  return -1;
-}
-static bool mv_has(const mapview *m, const char *k) { return mv_find(m, k) >= 0; }
-static struct fy_node *mv_key(const mapview *m, const char *k) {
-  int i = mv_find(m, k);
-  return i >= 0 ? m->key[i] : NULL;
-}
-static struct fy_node *mv_val(const mapview *m, const char *k) {
-  int i = mv_find(m, k);
-  return i >= 0 ? m->val[i] : NULL;
-}
-
-// Reads mapping `map`, the value of key `key` (key node k; both NULL for the root).
-static sc_status read_map(ctx *c, struct fy_node *map, const char *key, struct fy_node *k,
-                          const yaml_map_field *f, int nf, const char *const *nested, int nn,
-                          mapview *out) {
-  SC_ASSERT(nf + nn <= MV_MAX);
-  char keys[400];
-  yaml_map_key_list(f, nf, nested, nn, keys, sizeof keys);
-  if (!map || fy_node_get_type(map) != FYNT_MAPPING) {
-    char expect[460];
-    snprintf(expect, sizeof expect, "a mapping with keys %s", keys);
-    if (key) return expect_at(c, map, k, key, expect);
-    char got[100];
-    yaml_map_describe(map, got, sizeof got);
-    return fail_at(c, map, k, "expected a mapping of scenario keys (%s), got %s", keys, got);
-  }
-  memset(out, 0, sizeof *out);
-  out->map = map;
-  out->owner = k;
-  int field[MV_MAX]; // index into f of each present key, -1 for a nested one
-  void *it = NULL;
-  struct fy_node_pair *pair;
-  while ((pair = fy_node_mapping_iterate(map, &it))) {
-    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
-    const char *name =
-        pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name)
-      return fail_at(c, pk, map, "expected a plain key%s%s%s", key ? " in '" : "",
-                     key ? key : "", key ? "'" : "");
-    int i = 0;
-    while (i < nf && strcmp(f[i].key, name)) i++;
-    int j = 0;
-    while (i == nf && j < nn && strcmp(nested[j], name)) j++;
-    if (i == nf && j == nn)
-      return fail_at(c, pk, NULL, "unknown key '%s'; expected one of: %s", name, keys);
-    if (i < nf && (!pv || fy_node_is_null(pv))) // no position of its own: point at the key
-      return expect_at(c, pv, pk, name, yaml_map_expect(&f[i]));
-    field[out->n] = i < nf ? i : -1;
-    out->name[out->n] = name;
-    out->key[out->n] = pk;
-    out->val[out->n] = pv;
-    out->n++;
-  }
-  for (int i = 0; i < out->n; i++)
-    if (field[i] >= 0)
-      SC_TRY(yaml_map_read_value(out->key[i], out->val[i], c->file, &f[field[i]], c->err));
-  return SC_OK;
-}
-
-// Reads one scalar value v of key node k with field f (f->key must be k's text): the form
-// for sequence items and for keys that take a scalar or a collection.
-static sc_status read_scalar(ctx *c, struct fy_node *k, struct fy_node *v,
-                             const yaml_map_field *f) {
-  if (!v || fy_node_is_null(v)) return expect_at(c, v, k, f->key, yaml_map_expect(f));
-  return yaml_map_read_value(k, v, c->file, f, c->err);
-}
-
-static const char *key_text(struct fy_node *k) {
-  const char *t = k ? fy_node_get_scalar0(k) : NULL;
-  return t ? t : "?";
-}
-
-// SC_OK when key is present; else "missing required key 'KEY' (EXPECT)" at the mapping.
-static sc_status need(ctx *c, const mapview *m, const char *key, const char *expect) {
-  if (mv_has(m, key)) return SC_OK;
-  return fail_at(c, m->map, m->owner, "missing required key '%s' (%s)", key, expect);
-}
-
-// A range or form check on a present key: "key 'K': expected EXPECT, got V" at its value.
-static sc_status check(ctx *c, const mapview *m, const char *key, bool ok, const char *expect) {
-  if (ok || !mv_has(m, key)) return SC_OK;
-  return expect_at(c, mv_val(m, key), mv_key(m, key), key, expect);
-}
-
-// Index of text in names[0..n), or an error at key's value listing them.
-static sc_status pick(ctx *c, struct fy_node *v, struct fy_node *k, const char *text,
-                      const char *const *names, int n, int *out) {
-  for (int i = 0; i < n; i++)
-    if (!strcmp(text, names[i])) {
-      *out = i;
-      return SC_OK;
-    }
-  char expect[300];
-  size_t len = (size_t)snprintf(expect, sizeof expect, "one of ");
-  for (int i = 0; i < n && len < sizeof expect; i++)
-    len += (size_t)snprintf(expect + len, sizeof expect - len, "%s%s", i ? ", " : "", names[i]);
-  return expect_at(c, v, k, key_text(k), expect);
-}
-
-// pick() for a key read into text by read_map.
-static sc_status pick_key(ctx *c, const mapview *m, const char *key, const char *text,
-                          const char *const *names, int n, int *out) {
-  return pick(c, mv_val(m, key), mv_key(m, key), text, names, n, out);
-}
-
-// The items of a sequence value (key node k); error unless 1..cap items.
-static sc_status seq_items(ctx *c, struct fy_node *v, struct fy_node *k, const char *expect,
-                           int cap, struct fy_node **items, int *n) {
-  if (!v || fy_node_get_type(v) != FYNT_SEQUENCE) return expect_at(c, v, k, key_text(k), expect);
-  *n = 0;
-  void *it = NULL;
-  struct fy_node *item;
-  while ((item = fy_node_sequence_iterate(v, &it))) {
-    if (*n == cap)
-      return fail_at(c, item, k, "key '%s': expected %s, at most %d items; got more", key_text(k),
-                     expect, cap);
-    items[(*n)++] = item;
-  }
-  if (!*n) return expect_at(c, v, k, key_text(k), expect);
-  return SC_OK;
-}
-
-// Integer items of a sequence, each >= lo; their nodes in items[] when not NULL.
-static sc_status int_list(ctx *c, struct fy_node *v, struct fy_node *k, const char *expect,
-                          int lo, int cap, int *out, int *n, struct fy_node **nodes) {
-  struct fy_node *buf[64], **items = nodes ? nodes : buf;
-  SC_ASSERT(nodes || cap <= 64);
-  SC_TRY(seq_items(c, v, k, expect, cap, items, n));
-  for (int i = 0; i < *n; i++) {
-    yaml_map_field f = F_INT(key_text(k), &out[i]);
-    SC_TRY(read_scalar(c, k, items[i], &f));
-    if (out[i] < lo) {
-      char e[64];
-      snprintf(e, sizeof e, "an integer >= %d", lo);
-      return expect_at(c, items[i], k, key_text(k), e);
-    }
-  }
-  return SC_OK;
-}
-
-// Enumerated items of a sequence: out[i] = index into names.
-static sc_status enum_list(ctx *c, struct fy_node *v, struct fy_node *k, const char *expect,
-                           const char *const *names, int nnames, int cap, int *out, int *n,
-                           struct fy_node **items) {
-  SC_TRY(seq_items(c, v, k, expect, cap, items, n));
-  for (int i = 0; i < *n; i++) {
-    char text[32] = "";
-    yaml_map_field f = F_STR(key_text(k), text);
-    SC_TRY(read_scalar(c, k, items[i], &f));
-    SC_TRY(pick(c, items[i], k, text, names, nnames, &out[i]));
-  }
-  return SC_OK;
-}
 
 // --- paths
 
@@ -406,10 +149,10 @@ enum { SRC_PRESET = 1, SRC_DIR = 2 };
 static sc_status load_model(ctx *c, struct fy_node *v, struct fy_node *k, const char *source,
                             int accept, char *resolved, size_t cap, model_config *out,
                             bool *has_weights) {
-  const char *key = key_text(k);
+  const char *key = yaml_map_key_text(k);
   if (has_weights) *has_weights = false;
   if (!resolve_path(c, source, resolved, cap))
-    return fail_at(c, v, k, "key '%s': path too long", key);
+    return yaml_map_fail(&c->doc, v, k, "key '%s': path too long", key);
   bool yaml = yaml_map_is_path(source);
   sc_error e = {{0}};
   sc_status st;
@@ -423,13 +166,13 @@ static sc_status load_model(ctx *c, struct fy_node *v, struct fy_node *k, const 
     snprintf(resolved, cap, "%s", source);
     st = model_preset_load(source, out, &e);
   } else if (accept == SRC_PRESET) {
-    return fail_at(c, v, k, "key '%s': expected a preset name or a preset .yaml file, got '%s' "
+    return yaml_map_fail(&c->doc, v, k, "key '%s': expected a preset name or a preset .yaml file, got '%s' "
                    "(a model directory goes under 'path')", key, source);
   } else {
-    return fail_at(c, v, k, "key '%s': expected a model directory holding config.json, got "
+    return yaml_map_fail(&c->doc, v, k, "key '%s': expected a model directory holding config.json, got "
                    "'%s' (%s: no such directory)", key, source, resolved);
   }
-  if (st != SC_OK) return fail_at(c, v, k, "key '%s': %s", key, e.msg);
+  if (st != SC_OK) return yaml_map_fail(&c->doc, v, k, "key '%s': %s", key, e.msg);
   return SC_OK;
 }
 
@@ -442,7 +185,7 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
   bool is_path = false;
   if (v && fy_node_get_type(v) == FYNT_SCALAR && !fy_node_is_null(v)) { // `model: NAME`
     yaml_map_field f = F_STR("model", preset);
-    SC_TRY(read_scalar(c, k, v, &f));
+    SC_TRY(yaml_map_read_scalar(&c->doc, k, v, &f));
   } else {
     static const char *const none[] = {NULL};
     const yaml_map_field f[] = {
@@ -450,22 +193,22 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
         F_STR("path", path),
         F_CUSTOM("dtype", mo->dtype, parse_dtype, DTYPE_EXPECT),
         F_CUSTOM("kv_cache_dtype", mo->kv_cache_dtype, parse_kv_dtype, "auto or fp8"),
-        F_CUSTOM("weights_seed", &mo->weights_seed, parse_u64, "a non-negative integer"),
+        F_CUSTOM("weights_seed", &mo->weights_seed, yaml_map_parse_u64, "a non-negative integer"),
     };
-    mapview m;
-    SC_TRY(read_map(c, v, "model", k, f, COUNT(f), none, 0, &m));
-    if (mv_has(&m, "preset") && mv_has(&m, "path"))
-      return fail_at(c, mv_key(&m, "path"), NULL,
+    yaml_map_view m;
+    SC_TRY(yaml_map_read_view(&c->doc, v, "model", k, f, COUNT(f), none, 0, &m));
+    if (yaml_map_has(&m, "preset") && yaml_map_has(&m, "path"))
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "path"), NULL,
                      "key 'path': expected exactly one of 'preset' or 'path', got both");
-    if (!mv_has(&m, "preset") && !mv_has(&m, "path"))
-      return fail_at(c, v, k, "key 'model': expected exactly one of 'preset' (a preset name "
+    if (!yaml_map_has(&m, "preset") && !yaml_map_has(&m, "path"))
+      return yaml_map_fail(&c->doc, v, k, "key 'model': expected exactly one of 'preset' (a preset name "
                      "or .yaml file) or 'path' (a model directory), got neither");
-    is_path = mv_has(&m, "path");
-    sv = mv_val(&m, is_path ? "path" : "preset");
-    sk = mv_key(&m, is_path ? "path" : "preset");
+    is_path = yaml_map_has(&m, "path");
+    sv = yaml_map_val(&m, is_path ? "path" : "preset");
+    sk = yaml_map_key(&m, is_path ? "path" : "preset");
   }
   const char *src = is_path ? path : preset;
-  if (!src[0]) return expect_at(c, sv, sk, key_text(sk), "a non-empty name or path");
+  if (!src[0]) return yaml_map_expect_at(&c->doc, sv, sk, yaml_map_key_text(sk), "a non-empty name or path");
   snprintf(mo->source, sizeof mo->source, "%s", src);
   return load_model(c, sv, sk, src, is_path ? SRC_DIR : SRC_PRESET, mo->resolved,
                     sizeof mo->resolved, &mo->config, &mo->has_weights);
@@ -483,14 +226,14 @@ static sc_status load_profile(ctx *c, const char *profile, struct fy_node *pv, s
   if (c->ov && c->ov->profile) {
     snprintf(h->profile, sizeof h->profile, "%s", c->ov->profile); // length checked on entry
     if (hw_profile_load(h->profile, &c->s->hw, &e) != SC_OK)
-      return sc_fail(c->err, SC_INVALID, "--profile: %s", e.msg);
+      return sc_fail(c->doc.err, SC_INVALID, "--profile: %s", e.msg);
   } else {
     if (!yaml_map_is_path(profile))
       snprintf(h->profile, sizeof h->profile, "%s", profile);
     else if (!resolve_path(c, profile, h->profile, sizeof h->profile))
-      return fail_at(c, pv, k, "key 'profile': path too long");
+      return yaml_map_fail(&c->doc, pv, k, "key 'profile': path too long");
     if (hw_profile_load(h->profile, &c->s->hw, &e) != SC_OK)
-      return fail_at(c, pv, k, "key 'profile': %s", e.msg);
+      return yaml_map_fail(&c->doc, pv, k, "key 'profile': %s", e.msg);
   }
   c->s->have_hw = true;
   return SC_OK;
@@ -498,29 +241,29 @@ static sc_status load_profile(ctx *c, const char *profile, struct fy_node *pv, s
 
 // The real-mode keys of a hardware mapping m: backend, gpus, threads, devices. *profile is
 // cleared for backend cuda without a profile (memory is then not checked).
-static sc_status hardware_real(ctx *c, const mapview *m, const char *backend, char *profile) {
+static sc_status hardware_real(ctx *c, const yaml_map_view *m, const char *backend, char *profile) {
   scn_hardware *h = &c->s->hardware;
   static const char *const backends[] = {"cpu", "cuda"};
   int b = 0;
-  SC_TRY(pick_key(c, m, "backend", backend, backends, 2, &b));
-  SC_TRY(check(c, m, "gpus", h->gpus >= 0, "an integer >= 0 (0 = no limit)"));
-  SC_TRY(check(c, m, "threads", h->threads >= 0, "an integer >= 0 (0 = automatic)"));
-  if (b == 1 && !mv_has(m, "profile")) profile[0] = 0; // no default for real GPUs
+  SC_TRY(yaml_map_pick_key(&c->doc, m, "backend", backend, backends, 2, &b));
+  SC_TRY(yaml_map_check(&c->doc, m, "gpus", h->gpus >= 0, "an integer >= 0 (0 = no limit)"));
+  SC_TRY(yaml_map_check(&c->doc, m, "threads", h->threads >= 0, "an integer >= 0 (0 = automatic)"));
+  if (b == 1 && !yaml_map_has(m, "profile")) profile[0] = 0; // no default for real GPUs
   // a target's prediction: its devices are the launched servers' GPUs, not the simulation's
-  if (!mv_has(m, "devices") || c->predicting) return SC_OK;
+  if (!yaml_map_has(m, "devices") || c->predicting) return SC_OK;
   if (b != 1)
-    return fail_at(c, mv_key(m, "devices"), NULL,
+    return yaml_map_fail(&c->doc, yaml_map_key(m, "devices"), NULL,
                    "key 'devices': only with backend: cuda (the backend is %s)", backend);
-  struct fy_node *dk = mv_key(m, "devices");
-  SC_TRY(int_list(c, mv_val(m, "devices"), dk, "a list of CUDA device indices", 0,
+  struct fy_node *dk = yaml_map_key(m, "devices");
+  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(m, "devices"), dk, "a list of CUDA device indices", 0,
                   COUNT(h->devices), h->devices, &h->n_devices, NULL));
   for (int i = 0; i < h->n_devices; i++)
     for (int j = 0; j < i; j++)
       if (h->devices[i] == h->devices[j])
-        return fail_at(c, mv_val(m, "devices"), dk, "key 'devices': device %d is listed twice",
+        return yaml_map_fail(&c->doc, yaml_map_val(m, "devices"), dk, "key 'devices': device %d is listed twice",
                        h->devices[i]);
-  if (!mv_has(m, "gpus")) h->gpus = h->n_devices;
-  return check(c, m, "gpus", h->gpus <= h->n_devices,
+  if (!yaml_map_has(m, "gpus")) h->gpus = h->n_devices;
+  return yaml_map_check(&c->doc, m, "gpus", h->gpus <= h->n_devices,
                "an integer no larger than the number of devices listed");
 }
 
@@ -535,10 +278,10 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
   const bool ov_profile = c->ov && c->ov->profile;
   char backend[16] = "cpu", profile[1024] = "cpu", link[32] = "", names[300];
   hw_profile_names_list(names, sizeof names);
-  mapview m;
+  yaml_map_view m;
   memset(&m, 0, sizeof m);
   if (!v && sim_file)
-    return fail_at(c, root, NULL, "missing required key 'hardware' (mode: sim simulates "
+    return yaml_map_fail(&c->doc, root, NULL, "missing required key 'hardware' (mode: sim simulates "
                    "{profile: NAME, gpus: N}; profiles: %s, or a .yaml file)", names);
   if (v) {
     static const char *const nested[] = {"devices"};
@@ -546,29 +289,29 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
         F_STR("backend", backend), F_STR("profile", profile), F_INT("gpus", &h->gpus),
         F_INT("threads", &h->threads), F_STR("link", link), F_INT("nodes", &h->nodes),
     };
-    SC_TRY(read_map(c, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
+    SC_TRY(yaml_map_read_view(&c->doc, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
     for (int i = 0; i < m.n; i++) { // keys of the other mode
       const char *n = m.name[i];
       bool real_only = !strcmp(n, "backend") || !strcmp(n, "devices") || !strcmp(n, "threads");
       bool sim_only = !strcmp(n, "link") || !strcmp(n, "nodes");
       if (sim_file && real_only)
-        return fail_at(c, m.key[i], NULL, "key '%s': only in mode: real (mode: sim simulates "
+        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': only in mode: real (mode: sim simulates "
                        "the GPUs of hardware.profile)", n);
       if (!sim && sim_only)
-        return fail_at(c, m.key[i], NULL, "key '%s': only in mode: sim%s", n,
+        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': only in mode: sim%s", n,
                        c->mode_from_ov ? " (the mode is real: --mode real)" : "");
     }
-    SC_TRY(check(c, &m, "profile", profile[0] != 0, "a hardware profile name or .yaml path"));
+    SC_TRY(yaml_map_check(&c->doc, &m, "profile", profile[0] != 0, "a hardware profile name or .yaml path"));
     if (!sim_file) {
       SC_TRY(hardware_real(c, &m, backend, profile));
     } else {
-      if (!mv_has(&m, "profile") && !ov_profile)
-        return fail_at(c, v, k, "missing required key 'profile' (mode: sim simulates the GPUs "
+      if (!yaml_map_has(&m, "profile") && !ov_profile)
+        return yaml_map_fail(&c->doc, v, k, "missing required key 'profile' (mode: sim simulates the GPUs "
                        "of a hardware profile: %s, or a .yaml file)", names);
-      SC_TRY(need(c, &m, "gpus", "mode: sim: how many GPUs are simulated, an integer >= 1"));
-      SC_TRY(check(c, &m, "gpus", h->gpus >= 1, "an integer >= 1"));
-      SC_TRY(check(c, &m, "nodes", h->nodes >= 0, "an integer >= 0 (0 = as many as needed)"));
-      SC_TRY(check(c, &m, "link", link[0] != 0, "a link name"));
+      SC_TRY(yaml_map_need(&c->doc, &m, "gpus", "mode: sim: how many GPUs are simulated, an integer >= 1"));
+      SC_TRY(yaml_map_check(&c->doc, &m, "gpus", h->gpus >= 1, "an integer >= 1"));
+      SC_TRY(yaml_map_check(&c->doc, &m, "nodes", h->nodes >= 0, "an integer >= 0 (0 = as many as needed)"));
+      SC_TRY(yaml_map_check(&c->doc, &m, "link", link[0] != 0, "a link name"));
     }
   }
   if (c->switched) { // a real scenario simulated (--mode sim): its devices are the profile's
@@ -576,27 +319,27 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
     h->n_devices = 0;
     memset(h->devices, 0, sizeof h->devices);
     if (!profile[0] && !ov_profile)
-      return sc_fail(c->err, SC_INVALID, "--mode: sim needs a hardware profile and %s names "
+      return sc_fail(c->doc.err, SC_INVALID, "--mode: sim needs a hardware profile and %s names "
                      "none (backend cuda without hardware.profile): give --profile (%s, or a "
-                     ".yaml file)", c->file, names);
+                     ".yaml file)", c->doc.file, names);
   }
   snprintf(h->backend, sizeof h->backend, "%s", sim ? "" : backend);
   if (!profile[0] && !ov_profile) { // cuda without a profile: memory is not checked
     h->profile[0] = 0;
     return SC_OK;
   }
-  SC_TRY(load_profile(c, profile, mv_val(&m, "profile"), k));
+  SC_TRY(load_profile(c, profile, yaml_map_val(&m, "profile"), k));
   if (link[0]) {
     sim_link l;
     if (!sim_link_lookup(link, &l)) {
       char links[256];
       sim_link_names(links, sizeof links);
-      return fail_at(c, mv_val(&m, "link"), mv_key(&m, "link"),
+      return yaml_map_fail(&c->doc, yaml_map_val(&m, "link"), yaml_map_key(&m, "link"),
                      "key 'link': unknown link '%s'; known links: %s", link, links);
     }
     sc_error e = {{0}};
     if (hw_profile_set_link(&s->hw, link, &e) != SC_OK)
-      return fail_at(c, mv_val(&m, "link"), mv_key(&m, "link"), "key 'link': %s", e.msg);
+      return yaml_map_fail(&c->doc, yaml_map_val(&m, "link"), yaml_map_key(&m, "link"), "key 'link': %s", e.msg);
     snprintf(h->link, sizeof h->link, "%s", link);
   }
   if (sim && h->nodes > 0 && (long long)h->gpus > (long long)h->nodes * s->hw.gpus_per_node) {
@@ -605,7 +348,7 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
              "GPUs)", h->nodes, s->hw.gpus_per_node,
              (long long)h->nodes * s->hw.gpus_per_node, h->nodes, s->hw.gpus_per_node,
              s->hw.name);
-    return expect_at(c, mv_val(&m, "gpus"), mv_key(&m, "gpus"), "gpus", e);
+    return yaml_map_expect_at(&c->doc, yaml_map_val(&m, "gpus"), yaml_map_key(&m, "gpus"), "gpus", e);
   }
   return SC_OK;
 }
@@ -629,22 +372,22 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_DBL("kv_headroom", &l->kv_headroom),
       F_DUR("collective_timeout", &l->collective_timeout_ns),
   };
-  mapview m;
-  SC_TRY(read_map(c, v, "limits", k, f, COUNT(f), none, 0, &m));
-  SC_TRY(check(c, &m, "max_running", l->max_running >= 1, "an integer >= 1"));
-  SC_TRY(check(c, &m, "token_budget", l->token_budget >= 1, "an integer >= 1"));
-  SC_TRY(check(c, &m, "prefill_chunk", l->prefill_chunk >= 0,
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "limits", k, f, COUNT(f), none, 0, &m));
+  SC_TRY(yaml_map_check(&c->doc, &m, "max_running", l->max_running >= 1, "an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "token_budget", l->token_budget >= 1, "an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "prefill_chunk", l->prefill_chunk >= 0,
                "an integer >= 0 (0 = token_budget / 4)"));
-  SC_TRY(check(c, &m, "prefill_chunk", l->prefill_chunk <= l->token_budget,
+  SC_TRY(yaml_map_check(&c->doc, &m, "prefill_chunk", l->prefill_chunk <= l->token_budget,
                "an integer no larger than token_budget"));
-  SC_TRY(check(c, &m, "block_size", l->block_size >= 1, "an integer >= 1"));
-  SC_TRY(check(c, &m, "kv_headroom", l->kv_headroom >= 0 && l->kv_headroom <= 0.9,
+  SC_TRY(yaml_map_check(&c->doc, &m, "block_size", l->block_size >= 1, "an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "kv_headroom", l->kv_headroom >= 0 && l->kv_headroom <= 0.9,
                "a fraction in [0, 0.9]"));
-  SC_TRY(check(c, &m, "kv_watermark", l->kv_watermark >= 0 && l->kv_watermark <= 0.5,
+  SC_TRY(yaml_map_check(&c->doc, &m, "kv_watermark", l->kv_watermark >= 0 && l->kv_watermark <= 0.5,
                "a fraction in [0, 0.5] (vLLM keeps 0.01)"));
-  SC_TRY(check(c, &m, "num_gpu_blocks_override", l->num_gpu_blocks_override >= 0,
+  SC_TRY(yaml_map_check(&c->doc, &m, "num_gpu_blocks_override", l->num_gpu_blocks_override >= 0,
                "an integer >= 0 (0 = the planner's)"));
-  SC_TRY(check(c, &m, "collective_timeout", l->collective_timeout_ns > 0,
+  SC_TRY(yaml_map_check(&c->doc, &m, "collective_timeout", l->collective_timeout_ns > 0,
                "a duration > 0 (a collective always has a deadline)"));
   return SC_OK;
 }
@@ -677,19 +420,19 @@ static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
                               F_DUR("backoff", &r->backoff_ns),
                               F_BOOL("resume", &r->resume),
                               F_BOOL("restart", &r->restart)};
-  mapview m;
-  SC_TRY(read_map(c, v, "router", k, f, COUNT(f), none, 0, &m));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "router", k, f, COUNT(f), none, 0, &m));
   int p = 0;
-  SC_TRY(pick_key(c, &m, "policy", policy, policies, 2, &p));
+  SC_TRY(yaml_map_pick_key(&c->doc, &m, "policy", policy, policies, 2, &p));
   r->policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
-  if (mv_val(&m, "isolation")) {
+  if (yaml_map_val(&m, "isolation")) {
     int i = 0;
-    SC_TRY(pick_key(c, &m, "isolation", isolation, isolations, 2, &i));
+    SC_TRY(yaml_map_pick_key(&c->doc, &m, "isolation", isolation, isolations, 2, &i));
     r->isolation = i ? SCN_ISOLATION_THREAD : SCN_ISOLATION_PROCESS;
   }
-  SC_TRY(check(c, &m, "detect_timeout", r->detect_timeout_ns > 0,
+  SC_TRY(yaml_map_check(&c->doc, &m, "detect_timeout", r->detect_timeout_ns > 0,
                "a duration > 0 (a lost replica must be noticed)"));
-  SC_TRY(check(c, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= SCN_MAX_RETRIES,
+  SC_TRY(yaml_map_check(&c->doc, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= SCN_MAX_RETRIES,
                "an integer in [0, " SCN_STR(SCN_MAX_RETRIES) "]"));
   return SC_OK;
 }
@@ -716,7 +459,7 @@ static sc_status add_deployment(ctx *c, struct fy_node *at, int tp, int pp, int 
     if (d->tp == tp && d->pp == pp && d->dp == dp) return SC_OK;
   }
   if (s->n_deployments == SCN_MAX_DEPLOYMENTS)
-    return fail_at(c, at, NULL, "key 'deployments': expected at most %d deployments (after "
+    return yaml_map_fail(&c->doc, at, NULL, "key 'deployments': expected at most %d deployments (after "
                    "expanding scaling items), got more", SCN_MAX_DEPLOYMENTS);
   scn_deployment *d = &s->deployments[s->n_deployments++];
   *d = (scn_deployment){.tp = tp, .pp = pp, .dp = dp};
@@ -732,15 +475,15 @@ static sc_status auto_layout(ctx *c, struct fy_node *item, struct fy_node *at, s
   const scenario *s = c->s;
   const model_config *m = &s->model.config;
   if (!s->have_hw)
-    return fail_at(c, at, k, "pattern auto needs hardware.profile to plan memory");
+    return yaml_map_fail(&c->doc, at, k, "pattern auto needs hardware.profile to plan memory");
   int n = memplan_enumerate(m, &s->hw, &s->mp, g, NULL, 0);
   memplan_layout *l = calloc((size_t)n, sizeof *l);
-  if (!l) return sc_fail(c->err, SC_OOM, "%s: out of memory planning %d layouts", c->file, n);
+  if (!l) return sc_fail(c->doc.err, SC_OOM, "%s: out of memory planning %d layouts", c->doc.file, n);
   memplan_enumerate(m, &s->hw, &s->mp, g, l, n);
   int best = memplan_recommend(l, n, g, s->hw.gpus_per_node);
   sc_status st = SC_OK;
   if (best < 0)
-    st = fail_at(c, at, k, "pattern auto: no layout of up to %d %s GPU%s fits %s at %s with a "
+    st = yaml_map_fail(&c->doc, at, k, "pattern auto: no layout of up to %d %s GPU%s fits %s at %s with a "
                  "context of %d tokens", g, s->hw.name, g > 1 ? "s" : "", m->name,
                  sc_dtype_name(s->mp.weight_dtype), m->max_seq_len);
   else
@@ -752,29 +495,29 @@ static sc_status auto_layout(ctx *c, struct fy_node *item, struct fy_node *at, s
 static sc_status parse_scaling(ctx *c, struct fy_node *v, struct fy_node *k,
                                struct fy_node *item) {
   static const char *const nested[] = {"gpus", "pattern"};
-  mapview m;
-  SC_TRY(read_map(c, v, "scaling", k, NULL, 0, nested, COUNT(nested), &m));
-  SC_TRY(need(c, &m, "gpus", "a list of GPU counts, e.g. [1, 2, 4]"));
-  SC_TRY(need(c, &m, "pattern", "dp, tp, pp, auto or a list of them"));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "scaling", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(yaml_map_need(&c->doc, &m, "gpus", "a list of GPU counts, e.g. [1, 2, 4]"));
+  SC_TRY(yaml_map_need(&c->doc, &m, "pattern", "dp, tp, pp, auto or a list of them"));
   int gpus[32], ng = 0;
-  struct fy_node *gk = mv_key(&m, "gpus"), *gitems[32];
-  SC_TRY(int_list(c, mv_val(&m, "gpus"), gk, "a list of GPU counts, e.g. [1, 2, 4]", 1,
+  struct fy_node *gk = yaml_map_key(&m, "gpus"), *gitems[32];
+  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&m, "gpus"), gk, "a list of GPU counts, e.g. [1, 2, 4]", 1,
                   COUNT(gpus), gpus, &ng, gitems));
   for (int i = 0; i < ng; i++)
     if (gpus[i] > SCN_MAX_GPUS)
-      return expect_at(c, gitems[i], gk, "gpus", "at most " SCN_STR(SCN_MAX_GPUS) " GPUs");
+      return yaml_map_expect_at(&c->doc, gitems[i], gk, "gpus", "at most " SCN_STR(SCN_MAX_GPUS) " GPUs");
   static const char *const patterns[] = {"dp", "tp", "pp", "auto"};
   const char *pexpect = "dp, tp, pp, auto or a list of them, e.g. [dp, tp]";
-  struct fy_node *pv = mv_val(&m, "pattern"), *pk = mv_key(&m, "pattern");
+  struct fy_node *pv = yaml_map_val(&m, "pattern"), *pk = yaml_map_key(&m, "pattern");
   int pat[8], np = 0;
   struct fy_node *pitems[8];
   if (pv && fy_node_get_type(pv) == FYNT_SEQUENCE) {
-    SC_TRY(enum_list(c, pv, pk, pexpect, patterns, 4, 8, pat, &np, pitems));
+    SC_TRY(yaml_map_enum_list(&c->doc, pv, pk, pexpect, patterns, 4, 8, pat, &np, pitems));
   } else {
     char text[32] = "";
     yaml_map_field f = F_STR("pattern", text);
-    SC_TRY(read_scalar(c, pk, pv, &f));
-    SC_TRY(pick(c, pv, pk, text, patterns, 4, &pat[0]));
+    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &f));
+    SC_TRY(yaml_map_pick(&c->doc, pv, pk, text, patterns, 4, &pat[0]));
     np = 1;
   }
   for (int p = 0; p < np; p++)
@@ -794,18 +537,18 @@ static sc_status parse_deployment_item(ctx *c, struct fy_node *item, struct fy_n
   static const char *const nested[] = {"scaling"};
   int tp = 1, pp = 1, dp = 1;
   const yaml_map_field f[] = {F_INT("tp", &tp), F_INT("pp", &pp), F_INT("dp", &dp)};
-  mapview m;
-  SC_TRY(read_map(c, item, "deployments", k, f, COUNT(f), nested, COUNT(nested), &m));
-  if (mv_has(&m, "scaling")) {
-    if (mv_has(&m, "tp") || mv_has(&m, "pp") || mv_has(&m, "dp"))
-      return fail_at(c, mv_key(&m, "scaling"), NULL,
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, item, "deployments", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (yaml_map_has(&m, "scaling")) {
+    if (yaml_map_has(&m, "tp") || yaml_map_has(&m, "pp") || yaml_map_has(&m, "dp"))
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "scaling"), NULL,
                      "key 'scaling': expected either tp/pp/dp or scaling in one deployment, "
                      "got both");
-    return parse_scaling(c, mv_val(&m, "scaling"), mv_key(&m, "scaling"), item);
+    return parse_scaling(c, yaml_map_val(&m, "scaling"), yaml_map_key(&m, "scaling"), item);
   }
-  SC_TRY(check(c, &m, "tp", tp >= 1, "an integer >= 1"));
-  SC_TRY(check(c, &m, "pp", pp >= 1, "an integer >= 1"));
-  SC_TRY(check(c, &m, "dp", dp >= 1, "an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "tp", tp >= 1, "an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "pp", pp >= 1, "an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "dp", dp >= 1, "an integer >= 1"));
   return add_deployment(c, item, tp, pp, dp);
 }
 
@@ -822,12 +565,12 @@ static sc_status check_deployments(ctx *c) {
     const scn_deployment *d = &s->deployments[i];
     char w[300];
     if (d->line)
-      snprintf(w, sizeof w, "%s:%d:%d", c->file, d->line, d->col);
+      snprintf(w, sizeof w, "%s:%d:%d", c->doc.file, d->line, d->col);
     else
-      snprintf(w, sizeof w, "%s", c->file);
+      snprintf(w, sizeof w, "%s", c->doc.file);
     int n = d->tp * d->pp * d->dp;
     if (s->hardware.gpus > 0 && n > s->hardware.gpus)
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; hardware.gpus is %d",
                      w, d->label, d->tp, d->pp, d->dp, n, s->hardware.gpus);
     memplan_layout l = {.valid = true, .fits = true};
@@ -839,13 +582,13 @@ static sc_status check_deployments(ctx *c) {
       snprintf(l.why, sizeof l.why, "%.*s", (int)sizeof l.why - 1, e.msg);
     }
     if (!l.valid || !l.fits)
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: deployment '%s' (tp=%d pp=%d dp=%d) refused by the planner%s%s: %s", w,
                      d->label, d->tp, d->pp, d->dp, s->have_hw ? " on " : "",
                      s->have_hw ? s->hw.name : "", l.why);
     int node = s->hw.gpus_per_node;
     if (s->mode == SCN_MODE_SIM && node > 0 && d->tp > node && d->tp % node)
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: deployment '%s' (tp=%d pp=%d dp=%d): a TP group larger than a node "
                      "must span whole nodes (tp a multiple of %d, the GPUs per node of %s): "
                      "each node then holds ranks of one group only and every all-reduce "
@@ -858,14 +601,14 @@ static sc_status check_deployments(ctx *c) {
 static sc_status parse_deployments(ctx *c, struct fy_node *v, struct fy_node *k) {
   if (v && fy_node_get_type(v) == FYNT_MAPPING) { // the form `deployments: {scaling: ...}`
     static const char *const nested[] = {"scaling"};
-    mapview m;
-    SC_TRY(read_map(c, v, "deployments", k, NULL, 0, nested, COUNT(nested), &m));
-    SC_TRY(need(c, &m, "scaling", "{gpus: [...], pattern: ...}"));
-    SC_TRY(parse_scaling(c, mv_val(&m, "scaling"), mv_key(&m, "scaling"), v));
+    yaml_map_view m;
+    SC_TRY(yaml_map_read_view(&c->doc, v, "deployments", k, NULL, 0, nested, COUNT(nested), &m));
+    SC_TRY(yaml_map_need(&c->doc, &m, "scaling", "{gpus: [...], pattern: ...}"));
+    SC_TRY(parse_scaling(c, yaml_map_val(&m, "scaling"), yaml_map_key(&m, "scaling"), v));
   } else {
     struct fy_node *items[SCN_MAX_DEPLOYMENTS];
     int n = 0;
-    SC_TRY(seq_items(c, v, k,
+    SC_TRY(yaml_map_seq(&c->doc, v, k,
                      "a list of deployments ({tp, pp, dp} or {scaling: {gpus, pattern}}) or "
                      "{scaling: {gpus, pattern}}",
                      SCN_MAX_DEPLOYMENTS, items, &n));
@@ -881,29 +624,29 @@ static sc_status parse_deployments(ctx *c, struct fy_node *v, struct fy_node *k)
   "{lognormal: {median, sigma}}"
 
 static sc_status parse_dist(ctx *c, struct fy_node *v, struct fy_node *k, scn_dist *d) {
-  const char *key = key_text(k);
+  const char *key = yaml_map_key_text(k);
   if (!v || fy_node_get_type(v) != FYNT_MAPPING) {
     if (!v || fy_node_get_type(v) != FYNT_SCALAR || fy_node_get_style(v) != FYNS_PLAIN)
-      return expect_at(c, v, k, key, DIST_EXPECT); // a count is a plain integer, as INT is
+      return yaml_map_expect_at(&c->doc, v, k, key, DIST_EXPECT); // a count is a plain integer, as INT is
     yaml_map_field f = F_CUSTOM(key, &d->a, parse_count, DIST_EXPECT);
-    SC_TRY(read_scalar(c, k, v, &f));
+    SC_TRY(yaml_map_read_scalar(&c->doc, k, v, &f));
     d->kind = SCN_DIST_FIXED;
     d->b = 0;
     return SC_OK;
   }
   static const char *const nested[] = {"uniform", "normal", "lognormal"};
-  mapview m;
-  SC_TRY(read_map(c, v, key, k, NULL, 0, nested, COUNT(nested), &m));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, key, k, NULL, 0, nested, COUNT(nested), &m));
   if (m.n != 1)
-    return m.n ? fail_at(c, m.key[1], NULL, "key '%s': expected one distribution in '%s', got "
+    return m.n ? yaml_map_fail(&c->doc, m.key[1], NULL, "key '%s': expected one distribution in '%s', got "
                          "'%s' and '%s'", m.name[1], key, m.name[0], m.name[1])
-               : expect_at(c, v, k, key, DIST_EXPECT);
+               : yaml_map_expect_at(&c->doc, v, k, key, DIST_EXPECT);
   struct fy_node *dv = m.val[0], *dk = m.key[0];
   if (!strcmp(m.name[0], "uniform")) {
     int ab[2], n = 0;
     const char *e = "[a, b]: two integers, 1 <= a <= b";
-    SC_TRY(int_list(c, dv, dk, e, 1, 2, ab, &n, NULL));
-    if (n != 2 || ab[0] > ab[1]) return expect_at(c, dv, dk, "uniform", e);
+    SC_TRY(yaml_map_int_list(&c->doc, dv, dk, e, 1, 2, ab, &n, NULL));
+    if (n != 2 || ab[0] > ab[1]) return yaml_map_expect_at(&c->doc, dv, dk, "uniform", e);
     *d = (scn_dist){SCN_DIST_UNIFORM, ab[0], ab[1]};
     return SC_OK;
   }
@@ -912,12 +655,12 @@ static sc_status parse_dist(ctx *c, struct fy_node *v, struct fy_node *k, scn_di
   double a = 0, b = 0;
   static const char *const none[] = {NULL};
   const yaml_map_field f[] = {F_DBL(ka, &a), F_DBL(kb, &b)};
-  mapview dm;
-  SC_TRY(read_map(c, dv, m.name[0], dk, f, 2, none, 0, &dm));
-  SC_TRY(need(c, &dm, ka, "a number >= 1"));
-  SC_TRY(need(c, &dm, kb, "a number >= 0"));
-  SC_TRY(check(c, &dm, ka, a >= 1, "a number >= 1"));
-  SC_TRY(check(c, &dm, kb, b >= 0, "a number >= 0"));
+  yaml_map_view dm;
+  SC_TRY(yaml_map_read_view(&c->doc, dv, m.name[0], dk, f, 2, none, 0, &dm));
+  SC_TRY(yaml_map_need(&c->doc, &dm, ka, "a number >= 1"));
+  SC_TRY(yaml_map_need(&c->doc, &dm, kb, "a number >= 0"));
+  SC_TRY(yaml_map_check(&c->doc, &dm, ka, a >= 1, "a number >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &dm, kb, b >= 0, "a number >= 0"));
   *d = (scn_dist){normal ? SCN_DIST_NORMAL : SCN_DIST_LOGNORMAL, a, b};
   return SC_OK;
 }
@@ -925,26 +668,26 @@ static sc_status parse_dist(ctx *c, struct fy_node *v, struct fy_node *k, scn_di
 static sc_status parse_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
   struct fy_node *items[SCN_MAX_CLASSES];
-  SC_TRY(seq_items(c, v, k, "a list of prompt classes {name, weight, input, output}",
+  SC_TRY(yaml_map_seq(&c->doc, v, k, "a list of prompt classes {name, weight, input, output}",
                    SCN_MAX_CLASSES, items, &w->n_classes));
   for (int i = 0; i < w->n_classes; i++) {
     scn_class *cl = &w->classes[i];
     cl->weight = 1;
     static const char *const nested[] = {"input", "output"};
     const yaml_map_field f[] = {F_STR("name", cl->name), F_DBL("weight", &cl->weight)};
-    mapview m;
-    SC_TRY(read_map(c, items[i], "prompts", k, f, COUNT(f), nested, COUNT(nested), &m));
-    SC_TRY(need(c, &m, "input", "prompt tokens: " DIST_EXPECT));
-    SC_TRY(need(c, &m, "output", "output tokens: " DIST_EXPECT));
-    SC_TRY(check(c, &m, "weight", cl->weight > 0, "a number > 0"));
-    SC_TRY(check(c, &m, "name", cl->name[0] != 0, "a non-empty name"));
+    yaml_map_view m;
+    SC_TRY(yaml_map_read_view(&c->doc, items[i], "prompts", k, f, COUNT(f), nested, COUNT(nested), &m));
+    SC_TRY(yaml_map_need(&c->doc, &m, "input", "prompt tokens: " DIST_EXPECT));
+    SC_TRY(yaml_map_need(&c->doc, &m, "output", "output tokens: " DIST_EXPECT));
+    SC_TRY(yaml_map_check(&c->doc, &m, "weight", cl->weight > 0, "a number > 0"));
+    SC_TRY(yaml_map_check(&c->doc, &m, "name", cl->name[0] != 0, "a non-empty name"));
     if (!cl->name[0]) snprintf(cl->name, sizeof cl->name, "class%d", i);
     for (int j = 0; j < i; j++)
       if (!strcmp(w->classes[j].name, cl->name))
-        return fail_at(c, mv_val(&m, "name"), items[i],
+        return yaml_map_fail(&c->doc, yaml_map_val(&m, "name"), items[i],
                        "key 'name': class name '%s' is used twice", cl->name);
-    SC_TRY(parse_dist(c, mv_val(&m, "input"), mv_key(&m, "input"), &cl->input));
-    SC_TRY(parse_dist(c, mv_val(&m, "output"), mv_key(&m, "output"), &cl->output));
+    SC_TRY(parse_dist(c, yaml_map_val(&m, "input"), yaml_map_key(&m, "input"), &cl->input));
+    SC_TRY(parse_dist(c, yaml_map_val(&m, "output"), yaml_map_key(&m, "output"), &cl->output));
   }
   return SC_OK;
 }
@@ -971,8 +714,8 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
       F_DUR("think", &p->think_ns),
       F_DUR("warmup", &p->warmup_ns),
   };
-  mapview m;
-  SC_TRY(read_map(c, item, "phases", k, f, COUNT(f), nested, COUNT(nested), &m));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, item, "phases", k, f, COUNT(f), nested, COUNT(nested), &m));
   yaml_map_pos(item, &p->line, &p->col);
   // exactly one kind
   static const char *const kinds[] = {"ramp", "rate", "fixed"};
@@ -981,13 +724,13 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     for (int j = 0; j < 3; j++) {
       if (strcmp(m.name[i], kinds[j])) continue;
       if (kind >= 0)
-        return fail_at(c, m.key[i], NULL, "key '%s': expected one phase kind (ramp, rate or "
+        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': expected one phase kind (ramp, rate or "
                        "fixed) per phase, got both '%s' and '%s'", kinds[j], kinds[kind],
                        kinds[j]);
       kind = j;
     }
   if (kind < 0)
-    return fail_at(c, item, k, "key 'phases': expected one phase kind per phase (ramp: "
+    return yaml_map_fail(&c->doc, item, k, "key 'phases': expected one phase kind per phase (ramp: "
                    "{concurrency: [...]}, rate: R or fixed: {requests, concurrency}), got none");
   p->kind = (scn_phase_kind)kind;
   const char *const *allowed = kind == 0 ? ramp_keys : kind == 1 ? rate_keys : fixed_keys;
@@ -998,52 +741,52 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     if (j == n_allowed) {
       char keys[200];
       yaml_map_key_list(NULL, 0, allowed, n_allowed, keys, sizeof keys);
-      return fail_at(c, m.key[i], NULL, "key '%s': not part of a %s phase (a %s phase takes: "
+      return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': not part of a %s phase (a %s phase takes: "
                      "%s)", m.name[i], kinds[kind], kinds[kind], keys);
     }
   }
-  *named = mv_has(&m, "name");
-  SC_TRY(check(c, &m, "name", p->name[0] != 0, "a non-empty name"));
+  *named = yaml_map_has(&m, "name");
+  SC_TRY(yaml_map_check(&c->doc, &m, "name", p->name[0] != 0, "a non-empty name"));
   switch (p->kind) {
   case SCN_PHASE_RAMP: {
     static const char *const rk[] = {"concurrency"};
-    mapview r;
-    struct fy_node *rv = mv_val(&m, "ramp"), *rkn = mv_key(&m, "ramp");
-    SC_TRY(read_map(c, rv, "ramp", rkn, NULL, 0, rk, 1, &r));
-    SC_TRY(need(c, &r, "concurrency", "a list of user counts, e.g. [1, 2, 4, 8]"));
-    SC_TRY(int_list(c, mv_val(&r, "concurrency"), mv_key(&r, "concurrency"),
+    yaml_map_view r;
+    struct fy_node *rv = yaml_map_val(&m, "ramp"), *rkn = yaml_map_key(&m, "ramp");
+    SC_TRY(yaml_map_read_view(&c->doc, rv, "ramp", rkn, NULL, 0, rk, 1, &r));
+    SC_TRY(yaml_map_need(&c->doc, &r, "concurrency", "a list of user counts, e.g. [1, 2, 4, 8]"));
+    SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&r, "concurrency"), yaml_map_key(&r, "concurrency"),
                     "a list of user counts, e.g. [1, 2, 4, 8]", 1, SCN_MAX_RAMP, p->concurrency,
                     &p->n_concurrency, NULL));
-    SC_TRY(need(c, &m, "hold", "how long each step runs: " DUR_EXPECT));
-    SC_TRY(check(c, &m, "hold", p->hold_ns > 0, "a duration > 0"));
-    SC_TRY(check(c, &m, "warmup", p->warmup_ns < p->hold_ns,
+    SC_TRY(yaml_map_need(&c->doc, &m, "hold", "how long each step runs: " YAML_MAP_DUR_EXPECT));
+    SC_TRY(yaml_map_check(&c->doc, &m, "hold", p->hold_ns > 0, "a duration > 0"));
+    SC_TRY(yaml_map_check(&c->doc, &m, "warmup", p->warmup_ns < p->hold_ns,
                  "a duration shorter than hold (warm-up is excluded from each step)"));
     if (!*named) snprintf(p->name, sizeof p->name, "ramp");
     break;
   }
   case SCN_PHASE_RATE: {
-    SC_TRY(check(c, &m, "rate", p->rate > 0, "requests per second, a number > 0"));
+    SC_TRY(yaml_map_check(&c->doc, &m, "rate", p->rate > 0, "requests per second, a number > 0"));
     static const char *const arrivals[] = {"poisson", "constant", "gamma"};
     int a = 0;
-    SC_TRY(pick_key(c, &m, "arrival", arrival, arrivals, 3, &a));
+    SC_TRY(yaml_map_pick_key(&c->doc, &m, "arrival", arrival, arrivals, 3, &a));
     p->arrival = (scn_arrival)a;
-    if (mv_has(&m, "burstiness") && p->arrival != SCN_ARRIVAL_GAMMA)
-      return fail_at(c, mv_key(&m, "burstiness"), NULL,
+    if (yaml_map_has(&m, "burstiness") && p->arrival != SCN_ARRIVAL_GAMMA)
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "burstiness"), NULL,
                      "key 'burstiness': only with arrival: gamma (arrival is %s)", arrival);
-    SC_TRY(check(c, &m, "burstiness", p->burstiness > 0,
+    SC_TRY(yaml_map_check(&c->doc, &m, "burstiness", p->burstiness > 0,
                  "a gamma shape > 0 (1 = poisson, < 1 burstier)"));
-    int id = mv_find(&m, "duration"), ir = mv_find(&m, "requests");
+    int id = yaml_map_find(&m, "duration"), ir = yaml_map_find(&m, "requests");
     if (id >= 0 && ir >= 0) {
       int later = id > ir ? id : ir;
-      return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of duration or "
+      return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of duration or "
                      "requests in a rate phase, got both", m.name[later]);
     }
     if (id < 0 && ir < 0)
-      return fail_at(c, item, k, "missing required key 'duration' or 'requests' (how long a "
+      return yaml_map_fail(&c->doc, item, k, "missing required key 'duration' or 'requests' (how long a "
                      "rate phase sends: exactly one of them)");
-    SC_TRY(check(c, &m, "duration", p->duration_ns > 0, "a duration > 0"));
-    SC_TRY(check(c, &m, "requests", p->requests >= 1, "an integer >= 1"));
-    SC_TRY(check(c, &m, "warmup", id < 0 || p->warmup_ns < p->duration_ns,
+    SC_TRY(yaml_map_check(&c->doc, &m, "duration", p->duration_ns > 0, "a duration > 0"));
+    SC_TRY(yaml_map_check(&c->doc, &m, "requests", p->requests >= 1, "an integer >= 1"));
+    SC_TRY(yaml_map_check(&c->doc, &m, "warmup", id < 0 || p->warmup_ns < p->duration_ns,
                  "a duration shorter than the phase's duration"));
     if (!*named) snprintf(p->name, sizeof p->name, "rate-%g", p->rate);
     break;
@@ -1052,11 +795,11 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     static const char *const none[] = {NULL};
     int conc = 1;
     const yaml_map_field ff[] = {F_INT("requests", &p->requests), F_INT("concurrency", &conc)};
-    mapview fm;
-    SC_TRY(read_map(c, mv_val(&m, "fixed"), "fixed", mv_key(&m, "fixed"), ff, 2, none, 0, &fm));
-    SC_TRY(need(c, &fm, "requests", "how many requests in all, an integer >= 1"));
-    SC_TRY(check(c, &fm, "requests", p->requests >= 1, "an integer >= 1"));
-    SC_TRY(check(c, &fm, "concurrency", conc >= 1, "an integer >= 1"));
+    yaml_map_view fm;
+    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "fixed"), "fixed", yaml_map_key(&m, "fixed"), ff, 2, none, 0, &fm));
+    SC_TRY(yaml_map_need(&c->doc, &fm, "requests", "how many requests in all, an integer >= 1"));
+    SC_TRY(yaml_map_check(&c->doc, &fm, "requests", p->requests >= 1, "an integer >= 1"));
+    SC_TRY(yaml_map_check(&c->doc, &fm, "concurrency", conc >= 1, "an integer >= 1"));
     p->concurrency[0] = conc;
     p->n_concurrency = 1;
     if (!*named) snprintf(p->name, sizeof p->name, "fixed");
@@ -1070,14 +813,14 @@ static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
   struct fy_node *items[SCN_MAX_PHASES];
   int n = 0;
-  SC_TRY(seq_items(c, v, k, "a list of phases (each one of ramp, rate or fixed)",
+  SC_TRY(yaml_map_seq(&c->doc, v, k, "a list of phases (each one of ramp, rate or fixed)",
                    SCN_MAX_PHASES, items, &n));
   bool named[SCN_MAX_PHASES];
   for (int i = 0; i < n; i++) {
     SC_TRY(parse_phase(c, items[i], k, &w->phases[i], &named[i]));
     for (int j = 0; named[i] && j < i; j++)
       if (named[j] && !strcmp(w->phases[j].name, w->phases[i].name))
-        return fail_at(c, fy_node_mapping_lookup_by_string(items[i], "name", FY_NT), items[i],
+        return yaml_map_fail(&c->doc, fy_node_mapping_lookup_by_string(items[i], "name", FY_NT), items[i],
                        "key 'name': phase name '%s' is used twice", w->phases[i].name);
   }
   // default names: unique against the explicit ones and each other ("ramp", "ramp-2", ...)
@@ -1111,20 +854,20 @@ static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
 }
 
 // workload.trace: the file read as a dataset with arrivals, and the one phase that replays it.
-static sc_status parse_trace(ctx *c, mapview *m, const char *trace) {
+static sc_status parse_trace(ctx *c, yaml_map_view *m, const char *trace) {
   scn_workload *w = &c->s->workload;
-  struct fy_node *tv = mv_val(m, "trace");
-  if (mv_has(m, "phases"))
-    return fail_at(c, mv_key(m, "phases"), NULL, "key 'phases': not with 'trace' (a trace "
+  struct fy_node *tv = yaml_map_val(m, "trace");
+  if (yaml_map_has(m, "phases"))
+    return yaml_map_fail(&c->doc, yaml_map_key(m, "phases"), NULL, "key 'phases': not with 'trace' (a trace "
                    "replays its own arrival times in one phase named 'trace')");
-  if (!trace[0]) return expect_at(c, tv, mv_key(m, "trace"), "trace", "a .jsonl path");
+  if (!trace[0]) return yaml_map_expect_at(&c->doc, tv, yaml_map_key(m, "trace"), "trace", "a .jsonl path");
   if (!resolve_path(c, trace, w->dataset, sizeof w->dataset))
-    return fail_at(c, tv, NULL, "key 'trace': path too long");
+    return yaml_map_fail(&c->doc, tv, NULL, "key 'trace': path too long");
   int n = 0;
   uint64_t last = 0;
   sc_error e = {0};
   if (workload_trace_scan(w->dataset, &n, &last, &e) != SC_OK)
-    return fail_at(c, tv, NULL, "key 'trace': %s", e.msg);
+    return yaml_map_fail(&c->doc, tv, NULL, "key 'trace': %s", e.msg);
   w->trace = true;
   scn_phase *p = &w->phases[0];
   *p = (scn_phase){.kind = SCN_PHASE_RATE, .arrival = SCN_ARRIVAL_TRACE, .requests = n};
@@ -1141,51 +884,51 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const nested[] = {"prompts", "phases", "sampling"};
   const yaml_map_field f[] = {F_STR("dataset", dataset), F_STR("trace", trace),
                               F_BOOL("stop_at_eos", &w->stop_at_eos)};
-  mapview m;
-  SC_TRY(read_map(c, v, "workload", k, f, COUNT(f), nested, COUNT(nested), &m));
-  if (mv_has(&m, "trace")) {
-    if (mv_has(&m, "prompts") || mv_has(&m, "dataset")) {
-      const char *o = mv_has(&m, "prompts") ? "prompts" : "dataset";
-      return fail_at(c, mv_key(&m, o), NULL, "key '%s': not with 'trace' (a trace gives every "
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "workload", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (yaml_map_has(&m, "trace")) {
+    if (yaml_map_has(&m, "prompts") || yaml_map_has(&m, "dataset")) {
+      const char *o = yaml_map_has(&m, "prompts") ? "prompts" : "dataset";
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, o), NULL, "key '%s': not with 'trace' (a trace gives every "
                      "request's lengths)", o);
     }
     SC_TRY(parse_trace(c, &m, trace));
     goto sampling;
   }
-  if (mv_has(&m, "prompts") && mv_has(&m, "dataset")) {
-    int later = mv_find(&m, "prompts") > mv_find(&m, "dataset") ? mv_find(&m, "prompts")
-                                                                 : mv_find(&m, "dataset");
-    return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of prompts or "
+  if (yaml_map_has(&m, "prompts") && yaml_map_has(&m, "dataset")) {
+    int later = yaml_map_find(&m, "prompts") > yaml_map_find(&m, "dataset") ? yaml_map_find(&m, "prompts")
+                                                                 : yaml_map_find(&m, "dataset");
+    return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of prompts or "
                    "dataset, got both", m.name[later]);
   }
-  if (!mv_has(&m, "prompts") && !mv_has(&m, "dataset"))
-    return fail_at(c, v, k, "missing required key 'prompts', 'dataset' or 'trace' (a list of "
+  if (!yaml_map_has(&m, "prompts") && !yaml_map_has(&m, "dataset"))
+    return yaml_map_fail(&c->doc, v, k, "missing required key 'prompts', 'dataset' or 'trace' (a list of "
                    "prompt classes, or a .jsonl file)");
-  SC_TRY(need(c, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
-  if (mv_has(&m, "prompts")) SC_TRY(parse_classes(c, mv_val(&m, "prompts"), mv_key(&m, "prompts")));
-  if (mv_has(&m, "dataset")) {
-    struct fy_node *dv = mv_val(&m, "dataset");
-    if (!dataset[0]) return expect_at(c, dv, mv_key(&m, "dataset"), "dataset", "a .jsonl path");
+  SC_TRY(yaml_map_need(&c->doc, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
+  if (yaml_map_has(&m, "prompts")) SC_TRY(parse_classes(c, yaml_map_val(&m, "prompts"), yaml_map_key(&m, "prompts")));
+  if (yaml_map_has(&m, "dataset")) {
+    struct fy_node *dv = yaml_map_val(&m, "dataset");
+    if (!dataset[0]) return yaml_map_expect_at(&c->doc, dv, yaml_map_key(&m, "dataset"), "dataset", "a .jsonl path");
     if (!resolve_path(c, dataset, w->dataset, sizeof w->dataset))
-      return fail_at(c, dv, NULL, "key 'dataset': path too long");
+      return yaml_map_fail(&c->doc, dv, NULL, "key 'dataset': path too long");
     FILE *fp = is_dir(w->dataset) ? NULL : fopen(w->dataset, "rb");
     if (!fp)
-      return fail_at(c, dv, NULL, "key 'dataset': cannot read '%s': %s", w->dataset,
+      return yaml_map_fail(&c->doc, dv, NULL, "key 'dataset': cannot read '%s': %s", w->dataset,
                      is_dir(w->dataset) ? "a directory, not a .jsonl file" : strerror(errno));
     fclose(fp);
   }
 sampling:
-  if (mv_has(&m, "sampling")) {
+  if (yaml_map_has(&m, "sampling")) {
     static const char *const none[] = {NULL};
     const yaml_map_field sf[] = {F_DBL("temperature", &w->temperature), F_DBL("top_p", &w->top_p)};
-    mapview sm;
-    SC_TRY(read_map(c, mv_val(&m, "sampling"), "sampling", mv_key(&m, "sampling"), sf, 2, none,
+    yaml_map_view sm;
+    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "sampling"), "sampling", yaml_map_key(&m, "sampling"), sf, 2, none,
                     0, &sm));
-    SC_TRY(check(c, &sm, "temperature", w->temperature >= 0, "a number >= 0 (0 = greedy)"));
-    SC_TRY(check(c, &sm, "top_p", w->top_p > 0 && w->top_p <= 1, "a number in (0, 1]"));
+    SC_TRY(yaml_map_check(&c->doc, &sm, "temperature", w->temperature >= 0, "a number >= 0 (0 = greedy)"));
+    SC_TRY(yaml_map_check(&c->doc, &sm, "top_p", w->top_p > 0 && w->top_p <= 1, "a number in (0, 1]"));
   }
   if (w->trace) return SC_OK;
-  return parse_phases(c, mv_val(&m, "phases"), mv_key(&m, "phases"));
+  return parse_phases(c, yaml_map_val(&m, "phases"), yaml_map_key(&m, "phases"));
 }
 
 // --- faults
@@ -1242,7 +985,7 @@ static sc_status check_target(ctx *c, struct fy_node *v, struct fy_node *k, cons
   if (!(form & accept)) {
     char e[160];
     target_forms(accept, e, sizeof e);
-    return expect_at(c, v, k, key_text(k), e);
+    return yaml_map_expect_at(&c->doc, v, k, yaml_map_key_text(k), e);
   }
   if (form == TGT_EVERY || target_exists(c->s, r, form == TGT_RANK ? rk : -1)) return SC_OK;
   char have[300];
@@ -1253,7 +996,7 @@ static sc_status check_target(ctx *c, struct fy_node *v, struct fy_node *k, cons
     len += (size_t)snprintf(have + len, sizeof have - len, "%s%s: replica0..%d x rank0..%d",
                             i ? ", " : "", d->label, d->dp - 1, d->tp * d->pp - 1);
   }
-  return fail_at(c, v, k, "key '%s': '%s' exists in no deployment (%s)", key_text(k), text, have);
+  return yaml_map_fail(&c->doc, v, k, "key '%s': '%s' exists in no deployment (%s)", yaml_map_key_text(k), text, have);
 }
 
 // Fault kind keys, in scn_fault_kind order.
@@ -1270,23 +1013,23 @@ static sc_status parse_slow(ctx *c, struct fy_node *v, struct fy_node *k, scn_fa
       F_DUR("latency", &ft->latency_ns),
       F_DBL("bandwidth", &ft->bandwidth),
   };
-  mapview m;
-  SC_TRY(read_map(c, v, "slow", k, f, COUNT(f), none, 0, &m));
-  SC_TRY(need(c, &m, "on", "rank or link"));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "slow", k, f, COUNT(f), none, 0, &m));
+  SC_TRY(yaml_map_need(&c->doc, &m, "on", "rank or link"));
   static const char *const ons[] = {"rank", "link"};
   int o = 0;
-  SC_TRY(pick_key(c, &m, "on", on, ons, 2, &o));
+  SC_TRY(yaml_map_pick_key(&c->doc, &m, "on", on, ons, 2, &o));
   snprintf(ft->what, sizeof ft->what, "%s", on);
-  SC_TRY(check(c, &m, "factor", ft->factor > 1, "a step-time multiplier > 1"));
-  SC_TRY(check(c, &m, "bandwidth", ft->bandwidth > 0, "bytes/s, a number > 0"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "factor", ft->factor > 1, "a step-time multiplier > 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "bandwidth", ft->bandwidth > 0, "bytes/s, a number > 0"));
   if (o == 0) {
     for (int i = 0; i < m.n; i++)
       if (!strcmp(m.name[i], "latency") || !strcmp(m.name[i], "bandwidth"))
-        return fail_at(c, m.key[i], NULL, "key '%s': only with on: link (a slow rank takes "
+        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': only with on: link (a slow rank takes "
                        "factor)", m.name[i]);
-    SC_TRY(need(c, &m, "factor", "a step-time multiplier > 1"));
-  } else if (!mv_has(&m, "factor") && !mv_has(&m, "latency") && !mv_has(&m, "bandwidth")) {
-    return fail_at(c, v, k, "key 'slow': expected at least one of factor, latency or "
+    SC_TRY(yaml_map_need(&c->doc, &m, "factor", "a step-time multiplier > 1"));
+  } else if (!yaml_map_has(&m, "factor") && !yaml_map_has(&m, "latency") && !yaml_map_has(&m, "bandwidth")) {
+    return yaml_map_fail(&c->doc, v, k, "key 'slow': expected at least one of factor, latency or "
                    "bandwidth, got none");
   }
   return SC_OK;
@@ -1296,30 +1039,30 @@ static sc_status parse_cancel_storm(ctx *c, struct fy_node *v, struct fy_node *k
                                     scn_fault *ft) {
   static const char *const nested[] = {"stages"};
   const yaml_map_field f[] = {F_DBL("fraction", &ft->fraction), F_INT("count", &ft->count)};
-  mapview m;
-  SC_TRY(read_map(c, v, "cancel_storm", k, f, COUNT(f), nested, COUNT(nested), &m));
-  int ifr = mv_find(&m, "fraction"), ic = mv_find(&m, "count");
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "cancel_storm", k, f, COUNT(f), nested, COUNT(nested), &m));
+  int ifr = yaml_map_find(&m, "fraction"), ic = yaml_map_find(&m, "count");
   if (ifr >= 0 && ic >= 0) {
     int later = ifr > ic ? ifr : ic;
-    return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of fraction or "
+    return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of fraction or "
                    "count, got both", m.name[later]);
   }
   if (ifr < 0 && ic < 0)
-    return fail_at(c, v, k, "missing required key 'fraction' or 'count' (how many in-flight "
+    return yaml_map_fail(&c->doc, v, k, "missing required key 'fraction' or 'count' (how many in-flight "
                    "requests to cancel)");
-  SC_TRY(check(c, &m, "fraction", ft->fraction > 0 && ft->fraction <= 1, "a number in (0, 1]"));
-  SC_TRY(check(c, &m, "count", ft->count >= 1, "an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "fraction", ft->fraction > 0 && ft->fraction <= 1, "a number in (0, 1]"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "count", ft->count >= 1, "an integer >= 1"));
   ft->stages = SCN_STAGE_QUEUED | SCN_STAGE_PREFILL | SCN_STAGE_DECODE;
-  if (mv_has(&m, "stages")) {
+  if (yaml_map_has(&m, "stages")) {
     static const char *const stages[] = {"queued", "prefill", "decode"};
     int idx[3], n = 0;
     struct fy_node *items[3];
-    SC_TRY(enum_list(c, mv_val(&m, "stages"), mv_key(&m, "stages"),
+    SC_TRY(yaml_map_enum_list(&c->doc, yaml_map_val(&m, "stages"), yaml_map_key(&m, "stages"),
                      "a list of stages: queued, prefill, decode", stages, 3, 3, idx, &n, items));
     ft->stages = 0;
     for (int i = 0; i < n; i++) {
       if (ft->stages & (1 << idx[i]))
-        return fail_at(c, items[i], NULL, "key 'stages': '%s' is listed twice", stages[idx[i]]);
+        return yaml_map_fail(&c->doc, items[i], NULL, "key 'stages': '%s' is listed twice", stages[idx[i]]);
       ft->stages |= 1 << idx[i];
     }
   }
@@ -1334,24 +1077,24 @@ static sc_status parse_target_swap(ctx *c, struct fy_node *v, struct fy_node *k,
   static const char *const none[] = {NULL};
   const scn_target *t = &c->s->target;
   const yaml_map_field f[] = {F_STR("model", ft->swap_model), F_STR("launch", ft->swap_launch)};
-  mapview m;
-  SC_TRY(read_map(c, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
   if (!m.n)
-    return fail_at(c, v, k,
+    return yaml_map_fail(&c->doc, v, k,
                    "key 'hot_swap': expected at least one of model (a served model "
                    "name for {model} in the launch template) or launch (a new command), got "
                    "neither");
-  SC_TRY(check(c, &m, "model", ft->swap_model[0] != 0, "a served model name"));
-  SC_TRY(check(c, &m, "launch", ft->swap_launch[0] != 0, "a command template"));
-  if (mv_has(&m, "launch"))
-    SC_TRY(check_template(c, mv_val(&m, "launch"), mv_key(&m, "launch"), ft->swap_launch));
+  SC_TRY(yaml_map_check(&c->doc, &m, "model", ft->swap_model[0] != 0, "a served model name"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "launch", ft->swap_launch[0] != 0, "a command template"));
+  if (yaml_map_has(&m, "launch"))
+    SC_TRY(check_template(c, yaml_map_val(&m, "launch"), yaml_map_key(&m, "launch"), ft->swap_launch));
   const char *tmpl = ft->swap_launch[0] ? ft->swap_launch : t->launch;
   if (ft->swap_model[0] && tmpl[0] && !launch_template_uses(tmpl, "model"))
-    return fail_at(c, mv_val(&m, "model"), mv_key(&m, "model"),
+    return yaml_map_fail(&c->doc, yaml_map_val(&m, "model"), yaml_map_key(&m, "model"),
                    "key 'model': the launch "
                    "command has no {model}: the relaunched server would serve the same model");
   if (launch_template_uses(t->url, "port") && tmpl[0] && !launch_template_uses(tmpl, "port"))
-    return fail_at(c, v, k,
+    return yaml_map_fail(&c->doc, v, k,
                    "key 'launch': the url has {port} but the command does not pass it "
                    "on");
   return SC_OK;
@@ -1363,14 +1106,14 @@ static sc_status parse_hot_swap(ctx *c, struct fy_node *v, struct fy_node *k, sc
   char model[1024] = "";
   const yaml_map_field f[] = {F_STR("model", model),
                               F_CUSTOM("dtype", ft->swap_dtype, parse_dtype, DTYPE_EXPECT)};
-  mapview m;
-  SC_TRY(read_map(c, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
   if (!m.n)
-    return fail_at(c, v, k, "key 'hot_swap': expected at least one of model or dtype, got "
+    return yaml_map_fail(&c->doc, v, k, "key 'hot_swap': expected at least one of model or dtype, got "
                    "neither");
-  if (mv_has(&m, "model")) {
-    struct fy_node *mv = mv_val(&m, "model"), *mk = mv_key(&m, "model");
-    if (!model[0]) return expect_at(c, mv, mk, "model", "a preset name, .yaml file or directory");
+  if (yaml_map_has(&m, "model")) {
+    struct fy_node *mv = yaml_map_val(&m, "model"), *mk = yaml_map_key(&m, "model");
+    if (!model[0]) return yaml_map_expect_at(&c->doc, mv, mk, "model", "a preset name, .yaml file or directory");
     SC_TRY(load_model(c, mv, mk, model, SRC_PRESET | SRC_DIR, ft->swap_model,
                       sizeof ft->swap_model, &ft->swap_config, &ft->swap_has_weights));
   }
@@ -1379,43 +1122,43 @@ static sc_status parse_hot_swap(ctx *c, struct fy_node *v, struct fy_node *k, sc
 
 static sc_status parse_chaos(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
   static const char *const nested[] = {"kinds", "count", "between", "keep_alive"};
-  mapview m;
-  SC_TRY(read_map(c, v, "chaos", k, NULL, 0, nested, COUNT(nested), &m));
-  SC_TRY(need(c, &m, "kinds", "a list of fault kinds to draw from"));
-  SC_TRY(need(c, &m, "count", "[min, max] faults to draw"));
-  SC_TRY(need(c, &m, "between", "[from, to]: the window of fault times"));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "chaos", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(yaml_map_need(&c->doc, &m, "kinds", "a list of fault kinds to draw from"));
+  SC_TRY(yaml_map_need(&c->doc, &m, "count", "[min, max] faults to draw"));
+  SC_TRY(yaml_map_need(&c->doc, &m, "between", "[from, to]: the window of fault times"));
   static const char *const drawable[] = {"kill", "hang", "slow", "cancel_storm", "oom", "corrupt"};
   static const scn_fault_kind drawn[] = {SCN_FAULT_KILL,         SCN_FAULT_HANG, SCN_FAULT_SLOW,
                                          SCN_FAULT_CANCEL_STORM, SCN_FAULT_OOM,
                                          SCN_FAULT_CORRUPT};
   int idx[6], n = 0;
   struct fy_node *items[6];
-  SC_TRY(enum_list(c, mv_val(&m, "kinds"), mv_key(&m, "kinds"),
+  SC_TRY(yaml_map_enum_list(&c->doc, yaml_map_val(&m, "kinds"), yaml_map_key(&m, "kinds"),
                    "a list of kill, hang, slow, cancel_storm, oom, corrupt", drawable, 6, 6, idx,
                    &n, items));
   for (int i = 0; i < n; i++) ft->kinds_mask |= 1u << drawn[idx[i]];
   int cnt[2] = {0, 0};
-  struct fy_node *cv = mv_val(&m, "count"), *ck = mv_key(&m, "count");
+  struct fy_node *cv = yaml_map_val(&m, "count"), *ck = yaml_map_key(&m, "count");
   const char *ce = "[min, max]: two integers, 0 <= min <= max, max >= 1";
-  SC_TRY(int_list(c, cv, ck, ce, 0, 2, cnt, &n, NULL));
-  if (n != 2 || cnt[0] > cnt[1] || cnt[1] < 1) return expect_at(c, cv, ck, "count", ce);
+  SC_TRY(yaml_map_int_list(&c->doc, cv, ck, ce, 0, 2, cnt, &n, NULL));
+  if (n != 2 || cnt[0] > cnt[1] || cnt[1] < 1) return yaml_map_expect_at(&c->doc, cv, ck, "count", ce);
   ft->count_min = cnt[0];
   ft->count_max = cnt[1];
-  struct fy_node *bv = mv_val(&m, "between"), *bk = mv_key(&m, "between"), *bi[2];
+  struct fy_node *bv = yaml_map_val(&m, "between"), *bk = yaml_map_key(&m, "between"), *bi[2];
   const char *be = "[from, to]: two durations, from <= to";
-  SC_TRY(seq_items(c, bv, bk, be, 2, bi, &n));
-  if (n != 2) return expect_at(c, bv, bk, "between", be);
+  SC_TRY(yaml_map_seq(&c->doc, bv, bk, be, 2, bi, &n));
+  if (n != 2) return yaml_map_expect_at(&c->doc, bv, bk, "between", be);
   for (int i = 0; i < 2; i++) {
     yaml_map_field f = F_DUR("between", &ft->between_ns[i]);
-    SC_TRY(read_scalar(c, bk, bi[i], &f));
+    SC_TRY(yaml_map_read_scalar(&c->doc, bk, bi[i], &f));
   }
-  if (ft->between_ns[0] > ft->between_ns[1]) return expect_at(c, bv, bk, "between", be);
-  if (mv_has(&m, "keep_alive")) {
-    struct fy_node *kv = mv_val(&m, "keep_alive"), *kk = mv_key(&m, "keep_alive"), *ki[8];
-    SC_TRY(seq_items(c, kv, kk, "a list of replicas (replica0, replica1, ...)", 8, ki, &n));
+  if (ft->between_ns[0] > ft->between_ns[1]) return yaml_map_expect_at(&c->doc, bv, bk, "between", be);
+  if (yaml_map_has(&m, "keep_alive")) {
+    struct fy_node *kv = yaml_map_val(&m, "keep_alive"), *kk = yaml_map_key(&m, "keep_alive"), *ki[8];
+    SC_TRY(yaml_map_seq(&c->doc, kv, kk, "a list of replicas (replica0, replica1, ...)", 8, ki, &n));
     for (int i = 0; i < n; i++) {
       yaml_map_field f = F_STR("keep_alive", ft->keep_alive[i]);
-      SC_TRY(read_scalar(c, kk, ki[i], &f));
+      SC_TRY(yaml_map_read_scalar(&c->doc, kk, ki[i], &f));
       SC_TRY(check_target(c, ki[i], kk, ft->keep_alive[i], TGT_REPLICA));
     }
     ft->n_keep_alive = n;
@@ -1468,22 +1211,22 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
       F_STR("target", ft->target),   F_DUR("duration", &ft->duration_ns),
       F_DUR("resume_after", &resume),
   };
-  mapview m;
-  SC_TRY(read_map(c, item, "faults", k, f, COUNT(f), nested, COUNT(nested), &m));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, item, "faults", k, f, COUNT(f), nested, COUNT(nested), &m));
   yaml_map_pos(item, &ft->line, &ft->col);
   int kind = -1, ki = -1;
   for (int i = 0; i < m.n; i++)
     for (int j = 0; j < COUNT(fault_kinds); j++) {
       if (strcmp(m.name[i], fault_kinds[j])) continue;
       if (kind >= 0)
-        return fail_at(c, m.key[i], NULL, "key '%s': expected one fault kind per fault, got "
+        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': expected one fault kind per fault, got "
                        "both '%s' and '%s'", fault_kinds[j], fault_kinds[kind], fault_kinds[j]);
       kind = j;
       ki = i;
     }
   if (kind < 0)
-    return fail_at(
-        c, item, k,
+    return yaml_map_fail(
+        &c->doc, item, k,
         "key 'faults': expected one fault kind per fault (kill, hang, "
         "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt, chaos or exec), got none");
   ft->kind = (scn_fault_kind)kind;
@@ -1492,14 +1235,14 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     bool takes = kind == SCN_FAULT_KILL || kind == SCN_FAULT_HANG || kind == SCN_FAULT_SLOW ||
                  kind == SCN_FAULT_OOM || kind == SCN_FAULT_CORRUPT;
     if (!takes)
-      return fail_at(c, m.key[ki], NULL, "key '%s': expected one of kill, hang, slow, oom, "
+      return yaml_map_fail(&c->doc, m.key[ki], NULL, "key '%s': expected one of kill, hang, slow, oom, "
                      "corrupt or clear (a %s fault is a scenario's only)", fault_kinds[kind],
                      fault_kinds[kind]);
     for (int i = 0; i < m.n; i++) {
       const char *n = m.name[i];
       if (!strcmp(n, "at") || !strcmp(n, "at_phase") || !strcmp(n, "duration") ||
           !strcmp(n, "resume_after"))
-        return fail_at(c, m.key[i], NULL, "key '%s': a fault sent to a server applies now and "
+        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': a fault sent to a server applies now and "
                        "lasts until a clear; no %s", n, n);
     }
   }
@@ -1510,17 +1253,17 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
               (!strcmp(n, "duration") && r->duration) || (!strcmp(n, "target") && r->target) ||
               (!strcmp(n, "resume_after") && kind == SCN_FAULT_HANG);
     if (!ok)
-      return fail_at(c, m.key[i], NULL, "key '%s': a %s fault takes no %s", n, fault_kinds[kind],
+      return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': a %s fault takes no %s", n, fault_kinds[kind],
                      n);
   }
-  int ia = mv_find(&m, "at"), ip = mv_find(&m, "at_phase");
+  int ia = yaml_map_find(&m, "at"), ip = yaml_map_find(&m, "at_phase");
   if (r->timed && ia >= 0 && ip >= 0) {
     int later = ia > ip ? ia : ip;
-    return fail_at(c, m.key[later], NULL, "key '%s': expected exactly one of at or at_phase, "
+    return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of at or at_phase, "
                    "got both", m.name[later]);
   }
   if (r->timed && ia < 0 && ip < 0 && !c->now)
-    return fail_at(c, item, k, "missing required key 'at' or 'at_phase' (when the %s fault "
+    return yaml_map_fail(&c->doc, item, k, "missing required key 'at' or 'at_phase' (when the %s fault "
                    "happens)", fault_kinds[kind]);
   if (ip >= 0) {
     bool found = false;
@@ -1536,7 +1279,7 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     if (!found) {
       char e[340];
       snprintf(e, sizeof e, "the name of a phase (%s)", names);
-      return expect_at(c, m.val[ip], m.key[ip], "at_phase", e);
+      return yaml_map_expect_at(&c->doc, m.val[ip], m.key[ip], "at_phase", e);
     }
   }
   struct fy_node *kv = m.val[ki], *kk = m.key[ki];
@@ -1544,19 +1287,19 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   case SCN_FAULT_KILL: {
     static const char *const whats[] = {"gpu", "replica"};
     int i = 0;
-    SC_TRY(pick(c, kv, kk, kill, whats, 2, &i));
+    SC_TRY(yaml_map_pick(&c->doc, kv, kk, kill, whats, 2, &i));
     snprintf(ft->what, sizeof ft->what, "%s", kill);
     break;
   }
   case SCN_FAULT_HANG: {
     static const char *const whats[] = {"rank", "replica"};
     int i = 0;
-    SC_TRY(pick(c, kv, kk, hang, whats, 2, &i));
+    SC_TRY(yaml_map_pick(&c->doc, kv, kk, hang, whats, 2, &i));
     snprintf(ft->what, sizeof ft->what, "%s", hang);
-    if (mv_has(&m, "resume_after") && mv_has(&m, "duration"))
-      return fail_at(c, mv_key(&m, "duration"), NULL, "key 'duration': a hang takes "
+    if (yaml_map_has(&m, "resume_after") && yaml_map_has(&m, "duration"))
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "duration"), NULL, "key 'duration': a hang takes "
                      "resume_after or duration (the same thing), got both");
-    if (mv_has(&m, "resume_after")) ft->duration_ns = resume;
+    if (yaml_map_has(&m, "resume_after")) ft->duration_ns = resume;
     break;
   }
   case SCN_FAULT_SLOW: SC_TRY(parse_slow(c, kv, kk, ft)); break;
@@ -1564,14 +1307,14 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   case SCN_FAULT_HOT_SWAP: SC_TRY(parse_hot_swap(c, kv, kk, ft)); break;
   case SCN_FAULT_CLOCK_JUMP: {
     if (c->s->mode == SCN_MODE_SIM)
-      return fail_at(c, kk, NULL, "clock_jump: not available in mode: sim (the virtual clock "
+      return yaml_map_fail(&c->doc, kk, NULL, "clock_jump: not available in mode: sim (the virtual clock "
                      "has no wall clock to jump)");
     static const char *const none[] = {NULL};
-    const yaml_map_field cf[] = {F_CUSTOM("offset", &ft->offset_ns, parse_sdur, SDUR_EXPECT)};
-    mapview cm;
-    SC_TRY(read_map(c, kv, "clock_jump", kk, cf, 1, none, 0, &cm));
-    SC_TRY(need(c, &cm, "offset", SDUR_EXPECT));
-    SC_TRY(check(c, &cm, "offset", ft->offset_ns != 0, "a non-zero signed duration"));
+    const yaml_map_field cf[] = {F_CUSTOM("offset", &ft->offset_ns, yaml_map_parse_sdur, YAML_MAP_SDUR_EXPECT)};
+    yaml_map_view cm;
+    SC_TRY(yaml_map_read_view(&c->doc, kv, "clock_jump", kk, cf, 1, none, 0, &cm));
+    SC_TRY(yaml_map_need(&c->doc, &cm, "offset", YAML_MAP_SDUR_EXPECT));
+    SC_TRY(yaml_map_check(&c->doc, &cm, "offset", ft->offset_ns != 0, "a non-zero signed duration"));
     break;
   }
   case SCN_FAULT_OOM: {
@@ -1579,11 +1322,11 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     static const char *const modes[] = {"transient", "persistent"};
     char mode[16] = "transient";
     const yaml_map_field of[] = {F_STR("mode", mode), F_INT("after_allocs", &ft->after_allocs)};
-    mapview om;
-    SC_TRY(read_map(c, kv, "oom", kk, of, 2, none, 0, &om));
+    yaml_map_view om;
+    SC_TRY(yaml_map_read_view(&c->doc, kv, "oom", kk, of, 2, none, 0, &om));
     int i = 0;
-    SC_TRY(pick_key(c, &om, "mode", mode, modes, 2, &i));
-    SC_TRY(check(c, &om, "after_allocs", ft->after_allocs >= 0, "an integer >= 0"));
+    SC_TRY(yaml_map_pick_key(&c->doc, &om, "mode", mode, modes, 2, &i));
+    SC_TRY(yaml_map_check(&c->doc, &om, "after_allocs", ft->after_allocs >= 0, "an integer >= 0"));
     snprintf(ft->what, sizeof ft->what, "%s", mode);
     break;
   }
@@ -1592,11 +1335,11 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     static const char *const kinds[] = {"nan", "bitflip"};
     char ck[16] = "";
     const yaml_map_field cf[] = {F_STR("kind", ck)};
-    mapview cm;
-    SC_TRY(read_map(c, kv, "corrupt", kk, cf, 1, none, 0, &cm));
-    SC_TRY(need(c, &cm, "kind", "nan or bitflip"));
+    yaml_map_view cm;
+    SC_TRY(yaml_map_read_view(&c->doc, kv, "corrupt", kk, cf, 1, none, 0, &cm));
+    SC_TRY(yaml_map_need(&c->doc, &cm, "kind", "nan or bitflip"));
     int i = 0;
-    SC_TRY(pick_key(c, &cm, "kind", ck, kinds, 2, &i));
+    SC_TRY(yaml_map_pick_key(&c->doc, &cm, "kind", ck, kinds, 2, &i));
     snprintf(ft->what, sizeof ft->what, "%s", ck);
     break;
   }
@@ -1604,15 +1347,15 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   case SCN_FAULT_EXEC: {
     static const char *const none[] = {NULL};
     const yaml_map_field ef[] = {F_STR("command", ft->exec_command)};
-    mapview em;
-    SC_TRY(read_map(c, kv, "exec", kk, ef, 1, none, 0, &em));
-    SC_TRY(need(c, &em, "command",
+    yaml_map_view em;
+    SC_TRY(yaml_map_read_view(&c->doc, kv, "exec", kk, ef, 1, none, 0, &em));
+    SC_TRY(yaml_map_need(&c->doc, &em, "command",
                 "a command line run at the fault's time, e.g. \"docker kill "
                 "llm-{replica}\""));
-    SC_TRY(check(c, &em, "command", ft->exec_command[0] != 0, "a command line"));
+    SC_TRY(yaml_map_check(&c->doc, &em, "command", ft->exec_command[0] != 0, "a command line"));
     char bad[64];
     if (!launch_exec_check(ft->exec_command, bad, sizeof bad))
-      return fail_at(c, mv_val(&em, "command"), mv_key(&em, "command"),
+      return yaml_map_fail(&c->doc, yaml_map_val(&em, "command"), yaml_map_key(&em, "command"),
                      "key 'command': %s%s; "
                      "expected placeholders among {pid}, {port}, {replica} ({{ and }} for literal "
                      "braces)",
@@ -1622,12 +1365,12 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   }
   bool required = false;
   int accept = fault_targets(ft, &required);
-  if (mv_has(&m, "target"))
-    return check_target(c, mv_val(&m, "target"), mv_key(&m, "target"), ft->target, accept);
+  if (yaml_map_has(&m, "target"))
+    return check_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target"), ft->target, accept);
   if (required) {
     char e[160];
     target_forms(accept, e, sizeof e);
-    return fail_at(c, item, k, "missing required key 'target' (%s, for a %s%s%s fault)", e,
+    return yaml_map_fail(&c->doc, item, k, "missing required key 'target' (%s, for a %s%s%s fault)", e,
                    fault_kinds[kind], ft->what[0] ? ": " : "", ft->what);
   }
   return SC_OK;
@@ -1638,7 +1381,7 @@ static sc_status parse_faults(ctx *c, struct fy_node *v, struct fy_node *k) {
   if (v && fy_node_get_type(v) == FYNT_SEQUENCE && fy_node_sequence_item_count(v) == 0)
     return SC_OK; // faults: []
   struct fy_node *items[SCN_MAX_FAULTS];
-  SC_TRY(seq_items(c, v, k, "a list of faults", SCN_MAX_FAULTS, items, &s->n_faults));
+  SC_TRY(yaml_map_seq(&c->doc, v, k, "a list of faults", SCN_MAX_FAULTS, items, &s->n_faults));
   for (int i = 0; i < s->n_faults; i++) SC_TRY(parse_fault(c, items[i], k, &s->faults[i]));
   return SC_OK;
 }
@@ -1721,7 +1464,7 @@ static int class_named(ctx *c, struct fy_node *pk, const char *name, const char 
     if (!strcmp(w->classes[i].name, name)) return i;
   char list[SCN_MAX_CLASSES * 34];
   class_list(w, list, sizeof list);
-  fail_at(c, pk, NULL, "%s: unknown prompt class '%s'; the workload's classes are %s", where,
+  yaml_map_fail(&c->doc, pk, NULL, "%s: unknown prompt class '%s'; the workload's classes are %s", where,
           name, list);
   return -1;
 }
@@ -1737,38 +1480,38 @@ static sc_status slo_items(ctx *c, struct fy_node *v, const char *where, bool pe
     struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
     const char *name =
         pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) return fail_at(c, pk, v, "expected a plain key in '%s'", where);
+    if (!name) return yaml_map_fail(&c->doc, pk, v, "expected a plain key in '%s'", where);
     if (!per_class && !strcmp(name, "classes")) continue;
     if (per_class && !strcmp(name, "classes"))
-      return fail_at(c, pk, NULL, "key 'classes': per-class SLOs do not nest (a prompt "
+      return yaml_map_fail(&c->doc, pk, NULL, "key 'classes': per-class SLOs do not nest (a prompt "
                      "class's SLOs are metric names and limits)");
     const mt_metric_info *mi = mt_metric_find(name);
     if (!mi) {
       char close[200];
       close_names(name, close, sizeof close);
       if (close[0])
-        return fail_at(c, pk, NULL, "unknown SLO key '%s'; did you mean %s? (SLO keys are "
+        return yaml_map_fail(&c->doc, pk, NULL, "unknown SLO key '%s'; did you mean %s? (SLO keys are "
                        "metric names: docs/metrics.md)", name, close);
-      return fail_at(c, pk, NULL, "unknown SLO key '%s'; SLO keys are metric names such as "
+      return yaml_map_fail(&c->doc, pk, NULL, "unknown SLO key '%s'; SLO keys are metric names such as "
                      "ttft_p95_ms, tpot_p95_ms, e2el_p99_ms, error_rate, lost_requests, "
                      "output_tok_s, goodput_rps (all: docs/metrics.md)", name);
     }
     if (mi->dir == MT_NEUTRAL)
-      return fail_at(c, pk, NULL, "key '%s': expected a metric an SLO can bound (lower or "
+      return yaml_map_fail(&c->doc, pk, NULL, "key '%s': expected a metric an SLO can bound (lower or "
                      "higher is better), got a count with neither (%s)", name, mi->what);
     if (per_class && !mt_metric_per_class(name))
-      return fail_at(c, pk, NULL, "key '%s': expected a metric of a prompt class's own "
+      return yaml_map_fail(&c->doc, pk, NULL, "key '%s': expected a metric of a prompt class's own "
                      "requests (" PER_CLASS_NAMES "), got a metric of the whole deployment",
                      name);
     if (*n == SCN_MAX_SLO)
-      return fail_at(c, pk, NULL, "key '%s': at most %d SLOs", where, SCN_MAX_SLO);
+      return yaml_map_fail(&c->doc, pk, NULL, "key '%s': at most %d SLOs", where, SCN_MAX_SLO);
     scn_slo_item *si = &items[*n];
     yaml_map_field f = F_DBL(name, &si->limit);
-    SC_TRY(read_scalar(c, pk, pv, &f));
+    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &f));
     if (!(si->limit >= 0)) {
       char e[80];
       snprintf(e, sizeof e, "a limit >= 0 (%s)", mi->unit);
-      return expect_at(c, pv, pk, name, e);
+      return yaml_map_expect_at(&c->doc, pv, pk, name, e);
     }
     snprintf(si->key, sizeof si->key, "%s", name);
     yaml_map_pos(pk, &si->line, &si->col);
@@ -1782,13 +1525,13 @@ static sc_status slo_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_slo *slo = &c->s->slo;
   const scn_workload *w = &c->s->workload;
   if (!v || fy_node_get_type(v) != FYNT_MAPPING)
-    return expect_at(c, v, k, "classes", "a mapping of prompt class names to SLOs, e.g. "
+    return yaml_map_expect_at(&c->doc, v, k, "classes", "a mapping of prompt class names to SLOs, e.g. "
                      "{short: {ttft_p95_ms: 300}}");
   if (w->dataset[0])
-    return fail_at(c, k, NULL, "key 'classes': per-class SLOs need prompt classes "
+    return yaml_map_fail(&c->doc, k, NULL, "key 'classes': per-class SLOs need prompt classes "
                    "(workload.prompts), but the workload reads its prompts from a dataset");
   if (w->n_classes < 2)
-    return fail_at(c, k, NULL, "key 'classes': per-class SLOs need a workload with more than "
+    return yaml_map_fail(&c->doc, k, NULL, "key 'classes': per-class SLOs need a workload with more than "
                    "one prompt class, and this one has one ('%s'): put its limits in 'slo' "
                    "itself", w->n_classes ? w->classes[0].name : "");
   void *it = NULL;
@@ -1797,11 +1540,11 @@ static sc_status slo_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
     struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
     const char *name =
         pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) return fail_at(c, pk, v, "expected a plain key in 'slo.classes'");
+    if (!name) return yaml_map_fail(&c->doc, pk, v, "expected a plain key in 'slo.classes'");
     int idx = class_named(c, pk, name, "slo.classes");
     if (idx < 0) return SC_INVALID;
     if (!pv || fy_node_get_type(pv) != FYNT_MAPPING)
-      return expect_at(c, pv, pk, name, "a mapping of metric names to limits, e.g. "
+      return yaml_map_expect_at(&c->doc, pv, pk, name, "a mapping of metric names to limits, e.g. "
                        "{ttft_p95_ms: 300}");
     scn_slo_class *sc = &slo->classes[slo->n_classes++]; // names are unique: <= n_classes
     snprintf(sc->name, sizeof sc->name, "%s", name);
@@ -1817,7 +1560,7 @@ static sc_status slo_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
 static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_slo *slo = &c->s->slo;
   if (!v || fy_node_get_type(v) != FYNT_MAPPING)
-    return expect_at(c, v, k, "slo", "a mapping of metric names to limits, e.g. "
+    return yaml_map_expect_at(&c->doc, v, k, "slo", "a mapping of metric names to limits, e.g. "
                      "{ttft_p95_ms: 500, error_rate: 0.01}");
   SC_TRY(slo_items(c, v, "slo", false, slo->items, &slo->n));
   struct fy_node *ck = NULL, *cv = NULL;
@@ -1854,40 +1597,40 @@ static sc_status parse_gate(ctx *c, struct fy_node *v, struct fy_node *k) {
   const yaml_map_field f[] = {
       F_CUSTOM("tolerance", &g->tolerance, parse_fraction, "a percentage such as 5% (or 0.05)"),
       F_DBL("alpha", &g->alpha)};
-  mapview m;
-  SC_TRY(read_map(c, v, "gate", k, f, COUNT(f), nested, COUNT(nested), &m));
-  if (mv_has(&m, "alpha") && !(g->alpha > 0 && g->alpha <= 0.5))
-    return expect_at(c, mv_val(&m, "alpha"), mv_key(&m, "alpha"), "alpha",
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "gate", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (yaml_map_has(&m, "alpha") && !(g->alpha > 0 && g->alpha <= 0.5))
+    return yaml_map_expect_at(&c->doc, yaml_map_val(&m, "alpha"), yaml_map_key(&m, "alpha"), "alpha",
                      "a significance level in (0, 0.5]");
-  if (!mv_has(&m, "metrics")) return SC_OK;
-  struct fy_node *mv = mv_val(&m, "metrics"), *mk = mv_key(&m, "metrics");
+  if (!yaml_map_has(&m, "metrics")) return SC_OK;
+  struct fy_node *mv = yaml_map_val(&m, "metrics"), *mk = yaml_map_key(&m, "metrics");
   if (!mv || fy_node_get_type(mv) != FYNT_MAPPING)
-    return expect_at(c, mv, mk, "metrics", "a mapping of metric names to tolerances, e.g. "
+    return yaml_map_expect_at(&c->doc, mv, mk, "metrics", "a mapping of metric names to tolerances, e.g. "
                      "{tpot_p95_ms: 10%, output_tok_s: 3%}");
   void *it = NULL;
   struct fy_node_pair *pair;
   while ((pair = fy_node_mapping_iterate(mv, &it))) {
     struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
     const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) return fail_at(c, pk, mv, "expected a plain key in 'gate.metrics'");
+    if (!name) return yaml_map_fail(&c->doc, pk, mv, "expected a plain key in 'gate.metrics'");
     const char *base = mt_metric_base(name);
     const mt_metric_info *mi = mt_metric_find(base);
     if (!mi || mi->dir == MT_NEUTRAL)
-      return fail_at(c, pk, NULL, "gate.metrics: '%s' is not a metric with a better direction "
+      return yaml_map_fail(&c->doc, pk, NULL, "gate.metrics: '%s' is not a metric with a better direction "
                      "(latencies, rates, error counts: docs/metrics.md)", name);
     if (base != name) { // CLASS:NAME, a prompt class's row
       char cls[64];
       snprintf(cls, sizeof cls, "%.*s", (int)(base - 1 - name), name);
       if (!mt_metric_per_class(base))
-        return fail_at(c, pk, NULL, "gate.metrics: '%s': a prompt class's rows carry "
+        return yaml_map_fail(&c->doc, pk, NULL, "gate.metrics: '%s': a prompt class's rows carry "
                        PER_CLASS_NAMES ", not %s", name, base);
       if (class_named(c, pk, cls, "gate.metrics") < 0) return SC_INVALID;
     }
     if (g->n == SCN_MAX_SLO)
-      return fail_at(c, pk, NULL, "gate.metrics: at most %d metrics", SCN_MAX_SLO);
+      return yaml_map_fail(&c->doc, pk, NULL, "gate.metrics: at most %d metrics", SCN_MAX_SLO);
     yaml_map_field tf = F_CUSTOM(name, &g->metrics[g->n].tol, parse_fraction,
                                  "a percentage such as 5% (or 0.05)");
-    SC_TRY(read_scalar(c, pk, pv, &tf));
+    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &tf));
     snprintf(g->metrics[g->n].key, sizeof g->metrics[g->n].key, "%s", name);
     g->n++;
   }
@@ -1911,12 +1654,12 @@ static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, co
   char bad[64];
   if (launch_template_check(text, bad, sizeof bad)) return SC_OK;
   if (bad[0] == '{')
-    return fail_at(c, v, k,
+    return yaml_map_fail(&c->doc, v, k,
                    "key '%s': unknown placeholder %s; expected one of {tp}, {pp}, {dp}, "
                    "{replica}, {port}, {gpus}, {shardcheck}, {model} ({{ and }} for literal "
                    "braces)",
-                   key_text(k), bad);
-  return fail_at(c, v, k, "key '%s': %s in '%.200s' ({{ and }} for literal braces)", key_text(k),
+                   yaml_map_key_text(k), bad);
+  return yaml_map_fail(&c->doc, v, k, "key '%s': %s in '%.200s' ({{ and }} for literal braces)", yaml_map_key_text(k),
                  bad, text);
 }
 
@@ -1935,7 +1678,7 @@ static json_t *yaml_json(ctx *c, struct fy_node *v, struct fy_node *k, sc_status
       const char *name =
           pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
       if (!name) {
-        *st = fail_at(c, pk, v, "key '%s': expected plain keys", key_text(k));
+        *st = yaml_map_fail(&c->doc, pk, v, "key '%s': expected plain keys", yaml_map_key_text(k));
         json_decref(o);
         return NULL;
       }
@@ -1982,7 +1725,7 @@ static json_t *yaml_json(ctx *c, struct fy_node *v, struct fy_node *k, sc_status
 static sc_status parse_target_env(ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_target *t = &c->s->target;
   if (!v || fy_node_get_type(v) != FYNT_MAPPING)
-    return expect_at(c, v, k, "env", "a mapping of NAME: value");
+    return yaml_map_expect_at(&c->doc, v, k, "env", "a mapping of NAME: value");
   void *it = NULL;
   struct fy_node_pair *pair;
   while ((pair = fy_node_mapping_iterate(v, &it))) {
@@ -1991,11 +1734,11 @@ static sc_status parse_target_env(ctx *c, struct fy_node *v, struct fy_node *k) 
     bool ok = name && (isalpha((unsigned char)name[0]) || name[0] == '_') &&
               strlen(name) < sizeof t->env[0].name;
     for (const char *q = name; ok && *q; q++) ok = isalnum((unsigned char)*q) || *q == '_';
-    if (!ok) return fail_at(c, pk, v, "key 'env': expected a variable name, got '%s'", name);
+    if (!ok) return yaml_map_fail(&c->doc, pk, v, "key 'env': expected a variable name, got '%s'", name);
     if (t->n_env == SCN_MAX_TARGET_ENV)
-      return fail_at(c, pk, v, "key 'env': at most %d variables", SCN_MAX_TARGET_ENV);
+      return yaml_map_fail(&c->doc, pk, v, "key 'env': at most %d variables", SCN_MAX_TARGET_ENV);
     yaml_map_field f = F_STR(name, t->env[t->n_env].value);
-    SC_TRY(read_scalar(c, pk, pv, &f));
+    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &f));
     SC_TRY(check_template(c, pv, pk, t->env[t->n_env].value));
     snprintf(t->env[t->n_env].name, sizeof t->env[0].name, "%s", name);
     t->n_env++;
@@ -2007,10 +1750,10 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
   scenario *s = c->s;
   scn_target *t = &s->target;
   static const char *const nested[] = {"openai"};
-  mapview m;
-  SC_TRY(read_map(c, v, "target", k, NULL, 0, nested, COUNT(nested), &m));
-  SC_TRY(need(c, &m, "openai", "an OpenAI-compatible server: {url, model, ...}"));
-  struct fy_node *ov = mv_val(&m, "openai"), *ok = mv_key(&m, "openai");
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "target", k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(yaml_map_need(&c->doc, &m, "openai", "an OpenAI-compatible server: {url, model, ...}"));
+  struct fy_node *ov = yaml_map_val(&m, "openai"), *ok = yaml_map_key(&m, "openai");
   char api[16] = "completions";
   t->set = true;
   snprintf(t->ready_path, sizeof t->ready_path, "/health");
@@ -2030,26 +1773,26 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
       F_STR("metrics_path", t->metrics_path),
       F_DUR("stop_grace", &t->stop_grace_ns),
   };
-  mapview om;
-  SC_TRY(read_map(c, ov, "openai", ok, f, COUNT(f), onested, COUNT(onested), &om));
+  yaml_map_view om;
+  SC_TRY(yaml_map_read_view(&c->doc, ov, "openai", ok, f, COUNT(f), onested, COUNT(onested), &om));
   yaml_map_pos(ov, &t->line, &t->col);
   static const char *const apis[] = {"completions", "chat"};
   int a = 0;
-  SC_TRY(pick_key(c, &om, "api", api, apis, 2, &a));
+  SC_TRY(yaml_map_pick_key(&c->doc, &om, "api", api, apis, 2, &a));
   t->api = a ? SCN_API_CHAT : SCN_API_COMPLETIONS;
-  SC_TRY(need(c, &om, "model", "the served model name sent in each request"));
-  SC_TRY(check(c, &om, "model", t->model[0] != 0, "a non-empty model name"));
-  SC_TRY(need(c, &om, "url", "the API base, e.g. \"http://127.0.0.1:{port}/v1\""));
-  SC_TRY(check(c, &om, "url", !strncmp(t->url, "http://", 7) || !strncmp(t->url, "https://", 8),
+  SC_TRY(yaml_map_need(&c->doc, &om, "model", "the served model name sent in each request"));
+  SC_TRY(yaml_map_check(&c->doc, &om, "model", t->model[0] != 0, "a non-empty model name"));
+  SC_TRY(yaml_map_need(&c->doc, &om, "url", "the API base, e.g. \"http://127.0.0.1:{port}/v1\""));
+  SC_TRY(yaml_map_check(&c->doc, &om, "url", !strncmp(t->url, "http://", 7) || !strncmp(t->url, "https://", 8),
                "an http:// or https:// URL"));
-  SC_TRY(check_template(c, mv_val(&om, "url"), mv_key(&om, "url"), t->url));
+  SC_TRY(check_template(c, yaml_map_val(&om, "url"), yaml_map_key(&om, "url"), t->url));
   if (t->api == SCN_API_COMPLETIONS)
-    SC_TRY(need(c, &om, "vocab_size", "api completions sends token ids in [3, vocab_size): the "
+    SC_TRY(yaml_map_need(&c->doc, &om, "vocab_size", "api completions sends token ids in [3, vocab_size): the "
                 "served model's vocabulary size"));
-  SC_TRY(check(c, &om, "vocab_size", t->vocab_size > 3, "an integer > 3"));
-  SC_TRY(check(c, &om, "stop_grace", t->stop_grace_ns > 0, "a duration > 0"));
-  SC_TRY(check(c, &om, "api_key_env", t->api_key_env[0] != 0, "an environment variable name"));
-  SC_TRY(check(c, &om, "metrics_path", !t->metrics_path[0] || t->metrics_path[0] == '/',
+  SC_TRY(yaml_map_check(&c->doc, &om, "vocab_size", t->vocab_size > 3, "an integer > 3"));
+  SC_TRY(yaml_map_check(&c->doc, &om, "stop_grace", t->stop_grace_ns > 0, "a duration > 0"));
+  SC_TRY(yaml_map_check(&c->doc, &om, "api_key_env", t->api_key_env[0] != 0, "an environment variable name"));
+  SC_TRY(yaml_map_check(&c->doc, &om, "metrics_path", !t->metrics_path[0] || t->metrics_path[0] == '/',
                "a path starting with '/' (\"\": no scraping)"));
   if (t->rank_process[0]) {
     regex_t re;
@@ -2057,54 +1800,54 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
     if (rc != 0) {
       char why[128];
       regerror(rc, &re, why, sizeof why);
-      return fail_at(c, mv_val(&om, "rank_process"), mv_key(&om, "rank_process"),
+      return yaml_map_fail(&c->doc, yaml_map_val(&om, "rank_process"), yaml_map_key(&om, "rank_process"),
                      "key 'rank_process': expected a regular expression (POSIX extended), got "
                      "'%s': %s", t->rank_process, why);
     }
     regfree(&re);
   }
-  if (mv_has(&om, "launch")) {
-    struct fy_node *lv = mv_val(&om, "launch"), *lk = mv_key(&om, "launch");
-    SC_TRY(check(c, &om, "launch", t->launch[0] != 0, "a command line"));
+  if (yaml_map_has(&om, "launch")) {
+    struct fy_node *lv = yaml_map_val(&om, "launch"), *lk = yaml_map_key(&om, "launch");
+    SC_TRY(yaml_map_check(&c->doc, &om, "launch", t->launch[0] != 0, "a command line"));
     SC_TRY(check_template(c, lv, lk, t->launch));
     char word[512];
     launch_command_word(t->launch, word, sizeof word);
     if (!strchr(word, '{') && !launch_on_path(word)) {
       char w[300];
-      yaml_map_where(lv, c->file, w, sizeof w);
+      yaml_map_where(lv, c->doc.file, w, sizeof w);
       warn(c, "%s: key 'launch': '%s' is not an executable on this machine's PATH (it may "
            "exist only where the scenario runs)", w, word);
     }
     if (launch_template_uses(t->url, "port") && !launch_template_uses(t->launch, "port"))
-      return fail_at(c, lv, lk, "key 'launch': the url has {port} but the command does not "
+      return yaml_map_fail(&c->doc, lv, lk, "key 'launch': the url has {port} but the command does not "
                      "pass it on: the server would not listen where requests go");
   }
-  if (mv_has(&om, "env")) {
+  if (yaml_map_has(&om, "env")) {
     if (!t->launch[0])
-      return fail_at(c, mv_key(&om, "env"), NULL, "key 'env': only with 'launch' (it is the "
+      return yaml_map_fail(&c->doc, yaml_map_key(&om, "env"), NULL, "key 'env': only with 'launch' (it is the "
                      "launched server's environment)");
-    SC_TRY(parse_target_env(c, mv_val(&om, "env"), mv_key(&om, "env")));
+    SC_TRY(parse_target_env(c, yaml_map_val(&om, "env"), yaml_map_key(&om, "env")));
   }
-  if (mv_has(&om, "ready")) {
+  if (yaml_map_has(&om, "ready")) {
     static const char *const none[] = {NULL};
     const yaml_map_field rf[] = {F_STR("path", t->ready_path),
                                  F_DUR("timeout", &t->ready_timeout_ns)};
-    mapview rm;
-    SC_TRY(read_map(c, mv_val(&om, "ready"), "ready", mv_key(&om, "ready"), rf, COUNT(rf), none,
+    yaml_map_view rm;
+    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&om, "ready"), "ready", yaml_map_key(&om, "ready"), rf, COUNT(rf), none,
                     0, &rm));
-    SC_TRY(check(c, &rm, "path", t->ready_path[0] == '/', "a path starting with '/'"));
-    SC_TRY(check(c, &rm, "timeout", t->ready_timeout_ns > 0, "a duration > 0"));
+    SC_TRY(yaml_map_check(&c->doc, &rm, "path", t->ready_path[0] == '/', "a path starting with '/'"));
+    SC_TRY(yaml_map_check(&c->doc, &rm, "timeout", t->ready_timeout_ns > 0, "a duration > 0"));
   }
-  if (mv_has(&om, "extra_body")) {
-    struct fy_node *ev = mv_val(&om, "extra_body"), *ek = mv_key(&om, "extra_body");
+  if (yaml_map_has(&om, "extra_body")) {
+    struct fy_node *ev = yaml_map_val(&om, "extra_body"), *ek = yaml_map_key(&om, "extra_body");
     if (!ev || fy_node_get_type(ev) != FYNT_MAPPING)
-      return expect_at(c, ev, ek, "extra_body", "a mapping merged into every request's JSON");
+      return yaml_map_expect_at(&c->doc, ev, ek, "extra_body", "a mapping merged into every request's JSON");
     static const char *const reserved[] = {"model", "prompt", "messages", "stream",
                                            "stream_options", "max_tokens"};
     for (int i = 0; i < COUNT(reserved); i++) {
       struct fy_node *rk = fy_node_mapping_lookup_key_by_string(ev, reserved[i], FY_NT);
       if (rk)
-        return fail_at(c, rk, ek, "key 'extra_body': '%s' is shardcheck's to set (from the "
+        return yaml_map_fail(&c->doc, rk, ek, "key 'extra_body': '%s' is shardcheck's to set (from the "
                        "target and the workload)", reserved[i]);
     }
     sc_status st = SC_OK;
@@ -2112,11 +1855,11 @@ static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
     if (!j) return st;
     char *txt = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(j);
-    if (!txt) return sc_fail(c->err, SC_OOM, "%s: out of memory", c->file);
+    if (!txt) return sc_fail(c->doc.err, SC_OOM, "%s: out of memory", c->doc.file);
     bool fits = strlen(txt) < sizeof t->extra_body;
     snprintf(t->extra_body, sizeof t->extra_body, "%s", txt);
     free(txt);
-    if (!fits) return fail_at(c, ev, ek, "key 'extra_body': longer than %zu bytes as JSON",
+    if (!fits) return yaml_map_fail(&c->doc, ev, ek, "key 'extra_body': longer than %zu bytes as JSON",
                               sizeof t->extra_body - 1);
   }
   // The model as the workload sees it: the vocabulary prompt ids are drawn from, and no
@@ -2140,18 +1883,18 @@ static sc_status target_hardware(ctx *c, struct fy_node *v, struct fy_node *k) {
   int gpus = 0;
   // profile and gpus are --mode sim's (the prediction's simulated GPUs): accepted here
   const yaml_map_field f[] = {F_STR("profile", profile), F_INT("gpus", &gpus)};
-  mapview m;
-  SC_TRY(read_map(c, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
   snprintf(h->backend, sizeof h->backend, "%s", "");
   h->profile[0] = 0;
-  if (!mv_has(&m, "devices")) return SC_OK;
-  struct fy_node *dk = mv_key(&m, "devices");
-  SC_TRY(int_list(c, mv_val(&m, "devices"), dk, "a list of GPU ids handed out to launched "
+  if (!yaml_map_has(&m, "devices")) return SC_OK;
+  struct fy_node *dk = yaml_map_key(&m, "devices");
+  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&m, "devices"), dk, "a list of GPU ids handed out to launched "
                   "replicas", 0, COUNT(h->devices), h->devices, &h->n_devices, NULL));
   for (int i = 0; i < h->n_devices; i++)
     for (int j = 0; j < i; j++)
       if (h->devices[i] == h->devices[j])
-        return fail_at(c, mv_val(&m, "devices"), dk, "key 'devices': device %d is listed twice",
+        return yaml_map_fail(&c->doc, yaml_map_val(&m, "devices"), dk, "key 'devices': device %d is listed twice",
                        h->devices[i]);
   h->gpus = h->n_devices;
   return SC_OK;
@@ -2174,7 +1917,7 @@ static sc_status check_target_deployments(ctx *c, struct fy_node *root) {
   const scn_target *t = &s->target;
   if (s->n_deployments == 0) {
     if (t->launch[0])
-      return fail_at(c, root, NULL, "missing required key 'deployments' (with target.openai."
+      return yaml_map_fail(&c->doc, root, NULL, "missing required key 'deployments' (with target.openai."
                      "launch: the layouts to launch, e.g. [{tp: 1, dp: 2}])");
     SC_TRY(add_deployment(c, root, 1, 1, 1));
     s->deployments[0].line = s->deployments[0].col = 0;
@@ -2182,11 +1925,11 @@ static sc_status check_target_deployments(ctx *c, struct fy_node *root) {
   for (int i = 0; i < s->n_deployments; i++) {
     scn_deployment *d = &s->deployments[i];
     char w[300];
-    if (d->line) snprintf(w, sizeof w, "%s:%d:%d", c->file, d->line, d->col);
-    else snprintf(w, sizeof w, "%s", c->file);
+    if (d->line) snprintf(w, sizeof w, "%s:%d:%d", c->doc.file, d->line, d->col);
+    else snprintf(w, sizeof w, "%s", c->doc.file);
     if (!t->launch[0]) {
       if (s->n_deployments > 1 || d->dp > 1)
-        return sc_fail(c->err, SC_INVALID, "%s: deployment '%s': without target.openai.launch "
+        return sc_fail(c->doc.err, SC_INVALID, "%s: deployment '%s': without target.openai.launch "
                        "the url is one fixed server: one deployment of dp 1 (its tp and pp only "
                        "describe what is behind it)", w, d->label);
       char hp[32];
@@ -2197,12 +1940,12 @@ static sc_status check_target_deployments(ctx *c, struct fy_node *root) {
       continue;
     }
     if (d->dp > 1 && !launch_template_uses(t->url, "port"))
-      return sc_fail(c->err, SC_INVALID, "%s: deployment '%s' has %d replicas: target.openai.url "
+      return sc_fail(c->doc.err, SC_INVALID, "%s: deployment '%s' has %d replicas: target.openai.url "
                      "needs {port} so that each replica's server gets its own", w, d->label,
                      d->dp);
     int n = d->tp * d->pp * d->dp;
     if (s->hardware.n_devices > 0 && n > s->hardware.n_devices)
-      return sc_fail(c->err, SC_INVALID, "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; "
+      return sc_fail(c->doc.err, SC_INVALID, "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; "
                      "hardware.devices lists %d", w, d->label, d->tp, d->pp, d->dp, n,
                      s->hardware.n_devices);
   }
@@ -2217,15 +1960,15 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
   const scn_target *t = &s->target;
   const char *kind = scenario_fault_kind_name(f->kind);
   char w[300];
-  snprintf(w, sizeof w, "%s:%d:%d: fault '%s'", c->file, f->line, f->col, kind);
+  snprintf(w, sizeof w, "%s:%d:%d: fault '%s'", c->doc.file, f->line, f->col, kind);
   if (!t->set) {
     if (f->kind == SCN_FAULT_EXEC && c->predicting)
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: not in mode sim (a user command has no simulated "
                      "server to reach): predict without it",
                      w);
     if (f->kind == SCN_FAULT_EXEC)
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: only with a target (it runs a command against a "
                      "server shardcheck did not start; shardcheck's own replicas take kill and "
                      "hang)",
@@ -2237,20 +1980,20 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
   case SCN_FAULT_CORRUPT:
   case SCN_FAULT_SLOW:
     if (!t->admin_token[0])
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: an external target takes no %s fault (it happens inside the "
                      "engine) unless it is shardcheck serve: set target.openai.admin_token to "
                      "the --admin-token its launch passes, and the fault goes through its admin "
                      "API (docs/targets.md)",
                      w, kind);
     if (t->launch[0] && !strstr(t->launch, t->admin_token))
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: target.openai.admin_token is not in target.openai.launch (the "
                      "launched server needs --admin-token with it)",
                      w);
     return SC_OK;
   case SCN_FAULT_CHAOS:
-    return sc_fail(c->err, SC_INVALID,
+    return sc_fail(c->doc.err, SC_INVALID,
                    "%s: not on an external target (its draws include oom, "
                    "slow and corrupt); list kill, hang and cancel_storm faults instead",
                    w);
@@ -2259,17 +2002,17 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
   case SCN_FAULT_CLOCK_JUMP:
   case SCN_FAULT_HOT_SWAP:
     if (!t->launch[0])
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: needs target.openai.launch (shardcheck signals "
                      "only what it launched; an exec fault reaches a server it did not start)",
                      w);
     if (f->kind == SCN_FAULT_HANG && !strcmp(f->what, "rank"))
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: hang: rank is not available on an external target "
                      "(hang: replica stops the whole server)",
                      w);
     if (f->kind == SCN_FAULT_KILL && !strcmp(f->what, "gpu") && !t->rank_process[0])
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: kill: gpu needs target.openai.rank_process (a "
                      "regular expression on the command line of the server's worker processes, "
                      "e.g. \"VllmWorker\")",
@@ -2277,7 +2020,7 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
     return SC_OK;
   case SCN_FAULT_EXEC:
     if (!t->launch[0] && strstr(f->exec_command, "{pid}"))
-      return sc_fail(c->err, SC_INVALID,
+      return sc_fail(c->doc.err, SC_INVALID,
                      "%s: {pid} needs target.openai.launch (a server "
                      "shardcheck did not start has no pid it knows)",
                      w);
@@ -2321,24 +2064,24 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
       F_STR("description", s->description),
       F_STR("mode", mode),
       F_STR("record", record),
-      F_CUSTOM("seed", &s->seed, parse_u64, "a non-negative integer"),
+      F_CUSTOM("seed", &s->seed, yaml_map_parse_u64, "a non-negative integer"),
   };
   static const char *const nested[] = {"model",  "hardware", "deployments", "workload",
                                        "faults", "slo",      "limits",      "router",
                                        "gate",   "target"};
-  mapview m;
-  SC_TRY(read_map(c, root, NULL, NULL, f, COUNT(f), nested, COUNT(nested), &m));
-  SC_TRY(need(c, &m, "name", "a string naming the scenario"));
-  const bool target = mv_has(&m, "target");
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, root, NULL, NULL, f, COUNT(f), nested, COUNT(nested), &m));
+  SC_TRY(yaml_map_need(&c->doc, &m, "name", "a string naming the scenario"));
+  const bool target = yaml_map_has(&m, "target");
   if (!target) {
-    SC_TRY(need(c, &m, "model", "{preset: NAME} or {path: DIR}"));
-    SC_TRY(need(c, &m, "deployments", "a list of {tp, pp, dp} or {scaling: {gpus, pattern}}"));
+    SC_TRY(yaml_map_need(&c->doc, &m, "model", "{preset: NAME} or {path: DIR}"));
+    SC_TRY(yaml_map_need(&c->doc, &m, "deployments", "a list of {tp, pp, dp} or {scaling: {gpus, pattern}}"));
   }
-  SC_TRY(need(c, &m, "workload", "{prompts or dataset, phases}"));
-  SC_TRY(check(c, &m, "name", s->name[0] != 0, "a non-empty name"));
+  SC_TRY(yaml_map_need(&c->doc, &m, "workload", "{prompts or dataset, phases}"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "name", s->name[0] != 0, "a non-empty name"));
   static const char *const modes[] = {"real", "sim"};
   int md = 0;
-  SC_TRY(pick_key(c, &m, "mode", mode, modes, 2, &md));
+  SC_TRY(yaml_map_pick_key(&c->doc, &m, "mode", mode, modes, 2, &md));
   if (c->ov && c->ov->mode) { // checked to be real or sim on entry
     int o = strcmp(c->ov->mode, "sim") ? 0 : 1;
     c->switched = md == 0 && o == 1;
@@ -2348,7 +2091,7 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   s->mode = md ? SCN_MODE_SIM : SCN_MODE_REAL;
   static const char *const records[] = {"tokens", "requests", "summary"};
   int rec = 0;
-  SC_TRY(pick_key(c, &m, "record", record, records, 3, &rec));
+  SC_TRY(yaml_map_pick_key(&c->doc, &m, "record", record, records, 3, &rec));
   if (c->ov && c->ov->record) scenario_record_parse(c->ov->record, (scn_record *)&rec);
   s->record = (scn_record)rec;
   // A target scenario in mode sim predicts what the measurement will show: its `model` on its
@@ -2356,32 +2099,32 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   // checked, then set aside).
   c->predicting = target && s->mode == SCN_MODE_SIM;
   if (c->predicting) {
-    SC_TRY(parse_target(c, mv_val(&m, "target"), mv_key(&m, "target")));
+    SC_TRY(parse_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target")));
     memset(&s->target, 0, sizeof s->target);
     memset(&s->model, 0, sizeof s->model);
-    if (!mv_has(&m, "model"))
-      return fail_at(c, mv_key(&m, "target"), NULL,
+    if (!yaml_map_has(&m, "model"))
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "target"), NULL,
                      "mode sim on a target scenario simulates "
                      "its model on its hardware profile: add model: {preset: NAME} (and "
                      "hardware.profile)%s",
                      c->mode_from_ov ? " (--mode sim)" : "");
-    SC_TRY(need(c, &m, "deployments", "a list of {tp, pp, dp}"));
+    SC_TRY(yaml_map_need(&c->doc, &m, "deployments", "a list of {tp, pp, dp}"));
   }
   if (target && !c->predicting) {
     // `model` and hardware.profile are --mode sim's (a prediction); checked, not used here
-    if (mv_has(&m, "model")) SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
-    SC_TRY(parse_target(c, mv_val(&m, "target"), mv_key(&m, "target")));
-    if (mv_has(&m, "hardware"))
-      SC_TRY(target_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware")));
+    if (yaml_map_has(&m, "model")) SC_TRY(parse_model(c, yaml_map_val(&m, "model"), yaml_map_key(&m, "model")));
+    SC_TRY(parse_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target")));
+    if (yaml_map_has(&m, "hardware"))
+      SC_TRY(target_hardware(c, yaml_map_val(&m, "hardware"), yaml_map_key(&m, "hardware")));
     else
       s->hardware.backend[0] = s->hardware.profile[0] = 0;
   } else {
-    SC_TRY(parse_model(c, mv_val(&m, "model"), mv_key(&m, "model")));
-    SC_TRY(parse_hardware(c, mv_val(&m, "hardware"), mv_key(&m, "hardware"), root));
+    SC_TRY(parse_model(c, yaml_map_val(&m, "model"), yaml_map_key(&m, "model")));
+    SC_TRY(parse_hardware(c, yaml_map_val(&m, "hardware"), yaml_map_key(&m, "hardware"), root));
   }
-  if (mv_has(&m, "limits")) SC_TRY(parse_limits(c, mv_val(&m, "limits"), mv_key(&m, "limits")));
+  if (yaml_map_has(&m, "limits")) SC_TRY(parse_limits(c, yaml_map_val(&m, "limits"), yaml_map_key(&m, "limits")));
   if (s->mode == SCN_MODE_SIM && s->have_hw) apply_engine_knobs(&s->limits, &s->hw.sim.engine);
-  if (mv_has(&m, "router")) SC_TRY(parse_router(c, mv_val(&m, "router"), mv_key(&m, "router")));
+  if (yaml_map_has(&m, "router")) SC_TRY(parse_router(c, yaml_map_val(&m, "router"), yaml_map_key(&m, "router")));
   // the planner's parameters (engine/memplan.h), as the engine will size itself: the KV cache
   // is f32 on the CPU backend (real cpu, or a simulated CPU profile: host_cores > 0), else bf16
   memplan_params *mp = &s->mp;
@@ -2397,40 +2140,40 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   mp->kv_dtype = cpu ? SC_F32 : SC_BF16;
   if (s->model.kv_cache_dtype[0] && s->mode == SCN_MODE_SIM) {
     if (cpu)
-      return fail_at(c, mv_val(&m, "model"), mv_key(&m, "model"),
+      return yaml_map_fail(&c->doc, yaml_map_val(&m, "model"), yaml_map_key(&m, "model"),
                      "model.kv_cache_dtype fp8: the CPU profile %s models the CPU backend, whose "
                      "KV cache is f32; use auto",
                      s->hardware.profile);
     mp->kv_dtype = SC_FP8;
   }
   if (!target || c->predicting) {
-    SC_TRY(parse_deployments(c, mv_val(&m, "deployments"), mv_key(&m, "deployments")));
+    SC_TRY(parse_deployments(c, yaml_map_val(&m, "deployments"), yaml_map_key(&m, "deployments")));
   } else {
-    if (mv_has(&m, "deployments")) {
-      struct fy_node *dv = mv_val(&m, "deployments"), *dk = mv_key(&m, "deployments");
+    if (yaml_map_has(&m, "deployments")) {
+      struct fy_node *dv = yaml_map_val(&m, "deployments"), *dk = yaml_map_key(&m, "deployments");
       struct fy_node *items[SCN_MAX_DEPLOYMENTS];
       int n = 0;
-      SC_TRY(seq_items(c, dv, dk, "a list of deployments {tp, pp, dp}", SCN_MAX_DEPLOYMENTS, items,
+      SC_TRY(yaml_map_seq(&c->doc, dv, dk, "a list of deployments {tp, pp, dp}", SCN_MAX_DEPLOYMENTS, items,
                        &n));
       for (int i = 0; i < n; i++) SC_TRY(parse_deployment_item(c, items[i], dk));
     }
     SC_TRY(check_target_deployments(c, root));
   }
-  SC_TRY(parse_workload(c, mv_val(&m, "workload"), mv_key(&m, "workload")));
-  if (mv_has(&m, "faults")) SC_TRY(parse_faults(c, mv_val(&m, "faults"), mv_key(&m, "faults")));
+  SC_TRY(parse_workload(c, yaml_map_val(&m, "workload"), yaml_map_key(&m, "workload")));
+  if (yaml_map_has(&m, "faults")) SC_TRY(parse_faults(c, yaml_map_val(&m, "faults"), yaml_map_key(&m, "faults")));
   for (int i = 0; i < s->n_faults; i++) SC_TRY(check_fault_target(c, &s->faults[i]));
   if (s->record != SCN_RECORD_TOKENS && s->n_faults > 0) {
     const char *lvl = scenario_record_name(s->record);
     if (c->ov && c->ov->record)
-      return sc_fail(c->err, SC_INVALID, "%s: --record %s: this scenario has faults, whose "
+      return sc_fail(c->doc.err, SC_INVALID, "%s: --record %s: this scenario has faults, whose "
                      "verdicts (the request history, recovery) read token rows: use --record "
-                     "tokens", c->file, lvl);
-    return fail_at(c, mv_key(&m, "record"), NULL, "key 'record': %s, but the scenario has "
+                     "tokens", c->doc.file, lvl);
+    return yaml_map_fail(&c->doc, yaml_map_key(&m, "record"), NULL, "key 'record': %s, but the scenario has "
                    "faults, whose verdicts (the request history, recovery) read token rows: "
                    "record: tokens", lvl);
   }
-  if (mv_has(&m, "slo")) SC_TRY(parse_slo(c, mv_val(&m, "slo"), mv_key(&m, "slo")));
-  if (mv_has(&m, "gate")) SC_TRY(parse_gate(c, mv_val(&m, "gate"), mv_key(&m, "gate")));
+  if (yaml_map_has(&m, "slo")) SC_TRY(parse_slo(c, yaml_map_val(&m, "slo"), yaml_map_key(&m, "slo")));
+  if (yaml_map_has(&m, "gate")) SC_TRY(parse_gate(c, yaml_map_val(&m, "gate"), yaml_map_key(&m, "gate")));
   return SC_OK;
 }
 
@@ -2438,14 +2181,14 @@ static sc_status parse_doc_root(struct fy_node *root, void *arg, sc_error *err) 
   ctx *c = arg;
   if (!root || fy_node_is_null(root))
     return sc_fail(err, SC_INVALID, "%s: empty file; expected a scenario (a mapping of keys: "
-                   "name, model, deployments, workload, ...)", c->file);
+                   "name, model, deployments, workload, ...)", c->doc.file);
   return parse_root(c, root);
 }
 
 // Parses s->text into s, with overrides ov (may be NULL).
 static sc_status parse_text(scenario *s, const char *name, const scn_overrides *ov,
                             sc_error *err) {
-  ctx c = {.file = name, .dir = s->dir, .s = s, .err = err, .ov = ov};
+  ctx c = {.doc = {name, err}, .dir = s->dir, .s = s, .ov = ov};
   return yaml_map_parse(s->text, s->text_len, name, parse_doc_root, &c, err);
 }
 
@@ -2455,7 +2198,7 @@ static sc_status parse_now_root(struct fy_node *root, void *arg, sc_error *err) 
   ctx *c = arg;
   if (!root || fy_node_is_null(root))
     return sc_fail(err, SC_INVALID, "%s: empty; expected one fault (a mapping such as "
-                   "{\"kill\": \"gpu\", \"target\": \"replica0.rank1\"})", c->file);
+                   "{\"kill\": \"gpu\", \"target\": \"replica0.rank1\"})", c->doc.file);
   return parse_fault(c, root, NULL, &c->s->faults[0]);
 }
 
@@ -2469,7 +2212,7 @@ sc_status scenario_parse_fault_now(const char *text, size_t len, const char *nam
   s->n_deployments = 1;
   s->deployments[0] = (scn_deployment){.tp = ranks, .pp = 1, .dp = dp};
   snprintf(s->deployments[0].label, sizeof s->deployments[0].label, "served");
-  ctx c = {.file = name, .dir = ".", .s = s, .err = err, .now = true};
+  ctx c = {.doc = {name, err}, .dir = ".", .s = s, .now = true};
   sc_status st = yaml_map_parse(text, len, name, parse_now_root, &c, err);
   if (st == SC_OK) *out = s->faults[0];
   free(s);
