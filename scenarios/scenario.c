@@ -1,13 +1,13 @@
 // The scenario language (see scenario.h; docs/scenarios.md is the reference for every key):
-// YAML text -> a validated `scenario`. libfyaml builds the tree; this file walks it, hands
-// every mapping's scalar keys to the strict reader of config/yaml_map.h (so types, unknown
-// keys and messages match the presets and profiles), and checks ranges, combinations and
-// cross-references itself: phases named by faults, replicas and ranks named by fault targets,
-// and every deployment against the memory planner (engine/memplan.h). Both modes are checked
-// here (real: the CPU or CUDA backend; sim: simulated GPUs of a hardware profile), and the
-// command-line overrides --mode/--profile are applied before the checks (scenario_load_with).
-// The resolved profile (hardware.link applied) and the planner's parameters are left in the
-// scenario for the runner and the simulator.
+// YAML text -> a validated `scenario`. libfyaml builds the tree; this file reads the whole
+// document: the root's keys, the command-line overrides --mode/--profile/--record (applied
+// before the checks, scenario_load_with), the defaults, the planner's parameters, the order
+// in which the sections are read and the checks across them. Each section is a file of its
+// own behind scenario_impl.h (deploy, workload, faults, slo, target), every mapping read
+// through config/yaml_map.h's views (so types, unknown keys and messages match the presets
+// and profiles). Both modes are checked (real: the CPU or CUDA backend; sim: simulated GPUs
+// of a hardware profile). The resolved profile (hardware.link applied) and the planner's
+// parameters are left in the scenario for the runner and the simulator.
 //
 // Left to others: turning the workload into requests and reading the dataset's lines
 // (scenarios/workload.c), running anything (runner/runner.c), injecting faults (faults/),
@@ -17,11 +17,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <jansson.h>
 #include <libfyaml.h>
-#include <regex.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,61 +26,48 @@
 
 #include "config/hardware.h"
 #include "config/presets.h"
+#include "config/yaml_map.h"
 #include "engine/memplan.h"
 #include "engine/shard.h"
-#include "config/yaml_map.h"
 #include "scenarios/metric_names.h"
+#include "scenarios/scenario_impl.h"
 #include "scenarios/workload.h"
 #include "serving/launch.h"
 
-#define SCN_MAX_TEXT ((size_t)16 << 20) // largest scenario file read, bytes
-#define SCN_MAX_GPUS 1024               // largest GPU count of a scaling item
-#define SCN_MAX_RETRIES 100             // router.max_retries at most
-#define SCN_STR_(x) #x
-#define SCN_STR(x) SCN_STR_(x) // a numeric constant as a string literal, for messages
-#define SCN_MAX_TARGET_INDEX (1 << 20)  // largest replica or rank number a fault target names
-#define EDIT_MAX_LEN 63                 // longest name edit_distance compares
-#define EDIT_FAR 99                     // edit_distance of names too long to compare
-#define TARGET_CONTEXT (1 << 20)        // a target's context as the workload sees it: the server
-                                        // refuses what it cannot hold
-#define TARGET_CHAT_VOCAB 32000         // chat: ids only pick generated words
-#define TARGET_READY_NS (600ull * 1000000000ull) // ready.timeout default
-#define TARGET_GRACE_NS (10ull * 1000000000ull)  // stop_grace default
+#define SCN_MAX_TEXT         ((size_t)16 << 20) // largest scenario file read, bytes
+#define SCN_MAX_GPUS         1024               // largest GPU count of a scaling item
+#define SCN_MAX_RETRIES      100                // router.max_retries at most
+#define SCN_STR_(x)          #x
+#define SCN_STR(x)           SCN_STR_(x) // a numeric constant as a string literal, for messages
+#define SCN_MAX_TARGET_INDEX (1 << 20)   // largest replica or rank number a fault target names
+#define EDIT_MAX_LEN         63          // longest name edit_distance compares
+#define EDIT_FAR             99          // edit_distance of names too long to compare
 
-// One parse: where messages point, where relative paths start, what is filled.
-typedef struct ctx {
-  yaml_map_doc doc; // the name shown in messages, and the error
-  const char *dir;  // relative paths resolve against it
-  scenario *s;
-  const scn_overrides *ov; // command-line overrides (NULL: none)
-  bool mode_from_ov;       // the mode is the override's, not the file's
-  bool switched;           // the file says real, the override sim: hardware is converted
-  bool now;                // one fault applied at once (scenario_parse_fault_now): no time,
-                           // no duration, only the kinds a running server takes
-  bool predicting;         // a target scenario in mode sim: its model simulated on its profile
-} ctx;
+// --- paths
 
-// --- scalar conversions (YAML_MAP_CUSTOM parsers; durations are config/yaml_map.h's)
-
-// A token count: a plain integer >= 1 (the fixed form of a distribution).
-static bool parse_count(const char *text, void *dst) {
-  const char *p = text;
-  if (!*p || strlen(p) > 9) return false;
-  for (; *p; p++)
-    if (*p < '0' || *p > '9') return false;
-  long v = strtol(text, NULL, 10);
-  if (v < 1) return false;
-  *(double *)dst = (double)v;
-  return true;
+// dst = p when absolute or dir is "" or "."; else DIR/p. False when it does not fit.
+bool scn_resolve_path(const scn_ctx *c, const char *p, char *dst, size_t cap) {
+  int n;
+  if (p[0] == '/' || !c->dir[0] || !strcmp(c->dir, "."))
+    n = snprintf(dst, cap, "%s", p);
+  else
+    n = snprintf(dst, cap, "%s/%s", c->dir, p);
+  return n >= 0 && (size_t)n < cap;
 }
 
-static bool parse_dtype(const char *text, void *dst) {
+bool scn_is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// --- model: dtypes and loading
+
+bool scn_parse_dtype(const char *text, void *dst) {
   sc_dtype t;
   if (sc_dtype_parse(text, &t) != SC_OK) return false;
   snprintf(dst, 8, "%s", sc_dtype_name(t));
   return true;
 }
-#define DTYPE_EXPECT "a dtype (f32, f16, bf16, int8, int4, fp8)"
 
 // model.kv_cache_dtype: auto (stored as "") or fp8 (vLLM's spellings fp8_e4m3, fp8_e5m2 too).
 static bool parse_kv_dtype(const char *text, void *dst) {
@@ -95,34 +78,6 @@ static bool parse_kv_dtype(const char *text, void *dst) {
   if (strcmp(text, "fp8") && strcmp(text, "fp8_e4m3") && strcmp(text, "fp8_e5m2")) return false;
   snprintf(dst, 8, "fp8");
   return true;
-}
-
-// Field table entries (designated, so unused members stay zero).
-#define F_INT(k, d) {.key = (k), .type = YAML_MAP_INT, .dst = (d)}
-#define F_DBL(k, d) {.key = (k), .type = YAML_MAP_DOUBLE, .dst = (d)}
-#define F_STR(k, d) {.key = (k), .type = YAML_MAP_STRING, .dst = (d), .cap = sizeof(d)}
-#define F_BOOL(k, d) {.key = (k), .type = YAML_MAP_BOOL, .dst = (d)}
-#define F_DUR(k, d) {.key = (k), .type = YAML_MAP_CUSTOM, .dst = (d), .parse = yaml_map_parse_dur, \
-                     .expect = YAML_MAP_DUR_EXPECT}
-#define F_CUSTOM(k, d, fn, ex) {.key = (k), .type = YAML_MAP_CUSTOM, .dst = (d), .parse = (fn), \
-                                .expect = (ex)}
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-// --- paths
-
-// dst = p when absolute or dir is "" or "."; else DIR/p. False when it does not fit.
-static bool resolve_path(const ctx *c, const char *p, char *dst, size_t cap) {
-  int n;
-  if (p[0] == '/' || !c->dir[0] || !strcmp(c->dir, "."))
-    n = snprintf(dst, cap, "%s", p);
-  else
-    n = snprintf(dst, cap, "%s/%s", c->dir, p);
-  return n >= 0 && (size_t)n < cap;
-}
-
-static bool is_dir(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 // True when dir holds a *.safetensors file or a model.safetensors.index.json.
@@ -140,23 +95,20 @@ static bool has_safetensors(const char *dir) {
   return found;
 }
 
-// What a model key accepts: a preset (a name or a .yaml file) and/or a model directory.
-enum { SRC_PRESET = 1, SRC_DIR = 2 };
-
 // Loads the model `source`, the value v of key k, as `accept` allows: a directory (relative
 // to the scenario) wins over a preset name. resolved gets what was loaded (a preset name, or
 // a path); has_weights (may be NULL) whether a directory holds safetensors. Errors name v.
-static sc_status load_model(ctx *c, struct fy_node *v, struct fy_node *k, const char *source,
-                            int accept, char *resolved, size_t cap, model_config *out,
-                            bool *has_weights) {
+sc_status scn_load_model(scn_ctx *c, struct fy_node *v, struct fy_node *k, const char *source,
+                         int accept, char *resolved, size_t cap, model_config *out,
+                         bool *has_weights) {
   const char *key = yaml_map_key_text(k);
   if (has_weights) *has_weights = false;
-  if (!resolve_path(c, source, resolved, cap))
+  if (!scn_resolve_path(c, source, resolved, cap))
     return yaml_map_fail(&c->doc, v, k, "key '%s': path too long", key);
   bool yaml = yaml_map_is_path(source);
   sc_error e = {{0}};
   sc_status st;
-  if (!yaml && (accept & SRC_DIR) && is_dir(resolved)) {
+  if (!yaml && (accept & SRC_DIR) && scn_is_dir(resolved)) {
     bool any = false;
     st = model_config_resolve(resolved, out, &any, &e);
     if (st == SC_OK && has_weights) *has_weights = has_safetensors(resolved);
@@ -166,11 +118,15 @@ static sc_status load_model(ctx *c, struct fy_node *v, struct fy_node *k, const 
     snprintf(resolved, cap, "%s", source);
     st = model_preset_load(source, out, &e);
   } else if (accept == SRC_PRESET) {
-    return yaml_map_fail(&c->doc, v, k, "key '%s': expected a preset name or a preset .yaml file, got '%s' "
-                   "(a model directory goes under 'path')", key, source);
+    return yaml_map_fail(&c->doc, v, k,
+                         "key '%s': expected a preset name or a preset .yaml file, got '%s' "
+                         "(a model directory goes under 'path')",
+                         key, source);
   } else {
-    return yaml_map_fail(&c->doc, v, k, "key '%s': expected a model directory holding config.json, got "
-                   "'%s' (%s: no such directory)", key, source, resolved);
+    return yaml_map_fail(&c->doc, v, k,
+                         "key '%s': expected a model directory holding config.json, got "
+                         "'%s' (%s: no such directory)",
+                         key, source, resolved);
   }
   if (st != SC_OK) return yaml_map_fail(&c->doc, v, k, "key '%s': %s", key, e.msg);
   return SC_OK;
@@ -178,7 +134,7 @@ static sc_status load_model(ctx *c, struct fy_node *v, struct fy_node *k, const 
 
 // --- model
 
-static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
+sc_status scn_parse_model(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_model *mo = &c->s->model;
   char preset[1024] = "", path[1024] = "";
   struct fy_node *sv = v, *sk = k; // the source's value and key
@@ -191,7 +147,7 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
     const yaml_map_field f[] = {
         F_STR("preset", preset),
         F_STR("path", path),
-        F_CUSTOM("dtype", mo->dtype, parse_dtype, DTYPE_EXPECT),
+        F_CUSTOM("dtype", mo->dtype, scn_parse_dtype, DTYPE_EXPECT),
         F_CUSTOM("kv_cache_dtype", mo->kv_cache_dtype, parse_kv_dtype, "auto or fp8"),
         F_CUSTOM("weights_seed", &mo->weights_seed, yaml_map_parse_u64, "a non-negative integer"),
     };
@@ -199,19 +155,21 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
     SC_TRY(yaml_map_read_view(&c->doc, v, "model", k, f, COUNT(f), none, 0, &m));
     if (yaml_map_has(&m, "preset") && yaml_map_has(&m, "path"))
       return yaml_map_fail(&c->doc, yaml_map_key(&m, "path"), NULL,
-                     "key 'path': expected exactly one of 'preset' or 'path', got both");
+                           "key 'path': expected exactly one of 'preset' or 'path', got both");
     if (!yaml_map_has(&m, "preset") && !yaml_map_has(&m, "path"))
-      return yaml_map_fail(&c->doc, v, k, "key 'model': expected exactly one of 'preset' (a preset name "
-                     "or .yaml file) or 'path' (a model directory), got neither");
+      return yaml_map_fail(&c->doc, v, k,
+                           "key 'model': expected exactly one of 'preset' (a preset name "
+                           "or .yaml file) or 'path' (a model directory), got neither");
     is_path = yaml_map_has(&m, "path");
     sv = yaml_map_val(&m, is_path ? "path" : "preset");
     sk = yaml_map_key(&m, is_path ? "path" : "preset");
   }
   const char *src = is_path ? path : preset;
-  if (!src[0]) return yaml_map_expect_at(&c->doc, sv, sk, yaml_map_key_text(sk), "a non-empty name or path");
+  if (!src[0])
+    return yaml_map_expect_at(&c->doc, sv, sk, yaml_map_key_text(sk), "a non-empty name or path");
   snprintf(mo->source, sizeof mo->source, "%s", src);
-  return load_model(c, sv, sk, src, is_path ? SRC_DIR : SRC_PRESET, mo->resolved,
-                    sizeof mo->resolved, &mo->config, &mo->has_weights);
+  return scn_load_model(c, sv, sk, src, is_path ? SRC_DIR : SRC_PRESET, mo->resolved,
+                        sizeof mo->resolved, &mo->config, &mo->has_weights);
 }
 
 // --- hardware
@@ -220,7 +178,8 @@ static sc_status parse_model(ctx *c, struct fy_node *v, struct fy_node *k) {
 // when there is one (a name, or a .yaml path as given: relative to the working directory),
 // else `profile` from the file (value pv of key k; a .yaml path is resolved against the
 // scenario's directory). The override's errors name "--profile", the file's its position.
-static sc_status load_profile(ctx *c, const char *profile, struct fy_node *pv, struct fy_node *k) {
+static sc_status load_profile(scn_ctx *c, const char *profile, struct fy_node *pv,
+                              struct fy_node *k) {
   scn_hardware *h = &c->s->hardware;
   sc_error e = {{0}};
   if (c->ov && c->ov->profile) {
@@ -230,7 +189,7 @@ static sc_status load_profile(ctx *c, const char *profile, struct fy_node *pv, s
   } else {
     if (!yaml_map_is_path(profile))
       snprintf(h->profile, sizeof h->profile, "%s", profile);
-    else if (!resolve_path(c, profile, h->profile, sizeof h->profile))
+    else if (!scn_resolve_path(c, profile, h->profile, sizeof h->profile))
       return yaml_map_fail(&c->doc, pv, k, "key 'profile': path too long");
     if (hw_profile_load(h->profile, &c->s->hw, &e) != SC_OK)
       return yaml_map_fail(&c->doc, pv, k, "key 'profile': %s", e.msg);
@@ -241,7 +200,8 @@ static sc_status load_profile(ctx *c, const char *profile, struct fy_node *pv, s
 
 // The real-mode keys of a hardware mapping m: backend, gpus, threads, devices. *profile is
 // cleared for backend cuda without a profile (memory is then not checked).
-static sc_status hardware_real(ctx *c, const yaml_map_view *m, const char *backend, char *profile) {
+static sc_status hardware_real(scn_ctx *c, const yaml_map_view *m, const char *backend,
+                               char *profile) {
   scn_hardware *h = &c->s->hardware;
   static const char *const backends[] = {"cpu", "cuda"};
   int b = 0;
@@ -253,24 +213,24 @@ static sc_status hardware_real(ctx *c, const yaml_map_view *m, const char *backe
   if (!yaml_map_has(m, "devices") || c->predicting) return SC_OK;
   if (b != 1)
     return yaml_map_fail(&c->doc, yaml_map_key(m, "devices"), NULL,
-                   "key 'devices': only with backend: cuda (the backend is %s)", backend);
+                         "key 'devices': only with backend: cuda (the backend is %s)", backend);
   struct fy_node *dk = yaml_map_key(m, "devices");
-  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(m, "devices"), dk, "a list of CUDA device indices", 0,
-                  COUNT(h->devices), h->devices, &h->n_devices, NULL));
+  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(m, "devices"), dk, "a list of CUDA device indices",
+                           0, COUNT(h->devices), h->devices, &h->n_devices, NULL));
   for (int i = 0; i < h->n_devices; i++)
     for (int j = 0; j < i; j++)
       if (h->devices[i] == h->devices[j])
-        return yaml_map_fail(&c->doc, yaml_map_val(m, "devices"), dk, "key 'devices': device %d is listed twice",
-                       h->devices[i]);
+        return yaml_map_fail(&c->doc, yaml_map_val(m, "devices"), dk,
+                             "key 'devices': device %d is listed twice", h->devices[i]);
   if (!yaml_map_has(m, "gpus")) h->gpus = h->n_devices;
   return yaml_map_check(&c->doc, m, "gpus", h->gpus <= h->n_devices,
-               "an integer no larger than the number of devices listed");
+                        "an integer no larger than the number of devices listed");
 }
 
 // hardware (value v of key k; NULL when absent) in the scenario's mode. root is the document's
 // root mapping, where a missing `hardware` is reported.
-static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
-                                struct fy_node *root) {
+sc_status scn_parse_hardware(scn_ctx *c, struct fy_node *v, struct fy_node *k,
+                             struct fy_node *root) {
   scenario *s = c->s;
   scn_hardware *h = &s->hardware;
   const bool sim = s->mode == SCN_MODE_SIM;
@@ -281,13 +241,15 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
   yaml_map_view m;
   memset(&m, 0, sizeof m);
   if (!v && sim_file)
-    return yaml_map_fail(&c->doc, root, NULL, "missing required key 'hardware' (mode: sim simulates "
-                   "{profile: NAME, gpus: N}; profiles: %s, or a .yaml file)", names);
+    return yaml_map_fail(&c->doc, root, NULL,
+                         "missing required key 'hardware' (mode: sim simulates "
+                         "{profile: NAME, gpus: N}; profiles: %s, or a .yaml file)",
+                         names);
   if (v) {
     static const char *const nested[] = {"devices"};
     const yaml_map_field f[] = {
-        F_STR("backend", backend), F_STR("profile", profile), F_INT("gpus", &h->gpus),
-        F_INT("threads", &h->threads), F_STR("link", link), F_INT("nodes", &h->nodes),
+        F_STR("backend", backend),     F_STR("profile", profile), F_INT("gpus", &h->gpus),
+        F_INT("threads", &h->threads), F_STR("link", link),       F_INT("nodes", &h->nodes),
     };
     SC_TRY(yaml_map_read_view(&c->doc, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
     for (int i = 0; i < m.n; i++) { // keys of the other mode
@@ -295,22 +257,29 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
       bool real_only = !strcmp(n, "backend") || !strcmp(n, "devices") || !strcmp(n, "threads");
       bool sim_only = !strcmp(n, "link") || !strcmp(n, "nodes");
       if (sim_file && real_only)
-        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': only in mode: real (mode: sim simulates "
-                       "the GPUs of hardware.profile)", n);
+        return yaml_map_fail(&c->doc, m.key[i], NULL,
+                             "key '%s': only in mode: real (mode: sim simulates "
+                             "the GPUs of hardware.profile)",
+                             n);
       if (!sim && sim_only)
         return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': only in mode: sim%s", n,
-                       c->mode_from_ov ? " (the mode is real: --mode real)" : "");
+                             c->mode_from_ov ? " (the mode is real: --mode real)" : "");
     }
-    SC_TRY(yaml_map_check(&c->doc, &m, "profile", profile[0] != 0, "a hardware profile name or .yaml path"));
+    SC_TRY(yaml_map_check(&c->doc, &m, "profile", profile[0] != 0,
+                          "a hardware profile name or .yaml path"));
     if (!sim_file) {
       SC_TRY(hardware_real(c, &m, backend, profile));
     } else {
       if (!yaml_map_has(&m, "profile") && !ov_profile)
-        return yaml_map_fail(&c->doc, v, k, "missing required key 'profile' (mode: sim simulates the GPUs "
-                       "of a hardware profile: %s, or a .yaml file)", names);
-      SC_TRY(yaml_map_need(&c->doc, &m, "gpus", "mode: sim: how many GPUs are simulated, an integer >= 1"));
+        return yaml_map_fail(&c->doc, v, k,
+                             "missing required key 'profile' (mode: sim simulates the GPUs "
+                             "of a hardware profile: %s, or a .yaml file)",
+                             names);
+      SC_TRY(yaml_map_need(&c->doc, &m, "gpus",
+                           "mode: sim: how many GPUs are simulated, an integer >= 1"));
       SC_TRY(yaml_map_check(&c->doc, &m, "gpus", h->gpus >= 1, "an integer >= 1"));
-      SC_TRY(yaml_map_check(&c->doc, &m, "nodes", h->nodes >= 0, "an integer >= 0 (0 = as many as needed)"));
+      SC_TRY(yaml_map_check(&c->doc, &m, "nodes", h->nodes >= 0,
+                            "an integer >= 0 (0 = as many as needed)"));
       SC_TRY(yaml_map_check(&c->doc, &m, "link", link[0] != 0, "a link name"));
     }
   }
@@ -319,9 +288,11 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
     h->n_devices = 0;
     memset(h->devices, 0, sizeof h->devices);
     if (!profile[0] && !ov_profile)
-      return sc_fail(c->doc.err, SC_INVALID, "--mode: sim needs a hardware profile and %s names "
+      return sc_fail(c->doc.err, SC_INVALID,
+                     "--mode: sim needs a hardware profile and %s names "
                      "none (backend cuda without hardware.profile): give --profile (%s, or a "
-                     ".yaml file)", c->doc.file, names);
+                     ".yaml file)",
+                     c->doc.file, names);
   }
   snprintf(h->backend, sizeof h->backend, "%s", sim ? "" : backend);
   if (!profile[0] && !ov_profile) { // cuda without a profile: memory is not checked
@@ -335,27 +306,30 @@ static sc_status parse_hardware(ctx *c, struct fy_node *v, struct fy_node *k,
       char links[256];
       sim_link_names(links, sizeof links);
       return yaml_map_fail(&c->doc, yaml_map_val(&m, "link"), yaml_map_key(&m, "link"),
-                     "key 'link': unknown link '%s'; known links: %s", link, links);
+                           "key 'link': unknown link '%s'; known links: %s", link, links);
     }
     sc_error e = {{0}};
     if (hw_profile_set_link(&s->hw, link, &e) != SC_OK)
-      return yaml_map_fail(&c->doc, yaml_map_val(&m, "link"), yaml_map_key(&m, "link"), "key 'link': %s", e.msg);
+      return yaml_map_fail(&c->doc, yaml_map_val(&m, "link"), yaml_map_key(&m, "link"),
+                           "key 'link': %s", e.msg);
     snprintf(h->link, sizeof h->link, "%s", link);
   }
   if (sim && h->nodes > 0 && (long long)h->gpus > (long long)h->nodes * s->hw.gpus_per_node) {
     char e[200];
-    snprintf(e, sizeof e, "at most nodes x gpus_per_node = %d x %d = %lld (%d nodes of %d %s "
-             "GPUs)", h->nodes, s->hw.gpus_per_node,
-             (long long)h->nodes * s->hw.gpus_per_node, h->nodes, s->hw.gpus_per_node,
-             s->hw.name);
-    return yaml_map_expect_at(&c->doc, yaml_map_val(&m, "gpus"), yaml_map_key(&m, "gpus"), "gpus", e);
+    snprintf(e, sizeof e,
+             "at most nodes x gpus_per_node = %d x %d = %lld (%d nodes of %d %s "
+             "GPUs)",
+             h->nodes, s->hw.gpus_per_node, (long long)h->nodes * s->hw.gpus_per_node, h->nodes,
+             s->hw.gpus_per_node, s->hw.name);
+    return yaml_map_expect_at(&c->doc, yaml_map_val(&m, "gpus"), yaml_map_key(&m, "gpus"), "gpus",
+                              e);
   }
   return SC_OK;
 }
 
 // --- limits and router
 
-static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
+sc_status scn_parse_limits(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_limits *l = &c->s->limits;
   static const char *const none[] = {NULL};
   const yaml_map_field f[] = {
@@ -377,24 +351,24 @@ static sc_status parse_limits(ctx *c, struct fy_node *v, struct fy_node *k) {
   SC_TRY(yaml_map_check(&c->doc, &m, "max_running", l->max_running >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "token_budget", l->token_budget >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "prefill_chunk", l->prefill_chunk >= 0,
-               "an integer >= 0 (0 = token_budget / 4)"));
+                        "an integer >= 0 (0 = token_budget / 4)"));
   SC_TRY(yaml_map_check(&c->doc, &m, "prefill_chunk", l->prefill_chunk <= l->token_budget,
-               "an integer no larger than token_budget"));
+                        "an integer no larger than token_budget"));
   SC_TRY(yaml_map_check(&c->doc, &m, "block_size", l->block_size >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "kv_headroom", l->kv_headroom >= 0 && l->kv_headroom <= 0.9,
-               "a fraction in [0, 0.9]"));
+                        "a fraction in [0, 0.9]"));
   SC_TRY(yaml_map_check(&c->doc, &m, "kv_watermark", l->kv_watermark >= 0 && l->kv_watermark <= 0.5,
-               "a fraction in [0, 0.5] (vLLM keeps 0.01)"));
+                        "a fraction in [0, 0.5] (vLLM keeps 0.01)"));
   SC_TRY(yaml_map_check(&c->doc, &m, "num_gpu_blocks_override", l->num_gpu_blocks_override >= 0,
-               "an integer >= 0 (0 = the planner's)"));
+                        "an integer >= 0 (0 = the planner's)"));
   SC_TRY(yaml_map_check(&c->doc, &m, "collective_timeout", l->collective_timeout_ns > 0,
-               "a duration > 0 (a collective always has a deadline)"));
+                        "a duration > 0 (a collective always has a deadline)"));
   return SC_OK;
 }
 
 // Sim mode: the scheduler knobs a profile's engine block sets (docs/calibration.md) replace the
 // scenario's limits, since they describe the engine that profile models.
-static void apply_engine_knobs(scn_limits *l, const sim_engine *e) {
+void scn_apply_engine_knobs(scn_limits *l, const sim_engine *e) {
   if (e->max_running > 0) l->max_running = e->max_running;
   if (e->token_budget > 0) l->token_budget = e->token_budget;
   if (e->block_size > 0) l->block_size = e->block_size;
@@ -407,7 +381,7 @@ static void apply_engine_knobs(scn_limits *l, const sim_engine *e) {
   if (e->num_gpu_blocks > 0) l->num_gpu_blocks_override = e->num_gpu_blocks;
 }
 
-static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
+sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
   static const char *const policies[] = {"least-outstanding", "round-robin"};
   static const char *const isolations[] = {"process", "thread"};
@@ -431,9 +405,10 @@ static sc_status parse_router(ctx *c, struct fy_node *v, struct fy_node *k) {
     r->isolation = i ? SCN_ISOLATION_THREAD : SCN_ISOLATION_PROCESS;
   }
   SC_TRY(yaml_map_check(&c->doc, &m, "detect_timeout", r->detect_timeout_ns > 0,
-               "a duration > 0 (a lost replica must be noticed)"));
-  SC_TRY(yaml_map_check(&c->doc, &m, "max_retries", r->max_retries >= 0 && r->max_retries <= SCN_MAX_RETRIES,
-               "an integer in [0, " SCN_STR(SCN_MAX_RETRIES) "]"));
+                        "a duration > 0 (a lost replica must be noticed)"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "max_retries",
+                        r->max_retries >= 0 && r->max_retries <= SCN_MAX_RETRIES,
+                        "an integer in [0, " SCN_STR(SCN_MAX_RETRIES) "]"));
   return SC_OK;
 }
 
@@ -452,15 +427,17 @@ static void deployment_label(int tp, int pp, int dp, char *buf, size_t cap) {
 }
 
 // Appends (tp, pp, dp) declared at node unless the same layout is already there.
-static sc_status add_deployment(ctx *c, struct fy_node *at, int tp, int pp, int dp) {
+sc_status scn_add_deployment(scn_ctx *c, struct fy_node *at, int tp, int pp, int dp) {
   scenario *s = c->s;
   for (int i = 0; i < s->n_deployments; i++) {
     const scn_deployment *d = &s->deployments[i];
     if (d->tp == tp && d->pp == pp && d->dp == dp) return SC_OK;
   }
   if (s->n_deployments == SCN_MAX_DEPLOYMENTS)
-    return yaml_map_fail(&c->doc, at, NULL, "key 'deployments': expected at most %d deployments (after "
-                   "expanding scaling items), got more", SCN_MAX_DEPLOYMENTS);
+    return yaml_map_fail(&c->doc, at, NULL,
+                         "key 'deployments': expected at most %d deployments (after "
+                         "expanding scaling items), got more",
+                         SCN_MAX_DEPLOYMENTS);
   scn_deployment *d = &s->deployments[s->n_deployments++];
   *d = (scn_deployment){.tp = tp, .pp = pp, .dp = dp};
   deployment_label(tp, pp, dp, d->label, sizeof d->label);
@@ -470,29 +447,32 @@ static sc_status add_deployment(ctx *c, struct fy_node *at, int tp, int pp, int 
 
 // Appends the planner's recommendation for up to g GPUs (declared at item); an error at the
 // GPU count `at` (of key k) when none fits.
-static sc_status auto_layout(ctx *c, struct fy_node *item, struct fy_node *at, struct fy_node *k,
-                             int g) {
+static sc_status auto_layout(scn_ctx *c, struct fy_node *item, struct fy_node *at,
+                             struct fy_node *k, int g) {
   const scenario *s = c->s;
   const model_config *m = &s->model.config;
   if (!s->have_hw)
     return yaml_map_fail(&c->doc, at, k, "pattern auto needs hardware.profile to plan memory");
   int n = memplan_enumerate(m, &s->hw, &s->mp, g, NULL, 0);
   memplan_layout *l = calloc((size_t)n, sizeof *l);
-  if (!l) return sc_fail(c->doc.err, SC_OOM, "%s: out of memory planning %d layouts", c->doc.file, n);
+  if (!l)
+    return sc_fail(c->doc.err, SC_OOM, "%s: out of memory planning %d layouts", c->doc.file, n);
   memplan_enumerate(m, &s->hw, &s->mp, g, l, n);
   int best = memplan_recommend(l, n, g, s->hw.gpus_per_node);
   sc_status st = SC_OK;
   if (best < 0)
-    st = yaml_map_fail(&c->doc, at, k, "pattern auto: no layout of up to %d %s GPU%s fits %s at %s with a "
-                 "context of %d tokens", g, s->hw.name, g > 1 ? "s" : "", m->name,
-                 sc_dtype_name(s->mp.weight_dtype), m->max_seq_len);
+    st = yaml_map_fail(&c->doc, at, k,
+                       "pattern auto: no layout of up to %d %s GPU%s fits %s at %s with a "
+                       "context of %d tokens",
+                       g, s->hw.name, g > 1 ? "s" : "", m->name, sc_dtype_name(s->mp.weight_dtype),
+                       m->max_seq_len);
   else
-    st = add_deployment(c, item, l[best].tp, l[best].pp, l[best].dp);
+    st = scn_add_deployment(c, item, l[best].tp, l[best].pp, l[best].dp);
   free(l);
   return st;
 }
 
-static sc_status parse_scaling(ctx *c, struct fy_node *v, struct fy_node *k,
+static sc_status parse_scaling(scn_ctx *c, struct fy_node *v, struct fy_node *k,
                                struct fy_node *item) {
   static const char *const nested[] = {"gpus", "pattern"};
   yaml_map_view m;
@@ -501,11 +481,13 @@ static sc_status parse_scaling(ctx *c, struct fy_node *v, struct fy_node *k,
   SC_TRY(yaml_map_need(&c->doc, &m, "pattern", "dp, tp, pp, auto or a list of them"));
   int gpus[32], ng = 0;
   struct fy_node *gk = yaml_map_key(&m, "gpus"), *gitems[32];
-  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&m, "gpus"), gk, "a list of GPU counts, e.g. [1, 2, 4]", 1,
-                  COUNT(gpus), gpus, &ng, gitems));
+  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&m, "gpus"), gk,
+                           "a list of GPU counts, e.g. [1, 2, 4]", 1, COUNT(gpus), gpus, &ng,
+                           gitems));
   for (int i = 0; i < ng; i++)
     if (gpus[i] > SCN_MAX_GPUS)
-      return yaml_map_expect_at(&c->doc, gitems[i], gk, "gpus", "at most " SCN_STR(SCN_MAX_GPUS) " GPUs");
+      return yaml_map_expect_at(&c->doc, gitems[i], gk, "gpus",
+                                "at most " SCN_STR(SCN_MAX_GPUS) " GPUs");
   static const char *const patterns[] = {"dp", "tp", "pp", "auto"};
   const char *pexpect = "dp, tp, pp, auto or a list of them, e.g. [dp, tp]";
   struct fy_node *pv = yaml_map_val(&m, "pattern"), *pk = yaml_map_key(&m, "pattern");
@@ -524,37 +506,38 @@ static sc_status parse_scaling(ctx *c, struct fy_node *v, struct fy_node *k,
     for (int i = 0; i < ng; i++) {
       int g = gpus[i];
       switch (pat[p]) {
-      case 0: SC_TRY(add_deployment(c, item, 1, 1, g)); break;
-      case 1: SC_TRY(add_deployment(c, item, g, 1, 1)); break;
-      case 2: SC_TRY(add_deployment(c, item, 1, g, 1)); break;
+      case 0: SC_TRY(scn_add_deployment(c, item, 1, 1, g)); break;
+      case 1: SC_TRY(scn_add_deployment(c, item, g, 1, 1)); break;
+      case 2: SC_TRY(scn_add_deployment(c, item, 1, g, 1)); break;
       default: SC_TRY(auto_layout(c, item, gitems[i], gk, g)); break;
       }
     }
   return SC_OK;
 }
 
-static sc_status parse_deployment_item(ctx *c, struct fy_node *item, struct fy_node *k) {
+sc_status scn_parse_deployment_item(scn_ctx *c, struct fy_node *item, struct fy_node *k) {
   static const char *const nested[] = {"scaling"};
   int tp = 1, pp = 1, dp = 1;
   const yaml_map_field f[] = {F_INT("tp", &tp), F_INT("pp", &pp), F_INT("dp", &dp)};
   yaml_map_view m;
-  SC_TRY(yaml_map_read_view(&c->doc, item, "deployments", k, f, COUNT(f), nested, COUNT(nested), &m));
+  SC_TRY(
+      yaml_map_read_view(&c->doc, item, "deployments", k, f, COUNT(f), nested, COUNT(nested), &m));
   if (yaml_map_has(&m, "scaling")) {
     if (yaml_map_has(&m, "tp") || yaml_map_has(&m, "pp") || yaml_map_has(&m, "dp"))
       return yaml_map_fail(&c->doc, yaml_map_key(&m, "scaling"), NULL,
-                     "key 'scaling': expected either tp/pp/dp or scaling in one deployment, "
-                     "got both");
+                           "key 'scaling': expected either tp/pp/dp or scaling in one deployment, "
+                           "got both");
     return parse_scaling(c, yaml_map_val(&m, "scaling"), yaml_map_key(&m, "scaling"), item);
   }
   SC_TRY(yaml_map_check(&c->doc, &m, "tp", tp >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "pp", pp >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "dp", dp >= 1, "an integer >= 1"));
-  return add_deployment(c, item, tp, pp, dp);
+  return scn_add_deployment(c, item, tp, pp, dp);
 }
 
 // The planner's check of every deployment, and the GPU limit. A real scenario simulated with
 // --mode sim and no hardware.gpus gets as many GPUs as its largest deployment.
-static sc_status check_deployments(ctx *c) {
+static sc_status check_deployments(scn_ctx *c) {
   scenario *s = c->s;
   if (c->switched && s->hardware.gpus == 0)
     for (int i = 0; i < s->n_deployments; i++) {
@@ -592,13 +575,13 @@ static sc_status check_deployments(ctx *c) {
                      "%s: deployment '%s' (tp=%d pp=%d dp=%d): a TP group larger than a node "
                      "must span whole nodes (tp a multiple of %d, the GPUs per node of %s): "
                      "each node then holds ranks of one group only and every all-reduce "
-                     "crosses the inter-node link in equal parts", w, d->label, d->tp, d->pp,
-                     d->dp, node, s->hw.name);
+                     "crosses the inter-node link in equal parts",
+                     w, d->label, d->tp, d->pp, d->dp, node, s->hw.name);
   }
   return SC_OK;
 }
 
-static sc_status parse_deployments(ctx *c, struct fy_node *v, struct fy_node *k) {
+sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   if (v && fy_node_get_type(v) == FYNT_MAPPING) { // the form `deployments: {scaling: ...}`
     static const char *const nested[] = {"scaling"};
     yaml_map_view m;
@@ -609,25 +592,44 @@ static sc_status parse_deployments(ctx *c, struct fy_node *v, struct fy_node *k)
     struct fy_node *items[SCN_MAX_DEPLOYMENTS];
     int n = 0;
     SC_TRY(yaml_map_seq(&c->doc, v, k,
-                     "a list of deployments ({tp, pp, dp} or {scaling: {gpus, pattern}}) or "
-                     "{scaling: {gpus, pattern}}",
-                     SCN_MAX_DEPLOYMENTS, items, &n));
-    for (int i = 0; i < n; i++) SC_TRY(parse_deployment_item(c, items[i], k));
+                        "a list of deployments ({tp, pp, dp} or {scaling: {gpus, pattern}}) or "
+                        "{scaling: {gpus, pattern}}",
+                        SCN_MAX_DEPLOYMENTS, items, &n));
+    for (int i = 0; i < n; i++) SC_TRY(scn_parse_deployment_item(c, items[i], k));
   }
   return check_deployments(c);
 }
 
+// --- public API: isolation
+
+bool scenario_isolates_processes(const scenario *s) {
+  if (s->router.isolation == SCN_ISOLATION_DEFAULT) return s->n_faults > 0;
+  return s->router.isolation == SCN_ISOLATION_PROCESS;
+}
 // --- workload: distributions, classes, phases
 
+// A token count: a plain integer >= 1 (the fixed form of a distribution).
+static bool parse_count(const char *text, void *dst) {
+  const char *p = text;
+  if (!*p || strlen(p) > 9) return false;
+  for (; *p; p++)
+    if (*p < '0' || *p > '9') return false;
+  long v = strtol(text, NULL, 10);
+  if (v < 1) return false;
+  *(double *)dst = (double)v;
+  return true;
+}
+
 #define DIST_EXPECT                                                                                \
-  "a token count (an integer >= 1) or one of {uniform: [a, b]}, {normal: {mean, stddev}}, "      \
+  "a token count (an integer >= 1) or one of {uniform: [a, b]}, {normal: {mean, stddev}}, "        \
   "{lognormal: {median, sigma}}"
 
-static sc_status parse_dist(ctx *c, struct fy_node *v, struct fy_node *k, scn_dist *d) {
+static sc_status parse_dist(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_dist *d) {
   const char *key = yaml_map_key_text(k);
   if (!v || fy_node_get_type(v) != FYNT_MAPPING) {
     if (!v || fy_node_get_type(v) != FYNT_SCALAR || fy_node_get_style(v) != FYNS_PLAIN)
-      return yaml_map_expect_at(&c->doc, v, k, key, DIST_EXPECT); // a count is a plain integer, as INT is
+      return yaml_map_expect_at(&c->doc, v, k, key,
+                                DIST_EXPECT); // a count is a plain integer, as INT is
     yaml_map_field f = F_CUSTOM(key, &d->a, parse_count, DIST_EXPECT);
     SC_TRY(yaml_map_read_scalar(&c->doc, k, v, &f));
     d->kind = SCN_DIST_FIXED;
@@ -638,8 +640,10 @@ static sc_status parse_dist(ctx *c, struct fy_node *v, struct fy_node *k, scn_di
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, key, k, NULL, 0, nested, COUNT(nested), &m));
   if (m.n != 1)
-    return m.n ? yaml_map_fail(&c->doc, m.key[1], NULL, "key '%s': expected one distribution in '%s', got "
-                         "'%s' and '%s'", m.name[1], key, m.name[0], m.name[1])
+    return m.n ? yaml_map_fail(&c->doc, m.key[1], NULL,
+                               "key '%s': expected one distribution in '%s', got "
+                               "'%s' and '%s'",
+                               m.name[1], key, m.name[0], m.name[1])
                : yaml_map_expect_at(&c->doc, v, k, key, DIST_EXPECT);
   struct fy_node *dv = m.val[0], *dk = m.key[0];
   if (!strcmp(m.name[0], "uniform")) {
@@ -665,18 +669,19 @@ static sc_status parse_dist(ctx *c, struct fy_node *v, struct fy_node *k, scn_di
   return SC_OK;
 }
 
-static sc_status parse_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
+static sc_status parse_classes(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
   struct fy_node *items[SCN_MAX_CLASSES];
   SC_TRY(yaml_map_seq(&c->doc, v, k, "a list of prompt classes {name, weight, input, output}",
-                   SCN_MAX_CLASSES, items, &w->n_classes));
+                      SCN_MAX_CLASSES, items, &w->n_classes));
   for (int i = 0; i < w->n_classes; i++) {
     scn_class *cl = &w->classes[i];
     cl->weight = 1;
     static const char *const nested[] = {"input", "output"};
     const yaml_map_field f[] = {F_STR("name", cl->name), F_DBL("weight", &cl->weight)};
     yaml_map_view m;
-    SC_TRY(yaml_map_read_view(&c->doc, items[i], "prompts", k, f, COUNT(f), nested, COUNT(nested), &m));
+    SC_TRY(yaml_map_read_view(&c->doc, items[i], "prompts", k, f, COUNT(f), nested, COUNT(nested),
+                              &m));
     SC_TRY(yaml_map_need(&c->doc, &m, "input", "prompt tokens: " DIST_EXPECT));
     SC_TRY(yaml_map_need(&c->doc, &m, "output", "output tokens: " DIST_EXPECT));
     SC_TRY(yaml_map_check(&c->doc, &m, "weight", cl->weight > 0, "a number > 0"));
@@ -685,7 +690,7 @@ static sc_status parse_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
     for (int j = 0; j < i; j++)
       if (!strcmp(w->classes[j].name, cl->name))
         return yaml_map_fail(&c->doc, yaml_map_val(&m, "name"), items[i],
-                       "key 'name': class name '%s' is used twice", cl->name);
+                             "key 'name': class name '%s' is used twice", cl->name);
     SC_TRY(parse_dist(c, yaml_map_val(&m, "input"), yaml_map_key(&m, "input"), &cl->input));
     SC_TRY(parse_dist(c, yaml_map_val(&m, "output"), yaml_map_key(&m, "output"), &cl->output));
   }
@@ -698,7 +703,7 @@ static const char *const rate_keys[] = {"name",     "rate",     "arrival", "burs
                                         "duration", "requests", "warmup"};
 static const char *const fixed_keys[] = {"name", "fixed", "think", "warmup"};
 
-static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, scn_phase *p,
+static sc_status parse_phase(scn_ctx *c, struct fy_node *item, struct fy_node *k, scn_phase *p,
                              bool *named) {
   static const char *const nested[] = {"ramp", "fixed"};
   char arrival[16] = "poisson";
@@ -724,14 +729,17 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     for (int j = 0; j < 3; j++) {
       if (strcmp(m.name[i], kinds[j])) continue;
       if (kind >= 0)
-        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': expected one phase kind (ramp, rate or "
-                       "fixed) per phase, got both '%s' and '%s'", kinds[j], kinds[kind],
-                       kinds[j]);
+        return yaml_map_fail(&c->doc, m.key[i], NULL,
+                             "key '%s': expected one phase kind (ramp, rate or "
+                             "fixed) per phase, got both '%s' and '%s'",
+                             kinds[j], kinds[kind], kinds[j]);
       kind = j;
     }
   if (kind < 0)
-    return yaml_map_fail(&c->doc, item, k, "key 'phases': expected one phase kind per phase (ramp: "
-                   "{concurrency: [...]}, rate: R or fixed: {requests, concurrency}), got none");
+    return yaml_map_fail(
+        &c->doc, item, k,
+        "key 'phases': expected one phase kind per phase (ramp: "
+        "{concurrency: [...]}, rate: R or fixed: {requests, concurrency}), got none");
   p->kind = (scn_phase_kind)kind;
   const char *const *allowed = kind == 0 ? ramp_keys : kind == 1 ? rate_keys : fixed_keys;
   int n_allowed = kind == 0 ? COUNT(ramp_keys) : kind == 1 ? COUNT(rate_keys) : COUNT(fixed_keys);
@@ -741,8 +749,10 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     if (j == n_allowed) {
       char keys[200];
       yaml_map_key_list(NULL, 0, allowed, n_allowed, keys, sizeof keys);
-      return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': not part of a %s phase (a %s phase takes: "
-                     "%s)", m.name[i], kinds[kind], kinds[kind], keys);
+      return yaml_map_fail(&c->doc, m.key[i], NULL,
+                           "key '%s': not part of a %s phase (a %s phase takes: "
+                           "%s)",
+                           m.name[i], kinds[kind], kinds[kind], keys);
     }
   }
   *named = yaml_map_has(&m, "name");
@@ -754,13 +764,14 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     struct fy_node *rv = yaml_map_val(&m, "ramp"), *rkn = yaml_map_key(&m, "ramp");
     SC_TRY(yaml_map_read_view(&c->doc, rv, "ramp", rkn, NULL, 0, rk, 1, &r));
     SC_TRY(yaml_map_need(&c->doc, &r, "concurrency", "a list of user counts, e.g. [1, 2, 4, 8]"));
-    SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&r, "concurrency"), yaml_map_key(&r, "concurrency"),
-                    "a list of user counts, e.g. [1, 2, 4, 8]", 1, SCN_MAX_RAMP, p->concurrency,
-                    &p->n_concurrency, NULL));
+    SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&r, "concurrency"),
+                             yaml_map_key(&r, "concurrency"),
+                             "a list of user counts, e.g. [1, 2, 4, 8]", 1, SCN_MAX_RAMP,
+                             p->concurrency, &p->n_concurrency, NULL));
     SC_TRY(yaml_map_need(&c->doc, &m, "hold", "how long each step runs: " YAML_MAP_DUR_EXPECT));
     SC_TRY(yaml_map_check(&c->doc, &m, "hold", p->hold_ns > 0, "a duration > 0"));
     SC_TRY(yaml_map_check(&c->doc, &m, "warmup", p->warmup_ns < p->hold_ns,
-                 "a duration shorter than hold (warm-up is excluded from each step)"));
+                          "a duration shorter than hold (warm-up is excluded from each step)"));
     if (!*named) snprintf(p->name, sizeof p->name, "ramp");
     break;
   }
@@ -772,22 +783,25 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     p->arrival = (scn_arrival)a;
     if (yaml_map_has(&m, "burstiness") && p->arrival != SCN_ARRIVAL_GAMMA)
       return yaml_map_fail(&c->doc, yaml_map_key(&m, "burstiness"), NULL,
-                     "key 'burstiness': only with arrival: gamma (arrival is %s)", arrival);
+                           "key 'burstiness': only with arrival: gamma (arrival is %s)", arrival);
     SC_TRY(yaml_map_check(&c->doc, &m, "burstiness", p->burstiness > 0,
-                 "a gamma shape > 0 (1 = poisson, < 1 burstier)"));
+                          "a gamma shape > 0 (1 = poisson, < 1 burstier)"));
     int id = yaml_map_find(&m, "duration"), ir = yaml_map_find(&m, "requests");
     if (id >= 0 && ir >= 0) {
       int later = id > ir ? id : ir;
-      return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of duration or "
-                     "requests in a rate phase, got both", m.name[later]);
+      return yaml_map_fail(&c->doc, m.key[later], NULL,
+                           "key '%s': expected exactly one of duration or "
+                           "requests in a rate phase, got both",
+                           m.name[later]);
     }
     if (id < 0 && ir < 0)
-      return yaml_map_fail(&c->doc, item, k, "missing required key 'duration' or 'requests' (how long a "
-                     "rate phase sends: exactly one of them)");
+      return yaml_map_fail(&c->doc, item, k,
+                           "missing required key 'duration' or 'requests' (how long a "
+                           "rate phase sends: exactly one of them)");
     SC_TRY(yaml_map_check(&c->doc, &m, "duration", p->duration_ns > 0, "a duration > 0"));
     SC_TRY(yaml_map_check(&c->doc, &m, "requests", p->requests >= 1, "an integer >= 1"));
     SC_TRY(yaml_map_check(&c->doc, &m, "warmup", id < 0 || p->warmup_ns < p->duration_ns,
-                 "a duration shorter than the phase's duration"));
+                          "a duration shorter than the phase's duration"));
     if (!*named) snprintf(p->name, sizeof p->name, "rate-%g", p->rate);
     break;
   }
@@ -796,7 +810,8 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
     int conc = 1;
     const yaml_map_field ff[] = {F_INT("requests", &p->requests), F_INT("concurrency", &conc)};
     yaml_map_view fm;
-    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "fixed"), "fixed", yaml_map_key(&m, "fixed"), ff, 2, none, 0, &fm));
+    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "fixed"), "fixed",
+                              yaml_map_key(&m, "fixed"), ff, 2, none, 0, &fm));
     SC_TRY(yaml_map_need(&c->doc, &fm, "requests", "how many requests in all, an integer >= 1"));
     SC_TRY(yaml_map_check(&c->doc, &fm, "requests", p->requests >= 1, "an integer >= 1"));
     SC_TRY(yaml_map_check(&c->doc, &fm, "concurrency", conc >= 1, "an integer >= 1"));
@@ -809,19 +824,20 @@ static sc_status parse_phase(ctx *c, struct fy_node *item, struct fy_node *k, sc
   return SC_OK;
 }
 
-static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
+static sc_status parse_phases(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
   struct fy_node *items[SCN_MAX_PHASES];
   int n = 0;
   SC_TRY(yaml_map_seq(&c->doc, v, k, "a list of phases (each one of ramp, rate or fixed)",
-                   SCN_MAX_PHASES, items, &n));
+                      SCN_MAX_PHASES, items, &n));
   bool named[SCN_MAX_PHASES];
   for (int i = 0; i < n; i++) {
     SC_TRY(parse_phase(c, items[i], k, &w->phases[i], &named[i]));
     for (int j = 0; named[i] && j < i; j++)
       if (named[j] && !strcmp(w->phases[j].name, w->phases[i].name))
-        return yaml_map_fail(&c->doc, fy_node_mapping_lookup_by_string(items[i], "name", FY_NT), items[i],
-                       "key 'name': phase name '%s' is used twice", w->phases[i].name);
+        return yaml_map_fail(&c->doc, fy_node_mapping_lookup_by_string(items[i], "name", FY_NT),
+                             items[i], "key 'name': phase name '%s' is used twice",
+                             w->phases[i].name);
   }
   // default names: unique against the explicit ones and each other ("ramp", "ramp-2", ...)
   for (int i = 0; i < n; i++) {
@@ -831,8 +847,8 @@ static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
     snprintf(base, sizeof base, "%s", p->name);
     p->name[0] = 0;
     bool taken = false;
-    for (int j = 0; j < n; j++) taken |= j != i && (named[j] || j < i) &&
-                                         !strcmp(w->phases[j].name, base);
+    for (int j = 0; j < n; j++)
+      taken |= j != i && (named[j] || j < i) && !strcmp(w->phases[j].name, base);
     if (!taken) {
       snprintf(p->name, sizeof p->name, "%s", base);
       continue;
@@ -854,14 +870,16 @@ static sc_status parse_phases(ctx *c, struct fy_node *v, struct fy_node *k) {
 }
 
 // workload.trace: the file read as a dataset with arrivals, and the one phase that replays it.
-static sc_status parse_trace(ctx *c, yaml_map_view *m, const char *trace) {
+static sc_status parse_trace(scn_ctx *c, yaml_map_view *m, const char *trace) {
   scn_workload *w = &c->s->workload;
   struct fy_node *tv = yaml_map_val(m, "trace");
   if (yaml_map_has(m, "phases"))
-    return yaml_map_fail(&c->doc, yaml_map_key(m, "phases"), NULL, "key 'phases': not with 'trace' (a trace "
-                   "replays its own arrival times in one phase named 'trace')");
-  if (!trace[0]) return yaml_map_expect_at(&c->doc, tv, yaml_map_key(m, "trace"), "trace", "a .jsonl path");
-  if (!resolve_path(c, trace, w->dataset, sizeof w->dataset))
+    return yaml_map_fail(&c->doc, yaml_map_key(m, "phases"), NULL,
+                         "key 'phases': not with 'trace' (a trace "
+                         "replays its own arrival times in one phase named 'trace')");
+  if (!trace[0])
+    return yaml_map_expect_at(&c->doc, tv, yaml_map_key(m, "trace"), "trace", "a .jsonl path");
+  if (!scn_resolve_path(c, trace, w->dataset, sizeof w->dataset))
     return yaml_map_fail(&c->doc, tv, NULL, "key 'trace': path too long");
   int n = 0;
   uint64_t last = 0;
@@ -878,7 +896,7 @@ static sc_status parse_trace(ctx *c, yaml_map_view *m, const char *trace) {
   return SC_OK;
 }
 
-static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
+sc_status scn_parse_workload(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
   char dataset[1024] = "", trace[1024] = "";
   static const char *const nested[] = {"prompts", "phases", "sampling"};
@@ -889,32 +907,43 @@ static sc_status parse_workload(ctx *c, struct fy_node *v, struct fy_node *k) {
   if (yaml_map_has(&m, "trace")) {
     if (yaml_map_has(&m, "prompts") || yaml_map_has(&m, "dataset")) {
       const char *o = yaml_map_has(&m, "prompts") ? "prompts" : "dataset";
-      return yaml_map_fail(&c->doc, yaml_map_key(&m, o), NULL, "key '%s': not with 'trace' (a trace gives every "
-                     "request's lengths)", o);
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, o), NULL,
+                           "key '%s': not with 'trace' (a trace gives every "
+                           "request's lengths)",
+                           o);
     }
     SC_TRY(parse_trace(c, &m, trace));
     goto sampling;
   }
   if (yaml_map_has(&m, "prompts") && yaml_map_has(&m, "dataset")) {
-    int later = yaml_map_find(&m, "prompts") > yaml_map_find(&m, "dataset") ? yaml_map_find(&m, "prompts")
-                                                                 : yaml_map_find(&m, "dataset");
-    return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of prompts or "
-                   "dataset, got both", m.name[later]);
+    int later = yaml_map_find(&m, "prompts") > yaml_map_find(&m, "dataset")
+                    ? yaml_map_find(&m, "prompts")
+                    : yaml_map_find(&m, "dataset");
+    return yaml_map_fail(&c->doc, m.key[later], NULL,
+                         "key '%s': expected exactly one of prompts or "
+                         "dataset, got both",
+                         m.name[later]);
   }
   if (!yaml_map_has(&m, "prompts") && !yaml_map_has(&m, "dataset"))
-    return yaml_map_fail(&c->doc, v, k, "missing required key 'prompts', 'dataset' or 'trace' (a list of "
-                   "prompt classes, or a .jsonl file)");
-  SC_TRY(yaml_map_need(&c->doc, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
-  if (yaml_map_has(&m, "prompts")) SC_TRY(parse_classes(c, yaml_map_val(&m, "prompts"), yaml_map_key(&m, "prompts")));
+    return yaml_map_fail(&c->doc, v, k,
+                         "missing required key 'prompts', 'dataset' or 'trace' (a list of "
+                         "prompt classes, or a .jsonl file)");
+  SC_TRY(
+      yaml_map_need(&c->doc, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
+  if (yaml_map_has(&m, "prompts"))
+    SC_TRY(parse_classes(c, yaml_map_val(&m, "prompts"), yaml_map_key(&m, "prompts")));
   if (yaml_map_has(&m, "dataset")) {
     struct fy_node *dv = yaml_map_val(&m, "dataset");
-    if (!dataset[0]) return yaml_map_expect_at(&c->doc, dv, yaml_map_key(&m, "dataset"), "dataset", "a .jsonl path");
-    if (!resolve_path(c, dataset, w->dataset, sizeof w->dataset))
+    if (!dataset[0])
+      return yaml_map_expect_at(&c->doc, dv, yaml_map_key(&m, "dataset"), "dataset",
+                                "a .jsonl path");
+    if (!scn_resolve_path(c, dataset, w->dataset, sizeof w->dataset))
       return yaml_map_fail(&c->doc, dv, NULL, "key 'dataset': path too long");
-    FILE *fp = is_dir(w->dataset) ? NULL : fopen(w->dataset, "rb");
+    FILE *fp = scn_is_dir(w->dataset) ? NULL : fopen(w->dataset, "rb");
     if (!fp)
       return yaml_map_fail(&c->doc, dv, NULL, "key 'dataset': cannot read '%s': %s", w->dataset,
-                     is_dir(w->dataset) ? "a directory, not a .jsonl file" : strerror(errno));
+                           scn_is_dir(w->dataset) ? "a directory, not a .jsonl file"
+                                                  : strerror(errno));
     fclose(fp);
   }
 sampling:
@@ -922,15 +951,39 @@ sampling:
     static const char *const none[] = {NULL};
     const yaml_map_field sf[] = {F_DBL("temperature", &w->temperature), F_DBL("top_p", &w->top_p)};
     yaml_map_view sm;
-    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "sampling"), "sampling", yaml_map_key(&m, "sampling"), sf, 2, none,
-                    0, &sm));
-    SC_TRY(yaml_map_check(&c->doc, &sm, "temperature", w->temperature >= 0, "a number >= 0 (0 = greedy)"));
-    SC_TRY(yaml_map_check(&c->doc, &sm, "top_p", w->top_p > 0 && w->top_p <= 1, "a number in (0, 1]"));
+    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "sampling"), "sampling",
+                              yaml_map_key(&m, "sampling"), sf, 2, none, 0, &sm));
+    SC_TRY(yaml_map_check(&c->doc, &sm, "temperature", w->temperature >= 0,
+                          "a number >= 0 (0 = greedy)"));
+    SC_TRY(
+        yaml_map_check(&c->doc, &sm, "top_p", w->top_p > 0 && w->top_p <= 1, "a number in (0, 1]"));
   }
   if (w->trace) return SC_OK;
   return parse_phases(c, yaml_map_val(&m, "phases"), yaml_map_key(&m, "phases"));
 }
 
+// --- public API: phases
+
+int scenario_phase_requests(const scn_phase *p) {
+  if (p->kind == SCN_PHASE_FIXED || (p->kind == SCN_PHASE_RATE && !p->duration_ns))
+    return p->requests;
+  return 0;
+}
+
+uint64_t scenario_phase_duration_ns(const scn_phase *p) {
+  if (p->kind == SCN_PHASE_RAMP) return (uint64_t)p->n_concurrency * p->hold_ns;
+  if (p->kind == SCN_PHASE_RATE) return p->duration_ns;
+  return 0;
+}
+
+const char *scenario_phase_kind_name(scn_phase_kind k) {
+  switch (k) {
+  case SCN_PHASE_RAMP: return "ramp";
+  case SCN_PHASE_RATE: return "rate";
+  case SCN_PHASE_FIXED: return "fixed";
+  }
+  return "unknown";
+}
 // --- faults
 
 // Target forms (bits) a fault accepts.
@@ -974,11 +1027,14 @@ static void target_forms(int accept, char *buf, size_t cap) {
   buf[0] = 0;
   for (int i = 0; i < n && len < cap; i++)
     len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                            i == 0 ? "" : i == n - 1 ? " or " : ", ", got[i]);
+                            i == 0       ? ""
+                            : i == n - 1 ? " or "
+                                         : ", ",
+                            got[i]);
 }
 
 // Checks target text (value v of key k) against the forms `accept` and the deployments.
-static sc_status check_target(ctx *c, struct fy_node *v, struct fy_node *k, const char *text,
+static sc_status check_target(scn_ctx *c, struct fy_node *v, struct fy_node *k, const char *text,
                               int accept) {
   int r = 0, rk = -1;
   int form = target_parse(text, &r, &rk);
@@ -996,7 +1052,8 @@ static sc_status check_target(ctx *c, struct fy_node *v, struct fy_node *k, cons
     len += (size_t)snprintf(have + len, sizeof have - len, "%s%s: replica0..%d x rank0..%d",
                             i ? ", " : "", d->label, d->dp - 1, d->tp * d->pp - 1);
   }
-  return yaml_map_fail(&c->doc, v, k, "key '%s': '%s' exists in no deployment (%s)", yaml_map_key_text(k), text, have);
+  return yaml_map_fail(&c->doc, v, k, "key '%s': '%s' exists in no deployment (%s)",
+                       yaml_map_key_text(k), text, have);
 }
 
 // Fault kind keys, in scn_fault_kind order.
@@ -1004,7 +1061,7 @@ static const char *const fault_kinds[] = {"kill",     "hang",       "slow", "can
                                           "hot_swap", "clock_jump", "oom",  "corrupt",
                                           "chaos",    "exec"};
 
-static sc_status parse_slow(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+static sc_status parse_slow(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
   static const char *const none[] = {NULL};
   char on[16] = "";
   const yaml_map_field f[] = {
@@ -1025,17 +1082,21 @@ static sc_status parse_slow(ctx *c, struct fy_node *v, struct fy_node *k, scn_fa
   if (o == 0) {
     for (int i = 0; i < m.n; i++)
       if (!strcmp(m.name[i], "latency") || !strcmp(m.name[i], "bandwidth"))
-        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': only with on: link (a slow rank takes "
-                       "factor)", m.name[i]);
+        return yaml_map_fail(&c->doc, m.key[i], NULL,
+                             "key '%s': only with on: link (a slow rank takes "
+                             "factor)",
+                             m.name[i]);
     SC_TRY(yaml_map_need(&c->doc, &m, "factor", "a step-time multiplier > 1"));
-  } else if (!yaml_map_has(&m, "factor") && !yaml_map_has(&m, "latency") && !yaml_map_has(&m, "bandwidth")) {
-    return yaml_map_fail(&c->doc, v, k, "key 'slow': expected at least one of factor, latency or "
-                   "bandwidth, got none");
+  } else if (!yaml_map_has(&m, "factor") && !yaml_map_has(&m, "latency") &&
+             !yaml_map_has(&m, "bandwidth")) {
+    return yaml_map_fail(&c->doc, v, k,
+                         "key 'slow': expected at least one of factor, latency or "
+                         "bandwidth, got none");
   }
   return SC_OK;
 }
 
-static sc_status parse_cancel_storm(ctx *c, struct fy_node *v, struct fy_node *k,
+static sc_status parse_cancel_storm(scn_ctx *c, struct fy_node *v, struct fy_node *k,
                                     scn_fault *ft) {
   static const char *const nested[] = {"stages"};
   const yaml_map_field f[] = {F_DBL("fraction", &ft->fraction), F_INT("count", &ft->count)};
@@ -1044,13 +1105,17 @@ static sc_status parse_cancel_storm(ctx *c, struct fy_node *v, struct fy_node *k
   int ifr = yaml_map_find(&m, "fraction"), ic = yaml_map_find(&m, "count");
   if (ifr >= 0 && ic >= 0) {
     int later = ifr > ic ? ifr : ic;
-    return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of fraction or "
-                   "count, got both", m.name[later]);
+    return yaml_map_fail(&c->doc, m.key[later], NULL,
+                         "key '%s': expected exactly one of fraction or "
+                         "count, got both",
+                         m.name[later]);
   }
   if (ifr < 0 && ic < 0)
-    return yaml_map_fail(&c->doc, v, k, "missing required key 'fraction' or 'count' (how many in-flight "
-                   "requests to cancel)");
-  SC_TRY(yaml_map_check(&c->doc, &m, "fraction", ft->fraction > 0 && ft->fraction <= 1, "a number in (0, 1]"));
+    return yaml_map_fail(&c->doc, v, k,
+                         "missing required key 'fraction' or 'count' (how many in-flight "
+                         "requests to cancel)");
+  SC_TRY(yaml_map_check(&c->doc, &m, "fraction", ft->fraction > 0 && ft->fraction <= 1,
+                        "a number in (0, 1]"));
   SC_TRY(yaml_map_check(&c->doc, &m, "count", ft->count >= 1, "an integer >= 1"));
   ft->stages = SCN_STAGE_QUEUED | SCN_STAGE_PREFILL | SCN_STAGE_DECODE;
   if (yaml_map_has(&m, "stages")) {
@@ -1058,22 +1123,23 @@ static sc_status parse_cancel_storm(ctx *c, struct fy_node *v, struct fy_node *k
     int idx[3], n = 0;
     struct fy_node *items[3];
     SC_TRY(yaml_map_enum_list(&c->doc, yaml_map_val(&m, "stages"), yaml_map_key(&m, "stages"),
-                     "a list of stages: queued, prefill, decode", stages, 3, 3, idx, &n, items));
+                              "a list of stages: queued, prefill, decode", stages, 3, 3, idx, &n,
+                              items));
     ft->stages = 0;
     for (int i = 0; i < n; i++) {
       if (ft->stages & (1 << idx[i]))
-        return yaml_map_fail(&c->doc, items[i], NULL, "key 'stages': '%s' is listed twice", stages[idx[i]]);
+        return yaml_map_fail(&c->doc, items[i], NULL, "key 'stages': '%s' is listed twice",
+                             stages[idx[i]]);
       ft->stages |= 1 << idx[i];
     }
   }
   return SC_OK;
 }
 
-static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, const char *text);
-
 // hot_swap on an external target: a rolling relaunch with another served model ({model} in the
 // launch template) and/or another launch command.
-static sc_status parse_target_swap(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+static sc_status parse_target_swap(scn_ctx *c, struct fy_node *v, struct fy_node *k,
+                                   scn_fault *ft) {
   static const char *const none[] = {NULL};
   const scn_target *t = &c->s->target;
   const yaml_map_field f[] = {F_STR("model", ft->swap_model), F_STR("launch", ft->swap_launch)};
@@ -1081,46 +1147,50 @@ static sc_status parse_target_swap(ctx *c, struct fy_node *v, struct fy_node *k,
   SC_TRY(yaml_map_read_view(&c->doc, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
   if (!m.n)
     return yaml_map_fail(&c->doc, v, k,
-                   "key 'hot_swap': expected at least one of model (a served model "
-                   "name for {model} in the launch template) or launch (a new command), got "
-                   "neither");
+                         "key 'hot_swap': expected at least one of model (a served model "
+                         "name for {model} in the launch template) or launch (a new command), got "
+                         "neither");
   SC_TRY(yaml_map_check(&c->doc, &m, "model", ft->swap_model[0] != 0, "a served model name"));
   SC_TRY(yaml_map_check(&c->doc, &m, "launch", ft->swap_launch[0] != 0, "a command template"));
   if (yaml_map_has(&m, "launch"))
-    SC_TRY(check_template(c, yaml_map_val(&m, "launch"), yaml_map_key(&m, "launch"), ft->swap_launch));
+    SC_TRY(scn_check_template(c, yaml_map_val(&m, "launch"), yaml_map_key(&m, "launch"),
+                              ft->swap_launch));
   const char *tmpl = ft->swap_launch[0] ? ft->swap_launch : t->launch;
   if (ft->swap_model[0] && tmpl[0] && !launch_template_uses(tmpl, "model"))
-    return yaml_map_fail(&c->doc, yaml_map_val(&m, "model"), yaml_map_key(&m, "model"),
-                   "key 'model': the launch "
-                   "command has no {model}: the relaunched server would serve the same model");
+    return yaml_map_fail(
+        &c->doc, yaml_map_val(&m, "model"), yaml_map_key(&m, "model"),
+        "key 'model': the launch "
+        "command has no {model}: the relaunched server would serve the same model");
   if (launch_template_uses(t->url, "port") && tmpl[0] && !launch_template_uses(tmpl, "port"))
     return yaml_map_fail(&c->doc, v, k,
-                   "key 'launch': the url has {port} but the command does not pass it "
-                   "on");
+                         "key 'launch': the url has {port} but the command does not pass it "
+                         "on");
   return SC_OK;
 }
 
-static sc_status parse_hot_swap(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+static sc_status parse_hot_swap(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
   if (c->s->target.set) return parse_target_swap(c, v, k, ft);
   static const char *const none[] = {NULL};
   char model[1024] = "";
   const yaml_map_field f[] = {F_STR("model", model),
-                              F_CUSTOM("dtype", ft->swap_dtype, parse_dtype, DTYPE_EXPECT)};
+                              F_CUSTOM("dtype", ft->swap_dtype, scn_parse_dtype, DTYPE_EXPECT)};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "hot_swap", k, f, COUNT(f), none, 0, &m));
   if (!m.n)
-    return yaml_map_fail(&c->doc, v, k, "key 'hot_swap': expected at least one of model or dtype, got "
-                   "neither");
+    return yaml_map_fail(&c->doc, v, k,
+                         "key 'hot_swap': expected at least one of model or dtype, got "
+                         "neither");
   if (yaml_map_has(&m, "model")) {
     struct fy_node *mv = yaml_map_val(&m, "model"), *mk = yaml_map_key(&m, "model");
-    if (!model[0]) return yaml_map_expect_at(&c->doc, mv, mk, "model", "a preset name, .yaml file or directory");
-    SC_TRY(load_model(c, mv, mk, model, SRC_PRESET | SRC_DIR, ft->swap_model,
-                      sizeof ft->swap_model, &ft->swap_config, &ft->swap_has_weights));
+    if (!model[0])
+      return yaml_map_expect_at(&c->doc, mv, mk, "model", "a preset name, .yaml file or directory");
+    SC_TRY(scn_load_model(c, mv, mk, model, SRC_PRESET | SRC_DIR, ft->swap_model,
+                          sizeof ft->swap_model, &ft->swap_config, &ft->swap_has_weights));
   }
   return SC_OK;
 }
 
-static sc_status parse_chaos(ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+static sc_status parse_chaos(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
   static const char *const nested[] = {"kinds", "count", "between", "keep_alive"};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "chaos", k, NULL, 0, nested, COUNT(nested), &m));
@@ -1129,19 +1199,19 @@ static sc_status parse_chaos(ctx *c, struct fy_node *v, struct fy_node *k, scn_f
   SC_TRY(yaml_map_need(&c->doc, &m, "between", "[from, to]: the window of fault times"));
   static const char *const drawable[] = {"kill", "hang", "slow", "cancel_storm", "oom", "corrupt"};
   static const scn_fault_kind drawn[] = {SCN_FAULT_KILL,         SCN_FAULT_HANG, SCN_FAULT_SLOW,
-                                         SCN_FAULT_CANCEL_STORM, SCN_FAULT_OOM,
-                                         SCN_FAULT_CORRUPT};
+                                         SCN_FAULT_CANCEL_STORM, SCN_FAULT_OOM,  SCN_FAULT_CORRUPT};
   int idx[6], n = 0;
   struct fy_node *items[6];
   SC_TRY(yaml_map_enum_list(&c->doc, yaml_map_val(&m, "kinds"), yaml_map_key(&m, "kinds"),
-                   "a list of kill, hang, slow, cancel_storm, oom, corrupt", drawable, 6, 6, idx,
-                   &n, items));
+                            "a list of kill, hang, slow, cancel_storm, oom, corrupt", drawable, 6,
+                            6, idx, &n, items));
   for (int i = 0; i < n; i++) ft->kinds_mask |= 1u << drawn[idx[i]];
   int cnt[2] = {0, 0};
   struct fy_node *cv = yaml_map_val(&m, "count"), *ck = yaml_map_key(&m, "count");
   const char *ce = "[min, max]: two integers, 0 <= min <= max, max >= 1";
   SC_TRY(yaml_map_int_list(&c->doc, cv, ck, ce, 0, 2, cnt, &n, NULL));
-  if (n != 2 || cnt[0] > cnt[1] || cnt[1] < 1) return yaml_map_expect_at(&c->doc, cv, ck, "count", ce);
+  if (n != 2 || cnt[0] > cnt[1] || cnt[1] < 1)
+    return yaml_map_expect_at(&c->doc, cv, ck, "count", ce);
   ft->count_min = cnt[0];
   ft->count_max = cnt[1];
   struct fy_node *bv = yaml_map_val(&m, "between"), *bk = yaml_map_key(&m, "between"), *bi[2];
@@ -1152,10 +1222,13 @@ static sc_status parse_chaos(ctx *c, struct fy_node *v, struct fy_node *k, scn_f
     yaml_map_field f = F_DUR("between", &ft->between_ns[i]);
     SC_TRY(yaml_map_read_scalar(&c->doc, bk, bi[i], &f));
   }
-  if (ft->between_ns[0] > ft->between_ns[1]) return yaml_map_expect_at(&c->doc, bv, bk, "between", be);
+  if (ft->between_ns[0] > ft->between_ns[1])
+    return yaml_map_expect_at(&c->doc, bv, bk, "between", be);
   if (yaml_map_has(&m, "keep_alive")) {
-    struct fy_node *kv = yaml_map_val(&m, "keep_alive"), *kk = yaml_map_key(&m, "keep_alive"), *ki[8];
-    SC_TRY(yaml_map_seq(&c->doc, kv, kk, "a list of replicas (replica0, replica1, ...)", 8, ki, &n));
+    struct fy_node *kv = yaml_map_val(&m, "keep_alive"), *kk = yaml_map_key(&m, "keep_alive"),
+                   *ki[8];
+    SC_TRY(
+        yaml_map_seq(&c->doc, kv, kk, "a list of replicas (replica0, replica1, ...)", 8, ki, &n));
     for (int i = 0; i < n; i++) {
       yaml_map_field f = F_STR("keep_alive", ft->keep_alive[i]);
       SC_TRY(yaml_map_read_scalar(&c->doc, kk, ki[i], &f));
@@ -1168,9 +1241,9 @@ static sc_status parse_chaos(ctx *c, struct fy_node *v, struct fy_node *k, scn_f
 
 // What each fault kind takes besides its own key, and the targets it accepts.
 typedef struct fault_rule {
-  bool timed;      // at or at_phase (exactly one)
-  bool duration;   // duration allowed
-  bool target;     // target allowed
+  bool timed;    // at or at_phase (exactly one)
+  bool duration; // duration allowed
+  bool target;   // target allowed
 } fault_rule;
 
 static const fault_rule fault_rules[] = {
@@ -1199,16 +1272,19 @@ static int fault_targets(const scn_fault *ft, bool *required) {
   }
 }
 
-static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, scn_fault *ft) {
+static sc_status parse_fault(scn_ctx *c, struct fy_node *item, struct fy_node *k, scn_fault *ft) {
   const scn_workload *w = &c->s->workload;
   char kill[16] = "", hang[16] = "";
   uint64_t resume = 0;
   static const char *const nested[] = {"slow", "cancel_storm", "hot_swap", "clock_jump",
                                        "oom",  "corrupt",      "chaos",    "exec"};
   const yaml_map_field f[] = {
-      F_STR("kill", kill),           F_STR("hang", hang),
-      F_DUR("at", &ft->at_ns),       F_STR("at_phase", ft->at_phase),
-      F_STR("target", ft->target),   F_DUR("duration", &ft->duration_ns),
+      F_STR("kill", kill),
+      F_STR("hang", hang),
+      F_DUR("at", &ft->at_ns),
+      F_STR("at_phase", ft->at_phase),
+      F_STR("target", ft->target),
+      F_DUR("duration", &ft->duration_ns),
       F_DUR("resume_after", &resume),
   };
   yaml_map_view m;
@@ -1219,8 +1295,10 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     for (int j = 0; j < COUNT(fault_kinds); j++) {
       if (strcmp(m.name[i], fault_kinds[j])) continue;
       if (kind >= 0)
-        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': expected one fault kind per fault, got "
-                       "both '%s' and '%s'", fault_kinds[j], fault_kinds[kind], fault_kinds[j]);
+        return yaml_map_fail(&c->doc, m.key[i], NULL,
+                             "key '%s': expected one fault kind per fault, got "
+                             "both '%s' and '%s'",
+                             fault_kinds[j], fault_kinds[kind], fault_kinds[j]);
       kind = j;
       ki = i;
     }
@@ -1235,15 +1313,18 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     bool takes = kind == SCN_FAULT_KILL || kind == SCN_FAULT_HANG || kind == SCN_FAULT_SLOW ||
                  kind == SCN_FAULT_OOM || kind == SCN_FAULT_CORRUPT;
     if (!takes)
-      return yaml_map_fail(&c->doc, m.key[ki], NULL, "key '%s': expected one of kill, hang, slow, oom, "
-                     "corrupt or clear (a %s fault is a scenario's only)", fault_kinds[kind],
-                     fault_kinds[kind]);
+      return yaml_map_fail(&c->doc, m.key[ki], NULL,
+                           "key '%s': expected one of kill, hang, slow, oom, "
+                           "corrupt or clear (a %s fault is a scenario's only)",
+                           fault_kinds[kind], fault_kinds[kind]);
     for (int i = 0; i < m.n; i++) {
       const char *n = m.name[i];
       if (!strcmp(n, "at") || !strcmp(n, "at_phase") || !strcmp(n, "duration") ||
           !strcmp(n, "resume_after"))
-        return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': a fault sent to a server applies now and "
-                       "lasts until a clear; no %s", n, n);
+        return yaml_map_fail(&c->doc, m.key[i], NULL,
+                             "key '%s': a fault sent to a server applies now and "
+                             "lasts until a clear; no %s",
+                             n, n);
     }
   }
   // keys the kind does not take
@@ -1253,18 +1334,22 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
               (!strcmp(n, "duration") && r->duration) || (!strcmp(n, "target") && r->target) ||
               (!strcmp(n, "resume_after") && kind == SCN_FAULT_HANG);
     if (!ok)
-      return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': a %s fault takes no %s", n, fault_kinds[kind],
-                     n);
+      return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': a %s fault takes no %s", n,
+                           fault_kinds[kind], n);
   }
   int ia = yaml_map_find(&m, "at"), ip = yaml_map_find(&m, "at_phase");
   if (r->timed && ia >= 0 && ip >= 0) {
     int later = ia > ip ? ia : ip;
-    return yaml_map_fail(&c->doc, m.key[later], NULL, "key '%s': expected exactly one of at or at_phase, "
-                   "got both", m.name[later]);
+    return yaml_map_fail(&c->doc, m.key[later], NULL,
+                         "key '%s': expected exactly one of at or at_phase, "
+                         "got both",
+                         m.name[later]);
   }
   if (r->timed && ia < 0 && ip < 0 && !c->now)
-    return yaml_map_fail(&c->doc, item, k, "missing required key 'at' or 'at_phase' (when the %s fault "
-                   "happens)", fault_kinds[kind]);
+    return yaml_map_fail(&c->doc, item, k,
+                         "missing required key 'at' or 'at_phase' (when the %s fault "
+                         "happens)",
+                         fault_kinds[kind]);
   if (ip >= 0) {
     bool found = false;
     char names[300];
@@ -1297,8 +1382,9 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     SC_TRY(yaml_map_pick(&c->doc, kv, kk, hang, whats, 2, &i));
     snprintf(ft->what, sizeof ft->what, "%s", hang);
     if (yaml_map_has(&m, "resume_after") && yaml_map_has(&m, "duration"))
-      return yaml_map_fail(&c->doc, yaml_map_key(&m, "duration"), NULL, "key 'duration': a hang takes "
-                     "resume_after or duration (the same thing), got both");
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "duration"), NULL,
+                           "key 'duration': a hang takes "
+                           "resume_after or duration (the same thing), got both");
     if (yaml_map_has(&m, "resume_after")) ft->duration_ns = resume;
     break;
   }
@@ -1307,14 +1393,17 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
   case SCN_FAULT_HOT_SWAP: SC_TRY(parse_hot_swap(c, kv, kk, ft)); break;
   case SCN_FAULT_CLOCK_JUMP: {
     if (c->s->mode == SCN_MODE_SIM)
-      return yaml_map_fail(&c->doc, kk, NULL, "clock_jump: not available in mode: sim (the virtual clock "
-                     "has no wall clock to jump)");
+      return yaml_map_fail(&c->doc, kk, NULL,
+                           "clock_jump: not available in mode: sim (the virtual clock "
+                           "has no wall clock to jump)");
     static const char *const none[] = {NULL};
-    const yaml_map_field cf[] = {F_CUSTOM("offset", &ft->offset_ns, yaml_map_parse_sdur, YAML_MAP_SDUR_EXPECT)};
+    const yaml_map_field cf[] = {
+        F_CUSTOM("offset", &ft->offset_ns, yaml_map_parse_sdur, YAML_MAP_SDUR_EXPECT)};
     yaml_map_view cm;
     SC_TRY(yaml_map_read_view(&c->doc, kv, "clock_jump", kk, cf, 1, none, 0, &cm));
     SC_TRY(yaml_map_need(&c->doc, &cm, "offset", YAML_MAP_SDUR_EXPECT));
-    SC_TRY(yaml_map_check(&c->doc, &cm, "offset", ft->offset_ns != 0, "a non-zero signed duration"));
+    SC_TRY(
+        yaml_map_check(&c->doc, &cm, "offset", ft->offset_ns != 0, "a non-zero signed duration"));
     break;
   }
   case SCN_FAULT_OOM: {
@@ -1350,33 +1439,35 @@ static sc_status parse_fault(ctx *c, struct fy_node *item, struct fy_node *k, sc
     yaml_map_view em;
     SC_TRY(yaml_map_read_view(&c->doc, kv, "exec", kk, ef, 1, none, 0, &em));
     SC_TRY(yaml_map_need(&c->doc, &em, "command",
-                "a command line run at the fault's time, e.g. \"docker kill "
-                "llm-{replica}\""));
+                         "a command line run at the fault's time, e.g. \"docker kill "
+                         "llm-{replica}\""));
     SC_TRY(yaml_map_check(&c->doc, &em, "command", ft->exec_command[0] != 0, "a command line"));
     char bad[64];
     if (!launch_exec_check(ft->exec_command, bad, sizeof bad))
-      return yaml_map_fail(&c->doc, yaml_map_val(&em, "command"), yaml_map_key(&em, "command"),
-                     "key 'command': %s%s; "
-                     "expected placeholders among {pid}, {port}, {replica} ({{ and }} for literal "
-                     "braces)",
-                     bad[0] == '{' ? "unknown placeholder " : "", bad);
+      return yaml_map_fail(
+          &c->doc, yaml_map_val(&em, "command"), yaml_map_key(&em, "command"),
+          "key 'command': %s%s; "
+          "expected placeholders among {pid}, {port}, {replica} ({{ and }} for literal "
+          "braces)",
+          bad[0] == '{' ? "unknown placeholder " : "", bad);
     break;
   }
   }
   bool required = false;
   int accept = fault_targets(ft, &required);
   if (yaml_map_has(&m, "target"))
-    return check_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target"), ft->target, accept);
+    return check_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target"), ft->target,
+                        accept);
   if (required) {
     char e[160];
     target_forms(accept, e, sizeof e);
-    return yaml_map_fail(&c->doc, item, k, "missing required key 'target' (%s, for a %s%s%s fault)", e,
-                   fault_kinds[kind], ft->what[0] ? ": " : "", ft->what);
+    return yaml_map_fail(&c->doc, item, k, "missing required key 'target' (%s, for a %s%s%s fault)",
+                         e, fault_kinds[kind], ft->what[0] ? ": " : "", ft->what);
   }
   return SC_OK;
 }
 
-static sc_status parse_faults(ctx *c, struct fy_node *v, struct fy_node *k) {
+sc_status scn_parse_faults(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scenario *s = c->s;
   if (v && fy_node_get_type(v) == FYNT_SEQUENCE && fy_node_sequence_item_count(v) == 0)
     return SC_OK; // faults: []
@@ -1386,576 +1477,10 @@ static sc_status parse_faults(ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
-// --- SLOs
-
-// Edit distance of a and b (short strings, case ignored), for "did you mean".
-static int edit_distance(const char *a, const char *b) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > EDIT_MAX_LEN || lb > EDIT_MAX_LEN) return EDIT_FAR;
-  int row[EDIT_MAX_LEN + 1];
-  for (int j = 0; j <= lb; j++) row[j] = j;
-  for (int i = 1; i <= la; i++) {
-    int diag = row[0];
-    row[0] = i;
-    for (int j = 1; j <= lb; j++) {
-      int up = row[j];
-      int best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[lb];
-}
-
-// Up to three SLO-able metric names close to key, "a, b or c", into buf ("" when none).
-static void close_names(const char *key, char *buf, size_t cap) {
-  const mt_metric_info *all;
-  int n = mt_metric_all(&all);
-  const char *best[3] = {NULL, NULL, NULL};
-  int score[3] = {EDIT_FAR, EDIT_FAR, EDIT_FAR};
-  size_t kl = strlen(key);
-  for (int i = 0; i < n; i++) {
-    if (all[i].dir == MT_NEUTRAL) continue;
-    int d = edit_distance(key, all[i].name);
-    if (kl >= 3 && !strncasecmp(all[i].name, key, kl)) d = 0; // the key is a prefix
-    if (d > 4 && d * 3 > (int)kl) continue;
-    for (int j = 0; j < 3; j++)
-      if (d < score[j]) {
-        for (int m = 2; m > j; m--) {
-          score[m] = score[m - 1];
-          best[m] = best[m - 1];
-        }
-        score[j] = d;
-        best[j] = all[i].name;
-        break;
-      }
-  }
-  int nb = 0;
-  while (nb < 3 && best[nb]) nb++;
-  size_t len = 0;
-  buf[0] = 0;
-  for (int j = 0; j < nb && len < cap; j++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                            j == 0 ? "" : j == nb - 1 ? " or " : ", ", best[j]);
-}
-
-// The metric names a prompt class's SLOs may bound, for messages.
-#define PER_CLASS_NAMES                                                                            \
-  "TTFT, TPOT, ITL or E2EL latencies, output_tok_s, req_s, goodput_rps, error_rate, "          \
-  "failed_requests or timeout_requests"
-
-// The workload's prompt class names, "a, b and c", into buf.
-static void class_list(const scn_workload *w, char *buf, size_t cap) {
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; i < w->n_classes && len < cap; i++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                            i == 0 ? "" : i == w->n_classes - 1 ? " and " : ", ",
-                            w->classes[i].name);
-}
-
-// The index of the prompt class named name, or -1 (with the error, pk's position) when the
-// workload has none by that name.
-static int class_named(ctx *c, struct fy_node *pk, const char *name, const char *where) {
-  const scn_workload *w = &c->s->workload;
-  for (int i = 0; i < w->n_classes; i++)
-    if (!strcmp(w->classes[i].name, name)) return i;
-  char list[SCN_MAX_CLASSES * 34];
-  class_list(w, list, sizeof list);
-  yaml_map_fail(&c->doc, pk, NULL, "%s: unknown prompt class '%s'; the workload's classes are %s", where,
-          name, list);
-  return -1;
-}
-
-// Reads the metric: limit pairs of mapping v ('slo', or a class's 'slo.classes.NAME' when
-// per_class) into items[*n..]; the key "classes" is skipped (parse_slo reads it). On error
-// *n counts the items read before it.
-static sc_status slo_items(ctx *c, struct fy_node *v, const char *where, bool per_class,
-                           scn_slo_item *items, int *n) {
-  void *it = NULL;
-  struct fy_node_pair *pair;
-  while ((pair = fy_node_mapping_iterate(v, &it))) {
-    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
-    const char *name =
-        pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) return yaml_map_fail(&c->doc, pk, v, "expected a plain key in '%s'", where);
-    if (!per_class && !strcmp(name, "classes")) continue;
-    if (per_class && !strcmp(name, "classes"))
-      return yaml_map_fail(&c->doc, pk, NULL, "key 'classes': per-class SLOs do not nest (a prompt "
-                     "class's SLOs are metric names and limits)");
-    const mt_metric_info *mi = mt_metric_find(name);
-    if (!mi) {
-      char close[200];
-      close_names(name, close, sizeof close);
-      if (close[0])
-        return yaml_map_fail(&c->doc, pk, NULL, "unknown SLO key '%s'; did you mean %s? (SLO keys are "
-                       "metric names: docs/metrics.md)", name, close);
-      return yaml_map_fail(&c->doc, pk, NULL, "unknown SLO key '%s'; SLO keys are metric names such as "
-                     "ttft_p95_ms, tpot_p95_ms, e2el_p99_ms, error_rate, lost_requests, "
-                     "output_tok_s, goodput_rps (all: docs/metrics.md)", name);
-    }
-    if (mi->dir == MT_NEUTRAL)
-      return yaml_map_fail(&c->doc, pk, NULL, "key '%s': expected a metric an SLO can bound (lower or "
-                     "higher is better), got a count with neither (%s)", name, mi->what);
-    if (per_class && !mt_metric_per_class(name))
-      return yaml_map_fail(&c->doc, pk, NULL, "key '%s': expected a metric of a prompt class's own "
-                     "requests (" PER_CLASS_NAMES "), got a metric of the whole deployment",
-                     name);
-    if (*n == SCN_MAX_SLO)
-      return yaml_map_fail(&c->doc, pk, NULL, "key '%s': at most %d SLOs", where, SCN_MAX_SLO);
-    scn_slo_item *si = &items[*n];
-    yaml_map_field f = F_DBL(name, &si->limit);
-    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &f));
-    if (!(si->limit >= 0)) {
-      char e[80];
-      snprintf(e, sizeof e, "a limit >= 0 (%s)", mi->unit);
-      return yaml_map_expect_at(&c->doc, pv, pk, name, e);
-    }
-    snprintf(si->key, sizeof si->key, "%s", name);
-    yaml_map_pos(pk, &si->line, &si->col);
-    (*n)++;
-  }
-  return SC_OK;
-}
-
-// slo.classes (v, at key k): a mapping of prompt class names to SLO mappings.
-static sc_status slo_classes(ctx *c, struct fy_node *v, struct fy_node *k) {
-  scn_slo *slo = &c->s->slo;
-  const scn_workload *w = &c->s->workload;
-  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
-    return yaml_map_expect_at(&c->doc, v, k, "classes", "a mapping of prompt class names to SLOs, e.g. "
-                     "{short: {ttft_p95_ms: 300}}");
-  if (w->dataset[0])
-    return yaml_map_fail(&c->doc, k, NULL, "key 'classes': per-class SLOs need prompt classes "
-                   "(workload.prompts), but the workload reads its prompts from a dataset");
-  if (w->n_classes < 2)
-    return yaml_map_fail(&c->doc, k, NULL, "key 'classes': per-class SLOs need a workload with more than "
-                   "one prompt class, and this one has one ('%s'): put its limits in 'slo' "
-                   "itself", w->n_classes ? w->classes[0].name : "");
-  void *it = NULL;
-  struct fy_node_pair *pair;
-  while ((pair = fy_node_mapping_iterate(v, &it))) {
-    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
-    const char *name =
-        pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) return yaml_map_fail(&c->doc, pk, v, "expected a plain key in 'slo.classes'");
-    int idx = class_named(c, pk, name, "slo.classes");
-    if (idx < 0) return SC_INVALID;
-    if (!pv || fy_node_get_type(pv) != FYNT_MAPPING)
-      return yaml_map_expect_at(&c->doc, pv, pk, name, "a mapping of metric names to limits, e.g. "
-                       "{ttft_p95_ms: 300}");
-    scn_slo_class *sc = &slo->classes[slo->n_classes++]; // names are unique: <= n_classes
-    snprintf(sc->name, sizeof sc->name, "%s", name);
-    sc->class_idx = idx;
-    yaml_map_pos(pk, &sc->line, &sc->col);
-    char where[64];
-    snprintf(where, sizeof where, "slo.classes.%s", name);
-    SC_TRY(slo_items(c, pv, where, true, sc->items, &sc->n));
-  }
-  return SC_OK;
-}
-
-static sc_status parse_slo(ctx *c, struct fy_node *v, struct fy_node *k) {
-  scn_slo *slo = &c->s->slo;
-  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
-    return yaml_map_expect_at(&c->doc, v, k, "slo", "a mapping of metric names to limits, e.g. "
-                     "{ttft_p95_ms: 500, error_rate: 0.01}");
-  SC_TRY(slo_items(c, v, "slo", false, slo->items, &slo->n));
-  struct fy_node *ck = NULL, *cv = NULL;
-  void *it = NULL;
-  struct fy_node_pair *pair;
-  while ((pair = fy_node_mapping_iterate(v, &it))) {
-    struct fy_node *pk = fy_node_pair_key(pair);
-    if (pk && fy_node_get_type(pk) == FYNT_SCALAR && !strcmp(fy_node_get_scalar0(pk), "classes"))
-      ck = pk, cv = fy_node_pair_value(pair);
-  }
-  return ck ? slo_classes(c, cv, ck) : SC_OK;
-}
-
-// --- gate
-
-// "5%" or 0.05 -> 0.05 (a fraction in [0, 10]).
-static bool parse_fraction(const char *text, void *dst) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (end == text || errno) return false;
-  if (*end == '%') {
-    v /= 100;
-    end++;
-  }
-  if (*end || !(v >= 0 && v <= 10)) return false;
-  *(double *)dst = v;
-  return true;
-}
-
-static sc_status parse_gate(ctx *c, struct fy_node *v, struct fy_node *k) {
-  scn_gate *g = &c->s->gate;
-  static const char *const nested[] = {"metrics"};
-  const yaml_map_field f[] = {
-      F_CUSTOM("tolerance", &g->tolerance, parse_fraction, "a percentage such as 5% (or 0.05)"),
-      F_DBL("alpha", &g->alpha)};
-  yaml_map_view m;
-  SC_TRY(yaml_map_read_view(&c->doc, v, "gate", k, f, COUNT(f), nested, COUNT(nested), &m));
-  if (yaml_map_has(&m, "alpha") && !(g->alpha > 0 && g->alpha <= 0.5))
-    return yaml_map_expect_at(&c->doc, yaml_map_val(&m, "alpha"), yaml_map_key(&m, "alpha"), "alpha",
-                     "a significance level in (0, 0.5]");
-  if (!yaml_map_has(&m, "metrics")) return SC_OK;
-  struct fy_node *mv = yaml_map_val(&m, "metrics"), *mk = yaml_map_key(&m, "metrics");
-  if (!mv || fy_node_get_type(mv) != FYNT_MAPPING)
-    return yaml_map_expect_at(&c->doc, mv, mk, "metrics", "a mapping of metric names to tolerances, e.g. "
-                     "{tpot_p95_ms: 10%, output_tok_s: 3%}");
-  void *it = NULL;
-  struct fy_node_pair *pair;
-  while ((pair = fy_node_mapping_iterate(mv, &it))) {
-    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
-    const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-    if (!name) return yaml_map_fail(&c->doc, pk, mv, "expected a plain key in 'gate.metrics'");
-    const char *base = mt_metric_base(name);
-    const mt_metric_info *mi = mt_metric_find(base);
-    if (!mi || mi->dir == MT_NEUTRAL)
-      return yaml_map_fail(&c->doc, pk, NULL, "gate.metrics: '%s' is not a metric with a better direction "
-                     "(latencies, rates, error counts: docs/metrics.md)", name);
-    if (base != name) { // CLASS:NAME, a prompt class's row
-      char cls[64];
-      snprintf(cls, sizeof cls, "%.*s", (int)(base - 1 - name), name);
-      if (!mt_metric_per_class(base))
-        return yaml_map_fail(&c->doc, pk, NULL, "gate.metrics: '%s': a prompt class's rows carry "
-                       PER_CLASS_NAMES ", not %s", name, base);
-      if (class_named(c, pk, cls, "gate.metrics") < 0) return SC_INVALID;
-    }
-    if (g->n == SCN_MAX_SLO)
-      return yaml_map_fail(&c->doc, pk, NULL, "gate.metrics: at most %d metrics", SCN_MAX_SLO);
-    yaml_map_field tf = F_CUSTOM(name, &g->metrics[g->n].tol, parse_fraction,
-                                 "a percentage such as 5% (or 0.05)");
-    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &tf));
-    snprintf(g->metrics[g->n].key, sizeof g->metrics[g->n].key, "%s", name);
-    g->n++;
-  }
-  return SC_OK;
-}
-
-// --- target: an external OpenAI-compatible server (docs/targets.md)
-
-// Records a warning for `validate` and `run` to print (the first SCN_MAX_WARNINGS).
-__attribute__((format(printf, 2, 3))) static void warn(ctx *c, const char *fmt, ...) {
-  scenario *s = c->s;
-  if (s->n_warnings == SCN_MAX_WARNINGS) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(s->warnings[s->n_warnings++], sizeof s->warnings[0], fmt, ap);
-  va_end(ap);
-}
-
-// An error unless text (the value v of key k) is a template launch.h can expand.
-static sc_status check_template(ctx *c, struct fy_node *v, struct fy_node *k, const char *text) {
-  char bad[64];
-  if (launch_template_check(text, bad, sizeof bad)) return SC_OK;
-  if (bad[0] == '{')
-    return yaml_map_fail(&c->doc, v, k,
-                   "key '%s': unknown placeholder %s; expected one of {tp}, {pp}, {dp}, "
-                   "{replica}, {port}, {gpus}, {shardcheck}, {model} ({{ and }} for literal "
-                   "braces)",
-                   yaml_map_key_text(k), bad);
-  return yaml_map_fail(&c->doc, v, k, "key '%s': %s in '%.200s' ({{ and }} for literal braces)", yaml_map_key_text(k),
-                 bad, text);
-}
-
-// The YAML value v as JSON: mappings are objects, sequences arrays; a plain scalar is null,
-// true, false, an integer or a number when it reads as one, else a string (as is every quoted
-// scalar). NULL (error at v) for a key that is not a plain scalar.
-static json_t *yaml_json(ctx *c, struct fy_node *v, struct fy_node *k, sc_status *st) {
-  if (!v || fy_node_is_null(v)) return json_null();
-  switch (fy_node_get_type(v)) {
-  case FYNT_MAPPING: {
-    json_t *o = json_object();
-    void *it = NULL;
-    struct fy_node_pair *pair;
-    while ((pair = fy_node_mapping_iterate(v, &it))) {
-      struct fy_node *pk = fy_node_pair_key(pair);
-      const char *name =
-          pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
-      if (!name) {
-        *st = yaml_map_fail(&c->doc, pk, v, "key '%s': expected plain keys", yaml_map_key_text(k));
-        json_decref(o);
-        return NULL;
-      }
-      json_t *x = yaml_json(c, fy_node_pair_value(pair), pk, st);
-      if (!x) {
-        json_decref(o);
-        return NULL;
-      }
-      json_object_set_new(o, name, x);
-    }
-    return o;
-  }
-  case FYNT_SEQUENCE: {
-    json_t *a = json_array();
-    void *it = NULL;
-    struct fy_node *item;
-    while ((item = fy_node_sequence_iterate(v, &it))) {
-      json_t *x = yaml_json(c, item, k, st);
-      if (!x) {
-        json_decref(a);
-        return NULL;
-      }
-      json_array_append_new(a, x);
-    }
-    return a;
-  }
-  case FYNT_SCALAR: break;
-  }
-  const char *t = fy_node_get_scalar0(v);
-  if (!t) t = "";
-  if (fy_node_get_style(v) != FYNS_PLAIN) return json_string(t);
-  if (!strcmp(t, "null") || !strcmp(t, "~")) return json_null();
-  if (!strcmp(t, "true")) return json_true();
-  if (!strcmp(t, "false")) return json_false();
-  char *end;
-  errno = 0;
-  long long i = strtoll(t, &end, 10);
-  if (*t && !*end && !errno) return json_integer(i);
-  double d = strtod(t, &end);
-  if (*t && !*end && isfinite(d)) return json_real(d);
-  return json_string(t);
-}
-
-static sc_status parse_target_env(ctx *c, struct fy_node *v, struct fy_node *k) {
-  scn_target *t = &c->s->target;
-  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
-    return yaml_map_expect_at(&c->doc, v, k, "env", "a mapping of NAME: value");
-  void *it = NULL;
-  struct fy_node_pair *pair;
-  while ((pair = fy_node_mapping_iterate(v, &it))) {
-    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
-    const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : "";
-    bool ok = name && (isalpha((unsigned char)name[0]) || name[0] == '_') &&
-              strlen(name) < sizeof t->env[0].name;
-    for (const char *q = name; ok && *q; q++) ok = isalnum((unsigned char)*q) || *q == '_';
-    if (!ok) return yaml_map_fail(&c->doc, pk, v, "key 'env': expected a variable name, got '%s'", name);
-    if (t->n_env == SCN_MAX_TARGET_ENV)
-      return yaml_map_fail(&c->doc, pk, v, "key 'env': at most %d variables", SCN_MAX_TARGET_ENV);
-    yaml_map_field f = F_STR(name, t->env[t->n_env].value);
-    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &f));
-    SC_TRY(check_template(c, pv, pk, t->env[t->n_env].value));
-    snprintf(t->env[t->n_env].name, sizeof t->env[0].name, "%s", name);
-    t->n_env++;
-  }
-  return SC_OK;
-}
-
-static sc_status parse_target(ctx *c, struct fy_node *v, struct fy_node *k) {
-  scenario *s = c->s;
-  scn_target *t = &s->target;
-  static const char *const nested[] = {"openai"};
-  yaml_map_view m;
-  SC_TRY(yaml_map_read_view(&c->doc, v, "target", k, NULL, 0, nested, COUNT(nested), &m));
-  SC_TRY(yaml_map_need(&c->doc, &m, "openai", "an OpenAI-compatible server: {url, model, ...}"));
-  struct fy_node *ov = yaml_map_val(&m, "openai"), *ok = yaml_map_key(&m, "openai");
-  char api[16] = "completions";
-  t->set = true;
-  snprintf(t->ready_path, sizeof t->ready_path, "/health");
-  snprintf(t->metrics_path, sizeof t->metrics_path, "/metrics");
-  t->ready_timeout_ns = TARGET_READY_NS;
-  t->stop_grace_ns = TARGET_GRACE_NS;
-  static const char *const onested[] = {"env", "ready", "extra_body"};
-  const yaml_map_field f[] = {
-      F_STR("api", api),
-      F_STR("model", t->model),
-      F_STR("url", t->url),
-      F_STR("launch", t->launch),
-      F_STR("api_key_env", t->api_key_env),
-      F_INT("vocab_size", &t->vocab_size),
-      F_STR("rank_process", t->rank_process),
-      F_STR("admin_token", t->admin_token),
-      F_STR("metrics_path", t->metrics_path),
-      F_DUR("stop_grace", &t->stop_grace_ns),
-  };
-  yaml_map_view om;
-  SC_TRY(yaml_map_read_view(&c->doc, ov, "openai", ok, f, COUNT(f), onested, COUNT(onested), &om));
-  yaml_map_pos(ov, &t->line, &t->col);
-  static const char *const apis[] = {"completions", "chat"};
-  int a = 0;
-  SC_TRY(yaml_map_pick_key(&c->doc, &om, "api", api, apis, 2, &a));
-  t->api = a ? SCN_API_CHAT : SCN_API_COMPLETIONS;
-  SC_TRY(yaml_map_need(&c->doc, &om, "model", "the served model name sent in each request"));
-  SC_TRY(yaml_map_check(&c->doc, &om, "model", t->model[0] != 0, "a non-empty model name"));
-  SC_TRY(yaml_map_need(&c->doc, &om, "url", "the API base, e.g. \"http://127.0.0.1:{port}/v1\""));
-  SC_TRY(yaml_map_check(&c->doc, &om, "url", !strncmp(t->url, "http://", 7) || !strncmp(t->url, "https://", 8),
-               "an http:// or https:// URL"));
-  SC_TRY(check_template(c, yaml_map_val(&om, "url"), yaml_map_key(&om, "url"), t->url));
-  if (t->api == SCN_API_COMPLETIONS)
-    SC_TRY(yaml_map_need(&c->doc, &om, "vocab_size", "api completions sends token ids in [3, vocab_size): the "
-                "served model's vocabulary size"));
-  SC_TRY(yaml_map_check(&c->doc, &om, "vocab_size", t->vocab_size > 3, "an integer > 3"));
-  SC_TRY(yaml_map_check(&c->doc, &om, "stop_grace", t->stop_grace_ns > 0, "a duration > 0"));
-  SC_TRY(yaml_map_check(&c->doc, &om, "api_key_env", t->api_key_env[0] != 0, "an environment variable name"));
-  SC_TRY(yaml_map_check(&c->doc, &om, "metrics_path", !t->metrics_path[0] || t->metrics_path[0] == '/',
-               "a path starting with '/' (\"\": no scraping)"));
-  if (t->rank_process[0]) {
-    regex_t re;
-    int rc = regcomp(&re, t->rank_process, REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-      char why[128];
-      regerror(rc, &re, why, sizeof why);
-      return yaml_map_fail(&c->doc, yaml_map_val(&om, "rank_process"), yaml_map_key(&om, "rank_process"),
-                     "key 'rank_process': expected a regular expression (POSIX extended), got "
-                     "'%s': %s", t->rank_process, why);
-    }
-    regfree(&re);
-  }
-  if (yaml_map_has(&om, "launch")) {
-    struct fy_node *lv = yaml_map_val(&om, "launch"), *lk = yaml_map_key(&om, "launch");
-    SC_TRY(yaml_map_check(&c->doc, &om, "launch", t->launch[0] != 0, "a command line"));
-    SC_TRY(check_template(c, lv, lk, t->launch));
-    char word[512];
-    launch_command_word(t->launch, word, sizeof word);
-    if (!strchr(word, '{') && !launch_on_path(word)) {
-      char w[300];
-      yaml_map_where(lv, c->doc.file, w, sizeof w);
-      warn(c, "%s: key 'launch': '%s' is not an executable on this machine's PATH (it may "
-           "exist only where the scenario runs)", w, word);
-    }
-    if (launch_template_uses(t->url, "port") && !launch_template_uses(t->launch, "port"))
-      return yaml_map_fail(&c->doc, lv, lk, "key 'launch': the url has {port} but the command does not "
-                     "pass it on: the server would not listen where requests go");
-  }
-  if (yaml_map_has(&om, "env")) {
-    if (!t->launch[0])
-      return yaml_map_fail(&c->doc, yaml_map_key(&om, "env"), NULL, "key 'env': only with 'launch' (it is the "
-                     "launched server's environment)");
-    SC_TRY(parse_target_env(c, yaml_map_val(&om, "env"), yaml_map_key(&om, "env")));
-  }
-  if (yaml_map_has(&om, "ready")) {
-    static const char *const none[] = {NULL};
-    const yaml_map_field rf[] = {F_STR("path", t->ready_path),
-                                 F_DUR("timeout", &t->ready_timeout_ns)};
-    yaml_map_view rm;
-    SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&om, "ready"), "ready", yaml_map_key(&om, "ready"), rf, COUNT(rf), none,
-                    0, &rm));
-    SC_TRY(yaml_map_check(&c->doc, &rm, "path", t->ready_path[0] == '/', "a path starting with '/'"));
-    SC_TRY(yaml_map_check(&c->doc, &rm, "timeout", t->ready_timeout_ns > 0, "a duration > 0"));
-  }
-  if (yaml_map_has(&om, "extra_body")) {
-    struct fy_node *ev = yaml_map_val(&om, "extra_body"), *ek = yaml_map_key(&om, "extra_body");
-    if (!ev || fy_node_get_type(ev) != FYNT_MAPPING)
-      return yaml_map_expect_at(&c->doc, ev, ek, "extra_body", "a mapping merged into every request's JSON");
-    static const char *const reserved[] = {"model", "prompt", "messages", "stream",
-                                           "stream_options", "max_tokens"};
-    for (int i = 0; i < COUNT(reserved); i++) {
-      struct fy_node *rk = fy_node_mapping_lookup_key_by_string(ev, reserved[i], FY_NT);
-      if (rk)
-        return yaml_map_fail(&c->doc, rk, ek, "key 'extra_body': '%s' is shardcheck's to set (from the "
-                       "target and the workload)", reserved[i]);
-    }
-    sc_status st = SC_OK;
-    json_t *j = yaml_json(c, ev, ek, &st);
-    if (!j) return st;
-    char *txt = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(j);
-    if (!txt) return sc_fail(c->doc.err, SC_OOM, "%s: out of memory", c->doc.file);
-    bool fits = strlen(txt) < sizeof t->extra_body;
-    snprintf(t->extra_body, sizeof t->extra_body, "%s", txt);
-    free(txt);
-    if (!fits) return yaml_map_fail(&c->doc, ev, ek, "key 'extra_body': longer than %zu bytes as JSON",
-                              sizeof t->extra_body - 1);
-  }
-  // The model as the workload sees it: the vocabulary prompt ids are drawn from, and no
-  // context limit of its own (the server refuses what it cannot hold).
-  model_config *mc = &s->model.config;
-  memset(mc, 0, sizeof *mc);
-  snprintf(mc->name, sizeof mc->name, "%.*s", (int)sizeof mc->name - 1, t->model);
-  mc->vocab_size = t->vocab_size ? t->vocab_size : TARGET_CHAT_VOCAB;
-  mc->max_seq_len = TARGET_CONTEXT;
-  mc->bos_token_id = mc->eos_token_id = -1;
-  snprintf(s->model.source, sizeof s->model.source, "%s", t->model);
-  snprintf(s->model.resolved, sizeof s->model.resolved, "%s", t->model);
-  return SC_OK;
-}
-
-// A target's hardware: devices only (the GPU ids handed out to launched replicas).
-static sc_status target_hardware(ctx *c, struct fy_node *v, struct fy_node *k) {
-  scn_hardware *h = &c->s->hardware;
-  static const char *const nested[] = {"devices"};
-  char profile[1024] = "";
-  int gpus = 0;
-  // profile and gpus are --mode sim's (the prediction's simulated GPUs): accepted here
-  const yaml_map_field f[] = {F_STR("profile", profile), F_INT("gpus", &gpus)};
-  yaml_map_view m;
-  SC_TRY(yaml_map_read_view(&c->doc, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
-  snprintf(h->backend, sizeof h->backend, "%s", "");
-  h->profile[0] = 0;
-  if (!yaml_map_has(&m, "devices")) return SC_OK;
-  struct fy_node *dk = yaml_map_key(&m, "devices");
-  SC_TRY(yaml_map_int_list(&c->doc, yaml_map_val(&m, "devices"), dk, "a list of GPU ids handed out to launched "
-                  "replicas", 0, COUNT(h->devices), h->devices, &h->n_devices, NULL));
-  for (int i = 0; i < h->n_devices; i++)
-    for (int j = 0; j < i; j++)
-      if (h->devices[i] == h->devices[j])
-        return yaml_map_fail(&c->doc, yaml_map_val(&m, "devices"), dk, "key 'devices': device %d is listed twice",
-                       h->devices[i]);
-  h->gpus = h->n_devices;
-  return SC_OK;
-}
-
-// "host:port" of a URL (at most cap - 1 bytes), for a fixed target's deployment label.
-static void url_hostport(const char *url, char *out, size_t cap) {
-  const char *p = strstr(url, "://");
-  p = p ? p + 3 : url;
-  size_t n = strcspn(p, "/?#");
-  if (n >= cap) n = cap - 1;
-  memcpy(out, p, n);
-  out[n] = 0;
-}
-
-// A target's deployments: with launch, each dp > 1 needs {port} in the url and the devices
-// must cover tp x pp x dp; without, one deployment of one replica, labelled with where it is.
-static sc_status check_target_deployments(ctx *c, struct fy_node *root) {
-  scenario *s = c->s;
-  const scn_target *t = &s->target;
-  if (s->n_deployments == 0) {
-    if (t->launch[0])
-      return yaml_map_fail(&c->doc, root, NULL, "missing required key 'deployments' (with target.openai."
-                     "launch: the layouts to launch, e.g. [{tp: 1, dp: 2}])");
-    SC_TRY(add_deployment(c, root, 1, 1, 1));
-    s->deployments[0].line = s->deployments[0].col = 0;
-  }
-  for (int i = 0; i < s->n_deployments; i++) {
-    scn_deployment *d = &s->deployments[i];
-    char w[300];
-    if (d->line) snprintf(w, sizeof w, "%s:%d:%d", c->doc.file, d->line, d->col);
-    else snprintf(w, sizeof w, "%s", c->doc.file);
-    if (!t->launch[0]) {
-      if (s->n_deployments > 1 || d->dp > 1)
-        return sc_fail(c->doc.err, SC_INVALID, "%s: deployment '%s': without target.openai.launch "
-                       "the url is one fixed server: one deployment of dp 1 (its tp and pp only "
-                       "describe what is behind it)", w, d->label);
-      char hp[32];
-      url_hostport(t->url, hp, sizeof hp);
-      char label[sizeof d->label];
-      snprintf(label, sizeof label, "%.8s@%.22s", d->label, hp);
-      snprintf(d->label, sizeof d->label, "%s", label);
-      continue;
-    }
-    if (d->dp > 1 && !launch_template_uses(t->url, "port"))
-      return sc_fail(c->doc.err, SC_INVALID, "%s: deployment '%s' has %d replicas: target.openai.url "
-                     "needs {port} so that each replica's server gets its own", w, d->label,
-                     d->dp);
-    int n = d->tp * d->pp * d->dp;
-    if (s->hardware.n_devices > 0 && n > s->hardware.n_devices)
-      return sc_fail(c->doc.err, SC_INVALID, "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; "
-                     "hardware.devices lists %d", w, d->label, d->tp, d->pp, d->dp, n,
-                     s->hardware.n_devices);
-  }
-  return SC_OK;
-}
-
 // Which faults a scenario's kind of deployment takes: on an external target, only what reaches
 // a server from outside (signals to what shardcheck launched, the clients' own cancels, a user
 // command); exec only there.
-static sc_status check_fault_target(ctx *c, const scn_fault *f) {
+sc_status scn_check_fault_target(scn_ctx *c, const scn_fault *f) {
   const scenario *s = c->s;
   const scn_target *t = &s->target;
   const char *kind = scenario_fault_kind_name(f->kind);
@@ -2029,9 +1554,322 @@ static sc_status check_fault_target(ctx *c, const scn_fault *f) {
   }
 }
 
+// --- public API: faults
+
+static sc_status parse_now_root(struct fy_node *root, void *arg, sc_error *err) {
+  scn_ctx *c = arg;
+  if (!root || fy_node_is_null(root))
+    return sc_fail(err, SC_INVALID,
+                   "%s: empty; expected one fault (a mapping such as "
+                   "{\"kill\": \"gpu\", \"target\": \"replica0.rank1\"})",
+                   c->doc.file);
+  return parse_fault(c, root, NULL, &c->s->faults[0]);
+}
+
+sc_status scenario_parse_fault_now(const char *text, size_t len, const char *name, int dp,
+                                   int ranks, bool sim, scn_fault *out, sc_error *err) {
+  memset(out, 0, sizeof *out);
+  scenario *s = calloc(1, sizeof *s);
+  if (!s) return sc_fail(err, SC_OOM, "%s: out of memory", name);
+  scn_set_defaults(s);
+  s->mode = sim ? SCN_MODE_SIM : SCN_MODE_REAL;
+  s->n_deployments = 1;
+  s->deployments[0] = (scn_deployment){.tp = ranks, .pp = 1, .dp = dp};
+  snprintf(s->deployments[0].label, sizeof s->deployments[0].label, "served");
+  scn_ctx c = {.doc = {name, err}, .dir = ".", .s = s, .now = true};
+  sc_status st = yaml_map_parse(text, len, name, parse_now_root, &c, err);
+  if (st == SC_OK) *out = s->faults[0];
+  free(s);
+  return st;
+}
+
+bool scenario_fault_target(const char *text, int *replica, int *rank) {
+  int r = -1, k = -1;
+  int form = target_parse(text, &r, &k);
+  if (form != TGT_REPLICA && form != TGT_RANK) return false;
+  *replica = r;
+  *rank = form == TGT_RANK ? k : -1;
+  return true;
+}
+
+const char *scenario_fault_kind_name(scn_fault_kind k) {
+  return (unsigned)k < (unsigned)COUNT(fault_kinds) ? fault_kinds[k] : "unknown";
+}
+// --- SLOs
+
+// Edit distance of a and b (short strings, case ignored), for "did you mean".
+static int edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > EDIT_MAX_LEN || lb > EDIT_MAX_LEN) return EDIT_FAR;
+  int row[EDIT_MAX_LEN + 1];
+  for (int j = 0; j <= lb; j++) row[j] = j;
+  for (int i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int up = row[j];
+      int best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+// Up to three SLO-able metric names close to key, "a, b or c", into buf ("" when none).
+static void close_names(const char *key, char *buf, size_t cap) {
+  const mt_metric_info *all;
+  int n = mt_metric_all(&all);
+  const char *best[3] = {NULL, NULL, NULL};
+  int score[3] = {EDIT_FAR, EDIT_FAR, EDIT_FAR};
+  size_t kl = strlen(key);
+  for (int i = 0; i < n; i++) {
+    if (all[i].dir == MT_NEUTRAL) continue;
+    int d = edit_distance(key, all[i].name);
+    if (kl >= 3 && !strncasecmp(all[i].name, key, kl)) d = 0; // the key is a prefix
+    if (d > 4 && d * 3 > (int)kl) continue;
+    for (int j = 0; j < 3; j++)
+      if (d < score[j]) {
+        for (int m = 2; m > j; m--) {
+          score[m] = score[m - 1];
+          best[m] = best[m - 1];
+        }
+        score[j] = d;
+        best[j] = all[i].name;
+        break;
+      }
+  }
+  int nb = 0;
+  while (nb < 3 && best[nb]) nb++;
+  size_t len = 0;
+  buf[0] = 0;
+  for (int j = 0; j < nb && len < cap; j++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                            j == 0        ? ""
+                            : j == nb - 1 ? " or "
+                                          : ", ",
+                            best[j]);
+}
+
+// The metric names a prompt class's SLOs may bound, for messages.
+#define PER_CLASS_NAMES                                                                            \
+  "TTFT, TPOT, ITL or E2EL latencies, output_tok_s, req_s, goodput_rps, error_rate, "              \
+  "failed_requests or timeout_requests"
+
+// The workload's prompt class names, "a, b and c", into buf.
+static void class_list(const scn_workload *w, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < w->n_classes && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                            i == 0                  ? ""
+                            : i == w->n_classes - 1 ? " and "
+                                                    : ", ",
+                            w->classes[i].name);
+}
+
+// The index of the prompt class named name, or -1 (with the error, pk's position) when the
+// workload has none by that name.
+static int class_named(scn_ctx *c, struct fy_node *pk, const char *name, const char *where) {
+  const scn_workload *w = &c->s->workload;
+  for (int i = 0; i < w->n_classes; i++)
+    if (!strcmp(w->classes[i].name, name)) return i;
+  char list[SCN_MAX_CLASSES * 34];
+  class_list(w, list, sizeof list);
+  yaml_map_fail(&c->doc, pk, NULL, "%s: unknown prompt class '%s'; the workload's classes are %s",
+                where, name, list);
+  return -1;
+}
+
+// Reads the metric: limit pairs of mapping v ('slo', or a class's 'slo.classes.NAME' when
+// per_class) into items[*n..]; the key "classes" is skipped (parse_slo reads it). On error
+// *n counts the items read before it.
+static sc_status slo_items(scn_ctx *c, struct fy_node *v, const char *where, bool per_class,
+                           scn_slo_item *items, int *n) {
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(v, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+    if (!name) return yaml_map_fail(&c->doc, pk, v, "expected a plain key in '%s'", where);
+    if (!per_class && !strcmp(name, "classes")) continue;
+    if (per_class && !strcmp(name, "classes"))
+      return yaml_map_fail(&c->doc, pk, NULL,
+                           "key 'classes': per-class SLOs do not nest (a prompt "
+                           "class's SLOs are metric names and limits)");
+    const mt_metric_info *mi = mt_metric_find(name);
+    if (!mi) {
+      char close[200];
+      close_names(name, close, sizeof close);
+      if (close[0])
+        return yaml_map_fail(&c->doc, pk, NULL,
+                             "unknown SLO key '%s'; did you mean %s? (SLO keys are "
+                             "metric names: docs/metrics.md)",
+                             name, close);
+      return yaml_map_fail(&c->doc, pk, NULL,
+                           "unknown SLO key '%s'; SLO keys are metric names such as "
+                           "ttft_p95_ms, tpot_p95_ms, e2el_p99_ms, error_rate, lost_requests, "
+                           "output_tok_s, goodput_rps (all: docs/metrics.md)",
+                           name);
+    }
+    if (mi->dir == MT_NEUTRAL)
+      return yaml_map_fail(&c->doc, pk, NULL,
+                           "key '%s': expected a metric an SLO can bound (lower or "
+                           "higher is better), got a count with neither (%s)",
+                           name, mi->what);
+    if (per_class && !mt_metric_per_class(name))
+      return yaml_map_fail(&c->doc, pk, NULL,
+                           "key '%s': expected a metric of a prompt class's own "
+                           "requests (" PER_CLASS_NAMES "), got a metric of the whole deployment",
+                           name);
+    if (*n == SCN_MAX_SLO)
+      return yaml_map_fail(&c->doc, pk, NULL, "key '%s': at most %d SLOs", where, SCN_MAX_SLO);
+    scn_slo_item *si = &items[*n];
+    yaml_map_field f = F_DBL(name, &si->limit);
+    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &f));
+    if (!(si->limit >= 0)) {
+      char e[80];
+      snprintf(e, sizeof e, "a limit >= 0 (%s)", mi->unit);
+      return yaml_map_expect_at(&c->doc, pv, pk, name, e);
+    }
+    snprintf(si->key, sizeof si->key, "%s", name);
+    yaml_map_pos(pk, &si->line, &si->col);
+    (*n)++;
+  }
+  return SC_OK;
+}
+
+// slo.classes (v, at key k): a mapping of prompt class names to SLO mappings.
+static sc_status slo_classes(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_slo *slo = &c->s->slo;
+  const scn_workload *w = &c->s->workload;
+  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
+    return yaml_map_expect_at(&c->doc, v, k, "classes",
+                              "a mapping of prompt class names to SLOs, e.g. "
+                              "{short: {ttft_p95_ms: 300}}");
+  if (w->dataset[0])
+    return yaml_map_fail(&c->doc, k, NULL,
+                         "key 'classes': per-class SLOs need prompt classes "
+                         "(workload.prompts), but the workload reads its prompts from a dataset");
+  if (w->n_classes < 2)
+    return yaml_map_fail(&c->doc, k, NULL,
+                         "key 'classes': per-class SLOs need a workload with more than "
+                         "one prompt class, and this one has one ('%s'): put its limits in 'slo' "
+                         "itself",
+                         w->n_classes ? w->classes[0].name : "");
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(v, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+    if (!name) return yaml_map_fail(&c->doc, pk, v, "expected a plain key in 'slo.classes'");
+    int idx = class_named(c, pk, name, "slo.classes");
+    if (idx < 0) return SC_INVALID;
+    if (!pv || fy_node_get_type(pv) != FYNT_MAPPING)
+      return yaml_map_expect_at(&c->doc, pv, pk, name,
+                                "a mapping of metric names to limits, e.g. "
+                                "{ttft_p95_ms: 300}");
+    scn_slo_class *sc = &slo->classes[slo->n_classes++]; // names are unique: <= n_classes
+    snprintf(sc->name, sizeof sc->name, "%s", name);
+    sc->class_idx = idx;
+    yaml_map_pos(pk, &sc->line, &sc->col);
+    char where[64];
+    snprintf(where, sizeof where, "slo.classes.%s", name);
+    SC_TRY(slo_items(c, pv, where, true, sc->items, &sc->n));
+  }
+  return SC_OK;
+}
+
+sc_status scn_parse_slo(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_slo *slo = &c->s->slo;
+  if (!v || fy_node_get_type(v) != FYNT_MAPPING)
+    return yaml_map_expect_at(&c->doc, v, k, "slo",
+                              "a mapping of metric names to limits, e.g. "
+                              "{ttft_p95_ms: 500, error_rate: 0.01}");
+  SC_TRY(slo_items(c, v, "slo", false, slo->items, &slo->n));
+  struct fy_node *ck = NULL, *cv = NULL;
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(v, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair);
+    if (pk && fy_node_get_type(pk) == FYNT_SCALAR && !strcmp(fy_node_get_scalar0(pk), "classes"))
+      ck = pk, cv = fy_node_pair_value(pair);
+  }
+  return ck ? slo_classes(c, cv, ck) : SC_OK;
+}
+
+// --- gate
+
+// "5%" or 0.05 -> 0.05 (a fraction in [0, 10]).
+static bool parse_fraction(const char *text, void *dst) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || errno) return false;
+  if (*end == '%') {
+    v /= 100;
+    end++;
+  }
+  if (*end || !(v >= 0 && v <= 10)) return false;
+  *(double *)dst = v;
+  return true;
+}
+
+sc_status scn_parse_gate(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_gate *g = &c->s->gate;
+  static const char *const nested[] = {"metrics"};
+  const yaml_map_field f[] = {
+      F_CUSTOM("tolerance", &g->tolerance, parse_fraction, "a percentage such as 5% (or 0.05)"),
+      F_DBL("alpha", &g->alpha)};
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "gate", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (yaml_map_has(&m, "alpha") && !(g->alpha > 0 && g->alpha <= 0.5))
+    return yaml_map_expect_at(&c->doc, yaml_map_val(&m, "alpha"), yaml_map_key(&m, "alpha"),
+                              "alpha", "a significance level in (0, 0.5]");
+  if (!yaml_map_has(&m, "metrics")) return SC_OK;
+  struct fy_node *mv = yaml_map_val(&m, "metrics"), *mk = yaml_map_key(&m, "metrics");
+  if (!mv || fy_node_get_type(mv) != FYNT_MAPPING)
+    return yaml_map_expect_at(&c->doc, mv, mk, "metrics",
+                              "a mapping of metric names to tolerances, e.g. "
+                              "{tpot_p95_ms: 10%, output_tok_s: 3%}");
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  while ((pair = fy_node_mapping_iterate(mv, &it))) {
+    struct fy_node *pk = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+    const char *name = pk && fy_node_get_type(pk) == FYNT_SCALAR ? fy_node_get_scalar0(pk) : NULL;
+    if (!name) return yaml_map_fail(&c->doc, pk, mv, "expected a plain key in 'gate.metrics'");
+    const char *base = mt_metric_base(name);
+    const mt_metric_info *mi = mt_metric_find(base);
+    if (!mi || mi->dir == MT_NEUTRAL)
+      return yaml_map_fail(&c->doc, pk, NULL,
+                           "gate.metrics: '%s' is not a metric with a better direction "
+                           "(latencies, rates, error counts: docs/metrics.md)",
+                           name);
+    if (base != name) { // CLASS:NAME, a prompt class's row
+      char cls[64];
+      snprintf(cls, sizeof cls, "%.*s", (int)(base - 1 - name), name);
+      if (!mt_metric_per_class(base))
+        return yaml_map_fail(&c->doc, pk, NULL,
+                             "gate.metrics: '%s': a prompt class's rows carry " PER_CLASS_NAMES
+                             ", not %s",
+                             name, base);
+      if (class_named(c, pk, cls, "gate.metrics") < 0) return SC_INVALID;
+    }
+    if (g->n == SCN_MAX_SLO)
+      return yaml_map_fail(&c->doc, pk, NULL, "gate.metrics: at most %d metrics", SCN_MAX_SLO);
+    yaml_map_field tf =
+        F_CUSTOM(name, &g->metrics[g->n].tol, parse_fraction, "a percentage such as 5% (or 0.05)");
+    SC_TRY(yaml_map_read_scalar(&c->doc, pk, pv, &tf));
+    snprintf(g->metrics[g->n].key, sizeof g->metrics[g->n].key, "%s", name);
+    g->n++;
+  }
+  return SC_OK;
+}
 // --- the whole document
 
-static void set_defaults(scenario *s) {
+void scn_set_defaults(scenario *s) {
   s->mode = SCN_MODE_REAL;
   snprintf(s->hardware.backend, sizeof s->hardware.backend, "cpu");
   snprintf(s->hardware.profile, sizeof s->hardware.profile, "cpu");
@@ -2056,7 +1894,7 @@ static void set_defaults(scenario *s) {
   s->gate.alpha = -1;
 }
 
-static sc_status parse_root(ctx *c, struct fy_node *root) {
+static sc_status parse_root(scn_ctx *c, struct fy_node *root) {
   scenario *s = c->s;
   char mode[16] = "real", record[16] = "tokens";
   const yaml_map_field f[] = {
@@ -2066,16 +1904,16 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
       F_STR("record", record),
       F_CUSTOM("seed", &s->seed, yaml_map_parse_u64, "a non-negative integer"),
   };
-  static const char *const nested[] = {"model",  "hardware", "deployments", "workload",
-                                       "faults", "slo",      "limits",      "router",
-                                       "gate",   "target"};
+  static const char *const nested[] = {"model", "hardware", "deployments", "workload", "faults",
+                                       "slo",   "limits",   "router",      "gate",     "target"};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, root, NULL, NULL, f, COUNT(f), nested, COUNT(nested), &m));
   SC_TRY(yaml_map_need(&c->doc, &m, "name", "a string naming the scenario"));
   const bool target = yaml_map_has(&m, "target");
   if (!target) {
     SC_TRY(yaml_map_need(&c->doc, &m, "model", "{preset: NAME} or {path: DIR}"));
-    SC_TRY(yaml_map_need(&c->doc, &m, "deployments", "a list of {tp, pp, dp} or {scaling: {gpus, pattern}}"));
+    SC_TRY(yaml_map_need(&c->doc, &m, "deployments",
+                         "a list of {tp, pp, dp} or {scaling: {gpus, pattern}}"));
   }
   SC_TRY(yaml_map_need(&c->doc, &m, "workload", "{prompts or dataset, phases}"));
   SC_TRY(yaml_map_check(&c->doc, &m, "name", s->name[0] != 0, "a non-empty name"));
@@ -2099,32 +1937,35 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   // checked, then set aside).
   c->predicting = target && s->mode == SCN_MODE_SIM;
   if (c->predicting) {
-    SC_TRY(parse_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target")));
+    SC_TRY(scn_parse_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target")));
     memset(&s->target, 0, sizeof s->target);
     memset(&s->model, 0, sizeof s->model);
     if (!yaml_map_has(&m, "model"))
       return yaml_map_fail(&c->doc, yaml_map_key(&m, "target"), NULL,
-                     "mode sim on a target scenario simulates "
-                     "its model on its hardware profile: add model: {preset: NAME} (and "
-                     "hardware.profile)%s",
-                     c->mode_from_ov ? " (--mode sim)" : "");
+                           "mode sim on a target scenario simulates "
+                           "its model on its hardware profile: add model: {preset: NAME} (and "
+                           "hardware.profile)%s",
+                           c->mode_from_ov ? " (--mode sim)" : "");
     SC_TRY(yaml_map_need(&c->doc, &m, "deployments", "a list of {tp, pp, dp}"));
   }
   if (target && !c->predicting) {
     // `model` and hardware.profile are --mode sim's (a prediction); checked, not used here
-    if (yaml_map_has(&m, "model")) SC_TRY(parse_model(c, yaml_map_val(&m, "model"), yaml_map_key(&m, "model")));
-    SC_TRY(parse_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target")));
+    if (yaml_map_has(&m, "model"))
+      SC_TRY(scn_parse_model(c, yaml_map_val(&m, "model"), yaml_map_key(&m, "model")));
+    SC_TRY(scn_parse_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target")));
     if (yaml_map_has(&m, "hardware"))
-      SC_TRY(target_hardware(c, yaml_map_val(&m, "hardware"), yaml_map_key(&m, "hardware")));
+      SC_TRY(scn_target_hardware(c, yaml_map_val(&m, "hardware"), yaml_map_key(&m, "hardware")));
     else
       s->hardware.backend[0] = s->hardware.profile[0] = 0;
   } else {
-    SC_TRY(parse_model(c, yaml_map_val(&m, "model"), yaml_map_key(&m, "model")));
-    SC_TRY(parse_hardware(c, yaml_map_val(&m, "hardware"), yaml_map_key(&m, "hardware"), root));
+    SC_TRY(scn_parse_model(c, yaml_map_val(&m, "model"), yaml_map_key(&m, "model")));
+    SC_TRY(scn_parse_hardware(c, yaml_map_val(&m, "hardware"), yaml_map_key(&m, "hardware"), root));
   }
-  if (yaml_map_has(&m, "limits")) SC_TRY(parse_limits(c, yaml_map_val(&m, "limits"), yaml_map_key(&m, "limits")));
-  if (s->mode == SCN_MODE_SIM && s->have_hw) apply_engine_knobs(&s->limits, &s->hw.sim.engine);
-  if (yaml_map_has(&m, "router")) SC_TRY(parse_router(c, yaml_map_val(&m, "router"), yaml_map_key(&m, "router")));
+  if (yaml_map_has(&m, "limits"))
+    SC_TRY(scn_parse_limits(c, yaml_map_val(&m, "limits"), yaml_map_key(&m, "limits")));
+  if (s->mode == SCN_MODE_SIM && s->have_hw) scn_apply_engine_knobs(&s->limits, &s->hw.sim.engine);
+  if (yaml_map_has(&m, "router"))
+    SC_TRY(scn_parse_router(c, yaml_map_val(&m, "router"), yaml_map_key(&m, "router")));
   // the planner's parameters (engine/memplan.h), as the engine will size itself: the KV cache
   // is f32 on the CPU backend (real cpu, or a simulated CPU profile: host_cores > 0), else bf16
   memplan_params *mp = &s->mp;
@@ -2140,93 +1981,69 @@ static sc_status parse_root(ctx *c, struct fy_node *root) {
   mp->kv_dtype = cpu ? SC_F32 : SC_BF16;
   if (s->model.kv_cache_dtype[0] && s->mode == SCN_MODE_SIM) {
     if (cpu)
-      return yaml_map_fail(&c->doc, yaml_map_val(&m, "model"), yaml_map_key(&m, "model"),
-                     "model.kv_cache_dtype fp8: the CPU profile %s models the CPU backend, whose "
-                     "KV cache is f32; use auto",
-                     s->hardware.profile);
+      return yaml_map_fail(
+          &c->doc, yaml_map_val(&m, "model"), yaml_map_key(&m, "model"),
+          "model.kv_cache_dtype fp8: the CPU profile %s models the CPU backend, whose "
+          "KV cache is f32; use auto",
+          s->hardware.profile);
     mp->kv_dtype = SC_FP8;
   }
   if (!target || c->predicting) {
-    SC_TRY(parse_deployments(c, yaml_map_val(&m, "deployments"), yaml_map_key(&m, "deployments")));
+    SC_TRY(
+        scn_parse_deployments(c, yaml_map_val(&m, "deployments"), yaml_map_key(&m, "deployments")));
   } else {
     if (yaml_map_has(&m, "deployments")) {
       struct fy_node *dv = yaml_map_val(&m, "deployments"), *dk = yaml_map_key(&m, "deployments");
       struct fy_node *items[SCN_MAX_DEPLOYMENTS];
       int n = 0;
-      SC_TRY(yaml_map_seq(&c->doc, dv, dk, "a list of deployments {tp, pp, dp}", SCN_MAX_DEPLOYMENTS, items,
-                       &n));
-      for (int i = 0; i < n; i++) SC_TRY(parse_deployment_item(c, items[i], dk));
+      SC_TRY(yaml_map_seq(&c->doc, dv, dk, "a list of deployments {tp, pp, dp}",
+                          SCN_MAX_DEPLOYMENTS, items, &n));
+      for (int i = 0; i < n; i++) SC_TRY(scn_parse_deployment_item(c, items[i], dk));
     }
-    SC_TRY(check_target_deployments(c, root));
+    SC_TRY(scn_check_target_deployments(c, root));
   }
-  SC_TRY(parse_workload(c, yaml_map_val(&m, "workload"), yaml_map_key(&m, "workload")));
-  if (yaml_map_has(&m, "faults")) SC_TRY(parse_faults(c, yaml_map_val(&m, "faults"), yaml_map_key(&m, "faults")));
-  for (int i = 0; i < s->n_faults; i++) SC_TRY(check_fault_target(c, &s->faults[i]));
+  SC_TRY(scn_parse_workload(c, yaml_map_val(&m, "workload"), yaml_map_key(&m, "workload")));
+  if (yaml_map_has(&m, "faults"))
+    SC_TRY(scn_parse_faults(c, yaml_map_val(&m, "faults"), yaml_map_key(&m, "faults")));
+  for (int i = 0; i < s->n_faults; i++) SC_TRY(scn_check_fault_target(c, &s->faults[i]));
   if (s->record != SCN_RECORD_TOKENS && s->n_faults > 0) {
     const char *lvl = scenario_record_name(s->record);
     if (c->ov && c->ov->record)
-      return sc_fail(c->doc.err, SC_INVALID, "%s: --record %s: this scenario has faults, whose "
+      return sc_fail(c->doc.err, SC_INVALID,
+                     "%s: --record %s: this scenario has faults, whose "
                      "verdicts (the request history, recovery) read token rows: use --record "
-                     "tokens", c->doc.file, lvl);
-    return yaml_map_fail(&c->doc, yaml_map_key(&m, "record"), NULL, "key 'record': %s, but the scenario has "
-                   "faults, whose verdicts (the request history, recovery) read token rows: "
-                   "record: tokens", lvl);
+                     "tokens",
+                     c->doc.file, lvl);
+    return yaml_map_fail(&c->doc, yaml_map_key(&m, "record"), NULL,
+                         "key 'record': %s, but the scenario has "
+                         "faults, whose verdicts (the request history, recovery) read token rows: "
+                         "record: tokens",
+                         lvl);
   }
-  if (yaml_map_has(&m, "slo")) SC_TRY(parse_slo(c, yaml_map_val(&m, "slo"), yaml_map_key(&m, "slo")));
-  if (yaml_map_has(&m, "gate")) SC_TRY(parse_gate(c, yaml_map_val(&m, "gate"), yaml_map_key(&m, "gate")));
+  if (yaml_map_has(&m, "slo"))
+    SC_TRY(scn_parse_slo(c, yaml_map_val(&m, "slo"), yaml_map_key(&m, "slo")));
+  if (yaml_map_has(&m, "gate"))
+    SC_TRY(scn_parse_gate(c, yaml_map_val(&m, "gate"), yaml_map_key(&m, "gate")));
   return SC_OK;
 }
 
 static sc_status parse_doc_root(struct fy_node *root, void *arg, sc_error *err) {
-  ctx *c = arg;
+  scn_ctx *c = arg;
   if (!root || fy_node_is_null(root))
-    return sc_fail(err, SC_INVALID, "%s: empty file; expected a scenario (a mapping of keys: "
-                   "name, model, deployments, workload, ...)", c->doc.file);
+    return sc_fail(err, SC_INVALID,
+                   "%s: empty file; expected a scenario (a mapping of keys: "
+                   "name, model, deployments, workload, ...)",
+                   c->doc.file);
   return parse_root(c, root);
 }
 
 // Parses s->text into s, with overrides ov (may be NULL).
-static sc_status parse_text(scenario *s, const char *name, const scn_overrides *ov,
-                            sc_error *err) {
-  ctx c = {.doc = {name, err}, .dir = s->dir, .s = s, .ov = ov};
+static sc_status parse_text(scenario *s, const char *name, const scn_overrides *ov, sc_error *err) {
+  scn_ctx c = {.doc = {name, err}, .dir = s->dir, .s = s, .ov = ov};
   return yaml_map_parse(s->text, s->text_len, name, parse_doc_root, &c, err);
 }
 
 // --- public API
-
-static sc_status parse_now_root(struct fy_node *root, void *arg, sc_error *err) {
-  ctx *c = arg;
-  if (!root || fy_node_is_null(root))
-    return sc_fail(err, SC_INVALID, "%s: empty; expected one fault (a mapping such as "
-                   "{\"kill\": \"gpu\", \"target\": \"replica0.rank1\"})", c->doc.file);
-  return parse_fault(c, root, NULL, &c->s->faults[0]);
-}
-
-sc_status scenario_parse_fault_now(const char *text, size_t len, const char *name, int dp,
-                                   int ranks, bool sim, scn_fault *out, sc_error *err) {
-  memset(out, 0, sizeof *out);
-  scenario *s = calloc(1, sizeof *s);
-  if (!s) return sc_fail(err, SC_OOM, "%s: out of memory", name);
-  set_defaults(s);
-  s->mode = sim ? SCN_MODE_SIM : SCN_MODE_REAL;
-  s->n_deployments = 1;
-  s->deployments[0] = (scn_deployment){.tp = ranks, .pp = 1, .dp = dp};
-  snprintf(s->deployments[0].label, sizeof s->deployments[0].label, "served");
-  ctx c = {.doc = {name, err}, .dir = ".", .s = s, .now = true};
-  sc_status st = yaml_map_parse(text, len, name, parse_now_root, &c, err);
-  if (st == SC_OK) *out = s->faults[0];
-  free(s);
-  return st;
-}
-
-bool scenario_fault_target(const char *text, int *replica, int *rank) {
-  int r = -1, k = -1;
-  int form = target_parse(text, &r, &k);
-  if (form != TGT_REPLICA && form != TGT_RANK) return false;
-  *replica = r;
-  *rank = form == TGT_RANK ? k : -1;
-  return true;
-}
 
 // scenario_parse with overrides (ov may be NULL, its values already checked).
 static sc_status parse_with(const char *text, size_t len, const char *name, const char *dir,
@@ -2245,7 +2062,7 @@ static sc_status parse_with(const char *text, size_t len, const char *name, cons
   s->text = copy;
   s->text_len = len;
   snprintf(s->dir, sizeof s->dir, "%s", dir && *dir ? dir : ".");
-  set_defaults(s);
+  scn_set_defaults(s);
   sc_status st = parse_text(s, name, ov, err);
   if (st != SC_OK) {
     scenario_free(s);
@@ -2287,8 +2104,10 @@ sc_status scenario_load_with(const char *path, const scn_overrides *ov, scenario
   *out = NULL;
   scn_record rec;
   if (ov && ov->record && !scenario_record_parse(ov->record, &rec))
-    return sc_fail(err, SC_INVALID, "--record: expected tokens, requests or summary, got "
-                   "'%.100s'", ov->record);
+    return sc_fail(err, SC_INVALID,
+                   "--record: expected tokens, requests or summary, got "
+                   "'%.100s'",
+                   ov->record);
   if (ov && ov->mode && strcmp(ov->mode, "real") && strcmp(ov->mode, "sim"))
     return sc_fail(err, SC_INVALID, "--mode: expected real or sim, got '%.100s'", ov->mode);
   if (ov && ov->profile && !ov->profile[0])
@@ -2302,12 +2121,15 @@ sc_status scenario_load_with(const char *path, const scn_overrides *ov, scenario
   char dir[1024];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == dir) dir[1] = 0; // "/x.yaml" -> "/"
-  else *slash = 0;
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = 0; // "/x.yaml" -> "/"
+  else
+    *slash = 0;
   sc_status s = parse_with(buf, len, path, dir, ov, out, err);
   free(buf);
-  if (s == SC_OK) snprintf((*out)->path, sizeof (*out)->path, "%s", path);
+  if (s == SC_OK) snprintf((*out)->path, sizeof(*out)->path, "%s", path);
   return s;
 }
 
@@ -2315,34 +2137,4 @@ void scenario_free(scenario *s) {
   if (!s) return;
   free(s->text);
   free(s);
-}
-
-int scenario_phase_requests(const scn_phase *p) {
-  if (p->kind == SCN_PHASE_FIXED || (p->kind == SCN_PHASE_RATE && !p->duration_ns))
-    return p->requests;
-  return 0;
-}
-
-uint64_t scenario_phase_duration_ns(const scn_phase *p) {
-  if (p->kind == SCN_PHASE_RAMP) return (uint64_t)p->n_concurrency * p->hold_ns;
-  if (p->kind == SCN_PHASE_RATE) return p->duration_ns;
-  return 0;
-}
-
-bool scenario_isolates_processes(const scenario *s) {
-  if (s->router.isolation == SCN_ISOLATION_DEFAULT) return s->n_faults > 0;
-  return s->router.isolation == SCN_ISOLATION_PROCESS;
-}
-
-const char *scenario_phase_kind_name(scn_phase_kind k) {
-  switch (k) {
-  case SCN_PHASE_RAMP: return "ramp";
-  case SCN_PHASE_RATE: return "rate";
-  case SCN_PHASE_FIXED: return "fixed";
-  }
-  return "unknown";
-}
-
-const char *scenario_fault_kind_name(scn_fault_kind k) {
-  return (unsigned)k < (unsigned)COUNT(fault_kinds) ? fault_kinds[k] : "unknown";
 }
