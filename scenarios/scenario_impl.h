@@ -1,9 +1,9 @@
 // The scenario parser's shared state and what its sections share. Internal to scenarios/:
 // scenario.h is the public side; docs/design.md maps the files.
 //
-// Sections of the language in files of their own: scenario_slo.c the SLOs and the gate;
-// scenario_target.c an external target. The others are still in scenario.c with the whole document
-// and the public API.
+// Sections of the language in files of their own: scenario_faults.c the faults; scenario_slo.c the
+// SLOs and the gate; scenario_target.c an external target. The others are still in scenario.c with
+// the whole document and the public API.
 #pragma once
 
 #include <stdbool.h>
@@ -76,7 +76,7 @@ sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k
 // --- scenarios/scenario.c: workload
 sc_status scn_parse_workload(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 
-// --- scenarios/scenario.c: faults
+// --- scenarios/scenario_faults.c
 sc_status scn_parse_faults(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 // Whether fault f suits the scenario's kind of deployment (an external target takes fewer).
 sc_status scn_check_fault_target(scn_ctx *c, const scn_fault *f);
