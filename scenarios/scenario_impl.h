@@ -1,9 +1,9 @@
 // The scenario parser's shared state and what its sections share. Internal to scenarios/:
 // scenario.h is the public side; docs/design.md maps the files.
 //
-// Sections of the language in files of their own: scenario_faults.c the faults; scenario_slo.c the
-// SLOs and the gate; scenario_target.c an external target. The others are still in scenario.c with
-// the whole document and the public API.
+// Sections of the language in files of their own: scenario_workload.c the workload;
+// scenario_faults.c the faults; scenario_slo.c the SLOs and the gate; scenario_target.c an
+// external target. The others are still in scenario.c with the whole document and the public API.
 #pragma once
 
 #include <stdbool.h>
@@ -73,7 +73,7 @@ sc_status scn_parse_deployment_item(scn_ctx *c, struct fy_node *item, struct fy_
 // `deployments`, then the planner's check of each.
 sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 
-// --- scenarios/scenario.c: workload
+// --- scenarios/scenario_workload.c
 sc_status scn_parse_workload(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 
 // --- scenarios/scenario_faults.c
