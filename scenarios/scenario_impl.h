@@ -1,9 +1,11 @@
 // The scenario parser's shared state and what its sections share. Internal to scenarios/:
 // scenario.h is the public side; docs/design.md maps the files.
 //
-// Sections of the language in files of their own: scenario_workload.c the workload;
+// One file per section of the language, each reading its keys through config/yaml_map.h's
+// views: scenario.c the whole document, the overrides and the public API; scenario_deploy.c
+// model, hardware, limits, router and deployments; scenario_workload.c the workload;
 // scenario_faults.c the faults; scenario_slo.c the SLOs and the gate; scenario_target.c an
-// external target. The others are still in scenario.c with the whole document and the public API.
+// external target.
 #pragma once
 
 #include <stdbool.h>
@@ -45,7 +47,7 @@ bool scn_is_dir(const char *p);
 // Every key's default, before a document is read.
 void scn_set_defaults(scenario *s);
 
-// --- scenarios/scenario.c: deploy
+// --- scenarios/scenario_deploy.c
 // What a model key accepts: a preset (a name or a .yaml file) and/or a model directory.
 enum { SRC_PRESET = 1, SRC_DIR = 2 };
 #define DTYPE_EXPECT "a dtype (f32, f16, bf16, int8, int4, fp8)"
