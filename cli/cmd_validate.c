@@ -85,8 +85,7 @@ static void describe_phase(const scn_phase *p, char *buf, size_t cap, size_t *le
           p->concurrency[p->n_concurrency - 1], p->n_concurrency, d);
     break;
   case SCN_PHASE_RATE: {
-    static const char *const arrivals[] = {"poisson", "constant", "gamma", "trace"};
-    add(buf, cap, len, "rate %g/s %s", p->rate, arrivals[p->arrival]);
+    add(buf, cap, len, "rate %g/s %s", p->rate, workload_arrival_name(p->arrival));
     if (p->duration_ns) {
       fmt_dur(p->duration_ns, d, sizeof d);
       add(buf, cap, len, " for %s", d);

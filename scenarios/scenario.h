@@ -67,11 +67,14 @@ typedef struct scn_deployment {
 } scn_deployment;
 
 // --- workload
+// Each kind is a row of the generator's table (scenarios/workload.c, workload_dist): its name,
+// the form the language reads, its draw.
 typedef enum scn_dist_kind {
   SCN_DIST_FIXED,     // a
   SCN_DIST_UNIFORM,   // integers in [a, b], inclusive
   SCN_DIST_NORMAL,    // mean a, stddev b
   SCN_DIST_LOGNORMAL, // median a (mu = ln a), sigma b
+  SCN_DIST_COUNT      // not a kind: how many there are
 } scn_dist_kind;
 
 // A token-count distribution. Draws are rounded to the nearest integer and clamped to
@@ -93,11 +96,14 @@ typedef enum scn_phase_kind {
   SCN_PHASE_FIXED, // closed loop: `requests` in all at `concurrency`
 } scn_phase_kind;
 
+// Each process is a row of the generator's table (scenarios/workload.c, workload_arrival): its
+// name, whether it takes burstiness, its gaps.
 typedef enum scn_arrival {
   SCN_ARRIVAL_POISSON,
   SCN_ARRIVAL_CONSTANT,
   SCN_ARRIVAL_GAMMA,
   SCN_ARRIVAL_TRACE, // workload.trace: each request at its recorded arrival time
+  SCN_ARRIVAL_COUNT  // not a process: how many there are
 } scn_arrival;
 
 typedef struct scn_phase {

@@ -27,42 +27,63 @@ static bool parse_count(const char *text, void *dst) {
   return true;
 }
 
-#define DIST_EXPECT                                                                                \
-  "a token count (an integer >= 1) or one of {uniform: [a, b]}, {normal: {mean, stddev}}, "        \
-  "{lognormal: {median, sigma}}"
+// What a length takes, from the distribution table (scenarios/workload.h): "a token count (an
+// integer >= 1) or one of {uniform: [a, b]}, {normal: {mean, stddev}}, ...".
+static void dist_expect(char *buf, size_t cap) {
+  size_t len = (size_t)snprintf(buf, cap, "a token count (an integer >= 1) or one of ");
+  int n = 0;
+  for (int k = 0; k < SCN_DIST_COUNT && len < cap; k++) {
+    const wl_dist_info *i = workload_dist((scn_dist_kind)k);
+    if (i->form == WL_FORM_PAIR)
+      len += (size_t)snprintf(buf + len, cap - len, "%s{%s: [a, b]}", n++ ? ", " : "", i->name);
+    else if (i->form == WL_FORM_PARAMS)
+      len += (size_t)snprintf(buf + len, cap - len, "%s{%s: {%s, %s}}", n++ ? ", " : "", i->name,
+                              i->a_key, i->b_key);
+  }
+}
 
 static sc_status parse_dist(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_dist *d) {
   const char *key = yaml_map_key_text(k);
+  char expect[300];
+  dist_expect(expect, sizeof expect);
+  const char *nested[SCN_DIST_COUNT];
+  scn_dist_kind kinds[SCN_DIST_COUNT], count = SCN_DIST_FIXED;
+  int nn = 0;
+  for (int i = 0; i < SCN_DIST_COUNT; i++) {
+    const wl_dist_info *di = workload_dist((scn_dist_kind)i);
+    if (di->form == WL_FORM_COUNT) count = (scn_dist_kind)i;
+    else kinds[nn] = (scn_dist_kind)i, nested[nn++] = di->name;
+  }
   if (!v || fy_node_get_type(v) != FYNT_MAPPING) {
     if (!v || fy_node_get_type(v) != FYNT_SCALAR || fy_node_get_style(v) != FYNS_PLAIN)
-      return yaml_map_expect_at(&c->doc, v, k, key,
-                                DIST_EXPECT); // a count is a plain integer, as INT is
-    yaml_map_field f = F_CUSTOM(key, &d->a, parse_count, DIST_EXPECT);
+      return yaml_map_expect_at(&c->doc, v, k, key, expect); // a count is a plain integer
+    yaml_map_field f = F_CUSTOM(key, &d->a, parse_count, expect);
     SC_TRY(yaml_map_read_scalar(&c->doc, k, v, &f));
-    d->kind = SCN_DIST_FIXED;
+    d->kind = count;
     d->b = 0;
     return SC_OK;
   }
-  static const char *const nested[] = {"uniform", "normal", "lognormal"};
   yaml_map_view m;
-  SC_TRY(yaml_map_read_view(&c->doc, v, key, k, NULL, 0, nested, COUNT(nested), &m));
+  SC_TRY(yaml_map_read_view(&c->doc, v, key, k, NULL, 0, nested, nn, &m));
   if (m.n != 1)
     return m.n ? yaml_map_fail(&c->doc, m.key[1], NULL,
                                "key '%s': expected one distribution in '%s', got "
                                "'%s' and '%s'",
                                m.name[1], key, m.name[0], m.name[1])
-               : yaml_map_expect_at(&c->doc, v, k, key, DIST_EXPECT);
+               : yaml_map_expect_at(&c->doc, v, k, key, expect);
   struct fy_node *dv = m.val[0], *dk = m.key[0];
-  if (!strcmp(m.name[0], "uniform")) {
+  int which = 0;
+  while (strcmp(nested[which], m.name[0])) which++; // one of them: read_view checked it
+  const wl_dist_info *di = workload_dist(kinds[which]);
+  if (di->form == WL_FORM_PAIR) {
     int ab[2], n = 0;
     const char *e = "[a, b]: two integers, 1 <= a <= b";
     SC_TRY(yaml_map_int_list(&c->doc, dv, dk, e, 1, 2, ab, &n, NULL));
-    if (n != 2 || ab[0] > ab[1]) return yaml_map_expect_at(&c->doc, dv, dk, "uniform", e);
-    *d = (scn_dist){SCN_DIST_UNIFORM, ab[0], ab[1]};
+    if (n != 2 || ab[0] > ab[1]) return yaml_map_expect_at(&c->doc, dv, dk, di->name, e);
+    *d = (scn_dist){kinds[which], ab[0], ab[1]};
     return SC_OK;
   }
-  bool normal = !strcmp(m.name[0], "normal");
-  const char *ka = normal ? "mean" : "median", *kb = normal ? "stddev" : "sigma";
+  const char *ka = di->a_key, *kb = di->b_key;
   double a = 0, b = 0;
   static const char *const none[] = {NULL};
   const yaml_map_field f[] = {F_DBL(ka, &a), F_DBL(kb, &b)};
@@ -72,7 +93,7 @@ static sc_status parse_dist(scn_ctx *c, struct fy_node *v, struct fy_node *k, sc
   SC_TRY(yaml_map_need(&c->doc, &dm, kb, "a number >= 0"));
   SC_TRY(yaml_map_check(&c->doc, &dm, ka, a >= 1, "a number >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &dm, kb, b >= 0, "a number >= 0"));
-  *d = (scn_dist){normal ? SCN_DIST_NORMAL : SCN_DIST_LOGNORMAL, a, b};
+  *d = (scn_dist){kinds[which], a, b};
   return SC_OK;
 }
 
@@ -89,8 +110,12 @@ static sc_status parse_classes(scn_ctx *c, struct fy_node *v, struct fy_node *k)
     yaml_map_view m;
     SC_TRY(yaml_map_read_view(&c->doc, items[i], "prompts", k, f, COUNT(f), nested, COUNT(nested),
                               &m));
-    SC_TRY(yaml_map_need(&c->doc, &m, "input", "prompt tokens: " DIST_EXPECT));
-    SC_TRY(yaml_map_need(&c->doc, &m, "output", "output tokens: " DIST_EXPECT));
+    char expect[300], e[320];
+    dist_expect(expect, sizeof expect);
+    snprintf(e, sizeof e, "prompt tokens: %s", expect);
+    SC_TRY(yaml_map_need(&c->doc, &m, "input", e));
+    snprintf(e, sizeof e, "output tokens: %s", expect);
+    SC_TRY(yaml_map_need(&c->doc, &m, "output", e));
     SC_TRY(yaml_map_check(&c->doc, &m, "weight", cl->weight > 0, "a number > 0"));
     SC_TRY(yaml_map_check(&c->doc, &m, "name", cl->name[0] != 0, "a non-empty name"));
     if (!cl->name[0]) snprintf(cl->name, sizeof cl->name, "class%d", i);
@@ -184,13 +209,26 @@ static sc_status parse_phase(scn_ctx *c, struct fy_node *item, struct fy_node *k
   }
   case SCN_PHASE_RATE: {
     SC_TRY(yaml_map_check(&c->doc, &m, "rate", p->rate > 0, "requests per second, a number > 0"));
-    static const char *const arrivals[] = {"poisson", "constant", "gamma"};
+    // the processes a scenario names, and those that take burstiness (workload.h's table)
+    const char *names[SCN_ARRIVAL_COUNT];
+    scn_arrival ids[SCN_ARRIVAL_COUNT];
+    char bursty[64] = "";
+    int n = 0;
+    for (int i = 0; i < SCN_ARRIVAL_COUNT; i++) {
+      const wl_arrival_info *ai = workload_arrival((scn_arrival)i);
+      if (ai->from_trace) continue;
+      if (ai->burstiness)
+        snprintf(bursty + strlen(bursty), sizeof bursty - strlen(bursty), "%s%s",
+                 bursty[0] ? " or " : "", ai->name);
+      ids[n] = (scn_arrival)i, names[n++] = ai->name;
+    }
     int a = 0;
-    SC_TRY(yaml_map_pick_key(&c->doc, &m, "arrival", arrival, arrivals, 3, &a));
-    p->arrival = (scn_arrival)a;
-    if (yaml_map_has(&m, "burstiness") && p->arrival != SCN_ARRIVAL_GAMMA)
+    SC_TRY(yaml_map_pick_key(&c->doc, &m, "arrival", arrival, names, n, &a));
+    p->arrival = ids[a];
+    if (yaml_map_has(&m, "burstiness") && !workload_arrival(p->arrival)->burstiness)
       return yaml_map_fail(&c->doc, yaml_map_key(&m, "burstiness"), NULL,
-                           "key 'burstiness': only with arrival: gamma (arrival is %s)", arrival);
+                           "key 'burstiness': only with arrival: %s (arrival is %s)", bursty,
+                           arrival);
     SC_TRY(yaml_map_check(&c->doc, &m, "burstiness", p->burstiness > 0,
                           "a gamma shape > 0 (1 = poisson, < 1 burstier)"));
     int id = yaml_map_find(&m, "duration"), ir = yaml_map_find(&m, "requests");

@@ -1,0 +1,86 @@
+// Sync tests of the tables of growing things (docs/design.md, "The tables"): each walks its
+// enum from the first value to the count and fails when a value has no row, a row has no name
+// or two rows share one, or the name does not reach what uses it (the scenario language reads
+// it, the row's behaviour runs). The idea is curl's Curl_easyopts_check: a table that drifts
+// from its enum is caught by a test, not by a user.
+//
+// Not here: what each row's behaviour does (the tests of the file that owns the table).
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scenarios/scenario.h"
+#include "scenarios/workload.h"
+
+// --- helpers
+
+// A llama-tiny scenario with one prompt class (`input` as given) and one phase (as given).
+static scenario *parse_with(const char *input, const char *phase) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "name: tables\nmodel: {preset: llama-tiny}\ndeployments: [{tp: 1}]\n"
+           "workload:\n  prompts: [{name: a, input: %s, output: 4}]\n  phases: [%s]\n",
+           input, phase);
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_parse(text, strlen(text), "tables.yaml", ".", &s, &err), SC_OK,
+               "%s\n%s", err.msg, text);
+  return s;
+}
+
+// --- length distributions and arrival processes (scenarios/workload.c)
+
+Test(tables, every_length_distribution_has_a_row_the_language_reads_and_draws) {
+  for (int k = 0; k < SCN_DIST_COUNT; k++) {
+    const wl_dist_info *i = workload_dist((scn_dist_kind)k);
+    cr_assert(i && i->name && i->name[0], "distribution %d has no row", k);
+    for (int j = 0; j < k; j++)
+      cr_expect_str_neq(workload_dist((scn_dist_kind)j)->name, i->name);
+    char input[128];
+    switch (i->form) {
+    case WL_FORM_COUNT: snprintf(input, sizeof input, "8"); break;
+    case WL_FORM_PAIR: snprintf(input, sizeof input, "{%s: [4, 8]}", i->name); break;
+    case WL_FORM_PARAMS:
+      cr_assert(i->a_key && i->b_key, "%s: a mapping form names its keys", i->name);
+      snprintf(input, sizeof input, "{%s: {%s: 8, %s: 0.5}}", i->name, i->a_key, i->b_key);
+      break;
+    }
+    scenario *s = parse_with(input, "{fixed: {requests: 1}}");
+    cr_expect_eq(s->workload.classes[0].input.kind, (scn_dist_kind)k, "%s", i->name);
+    workload *w = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(workload_new(s, 1, &w, &err), SC_OK, "%s: %s", i->name, err.msg);
+    wl_request r;
+    workload_request(w, 0, &r);
+    cr_expect(r.n_prompt >= 1 && r.n_prompt <= 64, "%s: %d prompt tokens", i->name, r.n_prompt);
+    workload_free(w);
+    scenario_free(s);
+  }
+  cr_expect_null(workload_dist(SCN_DIST_COUNT));
+}
+
+Test(tables, every_arrival_process_has_a_row_the_language_reads_and_gaps) {
+  for (int a = 0; a < SCN_ARRIVAL_COUNT; a++) {
+    const wl_arrival_info *i = workload_arrival((scn_arrival)a);
+    cr_assert(i && i->name && i->name[0], "arrival process %d has no row", a);
+    cr_expect_str_eq(workload_arrival_name((scn_arrival)a), i->name);
+    for (int j = 0; j < a; j++)
+      cr_expect_str_neq(workload_arrival_name((scn_arrival)j), i->name);
+    if (i->from_trace) continue; // the trace's phase: workload.trace, tested with traces
+    char phase[128];
+    snprintf(phase, sizeof phase, "{rate: 10, arrival: %s, requests: 5%s}", i->name,
+             i->burstiness ? ", burstiness: 0.5" : "");
+    scenario *s = parse_with("8", phase);
+    cr_expect_eq(s->workload.phases[0].arrival, (scn_arrival)a, "%s", i->name);
+    workload *w = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(workload_new(s, 1, &w, &err), SC_OK, "%s: %s", i->name, err.msg);
+    uint64_t gaps = 0;
+    for (uint64_t j = 1; j < 50; j++) gaps += workload_gap_ns(w, 0, j);
+    cr_expect(gaps > 0, "%s: gaps of a 10/s process", i->name);
+    workload_free(w);
+    scenario_free(s);
+  }
+  cr_expect_str_eq(workload_arrival_name(SCN_ARRIVAL_COUNT), "unknown");
+}
