@@ -538,11 +538,7 @@ static sc_status run_phase(rt *r, int k) {
   store_phase sp = {.run_id = r->run_id, .deployment_id = r->dep_id, .idx = k, .name = ph->name,
                     .kind = scenario_phase_kind_name(p->kind), .concurrency = ph->concurrency,
                     .rate = p->kind == SCN_PHASE_RATE ? p->rate : 0,
-                    .arrival = p->kind != SCN_PHASE_RATE ? NULL
-                               : p->arrival == SCN_ARRIVAL_POISSON ? "poisson"
-                               : p->arrival == SCN_ARRIVAL_CONSTANT ? "constant"
-                               : p->arrival == SCN_ARRIVAL_TRACE    ? "trace"
-                                                                    : "gamma",
+                    .arrival = p->kind != SCN_PHASE_RATE ? NULL : workload_arrival_name(p->arrival),
                     .start_ns = start, .warmup_end_ns = ph->warmup_end};
   rec_lock(r->rec);
   sc_status s = store_phase_begin(r->db, &sp, &ph->id, &r->err);
