@@ -728,8 +728,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
   if (r->s->target.set) r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
   const scn_router *sr = &r->s->router;
-  router_config rc = {.policy = sr->policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
-                                                                     : ROUTER_LEAST_OUTSTANDING,
+  router_config rc = {.policy = sr->policy,
                       .max_retries = sr->max_retries, .backoff_ns = sr->backoff_ns,
                       .resume = sr->resume, .probe_unhealthy = r->s->n_faults > 0};
   router_hooks rh = {
@@ -871,8 +870,7 @@ static char *config_json(const scenario *s, uint64_t seed) {
                         "kv_headroom", s->limits.kv_headroom, "request_timeout_s",
                         (double)s->limits.request_timeout_ns / 1e9, "collective_timeout_s",
                         (double)s->limits.collective_timeout_ns / 1e9, "router",
-                        s->router.policy == SCN_ROUTER_ROUND_ROBIN ? "round-robin"
-                                                                    : "least-outstanding",
+                        router_policy_name(s->router.policy),
                         "seed", (json_int_t)seed, "cpu_cores", device_cpu_cores(), "temperature",
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;

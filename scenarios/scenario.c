@@ -59,7 +59,7 @@ void scn_set_defaults(scenario *s) {
       .kv_headroom = 0.10,
       .collective_timeout_ns = 30ull * 1000000000ull,
   };
-  s->router.policy = SCN_ROUTER_LEAST_OUTSTANDING;
+  s->router.policy = ROUTER_LEAST_OUTSTANDING;
   s->router.detect_timeout_ns = 2000000000ull;
   s->router.max_retries = 3;
   s->router.backoff_ns = 50000000ull;

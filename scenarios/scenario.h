@@ -16,6 +16,7 @@
 #include "engine/memplan.h"
 #include "engine/model.h"
 #include "kernels/status.h"
+#include "serving/router_policy.h"
 
 enum {
   SCN_MAX_DEPLOYMENTS = 32,
@@ -241,11 +242,6 @@ typedef struct scn_limits {
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
 } scn_limits;
 
-typedef enum scn_router_policy {
-  SCN_ROUTER_LEAST_OUTSTANDING,
-  SCN_ROUTER_ROUND_ROBIN,
-} scn_router_policy;
-
 // How a real-mode deployment runs its replicas (key router.isolation).
 typedef enum scn_isolation {
   SCN_ISOLATION_DEFAULT, // not given: process when the scenario has faults, else thread
@@ -254,7 +250,8 @@ typedef enum scn_isolation {
 } scn_isolation;
 
 typedef struct scn_router {
-  scn_router_policy policy;   // key router.policy: least-outstanding (default) | round-robin
+  router_policy policy;       // key router.policy: a name of serving/router.h's table
+                              // (least-outstanding by default)
   scn_isolation isolation;    // key isolation: process | thread (default: see scn_isolation)
   uint64_t detect_timeout_ns; // key detect_timeout: no heartbeat this long = replica lost (2 s)
   int max_retries;            // key max_retries: resubmissions of one request at most (3)

@@ -346,10 +346,12 @@ void scn_apply_engine_knobs(scn_limits *l, const sim_engine *e) {
 
 sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
-  static const char *const policies[] = {"least-outstanding", "round-robin"};
   static const char *const isolations[] = {"process", "thread"};
-  char policy[32] = "least-outstanding", isolation[32] = "";
   scn_router *r = &c->s->router;
+  const char *policies[ROUTER_POLICY_COUNT]; // the router's table (serving/router.h)
+  for (int i = 0; i < ROUTER_POLICY_COUNT; i++) policies[i] = router_policy_name((router_policy)i);
+  char policy[32] = "", isolation[32] = "";
+  snprintf(policy, sizeof policy, "%s", router_policy_name(r->policy)); // the default
   const yaml_map_field f[] = {F_STR("policy", policy),
                               F_STR("isolation", isolation),
                               F_DUR("detect_timeout", &r->detect_timeout_ns),
@@ -360,8 +362,8 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "router", k, f, COUNT(f), none, 0, &m));
   int p = 0;
-  SC_TRY(yaml_map_pick_key(&c->doc, &m, "policy", policy, policies, 2, &p));
-  r->policy = p ? SCN_ROUTER_ROUND_ROBIN : SCN_ROUTER_LEAST_OUTSTANDING;
+  SC_TRY(yaml_map_pick_key(&c->doc, &m, "policy", policy, policies, ROUTER_POLICY_COUNT, &p));
+  r->policy = (router_policy)p;
   if (yaml_map_val(&m, "isolation")) {
     int i = 0;
     SC_TRY(yaml_map_pick_key(&c->doc, &m, "isolation", isolation, isolations, 2, &i));

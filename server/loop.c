@@ -585,7 +585,7 @@ static sc_status build(server *s, sc_error *err) {
   s->rs = calloc((size_t)s->c.dp, sizeof *s->rs);
   s->step_end = calloc((size_t)s->c.dp, sizeof *s->step_end);
   if (!s->reps || !s->rs || !s->step_end) return sc_fail(err, SC_OOM, "out of memory");
-  router_config rc = {.policy = ROUTER_LEAST_OUTSTANDING,
+  router_config rc = {.policy = s->c.policy,
                       .max_retries = s->c.max_retries,
                       .backoff_ns = 50000000ull,
                       .resume = true};

@@ -22,6 +22,7 @@ server_config server_config_defaults(void) {
                          .dp = 1,
                          .replicas = {.kind = REPLICA_LOCAL},
                          .layout = "tp1",
+                         .policy = ROUTER_LEAST_OUTSTANDING,
                          .max_retries = 3,
                          .restart = true};
 }

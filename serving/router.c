@@ -1,4 +1,4 @@
-// The router (see router.h): eligibility, the two picking policies, sending a request (a
+// The router (see router.h): eligibility, the table of picking policies, sending a request (a
 // resume's joined prompt) and ending it, retries with backoff, resumes, holding a request for a
 // replica that is coming back, and the half-open probe.
 #include "serving/router.h"
@@ -61,17 +61,46 @@ void router_free(router *r) {
   free(r);
 }
 
+// --- the policies: one row each (docs/design.md: adding one is a row and its function)
+//
+// A policy looks at the eligible replicas in turn, from the round-robin cursor on, and says
+// whether replica i beats the best so far (best -1: none yet); the first of equals wins.
+static bool least_outstanding(const router *r, int i, int best) {
+  return best < 0 || r->outstanding[i] < r->outstanding[best];
+}
+static bool round_robin(const router *r, int i, int best) {
+  (void)r, (void)i;
+  return best < 0;
+}
+
+static const struct {
+  const char *name; // router.policy in a scenario
+  bool (*beats)(const router *r, int i, int best);
+} policies[ROUTER_POLICY_COUNT] = {
+    [ROUTER_LEAST_OUTSTANDING] = {"least-outstanding", least_outstanding},
+    [ROUTER_ROUND_ROBIN] = {"round-robin", round_robin},
+};
+
+const char *router_policy_name(router_policy p) {
+  return (unsigned)p < ROUTER_POLICY_COUNT ? policies[p].name : NULL;
+}
+
+bool router_policy_parse(const char *text, router_policy *out) {
+  for (int p = 0; p < ROUTER_POLICY_COUNT; p++)
+    if (policies[p].name && !strcmp(text, policies[p].name)) {
+      *out = (router_policy)p;
+      return true;
+    }
+  return false;
+}
+
 // --- which replica
 static int pick_among(router *r, const bool *eligible) {
   int best = -1;
+  bool (*beats)(const router *, int, int) = policies[r->c.policy].beats;
   for (int k = 0; k < r->n; k++) {
     int i = (r->next + k) % r->n;
-    if (!eligible[i]) continue;
-    if (r->c.policy == ROUTER_ROUND_ROBIN) {
-      best = i;
-      break;
-    }
-    if (best < 0 || r->outstanding[i] < r->outstanding[best]) best = i;
+    if (eligible[i] && beats(r, i, best)) best = i;
   }
   if (best < 0) return -1;
   r->outstanding[best]++;

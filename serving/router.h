@@ -23,8 +23,8 @@
 
 #include "serving/replica.h"
 #include "serving/request.h"
+#include "serving/router_policy.h"
 
-typedef enum router_policy { ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN } router_policy;
 
 typedef struct router_config {
   router_policy policy;

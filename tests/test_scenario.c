@@ -213,7 +213,7 @@ Test(scenario_parse, full_scenario_parses_every_field_as_written) {
   cr_expect_eq(s->limits.block_size, 32);
   cr_expect_float_eq(s->limits.kv_headroom, 0.2, 1e-12);
   cr_expect_eq(s->limits.collective_timeout_ns, 5 * SEC);
-  cr_expect_eq(s->router.policy, SCN_ROUTER_ROUND_ROBIN);
+  cr_expect_eq(s->router.policy, ROUTER_ROUND_ROBIN);
   scenario_free(s);
 }
 
@@ -251,7 +251,7 @@ Test(scenario_parse, defaults_fill_every_key_left_out) {
   cr_expect_eq(s->limits.block_size, 16);
   cr_expect_float_eq(s->limits.kv_headroom, 0.10, 1e-12);
   cr_expect_eq(s->limits.collective_timeout_ns, 30 * SEC);
-  cr_expect_eq(s->router.policy, SCN_ROUTER_LEAST_OUTSTANDING);
+  cr_expect_eq(s->router.policy, ROUTER_LEAST_OUTSTANDING);
   cr_expect_eq(s->router.detect_timeout_ns, 2 * SEC);
   cr_expect_eq(s->router.max_retries, 3);
   cr_expect_eq(s->router.backoff_ns, SEC / 20);

@@ -12,16 +12,18 @@
 
 #include "scenarios/scenario.h"
 #include "scenarios/workload.h"
+#include "serving/router.h"
 
 // --- helpers
 
-// A llama-tiny scenario with one prompt class (`input` as given) and one phase (as given).
-static scenario *parse_with(const char *input, const char *phase) {
+// A llama-tiny scenario with one prompt class (`input` as given), one phase (as given) and
+// more top-level keys (`extra`, "" for none).
+static scenario *parse_with(const char *input, const char *phase, const char *extra) {
   char text[2048];
   snprintf(text, sizeof text,
            "name: tables\nmodel: {preset: llama-tiny}\ndeployments: [{tp: 1}]\n"
-           "workload:\n  prompts: [{name: a, input: %s, output: 4}]\n  phases: [%s]\n",
-           input, phase);
+           "workload:\n  prompts: [{name: a, input: %s, output: 4}]\n  phases: [%s]\n%s",
+           input, phase, extra);
   scenario *s = NULL;
   sc_error err = {{0}};
   cr_assert_eq(scenario_parse(text, strlen(text), "tables.yaml", ".", &s, &err), SC_OK,
@@ -46,7 +48,7 @@ Test(tables, every_length_distribution_has_a_row_the_language_reads_and_draws) {
       snprintf(input, sizeof input, "{%s: {%s: 8, %s: 0.5}}", i->name, i->a_key, i->b_key);
       break;
     }
-    scenario *s = parse_with(input, "{fixed: {requests: 1}}");
+    scenario *s = parse_with(input, "{fixed: {requests: 1}}", "");
     cr_expect_eq(s->workload.classes[0].input.kind, (scn_dist_kind)k, "%s", i->name);
     workload *w = NULL;
     sc_error err = {{0}};
@@ -71,7 +73,7 @@ Test(tables, every_arrival_process_has_a_row_the_language_reads_and_gaps) {
     char phase[128];
     snprintf(phase, sizeof phase, "{rate: 10, arrival: %s, requests: 5%s}", i->name,
              i->burstiness ? ", burstiness: 0.5" : "");
-    scenario *s = parse_with("8", phase);
+    scenario *s = parse_with("8", phase, "");
     cr_expect_eq(s->workload.phases[0].arrival, (scn_arrival)a, "%s", i->name);
     workload *w = NULL;
     sc_error err = {{0}};
@@ -83,4 +85,40 @@ Test(tables, every_arrival_process_has_a_row_the_language_reads_and_gaps) {
     scenario_free(s);
   }
   cr_expect_str_eq(workload_arrival_name(SCN_ARRIVAL_COUNT), "unknown");
+}
+
+// --- routing policies (serving/router.c)
+
+static replica_health always_healthy(void *ctx) {
+  (void)ctx;
+  return REPLICA_HEALTHY;
+}
+
+Test(tables, every_router_policy_has_a_row_the_language_reads_and_picks) {
+  static const replica_i stub = {.health = always_healthy};
+  replica reps[3] = {{.i = &stub}, {.i = &stub, .index = 1}, {.i = &stub, .index = 2}};
+  replica *const ptrs[3] = {&reps[0], &reps[1], &reps[2]};
+  for (int p = 0; p < ROUTER_POLICY_COUNT; p++) {
+    const char *name = router_policy_name((router_policy)p);
+    cr_assert(name && name[0], "policy %d has no row", p);
+    router_policy back = ROUTER_POLICY_COUNT;
+    cr_expect(router_policy_parse(name, &back) && back == (router_policy)p, "%s", name);
+    for (int j = 0; j < p; j++) cr_expect_str_neq(router_policy_name((router_policy)j), name);
+    char extra[128];
+    snprintf(extra, sizeof extra, "router: {policy: %s}\n", name);
+    scenario *s = parse_with("8", "{fixed: {requests: 1}}", extra);
+    cr_expect_eq(s->router.policy, (router_policy)p, "%s", name);
+    scenario_free(s);
+    req_table reqs = {0};
+    router_config rc = {.policy = (router_policy)p};
+    router *rt = router_new(&rc, ptrs, 3, &reqs, (router_hooks){0});
+    cr_assert(rt);
+    req_rec q = {0};
+    for (int k = 0; k < 6; k++) {
+      int i = router_pick(rt, &q);
+      cr_expect(i >= 0 && i < 3, "%s picked %d", name, i);
+    }
+    router_free(rt);
+  }
+  cr_expect_null(router_policy_name(ROUTER_POLICY_COUNT));
 }
