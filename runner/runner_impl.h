@@ -55,6 +55,13 @@ typedef struct dep_result {
   // greedy outputs that differ from the first deployment's for the same request; NaN when
   // not compared (mode sim, sampling), 0 for the first deployment itself
   double layout_mismatches;
+  // the deployment's own values of metrics no summary carries, kept as written (its metric
+  // rows of phase 0): the SLO verdicts read them by name, as they read the fault verdicts'
+  struct {
+    const char *name; // static
+    double v;
+  } kept[16];
+  int n_kept;
 } dep_result;
 
 typedef struct ev_meta {

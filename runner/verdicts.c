@@ -31,6 +31,19 @@ void rn_add_metric(rt *r, int64_t phase_id, const char *name, double v) {
   db_ok(r, store_metric_add(r->db, r->run_id, r->dep_id, phase_id, NULL, name, v, &r->err));
 }
 
+// Keeps a value of deployment dr for the SLO verdicts (extra_value).
+static void keep(dep_result *dr, const char *name, double v) {
+  if (dr->n_kept == (int)(sizeof dr->kept / sizeof dr->kept[0])) return;
+  dr->kept[dr->n_kept].name = name;
+  dr->kept[dr->n_kept++].v = v;
+}
+
+// A metric row of the whole deployment dr (phase 0), kept for its SLOs too.
+static void dep_metric(rt *r, dep_result *dr, const char *name, double v) {
+  rn_add_metric(r, 0, name, v);
+  keep(dr, name, v);
+}
+
 // The fraction of the replicas' time spent in steps: busy_ns (the summed step durations of every
 // replica over a window) over dp x span_ns; NaN for an empty window.
 static double busy_frac(const rt *r, double busy_ns, uint64_t span_ns) {
@@ -112,18 +125,18 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   }
   emit_ctx c = {.r = r, .phase_id = 0, .cls = NULL};
   mt_summary_each(&dr->pooled, emit_metric, &c);
-  rn_add_metric(r, 0, "peak_queue", dr->peak_queue);
-  rn_add_metric(r, 0, "peak_batch", dr->peak_batch);
-  rn_add_metric(r, 0, "limit_violations", dr->limit_violations);
-  rn_add_metric(r, 0, "kv_peak_frac", dr->kv_peak);
-  rn_add_metric(r, 0, "busy_frac", busy_frac(r, busy_ns, span_ns));
-  rn_add_metric(r, 0, "gpus", dr->gpus);
-  rn_add_metric(r, 0, "peak_output_tok_s", dr->peak_tok_s);
+  dep_metric(r, dr, "peak_queue", dr->peak_queue);
+  dep_metric(r, dr, "peak_batch", dr->peak_batch);
+  dep_metric(r, dr, "limit_violations", dr->limit_violations);
+  dep_metric(r, dr, "kv_peak_frac", dr->kv_peak);
+  dep_metric(r, dr, "busy_frac", busy_frac(r, busy_ns, span_ns));
+  dep_metric(r, dr, "gpus", dr->gpus);
+  dep_metric(r, dr, "peak_output_tok_s", dr->peak_tok_s);
   for (int i = 0; i < r->s->slo.n; i++)
     if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
       dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);
       dr->has_knee = true;
-      rn_add_metric(r, 0, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
+      dep_metric(r, dr, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
     }
   for (int cl = 0; cl < sums->nc; cl++) {
     emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
@@ -154,6 +167,7 @@ sc_status rn_layout_equivalence(rt *r, dep_result *dr) {
     r->n_ref = r->reqs.n;
     r->have_ref = true;
     dr->layout_mismatches = 0;
+    keep(dr, "layout_mismatches", 0); // the reference itself: no row
     return SC_OK;
   }
   int mm = 0;
@@ -166,7 +180,7 @@ sc_status rn_layout_equivalence(rt *r, dep_result *dr) {
   if (mm > 0)
     rn_note(r, "%s: %d greedy output%s differ from the first deployment's", r->dep->label, mm,
             mm == 1 ? "" : "s");
-  rn_add_metric(r, 0, "layout_mismatches", mm);
+  dep_metric(r, dr, "layout_mismatches", mm);
   return r->db_status;
 }
 
@@ -191,30 +205,28 @@ typedef struct verdict_extra {
   const dep_result *d;
 } verdict_extra;
 
+// A metric a summary does not carry, by name: the deployment's own values and the fault
+// verdicts' as they were written; a metric the table marks MT_ZERO_UNFAULTED is 0 in a
+// deployment without faults. False: not measured here (the verdict fails with no value).
 static bool extra_value(void *ud, const char *name, double *out) {
   const dep_result *d = ((verdict_extra *)ud)->d;
   const fault_result *f = &d->faults;
-  if (!strcmp(name, "lost_requests")) *out = f->faulted ? f->lost : 0;
-  else if (!strcmp(name, "detect_ms") && f->faulted) *out = f->detect_ms;
-  else if (!strcmp(name, "recover_ms") && f->faulted) *out = f->recover_ms;
-  else if (!strcmp(name, "kv_leak_blocks") && f->faulted) *out = f->kv_leak;
-  else if (!strcmp(name, "output_mismatches") && f->faulted) *out = f->mismatches;
-  else if (!strcmp(name, "peak_output_tok_s")) *out = d->peak_tok_s;
-  else if (!strcmp(name, "layout_mismatches")) *out = d->layout_mismatches;
-  else if (!strcmp(name, "speedup")) *out = d->speedup;
-  else if (!strcmp(name, "efficiency")) *out = d->efficiency;
-  else if (!strcmp(name, "kv_peak_frac")) *out = d->kv_peak;
-  else if (!strcmp(name, "limit_violations")) *out = d->limit_violations;
-  else if (!strcmp(name, "knee_concurrency") && d->has_knee) *out = d->knee >= 0 ? d->knee : NAN;
-  else {
-    for (int i = 0; i < f->n_fm; i++)
-      if (!strcmp(name, f->fm[i].name)) {
-        *out = f->fm[i].v;
-        return true;
-      }
-    return false;
+  for (int i = 0; i < d->n_kept; i++)
+    if (!strcmp(name, d->kept[i].name)) {
+      *out = d->kept[i].v;
+      return true;
+    }
+  for (int i = 0; i < f->n_fm; i++)
+    if (!strcmp(name, f->fm[i].name)) {
+      *out = f->fm[i].v;
+      return true;
+    }
+  const mt_metric_info *mi = mt_metric_find(name);
+  if (!f->faulted && mi && (mi->flags & MT_ZERO_UNFAULTED)) {
+    *out = 0;
+    return true;
   }
-  return true;
+  return false;
 }
 
 sc_status rn_finish_run(rt *r, dep_result *drs, int n) {
@@ -238,18 +250,18 @@ sc_status rn_finish_run(rt *r, dep_result *drs, int n) {
     d->speedup = sp[j];
     d->efficiency = ef[j];
     r->dep_id = d->id;
-    rn_add_metric(r, 0, "speedup", sp[j]);
-    rn_add_metric(r, 0, "efficiency", ef[j]);
+    dep_metric(r, d, "speedup", sp[j]);
+    dep_metric(r, d, "efficiency", ef[j]);
   }
   // Sim mode: its tokens carry no model output, so there is no equivalence or quality delta
-  // to judge.
+  // to judge (the table's MT_MODEL_OUTPUT metrics).
   scn_slo slo = r->s->slo;
   if (r->sim) {
     int w = 0;
     for (int k = 0; k < slo.n; k++) {
       const char *key = slo.items[k].key;
-      if (strcmp(key, "output_mismatches") && strcmp(key, "swap_agreement") &&
-          strcmp(key, "swap_kl") && strcmp(key, "layout_mismatches")) {
+      const mt_metric_info *mi = mt_metric_find(key);
+      if (!mi || !(mi->flags & MT_MODEL_OUTPUT)) {
         slo.items[w++] = slo.items[k];
         continue;
       }

@@ -77,11 +77,6 @@ static void close_names(const char *key, char *buf, size_t cap) {
                             best[j]);
 }
 
-// The metric names a prompt class's SLOs may bound, for messages.
-#define PER_CLASS_NAMES                                                                            \
-  "TTFT, TPOT, ITL or E2EL latencies, output_tok_s, req_s, goodput_rps, error_rate, "              \
-  "failed_requests or timeout_requests"
-
 // The workload's prompt class names, "a, b and c", into buf.
 static void class_list(const scn_workload *w, char *buf, size_t cap) {
   size_t len = 0;
@@ -143,11 +138,14 @@ static sc_status slo_items(scn_ctx *c, struct fy_node *v, const char *where, boo
                            "key '%s': expected a metric an SLO can bound (lower or "
                            "higher is better), got a count with neither (%s)",
                            name, mi->what);
-    if (per_class && !mt_metric_per_class(name))
+    if (per_class && !mt_metric_per_class(name)) {
+      char words[300];
+      mt_metric_per_class_words(words, sizeof words);
       return yaml_map_fail(&c->doc, pk, NULL,
-                           "key '%s': expected a metric of a prompt class's own "
-                           "requests (" PER_CLASS_NAMES "), got a metric of the whole deployment",
-                           name);
+                           "key '%s': expected a metric of a prompt class's own requests (%s), "
+                           "got a metric of the whole deployment",
+                           name, words);
+    }
     if (*n == SCN_MAX_SLO)
       return yaml_map_fail(&c->doc, pk, NULL, "key '%s': at most %d SLOs", where, SCN_MAX_SLO);
     scn_slo_item *si = &items[*n];
@@ -274,11 +272,13 @@ sc_status scn_parse_gate(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
     if (base != name) { // CLASS:NAME, a prompt class's row
       char cls[64];
       snprintf(cls, sizeof cls, "%.*s", (int)(base - 1 - name), name);
-      if (!mt_metric_per_class(base))
+      if (!mt_metric_per_class(base)) {
+        char words[300];
+        mt_metric_per_class_words(words, sizeof words);
         return yaml_map_fail(&c->doc, pk, NULL,
-                             "gate.metrics: '%s': a prompt class's rows carry " PER_CLASS_NAMES
-                             ", not %s",
-                             name, base);
+                             "gate.metrics: '%s': a prompt class's rows carry %s, not %s", name,
+                             words, base);
+      }
       if (class_named(c, pk, cls, "gate.metrics") < 0) return SC_INVALID;
     }
     if (g->n == SCN_MAX_SLO)

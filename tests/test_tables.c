@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reports/metrics.h"
+#include "scenarios/metric_names.h"
 #include "scenarios/scenario.h"
 #include "scenarios/workload.h"
 #include "serving/router.h"
@@ -121,4 +123,41 @@ Test(tables, every_router_policy_has_a_row_the_language_reads_and_picks) {
     router_free(rt);
   }
   cr_expect_null(router_policy_name(ROUTER_POLICY_COUNT));
+}
+
+// --- metrics and SLO keys (scenarios/metric_names.c)
+
+Test(tables, every_metric_row_agrees_with_who_measures_it) {
+  const mt_metric_info *all;
+  int n = mt_metric_all(&all);
+  cr_assert(n > 0);
+  mt_summary sum;
+  memset(&sum, 0, sizeof sum);
+  int gated = 0;
+  for (int i = 0; i < n; i++) {
+    const mt_metric_info *m = &all[i];
+    cr_assert(m->name && m->name[0] && m->unit && m->unit[0] && m->what && m->what[0],
+              "metric %d has an empty column", i);
+    cr_expect_eq(mt_metric_find(m->name), m, "%s: names are unique", m->name);
+    // a summary carries exactly the rows measured by a summary
+    double v;
+    cr_expect_eq(mt_summary_value(&sum, m->name, &v), m->by == MT_BY_SUMMARY,
+                 "%s: measured by a summary: %d", m->name, m->by == MT_BY_SUMMARY);
+    // a prompt class's SLO may bound it: a summary carries it and it has a direction
+    if (m->flags & MT_PER_CLASS)
+      cr_expect(m->by == MT_BY_SUMMARY && m->dir != MT_NEUTRAL, "%s", m->name);
+    if (m->flags & MT_LATENCY) {
+      char fam[16], stat[16];
+      cr_expect_eq(sscanf(m->name, "%15[a-z0-9]_%15[a-z0-9]_ms", fam, stat), 2, "%s", m->name);
+    }
+    if (m->gate) {
+      cr_expect(m->dir != MT_NEUTRAL, "%s: a gated metric has a better direction", m->name);
+      gated++;
+    }
+  }
+  // the gate's places are 1..gated, each once, and the list holds them in that order
+  const char *const *g = mt_metric_gated();
+  int k = 0;
+  for (; g[k]; k++) cr_expect_eq(mt_metric_find(g[k])->gate, k + 1, "%s", g[k]);
+  cr_expect_eq(k, gated);
 }
