@@ -75,7 +75,7 @@ typedef enum scn_dist_kind {
   SCN_DIST_UNIFORM,   // integers in [a, b], inclusive
   SCN_DIST_NORMAL,    // mean a, stddev b
   SCN_DIST_LOGNORMAL, // median a (mu = ln a), sigma b
-  SCN_DIST_COUNT      // not a kind: how many there are
+  SCN_DIST_N          // not a kind: how many there are
 } scn_dist_kind;
 
 // A token-count distribution. Draws are rounded to the nearest integer and clamped to
@@ -104,7 +104,7 @@ typedef enum scn_arrival {
   SCN_ARRIVAL_CONSTANT,
   SCN_ARRIVAL_GAMMA,
   SCN_ARRIVAL_TRACE, // workload.trace: each request at its recorded arrival time
-  SCN_ARRIVAL_COUNT  // not a process: how many there are
+  SCN_ARRIVAL_N      // not a process: how many there are
 } scn_arrival;
 
 typedef struct scn_phase {

@@ -348,8 +348,8 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
   static const char *const isolations[] = {"process", "thread"};
   scn_router *r = &c->s->router;
-  const char *policies[ROUTER_POLICY_COUNT]; // the router's table (serving/router.h)
-  for (int i = 0; i < ROUTER_POLICY_COUNT; i++) policies[i] = router_policy_name((router_policy)i);
+  const char *policies[ROUTER_POLICY_N]; // the router's table (serving/router.h)
+  for (int i = 0; i < ROUTER_POLICY_N; i++) policies[i] = router_policy_name((router_policy)i);
   char policy[32] = "", isolation[32] = "";
   snprintf(policy, sizeof policy, "%s", router_policy_name(r->policy)); // the default
   const yaml_map_field f[] = {F_STR("policy", policy),
@@ -362,7 +362,7 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "router", k, f, COUNT(f), none, 0, &m));
   int p = 0;
-  SC_TRY(yaml_map_pick_key(&c->doc, &m, "policy", policy, policies, ROUTER_POLICY_COUNT, &p));
+  SC_TRY(yaml_map_pick_key(&c->doc, &m, "policy", policy, policies, ROUTER_POLICY_N, &p));
   r->policy = (router_policy)p;
   if (yaml_map_val(&m, "isolation")) {
     int i = 0;

@@ -32,7 +32,7 @@ static bool parse_count(const char *text, void *dst) {
 static void dist_expect(char *buf, size_t cap) {
   size_t len = (size_t)snprintf(buf, cap, "a token count (an integer >= 1) or one of ");
   int n = 0;
-  for (int k = 0; k < SCN_DIST_COUNT && len < cap; k++) {
+  for (int k = 0; k < SCN_DIST_N && len < cap; k++) {
     const wl_dist_info *i = workload_dist((scn_dist_kind)k);
     if (i->form == WL_FORM_PAIR)
       len += (size_t)snprintf(buf + len, cap - len, "%s{%s: [a, b]}", n++ ? ", " : "", i->name);
@@ -46,10 +46,10 @@ static sc_status parse_dist(scn_ctx *c, struct fy_node *v, struct fy_node *k, sc
   const char *key = yaml_map_key_text(k);
   char expect[300];
   dist_expect(expect, sizeof expect);
-  const char *nested[SCN_DIST_COUNT];
-  scn_dist_kind kinds[SCN_DIST_COUNT], count = SCN_DIST_FIXED;
+  const char *nested[SCN_DIST_N];
+  scn_dist_kind kinds[SCN_DIST_N], count = SCN_DIST_FIXED;
   int nn = 0;
-  for (int i = 0; i < SCN_DIST_COUNT; i++) {
+  for (int i = 0; i < SCN_DIST_N; i++) {
     const wl_dist_info *di = workload_dist((scn_dist_kind)i);
     if (di->form == WL_FORM_COUNT) count = (scn_dist_kind)i;
     else kinds[nn] = (scn_dist_kind)i, nested[nn++] = di->name;
@@ -210,11 +210,11 @@ static sc_status parse_phase(scn_ctx *c, struct fy_node *item, struct fy_node *k
   case SCN_PHASE_RATE: {
     SC_TRY(yaml_map_check(&c->doc, &m, "rate", p->rate > 0, "requests per second, a number > 0"));
     // the processes a scenario names, and those that take burstiness (workload.h's table)
-    const char *names[SCN_ARRIVAL_COUNT];
-    scn_arrival ids[SCN_ARRIVAL_COUNT];
+    const char *names[SCN_ARRIVAL_N];
+    scn_arrival ids[SCN_ARRIVAL_N];
     char bursty[64] = "";
     int n = 0;
-    for (int i = 0; i < SCN_ARRIVAL_COUNT; i++) {
+    for (int i = 0; i < SCN_ARRIVAL_N; i++) {
       const wl_arrival_info *ai = workload_arrival((scn_arrival)i);
       if (ai->from_trace) continue;
       if (ai->burstiness)

@@ -230,7 +230,7 @@ typedef struct dist_row {
   const char *(*check)(const scn_dist *d); // optional
 } dist_row;
 
-static const dist_row dists[SCN_DIST_COUNT] = {
+static const dist_row dists[SCN_DIST_N] = {
     [SCN_DIST_FIXED] = {{"fixed", WL_FORM_COUNT, NULL, NULL}, draw_fixed, max_a, NULL},
     [SCN_DIST_UNIFORM] = {{"uniform", WL_FORM_PAIR, NULL, NULL}, draw_uniform, max_b,
                           check_uniform},
@@ -271,7 +271,7 @@ typedef struct arrival_row {
   uint64_t (*gap)(const workload *w, const wl_phase *p, int phase, uint64_t j);
 } arrival_row;
 
-static const arrival_row arrivals[SCN_ARRIVAL_COUNT] = {
+static const arrival_row arrivals[SCN_ARRIVAL_N] = {
     [SCN_ARRIVAL_POISSON] = {{"poisson", false, false}, gap_poisson},
     [SCN_ARRIVAL_CONSTANT] = {{"constant", false, false}, gap_constant},
     [SCN_ARRIVAL_GAMMA] = {{"gamma", false, true}, gap_gamma},
@@ -279,11 +279,11 @@ static const arrival_row arrivals[SCN_ARRIVAL_COUNT] = {
 };
 
 const wl_dist_info *workload_dist(scn_dist_kind k) {
-  return (unsigned)k < SCN_DIST_COUNT && dists[k].info.name ? &dists[k].info : NULL;
+  return (unsigned)k < SCN_DIST_N && dists[k].info.name ? &dists[k].info : NULL;
 }
 
 const wl_arrival_info *workload_arrival(scn_arrival a) {
-  return (unsigned)a < SCN_ARRIVAL_COUNT && arrivals[a].info.name ? &arrivals[a].info : NULL;
+  return (unsigned)a < SCN_ARRIVAL_N && arrivals[a].info.name ? &arrivals[a].info : NULL;
 }
 
 const char *workload_arrival_name(scn_arrival a) {
@@ -297,7 +297,7 @@ const char *workload_arrival_name(scn_arrival a) {
 static sc_status check_dist(const scn_dist *d, const char *cls, const char *which,
                             sc_error *err) {
   const char *why = NULL;
-  const dist_row *r = (unsigned)d->kind < SCN_DIST_COUNT ? &dists[d->kind] : NULL;
+  const dist_row *r = (unsigned)d->kind < SCN_DIST_N ? &dists[d->kind] : NULL;
   if (!isfinite(d->a) || !isfinite(d->b)) why = "finite parameters";
   else if (!r) why = "a known distribution";
   else if (r->check) why = r->check(d);
@@ -347,7 +347,7 @@ static sc_status setup_phases(workload *w, const scn_workload *wl, sc_error *err
     if (!(p->rate > 0) || !isfinite(p->rate))
       return sc_fail(err, SC_INVALID, "workload: phase '%s': rate must be > 0, got %g",
                      p->name, p->rate);
-    if ((unsigned)p->arrival >= SCN_ARRIVAL_COUNT ||
+    if ((unsigned)p->arrival >= SCN_ARRIVAL_N ||
         arrivals[p->arrival].info.from_trace != wl->trace)
       return sc_fail(err, SC_INVALID, "workload: phase '%s': unknown arrival process %d",
                      p->name, (int)p->arrival);

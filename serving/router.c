@@ -76,17 +76,17 @@ static bool round_robin(const router *r, int i, int best) {
 static const struct {
   const char *name; // router.policy in a scenario
   bool (*beats)(const router *r, int i, int best);
-} policies[ROUTER_POLICY_COUNT] = {
+} policies[ROUTER_POLICY_N] = {
     [ROUTER_LEAST_OUTSTANDING] = {"least-outstanding", least_outstanding},
     [ROUTER_ROUND_ROBIN] = {"round-robin", round_robin},
 };
 
 const char *router_policy_name(router_policy p) {
-  return (unsigned)p < ROUTER_POLICY_COUNT ? policies[p].name : NULL;
+  return (unsigned)p < ROUTER_POLICY_N ? policies[p].name : NULL;
 }
 
 bool router_policy_parse(const char *text, router_policy *out) {
-  for (int p = 0; p < ROUTER_POLICY_COUNT; p++)
+  for (int p = 0; p < ROUTER_POLICY_N; p++)
     if (policies[p].name && !strcmp(text, policies[p].name)) {
       *out = (router_policy)p;
       return true;

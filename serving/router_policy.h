@@ -10,7 +10,7 @@
 typedef enum router_policy {
   ROUTER_LEAST_OUTSTANDING, // the fewest requests in flight, ties broken round-robin (default)
   ROUTER_ROUND_ROBIN,       // the next eligible in turn
-  ROUTER_POLICY_COUNT       // not a policy: how many there are
+  ROUTER_POLICY_N           // not a policy: how many there are
 } router_policy;
 
 // "least-outstanding", "round-robin" (static); NULL outside the enum.

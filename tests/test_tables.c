@@ -36,7 +36,7 @@ static scenario *parse_with(const char *input, const char *phase, const char *ex
 // --- length distributions and arrival processes (scenarios/workload.c)
 
 Test(tables, every_length_distribution_has_a_row_the_language_reads_and_draws) {
-  for (int k = 0; k < SCN_DIST_COUNT; k++) {
+  for (int k = 0; k < SCN_DIST_N; k++) {
     const wl_dist_info *i = workload_dist((scn_dist_kind)k);
     cr_assert(i && i->name && i->name[0], "distribution %d has no row", k);
     for (int j = 0; j < k; j++)
@@ -61,11 +61,11 @@ Test(tables, every_length_distribution_has_a_row_the_language_reads_and_draws) {
     workload_free(w);
     scenario_free(s);
   }
-  cr_expect_null(workload_dist(SCN_DIST_COUNT));
+  cr_expect_null(workload_dist(SCN_DIST_N));
 }
 
 Test(tables, every_arrival_process_has_a_row_the_language_reads_and_gaps) {
-  for (int a = 0; a < SCN_ARRIVAL_COUNT; a++) {
+  for (int a = 0; a < SCN_ARRIVAL_N; a++) {
     const wl_arrival_info *i = workload_arrival((scn_arrival)a);
     cr_assert(i && i->name && i->name[0], "arrival process %d has no row", a);
     cr_expect_str_eq(workload_arrival_name((scn_arrival)a), i->name);
@@ -86,7 +86,7 @@ Test(tables, every_arrival_process_has_a_row_the_language_reads_and_gaps) {
     workload_free(w);
     scenario_free(s);
   }
-  cr_expect_str_eq(workload_arrival_name(SCN_ARRIVAL_COUNT), "unknown");
+  cr_expect_str_eq(workload_arrival_name(SCN_ARRIVAL_N), "unknown");
 }
 
 // --- routing policies (serving/router.c)
@@ -100,10 +100,10 @@ Test(tables, every_router_policy_has_a_row_the_language_reads_and_picks) {
   static const replica_i stub = {.health = always_healthy};
   replica reps[3] = {{.i = &stub}, {.i = &stub, .index = 1}, {.i = &stub, .index = 2}};
   replica *const ptrs[3] = {&reps[0], &reps[1], &reps[2]};
-  for (int p = 0; p < ROUTER_POLICY_COUNT; p++) {
+  for (int p = 0; p < ROUTER_POLICY_N; p++) {
     const char *name = router_policy_name((router_policy)p);
     cr_assert(name && name[0], "policy %d has no row", p);
-    router_policy back = ROUTER_POLICY_COUNT;
+    router_policy back = ROUTER_POLICY_N;
     cr_expect(router_policy_parse(name, &back) && back == (router_policy)p, "%s", name);
     for (int j = 0; j < p; j++) cr_expect_str_neq(router_policy_name((router_policy)j), name);
     char extra[128];
@@ -122,7 +122,7 @@ Test(tables, every_router_policy_has_a_row_the_language_reads_and_picks) {
     }
     router_free(rt);
   }
-  cr_expect_null(router_policy_name(ROUTER_POLICY_COUNT));
+  cr_expect_null(router_policy_name(ROUTER_POLICY_N));
 }
 
 // --- metrics and SLO keys (scenarios/metric_names.c)
