@@ -119,9 +119,6 @@ static inline bool db_ok(fault_rt *f, sc_status s) {
   return s == SC_OK;
 }
 
-// The kinds whose symptom is a replica lost (its death, a request failed as replica_lost).
-#define FRT_LETHAL (1u << SCN_FAULT_KILL | 1u << SCN_FAULT_HANG | 1u << SCN_FAULT_EXEC)
-
 // --- faults/runtime.c
 // The injected fault of one of the given kinds (bits 1 << scn_fault_kind) that a symptom of
 // replica rep belongs to: the latest on it (or on every replica) not detected yet, else the
@@ -137,6 +134,12 @@ sc_status frt_clock_setup(fault_rt *f);
 void frt_act(fault_rt *f, int fi, bool end, uint64_t now);
 // Whether every live worker's wall clock shows clock jump fi (then it is detected).
 void frt_clock_check(fault_rt *f, int fi, uint64_t now);
+// What faults that reach no replica do at their start (their rows' act, faults/kinds.c): a
+// clock jump moves the workers' clock, a cancel storm cancels requests in flight, an exec
+// fault starts its commands.
+void frt_clock_jump(fault_rt *f, int fi, uint64_t now);
+void frt_cancel_storm(fault_rt *f, int fi, uint64_t now);
+void frt_exec_start(fault_rt *f, int fi, uint64_t now);
 
 // Reaps the commands of exec fault fi that have ended (every loop turn); wait: all of them,
 // stopping what still runs (the deployment's end).

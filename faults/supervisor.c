@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "faults/kinds.h"
 #include "faults/runtime_impl.h"
 
 enum { JOIN_POLL_NS = 5000000 }; // how often a join looks at whether the supervisor is done
@@ -41,7 +42,7 @@ bool frt_ask_supervisor(fault_rt *f, int i) {
 void frt_on_dead(fault_rt *f, int i, uint64_t now) {
   rep_state *rs = &f->rs[i];
   rs->dead_seen = true;
-  int fi = frt_fault_of(f, i, FRT_LETHAL);
+  int fi = frt_fault_of(f, i, fk_detected_by(FK_LOST));
   char how[200];
   snprintf(how, sizeof how, "replica%d lost: %.150s", i, replica_error(f->c.reps[i]));
   if (fi >= 0) {

@@ -49,6 +49,9 @@ int ft_sweeps(const scenario *s, const scn_deployment *d);
 // "replica0.rank1" for sweep i of d (buf of cap bytes); "" when ft_sweeps is 1.
 void ft_sweep_label(const scn_deployment *d, int sweep, char *buf, size_t cap);
 
+// Uniform in [0, n) from the seeded generator x of a chaos draw (0 when n is 0).
+uint64_t ft_below(uint64_t *x, uint64_t n);
+
 // Builds the plan of deployment d for sweep number `sweep` (0 .. ft_sweeps - 1), drawing chaos
 // schedules from seed (the same seed, scenario and deployment always give the same plan).
 // *out owns its array (ft_plan_free). SC_OOM only.

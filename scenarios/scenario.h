@@ -141,6 +141,9 @@ typedef struct scn_workload {
 } scn_workload;
 
 // --- faults: parsed and validated here, injected by faults/ (see docs/scenarios.md)
+// Each kind has two rows of one index (docs/design.md, "The tables"): the language's here
+// (scenarios/scenario_faults.c: its key, what it takes, its parse) and the runtime's
+// (faults/kinds.c: its detail, chaos draw, delivery to replicas, detection).
 typedef enum scn_fault_kind {
   SCN_FAULT_KILL,         // what: "gpu" (target replicaR.rankK) | "replica" (target replicaR)
   SCN_FAULT_HANG,         // what: "rank" | "replica"; duration_ns = resume_after (0: never)
@@ -152,7 +155,17 @@ typedef enum scn_fault_kind {
   SCN_FAULT_CORRUPT,      // what: "nan" | "bitflip"
   SCN_FAULT_CHAOS,        // kinds_mask, count_min/max, between, keep_alive
   SCN_FAULT_EXEC,         // exec_command: a user command at the fault's time (targets only)
+  SCN_FAULT_N             // not a kind: how many there are
 } scn_fault_kind;
+
+// A fault kind as the language knows it (its row in scenarios/scenario_faults.c).
+typedef struct scn_fault_kind_info {
+  const char *name;    // its key in a fault: "kill", "cancel_storm", ...
+  const char *example; // one whole fault of the kind, e.g. "{kill: replica, at: 1s, target:
+                       // replica0}" (docs, and the sync test's)
+  bool target_only;    // an external target's only (exec)
+  bool now;            // shardcheck serve's admin API applies it at once
+} scn_fault_kind_info;
 
 enum { SCN_STAGE_QUEUED = 1, SCN_STAGE_PREFILL = 2, SCN_STAGE_DECODE = 4 };
 
@@ -357,6 +370,8 @@ uint64_t scenario_phase_duration_ns(const scn_phase *p);
 bool scenario_isolates_processes(const scenario *s);
 const char *scenario_phase_kind_name(scn_phase_kind k); // "ramp", "rate", "fixed"
 const char *scenario_fault_kind_name(scn_fault_kind k); // "kill", "hang", ..., "chaos"
+// The language's row of kind k (static); NULL outside the enum.
+const scn_fault_kind_info *scenario_fault_kind(scn_fault_kind k);
 const char *scenario_record_name(scn_record r);         // "tokens", "requests", "summary"
 // The level named by text into *out; false (and *out untouched) for anything else.
 bool scenario_record_parse(const char *text, scn_record *out);

@@ -87,12 +87,39 @@ static sc_status check_target(scn_ctx *c, struct fy_node *v, struct fy_node *k, 
                        yaml_map_key_text(k), text, have);
 }
 
-// Fault kind keys, in scn_fault_kind order.
-static const char *const fault_kinds[] = {"kill",     "hang",       "slow", "cancel_storm",
-                                          "hot_swap", "clock_jump", "oom",  "corrupt",
-                                          "chaos",    "exec"};
+// --- each kind's own keys: v is the value of the kind's key k in fault m (a word kind's
+// value read as `word`), ft the fault filled in
 
-static sc_status parse_slow(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+// The row type of the table below (the parsers read it: chaos draws from it).
+typedef struct kind_row kind_row;
+static const kind_row *row_of(scn_fault_kind k);
+
+static sc_status parse_kill(scn_ctx *c, const yaml_map_view *m, struct fy_node *v,
+                            struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)m;
+  static const char *const whats[] = {"gpu", "replica"};
+  int i = 0;
+  SC_TRY(yaml_map_pick(&c->doc, v, k, word, whats, 2, &i));
+  snprintf(ft->what, sizeof ft->what, "%s", word);
+  return SC_OK;
+}
+
+static sc_status parse_hang(scn_ctx *c, const yaml_map_view *m, struct fy_node *v,
+                            struct fy_node *k, scn_fault *ft, const char *word) {
+  static const char *const whats[] = {"rank", "replica"};
+  int i = 0;
+  SC_TRY(yaml_map_pick(&c->doc, v, k, word, whats, 2, &i));
+  snprintf(ft->what, sizeof ft->what, "%s", word);
+  if (yaml_map_has(m, "resume_after") && yaml_map_has(m, "duration")) // both set duration_ns
+    return yaml_map_fail(&c->doc, yaml_map_key(m, "duration"), NULL,
+                         "key 'duration': a hang takes "
+                         "resume_after or duration (the same thing), got both");
+  return SC_OK;
+}
+
+static sc_status parse_slow(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                            struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
   static const char *const none[] = {NULL};
   char on[16] = "";
   const yaml_map_field f[] = {
@@ -127,8 +154,9 @@ static sc_status parse_slow(scn_ctx *c, struct fy_node *v, struct fy_node *k, sc
   return SC_OK;
 }
 
-static sc_status parse_cancel_storm(scn_ctx *c, struct fy_node *v, struct fy_node *k,
-                                    scn_fault *ft) {
+static sc_status parse_cancel_storm(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                                    struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
   static const char *const nested[] = {"stages"};
   const yaml_map_field f[] = {F_DBL("fraction", &ft->fraction), F_INT("count", &ft->count)};
   yaml_map_view m;
@@ -199,7 +227,9 @@ static sc_status parse_target_swap(scn_ctx *c, struct fy_node *v, struct fy_node
   return SC_OK;
 }
 
-static sc_status parse_hot_swap(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+static sc_status parse_hot_swap(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                                struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
   if (c->s->target.set) return parse_target_swap(c, v, k, ft);
   static const char *const none[] = {NULL};
   char model[1024] = "";
@@ -221,21 +251,293 @@ static sc_status parse_hot_swap(scn_ctx *c, struct fy_node *v, struct fy_node *k
   return SC_OK;
 }
 
-static sc_status parse_chaos(scn_ctx *c, struct fy_node *v, struct fy_node *k, scn_fault *ft) {
+static sc_status parse_clock_jump(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                                  struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
+  if (c->s->mode == SCN_MODE_SIM)
+    return yaml_map_fail(&c->doc, k, NULL,
+                         "clock_jump: not available in mode: sim (the virtual clock "
+                         "has no wall clock to jump)");
+  static const char *const none[] = {NULL};
+  const yaml_map_field cf[] = {
+      F_CUSTOM("offset", &ft->offset_ns, yaml_map_parse_sdur, YAML_MAP_SDUR_EXPECT)};
+  yaml_map_view cm;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "clock_jump", k, cf, 1, none, 0, &cm));
+  SC_TRY(yaml_map_need(&c->doc, &cm, "offset", YAML_MAP_SDUR_EXPECT));
+  return yaml_map_check(&c->doc, &cm, "offset", ft->offset_ns != 0, "a non-zero signed duration");
+}
+
+static sc_status parse_oom(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                           struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
+  static const char *const none[] = {NULL};
+  static const char *const modes[] = {"transient", "persistent"};
+  char mode[16] = "transient";
+  const yaml_map_field of[] = {F_STR("mode", mode), F_INT("after_allocs", &ft->after_allocs)};
+  yaml_map_view om;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "oom", k, of, 2, none, 0, &om));
+  int i = 0;
+  SC_TRY(yaml_map_pick_key(&c->doc, &om, "mode", mode, modes, 2, &i));
+  SC_TRY(yaml_map_check(&c->doc, &om, "after_allocs", ft->after_allocs >= 0, "an integer >= 0"));
+  snprintf(ft->what, sizeof ft->what, "%s", mode);
+  return SC_OK;
+}
+
+static sc_status parse_corrupt(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                               struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
+  static const char *const none[] = {NULL};
+  static const char *const kinds[] = {"nan", "bitflip"};
+  char ck[16] = "";
+  const yaml_map_field cf[] = {F_STR("kind", ck)};
+  yaml_map_view cm;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "corrupt", k, cf, 1, none, 0, &cm));
+  SC_TRY(yaml_map_need(&c->doc, &cm, "kind", "nan or bitflip"));
+  int i = 0;
+  SC_TRY(yaml_map_pick_key(&c->doc, &cm, "kind", ck, kinds, 2, &i));
+  snprintf(ft->what, sizeof ft->what, "%s", ck);
+  return SC_OK;
+}
+
+static sc_status parse_exec(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                            struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
+  static const char *const none[] = {NULL};
+  const yaml_map_field ef[] = {F_STR("command", ft->exec_command)};
+  yaml_map_view em;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "exec", k, ef, 1, none, 0, &em));
+  SC_TRY(yaml_map_need(&c->doc, &em, "command",
+                       "a command line run at the fault's time, e.g. \"docker kill "
+                       "llm-{replica}\""));
+  SC_TRY(yaml_map_check(&c->doc, &em, "command", ft->exec_command[0] != 0, "a command line"));
+  char bad[64];
+  if (!launch_exec_check(ft->exec_command, bad, sizeof bad))
+    return yaml_map_fail(&c->doc, yaml_map_val(&em, "command"), yaml_map_key(&em, "command"),
+                         "key 'command': %s%s; "
+                         "expected placeholders among {pid}, {port}, {replica} ({{ and }} for "
+                         "literal braces)",
+                         bad[0] == '{' ? "unknown placeholder " : "", bad);
+  return SC_OK;
+}
+
+static sc_status parse_chaos(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                             struct fy_node *k, scn_fault *ft, const char *word);
+
+// --- which kinds of deployment take each kind: w is "FILE:LINE:COL: fault 'KIND'"
+//
+// Without a target every kind but exec runs on shardcheck's own replicas. An external target
+// takes only what reaches a server from outside: signals to what shardcheck launched, the
+// clients' own cancels, a user command, and shardcheck serve's admin API.
+
+static sc_status reach_any(scn_ctx *c, const scn_fault *f, const char *w) {
+  (void)c, (void)f, (void)w;
+  return SC_OK;
+}
+
+// Inside the engine (oom, corrupt, slow): on a target only through serve's admin API.
+static sc_status reach_admin(scn_ctx *c, const scn_fault *f, const char *w) {
+  const scn_target *t = &c->s->target;
+  if (!t->set) return SC_OK;
+  if (!t->admin_token[0])
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: an external target takes no %s fault (it happens inside the "
+                   "engine) unless it is shardcheck serve: set target.openai.admin_token to "
+                   "the --admin-token its launch passes, and the fault goes through its admin "
+                   "API (docs/targets.md)",
+                   w, scenario_fault_kind_name(f->kind));
+  if (t->launch[0] && !strstr(t->launch, t->admin_token))
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: target.openai.admin_token is not in target.openai.launch (the "
+                   "launched server needs --admin-token with it)",
+                   w);
+  return SC_OK;
+}
+
+// Signals (kill, hang, clock_jump, hot_swap): on a target only to what shardcheck launched.
+static sc_status reach_launched(scn_ctx *c, const scn_fault *f, const char *w) {
+  (void)f;
+  const scn_target *t = &c->s->target;
+  if (t->set && !t->launch[0])
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: needs target.openai.launch (shardcheck signals "
+                   "only what it launched; an exec fault reaches a server it did not start)",
+                   w);
+  return SC_OK;
+}
+
+static sc_status reach_kill(scn_ctx *c, const scn_fault *f, const char *w) {
+  SC_TRY(reach_launched(c, f, w));
+  const scn_target *t = &c->s->target;
+  if (t->set && !strcmp(f->what, "gpu") && !t->rank_process[0])
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: kill: gpu needs target.openai.rank_process (a "
+                   "regular expression on the command line of the server's worker processes, "
+                   "e.g. \"VllmWorker\")",
+                   w);
+  return SC_OK;
+}
+
+static sc_status reach_hang(scn_ctx *c, const scn_fault *f, const char *w) {
+  SC_TRY(reach_launched(c, f, w));
+  if (c->s->target.set && !strcmp(f->what, "rank"))
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: hang: rank is not available on an external target "
+                   "(hang: replica stops the whole server)",
+                   w);
+  return SC_OK;
+}
+
+static sc_status reach_chaos(scn_ctx *c, const scn_fault *f, const char *w) {
+  (void)f;
+  if (!c->s->target.set) return SC_OK;
+  return sc_fail(c->doc.err, SC_INVALID,
+                 "%s: not on an external target (its draws include oom, "
+                 "slow and corrupt); list kill, hang and cancel_storm faults instead",
+                 w);
+}
+
+static sc_status reach_exec(scn_ctx *c, const scn_fault *f, const char *w) {
+  const scn_target *t = &c->s->target;
+  if (!t->set && c->predicting)
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: not in mode sim (a user command has no simulated "
+                   "server to reach): predict without it",
+                   w);
+  if (!t->set)
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: only with a target (it runs a command against a "
+                   "server shardcheck did not start; shardcheck's own replicas take kill and "
+                   "hang)",
+                   w);
+  if (!t->launch[0] && strstr(f->exec_command, "{pid}"))
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: {pid} needs target.openai.launch (a server "
+                   "shardcheck did not start has no pid it knows)",
+                   w);
+  return SC_OK;
+}
+
+// --- the table of fault kinds: one row each (docs/design.md: the one place to add a kind,
+// with its runtime row in faults/kinds.c)
+
+// What a kind takes besides its own key.
+enum {
+  KIND_TIMED = 1,        // at or at_phase (exactly one)
+  KIND_DURATION = 2,     // duration
+  KIND_TARGET = 4,       // target
+  KIND_RESUME_AFTER = 8, // resume_after (the same as duration)
+  KIND_WORD = 16,        // its value is a word (kill: gpu), not a mapping of its own keys
+  KIND_CHAOS = 32,       // chaos may draw it
+};
+
+struct kind_row {
+  scn_fault_kind_info info; // name, example, target_only, now
+  unsigned takes;           // KIND_*
+  int targets;              // TGT_* forms a target may take
+  bool target_required;
+  const char *rank_what; // when its what is this, targets are a rank or every-rank (required)
+  sc_status (*parse)(scn_ctx *c, const yaml_map_view *m, struct fy_node *v, struct fy_node *k,
+                     scn_fault *ft, const char *word);
+  // Whether the scenario's kind of deployment takes the parsed fault f.
+  sc_status (*reach)(scn_ctx *c, const scn_fault *f, const char *w);
+};
+
+enum { TGT_ANY = TGT_REPLICA | TGT_RANK | TGT_EVERY };
+
+// clang-format off
+static const kind_row kinds[SCN_FAULT_N] = {
+    [SCN_FAULT_KILL] = {.info = {"kill", "{kill: replica, at: 1s, target: replica0}", .now = true},
+                        .takes = KIND_TIMED | KIND_TARGET | KIND_WORD | KIND_CHAOS,
+                        .targets = TGT_REPLICA, .target_required = true, .rank_what = "gpu",
+                        .parse = parse_kill, .reach = reach_kill},
+    [SCN_FAULT_HANG] = {.info = {"hang", "{hang: replica, at: 1s, resume_after: 2s, "
+                                         "target: replica0}", .now = true},
+                        .takes = KIND_TIMED | KIND_DURATION | KIND_TARGET | KIND_RESUME_AFTER |
+                                 KIND_WORD | KIND_CHAOS,
+                        .targets = TGT_REPLICA, .target_required = true, .rank_what = "rank",
+                        .parse = parse_hang, .reach = reach_hang},
+    [SCN_FAULT_SLOW] = {.info = {"slow", "{slow: {on: rank, factor: 3}, at: 1s, "
+                                         "target: replica0.rank0}", .now = true},
+                        .takes = KIND_TIMED | KIND_DURATION | KIND_TARGET | KIND_CHAOS,
+                        .targets = TGT_ANY, .rank_what = "rank",
+                        .parse = parse_slow, .reach = reach_admin},
+    [SCN_FAULT_CANCEL_STORM] = {.info = {"cancel_storm", "{cancel_storm: {fraction: 0.5}, at: 1s}"},
+                                .takes = KIND_TIMED | KIND_CHAOS,
+                                .parse = parse_cancel_storm, .reach = reach_any},
+    [SCN_FAULT_HOT_SWAP] = {.info = {"hot_swap", "{hot_swap: {dtype: int8}, at: 1s}"},
+                            .takes = KIND_TIMED | KIND_TARGET, .targets = TGT_REPLICA,
+                            .parse = parse_hot_swap, .reach = reach_launched},
+    [SCN_FAULT_CLOCK_JUMP] = {.info = {"clock_jump", "{clock_jump: {offset: +1h}, at: 1s}"},
+                              .takes = KIND_TIMED,
+                              .parse = parse_clock_jump, .reach = reach_launched},
+    [SCN_FAULT_OOM] = {.info = {"oom", "{oom: {mode: transient}, at: 1s, target: replica0}",
+                                .now = true},
+                       .takes = KIND_TIMED | KIND_DURATION | KIND_TARGET | KIND_CHAOS,
+                       .targets = TGT_ANY, .target_required = true,
+                       .parse = parse_oom, .reach = reach_admin},
+    [SCN_FAULT_CORRUPT] = {.info = {"corrupt", "{corrupt: {kind: nan}, at: 1s, target: replica0}",
+                                    .now = true},
+                           .takes = KIND_TIMED | KIND_DURATION | KIND_TARGET | KIND_CHAOS,
+                           .targets = TGT_ANY, .target_required = true,
+                           .parse = parse_corrupt, .reach = reach_admin},
+    [SCN_FAULT_CHAOS] = {.info = {"chaos", "{chaos: {kinds: [kill, hang], count: [1, 2], "
+                                           "between: [1s, 5s]}}"},
+                         .parse = parse_chaos, .reach = reach_chaos},
+    [SCN_FAULT_EXEC] = {.info = {"exec", "{exec: {command: \"true\"}, at: 1s}",
+                                 .target_only = true},
+                        .takes = KIND_TIMED | KIND_TARGET, .targets = TGT_REPLICA,
+                        .parse = parse_exec, .reach = reach_exec},
+};
+// clang-format on
+
+static const kind_row *row_of(scn_fault_kind k) {
+  return (unsigned)k < SCN_FAULT_N && kinds[k].info.name ? &kinds[k] : NULL;
+}
+
+// The names of the kinds with all of `flags` (0: every kind; now: the ones the admin API
+// takes), "a, b or c" (then `tail`, e.g. " or clear") into buf; their kinds into ids[] when not
+// NULL; returns how many.
+static int kind_names(unsigned flags, bool now, const char *last, char *buf, size_t cap,
+                      scn_fault_kind *ids, const char **names) {
+  int n = 0, total = 0;
+  for (int k = 0; k < SCN_FAULT_N; k++)
+    total += (kinds[k].takes & flags) == flags && (!now || kinds[k].info.now);
+  size_t len = 0;
+  if (cap) buf[0] = 0;
+  for (int k = 0; k < SCN_FAULT_N; k++) {
+    const kind_row *r = &kinds[k];
+    if ((r->takes & flags) != flags || (now && !r->info.now)) continue;
+    if (ids) ids[n] = (scn_fault_kind)k;
+    if (names) names[n] = r->info.name;
+    if (len < cap)
+      len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                              n == 0           ? ""
+                              : n == total - 1 ? last
+                                               : ", ",
+                              r->info.name);
+    n++;
+  }
+  return n;
+}
+
+static sc_status parse_chaos(scn_ctx *c, const yaml_map_view *fm, struct fy_node *v,
+                             struct fy_node *k, scn_fault *ft, const char *word) {
+  (void)fm, (void)word;
   static const char *const nested[] = {"kinds", "count", "between", "keep_alive"};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "chaos", k, NULL, 0, nested, COUNT(nested), &m));
   SC_TRY(yaml_map_need(&c->doc, &m, "kinds", "a list of fault kinds to draw from"));
   SC_TRY(yaml_map_need(&c->doc, &m, "count", "[min, max] faults to draw"));
   SC_TRY(yaml_map_need(&c->doc, &m, "between", "[from, to]: the window of fault times"));
-  static const char *const drawable[] = {"kill", "hang", "slow", "cancel_storm", "oom", "corrupt"};
-  static const scn_fault_kind drawn[] = {SCN_FAULT_KILL,         SCN_FAULT_HANG, SCN_FAULT_SLOW,
-                                         SCN_FAULT_CANCEL_STORM, SCN_FAULT_OOM,  SCN_FAULT_CORRUPT};
-  int idx[6], n = 0;
-  struct fy_node *items[6];
-  SC_TRY(yaml_map_enum_list(&c->doc, yaml_map_val(&m, "kinds"), yaml_map_key(&m, "kinds"),
-                            "a list of kill, hang, slow, cancel_storm, oom, corrupt", drawable, 6,
-                            6, idx, &n, items));
+  const char *drawable[SCN_FAULT_N];
+  scn_fault_kind drawn[SCN_FAULT_N];
+  char list[200], expect[220];
+  int nd = kind_names(KIND_CHAOS, false, ", ", list, sizeof list, drawn, drawable);
+  snprintf(expect, sizeof expect, "a list of %s", list);
+  int idx[SCN_FAULT_N], n = 0;
+  struct fy_node *items[SCN_FAULT_N];
+  SC_TRY(yaml_map_enum_list(&c->doc, yaml_map_val(&m, "kinds"), yaml_map_key(&m, "kinds"), expect,
+                            drawable, nd, nd, idx, &n, items));
   for (int i = 0; i < n; i++) ft->kinds_mask |= 1u << drawn[idx[i]];
   int cnt[2] = {0, 0};
   struct fy_node *cv = yaml_map_val(&m, "count"), *ck = yaml_map_key(&m, "count");
@@ -270,84 +572,58 @@ static sc_status parse_chaos(scn_ctx *c, struct fy_node *v, struct fy_node *k, s
   return SC_OK;
 }
 
-// What each fault kind takes besides its own key, and the targets it accepts.
-typedef struct fault_rule {
-  bool timed;    // at or at_phase (exactly one)
-  bool duration; // duration allowed
-  bool target;   // target allowed
-} fault_rule;
-
-static const fault_rule fault_rules[] = {
-    [SCN_FAULT_KILL] = {true, false, true},     [SCN_FAULT_HANG] = {true, true, true},
-    [SCN_FAULT_SLOW] = {true, true, true},      [SCN_FAULT_CANCEL_STORM] = {true, false, false},
-    [SCN_FAULT_HOT_SWAP] = {true, false, true}, [SCN_FAULT_CLOCK_JUMP] = {true, false, false},
-    [SCN_FAULT_OOM] = {true, true, true},       [SCN_FAULT_CORRUPT] = {true, true, true},
-    [SCN_FAULT_CHAOS] = {false, false, false},  [SCN_FAULT_EXEC] = {true, false, true},
-};
-
-// Target forms accepted (and whether one is required) for a parsed fault.
-static int fault_targets(const scn_fault *ft, bool *required) {
-  *required = true;
-  switch (ft->kind) {
-  case SCN_FAULT_KILL: return strcmp(ft->what, "gpu") ? TGT_REPLICA : TGT_RANK | TGT_EVERY;
-  case SCN_FAULT_HANG: return strcmp(ft->what, "rank") ? TGT_REPLICA : TGT_RANK | TGT_EVERY;
-  case SCN_FAULT_SLOW:
-    if (!strcmp(ft->what, "rank")) return TGT_RANK | TGT_EVERY;
-    *required = false;
-    return TGT_REPLICA | TGT_RANK | TGT_EVERY;
-  case SCN_FAULT_HOT_SWAP:
-  case SCN_FAULT_EXEC: *required = false; return TGT_REPLICA;
-  case SCN_FAULT_OOM:
-  case SCN_FAULT_CORRUPT: return TGT_REPLICA | TGT_RANK | TGT_EVERY;
-  default: *required = false; return 0;
-  }
-}
-
 static sc_status parse_fault(scn_ctx *c, struct fy_node *item, struct fy_node *k, scn_fault *ft) {
   const scn_workload *w = &c->s->workload;
-  char kill[16] = "", hang[16] = "";
-  uint64_t resume = 0;
-  static const char *const nested[] = {"slow", "cancel_storm", "hot_swap", "clock_jump",
-                                       "oom",  "corrupt",      "chaos",    "exec"};
-  const yaml_map_field f[] = {
-      F_STR("kill", kill),
-      F_STR("hang", hang),
-      F_DUR("at", &ft->at_ns),
-      F_STR("at_phase", ft->at_phase),
-      F_STR("target", ft->target),
-      F_DUR("duration", &ft->duration_ns),
-      F_DUR("resume_after", &resume),
-  };
+  // the fault's own keys, then one kind's: a word kind's value read with them, a mapping
+  // kind's walked by its parse
+  char word[16] = "";
+  yaml_map_field f[SCN_FAULT_N + 5];
+  const char *nested[SCN_FAULT_N];
+  int nf = 0, nn = 0;
+  for (int i = 0; i < SCN_FAULT_N; i++) {
+    if (kinds[i].takes & KIND_WORD)
+      f[nf++] = (yaml_map_field)F_STR(kinds[i].info.name, word);
+    else
+      nested[nn++] = kinds[i].info.name;
+  }
+  f[nf++] = (yaml_map_field)F_DUR("at", &ft->at_ns);
+  f[nf++] = (yaml_map_field)F_STR("at_phase", ft->at_phase);
+  f[nf++] = (yaml_map_field)F_STR("target", ft->target);
+  f[nf++] = (yaml_map_field)F_DUR("duration", &ft->duration_ns);
+  f[nf++] = (yaml_map_field)F_DUR("resume_after", &ft->duration_ns); // a hang's duration
   yaml_map_view m;
-  SC_TRY(yaml_map_read_view(&c->doc, item, "faults", k, f, COUNT(f), nested, COUNT(nested), &m));
+  SC_TRY(yaml_map_read_view(&c->doc, item, "faults", k, f, nf, nested, nn, &m));
   yaml_map_pos(item, &ft->line, &ft->col);
   int kind = -1, ki = -1;
   for (int i = 0; i < m.n; i++)
-    for (int j = 0; j < COUNT(fault_kinds); j++) {
-      if (strcmp(m.name[i], fault_kinds[j])) continue;
+    for (int j = 0; j < SCN_FAULT_N; j++) {
+      if (strcmp(m.name[i], kinds[j].info.name)) continue;
       if (kind >= 0)
         return yaml_map_fail(&c->doc, m.key[i], NULL,
                              "key '%s': expected one fault kind per fault, got "
                              "both '%s' and '%s'",
-                             fault_kinds[j], fault_kinds[kind], fault_kinds[j]);
+                             kinds[j].info.name, kinds[kind].info.name, kinds[j].info.name);
       kind = j;
       ki = i;
     }
-  if (kind < 0)
-    return yaml_map_fail(
-        &c->doc, item, k,
-        "key 'faults': expected one fault kind per fault (kill, hang, "
-        "slow, cancel_storm, hot_swap, clock_jump, oom, corrupt, chaos or exec), got none");
+  if (kind < 0) {
+    char all[300];
+    kind_names(0, false, " or ", all, sizeof all, NULL, NULL);
+    return yaml_map_fail(&c->doc, item, k,
+                         "key 'faults': expected one fault kind per fault (%s), got none", all);
+  }
   ft->kind = (scn_fault_kind)kind;
-  const fault_rule *r = &fault_rules[kind];
+  const kind_row *r = &kinds[kind];
+  const char *name = r->info.name;
   if (c->now) { // applied at once: the kinds that act on a replica, for as long as no clear
-    bool takes = kind == SCN_FAULT_KILL || kind == SCN_FAULT_HANG || kind == SCN_FAULT_SLOW ||
-                 kind == SCN_FAULT_OOM || kind == SCN_FAULT_CORRUPT;
-    if (!takes)
+    if (!r->info.now) {
+      char now[200];
+      kind_names(0, true, ", ", now, sizeof now, NULL, NULL);
       return yaml_map_fail(&c->doc, m.key[ki], NULL,
-                           "key '%s': expected one of kill, hang, slow, oom, "
-                           "corrupt or clear (a %s fault is a scenario's only)",
-                           fault_kinds[kind], fault_kinds[kind]);
+                           "key '%s': expected one of %s or clear (a %s fault is a scenario's "
+                           "only)",
+                           name, now, name);
+    }
     for (int i = 0; i < m.n; i++) {
       const char *n = m.name[i];
       if (!strcmp(n, "at") || !strcmp(n, "at_phase") || !strcmp(n, "duration") ||
@@ -361,26 +637,28 @@ static sc_status parse_fault(scn_ctx *c, struct fy_node *item, struct fy_node *k
   // keys the kind does not take
   for (int i = 0; i < m.n; i++) {
     const char *n = m.name[i];
-    bool ok = i == ki || ((!strcmp(n, "at") || !strcmp(n, "at_phase")) && r->timed) ||
-              (!strcmp(n, "duration") && r->duration) || (!strcmp(n, "target") && r->target) ||
-              (!strcmp(n, "resume_after") && kind == SCN_FAULT_HANG);
+    bool ok = i == ki ||
+              ((!strcmp(n, "at") || !strcmp(n, "at_phase")) && (r->takes & KIND_TIMED)) ||
+              (!strcmp(n, "duration") && (r->takes & KIND_DURATION)) ||
+              (!strcmp(n, "target") && (r->takes & KIND_TARGET)) ||
+              (!strcmp(n, "resume_after") && (r->takes & KIND_RESUME_AFTER));
     if (!ok)
-      return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': a %s fault takes no %s", n,
-                           fault_kinds[kind], n);
+      return yaml_map_fail(&c->doc, m.key[i], NULL, "key '%s': a %s fault takes no %s", n, name, n);
   }
+  const bool timed = r->takes & KIND_TIMED;
   int ia = yaml_map_find(&m, "at"), ip = yaml_map_find(&m, "at_phase");
-  if (r->timed && ia >= 0 && ip >= 0) {
+  if (timed && ia >= 0 && ip >= 0) {
     int later = ia > ip ? ia : ip;
     return yaml_map_fail(&c->doc, m.key[later], NULL,
                          "key '%s': expected exactly one of at or at_phase, "
                          "got both",
                          m.name[later]);
   }
-  if (r->timed && ia < 0 && ip < 0 && !c->now)
+  if (timed && ia < 0 && ip < 0 && !c->now)
     return yaml_map_fail(&c->doc, item, k,
                          "missing required key 'at' or 'at_phase' (when the %s fault "
                          "happens)",
-                         fault_kinds[kind]);
+                         name);
   if (ip >= 0) {
     bool found = false;
     char names[300];
@@ -398,94 +676,11 @@ static sc_status parse_fault(scn_ctx *c, struct fy_node *item, struct fy_node *k
       return yaml_map_expect_at(&c->doc, m.val[ip], m.key[ip], "at_phase", e);
     }
   }
-  struct fy_node *kv = m.val[ki], *kk = m.key[ki];
-  switch (ft->kind) {
-  case SCN_FAULT_KILL: {
-    static const char *const whats[] = {"gpu", "replica"};
-    int i = 0;
-    SC_TRY(yaml_map_pick(&c->doc, kv, kk, kill, whats, 2, &i));
-    snprintf(ft->what, sizeof ft->what, "%s", kill);
-    break;
-  }
-  case SCN_FAULT_HANG: {
-    static const char *const whats[] = {"rank", "replica"};
-    int i = 0;
-    SC_TRY(yaml_map_pick(&c->doc, kv, kk, hang, whats, 2, &i));
-    snprintf(ft->what, sizeof ft->what, "%s", hang);
-    if (yaml_map_has(&m, "resume_after") && yaml_map_has(&m, "duration"))
-      return yaml_map_fail(&c->doc, yaml_map_key(&m, "duration"), NULL,
-                           "key 'duration': a hang takes "
-                           "resume_after or duration (the same thing), got both");
-    if (yaml_map_has(&m, "resume_after")) ft->duration_ns = resume;
-    break;
-  }
-  case SCN_FAULT_SLOW: SC_TRY(parse_slow(c, kv, kk, ft)); break;
-  case SCN_FAULT_CANCEL_STORM: SC_TRY(parse_cancel_storm(c, kv, kk, ft)); break;
-  case SCN_FAULT_HOT_SWAP: SC_TRY(parse_hot_swap(c, kv, kk, ft)); break;
-  case SCN_FAULT_CLOCK_JUMP: {
-    if (c->s->mode == SCN_MODE_SIM)
-      return yaml_map_fail(&c->doc, kk, NULL,
-                           "clock_jump: not available in mode: sim (the virtual clock "
-                           "has no wall clock to jump)");
-    static const char *const none[] = {NULL};
-    const yaml_map_field cf[] = {
-        F_CUSTOM("offset", &ft->offset_ns, yaml_map_parse_sdur, YAML_MAP_SDUR_EXPECT)};
-    yaml_map_view cm;
-    SC_TRY(yaml_map_read_view(&c->doc, kv, "clock_jump", kk, cf, 1, none, 0, &cm));
-    SC_TRY(yaml_map_need(&c->doc, &cm, "offset", YAML_MAP_SDUR_EXPECT));
-    SC_TRY(
-        yaml_map_check(&c->doc, &cm, "offset", ft->offset_ns != 0, "a non-zero signed duration"));
-    break;
-  }
-  case SCN_FAULT_OOM: {
-    static const char *const none[] = {NULL};
-    static const char *const modes[] = {"transient", "persistent"};
-    char mode[16] = "transient";
-    const yaml_map_field of[] = {F_STR("mode", mode), F_INT("after_allocs", &ft->after_allocs)};
-    yaml_map_view om;
-    SC_TRY(yaml_map_read_view(&c->doc, kv, "oom", kk, of, 2, none, 0, &om));
-    int i = 0;
-    SC_TRY(yaml_map_pick_key(&c->doc, &om, "mode", mode, modes, 2, &i));
-    SC_TRY(yaml_map_check(&c->doc, &om, "after_allocs", ft->after_allocs >= 0, "an integer >= 0"));
-    snprintf(ft->what, sizeof ft->what, "%s", mode);
-    break;
-  }
-  case SCN_FAULT_CORRUPT: {
-    static const char *const none[] = {NULL};
-    static const char *const kinds[] = {"nan", "bitflip"};
-    char ck[16] = "";
-    const yaml_map_field cf[] = {F_STR("kind", ck)};
-    yaml_map_view cm;
-    SC_TRY(yaml_map_read_view(&c->doc, kv, "corrupt", kk, cf, 1, none, 0, &cm));
-    SC_TRY(yaml_map_need(&c->doc, &cm, "kind", "nan or bitflip"));
-    int i = 0;
-    SC_TRY(yaml_map_pick_key(&c->doc, &cm, "kind", ck, kinds, 2, &i));
-    snprintf(ft->what, sizeof ft->what, "%s", ck);
-    break;
-  }
-  case SCN_FAULT_CHAOS: SC_TRY(parse_chaos(c, kv, kk, ft)); break;
-  case SCN_FAULT_EXEC: {
-    static const char *const none[] = {NULL};
-    const yaml_map_field ef[] = {F_STR("command", ft->exec_command)};
-    yaml_map_view em;
-    SC_TRY(yaml_map_read_view(&c->doc, kv, "exec", kk, ef, 1, none, 0, &em));
-    SC_TRY(yaml_map_need(&c->doc, &em, "command",
-                         "a command line run at the fault's time, e.g. \"docker kill "
-                         "llm-{replica}\""));
-    SC_TRY(yaml_map_check(&c->doc, &em, "command", ft->exec_command[0] != 0, "a command line"));
-    char bad[64];
-    if (!launch_exec_check(ft->exec_command, bad, sizeof bad))
-      return yaml_map_fail(
-          &c->doc, yaml_map_val(&em, "command"), yaml_map_key(&em, "command"),
-          "key 'command': %s%s; "
-          "expected placeholders among {pid}, {port}, {replica} ({{ and }} for literal "
-          "braces)",
-          bad[0] == '{' ? "unknown placeholder " : "", bad);
-    break;
-  }
-  }
-  bool required = false;
-  int accept = fault_targets(ft, &required);
+  SC_TRY(r->parse(c, &m, m.val[ki], m.key[ki], ft, word));
+  // its target: a rank (or every rank) when its what aims at one, else the row's forms
+  bool at_rank = r->rank_what && !strcmp(ft->what, r->rank_what);
+  int accept = at_rank ? TGT_RANK | TGT_EVERY : r->targets;
+  bool required = at_rank || r->target_required;
   if (yaml_map_has(&m, "target"))
     return check_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target"), ft->target,
                         accept);
@@ -493,7 +688,7 @@ static sc_status parse_fault(scn_ctx *c, struct fy_node *item, struct fy_node *k
     char e[160];
     target_forms(accept, e, sizeof e);
     return yaml_map_fail(&c->doc, item, k, "missing required key 'target' (%s, for a %s%s%s fault)",
-                         e, fault_kinds[kind], ft->what[0] ? ": " : "", ft->what);
+                         e, name, ft->what[0] ? ": " : "", ft->what);
   }
   return SC_OK;
 }
@@ -508,81 +703,11 @@ sc_status scn_parse_faults(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   return SC_OK;
 }
 
-// Which faults a scenario's kind of deployment takes: on an external target, only what reaches
-// a server from outside (signals to what shardcheck launched, the clients' own cancels, a user
-// command); exec only there.
 sc_status scn_check_fault_target(scn_ctx *c, const scn_fault *f) {
-  const scenario *s = c->s;
-  const scn_target *t = &s->target;
-  const char *kind = scenario_fault_kind_name(f->kind);
   char w[300];
-  snprintf(w, sizeof w, "%s:%d:%d: fault '%s'", c->doc.file, f->line, f->col, kind);
-  if (!t->set) {
-    if (f->kind == SCN_FAULT_EXEC && c->predicting)
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: not in mode sim (a user command has no simulated "
-                     "server to reach): predict without it",
-                     w);
-    if (f->kind == SCN_FAULT_EXEC)
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: only with a target (it runs a command against a "
-                     "server shardcheck did not start; shardcheck's own replicas take kill and "
-                     "hang)",
-                     w);
-    return SC_OK;
-  }
-  switch (f->kind) {
-  case SCN_FAULT_OOM:
-  case SCN_FAULT_CORRUPT:
-  case SCN_FAULT_SLOW:
-    if (!t->admin_token[0])
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: an external target takes no %s fault (it happens inside the "
-                     "engine) unless it is shardcheck serve: set target.openai.admin_token to "
-                     "the --admin-token its launch passes, and the fault goes through its admin "
-                     "API (docs/targets.md)",
-                     w, kind);
-    if (t->launch[0] && !strstr(t->launch, t->admin_token))
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: target.openai.admin_token is not in target.openai.launch (the "
-                     "launched server needs --admin-token with it)",
-                     w);
-    return SC_OK;
-  case SCN_FAULT_CHAOS:
-    return sc_fail(c->doc.err, SC_INVALID,
-                   "%s: not on an external target (its draws include oom, "
-                   "slow and corrupt); list kill, hang and cancel_storm faults instead",
-                   w);
-  case SCN_FAULT_KILL:
-  case SCN_FAULT_HANG:
-  case SCN_FAULT_CLOCK_JUMP:
-  case SCN_FAULT_HOT_SWAP:
-    if (!t->launch[0])
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: needs target.openai.launch (shardcheck signals "
-                     "only what it launched; an exec fault reaches a server it did not start)",
-                     w);
-    if (f->kind == SCN_FAULT_HANG && !strcmp(f->what, "rank"))
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: hang: rank is not available on an external target "
-                     "(hang: replica stops the whole server)",
-                     w);
-    if (f->kind == SCN_FAULT_KILL && !strcmp(f->what, "gpu") && !t->rank_process[0])
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: kill: gpu needs target.openai.rank_process (a "
-                     "regular expression on the command line of the server's worker processes, "
-                     "e.g. \"VllmWorker\")",
-                     w);
-    return SC_OK;
-  case SCN_FAULT_EXEC:
-    if (!t->launch[0] && strstr(f->exec_command, "{pid}"))
-      return sc_fail(c->doc.err, SC_INVALID,
-                     "%s: {pid} needs target.openai.launch (a server "
-                     "shardcheck did not start has no pid it knows)",
-                     w);
-    return SC_OK;
-  default: return SC_OK;
-  }
+  snprintf(w, sizeof w, "%s:%d:%d: fault '%s'", c->doc.file, f->line, f->col,
+           scenario_fault_kind_name(f->kind));
+  return row_of(f->kind)->reach(c, f, w);
 }
 
 // --- public API: faults
@@ -624,5 +749,11 @@ bool scenario_fault_target(const char *text, int *replica, int *rank) {
 }
 
 const char *scenario_fault_kind_name(scn_fault_kind k) {
-  return (unsigned)k < (unsigned)COUNT(fault_kinds) ? fault_kinds[k] : "unknown";
+  const kind_row *r = row_of(k);
+  return r ? r->info.name : "unknown";
+}
+
+const scn_fault_kind_info *scenario_fault_kind(scn_fault_kind k) {
+  const kind_row *r = row_of(k);
+  return r ? &r->info : NULL;
 }

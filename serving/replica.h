@@ -104,7 +104,18 @@ typedef enum replica_fault_kind {
   RFAULT_OOM,       // device allocations fail after after_allocs more succeed
   RFAULT_CORRUPT,   // activations poisoned (nan or bitflip) until CLEAR
   RFAULT_CLEAR,     // ends SLOW_RANK, SLOW_LINK, OOM and CORRUPT
+  RFAULT_N          // not a kind: how many there are
 } replica_fault_kind;
+
+// A fault kind's row (serving/replica.c): what every implementation and the worker protocol
+// check a kind against, so that no check depends on the order of the enum.
+typedef struct replica_fault_info {
+  const char *name; // "kill", "kill_rank", ...: for messages
+  bool names_rank;  // replica_fault.rank picks the rank it acts on (-1: every rank)
+} replica_fault_info;
+
+// The row of kind k (static); NULL for a value outside the enum (an unknown kind).
+const replica_fault_info *replica_fault_kind_info(replica_fault_kind k);
 
 typedef struct replica_fault {
   replica_fault_kind kind;

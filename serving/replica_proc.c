@@ -657,12 +657,10 @@ static const char *p_error(void *ctx) { return ((proc *)ctx)->error; }
 
 static sc_status p_inject(void *ctx, const replica_fault *f, sc_error *err) {
   proc *p = ctx;
-  if ((unsigned)f->kind > RFAULT_CLEAR)
+  const replica_fault_info *fi = replica_fault_kind_info(f->kind);
+  if (!fi)
     return sc_fail(err, SC_INVALID, "replica %d: unknown fault kind %d", p->index, (int)f->kind);
-  bool names_rank = f->kind == RFAULT_KILL_RANK || f->kind == RFAULT_HANG_RANK ||
-                    f->kind == RFAULT_SLOW_RANK || f->kind == RFAULT_OOM ||
-                    f->kind == RFAULT_CORRUPT || f->kind == RFAULT_CLEAR;
-  if (names_rank && (f->rank < -1 || f->rank >= p->n_ranks))
+  if (fi->names_rank && (f->rank < -1 || f->rank >= p->n_ranks))
     return sc_fail(err, SC_INVALID, "replica %d: rank %d is out of range: the replica has ranks "
                    "0..%d (-1: every rank)", p->index, f->rank, p->n_ranks - 1);
   update(p);

@@ -379,7 +379,7 @@ bool wire_put_inject(wire_buf *b, uint32_t epoch, const replica_fault *f) {
 bool wire_get_inject(wire_reader *r, replica_fault *out) {
   memset(out, 0, sizeof *out);
   uint32_t kind = get_u32(r);
-  if (kind > RFAULT_CLEAR) return false;
+  if (!replica_fault_kind_info((replica_fault_kind)kind)) return false;
   out->kind = (replica_fault_kind)kind;
   out->rank = get_i32(r);
   out->factor = get_f64(r);

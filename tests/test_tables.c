@@ -10,11 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "faults/kinds.h"
+#include "faults/runtime.h"
+#include "faults/timeline.h"
 #include "reports/metrics.h"
 #include "scenarios/metric_names.h"
 #include "scenarios/scenario.h"
 #include "scenarios/workload.h"
+#include "serving/replica.h"
 #include "serving/router.h"
+#include "serving/wire.h"
+#include "tests/helpers.h"
 
 // --- helpers
 
@@ -28,8 +34,8 @@ static scenario *parse_with(const char *input, const char *phase, const char *ex
            input, phase, extra);
   scenario *s = NULL;
   sc_error err = {{0}};
-  cr_assert_eq(scenario_parse(text, strlen(text), "tables.yaml", ".", &s, &err), SC_OK,
-               "%s\n%s", err.msg, text);
+  cr_assert_eq(scenario_parse(text, strlen(text), "tables.yaml", ".", &s, &err), SC_OK, "%s\n%s",
+               err.msg, text);
   return s;
 }
 
@@ -39,8 +45,7 @@ Test(tables, every_length_distribution_has_a_row_the_language_reads_and_draws) {
   for (int k = 0; k < SCN_DIST_N; k++) {
     const wl_dist_info *i = workload_dist((scn_dist_kind)k);
     cr_assert(i && i->name && i->name[0], "distribution %d has no row", k);
-    for (int j = 0; j < k; j++)
-      cr_expect_str_neq(workload_dist((scn_dist_kind)j)->name, i->name);
+    for (int j = 0; j < k; j++) cr_expect_str_neq(workload_dist((scn_dist_kind)j)->name, i->name);
     char input[128];
     switch (i->form) {
     case WL_FORM_COUNT: snprintf(input, sizeof input, "8"); break;
@@ -69,8 +74,7 @@ Test(tables, every_arrival_process_has_a_row_the_language_reads_and_gaps) {
     const wl_arrival_info *i = workload_arrival((scn_arrival)a);
     cr_assert(i && i->name && i->name[0], "arrival process %d has no row", a);
     cr_expect_str_eq(workload_arrival_name((scn_arrival)a), i->name);
-    for (int j = 0; j < a; j++)
-      cr_expect_str_neq(workload_arrival_name((scn_arrival)j), i->name);
+    for (int j = 0; j < a; j++) cr_expect_str_neq(workload_arrival_name((scn_arrival)j), i->name);
     if (i->from_trace) continue; // the trace's phase: workload.trace, tested with traces
     char phase[128];
     snprintf(phase, sizeof phase, "{rate: 10, arrival: %s, requests: 5%s}", i->name,
@@ -160,4 +164,111 @@ Test(tables, every_metric_row_agrees_with_who_measures_it) {
   int k = 0;
   for (; g[k]; k++) cr_expect_eq(mt_metric_find(g[k])->gate, k + 1, "%s", g[k]);
   cr_expect_eq(k, gated);
+}
+
+// --- fault kinds: the language's rows (scenarios/scenario_faults.c) and the runtime's
+// (faults/kinds.c), one index
+
+// A scenario holding one fault (an item of `faults:`): a real CPU deployment of two replicas,
+// or an external target's one (for the kinds only a target takes).
+static scenario *fault_scenario(const char *item, bool target) {
+  char text[2048];
+  if (target)
+    snprintf(text, sizeof text,
+             "name: tables\ntarget: {openai: {url: \"http://127.0.0.1:9/v1\", model: m, api: "
+             "chat}}\nworkload:\n  prompts: [{name: a, input: 8, output: 4}]\n  phases: "
+             "[{rate: 10, requests: 5}]\nfaults: [%s]\n",
+             item);
+  else
+    snprintf(text, sizeof text,
+             "name: tables\nmodel: {preset: llama-tiny}\ndeployments: [{tp: 1, dp: 2}]\n"
+             "workload:\n  prompts: [{name: a, input: 8, output: 4}]\n  phases: [{rate: 10, "
+             "requests: 5}]\nfaults: [%s]\n",
+             item);
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_parse(text, strlen(text), "tables.yaml", ".", &s, &err), SC_OK, "%s\n%s",
+               err.msg, text);
+  return s;
+}
+
+Test(tables, every_fault_kind_has_a_language_row_and_a_runtime_row) {
+  for (int k = 0; k < SCN_FAULT_N; k++) {
+    const scn_fault_kind_info *i = scenario_fault_kind((scn_fault_kind)k);
+    cr_assert(i && i->name && i->name[0] && i->example, "fault kind %d has no language row", k);
+    cr_expect_str_eq(scenario_fault_kind_name((scn_fault_kind)k), i->name);
+    for (int j = 0; j < k; j++)
+      cr_expect_str_neq(scenario_fault_kind_name((scn_fault_kind)j), i->name);
+    const fk_row *rt = fk_of((scn_fault_kind)k);
+    cr_assert(rt, "%s has no runtime row", i->name);
+    // the language reads its example
+    scenario *s = fault_scenario(i->example, i->target_only);
+    cr_assert_eq(s->n_faults, 1);
+    cr_expect_eq(s->faults[0].kind, (scn_fault_kind)k, "%s", i->name);
+    // the runtime plans it: a detail line, and it either reaches replicas or acts itself
+    ft_plan plan;
+    sc_error err = {{0}};
+    cr_assert_eq(ft_plan_build(s, &s->deployments[0], 0, 1, &plan, &err), SC_OK, "%s", err.msg);
+    cr_expect(plan.n >= 1, "%s: planned", i->name);
+    for (int p = 0; p < plan.n; p++) {
+      const ft_fault *ft = &plan.v[p];
+      const fk_row *r = fk_of(ft->kind);
+      cr_expect(!r->expanded && r->detail, "%s: a planned %s has a detail", i->name,
+                scenario_fault_kind_name(ft->kind));
+      cr_expect(ft->detail[0], "%s: detail", i->name);
+      cr_expect((r->deliver != NULL) != (r->act != NULL), "%s: delivered or acted, one",
+                scenario_fault_kind_name(ft->kind));
+      if (r->deliver)
+        for (int end = 0; end < 2; end++)
+          cr_expect(replica_fault_kind_info(fault_replica_fault(ft, end).kind), "%s",
+                    scenario_fault_kind_name(ft->kind));
+    }
+    if (rt->expanded) cr_expect(rt->draw == NULL && rt->detail == NULL, "%s", i->name);
+    ft_plan_free(&plan);
+    scenario_free(s);
+  }
+  cr_expect_str_eq(scenario_fault_kind_name(SCN_FAULT_N), "unknown");
+  cr_expect_null(fk_of(SCN_FAULT_N));
+}
+
+// --- replica fault kinds (serving/replica.c)
+
+Test(tables, every_replica_fault_kind_has_a_row_the_wire_and_a_replica_take) {
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 2, 1, 64);
+  for (int k = 0; k < RFAULT_N; k++) {
+    const replica_fault_info *i = replica_fault_kind_info((replica_fault_kind)k);
+    cr_assert(i && i->name && i->name[0], "replica fault kind %d has no row", k);
+    for (int j = 0; j < k; j++)
+      cr_expect_str_neq(replica_fault_kind_info((replica_fault_kind)j)->name, i->name);
+    replica_fault f = {.kind = (replica_fault_kind)k,
+                       .rank = i->names_rank ? 1 : -1,
+                       .factor = 2,
+                       .after_allocs = 1};
+    // the worker protocol carries it
+    wire_buf buf = {0};
+    cr_assert(wire_put_inject(&buf, 1, &f));
+    int type;
+    uint32_t epoch;
+    const uint8_t *body;
+    size_t body_n, frame_n;
+    cr_assert_eq(wire_frame(buf.p, buf.n, &type, &epoch, &body, &body_n, &frame_n), 1);
+    wire_reader r = {.p = body, .n = body_n};
+    replica_fault back;
+    cr_expect(wire_get_inject(&r, &back) && back.kind == f.kind, "%s over the wire", i->name);
+    wire_buf_free(&buf);
+    // a replica takes it
+    replica *rep = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(replica_sim_new(&b->cfg, 0, &rep, &err), SC_OK, "%s", err.msg);
+    cr_expect_eq(replica_inject(rep, &f, &err), SC_OK, "%s: %s", i->name, err.msg);
+    replica_free(rep);
+  }
+  cr_expect_null(replica_fault_kind_info(RFAULT_N));
+  replica_fault bad = {.kind = RFAULT_N, .rank = -1};
+  replica *rep = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_sim_new(&b->cfg, 0, &rep, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(replica_inject(rep, &bad, &err), SC_INVALID, "an unknown kind is refused");
+  replica_free(rep);
+  sc_test_simbed_free(b);
 }
