@@ -17,27 +17,6 @@
 
 enum { MAX_GATES = 64 };
 
-// Writes text greedily wrapped at `width` columns, every line after the first indented by
-// `indent` spaces (the first continues a line already started there).
-static void print_wrapped(FILE *f, const char *text, int indent, int width) {
-  int col = indent;
-  while (*text) {
-    int word = (int)strcspn(text, " ");
-    if (col > indent && col + 1 + word > width) {
-      fprintf(f, "\n%*s", indent, "");
-      col = indent;
-    } else if (col > indent) {
-      fputc(' ', f);
-      col++;
-    }
-    fprintf(f, "%.*s", word, text);
-    col += word;
-    text += word;
-    while (*text == ' ') text++;
-  }
-  fputc('\n', f);
-}
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck gate --db CURRENT.db [--baseline BASE.db] [--run ID]\n"
@@ -64,7 +43,7 @@ static void usage(FILE *f) {
            "name covers each prompt class's row of it too, CLASS:N (short:ttft_p95_ms) that "
            "class's only",
            dflt);
-  print_wrapped(f, para, 21, 82);
+  cli_print_wrapped(f, para, 21, 82);
   fprintf(f,
           "  --alpha A          significance level of the one-sided test across repetitions\n"
           "                     (0.01; with 5 vs 5 repetitions the smallest p is 1/252 = 0.004)\n"

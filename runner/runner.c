@@ -862,11 +862,9 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
 
 // --- the run
 static char *config_json(const scenario *s, uint64_t seed) {
-  json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:I, s:i, s:f, s:f}",
+  json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:f, s:s, s:I, s:i, s:f, s:f}",
                         "backend", s->hardware.backend[0] ? s->hardware.backend : "cpu", "profile",
-                        s->hardware.profile, "max_running", s->limits.max_running,
-                        "token_budget", s->limits.token_budget, "prefill_chunk",
-                        s->limits.prefill_chunk, "block_size", s->limits.block_size,
+                        s->hardware.profile,
                         "kv_headroom", s->limits.kv_headroom, "request_timeout_s",
                         (double)s->limits.request_timeout_ns / 1e9, "collective_timeout_s",
                         (double)s->limits.collective_timeout_ns / 1e9, "router",
@@ -875,14 +873,15 @@ static char *config_json(const scenario *s, uint64_t seed) {
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;
   json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
-  if (s->limits.no_evict) json_object_set_new(o, "no_evict", json_true()); // defaults left out
-  if (s->limits.prefix_caching) json_object_set_new(o, "prefix_caching", json_true());
-  if (s->limits.reserve_full_isl) json_object_set_new(o, "reserve_full_isl", json_true());
-  if (s->limits.kv_watermark > 0)
-    json_object_set_new(o, "kv_watermark", json_real(s->limits.kv_watermark));
-  if (s->limits.num_gpu_blocks_override > 0)
-    json_object_set_new(o, "num_gpu_blocks_override",
-                        json_integer(s->limits.num_gpu_blocks_override));
+  // the knobs (kernels/knobs.h): some always, the others only when set (defaults left out)
+#define KNOB_JSON_int json_integer
+#define KNOB_JSON_bool json_boolean
+#define KNOB_JSON_double json_real
+#define KNOB_JSON(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
+  if ((j) == SC_KNOB_J_ALWAYS || s->limits.name)                                                   \
+    json_object_set_new(o, #name, KNOB_JSON_##type(s->limits.name));
+  SC_KNOBS(KNOB_JSON)
+#undef KNOB_JSON
   if (s->record != SCN_RECORD_TOKENS) // the default is left out: older runs have no key
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)

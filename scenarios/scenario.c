@@ -52,10 +52,7 @@ void scn_set_defaults(scenario *s) {
   s->workload.top_p = 1;
   s->limits = (scn_limits){
       .request_timeout_ns = 60ull * 1000000000ull,
-      .max_running = 256,
-      .token_budget = 8192,
-      .prefill_chunk = 0,
-      .block_size = 16,
+      SC_KNOBS(SC_KNOB_DEFAULT) // kernels/knobs.h
       .kv_headroom = 0.10,
       .collective_timeout_ns = 30ull * 1000000000ull,
   };

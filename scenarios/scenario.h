@@ -15,6 +15,7 @@
 #include "engine/hw_profile.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
+#include "kernels/knobs.h"
 #include "kernels/status.h"
 #include "serving/router_policy.h"
 
@@ -242,15 +243,10 @@ typedef struct scn_slo {
 typedef struct scn_limits {
   uint64_t request_timeout_ns;   // a request not finished after this is cancelled and counted
                                  // as status timeout (default 60 s; 0 = none)
-  int max_running;               // running sequences per replica (256)
-  int token_budget;              // tokens per step (8192)
-  int prefill_chunk;             // prefill tokens of one sequence per step (0 = budget / 4)
-  bool no_evict;                 // admit only what fits at full length; never preempt
-  bool prefix_caching;           // full KV blocks cached by content and reused
-  bool reserve_full_isl;         // admit only when all of a request's tokens fit the free blocks
-  double kv_watermark;           // fraction of KV blocks an admission leaves free (0)
-  int num_gpu_blocks_override;   // KV blocks per replica instead of the planner's (0: planner's)
-  int block_size;                // KV block, tokens (16)
+  // the scheduler's knobs, one field per row of kernels/knobs.h (its defaults and bounds):
+  // max_running, token_budget, block_size, prefill_chunk, no_evict, prefix_caching,
+  // reserve_full_isl, kv_watermark, num_gpu_blocks_override
+  SC_KNOBS(SC_KNOB_FIELD)
   double kv_headroom;            // fraction of device memory kept free (0.10)
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
 } scn_limits;

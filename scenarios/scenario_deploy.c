@@ -292,56 +292,56 @@ sc_status scn_parse_hardware(scn_ctx *c, struct fy_node *v, struct fy_node *k,
 
 // --- limits and router
 
+// A knob's limits field (kernels/knobs.h): read with the YAML type of its C type.
+#define KNOB_F_int(name, dst) F_INT(name, dst)
+#define KNOB_F_bool(name, dst) F_BOOL(name, dst)
+#define KNOB_F_double(name, dst) F_DBL(name, dst)
+
 sc_status scn_parse_limits(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_limits *l = &c->s->limits;
   static const char *const none[] = {NULL};
+#define KNOB_FIELD(name, type, dflt, e, s, pf, pkey, ok, ex, j) KNOB_F_##type(#name, &l->name),
   const yaml_map_field f[] = {
       F_DUR("request_timeout", &l->request_timeout_ns),
-      F_INT("max_running", &l->max_running),
-      F_INT("token_budget", &l->token_budget),
-      F_INT("prefill_chunk", &l->prefill_chunk),
-      F_BOOL("no_evict", &l->no_evict),
-      F_BOOL("prefix_caching", &l->prefix_caching),
-      F_BOOL("reserve_full_isl", &l->reserve_full_isl),
-      F_DBL("kv_watermark", &l->kv_watermark),
-      F_INT("num_gpu_blocks_override", &l->num_gpu_blocks_override),
-      F_INT("block_size", &l->block_size),
+      SC_KNOBS(KNOB_FIELD) // the knobs' keys
       F_DBL("kv_headroom", &l->kv_headroom),
       F_DUR("collective_timeout", &l->collective_timeout_ns),
   };
+#undef KNOB_FIELD
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "limits", k, f, COUNT(f), none, 0, &m));
-  SC_TRY(yaml_map_check(&c->doc, &m, "max_running", l->max_running >= 1, "an integer >= 1"));
-  SC_TRY(yaml_map_check(&c->doc, &m, "token_budget", l->token_budget >= 1, "an integer >= 1"));
-  SC_TRY(yaml_map_check(&c->doc, &m, "prefill_chunk", l->prefill_chunk >= 0,
-                        "an integer >= 0 (0 = token_budget / 4)"));
+  // each knob's bound (the row's ok, its value v), then the checks across keys
+#define KNOB_CHECK(name, type, dflt, e, s, pf, pkey, ok, ex, j)                                    \
+  SC_TRY(yaml_map_check(&c->doc, &m, #name, sc_knob_ok_##name(l->name), ex));
+  SC_KNOBS(KNOB_CHECK)
+#undef KNOB_CHECK
   SC_TRY(yaml_map_check(&c->doc, &m, "prefill_chunk", l->prefill_chunk <= l->token_budget,
                         "an integer no larger than token_budget"));
-  SC_TRY(yaml_map_check(&c->doc, &m, "block_size", l->block_size >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "kv_headroom", l->kv_headroom >= 0 && l->kv_headroom <= 0.9,
                         "a fraction in [0, 0.9]"));
-  SC_TRY(yaml_map_check(&c->doc, &m, "kv_watermark", l->kv_watermark >= 0 && l->kv_watermark <= 0.5,
-                        "a fraction in [0, 0.5] (vLLM keeps 0.01)"));
-  SC_TRY(yaml_map_check(&c->doc, &m, "num_gpu_blocks_override", l->num_gpu_blocks_override >= 0,
-                        "an integer >= 0 (0 = the planner's)"));
   SC_TRY(yaml_map_check(&c->doc, &m, "collective_timeout", l->collective_timeout_ns > 0,
                         "a duration > 0 (a collective always has a deadline)"));
   return SC_OK;
 }
 
-// Sim mode: the scheduler knobs a profile's engine block sets (docs/calibration.md) replace the
-// scenario's limits, since they describe the engine that profile models.
+// How a profile's engine block sets a knob (kernels/knobs.h, pform): an int when > 0, a flag
+// when given (1 on, -1 off), a value when present; chunked_prefill off puts a whole prompt,
+// up to the token budget, in one step.
+#define KNOB_APPLY_SC_KNOB_P_INT(l, name, e, pkey)                                                 \
+  if (e->pkey > 0) l->name = e->pkey;
+#define KNOB_APPLY_SC_KNOB_P_BOOL(l, name, e, pkey)                                                \
+  if (e->pkey) l->name = e->pkey > 0;
+#define KNOB_APPLY_SC_KNOB_P_VALUE(l, name, e, pkey)                                               \
+  if (e->has_##pkey) l->name = e->pkey;
+#define KNOB_APPLY_SC_KNOB_P_CHUNK(l, name, e, pkey)                                               \
+  if (e->pkey < 0) l->name = l->token_budget;
+
 void scn_apply_engine_knobs(scn_limits *l, const sim_engine *e) {
-  if (e->max_running > 0) l->max_running = e->max_running;
-  if (e->token_budget > 0) l->token_budget = e->token_budget;
-  if (e->block_size > 0) l->block_size = e->block_size;
-  if (e->chunked_prefill < 0) l->prefill_chunk = l->token_budget;
+#define KNOB_APPLY(name, type, dflt, en, s, pf, pkey, ok, ex, j)                                   \
+  SC_KNOB_CAT(KNOB_APPLY_, pf)(l, name, e, pkey)
+  SC_KNOBS(KNOB_APPLY)
+#undef KNOB_APPLY
   if (l->prefill_chunk > l->token_budget) l->prefill_chunk = l->token_budget;
-  if (e->no_evict) l->no_evict = e->no_evict > 0;
-  if (e->prefix_caching) l->prefix_caching = e->prefix_caching > 0;
-  if (e->reserve_full_isl) l->reserve_full_isl = e->reserve_full_isl > 0;
-  if (e->has_kv_watermark) l->kv_watermark = e->kv_watermark;
-  if (e->num_gpu_blocks > 0) l->num_gpu_blocks_override = e->num_gpu_blocks;
 }
 
 sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {

@@ -10,11 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/hardware.h"
 #include "faults/kinds.h"
 #include "faults/runtime.h"
 #include "faults/timeline.h"
+#include "kernels/embedded.h"
+#include "kernels/knobs.h"
 #include "reports/metrics.h"
 #include "scenarios/metric_names.h"
+#include "scenarios/deployment.h"
 #include "scenarios/scenario.h"
 #include "scenarios/workload.h"
 #include "serving/replica.h"
@@ -271,4 +275,105 @@ Test(tables, every_replica_fault_kind_has_a_row_the_wire_and_a_replica_take) {
   cr_expect_eq(replica_inject(rep, &bad, &err), SC_INVALID, "an unknown kind is refused");
   replica_free(rep);
   sc_test_simbed_free(b);
+}
+
+// --- engine and scheduler knobs (kernels/knobs.h)
+
+// Sets profile knob pkey of e to a value other than the scenario's default (a flag on,
+// chunked_prefill off, a value of 0.25, an int of 3); false when e has no such knob.
+static bool set_profile_knob(sim_engine *e, const char *pkey) {
+#define SET_SC_KNOB_P_INT(k) e->k = 3;
+#define SET_SC_KNOB_P_BOOL(k) e->k = 1;
+#define SET_SC_KNOB_P_CHUNK(k) e->k = -1; // off: prefill_chunk = token_budget
+#define SET_SC_KNOB_P_VALUE(k) e->has_##k = true, e->k = 0.25;
+#define SET(name, type, dflt, en, sch, pf, k, ok, ex, j)                                          \
+  if (!strcmp(pkey, #k)) {                                                                         \
+    SC_KNOB_CAT(SET_, pf)(k) return true;                                                          \
+  }
+  SC_KNOBS(SET)
+#undef SET
+  return false;
+}
+
+// Writes base's text plus e's engine block, loads it back (it must equal e's knobs), and
+// simulates a scenario on it: the limit `name` is then the profile's.
+static void profile_round_trip(const char *base, const sim_engine *e, const char *name) {
+  char *block = NULL;
+  size_t n = 0;
+  FILE *o = open_memstream(&block, &n);
+  cr_assert(o);
+  hw_profile_write_engine(o, e);
+  fclose(o);
+  char text[65536];
+  snprintf(text, sizeof text, "%s\n%s", base, block);
+  free(block);
+  const char *path = sc_test_write_tmp("tables-knob", "p.yaml", text);
+  hw_profile p;
+  sc_error err = {{0}};
+  cr_assert_eq(hw_profile_load(path, &p, &err), SC_OK, "%s: %s", name, err.msg);
+#define SAME(nm, type, dflt, en, sch, pf, k, ok, ex, j)                                           \
+  cr_expect_eq((double)p.sim.engine.k, (double)e->k, "%s: " #k " read back", name);
+  SC_KNOBS(SAME)
+#undef SAME
+  char sc[1024];
+  snprintf(sc, sizeof sc,
+           "name: k\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: %s, gpus: 1}\n"
+           "deployments: [{tp: 1}]\nworkload:\n  prompts: [{input: 10, output: 5}]\n"
+           "  phases: [{fixed: {requests: 1}}]\n",
+           path);
+  scenario *s = NULL;
+  cr_assert_eq(scenario_parse(sc, strlen(sc), "k.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  scn_limits dflt = {SC_KNOBS(SC_KNOB_DEFAULT)};
+  bool changed = false;
+#define CHANGED(nm, type, d, en, sch, pf, k, ok, ex, j)                                           \
+  if (!strcmp(name, #nm)) changed = s->limits.nm != dflt.nm;
+  SC_KNOBS(CHANGED)
+#undef CHANGED
+  cr_expect(changed, "%s: the profile's knob replaces the scenario's", name);
+  scenario_free(s);
+}
+
+// A value of a knob other than its default, within its bound, as YAML text and as a double.
+static double knob_value(const char *type, double dflt, char *text, size_t cap) {
+  double v = !strcmp(type, "bool") ? !dflt : !strcmp(type, "double") ? 0.25 : dflt + 1;
+  if (!strcmp(type, "bool")) snprintf(text, cap, "%s", v ? "true" : "false");
+  else snprintf(text, cap, "%g", v);
+  return v;
+}
+
+Test(tables, every_knob_reaches_the_limits_the_engine_the_wire_and_the_profile) {
+  const sc_embedded_file *h100 = sc_embedded_find("scenarios/hardware/h100-sxm.yaml");
+  cr_assert(h100);
+#define KNOB_TEST(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
+  {                                                                                                \
+    char text[64], extra[128];                                                                     \
+    double want = knob_value(#type, (double)(dflt), text, sizeof text);                           \
+    cr_expect(sc_knob_ok_##name((type)want), #name ": the test's value is within bounds");        \
+    /* the scenario's limits read it */                                                            \
+    snprintf(extra, sizeof extra, "limits: {" #name ": %s}\n", text);                             \
+    scenario *s = parse_with("8", "{fixed: {requests: 1}}", extra);                                \
+    cr_expect_eq((double)s->limits.name, want, #name " in limits");                               \
+    /* the engine config and the worker protocol carry it (engine 1) */                           \
+    engine_config ec;                                                                              \
+    sc_error err = {{0}};                                                                          \
+    cr_assert_eq(scenario_engine_config(s, &s->deployments[0], &s->model.config,                  \
+                                        s->mp.weight_dtype, sc_clock_monotonic(), &ec, &err),     \
+                 SC_OK, "%s", err.msg);                                                            \
+    SC_KNOB_IF(e)(cr_expect_eq((double)ec.name, want, #name " in the engine config");             \
+                  wire_buf b = {0}; cr_assert(wire_put_config(&b, 1, &ec, 0, 1000));              \
+                  int type_; uint32_t epoch_; const uint8_t *body_; size_t body_n_, frame_n_;      \
+                  cr_assert_eq(wire_frame(b.p, b.n, &type_, &epoch_, &body_, &body_n_, &frame_n_), \
+                               1);                                                                 \
+                  wire_reader r = {.p = body_, .n = body_n_}; wire_config w;                       \
+                  cr_assert(wire_get_config(&r, &w) && wire_done(&r));                             \
+                  cr_expect_eq((double)w.cfg.name, want, #name " over the wire");                  \
+                  wire_buf_free(&b);)                                                              \
+    scenario_free(s);                                                                              \
+    /* a profile's engine block sets it, written back by the profile writer */                     \
+    sim_engine se = sim_engine_defaults();                                                         \
+    cr_assert_eq(set_profile_knob(&se, #pkey), true, #pkey);                                       \
+    profile_round_trip(h100->data, &se, #name);                                                    \
+  }
+  SC_KNOBS(KNOB_TEST)
+#undef KNOB_TEST
 }
