@@ -2,7 +2,8 @@
 // line per file: what the scenario would run (deployments, phases, faults, SLOs, time), or the
 // first error as FILE:LINE:COL with the key and what was expected.
 //
-// Parsing and every check are scenarios/scenario.c (keys in docs/scenarios.md); the dataset's
+// Parsing and every check are the scenario parser's (scenarios/scenario.c and a file per
+// section; keys in docs/scenarios.md); the dataset's
 // lines are read by the workload generator (scenarios/workload.c, hooked in below). This file
 // parses arguments and prints.
 #include <ctype.h>

@@ -5,7 +5,8 @@
 // Mode-agnostic: a planned fault says what happens, when and where; the runner injects it
 // through the replica handle (serving/replica.h), which every execution (local, process, sim)
 // implements in its own way. Not here: injection, detection and the verdicts (faults/
-// verdict.h), the scenario's syntax (scenarios/scenario.c).
+// verdict.h), the scenario's syntax (scenarios/scenario_faults.c); each kind's detail line and
+// chaos draw are its row's in faults/kinds.c.
 #pragma once
 
 #include <stdbool.h>

@@ -1,7 +1,8 @@
 // The admin API of `shardcheck serve` (docs/serve.md, "Admin API"), served only with
 // --admin-token: POST /admin/faults applies one fault now, in the shape of one item of a
-// scenario's `faults:` list (scenarios/scenario.c parses it, faults/inject.c says what it asks
-// of a replica, so a fault means the same here as in a scenario), or {"clear": true} ends the
+// scenario's `faults:` list (scenarios/scenario_faults.c parses it, its kind's row in
+// faults/kinds.c says what it asks of a replica, so a fault means the same here as in a
+// scenario), or {"clear": true} ends the
 // faults in force; GET /admin/state shows the replicas, their ranks, epochs, health, KV blocks
 // and restarts. Both reach the replicas through the loop thread (server_loop_call).
 //

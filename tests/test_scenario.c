@@ -1,4 +1,4 @@
-// Tests for the scenario language (scenarios/scenario.c) and `shardcheck validate`: a full
+// Tests for the scenario language (scenarios/scenario.c and its section files) and `shardcheck validate`: a full
 // scenario parses with every field as written, defaults fill what is left out, scaling items
 // expand (with dedupe, labels and the planner's auto choice), and each kind of bad input is
 // one SC_INVALID naming its exact FILE:LINE:COL and key. mode: sim (its hardware keys, the
