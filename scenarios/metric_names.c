@@ -3,12 +3,14 @@
 // its place in the gate's default list. SLO keys (scenarios/), stored metric rows (reports/
 // store.h), the SLO verdicts (runner/verdicts.c) and the gate all read it; docs/metrics.md
 // gives the formulas. Computing the values is reports/metrics.c and the files the row names.
+#include "scenarios/metric_names.h"
+
 #include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "scenarios/metric_names.h"
+#include "kernels/util.h"
 
 // The six statistics of a latency (every summary has them, so every prompt class too); gate:
 // the place of its p50 in the gate's default list, its p95 the next (0: neither gated).
@@ -174,18 +176,6 @@ const char *const *mt_metric_gated(void) {
 
 // --- in words, for messages and --help
 
-// Appends item to buf at *len: after "" for the first item (i 0), `last` before the final one
-// (of n), ", " before the others.
-static void add_item(char *buf, size_t cap, size_t *len, int i, int n, const char *last,
-                     const char *item) {
-  if (*len >= cap) return;
-  *len += (size_t)snprintf(buf + *len, cap - *len, "%s%s",
-                           i == 0       ? ""
-                           : i == n - 1 ? last
-                                        : ", ",
-                           item);
-}
-
 // The latency families ("TTFT", upper case) and statistics ("p50") of the MT_LATENCY rows that
 // `keep` accepts, each once, in table order, into fam[] and stat[] (*nf and *ns of them).
 static void families(bool (*keep)(const mt_metric_info *m), char fam[][8], int *nf, char stat[][8],
@@ -215,7 +205,7 @@ void mt_metric_per_class_words(char *buf, size_t cap) {
   families(is_per_class, fam, &nf, stat, &ns);
   char lat[64] = "";
   size_t len = 0;
-  for (int i = 0; i < nf; i++) add_item(lat, sizeof lat, &len, i, nf, " or ", fam[i]);
+  for (int i = 0; i < nf; i++) len = sc_list_add(lat, sizeof lat, len, i, nf, " or ", fam[i]);
   if (len < sizeof lat) snprintf(lat + len, sizeof lat - len, " latencies");
   const char *items[N_METRICS];
   int n = 0;
@@ -224,7 +214,7 @@ void mt_metric_per_class_words(char *buf, size_t cap) {
     if (is_per_class(&metrics[i]) && !(metrics[i].flags & MT_LATENCY)) items[n++] = metrics[i].name;
   len = 0;
   buf[0] = 0;
-  for (int i = 0; i < n; i++) add_item(buf, cap, &len, i, n, " or ", items[i]);
+  for (int i = 0; i < n; i++) len = sc_list_add(buf, cap, len, i, n, " or ", items[i]);
 }
 
 void mt_metric_gated_words(char *buf, size_t cap) {
@@ -233,7 +223,7 @@ void mt_metric_gated_words(char *buf, size_t cap) {
   families(is_gated, fam, &nf, stat, &ns);
   size_t len = 0;
   buf[0] = 0;
-  for (int i = 0; i < nf; i++) add_item(buf, cap, &len, i, nf, " and ", fam[i]);
+  for (int i = 0; i < nf; i++) len = sc_list_add(buf, cap, len, i, nf, " and ", fam[i]);
   for (int i = 0; i < ns && len < cap; i++)
     len += (size_t)snprintf(buf + len, cap - len, "%s%s", i == 0 ? " " : " and ", stat[i]);
   for (const char *const *g = mt_metric_gated(); *g && len < cap; g++)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config/yaml_map.h"
+#include "kernels/util.h"
 #include "scenarios/scenario_impl.h"
 #include "serving/launch.h"
 
@@ -56,12 +57,7 @@ static void target_forms(int accept, char *buf, size_t cap) {
     if (accept & (1 << i)) got[n++] = forms[i];
   size_t len = 0;
   buf[0] = 0;
-  for (int i = 0; i < n && len < cap; i++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                            i == 0       ? ""
-                            : i == n - 1 ? " or "
-                                         : ", ",
-                            got[i]);
+  for (int i = 0; i < n; i++) len = sc_list_add(buf, cap, len, i, n, " or ", got[i]);
 }
 
 // Checks target text (value v of key k) against the forms `accept` and the deployments.
@@ -509,13 +505,7 @@ static int kind_names(unsigned flags, bool now, const char *last, char *buf, siz
     if ((r->takes & flags) != flags || (now && !r->info.now)) continue;
     if (ids) ids[n] = (scn_fault_kind)k;
     if (names) names[n] = r->info.name;
-    if (len < cap)
-      len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                              n == 0           ? ""
-                              : n == total - 1 ? last
-                                               : ", ",
-                              r->info.name);
-    n++;
+    len = sc_list_add(buf, cap, len, n++, total, last, r->info.name);
   }
   return n;
 }

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "config/yaml_map.h"
+#include "kernels/util.h"
 #include "scenarios/metric_names.h"
 #include "scenarios/scenario_impl.h"
 
@@ -69,24 +70,15 @@ static void close_names(const char *key, char *buf, size_t cap) {
   while (nb < 3 && best[nb]) nb++;
   size_t len = 0;
   buf[0] = 0;
-  for (int j = 0; j < nb && len < cap; j++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                            j == 0        ? ""
-                            : j == nb - 1 ? " or "
-                                          : ", ",
-                            best[j]);
+  for (int j = 0; j < nb; j++) len = sc_list_add(buf, cap, len, j, nb, " or ", best[j]);
 }
 
 // The workload's prompt class names, "a, b and c", into buf.
 static void class_list(const scn_workload *w, char *buf, size_t cap) {
   size_t len = 0;
   buf[0] = 0;
-  for (int i = 0; i < w->n_classes && len < cap; i++)
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                            i == 0                  ? ""
-                            : i == w->n_classes - 1 ? " and "
-                                                    : ", ",
-                            w->classes[i].name);
+  for (int i = 0; i < w->n_classes; i++)
+    len = sc_list_add(buf, cap, len, i, w->n_classes, " and ", w->classes[i].name);
 }
 
 // The index of the prompt class named name, or -1 (with the error, pk's position) when the
