@@ -1,10 +1,10 @@
-// Tests for the scenario language (scenarios/scenario.c and its section files) and `shardcheck validate`: a full
-// scenario parses with every field as written, defaults fill what is left out, scaling items
-// expand (with dedupe, labels and the planner's auto choice), and each kind of bad input is
-// one SC_INVALID naming its exact FILE:LINE:COL and key. mode: sim (its hardware keys, the
-// resolved profile and planner parameters, its refusals), the --mode/--profile overrides
-// (scenario_load_with), and every shipped scenario, with the planner's refusal of the
-// tests/data copies that add {tp: 1}.
+// Tests for the scenario language (scenarios/scenario.c and its section files) and `shardcheck
+// validate`: a full scenario parses with every field as written, defaults fill what is left
+// out, scaling items expand (with dedupe, labels and the planner's auto choice), and each kind
+// of bad input is one SC_INVALID naming its exact FILE:LINE:COL and key. mode: sim (its
+// hardware keys, the resolved profile and planner parameters, its refusals), the
+// --mode/--profile overrides (scenario_load_with), and every shipped scenario, with the
+// planner's refusal of the tests/data copies that add {tp: 1}.
 //
 // Not here: the planner's arithmetic (tests/test_memplan.c), the strict flat reader itself
 // (tests/test_memplan.c), reading dataset lines (the workload generator's tests).
