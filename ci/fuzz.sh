@@ -16,7 +16,7 @@ secs=${1:-20}
 shift || true
 # target:dictionary (empty: none; the wire protocol is binary)
 all="scenario:scenario hardware:hardware config_json:json_config safetensors:safetensors
-  dataset:jsonl wire: oai_request:oai sse:sse"
+  dataset:jsonl wire: oai_request:oai sse:sse prom:prom"
 
 echo "== fuzz: configure and build (clang, libFuzzer + ASan + UBSan)"
 mkdir -p build

@@ -5,7 +5,7 @@
 #
 #   0 kernels/     devices, communicators, the clock, status codes
 #   1 engine/      the sharded Llama engine
-#   2 serving/     the replica seam, the router, the worker protocol
+#   2 serving/     the replica seam, router, request table, supervisor, worker protocol
 #   2 config/      YAML, hardware profiles, model presets, profile measurement
 #   3 scenarios/   the scenario language, workloads, metric names
 #   4 reports/     the SQLite store, metrics, reports, the gate

@@ -72,7 +72,7 @@ TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build/tsan/test
   --jobs 1 2>&1 | tee build/tsan.http_faults.log
 
 # Every parser of user or network input under libFuzzer (clang, ASan + UBSan) for a short fixed
-# time each over the corpus kept in fuzz/corpus/: 8 targets x 10 s, plus the clang build (the
+# time each over the corpus kept in fuzz/corpus/: 9 targets x 10 s, plus the clang build (the
 # corpus carries what longer runs reached, so a short run starts from there).
 bash ci/fuzz.sh 10
 

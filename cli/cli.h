@@ -46,6 +46,10 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out);
 bool cli_parse_pct(const char *s, double *out);
 bool cli_parse_u64(const char *s, uint64_t *out); // no sign allowed
 
+// Writes text greedily wrapped at `width` columns and ends the line; every line after the
+// first is indented by `indent` spaces (the first continues one already started there).
+void cli_print_wrapped(FILE *f, const char *text, int indent, int width);
+
 // Prints "what: a, b, c" (or "what: (none)") from a names function such as
 // model_preset_names or hw_profile_names.
 void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, int));

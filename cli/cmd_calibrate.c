@@ -24,18 +24,28 @@ static void usage(FILE *f) {
           "usage: shardcheck calibrate --db PATH --run ID [--run ID ...] --profile BASE\n"
           "                            --model PRESET [--tp N] [--dtype D] [--kv-cache-dtype D]\n"
           "                            --out FILE.yaml\n"
-          "                            [--check ID ...] [--no-fit]\n\n"
-          "Fits the engine block of hardware profile BASE (host time per step and per\n"
-          "scheduled sequence, prefill and decode efficiency) to measured runs: each run's\n"
-          "completed requests are replayed in the simulator on MODEL with tensor parallelism N,\n"
-          "with their own arrival times and lengths, and a Nelder-Mead search over the\n"
-          "log-parameters minimizes, summed over the runs, the mean squared per-request error\n"
-          "of TTFT and of TPOT, each divided by the run's measured mean. The scheduler knobs\n"
-          "(max_running, token_budget, chunked_prefill, no_evict, prefix_caching,\n"
-          "reserve_full_isl, kv_watermark, num_gpu_blocks, block_size) are\n"
-          "not fitted: set them in BASE's engine block to the measured engine's. Prints each\n"
-          "run's residuals and writes BASE with the fitted engine block to FILE.yaml, an\n"
-          "ordinary profile.\n\n"
+          "                            [--check ID ...] [--no-fit]\n\n");
+  // the knobs are the table's (kernels/knobs.h): each row's profile key
+  char knobs[400] = "", para[1400];
+  size_t len = 0;
+#define KNOB_NAME(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
+  len += (size_t)snprintf(knobs + len, sizeof knobs - len, "%s" #pkey, len ? ", " : "");
+  SC_KNOBS(KNOB_NAME)
+#undef KNOB_NAME
+  snprintf(para, sizeof para,
+           "Fits the engine block of hardware profile BASE (host time per step and per scheduled "
+           "sequence, prefill and decode efficiency) to measured runs: each run's completed "
+           "requests are replayed in the simulator on MODEL with tensor parallelism N, with their "
+           "own arrival times and lengths, and a Nelder-Mead search over the log-parameters "
+           "minimizes, summed over the runs, the mean squared per-request error of TTFT and of "
+           "TPOT, each divided by the run's measured mean. The scheduler knobs (%s) are not "
+           "fitted: set them in BASE's engine block to the measured engine's. Prints each run's "
+           "residuals and writes BASE with the fitted engine block to FILE.yaml, an ordinary "
+           "profile.",
+           knobs);
+  cli_print_wrapped(f, para, 0, 84);
+  fprintf(f,
+          "\n"
           "  -d, --db PATH       the results database (a run of any target, or `shardcheck\n"
           "                      import`ed trace)\n"
           "  -r, --run ID        a run to fit to (repeatable, at most %d)\n"
@@ -81,7 +91,8 @@ static void print_row(const char *what, int64_t id, const calib_errors *e) {
          e->sim_tpot_ms, 100 * e->tpot_err, e->ttft_rms, e->tpot_rms);
 }
 
-// BASE's text without a top-level engine block, then the fitted block.
+// BASE's text without its top-level engine block (its comments and tables kept as written),
+// then the fitted block, written by hw_profile_write_engine.
 static sc_status write_profile(const char *base, const char *out, const sim_engine *e,
                                const char *note, sc_error *err) {
   char *text = NULL;
@@ -111,30 +122,7 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
   }
   free(text);
   fprintf(o, "\n# --- engine: fitted by `shardcheck calibrate` (docs/calibration.md)\n# %s\n", note);
-  fprintf(o, "engine:\n  step_s: %.6g\n  seq_s: %.6g\n  prefill_eff: %.6g\n  decode_eff: %.6g\n",
-          e->step_s, e->seq_s, e->prefill_eff, e->decode_eff);
-  if (e->n_mixed_attn > 0) fprintf(o, "  mixed_attn:\n");
-  for (int i = 0; i < e->n_mixed_attn && i < SIM_MIXED_MAX; i++) {
-    const sim_mixed_attn *m = &e->mixed_attn[i];
-    fprintf(o, "    - {heads: %d, kv_heads: %d, head_dim: %d, decodes: %d, factor: [", m->heads,
-            m->kv_heads, m->head_dim, m->decodes);
-    for (int k = 0; k < m->factor.n && k < SIM_CURVE_MAX; k++)
-      fprintf(o, "%s[%.6g, %.6g]", k ? ", " : "", m->factor.x[k], m->factor.y[k]);
-    fprintf(o, "]}\n");
-  }
-  if (e->logits_bytes > 0) // the bytes are what is priced: an f16 block comes back as bf16
-    fprintf(o, "  logits_dtype: %s\n", e->logits_bytes == 2 ? "bf16" : "f32");
-  if (e->max_running > 0) fprintf(o, "  max_running: %d\n", e->max_running);
-  if (e->token_budget > 0) fprintf(o, "  token_budget: %d\n", e->token_budget);
-  if (e->block_size > 0) fprintf(o, "  block_size: %d\n", e->block_size);
-  if (e->chunked_prefill) fprintf(o, "  chunked_prefill: %s\n", e->chunked_prefill > 0 ? "true" : "false");
-  if (e->no_evict) fprintf(o, "  no_evict: %s\n", e->no_evict > 0 ? "true" : "false");
-  if (e->prefix_caching)
-    fprintf(o, "  prefix_caching: %s\n", e->prefix_caching > 0 ? "true" : "false");
-  if (e->reserve_full_isl)
-    fprintf(o, "  reserve_full_isl: %s\n", e->reserve_full_isl > 0 ? "true" : "false");
-  if (e->has_kv_watermark) fprintf(o, "  kv_watermark: %.6g\n", e->kv_watermark);
-  if (e->num_gpu_blocks > 0) fprintf(o, "  num_gpu_blocks: %d\n", e->num_gpu_blocks);
+  hw_profile_write_engine(o, e); // the block from the knob table (config/hardware.h)
   if (fclose(o) != 0) return sc_fail(err, SC_IO, "%s: cannot write the profile", out);
   hw_profile back;
   return hw_profile_load(out, &back, err);

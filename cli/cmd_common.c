@@ -72,6 +72,25 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
   return true;
 }
 
+void cli_print_wrapped(FILE *f, const char *text, int indent, int width) {
+  int col = indent;
+  while (*text) {
+    int word = (int)strcspn(text, " ");
+    if (col > indent && col + 1 + word > width) {
+      fprintf(f, "\n%*s", indent, "");
+      col = indent;
+    } else if (col > indent) {
+      fputc(' ', f);
+      col++;
+    }
+    fprintf(f, "%.*s", word, text);
+    col += word;
+    text += word;
+    while (*text == ' ') text++;
+  }
+  fputc('\n', f);
+}
+
 void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, int)) {
   const char *names[64];
   int n = names_fn(names, 64);

@@ -34,11 +34,17 @@ static void usage(FILE *f) {
           "                     judged when both are in one database)\n"
           "  --tolerance PCT    allowed change in the worse direction, e.g. 5%% or 0.05\n"
           "                     (default 5%% for real runs, 1%% for sim runs)\n"
-          "  --metric N[:PCT]   compare this metric (repeatable; default: TTFT, TPOT, ITL and\n"
-          "                     E2EL p50 and p95, output_tok_s, goodput_rps, error_rate,\n"
-          "                     lost_requests, kv_peak_frac, detect_ms, recover_ms), with its\n"
-          "                     own tolerance when given; a name covers each prompt class's\n"
-          "                     row of it too, CLASS:N (short:ttft_p95_ms) that class's only\n"
+          "  --metric N[:PCT]   ");
+  // the default list is the metric table's (scenarios/metric_names.h)
+  char dflt[400], para[700];
+  mt_metric_gated_words(dflt, sizeof dflt);
+  snprintf(para, sizeof para,
+           "compare this metric (repeatable; default: %s), with its own tolerance when given; a "
+           "name covers each prompt class's row of it too, CLASS:N (short:ttft_p95_ms) that "
+           "class's only",
+           dflt);
+  cli_print_wrapped(f, para, 21, 82);
+  fprintf(f,
           "  --alpha A          significance level of the one-sided test across repetitions\n"
           "                     (0.01; with 5 vs 5 repetitions the smallest p is 1/252 = 0.004)\n"
           "  --junit PATH       also write JUnit XML: one testcase per deployment x metric\n"

@@ -2,7 +2,8 @@
 // line per file: what the scenario would run (deployments, phases, faults, SLOs, time), or the
 // first error as FILE:LINE:COL with the key and what was expected.
 //
-// Parsing and every check are scenarios/scenario.c (keys in docs/scenarios.md); the dataset's
+// Parsing and every check are the scenario parser's (scenarios/scenario.c and a file per
+// section; keys in docs/scenarios.md); the dataset's
 // lines are read by the workload generator (scenarios/workload.c, hooked in below). This file
 // parses arguments and prints.
 #include <ctype.h>
@@ -85,8 +86,7 @@ static void describe_phase(const scn_phase *p, char *buf, size_t cap, size_t *le
           p->concurrency[p->n_concurrency - 1], p->n_concurrency, d);
     break;
   case SCN_PHASE_RATE: {
-    static const char *const arrivals[] = {"poisson", "constant", "gamma", "trace"};
-    add(buf, cap, len, "rate %g/s %s", p->rate, arrivals[p->arrival]);
+    add(buf, cap, len, "rate %g/s %s", p->rate, workload_arrival_name(p->arrival));
     if (p->duration_ns) {
       fmt_dur(p->duration_ns, d, sizeof d);
       add(buf, cap, len, " for %s", d);

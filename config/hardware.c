@@ -241,10 +241,43 @@ static bool parse_logits_dtype(const char *text, void *dst) {
   return true;
 }
 
-// The engine block (docs/calibration.md): the serving engine's costs and scheduler knobs.
+// A knob's engine-block field (kernels/knobs.h, pform): an int as it is, a flag into a bool
+// flag_KEY (made 1 or -1 when present), a value as it is (its has_ flag set when present).
+#define KNOB_FLAG_SC_KNOB_P_INT(pkey)
+#define KNOB_FLAG_SC_KNOB_P_BOOL(pkey) bool flag_##pkey = false;
+#define KNOB_FLAG_SC_KNOB_P_CHUNK(pkey) KNOB_FLAG_SC_KNOB_P_BOOL(pkey)
+#define KNOB_FLAG_SC_KNOB_P_VALUE(pkey)
+#define KNOB_FLAG(name, type, dflt, en, s, pf, pkey, ok, ex, j) SC_KNOB_CAT(KNOB_FLAG_, pf)(pkey)
+#define KNOB_FIELD_SC_KNOB_P_INT(pkey)                                                             \
+  {#pkey, YAML_MAP_INT, &e->pkey, 0, false, NULL, NULL, NULL, NULL},
+#define KNOB_FIELD_SC_KNOB_P_BOOL(pkey)                                                            \
+  {#pkey, YAML_MAP_BOOL, &flag_##pkey, 0, false, NULL, NULL, NULL, NULL},
+#define KNOB_FIELD_SC_KNOB_P_CHUNK(pkey) KNOB_FIELD_SC_KNOB_P_BOOL(pkey)
+#define KNOB_FIELD_SC_KNOB_P_VALUE(pkey)                                                           \
+  {#pkey, YAML_MAP_DOUBLE, &e->pkey, 0, false, NULL, NULL, NULL, NULL},
+#define KNOB_FIELD(name, type, dflt, en, s, pf, pkey, ok, ex, j) SC_KNOB_CAT(KNOB_FIELD_, pf)(pkey)
+
+// After reading: the tri-state of a flag given, the has_ flag of a value given, the bounds.
+#define KNOB_SET_SC_KNOB_P_INT(pkey, name, ex)                                                     \
+  if (e->pkey < 0)                                                                                 \
+    return sc_fail(err, SC_INVALID, "%s: engine: key '%s' must be an integer >= 1 (or absent: "  \
+                   "the scenario's limits), got %d", where, #pkey, e->pkey);
+#define KNOB_SET_SC_KNOB_P_BOOL(pkey, name, ex)                                                    \
+  if (fy_node_mapping_lookup_by_string(v, #pkey, FY_NT)) e->pkey = flag_##pkey ? 1 : -1;
+#define KNOB_SET_SC_KNOB_P_CHUNK(pkey, name, ex) KNOB_SET_SC_KNOB_P_BOOL(pkey, name, ex)
+#define KNOB_SET_SC_KNOB_P_VALUE(pkey, name, ex)                                                   \
+  e->has_##pkey = fy_node_mapping_lookup_by_string(v, #pkey, FY_NT) != NULL;                      \
+  if (!sc_knob_ok_##name(e->pkey))                                                                 \
+    return sc_fail(err, SC_INVALID, "%s: engine: key '%s' must be %s, got %g", where, #pkey, ex,  \
+                   e->pkey);
+#define KNOB_SET(name, type, dflt, en, s, pf, pkey, ok, ex, j)                                     \
+  SC_KNOB_CAT(KNOB_SET_, pf)(pkey, name, ex)
+
+// The engine block (docs/calibration.md): the serving engine's costs, then the scheduler knobs
+// of kernels/knobs.h (a row each).
 static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_error *err) {
   sim_engine *e = dst;
-  bool chunked = true, no_evict = false, prefix = false, full_isl = false;
+  SC_KNOBS(KNOB_FLAG) // the flags as read
   const yaml_map_field f[] = {
       {"step_s", YAML_MAP_DOUBLE, &e->step_s, 0, false, NULL, NULL, NULL, NULL},
       {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
@@ -255,25 +288,9 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
        node_mixed_attn},
       {"logits_dtype", YAML_MAP_CUSTOM, &e->logits_bytes, 0, false, parse_logits_dtype,
        "a dtype (f32, bf16, f16)", NULL, NULL},
-      {"max_running", YAML_MAP_INT, &e->max_running, 0, false, NULL, NULL, NULL, NULL},
-      {"token_budget", YAML_MAP_INT, &e->token_budget, 0, false, NULL, NULL, NULL, NULL},
-      {"block_size", YAML_MAP_INT, &e->block_size, 0, false, NULL, NULL, NULL, NULL},
-      {"chunked_prefill", YAML_MAP_BOOL, &chunked, 0, false, NULL, NULL, NULL, NULL},
-      {"no_evict", YAML_MAP_BOOL, &no_evict, 0, false, NULL, NULL, NULL, NULL},
-      {"prefix_caching", YAML_MAP_BOOL, &prefix, 0, false, NULL, NULL, NULL, NULL},
-      {"reserve_full_isl", YAML_MAP_BOOL, &full_isl, 0, false, NULL, NULL, NULL, NULL},
-      {"kv_watermark", YAML_MAP_DOUBLE, &e->kv_watermark, 0, false, NULL, NULL, NULL, NULL},
-      {"num_gpu_blocks", YAML_MAP_INT, &e->num_gpu_blocks, 0, false, NULL, NULL, NULL, NULL},
-  };
+      SC_KNOBS(KNOB_FIELD)};
   *e = sim_engine_defaults();
   SC_TRY(yaml_map_read_node(v, file, f, (int)(sizeof f / sizeof f[0]), err));
-  if (fy_node_mapping_lookup_by_string(v, "chunked_prefill", FY_NT)) e->chunked_prefill = chunked ? 1 : -1;
-  if (fy_node_mapping_lookup_by_string(v, "no_evict", FY_NT)) e->no_evict = no_evict ? 1 : -1;
-  if (fy_node_mapping_lookup_by_string(v, "prefix_caching", FY_NT))
-    e->prefix_caching = prefix ? 1 : -1;
-  if (fy_node_mapping_lookup_by_string(v, "reserve_full_isl", FY_NT))
-    e->reserve_full_isl = full_isl ? 1 : -1;
-  e->has_kv_watermark = fy_node_mapping_lookup_by_string(v, "kv_watermark", FY_NT) != NULL;
   char where[300];
   yaml_map_where(v, file, where, sizeof where);
   if (!(e->step_s >= 0 && e->step_s <= HW_STEP_OVERHEAD_MAX_S && e->seq_s >= 0 &&
@@ -285,14 +302,36 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
     return sc_fail(err, SC_INVALID, "%s: engine: keys 'prefill_eff' and 'decode_eff' must be in "
                    "(0, %d], got %g and %g", where, HW_ENGINE_EFF_MAX, e->prefill_eff,
                    e->decode_eff);
-  if (!(e->kv_watermark >= 0 && e->kv_watermark <= 0.5))
-    return sc_fail(err, SC_INVALID, "%s: engine: key 'kv_watermark' must be a fraction in "
-                   "[0, 0.5] (vLLM keeps 0.01), got %g", where, e->kv_watermark);
-  if (e->max_running < 0 || e->token_budget < 0 || e->block_size < 0 || e->num_gpu_blocks < 0)
-    return sc_fail(err, SC_INVALID, "%s: engine: keys 'max_running', 'token_budget' and "
-                   "'block_size' (and 'num_gpu_blocks') must be integers >= 1 (or absent: the "
-                   "scenario's limits)", where);
+  SC_KNOBS(KNOB_SET)
   return SC_OK;
+}
+
+// A knob's line of the written engine block (kernels/knobs.h, pform), when it is set.
+#define KNOB_WRITE_SC_KNOB_P_INT(o, e, pkey)                                                       \
+  if (e->pkey > 0) fprintf(o, "  " #pkey ": %d\n", e->pkey);
+#define KNOB_WRITE_SC_KNOB_P_BOOL(o, e, pkey)                                                      \
+  if (e->pkey) fprintf(o, "  " #pkey ": %s\n", e->pkey > 0 ? "true" : "false");
+#define KNOB_WRITE_SC_KNOB_P_CHUNK(o, e, pkey) KNOB_WRITE_SC_KNOB_P_BOOL(o, e, pkey)
+#define KNOB_WRITE_SC_KNOB_P_VALUE(o, e, pkey)                                                     \
+  if (e->has_##pkey) fprintf(o, "  " #pkey ": %.6g\n", e->pkey);
+#define KNOB_WRITE(name, type, dflt, en, s, pf, pkey, ok, ex, j)                                   \
+  SC_KNOB_CAT(KNOB_WRITE_, pf)(o, e, pkey)
+
+void hw_profile_write_engine(FILE *o, const sim_engine *e) {
+  fprintf(o, "engine:\n  step_s: %.6g\n  seq_s: %.6g\n  prefill_eff: %.6g\n  decode_eff: %.6g\n",
+          e->step_s, e->seq_s, e->prefill_eff, e->decode_eff);
+  if (e->n_mixed_attn > 0) fprintf(o, "  mixed_attn:\n");
+  for (int i = 0; i < e->n_mixed_attn && i < SIM_MIXED_MAX; i++) {
+    const sim_mixed_attn *m = &e->mixed_attn[i];
+    fprintf(o, "    - {heads: %d, kv_heads: %d, head_dim: %d, decodes: %d, factor: [", m->heads,
+            m->kv_heads, m->head_dim, m->decodes);
+    for (int k = 0; k < m->factor.n && k < SIM_CURVE_MAX; k++)
+      fprintf(o, "%s[%.6g, %.6g]", k ? ", " : "", m->factor.x[k], m->factor.y[k]);
+    fprintf(o, "]}\n");
+  }
+  if (e->logits_bytes > 0) // the bytes are what is priced: an f16 block comes back as bf16
+    fprintf(o, "  logits_dtype: %s\n", e->logits_bytes == 2 ? "bf16" : "f32");
+  SC_KNOBS(KNOB_WRITE)
 }
 
 // --- loading
@@ -344,6 +383,15 @@ sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *e
 
 static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_error *err) {
   sim_hw *h = &p->sim;
+  // what `engine` takes, for a value that is not a mapping: the costs, then the knobs
+  char engine_expect[400];
+  size_t len = (size_t)snprintf(engine_expect, sizeof engine_expect,
+                                "a mapping {step_s, seq_s, prefill_eff, decode_eff");
+#define KNOB_KEY(name, type, dflt, en, s, pf, pkey, ok, ex, j)                                     \
+  len += (size_t)snprintf(engine_expect + len, sizeof engine_expect - len, ", " #pkey);
+  SC_KNOBS(KNOB_KEY)
+#undef KNOB_KEY
+  snprintf(engine_expect + len, sizeof engine_expect - len, "}");
   char inter[32] = HW_INTER_LINK_DEFAULT;
   double inter_bw = 0, inter_lat = -1;
   h->mem_eff = 1;
@@ -379,10 +427,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
       {"allreduce", YAML_MAP_NODE, h, 0, false, NULL, "a list of {ranks, t}", NULL, node_coll},
       {"step_overhead", YAML_MAP_NODE, h, 0, false, NULL, "a list of {tp, replicas, s, prefill}", NULL,
        node_overhead},
-      {"engine", YAML_MAP_NODE, &h->engine, 0, false, NULL,
-       "a mapping {step_s, seq_s, prefill_eff, decode_eff, max_running, token_budget, "
-       "chunked_prefill, no_evict, prefix_caching, reserve_full_isl, kv_watermark, "
-       "num_gpu_blocks, block_size}", NULL, node_engine},
+      {"engine", YAML_MAP_NODE, &h->engine, 0, false, NULL, engine_expect, NULL, node_engine},
   };
   SC_TRY(yaml_map_read_named(HW_DIR, "hardware profile", name_or_path, fields,
                              (int)(sizeof fields / sizeof fields[0]), err));

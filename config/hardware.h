@@ -7,6 +7,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "engine/hw_profile.h"
 #include "kernels/status.h"
@@ -27,6 +28,9 @@ sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *e
 // Copies the flat figures of hw_profile (memory, flops, gpus_per_node, the intra-node link)
 // into p->sim; hw_profile_load does it, and so must whoever fills a profile by hand.
 void hw_profile_sync_sim(hw_profile *p);
+// Writes e as a profile's `engine:` block (the costs, then each knob of kernels/knobs.h that is
+// set), as hw_profile_load reads it back.
+void hw_profile_write_engine(FILE *o, const sim_engine *e);
 // Replaces the intra-node link (a named link, kernels/sim/sim_links.c) and, when nodes > 0,
 // keeps gpus_per_node as is: what a scenario's hardware.link overrides. SC_INVALID for an
 // unknown link name, *p left as it was.

@@ -5,13 +5,15 @@
 // Also "named documents": a name resolved to an embedded file DIR/NAME.yaml (kernels/
 // embedded.h) or, when it ends in .yaml, to a file on disk; presets (config/presets.c) and
 // hardware profiles (config/hardware.c) use it. Nested documents (scenarios) walk the tree
-// themselves with the helpers below (positions, describe, one value at a time), so every
-// reader words the same mistake the same way. Nothing here knows what the keys mean; defaults
+// themselves with the helpers below (positions, describe, one value at a time, views of one
+// mapping, checks, picks and sequences: config/yaml_map_view.c), so every reader words the
+// same mistake the same way. Nothing here knows what the keys mean; defaults
 // are whatever the caller put in the destinations before the call.
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/status.h"
 
@@ -94,6 +96,96 @@ void yaml_map_where(struct fy_node *node, const char *file, char *buf, size_t ca
 // The same for node, else for fallback when node has no position (a null value: its key).
 void yaml_map_where_or(struct fy_node *node, struct fy_node *fallback, const char *file,
                        char *buf, size_t cap);
+
+// --- walking a nested document (config/yaml_map_view.c)
+// A reader that walks the tree itself (the scenario language) reads each mapping into a view:
+// every key checked against the fields and the nested keys it takes, the scalar ones read
+// through the fields, the nodes of every present key kept so the caller walks the nested ones
+// and points any message at any key. Every message is SC_INVALID "FILE:LINE:COL: ..." in
+// doc->err, worded as the flat reader words it.
+
+// One document being read: where messages point, where they go.
+typedef struct yaml_map_doc {
+  const char *file; // the name shown in messages
+  sc_error *err;    // the first error
+} yaml_map_doc;
+
+enum { YAML_MAP_VIEW_MAX = 32 }; // keys of one mapping a view holds (fields and nested)
+
+typedef struct yaml_map_view {
+  struct fy_node *map;
+  struct fy_node *owner; // the key whose value map is (NULL: the root)
+  int n;                 // present keys, in file order
+  const char *name[YAML_MAP_VIEW_MAX]; // key text (owned by the document)
+  struct fy_node *key[YAML_MAP_VIEW_MAX], *val[YAML_MAP_VIEW_MAX];
+} yaml_map_view;
+
+// SC_INVALID with "WHERE: MESSAGE", WHERE the position of node (or of fallback).
+sc_status yaml_map_fail(const yaml_map_doc *d, struct fy_node *node, struct fy_node *fallback,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+// SC_INVALID with "WHERE: key 'KEY': expected EXPECT, got WHAT-V-IS" at v (at k when v has no
+// position).
+sc_status yaml_map_expect_at(const yaml_map_doc *d, struct fy_node *v, struct fy_node *k,
+                             const char *key, const char *expect);
+// A key node's text ("?" when it has none); owned by the document.
+const char *yaml_map_key_text(struct fy_node *k);
+
+// Reads mapping `map`, the value of key `key` (key node k; both NULL for the root): every key
+// must be one of fields[0..nf) or nested[0..nn); the fields are read in file order (a field
+// with a null value is an error at its key); *out gets every present key's nodes.
+sc_status yaml_map_read_view(const yaml_map_doc *d, struct fy_node *map, const char *key,
+                             struct fy_node *k, const yaml_map_field *f, int nf,
+                             const char *const *nested, int nn, yaml_map_view *out);
+// Reads one scalar value v of key node k with field f (f->key must be k's text): the form
+// for sequence items and for keys that take a scalar or a collection.
+sc_status yaml_map_read_scalar(const yaml_map_doc *d, struct fy_node *k, struct fy_node *v,
+                               const yaml_map_field *f);
+
+// Index of key k among m's present keys, -1 when absent; has: whether present; key and val:
+// its nodes (NULL when absent).
+int yaml_map_find(const yaml_map_view *m, const char *k);
+bool yaml_map_has(const yaml_map_view *m, const char *k);
+struct fy_node *yaml_map_key(const yaml_map_view *m, const char *k);
+struct fy_node *yaml_map_val(const yaml_map_view *m, const char *k);
+
+// SC_OK when key is present; else "missing required key 'KEY' (EXPECT)" at the mapping.
+sc_status yaml_map_need(const yaml_map_doc *d, const yaml_map_view *m, const char *key,
+                        const char *expect);
+// A range or form check on a present key: "key 'K': expected EXPECT, got V" at its value
+// unless ok; SC_OK when the key is absent.
+sc_status yaml_map_check(const yaml_map_doc *d, const yaml_map_view *m, const char *key, bool ok,
+                         const char *expect);
+// *out = the index of text in names[0..n), or an error at v (key node k) listing them.
+sc_status yaml_map_pick(const yaml_map_doc *d, struct fy_node *v, struct fy_node *k,
+                        const char *text, const char *const *names, int n, int *out);
+// yaml_map_pick for a key of m read into text.
+sc_status yaml_map_pick_key(const yaml_map_doc *d, const yaml_map_view *m, const char *key,
+                            const char *text, const char *const *names, int n, int *out);
+// The items of a sequence value v (key node k) into items[], *n of them; an error unless
+// 1..cap items.
+sc_status yaml_map_seq(const yaml_map_doc *d, struct fy_node *v, struct fy_node *k,
+                       const char *expect, int cap, struct fy_node **items, int *n);
+// Integer items of a sequence, each >= lo, into out[]; their nodes into nodes[] when not NULL
+// (else cap is at most 64).
+sc_status yaml_map_int_list(const yaml_map_doc *d, struct fy_node *v, struct fy_node *k,
+                            const char *expect, int lo, int cap, int *out, int *n,
+                            struct fy_node **nodes);
+// Enumerated items of a sequence: out[i] = the index of item i in names[0..nnames); their
+// nodes into items[].
+sc_status yaml_map_enum_list(const yaml_map_doc *d, struct fy_node *v, struct fy_node *k,
+                             const char *expect, const char *const *names, int nnames, int cap,
+                             int *out, int *n, struct fy_node **items);
+
+// --- scalar forms for YAML_MAP_CUSTOM fields (config/yaml_map_view.c)
+// Durations: a decimal number and a unit (ns, us, ms, s, m, h); a bare number is seconds.
+// sign_ok: a leading + or - is taken. False on anything else or past +-292 years.
+bool yaml_map_duration(const char *text, bool sign_ok, int64_t *out);
+bool yaml_map_parse_dur(const char *text, void *dst);  // uint64_t ns, unsigned
+bool yaml_map_parse_sdur(const char *text, void *dst); // int64_t ns, signed
+bool yaml_map_parse_u64(const char *text, void *dst);  // uint64_t, plain decimal digits
+#define YAML_MAP_DUR_EXPECT                                                                        \
+  "a duration such as 250us, 500ms, 30s, 2m or 1h (a bare number is seconds)"
+#define YAML_MAP_SDUR_EXPECT "a signed duration such as +1h, -30m or 90s"
 
 // --- named documents: embedded DIR/NAME.yaml, or a path ending in .yaml
 // `what` names the kind in messages ("model preset", "hardware profile"). An unknown name is

@@ -98,10 +98,8 @@ engine_config engine_config_defaults(void) {
       .backend = "cpu",
       .tp = 1,
       .pp = 1,
-      .block_size = 16,
+      SC_KNOBS(SC_KNOB_ENGINE_DEFAULT) // block_size 16, max_running 256, token_budget 8192
       .kv_bytes_max = (size_t)1 << 30,
-      .max_running = 256,
-      .token_budget = 8192,
       .collective_timeout_ns = 30ull * 1000000000ull,
       .clock = sc_clock_monotonic(),
       .weights_seed = 0,
@@ -229,15 +227,12 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   if (s == SC_OK) s = e->be->init(e, err);
   // the same KV cache, scheduler and step buffers for every backend
   if (s == SC_OK) s = kv_cache_new(c->kv_blocks, c->block_size, &e->kv);
-  if (s == SC_OK)
-    s = sched_new((sched_config){.max_running = c->max_running,
-                                 .token_budget = c->token_budget,
-                                 .prefill_chunk = c->prefill_chunk,
-                                 .no_evict = c->no_evict,
-                                 .prefix_caching = c->prefix_caching,
-                                 .reserve_full_isl = c->reserve_full_isl,
-                                 .watermark_blocks = (int)(c->kv_watermark * c->kv_blocks)},
-                  e->kv, &e->sched);
+  // the knobs the scheduler takes as they are (kernels/knobs.h), and the watermark in blocks
+  sched_config sc = {.watermark_blocks = (int)(c->kv_watermark * c->kv_blocks)};
+#define TO_SCHED(name, type, dflt, en, sch, pf, pkey, ok, ex, j) SC_KNOB_IF(sch)(sc.name = c->name;)
+  SC_KNOBS(TO_SCHED)
+#undef TO_SCHED
+  if (s == SC_OK) s = sched_new(sc, e->kv, &e->sched);
   if (s == SC_OK) {
     size_t R = (size_t)c->max_running;
     e->items = calloc(R, sizeof *e->items);

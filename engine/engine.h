@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "kernels/clock.h"
 #include "kernels/device.h"
+#include "kernels/knobs.h"
 #include "kernels/sim/sim_cost.h"
 #include "kernels/status.h"
 
@@ -50,17 +51,13 @@ typedef struct engine_config {
   int devices[16];
   int n_devices;
   int first_device;
-  int block_size;           // KV block, tokens (16)
   int kv_blocks;            // KV blocks per rank; 0: enough for max_running full-context
                             // sequences, capped at kv_bytes_max per rank
   size_t kv_bytes_max;      // cap for the default above (1 GiB)
-  int max_running;          // running sequences at most (256)
-  int token_budget;         // tokens per step at most (8192)
-  int prefill_chunk;        // prefill tokens of one sequence per step; 0: token_budget / 4
-  bool no_evict;            // admission reserves full lengths, never preempts (scheduler.h)
-  bool prefix_caching;      // full blocks are cached by content and reused (scheduler.h)
-  bool reserve_full_isl;    // admit only when all of a sequence's tokens fit (scheduler.h)
-  double kv_watermark;      // fraction of the KV blocks an admission leaves free (scheduler.h)
+  // the scheduler's knobs: block_size, max_running, token_budget, prefill_chunk, no_evict,
+  // prefix_caching, reserve_full_isl, kv_watermark (kernels/knobs.h, the rows of engine 1;
+  // what each does: engine/scheduler.h)
+  SC_KNOBS(SC_KNOB_ENGINE_FIELD)
   int threads;              // cpu backend: BLAS threads per rank; 0: cores / (tp * pp), >= 1
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
   sc_clock clock;           // step timing; monotonic by default

@@ -17,6 +17,7 @@
 
 #include "engine/kv_cache.h"
 #include "engine/sampler.h"
+#include "kernels/knobs.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
 
@@ -42,28 +43,28 @@ typedef struct seq {
   uint64_t last_hash;
 } seq;
 
+// The scheduler's knobs: the rows of kernels/knobs.h it takes as they are (sched 1), and the
+// watermark in blocks. What they do:
+// - max_running: sequences in one step at most; token_budget: tokens in one step at most;
+//   prefill_chunk: prefill tokens of one sequence in one step at most.
+// - no_evict: false admits while free blocks last and preempts by recompute when a running
+//   sequence cannot grow (vLLM's policy); true admits a sequence only when the cache holds
+//   every running one at its full length (prompt + max_new) beside it, so nothing is ever
+//   preempted (TensorRT-LLM's default, GUARANTEED_NO_EVICT).
+// - reserve_full_isl: vLLM's admission check (its scheduler_reserve_full_isl, on by default
+//   from vLLM 0.19): a waiting sequence is admitted only when the free blocks hold all of its
+//   tokens (prompt, and what it generated before a preemption), not just this step's chunk, so
+//   a long prompt waits instead of being admitted and preempted half-way.
+// - prefix_caching: vLLM's --enable-prefix-caching: each full block computed is registered
+//   under the hash of its tokens and all before them (kv_cache.h), and a sequence admitted
+//   without blocks (new, or preempted) first takes every registered block its tokens begin
+//   with, computing only the rest (always its last token, whose logits it needs).
 typedef struct sched_config {
-  int max_running;   // sequences in one step at most
-  int token_budget;  // tokens in one step at most
-  int prefill_chunk; // prefill tokens of one sequence in one step at most
-  // Admission: false admits while free blocks last and preempts by recompute when a running
-  // sequence cannot grow (vLLM's policy); true admits a sequence only when the cache holds every
-  // running one at its full length (prompt + max_new) beside it, so nothing is ever preempted
-  // (TensorRT-LLM's default, GUARANTEED_NO_EVICT).
-  bool no_evict;
-  // vLLM's admission check (its scheduler_reserve_full_isl, on by default from vLLM 0.19): a
-  // waiting sequence is admitted only when the free blocks hold all of its tokens (prompt, and
-  // what it generated before a preemption), not just this step's chunk, so a long prompt waits
-  // instead of being admitted and preempted half-way.
-  bool reserve_full_isl;
-  // vLLM's watermark: blocks an admission must leave free while any sequence runs (vLLM keeps
-  // 1% of the cache), room for the running ones to grow before someone is preempted.
+  SC_KNOBS(SC_KNOB_SCHED_FIELD)
+  // vLLM's watermark (kv_watermark x the cache): blocks an admission must leave free while any
+  // sequence runs (vLLM keeps 1% of the cache), room for the running ones to grow before
+  // someone is preempted.
   int watermark_blocks;
-  // Prefix caching (vLLM's --enable-prefix-caching): each full block computed is registered
-  // under the hash of its tokens and all before them (kv_cache.h), and a sequence admitted
-  // without blocks (new, or preempted) first takes every registered block its tokens begin with,
-  // computing only the rest (always its last token, whose logits it needs).
-  bool prefix_caching;
 } sched_config;
 
 // One sequence's part of a step: tokens [start, start + n); sample when that reaches the end.

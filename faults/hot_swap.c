@@ -79,16 +79,15 @@ static void swap_load(fault_rt *f, int fi, int i, uint64_t now) {
   rs->swapping = true;
   rs->swap_cfg = &f->vcfg[fr->version];
   rs->restart_err = (sc_error){{0}};
-  if (replica_is_http(f->c.reps[i])) { // the command (and model) of its next incarnation
-    const scn_fault *src = f->plan.v[fi].src;
-    sc_status st =
-        replica_http_stage_swap(f->c.reps[i], src->swap_launch[0] ? src->swap_launch : NULL,
-                                src->swap_model[0] ? src->swap_model : NULL, &rs->restart_err);
-    if (st != SC_OK) {
-      rs->restart_st = st;
-      rs->swapping = false;
-      return;
-    }
+  // the command (and model) of its next incarnation, for a replica that launched a server
+  const scn_fault *src = f->plan.v[fi].src;
+  sc_status st = replica_stage_swap(f->c.reps[i], src->swap_launch[0] ? src->swap_launch : NULL,
+                                    src->swap_model[0] ? src->swap_model : NULL,
+                                    &rs->restart_err);
+  if (st != SC_OK) {
+    rs->restart_st = st;
+    rs->swapping = false;
+    return;
   }
   if (replica_in_virtual_time(f->c.reps[i]) || !frt_ask_supervisor(f, i)) {
     rs->restart_st = replica_swap(f->c.reps[i], rs->swap_cfg, &rs->restart_err);

@@ -1,7 +1,9 @@
 // Injection (see runtime.h): a planned fault becomes a replica_fault applied through the
-// replica handle (every implementation takes every kind and acts on it its own way), a cancel
-// storm ends requests on the client's side, and a clock jump moves the workers' wall clock
-// through libfaketime's clock file (real mode). What a fault did is judged in judge.c.
+// replica handle (its kind's row in faults/kinds.c says which; every implementation takes
+// every kind and acts on it its own way), or does what its row's act says: a cancel storm ends
+// requests on the client's side, a clock jump moves the workers' wall clock through
+// libfaketime's clock file (real mode), an exec fault runs a command. What a fault did is
+// judged in judge.c.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "faults/kinds.h"
 #include "faults/runtime_impl.h"
 #include "kernels/util.h"
 #include "serving/launch.h"
@@ -79,7 +82,8 @@ sc_status frt_clock_setup(fault_rt *f) {
 
 const char *const *fault_rt_worker_env(const fault_rt *f) { return f && f->env[0] ? f->env : NULL; }
 
-static void frt_clock_jump(fault_rt *f, int fi) {
+void frt_clock_jump(fault_rt *f, int fi, uint64_t now) {
+  (void)now;
   fault_run *fr = &f->fr[fi];
   sc_error e = {{0}};
   int64_t next = f->clock_offset_ns + f->plan.v[fi].src->offset_ns;
@@ -134,7 +138,7 @@ static bool in_stages(const req_rec *q, int stages) {
   return stages & (SCN_STAGE_QUEUED | SCN_STAGE_PREFILL);
 }
 
-static void cancel_storm(fault_rt *f, int fi, uint64_t now) {
+void frt_cancel_storm(fault_rt *f, int fi, uint64_t now) {
   const ft_fault *ft = &f->plan.v[fi];
   fault_run *fr = &f->fr[fi];
   size_t n = 0;
@@ -188,7 +192,8 @@ static void cancel_storm(fault_rt *f, int fi, uint64_t now) {
 // --- exec: a user command at the fault's time, once per target replica (every replica when the
 // fault names none), in a process group of its own (serving/launch.h: it cannot outlive the
 // runner), its output in LOG_DIR/LABEL-exec-FAULT-replicaR.log.
-static void exec_start(fault_rt *f, int fi) {
+void frt_exec_start(fault_rt *f, int fi, uint64_t now) {
+  (void)now;
   const ft_fault *ft = &f->plan.v[fi];
   fault_run *fr = &f->fr[fi];
   fr->exec = calloc((size_t)f->c.n_reps, sizeof *fr->exec);
@@ -200,8 +205,8 @@ static void exec_start(fault_rt *f, int fi) {
     if (ft->replica >= 0 && i != ft->replica) continue;
     char cmd[2048], log[1400];
     sc_error e = {{0}};
-    const replica *rep = f->c.reps[i];
-    if (launch_exec_expand(ft->src->exec_command, replica_http_pid(rep), replica_http_port(rep), i,
+    replica *rep = f->c.reps[i];
+    if (launch_exec_expand(ft->src->exec_command, replica_pid(rep), replica_port(rep), i,
                            cmd, sizeof cmd, &e) != SC_OK) {
       snprintf(fr->note, sizeof fr->note, "not run: %.140s", e.msg);
       continue;
@@ -252,31 +257,9 @@ void frt_exec_reap(fault_rt *f, int fi, bool wait) {
 }
 
 replica_fault fault_replica_fault(const ft_fault *ft, bool end) {
-  replica_fault rf = {.rank = ft->rank};
-  if (end) {
-    rf.kind = ft->kind == SCN_FAULT_HANG ? RFAULT_RESUME : RFAULT_CLEAR;
-    return rf;
-  }
-  switch (ft->kind) {
-  case SCN_FAULT_KILL: rf.kind = !strcmp(ft->what, "gpu") ? RFAULT_KILL_RANK : RFAULT_KILL; break;
-  case SCN_FAULT_HANG: rf.kind = !strcmp(ft->what, "rank") ? RFAULT_HANG_RANK : RFAULT_HANG; break;
-  case SCN_FAULT_SLOW:
-    rf.kind = !strcmp(ft->what, "rank") ? RFAULT_SLOW_RANK : RFAULT_SLOW_LINK;
-    rf.factor = ft->factor;
-    rf.latency_ns = ft->latency_ns;
-    rf.bandwidth = ft->bandwidth;
-    break;
-  case SCN_FAULT_OOM:
-    rf.kind = RFAULT_OOM;
-    rf.after_allocs = ft->after_allocs;
-    rf.persistent = !strcmp(ft->what, "persistent");
-    break;
-  case SCN_FAULT_CORRUPT:
-    rf.kind = RFAULT_CORRUPT;
-    rf.bitflip = !strcmp(ft->what, "bitflip");
-    break;
-  default: rf.kind = RFAULT_CLEAR; break;
-  }
+  replica_fault rf = {.kind = RFAULT_CLEAR, .rank = ft->rank};
+  const fk_row *k = fk_of(ft->kind);
+  if (k && k->deliver) k->deliver(ft, end, &rf);
   return rf;
 }
 
@@ -289,23 +272,9 @@ void frt_act(fault_rt *f, int fi, bool end, uint64_t now) {
     fr->end = ft->duration_ns ? now + ft->duration_ns : UINT64_MAX;
     frt_note(f, "%s: fault at %.3f s: %s%s%s: %s", f->c.dep->label, (double)now / 1e9,
              scenario_fault_kind_name(ft->kind), ft->target[0] ? " " : "", ft->target, ft->detail);
-    if (ft->kind == SCN_FAULT_CANCEL_STORM) {
-      cancel_storm(f, fi, now);
-      fr->end = UINT64_MAX;
-      return;
-    }
-    if (ft->kind == SCN_FAULT_HOT_SWAP) {
-      frt_swap_begin(f, fi, now);
-      fr->end = UINT64_MAX;
-      return;
-    }
-    if (ft->kind == SCN_FAULT_CLOCK_JUMP) {
-      frt_clock_jump(f, fi);
-      fr->end = UINT64_MAX;
-      return;
-    }
-    if (ft->kind == SCN_FAULT_EXEC) {
-      exec_start(f, fi);
+    const fk_row *k = fk_of(ft->kind);
+    if (k->act) { // it does what it does itself, once: no end
+      k->act(f, fi, now);
       fr->end = UINT64_MAX;
       return;
     }

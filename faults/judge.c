@@ -313,9 +313,9 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   bool measured = true;
   for (int i = 0; i < f->c.n_reps; i++) {
     if (replica_health_get(f->c.reps[i]) == REPLICA_DEAD) continue;
-    if (replica_is_http(f->c.reps[i])) {
+    if (replica_has_server_metrics(f->c.reps[i])) {
       replica_server_metrics m;
-      bool got = replica_http_scrape_now(f->c.reps[i], &m);
+      bool got = replica_server_metrics_get(f->c.reps[i], true, &m);
       if (got && isfinite(m.kv_usage))
         leak_frac = fmax(isnan(leak_frac) ? 0 : leak_frac, m.kv_usage);
       if (got && isfinite(m.kv_blocks))

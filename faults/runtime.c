@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "faults/kinds.h"
 #include "faults/runtime_impl.h"
 
 void frt_note(fault_rt *f, const char *fmt, ...) {
@@ -56,7 +57,7 @@ sc_status fault_rt_begin(const fault_ctx *c, fault_rt **out, sc_error *err) {
   if (cs != SC_OK) return sc_fail(err, cs, "%s", f->err.msg);
   f->have_before = fv_resources_now(&f->before, &e) == SC_OK;
   bool swaps = false;
-  for (int i = 0; i < f->plan.n; i++) swaps |= f->plan.v[i].kind == SCN_FAULT_HOT_SWAP;
+  for (int i = 0; i < f->plan.n; i++) swaps |= fk_of(f->plan.v[i].kind)->supervisor;
   if (!f->c.sim && (f->c.s->router.restart || swaps) && frt_start_supervisor(f) != SC_OK)
     return sc_fail(err, SC_OOM, "runner: cannot start the supervisor thread");
   return SC_OK;
@@ -107,7 +108,7 @@ static void check_replicas(fault_rt *f, uint64_t now) {
   for (int i = 0; i < f->c.n_reps && i < f->n_rs; i++) {
     rep_state *rs = &f->rs[i];
     if (rs->thr_started) {
-      if (atomic_load(&rs->thr_done)) frt_join_restart(f, i, now);
+      if (sup_done(f->sup, i, NULL, NULL)) frt_join_restart(f, i, now);
       continue;
     }
     replica_health h = replica_health_get(f->c.reps[i]);
@@ -115,7 +116,7 @@ static void check_replicas(fault_rt *f, uint64_t now) {
       frt_on_dead(f, i, now);
     } else if (h == REPLICA_UNHEALTHY && !rs->unhealthy_seen) {
       rs->unhealthy_seen = true;
-      frt_detect(f, frt_fault_of(f, i, 1u << SCN_FAULT_OOM), now,
+      frt_detect(f, frt_fault_of(f, i, fk_detected_by(FK_OOM)), now,
                  "allocations keep failing: unhealthy");
     } else if (h == REPLICA_HEALTHY) {
       rs->unhealthy_seen = false;
@@ -128,13 +129,13 @@ void fault_rt_on_failed(fault_rt *f, int rep, const replica_event *ev, uint64_t 
   req_rec *q = &f->c.reqs->v[ev->key];
   int fi = -1;
   if (ev->failure == REPLICA_FAIL_OOM) {
-    fi = frt_fault_of(f, rep, 1u << SCN_FAULT_OOM);
+    fi = frt_fault_of(f, rep, fk_detected_by(FK_OOM));
     frt_detect(f, fi, t, "a request failed with oom");
   } else if (ev->failure == REPLICA_FAIL_NUMERICAL) {
-    fi = frt_fault_of(f, rep, 1u << SCN_FAULT_CORRUPT);
+    fi = frt_fault_of(f, rep, fk_detected_by(FK_NUMERICAL));
     frt_detect(f, fi, t, "NaN/inf logits failed a request");
   } else if (replica_failure_is_loss(ev->failure)) {
-    fi = frt_fault_of(f, rep, FRT_LETHAL);
+    fi = frt_fault_of(f, rep, fk_detected_by(FK_LOST));
   }
   if (fi >= 0 && q->fault != fi) {
     q->fault = fi;
@@ -173,10 +174,9 @@ void fault_rt_tick(fault_rt *f, uint64_t now) {
   check_replicas(f, now);
   for (int i = 0; i < f->plan.n; i++) {
     if (!f->fr[i].injected) continue;
-    if (f->plan.v[i].kind == SCN_FAULT_HOT_SWAP) frt_swap_tick(f, i, now);
+    const fk_row *k = fk_of(f->plan.v[i].kind);
+    if (k->tick) k->tick(f, i, now);
     if (f->fr[i].exec) frt_exec_reap(f, i, false);
-    if (f->plan.v[i].kind == SCN_FAULT_CLOCK_JUMP && !f->fr[i].detected && !f->fr[i].note[0])
-      frt_clock_check(f, i, now);
   }
 }
 

@@ -2,9 +2,7 @@
 // Internal to faults/.
 #pragma once
 
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -12,6 +10,7 @@
 #include "faults/runtime.h"
 #include "faults/timeline.h"
 #include "faults/verdict.h"
+#include "serving/supervisor.h"
 
 // Straggler scores (faults/straggler.c): a replica's step durations over the last HIST steps;
 // the median of the latest FAST against its peers' (or its own older ones); scored once it has
@@ -28,9 +27,7 @@ typedef struct rep_state {
   bool unhealthy_seen;
   // restart (real mode: the supervisor owns the replica while it runs)
   bool thr_started; // a restart was asked for and not collected yet
-  bool want;        // (mu) the supervisor should restart it
-  atomic_bool thr_done;
-  sc_status restart_st;
+  sc_status restart_st; // the outcome (the supervisor's, once frt_join_restart collects it)
   sc_error restart_err;
   uint64_t restart_begin;
   int fault; // the fault whose restart this is (-1 none)
@@ -102,11 +99,7 @@ struct fault_rt {
   fault_result *res;   // from fault_rt_end on: where the metrics written are kept for the SLOs
   sc_status db_status; // the first database error, and why
   sc_error err;
-  // the supervisor thread (real mode)
-  pthread_t sup;
-  bool sup_started, quit;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
+  supervisor *sup; // the supervisor thread (real mode; NULL: none)
 };
 
 // --- the runner's hooks
@@ -126,9 +119,6 @@ static inline bool db_ok(fault_rt *f, sc_status s) {
   return s == SC_OK;
 }
 
-// The kinds whose symptom is a replica lost (its death, a request failed as replica_lost).
-#define FRT_LETHAL (1u << SCN_FAULT_KILL | 1u << SCN_FAULT_HANG | 1u << SCN_FAULT_EXEC)
-
 // --- faults/runtime.c
 // The injected fault of one of the given kinds (bits 1 << scn_fault_kind) that a symptom of
 // replica rep belongs to: the latest on it (or on every replica) not detected yet, else the
@@ -144,6 +134,12 @@ sc_status frt_clock_setup(fault_rt *f);
 void frt_act(fault_rt *f, int fi, bool end, uint64_t now);
 // Whether every live worker's wall clock shows clock jump fi (then it is detected).
 void frt_clock_check(fault_rt *f, int fi, uint64_t now);
+// What faults that reach no replica do at their start (their rows' act, faults/kinds.c): a
+// clock jump moves the workers' clock, a cancel storm cancels requests in flight, an exec
+// fault starts its commands.
+void frt_clock_jump(fault_rt *f, int fi, uint64_t now);
+void frt_cancel_storm(fault_rt *f, int fi, uint64_t now);
+void frt_exec_start(fault_rt *f, int fi, uint64_t now);
 
 // Reaps the commands of exec fault fi that have ended (every loop turn); wait: all of them,
 // stopping what still runs (the deployment's end).

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "faults/kinds.h"
 #include "faults/runtime_impl.h"
 #include "kernels/util.h"
 
@@ -44,7 +45,7 @@ void fault_rt_on_step(fault_rt *f, int rep, const engine_step_info *si, uint64_t
     rs->flagged = true;
     char how[96];
     snprintf(how, sizeof how, "replica%d flagged as a straggler (step time x%.1f)", rep, score);
-    int fi = frt_fault_of(f, rep, 1u << SCN_FAULT_SLOW);
+    int fi = frt_fault_of(f, rep, fk_detected_by(FK_STRAGGLER));
     if (fi >= 0) {
       frt_detect(f, fi, t, how);
     } else if (!rs->told) { // no slow fault explains it: said once, not at every flap

@@ -1,42 +1,17 @@
 // Restarts (see runtime.h): a dead replica is rebuilt when the scenario asks for restarts
-// (router.restart). In real mode a supervisor thread does the blocking work, one replica at a
-// time, while the loop keeps stamping the other replicas' tokens; the router holds the replica
-// busy meanwhile and nothing else touches it. The thread lives as long as the deployment,
-// because a worker dies with the thread that started it (PR_SET_PDEATHSIG). The same thread
-// loads a hot swap's new weights (hot_swap.c). A simulated restart returns at once and models
-// its load time itself.
+// (router.restart). In real mode a supervisor thread (serving/supervisor.h) does the blocking
+// work, one replica at a time, while the loop keeps stamping the other replicas' tokens; the
+// router holds the replica busy meanwhile and nothing else touches it. The thread lives as long
+// as the deployment, because a worker dies with the thread that started it (PR_SET_PDEATHSIG).
+// The same thread loads a hot swap's new weights (hot_swap.c). A simulated restart returns at
+// once and models its load time itself.
 #include <stdio.h>
 #include <time.h>
 
+#include "faults/kinds.h"
 #include "faults/runtime_impl.h"
 
 enum { JOIN_POLL_NS = 5000000 }; // how often a join looks at whether the supervisor is done
-
-// The supervisor: restarts the replicas it is asked to, one at a time, until told to quit.
-static void *supervisor_main(void *arg) {
-  fault_rt *f = arg;
-  pthread_mutex_lock(&f->mu);
-  for (;;) {
-    int i = -1;
-    for (int k = 0; k < f->n_rs && i < 0; k++)
-      if (f->rs[k].want) i = k;
-    if (i < 0) {
-      if (f->quit) break;
-      pthread_cond_wait(&f->cv, &f->mu);
-      continue;
-    }
-    rep_state *rs = &f->rs[i];
-    rs->want = false;
-    pthread_mutex_unlock(&f->mu);
-    rs->restart_err = (sc_error){{0}};
-    rs->restart_st = rs->swapping ? replica_swap(f->c.reps[i], rs->swap_cfg, &rs->restart_err)
-                                  : replica_restart(f->c.reps[i], &rs->restart_err);
-    atomic_store(&rs->thr_done, true);
-    pthread_mutex_lock(&f->mu);
-  }
-  pthread_mutex_unlock(&f->mu);
-  return NULL;
-}
 
 static void restart_finished(fault_rt *f, int i, uint64_t now) {
   rep_state *rs = &f->rs[i];
@@ -57,21 +32,17 @@ static void restart_finished(fault_rt *f, int i, uint64_t now) {
 
 bool frt_ask_supervisor(fault_rt *f, int i) {
   rep_state *rs = &f->rs[i];
-  if (!f->sup_started) return false;
-  atomic_store(&rs->thr_done, false);
+  if (!f->sup) return false;
   router_set_busy(f->c.rt, i, true);
   rs->thr_started = true;
-  pthread_mutex_lock(&f->mu);
-  rs->want = true;
-  pthread_cond_signal(&f->cv);
-  pthread_mutex_unlock(&f->mu);
+  sup_ask(f->sup, i, rs->swapping ? rs->swap_cfg : NULL);
   return true;
 }
 
 void frt_on_dead(fault_rt *f, int i, uint64_t now) {
   rep_state *rs = &f->rs[i];
   rs->dead_seen = true;
-  int fi = frt_fault_of(f, i, FRT_LETHAL);
+  int fi = frt_fault_of(f, i, fk_detected_by(FK_LOST));
   char how[200];
   snprintf(how, sizeof how, "replica%d lost: %.150s", i, replica_error(f->c.reps[i]));
   if (fi >= 0) {
@@ -93,7 +64,7 @@ void frt_on_dead(fault_rt *f, int i, uint64_t now) {
 
 void frt_join_restart(fault_rt *f, int i, uint64_t now) {
   rep_state *rs = &f->rs[i];
-  while (!atomic_load(&rs->thr_done)) {
+  while (!sup_done(f->sup, i, &rs->restart_st, &rs->restart_err)) {
     struct timespec ts = {0, JOIN_POLL_NS};
     nanosleep(&ts, NULL);
   }
@@ -107,26 +78,11 @@ void frt_join_restart(fault_rt *f, int i, uint64_t now) {
 }
 
 sc_status frt_start_supervisor(fault_rt *f) {
-  pthread_mutex_init(&f->mu, NULL);
-  pthread_cond_init(&f->cv, NULL);
-  if (pthread_create(&f->sup, NULL, supervisor_main, f) != 0) {
-    pthread_cond_destroy(&f->cv);
-    pthread_mutex_destroy(&f->mu);
-    return SC_OOM;
-  }
-  f->sup_started = true;
-  return SC_OK;
+  return sup_new(f->c.reps, f->c.n_reps, NULL, NULL, &f->sup);
 }
 
 // Stops the supervisor once the replicas are freed (their workers gone with them).
 void frt_stop_supervisor(fault_rt *f) {
-  if (!f->sup_started) return;
-  pthread_mutex_lock(&f->mu);
-  f->quit = true;
-  pthread_cond_signal(&f->cv);
-  pthread_mutex_unlock(&f->mu);
-  pthread_join(f->sup, NULL);
-  pthread_cond_destroy(&f->cv);
-  pthread_mutex_destroy(&f->mu);
-  f->sup_started = false;
+  sup_free(f->sup);
+  f->sup = NULL;
 }

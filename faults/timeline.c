@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "faults/kinds.h"
+
 // --- targets
 typedef struct tgt {
   bool every;      // every-rank (resolved by the sweep)
@@ -50,14 +52,13 @@ static uint64_t splitmix(uint64_t *x) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-// Uniform in [0, n).
-static uint64_t below(uint64_t *x, uint64_t n) { return n ? splitmix(x) % n : 0; }
+uint64_t ft_below(uint64_t *x, uint64_t n) { return n ? splitmix(x) % n : 0; }
 
 static void fmt_s(char *b, size_t cap, uint64_t ns) {
   snprintf(b, cap, "%.3f s", (double)ns / 1e9);
 }
 
-// The detail line of a fault as planned.
+// The detail line of a fault as planned (its kind's row says how) and its target.
 static void describe(ft_fault *f) {
   char dur[32] = "";
   if (f->duration_ns) {
@@ -65,60 +66,8 @@ static void describe(ft_fault *f) {
     fmt_s(t, sizeof t, f->duration_ns);
     snprintf(dur, sizeof dur, " for %s", t);
   }
-  switch (f->kind) {
-  case SCN_FAULT_KILL: snprintf(f->detail, sizeof f->detail, "%s", f->what); break;
-  case SCN_FAULT_HANG:
-    if (f->duration_ns)
-      snprintf(f->detail, sizeof f->detail, "%s, resume after %.3f s", f->what,
-               (double)f->duration_ns / 1e9);
-    else
-      snprintf(f->detail, sizeof f->detail, "%s, no resume", f->what);
-    break;
-  case SCN_FAULT_SLOW:
-    if (!strcmp(f->what, "rank")) {
-      snprintf(f->detail, sizeof f->detail, "rank x%g%s", f->factor, dur);
-    } else {
-      char parts[64] = "";
-      size_t n = 0;
-      if (f->factor > 1) n += (size_t)snprintf(parts + n, sizeof parts - n, " x%g", f->factor);
-      if (f->latency_ns && n < sizeof parts)
-        n += (size_t)snprintf(parts + n, sizeof parts - n, " +%.0f us",
-                              (double)f->latency_ns / 1e3);
-      if (f->bandwidth > 0 && n < sizeof parts)
-        snprintf(parts + n, sizeof parts - n, " cap %.3g B/s", f->bandwidth);
-      snprintf(f->detail, sizeof f->detail, "link%s%s", parts, dur);
-    }
-    break;
-  case SCN_FAULT_CANCEL_STORM: {
-    const int all = SCN_STAGE_QUEUED | SCN_STAGE_PREFILL | SCN_STAGE_DECODE;
-    char st[32];
-    snprintf(st, sizeof st, "%s%s%s", f->stages & SCN_STAGE_QUEUED ? "queued " : "",
-             f->stages & SCN_STAGE_PREFILL ? "prefill " : "",
-             f->stages & SCN_STAGE_DECODE ? "decode " : "");
-    if (st[0]) st[strlen(st) - 1] = 0;
-    if (f->count)
-      snprintf(f->detail, sizeof f->detail, "%d in-flight requests (%s)", f->count,
-               f->stages == all ? "any stage" : st);
-    else
-      snprintf(f->detail, sizeof f->detail, "%g of in-flight requests (%s)", f->fraction,
-               f->stages == all ? "any stage" : st);
-    break;
-  }
-  case SCN_FAULT_OOM:
-    snprintf(f->detail, sizeof f->detail, "%s after %d allocs%s", f->what, f->after_allocs, dur);
-    break;
-  case SCN_FAULT_CORRUPT: snprintf(f->detail, sizeof f->detail, "%s%s", f->what, dur); break;
-  case SCN_FAULT_HOT_SWAP:
-    snprintf(f->detail, sizeof f->detail, "model %.40s dtype %s",
-             f->src->swap_model[0] ? f->src->swap_model : "(same)",
-             f->src->swap_dtype[0] ? f->src->swap_dtype : "(same)");
-    break;
-  case SCN_FAULT_CLOCK_JUMP:
-    snprintf(f->detail, sizeof f->detail, "%+.3f s", (double)f->src->offset_ns / 1e9);
-    break;
-  case SCN_FAULT_CHAOS: break;
-  case SCN_FAULT_EXEC: snprintf(f->detail, sizeof f->detail, "%.120s", f->src->exec_command); break;
-  }
+  const fk_row *k = fk_of(f->kind);
+  if (k && k->detail) k->detail(f, dur);
   if (f->replica >= 0 && f->rank >= 0)
     snprintf(f->target, sizeof f->target, "replica%d.rank%d", f->replica, f->rank);
   else if (f->replica >= 0)
@@ -168,9 +117,9 @@ static void skip(ft_plan *p, const scn_fault *sf, const char *why) {
              scenario_fault_kind_name(sf->kind), sf->line, why);
 }
 
-static bool kept_alive(const scn_fault *chaos, int replica) {
+static bool kept_alive(const scn_fault *chaos, int rep) {
   char name[32];
-  snprintf(name, sizeof name, "replica%d", replica);
+  snprintf(name, sizeof name, "replica%d", rep);
   for (int i = 0; i < chaos->n_keep_alive; i++)
     if (!strcmp(chaos->keep_alive[i], name)) return true;
   return false;
@@ -185,52 +134,27 @@ static bool draw_chaos(const scn_fault *c, int item, const scn_deployment *d, ui
   int alive[64], n_alive = 0;
   for (int r = 0; r < d->dp && n_alive < 64; r++)
     if (!kept_alive(c, r)) alive[n_alive++] = r;
-  scn_fault_kind kinds[8];
+  scn_fault_kind kinds[SCN_FAULT_N];
   int n_kinds = 0;
-  for (int k = 0; k <= SCN_FAULT_CHAOS; k++)
+  for (int k = 0; k < SCN_FAULT_N; k++)
     if (c->kinds_mask & (1u << k)) {
-      if (k != SCN_FAULT_CANCEL_STORM && n_alive == 0) continue;
+      if (fk_of((scn_fault_kind)k)->chaos_replica && n_alive == 0) continue;
       kinds[n_kinds++] = (scn_fault_kind)k;
     }
-  int count = c->count_min + (int)below(&x, (uint64_t)(c->count_max - c->count_min + 1));
+  int count = c->count_min + (int)ft_below(&x, (uint64_t)(c->count_max - c->count_min + 1));
   if (n_kinds == 0) {
     if (count > 0) skip(b->p, c, "every replica is kept alive");
     return true;
   }
   uint64_t from = c->between_ns[0], span = c->between_ns[1] - c->between_ns[0];
   for (int i = 0; i < count; i++) {
-    ft_fault f = {.kind = kinds[below(&x, (uint64_t)n_kinds)], .src = c, .phase = -1,
-                  .at_ns = from + (span ? below(&x, span + 1) : 0), .replica = -1, .rank = -1,
+    ft_fault f = {.kind = kinds[ft_below(&x, (uint64_t)n_kinds)], .src = c, .phase = -1,
+                  .at_ns = from + (span ? ft_below(&x, span + 1) : 0), .replica = -1, .rank = -1,
                   .stages = SCN_STAGE_QUEUED | SCN_STAGE_PREFILL | SCN_STAGE_DECODE};
-    if (f.kind != SCN_FAULT_CANCEL_STORM) f.replica = alive[below(&x, (uint64_t)n_alive)];
-    int rank = (int)below(&x, (uint64_t)ranks);
-    switch (f.kind) {
-    case SCN_FAULT_KILL:
-      if (below(&x, 2)) {
-        snprintf(f.what, sizeof f.what, "gpu");
-        f.rank = rank;
-      } else {
-        snprintf(f.what, sizeof f.what, "replica");
-      }
-      break;
-    case SCN_FAULT_HANG:
-      snprintf(f.what, sizeof f.what, "replica");
-      f.duration_ns = 1000000000ull + below(&x, 2000000001ull); // resume after 1..3 s
-      break;
-    case SCN_FAULT_SLOW:
-      snprintf(f.what, sizeof f.what, "rank");
-      f.rank = rank;
-      f.factor = 3;
-      f.duration_ns = 5000000000ull;
-      break;
-    case SCN_FAULT_CANCEL_STORM: f.fraction = 0.5; break;
-    case SCN_FAULT_OOM: snprintf(f.what, sizeof f.what, "transient"); break;
-    case SCN_FAULT_CORRUPT:
-      snprintf(f.what, sizeof f.what, "nan");
-      f.duration_ns = 1000000000ull;
-      break;
-    default: break;
-    }
+    const fk_row *k = fk_of(f.kind);
+    if (k->chaos_replica) f.replica = alive[ft_below(&x, (uint64_t)n_alive)];
+    int rank = (int)ft_below(&x, (uint64_t)ranks);
+    if (k->draw) k->draw(&f, &x, rank);
     describe(&f);
     if (!push(b, &f)) return false;
   }

@@ -5,7 +5,8 @@
 // Mode-agnostic: a planned fault says what happens, when and where; the runner injects it
 // through the replica handle (serving/replica.h), which every execution (local, process, sim)
 // implements in its own way. Not here: injection, detection and the verdicts (faults/
-// verdict.h), the scenario's syntax (scenarios/scenario.c).
+// verdict.h), the scenario's syntax (scenarios/scenario_faults.c); each kind's detail line and
+// chaos draw are its row's in faults/kinds.c.
 #pragma once
 
 #include <stdbool.h>
@@ -48,6 +49,9 @@ typedef struct ft_plan {
 int ft_sweeps(const scenario *s, const scn_deployment *d);
 // "replica0.rank1" for sweep i of d (buf of cap bytes); "" when ft_sweeps is 1.
 void ft_sweep_label(const scn_deployment *d, int sweep, char *buf, size_t cap);
+
+// Uniform in [0, n) from the seeded generator x of a chaos draw (0 when n is 0).
+uint64_t ft_below(uint64_t *x, uint64_t n);
 
 // Builds the plan of deployment d for sweep number `sweep` (0 .. ft_sweeps - 1), drawing chaos
 // schedules from seed (the same seed, scenario and deployment always give the same plan).

@@ -1,10 +1,12 @@
-// Small helpers every floor uses: qsort comparators, the median and a sort for many doubles.
+// Small helpers every floor uses: qsort comparators, the median and a sort for many doubles,
+// and the words of a list in a message.
 // Header-only but for sc_sort_doubles (kernels/sort.c); no state.
 // Kept here, on the lowest floor, so that no module grows its own copy (docs/design.md).
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 // Ascending doubles for qsort; NaN after every number, so that the order is total.
@@ -39,4 +41,14 @@ static inline double sc_median(double *v, int n, double empty) {
   if (n <= 0) return empty;
   qsort(v, (size_t)n, sizeof *v, sc_cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Appends item to buf (cap bytes, len used) as item i of n in a list worded "a, b or c":
+// nothing before the first, `last` (" or ", " and ") before the final one, ", " before the
+// others. Returns the new length; from cap on, nothing more is written.
+static inline size_t sc_list_add(char *buf, size_t cap, size_t len, int i, int n,
+                                 const char *last, const char *item) {
+  if (len >= cap) return len;
+  return len + (size_t)snprintf(buf + len, cap - len, "%s%s",
+                                i == 0 ? "" : i == n - 1 ? last : ", ", item);
 }

@@ -14,12 +14,6 @@
 #include "reports/metrics.h"
 #include "reports/query.h"
 
-const char *const gate_default_metrics[] = {
-    "ttft_p50_ms", "ttft_p95_ms",  "tpot_p50_ms", "tpot_p95_ms",    "itl_p50_ms",
-    "itl_p95_ms",  "e2el_p50_ms",  "e2el_p95_ms", "output_tok_s",   "goodput_rps",
-    "error_rate",  "lost_requests", "kv_peak_frac", "detect_ms",    "recover_ms",
-    NULL};
-
 gate_options gate_options_defaults(void) {
   return (gate_options){.tol_real = 0.05, .tol_sim = 0.01, .alpha = 0.01};
 }
@@ -176,9 +170,8 @@ static series *find_or_add(table *t, const char *dep, const char *phase, const c
 static double tol_of(const gate_options *o, const char *name, double dflt) {
   const char *base = mt_metric_base(name);
   if (o->n_metrics == 0) {
-    for (int i = 0; gate_default_metrics[i]; i++)
-      if (!strcmp(gate_default_metrics[i], base)) return dflt;
-    return -2;
+    const mt_metric_info *mi = mt_metric_find(base);
+    return mi && mi->gate > 0 ? dflt : -2; // the table's default list
   }
   for (int pass = 0; pass < (base != name ? 2 : 1); pass++) // the exact name first
     for (int i = 0; i < o->n_metrics; i++)

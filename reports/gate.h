@@ -45,8 +45,7 @@ gate_options gate_options_defaults(void);
 // given on the command line; a command-line tolerance also replaces the scenario's per-metric
 // tolerances). False when the run has none.
 bool gate_options_from_run(sqlite3 *db, int64_t run_id, unsigned set, gate_options *o);
-// The default metric names, NULL-terminated.
-extern const char *const gate_default_metrics[];
+// The default metrics are the table's (scenarios/metric_names.h: mt_metric_gated).
 
 typedef enum gate_verdict {
   GATE_IMPROVED,

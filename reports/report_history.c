@@ -197,8 +197,8 @@ static void hs_pick_metrics(sqlite3 *db, hs_data *h) {
       return;
     }
   }
-  for (int i = 0; gate_default_metrics[i] && h->n_metrics < HS_MAX_METRICS; i++)
-    snprintf(h->metric[h->n_metrics++], sizeof h->metric[0], "%s", gate_default_metrics[i]);
+  for (const char *const *g = mt_metric_gated(); *g && h->n_metrics < HS_MAX_METRICS; g++)
+    snprintf(h->metric[h->n_metrics++], sizeof h->metric[0], "%s", *g);
 }
 
 // Reads the runs of scenario into *h (zeroed first). SC_INVALID when there is none.

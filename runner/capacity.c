@@ -214,7 +214,7 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
 
 // --- layouts of one kind
 
-// Puts the kind's profile into the working copy, as validation resolves it (scenario.c).
+// Puts the kind's profile into the working copy, as validation resolves it (scenario_deploy.c).
 static sc_status use_kind(search *x, const capacity_kind *k, sc_error *err) {
   scenario *s = x->s;
   hw_profile hw;

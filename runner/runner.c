@@ -8,154 +8,28 @@
 // request's end plus think time), so a runner that falls behind shows up as latency rather than
 // vanishing from it. Phases are drained: a phase ends when it has stopped sending and its last
 // request has ended, so each phase's numbers are its own.
-// Not here: routing, retries and resumes (serving/router.c), the faults and their verdicts
-// (faults/runtime.h, called at named points), the formulas (reports/metrics.c), the SQL
-// (reports/store.c), plots (reports/).
-#include "runner/runner.h"
+// Not here: the progress lines (runner/progress.c), the metric rows, checks and SLO verdicts
+// (runner/verdicts.c), an external target's replica options (runner/target.c), all three
+// behind runner/runner_impl.h; routing, retries and resumes (serving/router.c), the faults and
+// their verdicts (faults/runtime.h, called at named points), the formulas (reports/metrics.c),
+// the SQL (reports/store.c), plots (reports/).
+#include "runner/runner_impl.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "serving/launch.h"
-#include "serving/replica.h"
-#include "serving/router.h"
-#include "faults/runtime.h"
 #include "faults/timeline.h"
-#include "faults/verdict.h"
 #include "kernels/util.h"
 #include "kernels/device.h"
-#include "reports/metrics.h"
-#include "reports/query.h"
-#include "reports/recorder.h"
 #include "scenarios/deployment.h"
-#include "scenarios/workload.h"
 
-enum {
-  EV_BATCH = 8192,           // events pulled from a replica per poll
-};
-
-// One phase as run: a ramp runs one of these per concurrency step.
-typedef struct phase_run {
-  const scn_phase *p;
-  char name[64];
-  int concurrency;          // closed loop: users; 0 for open loop
-  int64_t id;
-  uint64_t start, warmup_end, end;
-  uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
-  int peak_queue, peak_batch;
-  int limit_violations;     // steps past limits.max_running or limits.token_budget
-  double kv_peak;
-  double bubble_ns;          // sim, pp > 1: sum of bubble x duration over the steps
-  double busy_ns;            // sum of the step durations of every replica
-  double ttft_p95_ms;       // filled by the metrics pass
-  double output_tok_s;
-} phase_run;
-
-typedef struct dep_result {
-  int64_t id;
-  int gpus;
-  bool built;
-  mt_summary pooled;
-  mt_summary cls_pooled[SCN_MAX_CLASSES]; // per prompt class, when the workload has several
-  double peak_tok_s, kv_peak;
-  int peak_queue, peak_batch;
-  int limit_violations;
-  int knee;                 // -1 none or not computed
-  bool has_knee;
-  double speedup, efficiency;
-  fault_result faults;      // what the verdicts after faults found (faults/runtime.h)
-  // greedy outputs that differ from the first deployment's for the same request; NaN when
-  // not compared (mode sim, sampling), 0 for the first deployment itself
-  double layout_mismatches;
-} dep_result;
-
-typedef struct ev_meta {
-  uint64_t t; // when the event was pulled, ns since the run's start
-  int rep;    // from which replica
-} ev_meta;
-
-typedef struct rt {
-  const scenario *s;
-  bool sim;                 // mode sim: a virtual clock, replicas stepped in it, no waiting
-  uint64_t vnow;            // sim: the virtual clock (ns)
-  uint64_t wall_start;      // sim: monotonic ns at the run's start (progress pacing)
-  const runner_options *o;
-  store *db;
-  recorder *rec;            // request, step and sample rows go through it
-  runner_result *res;
-  sc_clock clock;
-  uint64_t t0;              // clock at the run's start
-  uint64_t seed;
-  int64_t run_id;
-  workload *wl;
-  mt_goodput good;
-  // current deployment
-  const scn_deployment *dep;
-  int dep_idx;
-  int64_t dep_id;
-  replica **reps;           // (dp) built one by one: n_reps so far
-  int n_reps;
-  bool *held;               // (n_reps) held by dispatch_req during issue_together's turn
-  bool holding;             // in issue_together: dispatch_req holds what it submits to
-  struct pollfd *fds;       // (n_reps) what wait_until sleeps on
-  router *rt;
-  req_table reqs;           // all requests of the deployment, index = key
-  phase_run *phases;        // (n_phases) of the deployment
-  int n_phases, cur;
-  // closed-loop users of the current phase
-  uint64_t *user_next;      // (n_users) next send time; UINT64_MAX: waiting for its request
-  int n_users;
-  uint64_t user_wake;       // min of user_next
-  // open loop
-  uint64_t arrival_j, next_arrival;
-  bool sending;
-  uint64_t send_end;        // closed ramp / rate duration: no arrival at or after it
-  int sent;                 // requests sent in the phase
-  // progress
-  uint64_t next_tick, next_sample, next_line;
-  uint64_t tok_window, tok_window_start;
-  double tok_rate;
-  double *ttft_scratch;
-  size_t cap_ttft;
-  bool tty;
-  bool stopping;            // interrupted
-  bool all_dead;            // every replica died with no fault plan to bring one back
-  bool line_open;           // a \r progress line is on the terminal
-  replica_event *ev;        // (cap_ev) events pulled, waiting to be handled
-  ev_meta *ev_meta;         // (cap_ev)
-  size_t cap_ev;
-  sc_error err;             // first database error
-  sc_status db_status;
-  fault_rt *fr;             // the faults of the current deployment (faults/runtime.h)
-  // the first deployment's greedy outputs by request index (layout_equivalence)
-  uint64_t *ref_hash;       // (n_ref) fv_output_hash of the request's tokens
-  bool *ref_ok;             // (n_ref) it completed
-  size_t n_ref;
-  bool have_ref;
-  engine_config ec;         // the replicas' engine config (a reference run rebuilds one)
-  int sweep;                // every-rank sweeps: which run of the deployment this is
-  char log_dir[1024];       // launched servers' and exec faults' logs (the run's report directory)
-  uint64_t *server_seen;    // (dp) an HTTP replica's latest scrape recorded (its t_ns); NULL: none
-} rt;
-
-
-static inline uint64_t now_rel(rt *r) { return sc_clock_now(&r->clock) - r->t0; }
-
-// Keeps the first database error; true when s is SC_OK.
-static inline bool db_ok(rt *r, sc_status s) {
-  if (s != SC_OK && r->db_status == SC_OK) r->db_status = s;
-  return s == SC_OK;
-}
 static const uint64_t TICK_NS = 10000000ull;      // timeout scan period
 static const uint64_t SAMPLE_NS = 1000000000ull;  // device samples and flushes
-static const uint64_t LINE_NS = 10000000000ull;   // plain progress lines
-static const uint64_t TTY_NS = 500000000ull;      // terminal progress refresh
 // After faults, settle: replicas report what they still owe (a storm's cancel acks, a heartbeat
 // after their last step) for at least SETTLE_QUIET_NS (real mode), at most SETTLE_MAX_NS,
 // looked at every SETTLE_POLL_NS.
@@ -163,130 +37,8 @@ static const uint64_t SETTLE_QUIET_NS = 300000000ull;
 static const uint64_t SETTLE_MAX_NS = 5000000000ull;
 static const uint64_t SETTLE_POLL_NS = 50000000ull;
 
-
 runner_options runner_options_defaults(void) {
   return (runner_options){.progress = RUNNER_PROGRESS_AUTO};
-}
-
-// --- progress
-static void fmt_dur(char *b, size_t cap, double s) {
-  if (s < 0 || !isfinite(s)) snprintf(b, cap, "?");
-  else if (s < 60) snprintf(b, cap, "%.0fs", s);
-  else if (s < 3600) snprintf(b, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else snprintf(b, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
-}
-
-// Expected length of a phase run in seconds (NaN when it depends on the engine's speed).
-static double phase_expect_s(const phase_run *ph) {
-  const scn_phase *p = ph->p;
-  if (p->kind == SCN_PHASE_RAMP) return (double)p->hold_ns / 1e9;
-  if (p->kind == SCN_PHASE_RATE)
-    return p->duration_ns ? (double)p->duration_ns / 1e9 : p->requests / p->rate;
-  return NAN;
-}
-
-static double eta_s(rt *r, uint64_t now) {
-  double left = 0;
-  for (int k = r->cur; k < r->n_phases; k++) {
-    double e = phase_expect_s(&r->phases[k]);
-    if (!isfinite(e)) {
-      const phase_run *ph = &r->phases[k];
-      int todo = ph->p->requests - (k == r->cur ? r->sent : 0);
-      double el = (double)(now - r->phases[r->cur].start) / 1e9;
-      if (k != r->cur || r->sent == 0 || el <= 0) return NAN;
-      e = todo / (r->sent / el) + el;
-    }
-    if (k == r->cur) e -= (double)(now - r->phases[k].start) / 1e9;
-    left += e > 0 ? e : 0;
-  }
-  double per_dep = 0;
-  for (int k = 0; k < r->n_phases; k++) per_dep += phase_expect_s(&r->phases[k]);
-  int deps_left = r->s->n_deployments - r->dep_idx - 1;
-  if (deps_left > 0) left += isfinite(per_dep) ? deps_left * per_dep : NAN;
-  return left;
-}
-
-// TTFT p95 (ms) so far over the current phase's measured requests; NaN when none has a token.
-static double phase_ttft_p95(rt *r) {
-  const phase_run *ph = &r->phases[r->cur];
-  size_t n = 0;
-  for (uint64_t i = ph->first_seq; i < r->reqs.n; i++) {
-    const req_rec *q = &r->reqs.v[i];
-    if (q->n_tok == 0 || q->warmup) continue;
-    if (n == r->cap_ttft) {
-      size_t cap = r->cap_ttft ? r->cap_ttft * 2 : 1024;
-      double *p = realloc(r->ttft_scratch, cap * sizeof *p);
-      if (!p) break;
-      r->ttft_scratch = p;
-      r->cap_ttft = cap;
-    }
-    r->ttft_scratch[n++] = (double)(q->tok[0] - q->arrival) / 1e6;
-  }
-  if (n == 0) return NAN;
-  qsort(r->ttft_scratch, n, sizeof(double), sc_cmp_double);
-  return mt_percentile(r->ttft_scratch, (int)n, 95);
-}
-
-// The progress line: while a phase runs (a rewritten line on a terminal, else every 10 s),
-// and once when it ends (done: its own totals).
-static void progress(rt *r, uint64_t now, bool done) {
-  if (r->o->progress == RUNNER_PROGRESS_NONE || r->cur >= r->n_phases) return;
-  bool tty = r->tty && r->o->progress == RUNNER_PROGRESS_AUTO;
-  uint64_t pace = r->sim ? sc_monotonic_ns() : now; // sim: lines follow the wall clock
-  if (!done && pace < r->next_line) return;
-  r->next_line = pace + (tty ? TTY_NS : LINE_NS);
-  FILE *f = r->o->progress_out ? r->o->progress_out : stderr;
-  const phase_run *ph = &r->phases[r->cur];
-  double p95 = phase_ttft_p95(r);
-  char ttft[32] = "-";
-  if (isfinite(p95)) snprintf(ttft, sizeof ttft, "%.0f ms", p95);
-  char load[32];
-  if (ph->concurrency) snprintf(load, sizeof load, "c=%d", ph->concurrency);
-  else snprintf(load, sizeof load, "%g req/s", ph->p->rate);
-  const char *pre = tty ? "\r\033[K" : "";
-  if (done) {
-    uint64_t toks = 0;
-    for (uint64_t i = ph->first_seq; i < r->reqs.n; i++) toks += (uint64_t)r->reqs.v[i].n_tok;
-    double el = (double)(now - ph->start) / 1e9;
-    fprintf(f, "%s%s [%d/%d] %s %s: %d requests in %.1f s | TTFT p95 %s | %.0f tok/s\n", pre,
-            r->dep->label, r->dep_idx + 1, r->s->n_deployments, ph->name, load, r->sent, el, ttft,
-            el > 0 ? (double)toks / el : 0.0);
-    fflush(f);
-    r->line_open = false;
-    return;
-  }
-  char total[24] = "";
-  if (ph->p->requests) snprintf(total, sizeof total, "/%d", ph->p->requests);
-  char eta[64];
-  if (r->sim) {
-    double wall = (double)(sc_monotonic_ns() - r->wall_start) / 1e9;
-    char t[16];
-    fmt_dur(t, sizeof t, (double)now / 1e9);
-    snprintf(eta, sizeof eta, "%s simulated, %.0fx real time", t,
-             wall > 0 ? (double)now / 1e9 / wall : 0.0);
-  } else {
-    fmt_dur(eta, sizeof eta, eta_s(r, now));
-  }
-  fprintf(f, "%s%s [%d/%d] %s %s | %d%s sent, %d in flight | TTFT p95 %s | %.0f tok/s | %s%s%s",
-          pre, r->dep->label, r->dep_idx + 1, r->s->n_deployments, ph->name, load, r->sent, total,
-          r->reqs.inflight, ttft, r->tok_rate, r->sim ? "" : "ETA ", eta, tty ? "" : "\n");
-  fflush(f);
-  r->line_open = tty;
-}
-
-static void progress_note(rt *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void progress_note(rt *r, const char *fmt, ...) {
-  if (r->o->progress == RUNNER_PROGRESS_NONE) return;
-  FILE *f = r->o->progress_out ? r->o->progress_out : stderr;
-  if (r->line_open) fputs("\r\033[K", f);
-  r->line_open = false;
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(f, fmt, ap);
-  va_end(ap);
-  fputc('\n', f);
-  fflush(f);
 }
 
 // --- requests
@@ -304,14 +56,9 @@ static const char *status_name(req_status s) {
 static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, const char *error,
                 uint64_t t) {
   req_rec *q = &r->reqs.v[k];
-  if (q->state == REQ_DONE) return;
-  q->state = REQ_DONE;
-  q->status = st;
+  if (!router_end(r->rt, k, st)) return;
   q->finish = t;
   snprintf(q->reason, sizeof q->reason, "%s", reason ? reason : "");
-  r->reqs.inflight--;
-  if (q->dispatched && !q->waiting) router_done(r->rt, q->replica);
-  q->waiting = false;
   const phase_run *ph = &r->phases[q->phase];
   store_request row = {.run_id = r->run_id,
                        .deployment_id = r->dep_id,
@@ -340,7 +87,6 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
   else if (r->s->record == SCN_RECORD_REQUESTS)
     rec_request(r->rec, &row, NULL, 0);
   r->res->tokens += (uint64_t)q->n_tok;
-  while (r->reqs.low < r->reqs.n && r->reqs.v[r->reqs.low].state == REQ_DONE) r->reqs.low++;
   if (q->user >= 0 && q->user < r->n_users) {
     uint64_t next = t + ph->p->think_ns;
     r->user_next[q->user] = next;
@@ -348,34 +94,22 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
   }
 }
 
-static bool grow_reqs(rt *r) {
-  if (r->reqs.n < r->reqs.cap) return true;
-  size_t cap = r->reqs.cap ? r->reqs.cap * 2 : 1024;
-  req_rec *p = realloc(r->reqs.v, cap * sizeof *p);
-  if (!p) return false;
-  r->reqs.v = p;
-  r->reqs.cap = cap;
-  return true;
-}
-
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t);
 
 // Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop).
 static void send_req(rt *r, uint64_t arrival, int user) {
-  if (!grow_reqs(r)) {
+  uint64_t k = r->reqs.n;
+  wl_request w;
+  workload_request(r->wl, k, &w);
+  phase_run *ph = &r->phases[r->cur];
+  req_rec q = {.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
+               .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
+               .fault = -1, .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
+  if (!req_table_add(&r->reqs, &q, &k)) {
     db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory recording requests"));
     r->sending = false;
     return;
   }
-  uint64_t k = r->reqs.n++;
-  wl_request w;
-  workload_request(r->wl, k, &w);
-  phase_run *ph = &r->phases[r->cur];
-  req_rec *q = &r->reqs.v[k];
-  *q = (req_rec){.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
-                 .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
-                 .fault = -1, .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
-  r->reqs.inflight++;
   r->sent++;
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
@@ -384,70 +118,29 @@ static void send_req(rt *r, uint64_t arrival, int user) {
     finish_req(r, k, REQ_FAILED, "no_replica", "no healthy replica to send the request to", t);
 }
 
-// Sends request k (not dispatched) to the replica the router picks at time t: its prompt,
-// continued by the tokens already delivered when it has some (a resume). False when no replica
-// can take it (nothing changed). A submit the replica refuses ends the request as failed.
+// Sends request k (not dispatched) to the replica the router picks at time t (router_send):
+// its prompt, continued by the tokens already delivered when it has some (a resume). False when
+// no replica can take it (nothing changed). A submit the replica refuses ends the request as
+// failed.
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
-  req_rec *q = &r->reqs.v[k];
-  int i = router_pick(r->rt, q);
-  if (i < 0) return false;
   wl_request w;
   workload_request(r->wl, k, &w);
-  // A resume sends the prompt followed by the tokens the client already has.
-  int32_t *joined = NULL;
-  const int32_t *prompt = w.prompt;
-  int n_prompt = w.n_prompt;
-  if (q->n_tok > 0) {
-    joined = malloc((size_t)(w.n_prompt + q->n_tok) * sizeof *joined);
-    if (!joined) {
-      router_done(r->rt, i);
-      finish_req(r, k, REQ_FAILED, "oom", "runner: out of memory resuming a request", t);
-      return true;
-    }
-    memcpy(joined, w.prompt, (size_t)w.n_prompt * sizeof *joined);
-    memcpy(joined + w.n_prompt, q->ids, (size_t)q->n_tok * sizeof *joined);
-    prompt = joined;
-    n_prompt += q->n_tok;
-  }
-  q->replica = i;
-  q->epoch = replica_epoch(r->reps[i]);
-  q->loss_seen = false;
-  q->version = router_version(r->rt, i);
-  q->dispatched = true;
-  q->waiting = false;
-  if (!q->retries) q->dispatch = t;
-  engine_request er = {.prompt = prompt,
-                       .n_prompt = n_prompt,
-                       .max_tokens = w.max_tokens - q->n_tok,
+  engine_request er = {.prompt = w.prompt,
+                       .n_prompt = w.n_prompt,
+                       .max_tokens = w.max_tokens,
                        .sampling = {.temperature = (float)r->s->workload.temperature,
                                     .top_p = (float)r->s->workload.top_p,
                                     .seed = r->seed ^ (k * 0x9E3779B97F4A7C15ull)},
                        .stop_at_eos = r->s->workload.stop_at_eos};
-  if (r->holding && !r->held[i]) { // issue_together releases it once the turn's requests are out
-    replica_hold(r->reps[i], true);
-    r->held[i] = true;
-  }
   sc_error e = {{0}};
-  if (replica_submit(r->reps[i], k, &er, &e) != SC_OK)
-    finish_req(r, k, REQ_FAILED, "replica_failed", e.msg, t);
-  free(joined);
-  return true;
-}
-
-static bool add_token(req_rec *q, int32_t id, uint64_t t) {
-  if (q->n_tok == q->cap_tok) {
-    int cap = q->cap_tok ? q->cap_tok * 2 : (q->max_tokens < 64 ? q->max_tokens : 64);
-    if (cap < 1) cap = 1;
-    uint64_t *p = realloc(q->tok, (size_t)cap * sizeof *p);
-    if (!p) return false;
-    q->tok = p;
-    int32_t *d = realloc(q->ids, (size_t)cap * sizeof *d);
-    if (!d) return false;
-    q->ids = d;
-    q->cap_tok = cap;
+  switch (router_send(r->rt, k, &er, t, &e)) {
+  case ROUTER_NONE: return false;
+  case ROUTER_SEND_OOM:
+    finish_req(r, k, REQ_FAILED, "oom", "runner: out of memory resuming a request", t);
+    break;
+  case ROUTER_REFUSED: finish_req(r, k, REQ_FAILED, "replica_failed", e.msg, t); break;
+  case ROUTER_SENT: break;
   }
-  q->ids[q->n_tok] = id;
-  q->tok[q->n_tok++] = t;
   return true;
 }
 
@@ -560,7 +253,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
   }
   switch (ev->kind) {
   case REPLICA_EV_TOKEN:
-    if (!add_token(q, ev->token, t)) {
+    if (!req_add_token(q, ev->token, t)) {
       replica_cancel(r->reps[rep], ev->key);
       finish_req(r, ev->key, REQ_FAILED, "oom", "runner: out of memory recording tokens", t);
     } else {
@@ -685,7 +378,7 @@ static void wait_until(rt *r, uint64_t deadline) {
 static void sample_servers(rt *r) {
   for (int i = 0; i < r->n_reps; i++) {
     replica_server_metrics m;
-    if (router_busy(r->rt, i) || !replica_http_server_metrics(r->reps[i], &m)) continue;
+    if (router_busy(r->rt, i) || !replica_server_metrics_get(r->reps[i], false, &m)) continue;
     if (m.t_ns == r->server_seen[i]) continue;
     r->server_seen[i] = m.t_ns;
     store_server_sample row = {.run_id = r->run_id,
@@ -729,7 +422,7 @@ static void periodic(rt *r, uint64_t now) {
     r->tok_window = 0;
     r->tok_window_start = now;
   }
-  progress(r, now, false);
+  rn_progress(r, now, false);
 }
 
 // --- one phase run
@@ -796,8 +489,8 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
   return d > now ? d : now;
 }
 
-// issue_due with each replica it submits to held (replica_hold, from dispatch_req's first
-// submission to it until every due request is out), so that the requests due at one instant
+// issue_due with each replica it submits to held (replica_hold, from the first submission to it,
+// rt_before_submit, until every due request is out), so that the requests due at one instant
 // (closed-loop users whose requests finished in one step, say) start in one engine step rather
 // than in however many the engine begins while they are submitted one by one. A turn with
 // nothing due holds nothing.
@@ -845,11 +538,7 @@ static sc_status run_phase(rt *r, int k) {
   store_phase sp = {.run_id = r->run_id, .deployment_id = r->dep_id, .idx = k, .name = ph->name,
                     .kind = scenario_phase_kind_name(p->kind), .concurrency = ph->concurrency,
                     .rate = p->kind == SCN_PHASE_RATE ? p->rate : 0,
-                    .arrival = p->kind != SCN_PHASE_RATE ? NULL
-                               : p->arrival == SCN_ARRIVAL_POISSON ? "poisson"
-                               : p->arrival == SCN_ARRIVAL_CONSTANT ? "constant"
-                               : p->arrival == SCN_ARRIVAL_TRACE    ? "trace"
-                                                                    : "gamma",
+                    .arrival = p->kind != SCN_PHASE_RATE ? NULL : workload_arrival_name(p->arrival),
                     .start_ns = start, .warmup_end_ns = ph->warmup_end};
   rec_lock(r->rec);
   sc_status s = store_phase_begin(r->db, &sp, &ph->id, &r->err);
@@ -884,8 +573,8 @@ static sc_status run_phase(rt *r, int k) {
     if (!r->stopping && !r->all_dead && r->sending && deployment_dead(r)) {
       r->all_dead = true;
       r->sending = false;
-      progress_note(r, "%s: every replica is dead (replica 0: %s); the deployment stops in phase %s",
-                    r->dep->label, replica_error(r->reps[0]), ph->name);
+      rn_note(r, "%s: every replica is dead (replica 0: %s); the deployment stops in phase %s",
+              r->dep->label, replica_error(r->reps[0]), ph->name);
     }
     periodic(r, now);
     if (!r->sending && r->reqs.inflight == 0) break;
@@ -895,141 +584,11 @@ static sc_status run_phase(rt *r, int k) {
   }
   ph->end = now_rel(r);
   ph->end_seq = r->reqs.n;
-  progress(r, ph->end, true);
+  rn_progress(r, ph->end, true);
   rec_lock(r->rec);
   s = store_phase_end(r->db, ph->id, ph->end, &r->err);
   rec_unlock(r->rec);
   SC_TRY(s);
-  return r->db_status;
-}
-
-// --- metrics of a deployment
-typedef struct emit_ctx {
-  rt *r;
-  int64_t phase_id;
-  const char *cls;
-} emit_ctx;
-
-static void emit_metric(void *ud, const char *name, double v) {
-  emit_ctx *c = ud;
-  db_ok(c->r, store_metric_add(c->r->db, c->r->run_id, c->r->dep_id, c->phase_id, c->cls, name, v,
-                               &c->r->err));
-}
-
-static void add_metric(rt *r, int64_t phase_id, const char *name, double v) {
-  db_ok(r, store_metric_add(r->db, r->run_id, r->dep_id, phase_id, NULL, name, v, &r->err));
-}
-
-// The fraction of the replicas' time spent in steps: busy_ns (the summed step durations of every
-// replica over a window) over dp x span_ns; NaN for an empty window.
-static double busy_frac(const rt *r, double busy_ns, uint64_t span_ns) {
-  return span_ns ? busy_ns / ((double)r->dep->dp * (double)span_ns) : NAN;
-}
-
-// The summaries of a deployment's requests (mt_summarize): per started phase k, sums[k * (1 +
-// nc)] of every request and sums[k * (1 + nc) + 1 + cl] of class cl, nc the classes when the
-// workload has several (else 0); pooled over the phases into dr->pooled and dr->cls_pooled.
-// They come from the runner's own records, not the rows, so they are computed while the
-// recorder writes its backlog (a simulated run's step and token rows), which run_deployment
-// waits for before deployment_metrics stores them.
-typedef struct dep_sums {
-  mt_summary *v;
-  int nc;
-} dep_sums;
-
-static sc_status deployment_summaries(rt *r, dep_result *dr, dep_sums *out) {
-  size_t n = r->reqs.n;
-  int n_classes = workload_n_classes(r->wl);
-  out->nc = n_classes > 1 ? n_classes : 0;
-  out->v = calloc((size_t)(r->n_phases ? r->n_phases : 1) * (size_t)(1 + out->nc), sizeof *out->v);
-  mt_request *m = calloc(n ? n : 1, sizeof *m);
-  if (!out->v || !m) {
-    free(m);
-    return sc_fail(&r->err, SC_OOM, "runner: out of memory computing metrics");
-  }
-  for (size_t i = 0; i < n; i++) {
-    const req_rec *q = &r->reqs.v[i];
-    m[i] = (mt_request){.arrival_ns = q->arrival, .finish_ns = q->finish, .token_ns = q->tok,
-                        .n_tokens = q->n_tok, .prompt_tokens = q->prompt_tokens,
-                        .status = q->status, .reason = q->reason, .class_idx = q->class_idx,
-                        .warmup = q->warmup};
-  }
-  sc_status s = SC_OK;
-  for (int k = 0; k < r->n_phases && s == SC_OK; k++) {
-    const phase_run *ph = &r->phases[k];
-    if (!ph->id) continue; // never started (interrupted before it)
-    const mt_request *pm = m + ph->first_seq;
-    int pn = (int)(ph->end_seq - ph->first_seq);
-    mt_summary *sum = out->v + (size_t)k * (size_t)(1 + out->nc);
-    s = mt_summarize(pm, pn, -1, &r->good, ph->warmup_end, ph->end, &sum[0]);
-    for (int cl = 0; cl < out->nc && s == SC_OK; cl++)
-      s = mt_summarize(pm, pn, cl, &r->good, ph->warmup_end, ph->end, &sum[1 + cl]);
-  }
-  if (s == SC_OK) s = mt_summarize(m, (int)n, -1, &r->good, 0, 0, &dr->pooled);
-  for (int cl = 0; cl < out->nc && s == SC_OK; cl++)
-    s = mt_summarize(m, (int)n, cl, &r->good, 0, 0, &dr->cls_pooled[cl]);
-  free(m);
-  if (s != SC_OK) return sc_fail(&r->err, s, "runner: computing the metrics failed");
-  return SC_OK;
-}
-
-// Stores the summaries (deployment_summaries) and the phases' own figures as metric rows.
-static sc_status deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
-  int conc[SCN_MAX_PHASES * SCN_MAX_RAMP];
-  double ttft95[SCN_MAX_PHASES * SCN_MAX_RAMP];
-  int n_knee = 0;
-  double busy_ns = 0;
-  uint64_t span_ns = 0;
-  for (int k = 0; k < r->n_phases; k++) {
-    phase_run *ph = &r->phases[k];
-    if (!ph->id) continue;
-    const mt_summary *sum = sums->v + (size_t)k * (size_t)(1 + sums->nc);
-    emit_ctx c = {.r = r, .phase_id = ph->id, .cls = NULL};
-    mt_summary_each(&sum[0], emit_metric, &c);
-    add_metric(r, ph->id, "peak_queue", ph->peak_queue);
-    add_metric(r, ph->id, "peak_batch", ph->peak_batch);
-    add_metric(r, ph->id, "limit_violations", ph->limit_violations);
-    add_metric(r, ph->id, "kv_peak_frac", ph->kv_peak);
-    if (r->sim && r->dep->pp > 1 && ph->busy_ns > 0)
-      add_metric(r, ph->id, "pp_bubble_frac", ph->bubble_ns / ph->busy_ns);
-    add_metric(r, ph->id, "busy_frac", busy_frac(r, ph->busy_ns, ph->end - ph->start));
-    busy_ns += ph->busy_ns;
-    span_ns += ph->end - ph->start;
-    ph->ttft_p95_ms = sum[0].ttft_ms.p95;
-    ph->output_tok_s = sum[0].output_tok_s;
-    if (sum[0].output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum[0].output_tok_s;
-    if (ph->peak_queue > dr->peak_queue) dr->peak_queue = ph->peak_queue;
-    if (ph->peak_batch > dr->peak_batch) dr->peak_batch = ph->peak_batch;
-    dr->limit_violations += ph->limit_violations;
-    if (ph->kv_peak > dr->kv_peak) dr->kv_peak = ph->kv_peak;
-    if (ph->concurrency) {
-      conc[n_knee] = ph->concurrency;
-      ttft95[n_knee++] = sum[0].ttft_ms.p95;
-    }
-    for (int cl = 0; cl < sums->nc; cl++) {
-      emit_ctx cc = {.r = r, .phase_id = ph->id, .cls = workload_class_name(r->wl, cl)};
-      mt_summary_each(&sum[1 + cl], emit_metric, &cc);
-    }
-  }
-  emit_ctx c = {.r = r, .phase_id = 0, .cls = NULL};
-  mt_summary_each(&dr->pooled, emit_metric, &c);
-  add_metric(r, 0, "peak_queue", dr->peak_queue);
-  add_metric(r, 0, "peak_batch", dr->peak_batch);
-  add_metric(r, 0, "limit_violations", dr->limit_violations);
-  add_metric(r, 0, "kv_peak_frac", dr->kv_peak);
-  add_metric(r, 0, "busy_frac", busy_frac(r, busy_ns, span_ns));
-  add_metric(r, 0, "gpus", dr->gpus);
-  add_metric(r, 0, "peak_output_tok_s", dr->peak_tok_s);
-  for (int i = 0; i < r->s->slo.n; i++)
-    if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
-      dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);
-      dr->has_knee = true;
-      add_metric(r, 0, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
-    }
-  for (int cl = 0; cl < sums->nc; cl++) {
-    emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
-    mt_summary_each(&dr->cls_pooled[cl], emit_metric, &cc);
-  }
   return r->db_status;
 }
 
@@ -1069,13 +628,7 @@ static void free_deployment(rt *r) {
   r->server_seen = NULL;
   router_free(r->rt);
   r->rt = NULL;
-  for (size_t i = 0; i < r->reqs.n; i++) {
-    free(r->reqs.v[i].tok);
-    free(r->reqs.v[i].ids);
-  }
-  r->reqs.n = 0;
-  r->reqs.low = 0;
-  r->reqs.inflight = 0;
+  req_table_clear(&r->reqs);
   free(r->phases);
   r->phases = NULL;
   r->n_phases = 0;
@@ -1114,13 +667,22 @@ static sc_status build_phases(rt *r) {
 // --- the hooks the router and the fault runtime reach the runner by
 static bool rt_dispatch(void *ud, uint64_t key, uint64_t t) { return dispatch_req(ud, key, t); }
 
+// issue_together releases what this holds once the turn's requests are out.
+static void rt_before_submit(void *ud, int i) {
+  rt *r = ud;
+  if (r->holding && !r->held[i]) {
+    replica_hold(r->reps[i], true);
+    r->held[i] = true;
+  }
+}
+
 static void rt_fail(void *ud, uint64_t key, const char *reason, const char *error, uint64_t t) {
   finish_req(ud, key, REQ_FAILED, reason, error, t);
 }
 
 static uint64_t rt_now(void *ud) { return now_rel(ud); }
 
-static void rt_note(void *ud, const char *line) { progress_note(ud, "%s", line); }
+static void rt_note(void *ud, const char *line) { rn_note(ud, "%s", line); }
 
 static void rt_finish(void *ud, uint64_t key, req_status st, const char *reason,
                       const char *error, uint64_t t) {
@@ -1135,172 +697,6 @@ static replica_kind replica_kind_of(const scenario *s) {
   if (s->mode == SCN_MODE_SIM) return REPLICA_SIM;
   if (s->target.set) return REPLICA_HTTP;
   return scenario_isolates_processes(s) ? REPLICA_PROCESS : REPLICA_LOCAL;
-}
-
-// Every layout computes the same greedy outputs: each deployment gets the same requests (the
-// same index is the same prompt and max_tokens), so a completed request's tokens are compared
-// with those of the same request in the first deployment, by hash. The first deployment keeps
-// its outputs as the reference. Mode real, greedy sampling only (simulated tokens carry no
-// model output); layout_mismatches is stored for every later deployment.
-static sc_status layout_equivalence(rt *r, dep_result *dr) {
-  dr->layout_mismatches = NAN;
-  if (r->sim || r->s->workload.temperature > 0) return SC_OK;
-  if (!r->have_ref) {
-    r->ref_hash = calloc(r->reqs.n ? r->reqs.n : 1, sizeof *r->ref_hash);
-    r->ref_ok = calloc(r->reqs.n ? r->reqs.n : 1, sizeof *r->ref_ok);
-    if (!r->ref_hash || !r->ref_ok)
-      return sc_fail(&r->err, SC_OOM, "runner: out of memory keeping the reference outputs");
-    for (size_t k = 0; k < r->reqs.n; k++) {
-      const req_rec *q = &r->reqs.v[k];
-      r->ref_ok[k] = q->status == REQ_OK;
-      r->ref_hash[k] = fv_output_hash(q->ids, q->n_tok);
-    }
-    r->n_ref = r->reqs.n;
-    r->have_ref = true;
-    dr->layout_mismatches = 0;
-    return SC_OK;
-  }
-  int mm = 0;
-  for (size_t k = 0; k < r->reqs.n && k < r->n_ref; k++) {
-    const req_rec *q = &r->reqs.v[k];
-    if (q->status == REQ_OK && r->ref_ok[k] && fv_output_hash(q->ids, q->n_tok) != r->ref_hash[k])
-      mm++;
-  }
-  dr->layout_mismatches = mm;
-  if (mm > 0)
-    progress_note(r, "%s: %d greedy output%s differ from the first deployment's", r->dep->label,
-                  mm, mm == 1 ? "" : "s");
-  add_metric(r, 0, "layout_mismatches", mm);
-  return r->db_status;
-}
-
-// The deployment's metrics against the rows they summarize (rq_metrics_audit): a disagreement
-// is a bug in shardcheck's formulas or its recorder, and fails the run rather than let a wrong
-// figure reach a verdict or a gate.
-// At level summary there are no rows to audit against; at level requests, no token rows.
-static void audit_metrics(rt *r) {
-  if (r->s->record == SCN_RECORD_SUMMARY) return;
-  char why[200] = "";
-  int bad = rq_metrics_audit(store_db(r->db), r->run_id, r->dep_id,
-                             r->s->record == SCN_RECORD_TOKENS, why, sizeof why);
-  if (bad == 0 || r->res->error[0]) return;
-  snprintf(r->res->error, sizeof r->res->error,
-           "deployment %s: %d of its metrics disagree with its request and token rows (%s): a "
-           "bug in shardcheck's metrics or recorder",
-           r->dep->label, bad < 0 ? 0 : bad, why);
-}
-
-// --- an external target's replicas (docs/targets.md)
-
-// What one HTTP replica's options point into: its templates expanded.
-typedef struct http_strings {
-  char url[1200], ready[1400], metrics[1400], admin[1400], command[8192], log[1400], gpus[256],
-      exe[1024];
-  char env[SCN_MAX_TARGET_ENV + 8][700];
-  const char *envp[SCN_MAX_TARGET_ENV + 9];
-} http_strings;
-
-// The shardcheck binary running ({shardcheck} in a launch template): the runner's worker_exe
-// when set, else /proc/self/exe.
-static void self_exe(const rt *r, char *out, size_t cap) {
-  if (r->o->worker_exe) {
-    snprintf(out, cap, "%s", r->o->worker_exe);
-    return;
-  }
-  ssize_t n = readlink("/proc/self/exe", out, cap - 1);
-  out[n > 0 ? n : 0] = 0;
-}
-
-// The directory launched servers log to (runner_options.log_dir, "{run}" the run's id).
-static void log_dir(const rt *r, char *out, size_t cap) {
-  const char *t = r->o->log_dir ? r->o->log_dir : "reports/out/run-{run}";
-  size_t len = 0;
-  out[0] = 0;
-  while (*t && len + 1 < cap) {
-    if (!strncmp(t, "{run}", 5)) {
-      len += (size_t)snprintf(out + len, cap - len, "%lld", (long long)r->run_id);
-      t += 5;
-      if (len >= cap) len = cap - 1;
-      continue;
-    }
-    out[len++] = *t++;
-    out[len] = 0;
-  }
-}
-
-// Fills o (pointing into hs) for replica i of deployment d: a free port, its GPU ids (the
-// next tp x pp of hardware.devices), the url, launch command and environment expanded, its
-// log file and readiness URL. err says what failed.
-static sc_status http_options(rt *r, const scn_deployment *d, const char *label, int i,
-                              replica_http_options *o, http_strings *hs, sc_error *err) {
-  const scn_target *t = &r->s->target;
-  self_exe(r, hs->exe, sizeof hs->exe);
-  launch_vars v = {.tp = d->tp,
-                   .pp = d->pp,
-                   .dp = d->dp,
-                   .replica = i,
-                   .gpus = hs->gpus,
-                   .exe = hs->exe,
-                   .model = t->model};
-  hs->gpus[0] = 0;
-  const scn_hardware *h = &r->s->hardware;
-  int per = d->tp * d->pp;
-  for (int k = 0; k < per && h->n_devices > 0; k++) {
-    size_t len = strlen(hs->gpus);
-    snprintf(hs->gpus + len, sizeof hs->gpus - len, "%s%d", k ? "," : "",
-             h->devices[(i * per + k) % h->n_devices]);
-  }
-  if (t->launch[0]) SC_TRY(launch_free_port(&v.port, err));
-  SC_TRY(launch_expand(t->url, &v, hs->url, sizeof hs->url, err));
-  *o = (replica_http_options){.base_url = hs->url, .chat = t->api == SCN_API_CHAT,
-                              .model = t->model,
-                              .api_key = t->api_key_env[0] ? getenv(t->api_key_env) : NULL,
-                              .extra_body = t->extra_body[0] ? t->extra_body : NULL};
-  // faults: the replica watches its server (probes against detect_timeout; exits)
-  SC_TRY(launch_url_at(hs->url, t->ready_path, hs->ready, sizeof hs->ready, err));
-  if (r->s->n_faults > 0) {
-    o->detect_timeout_ns = r->s->router.detect_timeout_ns;
-    o->ready_url = hs->ready;
-    o->rank_process = t->rank_process[0] ? t->rank_process : NULL;
-  }
-  if (t->metrics_path[0]) {
-    SC_TRY(launch_url_at(hs->url, t->metrics_path, hs->metrics, sizeof hs->metrics, err));
-    o->metrics_url = hs->metrics;
-  }
-  if (t->admin_token[0]) { // shardcheck serve: oom, corrupt and slow through its admin API
-    SC_TRY(launch_url_at(hs->url, "/admin/faults", hs->admin, sizeof hs->admin, err));
-    o->admin_url = hs->admin;
-    o->admin_token = t->admin_token;
-  }
-  if (!t->launch[0]) return SC_OK;
-  SC_TRY(launch_expand(t->launch, &v, hs->command, sizeof hs->command, err));
-  for (int k = 0; k < t->n_env; k++) {
-    char val[600];
-    SC_TRY(launch_expand(t->env[k].value, &v, val, sizeof val, err));
-    snprintf(hs->env[k], sizeof hs->env[k], "%s=%s", t->env[k].name, val);
-    hs->envp[k] = hs->env[k];
-  }
-  int n_env = t->n_env;
-  // a clock jump: the servers run under libfaketime, as workers do
-  const char *const *fe = fault_rt_worker_env(r->fr);
-  for (int k = 0; fe && fe[k] && n_env < SCN_MAX_TARGET_ENV + 8; k++) {
-    snprintf(hs->env[n_env], sizeof hs->env[n_env], "%s", fe[k]);
-    hs->envp[n_env] = hs->env[n_env];
-    n_env++;
-  }
-  hs->envp[n_env] = NULL;
-  char dir[1024];
-  log_dir(r, dir, sizeof dir);
-  snprintf(hs->log, sizeof hs->log, "%s/%s-replica%d.log", dir, label, i);
-  o->command = hs->command;
-  o->launch_template = t->launch; // a hot swap expands it (or its own) again with these values
-  o->vars = v;
-  o->env = hs->envp;
-  o->log_path = hs->log;
-  o->ready_url = hs->ready;
-  o->ready_timeout_ns = t->ready_timeout_ns;
-  o->stop_grace_ns = t->stop_grace_ns;
-  return SC_OK;
 }
 
 static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
@@ -1332,11 +728,11 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
   if (r->s->target.set) r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
   const scn_router *sr = &r->s->router;
-  router_config rc = {.policy = sr->policy == SCN_ROUTER_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
-                                                                     : ROUTER_LEAST_OUTSTANDING,
+  router_config rc = {.policy = sr->policy,
                       .max_retries = sr->max_retries, .backoff_ns = sr->backoff_ns,
                       .resume = sr->resume, .probe_unhealthy = r->s->n_faults > 0};
-  router_hooks rh = {.ud = r, .dispatch = rt_dispatch, .fail = rt_fail};
+  router_hooks rh = {
+      .ud = r, .dispatch = rt_dispatch, .fail = rt_fail, .before_submit = rt_before_submit};
   if (r->reps) r->rt = router_new(&rc, r->reps, d->dp, &r->reqs, rh);
   if (!r->reps || !r->held || !r->fds || !r->rt)
     return sc_fail(&r->err, SC_OOM, "runner: out of memory");
@@ -1345,18 +741,19 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   sc_status bs = scenario_engine_config(r->s, d, &r->s->model.config, r->s->mp.weight_dtype,
                                         r->clock, &ec, &be);
   if (r->sim)
-    progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d) on simulated %s, %d KV blocks "
-                  "per replica", idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp,
-                  r->s->hw.name, ec.kv_blocks);
+    rn_note(r,
+            "deployment %d/%d: %s (tp=%d pp=%d dp=%d) on simulated %s, %d KV blocks "
+            "per replica",
+            idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, r->s->hw.name,
+            ec.kv_blocks);
   else if (r->s->target.set)
-    progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d): %s %s", idx + 1,
-                  r->s->n_deployments, d->label, d->tp, d->pp, d->dp,
-                  r->s->target.launch[0] ? "launching servers for" : "requests to",
-                  r->s->target.url);
+    rn_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d): %s %s", idx + 1, r->s->n_deployments,
+            d->label, d->tp, d->pp, d->dp,
+            r->s->target.launch[0] ? "launching servers for" : "requests to", r->s->target.url);
   else
-    progress_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading",
-                  idx + 1, r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
-                  ec.threads == 1 ? "" : "s");
+    rn_note(r, "deployment %d/%d: %s (tp=%d pp=%d dp=%d, %d thread%s per rank): loading", idx + 1,
+            r->s->n_deployments, d->label, d->tp, d->pp, d->dp, ec.threads,
+            ec.threads == 1 ? "" : "s");
   r->ec = ec;
   if (bs == SC_OK) {
     fault_ctx fc = {.s = r->s,
@@ -1379,7 +776,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
                     .dep_id = r->dep_id,
                     .log_dir = r->s->target.set ? r->log_dir : NULL,
                     .h = {.ud = r, .now = rt_now, .note = rt_note, .finish = rt_finish}};
-    log_dir(r, r->log_dir, sizeof r->log_dir);
+    rn_log_dir(r, r->log_dir, sizeof r->log_dir);
     sc_error fe = {{0}};
     if (fault_rt_begin(&fc, &r->fr, &fe) != SC_OK) {
       r->err = fe;
@@ -1395,7 +792,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
     ec.sim.layout.first_gpu = i * d->tp * d->pp;
     ec.first_device = i * d->tp * d->pp; // real cuda: replica i's ranks take the next GPUs
-    if (hs) bs = http_options(r, d, label, i, &ro.http, hs, &be);
+    if (hs) bs = rn_http_options(r, d, label, i, &ro.http, hs, &be);
     if (bs != SC_OK) break;
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
                             : replica_new(&ro, &ec, i, &r->reps[i], &be);
@@ -1418,7 +815,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   if (bs != SC_OK) {
     free_replicas(r); // a launched server stops here, not at the end of the run
     snprintf(r->res->error, sizeof r->res->error, "deployment %s: %.400s", d->label, be.msg);
-    progress_note(r, "deployment %s failed to start: %s", d->label, be.msg);
+    rn_note(r, "deployment %s failed to start: %s", d->label, be.msg);
     SC_TRY(rec_drain(r->rec, &r->err));
     return store_deployment_end(r->db, r->dep_id, "failed", be.msg, now_rel(r), &r->err);
   }
@@ -1451,42 +848,40 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   free_replicas(r);
   db_ok(r, fault_rt_after_free(r->fr, &r->err));
   dep_sums sums = {0};
-  s = deployment_summaries(r, dr, &sums);
+  s = rn_deployment_summaries(r, dr, &sums);
   if (s == SC_OK) s = rec_drain(r->rec, &r->err); // the writer is idle from here to the next phase
   if (s == SC_OK)
     s = store_deployment_end(r->db, r->dep_id, dead ? "failed" : st, dead ? r->res->error : NULL,
                              now_rel(r), &r->err);
-  if (s == SC_OK) s = deployment_metrics(r, dr, &sums);
+  if (s == SC_OK) s = rn_deployment_metrics(r, dr, &sums);
   free(sums.v);
   SC_TRY(s);
-  if (!r->stopping) audit_metrics(r);
-  return layout_equivalence(r, dr);
+  if (!r->stopping) rn_audit_metrics(r);
+  return rn_layout_equivalence(r, dr);
 }
 
 // --- the run
 static char *config_json(const scenario *s, uint64_t seed) {
-  json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:I, s:i, s:f, s:f}",
+  json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:f, s:s, s:I, s:i, s:f, s:f}",
                         "backend", s->hardware.backend[0] ? s->hardware.backend : "cpu", "profile",
-                        s->hardware.profile, "max_running", s->limits.max_running,
-                        "token_budget", s->limits.token_budget, "prefill_chunk",
-                        s->limits.prefill_chunk, "block_size", s->limits.block_size,
+                        s->hardware.profile,
                         "kv_headroom", s->limits.kv_headroom, "request_timeout_s",
                         (double)s->limits.request_timeout_ns / 1e9, "collective_timeout_s",
                         (double)s->limits.collective_timeout_ns / 1e9, "router",
-                        s->router.policy == SCN_ROUTER_ROUND_ROBIN ? "round-robin"
-                                                                    : "least-outstanding",
+                        router_policy_name(s->router.policy),
                         "seed", (json_int_t)seed, "cpu_cores", device_cpu_cores(), "temperature",
                         s->workload.temperature, "top_p", s->workload.top_p);
   if (!o) return NULL;
   json_object_set_new(o, "mode", json_string(s->mode == SCN_MODE_SIM ? "sim" : "real"));
-  if (s->limits.no_evict) json_object_set_new(o, "no_evict", json_true()); // defaults left out
-  if (s->limits.prefix_caching) json_object_set_new(o, "prefix_caching", json_true());
-  if (s->limits.reserve_full_isl) json_object_set_new(o, "reserve_full_isl", json_true());
-  if (s->limits.kv_watermark > 0)
-    json_object_set_new(o, "kv_watermark", json_real(s->limits.kv_watermark));
-  if (s->limits.num_gpu_blocks_override > 0)
-    json_object_set_new(o, "num_gpu_blocks_override",
-                        json_integer(s->limits.num_gpu_blocks_override));
+  // the knobs (kernels/knobs.h): some always, the others only when set (defaults left out)
+#define KNOB_JSON_int json_integer
+#define KNOB_JSON_bool json_boolean
+#define KNOB_JSON_double json_real
+#define KNOB_JSON(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
+  if ((j) == SC_KNOB_J_ALWAYS || s->limits.name)                                                   \
+    json_object_set_new(o, #name, KNOB_JSON_##type(s->limits.name));
+  SC_KNOBS(KNOB_JSON)
+#undef KNOB_JSON
   if (s->record != SCN_RECORD_TOKENS) // the default is left out: older runs have no key
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)
@@ -1519,123 +914,6 @@ static char *config_json(const scenario *s, uint64_t seed) {
   char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(o);
   return txt;
-}
-
-typedef struct verdict_extra {
-  const dep_result *d;
-} verdict_extra;
-
-static bool extra_value(void *ud, const char *name, double *out) {
-  const dep_result *d = ((verdict_extra *)ud)->d;
-  const fault_result *f = &d->faults;
-  if (!strcmp(name, "lost_requests")) *out = f->faulted ? f->lost : 0;
-  else if (!strcmp(name, "detect_ms") && f->faulted) *out = f->detect_ms;
-  else if (!strcmp(name, "recover_ms") && f->faulted) *out = f->recover_ms;
-  else if (!strcmp(name, "kv_leak_blocks") && f->faulted) *out = f->kv_leak;
-  else if (!strcmp(name, "output_mismatches") && f->faulted) *out = f->mismatches;
-  else if (!strcmp(name, "peak_output_tok_s")) *out = d->peak_tok_s;
-  else if (!strcmp(name, "layout_mismatches")) *out = d->layout_mismatches;
-  else if (!strcmp(name, "speedup")) *out = d->speedup;
-  else if (!strcmp(name, "efficiency")) *out = d->efficiency;
-  else if (!strcmp(name, "kv_peak_frac")) *out = d->kv_peak;
-  else if (!strcmp(name, "limit_violations")) *out = d->limit_violations;
-  else if (!strcmp(name, "knee_concurrency") && d->has_knee) *out = d->knee >= 0 ? d->knee : NAN;
-  else {
-    for (int i = 0; i < f->n_fm; i++)
-      if (!strcmp(name, f->fm[i].name)) {
-        *out = f->fm[i].v;
-        return true;
-      }
-    return false;
-  }
-  return true;
-}
-
-static sc_status finish_run(rt *r, dep_result *drs, int n) {
-  int *gpus = calloc((size_t)n + 1, sizeof *gpus), *map = calloc((size_t)n + 1, sizeof *map);
-  double *tput = calloc((size_t)n + 1, sizeof *tput), *sp = calloc((size_t)n + 1, sizeof *sp);
-  double *ef = calloc((size_t)n + 1, sizeof *ef);
-  if (!gpus || !map || !tput || !sp || !ef) {
-    free(gpus), free(map), free(tput), free(sp), free(ef);
-    return sc_fail(&r->err, SC_OOM, "runner: out of memory");
-  }
-  int m = 0;
-  for (int i = 0; i < n; i++)
-    if (drs[i].built) {
-      gpus[m] = drs[i].gpus;
-      tput[m] = drs[i].peak_tok_s;
-      map[m++] = i;
-    }
-  if (m > 0) mt_scaling(gpus, tput, m, sp, ef);
-  for (int j = 0; j < m; j++) {
-    dep_result *d = &drs[map[j]];
-    d->speedup = sp[j];
-    d->efficiency = ef[j];
-    r->dep_id = d->id;
-    add_metric(r, 0, "speedup", sp[j]);
-    add_metric(r, 0, "efficiency", ef[j]);
-  }
-  // Sim mode: its tokens carry no model output, so there is no equivalence or quality delta
-  // to judge.
-  scn_slo slo = r->s->slo;
-  if (r->sim) {
-    int w = 0;
-    for (int k = 0; k < slo.n; k++) {
-      const char *key = slo.items[k].key;
-      if (strcmp(key, "output_mismatches") && strcmp(key, "swap_agreement") &&
-          strcmp(key, "swap_kl") && strcmp(key, "layout_mismatches")) {
-        slo.items[w++] = slo.items[k];
-        continue;
-      }
-      progress_note(r, "slo %s: not judged in mode sim (simulated tokens carry no model output)",
-                    key);
-    }
-    slo.n = w;
-  }
-  // the whole deployment's SLOs and every class's: SCN_MAX_SLO each at most
-  const int cap = SCN_MAX_SLO * (SCN_MAX_CLASSES + 1);
-  mt_verdict *v = calloc((size_t)cap, sizeof *v);
-  if (!v) {
-    free(gpus), free(map), free(tput), free(sp), free(ef);
-    return sc_fail(&r->err, SC_OOM, "runner: out of memory");
-  }
-  for (int j = 0; j < m; j++) {
-    dep_result *d = &drs[map[j]];
-    verdict_extra ex = {.d = d};
-    int nv = mt_verdicts(&slo, &d->pooled, extra_value, &ex, v, SCN_MAX_SLO);
-    // then each prompt class's SLOs against the class's pooled summary ("short:ttft_p95_ms")
-    for (int c = 0; c < slo.n_classes; c++)
-      nv += mt_class_verdicts(&slo.classes[c], &d->cls_pooled[slo.classes[c].class_idx],
-                              v + nv, cap - nv);
-    for (int k = 0; k < nv; k++) {
-      db_ok(r, store_verdict_add(r->db, r->run_id, d->id, v[k].slo, v[k].op, v[k].expected,
-                                 v[k].actual, v[k].pass, &r->err));
-      r->res->n_verdicts++;
-      r->res->n_failed += !v[k].pass;
-    }
-  }
-  free(v);
-  // A deployment that never ran fails every SLO, its classes' too: there is nothing to show
-  // it holds.
-  for (int i = 0; i < n; i++)
-    for (int c = -1; !drs[i].built && drs[i].id && c < slo.n_classes; c++) {
-      const scn_slo_item *items = c < 0 ? slo.items : slo.classes[c].items;
-      int n_items = c < 0 ? slo.n : slo.classes[c].n;
-      for (int k = 0; k < n_items; k++) {
-        const scn_slo_item *it = &items[k];
-        const mt_metric_info *mi = mt_metric_find(it->key);
-        char name[64];
-        if (c < 0) snprintf(name, sizeof name, "%.63s", it->key);
-        else snprintf(name, sizeof name, "%.31s:%.31s", slo.classes[c].name, it->key);
-        db_ok(r, store_verdict_add(r->db, r->run_id, drs[i].id, name,
-                                   mi && mi->dir == MT_HIGHER_BETTER ? ">=" : "<=", it->limit,
-                                   NAN, false, &r->err));
-        r->res->n_verdicts++;
-        r->res->n_failed++;
-      }
-    }
-  free(gpus), free(map), free(tput), free(sp), free(ef);
-  return r->db_status;
 }
 
 static sc_status refuse(const scenario *s, sc_error *err) {
@@ -1745,7 +1023,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
     }
   sc_status ds = rec_drain(r.rec, &r.err);
   if (st == SC_OK) st = ds;
-  if (st == SC_OK) st = finish_run(&r, drs, n_done);
+  if (st == SC_OK) st = rn_finish_run(&r, drs, n_done);
   res->wall_s = (double)(sc_clock_now(&r.clock) - r.t0) / 1e9;
   snprintf(res->status, sizeof res->status, "%s",
            r.stopping ? "interrupted" : res->error[0] ? "failed" : "complete");
@@ -1758,7 +1036,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   if (st != SC_OK && err) *err = r.err;
   free_deployment(&r);
   rec_free(r.rec);
-  free(r.reqs.v);
+  req_table_free(&r.reqs);
   free(r.ref_hash);
   free(r.ref_ok);
   free(r.ttft_scratch);

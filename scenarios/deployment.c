@@ -32,14 +32,11 @@ static engine_config engine_cfg(const scenario *s, const scn_deployment *d, sc_c
   c.pp = d->pp;
   c.n_devices = s->hardware.n_devices;
   memcpy(c.devices, s->hardware.devices, sizeof c.devices);
-  c.block_size = s->limits.block_size;
-  c.max_running = s->limits.max_running;
-  c.token_budget = s->limits.token_budget;
-  c.prefill_chunk = s->limits.prefill_chunk;
-  c.no_evict = s->limits.no_evict;
-  c.prefix_caching = s->limits.prefix_caching;
-  c.reserve_full_isl = s->limits.reserve_full_isl;
-  c.kv_watermark = s->limits.kv_watermark;
+  // the knobs the engine carries (kernels/knobs.h, engine 1)
+#define TO_ENGINE(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
+  SC_KNOB_IF(e)(c.name = s->limits.name;)
+  SC_KNOBS(TO_ENGINE)
+#undef TO_ENGINE
   c.threads = threads_per_rank(s, d);
   if (s->limits.collective_timeout_ns) c.collective_timeout_ns = s->limits.collective_timeout_ns;
   c.clock = clock;

@@ -15,7 +15,9 @@
 #include "engine/hw_profile.h"
 #include "engine/memplan.h"
 #include "engine/model.h"
+#include "kernels/knobs.h"
 #include "kernels/status.h"
+#include "serving/router_policy.h"
 
 enum {
   SCN_MAX_DEPLOYMENTS = 32,
@@ -67,11 +69,14 @@ typedef struct scn_deployment {
 } scn_deployment;
 
 // --- workload
+// Each kind is a row of the generator's table (scenarios/workload.c, workload_dist): its name,
+// the form the language reads, its draw.
 typedef enum scn_dist_kind {
   SCN_DIST_FIXED,     // a
   SCN_DIST_UNIFORM,   // integers in [a, b], inclusive
   SCN_DIST_NORMAL,    // mean a, stddev b
   SCN_DIST_LOGNORMAL, // median a (mu = ln a), sigma b
+  SCN_DIST_N          // not a kind: how many there are
 } scn_dist_kind;
 
 // A token-count distribution. Draws are rounded to the nearest integer and clamped to
@@ -93,11 +98,14 @@ typedef enum scn_phase_kind {
   SCN_PHASE_FIXED, // closed loop: `requests` in all at `concurrency`
 } scn_phase_kind;
 
+// Each process is a row of the generator's table (scenarios/workload.c, workload_arrival): its
+// name, whether it takes burstiness, its gaps.
 typedef enum scn_arrival {
   SCN_ARRIVAL_POISSON,
   SCN_ARRIVAL_CONSTANT,
   SCN_ARRIVAL_GAMMA,
   SCN_ARRIVAL_TRACE, // workload.trace: each request at its recorded arrival time
+  SCN_ARRIVAL_N      // not a process: how many there are
 } scn_arrival;
 
 typedef struct scn_phase {
@@ -134,6 +142,9 @@ typedef struct scn_workload {
 } scn_workload;
 
 // --- faults: parsed and validated here, injected by faults/ (see docs/scenarios.md)
+// Each kind has two rows of one index (docs/design.md, "The tables"): the language's here
+// (scenarios/scenario_faults.c: its key, what it takes, its parse) and the runtime's
+// (faults/kinds.c: its detail, chaos draw, delivery to replicas, detection).
 typedef enum scn_fault_kind {
   SCN_FAULT_KILL,         // what: "gpu" (target replicaR.rankK) | "replica" (target replicaR)
   SCN_FAULT_HANG,         // what: "rank" | "replica"; duration_ns = resume_after (0: never)
@@ -145,7 +156,17 @@ typedef enum scn_fault_kind {
   SCN_FAULT_CORRUPT,      // what: "nan" | "bitflip"
   SCN_FAULT_CHAOS,        // kinds_mask, count_min/max, between, keep_alive
   SCN_FAULT_EXEC,         // exec_command: a user command at the fault's time (targets only)
+  SCN_FAULT_N             // not a kind: how many there are
 } scn_fault_kind;
+
+// A fault kind as the language knows it (its row in scenarios/scenario_faults.c).
+typedef struct scn_fault_kind_info {
+  const char *name;    // its key in a fault: "kill", "cancel_storm", ...
+  const char *example; // one whole fault of the kind, e.g. "{kill: replica, at: 1s, target:
+                       // replica0}" (docs, and the sync test's)
+  bool target_only;    // an external target's only (exec)
+  bool now;            // shardcheck serve's admin API applies it at once
+} scn_fault_kind_info;
 
 enum { SCN_STAGE_QUEUED = 1, SCN_STAGE_PREFILL = 2, SCN_STAGE_DECODE = 4 };
 
@@ -222,23 +243,13 @@ typedef struct scn_slo {
 typedef struct scn_limits {
   uint64_t request_timeout_ns;   // a request not finished after this is cancelled and counted
                                  // as status timeout (default 60 s; 0 = none)
-  int max_running;               // running sequences per replica (256)
-  int token_budget;              // tokens per step (8192)
-  int prefill_chunk;             // prefill tokens of one sequence per step (0 = budget / 4)
-  bool no_evict;                 // admit only what fits at full length; never preempt
-  bool prefix_caching;           // full KV blocks cached by content and reused
-  bool reserve_full_isl;         // admit only when all of a request's tokens fit the free blocks
-  double kv_watermark;           // fraction of KV blocks an admission leaves free (0)
-  int num_gpu_blocks_override;   // KV blocks per replica instead of the planner's (0: planner's)
-  int block_size;                // KV block, tokens (16)
+  // the scheduler's knobs, one field per row of kernels/knobs.h (its defaults and bounds):
+  // max_running, token_budget, block_size, prefill_chunk, no_evict, prefix_caching,
+  // reserve_full_isl, kv_watermark, num_gpu_blocks_override
+  SC_KNOBS(SC_KNOB_FIELD)
   double kv_headroom;            // fraction of device memory kept free (0.10)
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
 } scn_limits;
-
-typedef enum scn_router_policy {
-  SCN_ROUTER_LEAST_OUTSTANDING,
-  SCN_ROUTER_ROUND_ROBIN,
-} scn_router_policy;
 
 // How a real-mode deployment runs its replicas (key router.isolation).
 typedef enum scn_isolation {
@@ -248,7 +259,8 @@ typedef enum scn_isolation {
 } scn_isolation;
 
 typedef struct scn_router {
-  scn_router_policy policy;   // key router.policy: least-outstanding (default) | round-robin
+  router_policy policy;       // key router.policy: a name of serving/router.h's table
+                              // (least-outstanding by default)
   scn_isolation isolation;    // key isolation: process | thread (default: see scn_isolation)
   uint64_t detect_timeout_ns; // key detect_timeout: no heartbeat this long = replica lost (2 s)
   int max_retries;            // key max_retries: resubmissions of one request at most (3)
@@ -354,6 +366,8 @@ uint64_t scenario_phase_duration_ns(const scn_phase *p);
 bool scenario_isolates_processes(const scenario *s);
 const char *scenario_phase_kind_name(scn_phase_kind k); // "ramp", "rate", "fixed"
 const char *scenario_fault_kind_name(scn_fault_kind k); // "kill", "hang", ..., "chaos"
+// The language's row of kind k (static); NULL outside the enum.
+const scn_fault_kind_info *scenario_fault_kind(scn_fault_kind k);
 const char *scenario_record_name(scn_record r);         // "tokens", "requests", "summary"
 // The level named by text into *out; false (and *out untouched) for anything else.
 bool scenario_record_parse(const char *text, scn_record *out);

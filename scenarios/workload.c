@@ -2,8 +2,9 @@
 // requests, and the arrival gaps of open-loop (rate) phases, all drawn from a counter-based
 // hash so that request i and gap j are pure functions of (seed, i) and (seed, phase, j).
 //
-// Parsing the scenario's workload block is scenarios/scenario.c; deciding when a closed-loop
-// user sends its next request, and what to do with a request, is the runner's.
+// Parsing the scenario's workload block is scenarios/scenario_workload.c (names and forms
+// from the tables here); deciding when a closed-loop user sends its next request, and what
+// to do with a request, is the runner's.
 //
 // Random numbers: wl_hash(seed, stream, index) is three rounds of the splitmix64 finalizer over
 // seed, stream and index. Each quantity has its own stream (WL_STREAM_* below): the class of
@@ -164,39 +165,12 @@ static double gamma_draw(uint64_t key, double k) {
   return boost * d; // not reached in practice; deterministic all the same
 }
 
-// One draw of d for (stream, index), unrounded.
-static double dist_draw(const scn_dist *d, uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t h = wl_hash(seed, stream, index);
-  switch (d->kind) {
-  case SCN_DIST_FIXED: return d->a;
-  case SCN_DIST_UNIFORM: {
-    double lo = floor(d->a + 0.5), hi = floor(d->b + 0.5);
-    double v = lo + floor(wl_unit(h) * (hi - lo + 1.0));
-    return v > hi ? hi : v;
-  }
-  case SCN_DIST_NORMAL: return d->a + d->b * normal_at(h, 0);
-  case SCN_DIST_LOGNORMAL: return d->a * exp(d->b * normal_at(h, 0));
-  }
-  return d->a;
-}
-
 // A token count: x rounded and clamped to [1, hi] (NaN gives 1).
 static int clamp_len(double x, int hi) {
   x = floor(x + 0.5);
   if (!(x >= 1.0)) return 1;
   if (x >= (double)hi) return hi;
   return (int)x;
-}
-
-// The largest value a draw of d can give after clamp_len(., hi).
-static int dist_max(const scn_dist *d, int hi) {
-  switch (d->kind) {
-  case SCN_DIST_FIXED: return clamp_len(d->a, hi);
-  case SCN_DIST_UNIFORM: return clamp_len(d->b, hi);
-  case SCN_DIST_NORMAL:
-  case SCN_DIST_LOGNORMAL: return hi;
-  }
-  return hi;
 }
 
 // Writes n random prompt ids of request index into w->buf (two ids per hash).
@@ -217,31 +191,119 @@ static uint64_t to_ns(double x) {
   return (uint64_t)(x + 0.5);
 }
 
+// --- the tables: length distributions and arrival processes
+//
+// One row each: the name and form the scenario language reads (workload.h's info), and the
+// generator's own behaviour. docs/design.md: adding one is a row here plus its functions.
+
+// Distribution draws: d's value from its draw hash h, unrounded; the largest value a draw can
+// give after clamp_len(., hi); what its parameters need (NULL: they are fine).
+static double draw_fixed(const scn_dist *d, uint64_t h) {
+  (void)h;
+  return d->a;
+}
+static double draw_uniform(const scn_dist *d, uint64_t h) {
+  double lo = floor(d->a + 0.5), hi = floor(d->b + 0.5);
+  double v = lo + floor(wl_unit(h) * (hi - lo + 1.0));
+  return v > hi ? hi : v;
+}
+static double draw_normal(const scn_dist *d, uint64_t h) { return d->a + d->b * normal_at(h, 0); }
+static double draw_lognormal(const scn_dist *d, uint64_t h) {
+  return d->a * exp(d->b * normal_at(h, 0));
+}
+static int max_a(const scn_dist *d, int hi) { return clamp_len(d->a, hi); }
+static int max_b(const scn_dist *d, int hi) { return clamp_len(d->b, hi); }
+static int max_unbounded(const scn_dist *d, int hi) {
+  (void)d;
+  return hi;
+}
+static const char *check_uniform(const scn_dist *d) { return d->a > d->b ? "a <= b" : NULL; }
+static const char *check_normal(const scn_dist *d) { return d->b < 0 ? "stddev b >= 0" : NULL; }
+static const char *check_lognormal(const scn_dist *d) {
+  return d->a <= 0 || d->b < 0 ? "median a > 0 and sigma b >= 0" : NULL;
+}
+
+typedef struct dist_row {
+  wl_dist_info info;
+  double (*draw)(const scn_dist *d, uint64_t h);
+  int (*max)(const scn_dist *d, int hi);
+  const char *(*check)(const scn_dist *d); // optional
+} dist_row;
+
+static const dist_row dists[SCN_DIST_N] = {
+    [SCN_DIST_FIXED] = {{"fixed", WL_FORM_COUNT, NULL, NULL}, draw_fixed, max_a, NULL},
+    [SCN_DIST_UNIFORM] = {{"uniform", WL_FORM_PAIR, NULL, NULL}, draw_uniform, max_b,
+                          check_uniform},
+    [SCN_DIST_NORMAL] = {{"normal", WL_FORM_PARAMS, "mean", "stddev"}, draw_normal,
+                         max_unbounded, check_normal},
+    [SCN_DIST_LOGNORMAL] = {{"lognormal", WL_FORM_PARAMS, "median", "sigma"}, draw_lognormal,
+                            max_unbounded, check_lognormal},
+};
+
+// One draw of d for (stream, index), unrounded (d's kind is checked by setup_classes).
+static double dist_draw(const scn_dist *d, uint64_t seed, uint64_t stream, uint64_t index) {
+  return dists[d->kind].draw(d, wl_hash(seed, stream, index));
+}
+
+// Arrival gaps: the gap before arrival j of phase p (index `phase`), in ns.
+static uint64_t gap_poisson(const workload *w, const wl_phase *p, int phase, uint64_t j) {
+  double u = wl_unit(wl_hash(w->seed, WL_STREAM_GAP + (uint64_t)phase, j));
+  return to_ns(-log1p(-u) * p->mean_ns);
+}
+static uint64_t gap_constant(const workload *w, const wl_phase *p, int phase, uint64_t j) {
+  (void)w, (void)phase;
+  if (j == 0) return 0;
+  return to_ns(floor((double)j * p->mean_ns + 0.5)) -
+         to_ns(floor((double)(j - 1) * p->mean_ns + 0.5));
+}
+static uint64_t gap_gamma(const workload *w, const wl_phase *p, int phase, uint64_t j) {
+  uint64_t key = wl_hash(w->seed, WL_STREAM_GAP + (uint64_t)phase, j);
+  return to_ns(gamma_draw(key, p->shape) * p->mean_ns / p->shape);
+}
+static uint64_t gap_trace(const workload *w, const wl_phase *p, int phase, uint64_t j) {
+  (void)p, (void)phase;
+  if (!w->trace || j >= (uint64_t)w->n_lines) return 0;
+  return w->lines[j].arrival_ns - (j ? w->lines[j - 1].arrival_ns : 0);
+}
+
+typedef struct arrival_row {
+  wl_arrival_info info;
+  uint64_t (*gap)(const workload *w, const wl_phase *p, int phase, uint64_t j);
+} arrival_row;
+
+static const arrival_row arrivals[SCN_ARRIVAL_N] = {
+    [SCN_ARRIVAL_POISSON] = {{"poisson", false, false}, gap_poisson},
+    [SCN_ARRIVAL_CONSTANT] = {{"constant", false, false}, gap_constant},
+    [SCN_ARRIVAL_GAMMA] = {{"gamma", false, true}, gap_gamma},
+    [SCN_ARRIVAL_TRACE] = {{"trace", true, false}, gap_trace},
+};
+
+const wl_dist_info *workload_dist(scn_dist_kind k) {
+  return (unsigned)k < SCN_DIST_N && dists[k].info.name ? &dists[k].info : NULL;
+}
+
+const wl_arrival_info *workload_arrival(scn_arrival a) {
+  return (unsigned)a < SCN_ARRIVAL_N && arrivals[a].info.name ? &arrivals[a].info : NULL;
+}
+
+const char *workload_arrival_name(scn_arrival a) {
+  const wl_arrival_info *i = workload_arrival(a);
+  return i ? i->name : "unknown";
+}
+
 // --- validation of what the parser gave (the parser reports with FILE:LINE:COL; these are
 // the generator's own preconditions)
-
-static const char *dist_name(scn_dist_kind k) {
-  switch (k) {
-  case SCN_DIST_FIXED: return "fixed";
-  case SCN_DIST_UNIFORM: return "uniform";
-  case SCN_DIST_NORMAL: return "normal";
-  case SCN_DIST_LOGNORMAL: return "lognormal";
-  }
-  return "unknown";
-}
 
 static sc_status check_dist(const scn_dist *d, const char *cls, const char *which,
                             sc_error *err) {
   const char *why = NULL;
+  const dist_row *r = (unsigned)d->kind < SCN_DIST_N ? &dists[d->kind] : NULL;
   if (!isfinite(d->a) || !isfinite(d->b)) why = "finite parameters";
-  else if ((unsigned)d->kind > SCN_DIST_LOGNORMAL) why = "a known distribution";
-  else if (d->kind == SCN_DIST_UNIFORM && d->a > d->b) why = "a <= b";
-  else if (d->kind == SCN_DIST_NORMAL && d->b < 0) why = "stddev b >= 0";
-  else if (d->kind == SCN_DIST_LOGNORMAL && (d->a <= 0 || d->b < 0))
-    why = "median a > 0 and sigma b >= 0";
+  else if (!r) why = "a known distribution";
+  else if (r->check) why = r->check(d);
   if (!why) return SC_OK;
   return sc_fail(err, SC_INVALID, "workload: class '%s': %s: %s needs %s, got a=%g b=%g", cls,
-                 which, dist_name(d->kind), why, d->a, d->b);
+                 which, r ? r->info.name : "unknown", why, d->a, d->b);
 }
 
 static sc_status setup_classes(workload *w, const scn_workload *wl, sc_error *err) {
@@ -285,10 +347,12 @@ static sc_status setup_phases(workload *w, const scn_workload *wl, sc_error *err
     if (!(p->rate > 0) || !isfinite(p->rate))
       return sc_fail(err, SC_INVALID, "workload: phase '%s': rate must be > 0, got %g",
                      p->name, p->rate);
-    if ((unsigned)p->arrival > SCN_ARRIVAL_TRACE || (p->arrival == SCN_ARRIVAL_TRACE) != wl->trace)
+    if ((unsigned)p->arrival >= SCN_ARRIVAL_N ||
+        arrivals[p->arrival].info.from_trace != wl->trace)
       return sc_fail(err, SC_INVALID, "workload: phase '%s': unknown arrival process %d",
                      p->name, (int)p->arrival);
-    if (p->arrival == SCN_ARRIVAL_GAMMA && (!(p->burstiness > 0) || !isfinite(p->burstiness)))
+    if (arrivals[p->arrival].info.burstiness &&
+        (!(p->burstiness > 0) || !isfinite(p->burstiness)))
       return sc_fail(err, SC_INVALID,
                      "workload: phase '%s': gamma burstiness must be > 0, got %g", p->name,
                      p->burstiness);
@@ -531,7 +595,8 @@ sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_erro
     st = setup_classes(w, wl, err);
     w->buf_cap = 1;
     for (int i = 0; st == SC_OK && i < w->n_classes; i++) {
-      int m = dist_max(&w->classes[i].input, w->context - 1);
+      const scn_dist *in = &w->classes[i].input;
+      int m = dists[in->kind].max(in, w->context - 1);
       if (m > w->buf_cap) w->buf_cap = m;
     }
   }
@@ -600,20 +665,5 @@ const char *workload_class_name(const workload *w, int idx) {
 uint64_t workload_gap_ns(const workload *w, int phase, uint64_t j) {
   SC_ASSERT(phase >= 0 && phase < w->n_phases && w->phases[phase].kind == SCN_PHASE_RATE);
   const wl_phase *p = &w->phases[phase];
-  switch (p->arrival) {
-  case SCN_ARRIVAL_TRACE:
-    if (!w->trace || j >= (uint64_t)w->n_lines) return 0;
-    return w->lines[j].arrival_ns - (j ? w->lines[j - 1].arrival_ns : 0);
-  case SCN_ARRIVAL_CONSTANT:
-    if (j == 0) return 0;
-    return to_ns(floor((double)j * p->mean_ns + 0.5)) -
-           to_ns(floor((double)(j - 1) * p->mean_ns + 0.5));
-  case SCN_ARRIVAL_GAMMA: {
-    uint64_t key = wl_hash(w->seed, WL_STREAM_GAP + (uint64_t)phase, j);
-    return to_ns(gamma_draw(key, p->shape) * p->mean_ns / p->shape);
-  }
-  case SCN_ARRIVAL_POISSON: break;
-  }
-  double u = wl_unit(wl_hash(w->seed, WL_STREAM_GAP + (uint64_t)phase, j));
-  return to_ns(-log1p(-u) * p->mean_ns);
+  return arrivals[p->arrival].gap(w, p, phase, j);
 }

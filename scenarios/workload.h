@@ -7,6 +7,7 @@
 // request and the next gap; closed-loop users (ramp, fixed) are the runner's.
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/status.h"
@@ -50,6 +51,34 @@ const char *workload_class_name(const workload *w, int idx); // "dataset" for a 
 // with shape `burstiness` and mean 1/rate; trace = the recorded gap (arrival j - arrival j-1,
 // the first from 0; 0 beyond the trace's end).
 uint64_t workload_gap_ns(const workload *w, int phase, uint64_t j);
+
+// --- the tables: length distributions and arrival processes, one row each (docs/design.md:
+// the one place to add one is scenarios/workload.c). The scenario language reads names and
+// forms from here; the draws and gaps are the generator's own.
+
+// How a distribution's parameters are written under prompts[].input / output.
+typedef enum wl_dist_form {
+  WL_FORM_COUNT,  // a plain integer >= 1: `input: 64` (fixed a)
+  WL_FORM_PAIR,   // {NAME: [a, b]}: two integers, 1 <= a <= b
+  WL_FORM_PARAMS, // {NAME: {A_KEY: a, B_KEY: b}}: numbers, a >= 1 and b >= 0
+} wl_dist_form;
+
+typedef struct wl_dist_info {
+  const char *name;          // "uniform": the key of its mapping ("fixed" is a bare count)
+  wl_dist_form form;
+  const char *a_key, *b_key; // WL_FORM_PARAMS: the keys of a and b ("mean", "stddev")
+} wl_dist_info;
+
+typedef struct wl_arrival_info {
+  const char *name; // a rate phase's `arrival` and the phase row's: "poisson", ...
+  bool from_trace;  // only workload.trace's one phase has it (no scenario names it)
+  bool burstiness;  // takes burstiness, its shape
+} wl_arrival_info;
+
+// The row of distribution k, of arrival process a (static; NULL outside the enum).
+const wl_dist_info *workload_dist(scn_dist_kind k);
+const wl_arrival_info *workload_arrival(scn_arrival a);
+const char *workload_arrival_name(scn_arrival a); // "poisson", ...; "unknown" outside the enum
 
 // --- the deterministic random numbers the generator (and others: chaos faults) draw from
 // splitmix64 of (seed, stream, index): independent streams without state.

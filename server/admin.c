@@ -1,12 +1,13 @@
 // The admin API of `shardcheck serve` (docs/serve.md, "Admin API"), served only with
 // --admin-token: POST /admin/faults applies one fault now, in the shape of one item of a
-// scenario's `faults:` list (scenarios/scenario.c parses it, faults/inject.c says what it asks
-// of a replica, so a fault means the same here as in a scenario), or {"clear": true} ends the
+// scenario's `faults:` list (scenarios/scenario_faults.c parses it, its kind's row in
+// faults/kinds.c says what it asks of a replica, so a fault means the same here as in a
+// scenario), or {"clear": true} ends the
 // faults in force; GET /admin/state shows the replicas, their ranks, epochs, health, KV blocks
 // and restarts. Both reach the replicas through the loop thread (server_loop_call).
 //
-// Also here: the supervisor thread that restarts dead replicas in real mode (the loop finds
-// them and hands them over, server/loop.c). Routing, tokens and keys are http.c's and loop.c's.
+// Not here: restarting dead replicas (server/loop.c, through serving/supervisor.h in real
+// mode); routing, tokens and keys (http.c's and loop.c's).
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,64 +16,6 @@
 #include "faults/runtime.h"
 #include "scenarios/scenario.h"
 #include "server/server_impl.h"
-
-// --- the supervisor
-static void *supervisor_main(void *arg) {
-  server *s = arg;
-  pthread_mutex_lock(&s->sup_mu);
-  for (;;) {
-    int i = -1;
-    for (int k = 0; k < s->n_reps && i < 0; k++)
-      if (s->rs[k].want) i = k;
-    if (i < 0) {
-      if (s->sup_quit) break;
-      pthread_cond_wait(&s->sup_cv, &s->sup_mu);
-      continue;
-    }
-    srv_restart *r = &s->rs[i];
-    r->want = false;
-    pthread_mutex_unlock(&s->sup_mu);
-    r->err = (sc_error){{0}};
-    r->st = replica_restart(s->reps[i], &r->err);
-    atomic_store(&r->done, true);
-    server_wake(s);
-    pthread_mutex_lock(&s->sup_mu);
-  }
-  pthread_mutex_unlock(&s->sup_mu);
-  return NULL;
-}
-
-sc_status server_supervisor_start(server *s) {
-  pthread_mutex_init(&s->sup_mu, NULL);
-  pthread_cond_init(&s->sup_cv, NULL);
-  if (pthread_create(&s->sup, NULL, supervisor_main, s) != 0) {
-    pthread_cond_destroy(&s->sup_cv);
-    pthread_mutex_destroy(&s->sup_mu);
-    return SC_OOM;
-  }
-  s->sup_started = true;
-  return SC_OK;
-}
-
-void server_supervisor_want(server *s, int i) {
-  pthread_mutex_lock(&s->sup_mu);
-  s->rs[i].want = true;
-  pthread_cond_signal(&s->sup_cv);
-  pthread_mutex_unlock(&s->sup_mu);
-}
-
-void server_supervisor_stop(server *s) {
-  if (!s->sup_started) return;
-  pthread_mutex_lock(&s->sup_mu);
-  s->sup_quit = true;
-  for (int i = 0; i < s->n_reps; i++) s->rs[i].want = false; // not started: not wanted now
-  pthread_cond_signal(&s->sup_cv);
-  pthread_mutex_unlock(&s->sup_mu);
-  pthread_join(s->sup, NULL);
-  pthread_cond_destroy(&s->sup_cv);
-  pthread_mutex_destroy(&s->sup_mu);
-  s->sup_started = false;
-}
 
 // --- POST /admin/faults
 typedef struct admin_fault {
@@ -283,7 +226,7 @@ static void state_cmd(server *s, void *ud) {
     json_object_set_new(o, "epoch", json_integer(replica_epoch(r)));
     json_object_set_new(o, "health", json_string(health_name(replica_health_get(r))));
     json_object_set_new(o, "error", json_string(replica_error(r)));
-    if (replica_is_proc(r)) json_object_set_new(o, "pid", json_integer(replica_proc_pid(r)));
+    if (replica_has_pid(r)) json_object_set_new(o, "pid", json_integer(replica_pid(r)));
     json_object_set_new(o, "kv_blocks_used", json_integer(st.kv_used));
     json_object_set_new(o, "kv_blocks_total", json_integer(st.kv_total));
     json_object_set_new(o, "running", json_integer(st.running));

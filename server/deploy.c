@@ -122,6 +122,7 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
   c->max_model_len = d->max_model_len > 0 ? d->max_model_len : ctx;
   c->synthetic_text = d->sim;
   c->layout = dep->label; // lives as long as *keep
+  c->policy = s->router.policy;
   *keep = s;
   return SC_OK;
 }

@@ -157,16 +157,14 @@ static void emit(server *s, gen *g, char *text, bool done, int status) {
 static char *copy_str(const char *t) { return strdup(t); }
 
 // --- the request table
-static bool grow_table(server *s) {
-  if (s->reqs.n < s->reqs.cap) return true;
-  size_t cap = s->reqs.cap ? s->reqs.cap * 2 : 256;
-  req_rec *p = realloc(s->reqs.v, cap * sizeof *p);
-  if (!p) return false;
-  s->reqs.v = p;
+// Room in by_key for one more row than the table has (the table grows itself).
+static bool grow_by_key(server *s) {
+  if (s->reqs.n < s->cap_by_key) return true;
+  size_t cap = s->cap_by_key ? s->cap_by_key * 2 : 1024;
   gen **b = realloc(s->by_key, cap * sizeof *b);
   if (!b) return false;
   s->by_key = b;
-  s->reqs.cap = cap;
+  s->cap_by_key = cap;
   return true;
 }
 
@@ -176,11 +174,7 @@ static void maybe_recycle(server *s) {
   if (s->reqs.inflight || s->reqs.n < TABLE_RECYCLE) return;
   router_tick(s->rt, rel_now(s)); // drops finished rows from its retry queue
   if (router_next(s->rt) != UINT64_MAX) return;
-  for (size_t k = 0; k < s->reqs.n; k++) {
-    free(s->reqs.v[k].tok);
-    free(s->reqs.v[k].ids);
-  }
-  s->reqs.n = s->reqs.low = 0;
+  req_table_clear(&s->reqs);
 }
 
 static const char *finish_name(engine_finish_reason r) {
@@ -193,13 +187,7 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
                        req_status st) {
   req_rec *q = &s->reqs.v[k];
   gen *g = s->by_key[k];
-  if (q->state == REQ_DONE) return;
-  q->state = REQ_DONE;
-  q->status = st;
-  s->reqs.inflight--;
-  if (q->dispatched && !q->waiting) router_done(s->rt, q->replica);
-  q->waiting = false;
-  while (s->reqs.low < s->reqs.n && s->reqs.v[s->reqs.low].state == REQ_DONE) s->reqs.low++;
+  if (!router_end(s->rt, k, st)) return;
   s->by_key[k] = NULL;
   if (!g) return;
   // metrics first: a client that has its answer sees them counted
@@ -254,48 +242,31 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
 }
 
 // --- router hooks
+// Sends generation k to a replica (router_send): its prompt, continued by the tokens the client
+// already has on a resume. False when no replica can take it (nothing changed).
 static bool dispatch(void *ud, uint64_t k, uint64_t t) {
   server *s = ud;
-  req_rec *q = &s->reqs.v[k];
-  gen *g = s->by_key[k];
-  int i = router_pick(s->rt, q);
-  if (i < 0) return false;
-  const oai_request *rq = &g->req;
-  int32_t *joined = NULL;
-  const int32_t *prompt = rq->prompt;
-  int n_prompt = rq->n_prompt;
-  if (q->n_tok > 0) { // a resume: the prompt, then the tokens the client already has
-    joined = malloc((size_t)(rq->n_prompt + q->n_tok) * sizeof *joined);
-    if (!joined) {
-      router_done(s->rt, i);
-      finish_gen(s, k, NULL, 500, "out of memory resuming the request", REQ_FAILED);
-      return true;
-    }
-    memcpy(joined, rq->prompt, (size_t)rq->n_prompt * sizeof *joined);
-    memcpy(joined + rq->n_prompt, q->ids, (size_t)q->n_tok * sizeof *joined);
-    prompt = joined;
-    n_prompt += q->n_tok;
-  }
-  q->replica = i;
-  q->epoch = replica_epoch(s->reps[i]);
-  q->loss_seen = false;
-  q->version = router_version(s->rt, i);
-  q->dispatched = true;
-  q->waiting = false;
-  if (!q->retries) q->dispatch = t;
+  const oai_request *rq = &s->by_key[k]->req;
   // min_tokens: EOS may not end the request before it, so the loop ends it at an EOS past it
   bool eos_stops = !rq->ignore_eos && rq->min_tokens == 0;
-  engine_request er = {.prompt = prompt,
-                       .n_prompt = n_prompt,
-                       .max_tokens = rq->max_tokens - q->n_tok,
+  engine_request er = {.prompt = rq->prompt,
+                       .n_prompt = rq->n_prompt,
+                       .max_tokens = rq->max_tokens,
                        .sampling = {.temperature = (float)rq->temperature,
                                     .top_p = (float)rq->top_p,
                                     .seed = rq->seed},
                        .stop_at_eos = eos_stops};
   sc_error e = {{0}};
-  if (replica_submit(s->reps[i], k, &er, &e) != SC_OK)
+  switch (router_send(s->rt, k, &er, t, &e)) {
+  case ROUTER_NONE: return false;
+  case ROUTER_SEND_OOM:
+    finish_gen(s, k, NULL, 500, "out of memory resuming the request", REQ_FAILED);
+    break;
+  case ROUTER_REFUSED:
     finish_gen(s, k, NULL, 500, e.msg[0] ? e.msg : "the replica refused the request", REQ_FAILED);
-  free(joined);
+    break;
+  case ROUTER_SENT: break;
+  }
   return true;
 }
 
@@ -312,7 +283,15 @@ void server_loop_submit(server *s, void *ud) {
   pthread_mutex_lock(&s->mu);
   bool gone = g->gone;
   pthread_mutex_unlock(&s->mu);
-  if (gone || !grow_table(s)) {
+  uint64_t k = 0;
+  req_rec row = {.arrival = g->arrival_ns - s->t0,
+                 .prompt_tokens = g->req.n_prompt,
+                 .max_tokens = g->req.max_tokens,
+                 .replica = -1,
+                 .user = -1,
+                 .fault = -1,
+                 .state = REQ_INFLIGHT};
+  if (gone || !grow_by_key(s) || !req_table_add(&s->reqs, &row, &k)) {
     pthread_mutex_lock(&s->mu);
     s->inflight--;
     s->waiting--;
@@ -321,16 +300,6 @@ void server_loop_submit(server *s, void *ud) {
     gen_unref(g);
     return;
   }
-  uint64_t k = s->reqs.n++;
-  req_rec *q = &s->reqs.v[k];
-  *q = (req_rec){.arrival = g->arrival_ns - s->t0,
-                 .prompt_tokens = g->req.n_prompt,
-                 .max_tokens = g->req.max_tokens,
-                 .replica = -1,
-                 .user = -1,
-                 .fault = -1,
-                 .state = REQ_INFLIGHT};
-  s->reqs.inflight++;
   s->by_key[k] = g;
   g->key = k;
   g->live = true;
@@ -391,23 +360,9 @@ static void run_commands(server *s) {
 }
 
 // --- events
-static void add_token(server *s, gen *g, req_rec *q, int32_t id) {
-  if (q->n_tok == q->cap_tok) {
-    int cap = q->cap_tok ? q->cap_tok * 2 : 16;
-    uint64_t *p = realloc(q->tok, (size_t)cap * sizeof *p);
-    if (p) q->tok = p;
-    int32_t *d = realloc(q->ids, (size_t)cap * sizeof *d);
-    if (d) q->ids = d;
-    if (!p || !d) return;
-    q->cap_tok = cap;
-  }
-  q->ids[q->n_tok] = id;
-  q->tok[q->n_tok++] = rel_now(s);
-}
-
 static void on_token(server *s, gen *g, req_rec *q, const replica_event *ev) {
   const oai_request *rq = &g->req;
-  add_token(s, g, q, ev->token);
+  (void)req_add_token(q, ev->token, rel_now(s)); // out of memory: the token goes out unkept
   int idx = q->n_tok - 1;
   uint64_t now = sc_monotonic_ns();
   pthread_mutex_lock(&s->mu);
@@ -619,6 +574,9 @@ static int cut_off(server *s, const char *why) {
 }
 
 // --- building the replicas
+// The supervisor's notice that a restart ended.
+static void wake_loop(void *ud) { server_wake(ud); }
+
 static sc_status build(server *s, sc_error *err) {
   engine_config ec = s->c.engine;
   s->sim = s->c.replicas.kind == REPLICA_SIM;
@@ -627,7 +585,7 @@ static sc_status build(server *s, sc_error *err) {
   s->rs = calloc((size_t)s->c.dp, sizeof *s->rs);
   s->step_end = calloc((size_t)s->c.dp, sizeof *s->step_end);
   if (!s->reps || !s->rs || !s->step_end) return sc_fail(err, SC_OOM, "out of memory");
-  router_config rc = {.policy = ROUTER_LEAST_OUTSTANDING,
+  router_config rc = {.policy = s->c.policy,
                       .max_retries = s->c.max_retries,
                       .backoff_ns = 50000000ull,
                       .resume = true};
@@ -641,8 +599,9 @@ static sc_status build(server *s, sc_error *err) {
     s->n_reps++;
   }
   replica_set_peers(s->reps, s->n_reps);
-  if (!s->sim && s->c.restart && s->n_reps > 0 && replica_can_restart(s->reps[0]))
-    SC_TRY(server_supervisor_start(s));
+  if (!s->sim && s->c.restart && s->n_reps > 0 && replica_can_restart(s->reps[0]) &&
+      sup_new(s->reps, s->n_reps, wake_loop, s, &s->sup) != SC_OK)
+    return SC_OOM;
   return SC_OK;
 }
 
@@ -694,10 +653,12 @@ static void watch_replicas(server *s) {
   for (int i = 0; i < s->n_reps; i++) {
     srv_restart *r = &s->rs[i];
     if (r->restarting) {
-      if (!atomic_load(&r->done)) continue;
+      sc_status st;
+      sc_error e;
+      if (!sup_done(s->sup, i, &st, &e)) continue;
       r->restarting = false;
       router_set_busy(s->rt, i, false);
-      restart_done(s, i, r->st, &r->err);
+      restart_done(s, i, st, &e);
       continue;
     }
     if (r->given_up || replica_health_get(s->reps[i]) != REPLICA_DEAD) continue;
@@ -715,15 +676,14 @@ static void watch_replicas(server *s) {
       restart_done(s, i, st, &e);
       continue;
     }
-    if (!s->sup_started) {
+    if (!s->sup) {
       r->given_up = true;
       snprintf(r->note, sizeof r->note, "dead for good: no supervisor");
       continue;
     }
-    atomic_store(&r->done, false);
     r->restarting = true;
     router_set_busy(s->rt, i, true);
-    server_supervisor_want(s, i);
+    sup_ask(s->sup, i, NULL);
   }
 }
 

@@ -22,6 +22,7 @@ server_config server_config_defaults(void) {
                          .dp = 1,
                          .replicas = {.kind = REPLICA_LOCAL},
                          .layout = "tp1",
+                         .policy = ROUTER_LEAST_OUTSTANDING,
                          .max_retries = 3,
                          .restart = true};
 }
@@ -113,14 +114,11 @@ void server_free(server *s) {
   }
   // The supervisor first: a restart under way finishes before its replica is freed (the
   // workers it started die with it, PR_SET_PDEATHSIG, as the loop's did with the loop).
-  server_supervisor_stop(s);
+  sup_free(s->sup);
+  s->sup = NULL;
   for (int i = 0; i < s->n_reps; i++) replica_free(s->reps[i]);
   router_free(s->rt);
-  for (size_t k = 0; k < s->reqs.n; k++) {
-    free(s->reqs.v[k].tok);
-    free(s->reqs.v[k].ids);
-  }
-  free(s->reqs.v);
+  req_table_free(&s->reqs);
   free(s->by_key);
   free(s->reps);
   free(s->m.reps);

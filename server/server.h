@@ -28,6 +28,7 @@
 #include "engine/engine.h"
 #include "kernels/status.h"
 #include "serving/replica.h"
+#include "serving/router_policy.h"
 
 typedef struct server server;
 
@@ -48,6 +49,7 @@ typedef struct server_config {
   int max_model_len;        // the context the API admits (<= engine.model.max_seq_len)
   bool synthetic_text;      // sim: token ids become words of a fixed synthetic vocabulary
   const char *layout;       // for messages and /metrics labels, e.g. "tp2-pp1-dp2"
+  router_policy policy;     // which replica a request goes to (default least-outstanding)
   // --- faults and recovery
   const char *admin_token; // NULL or "": /admin/* are 404; else they take
                            // "Authorization: Bearer TOKEN" (401 without it)

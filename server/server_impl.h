@@ -9,7 +9,6 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -17,6 +16,7 @@
 #include "server/server.h"
 #include "serving/request.h"
 #include "serving/router.h"
+#include "serving/supervisor.h"
 
 // --- one generation request
 typedef struct gen gen;
@@ -103,8 +103,9 @@ extern const double srv_ttft_bounds[SRV_TTFT_BUCKETS];
 extern const double srv_e2e_bounds[SRV_E2E_BUCKETS];
 extern const double srv_late_bounds[SRV_LATE_BUCKETS];
 
-// --- restarts: a dead replica rebuilt with a new epoch (server/admin.c's supervisor in real
-// mode, the loop itself in sim mode, where a restart returns at once and models its load)
+// --- restarts: a dead replica rebuilt with a new epoch (the supervisor thread in real mode,
+// serving/supervisor.h; the loop itself in sim mode, where a restart returns at once and models
+// its load)
 typedef struct srv_restart {
   // (loop)
   bool restarting;   // the supervisor owns the replica (the router holds it busy)
@@ -113,20 +114,7 @@ typedef struct srv_restart {
   uint64_t began_ns; // monotonic, when the running restart began
   double last_ms;    // the latest restart's duration
   char note[256];    // the latest restart's outcome ("" none yet)
-  // (sup_mu)
-  bool want; // the supervisor is asked to restart it
-  // the supervisor's outcome: written before done is set, read by the loop once it is seen
-  atomic_bool done;
-  sc_status st;
-  sc_error err;
 } srv_restart;
-
-// The supervisor thread (real mode): restarts the replicas the loop hands it, one at a time.
-// It lives as long as the replicas, since a worker dies with the thread that started it.
-sc_status server_supervisor_start(server *s);
-void server_supervisor_stop(server *s); // NULL-safe on a server without one
-// Asks the supervisor to restart replica i (the loop has marked it busy).
-void server_supervisor_want(server *s, int i);
 
 // The admin endpoints (server/admin.c), on the HTTP thread; each returns the HTTP status and a
 // malloc'd JSON body in *body (NULL: out of memory).
@@ -168,7 +156,8 @@ struct server {
   int n_reps;
   router *rt;
   req_table reqs;
-  gen **by_key;  // (reqs.cap) the generation of each row
+  gen **by_key;  // (cap_by_key) the generation of each row
+  size_t cap_by_key;
   gen *live;     // live generations
   uint64_t t0;   // monotonic at start: the sim replicas' clock origin
   uint64_t vnow; // sim: the virtual clock (ns since t0)
@@ -176,12 +165,9 @@ struct server {
   bool sim;
   uint64_t n_events; // events handled so far (the gauges refresh when it moves)
   srv_restart *rs;   // (n_reps) each replica's restarts; fields marked there
-  // the supervisor (real mode with restarts)
-  pthread_t sup;
-  bool sup_started;      // (loop) until server_free
-  pthread_mutex_t sup_mu;
-  pthread_cond_t sup_cv;
-  bool sup_quit;         // (sup_mu)
+  // The supervisor (real mode with restarts; NULL: none), started by the loop thread, freed by
+  // server_free once the loop has ended.
+  supervisor *sup;
 };
 
 // The loop thread's body (server/loop.c).

@@ -1,5 +1,5 @@
 // The replica seam's public side (see replica.h): the one place an implementation is picked,
-// freeing, peers, and the names of the failure kinds.
+// freeing, peers, the table of fault kinds and the names of the failure kinds.
 #include "serving/replica.h"
 
 #include <stdlib.h>
@@ -25,6 +25,24 @@ void replica_free(replica *r) {
 void replica_set_peers(replica *const *reps, int n) {
   for (int i = 0; i < n; i++)
     if (reps[i]->i->set_peers) reps[i]->i->set_peers(reps[i]->ctx, reps, n);
+}
+
+// --- fault kinds: one row each
+static const replica_fault_info fault_kinds[RFAULT_N] = {
+    [RFAULT_KILL] = {"kill", false},
+    [RFAULT_KILL_RANK] = {"kill_rank", true},
+    [RFAULT_HANG] = {"hang", false},
+    [RFAULT_HANG_RANK] = {"hang_rank", true},
+    [RFAULT_RESUME] = {"resume", false},
+    [RFAULT_SLOW_RANK] = {"slow_rank", true},
+    [RFAULT_SLOW_LINK] = {"slow_link", false},
+    [RFAULT_OOM] = {"oom", true},
+    [RFAULT_CORRUPT] = {"corrupt", true},
+    [RFAULT_CLEAR] = {"clear", true},
+};
+
+const replica_fault_info *replica_fault_kind_info(replica_fault_kind k) {
+  return (unsigned)k < RFAULT_N && fault_kinds[k].name ? &fault_kinds[k] : NULL;
 }
 
 // --- failure kinds

@@ -6,6 +6,8 @@
 //             replica_worker.c, the worker's), so a fault can SIGKILL or SIGSTOP it for real
 //   sim     — the engine on simulated devices, stepped by the event loop in virtual time
 //             (replica_sim.c)
+//   http    — an OpenAI-compatible server, launched or already there (replica_http.c with
+//             replica_http_watch.c; its readers sse.c and prom.c; admin_client.c for faults)
 // The public wrappers, the failure names and replica_new are serving/replica.c.
 //
 // Requests are named by the caller's key (any uint64 unique within the replica's life), so
@@ -14,6 +16,7 @@
 // events are pending, so a real-mode loop can sleep in ppoll. Calls come from one thread.
 #pragma once
 
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -101,7 +104,18 @@ typedef enum replica_fault_kind {
   RFAULT_OOM,       // device allocations fail after after_allocs more succeed
   RFAULT_CORRUPT,   // activations poisoned (nan or bitflip) until CLEAR
   RFAULT_CLEAR,     // ends SLOW_RANK, SLOW_LINK, OOM and CORRUPT
+  RFAULT_N          // not a kind: how many there are
 } replica_fault_kind;
+
+// A fault kind's row (serving/replica.c): what every implementation and the worker protocol
+// check a kind against, so that no check depends on the order of the enum.
+typedef struct replica_fault_info {
+  const char *name; // "kill", "kill_rank", ...: for messages
+  bool names_rank;  // replica_fault.rank picks the rank it acts on (-1: every rank)
+} replica_fault_info;
+
+// The row of kind k (static); NULL for a value outside the enum (an unknown kind).
+const replica_fault_info *replica_fault_kind_info(replica_fault_kind k);
 
 typedef struct replica_fault {
   replica_fault_kind kind;
@@ -113,6 +127,17 @@ typedef struct replica_fault {
   bool persistent;     // OOM: every later allocation fails (else one does)
   bool bitflip;        // CORRUPT: flip a bit (else write NaN)
 } replica_fault;
+
+// What a server behind a replica says about itself on its /metrics (an HTTP replica's
+// metrics_url), as of a scrape.
+typedef struct replica_server_metrics {
+  bool have;        // a scrape succeeded and named at least one of the figures below
+  double running;   // requests running (NaN: not exposed)
+  double waiting;   // requests waiting (NaN: not exposed)
+  double kv_usage;  // KV-cache usage, 0..1 (NaN: not exposed)
+  double kv_blocks; // KV blocks in use (shardcheck serve only; NaN: not exposed)
+  uint64_t t_ns;    // when it was scraped, on the replica's clock
+} replica_server_metrics;
 
 typedef struct replica replica;
 
@@ -180,6 +205,24 @@ typedef struct replica_i {
   // caller builds every replica of a deployment first, then waits for each, so launches
   // overlap.
   sc_status (*wait_ready)(void *ctx, volatile sig_atomic_t *interrupted, sc_error *err);
+  // Optional (NULL: it runs in this process). The pid of the process serving it now (a
+  // worker; a launched server, also its process group id); 0 when none runs.
+  int (*pid)(void *ctx);
+  // Optional (NULL: 0). The port its requests go to (an HTTP replica's url; the scheme's default
+  // when the url names none); 0: none.
+  int (*port)(void *ctx);
+  // Optional (NULL: there is no server behind it to ask). What its server says about itself:
+  // the figures of the latest scrape (scrape_now false), or read now on the calling thread
+  // (true: blocks up to 2 s; the result is kept as the latest). False when there are none: no
+  // metrics URL, nothing scraped yet, no answer 200, or none of the figures named.
+  bool (*server_metrics)(void *ctx, bool scrape_now, replica_server_metrics *out);
+  // Optional (NULL: a swap needs nothing but the engine config). A hot swap's next incarnation,
+  // before swap, on a drained replica: a launched server is relaunched from launch_template
+  // (NULL: the current one) with {model} = model (NULL: the current one), and requests name
+  // that model from then on. SC_INVALID when it cannot (a server it did not launch) or the
+  // template does not expand; nothing changes then.
+  sc_status (*stage_swap)(void *ctx, const char *launch_template, const char *model,
+                          sc_error *err);
   void (*free)(void *ctx);
 } replica_i;
 
@@ -263,35 +306,10 @@ typedef struct replica_http_options {
 // NULL and err says why.
 sc_status replica_http_new(const engine_config *cfg, const replica_http_options *o, int index,
                            replica **out, sc_error *err);
-bool replica_is_http(const replica *r);
 // libcurl's socket callback (CURLMOPT_SOCKETFUNCTION) for a multi handle driven through an
 // epoll set: ep (CURLMOPT_SOCKETDATA) points at the set's fd; each socket is watched for what
 // libcurl asks, its epoll data the fd. The HTTP replica's thread uses it, as can a client.
 int replica_http_epoll_sock(void *easy, int fd, int what, void *ep, void *socketp);
-// The launched server's pid, also its process group id (0: none launched, or stopped).
-int replica_http_pid(const replica *r);
-// The port of the replica's url (its scheme's default when it names none; 0: not HTTP).
-int replica_http_port(const replica *r);
-// What the server's /metrics said at its latest scrape (replica_http_options.metrics_url).
-typedef struct replica_server_metrics {
-  bool have;        // a scrape succeeded and named at least one of the figures below
-  double running;   // requests running (NaN: not exposed)
-  double waiting;   // requests waiting (NaN: not exposed)
-  double kv_usage;  // KV-cache usage, 0..1 (NaN: not exposed)
-  double kv_blocks; // KV blocks in use (shardcheck serve only; NaN: not exposed)
-  uint64_t t_ns;    // when it was scraped, on the replica's clock
-} replica_server_metrics;
-// False when the replica is not HTTP or nothing was scraped yet.
-bool replica_http_server_metrics(const replica *r, replica_server_metrics *out);
-// A hot swap's next incarnation (before replica_swap, on a drained replica): the server is
-// relaunched from launch_template (NULL: the current one) with {model} = model (NULL: the
-// current one), and requests name that model from then on. SC_INVALID when the replica cannot
-// (not HTTP, not launched) or the template does not expand; nothing changes then.
-sc_status replica_http_stage_swap(replica *r, const char *launch_template, const char *model,
-                                  sc_error *err);
-// Scrapes now, from the calling thread (blocks up to 2 s), and keeps the result as the latest.
-// False when there is no metrics URL, it did not answer 200, or it named none of the figures.
-bool replica_http_scrape_now(replica *r, replica_server_metrics *out);
 
 // --- picking an implementation
 typedef enum replica_kind {
@@ -367,6 +385,24 @@ static inline bool replica_advance(replica *r, uint64_t now) {
 }
 static inline bool replica_wall_skew(replica *r, int64_t *skew_ns) {
   return r->i->wall_skew ? r->i->wall_skew(r->ctx, skew_ns) : false;
+}
+static inline bool replica_has_pid(const replica *r) { return r->i->pid != NULL; }
+static inline int replica_pid(replica *r) { return r->i->pid ? r->i->pid(r->ctx) : 0; }
+static inline int replica_port(replica *r) { return r->i->port ? r->i->port(r->ctx) : 0; }
+static inline bool replica_has_server_metrics(const replica *r) {
+  return r->i->server_metrics != NULL;
+}
+// *out holds the figures when it returns true.
+static inline bool replica_server_metrics_get(replica *r, bool scrape_now,
+                                              replica_server_metrics *out) {
+  if (r->i->server_metrics) return r->i->server_metrics(r->ctx, scrape_now, out);
+  *out = (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN,
+                                  .kv_blocks = NAN};
+  return false;
+}
+static inline sc_status replica_stage_swap(replica *r, const char *launch_template,
+                                           const char *model, sc_error *err) {
+  return r->i->stage_swap ? r->i->stage_swap(r->ctx, launch_template, model, err) : SC_OK;
 }
 // Makes reps[0..n) (one deployment's replicas; reps outlives them) each other's peers.
 void replica_set_peers(replica *const *reps, int n);

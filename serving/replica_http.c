@@ -31,7 +31,8 @@
 // Faults (docs/targets.md, "Faults"). inject signals the launched server's process group
 // (kill: SIGKILL; hang: SIGSTOP, resume: SIGCONT) or one descendant whose command line matches
 // rank_process (kill: gpu); with shardcheck serve's admin URL and token, oom, corrupt and slow
-// (and their clear) are POSTed to its /admin/faults instead, blocking the caller up to 5 s.
+// (and their clear) are POSTed to its /admin/faults instead, blocking the caller up to 5 s
+// (serving/admin_client.c).
 // With a detect timeout the thread also watches the server once it
 // is ready: a launched server that exits, or a readiness URL unanswered for the timeout (a
 // stopped server), makes the replica DEAD and fails every request it held with replica_lost;
@@ -41,9 +42,10 @@
 // command (its log appended to), wait until ready, next epoch. The launched process is shared
 // between that thread and this one under lmu.
 //
-// Scraping: with a metrics URL the thread GETs it every second and keeps the running and
+// Watching and scraping (serving/replica_http_watch.c, behind serving/replica_http_impl.h with
+// the state): with a metrics URL the thread GETs it every second and keeps the running and
 // waiting requests and the KV usage it names (vLLM's, SGLang's, llama.cpp's and shardcheck
-// serve's names), for the runner's samples and the KV-leak verdict.
+// serve's names, read by serving/prom.c), for the runner's samples and the KV-leak verdict.
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -54,142 +56,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "kernels/clock.h"
-#include "serving/launch.h"
-#include "serving/replica.h"
-#include "serving/replica_keys.h"
-#include "serving/sse.h"
-
-#define POLL_MS 1000             // the thread's longest sleep (woken earlier by any call)
-#define CONNECT_TIMEOUT_NS 10000000000ull // connect_timeout_ns's default
-#define ERR_BODY_MAX 2048        // bytes of a non-200 response kept for the message
-#define MAX_CONNECTS       65536L      // connections kept alive in the cache (more than streams)
-#define WATCH_MS           50          // the thread's longest sleep while it watches its server
-#define SCRAPE_NS          1000000000ull // how often the metrics URL is read
-#define MSG_BLOCK          65536         // failure messages are kept in blocks of this many bytes
-#define EPOLL_BATCH        1024          // socket events taken per wait
-#define SHARDS             16            // libcurl multi handles the thread drives
-#define SHARD_STREAMS      1024          // streams a shard takes before the next is used
-
-// --- one request
-typedef struct hreq {
-  uint64_t key;
-  CURL *easy;
-  char *body;            // the JSON request (owned; libcurl reads it while sending)
-  sse_parser sse;
-  struct hrep *rep;
-  long status;           // HTTP status once the headers are in (0 before)
-  char err_body[ERR_BODY_MAX + 1]; // a non-200 response's first bytes
-  size_t n_err_body;
-  int n_tok;             // tokens handed out as TOKEN events
-  int pending;           // tokens seen (token_ids of a content-less chunk) not yet handed out
-  int32_t pend_ids[64];  // their ids while every one is known and they fit (pend_ids_ok)
-  bool pend_ids_ok;
-  uint64_t last_content; // when the last content chunk arrived (0: none yet)
-  uint64_t connect_by;   // monotonic ns: fails unless connected by then (0: connected)
-  bool done;             // [DONE] seen
-  bool failed;           // a FAILED event went out: nothing more for it
-  replica_failure why;
-  char msg[256];
-  int prompt_tokens;     // usage.prompt_tokens (-1: not seen)
-  int usage_completion;  // usage.completion_tokens (-1: not seen)
-  int slot;              // its index in hrep.reqs
-  int shard;             // the multi handle it is in (hrep.sh)
-} hreq;
-
-// Failure messages, kept until the replica is freed (replica_event.what points into them).
-typedef struct msg_block {
-  struct msg_block *next;
-  size_t used;
-  char text[MSG_BLOCK];
-} msg_block;
-
-typedef struct inbox_item {
-  bool cancel;
-  uint64_t key;
-  char *body; // submit: the JSON request (owned)
-} inbox_item;
-
-// One libcurl multi handle of the thread, with its share of the streams. libcurl 7.88 walks
-// a multi's connections for a host when a transfer starts or ends, and finds a socket in a
-// hash of 911 buckets on every action: with 10,000 streams in one multi those walks were a
-// third of the thread's CPU (docs/benchmarks.md, the HTTP client). Streams fill shard 0 up to
-// SHARD_STREAMS, then the next, so a few streams behave as with one multi handle.
-typedef struct hshard {
-  CURLM *multi;
-  struct hrep *h;
-  int k;           // its index in hrep.sh
-  int n;           // streams in it
-  bool timer_set;  // libcurl asked for a timeout at timer_at (monotonic ns)
-  uint64_t timer_at;
-} hshard;
-
-typedef struct hrep {
-  replica_http_options o;
-  char *base_url, *model, *api_key, *extra_body, *url; // owned copies; url = the endpoint
-  char *command, *log_path, *ready_url;
-  char **env;                 // (NULL-terminated) owned copies
-  json_t *extra;              // extra_body parsed
-  sc_clock clock;
-  launch_proc *launch;
-  hshard sh[SHARDS];          // the probe and the scrape use sh[0]
-  struct curl_slist *headers; // shared by every request (read-only)
-  pthread_t thread;
-  bool thread_started;
-  pthread_mutex_t mu;
-  bool stop;                  // (mu)
-  inbox_item *in;             // (mu) (cap_in)
-  int n_in, cap_in;
-  replica_evq out;            // (mu)
-  int evfd;
-  bool signalled;             // (mu) evfd holds a count
-  bool admitting;             // (mu)
-  char last_error[256];       // (mu) the latest failure's message
-  char error_seen[256];       // caller's copy, refreshed by poll
-  msg_block *msgs;            // (mu) every failed request's own message
-  // faults
-  pthread_mutex_t lmu; // guards launch (the supervisor relaunches it)
-  uint64_t detect_ns;  // 0: no watching
-  bool watching;       // (mu) ready once: watch the server from here on
-  bool dead;           // (mu) the server is lost: DEAD until restarted
-  bool suspect;        // (mu) a connection failed: UNHEALTHY until a probe answers
-  bool probe_reset;    // (mu) the thread's probe clock starts now (ready, relaunched)
-  bool have_skew;      // (mu) skew_ns holds the current incarnation's wall clock
-  int64_t skew_ns;     // (mu) its Date header minus our wall clock, whole seconds
-  char dead_why[256];  // (mu)
-  int epoch;           // (mu) 1, +1 per restart
-  char *rank_process, *metrics_url;
-  char *admin_url, *admin_token; // shardcheck serve's admin API (NULL: none)
-  // hot swaps: what the command was expanded from, and the next incarnation's (staged)
-  char *tmpl, *gpus, *exe;         // owned copies (tmpl NULL: no swap)
-  launch_vars vars;                // gpus and exe point at the copies; model at model
-  char *next_command, *next_model; // (lmu) staged by replica_http_stage_swap
-  replica_server_metrics sm; // (mu) the latest scrape
-  // the thread's own
-  int ep, wake_fd; // the thread's epoll set (libcurl's sockets) and its wake-up
-  hreq **reqs;                // (cap_reqs) requests in flight
-  int n_reqs, cap_reqs;
-  CURL *probe, *scrape; // the readiness probe and the metrics scrape (in the multi while
-                        // in flight)
-  bool probe_busy, scrape_busy;
-  time_t probe_date;                          // the probe answer's Date header (0: none)
-  uint64_t probe_ok, probe_next, scrape_next; // monotonic ns
-  uint64_t connect_ns;   // how long a transfer may take to connect
-  uint64_t connect_scan; // monotonic ns: the earliest connect_by in flight (0: none)
-  char *scrape_buf;
-  size_t n_scrape;
-} hrep;
+#include "serving/replica_http_impl.h"
+#include "serving/admin_client.h"
 
 static const replica_i http_i;
-
-static uint64_t now_ns(hrep *h) { return sc_clock_now(&h->clock); }
 
 // The replica whose thread is running on this thread (NULL elsewhere): its events wake the
 // caller once per turn of the thread (signal_out) rather than once per event, which cost a
@@ -251,9 +125,7 @@ static const char *keep_msg(hrep *h, const char *text) {
 }
 
 // Fails q (once) with why and a message; its transfer is removed by the caller.
-static void fail_req(hrep *h, hreq *q, replica_failure why, int http_status, const char *fmt,
-                     ...) __attribute__((format(printf, 5, 6)));
-static void fail_req(hrep *h, hreq *q, replica_failure why, int http_status, const char *fmt,
+void hr_fail_req(hrep *h, hreq *q, replica_failure why, int http_status, const char *fmt,
                      ...) {
   if (q->failed) return;
   q->failed = true;
@@ -282,16 +154,16 @@ static bool on_event(void *ud, const char *data, size_t len, bool error) {
   switch (c.kind) {
   case OAI_CHUNK_DONE: q->done = true; return true;
   case OAI_CHUNK_ERROR:
-    fail_req(h, q, REPLICA_FAIL_SERVER_ERROR, 0, "the server sent an error mid-stream: %s",
+    hr_fail_req(h, q, REPLICA_FAIL_SERVER_ERROR, 0, "the server sent an error mid-stream: %s",
              c.error);
     return false;
   case OAI_CHUNK_BAD:
-    fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "malformed chunk (%s): %.80s", c.error, data);
+    hr_fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "malformed chunk (%s): %.80s", c.error, data);
     return false;
   case OAI_CHUNK_DATA: break;
   }
   if (q->done) {
-    fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "a chunk after [DONE]");
+    hr_fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "a chunk after [DONE]");
     return false;
   }
   if (c.has_usage) {
@@ -333,7 +205,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   }
   if (!sse_feed(&q->sse, ptr, n, on_event, q)) {
     if (q->sse.failed)
-      fail_req(q->rep, q, REPLICA_FAIL_PROTOCOL, 0, "malformed event stream: %s", q->sse.why);
+      hr_fail_req(q->rep, q, REPLICA_FAIL_PROTOCOL, 0, "malformed event stream: %s", q->sse.why);
     return 0; // the transfer ends; the request has failed
   }
   return n;
@@ -351,7 +223,7 @@ static void suspect(hrep *h) {
 // loss; else the request's.
 static void no_connection(hrep *h, hreq *q, const char *why) {
   if (h->detect_ns) suspect(h);
-  fail_req(h, q, h->detect_ns ? REPLICA_FAIL_LOST : REPLICA_FAIL_CONNECT, 0,
+  hr_fail_req(h, q, h->detect_ns ? REPLICA_FAIL_LOST : REPLICA_FAIL_CONNECT, 0,
            "no connection to %s: %s", h->url, why);
 }
 
@@ -369,21 +241,21 @@ static void on_done(hrep *h, hreq *q, CURLcode rc) {
   if (h->detect_ns && rc != CURLE_OK && (status == 0 || status == 200)) {
     // watched: a connection dropped is the replica's loss, not the request's
     suspect(h);
-    fail_req(h, q, REPLICA_FAIL_LOST, 0, "the connection to %s dropped %s: %s", h->url,
+    hr_fail_req(h, q, REPLICA_FAIL_LOST, 0, "the connection to %s dropped %s: %s", h->url,
              q->n_tok ? "mid-stream" : "before the first token", curl_easy_strerror(rc));
     return;
   }
   if (status != 0 && status != 200) {
-    fail_req(h, q, REPLICA_FAIL_HTTP, (int)status, "HTTP %ld from %s: %.200s", status, h->url,
+    hr_fail_req(h, q, REPLICA_FAIL_HTTP, (int)status, "HTTP %ld from %s: %.200s", status, h->url,
              q->err_body);
     return;
   }
   if (rc != CURLE_OK) {
-    fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "the stream broke off: %s", curl_easy_strerror(rc));
+    hr_fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "the stream broke off: %s", curl_easy_strerror(rc));
     return;
   }
   if (!q->done || sse_pending(&q->sse)) {
-    fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "the stream ended without data: [DONE]");
+    hr_fail_req(h, q, REPLICA_FAIL_PROTOCOL, 0, "the stream ended without data: [DONE]");
     return;
   }
   uint64_t t = q->last_content ? q->last_content : now_ns(h);
@@ -406,7 +278,7 @@ static void req_free(hreq *q) {
 }
 
 // Detaches and frees request i of the thread's list.
-static void drop_req(hrep *h, int i) {
+void hr_drop_req(hrep *h, int i) {
   hreq *q = h->reqs[i];
   curl_multi_remove_handle(h->sh[q->shard].multi, q->easy);
   h->sh[q->shard].n--;
@@ -467,7 +339,7 @@ static void connect_overdue(hrep *h, uint64_t now) {
       continue;
     }
     no_connection(h, q, why);
-    drop_req(h, i);
+    hr_drop_req(h, i);
   }
 }
 
@@ -542,7 +414,7 @@ static void start_req(hrep *h, uint64_t key, char *body) {
     h->sh[q->shard].n++;
   } else {
     h->n_reqs--;
-    fail_req(h, q, REPLICA_FAIL_FAILED, 0, "libcurl refused a transfer");
+    hr_fail_req(h, q, REPLICA_FAIL_FAILED, 0, "libcurl refused a transfer");
     req_free(q);
   }
 }
@@ -552,7 +424,7 @@ static void cancel_req(hrep *h, uint64_t key) {
     if (h->reqs[i]->key != key) continue;
     bool failed = h->reqs[i]->failed;
     int n_tok = h->reqs[i]->n_tok;
-    drop_req(h, i); // closes the stream: the server sees the client go
+    hr_drop_req(h, i); // closes the stream: the server sees the client go
     if (!failed) {
       replica_event ev = {.kind = REPLICA_EV_FINISHED, .key = key, .reason = FINISH_CANCELLED,
                           .n_generated = n_tok, .t_ns = now_ns(h)};
@@ -560,232 +432,6 @@ static void cancel_req(hrep *h, uint64_t key) {
     }
     return;
   }
-}
-
-// --- watching the server: exits, readiness probes, /metrics
-
-// Declares the server lost (once): every request in flight fails with replica_lost.
-static void declare_dead(hrep *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void declare_dead(hrep *h, const char *fmt, ...) {
-  char why[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, sizeof why, fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&h->mu);
-  if (h->dead) {
-    pthread_mutex_unlock(&h->mu);
-    return;
-  }
-  h->dead = true;
-  snprintf(h->dead_why, sizeof h->dead_why, "%s", why);
-  pthread_mutex_unlock(&h->mu);
-  for (int i = h->n_reqs - 1; i >= 0; i--) {
-    fail_req(h, h->reqs[i], REPLICA_FAIL_LOST, 0, "replica lost: %s", why);
-    drop_req(h, i);
-  }
-}
-
-static size_t discard(char *ptr, size_t size, size_t n, void *ud) {
-  (void)ptr, (void)ud;
-  return size * n;
-}
-
-static uint64_t probe_period(const hrep *h) {
-  uint64_t p = h->detect_ns / 4;
-  return p < 50000000ull ? 50000000ull : p > 500000000ull ? 500000000ull : p;
-}
-
-// The probe's headers: keeps the Date header (the server's wall clock, to the second).
-static size_t probe_header(char *buf, size_t size, size_t n, void *ud) {
-  hrep *h = ud;
-  size_t len = size * n;
-  if (len > 5 && !strncasecmp(buf, "date:", 5)) {
-    char v[128];
-    size_t k = len - 5 < sizeof v - 1 ? len - 5 : sizeof v - 1;
-    memcpy(v, buf + 5, k);
-    v[k] = 0;
-    time_t t = curl_getdate(v, NULL);
-    if (t > 0) h->probe_date = t;
-  }
-  return len;
-}
-
-static void start_probe(hrep *h) {
-  if (!h->probe) {
-    h->probe = curl_easy_init();
-    if (!h->probe) return;
-    long ms = (long)(h->detect_ns / 1000000ull);
-    curl_easy_setopt(h->probe, CURLOPT_URL, h->ready_url);
-    curl_easy_setopt(h->probe, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h->probe, CURLOPT_TIMEOUT_MS, ms < 200 ? 200L : ms);
-    curl_easy_setopt(h->probe, CURLOPT_WRITEFUNCTION, discard);
-    curl_easy_setopt(h->probe, CURLOPT_HEADERFUNCTION, probe_header);
-    curl_easy_setopt(h->probe, CURLOPT_HEADERDATA, h);
-  }
-  h->probe_date = 0;
-  if (curl_multi_add_handle(h->sh[0].multi, h->probe) == CURLM_OK) h->probe_busy = true;
-}
-
-static void probe_done(hrep *h, CURLcode rc) {
-  long code = 0;
-  curl_easy_getinfo(h->probe, CURLINFO_RESPONSE_CODE, &code);
-  curl_multi_remove_handle(h->sh[0].multi, h->probe);
-  h->probe_busy = false;
-  uint64_t now = sc_monotonic_ns();
-  if (rc == CURLE_OK && code == 200) {
-    h->probe_ok = now;
-    // The server's wall clock minus ours: its Date header is floor(its time), so half a second
-    // later is its time within +-0.5 s; rounded to whole seconds (clock jumps are whole).
-    struct timespec wall;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    double ours = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
-    pthread_mutex_lock(&h->mu);
-    h->suspect = false;
-    if (h->probe_date > 0) {
-      h->skew_ns = (int64_t)llround((double)h->probe_date + 0.5 - ours) * 1000000000ll;
-      h->have_skew = true;
-    }
-    pthread_mutex_unlock(&h->mu);
-  }
-  h->probe_next = now + probe_period(h);
-}
-
-enum { SCRAPE_MAX = 4 << 20 }; // bytes of /metrics read at most
-
-static size_t scrape_body(char *ptr, size_t size, size_t nmemb, void *ud) {
-  hrep *h = ud;
-  size_t n = size * nmemb;
-  if (h->n_scrape + n > SCRAPE_MAX) return 0;
-  char *b = realloc(h->scrape_buf, h->n_scrape + n + 1);
-  if (!b) return 0;
-  memcpy(b + h->n_scrape, ptr, n);
-  h->n_scrape += n;
-  b[h->n_scrape] = 0;
-  h->scrape_buf = b;
-  return n;
-}
-
-// The Prometheus text exposition format: "name{labels} value [timestamp]" per line, "#" lines
-// are comments. Each figure is the sum over every series of the first name it knows that the
-// text has (a server with two engines reports two series).
-typedef struct prom_figure {
-  const char *const *names; // NULL-terminated, in order of preference
-  double *out;
-} prom_figure;
-
-static const char *const running_names[] = {"vllm:num_requests_running", "sglang:num_running_reqs",
-                                            "llamacpp:requests_processing",
-                                            "tgi_batch_current_size", NULL};
-static const char *const waiting_names[] = {"vllm:num_requests_waiting", "sglang:num_queue_reqs",
-                                            "llamacpp:requests_deferred", "tgi_queue_size", NULL};
-static const char *const kv_names[] = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                                       "sglang:token_usage", "llamacpp:kv_cache_usage_ratio", NULL};
-static const char *const blocks_names[] = {"shardcheck:kv_blocks_used", NULL};
-
-// Sum of every sample of metric `name` in text; false when it has none.
-static bool prom_sum(const char *text, const char *name, double *sum) {
-  size_t nl = strlen(name);
-  bool found = false;
-  double v = 0;
-  for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
-    if (*l == '#' || strncmp(l, name, nl) != 0) continue;
-    const char *p = l + nl;
-    if (*p == '{') { // labels: skip to the closing brace (quoted values may hold braces)
-      bool quoted = false;
-      for (p++; *p && *p != '\n'; p++) {
-        if (*p == '\\' && quoted && p[1])
-          p++;
-        else if (*p == '"')
-          quoted = !quoted;
-        else if (*p == '}' && !quoted)
-          break;
-      }
-      if (*p != '}') continue;
-      p++;
-    }
-    if (*p != ' ' && *p != '\t') continue; // a longer name that starts with this one
-    char *end;
-    double x = strtod(p, &end);
-    if (end == p || !isfinite(x)) continue;
-    v += x;
-    found = true;
-  }
-  if (found) *sum = v;
-  return found;
-}
-
-static bool prom_parse(const char *text, replica_server_metrics *m) {
-  *m = (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN, .kv_blocks = NAN};
-  const prom_figure figs[] = {{running_names, &m->running},
-                              {waiting_names, &m->waiting},
-                              {kv_names, &m->kv_usage},
-                              {blocks_names, &m->kv_blocks}};
-  for (size_t i = 0; i < sizeof figs / sizeof *figs; i++)
-    for (int k = 0; figs[i].names[k]; k++)
-      if (prom_sum(text, figs[i].names[k], figs[i].out)) {
-        m->have = true;
-        break;
-      }
-  return m->have;
-}
-
-static void start_scrape(hrep *h) {
-  if (!h->scrape) {
-    h->scrape = curl_easy_init();
-    if (!h->scrape) return;
-    curl_easy_setopt(h->scrape, CURLOPT_URL, h->metrics_url);
-    curl_easy_setopt(h->scrape, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h->scrape, CURLOPT_TIMEOUT_MS, 2000L);
-    curl_easy_setopt(h->scrape, CURLOPT_WRITEFUNCTION, scrape_body);
-    curl_easy_setopt(h->scrape, CURLOPT_WRITEDATA, h);
-  }
-  h->n_scrape = 0;
-  if (curl_multi_add_handle(h->sh[0].multi, h->scrape) == CURLM_OK) h->scrape_busy = true;
-}
-
-static void scrape_done(hrep *h, CURLcode rc) {
-  long code = 0;
-  curl_easy_getinfo(h->scrape, CURLINFO_RESPONSE_CODE, &code);
-  curl_multi_remove_handle(h->sh[0].multi, h->scrape);
-  h->scrape_busy = false;
-  h->scrape_next = sc_monotonic_ns() + SCRAPE_NS;
-  replica_server_metrics m;
-  if (rc != CURLE_OK || code != 200 || !h->scrape_buf || !prom_parse(h->scrape_buf, &m)) return;
-  m.t_ns = now_ns(h);
-  pthread_mutex_lock(&h->mu);
-  h->sm = m;
-  pthread_mutex_unlock(&h->mu);
-}
-
-// Once per turn of the thread: scrapes, and with a detect timeout, notices the server's end.
-static void watch(hrep *h) {
-  uint64_t now = sc_monotonic_ns();
-  pthread_mutex_lock(&h->mu);
-  bool on = h->watching && !h->dead;
-  if (on && h->probe_reset) {
-    h->probe_ok = h->probe_next = now;
-    h->probe_reset = false;
-  }
-  pthread_mutex_unlock(&h->mu);
-  if (!on) return;
-  if (h->metrics_url && !h->scrape_busy && now >= h->scrape_next) start_scrape(h);
-  if (!h->detect_ns) return;
-  int st = 0;
-  bool exited = false;
-  pthread_mutex_lock(&h->lmu);
-  if (h->launch) exited = launch_exited(h->launch, &st);
-  pthread_mutex_unlock(&h->lmu);
-  if (exited) {
-    if (WIFSIGNALED(st))
-      declare_dead(h, "its server was killed by signal %d", WTERMSIG(st));
-    else
-      declare_dead(h, "its server exited with status %d", WEXITSTATUS(st));
-    return;
-  }
-  if (!h->probe_busy && now >= h->probe_next) start_probe(h);
-  if (now > h->probe_ok + h->detect_ns)
-    declare_dead(h, "%s unanswered for %.1f s", h->ready_url, (double)h->detect_ns / 1e9);
 }
 
 // Keeps fd in the epoll set as libcurl's `what` asks (CURL_POLL_*), with data as its tag.
@@ -831,7 +477,7 @@ static int timer_cb(CURLM *m, long timeout_ms, void *userp) {
 }
 
 // Wakes the thread (a submit, a cancel, a stop, a relaunch).
-static void wake(hrep *h) {
+void hr_wake(hrep *h) {
   uint64_t one = 1;
   ssize_t w = write(h->wake_fd, &one, sizeof one);
   (void)w; // a full counter already wakes it
@@ -867,7 +513,7 @@ static void *http_thread(void *arg) {
     int running = 0;
     // Sleep until a socket is ready, libcurl's timer is due, a call wakes us, or (watching) the
     // next look at the server; then hand libcurl only what is ready (O(ready), not O(streams)).
-    watch(h);
+    hr_watch(h);
     uint64_t now = sc_monotonic_ns();
     long wait_ms = n > 0 ? 0 : h->detect_ns || h->metrics_url ? WATCH_MS : POLL_MS;
     uint64_t wake_at = h->connect_scan; // 0: none
@@ -912,17 +558,17 @@ static void *http_thread(void *arg) {
         if (m->msg != CURLMSG_DONE) continue;
         CURLcode rc = m->data.result;
         if (m->easy_handle == h->probe) {
-          probe_done(h, rc);
+          hr_probe_done(h, rc);
           continue;
         }
         if (m->easy_handle == h->scrape) {
-          scrape_done(h, rc);
+          hr_scrape_done(h, rc);
           continue;
         }
         hreq *q = NULL;
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&q);
         on_done(h, q, rc);
-        drop_req(h, q->slot);
+        hr_drop_req(h, q->slot);
       }
     }
     // Requests failed by a chunk (server_error, protocol) whose transfers curl still reports
@@ -1009,7 +655,7 @@ static sc_status h_submit(void *ctx, uint64_t key, const engine_request *r, sc_e
   }
   h->in[h->n_in++] = (inbox_item){.key = key, .body = body};
   pthread_mutex_unlock(&h->mu);
-  wake(h);
+  hr_wake(h);
   return SC_OK;
 }
 
@@ -1018,7 +664,7 @@ static void h_cancel(void *ctx, uint64_t key) {
   pthread_mutex_lock(&h->mu);
   if (inbox_room(h)) h->in[h->n_in++] = (inbox_item){.cancel = true, .key = key};
   pthread_mutex_unlock(&h->mu);
-  wake(h);
+  hr_wake(h);
 }
 
 static int h_poll(void *ctx, replica_event *out, int cap) {
@@ -1080,15 +726,6 @@ static sc_status h_rank_mem(void *ctx, int r, size_t *used, size_t *total) {
 // ("" when none).
 static const char *h_error(void *ctx) { return ((hrep *)ctx)->error_seen; }
 
-// From now on the thread watches the server (probes from now).
-static void start_watching(hrep *h) {
-  pthread_mutex_lock(&h->mu);
-  h->watching = true;
-  h->probe_reset = true;
-  pthread_mutex_unlock(&h->mu);
-  wake(h);
-}
-
 static sc_status h_wait_ready(void *ctx, volatile sig_atomic_t *interrupted, sc_error *err) {
   hrep *h = ctx;
   if (h->launch) {
@@ -1097,94 +734,11 @@ static sc_status h_wait_ready(void *ctx, volatile sig_atomic_t *interrupted, sc_
     pthread_mutex_unlock(&h->lmu);
     SC_TRY(launch_wait_ready(p, h->ready_url, h->o.ready_timeout_ns, interrupted, err));
   }
-  start_watching(h);
+  hr_start_watching(h);
   return SC_OK;
 }
 
 // --- faults
-
-// A fault that happens inside an engine, as one item of a scenario's faults: list for
-// shardcheck serve's POST /admin/faults (docs/serve.md, "Admin API"); the server runs one
-// replica per launch, replica0. NULL for a kind that goes elsewhere (or out of memory).
-static char *admin_body(const replica_fault *f) {
-  char target[48];
-  if (f->rank >= 0)
-    snprintf(target, sizeof target, "replica0.rank%d", f->rank);
-  else
-    snprintf(target, sizeof target, "replica0");
-  json_t *o = NULL;
-  switch (f->kind) {
-  case RFAULT_OOM:
-    o = json_pack("{s:{s:s,s:i},s:s}", "oom", "mode", f->persistent ? "persistent" : "transient",
-                  "after_allocs", f->after_allocs, "target", target);
-    break;
-  case RFAULT_CORRUPT:
-    o = json_pack("{s:{s:s},s:s}", "corrupt", "kind", f->bitflip ? "bitflip" : "nan", "target",
-                  target);
-    break;
-  case RFAULT_SLOW_RANK:
-    o = json_pack("{s:{s:s,s:f},s:s}", "slow", "on", "rank", "factor", f->factor, "target",
-                  target);
-    break;
-  case RFAULT_SLOW_LINK: {
-    json_t *s = json_pack("{s:s}", "on", "link");
-    if (s && f->factor > 1) json_object_set_new(s, "factor", json_real(f->factor));
-    if (s && f->latency_ns) {
-      char lat[32];
-      snprintf(lat, sizeof lat, "%lluns", (unsigned long long)f->latency_ns);
-      json_object_set_new(s, "latency", json_string(lat));
-    }
-    if (s && f->bandwidth > 0) json_object_set_new(s, "bandwidth", json_real(f->bandwidth));
-    o = s ? json_pack("{s:o,s:s}", "slow", s, "target", "replica0") : NULL;
-    break;
-  }
-  case RFAULT_CLEAR: o = json_pack("{s:b,s:s}", "clear", 1, "target", "replica0"); break;
-  default: return NULL;
-  }
-  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-  json_decref(o);
-  return text;
-}
-
-static size_t admin_answer(char *p, size_t sz, size_t n, void *ud) {
-  char *buf = ud; // 512 bytes, NUL-terminated: the start of the answer is enough
-  size_t have = strlen(buf), k = sz * n, take = k < 511 - have ? k : 511 - have;
-  memcpy(buf + have, p, take);
-  buf[have + take] = 0;
-  return k;
-}
-
-// Sends body to the admin API (blocking, 5 s at most): SC_OK on 200, else the server's word.
-static sc_status admin_post(hrep *h, const char *body, sc_error *err) {
-  CURL *e = curl_easy_init();
-  char auth[192], answer[512] = "";
-  snprintf(auth, sizeof auth, "Authorization: Bearer %s", h->admin_token);
-  struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
-  struct curl_slist *hl2 = hl ? curl_slist_append(hl, auth) : NULL;
-  if (!e || !hl2) {
-    curl_easy_cleanup(e);
-    curl_slist_free_all(hl);
-    return sc_fail(err, SC_OOM, "out of memory sending a fault to %s", h->admin_url);
-  }
-  curl_easy_setopt(e, CURLOPT_URL, h->admin_url);
-  curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl2);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, admin_answer);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, (void *)answer);
-  CURLcode rc = curl_easy_perform(e);
-  long status = 0;
-  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-  curl_easy_cleanup(e);
-  curl_slist_free_all(hl2);
-  if (rc != CURLE_OK)
-    return sc_fail(err, SC_IO, "%s: %s", h->admin_url, curl_easy_strerror(rc));
-  if (status != 200)
-    return sc_fail(err, status == 409 ? SC_ABORTED : SC_INVALID, "%s answered %ld: %.300s",
-                   h->admin_url, status, answer);
-  return SC_OK;
-}
 
 static sc_status h_inject(void *ctx, const replica_fault *f, sc_error *err) {
   hrep *h = ctx;
@@ -1192,9 +746,9 @@ static sc_status h_inject(void *ctx, const replica_fault *f, sc_error *err) {
   bool dead = h->dead;
   pthread_mutex_unlock(&h->mu);
   if (dead) return sc_fail(err, SC_ABORTED, "the replica is dead");
-  char *body = h->admin_url ? admin_body(f) : NULL;
+  char *body = h->admin_url ? admin_client_fault_body(f) : NULL;
   if (body) { // inside the engine: through shardcheck serve's admin API
-    sc_status s = admin_post(h, body, err);
+    sc_status s = admin_client_post(h->admin_url, h->admin_token, body, err);
     free(body);
     return s;
   }
@@ -1231,7 +785,7 @@ static sc_status h_inject(void *ctx, const replica_fault *f, sc_error *err) {
     }
   }
   pthread_mutex_unlock(&h->lmu);
-  wake(h);
+  hr_wake(h);
   return s;
 }
 
@@ -1274,7 +828,7 @@ static sc_status h_restart(void *ctx, sc_error *err) {
   h->epoch++;
   pthread_mutex_unlock(&h->mu);
   // the thread's probe clock starts again: it reads probe_ok only while the replica lives
-  wake(h);
+  hr_wake(h);
   return SC_OK;
 }
 
@@ -1344,7 +898,7 @@ static sc_status h_swap(void *ctx, const engine_config *cfg, sc_error *err) {
   h->watching = true;
   h->probe_reset = true;
   pthread_mutex_unlock(&h->mu);
-  wake(h);
+  hr_wake(h);
   return SC_OK;
 }
 
@@ -1363,10 +917,10 @@ static void h_free(void *ctx) {
     pthread_mutex_lock(&h->mu);
     h->stop = true;
     pthread_mutex_unlock(&h->mu);
-    wake(h);
+    hr_wake(h);
     pthread_join(h->thread, NULL);
   }
-  for (int i = h->n_reqs - 1; i >= 0; i--) drop_req(h, i);
+  for (int i = h->n_reqs - 1; i >= 0; i--) hr_drop_req(h, i);
   free(h->reqs);
   if (h->probe) {
     if (h->probe_busy) curl_multi_remove_handle(h->sh[0].multi, h->probe);
@@ -1376,7 +930,7 @@ static void h_free(void *ctx) {
     if (h->scrape_busy) curl_multi_remove_handle(h->sh[0].multi, h->scrape);
     curl_easy_cleanup(h->scrape);
   }
-  free(h->scrape_buf);
+  free(h->scrape_text.p);
   while (h->msgs) {
     msg_block *b = h->msgs;
     h->msgs = b->next;
@@ -1405,6 +959,54 @@ static void h_free(void *ctx) {
   free(h);
 }
 
+// The launched server's pid, also its process group id (0: none launched, or stopped).
+static int h_pid(void *ctx) {
+  hrep *h = ctx;
+  pthread_mutex_lock(&h->lmu);
+  int pid = launch_pid(h->launch);
+  pthread_mutex_unlock(&h->lmu);
+  return pid;
+}
+
+// The port of the url (its scheme's default when it names none).
+static int h_port(void *ctx) {
+  hrep *h = ctx;
+  CURLU *u = curl_url();
+  char *port = NULL;
+  int p = 0;
+  if (u && curl_url_set(u, CURLUPART_URL, h->base_url, 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
+    p = atoi(port);
+  curl_free(port);
+  curl_url_cleanup(u);
+  return p;
+}
+
+static sc_status h_stage_swap(void *ctx, const char *launch_template, const char *model,
+                              sc_error *err) {
+  hrep *h = ctx;
+  if (!h->tmpl) return sc_fail(err, SC_INVALID, "swap: a server shardcheck did not launch");
+  launch_vars v = h->vars;
+  if (model) v.model = model;
+  char *cmd = malloc(8192);
+  char *m = strdup(model ? model : h->model);
+  if (!cmd || !m) {
+    free(cmd), free(m);
+    return sc_fail(err, SC_OOM, "swap: out of memory");
+  }
+  sc_status s = launch_expand(launch_template ? launch_template : h->tmpl, &v, cmd, 8192, err);
+  if (s != SC_OK) {
+    free(cmd), free(m);
+    return s;
+  }
+  pthread_mutex_lock(&h->lmu);
+  free(h->next_command), free(h->next_model);
+  h->next_command = cmd;
+  h->next_model = m;
+  pthread_mutex_unlock(&h->lmu);
+  return SC_OK;
+}
+
 static const replica_i http_i = {
     .submit = h_submit,
     .cancel = h_cancel,
@@ -1421,6 +1023,10 @@ static const replica_i http_i = {
     .epoch = h_epoch,
     .swap = h_swap,
     .wall_skew = h_wall_skew,
+    .pid = h_pid,
+    .port = h_port,
+    .server_metrics = hr_server_metrics,
+    .stage_swap = h_stage_swap,
     .free = h_free,
 };
 
@@ -1560,110 +1166,4 @@ fail:
   h_free(h);
   free(r);
   return s;
-}
-
-bool replica_is_http(const replica *r) { return r && r->i == &http_i; }
-
-int replica_http_pid(const replica *r) {
-  if (!replica_is_http(r)) return 0;
-  hrep *h = r->ctx;
-  pthread_mutex_lock(&h->lmu);
-  int pid = launch_pid(h->launch);
-  pthread_mutex_unlock(&h->lmu);
-  return pid;
-}
-
-int replica_http_port(const replica *r) {
-  if (!replica_is_http(r)) return 0;
-  hrep *h = r->ctx;
-  CURLU *u = curl_url();
-  char *port = NULL;
-  int p = 0;
-  if (u && curl_url_set(u, CURLUPART_URL, h->base_url, 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
-    p = atoi(port);
-  curl_free(port);
-  curl_url_cleanup(u);
-  return p;
-}
-
-typedef struct grow_buf {
-  char *p;
-  size_t n;
-} grow_buf;
-
-static size_t grow_body(char *ptr, size_t size, size_t nmemb, void *ud) {
-  grow_buf *b = ud;
-  size_t n = size * nmemb;
-  if (b->n + n > SCRAPE_MAX) return 0;
-  char *p = realloc(b->p, b->n + n + 1);
-  if (!p) return 0;
-  memcpy(p + b->n, ptr, n);
-  b->n += n;
-  p[b->n] = 0;
-  b->p = p;
-  return n;
-}
-
-sc_status replica_http_stage_swap(replica *r, const char *launch_template, const char *model,
-                                  sc_error *err) {
-  if (!replica_is_http(r)) return sc_fail(err, SC_INVALID, "swap: not an HTTP replica");
-  hrep *h = r->ctx;
-  if (!h->tmpl) return sc_fail(err, SC_INVALID, "swap: a server shardcheck did not launch");
-  launch_vars v = h->vars;
-  if (model) v.model = model;
-  char *cmd = malloc(8192);
-  char *m = strdup(model ? model : h->model);
-  if (!cmd || !m) {
-    free(cmd), free(m);
-    return sc_fail(err, SC_OOM, "swap: out of memory");
-  }
-  sc_status s = launch_expand(launch_template ? launch_template : h->tmpl, &v, cmd, 8192, err);
-  if (s != SC_OK) {
-    free(cmd), free(m);
-    return s;
-  }
-  pthread_mutex_lock(&h->lmu);
-  free(h->next_command), free(h->next_model);
-  h->next_command = cmd;
-  h->next_model = m;
-  pthread_mutex_unlock(&h->lmu);
-  return SC_OK;
-}
-
-bool replica_http_scrape_now(replica *r, replica_server_metrics *out) {
-  *out =
-      (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN, .kv_blocks = NAN};
-  if (!replica_is_http(r)) return false;
-  hrep *h = r->ctx;
-  if (!h->metrics_url) return false;
-  CURL *c = curl_easy_init();
-  if (!c) return false;
-  grow_buf b = {0};
-  curl_easy_setopt(c, CURLOPT_URL, h->metrics_url);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, grow_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  long code = 0;
-  bool ok = curl_easy_perform(c) == CURLE_OK &&
-            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200 && b.p &&
-            prom_parse(b.p, out);
-  curl_easy_cleanup(c);
-  free(b.p);
-  if (!ok) return false;
-  out->t_ns = now_ns(h);
-  pthread_mutex_lock(&h->mu);
-  h->sm = *out;
-  pthread_mutex_unlock(&h->mu);
-  return true;
-}
-
-bool replica_http_server_metrics(const replica *r, replica_server_metrics *out) {
-  if (!replica_is_http(r)) return false;
-  hrep *h = r->ctx;
-  pthread_mutex_lock(&h->mu);
-  *out = h->sm;
-  pthread_mutex_unlock(&h->mu);
-  return out->have;
 }

@@ -304,11 +304,6 @@ static void apply_faults(local *l, int r0, int r1) {
   for (int r = r0; r < r1; r++) engine_set_rank_fault(l->e, r, &l->fault[r]);
 }
 
-static bool fault_names_rank(replica_fault_kind k) {
-  return k == RFAULT_KILL_RANK || k == RFAULT_HANG_RANK || k == RFAULT_SLOW_RANK ||
-         k == RFAULT_OOM || k == RFAULT_CORRUPT || k == RFAULT_CLEAR;
-}
-
 // Applies f (see replica.h): SC_OK; SC_ABORTED on a dead replica (nothing changes); SC_INVALID
 // for a rank outside [-1, n_ranks) or an unknown kind. Never waits for a step.
 static sc_status l_inject(void *ctx, const replica_fault *f, sc_error *err) {
@@ -320,7 +315,12 @@ static sc_status l_inject(void *ctx, const replica_fault *f, sc_error *err) {
     s = sc_fail(err, SC_ABORTED, "replica: dead (%s)", l->error);
     goto out;
   }
-  if (fault_names_rank(f->kind) && (f->rank < -1 || f->rank >= l->n_ranks)) {
+  const replica_fault_info *fi = replica_fault_kind_info(f->kind);
+  if (!fi) {
+    s = sc_fail(err, SC_INVALID, "replica: unknown fault kind %d", (int)f->kind);
+    goto out;
+  }
+  if (fi->names_rank && (f->rank < -1 || f->rank >= l->n_ranks)) {
     s = sc_fail(err, SC_INVALID, "replica: rank %d is out of range: the replica has ranks 0..%d "
                 "(-1: every rank)", f->rank, l->n_ranks - 1);
     goto out;

@@ -657,12 +657,10 @@ static const char *p_error(void *ctx) { return ((proc *)ctx)->error; }
 
 static sc_status p_inject(void *ctx, const replica_fault *f, sc_error *err) {
   proc *p = ctx;
-  if ((unsigned)f->kind > RFAULT_CLEAR)
+  const replica_fault_info *fi = replica_fault_kind_info(f->kind);
+  if (!fi)
     return sc_fail(err, SC_INVALID, "replica %d: unknown fault kind %d", p->index, (int)f->kind);
-  bool names_rank = f->kind == RFAULT_KILL_RANK || f->kind == RFAULT_HANG_RANK ||
-                    f->kind == RFAULT_SLOW_RANK || f->kind == RFAULT_OOM ||
-                    f->kind == RFAULT_CORRUPT || f->kind == RFAULT_CLEAR;
-  if (names_rank && (f->rank < -1 || f->rank >= p->n_ranks))
+  if (fi->names_rank && (f->rank < -1 || f->rank >= p->n_ranks))
     return sc_fail(err, SC_INVALID, "replica %d: rank %d is out of range: the replica has ranks "
                    "0..%d (-1: every rank)", p->index, f->rank, p->n_ranks - 1);
   update(p);
@@ -797,6 +795,9 @@ static bool p_wall_skew(void *ctx, int64_t *skew_ns) {
   return true;
 }
 
+// The worker's pid now (0 when none runs).
+static int p_pid(void *ctx) { return (int)((const proc *)ctx)->pid; }
+
 static const replica_i proc_i = {
     .submit = p_submit,
     .cancel = p_cancel,
@@ -813,6 +814,7 @@ static const replica_i proc_i = {
     .epoch = p_epoch,
     .swap = p_swap,
     .wall_skew = p_wall_skew,
+    .pid = p_pid,
     .free = p_free,
 };
 
@@ -881,8 +883,6 @@ fail:
 
 bool replica_is_proc(const replica *r) { return r && r->i == &proc_i; }
 
-int replica_proc_pid(const replica *r) {
-  return replica_is_proc(r) ? (int)((const proc *)r->ctx)->pid : 0;
-}
+int replica_proc_pid(const replica *r) { return replica_is_proc(r) ? p_pid(r->ctx) : 0; }
 
 

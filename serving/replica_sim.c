@@ -377,7 +377,7 @@ static void clear_faults(simrep *s) {
 
 static sc_status s_inject(void *ctx, const replica_fault *f, sc_error *err) {
   simrep *s = ctx;
-  if ((int)f->kind < (int)RFAULT_KILL || (int)f->kind > (int)RFAULT_CLEAR)
+  if (!replica_fault_kind_info(f->kind))
     return sc_fail(err, SC_INVALID, "replica: unknown fault kind %d", (int)f->kind);
   if (f->rank < -1 || f->rank >= s->n_ranks)
     return sc_fail(err, SC_INVALID, "replica: rank %d out of range (the replica has ranks 0..%d)",
@@ -437,6 +437,7 @@ static sc_status s_inject(void *ctx, const replica_fault *f, sc_error *err) {
     break;
   case RFAULT_CORRUPT: s->corrupt = true; break;
   case RFAULT_CLEAR: clear_faults(s); break;
+  case RFAULT_N: break; // not a kind: refused above
   }
   return SC_OK;
 }

@@ -1,10 +1,13 @@
-// A request as its client sees it, and the table of a deployment's requests.
+// A request as its client sees it, and the table of a deployment's requests (serving/request.c
+// grows and empties it and stamps a request's tokens).
 //
-// The runner (runner/runner.c) owns the table: it adds a request when the workload sends one,
-// stamps its tokens as they arrive and ends it. The router (serving/router.h) reads and marks
-// it when it routes, retries or resumes a request; the fault runtime (faults/runtime.h) when a
-// cancel storm ends requests and when it judges them afterwards. What becomes of a request in
-// the database (its `request` and `token` rows) is the recorder's (reports/recorder.h).
+// The runner (runner/runner.c) and shardcheck serve's loop (server/loop.c) each own a table:
+// they add a request when the workload sends one (or a client posts one), stamp its tokens as
+// they arrive and end it. The router (serving/router.h) sends a request to a replica
+// (router_send), reads and marks it when it routes, retries or resumes a request, and ends it
+// (router_end); the fault runtime (faults/runtime.h) reads it when a cancel storm ends requests
+// and when it judges them afterwards. What becomes of a request in the database (its `request`
+// and `token` rows) is the recorder's (reports/recorder.h).
 #pragma once
 
 #include <stdbool.h>
@@ -50,3 +53,14 @@ typedef struct req_table {
   size_t low; // every request below it is done
   int inflight;
 } req_table;
+
+// Adds a copy of r as the table's next row (its key in *key) and counts it in flight. False
+// when memory runs out (nothing changed).
+bool req_table_add(req_table *t, const req_rec *r, uint64_t *key);
+// Frees every row's token arrays and empties the table (its rows' memory is kept for reuse).
+void req_table_clear(req_table *t);
+// req_table_clear, then the rows' memory; the table is empty and may be reused.
+void req_table_free(req_table *t);
+
+// Appends token id, seen at t, to q's output. False when memory runs out (q unchanged).
+bool req_add_token(req_rec *q, int32_t id, uint64_t t);

@@ -1,9 +1,11 @@
-// The router (see router.h): eligibility, the two picking policies, retries with backoff,
-// resumes, holding a request for a replica that is coming back, and the half-open probe.
+// The router (see router.h): eligibility, the table of picking policies, sending a request (a
+// resume's joined prompt) and ending it, retries with backoff, resumes, holding a request for a
+// replica that is coming back, and the half-open probe.
 #include "serving/router.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { MAX_BACKOFF_SHIFT = 20 };                     // the backoff doubles at most this many times
 static const uint64_t PROBE_NS = 1000000000ull;      // an unhealthy replica gets one request/s
@@ -59,17 +61,46 @@ void router_free(router *r) {
   free(r);
 }
 
+// --- the policies: one row each (docs/design.md: adding one is a row and its function)
+//
+// A policy looks at the eligible replicas in turn, from the round-robin cursor on, and says
+// whether replica i beats the best so far (best -1: none yet); the first of equals wins.
+static bool least_outstanding(const router *r, int i, int best) {
+  return best < 0 || r->outstanding[i] < r->outstanding[best];
+}
+static bool round_robin(const router *r, int i, int best) {
+  (void)r, (void)i;
+  return best < 0;
+}
+
+static const struct {
+  const char *name; // router.policy in a scenario
+  bool (*beats)(const router *r, int i, int best);
+} policies[ROUTER_POLICY_N] = {
+    [ROUTER_LEAST_OUTSTANDING] = {"least-outstanding", least_outstanding},
+    [ROUTER_ROUND_ROBIN] = {"round-robin", round_robin},
+};
+
+const char *router_policy_name(router_policy p) {
+  return (unsigned)p < ROUTER_POLICY_N ? policies[p].name : NULL;
+}
+
+bool router_policy_parse(const char *text, router_policy *out) {
+  for (int p = 0; p < ROUTER_POLICY_N; p++)
+    if (policies[p].name && !strcmp(text, policies[p].name)) {
+      *out = (router_policy)p;
+      return true;
+    }
+  return false;
+}
+
 // --- which replica
 static int pick_among(router *r, const bool *eligible) {
   int best = -1;
+  bool (*beats)(const router *, int, int) = policies[r->c.policy].beats;
   for (int k = 0; k < r->n; k++) {
     int i = (r->next + k) % r->n;
-    if (!eligible[i]) continue;
-    if (r->c.policy == ROUTER_ROUND_ROBIN) {
-      best = i;
-      break;
-    }
-    if (best < 0 || r->outstanding[i] < r->outstanding[best]) best = i;
+    if (eligible[i] && beats(r, i, best)) best = i;
   }
   if (best < 0) return -1;
   r->outstanding[best]++;
@@ -107,6 +138,53 @@ void router_set_version(router *r, int i, int version) {
 }
 
 int router_version(const router *r, int i) { return i >= 0 && i < r->n ? r->version[i] : 0; }
+
+// --- sending a request, ending it
+router_sent router_send(router *r, uint64_t key, const engine_request *er, uint64_t t,
+                        sc_error *err) {
+  req_rec *q = &r->reqs->v[key];
+  int i = router_pick(r, q);
+  if (i < 0) return ROUTER_NONE;
+  // A resume sends the prompt followed by the tokens the client already has.
+  engine_request sub = *er;
+  int32_t *joined = NULL;
+  if (q->n_tok > 0) {
+    joined = malloc((size_t)(er->n_prompt + q->n_tok) * sizeof *joined);
+    if (!joined) {
+      router_done(r, i);
+      return ROUTER_SEND_OOM;
+    }
+    memcpy(joined, er->prompt, (size_t)er->n_prompt * sizeof *joined);
+    memcpy(joined + er->n_prompt, q->ids, (size_t)q->n_tok * sizeof *joined);
+    sub.prompt = joined;
+    sub.n_prompt = er->n_prompt + q->n_tok;
+  }
+  sub.max_tokens = er->max_tokens - q->n_tok;
+  q->replica = i;
+  q->epoch = replica_epoch(r->reps[i]);
+  q->loss_seen = false;
+  q->version = router_version(r, i);
+  q->dispatched = true;
+  q->waiting = false;
+  if (!q->retries) q->dispatch = t;
+  if (r->h.before_submit) r->h.before_submit(r->h.ud, i);
+  sc_status s = replica_submit(r->reps[i], key, &sub, err);
+  free(joined);
+  return s == SC_OK ? ROUTER_SENT : ROUTER_REFUSED;
+}
+
+bool router_end(router *r, uint64_t key, req_status st) {
+  req_table *t = r->reqs;
+  req_rec *q = &t->v[key];
+  if (q->state == REQ_DONE) return false;
+  q->state = REQ_DONE;
+  q->status = st;
+  t->inflight--;
+  if (q->dispatched && !q->waiting) router_done(r, q->replica);
+  q->waiting = false;
+  while (t->low < t->n && t->v[t->low].state == REQ_DONE) t->low++;
+  return true;
+}
 
 // --- retries
 static bool push_retry(router *r, uint64_t k) {

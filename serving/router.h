@@ -23,8 +23,8 @@
 
 #include "serving/replica.h"
 #include "serving/request.h"
+#include "serving/router_policy.h"
 
-typedef enum router_policy { ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN } router_policy;
 
 typedef struct router_config {
   router_policy policy;
@@ -34,14 +34,17 @@ typedef struct router_config {
   bool probe_unhealthy; // the half-open circuit (the runner turns it on in fault scenarios)
 } router_config;
 
-// How the router reaches the runner.
+// How the router reaches the runner (or shardcheck serve's loop).
 typedef struct router_hooks {
   void *ud;
   // Sends request key (not dispatched) to a replica the router picks at t; false when none
-  // can take it (nothing changed).
+  // can take it (nothing changed). The caller's own router_send, with the request's prompt.
   bool (*dispatch)(void *ud, uint64_t key, uint64_t t);
   // Ends request key at t as failed (reason: the request row's reason; error: why).
   void (*fail)(void *ud, uint64_t key, const char *reason, const char *error, uint64_t t);
+  // Optional (NULL: none). router_send is about to submit a request to replica i (the runner
+  // holds the replica while the requests due at one instant go out).
+  void (*before_submit)(void *ud, int i);
 } router_hooks;
 
 typedef struct router router;
@@ -66,6 +69,26 @@ bool router_busy(const router *r, int i);
 // Replica i serves weights `version` from now on (0: the initial ones).
 void router_set_version(router *r, int i, int version);
 int router_version(const router *r, int i);
+
+// --- sending a request, ending it
+typedef enum router_sent {
+  ROUTER_SENT,      // submitted to a replica
+  ROUTER_NONE,      // no replica can take it now (nothing changed)
+  ROUTER_SEND_OOM,  // out of memory joining a resume's prompt (nothing changed)
+  ROUTER_REFUSED,   // the replica refused the submission (err says why); the row is marked sent
+} router_sent;
+
+// Sends request key (not dispatched) at t to the replica router_pick chooses: er is the whole
+// request (its prompt and max_tokens); a request that already has tokens (a resume) sends the
+// prompt followed by them, and max_tokens less them. Marks the row sent there (replica, epoch,
+// weights version; its dispatch time at its first send). The caller ends the request on
+// ROUTER_SEND_OOM and ROUTER_REFUSED.
+router_sent router_send(router *r, uint64_t key, const engine_request *er, uint64_t t,
+                        sc_error *err);
+// Ends request key with status st: done, out of flight, its replica's slot released when it
+// was out there, the table's low mark moved past the rows done. False when it had already
+// ended (nothing changed).
+bool router_end(router *r, uint64_t key, req_status st);
 
 // --- when a replica is lost
 // Request key's replica rep was lost under it at t (a FAILED event whose failure is a loss):

@@ -172,6 +172,13 @@ static double get_f64(wire_reader *r) {
 
 static bool get_bool(wire_reader *r) { return get_u8(r) != 0; }
 
+// The knobs' types (kernels/knobs.h) by their C names, for the rows' encoding.
+static void put_int(writer *w, int v) { put_i32(w, v); }
+static void put_bool(writer *w, bool v) { put_u8(w, v); }
+static void put_double(writer *w, double v) { put_f64(w, v); }
+static int get_int(wire_reader *r) { return get_i32(r); }
+static double get_double(wire_reader *r) { return get_f64(r); }
+
 // A string into dst (cap bytes, NUL-terminated, cut to fit); false when absent.
 static bool get_str(wire_reader *r, char *dst, size_t cap) {
   uint32_t n = get_u32(r);
@@ -224,16 +231,12 @@ static bool put_config(wire_buf *b, int type, uint32_t epoch, const engine_confi
   put_i32(&w, nd);
   for (int i = 0; i < nd; i++) put_i32(&w, cfg->devices[i]);
   put_i32(&w, cfg->first_device);
-  put_i32(&w, cfg->block_size);
   put_i32(&w, cfg->kv_blocks);
   put_u64(&w, (uint64_t)cfg->kv_bytes_max);
-  put_i32(&w, cfg->max_running);
-  put_i32(&w, cfg->token_budget);
-  put_i32(&w, cfg->prefill_chunk);
-  put_u8(&w, cfg->no_evict);
-  put_u8(&w, cfg->prefix_caching);
-  put_u8(&w, cfg->reserve_full_isl);
-  put_f64(&w, cfg->kv_watermark);
+#define PUT_KNOB(name, type, dflt, e, s, pf, pkey, ok, ex, j)                                      \
+  SC_KNOB_IF(e)(put_##type(&w, cfg->name);)
+  SC_KNOBS(PUT_KNOB) // the knobs the engine carries, in the rows' order (kernels/knobs.h)
+#undef PUT_KNOB
   put_i32(&w, cfg->threads);
   put_u64(&w, cfg->collective_timeout_ns);
   put_i32(&w, index);
@@ -287,16 +290,12 @@ bool wire_get_config(wire_reader *r, wire_config *out) {
   out->cfg.n_devices = nd;
   for (int i = 0; i < nd; i++) out->cfg.devices[i] = get_i32(r);
   out->cfg.first_device = get_i32(r);
-  out->cfg.block_size = get_i32(r);
   out->cfg.kv_blocks = get_i32(r);
   out->cfg.kv_bytes_max = (size_t)get_u64(r);
-  out->cfg.max_running = get_i32(r);
-  out->cfg.token_budget = get_i32(r);
-  out->cfg.prefill_chunk = get_i32(r);
-  out->cfg.no_evict = get_bool(r);
-  out->cfg.prefix_caching = get_bool(r);
-  out->cfg.reserve_full_isl = get_bool(r);
-  out->cfg.kv_watermark = get_f64(r);
+#define GET_KNOB(name, type, dflt, e, s, pf, pkey, ok, ex, j)                                      \
+  SC_KNOB_IF(e)(out->cfg.name = get_##type(r);)
+  SC_KNOBS(GET_KNOB)
+#undef GET_KNOB
   out->cfg.threads = get_i32(r);
   out->cfg.collective_timeout_ns = get_u64(r);
   out->index = get_i32(r);
@@ -379,7 +378,7 @@ bool wire_put_inject(wire_buf *b, uint32_t epoch, const replica_fault *f) {
 bool wire_get_inject(wire_reader *r, replica_fault *out) {
   memset(out, 0, sizeof *out);
   uint32_t kind = get_u32(r);
-  if (kind > RFAULT_CLEAR) return false;
+  if (!replica_fault_kind_info((replica_fault_kind)kind)) return false;
   out->kind = (replica_fault_kind)kind;
   out->rank = get_i32(r);
   out->factor = get_f64(r);

@@ -2,15 +2,20 @@
 #include "tests/helpers.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sqlite3.h>
-
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "kernels/clock.h"
 
 // --- running under ThreadSanitizer
 //
@@ -73,6 +78,20 @@ int sc_test_run_cli_clean(const char *args, char *out, size_t cap) {
   int rc = sc_test_run_cli(args, out, cap);
   sc_test_no_sanitizer_reports(out);
   return rc;
+}
+
+int sc_test_run_scenario(char *out, size_t cap, const char *scenario, const char *db,
+                         const char *flags, ...) {
+  char more[2048] = "";
+  if (flags) {
+    va_list ap;
+    va_start(ap, flags);
+    vsnprintf(more, sizeof more, flags, ap);
+    va_end(ap);
+  }
+  char args[4096];
+  snprintf(args, sizeof args, "run '%s' --db '%s'%s%s", scenario, db, more[0] ? " " : "", more);
+  return sc_test_run_cli_clean(args, out, cap);
 }
 
 pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log) {
@@ -200,6 +219,21 @@ long long sc_test_q1(const char *path, const char *sql) {
   return v;
 }
 
+bool sc_test_q1_try(const char *path, const char *sql, long long *v) {
+  sqlite3 *db = NULL;
+  bool ok = false;
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+      *v = sqlite3_column_int64(st, 0);
+      ok = true;
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return ok;
+}
+
 const char *sc_test_q1s(const char *path, const char *sql) {
   static char buf[512];
   sqlite3 *db = NULL;
@@ -226,4 +260,98 @@ void sc_test_exec(const char *path, const char *sql) {
   char *msg = NULL;
   cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
   sqlite3_close(db);
+}
+
+double sc_test_metric(const char *path, const char *name) {
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db,
+                                  "SELECT value FROM metric WHERE name = ? AND phase_id IS NULL "
+                                  "AND class = '' ORDER BY deployment_id LIMIT 1",
+                                  -1, &st, NULL),
+               SQLITE_OK, "%s", sqlite3_errmsg(db));
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  double v = NAN;
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+    v = sqlite3_column_double(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+// --- time
+void sc_test_sleep_ms(double ms) { sc_test_sleep_ns(ms > 0 ? (uint64_t)(ms * 1e6) : 0); }
+
+void sc_test_sleep_ns(uint64_t ns) {
+  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                        .tv_nsec = (long)(ns % 1000000000ull)};
+  while (nanosleep(&ts, &ts)) {
+  }
+}
+
+uint64_t sc_test_deadline(double seconds) { return sc_monotonic_ns() + (uint64_t)(seconds * 1e9); }
+
+bool sc_test_before(uint64_t deadline) { return sc_monotonic_ns() < deadline; }
+
+// --- processes
+bool sc_test_proc_stat(pid_t pid, char *state, pid_t *ppid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *rp = strrchr(buf, ')'); // the command name may hold spaces and parentheses
+  int pp = 0;
+  char s = 0;
+  if (!rp || sscanf(rp + 2, "%c %d", &s, &pp) != 2) return false;
+  if (state) *state = s;
+  if (ppid) *ppid = (pid_t)pp;
+  return true;
+}
+
+bool sc_test_pid_gone(pid_t pid) {
+  char s = 0;
+  return !sc_test_proc_stat(pid, &s, NULL) || s == 'Z';
+}
+
+int sc_test_children(pid_t parent, pid_t *pids, int cap) {
+  DIR *d = opendir("/proc");
+  cr_assert_not_null(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    pid_t pid = (pid_t)atoi(e->d_name), pp = 0;
+    char s = 0;
+    if (!sc_test_proc_stat(pid, &s, &pp) || pp != parent || s == 'Z') continue;
+    if (n < cap) pids[n] = pid;
+    n++;
+  }
+  closedir(d);
+  return n;
+}
+
+bool sc_test_process_with(const char *marker) {
+  DIR *d = opendir("/proc");
+  cr_assert_not_null(d);
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[4096];
+    snprintf(path, sizeof path, "/proc/%.255s/cmdline", e->d_name);
+    FILE *f = fopen(path, "rb");
+    if (!f) continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+      if (!buf[i]) buf[i] = ' ';
+    buf[n] = 0;
+    found = strstr(buf, marker) && !sc_test_pid_gone((pid_t)atoi(e->d_name));
+  }
+  closedir(d);
+  return found;
 }

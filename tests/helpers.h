@@ -1,7 +1,9 @@
-// Shared helpers for the Criterion tests: temporary files, running the CLI, results databases,
-// llama-tiny engine configs and simulated replicas.
+// Shared helpers for the Criterion tests: temporary files, running the CLI and a scenario into a
+// database, reading results databases, waiting for a condition with a deadline, processes as
+// /proc shows them, llama-tiny engine configs and simulated replicas.
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -23,6 +25,10 @@ int sc_test_run_cli(const char *args, char *out, size_t cap);
 void sc_test_no_sanitizer_reports(const char *text);
 // sc_test_run_cli, then sc_test_no_sanitizer_reports on its output.
 int sc_test_run_cli_clean(const char *args, char *out, size_t cap);
+// Runs `shardcheck run 'SCENARIO' --db 'DB'` followed by the arguments flags (printf-style, shell
+// words; NULL for none) through sc_test_run_cli_clean: its output in out, its exit code back.
+int sc_test_run_scenario(char *out, size_t cap, const char *scenario, const char *db,
+                         const char *flags, ...) __attribute__((format(printf, 5, 6)));
 // Starts `shardcheck run SCENARIO --db DB --out OUT` in the background with its stdout and
 // stderr in the file at log; returns its pid (the test fails when it cannot fork).
 pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log);
@@ -43,6 +49,12 @@ const char *sc_test_write_tmp(const char *tag, const char *name, const char *tex
 // buffer).
 long long sc_test_q1(const char *db, const char *sql);
 const char *sc_test_q1s(const char *db, const char *sql);
+// sc_test_q1 that may fail: false (v untouched) when the database or the query cannot be read
+// now (not made yet, being written, no row), for polling a database another process writes.
+bool sc_test_q1_try(const char *db, const char *sql, long long *v);
+// The value of metric `name` of the whole deployment (no phase, no class) in the database at
+// path, as stored (the first deployment's when there are several); NaN when absent or NULL.
+double sc_test_metric(const char *db, const char *name);
 // Runs sql (UPDATE/INSERT text) on a plain SQLite connection to the database at path; the test
 // fails when it does not succeed.
 void sc_test_exec(const char *db, const char *sql);
@@ -50,6 +62,38 @@ void sc_test_exec(const char *db, const char *sql);
 // token, key (request_id, idx)) in place of token_times and the token view, rows unchanged: how
 // the tests make the older files that the store migrates and the readers read as they are.
 extern const char *const sc_test_token_table_v3_sql;
+
+// --- time: a test waits for a condition with a deadline, never a fixed sleep then an assert
+// (a loaded CI host stretches every sleep)
+// Sleeps ns nanoseconds, or ms milliseconds (whole, through interruptions).
+void sc_test_sleep_ns(uint64_t ns);
+void sc_test_sleep_ms(double ms);
+// Monotonic ns now plus seconds: a deadline for sc_test_before.
+uint64_t sc_test_deadline(double seconds);
+// True while the monotonic clock is before deadline.
+bool sc_test_before(uint64_t deadline);
+// Waits until cond (an expression, evaluated every 2 ms) holds; fails the test with the message
+// (printf-style, after timeout_s) when timeout_s seconds pass first. Deadlines are generous: a
+// condition that holds is seen at once, so they cost only a failing run.
+#define sc_test_await(cond, timeout_s, ...)                                                        \
+  do {                                                                                             \
+    uint64_t sc_dl_ = sc_test_deadline(timeout_s);                                                 \
+    while (!(cond)) {                                                                              \
+      cr_assert(sc_test_before(sc_dl_), __VA_ARGS__);                                              \
+      sc_test_sleep_ms(2);                                                                         \
+    }                                                                                              \
+  } while (0)
+
+// --- processes, as /proc shows them
+// The state letter (R, S, Z, ...) of pid and its parent's pid; false when there is no such
+// process.
+bool sc_test_proc_stat(pid_t pid, char *state, pid_t *ppid);
+// True when pid names no live process: gone, or a zombie awaiting a reaper.
+bool sc_test_pid_gone(pid_t pid);
+// The live (not zombie) children of parent: their count, and up to cap pids into pids.
+int sc_test_children(pid_t parent, pid_t *pids, int cap);
+// Whether a live (not zombie) process's command line holds marker.
+bool sc_test_process_with(const char *marker);
 
 // engine_config_defaults() with the model of the named preset (the test fails when it does not
 // load); every other field is the caller's to set.

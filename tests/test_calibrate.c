@@ -241,10 +241,9 @@ static const char *trace_scenario(const char *mode, const char *model_hw) {
 // Runs the trace scenario scn to completion; returns its database's path.
 static const char *run_trace(const char *scn) {
   static char db[1100];
-  char args[2400], out[8192];
+  char out[8192];
   snprintf(db, sizeof db, "%s.db", scn);
-  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, scn, db, "--no-report --quiet"), 0, "%s", out);
   return db;
 }
 
@@ -391,7 +390,7 @@ Test(calibrate, import_vllm_bench_result_uses_its_token_gaps_and_says_what_it_as
 // Simulates dir/t.jsonl on H100 with the engine block engine_lines (two-space indented) and
 // model mapping `model` into dir/r.db, run 1; the profile is left as dir/truth.yaml.
 static void run_known(const char *dir, const char *engine_lines, const char *model) {
-  char path[1100], text[16384], args[2400], out[8192];
+  char path[1100], text[16384], out[8192];
   snprintf(text, sizeof text, "%sengine:\n%s", h100_text(), engine_lines);
   snprintf(path, sizeof path, "%s/truth.yaml", dir);
   cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
@@ -399,8 +398,10 @@ static void run_known(const char *dir, const char *engine_lines, const char *mod
            "gpus: 1}\ndeployments: [{tp: 1, pp: 1, dp: 1}]\nworkload: {trace: t.jsonl}\n", model);
   snprintf(path, sizeof path, "%s/s.yaml", dir);
   cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-  snprintf(args, sizeof args, "run %s --db %s/r.db --no-report --quiet", path, dir);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  char db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, path, db, "--no-report --quiet"), 0, "%s",
+               out);
 }
 
 Test(calibrate, fit_recovers_known_engine_parameters_within_2_percent, .timeout = 120) {

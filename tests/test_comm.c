@@ -14,6 +14,7 @@
 
 #include "kernels/clock.h"
 #include "kernels/comm.h"
+#include "tests/helpers.h"
 
 #define MAX_RANKS 8
 #define MS 1000000ull // ns
@@ -80,13 +81,6 @@ static void run_all_ok(int n, uint64_t deadline_ns, rank_fn fn, void *arg) {
     if (!(r)->fail[0]) snprintf((r)->fail, sizeof(r)->fail, __VA_ARGS__);                          \
   } while (0)
 
-static void sleep_ns(uint64_t ns) {
-  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-                        .tv_nsec = (long)(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts)) {
-  }
-}
-
 // --- data
 
 // A float of varied sign and magnitude (1e-3 .. 1e2), so the order of a sum changes its bits.
@@ -150,7 +144,7 @@ static sc_status allreduce_shuffled_arrivals(rank_run *r) {
   float buf[N];
   for (int k = 0; k < ROUNDS; k++) {
     for (size_t i = 0; i < N; i++) buf[i] = value(r->rank, 100 + k, i);
-    sleep_ns((uint64_t)((r->rank * 3 + k * 5) % r->n_ranks) * 2 * MS);
+    sc_test_sleep_ns((uint64_t)((r->rank * 3 + k * 5) % r->n_ranks) * 2 * MS);
     SC_TRY(comm_allreduce_sum(r->c, buf, N));
     for (size_t i = 0; i < N; i++) {
       float want = rank_order_sum(r->n_ranks, 100 + k, i);
@@ -296,7 +290,7 @@ static sc_status many_one_way(rank_run *r) {
     }
     return SC_OK;
   }
-  sleep_ns(5 * MS);
+  sc_test_sleep_ns(5 * MS);
   for (int seq = 0; seq < COUNT; seq++) {
     uint32_t m[4] = {0}, want[4] = {(uint32_t)seq, (uint32_t)seq * 7u, (uint32_t)seq ^ 0x5555u, 0};
     size_t len = (size_t)(seq % 5) * sizeof(uint32_t);
@@ -318,7 +312,8 @@ Test(comm_shm, many_messages_between_one_pair_arrive_in_send_order) {
 static sc_status barrier_rounds(rank_run *r) {
   atomic_int *arrived = r->arg;
   for (int round = 0; round < 100; round++) {
-    if (r->rank == round % r->n_ranks) sleep_ns(MS / 4); // a different rank is late each round
+    if (r->rank == round % r->n_ranks)
+      sc_test_sleep_ns(MS / 4); // a different rank is late each round
     atomic_fetch_add(arrived, 1);
     SC_TRY(comm_barrier(r->c));
     int seen = atomic_load(arrived);
@@ -412,16 +407,19 @@ static void *watchdog_abort(void *p) {
 }
 
 // n ranks, the first n_waiting call fn and block (the rest never arrive); once they are all
-// inside, a watchdog thread that is no rank aborts. Each must return SC_ABORTED within 100 ms
-// of the abort call (a correctness bound on the wake-up, not a performance measurement).
+// inside, a watchdog thread that is no rank aborts. Each must return SC_ABORTED, woken by the
+// abort: long before the group's 30 s deadline, which is all a wait that missed the abort
+// would end on (the bound is a third of it, so a loaded host does not make it fail).
 static void abort_while_waiting(int n, int n_waiting, rank_fn fn) {
   abort_plan plan = {0};
   cr_assert_eq(comm_shm_group_new(n, 30000 * MS, &plan.g), SC_OK);
   rank_run runs[MAX_RANKS];
   start_ranks(plan.g, n_waiting, fn, NULL, runs);
   for (int i = 0; i < n_waiting; i++)
-    while (!atomic_load(&runs[i].entered)) sleep_ns(MS);
-  sleep_ns(50 * MS); // from "about to call" to "waiting inside"
+    while (!atomic_load(&runs[i].entered)) sc_test_sleep_ns(MS);
+  // from "about to call" to "waiting inside", likely (an abort that lands before a rank waits
+  // is seen when it calls: the same outcome)
+  sc_test_sleep_ns(50 * MS);
   pthread_t wd;
   cr_assert_eq(pthread_create(&wd, NULL, watchdog_abort, &plan), 0);
   pthread_join(wd, NULL);
@@ -430,14 +428,14 @@ static void abort_while_waiting(int n, int n_waiting, rank_fn fn) {
     cr_expect_eq(runs[i].st, SC_ABORTED, "rank %d: %s", i, sc_status_name(runs[i].st));
     uint64_t after =
         runs[i].t_return_ns > plan.t_abort_ns ? runs[i].t_return_ns - plan.t_abort_ns : 0;
-    cr_expect_lt(after, 100 * MS, "rank %d returned %.1f ms after the abort", i,
+    cr_expect_lt(after, 10000 * MS, "rank %d returned %.1f ms after the abort", i,
                  (double)after / 1e6);
   }
   cr_expect_eq(comm_poll_error(comm_shm_group_rank(plan.g, 0)), SC_ABORTED);
   comm_shm_group_free(plan.g);
 }
 
-Test(comm_shm, abort_from_a_watchdog_unblocks_every_rank_waiting_in_allreduce_within_100ms) {
+Test(comm_shm, abort_from_a_watchdog_unblocks_every_rank_waiting_in_allreduce_at_once) {
   abort_while_waiting(4, 3, wait_in_allreduce);
   abort_while_waiting(8, 7, wait_in_allreduce);
 }
@@ -496,30 +494,34 @@ static sc_status timed_call(rank_run *r) {
   return s;
 }
 
-// Rank 0 calls (allreduce, or recv when recv_case) with a 50 ms deadline; rank 1 never comes.
+// Rank 0 calls (allreduce, or recv when recv_case) with a DEADLINE_MS deadline; rank 1 never
+// comes. The deadline is long enough that "at once" below (without waiting for it) holds on a
+// loaded host too.
+enum { DEADLINE_MS = 2000 };
 static void peer_never_arrives(bool recv_case) {
   comm_shm_group *g = NULL;
-  cr_assert_eq(comm_shm_group_new(2, 50 * MS, &g), SC_OK);
+  cr_assert_eq(comm_shm_group_new(2, DEADLINE_MS * MS, &g), SC_OK);
   rank_run runs[1];
   start_ranks(g, 1, timed_call, recv_case ? (void *)1 : NULL, runs);
   join_ranks(runs, 1);
   cr_expect_eq(runs[0].st, SC_TIMEOUT, "got %s", sc_status_name(runs[0].st));
-  cr_expect_geq(runs[0].took_ns, 50 * MS, "gave up after %.1f ms", (double)runs[0].took_ns / 1e6);
+  cr_expect_geq(runs[0].took_ns, DEADLINE_MS * MS, "gave up after %.1f ms",
+                (double)runs[0].took_ns / 1e6);
   cr_expect_lt(runs[0].took_ns, 10000 * MS, "hung for %.1f ms", (double)runs[0].took_ns / 1e6);
   // The group is broken: the late rank's calls fail at once with the same status.
-  // "At once" = without waiting for the 50 ms deadline, which any wait would have used.
+  // "At once" = without waiting for the deadline, which any wait would have used.
   comm *late = comm_shm_group_rank(g, 1);
   float buf[16] = {0};
   uint64_t t0 = sc_monotonic_ns();
   cr_expect_eq(comm_allreduce_sum(late, buf, 16), SC_TIMEOUT);
-  cr_expect_lt(sc_monotonic_ns() - t0, 50 * MS, "all-reduce on a broken group waited");
+  cr_expect_lt(sc_monotonic_ns() - t0, DEADLINE_MS * MS, "all-reduce on a broken group waited");
   t0 = sc_monotonic_ns();
   cr_expect_eq(comm_barrier(late), SC_TIMEOUT);
-  cr_expect_lt(sc_monotonic_ns() - t0, 50 * MS, "barrier on a broken group waited");
+  cr_expect_lt(sc_monotonic_ns() - t0, DEADLINE_MS * MS, "barrier on a broken group waited");
   t0 = sc_monotonic_ns();
   char b[4];
   cr_expect_eq(comm_recv(late, b, sizeof b, 0), SC_TIMEOUT);
-  cr_expect_lt(sc_monotonic_ns() - t0, 50 * MS, "recv on a broken group waited");
+  cr_expect_lt(sc_monotonic_ns() - t0, DEADLINE_MS * MS, "recv on a broken group waited");
   cr_expect_eq(comm_send(late, buf, 4, 0), SC_TIMEOUT);
   cr_expect_eq(comm_poll_error(late), SC_TIMEOUT);
   comm_shm_group_abort(g); // an abort after a timeout: every call reports the abort

@@ -25,12 +25,6 @@
 #define MS 1000000ull // ns
 #define NO_HANG_NS (20000ull * MS) // "it did not hang": far above any deadline used here
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts)) {
-  }
-}
-
 // --- device wrapper
 
 static device *open_cpu(void) {
@@ -183,7 +177,7 @@ static pthread_t start_blocked_op(hung_op *h) {
   atomic_init(&h->done, false);
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, run_hung_op, h), 0);
-  sleep_ms(100);
+  sc_test_sleep_ms(100);
   cr_expect(!atomic_load(&h->done), "the op returned while its device hangs");
   return th;
 }
@@ -305,7 +299,7 @@ Test(comm_faults, abort_cuts_a_slow_link_sleep_short, .timeout = 60) {
     runs[i] = (link_run){.c = comm_shm_group_rank(g, i)};
     cr_assert_eq(pthread_create(&runs[i].th, NULL, allreduce_once, &runs[i]), 0);
   }
-  sleep_ms(100);
+  sc_test_sleep_ms(100);
   comm_shm_group_abort(g);
   for (int i = 0; i < 2; i++) pthread_join(runs[i].th, NULL);
   for (int i = 0; i < 2; i++) {
@@ -667,7 +661,7 @@ Test(replica_faults, kill_makes_the_replica_dead_and_fails_every_held_request_as
   uint64_t t0 = sc_monotonic_ns();
   while (L.n_tok[0] + L.n_tok[1] + L.n_tok[2] == 0) { // running, not only queued
     cr_assert_lt(sc_monotonic_ns() - t0, NO_HANG_NS);
-    sleep_ms(5);
+    sc_test_sleep_ms(5);
     rdrain(r, &L);
   }
   replica_fault kill = {.kind = RFAULT_KILL};
@@ -684,7 +678,7 @@ Test(replica_faults, kill_makes_the_replica_dead_and_fails_every_held_request_as
   engine_request q = {.prompt = p, .n_prompt = 2, .max_tokens = 2};
   cr_expect_eq(replica_submit(r, 7, &q, &err), SC_ABORTED);
   cr_expect_eq(replica_inject(r, &kill, &err), SC_ABORTED, "a dead replica takes no faults");
-  sleep_ms(50);
+  sc_test_sleep_ms(50);
   cr_expect_eq(rdrain(r, &L), 0, "nothing after the kill's events");
   replica_free(r);
 }
@@ -701,7 +695,7 @@ Test(replica_faults, hang_stops_tokens_until_resume_and_tokens_match_a_run_witho
   rsubmit(r, 0, 1, 12);
   rsubmit(r, 1, 2, 12);
   rlog L = {0};
-  sleep_ms(150);
+  sc_test_sleep_ms(150);
   cr_expect_eq(rdrain(r, &L), 0, "no events while hung");
   cr_expect_eq(replica_health_get(r), REPLICA_HEALTHY);
   cr_assert_eq(replica_inject(r, &resume, &err), SC_OK, "%s", err.msg);

@@ -66,7 +66,7 @@ static void make_db_with(const char *extra) {
   cr_assert_not_null(d);
   snprintf(dir, sizeof dir, "%s", d);
   snprintf(db, sizeof db, "%s/results.db", dir);
-  char path[400], args[1400];
+  char path[400];
   snprintf(path, sizeof path, "%s/hist-sim.yaml", dir);
   char text[2048];
   snprintf(text, sizeof text, "%s%s", scenario_yaml, extra);
@@ -75,9 +75,9 @@ static void make_db_with(const char *extra) {
     char rev[32];
     snprintf(rev, sizeof rev, "rev-%d", i + 1);
     setenv("SHARDCHECK_GIT_REV", rev, 1);
-    snprintf(args, sizeof args, "run '%s' --db '%s' --out '%s/run' --profile %s", path, db, dir,
-             profile[i]);
-    cr_assert_eq(cli(args), 0, "%s", out);
+    cr_assert_eq(sc_test_run_scenario(out, sizeof out, path, db, "--out '%s/run' --profile %s", dir,
+                                      profile[i]),
+                 0, "%s", out);
   }
   unsetenv("SHARDCHECK_GIT_REV");
   for (int i = 0; i < N_RUNS; i++) {

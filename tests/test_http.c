@@ -66,11 +66,6 @@ static int pgid_in(const char *path) {
   return pgid;
 }
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 // --- runs that work
 
 Test(http, launched_replicas_closed_and_open_loop_rows_timing_logs_and_teardown) {
@@ -84,10 +79,9 @@ Test(http, launched_replicas_closed_and_open_loop_rows_timing_logs_and_teardown)
                             "  phases: [{fixed: {requests: 8, concurrency: 2}}, "
                             "{rate: 40, arrival: constant, requests: 8}]\n"
                             "slo: {error_rate: 0}\n");
-  char cmd[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(cmd, sizeof cmd, "run %s --db %s --out %s/rep --no-report", sc, db, dir);
-  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --no-report", dir);
   cr_assert_eq(rc, 0, "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'ok'"), 16);
   cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 8"), 16);
@@ -122,10 +116,9 @@ Test(http, multi_token_chunks_count_every_token_and_chat_reads_the_prompt_from_u
                             "deployments: [{tp: 1}]\n"
                             "workload:\n  prompts: [{input: 16, output: 7}]\n"
                             "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n");
-  char cmd[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc, db);
-  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc, db, "--no-report --quiet"), 0, "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 7"), 4,
                "two token ids per chunk, all counted");
   // three tokens per chunk, no token_ids: the usage chunk says how many there were
@@ -134,8 +127,7 @@ Test(http, multi_token_chunks_count_every_token_and_chat_reads_the_prompt_from_u
                              "workload:\n  prompts: [{input: 16, output: 7}]\n"
                              "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n");
   snprintf(db, sizeof db, "%s/r2.db", dir);
-  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc2, db);
-  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc2, db, "--no-report --quiet"), 0, "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 7"), 4);
   // chat: generated words; the prompt's token count is the server's (the stand-in counts words)
   char chat[2300];
@@ -145,8 +137,7 @@ Test(http, multi_token_chunks_count_every_token_and_chat_reads_the_prompt_from_u
                              "workload:\n  prompts: [{input: 16, output: 5}]\n"
                              "  phases: [{fixed: {requests: 3, concurrency: 1}}]\n");
   snprintf(db, sizeof db, "%s/r3.db", dir);
-  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc3, db);
-  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc3, db, "--no-report --quiet"), 0, "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE output_tokens = 5 AND status = 'ok'"),
                3);
 }
@@ -159,9 +150,9 @@ Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines
                             "deployments: [{tp: 1}]\n"
                             "workload:\n  prompts: [{input: 8, output: 2}]\n"
                             "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n");
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "run %s --db %s/r.db --out %s/rep --no-report --quiet", sc, dir, dir);
-  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  char db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --no-report --quiet", dir);
   cr_expect_eq(rc, 3, "%s", out);
   cr_expect(strstr(out, "exited with status 3"), "%s", out);
   cr_expect(strstr(out, "CUDA error: no device found"), "the log's last lines: %s", out);
@@ -181,9 +172,9 @@ Test(http, a_server_never_ready_fails_after_the_timeout_naming_the_url) {
                             "deployments: [{tp: 1}]\n"
                             "workload:\n  prompts: [{input: 8, output: 2}]\n"
                             "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n");
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "run %s --db %s/r.db --out %s/rep --no-report --quiet", sc, dir, dir);
-  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  char db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --no-report --quiet", dir);
   cr_expect_eq(rc, 3, "%s", out);
   cr_expect(strstr(out, "not ready after 2 s") || strstr(out, "not ready after 1 s"), "%s", out);
   cr_expect(strstr(out, "http://127.0.0.1:"), "names the URL: %s", out);
@@ -201,10 +192,9 @@ Test(http, a_refused_connection_fails_every_request_with_reason_connect) {
                             "workload:\n  prompts: [{input: 8, output: 2}]\n"
                             "  phases: [{fixed: {requests: 5, concurrency: 2}}]\n"
                             "slo: {error_rate: 0}\n");
-  char cmd[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(cmd, sizeof cmd, "run %s --db %s --no-report", sc, db);
-  int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--no-report");
   cr_expect_eq(rc, 1, "the error_rate SLO fails: %s", out);
   cr_expect(strstr(out, "error_rate") && strstr(out, "FAIL"), "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'failed' AND reason = "
@@ -218,7 +208,7 @@ Test(http, malformed_events_fail_with_protocol_and_a_mid_stream_error_with_serve
   const char *modes[] = {"malformed", "error"};
   const char *reasons[] = {"protocol", "server_error"};
   for (int i = 0; i < 2; i++) {
-    char a[64], name[64], cmd[2048], db[600];
+    char a[64], name[64], db[600];
     snprintf(a, sizeof a, "--mode %s --ttft-ms 5", modes[i]);
     snprintf(name, sizeof name, "%s.yaml", modes[i]);
     const char *sc = scenario(dir, name, launched(a),
@@ -227,8 +217,7 @@ Test(http, malformed_events_fail_with_protocol_and_a_mid_stream_error_with_serve
                               "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n"
                               "slo: {error_rate: 0}\n");
     snprintf(db, sizeof db, "%s/%s.db", dir, modes[i]);
-    snprintf(cmd, sizeof cmd, "run %s --db %s --no-report --quiet", sc, db);
-    int rc = sc_test_run_cli_clean(cmd, out, sizeof out);
+    int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--no-report --quiet");
     cr_expect_eq(rc, 1, "%s: %s", modes[i], out);
     char q[200];
     snprintf(q, sizeof q, "SELECT count(*) FROM request WHERE status = 'failed' AND reason = '%s'",
@@ -253,17 +242,21 @@ Test(http, no_server_survives_a_sigkill_of_the_runner) {
   int g[2] = {0, 0};
   for (int i = 0; i < 2; i++) snprintf(pf[i], sizeof pf[i], "%s/pid%d", dir, i);
   for (int k = 0; k < 300 && (!g[0] || !g[1]); k++) { // both servers up (at most 30 s)
-    sleep_ms(100);
+    sc_test_sleep_ms(100);
     g[0] = pgid_in(pf[0]);
     g[1] = pgid_in(pf[1]);
   }
   cr_assert(g[0] && g[1], "the stand-ins never started");
-  sleep_ms(500); // requests in flight
+  // requests flowing: the first ones have finished and been written (the runner is mid-run:
+  // its 1,000 requests take minutes)
+  long long done = 0;
+  sc_test_await(sc_test_q1_try(db, "SELECT count(*) FROM request", &done) && done > 0, 30,
+                "no request finished against the stand-ins");
   kill(pid, SIGKILL);
   int st;
   waitpid(pid, &st, 0);
   for (int k = 0; k < 100 && (launch_group_alive(g[0]) || launch_group_alive(g[1])); k++)
-    sleep_ms(100);
+    sc_test_sleep_ms(100);
   cr_expect(!launch_group_alive(g[0]) && !launch_group_alive(g[1]),
             "a launched server (or its child) outlived the runner's SIGKILL");
 }

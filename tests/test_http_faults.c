@@ -6,7 +6,6 @@
 // mid-run (no server survives it, the file stays consistent with the run listed as
 // incomplete). docs/targets.md, "Faults".
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,27 +22,10 @@ static char out[1 << 16];
 #define q1  sc_test_q1
 #define q1s sc_test_q1s
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 // Runs `shardcheck run PATH --db DIR/NAME.db --out DIR/NAME` and returns its exit code.
 static int run(const char *path, const char *dir, const char *name, char *db, size_t cap) {
-  char cmd[2048];
   snprintf(db, cap, "%s/%s.db", dir, name);
-  snprintf(cmd, sizeof cmd, "run %s --db %s --out %s/%s --no-report", path, db, dir, name);
-  return sc_test_run_cli_clean(cmd, out, sizeof out);
-}
-
-// A metric of the run's only deployment (phase-less, class-less): NaN when absent or NULL.
-static double dep_metric(const char *db, const char *name) {
-  char q[300];
-  snprintf(q, sizeof q,
-           "SELECT coalesce(value, -1) FROM metric WHERE phase_id IS NULL AND class = '' AND "
-           "name = '%s'",
-           name);
-  return (double)q1(db, q);
+  return sc_test_run_scenario(out, sizeof out, path, db, "--out %s/%s --no-report", dir, name);
 }
 
 // A launched-serve target with `extra` target lines, then the rest of the scenario.
@@ -88,11 +70,11 @@ Test(http_faults, http_quickstart_runs_every_phase_kind_on_tp1_dp2_tp2_against_l
                0);
   // the prediction: the same file in mode sim (its model on the CPU profile), into the same
   // database, then the report puts it beside the measurement
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "run %s --mode sim --db %s --no-report --quiet", path, db);
-  cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, path, db, "--mode sim --no-report --quiet"), 0,
+               "%s", out);
   cr_expect_str_eq(q1s(db, "SELECT backend FROM run WHERE id = 2"), "sim");
   cr_expect_eq(q1(db, "SELECT count(*) FROM deployment WHERE run_id = 2"), 3);
+  char cmd[2048];
   snprintf(cmd, sizeof cmd, "report --db %s --run 2 --run 1 --out %s/pm", db, dir);
   cr_assert_eq(sc_test_run_cli_clean(cmd, out, sizeof out), 0, "%s", out);
   cr_expect(strstr(out, "mean |error|"), "the prediction beside the measurement: %s", out);
@@ -110,11 +92,11 @@ Test(http_faults, http_faults_kill_hang_and_cancel_storm_are_detected_relaunched
   cr_expect(strstr(out, "replica1 lost: its server was killed by signal 9"), "%s", out);
   cr_expect(strstr(out, "unanswered for 1.0 s"), "the hang is seen by the probe: %s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE detail LIKE '%restarted in%'"), 2);
-  cr_expect_gt(dep_metric(db, "retried_requests"), 0);
-  cr_expect_gt(dep_metric(db, "resumed_requests"), 0, "serve streams token ids: resumes");
-  cr_expect_eq(dep_metric(db, "output_mismatches"), 0);
-  cr_expect_eq(dep_metric(db, "kv_leak_blocks"), 0);
-  cr_expect_eq(dep_metric(db, "leaked_processes"), 0);
+  cr_expect_gt(sc_test_metric(db, "retried_requests"), 0);
+  cr_expect_gt(sc_test_metric(db, "resumed_requests"), 0, "serve streams token ids: resumes");
+  cr_expect_eq(sc_test_metric(db, "output_mismatches"), 0);
+  cr_expect_eq(sc_test_metric(db, "kv_leak_blocks"), 0);
+  cr_expect_eq(sc_test_metric(db, "leaked_processes"), 0);
   // half of what was in flight at that instant (6 users: 3, fewer when some were between
   // requests), each its own row, and the fault row counts them
   int64_t cancelled = q1(db, "SELECT count(*) FROM request WHERE status = 'cancelled'");
@@ -321,7 +303,7 @@ Test(http_faults, a_hot_swap_relaunches_each_replica_in_turn_with_the_new_model_
   // the same weights under another name: the quality delta (greedy tokens taken before the
   // workload, teacher-forced after it, through serve's token ids) finds every position agreeing
   cr_expect(strstr(out, "old weights' greedy tokens taken on replica0"), "%s", out);
-  cr_expect_eq(dep_metric(db, "swap_agreement"), 1.0, "%s", out);
+  cr_expect_eq(sc_test_metric(db, "swap_agreement"), 1.0, "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'swap_kl' AND value IS NULL"), 1);
 }
 
@@ -338,46 +320,13 @@ Test(http_faults, a_hot_swap_to_other_weights_shows_in_the_quality_delta, .timeo
   char db[700];
   int rc = run(sc, dir, "q", db, sizeof db);
   cr_assert_eq(rc, 0, "%s", out);
-  double agree = dep_metric(db, "swap_agreement");
+  double agree = sc_test_metric(db, "swap_agreement");
   cr_expect(agree >= 0 && agree < 0.5,
             "greedy agreement %.3f after a swap to unrelated weights: %s", agree, out);
   cr_expect(strstr(out, "greedy agreement"), "%s", out);
 }
 
 // --- the runner killed mid-run
-
-// Whether a live process's command line holds marker.
-static bool process_with(const char *marker) {
-  DIR *d = opendir("/proc");
-  cr_assert_not_null(d);
-  bool found = false;
-  struct dirent *e;
-  while (!found && (e = readdir(d))) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    char path[300], buf[4096];
-    snprintf(path, sizeof path, "/proc/%.255s/cmdline", e->d_name);
-    FILE *f = fopen(path, "rb");
-    if (!f) continue;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-      if (!buf[i]) buf[i] = ' ';
-    buf[n] = 0;
-    snprintf(path, sizeof path, "/proc/%.255s/stat", e->d_name);
-    char st[512] = "";
-    f = fopen(path, "r");
-    if (f) {
-      size_t k = fread(st, 1, sizeof st - 1, f);
-      st[k] = 0;
-      fclose(f);
-    }
-    const char *rp = strrchr(st, ')');
-    bool zombie = rp && rp[1] == ' ' && rp[2] == 'Z';
-    found = !zombie && strstr(buf, marker) != NULL;
-  }
-  closedir(d);
-  return found;
-}
 
 Test(http_faults, a_sigkill_of_the_runner_leaves_no_server_and_a_consistent_file_incomplete,
      .timeout = 90) {
@@ -396,16 +345,16 @@ Test(http_faults, a_sigkill_of_the_runner_leaves_no_server_and_a_consistent_file
   pid_t pid = sc_test_spawn_run(sc, db, rep, log);
   bool up = false;
   for (int k = 0; k < 300 && !up; k++) { // the servers up and requests done (at most 30 s)
-    sleep_ms(100);
-    up = process_with(marker) && sc_test_file_size(db) > 0 &&
+    sc_test_sleep_ms(100);
+    up = sc_test_process_with(marker) && sc_test_file_size(db) > 0 &&
          q1(db, "SELECT count(*) FROM request") > 20;
   }
   cr_assert(up, "the run never got going");
   kill(pid, SIGKILL);
   int st;
   waitpid(pid, &st, 0);
-  for (int k = 0; k < 100 && process_with(marker); k++) sleep_ms(100);
-  cr_expect(!process_with(marker), "a launched server outlived the runner's SIGKILL");
+  for (int k = 0; k < 100 && sc_test_process_with(marker); k++) sc_test_sleep_ms(100);
+  cr_expect(!sc_test_process_with(marker), "a launched server outlived the runner's SIGKILL");
   cr_expect_str_eq(q1s(db, "PRAGMA integrity_check"), "ok");
   cr_expect_gt(q1(db, "SELECT count(*) FROM request"), 0);
   char cmd[800];

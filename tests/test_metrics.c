@@ -4,7 +4,7 @@
 // knee and the SLO verdicts. Every expected number is worked out in a comment beside it.
 //
 // Not here: which requests the runner passes for a phase or a class, and the rows it stores
-// (tests of runner/runner.c); the SLO parser (tests of scenarios/scenario.c): SLOs here are
+// (tests of runner/runner.c); the SLO parser (tests of scenarios/scenario_slo.c): SLOs here are
 // filled by hand.
 #include <criterion/criterion.h>
 #include <math.h>

@@ -135,21 +135,6 @@ static bool stop_dead(replica *r, const req_log *L) {
 }
 static bool stop_never(replica *r, const req_log *L) { return false; }
 
-// True when pid no longer names a live process (gone, or a zombie awaiting a reaper that is
-// not us: the runner's workers are reparented when it dies).
-static bool pid_gone_or_zombie(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return true;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *close_paren = strrchr(buf, ')');
-  return close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
-}
-
 // Polls r (so it reaps what it fenced) until pid is gone, for at most timeout_s.
 static bool pump_until_gone(replica *r, req_log *L, pid_t pid, double timeout_s) {
   uint64_t deadline = sc_monotonic_ns() + (uint64_t)(timeout_s * 1e9);
@@ -439,7 +424,7 @@ Test(proc, workers_die_with_the_process_that_started_them, .timeout = 60) {
   bool gone = false;
   if (got == (ssize_t)sizeof pids && pids[0] > 0) {
     uint64_t deadline = sc_monotonic_ns() + 10 * NS_PER_S;
-    while (!(gone = pid_gone_or_zombie(pids[0])) && sc_monotonic_ns() < deadline) usleep(20000);
+    while (!(gone = sc_test_pid_gone(pids[0])) && sc_monotonic_ns() < deadline) usleep(20000);
   }
   if (pids[1] > 0) kill(pids[1], SIGKILL);
   if (pids[0] > 0 && !gone) kill(pids[0], SIGKILL);

@@ -74,13 +74,12 @@ static const char *tiny_scenario(const char *dir, const char *name, const char *
 Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeout = 900) {
   SKIP_UNDER_SANITIZERS();
   const char *dir = sc_test_tmpdir("run-qs");
-  char args[2048], db[600], junit[600], rep[600];
+  char db[600], junit[600], rep[600];
   snprintf(db, sizeof db, "%s/results.db", dir);
   snprintf(junit, sizeof junit, "%s/junit.xml", dir);
   snprintf(rep, sizeof rep, "%s/report", dir);
-  snprintf(args, sizeof args, "run %s/scenarios/quickstart.yaml --db %s --out %s --junit %s",
-           SC_SOURCE_DIR, db, rep, junit);
-  int rc = cli(args);
+  int rc = sc_test_run_scenario(out, sizeof out, SC_SOURCE_DIR "/scenarios/quickstart.yaml", db,
+                                "--out %s --junit %s", rep, junit);
   cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
   // the exit code is the verdict's
   const char *verdict = q1s(db, "SELECT verdict FROM run");
@@ -126,12 +125,10 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
 Test(run, concurrency_ramp_reports_the_knee_per_deployment, .timeout = 900) {
   SKIP_UNDER_SANITIZERS();
   const char *dir = sc_test_tmpdir("run-ramp");
-  char args[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/results.db", dir);
-  snprintf(args, sizeof args,
-           "run %s/scenarios/concurrency-ramp.yaml --db %s --out %s/report --quiet",
-           SC_SOURCE_DIR, db, dir);
-  int rc = cli(args);
+  int rc = sc_test_run_scenario(out, sizeof out, SC_SOURCE_DIR "/scenarios/concurrency-ramp.yaml",
+                                db, "--out %s/report --quiet", dir);
   cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM phase"), 2 * 6);
   // the knee is stored for both deployments (NULL when no step meets the SLO)
@@ -147,11 +144,10 @@ Test(run, concurrency_ramp_reports_the_knee_per_deployment, .timeout = 900) {
 Test(run, mixed_prompts_reports_ttft_p95_per_prompt_class, .timeout = 900) {
   SKIP_UNDER_SANITIZERS();
   const char *dir = sc_test_tmpdir("run-mixed");
-  char args[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/results.db", dir);
-  snprintf(args, sizeof args, "run %s/scenarios/mixed-prompts.yaml --db %s --out %s/report --quiet",
-           SC_SOURCE_DIR, db, dir);
-  int rc = cli(args);
+  int rc = sc_test_run_scenario(out, sizeof out, SC_SOURCE_DIR "/scenarios/mixed-prompts.yaml", db,
+                                "--out %s/report --quiet", dir);
   cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
   // one TTFT p95 per deployment x class, and the short class was not starved: every short
   // request completed
@@ -174,11 +170,10 @@ Test(run, an_slo_that_fails_exits_1_and_junit_carries_expected_vs_actual) {
                                  "workload:\n  prompts: [{input: 16, output: 8}]\n"
                                  "  phases: [{fixed: {requests: 12, concurrency: 3}}]\n"
                                  "slo: {ttft_p95_ms: 0.000001, error_rate: 0}\n");
-  char args[2048], db[600], junit[600];
+  char db[600], junit[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
   snprintf(junit, sizeof junit, "%s/j.xml", dir);
-  snprintf(args, sizeof args, "run %s --db %s --out %s/rep --junit %s", sc, db, dir, junit);
-  int rc = cli(args);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --junit %s", dir, junit);
   cr_assert_eq(rc, 1, "%s", out);
   cr_assert(strstr(out, "FAIL"), "%s", out);
   cr_assert_str_eq(q1s(db, "SELECT verdict FROM run"), "fail");
@@ -199,8 +194,8 @@ Test(run, passing_slos_exit_0_and_the_run_is_listed) {
                                  "slo: {ttft_p95_ms: 60000, error_rate: 0}\n");
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(args, sizeof args, "run %s --db %s --out %s/rep --quiet", sc, db, dir);
-  cr_assert_eq(cli(args), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --quiet", dir), 0, "%s",
+               out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'ok' AND output_tokens = 4"),
                20);
   snprintf(args, sizeof args, "runs --db %s", db);
@@ -220,10 +215,10 @@ Test(run, requests_past_the_timeout_end_as_timeouts_and_count_as_errors) {
                      "limits: {request_timeout: 50ms}\n"
                      "slo: {error_rate: 0}\n";
   cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
-  char args[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(args, sizeof args, "run %s --db %s --out %s/rep --quiet", sc, db, dir);
-  cr_assert_eq(cli(args), 1, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --quiet", dir), 1, "%s",
+               out);
   cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status = 'timeout'"), 4);
   // the client gave up at arrival + 50 ms: that is the request's end, no token after it
   cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE finish_ns - arrival_ns != 50000000"),
@@ -239,11 +234,11 @@ Test(run, requests_past_the_timeout_end_as_timeouts_and_count_as_errors) {
 Test(run, admission_keeps_max_running_under_overload_and_counts_steps_past_the_limits,
      .timeout = 120) {
   const char *dir = sc_test_tmpdir("admission");
-  char args[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(args, sizeof args, "run " SC_SOURCE_DIR "/scenarios/admission.yaml --db %s --quiet "
-           "--no-report", db);
-  cr_assert_eq(cli(args), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, SC_SOURCE_DIR "/scenarios/admission.yaml", db,
+                                    "--quiet --no-report"),
+               0, "%s", out);
   // 96 users, at most 32 running: the batch stops at the limit and the rest queue
   cr_expect_eq(q1(db, "SELECT max(seqs) FROM step"), 32);
   cr_expect_gt(q1(db, "SELECT value FROM metric WHERE name = 'peak_queue' AND phase_id IS NULL "
@@ -267,10 +262,10 @@ Test(run, the_metrics_audit_finds_a_metric_that_disagrees_with_its_rows, .timeou
                                  "workload:\n  prompts: [{input: {uniform: [8, 64]}, "
                                  "output: {uniform: [2, 40]}}]\n"
                                  "  phases: [{fixed: {requests: 40, concurrency: 4}}]\n");
-  char args[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(args, sizeof args, "run %s --db %s --quiet --no-report", sc, db);
-  cr_assert_eq(cli(args), 0, "%s", out); // every run is audited: this one agrees
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc, db, "--quiet --no-report"), 0, "%s",
+               out); // every run is audited: this one agrees
   sqlite3 *h = NULL;
   cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
   char why[200] = "";
@@ -389,8 +384,7 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
                                      "faults: [{at: 1s, hot_swap: {dtype: int4}}]\n");
   char args[2048], db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(args, sizeof args, "run %s --db %s", faults, db);
-  cr_assert_eq(cli(args), 2, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, faults, db, NULL), 2, "%s", out);
   cr_assert(strstr(out, "faults.yaml:") &&
                 strstr(out, "hot_swap dtype int4: the real backends hold"),
             "%s", out);
@@ -408,8 +402,7 @@ Test(run, scenarios_this_version_cannot_run_are_refused_before_anything_is_recor
              "output: 4}]\n  phases: [{fixed: {requests: 1}}]\n",
              sim_only[i].model);
     cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
-    snprintf(args, sizeof args, "run %s --db %s", path, db);
-    cr_assert_eq(cli(args), 2, "%s", out);
+    cr_assert_eq(sc_test_run_scenario(out, sizeof out, path, db, NULL), 2, "%s", out);
     cr_assert(strstr(out, sim_only[i].want) && strstr(out, "mode: sim"), "%s", out);
     snprintf(args, sizeof args, "validate %s", path); // validate says the same
     cr_assert_eq(cli(args), 2, "%s", out);
@@ -435,14 +428,12 @@ Test(run, a_clock_jump_that_cannot_be_injected_is_refused_before_anything_is_rec
                                     "workload:\n  prompts: [{input: 8, output: 4}]\n"
                                     "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
                                     "faults: [{at: 1s, clock_jump: {offset: +1h}}]\n");
-  char args[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(args, sizeof args, "run %s --db %s", frac, db);
-  cr_expect_eq(cli(args), 2, "%s", out);
+  cr_expect_eq(sc_test_run_scenario(out, sizeof out, frac, db, NULL), 2, "%s", out);
   cr_expect(strstr(out, "frac.yaml:") && strstr(out, "whole seconds only"), "%s", out);
   setenv("SHARDCHECK_LIBFAKETIME", "/nonexistent/libfaketimeMT.so.1", 1);
-  snprintf(args, sizeof args, "run %s --db %s", whole, db);
-  int rc = cli(args);
+  int rc = sc_test_run_scenario(out, sizeof out, whole, db, NULL);
   unsetenv("SHARDCHECK_LIBFAKETIME");
   cr_expect_eq(rc, 2, "%s", out);
   cr_expect(strstr(out, "clock_jump needs libfaketime"), "%s", out);
@@ -465,10 +456,9 @@ Test(run, router_isolation_thread_keeps_replicas_in_process_and_still_takes_faul
                                    "workload:\n  prompts: [{input: 8, output: 4}]\n"
                                    "  phases: [{fixed: {requests: 4, concurrency: 1}}]\n"
                                    "faults: [{at: 1s, clock_jump: {offset: +1h}}]\n");
-  char args[2048], db[600];
+  char db[600];
   snprintf(db, sizeof db, "%s/r.db", dir);
-  snprintf(args, sizeof args, "run %s --db %s --no-report", sc, db);
-  cr_expect_eq(cli(args), 0, "%s", out);
+  cr_expect_eq(sc_test_run_scenario(out, sizeof out, sc, db, "--no-report"), 0, "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM run WHERE json_extract(config, '$.isolation') = "
                       "'thread'"), 1);
   cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'kill' AND detected_ns IS NOT "
@@ -480,8 +470,7 @@ Test(run, router_isolation_thread_keeps_replicas_in_process_and_still_takes_faul
   cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0, "%s", out);
   cr_expect_eq(q1(db, "SELECT value FROM metric WHERE name = 'leaked_processes' AND phase_id "
                       "IS NULL"), 0);
-  snprintf(args, sizeof args, "run %s --db %s", jump, db);
-  cr_expect_eq(cli(args), 2, "%s", out);
+  cr_expect_eq(sc_test_run_scenario(out, sizeof out, jump, db, NULL), 2, "%s", out);
   cr_expect(strstr(out, "clock_jump needs router.isolation: process"), "%s", out);
   cr_expect_eq(q1(db, "SELECT count(*) FROM run"), 1, "refused before anything is recorded");
 }

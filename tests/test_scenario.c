@@ -1,10 +1,10 @@
-// Tests for the scenario language (scenarios/scenario.c) and `shardcheck validate`: a full
-// scenario parses with every field as written, defaults fill what is left out, scaling items
-// expand (with dedupe, labels and the planner's auto choice), and each kind of bad input is
-// one SC_INVALID naming its exact FILE:LINE:COL and key. mode: sim (its hardware keys, the
-// resolved profile and planner parameters, its refusals), the --mode/--profile overrides
-// (scenario_load_with), and every shipped scenario, with the planner's refusal of the
-// tests/data copies that add {tp: 1}.
+// Tests for the scenario language (scenarios/scenario.c and its section files) and `shardcheck
+// validate`: a full scenario parses with every field as written, defaults fill what is left
+// out, scaling items expand (with dedupe, labels and the planner's auto choice), and each kind
+// of bad input is one SC_INVALID naming its exact FILE:LINE:COL and key. mode: sim (its
+// hardware keys, the resolved profile and planner parameters, its refusals), the
+// --mode/--profile overrides (scenario_load_with), and every shipped scenario, with the
+// planner's refusal of the tests/data copies that add {tp: 1}.
 //
 // Not here: the planner's arithmetic (tests/test_memplan.c), the strict flat reader itself
 // (tests/test_memplan.c), reading dataset lines (the workload generator's tests).
@@ -213,7 +213,7 @@ Test(scenario_parse, full_scenario_parses_every_field_as_written) {
   cr_expect_eq(s->limits.block_size, 32);
   cr_expect_float_eq(s->limits.kv_headroom, 0.2, 1e-12);
   cr_expect_eq(s->limits.collective_timeout_ns, 5 * SEC);
-  cr_expect_eq(s->router.policy, SCN_ROUTER_ROUND_ROBIN);
+  cr_expect_eq(s->router.policy, ROUTER_ROUND_ROBIN);
   scenario_free(s);
 }
 
@@ -251,7 +251,7 @@ Test(scenario_parse, defaults_fill_every_key_left_out) {
   cr_expect_eq(s->limits.block_size, 16);
   cr_expect_float_eq(s->limits.kv_headroom, 0.10, 1e-12);
   cr_expect_eq(s->limits.collective_timeout_ns, 30 * SEC);
-  cr_expect_eq(s->router.policy, SCN_ROUTER_LEAST_OUTSTANDING);
+  cr_expect_eq(s->router.policy, ROUTER_LEAST_OUTSTANDING);
   cr_expect_eq(s->router.detect_timeout_ns, 2 * SEC);
   cr_expect_eq(s->router.max_retries, 3);
   cr_expect_eq(s->router.backoff_ns, SEC / 20);

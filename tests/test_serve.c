@@ -609,6 +609,19 @@ static int raw_connect(int port) {
   return fd;
 }
 
+// GET /health until it answers status, timeout_s at most; the last response (the caller frees
+// it).
+static resp health_until(int port, long status, double timeout_s) {
+  uint64_t deadline = sc_test_deadline(timeout_s);
+  resp r = http(port, "GET", "/health", NULL, NULL);
+  while (r.status != status && sc_test_before(deadline)) {
+    resp_free(&r);
+    sc_test_sleep_ms(10);
+    r = http(port, "GET", "/health", NULL, NULL);
+  }
+  return r;
+}
+
 static void short_idle(server_config *c) {
   c->idle_timeout_s = 1;
   c->max_connections = 3;
@@ -625,16 +638,15 @@ Test(serve, slow_clients_time_out_and_connections_past_the_limit_get_503) {
   char buf[256];
   cr_assert_leq(read(fd, buf, sizeof buf), 0);
   close(fd);
-  // three idle connections held: the fourth request gets 503
+  // three idle connections held: the fourth request gets 503 (once the server has taken the
+  // three: it accepts them on its own thread)
   int held[3];
   for (int i = 0; i < 3; i++) held[i] = raw_connect(b->port);
-  usleep(100000);
-  resp r = http(b->port, "GET", "/health", NULL, NULL);
+  resp r = health_until(b->port, 503, 10);
   expect_error(&r, 503, "connections");
   resp_free(&r);
   for (int i = 0; i < 3; i++) close(held[i]);
-  usleep(100000);
-  r = http(b->port, "GET", "/health", NULL, NULL);
+  r = health_until(b->port, 200, 10); // once it has seen them close
   cr_assert_eq(r.status, 200);
   resp_free(&r);
   bed_free(b);
@@ -742,7 +754,8 @@ Test(serve, drain_refuses_new_requests_and_lets_running_ones_finish) {
           .body = "{\"prompt\":\"hello\",\"max_tokens\":30,\"ignore_eos\":true,\"stream\":true}"};
   pthread_t t;
   pthread_create(&t, NULL, bg_request, &g);
-  while (metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} ") < 1) usleep(2000);
+  sc_test_await(metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} ") >= 1, 30,
+                "the request never started running");
   int cut = server_drain(b->srv, 10ull * 1000000000ull);
   pthread_join(t, NULL);
   cr_assert_eq(cut, 0);
@@ -765,7 +778,8 @@ Test(serve, drain_timeout_cuts_off_a_stream_with_an_error_event) {
           .body = "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}"};
   pthread_t t;
   pthread_create(&t, NULL, bg_request, &g);
-  while (metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} ") < 1) usleep(2000);
+  sc_test_await(metric(b->port, "vllm:num_requests_running{model_name=\"llama3-70b\"} ") >= 1, 30,
+                "the request never started running");
   cr_assert_eq(server_drain(b->srv, 100000000ull), 1);
   pthread_join(t, NULL);
   cr_assert_eq(g.r.status, 200);
@@ -965,10 +979,9 @@ Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
                         "hardware: {profile: h100-sxm, gpus: 4}\ndeployments: [{tp: 4}]\n"
                         "workload:\n  prompts: [{input: 1024, output: 32}]\n"
                         "  phases: [{fixed: {requests: 1, concurrency: 1}}]\n");
-  char db[512], args[2048], out[65536];
+  char db[512], out[65536];
   snprintf(db, sizeof db, "%s.db", scn);
-  snprintf(args, sizeof args, "run %s --db %s --no-report --quiet", scn, db);
-  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, scn, db, "--no-report --quiet"), 0, "%s", out);
   double ttft_run = (double)sc_test_q1(db, "SELECT first_token_ns - arrival_ns FROM request");
   double tpot_run =
       (double)sc_test_q1(db, "SELECT (MAX(t.t_ns) - MIN(t.t_ns)) / (COUNT(*) - 1) FROM token t");
@@ -1019,7 +1032,8 @@ Test(serve, requests_past_max_pending_get_503) {
   bg g = {.port = b->port, .body = body};
   pthread_t t;
   pthread_create(&t, NULL, bg_request, &g);
-  while (metric(b->port, "shardcheck:requests_pending ") < 1) usleep(1000);
+  sc_test_await(metric(b->port, "shardcheck:requests_pending ") >= 1, 30,
+                "the long prompt never waited for its first token");
   resp r = http(b->port, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}", NULL);
   expect_error(&r, 503, "max-pending");
   resp_free(&r);

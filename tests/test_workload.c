@@ -5,7 +5,7 @@
 // llama-tiny preset (context 512, vocab 512, BOS 1); datasets are written to temporary
 // directories. Statistical checks use fixed seeds and tolerances of several standard errors.
 //
-// Not here: parsing the workload block from YAML (tests of scenarios/scenario.c), how the
+// Not here: parsing the workload block from YAML (tests of scenarios/scenario_workload.c), how the
 // runner uses requests and gaps (tests of the runner).
 #include <criterion/criterion.h>
 #include <inttypes.h>

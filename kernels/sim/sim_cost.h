@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/knobs.h"
+
 #define SIM_CURVE_MAX 32
 #define SIM_TABLES_MAX 64
 
@@ -111,18 +113,12 @@ typedef struct sim_engine {
   int logits_bytes;   // bytes a logit takes in the TP all-gather of the sampled rows' logits: 2
                       // for an engine that gathers them in the model's dtype (vLLM), 4 for f32
                       // (shardcheck's engine); 0: 4
-  // the scheduler's knobs; 0: the scenario's limits
-  int max_running, token_budget, block_size;
-  int chunked_prefill; // 1: on (chunks of limits.prefill_chunk); -1: off (a prompt, up to the
-                       // token budget, in one step); 0: the scenario's limits
-  int no_evict;        // 1: admission reserves full lengths, nothing preempted; -1: admit while
-                       // blocks last, preempt by recompute; 0: the scenario's limits
-  int prefix_caching;  // 1: on, -1: off, 0: the scenario's limits
-  int reserve_full_isl; // 1: admit only when all of a request's tokens fit, -1: when this
-                        // step's chunk does; 0: the scenario's limits
-  bool has_kv_watermark; // kv_watermark replaces the scenario's
-  double kv_watermark;   // fraction of KV blocks an admission leaves free while others run
-  int num_gpu_blocks;    // KV blocks per replica (the measured engine's); 0: the planner's
+  // The scheduler's knobs of the measured engine, one field per row of kernels/knobs.h (its
+  // pkey: max_running, token_budget, block_size, chunked_prefill, no_evict, prefix_caching,
+  // reserve_full_isl, kv_watermark with has_kv_watermark, num_gpu_blocks). 0: the scenario's
+  // limits; a flag is 1 on, -1 off (chunked_prefill -1: a prompt, up to the token budget, in
+  // one step); a value replaces the scenario's when its has_ flag is set.
+  SC_KNOBS(SC_KNOB_PROFILE_FIELD)
 } sim_engine;
 
 // The idealized engine: no engine costs, efficiencies 1, the scenario's limits.
