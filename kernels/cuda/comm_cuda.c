@@ -75,7 +75,7 @@
 //
 // Not done: ncclCommShrink (NCCL >= 2.27) to drop a dead rank and go on with the survivors;
 // after any failure the group stays broken and the caller builds a new one. Left to other
-// files: the device (kernels/cuda/cuda_device.c), the kernels (cuda_kernels.cu), the shm
+// files: the device (kernels/cuda/cuda_device.c), the kernels (cuda_*.cu), the shm
 // meeting (kernels/comm_shm.c), and who calls abort (a watchdog in the engine).
 #include "kernels/comm.h"
 

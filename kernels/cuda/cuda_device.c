@@ -17,7 +17,7 @@
 //   bf16-rounded activations with fp32 sums (a bf16 model's tensor-core path), except for one
 //   row (batch-1 decode), where a kernel of our own streams the weights once with the same
 //   rounding and fp32 sums; matmul_q8 and the layer ops are this backend's own kernels
-//   (cuda_kernels.cu), each held to the CPU backend's formula.
+//   (cuda_*.cu), each held to the CPU backend's formula.
 // - Graphs: graph_begin / graph_end record a rank's decode step as a CUDA graph (stream capture,
 //   thread-local) and replay it (docs/cuda.md); SHARDCHECK_CUDA_GRAPHS=0 at open turns them off.
 // - Errors: every CUDA and cuBLAS call is checked (cuda_backend.h); the op returns SC_DEVICE

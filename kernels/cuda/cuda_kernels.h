@@ -1,4 +1,5 @@
-// The CUDA backend's own kernels (kernels/cuda/cuda_kernels.cu), as C-callable launchers.
+// The CUDA backend's own kernels (kernels/cuda/*.cu: cuda_kernels.cu, cuda_attention.cu,
+// cuda_matmul.cu, cuda_sample.cu), as C-callable launchers.
 //
 // Each launcher enqueues its kernel(s) on the stream it is given and returns what
 // cudaGetLastError() says right after the launch (cudaSuccess, or why the launch failed); it
