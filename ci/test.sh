@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What CI runs (.ci/run) and what the README shows: set-up, a warnings-as-errors build with
-# every test, the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
+# every test and its Debian packages installed and run (ci/package.sh), the same tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the
 # threaded tests (communicator, engine, profile, the runner's end-to-end runs, the HTTP server) under
 # ThreadSanitizer, then every input parser under libFuzzer for a short fixed time (ci/fuzz.sh).
 #
@@ -44,6 +45,9 @@ run_tests() {
 
 build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_tests release
+# The Debian packages of that build, installed with apt-get and run from outside the checkout,
+# then removed (the DESTDIR install is a test of its own above: tests/install.sh).
+bash ci/package.sh build/release
 
 build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undefined
 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
