@@ -41,11 +41,11 @@ remove() { # whatever of the two got installed
 }
 trap remove EXIT
 echo "== package: apt-get install ./shardcheck_*.deb$([ $cuda = 1 ] && echo " ./shardcheck-cuda_*.deb")"
-if [ $cuda = 1 ]; then
-  (cd "$build" && $sudo apt-get install -y -qq ./shardcheck_*.deb ./shardcheck-cuda_*.deb)
-else
-  (cd "$build" && $sudo apt-get install -y -qq ./shardcheck_*.deb)
-fi
+debs='./shardcheck_*.deb' # globs, expanded in $build below
+[ $cuda = 1 ] && debs+=' ./shardcheck-cuda_*.deb'
+# shellcheck disable=SC2086
+(cd "$build" && $sudo apt-get install -y -qq $debs >apt.log 2>&1) || { cat "$build/apt.log"; exit 1; }
+grep -E "^(Unpacking|Setting up)" "$build/apt.log" | sed 's/^/  /'
 
 work=$(mktemp -d)
 cd "$work"
@@ -60,6 +60,8 @@ sc=$(command -v shardcheck) || { echo "FAIL: no shardcheck on PATH after apt-get
 echo "== package: from $work"
 shardcheck --version | tee version.txt
 grep -qx "data: /usr/share/shardcheck" version.txt || fail "--version does not name /usr/share/shardcheck"
+pkg=$(dpkg-query -W -f='${Version}' shardcheck)
+grep -qx "shardcheck $pkg" version.txt || fail "the package's version $pkg is not the binary's"
 shardcheck validate quickstart scaling-llama3-8b-h100 || fail "validate of shipped scenarios by name"
 shardcheck run scaling-llama3-8b-h100 --db results.db --out report --quiet ||
   fail "run scaling-llama3-8b-h100 (mode sim)"
