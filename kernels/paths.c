@@ -17,14 +17,14 @@
 #ifndef SC_PKGLIBDIR_REL
 #define SC_PKGLIBDIR_REL "../lib/shardcheck" // bindir -> libdir/shardcheck
 #endif
-#define SC_BUILD_DATA_LINK "shardcheck-data" // in a build tree: a link to the checkout
+#define SC_BUILD_SOURCE_FILE "shardcheck-source-dir" // in a build tree: the checkout's path
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char exe_dir[PATH_MAX];     // "" when unknown
 static char data_root[PATH_MAX];   // "" when none
 static char pkglib_dir[PATH_MAX];  // "" when the executable's directory is unknown
 static char installed[PATH_MAX];   // the installed candidate, as looked for
-static char build_link[PATH_MAX];  // the build-tree candidate, as looked for
+static char build_file[PATH_MAX];  // the build tree's file naming its checkout, as looked for
 
 static bool is_dir(const char *p) {
   struct stat st;
@@ -50,12 +50,18 @@ static void find(void) {
   snprintf(exe_dir, sizeof exe_dir, "%s", slash == exe ? "/" : exe);
   if ((size_t)snprintf(installed, sizeof installed, "%s/%s", exe, SC_DATADIR_REL) >=
           sizeof installed ||
-      (size_t)snprintf(build_link, sizeof build_link, "%s/%s", exe, SC_BUILD_DATA_LINK) >=
-          sizeof build_link) {
-    installed[0] = build_link[0] = 0;
+      (size_t)snprintf(build_file, sizeof build_file, "%s/%s", exe, SC_BUILD_SOURCE_FILE) >=
+          sizeof build_file) {
+    installed[0] = build_file[0] = 0;
     return;
   }
-  if (!dir_real(installed, data_root)) dir_real(build_link, data_root);
+  if (!dir_real(installed, data_root)) {
+    char src[PATH_MAX] = "";
+    FILE *f = fopen(build_file, "r");
+    if (f && fgets(src, sizeof src, f)) src[strcspn(src, "\n")] = 0;
+    if (f) fclose(f);
+    if (src[0]) dir_real(src, data_root);
+  }
   char lib[PATH_MAX];
   if ((size_t)snprintf(lib, sizeof lib, "%s/%s", exe, SC_PKGLIBDIR_REL) < sizeof lib &&
       !dir_real(lib, pkglib_dir))
@@ -82,7 +88,8 @@ void paths_data_looked(char *buf, size_t cap) {
   if (data_root[0])
     snprintf(buf, cap, "%s", data_root);
   else if (installed[0])
-    snprintf(buf, cap, "%s (installed) or %s (a build tree)", installed, build_link);
+    snprintf(buf, cap, "%s (installed) or the checkout %s names (a build tree)", installed,
+             build_file);
   else
     snprintf(buf, cap, "nowhere: the executable's path is unknown");
 }

@@ -6,7 +6,9 @@
 // staging tree moved elsewhere and a build tree all work without a path compiled in:
 //   installed:  BIN/../share/shardcheck (CMake's install rules put the data there; the
 //               relative path comes from GNUInstallDirs at configure time)
-//   build tree: BIN/shardcheck-data, a link CMake makes in the build directory to the checkout
+//   build tree: the checkout named in BIN/shardcheck-source-dir, a file CMake writes in the
+//               build directory (a file, not a link: a link into the checkout from inside it
+//               would send whatever follows links around in a loop)
 // The data root mirrors the checkout: scenarios/*.yaml, scenarios/hardware/*.yaml and
 // scenarios/models/*.yaml. What is read from it is config/'s and cli/'s business; presets and
 // profiles are also compiled in (kernels/embedded.h), so a binary with no data root still runs.
@@ -19,8 +21,7 @@
 // it cannot be read. A static string, computed once; thread-safe.
 const char *paths_exe_dir(void);
 
-// The shared data root: the installed one when it exists, else a build tree's link to its
-// checkout; NULL when neither exists. A static string (an absolute path without links),
+// The shared data root: the installed one when it exists, else a build tree's checkout; NULL when neither exists. A static string (an absolute path without links),
 // computed once; thread-safe.
 const char *paths_data_root(void);
 

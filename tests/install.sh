@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An install that cannot see the checkout: `cmake --install` of this build into a DESTDIR, the
 # installed tree then moved elsewhere (so nothing may point at where it was staged, and the build
-# tree's link to the checkout is not beside the binary), run from a directory outside both:
+# tree's file naming the checkout is not beside the binary), run from a directory outside both:
 # --version names the installed data root; a shipped scenario by name validates, runs in mode
 # sim and writes its report; a profile installed under a name not built in is found by that name;
 # a profile found nowhere is one line naming every place looked, exit 2; the real engine runs;
