@@ -37,12 +37,14 @@ static void load(void) {
   }
   if (!h) {
     const char *e = dlerror();
+    if (!e) e = "unknown error";
     if (env && *env)
-      sc_fail(&why, SC_INVALID, "backend 'cuda': cannot load %s: %s", path, e ? e : "unknown error");
+      sc_fail(&why, SC_INVALID, "backend 'cuda': cannot load %s: %s", path, e);
     else // every place looked, the last one's answer
-      sc_fail(&why, SC_INVALID, "backend 'cuda': cannot load %s: not in %s nor in %s, and the "
-              "dynamic linker says: %s", SC_CUDA_LIBRARY, paths_exe_dir() ? paths_exe_dir() : "?",
-              paths_pkglib_dir() ? paths_pkglib_dir() : "?", e ? e : "unknown error");
+      sc_fail(&why, SC_INVALID,
+              "backend 'cuda': cannot load %s: not in %s nor in %s, and the dynamic linker says: %s",
+              SC_CUDA_LIBRARY, paths_exe_dir() ? paths_exe_dir() : "?",
+              paths_pkglib_dir() ? paths_pkglib_dir() : "?", e);
     return;
   }
   const cuda_api *(*get)(void) = (const cuda_api *(*)(void))dlsym(h, "shardcheck_cuda_api");

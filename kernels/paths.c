@@ -20,11 +20,11 @@
 #define SC_BUILD_SOURCE_FILE "shardcheck-source-dir" // in a build tree: the checkout's path
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static char exe_dir[PATH_MAX];     // "" when unknown
-static char data_root[PATH_MAX];   // "" when none
-static char pkglib_dir[PATH_MAX];  // "" when the executable's directory is unknown
-static char installed[PATH_MAX];   // the installed candidate, as looked for
-static char build_file[PATH_MAX];  // the build tree's file naming its checkout, as looked for
+static char exe_dir[PATH_MAX];    // "" when unknown
+static char data_root[PATH_MAX];  // "" when none
+static char pkglib_dir[PATH_MAX]; // "" when the executable's directory is unknown
+static char installed[PATH_MAX];  // the installed candidate, as looked for
+static char build_file[PATH_MAX]; // the build tree's file naming its checkout, as looked for
 
 static bool is_dir(const char *p) {
   struct stat st;

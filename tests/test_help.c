@@ -234,8 +234,10 @@ Test(help, lists_give_the_names_that_resolve) {
 Test(help, shipped_scenario_by_name_from_another_directory) {
   char args[1200];
   const char *dir = sc_test_tmpdir("byname");
-  snprintf(args, sizeof args, "validate capacity/llama3-8b-h100 quickstart --quiet; cd %s && %s "
-           "validate quickstart", dir, SC_BINARY);
+  snprintf(args, sizeof args,
+           "validate capacity/llama3-8b-h100 quickstart --quiet; cd %s && %s "
+           "validate quickstart",
+           dir, SC_BINARY);
   int rc = sc_test_run_cli(args, out, sizeof out);
   cr_expect_eq(rc, 0, "%s", out);
   cr_expect(strstr(out, "/scenarios/quickstart.yaml: ok: scenario 'quickstart'"), "%s", out);
