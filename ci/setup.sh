@@ -18,6 +18,8 @@ pkgs=(
   libmicrohttpd-dev                  # shardcheck serve's HTTP server
   libcurl4-openssl-dev               # HTTP client: serve's tests, external targets
   python3                            # tests/openai_standin.py, the HTTP targets' stand-in server
+  file dpkg-dev                      # ci/package.sh: CPack's DEB generator (file types, dpkg-shlibdeps)
+  groff-base                         # tests/test_help.c: the man page renders without warnings
 )
 
 # The official `openai` npm package, pinned (tests/clients/package.json), for the serve tests

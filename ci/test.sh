@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What CI runs (.ci/run) and what the README shows: set-up, a warnings-as-errors build with
-# every test, the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
+# every test and its Debian packages installed and run (ci/package.sh), the same tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the
 # threaded tests (communicator, engine, profile, the runner's end-to-end runs, the HTTP server) under
 # ThreadSanitizer, then every input parser under libFuzzer for a short fixed time (ci/fuzz.sh).
 #
@@ -44,10 +45,16 @@ run_tests() {
 
 build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_tests release
+# The Debian packages of that build, installed with apt-get and run from outside the checkout,
+# then removed (the DESTDIR install is a test of its own above: tests/install.sh).
+bash ci/package.sh build/release
 
+# Under the sanitizers every test but the three bash ones that check the tool as shipped (the
+# install tree, the completion, the README's commands): what they check is files, paths and
+# documented commands, not memory or threads, so they run once, on the release build above.
 build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undefined
 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
-  UBSAN_OPTIONS=print_stacktrace=1 run_tests asan
+  UBSAN_OPTIONS=print_stacktrace=1 run_tests asan -E '^(install|completion|readme)$'
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant|recorder|replica_http|serve|serve_client)$'

@@ -54,6 +54,16 @@ void cli_print_wrapped(FILE *f, const char *text, int indent, int width);
 // model_preset_names or hw_profile_names.
 void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, int));
 
+// A scenario given on the command line: a file when one exists at arg (or arg ends in .yaml:
+// the loader then names the missing file), else the shipped scenario of that name
+// (DATA_ROOT/scenarios/NAME.yaml, kernels/paths.h: `quickstart`, `capacity/llama3-8b-h100`).
+// The path goes into out. SC_INVALID naming every place looked when there is neither; out is
+// then "".
+sc_status cli_scenario_path(const char *arg, char *out, size_t cap, sc_error *err);
+// Prints the shipped scenarios' names, one a line (what cli_scenario_path resolves): nothing
+// without a data root.
+void cli_print_scenario_names(FILE *f);
+
 // The source revision a run records (store_run.git_rev): $SHARDCHECK_GIT_REV when set and not
 // empty, else `git rev-parse --short HEAD` in the current directory, else "" (no revision).
 // Writes at most cap bytes into rev (cap CLI_GIT_REV_CAP keeps what the store has always kept).

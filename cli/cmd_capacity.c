@@ -1,6 +1,7 @@
 // `shardcheck capacity FILE`: the cheapest GPUs and layout that serve a traffic within its SLO,
 // by simulation (runner/capacity.h; docs/capacity.md). Parses the flags, runs the search,
 // stores it, prints the table and writes the report.
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,8 @@ static void usage(FILE *f) {
              "scenario with an slo and rate phases only; each probe runs it in mode sim with one\n"
              "deployment, every rate phase scaled to the probed rate (the first phase's rate\n"
              "is the one named). Every point is stored in the database; the table is printed\n"
-             "and a report (index.html, capacity.svg) is written.\n\n"
+             "and a report (index.html, capacity.svg) is written. FILE may also name a shipped\n"
+             "scenario (`shardcheck help --list scenarios`): capacity/llama3-8b-h100.\n\n"
              "  --gpus KIND:N,...   GPU kinds (hardware profiles) and how many of each at most\n"
              "                      (default: the scenario's hardware.profile and gpus)\n"
              "  --rate R            the target rate, requests/s (default: the scenario's first\n"
@@ -152,7 +154,9 @@ int cmd_capacity(int argc, char **argv) {
   sc_error err = {{0}};
   scenario *s = NULL;
   scn_overrides ov = {.mode = "sim"};
-  sc_status st = scenario_load_with(file, &ov, &s, &err);
+  char path[PATH_MAX];
+  sc_status st = cli_scenario_path(file, path, sizeof path, &err);
+  if (st == SC_OK) st = scenario_load_with(path, &ov, &s, &err);
   if (st != SC_OK) return cli_fail("capacity", st, &err);
   if (o.n_kinds == 0) { // the scenario's profile, so that --cost can name it
     snprintf(o.kinds[0].name, sizeof o.kinds[0].name, "%.255s", s->hardware.profile);

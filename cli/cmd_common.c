@@ -1,12 +1,18 @@
 // Helpers shared by the subcommands: status -> exit code, one-line error reports, number
-// parsing, name lists, the source revision a run records. The subcommands themselves are
-// cli/cmd_*.c; the store (reports/store.c) records the revision it is given and runs no git.
+// parsing, name lists, shipped scenarios by name, the source revision a run records. The
+// subcommands themselves are cli/cmd_*.c; the store (reports/store.c) records the revision it
+// is given and runs no git; where the shipped files are is kernels/paths.c's to find.
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "config/yaml_map.h"
+#include "kernels/paths.h"
 
 int cli_exit_code(sc_status s) {
   switch (s) {
@@ -98,6 +104,67 @@ void cli_print_names(FILE *f, const char *what, int (*names_fn)(const char **, i
   fprintf(f, "%s:", what);
   for (int i = 0; i < n; i++) fprintf(f, "%s %s", i ? "," : "", names[i]);
   fprintf(f, "%s\n", n ? "" : " (none)");
+}
+
+// --- shipped scenarios
+
+sc_status cli_scenario_path(const char *arg, char *out, size_t cap, sc_error *err) {
+  struct stat st;
+  if (stat(arg, &st) == 0 || yaml_map_is_path(arg)) { // a file, or one the loader will report
+    if ((size_t)snprintf(out, cap, "%s", arg) >= cap)
+      return sc_fail(err, SC_INVALID, "scenario path too long: %s", arg);
+    return SC_OK;
+  }
+  char rel[512], tried[2 * PATH_MAX + 64];
+  if ((size_t)snprintf(rel, sizeof rel, "scenarios/%s.yaml", arg) < sizeof rel &&
+      paths_data_file(rel, out, cap))
+    return SC_OK;
+  if (out[0]) {
+    snprintf(tried, sizeof tried, "no %s", out);
+  } else {
+    char where[2 * PATH_MAX];
+    paths_data_looked(where, sizeof where);
+    snprintf(tried, sizeof tried, "no shared data directory (looked for %s)", where);
+  }
+  out[0] = 0;
+  return sc_fail(err, SC_INVALID, "scenario '%s': no such file here, and not a shipped "
+                 "scenario: %s", arg, tried);
+}
+
+// Prints prefix + the stem of every DIR/*.yaml, one a line, in name order.
+static void print_yaml_stems(FILE *f, const char *dir, const char *prefix) {
+  struct dirent **ents = NULL;
+  int n = scandir(dir, &ents, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    const char *name = ents[i]->d_name;
+    size_t len = strlen(name);
+    if (len > 5 && !strcmp(name + len - 5, ".yaml"))
+      fprintf(f, "%s%.*s\n", prefix, (int)(len - 5), name);
+    free(ents[i]);
+  }
+  free(ents);
+}
+
+void cli_print_scenario_names(FILE *f) {
+  const char *root = paths_data_root();
+  char dir[PATH_MAX];
+  if (!root || (size_t)snprintf(dir, sizeof dir, "%s/scenarios", root) >= sizeof dir) return;
+  print_yaml_stems(f, dir, "");
+  struct dirent **ents = NULL;
+  int n = scandir(dir, &ents, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    const char *name = ents[i]->d_name;
+    char sub[PATH_MAX], prefix[300];
+    struct stat st;
+    if (name[0] != '.' && strcmp(name, "hardware") && strcmp(name, "models") &&
+        (size_t)snprintf(sub, sizeof sub, "%s/%s", dir, name) < sizeof sub &&
+        stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+      snprintf(prefix, sizeof prefix, "%s/", name);
+      print_yaml_stems(f, sub, prefix);
+    }
+    free(ents[i]);
+  }
+  free(ents);
 }
 
 // --- the source revision

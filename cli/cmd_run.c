@@ -1,4 +1,5 @@
 // `shardcheck run FILE`: runs a scenario, records it, writes the report, prints the verdict.
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +30,9 @@ static void usage(FILE *f) {
           "request, token time, engine step and device sample goes to the SQLite database\n"
           "(fewer with --record);\n"
           "at the end the metrics, the SLO verdicts, the plots and index.html are written,\n"
-          "and the verdict table is printed.\n\n"
+          "and the verdict table is printed. A FILE that does not exist and has no .yaml\n"
+          "ending is the name of a shipped scenario (`shardcheck help --list scenarios`),\n"
+          "e.g. quickstart.\n\n"
           "  --db PATH      results database, created when absent (default results.db)\n"
           "  --out DIR      report directory (default reports/out/run-<id>/)\n"
           "  --seed N       override the scenario's seed\n"
@@ -149,7 +152,9 @@ int cmd_run(int argc, char **argv) {
   if (!file) return cli_usage_error("run", "missing the scenario FILE", NULL);
   sc_error err = {{0}};
   scenario *s = NULL;
-  sc_status st = scenario_load_with(file, &ov, &s, &err);
+  char path[PATH_MAX];
+  sc_status st = cli_scenario_path(file, path, sizeof path, &err);
+  if (st == SC_OK) st = scenario_load_with(path, &ov, &s, &err);
   if (st != SC_OK) return cli_fail("run", st, &err);
   for (int i = 0; i < s->n_warnings; i++) fprintf(stderr, "warning: %s\n", s->warnings[i]);
   if (sens > 0 && s->mode != SCN_MODE_SIM) {

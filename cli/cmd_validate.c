@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,7 +29,8 @@ static void usage(FILE *f) {
           "memory planner on the scenario's hardware profile, every fault names a phase and a\n"
           "replica or rank that exists, every SLO names a metric. Each error is one line,\n"
           "FILE:LINE:COL: key 'K': expected ..., got .... The reference for every key is\n"
-          "docs/scenarios.md.\n\n"
+          "docs/scenarios.md. A FILE that does not exist and has no .yaml ending is the name of\n"
+          "a shipped scenario (`shardcheck help --list scenarios`), e.g. quickstart.\n\n"
           "For a valid file it prints one line: the scenario's name, mode, model, deployments,\n"
           "phases, faults, SLOs and the expected time per deployment.\n\n"
           "  -q, --quiet   print nothing for a valid file (errors are still printed)\n"
@@ -170,10 +172,12 @@ static void print_summary(const char *path, const scenario *s) {
 // --- the command
 
 // Validates one file; returns its exit code.
-static int validate_one(const char *path, bool quiet) {
+static int validate_one(const char *arg, bool quiet) {
   scenario *s = NULL;
   sc_error err = {{0}};
-  sc_status st = scenario_load(path, &s, &err);
+  char path[PATH_MAX];
+  sc_status st = cli_scenario_path(arg, path, sizeof path, &err);
+  if (st == SC_OK) st = scenario_load(path, &s, &err);
   if (st != SC_OK) return cli_fail("validate", st, &err);
   // The dataset's lines are the workload generator's to read: building it here makes a bad
   // line fail `validate` with its FILE:LINE exactly as `run` would.

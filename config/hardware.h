@@ -21,7 +21,8 @@
 #define HW_TABLES_COLL_MAX 8        // allreduce tables at most
 #define HW_ENGINE_EFF_MAX 10        // engine.prefill_eff, engine.decode_eff at most
 
-// Loads a profile by name (embedded scenarios/hardware/NAME.yaml) or from a .yaml path.
+// Loads a profile by name (scenarios/hardware/NAME.yaml, built in or installed: config/
+// yaml_map.h) or from a .yaml path.
 // Unknown keys, missing keys and wrong types are SC_INVALID naming file:line:column and key;
 // *out is written only on SC_OK.
 sc_status hw_profile_load(const char *name_or_path, hw_profile *out, sc_error *err);
@@ -35,7 +36,8 @@ void hw_profile_write_engine(FILE *o, const sim_engine *e);
 // keeps gpus_per_node as is: what a scenario's hardware.link overrides. SC_INVALID for an
 // unknown link name, *p left as it was.
 sc_status hw_profile_set_link(hw_profile *p, const char *link, sc_error *err);
-// Fills names[] with the embedded profile names (static strings); returns how many exist.
+// Fills names[] with the built-in and installed profile names (static strings); returns how
+// many exist.
 int hw_profile_names(const char **names, int cap);
-// Writes "a100-80g, cpu, h100-sxm, ..." (the embedded profile names) into buf, for messages.
+// Writes "a100-80g, cpu, h100-sxm, ..." (hw_profile_names) into buf, for messages.
 void hw_profile_names_list(char *buf, size_t cap);

@@ -1,5 +1,5 @@
-// Model presets (scenarios/models/NAME.yaml, embedded in the binary) and the command-line
-// resolution "preset name or model directory" -> model_config.
+// Model presets (scenarios/models/NAME.yaml, embedded in the binary or installed) and the
+// command-line resolution "preset name or model directory" -> model_config.
 //
 // The struct, reading config.json and checking a config are engine/model.c; the YAML reader
 // is config/yaml_map.c. A preset gives shapes only: it has no weights (`shardcheck model gen`
@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 
 #include "config/yaml_map.h"
-#include "kernels/embedded.h"
 
 #define MODELS_DIR "scenarios/models"
 #define MODEL_ROPE_THETA_DEFAULT 10000.0f // Llama's rope base (the key is required anyway)
@@ -96,9 +95,8 @@ sc_status model_config_resolve(const char *preset_or_dir, model_config *out, boo
                    "model '%s': no such directory (a model directory holds config.json); "
                    "or give a preset: %s",
                    preset_or_dir, list);
-  char path[256];
-  snprintf(path, sizeof path, MODELS_DIR "/%s.yaml", preset_or_dir);
-  if (sc_embedded_find(path)) return model_preset_load(preset_or_dir, out, err);
+  if (yaml_map_named_exists(MODELS_DIR, preset_or_dir))
+    return model_preset_load(preset_or_dir, out, err);
   return sc_fail(err, SC_INVALID,
                  "model '%s' is neither a preset nor a directory; presets: %s "
                  "(or a directory with config.json, or a .yaml file)",

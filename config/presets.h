@@ -11,12 +11,14 @@
 #include "engine/model.h"
 #include "kernels/status.h"
 
-// Loads a preset by name from the embedded scenarios/models/NAME.yaml, or from a .yaml path.
+// Loads a preset by name (scenarios/models/NAME.yaml, built in or installed: config/
+// yaml_map.h), or from a .yaml path.
 // Unknown keys, missing keys, wrong types and a config model_config_check refuses are
 // SC_INVALID naming the file (and line:column where there is one); *out is written only on
 // SC_OK.
 sc_status model_preset_load(const char *name_or_path, model_config *out, sc_error *err);
-// Fills names[] with the embedded preset names (static strings); returns how many exist.
+// Fills names[] with the built-in and installed preset names (static strings); returns how
+// many exist.
 int model_preset_names(const char **names, int cap);
 
 // A model given on the command line: a preset name, or a directory with config.json.

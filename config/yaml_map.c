@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <limits.h>
 #include <sys/stat.h>
 
 #include "kernels/embedded.h"
+#include "kernels/paths.h"
 
 #define YAML_MAP_FILE_MAX ((size_t)64 << 20) // largest flat YAML file read, bytes
 #define YAML_MAP_DEPTH_MAX 64                // nesting walked to find a node's first token
@@ -499,7 +502,7 @@ bool yaml_map_is_path(const char *s) {
 
 static struct {
   char dir[128];
-  int n;                          // how many embedded DIR/*.yaml exist
+  int n;                          // how many names exist (built-in, then installed ones)
   char names[NAMES_MAX][NAME_LEN]; // sorted stems (the first NAMES_MAX)
 } names_cache[NAMES_DIRS];
 static int names_cache_n;
@@ -507,24 +510,40 @@ static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int cmp_name(const void *a, const void *b) { return strcmp(a, b); }
 
+// Adds the stem of file (NAME.yaml; anything else is skipped) to slot c unless it is there.
+static void names_add(int c, const char *file) {
+  size_t len = strlen(file);
+  if (len <= 5 || strcmp(file + len - 5, ".yaml") || len - 5 >= NAME_LEN) return;
+  int k = names_cache[c].n;
+  for (int i = 0; i < k && i < NAMES_MAX; i++)
+    if (strlen(names_cache[c].names[i]) == len - 5 &&
+        !strncmp(names_cache[c].names[i], file, len - 5))
+      return;
+  if (k < NAMES_MAX) snprintf(names_cache[c].names[k], NAME_LEN, "%.*s", (int)(len - 5), file);
+  names_cache[c].n = k + 1;
+}
+
 int yaml_map_names(const char *dir, const char **names, int cap) {
   pthread_mutex_lock(&names_lock);
   int c = 0;
   while (c < names_cache_n && strcmp(names_cache[c].dir, dir)) c++;
   if (c == names_cache_n && c < NAMES_DIRS) {
     snprintf(names_cache[c].dir, sizeof names_cache[c].dir, "%s", dir);
+    names_cache[c].n = 0;
     size_t dl = strlen(dir);
-    int k = 0;
     for (const sc_embedded_file *f = sc_embedded_files; f->path; f++) {
       const char *rest = f->path + dl;
       if (strncmp(f->path, dir, dl) || *rest != '/' || strchr(rest + 1, '/')) continue;
-      size_t rl = strlen(rest + 1);
-      if (rl <= 5 || strcmp(rest + 1 + rl - 5, ".yaml") || rl - 5 >= NAME_LEN) continue;
-      if (k < NAMES_MAX)
-        snprintf(names_cache[c].names[k], NAME_LEN, "%.*s", (int)(rl - 5), rest + 1);
-      k++;
+      names_add(c, rest + 1);
     }
-    names_cache[c].n = k;
+    char path[PATH_MAX];
+    const char *root = paths_data_root();
+    DIR *d = root && (size_t)snprintf(path, sizeof path, "%s/%s", root, dir) < sizeof path
+                 ? opendir(path)
+                 : NULL;
+    for (struct dirent *e; d && (e = readdir(d));) names_add(c, e->d_name);
+    if (d) closedir(d);
+    int k = names_cache[c].n;
     qsort(names_cache[c].names, (size_t)(k < NAMES_MAX ? k : NAMES_MAX), NAME_LEN, cmp_name);
     names_cache_n++;
   }
@@ -543,21 +562,45 @@ void yaml_map_names_list(const char *dir, char *buf, size_t cap) {
     len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
 }
 
+// Where the document `name` of dir is: the embedded file (*emb) or, when none is built in, the
+// installed DATA_ROOT/DIR/NAME.yaml (its path in file, true). file gets the path tried either
+// way ("" without a data root); false when neither exists.
+static bool named_find(const char *dir, const char *name, const sc_embedded_file **emb,
+                       char *file, size_t cap) {
+  char rel[256];
+  *emb = NULL;
+  file[0] = 0;
+  if (strchr(name, '/') || (size_t)snprintf(rel, sizeof rel, "%s/%s.yaml", dir, name) >= sizeof rel)
+    return false;
+  if ((*emb = sc_embedded_find(rel))) return true;
+  return paths_data_file(rel, file, cap);
+}
+
+bool yaml_map_named_exists(const char *dir, const char *name) {
+  const sc_embedded_file *emb;
+  char file[PATH_MAX];
+  return named_find(dir, name, &emb, file, sizeof file);
+}
+
 sc_status yaml_map_read_named(const char *dir, const char *what, const char *name_or_path,
                               const yaml_map_field *fields, int n, sc_error *err) {
   if (!name_or_path || !*name_or_path)
     return sc_fail(err, SC_INVALID, "empty %s name", what);
   if (yaml_map_is_path(name_or_path)) return yaml_map_read_file(name_or_path, fields, n, err);
-  char path[256];
-  const sc_embedded_file *f = NULL;
-  if (!strchr(name_or_path, '/') &&
-      (size_t)snprintf(path, sizeof path, "%s/%s.yaml", dir, name_or_path) < sizeof path)
-    f = sc_embedded_find(path);
-  if (!f) {
-    char list[400];
-    yaml_map_names_list(dir, list, sizeof list);
-    return sc_fail(err, SC_INVALID, "unknown %s '%s'; available: %s (or a path to a .yaml file)",
-                   what, name_or_path, list);
+  const sc_embedded_file *f;
+  char file[PATH_MAX];
+  if (named_find(dir, name_or_path, &f, file, sizeof file))
+    return f ? yaml_map_read_string(f->data, f->size, f->path, fields, n, err)
+             : yaml_map_read_file(file, fields, n, err);
+  char list[400], looked[2 * PATH_MAX + 64];
+  yaml_map_names_list(dir, list, sizeof list);
+  if (file[0])
+    snprintf(looked, sizeof looked, "no file %s", file);
+  else {
+    char where[2 * PATH_MAX];
+    paths_data_looked(where, sizeof where);
+    snprintf(looked, sizeof looked, "no shared data directory (looked for %s)", where);
   }
-  return yaml_map_read_string(f->data, f->size, f->path, fields, n, err);
+  return sc_fail(err, SC_INVALID, "unknown %s '%s': not built in (%s) and %s; or give a path "
+                 "to a .yaml file", what, name_or_path, list, looked);
 }

@@ -3,7 +3,8 @@
 // wrong types are SC_INVALID with "FILE:LINE:COL: key 'K': expected ..., got ...".
 //
 // Also "named documents": a name resolved to an embedded file DIR/NAME.yaml (kernels/
-// embedded.h) or, when it ends in .yaml, to a file on disk; presets (config/presets.c) and
+// embedded.h) or an installed one (kernels/paths.h), or, when it ends in .yaml, to a file on
+// disk; presets (config/presets.c) and
 // hardware profiles (config/hardware.c) use it. Nested documents (scenarios) walk the tree
 // themselves with the helpers below (positions, describe, one value at a time, views of one
 // mapping, checks, picks and sequences: config/yaml_map_view.c), so every reader words the
@@ -187,15 +188,21 @@ bool yaml_map_parse_u64(const char *text, void *dst);  // uint64_t, plain decima
   "a duration such as 250us, 500ms, 30s, 2m or 1h (a bare number is seconds)"
 #define YAML_MAP_SDUR_EXPECT "a signed duration such as +1h, -30m or 90s"
 
-// --- named documents: embedded DIR/NAME.yaml, or a path ending in .yaml
+// --- named documents: embedded DIR/NAME.yaml, installed DATA_ROOT/DIR/NAME.yaml, or a path
+// A name is looked up among the files compiled in first, then in the shared data root
+// (kernels/paths.h: the installed share/shardcheck, or a build tree's checkout), so a profile
+// or preset dropped there is found by name; a built-in one wins over a file of the same name.
 // `what` names the kind in messages ("model preset", "hardware profile"). An unknown name is
-// SC_INVALID listing the names that exist.
+// SC_INVALID in one line naming every place looked: the built-in names and the file tried (or
+// where the data root was looked for).
 sc_status yaml_map_read_named(const char *dir, const char *what, const char *name_or_path,
                               const yaml_map_field *fields, int n, sc_error *err);
-// Fills names[] with the stems of the embedded DIR/*.yaml, sorted (static strings, valid for
-// the life of the process); returns how many exist (may exceed cap).
+// True when the name (not a path) resolves as yaml_map_read_named would resolve it.
+bool yaml_map_named_exists(const char *dir, const char *name);
+// Fills names[] with the stems of the embedded and the installed DIR/*.yaml, each once, sorted
+// (static strings, valid for the life of the process); returns how many exist (may exceed cap).
 int yaml_map_names(const char *dir, const char **names, int cap);
-// Writes "a, b, c" (the embedded names under dir) into buf.
+// Writes "a, b, c" (the names yaml_map_names gives) into buf.
 void yaml_map_names_list(const char *dir, char *buf, size_t cap);
 // True when s ends with ".yaml" or ".yml".
 bool yaml_map_is_path(const char *s);

@@ -9,20 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/paths.h"
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const cuda_api *api;
 static sc_error why; // why api is NULL
 
-// The library beside the running executable, into buf; false when /proc/self/exe is unreadable.
-static bool beside_exe(char *buf, size_t cap) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return false;
-  exe[n] = 0;
-  char *slash = strrchr(exe, '/');
-  if (!slash) return false;
-  *slash = 0;
-  return snprintf(buf, cap, "%s/%s", exe, SC_CUDA_LIBRARY) < (int)cap;
+// DIR/libshardcheck_cuda.so into buf when that file exists; false otherwise (or DIR NULL).
+static bool in_dir(const char *dir, char *buf, size_t cap) {
+  return dir && snprintf(buf, cap, "%s/%s", dir, SC_CUDA_LIBRARY) < (int)cap &&
+         access(buf, F_OK) == 0;
 }
 
 static void load(void) {
@@ -33,14 +29,22 @@ static void load(void) {
     snprintf(path, sizeof path, "%s", env);
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   } else {
-    if (beside_exe(path, sizeof path) && access(path, F_OK) == 0)
+    if (in_dir(paths_exe_dir(), path, sizeof path) ||
+        in_dir(paths_pkglib_dir(), path, sizeof path))
       h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     else
       h = dlopen(strcpy(path, SC_CUDA_LIBRARY), RTLD_NOW | RTLD_LOCAL);
   }
   if (!h) {
     const char *e = dlerror();
-    sc_fail(&why, SC_INVALID, "backend 'cuda': cannot load %s: %s", path, e ? e : "unknown error");
+    if (!e) e = "unknown error";
+    if (env && *env)
+      sc_fail(&why, SC_INVALID, "backend 'cuda': cannot load %s: %s", path, e);
+    else // every place looked, the last one's answer
+      sc_fail(&why, SC_INVALID,
+              "backend 'cuda': cannot load %s: not in %s nor in %s, and the dynamic linker says: %s",
+              SC_CUDA_LIBRARY, paths_exe_dir() ? paths_exe_dir() : "?",
+              paths_pkglib_dir() ? paths_pkglib_dir() : "?", e);
     return;
   }
   const cuda_api *(*get)(void) = (const cuda_api *(*)(void))dlsym(h, "shardcheck_cuda_api");

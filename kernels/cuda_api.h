@@ -9,7 +9,8 @@
 // use the CPU backend or the simulator, so only a run that opens a cuda device pays for CUDA.
 //
 // Where the library is looked for: $SHARDCHECK_CUDA_LIBRARY if set, else beside the running
-// executable, else the dynamic linker's search path.
+// executable (a build tree), else the installed library directory (kernels/paths.h:
+// BIN/../lib/shardcheck), else the dynamic linker's search path.
 #pragma once
 
 #include <stdbool.h>
