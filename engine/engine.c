@@ -487,7 +487,56 @@ static sc_status sim_run(engine *e, int n, engine_step_info *info, sc_error *err
     return sc_fail(err, SC_INVALID, "engine: the cost model refused a step of %d sequences", n);
   double ns = c.total_s * 1e9;
   info->duration_ns = ns < 1 ? 1 : (uint64_t)(ns + 0.5);
+  info->host_ns = (uint64_t)(c.host_s * 1e9 + 0.5);
   info->bubble_frac = c.bubble_frac;
+  return SC_OK;
+}
+
+// Runs the planned items[0..n) (n > 0) on the backend and emits their tokens; adds the step's
+// tokens to info and sets its duration. The engine is broken when the backend fails.
+static sc_status run_items(engine *e, int n, engine_step_info *info, sc_error *err) {
+  for (int i = 0; i < n; i++) {
+    const sched_item *it = &e->items[i];
+    e->eseqs[i] = (exec_seq){.start = it->start, .n = it->n, .tokens = it->s->tokens + it->start,
+                             .blocks = it->s->blocks, .n_blocks = it->s->n_blocks,
+                             .want_logits = it->sample, .mem = ((eseq *)it->s)->mem};
+    // One token past the prompt is a decode token; anything else is (re)prefill.
+    if (it->n == 1 && it->start >= it->s->n_prompt)
+      info->decode_tokens++;
+    else
+      info->prefill_tokens += it->n;
+  }
+  // Every row greedy and nobody watching the logits: the devices pick the tokens, and only
+  // the tokens cross to the host (no logits copy; under TP no logits all-gather either).
+  e->picked = e->can_pick && !e->cfg.on_logits; // can_pick: never on sim
+  e->drawn = false;
+  for (int i = 0, row = 0; e->picked && i < n; i++) {
+    if (!e->items[i].sample) continue;
+    const seq *q = e->items[i].s;
+    e->draws[row++] = (dev_sample_row){
+        .temperature = q->sampling.temperature, .top_p = q->sampling.top_p,
+        .u = sampler_uniform(q->sampling.seed, (uint64_t)q->n_generated)};
+    if (q->sampling.temperature > 0.0f) e->drawn = true;
+  }
+  if (e->drawn && !e->can_draw) e->picked = e->drawn = false;
+  sc_status s = e->be->run(e, n, info, err);
+  if (s != SC_OK) {
+    e->broken = s;
+    return s;
+  }
+  e->steps++;
+  int row = 0;
+  for (int i = 0; i < n; i++) {
+    sched_item *it = &e->items[i];
+    it->s->n_computed += it->n;
+    sched_computed(e->sched, it->s);
+    if (!it->sample) continue;
+    size_t V = (size_t)e->cfg.model.vocab_size;
+    const float *lg = !e->logits || e->picked ? NULL : e->logits + (size_t)row * V;
+    const int32_t *pk = e->picked ? e->picks + row : NULL;
+    row++;
+    SC_TRY(emit_token(e, it->s, lg, pk));
+  }
   return SC_OK;
 }
 
@@ -508,49 +557,21 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
       return s;
     }
   }
-  if (n > 0) {
-    for (int i = 0; i < n; i++) {
-      const sched_item *it = &e->items[i];
-      e->eseqs[i] = (exec_seq){.start = it->start, .n = it->n, .tokens = it->s->tokens + it->start,
-                               .blocks = it->s->blocks, .n_blocks = it->s->n_blocks,
-                               .want_logits = it->sample, .mem = ((eseq *)it->s)->mem};
-      // One token past the prompt is a decode token; anything else is (re)prefill.
-      if (it->n == 1 && it->start >= it->s->n_prompt)
-        info->decode_tokens++;
-      else
-        info->prefill_tokens += it->n;
-    }
-    // Every row greedy and nobody watching the logits: the devices pick the tokens, and only
-    // the tokens cross to the host (no logits copy; under TP no logits all-gather either).
-    e->picked = e->can_pick && !e->cfg.on_logits; // can_pick: never on sim
-    e->drawn = false;
-    for (int i = 0, row = 0; e->picked && i < n; i++) {
-      if (!e->items[i].sample) continue;
-      const seq *q = e->items[i].s;
-      e->draws[row++] = (dev_sample_row){
-          .temperature = q->sampling.temperature, .top_p = q->sampling.top_p,
-          .u = sampler_uniform(q->sampling.seed, (uint64_t)q->n_generated)};
-      if (q->sampling.temperature > 0.0f) e->drawn = true;
-    }
-    if (e->drawn && !e->can_draw) e->picked = e->drawn = false;
-    sc_status s = e->be->run(e, n, info, err);
-    if (s != SC_OK) {
-      e->broken = s;
-      return s;
-    }
-    e->steps++;
-    int row = 0;
-    for (int i = 0; i < n; i++) {
-      sched_item *it = &e->items[i];
-      it->s->n_computed += it->n;
-      sched_computed(e->sched, it->s);
-      if (!it->sample) continue;
-      size_t V = (size_t)e->cfg.model.vocab_size;
-      const float *lg = !e->logits || e->picked ? NULL : e->logits + (size_t)row * V;
-      const int32_t *pk = e->picked ? e->picks + row : NULL;
-      row++;
-      SC_TRY(emit_token(e, it->s, lg, pk));
-    }
+  bool decode_only = n > 0;
+  for (int i = 0; i < n; i++) decode_only &= e->items[i].n == 1 && e->items[i].sample;
+  if (n > 0) SC_TRY(run_items(e, n, info, err));
+  // decode_steps: a decode-only step goes on for up to decode_steps steps before the next
+  // plan (vLLM's multi-step scheduling): the running sequences decode again without admission
+  // or preemption, the host's part of each further step is not paid again (its price says
+  // which part that is; a real backend reports none), and every token comes out at the end.
+  for (int k = 1; decode_only && k < e->cfg.decode_steps; k++) {
+    int m = sched_plan_continue(e->sched, e->items);
+    if (m <= 0) break;
+    engine_step_info sub = {.t_start_ns = sc_clock_now(&e->cfg.clock)};
+    SC_TRY(run_items(e, m, &sub, err));
+    info->decode_tokens += sub.decode_tokens;
+    info->duration_ns += sub.duration_ns - (sub.host_ns < sub.duration_ns ? sub.host_ns : 0);
+    if (m > n) n = m;
   }
   info->n_seqs = n;
   info->queue_len = sched_n_waiting(e->sched);

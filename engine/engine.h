@@ -109,6 +109,8 @@ typedef struct engine_event {
 typedef struct engine_step_info {
   uint64_t t_start_ns;   // engine clock
   uint64_t duration_ns;  // of the executor run (0 when nothing ran); sim: the priced time
+  uint64_t host_ns;      // sim: the host's part of duration_ns (the step overhead and the
+                         // engine block's step_s and seq_s); a real backend: 0
   double bubble_frac;    // sim with pp > 1: the pipeline's idle fraction (else 0)
   int n_seqs;            // sequences in the step
   int prefill_tokens;    // prompt (or recomputed) tokens computed

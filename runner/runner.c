@@ -878,7 +878,7 @@ static char *config_json(const scenario *s, uint64_t seed) {
 #define KNOB_JSON_bool json_boolean
 #define KNOB_JSON_double json_real
 #define KNOB_JSON(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
-  if ((j) == SC_KNOB_J_ALWAYS || s->limits.name)                                                   \
+  if ((j) == SC_KNOB_J_ALWAYS || s->limits.name != (dflt))                                         \
     json_object_set_new(o, #name, KNOB_JSON_##type(s->limits.name));
   SC_KNOBS(KNOB_JSON)
 #undef KNOB_JSON

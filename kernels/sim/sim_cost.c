@@ -561,6 +561,7 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
       .compute_s = last.busy * ef,
       .comm_s = last.comm,
       .overhead_s = last.launch * ef + ov,
+      .host_s = ov,
       .bubble_frac = pp > 1 && last.end > 0 ? 1 - busy_sum / (pp * last.end) : 0,
       .n_microbatches = n_mb,
   };

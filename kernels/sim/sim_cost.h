@@ -194,6 +194,8 @@ typedef struct sim_step_cost {
   double comm_s;       // collectives and PP transfers on the critical path
   double overhead_s;   // the step overhead (step_overhead_s or its table) + launches + the
                        // engine block's step_s + seq_s per sequence
+  double host_s;       // the host's part of overhead_s: the step overhead and the engine
+                       // block's step_s and seq_s (not the launches)
   double bubble_frac;  // pp > 1: idle fraction of the stages between the step's start and end
   int n_microbatches;
 } sim_step_cost;
