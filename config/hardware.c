@@ -283,6 +283,7 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
       {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
       {"prefill_eff", YAML_MAP_DOUBLE, &e->prefill_eff, 0, false, NULL, NULL, NULL, NULL},
       {"decode_eff", YAML_MAP_DOUBLE, &e->decode_eff, 0, false, NULL, NULL, NULL, NULL},
+      {"error", YAML_MAP_DOUBLE, &e->error, 0, false, NULL, NULL, NULL, NULL},
       {"mixed_attn", YAML_MAP_NODE, e, 0, false, NULL,
        "a list of {heads, kv_heads, head_dim, decodes, factor: [[context, factor], ...]}", NULL,
        node_mixed_attn},
@@ -302,6 +303,9 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
     return sc_fail(err, SC_INVALID, "%s: engine: keys 'prefill_eff' and 'decode_eff' must be in "
                    "(0, %d], got %g and %g", where, HW_ENGINE_EFF_MAX, e->prefill_eff,
                    e->decode_eff);
+  if (!(e->error >= 0 && e->error <= 10))
+    return sc_fail(err, SC_INVALID, "%s: engine: key 'error' must be a relative half-width in "
+                   "[0, 10], got %g", where, e->error);
   SC_KNOBS(KNOB_SET)
   return SC_OK;
 }
@@ -329,6 +333,7 @@ void hw_profile_write_engine(FILE *o, const sim_engine *e) {
       fprintf(o, "%s[%.6g, %.6g]", k ? ", " : "", m->factor.x[k], m->factor.y[k]);
     fprintf(o, "]}\n");
   }
+  if (e->error > 0) fprintf(o, "  error: %.4g\n", e->error);
   if (e->logits_bytes > 0) // the bytes are what is priced: an f16 block comes back as bf16
     fprintf(o, "  logits_dtype: %s\n", e->logits_bytes == 2 ? "bf16" : "f32");
   SC_KNOBS(KNOB_WRITE)
@@ -386,7 +391,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
   // what `engine` takes, for a value that is not a mapping: the costs, then the knobs
   char engine_expect[400];
   size_t len = (size_t)snprintf(engine_expect, sizeof engine_expect,
-                                "a mapping {step_s, seq_s, prefill_eff, decode_eff");
+                                "a mapping {step_s, seq_s, prefill_eff, decode_eff, error");
 #define KNOB_KEY(name, type, dflt, en, s, pf, pkey, ok, ex, j)                                     \
   len += (size_t)snprintf(engine_expect + len, sizeof engine_expect - len, ", " #pkey);
   SC_KNOBS(KNOB_KEY)

@@ -452,6 +452,8 @@ sim_engine sim_engine_defaults(void) {
   return (sim_engine){.prefill_eff = 1, .decode_eff = 1};
 }
 
+double sim_engine_error(const sim_engine *e) { return e->error > 0 ? e->error : SIM_IDEALIZED_ERROR; }
+
 // The engine block's kernel-time factor for a step: the token-weighted mean of 1 / prefill_eff
 // over prefill tokens and 1 / decode_eff over decode tokens (a sequence computing one token).
 // Exactly 1 when neither efficiency is set.

@@ -110,6 +110,9 @@ typedef struct sim_engine {
   double decode_eff;  // kernel time of decode tokens (a sequence computing 1 token); <= 0: 1
   sim_mixed_attn mixed_attn[SIM_MIXED_MAX]; // by attention shape; none: decodes priced alike
   int n_mixed_attn;
+  double error;       // the relative half-width of the intervals of what this block predicts
+                      // (`shardcheck calibrate` writes its fit's); 0: unknown, read as
+                      // SIM_IDEALIZED_ERROR (the idealized engine's documented error)
   int logits_bytes;   // bytes a logit takes in the TP all-gather of the sampled rows' logits: 2
                       // for an engine that gathers them in the model's dtype (vLLM), 4 for f32
                       // (shardcheck's engine); 0: 4
@@ -120,6 +123,14 @@ typedef struct sim_engine {
   // one step); a value replaces the scenario's when its has_ flag is set.
   SC_KNOBS(SC_KNOB_PROFILE_FIELD)
 } sim_engine;
+
+// The idealized engine's error on the published runs of docs/calibration.md ("Validation
+// across layouts"): the half-width of the interval put around what a profile without a fitted
+// engine block predicts.
+#define SIM_IDEALIZED_ERROR 0.5
+
+// The relative half-width of e's predictions: its error, or SIM_IDEALIZED_ERROR when unknown.
+double sim_engine_error(const sim_engine *e);
 
 // The idealized engine: no engine costs, efficiencies 1, the scenario's limits.
 sim_engine sim_engine_defaults(void);
