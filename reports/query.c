@@ -1066,10 +1066,16 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
   c->runner_up = sqlite3_column_type(st, 14) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 14);
   c->served = sqlite3_column_int(st, 15) != 0;
   sqlite3_finalize(st);
+  // a file of version 4 or older (opened read-only, not migrated) has no interval: its
+  // bounds are the prediction
   const char *ls = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
-                   "output_tok_s, cost_per_mtok, limit_text FROM capacity_layout "
-                   "WHERE capacity_id = ?1 ORDER BY idx";
-  if (sqlite3_prepare_v2(db, ls, -1, &st, NULL) != SQLITE_OK)
+                   "output_tok_s, cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error "
+                   "FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
+  const char *ls4 = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
+                    "output_tok_s, cost_per_mtok, limit_text, max_rate, max_rate, 0 "
+                    "FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
+  bool v5 = sqlite3_prepare_v2(db, ls, -1, &st, NULL) == SQLITE_OK;
+  if (!v5 && sqlite3_prepare_v2(db, ls4, -1, &st, NULL) != SQLITE_OK)
     return sc_fail(err, SC_IO, "reading capacity layouts: %s", sqlite3_errmsg(db));
   sqlite3_bind_int64(st, 1, c->id);
   int cap = 0;
@@ -1098,11 +1104,17 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
     l->output_tok_s = col_real(st, 9);
     l->cost_per_mtok = col_real(st, 10);
     col_str(st, 11, l->limit, sizeof l->limit);
+    l->max_rate_lo = col_real(st, 12);
+    l->max_rate_hi = col_real(st, 13);
+    l->error = sqlite3_column_double(st, 14);
   }
   sqlite3_finalize(st);
-  const char *ps = "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "
-                   "output_tok_s, error_rate, failed FROM capacity_point WHERE capacity_id = ?1 "
-                   "ORDER BY layout, idx";
+  const char *ps = v5 ? "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "
+                        "output_tok_s, error_rate, failed, bound FROM capacity_point WHERE "
+                        "capacity_id = ?1 ORDER BY layout, idx"
+                      : "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "
+                        "output_tok_s, error_rate, failed, 0 FROM capacity_point WHERE "
+                        "capacity_id = ?1 ORDER BY layout, idx";
   if (sqlite3_prepare_v2(db, ps, -1, &st, NULL) != SQLITE_OK) {
     rq_capacity_free(c);
     return sc_fail(err, SC_IO, "reading capacity points: %s", sqlite3_errmsg(db));
@@ -1131,6 +1143,7 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
     p->output_tok_s = col_real(st, 6);
     p->error_rate = col_real(st, 7);
     col_str(st, 8, p->failed, sizeof p->failed);
+    p->bound = sqlite3_column_int(st, 9);
   }
   sqlite3_finalize(st);
   return SC_OK;

@@ -6,7 +6,7 @@
 // This file holds only the DDL; reports/store.c opens, migrates and writes.
 #include "reports/store.h"
 
-const int store_schema_version = 4;
+const int store_schema_version = 5;
 
 // An external server's scraped figures (store_server_sample_add creates it on first use).
 const char *const store_server_sample_sql =
@@ -194,6 +194,10 @@ const char *const store_schema_sql =
     "  output_tok_s REAL,\n"             // at max_rate
     "  cost_per_mtok REAL,\n"            // cost per million output tokens at max_rate
     "  limit_text TEXT,\n"               // what failed just above max_rate
+    // version 5: the interval (docs/capacity.md, "The interval")
+    "  max_rate_lo REAL,\n"              // capacity at the pessimistic end of the interval
+    "  max_rate_hi REAL,\n"              // ... at the optimistic end
+    "  error REAL,\n"                    // the interval's relative half-width (0: none)
     "  PRIMARY KEY(capacity_id, idx)) WITHOUT ROWID;\n"
     "CREATE TABLE IF NOT EXISTS capacity_point(\n"
     "  capacity_id INTEGER NOT NULL REFERENCES capacity(id),\n"
@@ -205,4 +209,6 @@ const char *const store_schema_sql =
     "  output_tok_s REAL,\n"
     "  error_rate REAL,\n"
     "  failed TEXT,\n"                   // the first SLO that failed, or why the run failed
+    "  bound INTEGER NOT NULL DEFAULT 0,\n" // version 5: 0 the prediction's search, -1 the
+                                         // pessimistic bound's, 1 the optimistic's
     "  PRIMARY KEY(capacity_id, layout, idx)) WITHOUT ROWID;\n";

@@ -250,7 +250,8 @@ static int read_version(store *s, long *version) {
 // Migrates an older file to the current version in one transaction, each version's steps in
 // turn: version 1 gains run.repeat_group and run.repeat_index; version 3's token table (a row
 // per token) becomes token_times (a row per request, its times in index order) and the token
-// view; the schema text then creates what is missing (fault_window, the capacity tables).
+// view; versions 3 and 4's capacity tables gain the interval's columns (version 5); the schema
+// text then creates what is missing (fault_window, the capacity tables).
 // Another process may have migrated the file between our read and the lock: the version is
 // read again under it. On error the file is left as it was.
 static sc_status migrate(store *s, sc_error *err) {
@@ -272,6 +273,13 @@ static sc_status migrate(store *s, sc_error *err) {
                  "  ORDER BY request_id, idx) GROUP BY request_id;"
                  " DROP TABLE token;",
                  "migrating the token rows to version 4", err);
+  if (r == SC_OK && version >= 3 && version <= 4) // the capacity tables gain the interval
+    r = exec_sql(s,
+                 "ALTER TABLE capacity_layout ADD COLUMN max_rate_lo REAL;"
+                 " ALTER TABLE capacity_layout ADD COLUMN max_rate_hi REAL;"
+                 " ALTER TABLE capacity_layout ADD COLUMN error REAL;"
+                 " ALTER TABLE capacity_point ADD COLUMN bound INTEGER NOT NULL DEFAULT 0;",
+                 "migrating the capacity tables to version 5", err);
   if (r == SC_OK && version < store_schema_version) {
     r = exec_sql(s, store_schema_sql, "migrating the schema", err);
     char sql[96];
@@ -971,7 +979,8 @@ sc_status store_capacity_add(store *s, const store_cap_search *c, const store_ca
     rc = sqlite3_prepare_v2(s->db,
                             "INSERT INTO capacity_layout(capacity_id, idx, kind, tp, pp, dp, "
                             "gpus, label, cost_per_hour, max_rate, capped, output_tok_s, "
-                            "cost_per_mtok, limit_text) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                            "cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error) "
+                            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                             -1, &st, NULL);
     if (rc != SQLITE_OK) r = db_fail(s, rc, "preparing a capacity_layout row", err);
   }
@@ -993,6 +1002,9 @@ sc_status store_capacity_add(store *s, const store_cap_search *c, const store_ca
     bind_real_opt(st, 12, l->output_tok_s);
     bind_real_opt(st, 13, l->cost_per_mtok);
     bind_text(st, 14, l->limit[0] ? l->limit : NULL);
+    bind_real_opt(st, 15, l->max_rate_lo);
+    bind_real_opt(st, 16, l->max_rate_hi);
+    sqlite3_bind_double(st, 17, l->error);
     r = exec_stmt(s, st, "inserting a capacity_layout row", err);
   }
   sqlite3_finalize(st);
@@ -1001,7 +1013,7 @@ sc_status store_capacity_add(store *s, const store_cap_search *c, const store_ca
     rc = sqlite3_prepare_v2(s->db,
                             "INSERT INTO capacity_point(capacity_id, layout, idx, rate, pass, "
                             "ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, output_tok_s, error_rate, "
-                            "failed) VALUES(?,?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL);
+                            "failed, bound) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL);
     if (rc != SQLITE_OK) r = db_fail(s, rc, "preparing a capacity_point row", err);
   }
   for (int i = 0; r == SC_OK && i < n_points; i++) {
@@ -1019,6 +1031,7 @@ sc_status store_capacity_add(store *s, const store_cap_search *c, const store_ca
     bind_real_opt(st, 9, p->output_tok_s);
     bind_real_opt(st, 10, p->error_rate);
     bind_text(st, 11, p->failed[0] ? p->failed : NULL);
+    bind_i64(st, 12, p->bound);
     r = exec_stmt(s, st, "inserting a capacity_point row", err);
   }
   sqlite3_finalize(st);

@@ -184,6 +184,8 @@ typedef struct store_cap_point {
   double error_rate;
   char failed[160];    // when !pass: the first SLO that failed ("ttft_p95_ms 812 > 500"), or
                        // why the run did not complete
+  int bound;           // which search: 0 the prediction's, -1 the pessimistic bound's (the
+                       // profile's prices at the slow end of its interval), 1 the optimistic's
 } store_cap_point;
 
 // One layout searched: a GPU kind and tp x pp x dp, and what the bisection found.
@@ -197,6 +199,9 @@ typedef struct store_cap_layout {
   double output_tok_s;  // at max_rate
   double cost_per_mtok; // cost_per_hour / (output_tok_s x 3600) x 1e6 at max_rate
   char limit[160];      // the failure of the lowest failing point above max_rate ("" none)
+  double max_rate_lo;   // the capacity at the pessimistic end of the interval (= max_rate
+  double max_rate_hi;   // without one), and at the optimistic end; NaN: none passed
+  double error;         // the interval's relative half-width on this layout's kind (0: none)
 } store_cap_layout;
 
 typedef struct store_cap_search {
