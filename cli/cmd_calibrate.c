@@ -21,7 +21,7 @@
 #include "runner/calibrate.h"
 #include "scenarios/deployment.h"
 
-#define CAL_MAX_RUNS 16
+#define CAL_MAX_RUNS 64
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -206,13 +206,14 @@ static void ident_text(const calib_ident *id, const double *lo, const double *hi
   size_t n = 0;
   buf[0] = 0;
   for (int i = 0; i < CALIB_NP && n < cap; i++)
-    if (id->at_bound[i] && (id->at_hi[i] || i >= 2))
+    if (id->at_bound[i] && (id->at_hi[i] || i == 2 || i == 3))
       n += (size_t)snprintf(buf + n, cap - n,
                             "calibrate: %s %.4g is at its %s bound (%.4g): the runs push it "
                             "beyond what is physical%s\n",
                             calib_param_names[i], p[i], id->at_hi[i] ? "upper" : "lower",
                             id->at_hi[i] ? hi[i] : lo[i],
-                            i >= 2 ? "; something else the profile lacks is carried here" : "");
+                            i == 2 || i == 3 ? "; something else the profile lacks is carried here"
+                                             : "");
   for (int f = 0; f < id->n_flat && n < cap; f++) {
     const calib_flat *fl = &id->flat[f];
     n += (size_t)snprintf(buf + n, cap - n, "calibrate: not identified: the runs do not tell");
@@ -417,9 +418,9 @@ int cmd_calibrate(int argc, char **argv) {
       st = calib_fit(runs, n_fit, &fr, &err);
       if (st == SC_OK)
         printf("fit after %d replays: step_s %.4g  seq_s %.4g  prefill_eff %.4g  decode_eff "
-               "%.4g  (objective %.4g)\n",
+               "%.4g  tp_step_s %.4g  (objective %.4g)\n",
                fr.evaluations, fr.engine.step_s, fr.engine.seq_s, fr.engine.prefill_eff,
-               fr.engine.decode_eff, fr.objective);
+               fr.engine.decode_eff, fr.engine.tp_step_s, fr.objective);
       // every run, checks too, replays with the fitted block
       double q[CALIB_NP];
       calib_get(&fr.engine, q);

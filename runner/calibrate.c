@@ -20,6 +20,7 @@
 #define CALIB_STEP_MAX_S 0.05     // host time per step at most (docs/calibration.md)
 #define CALIB_SEQ_MAX_S 1e-3      // host time per scheduled sequence at most
 #define CALIB_EFF_MIN 0.05        // an efficiency at least
+#define CALIB_TP_STEP_MAX_S 0.01  // host time per step per extra rank at most
 
 // --- the replay
 
@@ -165,7 +166,8 @@ sc_status calib_eval(const calib_run *run, calib_errors *out, double *res, sc_er
 
 // --- the fit
 
-const char *const calib_param_names[CALIB_NP] = {"step_s", "seq_s", "prefill_eff", "decode_eff"};
+const char *const calib_param_names[CALIB_NP] = {"step_s", "seq_s", "prefill_eff", "decode_eff",
+                                                 "tp_step_s"};
 
 void calib_bounds(const sim_hw *hw, double lo[CALIB_NP], double hi[CALIB_NP]) {
   double g = 0;
@@ -177,6 +179,8 @@ void calib_bounds(const sim_hw *hw, double lo[CALIB_NP], double hi[CALIB_NP]) {
   lo[2] = lo[3] = CALIB_EFF_MIN;
   hi[2] = g > 0 ? fmax(1, 1 / g) : 1;
   hi[3] = fmax(1, 1 / me);
+  lo[4] = 0;
+  hi[4] = CALIB_TP_STEP_MAX_S;
 }
 
 void calib_get(const sim_engine *e, double p[CALIB_NP]) {
@@ -184,6 +188,7 @@ void calib_get(const sim_engine *e, double p[CALIB_NP]) {
   p[1] = e->seq_s;
   p[2] = e->prefill_eff > 0 ? e->prefill_eff : 1;
   p[3] = e->decode_eff > 0 ? e->decode_eff : 1;
+  p[4] = e->tp_step_s;
 }
 
 void calib_set(const calib_run *runs, int n_runs, const double p[CALIB_NP]) {
@@ -193,6 +198,7 @@ void calib_set(const calib_run *runs, int n_runs, const double p[CALIB_NP]) {
     e->seq_s = p[1];
     e->prefill_eff = p[2];
     e->decode_eff = p[3];
+    e->tp_step_s = p[4];
   }
 }
 
@@ -204,6 +210,7 @@ static void to_x(const double *p, double *x) {
   x[1] = log(p[1] + CALIB_SEQ_FLOOR_S);
   x[2] = log(p[2]);
   x[3] = log(p[3]);
+  x[4] = log(p[4] + CALIB_SEQ_FLOOR_S);
 }
 
 // Back from coordinates, held within [lo, hi] (a point outside is priced at its projection).
@@ -212,6 +219,7 @@ static void from_x(const double *x, const double *lo, const double *hi, double *
   p[1] = exp(x[1]) - CALIB_SEQ_FLOOR_S;
   p[2] = exp(x[2]);
   p[3] = exp(x[3]);
+  p[4] = exp(x[4]) - CALIB_SEQ_FLOOR_S;
   for (int i = 0; i < NP; i++) p[i] = fmin(fmax(p[i], lo[i]), hi[i]);
 }
 
@@ -219,6 +227,8 @@ typedef struct fit_ctx {
   const calib_run *runs;
   int n_runs, evals;
   double lo[NP], hi[NP];
+  bool fixed[NP]; // held at fix[]: a parameter none of the runs can see
+  double fix[NP];
   sc_status st;
   sc_error *err;
 } fit_ctx;
@@ -227,6 +237,8 @@ static double objective(fit_ctx *c, const double *x) {
   if (c->st != SC_OK) return INFINITY;
   double p[NP];
   from_x(x, c->lo, c->hi, p);
+  for (int i = 0; i < NP; i++)
+    if (c->fixed[i]) p[i] = c->fix[i];
   calib_set(c->runs, c->n_runs, p);
   double j = 0;
   for (int r = 0; r < c->n_runs; r++) {
@@ -241,7 +253,7 @@ static double objective(fit_ctx *c, const double *x) {
 }
 
 // One Nelder-Mead search from x0 with a first step of `step` (log units) along each axis
-// (step_s and seq_s from a 1 ms / 10 us scale when they sit at their floor), at most `budget`
+// (step_s, seq_s and tp_step_s from a 1 ms / 10 us / 1 ms scale when they sit at their floor), at most `budget`
 // replays; leaves the best point in x0 and returns its objective.
 static double nelder_mead(fit_ctx *c, double *x0, double step, int budget) {
   double x[NP + 1][NP], f[NP + 1];
@@ -252,6 +264,7 @@ static double nelder_mead(fit_ctx *c, double *x0, double step, int budget) {
     double floor_x = log(2 * CALIB_SEQ_FLOOR_S);
     if (i == 1 && x[0][0] < floor_x) x[i][0] = log(1e-3);
     else if (i == 2 && x[0][1] < floor_x) x[i][1] = log(1e-5);
+    else if (i == 5 && x[0][4] < floor_x) x[i][4] = log(1e-3);
     else x[i][i - 1] += step;
   }
   for (int i = 0; i <= NP; i++) f[i] = objective(c, x[i]);
@@ -312,6 +325,12 @@ sc_status calib_fit(const calib_run *runs, int n_runs, calib_fit_result *out, sc
   double start[NP], p[NP], x[NP];
   calib_get(&runs[0].s->hw.sim.engine, start);
   for (int i = 0; i < NP; i++) p[i] = fmin(fmax(start[i], c.lo[i]), c.hi[i]);
+  // tp_step_s is a price of a replica's extra ranks: with none in any run it stays as it was
+  bool ranks = false;
+  for (int r = 0; r < n_runs; r++)
+    ranks |= runs[r].s->deployments[0].tp * runs[r].s->deployments[0].pp > 1;
+  c.fixed[4] = !ranks;
+  c.fix[4] = p[4];
   to_x(p, x);
   // Nelder-Mead restarted from its best point with a fresh simplex until a restart gains
   // nothing: a simplex collapses along the nearly collinear directions of this objective
@@ -329,6 +348,8 @@ sc_status calib_fit(const calib_run *runs, int n_runs, calib_fit_result *out, sc
     return c.st;
   }
   from_x(x, c.lo, c.hi, p);
+  for (int i = 0; i < NP; i++)
+    if (c.fixed[i]) p[i] = c.fix[i];
   calib_set(runs, n_runs, p);
   out->engine = runs[0].s->hw.sim.engine;
   out->objective = best;

@@ -52,11 +52,12 @@ typedef struct calib_run {
 sc_status calib_eval(const calib_run *r, calib_errors *out, double *res, sc_error *err);
 
 // The fitted parameters, in the order the fit and its reports use.
-enum { CALIB_NP = 4 }; // step_s, seq_s, prefill_eff, decode_eff
+enum { CALIB_NP = 5 }; // step_s, seq_s, prefill_eff, decode_eff, tp_step_s
 extern const char *const calib_param_names[CALIB_NP];
 
 // The physical bounds of each parameter on profile hw (docs/calibration.md): host times in
-// [0, 50 ms] per step and [0, 1 ms] per sequence; efficiencies from 0.05 up to what the
+// [0, 50 ms] per step, [0, 1 ms] per sequence and [0, 10 ms] per step and extra rank;
+// efficiencies from 0.05 up to what the
 // datasheet allows: decode_eff at most 1 / mem_eff (the memory's peak), prefill_eff at most
 // 1 / the largest gemm_eff (the tensor cores' peak), each at least 1.
 void calib_bounds(const sim_hw *hw, double lo[CALIB_NP], double hi[CALIB_NP]);
@@ -85,6 +86,8 @@ void calib_get(const sim_engine *e, double p[CALIB_NP]);
 typedef struct calib_flat {
   double v[CALIB_NP];  // the direction, log units of each parameter
   double curvature;    // the objective's second derivative along it
+  bool one_sided;      // a host time at 0 the runs cannot see: v is its axis, and a prediction
+                       // tries it at the order of what engines spend (calibrate_ident.c)
   char hint[200];      // what kind of run would pin it
 } calib_flat;
 

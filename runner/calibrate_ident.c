@@ -20,6 +20,11 @@ enum { NP = CALIB_NP };
 #define PRED_FLOOR     0.02   // the intervals' floor (the replay's rough objective)
 #define PRED_Z         2.0    // the intervals' half-width in units of the spread
 
+// A host time the runs leave at 0 and cannot see is tried at this value: the order of what
+// serving engines spend (docs/calibration.md): 1 ms a step, 10 us a sequence, 2 ms a step per
+// extra rank (vLLM V0 handing a step to its Ray or multiprocessing workers).
+static const double typical[NP] = {1e-3, 1e-5, 0, 0, 2e-3};
+
 // --- residuals
 
 // The rows of run r in the residual vector: its TTFT and TPOT errors (E2E for an e2e_only run)
@@ -84,6 +89,9 @@ static void jacobi(int n, double a[NP][NP], double w[NP], double v[NP][NP]) {
   for (int i = 0; i < n; i++) w[i] = a[i][i];
 }
 
+// Whether parameter i is an efficiency (the others are host times).
+static bool is_eff(int i) { return i == 2 || i == 3; }
+
 // What kind of run pins a direction, by its two largest components.
 static void hint(const double *v, char *buf, size_t cap) {
   int a = 0, b = -1;
@@ -91,7 +99,7 @@ static void hint(const double *v, char *buf, size_t cap) {
     if (fabs(v[i]) > fabs(v[a])) a = i;
   for (int i = 0; i < NP; i++)
     if (i != a && (b < 0 || fabs(v[i]) > fabs(v[b]))) b = i;
-  bool host_a = a < 2, host_b = b >= 0 && b < 2;
+  bool host_a = !is_eff(a), host_b = b >= 0 && !is_eff(b);
   bool pre = a == 2 || (b == 2 && fabs(v[2]) > 0.3);
   if (host_a && host_b)
     snprintf(buf, cap,
@@ -174,8 +182,35 @@ sc_status calib_identify(const calib_run *runs, int n_runs, calib_ident *out, sc
       hint(fl->v, fl->hint, sizeof fl->hint);
     }
   }
+  // a host time at 0 that the runs cannot see (moving it to its typical value changes the
+  // objective less than a 0.3% shift of the errors would): a flat direction of its own,
+  // one-sided
+  for (int i = 0; st == SC_OK && i < NP; i++) {
+    if (!(typical[i] > 0) || !out->at_bound[i] || out->at_hi[i] || out->n_flat == NP) continue;
+    double q[NP], j0 = 0, j1 = 0;
+    memcpy(q, p, sizeof q);
+    st = residuals(runs, n_runs, plus, scratch, err);
+    for (int r = 0; st == SC_OK && r < rows; r++) j0 += plus[r] * plus[r];
+    q[i] = typical[i];
+    calib_set(runs, n_runs, q);
+    if (st == SC_OK) st = residuals(runs, n_runs, minus, scratch, err);
+    calib_set(runs, n_runs, p);
+    for (int r = 0; st == SC_OK && r < rows; r++) j1 += minus[r] * minus[r];
+    out->evaluations += 2 * n_runs;
+    if (st != SC_OK || fabs(j1 - j0) >= IDENT_SHIFT * terms) continue;
+    calib_flat *fl = &out->flat[out->n_flat++];
+    memset(fl->v, 0, sizeof fl->v);
+    fl->v[i] = 1;
+    fl->one_sided = true;
+    fl->curvature = fabs(j1 - j0);
+    if (i == 4)
+      snprintf(fl->hint, sizeof fl->hint,
+               "the host time a step costs per extra rank: add a run at another TP degree");
+    else
+      hint(fl->v, fl->hint, sizeof fl->hint);
+  }
   bool bad_bound = false;
-  for (int i = 0; i < NP; i++) bad_bound |= out->at_hi[i] || (i >= 2 && out->at_bound[i]);
+  for (int i = 0; i < NP; i++) bad_bound |= out->at_hi[i] || (is_eff(i) && out->at_bound[i]);
   out->identified = st == SC_OK && out->n_flat == 0 && !bad_bound;
   free(jac);
   free(plus);
@@ -203,11 +238,27 @@ sc_status calib_predict(const calib_run *r, const calib_ident *id, calib_spread 
   calib_get(&r->s->hw.sim.engine, p);
   calib_bounds(&r->s->hw.sim, lo, hi);
   sc_status st = SC_OK;
-  for (int f = 0; id && f < id->n_flat && st == SC_OK; f++)
-    for (int sgn = -1; sgn <= 1 && st == SC_OK; sgn += 2) {
-      double q[NP];
+  // the moves: each flat direction both ways (a host time at 0 to its typical value), then each
+  // parameter on its upper bound back inside by the same factor: the bound, not the runs,
+  // stopped it there, so the fit is missing something and the parameter is not pinned
+  int n_moves = id ? 2 * id->n_flat + NP : 0;
+  for (int k = 0; k < n_moves && st == SC_OK; k++) {
+    double q[NP];
+    memcpy(q, p, sizeof q);
+    if (k < 2 * id->n_flat) {
+      const calib_flat *fl = &id->flat[k / 2];
+      int sgn = k % 2 ? 1 : -1;
+      if (fl->one_sided && sgn < 0) continue;
       for (int i = 0; i < NP; i++)
-        q[i] = fmin(fmax(p[i] * exp(sgn * PRED_FLAT_MOVE * id->flat[f].v[i]), lo[i]), hi[i]);
+        q[i] = fl->one_sided
+                   ? (fl->v[i] > 0 ? typical[i] : p[i])
+                   : fmin(fmax(p[i] * exp(sgn * PRED_FLAT_MOVE * fl->v[i]), lo[i]), hi[i]);
+    } else {
+      int i = k - 2 * id->n_flat;
+      if (!id->at_hi[i]) continue;
+      q[i] = fmax(p[i] * exp(-PRED_FLAT_MOVE), lo[i]);
+    }
+    {
       calib_set(r, 1, q);
       calib_errors e;
       st = calib_eval(r, &e, NULL, err);
@@ -218,6 +269,7 @@ sc_status calib_predict(const calib_run *r, const calib_ident *id, calib_spread 
       for (int m = 0; m < 4; m++)
         if (b[m] > 0) flat[m] = fmax(flat[m], fabs(a[m] / b[m] - 1));
     }
+  }
   calib_set(r, 1, p);
   SC_TRY(st);
   put(&out->ttft_ms, out->e.sim_ttft_ms, base + flat[0]);

@@ -488,6 +488,7 @@ void sim_hw_scale(sim_hw *hw, double f) {
   hw->step_overhead_s *= f;
   hw->engine.step_s *= f;
   hw->engine.seq_s *= f;
+  hw->engine.tp_step_s *= f;
   scale_link(&hw->intra, f);
   scale_link(&hw->inter, f);
   for (int i = 0; i < hw->n_gemm; i++) scale_curve(&hw->gemm[i].t, f);
@@ -555,7 +556,7 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
   }
   double ef = engine_factor(&hw->engine, seqs, n);
   double ov = step_overhead(hw, l, decodes, prompt, last.end) + hw->engine.step_s +
-              hw->engine.seq_s * n;
+              hw->engine.seq_s * n + hw->engine.tp_step_s * (tp * pp - 1);
   // The factor is the engine's use of the GPU (its kernels, their launches); a collective's
   // price is the link's, which a profile sets or measures on its own.
   *out = (sim_step_cost){

@@ -105,6 +105,9 @@ typedef struct sim_mixed_attn {
 typedef struct sim_engine {
   double step_s;      // fixed host time per step, s (added to the step overhead)
   double seq_s;       // host time per scheduled sequence of a step, s
+  double tp_step_s;   // host time per step per rank of the replica beyond the first, s: the
+                      // driver handing each step to its workers (vLLM V0's Ray or
+                      // multiprocessing workers); a run at tp 1 cannot see it
   double prefill_eff; // kernel time of prefill tokens is divided by this (collectives are
                       // not); <= 0: 1
   double decode_eff;  // kernel time of decode tokens (a sequence computing 1 token); <= 0: 1
