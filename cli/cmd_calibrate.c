@@ -6,6 +6,7 @@
 // rq_request_times. This file parses arguments, builds the one-deployment sim scenario the
 // replay runs, prints the residuals and writes the profile.
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -271,8 +272,34 @@ static sc_status write_profile(const char *base, const char *out, const sim_engi
   return hw_profile_load(out, &back, err);
 }
 
+// The knobs in a run's config JSON (kernels/knobs.h's rows by their limits names) as
+// "name=value,..." into buf.
+static void stored_knobs(const char *config, char *buf, size_t cap) {
+  json_t *o = json_loads(config, 0, NULL);
+  size_t n = 0;
+  buf[0] = 0;
+#define STORED(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                      \
+  {                                                                                                \
+    const json_t *v = json_object_get(o, #name);                                                   \
+    if (json_is_boolean(v))                                                                        \
+      n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s" #name "=%s", n ? "," : "",        \
+                            json_is_true(v) ? "true" : "false");                                   \
+    else if (json_is_integer(v))                                                                   \
+      n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s" #name "=%lld", n ? "," : "",      \
+                            (long long)json_integer_value(v));                                     \
+    else if (json_is_real(v))                                                                      \
+      n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s" #name "=%.17g", n ? "," : "",     \
+                            json_real_value(v));                                                   \
+  }
+  SC_KNOBS(STORED) // json_object_get(NULL, ...) is NULL: nothing
+#undef STORED
+  if (n >= cap) buf[0] = 0; // too long to be whole: none rather than a cut one
+  json_decref(o);
+}
+
 // Loads run a's requests and builds its scenario: its layout (the SPEC's, else its stored
-// deployment's unless it is an import that gave none, else the flags'), its knobs, whether its
+// deployment's unless it is an import that gave none, else the flags'), its knobs (a simulated
+// run's stored ones, then the SPEC's; the rest BASE's), whether its
 // first tokens were measured; its model into model (the run row's).
 static sc_status load_run(store *db, const run_arg *a, const char *profile, const char *model,
                           const char *dtype, const char *kv_dtype, int tp, int pp,
@@ -289,6 +316,10 @@ static sc_status load_run(store *db, const run_arg *a, const char *profile, cons
   if (a->pp) pp = a->pp;
   snprintf(run_model, cap, "%s", run.model);
   bool e2e = strstr(run.config, "\"e2e_only\":true") != NULL;
+  // a simulated run's config holds the knobs its engine ran with (a target's holds the
+  // scenario's limits, not the server's): they come before the SPEC's
+  char stored[400] = "";
+  if (!strcmp(run.mode, "sim")) stored_knobs(run.config, stored, sizeof stored);
   rq_run_free(&run);
   memset(out, 0, sizeof *out);
   out->id = a->id;
@@ -302,8 +333,8 @@ static sc_status load_run(store *db, const run_arg *a, const char *profile, cons
   if (st != SC_OK) // the layout's line, for what the planner or the shard plan refuses
     return sc_fail(err, st, "calibrate: run %lld at tp %d, pp %d: %s", (long long)a->id, tp, pp,
                    e2.msg);
-  char kbuf[200];
-  snprintf(kbuf, sizeof kbuf, "%s", a->knobs);
+  char kbuf[600];
+  snprintf(kbuf, sizeof kbuf, "%s%s%s", stored, stored[0] && a->knobs[0] ? "," : "", a->knobs);
   for (char *save = NULL, *tok = strtok_r(kbuf, ",", &save); st == SC_OK && tok;
        tok = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(tok, '=');

@@ -247,6 +247,22 @@ static int read_version(store *s, long *version) {
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+// Adds column `decl` ("name TYPE ...") to table unless it has a column of that name.
+static sc_status add_column(store *s, const char *table, const char *decl, sc_error *err) {
+  char name[64], sql[256];
+  snprintf(name, sizeof name, "%.*s", (int)strcspn(decl, " "), decl);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM pragma_table_info('%s') WHERE name = '%s'",
+           table, name);
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+  bool has = rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+  sqlite3_finalize(st);
+  if (rc != SQLITE_OK) return db_fail(s, rc, "reading a table's columns", err);
+  if (has) return SC_OK;
+  snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s", table, decl);
+  return exec_sql(s, sql, "migrating the capacity tables to version 5", err);
+}
+
 // Migrates an older file to the current version in one transaction, each version's steps in
 // turn: version 1 gains run.repeat_group and run.repeat_index; version 3's token table (a row
 // per token) becomes token_times (a row per request, its times in index order) and the token
@@ -273,13 +289,15 @@ static sc_status migrate(store *s, sc_error *err) {
                  "  ORDER BY request_id, idx) GROUP BY request_id;"
                  " DROP TABLE token;",
                  "migrating the token rows to version 4", err);
-  if (r == SC_OK && version >= 3 && version <= 4) // the capacity tables gain the interval
-    r = exec_sql(s,
-                 "ALTER TABLE capacity_layout ADD COLUMN max_rate_lo REAL;"
-                 " ALTER TABLE capacity_layout ADD COLUMN max_rate_hi REAL;"
-                 " ALTER TABLE capacity_layout ADD COLUMN error REAL;"
-                 " ALTER TABLE capacity_point ADD COLUMN bound INTEGER NOT NULL DEFAULT 0;",
-                 "migrating the capacity tables to version 5", err);
+  // versions 3 and 4: the capacity tables gain the interval (each column once: a file whose
+  // version was set back by hand may have it)
+  static const char *const interval[][2] = {
+      {"capacity_layout", "max_rate_lo REAL"},
+      {"capacity_layout", "max_rate_hi REAL"},
+      {"capacity_layout", "error REAL"},
+      {"capacity_point", "bound INTEGER NOT NULL DEFAULT 0"}};
+  for (size_t i = 0; r == SC_OK && version >= 3 && version <= 4 && i < 4; i++)
+    r = add_column(s, interval[i][0], interval[i][1], err);
   if (r == SC_OK && version < store_schema_version) {
     r = exec_sql(s, store_schema_sql, "migrating the schema", err);
     char sql[96];

@@ -676,3 +676,28 @@ Test(calibrate, intervals_cover_simulated_runs_at_the_stated_rate, .timeout = 60
   cr_expect(checks - outside >= 0.8 * checks, "%d of %d inside: %s", checks - outside, checks,
             out);
 }
+
+// A simulated run's knobs come from the run itself (its stored config), a SPEC's override them,
+// and BASE's engine block gives the rest: a run simulated with max_running 4 and a 512-token
+// budget replays to the nanosecond on a base that sets neither, and not with a SPEC of 8.
+Test(calibrate, a_simulated_runs_knobs_come_from_the_run_and_a_spec_overrides_them, .timeout = 120) {
+  const char *dir = sc_test_tmpdir("calib-knobs");
+  char args[4096], out[16384], path[1100], text[16384];
+  write_burst(dir);
+  run_known(dir, "  step_s: 0.002\n  max_running: 4\n  token_budget: 512\n", "{preset: llama3-8b}");
+  snprintf(text, sizeof text, "%sengine:\n  step_s: 0.002\n", h100_text());
+  snprintf(path, sizeof path, "%s/base.yaml", dir);
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  snprintf(args, sizeof args, "calibrate --db %s/r.db --check 1 --no-fit --profile %s/base.yaml "
+           "--model llama3-8b", dir, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "0.000   0.000"), "the run's own knobs: exact: %s", out);
+  snprintf(args, sizeof args, "calibrate --db %s/r.db --check 1:max_running=8 --no-fit --profile "
+           "%s/base.yaml --model llama3-8b", dir, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, out, sizeof out), 0, "%s", out);
+  cr_expect(!strstr(out, "0.000   0.000"), "the SPEC's max_running 8: another schedule: %s", out);
+  snprintf(args, sizeof args, "calibrate --db %s/r.db --check 1:max_runing=8 --no-fit --profile "
+           "%s/base.yaml --model llama3-8b", dir, dir);
+  cr_expect_eq(sc_test_run_cli_clean(args, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "max_runing=8") && sc_test_count_lines(out) == 1, "%s", out);
+}

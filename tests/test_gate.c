@@ -690,7 +690,7 @@ Test(gate_cli, a_version_1_database_is_gated_as_it_is_and_migrated_only_by_basel
   cr_expect_str_eq(sc_test_q1s(db, "SELECT value FROM meta WHERE key = 'schema_version'"), "1",
                    "the gate only reads");
   cr_expect_eq(cli("baseline --db %s --run 2%s", db, ""), 0, "%s", out);
-  cr_expect_str_eq(sc_test_q1s(db, "SELECT value FROM meta WHERE key = 'schema_version'"), "4");
+  cr_expect_str_eq(sc_test_q1s(db, "SELECT value FROM meta WHERE key = 'schema_version'"), "5");
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM run WHERE baseline = 1"), 2);
 }
 

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "reports/query.h"
 #include "reports/store.h"
 #include "tests/helpers.h"
 
@@ -174,7 +175,7 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   sqlite3 *db = store_db(s);
   char want[1024];
   expect_q(db, "PRAGMA journal_mode", "wal");
-  expect_q(db, "SELECT key, value FROM meta", "schema_version|4");
+  expect_q(db, "SELECT key, value FROM meta", "schema_version|5");
   snprintf(want, sizeof want,
            "%lld|rt|scenarios/rt.yaml|name: rt\nseed: 7\n|sim|sim|llama3-8b|abc1234|%s|%d|7|"
            "{\"block_size\":16}|NULL|complete|fail|0|0",
@@ -335,7 +336,7 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(db, "SELECT count(*) FROM pragma_table_info('run') WHERE name IN ('repeat_group', "
                "'repeat_index')", "2");
   expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'fault_window'", "1");
@@ -355,8 +356,46 @@ Test(store, a_version_2_file_gets_the_capacity_tables_when_opened_for_writing) {
   expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "2");
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
-  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(store_db(s), "SELECT count(*) FROM sqlite_master WHERE name LIKE 'capacity%'", "3");
+  expect_q(store_db(s), "SELECT count(*) FROM pragma_table_info('capacity_layout') WHERE name "
+                        "IN ('max_rate_lo', 'max_rate_hi', 'error')", "3");
+  store_close(s);
+}
+
+// Version 4's capacity tables (no interval): read as they are, each layout's bounds its
+// prediction; opened for writing, they gain the interval's columns, the old points bound 0.
+Test(store, a_version_4_files_capacity_tables_gain_the_interval_when_opened_for_writing) {
+  const char *path = file_with_tokens("migrate4");
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  store_cap_search cs = {.scenario = "c", .record = "summary", .target_rate = 1, .rate_lo = 1,
+                         .rate_hi = 2, .best = 0, .runner_up = -1, .served = true, .note = "n"};
+  store_cap_layout l = {.kind = "h100-sxm", .tp = 1, .pp = 1, .dp = 1, .gpus = 1, .label = "tp1",
+                        .cost_per_hour = 1, .max_rate = 1.5, .output_tok_s = 10,
+                        .cost_per_mtok = 1, .max_rate_lo = 1.2, .max_rate_hi = 1.8, .error = 0.2};
+  store_cap_point p = {.layout = 0, .rate = 1.5, .pass = true, .ttft_p95_ms = 1, .tpot_p95_ms = 1,
+                       .e2el_p95_ms = 1, .output_tok_s = 10, .error_rate = 0, .bound = -1};
+  int64_t id = 0;
+  cr_assert_eq(store_capacity_add(s, &cs, &l, 1, &p, 1, &id, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  sc_test_exec(path, "ALTER TABLE capacity_layout DROP COLUMN max_rate_lo; ALTER TABLE "
+                     "capacity_layout DROP COLUMN max_rate_hi; ALTER TABLE capacity_layout DROP "
+                     "COLUMN error; ALTER TABLE capacity_point DROP COLUMN bound; UPDATE meta SET "
+                     "value = '4' WHERE key = 'schema_version'");
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg);
+  rq_capacity c;
+  cr_assert_eq(rq_capacity_load(store_db(s), id, &c, &err), SC_OK, "%s", err.msg);
+  cr_expect(c.n_layouts == 1 && c.layouts[0].max_rate_lo == 1.5 && c.layouts[0].error == 0,
+            "no interval: the bounds are the prediction");
+  cr_expect(c.n_points == 1 && c.points[0].bound == 0);
+  rq_capacity_free(&c);
+  store_close(s);
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "5");
+  expect_q(store_db(s), "SELECT bound FROM capacity_point", "0");
+  expect_q(store_db(s), "SELECT count(*) FROM capacity_layout WHERE max_rate_lo IS NULL", "1");
   store_close(s);
 }
 
@@ -381,7 +420,7 @@ Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_o
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(db, "SELECT type FROM sqlite_master WHERE name = 'token'", "view");
   expect_q(db, "SELECT r.seq, tt.t_ns FROM token_times tt JOIN request r ON r.id = "
                "tt.request_id ORDER BY r.seq", "0|[10,20,30];1|[5,6,7]");
