@@ -16,7 +16,7 @@
 // Left to others: the cost model (kernels/sim/sim_cost.c), reading the YAML back
 // (config/hardware.c), the device and communicator (kernels/), the engine whose steps are
 // timed (engine/engine.c), and everything printed (cli/cmd_profile.c).
-#include "config/profile.h"
+#include "profile/profile.h"
 
 #include <errno.h>
 #include <math.h>
