@@ -111,6 +111,7 @@ static enum MHD_Result refuse(server *s, struct MHD_Connection *c, const char *m
 }
 
 // --- connection slots (server_impl.h)
+enum { SWEEP_MAX = 64 }; // connections a sweep shuts down at most (the loop sweeps every 50 ms)
 static conn_slot *slot_of(struct MHD_Connection *c) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -153,7 +154,9 @@ int server_http_sweep(server *s) {
   uint64_t now = sc_monotonic_ns(), limit = (uint64_t)s->c.request_timeout_s * 1000000000ull;
   int n = 0;
   pthread_mutex_lock(&s->conn_mu);
-  for (conn_slot *k = s->conns; k; k = k->next) {
+  // at most SWEEP_MAX a pass: thousands of connections opened together (an attack) close spread
+  // over a few hundred ms, not in one burst that holds up libmicrohttpd's thread
+  for (conn_slot *k = s->conns; k && n < SWEEP_MAX; k = k->next) {
     if (k->received || k->shut || now - k->since_ns < limit) continue;
     k->shut = true; // libmicrohttpd reads the end and closes it (its CLOSED notice frees k)
     shutdown(k->fd, SHUT_RDWR);
@@ -567,6 +570,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
       s->conns = k->next;
     if (k->next) k->next->prev = k->prev;
     s->n_open--;
+    s->conns_closed++;
     pthread_mutex_unlock(&s->conn_mu);
     free(k);
   }

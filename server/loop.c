@@ -15,6 +15,7 @@
 //
 // Parsing and formatting are server/openai.c's; the connections, server/http.c's.
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,11 @@
 #include "server/server_impl.h"
 
 static const uint64_t TICK_NS = 500000000ull;  // gauges refresh at least this often
-static const uint64_t SWEEP_NS = 250000000ull; // connections past the request timeout close
+static const uint64_t SWEEP_NS = 50000000ull;  // connections past the request timeout close
+static const uint64_t TRIM_NS = 1000000000ull;  // an idle server trims its heap at most this often
 // SIM_EV_BATCH: events handed out between checks for a step that fell due (about 50 us);
 // RESUME_BURST: connections with new bytes resumed together
-enum { EV_BATCH = 256, SIM_EV_BATCH = 16, RESUME_BURST = 64, TABLE_RECYCLE = 4096 };
+enum { EV_BATCH = 256, SIM_EV_BATCH = 16, RESUME_BURST = 64, TABLE_RECYCLE = 512 };
 
 static uint64_t rel_now(const server *s) { return sc_monotonic_ns() - s->t0; }
 
@@ -271,6 +273,13 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
   } else {
     emit(s, g, oai_error_body(status, "", msg), true, status);
   }
+  // the row's token arrays served the response and resumes: nothing reads them now, and kept
+  // until the table recycles they pin the heap's pages (RSS climbs with every burst)
+  free(q->tok);
+  free(q->ids);
+  q->tok = NULL;
+  q->ids = NULL;
+  q->n_tok = q->cap_tok = 0;
   // the loop's reference
   g->live = false;
   if (g->prev)
@@ -899,7 +908,7 @@ void *server_loop_main(void *arg) {
   if (st == SC_OK) refresh_gauges(s);
 
   struct pollfd *fds = calloc(2 + (size_t)s->c.dp, sizeof *fds);
-  uint64_t next_tick = 0, next_sweep = 0, seen_events = 0;
+  uint64_t next_tick = 0, next_sweep = 0, seen_events = 0, next_trim = 0, trimmed_at = 0;
   bool stop = st != SC_OK || !fds;
   while (!stop) {
     uint64_t wall = rel_now(s);
@@ -924,6 +933,20 @@ void *server_loop_main(void *arg) {
     if (wall >= next_sweep) {
       server_http_sweep(s);
       next_sweep = wall + SWEEP_NS;
+    }
+    if (!s->live && wall >= next_trim) {
+      // idle after work (no generation, no request in progress, something ended since the last
+      // time): hand the allocator's free pages back (a burst of thousands of streams leaves them
+      // spread over the heaps of this thread and libmicrohttpd's), so RSS follows the load
+      pthread_mutex_lock(&s->conn_mu);
+      uint64_t work = s->n_events + s->conns_closed;
+      bool idle = s->n_requests == 0;
+      pthread_mutex_unlock(&s->conn_mu);
+      if (idle && work != trimmed_at) {
+        malloc_trim(0);
+        trimmed_at = work;
+        next_trim = wall + TRIM_NS;
+      }
     }
     flush_resumes(s); // what commands and restarts emitted
     // what to sleep on: the wake fd, the clients' hang-ups, the replicas

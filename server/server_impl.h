@@ -164,8 +164,8 @@ struct conn_slot {
   conn_slot *prev, *next;
 };
 
-// Shuts down every connection whose request has not arrived whole within the request timeout;
-// returns how many (the loop thread calls it a few times a second).
+// Shuts down the connections whose request has not arrived whole within the request timeout, a
+// bounded number a pass; returns how many (the loop thread calls it every 50 ms).
 int server_http_sweep(server *s);
 
 // The admin endpoints (server/admin.c), on the HTTP thread; each returns the HTTP status and a
@@ -206,6 +206,7 @@ struct server {
   pthread_mutex_t conn_mu;
   conn_slot *conns;
   int n_open, n_requests;
+  uint64_t conns_closed; // ever (an idle server trims its heap once they stop closing)
   unsigned conn_limit; // libmicrohttpd's hard cap on open connections
   // (loop)
   replica **reps;
