@@ -80,16 +80,24 @@ static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
   return k;
 }
 
-static CURL *easy(int port, const char *body, stream *s, struct curl_slist *hl) {
+// A POST of body to url, its response to fn(ud), for a multi handle.
+static CURL *post(const char *url, const char *body, struct curl_slist *hl,
+                  size_t (*fn)(char *, size_t, size_t, void *), void *ud) {
   CURL *c = curl_easy_init();
-  char url[128];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, fn);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, ud);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 600L);
+  return c;
+}
+
+static CURL *easy(int port, const char *body, stream *s, struct curl_slist *hl) {
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
+  CURL *c = post(url, body, hl, on_data, s); // (libcurl copies the URL)
   curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
   return c;
 }
@@ -624,17 +632,8 @@ static void flood(int n, int tokens) {
   char url[128];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
   uint64_t t0 = sc_monotonic_ns();
-  for (int i = 0; i < n; i++) {
-    e[i] = curl_easy_init();
-    curl_easy_setopt(e[i], CURLOPT_URL, url);
-    curl_easy_setopt(e[i], CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(e[i], CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(e[i], CURLOPT_WRITEFUNCTION, flood_data);
-    curl_easy_setopt(e[i], CURLOPT_WRITEDATA, &st[i]);
-    curl_easy_setopt(e[i], CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e[i], CURLOPT_TIMEOUT, 600L);
-    curl_multi_add_handle(m, e[i]);
-  }
+  for (int i = 0; i < n; i++)
+    curl_multi_add_handle(m, e[i] = post(url, body, hl, flood_data, &st[i]));
   int running = n;
   while (running) {
     curl_multi_perform(m, &running);
@@ -741,16 +740,8 @@ static void aborts(int rounds, int n) {
     CURLM *m = curl_multi_init();
     abort_one *st = calloc((size_t)n, sizeof *st);
     CURL **e = calloc((size_t)n, sizeof *e);
-    for (int i = 0; i < n; i++) {
-      e[i] = curl_easy_init();
-      curl_easy_setopt(e[i], CURLOPT_URL, url);
-      curl_easy_setopt(e[i], CURLOPT_POSTFIELDS, body);
-      curl_easy_setopt(e[i], CURLOPT_HTTPHEADER, hl);
-      curl_easy_setopt(e[i], CURLOPT_WRITEFUNCTION, abort_data);
-      curl_easy_setopt(e[i], CURLOPT_WRITEDATA, &st[i]);
-      curl_easy_setopt(e[i], CURLOPT_NOSIGNAL, 1L);
-      curl_multi_add_handle(m, e[i]);
-    }
+    for (int i = 0; i < n; i++)
+      curl_multi_add_handle(m, e[i] = post(url, body, hl, abort_data, &st[i]));
     int running = n, aborted = 0;
     while (running) {
       curl_multi_perform(m, &running);

@@ -801,6 +801,16 @@ Test(serve, a_client_that_disconnects_cancels_its_request) {
   bed_free(b);
 }
 
+// A stream of 4,000 tokens (it outlasts any test): a chat for odd i, a completion for even.
+static CURL *long_stream(int port, int i, resp *r, struct curl_slist **hl) {
+  return easy(port, "POST", i % 2 ? "/v1/chat/completions" : "/v1/completions",
+              i % 2 ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                      "\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}"
+                    : "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true,"
+                      "\"stream\":true}",
+              NULL, r, hl);
+}
+
 // Hang-ups at every moment of a stream (before its first chunk, between chunks, while the
 // server is writing, while its connection waits for the next step), many at once: each is
 // cancelled and every KV block comes back.
@@ -813,12 +823,7 @@ Test(serve, clients_hanging_up_at_any_moment_are_all_cancelled) {
   CURLM *m = curl_multi_init();
   for (int i = 0; i < N; i++) {
     r[i].abort_after = 1 + i % 12;
-    e[i] = easy(b->port, "POST", i % 2 ? "/v1/chat/completions" : "/v1/completions",
-                i % 2 ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-                        "\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}"
-                      : "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true,"
-                        "\"stream\":true}",
-                NULL, &r[i], &hl[i]);
+    e[i] = long_stream(b->port, i, &r[i], &hl[i]);
     curl_multi_add_handle(m, e[i]);
   }
   int running = N;
@@ -1458,57 +1463,23 @@ Test(serve, health_is_503_until_every_replica_is_ready) {
 // A drain's cut-off ends each stream whole: its error event, [DONE] and the chunked terminator
 // before the socket closes (before, the daemon stopped under them: curl exited 18, PARTIAL_FILE).
 // The binary, as a user stops it with SIGTERM, 20 runs of 4 streams each.
-static pid_t start_binary(const char *log, const char *const *extra, int *port) {
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    const char *argv[32] = {SC_BINARY, "serve", "--port", "0"};
-    int n = 4;
-    for (int i = 0; extra[i] && n < 31; i++) argv[n++] = extra[i];
-    argv[n] = NULL;
-    execv(SC_BINARY, (char *const *)argv);
-    _exit(127);
-  }
-  char *text = NULL;
-  *port = 0;
-  uint64_t dl = sc_test_deadline(30);
-  while (!*port && sc_test_before(dl)) {
-    sc_test_sleep_ms(10);
-    free(text);
-    text = sc_test_read_file(log, NULL);
-    const char *p = text ? strstr(text, "http://127.0.0.1:") : NULL;
-    if (p) *port = atoi(p + strlen("http://127.0.0.1:"));
-  }
-  cr_assert_gt(*port, 0, "no startup line: %s", text ? text : "");
-  free(text);
-  return pid;
-}
-
 Test(serve, a_drain_cut_off_ends_every_stream_with_the_chunked_terminator, .timeout = 240) {
   const char *dir = sc_test_tmpdir("serve-drain");
   char log[512];
-  snprintf(log, sizeof log, "%s/serve.log", dir);
   const char *const args[] = {"--mode",          "sim",        "--profile", "h100-sxm",
                               "--model",         "llama3-70b", "-tp",       "4",
                               "--drain-timeout", "0.2",        NULL};
   enum { RUNS = 20, N = 4 };
   for (int run = 0; run < RUNS; run++) {
+    snprintf(log, sizeof log, "%s/serve-%d.log", dir, run); // never the last run's
     int port = 0;
-    pid_t pid = start_binary(log, args, &port);
+    pid_t pid = sc_test_spawn_serve(log, args, &port);
     resp r[N] = {{0}};
     CURL *e[N];
     struct curl_slist *hl[N];
     CURLM *m = curl_multi_init();
     for (int i = 0; i < N; i++) {
-      e[i] = easy(port, "POST", i % 2 ? "/v1/chat/completions" : "/v1/completions",
-                  i % 2 ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-                          "\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}"
-                        : "{\"prompt\":\"hello\",\"max_tokens\":4000,\"ignore_eos\":true,"
-                          "\"stream\":true}",
-                  NULL, &r[i], &hl[i]);
+      e[i] = long_stream(port, i, &r[i], &hl[i]);
       curl_multi_add_handle(m, e[i]);
     }
     int running = N;

@@ -93,32 +93,15 @@ Test(serve_client, the_vercel_ai_sdk_completes_and_chats_whole_and_streamed) {
 Test(serve_client, the_openai_client_sees_every_drain_cut_off_end_whole, .timeout = 300) {
   need_node_package("openai");
   const char *dir = sc_test_tmpdir("serve-client-drain");
+  const char *const args[] = {"--mode",          "sim",        "--profile", "h100-sxm",
+                              "--model",         "llama3-70b", "-tp",       "4",
+                              "--drain-timeout", "0.2",        NULL};
   for (int run = 0; run < 20; run++) {
     char log[1200], node_log[1200];
-    snprintf(log, sizeof log, "%s/serve.log", dir);
-    snprintf(node_log, sizeof node_log, "%s/node.log", dir);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-      int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl(SC_BINARY, SC_BINARY, "serve", "--mode", "sim", "--profile", "h100-sxm", "--model",
-            "llama3-70b", "-tp", "4", "--port", "0", "--drain-timeout", "0.2", (char *)NULL);
-      _exit(127);
-    }
+    snprintf(log, sizeof log, "%s/serve-%d.log", dir, run); // a run never reads the last one's
+    snprintf(node_log, sizeof node_log, "%s/node-%d.log", dir, run);
     int port = 0;
-    char *text = NULL;
-    uint64_t dl = sc_test_deadline(30);
-    while (!port && sc_test_before(dl)) {
-      sc_test_sleep_ms(10);
-      free(text);
-      text = sc_test_read_file(log, NULL);
-      const char *at = text ? strstr(text, "http://127.0.0.1:") : NULL;
-      if (at) port = atoi(at + strlen("http://127.0.0.1:"));
-    }
-    cr_assert_gt(port, 0, "run %d: no startup line: %s", run, text ? text : "");
-    free(text);
+    pid_t pid = sc_test_spawn_serve(log, args, &port);
     char cmd[2600];
     snprintf(cmd, sizeof cmd,
              "node '%s/tests/clients/drain_client.mjs' http://127.0.0.1:%d "
@@ -132,7 +115,7 @@ Test(serve_client, the_openai_client_sees_every_drain_cut_off_end_whole, .timeou
     }
     // SIGTERM once the client streams
     bool streaming = false;
-    dl = sc_test_deadline(30);
+    uint64_t dl = sc_test_deadline(30);
     while (!streaming && sc_test_before(dl)) {
       sc_test_sleep_ms(10);
       char *t = sc_test_read_file(node_log, NULL);

@@ -7,6 +7,7 @@
 // Prints one line per check; exits 0 when every check passed, 1 at the first that did not.
 import { generateText, streamText } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { check } from "./check.mjs";
 
 const [base, key, model] = process.argv.slice(2);
 if (!base || !key || !model) {
@@ -14,13 +15,6 @@ if (!base || !key || !model) {
   process.exit(2);
 }
 
-function check(ok, what, detail) {
-  if (!ok) {
-    console.error(`FAIL: ${what}${detail === undefined ? "" : ": " + JSON.stringify(detail)}`);
-    process.exit(1);
-  }
-  console.log(`ok: ${what}`);
-}
 
 const provider = createOpenAICompatible({
   name: "shardcheck", baseURL: `${base}/v1`, apiKey: key, includeUsage: true,
