@@ -72,7 +72,8 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 sc_status scn_add_deployment(scn_ctx *c, struct fy_node *at, int tp, int pp, int dp);
 // One item of `deployments` (key node k): {tp, pp, dp} or {scaling: ...}.
 sc_status scn_parse_deployment_item(scn_ctx *c, struct fy_node *item, struct fy_node *k);
-// `deployments`, then the planner's check of each.
+// `deployments` (v NULL: the one deployment of one GPU that a fixed-url target implies,
+// declared at k), then the planner's check of each.
 sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 
 // --- scenarios/scenario_workload.c

@@ -68,6 +68,8 @@ typedef struct replica_event {
   uint64_t key;
   int32_t token;               // TOKEN
   int index;                   // TOKEN: 0 for the first output token
+  uint64_t sched_ns;           // TOKEN index 0: when the engine first scheduled the request, on
+                               // the replica's clock (0: not known, e.g. over the worker protocol)
   engine_finish_reason reason; // FINISHED
   int n_generated;             // FINISHED
   sc_status status;            // FAILED

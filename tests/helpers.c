@@ -94,16 +94,43 @@ int sc_test_run_scenario(char *out, size_t cap, const char *scenario, const char
   return sc_test_run_cli_clean(args, out, cap);
 }
 
-pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log) {
+// Starts SC_BINARY with argv (argv[0] included, NULL-terminated), stdout and stderr into log.
+static pid_t spawn_logged(const char *log, const char *const *argv) {
   pid_t pid = fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    execl(SC_BINARY, SC_BINARY, "run", scenario, "--db", db, "--out", out, (char *)NULL);
+    execv(SC_BINARY, (char *const *)argv);
     _exit(127);
   }
+  return pid;
+}
+
+pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log) {
+  const char *const argv[] = {SC_BINARY, "run", scenario, "--db", db, "--out", out, NULL};
+  return spawn_logged(log, argv);
+}
+
+pid_t sc_test_spawn_serve(const char *log, const char *const *args, int *port) {
+  const char *argv[40] = {SC_BINARY, "serve", "--port", "0"};
+  int n = 4;
+  for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = spawn_logged(log, argv);
+  char *text = NULL;
+  *port = 0;
+  uint64_t dl = sc_test_deadline(30);
+  while (!*port && sc_test_before(dl)) {
+    sc_test_sleep_ms(10);
+    free(text);
+    text = sc_test_read_file(log, NULL);
+    const char *p = text ? strstr(text, "http://127.0.0.1:") : NULL;
+    if (p) *port = atoi(p + strlen("http://127.0.0.1:"));
+  }
+  cr_assert_gt(*port, 0, "no startup line from serve: %s", text ? text : "");
+  free(text);
   return pid;
 }
 

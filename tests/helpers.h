@@ -32,6 +32,9 @@ int sc_test_run_scenario(char *out, size_t cap, const char *scenario, const char
 // Starts `shardcheck run SCENARIO --db DB --out OUT` in the background with its stdout and
 // stderr in the file at log; returns its pid (the test fails when it cannot fork).
 pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log);
+// Starts `shardcheck serve --port 0 ARGS...` (args NULL-terminated), stdout and stderr into log,
+// and waits (30 s at most) for its startup line; its port in *port. The caller reaps the child.
+pid_t sc_test_spawn_serve(const char *log, const char *const *args, int *port);
 // How many newlines text holds.
 int sc_test_count_lines(const char *text);
 // The whole file at path, NUL-terminated, in a malloc'd buffer (NULL when it cannot be

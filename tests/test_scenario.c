@@ -57,8 +57,10 @@ static void parse_bad(const char *text, const char *prefix, const char *needle) 
   sc_status st = scenario_parse(text, strlen(text), "t.yaml", DATA, &s, &err);
   cr_assert_eq(st, SC_INVALID, "expected SC_INVALID, got %s (%s)", sc_status_name(st), err.msg);
   cr_assert_null(s, "*out must be NULL on error");
-  cr_expect_eq(strncmp(err.msg, prefix, strlen(prefix)), 0, "expected a message starting '%s', "
-               "got '%s'", prefix, err.msg);
+  cr_expect_eq(strncmp(err.msg, prefix, strlen(prefix)), 0,
+               "expected a message starting '%s', "
+               "got '%s'",
+               prefix, err.msg);
   if (needle) cr_expect(strstr(err.msg, needle), "'%s' missing from '%s'", needle, err.msg);
 }
 
@@ -1081,6 +1083,43 @@ Test(overrides, cuda_without_a_profile_needs_one_to_be_simulated) {
   cr_expect_eq(s->hardware.n_devices, 0, "no CUDA devices in mode: sim");
   cr_expect_str_eq(s->hw.name, "h200");
   scenario_free(s);
+}
+
+// A fixed-url target (one server already up) may leave out `deployments` (docs/targets.md): its
+// prediction (--mode sim) simulates that one server as one deployment of one GPU, as `validate`
+// reads it. A launched target still needs them: they are the layouts to launch.
+Test(overrides, a_fixed_url_target_without_deployments_is_predicted_as_tp1) {
+  const char *dir = sc_test_tmpdir("ov-fixed-url");
+  cr_assert_not_null(dir);
+  char path[512];
+  snprintf(path, sizeof path, "%s/fixed.yaml", dir);
+  const char *text = "name: t\ntarget:\n  openai: {url: \"http://127.0.0.1:8000/v1\", "
+                     "model: m, vocab_size: 512}\nmodel: {preset: llama-tiny}\n"
+                     "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                     "  phases: [{fixed: {requests: 1}}]\n";
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_load_with(path, NULL, &s, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(s->n_deployments, 1);
+  scenario_free(s);
+  s = NULL;
+  scn_overrides ov = {.mode = "sim"};
+  cr_assert_eq(scenario_load_with(path, &ov, &s, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(s->n_deployments, 1);
+  cr_expect_eq(s->deployments[0].tp * s->deployments[0].pp * s->deployments[0].dp, 1);
+  cr_expect_str_eq(s->deployments[0].label, "tp1");
+  cr_expect_eq(s->mode, SCN_MODE_SIM);
+  scenario_free(s);
+  // launched: the deployments are still required
+  snprintf(path, sizeof path, "%s/launched.yaml", dir);
+  const char *launched = "name: t\ntarget:\n  openai: {url: \"http://127.0.0.1:{port}/v1\", "
+                         "launch: \"x --port {port}\", model: m, vocab_size: 512}\n"
+                         "model: {preset: llama-tiny}\n"
+                         "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                         "  phases: [{fixed: {requests: 1}}]\n";
+  cr_assert_eq(sc_test_write_file(path, launched, strlen(launched)), 0);
+  load_with_bad(path, "sim", NULL, path, "missing required key 'deployments'");
 }
 
 Test(overrides, unknown_values_name_the_option) {
