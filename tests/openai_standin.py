@@ -10,6 +10,8 @@ keep-alive. --mode picks a misbehaviour:
   error        two content chunks, then vLLM's mid-stream {"error": ...} payload and [DONE]
   never-ready  /health answers 503 forever
   exit         prints a line to stderr and exits 3 at once (a launch command that fails)
+  removed-flag prints argparse's one-line usage (long, as vLLM's is) and its error for a flag the
+               server no longer takes, and exits 2
 --token-ids sends each chunk's token_ids (as vLLM does with return_token_ids) with two tokens
 per chunk; --chunk-tokens N without --token-ids packs N tokens into each chunk and leaves their
 count to the usage chunk. --pid-file writes "PID PGID" once listening; --child starts a sleeping
@@ -131,7 +133,8 @@ def main():
     p.add_argument("--port-file")
     p.add_argument("--pid-file")
     p.add_argument("--mode", default="normal",
-                   choices=["normal", "malformed", "error", "never-ready", "exit"])
+                   choices=["normal", "malformed", "error", "never-ready", "exit",
+                            "removed-flag"])
     p.add_argument("--ttft-ms", type=float, default=20)
     p.add_argument("--token-ms", type=float, default=5)
     p.add_argument("--token-ids", action="store_true")
@@ -141,6 +144,11 @@ def main():
     if ARGS.mode == "exit":
         sys.stderr.write("standin: CUDA error: no device found (told to exit)\n")
         sys.exit(3)
+    if ARGS.mode == "removed-flag":  # argparse's words, on a usage line as long as vLLM's
+        opts = " ".join("[--option-%03d OPTION_%03d]" % (i, i) for i in range(120))
+        sys.stderr.write("usage: vllm serve [-h] %s [model_tag]\n" % opts)
+        sys.stderr.write("vllm serve: error: unrecognized arguments: --disable-log-requests\n")
+        sys.exit(2)
     if ARGS.child:
         subprocess.Popen(["sleep", "300"])
     srv = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
