@@ -965,7 +965,7 @@ int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, bool token_row
   // one by one (a third of the time for an hour's 5 million).
   static const char *const sql =
       "SELECT count(*), "
-      "  sum(status = 'ok'), "
+      "  total(status = 'ok'), " // 0, not NULL, over no rows (every request a warm-up)
       "  total(CASE WHEN status = 'ok' THEN output_tokens END), "
       "  avg(CASE WHEN status = 'ok' AND output_tokens >= 1 "
       "      THEN (first_token_ns - arrival_ns) / 1e6 END), "

@@ -978,6 +978,25 @@ Test(sim, the_requests_a_kill_failed_are_in_its_window_not_the_one_before) {
   store_close(db);
 }
 
+// On a slow host a ramp step's requests can all outlast its hold: every one it sent arrived
+// in its warm-up, and nothing is measured. That is no data (the SLO fails saying so), not a
+// disagreement between the metrics and their rows (which failed the run as a bug).
+Test(sim, a_deployment_whose_every_request_was_a_warm_up_has_no_data_not_a_failed_audit) {
+  const char *text =
+      "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n"
+      "deployments: [{tp: 1}]\n"
+      "workload:\n  prompts: [{input: 64, output: 16}]\n"
+      "  phases: [{fixed: {requests: 4, concurrency: 4}, warmup: 10s}]\n"
+      "slo: {ttft_p95_ms: 1000}\n";
+  store *db = open_db("sim-all-warmup");
+  int64_t run = sim_run(db, text); // asserts the run completed
+  long n = 0;
+  char *v = rows_text(db, "SELECT pass, note FROM verdict WHERE run_id = ?", run, &n);
+  cr_expect_str_eq(v, "0|no data: no request was measured\n");
+  free(v);
+  store_close(db);
+}
+
 Test(sim, a_request_slow_on_a_healthy_replica_times_out_as_slow) {
   const char *text =
       "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n"
