@@ -145,6 +145,10 @@ void frt_swap_tick(fault_rt *f, int fi, uint64_t now) {
       } else {
         frt_note(f, "%s: hot swap: replica%d failed to load weights v%d: %s", f->c.dep->label, i,
                  fr->version, rs->restart_err.msg);
+        // a replica that could not change its weights but still lives serves the old ones:
+        // left draining, it would take nothing more for the rest of the run
+        if (replica_health_get(f->c.reps[i]) != REPLICA_DEAD)
+          replica_set_admitting(f->c.reps[i], true);
       }
       fr->sw_rep = -1;
       fr->sw_stage = SW_NEXT;
