@@ -38,6 +38,13 @@ static bool ids_known(const req_rec *q) {
 }
 
 void frt_add_value(fault_rt *f, const char *name, double v, const char *why) {
+  // what this kind of replica cannot give is absent, whatever was computed (the metric table)
+  const char *absent =
+      mt_metric_absent(name, f->c.sim ? MT_KIND_SIM : scenario_metric_kind(f->c.s));
+  if (absent) {
+    v = NAN;
+    why = absent;
+  }
   if (!isnan(v)) why = NULL;
   else if (!why || !why[0]) why = "not measured";
   db_ok(f, store_metric_add_note(f->c.db, f->c.run_id, f->c.dep_id, 0, NULL, name, v, why,

@@ -254,7 +254,6 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
   }
   switch (ev->kind) {
   case REPLICA_EV_TOKEN:
-    r->saw_ids |= ev->token >= 0;
     if (!req_add_token(q, ev->token, t)) {
       replica_cancel(r->reps[rep], ev->key);
       finish_req(r, ev->key, REQ_FAILED, "oom", "runner: out of memory recording tokens", t);

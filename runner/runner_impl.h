@@ -146,8 +146,6 @@ typedef struct rt {
   int sweep;                // every-rank sweeps: which run of the deployment this is
   char log_dir[1024];       // launched servers' and exec faults' logs (the run's report directory)
   uint64_t *server_seen;    // (dp) an HTTP replica's latest scrape recorded (its t_ns); NULL: none
-  bool saw_ids;             // an HTTP replica streamed token ids (shardcheck serve, vLLM's
-                            // return_token_ids): its kind is serve's, else text's
 } rt;
 
 static inline uint64_t now_rel(rt *r) { return sc_clock_now(&r->clock) - r->t0; }

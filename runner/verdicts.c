@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "runner/runner_impl.h"
-#include "scenarios/deployment.h"
 #include "faults/verdict.h"
 #include "reports/query.h"
 
@@ -35,11 +34,7 @@ void rn_add_metric(rt *r, int64_t phase_id, const char *name, double v) {
   db_ok(r, store_metric_add(r->db, r->run_id, r->dep_id, phase_id, NULL, name, v, &r->err));
 }
 
-mt_kind rn_kind(const rt *r) {
-  if (r->sim) return MT_KIND_SIM;
-  if (r->s->target.set) return r->saw_ids ? MT_KIND_SERVE : MT_KIND_TEXT;
-  return scenario_isolates_processes(r->s) ? MT_KIND_PROCESS : MT_KIND_LOCAL;
-}
+mt_kind rn_kind(const rt *r) { return r->sim ? MT_KIND_SIM : scenario_metric_kind(r->s); }
 
 // A value of the deployment's phase phase_id (0: the whole deployment), or NaN with why: the
 // metric table's reason when this kind of replica cannot give it, else why given here. A

@@ -30,9 +30,10 @@
 // The reasons a kind of replica cannot give a metric (the rows' absent[]).
 #define NO_OUTPUT "simulated tokens carry no model output"
 #define NO_STEPS "the server reports no engine steps (only its /metrics)"
-#define NO_IDS "the server streams no token ids to continue a prompt from"
 #define NO_DIST "a server sends tokens, not next-token distributions"
 #define SIM_ONLY "the cost model's own figure: mode sim only"
+#define ON_TIME "the virtual clock sends every request on schedule"
+#define NO_SWAP "a replica in the runner's threads cannot change its weights (process ones can)"
 #define HTTP_AB(why) .absent = {[MT_KIND_SERVE] = (why), [MT_KIND_TEXT] = (why)}
 
 static const mt_metric_info metrics[] = {
@@ -88,7 +89,9 @@ static const mt_metric_info metrics[] = {
      "missing, times running backwards",
      F, 0, 0, {0}},
     {"reload_ms", "ms", MT_LOWER_BETTER, "slowest restart of a lost replica", F, 0, 0,
-     .absent = {[MT_KIND_SIM] = "a simulated restart models its load inside the replica"}},
+     .absent = {[MT_KIND_SIM] = "a simulated restart models its load inside the replica",
+                [MT_KIND_LOCAL] = "a replica in the runner's threads is not restarted "
+                                  "(isolation: process is)"}},
     {"retried_requests", "requests", MT_NEUTRAL, "requests re-dispatched after a replica loss", F,
      0, 0, {0}},
     {"resumed_requests", "requests", MT_NEUTRAL,
@@ -99,18 +102,19 @@ static const mt_metric_info metrics[] = {
      {0}},
     {"swap_drain_ms", "ms", MT_LOWER_BETTER,
      "hot swap: longest drain of one replica (stop admitting until nothing is in flight)", F, 0, 0,
-     {0}},
+     .absent = {[MT_KIND_LOCAL] = NO_SWAP}},
     {"swap_load_ms", "ms", MT_LOWER_BETTER, "hot swap: longest load of the new weights", F, 0, 0,
-     {0}},
+     .absent = {[MT_KIND_LOCAL] = NO_SWAP}},
     {"swap_dip", "fraction", MT_LOWER_BETTER,
      "hot swap: 1 - lowest 1 s output throughput during the swap / the level before it", F, 0, 0,
-     {0}},
+     .absent = {[MT_KIND_LOCAL] = NO_SWAP}},
     {"swap_agreement", "fraction", MT_HIGHER_BETTER,
      "hot swap: greedy tokens of the old weights the new ones also rank first", F, MT_MODEL_OUTPUT,
-     0, .absent = {[MT_KIND_SIM] = NO_OUTPUT, [MT_KIND_TEXT] = NO_IDS}},
+     0, .absent = {[MT_KIND_SIM] = NO_OUTPUT, [MT_KIND_LOCAL] = NO_SWAP}},
     {"swap_kl", "nats", MT_LOWER_BETTER,
      "hot swap: mean KL divergence of next-token distributions, old || new", F, MT_MODEL_OUTPUT, 0,
-     .absent = {[MT_KIND_SIM] = NO_OUTPUT, [MT_KIND_SERVE] = NO_DIST, [MT_KIND_TEXT] = NO_DIST}},
+     .absent = {[MT_KIND_SIM] = NO_OUTPUT, [MT_KIND_LOCAL] = NO_SWAP, [MT_KIND_SERVE] = NO_DIST,
+                [MT_KIND_TEXT] = NO_DIST}},
     {"leaked_threads", "threads", MT_LOWER_BETTER,
      "runner threads after the deployment's replicas were freed, minus before", F, 0, 0, {0}},
     {"leaked_fds", "fds", MT_LOWER_BETTER, "runner file descriptors after, minus before", F, 0, 0,
@@ -147,10 +151,11 @@ static const mt_metric_info metrics[] = {
     {"mean_concurrency", "requests", MT_NEUTRAL,
      "requests in flight, averaged over the phase: the concurrency achieved", D, 0, 0, {0}},
     {"client_late_p99_ms", "ms", MT_LOWER_BETTER,
-     "how late the client sent its requests against its schedule (p99)", D, 0, 0, {0}},
+     "how late the client sent its requests against its schedule (p99)", D, 0, 0,
+     .absent = {[MT_KIND_SIM] = ON_TIME}},
     {"client_saturated", "phases", MT_LOWER_BETTER,
      "phases whose client fell behind its schedule (sends p99 late past the threshold)", D, 0, 0,
-     {0}},
+     .absent = {[MT_KIND_SIM] = ON_TIME}},
     {"ttft_sensitivity", "x", MT_NEUTRAL,
      "sim, run --sensitivity: mean TTFT change over the price change, the larger side",
      MT_BY_SENSITIVITY, 0, 0,
@@ -177,9 +182,10 @@ static const mt_metric_info metrics[] = {
 #undef F
 #undef NO_OUTPUT
 #undef NO_STEPS
-#undef NO_IDS
 #undef NO_DIST
 #undef SIM_ONLY
+#undef ON_TIME
+#undef NO_SWAP
 #undef HTTP_AB
 enum { N_METRICS = (int)(sizeof metrics / sizeof metrics[0]) };
 

@@ -102,5 +102,6 @@ bool prom_parse(const char *text, replica_server_metrics *m) {
   }
   if (len && len < sizeof m->why)
     snprintf(m->why + len, sizeof m->why - len, " under any name shardcheck reads");
+  if (isfinite(m->kv_blocks)) m->server = "shardcheck serve"; // it also writes vLLM's names
   return m->have;
 }

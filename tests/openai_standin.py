@@ -30,6 +30,8 @@ llama.cpp's prompt cache does, until POST /slots/ID?action=erase (taken only wit
   none         404, as llama-server without --metrics
   malformed    200 with text that is not the exposition format
 --leak-cells N keeps N cells of every request that ends for good (a leak no erase frees).
+--exit-after S exits (status 1) S seconds after it started listening: a server lost on its own.
+--model NAME is taken and ignored (a hot swap's relaunch names its new model).
 """
 import argparse
 import json
@@ -240,6 +242,8 @@ def main():
     p.add_argument("--kv-metric", action="store_true")
     p.add_argument("--slot-save-path")
     p.add_argument("--leak-cells", type=int, default=0)
+    p.add_argument("--exit-after", type=float, default=0)
+    p.add_argument("--model")
     ARGS = p.parse_args()
     global SLOTS
     SLOTS = threading.Semaphore(ARGS.slots)
@@ -267,6 +271,11 @@ def main():
     sys.stderr.flush()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
+        if ARGS.exit_after > 0:
+            time.sleep(ARGS.exit_after)
+            sys.stderr.write("standin: exiting after %g s (told to)\n" % ARGS.exit_after)
+            sys.stderr.flush()
+            os._exit(1)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
