@@ -145,9 +145,11 @@ Test(http, multi_token_chunks_count_every_token_and_chat_reads_the_prompt_from_u
 
 // --- failures
 
-Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines) {
-  const char *dir = sc_test_tmpdir("http-exit");
-  const char *sc = scenario(dir, "exit.yaml", launched("--mode exit"),
+// Runs a stand-in launched with args that make it exit before it is ready: the run fails
+// (exit 3) saying how it exited and the end of its log. The output is in out.
+static void launch_fails(const char *tag, const char *args, const char *how) {
+  const char *dir = sc_test_tmpdir(tag);
+  const char *sc = scenario(dir, "exit.yaml", launched(args),
                             "deployments: [{tp: 1}]\n"
                             "workload:\n  prompts: [{input: 8, output: 2}]\n"
                             "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n");
@@ -155,23 +157,18 @@ Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines
   snprintf(db, sizeof db, "%s/r.db", dir);
   int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --no-report --quiet", dir);
   cr_expect_eq(rc, 3, "%s", out);
-  cr_expect(strstr(out, "exited with status 3"), "%s", out);
+  cr_expect(strstr(out, how), "%s", out);
+}
+
+Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines) {
+  launch_fails("http-exit", "--mode exit", "exited with status 3");
   cr_expect(strstr(out, "CUDA error: no device found"), "the log's last lines: %s", out);
 }
 
 // vLLM 0.11 refuses a flag it removed with argparse's one-line usage (thousands of bytes) and
 // then the error: the message keeps the end of the log, where the error is.
 Test(http, a_server_refusing_its_command_line_reports_the_error_after_a_long_usage_line) {
-  const char *dir = sc_test_tmpdir("http-removed-flag");
-  const char *sc = scenario(dir, "flag.yaml", launched("--mode removed-flag"),
-                            "deployments: [{tp: 1}]\n"
-                            "workload:\n  prompts: [{input: 8, output: 2}]\n"
-                            "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n");
-  char db[600];
-  snprintf(db, sizeof db, "%s/r.db", dir);
-  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --no-report --quiet", dir);
-  cr_expect_eq(rc, 3, "%s", out);
-  cr_expect(strstr(out, "exited with status 2"), "%s", out);
+  launch_fails("http-removed-flag", "--mode removed-flag", "exited with status 2");
   cr_expect(strstr(out, "unrecognized arguments: --disable-log-requests"),
             "the log's last line, after the usage: %s", out);
 }
