@@ -153,6 +153,21 @@ static bool row_verdict(void *ud, sqlite3_stmt *st) {
   v->expected = col_f64(st, 3);
   v->actual = col_f64(st, 4);
   v->pass = sqlite3_column_int(st, 5) != 0;
+  col_text(st, 6, v->note, sizeof v->note);
+  return true;
+}
+
+// One phase whose client fell behind, added to the run's list.
+static bool row_saturated(void *ud, sqlite3_stmt *st) {
+  rq_run *r = ((loader *)ud)->r;
+  size_t n = strlen(r->saturated);
+  if (n + 1 >= sizeof r->saturated) return true;
+  char label[64], phase[64];
+  col_text(st, 0, label, sizeof label);
+  col_text(st, 1, phase, sizeof phase);
+  double late = col_f64(st, 2);
+  snprintf(r->saturated + n, sizeof r->saturated - n, "%s%s %s (%.0f ms late)", n ? ", " : "",
+           label, phase, late);
   return true;
 }
 
@@ -191,6 +206,19 @@ static bool row_fault(void *ud, sqlite3_stmt *st) {
   " FROM fault_window w WHERE w.fault_id = f.id AND w.window = '" W "')"
 
 // Whether the database has table name (an older file may lack a newer table).
+// Whether table has column col (an older file may lack it).
+static bool has_column(sqlite3 *db, const char *table, const char *col) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &st,
+                         NULL) != SQLITE_OK)
+    return false;
+  sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, col, -1, SQLITE_STATIC);
+  bool yes = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return yes;
+}
+
 static bool has_table(sqlite3 *db, const char *name) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -260,11 +288,23 @@ sc_status rq_run_load(sqlite3 *db, int64_t id, rq_run *r, sc_error *err) {
   if (s == SC_OK) {
     l.cap = 0;
     s = each_row(db,
-                 "SELECT v.deployment_id, v.slo, v.op, v.expected, v.actual, v.pass "
-                 "FROM verdict v JOIN deployment d ON d.id = v.deployment_id "
-                 "WHERE v.run_id = ?1 ORDER BY d.idx, v.id",
+                 has_column(db, "verdict", "note")
+                     ? "SELECT v.deployment_id, v.slo, v.op, v.expected, v.actual, v.pass, "
+                       "v.note FROM verdict v JOIN deployment d ON d.id = v.deployment_id "
+                       "WHERE v.run_id = ?1 ORDER BY d.idx, v.id"
+                     : "SELECT v.deployment_id, v.slo, v.op, v.expected, v.actual, v.pass, "
+                       "NULL FROM verdict v JOIN deployment d ON d.id = v.deployment_id "
+                       "WHERE v.run_id = ?1 ORDER BY d.idx, v.id",
                  id, row_verdict, &l, "the verdict table", err);
   }
+  if (s == SC_OK)
+    s = each_row(db,
+                 "SELECT d.label, p.name, (SELECT l.value FROM metric l WHERE l.phase_id = "
+                 "m.phase_id AND l.name = 'client_late_p99_ms' AND l.class = '') FROM metric m "
+                 "JOIN phase p ON p.id = m.phase_id JOIN deployment d ON d.id = m.deployment_id "
+                 "WHERE m.run_id = ?1 AND m.name = 'client_saturated' AND m.value > 0 AND "
+                 "m.class = '' ORDER BY d.idx, p.idx",
+                 id, row_saturated, &l, "the metric table", err);
   if (s == SC_OK) {
     l.cap = 0;
     s = each_row(db,
@@ -925,7 +965,7 @@ int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, bool token_row
   // one by one (a third of the time for an hour's 5 million).
   static const char *const sql =
       "SELECT count(*), "
-      "  sum(status = 'ok'), "
+      "  total(status = 'ok'), " // 0, not NULL, over no rows (every request a warm-up)
       "  total(CASE WHEN status = 'ok' THEN output_tokens END), "
       "  avg(CASE WHEN status = 'ok' AND output_tokens >= 1 "
       "      THEN (first_token_ns - arrival_ns) / 1e6 END), "

@@ -50,6 +50,8 @@ typedef struct rq_verdict {
   double expected;
   double actual;            // NaN: no data
   bool pass;
+  char note[200];           // "no data: why", "client saturated (...)", ... ("": none, or an
+                            // older file)
 } rq_verdict;
 
 enum { RQ_FAULT_WINDOWS = 3 }; // before, during, after
@@ -82,6 +84,8 @@ typedef struct rq_run {
   int n_faults;
   char (*classes)[32];      // (n_classes) prompt class names with metric rows, sorted
   int n_classes;
+  char saturated[400];      // the phases whose client fell behind its schedule: "LABEL PHASE
+                            // (N ms late), ..." ("": none)
 } rq_run;
 
 // Loads run `id` with its deployments, phases, verdicts, faults and class names into *r

@@ -6,7 +6,7 @@
 // This file holds only the DDL; reports/store.c opens, migrates and writes.
 #include "reports/store.h"
 
-const int store_schema_version = 4;
+const int store_schema_version = 5;
 
 // An external server's scraped figures (store_server_sample_add creates it on first use).
 const char *const store_server_sample_sql =
@@ -139,20 +139,22 @@ const char *const store_schema_sql =
     "CREATE TABLE IF NOT EXISTS fault_window(\n"
     "  fault_id INTEGER NOT NULL REFERENCES fault(id),\n"
     "  window TEXT NOT NULL,\n"          // before | during | after
-    "  start_ns INTEGER NOT NULL,\n"     // requests arriving in [start_ns, end_ns)
+    "  start_ns INTEGER NOT NULL,\n"     // requests in [start_ns, end_ns), grouped as `by` says
     "  end_ns INTEGER NOT NULL,\n"
     "  name TEXT NOT NULL,\n"            // metric name
     "  value REAL,\n"
     "  op TEXT,\n"                       // <= | >= when the scenario has an SLO on it
     "  expected REAL,\n"
-    "  pass INTEGER);\n"
+    "  pass INTEGER,\n"
+    "  by TEXT);\n"                       // finish: by when they ended (v5); NULL: by arrival
     "CREATE TABLE IF NOT EXISTS metric(\n"
     "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
     "  deployment_id INTEGER REFERENCES deployment(id),\n" // NULL: across deployments
     "  phase_id INTEGER REFERENCES phase(id),\n"           // NULL: the whole deployment
     "  class TEXT NOT NULL DEFAULT '',\n"                  // '' = every prompt class
     "  name TEXT NOT NULL,\n"
-    "  value REAL);\n"
+    "  value REAL,\n"                     // NULL: not measured (note says why)
+    "  note TEXT);\n"                     // why it has no value; NULL: nothing to say
     "CREATE INDEX IF NOT EXISTS metric_by_run ON metric(run_id, deployment_id, phase_id);\n"
     "CREATE TABLE IF NOT EXISTS verdict(\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -162,7 +164,8 @@ const char *const store_schema_sql =
     "  op TEXT NOT NULL,\n"              // <= or >=
     "  expected REAL NOT NULL,\n"
     "  actual REAL,\n"                   // NULL: no data (counts as a failure)
-    "  pass INTEGER NOT NULL);\n"
+    "  pass INTEGER NOT NULL,\n"
+    "  note TEXT);\n"                     // "no data: why", "client saturated: ..."; NULL: none
     // version 3: capacity searches (`shardcheck capacity`, docs/capacity.md)
     "CREATE TABLE IF NOT EXISTS capacity(\n"
     "  id INTEGER PRIMARY KEY,\n"

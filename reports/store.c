@@ -104,11 +104,11 @@ static const char *const st_sql[ST_COUNT] = {
     [ST_FAULT] = "INSERT INTO fault(run_id, deployment_id, kind, target, injected_ns, "
                  "detected_ns, recovered_ns, affected, detail) VALUES(?,?,?,?,?,?,?,?,?)",
     [ST_FAULT_WINDOW] = "INSERT INTO fault_window(fault_id, window, start_ns, end_ns, name, "
-                        "value, op, expected, pass) VALUES(?,?,?,?,?,?,?,?,?)",
-    [ST_METRIC] = "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value) "
-                  "VALUES(?,?,?,?,?,?)",
-    [ST_VERDICT] = "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass) "
-                   "VALUES(?,?,?,?,?,?,?)",
+                        "value, op, expected, pass, by) VALUES(?,?,?,?,?,?,?,?,?,'finish')",
+    [ST_METRIC] = "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value, note) "
+                  "VALUES(?,?,?,?,?,?,?)",
+    [ST_VERDICT] = "INSERT INTO verdict(run_id, deployment_id, slo, op, expected, actual, pass, "
+                   "note) VALUES(?,?,?,?,?,?,?,?)",
 };
 
 struct store {
@@ -250,7 +250,8 @@ static int read_version(store *s, long *version) {
 // Migrates an older file to the current version in one transaction, each version's steps in
 // turn: version 1 gains run.repeat_group and run.repeat_index; version 3's token table (a row
 // per token) becomes token_times (a row per request, its times in index order) and the token
-// view; the schema text then creates what is missing (fault_window, the capacity tables).
+// view; version 4 gains metric.note, verdict.note and fault_window.by; the schema text then
+// creates what is missing (fault_window, the capacity tables).
 // Another process may have migrated the file between our read and the lock: the version is
 // read again under it. On error the file is left as it was.
 static sc_status migrate(store *s, sc_error *err) {
@@ -272,6 +273,15 @@ static sc_status migrate(store *s, sc_error *err) {
                  "  ORDER BY request_id, idx) GROUP BY request_id;"
                  " DROP TABLE token;",
                  "migrating the token rows to version 4", err);
+  if (r == SC_OK && version >= 1 && version <= 4)
+    r = exec_sql(s,
+                 "ALTER TABLE metric ADD COLUMN note TEXT;"
+                 " ALTER TABLE verdict ADD COLUMN note TEXT;",
+                 "migrating the schema to version 5", err);
+  // fault_window came with version 2; a version 1 file gets it whole from the schema text
+  if (r == SC_OK && version >= 2 && version <= 4)
+    r = exec_sql(s, "ALTER TABLE fault_window ADD COLUMN by TEXT;",
+                 "migrating the fault windows to version 5", err);
   if (r == SC_OK && version < store_schema_version) {
     r = exec_sql(s, store_schema_sql, "migrating the schema", err);
     char sql[96];
@@ -324,7 +334,8 @@ static sc_status check_schema(store *s, bool *empty, sc_error *err) {
   // An older file is migrated in place when opened for writing. A reader takes it as it is:
   // version 1 lacks run.repeat_group and run.repeat_index (every run its own group), version 2
   // the capacity tables (no searches), version 3 has a token table where version 4 has the
-  // token view over token_times (the same rows).
+  // token view over token_times (the same rows), version 4 lacks the notes of metrics and
+  // verdicts (none to show) and fault_window.by (its windows group requests by arrival).
   if (version < store_schema_version && !s->readonly) return migrate(s, err);
   return SC_OK;
 }
@@ -831,6 +842,13 @@ sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error
 sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
                            const char *class_name, const char *name, double value,
                            sc_error *err) {
+  return store_metric_add_note(s, run_id, deployment_id, phase_id, class_name, name, value, NULL,
+                               err);
+}
+
+sc_status store_metric_add_note(store *s, int64_t run_id, int64_t deployment_id,
+                                int64_t phase_id, const char *class_name, const char *name,
+                                double value, const char *note, sc_error *err) {
   if (!name) return sc_fail(err, SC_INVALID, "%s: a metric needs a name", s->path);
   SC_TRY(tx_begin(s, err));
   sqlite3_stmt *st;
@@ -841,12 +859,13 @@ sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int6
   bind_text(st, 4, class_name ? class_name : "");
   bind_text(st, 5, name);
   bind_real_opt(st, 6, value);
+  bind_text(st, 7, note && note[0] ? note : NULL);
   return exec_stmt(s, st, "inserting a metric row", err);
 }
 
 sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, const char *slo,
                             const char *op, double expected, double actual, bool pass,
-                            sc_error *err) {
+                            const char *note, sc_error *err) {
   static const char *const ops[] = {"<=", ">=", NULL};
   if (!slo || !one_of(op, ops) || !isfinite(expected))
     return sc_fail(err, SC_INVALID, "%s: verdict %s: needs an SLO name, op <= or >= and a finite "
@@ -861,6 +880,7 @@ sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, con
   sqlite3_bind_double(st, 5, expected);
   bind_real_opt(st, 6, actual);
   bind_i64(st, 7, pass ? 1 : 0);
+  bind_text(st, 8, note && note[0] ? note : NULL);
   return exec_stmt(s, st, "inserting a verdict row", err);
 }
 

@@ -155,7 +155,7 @@ sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error 
 typedef struct store_fault_window {
   int64_t fault_id;
   const char *window;            // "before" | "during" | "after"
-  uint64_t start_ns, end_ns;     // [start, end): requests arriving in it
+  uint64_t start_ns, end_ns;     // [start, end): requests that ended in it (by 'finish')
   const char *name;              // a metric name (reports/metrics.h)
   double value;
   const char *op;                // "<=" | ">=" | NULL
@@ -167,10 +167,15 @@ sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error
 // deployment_id / phase_id 0 -> NULL; class NULL -> ''. A NaN value is stored as NULL.
 sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
                            const char *class_name, const char *name, double value, sc_error *err);
-// actual NaN -> NULL. op: "<=" or ">=".
+// The same with a note (NULL or "": none): why a NaN value was not measured.
+sc_status store_metric_add_note(store *s, int64_t run_id, int64_t deployment_id,
+                                int64_t phase_id, const char *class_name, const char *name,
+                                double value, const char *note, sc_error *err);
+// actual NaN -> NULL. op: "<=" or ">=". note (NULL or "": none): what the verdict rests on
+// beyond its numbers ("no data: why", "client saturated: ...").
 sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, const char *slo,
                             const char *op, double expected, double actual, bool pass,
-                            sc_error *err);
+                            const char *note, sc_error *err);
 
 // --- capacity searches (`shardcheck capacity`, runner/capacity.h; docs/capacity.md)
 

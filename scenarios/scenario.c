@@ -202,6 +202,7 @@ static sc_status parse_root(scn_ctx *c, struct fy_node *root) {
     SC_TRY(scn_parse_slo(c, yaml_map_val(&m, "slo"), yaml_map_key(&m, "slo")));
   if (yaml_map_has(&m, "gate"))
     SC_TRY(scn_parse_gate(c, yaml_map_val(&m, "gate"), yaml_map_key(&m, "gate")));
+  scn_check_slo_measurable(c);
   return SC_OK;
 }
 

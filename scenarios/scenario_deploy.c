@@ -574,3 +574,10 @@ bool scenario_isolates_processes(const scenario *s) {
   if (s->router.isolation == SCN_ISOLATION_DEFAULT) return s->n_faults > 0;
   return s->router.isolation == SCN_ISOLATION_PROCESS;
 }
+
+mt_kind scenario_metric_kind(const scenario *s) {
+  if (s->mode == SCN_MODE_SIM) return MT_KIND_SIM;
+  if (s->target.set)
+    return strstr(s->target.launch, "{shardcheck} serve") ? MT_KIND_SERVE : MT_KIND_TEXT;
+  return scenario_isolates_processes(s) ? MT_KIND_PROCESS : MT_KIND_LOCAL;
+}

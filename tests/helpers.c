@@ -281,6 +281,10 @@ const char *const sc_test_token_table_v3_sql =
     "INSERT INTO token SELECT tt.request_id, j.key, j.value FROM token_times AS tt, "
     "json_each(tt.t_ns) AS j; DROP TABLE token_times;";
 
+const char *const sc_test_before_v5_sql =
+    "ALTER TABLE metric DROP COLUMN note; ALTER TABLE verdict DROP COLUMN note; "
+    "ALTER TABLE fault_window DROP COLUMN by;";
+
 void sc_test_exec(const char *path, const char *sql) {
   sqlite3 *db = NULL;
   cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);

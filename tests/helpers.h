@@ -65,6 +65,9 @@ void sc_test_exec(const char *db, const char *sql);
 // token, key (request_id, idx)) in place of token_times and the token view, rows unchanged: how
 // the tests make the older files that the store migrates and the readers read as they are.
 extern const char *const sc_test_token_table_v3_sql;
+// Takes a file of this schema back to before version 5: no metric.note, verdict.note or
+// fault_window.by.
+extern const char *const sc_test_before_v5_sql;
 
 // --- time: a test waits for a condition with a deadline, never a fixed sleep then an assert
 // (a loaded CI host stretches every sleep)

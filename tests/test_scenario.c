@@ -1440,3 +1440,36 @@ Test(scenario_parse, gate_metrics_take_a_prompt_class_name) {
   parse_bad(TWO_CLASSES "gate: {metrics: {short:lost_requests: 10%}}\n", "t.yaml:7:",
             "a prompt class's rows carry");
 }
+
+// --- SLO keys the scenario's deployments cannot measure: a warning at load (validate), a
+// "no data" FAIL at run time (docs/metrics.md, "The vacuity matrix")
+
+static bool warned(const scenario *s, const char *want) {
+  for (int i = 0; i < s->n_warnings; i++)
+    if (strstr(s->warnings[i], want)) return true;
+  return false;
+}
+
+Test(scenario, an_slo_key_the_deployments_cannot_measure_is_a_warning_naming_why) {
+  scenario *t = parse_ok("name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
+                         "    url: \"http://127.0.0.1:{port}/v1\"\n"
+                         "    launch: \"llama-server -m m.gguf --port {port} --metrics\"\n"
+                         "deployments: [{tp: 1}]\nworkload:\n  prompts: [{input: 8, output: 4}]\n"
+                         "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n"
+                         "slo: {limit_violations: 0, ttft_p95_ms: 500, detect_ms: 100}\n");
+  cr_expect(warned(t, "slo limit_violations: cannot be measured on text replicas (the server "
+                      "reports no engine steps"),
+            "%d warnings: %s", t->n_warnings, t->n_warnings ? t->warnings[0] : "");
+  cr_expect(warned(t, "slo detect_ms: measured only in a deployment with faults"));
+  cr_expect_not(warned(t, "ttft_p95_ms"), "a latency is measured everywhere");
+  scenario_free(t);
+  scenario *s = parse_ok("name: x\nmode: sim\nmodel: {preset: llama3-8b}\n"
+                         "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+                         "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                         "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n"
+                         "slo: {layout_mismatches: 0, client_saturated: 0}\n");
+  cr_expect(warned(s, "slo layout_mismatches: not judged in mode sim"));
+  cr_expect(warned(s, "slo client_saturated: cannot be measured on sim replicas (the virtual "
+                      "clock sends every request on schedule)"));
+  scenario_free(s);
+}

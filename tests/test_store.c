@@ -159,11 +159,16 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   cr_assert_eq(store_fault_add(s, &fa1, &f1, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_fault_add(s, &fa2, &f2, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_metric_add(s, run, dep, ph1, NULL, "ttft_p95_ms", 12.5, &err), SC_OK);
-  cr_assert_eq(store_metric_add(s, run, dep, 0, "", "ttft_mean_ms", NAN, &err), SC_OK);
+  cr_assert_eq(store_metric_add_note(s, run, dep, 0, "", "ttft_mean_ms", NAN,
+                                     "no request completed", &err),
+               SC_OK);
   cr_assert_eq(store_metric_add(s, run, dep, ph1, "short", "requests", 1, &err), SC_OK);
   cr_assert_eq(store_metric_add(s, run, 0, 0, NULL, "speedup", 1.75, &err), SC_OK);
-  cr_assert_eq(store_verdict_add(s, run, dep, "ttft_p95_ms", "<=", 500, 12.5, true, &err), SC_OK);
-  cr_assert_eq(store_verdict_add(s, run, dep, "error_rate", "<=", 0.01, NAN, false, &err), SC_OK);
+  cr_assert_eq(store_verdict_add(s, run, dep, "ttft_p95_ms", "<=", 500, 12.5, true, NULL, &err),
+               SC_OK);
+  cr_assert_eq(store_verdict_add(s, run, dep, "error_rate", "<=", 0.01, NAN, false,
+                                 "no data: no request was measured", &err),
+               SC_OK);
   cr_assert_eq(store_phase_end(s, ph1, 3900, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_phase_end(s, ph2, 5000, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_deployment_end(s, dep, "complete", NULL, 5000, &err), SC_OK, "%s", err.msg);
@@ -174,7 +179,7 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   sqlite3 *db = store_db(s);
   char want[1024];
   expect_q(db, "PRAGMA journal_mode", "wal");
-  expect_q(db, "SELECT key, value FROM meta", "schema_version|4");
+  expect_q(db, "SELECT key, value FROM meta", "schema_version|5");
   snprintf(want, sizeof want,
            "%lld|rt|scenarios/rt.yaml|name: rt\nseed: 7\n|sim|sim|llama3-8b|abc1234|%s|%d|7|"
            "{\"block_size\":16}|NULL|complete|fail|0|0",
@@ -223,13 +228,15 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   expect_q(db, "SELECT id, deployment_id, kind, target, injected_ns, detected_ns, recovered_ns, "
                "affected, detail FROM fault ORDER BY id", want);
   snprintf(want, sizeof want,
-           "%lld|%lld||ttft_p95_ms|12.5;%lld|NULL||ttft_mean_ms|NULL;"
-           "%lld|%lld|short|requests|1.0;NULL|NULL||speedup|1.75",
+           "%lld|%lld||ttft_p95_ms|12.5|NULL;%lld|NULL||ttft_mean_ms|NULL|no request completed;"
+           "%lld|%lld|short|requests|1.0|NULL;NULL|NULL||speedup|1.75|NULL",
            (long long)dep, (long long)ph1, (long long)dep, (long long)dep, (long long)ph1);
-  expect_q(db, "SELECT deployment_id, phase_id, class, name, value FROM metric ORDER BY rowid",
+  expect_q(db, "SELECT deployment_id, phase_id, class, name, value, note FROM metric "
+               "ORDER BY rowid",
            want);
-  expect_q(db, "SELECT slo, op, expected, actual, pass FROM verdict ORDER BY id",
-           "ttft_p95_ms|<=|500.0|12.5|1;error_rate|<=|0.01|NULL|0");
+  expect_q(db, "SELECT slo, op, expected, actual, pass, note FROM verdict ORDER BY id",
+           "ttft_p95_ms|<=|500.0|12.5|1|NULL;"
+           "error_rate|<=|0.01|NULL|0|no data: no request was measured");
   snprintf(want, sizeof want, "%lld", (long long)run);
   expect_q(db, "SELECT DISTINCT run_id FROM (SELECT run_id FROM deployment UNION ALL SELECT "
                "run_id FROM phase UNION ALL SELECT run_id FROM request UNION ALL SELECT run_id "
@@ -270,7 +277,8 @@ Test(store, bad_values_are_refused_with_the_reason) {
   cr_expect(strstr(err.msg, "'done'"), "%s", err.msg);
   cr_expect_eq(store_run_end(s, run + 100, "complete", NULL, NULL, 1, &err), SC_INVALID);
   cr_expect(strstr(err.msg, "no run"), "%s", err.msg);
-  cr_expect_eq(store_verdict_add(s, run, 1, "ttft_p95_ms", "<", 500, 1, true, &err), SC_INVALID);
+  cr_expect_eq(store_verdict_add(s, run, 1, "ttft_p95_ms", "<", 500, 1, true, NULL, &err),
+               SC_INVALID);
   // A request pointing at a phase that does not exist: the foreign key fails, nothing of it
   // (no request row, no tokens) stays, and the store keeps working. The savepoint's rollback
   // reads its sub-journal, which the writer keeps in memory (temp_store 2).
@@ -326,6 +334,7 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
   const char *path = file_with_tokens("migrate");
   store *s = NULL;
   sc_error err = {{0}};
+  sc_test_exec(path, sc_test_before_v5_sql);
   sc_test_exec(path, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
                      "repeat_index; DROP TABLE fault_window; UPDATE meta SET value = '1' "
                      "WHERE key = 'schema_version'");
@@ -335,7 +344,7 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(db, "SELECT count(*) FROM pragma_table_info('run') WHERE name IN ('repeat_group', "
                "'repeat_index')", "2");
   expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'fault_window'", "1");
@@ -348,6 +357,7 @@ Test(store, a_version_2_file_gets_the_capacity_tables_when_opened_for_writing) {
   const char *path = file_with_tokens("migrate2");
   store *s = NULL;
   sc_error err = {{0}};
+  sc_test_exec(path, sc_test_before_v5_sql);
   sc_test_exec(path, "DROP TABLE capacity_point; DROP TABLE capacity_layout; DROP TABLE "
                      "capacity; UPDATE meta SET value = '2' WHERE key = 'schema_version'");
   sc_test_exec(path, sc_test_token_table_v3_sql);
@@ -355,13 +365,14 @@ Test(store, a_version_2_file_gets_the_capacity_tables_when_opened_for_writing) {
   expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "2");
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
-  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(store_db(s), "SELECT count(*) FROM sqlite_master WHERE name LIKE 'capacity%'", "3");
   store_close(s);
 }
 
 Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_order) {
   const char *path = file_with_tokens("migrate3");
+  sc_test_exec(path, sc_test_before_v5_sql);
   sc_test_exec(path, "UPDATE meta SET value = '3' WHERE key = 'schema_version'");
   sc_test_exec(path, sc_test_token_table_v3_sql);
   // A second request whose rows went in out of index order, and one with none.
@@ -381,7 +392,7 @@ Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_o
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(db, "SELECT type FROM sqlite_master WHERE name = 'token'", "view");
   expect_q(db, "SELECT r.seq, tt.t_ns FROM token_times tt JOIN request r ON r.id = "
                "tt.request_id ORDER BY r.seq", "0|[10,20,30];1|[5,6,7]");
@@ -391,6 +402,28 @@ Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_o
   // Opened again, nothing is left to do.
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   expect_q(store_db(s), "SELECT count(*) FROM token_times", "2");
+  store_close(s);
+}
+
+Test(store, a_version_4_file_gains_the_notes_and_the_window_grouping) {
+  const char *path = file_with_tokens("migrate4");
+  sc_test_exec(path, sc_test_before_v5_sql);
+  sc_test_exec(path, "INSERT INTO metric(run_id, name, value) VALUES(1, 'requests', 1); "
+                     "UPDATE meta SET value = '4' WHERE key = 'schema_version'");
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
+  expect_q(store_db(s), "SELECT count(*) FROM pragma_table_info('metric') WHERE name = 'note'",
+           "0");
+  store_close(s);
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  sqlite3 *db = store_db(s);
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
+  expect_q(db, "SELECT (SELECT count(*) FROM pragma_table_info('metric') WHERE name = 'note') + "
+               "(SELECT count(*) FROM pragma_table_info('verdict') WHERE name = 'note') + "
+               "(SELECT count(*) FROM pragma_table_info('fault_window') WHERE name = 'by')",
+           "3");
+  expect_q(db, "SELECT name, value, note IS NULL FROM metric", "requests|1.0|1");
   store_close(s);
 }
 
