@@ -32,7 +32,7 @@ static void exec(sqlite3 *db, const char *sql) {
 
 static void execf(sqlite3 *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void execf(sqlite3 *db, const char *fmt, ...) {
-  char sql[2048];
+  char sql[8192];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(sql, sizeof sql, fmt, ap);
@@ -135,14 +135,21 @@ static void add_run(sqlite3 *db, int64_t run, const char *status) {
       }
       summary_metrics(db, run, dep, phase, deps[d].ttft[ph], deps[d].toks[ph]);
     }
-    for (int rep = 0; rep < deps[d].dp; rep++)
+    for (int rep = 0; rep < deps[d].dp; rep++) {
+      char steps[60 * 64 + 4] = "[";
+      size_t len = 1;
       for (int k = 0; k < 60; k++)
-        execf(db,
-              "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, "
-              "prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, kv_total) "
-              "VALUES(%lld, %lld, %d, %lld, 20000000, 2, 0, 2, 0, %d, 2, %d, 64)",
-              (long long)run, (long long)dep, rep, (long long)(t0 + k * 100 * MS_NS), k % 4,
-              (k * 3) % 64);
+        len += (size_t)snprintf(steps + len, sizeof steps - len,
+                                "%s[%d,%lld,20000000,2,0,2,0,%d,2,%d,64]", k ? "," : "", rep,
+                                (long long)(t0 + k * 100 * MS_NS), k % 4, (k * 3) % 64);
+      snprintf(steps + len, sizeof steps - len, "]");
+      execf(db,
+            "INSERT INTO step_block(first_id, run_id, deployment_id, n, end_ns, steps) "
+            "VALUES((SELECT coalesce(max(first_id + n), 1) FROM step_block), %lld, %lld, 60, "
+            "%lld, '%s')",
+            (long long)run, (long long)dep, (long long)(t0 + 59 * 100 * MS_NS + 20 * MS_NS),
+            steps);
+    }
     summary_metrics(db, run, dep, 0, deps[d].ttft_all, deps[d].peak / 1.5);
     metric(db, run, dep, 0, "", "gpus", deps[d].dp);
     metric(db, run, dep, 0, "", "peak_output_tok_s", deps[d].peak);
@@ -486,7 +493,7 @@ Test(report, sparse_runs_still_plot_with_empty_panels) {
   // No step rows (no queue panel data, no KV plot) and no TPOT values (an empty top panel).
   const char *db_path = make_db();
   sqlite3 *db = open_db(db_path);
-  exec(db, "DELETE FROM step");
+  exec(db, "DELETE FROM step_block");
   exec(db, "UPDATE metric SET value = NULL WHERE name LIKE 'tpot%'");
   sqlite3_close(db);
   need_gnuplot();
