@@ -632,7 +632,7 @@ static int kv_series_cmp(const void *a, const void *b) {
 
 // The series by deployment id and replica, one block each: a line per bin with a step.
 static void kv_write(FILE *f, kv_state *k) {
-  qsort(k->series, (size_t)k->n_series, sizeof *k->series, kv_series_cmp);
+  if (k->n_series) qsort(k->series, (size_t)k->n_series, sizeof *k->series, kv_series_cmp);
   for (int i = 0; i < k->n_series; i++) {
     const kv_series *x = &k->series[i];
     fprintf(f, "%s# block %d: %s replica %d\n", i ? "\n\n" : "", i, k->r->deps[x->dep].label,
