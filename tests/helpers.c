@@ -275,15 +275,24 @@ const char *sc_test_q1s(const char *path, const char *sql) {
   return buf;
 }
 
+const char *const sc_test_v4_sql =
+    "ALTER TABLE metric DROP COLUMN note; ALTER TABLE verdict DROP COLUMN note; "
+    "ALTER TABLE fault_window DROP COLUMN by; "
+    "CREATE TEMP TABLE step_rows AS SELECT * FROM step; DROP VIEW step; DROP TABLE step_block; "
+    "DROP TABLE token_second; CREATE TABLE step(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL "
+    "REFERENCES run(id), deployment_id INTEGER NOT NULL REFERENCES deployment(id), replica "
+    "INTEGER NOT NULL, t_ns INTEGER NOT NULL, duration_ns INTEGER NOT NULL, seqs INTEGER NOT "
+    "NULL, prefill_tokens INTEGER NOT NULL, decode_tokens INTEGER NOT NULL, preempted INTEGER "
+    "NOT NULL, queue_len INTEGER NOT NULL, running INTEGER NOT NULL, kv_used INTEGER NOT NULL, "
+    "kv_total INTEGER NOT NULL); CREATE INDEX step_by_deployment ON step(deployment_id, t_ns); "
+    "INSERT INTO step SELECT * FROM step_rows; DROP TABLE step_rows; "
+    "UPDATE meta SET value = '4' WHERE key = 'schema_version';";
+
 const char *const sc_test_token_table_v3_sql =
     "DROP VIEW token; CREATE TABLE token(request_id INTEGER NOT NULL REFERENCES request(id), "
     "idx INTEGER NOT NULL, t_ns INTEGER NOT NULL, PRIMARY KEY(request_id, idx)) WITHOUT ROWID; "
     "INSERT INTO token SELECT tt.request_id, j.key, j.value FROM token_times AS tt, "
     "json_each(tt.t_ns) AS j; DROP TABLE token_times;";
-
-const char *const sc_test_before_v5_sql =
-    "ALTER TABLE metric DROP COLUMN note; ALTER TABLE verdict DROP COLUMN note; "
-    "ALTER TABLE fault_window DROP COLUMN by;";
 
 void sc_test_exec(const char *path, const char *sql) {
   sqlite3 *db = NULL;

@@ -65,9 +65,11 @@ void sc_test_exec(const char *db, const char *sql);
 // token, key (request_id, idx)) in place of token_times and the token view, rows unchanged: how
 // the tests make the older files that the store migrates and the readers read as they are.
 extern const char *const sc_test_token_table_v3_sql;
-// Takes a file of this schema back to before version 5: no metric.note, verdict.note or
-// fault_window.by.
-extern const char *const sc_test_before_v5_sql;
+// The SQL that makes a file of this schema a file of schema version 4: no metric.note,
+// verdict.note or fault_window.by; the step table (a row per step, index step_by_deployment) in
+// place of step_block and the step view, rows and ids unchanged, and no token_second;
+// meta.schema_version 4.
+extern const char *const sc_test_v4_sql;
 
 // --- time: a test waits for a condition with a deadline, never a fixed sleep then an assert
 // (a loaded CI host stretches every sleep)
