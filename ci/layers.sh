@@ -6,8 +6,9 @@
 #   0 kernels/     devices, communicators, the clock, status codes
 #   1 engine/      the sharded Llama engine
 #   2 serving/     the replica seam, router, request table, supervisor, worker protocol
-#   2 config/      YAML, hardware profiles, model presets, profile measurement
+#   2 config/      YAML, hardware profiles, model presets
 #   3 scenarios/   the scenario language, workloads, metric names
+#   3 profile/     `shardcheck profile`: measuring a hardware profile on the real device
 #   4 reports/     the SQLite store, metrics, reports, the gate
 #   5 faults/      the fault runtime and the verdicts after faults
 #   6 runner/      the event loop
@@ -23,7 +24,7 @@ floor() {
   kernels) echo 0 ;;
   engine) echo 1 ;;
   serving | config) echo 2 ;;
-  scenarios) echo 3 ;;
+  scenarios | profile) echo 3 ;;
   reports) echo 4 ;;
   faults) echo 5 ;;
   runner | server) echo 6 ;;

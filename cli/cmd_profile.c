@@ -3,10 +3,10 @@
 // and the simulator's cost model reads: host figures, GEMM / attention / all-reduce time
 // tables for the model's shapes at each TP degree, the link fit and the per-step overhead.
 //
-// The measuring and the file format are config/profile.c (docs/profile.md); reading profiles
-// back is config/hardware.c. This file parses arguments, refuses bad input before anything is
-// measured, prints one progress line per measured group on stderr, writes the file and checks
-// that it loads back.
+// The measuring and the file format are profile/ (profile.h, docs/profile.md); reading
+// profiles back is config/hardware.c. This file parses arguments, refuses bad input before
+// anything is measured, prints one progress line per measured group on stderr, writes the file
+// and checks that it loads back.
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 #include "config/hardware.h"
 #include "config/presets.h"
 #include "engine/model.h"
-#include "config/profile.h"
+#include "profile/profile.h"
 #include "engine/shard.h"
 #include "config/yaml_map.h"
 #include "kernels/clock.h"

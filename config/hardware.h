@@ -12,7 +12,7 @@
 #include "engine/hw_profile.h"
 #include "kernels/status.h"
 
-// Limits hw_profile_load checks (and config/profile.c clamps what it measures to).
+// Limits hw_profile_load checks (and profile/ clamps what it measures to).
 #define HW_LINK_LATENCY_MAX_S 1     // link_latency_s, inter_link_latency_s, launch_s at most
 #define HW_STEP_OVERHEAD_MAX_S 10   // step_overhead_s at most; residuals within +- this
 #define HW_GPUS_PER_NODE_MAX 1024   // gpus_per_node at most

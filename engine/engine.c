@@ -36,6 +36,10 @@
 typedef struct eseq {
   seq s;
   exec_seq_mem *mem; // NULL until first scheduled (and always for backend sim)
+  uint64_t sim_key;  // backend sim: engine_request's
+  int sim_len;
+  uint64_t sched_ns; // engine clock: the start of the first step that scheduled it
+  bool scheduled;    // sched_ns is set
 } eseq;
 
 // --- the step seam: how a step's planned sequences are computed
@@ -337,6 +341,8 @@ sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_err
   q->blocks_cap = blocks;
   q->sampling = r->sampling;
   q->stop_at_eos = r->stop_at_eos;
+  es->sim_key = r->sim_key;
+  es->sim_len = r->sim_len;
   sc_status s = sched_add(e->sched, q);
   if (s != SC_OK) {
     seq_free(e, q);
@@ -384,9 +390,12 @@ sc_status engine_cancel(engine *e, uint64_t id) {
 // from the request.
 static int32_t sim_token(const engine *e, const seq *q) {
   const model_config *m = &e->cfg.model;
+  const eseq *es = (const eseq *)q;
+  if (es->sim_len > 0 && q->n_generated == es->sim_len - 1) return m->eos_token_id;
   // Two odd 64-bit multipliers (splitmix64's) spread id and index over all the bits.
   const uint64_t mul_id = 0x9E3779B97F4A7C15ull, mul_index = 0xBF58476D1CE4E5B9ull;
-  uint64_t h = (q->id * mul_id) ^ ((uint64_t)q->n_generated * mul_index);
+  uint64_t key = es->sim_key ? es->sim_key : q->id;
+  uint64_t h = (key * mul_id) ^ ((uint64_t)q->n_generated * mul_index);
   h ^= h >> 31;
   int32_t tok = (int32_t)(h % (uint64_t)m->vocab_size);
   if (tok == m->eos_token_id) tok = (tok + 1) % m->vocab_size;
@@ -411,7 +420,8 @@ static sc_status emit_token(engine *e, seq *q, const float *logits, const int32_
   }
   q->tokens[q->n_tokens++] = tok;
   SC_TRY(push_event(e, (engine_event){.kind = ENGINE_EV_TOKEN, .req_id = q->id, .token = tok,
-                                      .index = q->n_generated}));
+                                      .index = q->n_generated,
+                                      .sched_ns = ((const eseq *)q)->sched_ns}));
   q->n_generated++;
   e->generated++;
   if (q->stop_at_eos && tok == m->eos_token_id) return finish(e, q, FINISH_STOP);
@@ -497,6 +507,11 @@ static sc_status sim_run(engine *e, int n, engine_step_info *info, sc_error *err
 static sc_status run_items(engine *e, int n, engine_step_info *info, sc_error *err) {
   for (int i = 0; i < n; i++) {
     const sched_item *it = &e->items[i];
+    eseq *es = (eseq *)it->s;
+    if (!es->scheduled) { // vLLM's scheduled time: its queue time ends, its prefill begins
+      es->scheduled = true;
+      es->sched_ns = info->t_start_ns;
+    }
     e->eseqs[i] = (exec_seq){.start = it->start, .n = it->n, .tokens = it->s->tokens + it->start,
                              .blocks = it->s->blocks, .n_blocks = it->s->n_blocks,
                              .want_logits = it->sample, .mem = ((eseq *)it->s)->mem};

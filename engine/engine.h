@@ -77,6 +77,13 @@ typedef struct engine_request {
   int max_tokens;        // generated tokens at most (>= 1)
   sampling_params sampling;
   bool stop_at_eos;      // finish when the model's eos_token_id is generated
+  // Backend sim (the model computes nothing): what stands for the model's choices. 0 and 0
+  // (what every scenario sends): tokens are a fixed function of (the engine's request id,
+  // index), never EOS. `shardcheck serve` sets both, so that the same request gives the same
+  // tokens and ends at EOS like a model's answer. Other backends ignore them; the worker
+  // protocol does not carry them (simulated replicas run in-process).
+  uint64_t sim_key; // nonzero: tokens are a function of (sim_key, index)
+  int sim_len;      // > 0: the sim_len-th generated token is EOS, the answer's own end
 } engine_request;
 
 typedef enum engine_event_kind {
@@ -100,6 +107,8 @@ typedef struct engine_event {
   uint64_t req_id;
   int32_t token;              // ENGINE_EV_TOKEN: the id
   int index;                  // ENGINE_EV_TOKEN: 0 for the first generated token
+  uint64_t sched_ns;          // ENGINE_EV_TOKEN index 0: when the request was first scheduled
+                              // (the start of its first step, engine clock)
   engine_finish_reason reason; // ENGINE_EV_FINISHED
   int n_generated;            // ENGINE_EV_FINISHED, ENGINE_EV_FAILED: tokens generated in all
   sc_status status;           // ENGINE_EV_FAILED: SC_OOM (its device allocation failed) or

@@ -1,6 +1,6 @@
-// `shardcheck profile` and config/profile.c: the written profile loads back with a table for
-// every shape each requested TP degree runs; measured times are positive and grow with the
-// work (rows, context, prompt, message size); bad arguments are refused with exit 2 and a
+// `shardcheck profile` and profile/: the written profile loads back with a table for every
+// shape each requested TP degree runs; measured times are positive and grow with the work
+// (rows, context, prompt, message size); bad arguments are refused with exit 2 and a
 // message naming the problem before anything is measured; --help is true. --backend cuda:
 // refused with exit 2 in a build without CUDA, exit 3 "no CUDA device" where no GPU is
 // visible; on a machine with a GPU, a cuda profile is a GPU profile (host_cores 0) whose
@@ -16,7 +16,7 @@
 
 #include "config/hardware.h"
 #include "config/presets.h"
-#include "config/profile.h"
+#include "profile/profile.h"
 #include "engine/shard.h"
 #include "kernels/device.h"
 #include "kernels/sim/sim_cost.h"

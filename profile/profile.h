@@ -10,6 +10,11 @@
 // 0, as a scenario's `devices: [0]`; asynchronous ops timed in back-to-back runs that wait for
 // the device once; a GPU profile: host_cores 0, one table per shape).
 //
+// The room's files, by job: profile.c (the options, the order of the measurements, timing,
+// the machine), host.c (the host figures), gemm.c, attention.c and allreduce.c (their tables;
+// allreduce.c also the link fit), overhead.c (the step overhead), write.c (the YAML);
+// profile_impl.h holds what they share. Where the room sits among the floors: docs/design.md.
+//
 // What it leaves to others: the cost model itself (kernels/sim/), reading profiles
 // (config/hardware.c), the device ops it times (kernels/cpu/, kernels/cuda/), argument parsing
 // and printing (cli/cmd_profile.c). The format and how each figure is taken: docs/profile.md.
