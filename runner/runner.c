@@ -594,7 +594,9 @@ static sc_status run_phase(rt *r, int k) {
               r->dep->label, replica_error(r->reps[0]), ph->name);
     }
     periodic(r, now);
-    if (!r->sending && !ph->send_stop) ph->send_stop = now;
+    // when it stopped: after this iteration's sends (a client behind its schedule sends its
+    // backlog in one go, each send after the one before it, long past `now`)
+    if (!r->sending && !ph->send_stop) ph->send_stop = now_rel(r);
     if (!r->sending && r->reqs.inflight == 0) break;
     if (r->db_status != SC_OK) break;
     wait_until(r, next_deadline(r, now_rel(r)));
