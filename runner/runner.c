@@ -394,7 +394,7 @@ static void sample_servers(rt *r, phase_run *ph) {
                                                : fmax(ph->srv_waiting, m.peak_waiting);
       ph->srv_kv = isnan(ph->srv_kv) ? m.peak_kv : fmax(ph->srv_kv, m.peak_kv);
     }
-    if (ph && m.why[0]) snprintf(ph->srv_why, sizeof ph->srv_why, "replica%d: %s", i, m.why);
+    if (ph && m.why[0]) snprintf(ph->srv_why, sizeof ph->srv_why, "replica%d: %.180s", i, m.why);
     if (!got || m.t_ns == r->server_seen[i]) continue;
     r->server_seen[i] = m.t_ns;
     store_server_sample row = {.run_id = r->run_id,
