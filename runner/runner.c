@@ -87,32 +87,72 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
   else if (r->s->record == SCN_RECORD_REQUESTS)
     rec_request(r->rec, &row, NULL, 0);
   r->res->tokens += (uint64_t)q->n_tok;
+  // A conversation goes on after a turn that ended well (think time later), else it ends.
+  bool more = q->conv && st == REQ_OK && !r->stopping &&
+              q->turn + 1 < workload_turns(r->wl, q->conv - 1);
+  uint64_t think = workload_think_ns(r->wl);
   if (q->user >= 0 && q->user < r->n_users) {
-    uint64_t next = t + ph->p->think_ns;
+    uint64_t next = t + (more ? think : ph->p->think_ns);
+    if (q->conv) {
+      r->user_conv[q->user] = more ? (int64_t)q->conv - 1 : -1;
+      r->user_turn[q->user] = more ? q->turn + 1 : 0;
+      r->user_prev[q->user] = more ? k : UINT64_MAX;
+    }
     r->user_next[q->user] = next;
     if (next < r->user_wake) r->user_wake = next;
+  } else if (more) {
+    if (r->n_turns == r->cap_turns) {
+      int cap = r->cap_turns ? 2 * r->cap_turns : 64;
+      struct rn_turn *p = realloc(r->turns, (size_t)cap * sizeof *p);
+      if (!p) {
+        db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory keeping conversations"));
+        return;
+      }
+      r->turns = p;
+      r->cap_turns = cap;
+    }
+    r->turns[r->n_turns++] = (struct rn_turn){.t = t + think, .prev = k,
+                                              .conv = (int64_t)q->conv - 1, .turn = q->turn + 1};
   }
 }
 
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t);
 
-// Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop).
-static void send_req(rt *r, uint64_t arrival, int user) {
+// Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop):
+// with conversations, turn `turn` of conversation conv (prev: the key of the turn before,
+// UINT64_MAX none; conv -1: a new one, or the user's own), else the next request.
+static void send_turn(rt *r, uint64_t arrival, int user, int64_t conv, int turn, uint64_t prev) {
   uint64_t k = r->reqs.n;
   wl_request w;
-  workload_request(r->wl, k, &w);
+  if (workload_conversations(r->wl)) {
+    if (conv < 0 && user >= 0 && r->user_conv[user] >= 0) {
+      conv = r->user_conv[user];
+      turn = r->user_turn[user];
+      prev = r->user_prev[user];
+    } else if (conv < 0) {
+      conv = r->next_conv++;
+      turn = 0;
+      prev = UINT64_MAX;
+    }
+    if (user >= 0) r->user_conv[user] = conv;
+    workload_turn(r->wl, (uint64_t)conv, turn, &w);
+  } else {
+    conv = -1;
+    workload_request(r->wl, k, &w);
+  }
   phase_run *ph = &r->phases[r->cur];
   uint64_t t = now_rel(r);
   req_rec q = {.arrival = arrival, .sent = t, .prompt_tokens = w.n_prompt,
                .max_tokens = w.max_tokens, .class_idx = w.class_idx, .phase = r->cur,
                .replica = -1, .user = user, .fault = -1, .state = REQ_INFLIGHT,
-               .warmup = arrival < ph->warmup_end};
+               .warmup = arrival < ph->warmup_end, .conv = (uint64_t)(conv + 1), .turn = turn,
+               .prev = prev == UINT64_MAX ? 0 : prev + 1};
   if (!req_table_add(&r->reqs, &q, &k)) {
     db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory recording requests"));
     r->sending = false;
     return;
   }
-  r->sent++;
+  if (user >= 0 || turn == 0) r->sent++; // a rate phase counts its arrivals
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
   if (!dispatch_req(r, k, t) && !router_hold(r->rt, k, t))
@@ -123,9 +163,14 @@ static void send_req(rt *r, uint64_t arrival, int user) {
 // its prompt, continued by the tokens already delivered when it has some (a resume). False when
 // no replica can take it (nothing changed). A submit the replica refuses ends the request as
 // failed.
+static void send_req(rt *r, uint64_t arrival, int user) {
+  send_turn(r, arrival, user, -1, 0, UINT64_MAX);
+}
+
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
   wl_request w;
-  workload_request(r->wl, k, &w);
+  const req_rec *q = &r->reqs.v[k];
+  workload_prompt(r->wl, k, (int64_t)q->conv - 1, q->turn, &w);
   engine_request er = {.prompt = w.prompt,
                        .n_prompt = w.n_prompt,
                        .max_tokens = w.max_tokens,
@@ -442,9 +487,24 @@ static void periodic(rt *r, uint64_t now) {
 }
 
 // --- one phase run
+// The open loop's conversations: the turns due at now (their conversations began in this
+// phase, which waits for them: they are sent after its arrivals stopped too).
+static void issue_turns(rt *r, uint64_t now) {
+  for (int i = 0; i < r->n_turns;) {
+    struct rn_turn x = r->turns[i];
+    if (x.t > now) {
+      i++;
+      continue;
+    }
+    r->turns[i] = r->turns[--r->n_turns];
+    send_turn(r, x.t, -1, x.conv, x.turn, x.prev);
+  }
+}
+
 static void issue_due(rt *r, uint64_t now) {
   phase_run *ph = &r->phases[r->cur];
   const scn_phase *p = ph->p;
+  if (r->n_turns) issue_turns(r, now);
   if (!r->sending) return;
   if (p->kind == SCN_PHASE_RATE) {
     while (r->sending && r->next_arrival <= now) {
@@ -489,6 +549,8 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
   uint64_t d = r->next_tick;
   if (r->next_sample < d) d = r->next_sample;
   if (!r->sim && r->o->progress != RUNNER_PROGRESS_NONE && r->next_line < d) d = r->next_line;
+  for (int i = 0; i < r->n_turns; i++)
+    if (r->turns[i].t < d) d = r->turns[i].t;
   if (r->sending) {
     const scn_phase *p = r->phases[r->cur].p;
     if (p->kind == SCN_PHASE_RATE) {
@@ -567,7 +629,10 @@ static sc_status run_phase(rt *r, int k) {
                 : p->kind == SCN_PHASE_RATE ? (p->duration_ns ? start + p->duration_ns : UINT64_MAX)
                                             : UINT64_MAX;
   r->n_users = ph->concurrency;
-  for (int u = 0; u < r->n_users; u++) r->user_next[u] = start;
+  for (int u = 0; u < r->n_users; u++) {
+    r->user_next[u] = start;
+    r->user_conv[u] = -1; // each phase's users begin new conversations
+  }
   r->user_wake = start;
   if (p->kind == SCN_PHASE_RATE) {
     r->arrival_j = 0;
@@ -595,7 +660,7 @@ static sc_status run_phase(rt *r, int k) {
     }
     periodic(r, now);
     if (!r->sending && !ph->send_stop) ph->send_stop = now;
-    if (!r->sending && r->reqs.inflight == 0) break;
+    if (!r->sending && r->reqs.inflight == 0 && (r->n_turns == 0 || r->stopping)) break;
     if (r->db_status != SC_OK) break;
     wait_until(r, next_deadline(r, now_rel(r)));
     drain_events(r);
@@ -653,6 +718,14 @@ static void free_deployment(rt *r) {
   r->n_phases = 0;
   free(r->user_next);
   r->user_next = NULL;
+  free(r->user_conv);
+  free(r->user_turn);
+  free(r->user_prev);
+  r->user_conv = NULL;
+  r->user_turn = NULL;
+  r->user_prev = NULL;
+  r->n_turns = 0;
+  r->next_conv = 0;
 }
 
 static sc_status build_phases(rt *r) {
@@ -680,7 +753,11 @@ static sc_status build_phases(rt *r) {
     }
   }
   r->user_next = calloc((size_t)max_users, sizeof *r->user_next);
-  if (!r->user_next) return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  r->user_conv = calloc((size_t)max_users, sizeof *r->user_conv);
+  r->user_turn = calloc((size_t)max_users, sizeof *r->user_turn);
+  r->user_prev = calloc((size_t)max_users, sizeof *r->user_prev);
+  if (!r->user_next || !r->user_conv || !r->user_turn || !r->user_prev)
+    return sc_fail(&r->err, SC_OOM, "runner: out of memory");
   return SC_OK;
 }
 
@@ -748,7 +825,9 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
   if (r->s->target.set) r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
   const scn_router *sr = &r->s->router;
-  router_config rc = {.policy = sr->policy,
+  router_config rc = {.policy = d->policy ? (router_policy)(d->policy - 1) : sr->policy,
+                      .load_bound = sr->load_bound,
+                      .affinity_tokens = sr->affinity_tokens,
                       .max_retries = sr->max_retries, .backoff_ns = sr->backoff_ns,
                       .resume = sr->resume, .probe_unhealthy = r->s->n_faults > 0};
   router_hooks rh = {
@@ -1063,6 +1142,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   free(r.ttft_scratch);
   free(r.ev);
   free(r.ev_meta);
+  free(r.turns);
   free(drs);
   workload_free(r.wl);
   return st;

@@ -115,6 +115,17 @@ typedef struct rt {
   uint64_t *user_next;      // (n_users) next send time; UINT64_MAX: waiting for its request
   int n_users;
   uint64_t user_wake;       // min of user_next
+  // conversations (workload_conversations): a closed-loop user's, and the open loop's next turns
+  int64_t *user_conv;       // (n_users) the conversation it is in; -1: its next starts one
+  int *user_turn;           // (n_users) the turn it sends next
+  uint64_t *user_prev;      // (n_users) the key of its last turn (UINT64_MAX: none)
+  struct rn_turn {          // an open-loop conversation's next turn, due at t
+    uint64_t t, prev;
+    int64_t conv;
+    int turn;
+  } *turns;                 // (n_turns, capacity cap_turns) in no order
+  int n_turns, cap_turns;
+  int64_t next_conv;        // the deployment's next new conversation
   // open loop
   uint64_t arrival_j, next_arrival;
   bool sending;

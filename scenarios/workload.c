@@ -70,6 +70,14 @@ static const uint64_t WL_STREAM_INPUT = 0x776c000000000002ull;
 static const uint64_t WL_STREAM_OUTPUT = 0x776c000000000003ull;
 static const uint64_t WL_STREAM_TOKENS = 0x776c000000000004ull;
 static const uint64_t WL_STREAM_GAP = 0x776c000000010000ull; // + phase index
+// Shared prefixes and conversations (streams of their own: a workload without them draws
+// exactly what it did before they existed).
+static const uint64_t WL_STREAM_PREFIX_PICK = 0x776c000000000005ull; // which prefix, per request
+static const uint64_t WL_STREAM_PREFIX_LEN = 0x776c000000000006ull;  // a prefix's length
+static const uint64_t WL_STREAM_PREFIX_TOK = 0x776c000000000007ull;  // a prefix's tokens
+static const uint64_t WL_STREAM_CONV = 0x776c000000000008ull;        // a conversation's key
+static const uint64_t WL_STREAM_TURNS = 0x776c000000000009ull;       // its turn count
+static const uint64_t WL_STREAM_REPLY = 0x776c00000000000aull;       // a reply's tokens
 // Sub-streams of one draw (wl_hash(draw_hash, WL_SUB_*, k)).
 static const uint64_t WL_SUB_UNIT = 1;
 static const uint64_t WL_SUB_NORMAL = 2;
@@ -113,6 +121,14 @@ struct workload {
 
   wl_phase phases[SCN_MAX_PHASES];
   int n_phases;
+
+  // shared prefixes and conversations (classes only)
+  int n_prefixes;
+  int *prefix_len;    // (n_prefixes) tokens, each in [1, context - 2]
+  double *prefix_cdf; // (n_prefixes) cumulative Zipf weights / total; the last is 1
+  bool conv;          // conversations
+  scn_dist turns;
+  uint64_t think_ns;
 
   int32_t *buf; // (buf_cap) the prompt of the last generated request; reused by every call
   int buf_cap;
@@ -173,16 +189,19 @@ static int clamp_len(double x, int hi) {
   return (int)x;
 }
 
-// Writes n random prompt ids of request index into w->buf (two ids per hash).
-static void fill_tokens(workload *w, uint64_t index, int n) {
-  uint64_t key = wl_hash(w->seed, WL_STREAM_TOKENS, index);
+// Writes n random prompt ids of the sequence keyed by key into b (two ids per hash).
+static void fill_key(const workload *w, int32_t *b, int n, uint64_t key) {
   uint64_t range = (uint64_t)(w->vocab - WL_FIRST_TOKEN);
-  int32_t *b = w->buf;
   for (int j = 0; j < n; j += 2) {
     uint64_t h = mix64(key + (uint64_t)j * WL_GOLDEN);
     b[j] = WL_FIRST_TOKEN + (int32_t)(((h >> 32) * range) >> 32);
     if (j + 1 < n) b[j + 1] = WL_FIRST_TOKEN + (int32_t)(((h & 0xffffffffull) * range) >> 32);
   }
+}
+
+// Writes n random prompt ids of request index into w->buf.
+static void fill_tokens(workload *w, uint64_t index, int n) {
+  fill_key(w, w->buf, n, wl_hash(w->seed, WL_STREAM_TOKENS, index));
 }
 
 static uint64_t to_ns(double x) {
@@ -217,6 +236,11 @@ static int max_unbounded(const scn_dist *d, int hi) {
   (void)d;
   return hi;
 }
+// The largest value in practice (workload_dist_bound): 6 standard deviations for the tails.
+static double bound_a(const scn_dist *d) { return d->a; }
+static double bound_b(const scn_dist *d) { return floor(d->b + 0.5); }
+static double bound_normal(const scn_dist *d) { return d->a + 6.0 * d->b; }
+static double bound_lognormal(const scn_dist *d) { return d->a * exp(6.0 * d->b); }
 static const char *check_uniform(const scn_dist *d) { return d->a > d->b ? "a <= b" : NULL; }
 static const char *check_normal(const scn_dist *d) { return d->b < 0 ? "stddev b >= 0" : NULL; }
 static const char *check_lognormal(const scn_dist *d) {
@@ -227,17 +251,24 @@ typedef struct dist_row {
   wl_dist_info info;
   double (*draw)(const scn_dist *d, uint64_t h);
   int (*max)(const scn_dist *d, int hi);
+  double (*bound)(const scn_dist *d);      // its largest value in practice, unclamped
   const char *(*check)(const scn_dist *d); // optional
 } dist_row;
 
 static const dist_row dists[SCN_DIST_N] = {
-    [SCN_DIST_FIXED] = {{"fixed", WL_FORM_COUNT, NULL, NULL}, draw_fixed, max_a, NULL},
-    [SCN_DIST_UNIFORM] = {{"uniform", WL_FORM_PAIR, NULL, NULL}, draw_uniform, max_b,
-                          check_uniform},
-    [SCN_DIST_NORMAL] = {{"normal", WL_FORM_PARAMS, "mean", "stddev"}, draw_normal,
-                         max_unbounded, check_normal},
-    [SCN_DIST_LOGNORMAL] = {{"lognormal", WL_FORM_PARAMS, "median", "sigma"}, draw_lognormal,
-                            max_unbounded, check_lognormal},
+    [SCN_DIST_FIXED] = {.info = {.name = "fixed", .form = WL_FORM_COUNT},
+                        .draw = draw_fixed, .max = max_a, .bound = bound_a},
+    [SCN_DIST_UNIFORM] = {.info = {.name = "uniform", .form = WL_FORM_PAIR},
+                          .draw = draw_uniform, .max = max_b, .bound = bound_b,
+                          .check = check_uniform},
+    [SCN_DIST_NORMAL] = {.info = {.name = "normal", .form = WL_FORM_PARAMS, .a_key = "mean",
+                                  .b_key = "stddev"},
+                         .draw = draw_normal, .max = max_unbounded, .bound = bound_normal,
+                         .check = check_normal},
+    [SCN_DIST_LOGNORMAL] = {.info = {.name = "lognormal", .form = WL_FORM_PARAMS,
+                                     .a_key = "median", .b_key = "sigma"},
+                            .draw = draw_lognormal, .max = max_unbounded,
+                            .bound = bound_lognormal, .check = check_lognormal},
 };
 
 // One draw of d for (stream, index), unrounded (d's kind is checked by setup_classes).
@@ -284,6 +315,10 @@ const wl_dist_info *workload_dist(scn_dist_kind k) {
 
 const wl_arrival_info *workload_arrival(scn_arrival a) {
   return (unsigned)a < SCN_ARRIVAL_N && arrivals[a].info.name ? &arrivals[a].info : NULL;
+}
+
+double workload_dist_bound(const scn_dist *d) {
+  return (unsigned)d->kind < SCN_DIST_N ? dists[d->kind].bound(d) : INFINITY;
 }
 
 const char *workload_arrival_name(scn_arrival a) {
@@ -360,6 +395,98 @@ static sc_status setup_phases(workload *w, const scn_workload *wl, sc_error *err
     q->shape = p->burstiness;
   }
   return SC_OK;
+}
+
+// Shared prefixes (their lengths, drawn once each, and the Zipf popularity) and conversations.
+static sc_status setup_structure(workload *w, const scn_workload *wl, sc_error *err) {
+  const scn_prefixes *px = &wl->prefixes;
+  if (px->count < 0 || px->count > SCN_MAX_PREFIXES)
+    return sc_fail(err, SC_INVALID, "workload: prefixes: expected 0 to %d, got %d",
+                   SCN_MAX_PREFIXES, px->count);
+  if (px->count > 0) {
+    if (!(px->zipf >= 0) || !isfinite(px->zipf))
+      return sc_fail(err, SC_INVALID, "workload: prefixes: zipf must be >= 0, got %g", px->zipf);
+    SC_TRY(check_dist(&px->length, "prefixes", "length", err));
+    if (w->context < 3)
+      return sc_fail(err, SC_INVALID, "workload: a context of %d tokens has no room for a "
+                     "shared prefix", w->context);
+    w->n_prefixes = px->count;
+    w->prefix_len = malloc((size_t)px->count * sizeof *w->prefix_len);
+    w->prefix_cdf = malloc((size_t)px->count * sizeof *w->prefix_cdf);
+    if (!w->prefix_len || !w->prefix_cdf)
+      return sc_fail(err, SC_OOM, "workload: out of memory for %d prefixes", px->count);
+    double total = 0;
+    for (int i = 0; i < px->count; i++) {
+      double x = dist_draw(&px->length, w->seed, WL_STREAM_PREFIX_LEN, (uint64_t)i);
+      w->prefix_len[i] = clamp_len(x, w->context - 2); // room for one token and one output
+      total += pow((double)(i + 1), -px->zipf);
+      w->prefix_cdf[i] = total;
+    }
+    for (int i = 0; i < px->count; i++) w->prefix_cdf[i] /= total;
+    w->prefix_cdf[px->count - 1] = 1.0;
+  }
+  if (wl->conversations.set) {
+    SC_TRY(check_dist(&wl->conversations.turns, "conversations", "turns", err));
+    w->conv = true;
+    w->turns = wl->conversations.turns;
+    w->think_ns = wl->conversations.think_ns;
+  }
+  if (w->n_prefixes || w->conv) w->buf_cap = w->context - 1; // a prompt fits the context
+  return SC_OK;
+}
+
+// The class of request (or conversation) index: its weight's share of the draws.
+static int pick_class(const workload *w, uint64_t index) {
+  int c = 0;
+  if (w->n_classes > 1) {
+    double u = wl_unit(wl_hash(w->seed, WL_STREAM_CLASS, index));
+    while (c < w->n_classes - 1 && u >= w->cdf[c]) c++;
+  }
+  return c;
+}
+
+// The shared prefix of request (or conversation) index, -1 without prefixes: the first whose
+// cumulative popularity passes a uniform draw (binary search).
+static int pick_prefix(const workload *w, uint64_t index) {
+  if (!w->n_prefixes) return -1;
+  double u = wl_unit(wl_hash(w->seed, WL_STREAM_PREFIX_PICK, index));
+  int lo = 0, hi = w->n_prefixes - 1;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (u < w->prefix_cdf[mid]) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+// Writes prefix p (none: -1) at the start of w->buf; its length.
+static int put_prefix(workload *w, int p) {
+  if (p < 0) return 0;
+  int n = w->prefix_len[p];
+  fill_key(w, w->buf, n, wl_hash(w->seed, WL_STREAM_PREFIX_TOK, (uint64_t)p));
+  return n;
+}
+
+// A request of a workload with shared prefixes and without conversations: the prefix, then the
+// class's input drawn as before (index's own tokens), clamped to what the context leaves.
+static void prefixed_request(workload *w, uint64_t index, wl_request *out) {
+  int c = pick_class(w, index), p = pick_prefix(w, index);
+  const scn_class *cls = &w->classes[c];
+  int n_pre = put_prefix(w, p);
+  int in = clamp_len(dist_draw(&cls->input, w->seed, WL_STREAM_INPUT, index), w->context);
+  int outn = clamp_len(dist_draw(&cls->output, w->seed, WL_STREAM_OUTPUT, index), w->context);
+  if (in > w->context - 1 - n_pre) in = w->context - 1 - n_pre;
+  if (outn > w->context - n_pre - in) outn = w->context - n_pre - in;
+  fill_key(w, w->buf + n_pre, in, wl_hash(w->seed, WL_STREAM_TOKENS, index));
+  *out = (wl_request){.prompt = w->buf, .n_prompt = n_pre + in, .max_tokens = outn,
+                      .class_idx = c, .prefix = p, .n_prefix = n_pre, .conv = -1};
+}
+
+// Message i of conversation key ck (class cls): its new tokens and its reply's length.
+static void message_lengths(const workload *w, const scn_class *cls, uint64_t ck, int i, int *in,
+                            int *outn) {
+  *in = clamp_len(dist_draw(&cls->input, ck, WL_STREAM_INPUT, (uint64_t)i), w->context);
+  *outn = clamp_len(dist_draw(&cls->output, ck, WL_STREAM_OUTPUT, (uint64_t)i), w->context);
 }
 
 // --- the dataset
@@ -599,6 +726,7 @@ sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_erro
       int m = dists[in->kind].max(in, w->context - 1);
       if (m > w->buf_cap) w->buf_cap = m;
     }
+    if (st == SC_OK) st = setup_structure(w, wl, err);
   }
   if (st == SC_OK) {
     w->buf = malloc((size_t)w->buf_cap * sizeof *w->buf);
@@ -618,10 +746,24 @@ void workload_free(workload *w) {
   free(w->lines);
   free(w->text);
   free(w->buf);
+  free(w->prefix_len);
+  free(w->prefix_cdf);
   free(w);
 }
 
 void workload_request(workload *w, uint64_t index, wl_request *out) {
+  if (w->conv) {
+    workload_turn(w, index, 0, out);
+    return;
+  }
+  if (w->n_prefixes) {
+    prefixed_request(w, index, out);
+    return;
+  }
+  out->prefix = -1;
+  out->n_prefix = 0;
+  out->conv = -1;
+  out->turn = 0;
   if (w->dataset) {
     const wl_line *l = &w->lines[index % (uint64_t)w->n_lines];
     out->n_prompt = l->n_prompt;
@@ -651,6 +793,56 @@ void workload_request(workload *w, uint64_t index, wl_request *out) {
   out->n_prompt = in;
   out->max_tokens = outn;
   out->class_idx = c;
+}
+
+void workload_prompt(workload *w, uint64_t key, int64_t conv, int turn, wl_request *out) {
+  if (conv >= 0 && w->conv) workload_turn(w, (uint64_t)conv, turn, out);
+  else workload_request(w, key, out);
+}
+
+bool workload_conversations(const workload *w) { return w->conv; }
+
+uint64_t workload_think_ns(const workload *w) { return w->think_ns; }
+
+int workload_turns(workload *w, uint64_t conv) {
+  if (!w->conv) return 1;
+  uint64_t ck = wl_hash(w->seed, WL_STREAM_CONV, conv);
+  const scn_class *cls = &w->classes[pick_class(w, conv)];
+  int k = clamp_len(dist_draw(&w->turns, w->seed, WL_STREAM_TURNS, conv), SCN_MAX_TURNS);
+  int p = pick_prefix(w, conv);
+  int64_t len = p >= 0 ? w->prefix_len[p] : 0; // the prompt of the turn after the last counted
+  for (int i = 0; i < k; i++) {
+    int in, outn;
+    message_lengths(w, cls, ck, i, &in, &outn);
+    if (len + in + outn > w->context) return i > 0 ? i : 1; // turn i would not fit
+    len += in + outn;
+  }
+  return k;
+}
+
+void workload_turn(workload *w, uint64_t conv, int turn, wl_request *out) {
+  SC_ASSERT(w->conv && turn >= 0);
+  uint64_t ck = wl_hash(w->seed, WL_STREAM_CONV, conv);
+  int c = pick_class(w, conv), p = pick_prefix(w, conv);
+  const scn_class *cls = &w->classes[c];
+  int n = put_prefix(w, p), n_pre = n, in = 1, outn = 1;
+  for (int i = 0; i <= turn; i++) {
+    message_lengths(w, cls, ck, i, &in, &outn);
+    if (in > w->context - 1 - n) in = w->context - 1 - n; // only a cut conversation's turn 0
+    if (in < 0) in = 0;
+    fill_key(w, w->buf + n, in, wl_hash(ck, WL_STREAM_TOKENS, (uint64_t)i));
+    n += in;
+    if (outn > w->context - n) outn = w->context - n;
+    if (i == turn) break;
+    // the reply the history holds: as long as that turn's output (the server's own reply is
+    // not waited for: every replica kind and every run sees the same history)
+    int r = outn < w->context - 1 - n ? outn : w->context - 1 - n;
+    fill_key(w, w->buf + n, r, wl_hash(ck, WL_STREAM_REPLY, (uint64_t)i));
+    n += r;
+  }
+  *out = (wl_request){.prompt = w->buf, .n_prompt = n, .max_tokens = outn > 0 ? outn : 1,
+                      .class_idx = c, .prefix = p, .n_prefix = n_pre, .conv = (int64_t)conv,
+                      .turn = turn};
 }
 
 int workload_n_classes(const workload *w) { return w->n_classes; }

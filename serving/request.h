@@ -42,6 +42,11 @@ typedef struct req_rec {
   bool loss_seen;
   int version; // the weights that serve it (0: the initial ones, +1 per hot swap)
   int user;    // closed loop: the user who sent it; -1: open loop
+  // Conversations (zero: none, so a row made without them has none):
+  uint64_t conv; // 1 + the workload's conversation it is a turn of; 0: not a turn of one
+  int turn;      // its turn in the conversation
+  uint64_t prev; // 1 + the key of the conversation's turn before it; 0: none (the router's
+                 // sticky policy sends a turn where the one before went)
   req_state state;
   bool warmup, dispatched;
   req_status status;

@@ -611,3 +611,59 @@ Test(run, a_client_that_falls_behind_its_schedule_is_marked_saturated, .timeout 
     cr_expect(strstr(table, "client saturated: tp1 open ("), "%s", table);
   }
 }
+
+// --- conversations (workload.conversations) in virtual time
+
+// Runs text (a sim scenario) in-process into a fresh database under tag; the database's path.
+static const char *sim_run(const char *text, const char *tag) {
+  static char path[600];
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_parse(text, strlen(text), "c.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  snprintf(path, sizeof path, "%s/c.db", sc_test_tmpdir(tag));
+  store *db = NULL;
+  cr_assert_eq(store_open(path, &db, &err), SC_OK, "%s", err.msg);
+  runner_options o = runner_options_defaults();
+  o.progress = RUNNER_PROGRESS_NONE;
+  runner_result res;
+  cr_assert_eq(runner_run(s, db, &o, &res, &err), SC_OK, "%s", err.msg);
+  scenario_free(s);
+  store_close(db);
+  return path;
+}
+
+Test(run, a_conversations_turns_arrive_think_time_after_the_turn_before_and_carry_its_history) {
+  static const char text[] =
+      "name: conv\nmodel: {preset: llama-tiny}\nmode: sim\n"
+      "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+      "workload:\n  prompts: [{input: 20, output: 10}]\n"
+      "  prefixes: {count: 1, length: 64}\n"
+      "  conversations: {turns: 3, think: 2s}\n"
+      "  phases:\n    - {name: open, rate: 1, requests: 1}\n"
+      "    - {name: closed, fixed: {requests: 6, concurrency: 2}}\n";
+  const char *db = sim_run(text, "conv");
+  // open loop: one conversation of three turns, each 2 s after the one before ended
+  const char *open = "FROM request r JOIN phase p ON p.id = r.phase_id WHERE p.name = 'open'";
+  char sql[512];
+  snprintf(sql, sizeof sql, "SELECT count(*) %s", open);
+  cr_assert_eq(q1(db, sql), 3);
+  for (int t = 1; t < 3; t++) {
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT arrival_ns %s ORDER BY seq LIMIT 1 OFFSET %d) - "
+             "(SELECT finish_ns %s ORDER BY seq LIMIT 1 OFFSET %d)", open, t, open, t - 1);
+    cr_expect_eq(q1(db, sql), 2000000000ll, "turn %d", t);
+    snprintf(sql, sizeof sql, "SELECT prompt_tokens %s ORDER BY seq LIMIT 1 OFFSET %d", open, t);
+    cr_expect_eq(q1(db, sql), 64 + 20 + t * 30, "turn %d: the history, then 20 new tokens", t);
+  }
+  // closed loop: two users, each in its own conversation; 6 requests are two conversations of
+  // three turns, every later turn 2 s after a turn ended
+  const char *closed = "FROM request r JOIN phase p ON p.id = r.phase_id WHERE p.name = 'closed'";
+  snprintf(sql, sizeof sql, "SELECT count(*) %s", closed);
+  cr_assert_eq(q1(db, sql), 6);
+  snprintf(sql, sizeof sql, "SELECT count(*) %s AND prompt_tokens = 84", closed);
+  cr_expect_eq(q1(db, sql), 2);
+  snprintf(sql, sizeof sql,
+           "SELECT count(*) %s AND prompt_tokens > 84 AND arrival_ns - 2000000000 IN "
+           "(SELECT finish_ns FROM request)", closed);
+  cr_expect_eq(q1(db, sql), 4);
+}
