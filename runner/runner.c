@@ -81,6 +81,8 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
                        .error = error,
                        .retries = q->retries,
                        .weight_version = q->version,
+                       .has_cached = q->has_cached,
+                       .cached_tokens = q->cached_tokens,
                        .warmup = q->warmup};
   if (r->s->record == SCN_RECORD_TOKENS)
     rec_request(r->rec, &row, q->tok, q->n_tok);
@@ -308,6 +310,8 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
     break;
   case REPLICA_EV_FINISHED:
     if (ev->prompt_tokens > 0) q->prompt_tokens = ev->prompt_tokens; // the server's own count
+    q->has_cached = ev->has_cached;
+    q->cached_tokens = ev->cached_tokens;
     q->text_hash = ev->text_hash;
     if (ev->reason == FINISH_CANCELLED)
       finish_req(r, ev->key, REQ_CANCELLED, "cancelled", NULL, t);

@@ -34,6 +34,8 @@ typedef struct req_rec {
   bool waiting;      // waiting for a retry (not dispatched)
   bool storm;        // cancelled by a cancel storm: its replica's ack is awaited
   int prompt_tokens, max_tokens, class_idx;
+  bool has_cached;   // cached_tokens is known (its FINISHED event said)
+  int cached_tokens; // prompt tokens served from the prefix cache
   int phase;   // index into the deployment's phase runs
   int replica; // -1: never dispatched
   int epoch;   // the replica's incarnation when it was sent there

@@ -750,8 +750,9 @@ Test(report, index_html_has_verdict_tables_and_escaped_scenario) {
   cr_expect_not(strstr(html, "sensitivity"), "no sensitivity columns without the rows");
   cr_expect(strstr(html, "<td>1.74x</td>"), "dp2 speed-up");
   cr_expect(strstr(html, "Deployments x phases"));
-  cr_expect(strstr(html, "<th>KV peak</th><th>busy</th></tr>"));
-  cr_expect(strstr(html, "<td>37.5%</td><td>81.3%</td></tr>"), "KV peak and busy of a row");
+  cr_expect(strstr(html, "<th>KV peak</th><th>busy</th><th>cache hits</th></tr>"));
+  cr_expect(strstr(html, "<td>37.5%</td><td>81.3%</td><td>-</td></tr>"),
+            "KV peak and busy of a row, and no cache hits without prefix caching");
   cr_expect(strstr(html, "TTFT p95 (ms) per prompt class"));
   cr_expect(strstr(html, "<th>long</th>") && strstr(html, "<th>short</th>"));
   cr_expect(strstr(html, "<h3>Faults</h3>"));

@@ -3,6 +3,7 @@
 // Each test runs the real binary on the CPU backend and then reads the results database.
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -636,6 +637,7 @@ Test(run, a_conversations_turns_arrive_think_time_after_the_turn_before_and_carr
   static const char text[] =
       "name: conv\nmodel: {preset: llama-tiny}\nmode: sim\n"
       "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+      "limits: {prefix_caching: true}\nslo: {prefix_cache_hit_rate: 0.2}\n"
       "workload:\n  prompts: [{input: 20, output: 10}]\n"
       "  prefixes: {count: 1, length: 64}\n"
       "  conversations: {turns: 3, think: 2s}\n"
@@ -666,4 +668,14 @@ Test(run, a_conversations_turns_arrive_think_time_after_the_turn_before_and_carr
            "SELECT count(*) %s AND prompt_tokens > 84 AND arrival_ns - 2000000000 IN "
            "(SELECT finish_ns FROM request)", closed);
   cr_expect_eq(q1(db, sql), 4);
+  // the prefix cache: each later turn finds the full blocks of the turn before's prompt (the
+  // reply in its history is the workload's, not the tokens generated): 0, then 80 of 84, then
+  // 112 of 114
+  snprintf(sql, sizeof sql, "SELECT group_concat(cached_tokens) FROM (SELECT cached_tokens %s "
+           "ORDER BY seq)", open);
+  cr_expect_str_eq(q1s(db, sql), "0,80,112");
+  cr_expect_eq(q1(db, "SELECT round(m.value * 1e6) FROM metric m JOIN phase p ON p.id = "
+                     "m.phase_id WHERE p.name = 'open' AND m.name = 'prefix_cache_hit_rate'"),
+               llround(192.0 / 342.0 * 1e6), "the open phase's hit rate");
+  cr_expect_eq(q1(db, "SELECT pass FROM verdict WHERE slo = 'prefix_cache_hit_rate'"), 1);
 }
