@@ -2,8 +2,11 @@
 //
 // - Which replica a request goes to: among the eligible replicas (healthy and not owned by a
 //   restart, or the one unhealthy replica on probation; for a resume, one serving the weights
-//   the request started on), least-outstanding (default: the fewest requests in flight, ties
-//   broken round-robin) or round-robin (the next eligible in turn).
+//   the request started on), by the policy's row: least-outstanding (default: the fewest
+//   requests in flight, ties broken round-robin), round-robin (the next eligible in turn),
+//   prefix-affinity (consistent hashing of the prompt's first tokens with bounded loads),
+//   sticky (a conversation's turn where the turn before went) or cache-aware (the longest
+//   prefix sent there before, under the load bound); docs/scenarios.md has each.
 // - What happens when a replica is lost under a request: a retry after a backoff that doubles
 //   with each retry, a resume from the tokens already delivered (router.resume), or a final
 //   failure once max_retries are spent.
