@@ -139,8 +139,10 @@ static void send_turn(rt *r, uint64_t arrival, int user, int64_t conv, int turn,
     if (user >= 0) r->user_conv[user] = conv;
     workload_turn(r->wl, (uint64_t)conv, turn, &w);
   } else {
-    conv = -1;
     workload_request(r->wl, k, &w);
+    conv = w.conv; // a trace's conversation (request k is line k): its turn before is a key
+    prev = w.prev >= 0 ? (uint64_t)w.prev : UINT64_MAX;
+    turn = 0;
   }
   phase_run *ph = &r->phases[r->cur];
   uint64_t t = now_rel(r);

@@ -90,6 +90,9 @@ typedef struct wl_line {
   int max_tokens;   // in [1, context - n_prompt]
   uint64_t arrival_ns; // trace: ns from 0 (arrival_s as written), non-decreasing by line
   int64_t text_off; // offset of its tokens in workload.text; -1: random tokens per request
+  int conv;         // trace: its conversation (index in order of first appearance), -1: none
+  int prev;         // trace: the line of its conversation before it, -1: none
+  uint64_t conv_id; // trace, while loading: the hash of its "conversation" (0: none given)
 } wl_line;
 
 // What a phase needs to make gaps.
@@ -118,6 +121,13 @@ struct workload {
   int n_lines, lines_cap;
   int32_t *text;  // (n_text) token ids of the "prompt" lines, back to back
   int64_t n_text, text_cap;
+  // a trace's conversations, while loading: id hash -> its latest line (open addressing)
+  uint64_t *conv_keys; // (conv_cap) 0: empty
+  int *conv_line;      // (conv_cap) the latest line of that conversation
+  int *conv_idx;       // (conv_cap) its index
+  int conv_cap, n_convs;
+  int *chain;          // (chain_cap) scratch of trace_prompt: a conversation's lines
+  int chain_cap;
 
   wl_phase phases[SCN_MAX_PHASES];
   int n_phases;
@@ -479,7 +489,7 @@ static void prefixed_request(workload *w, uint64_t index, wl_request *out) {
   if (outn > w->context - n_pre - in) outn = w->context - n_pre - in;
   fill_key(w, w->buf + n_pre, in, wl_hash(w->seed, WL_STREAM_TOKENS, index));
   *out = (wl_request){.prompt = w->buf, .n_prompt = n_pre + in, .max_tokens = outn,
-                      .class_idx = c, .prefix = p, .n_prefix = n_pre, .conv = -1};
+                      .class_idx = c, .prefix = p, .n_prefix = n_pre, .conv = -1, .prev = -1};
 }
 
 // Message i of conversation key ck (class cls): its new tokens and its reply's length.
@@ -490,6 +500,41 @@ static void message_lengths(const workload *w, const scn_class *cls, uint64_t ck
 }
 
 // --- the dataset
+
+// A trace line of a conversation with a line before it, written into w->buf: the line before's
+// prompt, its reply (tokens of the workload as long as its output), then this line's own
+// tokens (its text, or tokens drawn for it), all cut at this line's prompt_tokens. False (buf
+// unchanged) when the scratch of the chain cannot be had: the line's own tokens stand alone.
+static bool trace_prompt(workload *w, uint64_t at) {
+  int n = 0;
+  for (int j = (int)at; j >= 0; j = w->lines[j].prev) n++;
+  if (n > w->chain_cap) {
+    int *c = realloc(w->chain, (size_t)n * sizeof *c);
+    if (!c) return false;
+    w->chain = c;
+    w->chain_cap = n;
+  }
+  int k = n;
+  for (int j = (int)at; j >= 0; j = w->lines[j].prev) w->chain[--k] = j;
+  int len = 0; // w->buf holds the prompt of chain[i - 1], len tokens
+  for (int i = 0; i < n; i++) {
+    const wl_line *l = &w->lines[w->chain[i]];
+    if (len > l->n_prompt) len = l->n_prompt;
+    if (i > 0 && len < l->n_prompt) { // the reply of the line before
+      const wl_line *p = &w->lines[w->chain[i - 1]];
+      int r = p->max_tokens < l->n_prompt - len ? p->max_tokens : l->n_prompt - len;
+      fill_key(w, w->buf + len, r, wl_hash(w->seed, WL_STREAM_REPLY, (uint64_t)w->chain[i - 1]));
+      len += r;
+    }
+    int own = l->n_prompt - len;
+    if (own > 0 && l->text_off >= 0)
+      memcpy(w->buf + len, w->text + l->text_off, (size_t)own * sizeof *w->buf);
+    else if (own > 0)
+      fill_key(w, w->buf + len, own, wl_hash(w->seed, WL_STREAM_TOKENS, (uint64_t)w->chain[i]));
+    len = l->n_prompt;
+  }
+  return true;
+}
 
 static const char *json_type_name(const json_t *v) {
   switch (json_typeof(v)) {
@@ -534,6 +579,8 @@ static sc_status grow(void **p, int64_t *cap, int64_t need, size_t elem) {
 static sc_status parse_line(workload *w, const model_config *mc, const char *path, int lineno,
                             const char *text, size_t len, wl_line *out, sc_error *err) {
   json_error_t je;
+  out->conv_id = 0;
+  out->conv = out->prev = -1;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   if (!root)
     return sc_fail(err, SC_INVALID, "%s:%d: expected one JSON object, got malformed JSON at "
@@ -563,6 +610,21 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
         st = sc_fail(err, SC_INVALID, "%s:%d: key 'arrival_s': expected seconds >= 0 (below %g), "
                      "got %s", path, lineno, WL_TRACE_MAX_S,
                      json_is_number(v) ? "a number out of range" : json_type_name(v));
+    } else if (w->trace && !strcmp(k, "conversation")) {
+      if (json_is_string(v) && json_string_length(v) > 0) {
+        const char *id = json_string_value(v);
+        uint64_t h = 0xcbf29ce484222325ull; // FNV-1a of "s:" and the text
+        for (const char *c = "s:"; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+        for (size_t i = 0; i < json_string_length(v); i++)
+          h = (h ^ (uint8_t)id[i]) * 0x100000001b3ull;
+        out->conv_id = h ? h : 1;
+      } else if (json_is_integer(v)) {
+        out->conv_id = mix64((uint64_t)json_integer_value(v) ^ 0x636f6e76ull) | 1;
+      } else {
+        st = sc_fail(err, SC_INVALID, "%s:%d: key 'conversation': expected a non-empty string "
+                     "or an integer, got %s", path, lineno,
+                     json_is_string(v) ? "an empty string" : json_type_name(v));
+      }
     } else if (!strcmp(k, "prompt")) {
       if (!json_is_string(v) || json_string_length(v) == 0)
         st = sc_fail(err, SC_INVALID, "%s:%d: key 'prompt': expected a non-empty string, got %s",
@@ -570,7 +632,7 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
       else prompt = json_string_value(v);
     } else {
       st = sc_fail(err, SC_INVALID, "%s:%d: key '%.64s': expected one of %s", path, lineno, k,
-                   w->trace ? "arrival_s, prompt_tokens, prompt, output_tokens"
+                   w->trace ? "arrival_s, conversation, prompt_tokens, prompt, output_tokens"
                             : "prompt_tokens, prompt, output_tokens");
     }
     if (st != SC_OK) goto done;
@@ -626,6 +688,51 @@ static bool blank(const char *s, ssize_t n) {
   return true;
 }
 
+// A trace line's conversation (l->conv_id): its index and the line before it (l->conv,
+// l->prev) from the table of conversations seen; line `at` becomes the conversation's latest.
+// Every line names one or none does: SC_INVALID naming the line that breaks it.
+static sc_status trace_conversation(workload *w, wl_line *l, int at, const char *path,
+                                    int lineno, sc_error *err) {
+  bool has = l->conv_id != 0;
+  if (at > 0 && has != (w->n_convs > 0))
+    return has ? sc_fail(err, SC_INVALID, "%s:%d: key 'conversation': the lines above name "
+                         "none (a trace names every line's conversation or none)", path, lineno)
+               : sc_fail(err, SC_INVALID, "%s:%d: key 'conversation': missing (the lines above "
+                         "name theirs: a trace names every line's conversation or none)", path,
+                         lineno);
+  if (!has) return SC_OK;
+  if (2 * (w->n_convs + 1) > w->conv_cap) { // grow to keep the load under one half
+    int cap = w->conv_cap ? 2 * w->conv_cap : 64;
+    uint64_t *keys = calloc((size_t)cap, sizeof *keys);
+    int *line = malloc((size_t)cap * sizeof *line), *idx = malloc((size_t)cap * sizeof *idx);
+    if (!keys || !line || !idx) {
+      free(keys), free(line), free(idx);
+      return sc_fail(err, SC_OOM, "%s:%d: out of memory for the trace's conversations", path,
+                     lineno);
+    }
+    for (int i = 0; i < w->conv_cap; i++) {
+      if (!w->conv_keys[i]) continue;
+      int j = (int)(w->conv_keys[i] % (uint64_t)cap);
+      while (keys[j]) j = (j + 1) % cap;
+      keys[j] = w->conv_keys[i], line[j] = w->conv_line[i], idx[j] = w->conv_idx[i];
+    }
+    free(w->conv_keys), free(w->conv_line), free(w->conv_idx);
+    w->conv_keys = keys, w->conv_line = line, w->conv_idx = idx, w->conv_cap = cap;
+  }
+  int j = (int)(l->conv_id % (uint64_t)w->conv_cap);
+  while (w->conv_keys[j] && w->conv_keys[j] != l->conv_id) j = (j + 1) % w->conv_cap;
+  if (!w->conv_keys[j]) {
+    w->conv_keys[j] = l->conv_id;
+    w->conv_idx[j] = w->n_convs++;
+    l->prev = -1;
+  } else {
+    l->prev = w->conv_line[j];
+  }
+  l->conv = w->conv_idx[j];
+  w->conv_line[j] = at;
+  return SC_OK;
+}
+
 static sc_status load_dataset(workload *w, const model_config *mc, const char *path,
                               sc_error *err) {
   FILE *f = fopen(path, "rb");
@@ -653,8 +760,11 @@ static sc_status load_dataset(workload *w, const model_config *mc, const char *p
                    "line arrives before the one above it)", path, lineno);
       break;
     }
+    if (w->trace) st = trace_conversation(w, &l, w->n_lines, path, lineno, err);
+    if (st != SC_OK) break;
     w->lines[w->n_lines++] = l;
-    if (l.text_off < 0 && l.n_prompt > max_generated) max_generated = l.n_prompt;
+    if ((l.text_off < 0 || l.conv >= 0) && l.n_prompt > max_generated)
+      max_generated = l.n_prompt; // (a conversation's text line is written there too)
     errno = 0;
   }
   int read_errno = errno;
@@ -748,6 +858,10 @@ void workload_free(workload *w) {
   free(w->buf);
   free(w->prefix_len);
   free(w->prefix_cdf);
+  free(w->conv_keys);
+  free(w->conv_line);
+  free(w->conv_idx);
+  free(w->chain);
   free(w);
 }
 
@@ -764,11 +878,20 @@ void workload_request(workload *w, uint64_t index, wl_request *out) {
   out->n_prefix = 0;
   out->conv = -1;
   out->turn = 0;
+  out->prev = -1;
   if (w->dataset) {
     const wl_line *l = &w->lines[index % (uint64_t)w->n_lines];
     out->n_prompt = l->n_prompt;
     out->max_tokens = l->max_tokens;
     out->class_idx = 0;
+    if (l->conv >= 0) { // a trace's conversation: the turn before's request and its history
+      out->conv = l->conv;
+      out->prev = l->prev;
+      if (l->prev >= 0 && trace_prompt(w, index % (uint64_t)w->n_lines)) {
+        out->prompt = w->buf;
+        return;
+      }
+    }
     if (l->text_off >= 0) {
       out->prompt = w->text + l->text_off;
     } else {
@@ -842,7 +965,7 @@ void workload_turn(workload *w, uint64_t conv, int turn, wl_request *out) {
   }
   *out = (wl_request){.prompt = w->buf, .n_prompt = n, .max_tokens = outn > 0 ? outn : 1,
                       .class_idx = c, .prefix = p, .n_prefix = n_pre, .conv = (int64_t)conv,
-                      .turn = turn};
+                      .turn = turn, .prev = -1};
 }
 
 int workload_n_classes(const workload *w) { return w->n_classes; }

@@ -26,6 +26,8 @@ typedef struct wl_request {
   int n_prefix;          // of n_prompt, the shared prefix's tokens (0: none)
   int64_t conv;          // its conversation (workload.conversations), -1: none
   int turn;              // its turn in the conversation (0 first; 0 without conversations)
+  int64_t prev;          // a trace's conversation: the request index of its turn before, -1:
+                         // none (workload.conversations: the runner knows, -1 here)
 } wl_request;
 
 // Builds the generator for s (reads s->workload.dataset when set: one JSON object per line,

@@ -790,3 +790,72 @@ Test(workload, without_prefixes_or_conversations_a_request_has_neither) {
   workload_free(w);
   free(s);
 }
+
+// --- a trace's conversations ("conversation" on every line)
+
+static scenario *trace_scenario(const char *path) {
+  scenario *s = dataset_scenario(path);
+  s->workload.trace = true;
+  s->workload.phases[0] = (scn_phase){.kind = SCN_PHASE_RATE, .arrival = SCN_ARRIVAL_TRACE,
+                                      .rate = 1, .requests = 4};
+  s->workload.n_phases = 1;
+  return s;
+}
+
+Test(workload, a_traces_conversation_turn_carries_the_turn_before_and_names_it) {
+  const char *path = sc_test_write_tmp(
+      "wl-conv", "t.jsonl",
+      "{\"arrival_s\": 0, \"conversation\": \"x\", \"prompt_tokens\": 40, \"output_tokens\": 10}\n"
+      "{\"arrival_s\": 0.5, \"conversation\": 7, \"prompt_tokens\": 30, \"output_tokens\": 5}\n"
+      "{\"arrival_s\": 1, \"conversation\": \"x\", \"prompt_tokens\": 70, \"output_tokens\": 8}\n"
+      "{\"arrival_s\": 2, \"conversation\": \"x\", \"prompt_tokens\": 50, \"output_tokens\": 8}\n");
+  scenario *s = trace_scenario(path);
+  workload *w = make(s, 3);
+  int32_t first[40];
+  wl_request r;
+  workload_request(w, 0, &r);
+  cr_expect_eq(r.conv, 0);
+  cr_expect_eq(r.prev, -1);
+  memcpy(first, r.prompt, sizeof first);
+  workload_request(w, 1, &r);
+  cr_expect_eq(r.conv, 1);
+  cr_expect_eq(r.prev, -1);
+  workload_request(w, 2, &r);
+  cr_expect_eq(r.conv, 0);
+  cr_expect_eq(r.prev, 0, "line 3 follows line 1 of conversation x");
+  cr_expect_eq(r.n_prompt, 70);
+  cr_expect(!memcmp(first, r.prompt, sizeof first), "its prompt begins with line 1's");
+  int32_t third[70];
+  memcpy(third, r.prompt, sizeof third);
+  workload_request(w, 3, &r); // shorter than the turn before: its first 50 tokens
+  cr_expect_eq(r.prev, 2);
+  cr_expect_eq(r.n_prompt, 50);
+  cr_expect(!memcmp(third, r.prompt, 50 * sizeof *third));
+  workload_free(w);
+  free(s);
+}
+
+Test(workload, a_trace_line_without_its_conversation_is_refused_naming_the_line) {
+  const char *path = sc_test_write_tmp(
+      "wl-conv-missing", "t.jsonl",
+      "{\"arrival_s\": 0, \"conversation\": \"x\", \"prompt_tokens\": 40}\n"
+      "{\"arrival_s\": 1, \"prompt_tokens\": 30}\n");
+  int n = 0;
+  uint64_t last = 0;
+  sc_error err = {{0}};
+  cr_assert_eq(workload_trace_scan(path, &n, &last, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "t.jsonl:2: key 'conversation': missing"), "%s", err.msg);
+  cr_expect_null(strchr(err.msg, '\n'));
+  path = sc_test_write_tmp("wl-conv-late", "t.jsonl",
+                           "{\"arrival_s\": 0, \"prompt_tokens\": 40}\n"
+                           "{\"arrival_s\": 1, \"conversation\": \"\", \"prompt_tokens\": 30}\n");
+  cr_assert_eq(workload_trace_scan(path, &n, &last, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "t.jsonl:2: key 'conversation': expected a non-empty string"), "%s",
+            err.msg);
+  path = sc_test_write_tmp("wl-conv-late2", "t.jsonl",
+                           "{\"arrival_s\": 0, \"prompt_tokens\": 40}\n"
+                           "{\"arrival_s\": 1, \"conversation\": 3, \"prompt_tokens\": 30}\n");
+  cr_assert_eq(workload_trace_scan(path, &n, &last, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "t.jsonl:2: key 'conversation': the lines above name none"), "%s",
+            err.msg);
+}
