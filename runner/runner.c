@@ -682,6 +682,65 @@ static sc_status run_phase(rt *r, int k) {
   return r->db_status;
 }
 
+// --- a ramp that stops at saturation (scn_phase.saturation, docs/scenarios.md)
+static int cmp_ms(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// Step ph's figures after its warm-up: output tokens of any of its requests seen in [warm-up
+// end, end] per second (what the step delivered), and the TTFT p95 (ms) of its completed
+// non-warm-up requests (NaN: none).
+static void step_figures(rt *r, phase_run *ph) {
+  size_t n = ph->end_seq - ph->first_seq;
+  double *ttft = malloc((n ? n : 1) * sizeof *ttft), tokens = 0;
+  int m = 0;
+  for (size_t k = ph->first_seq; k < ph->end_seq; k++) {
+    const req_rec *q = &r->reqs.v[k];
+    for (int i = 0; i < q->n_tok; i++)
+      tokens += q->tok[i] >= ph->warmup_end && q->tok[i] <= ph->end;
+    if (q->warmup) continue;
+    if (ttft && q->status == REQ_OK && q->n_tok > 0)
+      ttft[m++] = (double)(q->tok[0] - q->arrival) / 1e6;
+  }
+  ph->step_tok_s = ph->end > ph->warmup_end ? tokens / ((double)(ph->end - ph->warmup_end) / 1e9)
+                                            : NAN;
+  ph->step_ttft95 = NAN;
+  if (ttft && m) {
+    qsort(ttft, (size_t)m, sizeof *ttft, cmp_ms);
+    ph->step_ttft95 = mt_percentile(ttft, m, 95);
+  }
+  free(ttft);
+}
+
+// Whether ramp step k is saturated: its output tok/s below (1 + gain) x the best earlier step's
+// of the ramp while its TTFT p95 is past ttft_growth x the ramp's first step's. The knee (the
+// step before it) goes to dr; the caller skips the ramp's later steps.
+static bool ramp_saturated(rt *r, dep_result *dr, int k) {
+  phase_run *ph = &r->phases[k];
+  const scn_phase *p = ph->p;
+  if (p->kind != SCN_PHASE_RAMP || !p->saturation) return false;
+  step_figures(r, ph);
+  int first = k;
+  while (first > 0 && r->phases[first - 1].p == p) first--;
+  if (first == k) {
+    dr->has_sat = true;
+    dr->sat_knee = NAN;
+    return false;
+  }
+  double best = 0, base = r->phases[first].step_ttft95;
+  for (int j = first; j < k; j++)
+    if (r->phases[j].step_tok_s > best) best = r->phases[j].step_tok_s;
+  if (!(ph->step_tok_s < best * (1 + p->sat_gain) && ph->step_ttft95 > p->sat_ttft * base))
+    return false;
+  dr->sat_knee = r->phases[k - 1].concurrency;
+  rn_note(r, "%s: %s saturated: %.0f tok/s against %.0f before it, TTFT p95 %.0f ms against "
+          "%.0f ms at %d users; the knee is %d users and the ramp's later steps are skipped",
+          r->dep->label, ph->name, ph->step_tok_s, best, ph->step_ttft95, base,
+          r->phases[first].concurrency, r->phases[k - 1].concurrency);
+  return true;
+}
+
 // --- one deployment
 // After faults: lets the replicas report what they still owe (a storm's cancel acks, a
 // heartbeat after their last step) before the verdicts read their state; at most 5 s.
@@ -935,6 +994,8 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   for (int k = 0; k < r->n_phases && !r->stopping && !r->all_dead; k++) {
     s = run_phase(r, k);
     if (s != SC_OK) return s;
+    if (ramp_saturated(r, dr, k)) // the rest of the ramp is past its knee
+      while (k + 1 < r->n_phases && r->phases[k + 1].p == r->phases[k].p) k++;
   }
   settle(r);
   SC_TRY(fault_rt_end(r->fr, r->n_phases ? r->phases[r->n_phases - 1].end : now_rel(r),
@@ -1029,6 +1090,11 @@ static sc_status refuse(const scenario *s, sc_error *err) {
                    t->api_key_env);
   if (s->mode == SCN_MODE_SIM && !s->have_hw)
     return sc_fail(err, SC_INVALID, "%s: mode sim needs a hardware profile", s->path);
+  for (int i = 0; i < s->workload.n_phases && s->n_faults; i++)
+    if (s->workload.phases[i].saturation)
+      return sc_fail(err, SC_INVALID, "%s:%d:%d: a ramp that stops at saturation cannot carry "
+                     "faults (a fault planned in a skipped step would never come)", s->path,
+                     s->workload.phases[i].line, s->workload.phases[i].col);
   if (s->mode == SCN_MODE_SIM) return SC_OK;
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];

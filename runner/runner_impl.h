@@ -48,6 +48,9 @@ typedef struct phase_run {
   // achieved, and whether it fell behind (MT_CLIENT_LATE_MS)
   double late_p99_ms, arrival_rate, mean_concurrency;
   bool saturated;
+  // a ramp with saturation: the step's output tok/s and TTFT p95 (ms) after its warm-up, as the
+  // stop rule saw them
+  double step_tok_s, step_ttft95;
 } phase_run;
 
 
@@ -62,6 +65,9 @@ typedef struct dep_result {
   int limit_violations;
   int knee;                 // -1 none or not computed
   bool has_knee;
+  bool has_sat;             // a ramp with saturation ran: sat_knee holds its knee
+  double sat_knee;          // the concurrency of the step before the first saturated one (NaN:
+                            // the ramp never saturated)
   double speedup, efficiency;
   fault_result faults;      // what the verdicts after faults found (faults/runtime.h)
   // greedy outputs that differ from the first deployment's for the same request; NaN when

@@ -305,6 +305,10 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   dep_metric(r, dr, "peak_output_tok_s", dr->peak_tok_s);
   dep_value(r, dr, "client_late_p99_ms", late_max, "no request was sent");
   dep_metric(r, dr, "client_saturated", saturated);
+  if (dr->has_sat)
+    dep_value(r, dr, "saturation_concurrency", dr->sat_knee,
+              "the ramp never saturated: every step raised throughput past the gain or kept "
+              "TTFT p95 within the growth bound");
   cache_metrics(r, dr, 0, 0, r->reqs.n);
   for (int i = 0; i < r->s->slo.n; i++)
     if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {

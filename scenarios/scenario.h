@@ -128,6 +128,12 @@ typedef struct scn_phase {
   int requests;                    // RATE or FIXED: how many to send (0 when duration is given)
   uint64_t warmup_ns;              // requests arriving in the first warmup_ns of the phase (of
                                    // each RAMP step) are run but excluded from metrics
+  bool saturation;                 // RAMP key saturation: the ramp ends at the first saturated
+                                   // step (runner/runner.c, docs/scenarios.md)
+  double sat_gain;                 // saturation.gain: a step whose output tok/s is below
+                                   // (1 + gain) x the best earlier step's no longer rises (0.05)
+  double sat_ttft;                 // saturation.ttft_growth: ... while its TTFT p95 is past
+                                   // ttft_growth x the first step's (3)
   int line, col;
 } scn_phase;
 

@@ -200,14 +200,15 @@ static sc_status check_conversation_fits(scn_ctx *c, struct fy_node *v) {
 }
 
 // Phase keys each kind takes (besides the kind key itself).
-static const char *const ramp_keys[] = {"name", "ramp", "hold", "think", "warmup"};
+static const char *const ramp_keys[] = {"name",   "ramp",   "hold",
+                                        "think", "warmup", "saturation"};
 static const char *const rate_keys[] = {"name",     "rate",     "arrival", "burstiness",
                                         "duration", "requests", "warmup"};
 static const char *const fixed_keys[] = {"name", "fixed", "think", "warmup"};
 
 static sc_status parse_phase(scn_ctx *c, struct fy_node *item, struct fy_node *k, scn_phase *p,
                              bool *named) {
-  static const char *const nested[] = {"ramp", "fixed"};
+  static const char *const nested[] = {"ramp", "fixed", "saturation"};
   char arrival[16] = "poisson";
   p->burstiness = 1;
   const yaml_map_field f[] = {
@@ -274,6 +275,21 @@ static sc_status parse_phase(scn_ctx *c, struct fy_node *item, struct fy_node *k
     SC_TRY(yaml_map_check(&c->doc, &m, "hold", p->hold_ns > 0, "a duration > 0"));
     SC_TRY(yaml_map_check(&c->doc, &m, "warmup", p->warmup_ns < p->hold_ns,
                           "a duration shorter than hold (warm-up is excluded from each step)"));
+    if (yaml_map_has(&m, "saturation")) {
+      static const char *const none[] = {NULL};
+      p->saturation = true;
+      p->sat_gain = 0.05;
+      p->sat_ttft = 3;
+      const yaml_map_field sf[] = {F_DBL("gain", &p->sat_gain),
+                                   F_DBL("ttft_growth", &p->sat_ttft)};
+      yaml_map_view sm;
+      SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "saturation"), "saturation",
+                                yaml_map_key(&m, "saturation"), sf, 2, none, 0, &sm));
+      SC_TRY(yaml_map_check(&c->doc, &sm, "gain", p->sat_gain >= 0 && p->sat_gain <= 10,
+                            "a fraction in [0, 10] (0.05: throughput up by less than 5%)"));
+      SC_TRY(yaml_map_check(&c->doc, &sm, "ttft_growth", p->sat_ttft >= 1 && p->sat_ttft <= 1e6,
+                            "a factor >= 1 (TTFT p95 against the ramp's first step's)"));
+    }
     if (!*named) snprintf(p->name, sizeof p->name, "ramp");
     break;
   }

@@ -679,3 +679,33 @@ Test(run, a_conversations_turns_arrive_think_time_after_the_turn_before_and_carr
                llround(192.0 / 342.0 * 1e6), "the open phase's hit rate");
   cr_expect_eq(q1(db, "SELECT pass FROM verdict WHERE slo = 'prefix_cache_hit_rate'"), 1);
 }
+
+// --- a ramp that stops at saturation
+
+Test(run, a_ramp_with_saturation_ends_after_its_first_saturated_step_and_records_the_knee) {
+  static const char text[] =
+      "name: sat\nmodel: {preset: llama3-8b, dtype: bf16}\nmode: sim\n"
+      "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+      "workload:\n  prompts: [{input: {uniform: [512, 2048]}, output: {uniform: [64, 256]}}]\n"
+      "  phases:\n    - {name: ramp, ramp: {concurrency: [1, 4, 16, 64, 256, 512, 1024, 2048]},"
+      " hold: 10s, warmup: 2s, saturation: {gain: 0.05, ttft_growth: 3}}\n"
+      "seed: 3\n";
+  const char *db = sim_run(text, "sat");
+  // 512 users: throughput within 5% of 256's while TTFT p95 is past 3x the first step's
+  cr_expect_eq(q1(db, "SELECT count(*) FROM phase"), 6, "1024 and 2048 users were skipped");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM phase WHERE name = 'ramp-c512'"), 1);
+  cr_expect_eq(sc_test_metric(db, "saturation_concurrency"), 256);
+  // the same ramp stopped at 64 users never saturates: no knee, and the row says why
+  char cut[1024];
+  snprintf(cut, sizeof cut, "%s", text);
+  char *at = strstr(cut, "64, 256, 512, 1024, 2048");
+  cr_assert(at);
+  snprintf(at, sizeof cut - (size_t)(at - cut),
+           "64]}, hold: 10s, warmup: 2s, saturation: {}}\nseed: 3\n");
+  db = sim_run(cut, "sat-never");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM phase"), 4);
+  cr_expect_str_eq(q1s(db, "SELECT coalesce(value, 'NULL') || '|' || note FROM metric WHERE "
+                           "name = 'saturation_concurrency'"),
+                   "NULL|the ramp never saturated: every step raised throughput past the gain "
+                   "or kept TTFT p95 within the growth bound");
+}

@@ -1522,3 +1522,21 @@ Test(scenario_errors, a_prefix_or_conversation_past_the_context_is_one_line_at_i
             "  phases: [{fixed: {requests: 10}}]\n",
             "t.yaml:6:3: key 'conversations': only with 'prompts'", NULL);
 }
+
+Test(scenario_errors, ramp_saturation_keys_are_checked) {
+  scenario *s = parse_ok("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+                         "  prompts: [{input: 10, output: 5}]\n"
+                         "  phases: [{ramp: {concurrency: [1, 2]}, hold: 1s, saturation: {}}]\n");
+  cr_expect(s->workload.phases[0].saturation);
+  cr_expect_eq(s->workload.phases[0].sat_gain, 0.05);
+  cr_expect_eq(s->workload.phases[0].sat_ttft, 3);
+  scenario_free(s);
+  parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  prompts: [{input: 10, output: 5}]\n"
+            "  phases: [{ramp: {concurrency: [1, 2]}, hold: 1s, saturation: {ttft_growth: 0.5}}]\n",
+            "t.yaml:6:", "key 'ttft_growth': expected a factor >= 1");
+  parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  prompts: [{input: 10, output: 5}]\n"
+            "  phases: [{rate: 5, requests: 3, saturation: {}}]\n",
+            "t.yaml:6:", "key 'saturation': not part of a rate phase");
+}
