@@ -119,6 +119,13 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
 }
 
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t);
+static void send_turn(rt *r, uint64_t arrival, int user, int64_t conv, int turn, uint64_t prev);
+
+// Sends the next request of the workload (a new conversation's first turn, or a closed-loop
+// user's next turn) arriving at `arrival`, from `user` (-1: open loop).
+static void send_req(rt *r, uint64_t arrival, int user) {
+  send_turn(r, arrival, user, -1, 0, UINT64_MAX);
+}
 
 // Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop):
 // with conversations, turn `turn` of conversation conv (prev: the key of the turn before,
@@ -167,10 +174,6 @@ static void send_turn(rt *r, uint64_t arrival, int user, int64_t conv, int turn,
 // its prompt, continued by the tokens already delivered when it has some (a resume). False when
 // no replica can take it (nothing changed). A submit the replica refuses ends the request as
 // failed.
-static void send_req(rt *r, uint64_t arrival, int user) {
-  send_turn(r, arrival, user, -1, 0, UINT64_MAX);
-}
-
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
   wl_request w;
   const req_rec *q = &r->reqs.v[k];
