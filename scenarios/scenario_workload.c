@@ -159,14 +159,23 @@ static sc_status parse_prefixes(scn_ctx *c, struct fy_node *v, struct fy_node *k
   return SC_OK;
 }
 
-// workload.conversations: {turns, think}.
-static sc_status parse_conversations(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
+// workload.conversations: {turns, think}; with a dataset (whose lines give the turns) {think}.
+static sc_status parse_conversations(scn_ctx *c, struct fy_node *v, struct fy_node *k,
+                                     bool dataset) {
   scn_conversations *cv = &c->s->workload.conversations;
   static const char *const nested[] = {"turns"};
   const yaml_map_field f[] = {F_DUR("think", &cv->think_ns)};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "conversations", k, f, COUNT(f), nested, COUNT(nested),
                             &m));
+  cv->set = true;
+  if (dataset) {
+    if (yaml_map_has(&m, "turns"))
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "turns"), NULL,
+                           "key 'turns': not with a dataset (its lines give each "
+                           "conversation's turns)");
+    return SC_OK;
+  }
   SC_TRY(yaml_map_need(&c->doc, &m, "turns", "turns per conversation (a token-count form: an "
                                               "integer >= 1 or a distribution)"));
   SC_TRY(parse_dist(c, yaml_map_val(&m, "turns"), yaml_map_key(&m, "turns"), &cv->turns));
@@ -174,7 +183,6 @@ static sc_status parse_conversations(scn_ctx *c, struct fy_node *v, struct fy_no
     return yaml_map_fail(&c->doc, yaml_map_val(&m, "turns"), yaml_map_key(&m, "turns"),
                          "key 'turns': expected at most %d turns, got up to %.0f", SCN_MAX_TURNS,
                          workload_dist_bound(&cv->turns));
-  cv->set = true;
   return SC_OK;
 }
 
@@ -436,13 +444,14 @@ sc_status scn_parse_workload(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
                               F_BOOL("stop_at_eos", &w->stop_at_eos)};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "workload", k, f, COUNT(f), nested, COUNT(nested), &m));
-  static const char *const structured[] = {"prefixes", "conversations"};
-  for (int i = 0; i < 2; i++)
-    if (yaml_map_has(&m, structured[i]) && !yaml_map_has(&m, "prompts"))
-      return yaml_map_fail(&c->doc, yaml_map_key(&m, structured[i]), NULL,
-                           "key '%s': only with 'prompts' (its classes give each request's "
-                           "own message), not with a dataset or a trace",
-                           structured[i]);
+  if (yaml_map_has(&m, "prefixes") && !yaml_map_has(&m, "prompts"))
+    return yaml_map_fail(&c->doc, yaml_map_key(&m, "prefixes"), NULL,
+                         "key 'prefixes': only with 'prompts' (its classes give each request's "
+                         "own message), not with a dataset or a trace");
+  if (yaml_map_has(&m, "conversations") && yaml_map_has(&m, "trace"))
+    return yaml_map_fail(&c->doc, yaml_map_key(&m, "conversations"), NULL,
+                         "key 'conversations': not with a trace (its lines name their "
+                         "conversations and arrive at their own times)");
   if (yaml_map_has(&m, "trace")) {
     if (yaml_map_has(&m, "prompts") || yaml_map_has(&m, "dataset")) {
       const char *o = yaml_map_has(&m, "prompts") ? "prompts" : "dataset";
@@ -474,9 +483,10 @@ sc_status scn_parse_workload(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   if (yaml_map_has(&m, "prefixes"))
     SC_TRY(parse_prefixes(c, yaml_map_val(&m, "prefixes"), yaml_map_key(&m, "prefixes")));
   if (yaml_map_has(&m, "conversations")) {
+    bool ds = !yaml_map_has(&m, "prompts");
     SC_TRY(parse_conversations(c, yaml_map_val(&m, "conversations"),
-                               yaml_map_key(&m, "conversations")));
-    SC_TRY(check_conversation_fits(c, yaml_map_key(&m, "conversations")));
+                               yaml_map_key(&m, "conversations"), ds));
+    if (!ds) SC_TRY(check_conversation_fits(c, yaml_map_key(&m, "conversations")));
   }
   if (yaml_map_has(&m, "dataset")) {
     struct fy_node *dv = yaml_map_val(&m, "dataset");

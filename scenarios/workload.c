@@ -93,7 +93,15 @@ typedef struct wl_line {
   int conv;         // trace: its conversation (index in order of first appearance), -1: none
   int prev;         // trace: the line of its conversation before it, -1: none
   uint64_t conv_id; // trace, while loading: the hash of its "conversation" (0: none given)
+  int first_turn, n_turns; // a conversation dataset's line: its turns in workload.dturns
 } wl_line;
+
+// One turn of a conversation dataset's line: its message and the output it asks for.
+typedef struct wl_dturn {
+  int n_own;        // the message's tokens
+  int max_tokens;   // the output asked for (and the length of its reply in later turns)
+  int64_t text_off; // offset of its tokens in workload.text; -1: tokens drawn per conversation
+} wl_dturn;
 
 // What a phase needs to make gaps.
 typedef struct wl_phase {
@@ -128,6 +136,8 @@ struct workload {
   int conv_cap, n_convs;
   int *chain;          // (chain_cap) scratch of trace_prompt: a conversation's lines
   int chain_cap;
+  wl_dturn *dturns;    // (n_dturns) a conversation dataset's turns, line after line
+  int64_t n_dturns, dturns_cap;
 
   wl_phase phases[SCN_MAX_PHASES];
   int n_phases;
@@ -575,12 +585,16 @@ static sc_status grow(void **p, int64_t *cap, int64_t need, size_t elem) {
   return SC_OK;
 }
 
+static sc_status parse_turns(workload *w, const model_config *mc, const char *path, int lineno,
+                             const json_t *v, wl_line *out, sc_error *err);
+
 // Parses one non-blank line into *out (text tokens appended to w->text).
 static sc_status parse_line(workload *w, const model_config *mc, const char *path, int lineno,
                             const char *text, size_t len, wl_line *out, sc_error *err) {
   json_error_t je;
   out->conv_id = 0;
   out->conv = out->prev = -1;
+  out->first_turn = out->n_turns = 0;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   if (!root)
     return sc_fail(err, SC_INVALID, "%s:%d: expected one JSON object, got malformed JSON at "
@@ -588,7 +602,7 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
   sc_status st = SC_OK;
   int n_tokens = 0, max_tokens = WL_DEFAULT_OUTPUT_TOKENS;
   const char *prompt = NULL;
-  bool has_tokens = false, has_arrival = false;
+  bool has_tokens = false, has_arrival = false, has_turns = false;
   double arrival = 0;
   const char *k;
   json_t *v;
@@ -610,6 +624,9 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
         st = sc_fail(err, SC_INVALID, "%s:%d: key 'arrival_s': expected seconds >= 0 (below %g), "
                      "got %s", path, lineno, WL_TRACE_MAX_S,
                      json_is_number(v) ? "a number out of range" : json_type_name(v));
+    } else if (!w->trace && !strcmp(k, "turns")) {
+      st = parse_turns(w, mc, path, lineno, v, out, err);
+      has_turns = true;
     } else if (w->trace && !strcmp(k, "conversation")) {
       if (json_is_string(v) && json_string_length(v) > 0) {
         const char *id = json_string_value(v);
@@ -633,9 +650,15 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
     } else {
       st = sc_fail(err, SC_INVALID, "%s:%d: key '%.64s': expected one of %s", path, lineno, k,
                    w->trace ? "arrival_s, conversation, prompt_tokens, prompt, output_tokens"
-                            : "prompt_tokens, prompt, output_tokens");
+                            : "prompt_tokens, prompt, output_tokens, turns");
     }
     if (st != SC_OK) goto done;
+  }
+  if (has_turns) {
+    if (has_tokens || prompt)
+      st = sc_fail(err, SC_INVALID, "%s:%d: key 'turns': a conversation gives its prompts in "
+                   "its turns, not beside them", path, lineno);
+    goto done;
   }
   if (has_tokens && prompt) {
     st = sc_fail(err, SC_INVALID,
@@ -680,6 +703,69 @@ static sc_status parse_line(workload *w, const model_config *mc, const char *pat
 done:
   json_decref(root);
   return st;
+}
+
+// A conversation dataset's "turns": 1 to SCN_MAX_TURNS objects {"prompt": text or
+// "prompt_tokens": n, "output_tokens": m (optional, 128)} appended to w->dturns; the line takes
+// its first turn's lengths (out->n_prompt, out->max_tokens).
+static sc_status parse_turns(workload *w, const model_config *mc, const char *path, int lineno,
+                             const json_t *v, wl_line *out, sc_error *err) {
+  size_t n = json_is_array(v) ? json_array_size(v) : 0;
+  if (n < 1 || n > SCN_MAX_TURNS)
+    return sc_fail(err, SC_INVALID, "%s:%d: key 'turns': expected a list of 1 to %d turns "
+                   "{prompt or prompt_tokens, output_tokens}, got %s", path, lineno,
+                   SCN_MAX_TURNS, json_is_array(v) ? "a list of another length"
+                                                   : json_type_name(v));
+  out->first_turn = (int)w->n_dturns;
+  out->n_turns = (int)n;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *t = json_array_get(v, i), *tv;
+    wl_dturn d = {.max_tokens = WL_DEFAULT_OUTPUT_TOKENS, .text_off = -1};
+    const char *k, *prompt = NULL;
+    bool has_n = false;
+    if (!json_is_object(t))
+      return sc_fail(err, SC_INVALID, "%s:%d: key 'turns': turn %zu: expected an object, got %s",
+                     path, lineno, i + 1, json_type_name(t));
+    json_object_foreach((json_t *)t, k, tv) {
+      sc_status st = SC_OK;
+      if (!strcmp(k, "prompt_tokens")) {
+        st = line_count(tv, path, lineno, k, &d.n_own, err);
+        has_n = true;
+      } else if (!strcmp(k, "output_tokens")) {
+        st = line_count(tv, path, lineno, k, &d.max_tokens, err);
+      } else if (!strcmp(k, "prompt") && json_is_string(tv) && json_string_length(tv) > 0) {
+        prompt = json_string_value(tv);
+      } else {
+        st = sc_fail(err, SC_INVALID, "%s:%d: key 'turns': turn %zu: key '%.64s': expected "
+                     "prompt (a non-empty string), prompt_tokens or output_tokens", path, lineno,
+                     i + 1, k);
+      }
+      if (st != SC_OK) return st;
+    }
+    if (has_n == (prompt != NULL))
+      return sc_fail(err, SC_INVALID, "%s:%d: key 'turns': turn %zu: expected exactly one of "
+                     "prompt and prompt_tokens", path, lineno, i + 1);
+    if (prompt) {
+      int keep = w->context - 1, nt = tokenizer_encode(mc, prompt, NULL, 0);
+      if (nt < keep) keep = nt;
+      if (grow((void **)&w->text, &w->text_cap, w->n_text + keep, sizeof *w->text) != SC_OK)
+        return sc_fail(err, SC_OOM, "%s:%d: out of memory for a turn's %d tokens", path, lineno,
+                       keep);
+      tokenizer_encode(mc, prompt, w->text + w->n_text, keep);
+      d.text_off = w->n_text;
+      w->n_text += keep;
+      d.n_own = keep;
+    }
+    if (grow((void **)&w->dturns, &w->dturns_cap, w->n_dturns + 1, sizeof *w->dturns) != SC_OK)
+      return sc_fail(err, SC_OOM, "%s:%d: out of memory for the conversation", path, lineno);
+    w->dturns[w->n_dturns++] = d;
+  }
+  const wl_dturn *f = &w->dturns[out->first_turn];
+  out->n_prompt = f->n_own < w->context - 1 ? f->n_own : w->context - 1;
+  out->max_tokens = clamp_len(f->max_tokens, w->context - out->n_prompt);
+  out->arrival_ns = 0;
+  out->text_off = -1;
+  return SC_OK;
 }
 
 static bool blank(const char *s, ssize_t n) {
@@ -762,6 +848,13 @@ static sc_status load_dataset(workload *w, const model_config *mc, const char *p
     }
     if (w->trace) st = trace_conversation(w, &l, w->n_lines, path, lineno, err);
     if (st != SC_OK) break;
+    if (w->n_lines > 0 && (l.n_turns > 0) != w->conv) {
+      st = sc_fail(err, SC_INVALID, "%s:%d: key 'turns': %s (a dataset is all conversations or "
+                   "none)", path, lineno, w->conv ? "missing: the lines above are conversations"
+                                                   : "the lines above are single requests");
+      break;
+    }
+    w->conv = l.n_turns > 0;
     w->lines[w->n_lines++] = l;
     if ((l.text_off < 0 || l.conv >= 0) && l.n_prompt > max_generated)
       max_generated = l.n_prompt; // (a conversation's text line is written there too)
@@ -775,7 +868,7 @@ static sc_status load_dataset(workload *w, const model_config *mc, const char *p
   if (st == SC_OK && w->n_lines == 0)
     st = sc_fail(err, SC_INVALID,
                  "%s: dataset has no requests: expected one JSON object per line", path);
-  w->buf_cap = max_generated;
+  w->buf_cap = w->conv ? w->context - 1 : max_generated;
   return st;
 }
 
@@ -827,6 +920,10 @@ sc_status workload_new(const scenario *s, uint64_t seed, workload **out, sc_erro
       w->n_classes = 1;
       snprintf(w->names[0], sizeof w->names[0], "%s", wl->trace ? "trace" : "dataset");
       st = load_dataset(w, mc, path, err);
+      w->think_ns = wl->conversations.think_ns; // a conversation dataset's
+      if (st == SC_OK && wl->conversations.set && !w->conv)
+        st = sc_fail(err, SC_INVALID, "%s: workload.conversations is set but no line of the "
+                     "dataset has 'turns'", path);
     }
   } else if (st == SC_OK) {
     st = setup_classes(w, wl, err);
@@ -862,6 +959,7 @@ void workload_free(workload *w) {
   free(w->conv_line);
   free(w->conv_idx);
   free(w->chain);
+  free(w->dturns);
   free(w);
 }
 
@@ -927,16 +1025,40 @@ bool workload_conversations(const workload *w) { return w->conv; }
 
 uint64_t workload_think_ns(const workload *w) { return w->think_ns; }
 
+// Message i of conversation conv (key ck): its own tokens and its output (a conversation
+// dataset's line, conv mod its lines; else class cls's draws).
+static void message_of(const workload *w, uint64_t conv, uint64_t ck, const scn_class *cls,
+                       int i, int *in, int *outn) {
+  if (w->dataset) {
+    const wl_dturn *d = &w->dturns[w->lines[conv % (uint64_t)w->n_lines].first_turn + i];
+    *in = d->n_own;
+    *outn = d->max_tokens;
+    return;
+  }
+  message_lengths(w, cls, ck, i, in, outn);
+}
+
+// Writes message i's first n tokens at b: a dataset turn's text, else tokens drawn for it.
+static void message_fill(const workload *w, uint64_t conv, uint64_t ck, int i, int32_t *b,
+                         int n) {
+  const wl_dturn *d =
+      w->dataset ? &w->dturns[w->lines[conv % (uint64_t)w->n_lines].first_turn + i] : NULL;
+  if (d && d->text_off >= 0) memcpy(b, w->text + d->text_off, (size_t)n * sizeof *b);
+  else fill_key(w, b, n, wl_hash(ck, WL_STREAM_TOKENS, (uint64_t)i));
+}
+
 int workload_turns(workload *w, uint64_t conv) {
   if (!w->conv) return 1;
   uint64_t ck = wl_hash(w->seed, WL_STREAM_CONV, conv);
-  const scn_class *cls = &w->classes[pick_class(w, conv)];
-  int k = clamp_len(dist_draw(&w->turns, w->seed, WL_STREAM_TURNS, conv), SCN_MAX_TURNS);
+  const scn_class *cls = w->dataset ? NULL : &w->classes[pick_class(w, conv)];
+  int k = w->dataset ? w->lines[conv % (uint64_t)w->n_lines].n_turns
+                     : clamp_len(dist_draw(&w->turns, w->seed, WL_STREAM_TURNS, conv),
+                                 SCN_MAX_TURNS);
   int p = pick_prefix(w, conv);
   int64_t len = p >= 0 ? w->prefix_len[p] : 0; // the prompt of the turn after the last counted
   for (int i = 0; i < k; i++) {
     int in, outn;
-    message_lengths(w, cls, ck, i, &in, &outn);
+    message_of(w, conv, ck, cls, i, &in, &outn);
     if (len + in + outn > w->context) return i > 0 ? i : 1; // turn i would not fit
     len += in + outn;
   }
@@ -946,14 +1068,14 @@ int workload_turns(workload *w, uint64_t conv) {
 void workload_turn(workload *w, uint64_t conv, int turn, wl_request *out) {
   SC_ASSERT(w->conv && turn >= 0);
   uint64_t ck = wl_hash(w->seed, WL_STREAM_CONV, conv);
-  int c = pick_class(w, conv), p = pick_prefix(w, conv);
-  const scn_class *cls = &w->classes[c];
+  int c = w->dataset ? 0 : pick_class(w, conv), p = pick_prefix(w, conv);
+  const scn_class *cls = w->dataset ? NULL : &w->classes[c];
   int n = put_prefix(w, p), n_pre = n, in = 1, outn = 1;
   for (int i = 0; i <= turn; i++) {
-    message_lengths(w, cls, ck, i, &in, &outn);
+    message_of(w, conv, ck, cls, i, &in, &outn);
     if (in > w->context - 1 - n) in = w->context - 1 - n; // only a cut conversation's turn 0
     if (in < 0) in = 0;
-    fill_key(w, w->buf + n, in, wl_hash(ck, WL_STREAM_TOKENS, (uint64_t)i));
+    message_fill(w, conv, ck, i, w->buf + n, in);
     n += in;
     if (outn > w->context - n) outn = w->context - n;
     if (i == turn) break;

@@ -1520,7 +1520,11 @@ Test(scenario_errors, a_prefix_or_conversation_past_the_context_is_one_line_at_i
   parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
             "  dataset: ok.jsonl\n  conversations: {turns: 2}\n"
             "  phases: [{fixed: {requests: 10}}]\n",
-            "t.yaml:6:3: key 'conversations': only with 'prompts'", NULL);
+            "t.yaml:6:19: key 'turns': not with a dataset", NULL);
+  parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  dataset: ok.jsonl\n  prefixes: {count: 2, length: 8}\n"
+            "  phases: [{fixed: {requests: 10}}]\n",
+            "t.yaml:6:3: key 'prefixes': only with 'prompts'", NULL);
 }
 
 Test(scenario_errors, ramp_saturation_keys_are_checked) {

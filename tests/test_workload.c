@@ -16,6 +16,7 @@
 
 #include "config/presets.h"
 #include "engine/model.h"
+#include "engine/tokenizer.h"
 #include "scenarios/workload.h"
 #include "tests/helpers.h"
 
@@ -442,7 +443,7 @@ Test(workload, dataset_bad_lines_name_file_line_and_key) {
       {"{\"prompt_tokens\": 5}\n\n{\"prompt_tokens\": \"5\"}\n",
        "3: key 'prompt_tokens': expected an integer >= 1, got a string"},
       {"{\"prompt_tokens\": 5, \"max_tokens\": 3}\n",
-       "1: key 'max_tokens': expected one of prompt_tokens, prompt, output_tokens"},
+       "1: key 'max_tokens': expected one of prompt_tokens, prompt, output_tokens, turns"},
       {"{\"prompt_tokens\": 5}\n{\"prompt_tokens\": 4, \"output_tokens\": 0}\n",
        "2: key 'output_tokens': expected an integer >= 1, got 0"},
       {"{\"prompt_tokens\": 2.5}\n",
@@ -858,4 +859,47 @@ Test(workload, a_trace_line_without_its_conversation_is_refused_naming_the_line)
   cr_assert_eq(workload_trace_scan(path, &n, &last, &err), SC_INVALID);
   cr_expect(strstr(err.msg, "t.jsonl:2: key 'conversation': the lines above name none"), "%s",
             err.msg);
+}
+
+// --- a dataset of conversations ("turns" on every line)
+
+Test(workload, a_conversation_datasets_turns_carry_the_history_and_cycle_by_line) {
+  const char *path = sc_test_write_tmp(
+      "wl-dsconv", "c.jsonl",
+      "{\"turns\": [{\"prompt_tokens\": 20, \"output_tokens\": 5}, {\"prompt\": \"hello there\", "
+      "\"output_tokens\": 4}]}\n"
+      "{\"turns\": [{\"prompt_tokens\": 10}]}\n");
+  scenario *s = dataset_scenario(path);
+  s->workload.conversations = (scn_conversations){.set = true, .think_ns = 7};
+  workload *w = make(s, 2);
+  cr_assert(workload_conversations(w));
+  cr_expect_eq(workload_think_ns(w), 7);
+  cr_expect_eq(workload_turns(w, 0), 2);
+  cr_expect_eq(workload_turns(w, 1), 1);
+  cr_expect_eq(workload_turns(w, 2), 2, "conversation 2 is line 1 again");
+  wl_request r;
+  workload_turn(w, 0, 0, &r);
+  cr_expect_eq(r.n_prompt, 20);
+  cr_expect_eq(r.max_tokens, 5);
+  int32_t first[20];
+  memcpy(first, r.prompt, sizeof first);
+  workload_turn(w, 0, 1, &r);
+  int32_t text[32];
+  int n_text = tokenizer_encode(&s->model.config, "hello there", text, 32);
+  cr_expect_eq(r.n_prompt, 20 + 5 + n_text, "the history, its reply, then the new message");
+  cr_expect_eq(r.max_tokens, 4);
+  cr_expect(!memcmp(first, r.prompt, sizeof first));
+  cr_expect(!memcmp(text, r.prompt + 25, (size_t)n_text * sizeof *text));
+  workload_turn(w, 1, 0, &r);
+  cr_expect_eq(r.max_tokens, 128, "output_tokens defaults to 128");
+  workload_free(w);
+  // every line a conversation or none
+  path = sc_test_write_tmp("wl-dsconv-mixed", "c.jsonl",
+                           "{\"turns\": [{\"prompt_tokens\": 20}]}\n{\"prompt_tokens\": 10}\n");
+  snprintf(s->workload.dataset, sizeof s->workload.dataset, "%s", path);
+  workload *bad = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(workload_new(s, 2, &bad, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "c.jsonl:2: key 'turns': missing"), "%s", err.msg);
+  free(s);
 }
