@@ -336,6 +336,7 @@ sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_err
   memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
   q->id = e->next_id++;
   q->n_tokens = q->n_prompt = r->n_prompt;
+  q->n_cached = -1;
   q->cap = cap;
   q->max_new = r->max_tokens;
   q->blocks_cap = blocks;
@@ -354,7 +355,8 @@ sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_err
 
 static sc_status finish(engine *e, seq *q, engine_finish_reason why) {
   sc_status s = push_event(e, (engine_event){.kind = ENGINE_EV_FINISHED, .req_id = q->id,
-                                             .reason = why, .n_generated = q->n_generated});
+                                             .reason = why, .n_generated = q->n_generated,
+                                             .cached_tokens = q->n_cached});
   sched_remove(e->sched, q);
   seq_free(e, q);
   return s;

@@ -113,6 +113,8 @@ typedef struct engine_event {
   int n_generated;            // ENGINE_EV_FINISHED, ENGINE_EV_FAILED: tokens generated in all
   sc_status status;           // ENGINE_EV_FAILED: SC_OOM (its device allocation failed) or
                               // SC_NUMERICAL (NaN/inf in its logits)
+  int cached_tokens;          // ENGINE_EV_FINISHED: prompt tokens its first admission found in
+                              // the prefix cache; -1 without prefix caching
 } engine_event;
 
 typedef struct engine_step_info {

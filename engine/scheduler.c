@@ -219,6 +219,7 @@ static int admit_waiting(scheduler *s, sched_item *items, int n_items, int *budg
       break;
     }
     if (s->cfg.prefix_caching) {
+      if (q->n_cached < 0) q->n_cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
       s->hit_tokens += (uint64_t)q->n_computed;
       s->query_tokens += (uint64_t)q->n_tokens;
     }

@@ -36,6 +36,8 @@ typedef struct seq {
   sampling_params sampling;
   bool stop_at_eos;
   int n_preempted;  // times this sequence was preempted
+  int n_cached;     // prefix caching: prompt tokens its first admission found cached; -1 before
+                    // it, or without prefix caching
   seq_state state;
   // prefix caching: full blocks from the start whose hash is known (registered or matched),
   // and the hash of the last of them

@@ -153,7 +153,7 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
     const req_rec *q = &f->c.reqs->v[k];
     if (!touched(q, version)) continue;
     wl_request w;
-    workload_request(f->c.wl, k, &w);
+    workload_prompt(f->c.wl, k, (int64_t)q->conv - 1, q->turn, &w);
     engine_request er = {.prompt = w.prompt,
                          .n_prompt = w.n_prompt,
                          .max_tokens = w.max_tokens,

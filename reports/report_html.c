@@ -264,13 +264,15 @@ static void phase_cells(FILE *f, rp_ctx *c, const rq_run *r, int64_t dep_id, int
     td_num(f, rp_metric(c, r, dep_id, phase_id, NULL, names[i]));
   td_pct(f, rp_metric(c, r, dep_id, phase_id, NULL, "kv_peak_frac"));
   td_pct(f, rp_metric(c, r, dep_id, phase_id, NULL, "busy_frac"));
+  td_pct(f, rp_metric(c, r, dep_id, phase_id, NULL, "prefix_cache_hit_rate"));
 }
 
 static void run_phases(FILE *f, rp_ctx *c, const rq_run *r) {
   static const char *const head[] = {
       "requests",       "TTFT p50 (ms)", "TTFT p95 (ms)", "TPOT p50 (ms)",  "TPOT p95 (ms)",
       "ITL p95 (ms)",   "E2EL p95 (ms)", "output tok/s",  "req/s",          "goodput (req/s)",
-      "error rate",     "peak queue",    "peak batch",    "KV peak",        "busy"};
+      "error rate",     "peak queue",    "peak batch",    "KV peak",        "busy",
+      "cache hits"};
   fputs("<h3>Deployments x phases</h3>\n<p>Warm-up requests excluded; rates over each phase "
         "after its warm-up. The bold row of each deployment pools all its phases.</p>\n"
         "<table>\n<tr>",

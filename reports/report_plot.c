@@ -1171,13 +1171,84 @@ static void gp_run_all(const gp_term *t, const char *dir, rp_plot *plots, int n,
   close(log);
 }
 
+// --- TTFT against the prefix cache's hit rate
+// One point per phase that has prefix_cache_hit_rate (x, percent) with its TTFT mean and p95
+// (y), one series per deployment: whether TTFT follows the cache. Written only when a phase has
+// the rate (runs without a prefix cache have no such plot, not an empty one).
+static sc_status plot_cache(rp_ctx *c, const char *dir, const gp_term *t, rp_plot *p,
+                            sc_error *err) {
+  enum { MAX_SERIES = 64 };
+  snprintf(p->name, sizeof p->name, "cache");
+  snprintf(p->title, sizeof p->title, "TTFT vs prefix cache hit rate, a point per phase");
+  char path[PATH_MAX];
+  FILE *f = NULL;
+  int series = 0;
+  char titles[MAX_SERIES][96];
+  for (int ri = 0; ri < c->n_runs; ri++) {
+    const rq_run *r = &c->runs[ri];
+    for (int d = 0; d < r->n_deps && series < MAX_SERIES; d++) {
+      bool started = false;
+      for (int i = 0; i < r->n_phases; i++) {
+        const rq_phase *ph = &r->phases[i];
+        if (ph->dep != d) continue;
+        double hit = rp_metric(c, r, r->deps[d].id, ph->id, NULL, "prefix_cache_hit_rate");
+        if (!isfinite(hit)) continue;
+        if (!f) {
+          f = rp_open_out(dir, p->name, "dat", path, sizeof path, err);
+          if (!f) return SC_IO;
+          fprintf(f, "# hit_pct ttft_mean_ms ttft_p95_ms phase\n"
+                     "# cache.dat: one block per run x deployment, a line per phase with "
+                     "prefix_cache_hit_rate\n");
+        }
+        if (!started) {
+          if (c->n_runs > 1)
+            snprintf(titles[series], sizeof titles[0], "%s run %lld", r->deps[d].label,
+                     (long long)r->id);
+          else
+            snprintf(titles[series], sizeof titles[0], "%s", r->deps[d].label);
+          fprintf(f, "%s# block %d: %s\n", series ? "\n\n" : "", series, titles[series]);
+          series++;
+          started = true;
+        }
+        dat_num(f, hit * 100);
+        dat_num(f, rp_metric(c, r, r->deps[d].id, ph->id, NULL, "ttft_mean_ms"));
+        dat_num(f, rp_metric(c, r, r->deps[d].id, ph->id, NULL, "ttft_p95_ms"));
+        rp_dat_str(f, ph->name);
+        fputc('\n', f);
+      }
+    }
+  }
+  if (!f) return SC_OK;
+  SC_TRY(rp_close_out(f, path, err));
+  f = rp_open_out(dir, p->name, "gp", path, sizeof path, err);
+  if (!f) return SC_IO;
+  gp_begin(f, p, t, 1000, 560);
+  fprintf(f, "  set title \"TTFT vs prefix cache hit rate (filled: p95, open: mean)\"\n"
+             "  set xlabel \"prefix cache hit rate (%%)\"\n"
+             "  set ylabel \"TTFT (ms)\"\n"
+             "  set xrange [0:100]\n"
+             "  set yrange [0:*]\n"
+             "  plot \\\n");
+  for (int k = 0; k < series; k++) {
+    fprintf(f, "    \"%s.dat\" index %d using 1:3 with points pt 7 ps 1.2 lc %d title ",
+            p->name, k, k + 1);
+    rp_gp_str(f, titles[k]);
+    fprintf(f, ", \\\n    \"%s.dat\" index %d using 1:2 with points pt 6 ps 1.2 lc %d notitle%s\n",
+            p->name, k, k + 1, k + 1 < series ? ", \\" : "");
+  }
+  gp_end(f);
+  SC_TRY(rp_close_out(f, path, err));
+  p->written = true;
+  return SC_OK;
+}
+
 // --- all plots
 
 sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plot **plots,
                          int *n_plots, report_result *res, sc_error *err) {
   *plots = NULL;
   *n_plots = 0;
-  int cap = 3 + 2 * c->n_runs;
+  int cap = 4 + 2 * c->n_runs;
   rp_plot *ps = calloc((size_t)cap, sizeof *ps);
   if (!ps) return sc_fail(err, SC_OOM, "out of memory for %d plots", cap);
   gp_term t;
@@ -1193,6 +1264,11 @@ sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plo
     if (s == SC_OK) s = plot_tpot(c, &cv, dir, &t, &ps[n++], err);
   }
   cv_free(&cv);
+  if (s == SC_OK) { // only when a phase measured the cache: no empty plot in other reports
+    s = plot_cache(c, dir, &t, &ps[n], err);
+    if (ps[n].written) n++;
+    else memset(&ps[n], 0, sizeof ps[n]);
+  }
   for (int i = 0; i < c->n_runs && s == SC_OK; i++) {
     tl_bins b;
     s = tl_read(c, &c->runs[i], &b, err);

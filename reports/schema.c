@@ -89,7 +89,9 @@ const char *const store_schema_sql =
     "  error TEXT,\n"
     "  retries INTEGER NOT NULL DEFAULT 0,\n"
     "  warmup INTEGER NOT NULL DEFAULT 0,\n"
-    "  weight_version INTEGER NOT NULL DEFAULT 0);\n"
+    "  weight_version INTEGER NOT NULL DEFAULT 0,\n"
+    "  cached_tokens INTEGER);\n"      // prompt tokens served from the prefix cache; NULL: not
+                                        // reported (no prefix caching, a server without it)
     "CREATE INDEX IF NOT EXISTS request_by_deployment ON request(deployment_id, phase_id);\n"
     // A request's token times as one JSON array of integers, written with the request: one
     // row per request rather than per token, the recorder's largest cost otherwise

@@ -87,7 +87,8 @@ static const char *const st_sql[ST_COUNT] = {
     [ST_REQUEST] = "INSERT INTO request(run_id, deployment_id, phase_id, seq, class, replica, "
                    "prompt_tokens, max_tokens, output_tokens, arrival_ns, dispatch_ns, "
                    "first_token_ns, finish_ns, status, reason, error, retries, warmup, "
-                   "weight_version) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   "weight_version, cached_tokens) "
+                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [ST_TOKEN] = "INSERT INTO token_times(request_id, t_ns) VALUES(?,?)",
     [ST_TOKEN_SECOND] = "INSERT INTO token_second(run_id, deployment_id, second, tokens) "
                         "VALUES(?,?,?,?) ON CONFLICT(run_id, deployment_id, second) DO UPDATE "
@@ -370,7 +371,8 @@ static sc_status migrate(store *s, sc_error *err) {
                {"capacity_layout", "max_rate_lo REAL", 3},
                {"capacity_layout", "max_rate_hi REAL", 3},
                {"capacity_layout", "error REAL", 3},
-               {"capacity_point", "bound INTEGER NOT NULL DEFAULT 0", 3}};
+               {"capacity_point", "bound INTEGER NOT NULL DEFAULT 0", 3},
+               {"request", "cached_tokens INTEGER", 1}};
   for (size_t k = 0; r == SC_OK && version <= 4 && k < sizeof added / sizeof *added; k++)
     if (version >= added[k].since) r = add_column(s, added[k].table, added[k].decl, err);
   bool steps = version >= 1 && version <= 4 && r == SC_OK;
@@ -754,6 +756,8 @@ static sc_status request_rows(store *s, const store_request *r, const uint64_t *
   bind_i64(st, 17, r->retries);
   bind_i64(st, 18, r->warmup ? 1 : 0);
   bind_i64(st, 19, r->weight_version);
+  if (r->has_cached) bind_i64(st, 20, r->cached_tokens);
+  else sqlite3_bind_null(st, 20);
   SC_TRY(exec_stmt(s, st, "inserting a request row", err));
   int64_t rid = sqlite3_last_insert_rowid(s->db);
   if (id) *id = rid;

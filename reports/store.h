@@ -104,6 +104,8 @@ typedef struct store_request {
   int retries;
   bool warmup;
   int weight_version;
+  bool has_cached;          // false -> cached_tokens NULL (not reported)
+  int cached_tokens;        // prompt tokens served from the prefix cache
 } store_request;
 // Inserts the request and its token times (token_ns[0..n_tokens), ns from the run start) in the
 // open transaction; *id (may be NULL) receives request.id. The token times are counted per

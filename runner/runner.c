@@ -81,38 +81,89 @@ static void finish_req(rt *r, uint64_t k, req_status st, const char *reason, con
                        .error = error,
                        .retries = q->retries,
                        .weight_version = q->version,
+                       .has_cached = q->has_cached,
+                       .cached_tokens = q->cached_tokens,
                        .warmup = q->warmup};
   if (r->s->record == SCN_RECORD_TOKENS)
     rec_request(r->rec, &row, q->tok, q->n_tok);
   else if (r->s->record == SCN_RECORD_REQUESTS)
     rec_request(r->rec, &row, NULL, 0);
   r->res->tokens += (uint64_t)q->n_tok;
+  // A conversation goes on after a turn that ended well (think time later), else it ends.
+  bool more = q->conv && st == REQ_OK && !r->stopping &&
+              q->turn + 1 < workload_turns(r->wl, q->conv - 1);
+  uint64_t think = workload_think_ns(r->wl);
   if (q->user >= 0 && q->user < r->n_users) {
-    uint64_t next = t + ph->p->think_ns;
+    uint64_t next = t + (more ? think : ph->p->think_ns);
+    if (q->conv) {
+      r->user_conv[q->user] = more ? (int64_t)q->conv - 1 : -1;
+      r->user_turn[q->user] = more ? q->turn + 1 : 0;
+      r->user_prev[q->user] = more ? k : UINT64_MAX;
+    }
     r->user_next[q->user] = next;
     if (next < r->user_wake) r->user_wake = next;
+  } else if (more) {
+    if (r->n_turns == r->cap_turns) {
+      int cap = r->cap_turns ? 2 * r->cap_turns : 64;
+      struct rn_turn *p = realloc(r->turns, (size_t)cap * sizeof *p);
+      if (!p) {
+        db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory keeping conversations"));
+        return;
+      }
+      r->turns = p;
+      r->cap_turns = cap;
+    }
+    r->turns[r->n_turns++] = (struct rn_turn){.t = t + think, .prev = k,
+                                              .conv = (int64_t)q->conv - 1, .turn = q->turn + 1};
   }
 }
 
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t);
+static void send_turn(rt *r, uint64_t arrival, int user, int64_t conv, int turn, uint64_t prev);
 
-// Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop).
+// Sends the next request of the workload (a new conversation's first turn, or a closed-loop
+// user's next turn) arriving at `arrival`, from `user` (-1: open loop).
 static void send_req(rt *r, uint64_t arrival, int user) {
+  send_turn(r, arrival, user, -1, 0, UINT64_MAX);
+}
+
+// Sends the next request of the workload, arriving at `arrival`, from `user` (-1: open loop):
+// with conversations, turn `turn` of conversation conv (prev: the key of the turn before,
+// UINT64_MAX none; conv -1: a new one, or the user's own), else the next request.
+static void send_turn(rt *r, uint64_t arrival, int user, int64_t conv, int turn, uint64_t prev) {
   uint64_t k = r->reqs.n;
   wl_request w;
-  workload_request(r->wl, k, &w);
+  if (workload_conversations(r->wl)) {
+    if (conv < 0 && user >= 0 && r->user_conv[user] >= 0) {
+      conv = r->user_conv[user];
+      turn = r->user_turn[user];
+      prev = r->user_prev[user];
+    } else if (conv < 0) {
+      conv = r->next_conv++;
+      turn = 0;
+      prev = UINT64_MAX;
+    }
+    if (user >= 0) r->user_conv[user] = conv;
+    workload_turn(r->wl, (uint64_t)conv, turn, &w);
+  } else {
+    workload_request(r->wl, k, &w);
+    conv = w.conv; // a trace's conversation (request k is line k): its turn before is a key
+    prev = w.prev >= 0 ? (uint64_t)w.prev : UINT64_MAX;
+    turn = 0;
+  }
   phase_run *ph = &r->phases[r->cur];
   uint64_t t = now_rel(r);
   req_rec q = {.arrival = arrival, .sent = t, .prompt_tokens = w.n_prompt,
                .max_tokens = w.max_tokens, .class_idx = w.class_idx, .phase = r->cur,
                .replica = -1, .user = user, .fault = -1, .state = REQ_INFLIGHT,
-               .warmup = arrival < ph->warmup_end};
+               .warmup = arrival < ph->warmup_end, .conv = (uint64_t)(conv + 1), .turn = turn,
+               .prev = prev == UINT64_MAX ? 0 : prev + 1};
   if (!req_table_add(&r->reqs, &q, &k)) {
     db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory recording requests"));
     r->sending = false;
     return;
   }
-  r->sent++;
+  if (user >= 0 || turn == 0) r->sent++; // a rate phase counts its arrivals
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
   if (!dispatch_req(r, k, t) && !router_hold(r->rt, k, t))
@@ -125,7 +176,8 @@ static void send_req(rt *r, uint64_t arrival, int user) {
 // failed.
 static bool dispatch_req(rt *r, uint64_t k, uint64_t t) {
   wl_request w;
-  workload_request(r->wl, k, &w);
+  const req_rec *q = &r->reqs.v[k];
+  workload_prompt(r->wl, k, (int64_t)q->conv - 1, q->turn, &w);
   engine_request er = {.prompt = w.prompt,
                        .n_prompt = w.n_prompt,
                        .max_tokens = w.max_tokens,
@@ -263,6 +315,8 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
     break;
   case REPLICA_EV_FINISHED:
     if (ev->prompt_tokens > 0) q->prompt_tokens = ev->prompt_tokens; // the server's own count
+    q->has_cached = ev->has_cached;
+    q->cached_tokens = ev->cached_tokens;
     q->text_hash = ev->text_hash;
     if (ev->reason == FINISH_CANCELLED)
       finish_req(r, ev->key, REQ_CANCELLED, "cancelled", NULL, t);
@@ -442,9 +496,24 @@ static void periodic(rt *r, uint64_t now) {
 }
 
 // --- one phase run
+// The open loop's conversations: the turns due at now (their conversations began in this
+// phase, which waits for them: they are sent after its arrivals stopped too).
+static void issue_turns(rt *r, uint64_t now) {
+  for (int i = 0; i < r->n_turns;) {
+    struct rn_turn x = r->turns[i];
+    if (x.t > now) {
+      i++;
+      continue;
+    }
+    r->turns[i] = r->turns[--r->n_turns];
+    send_turn(r, x.t, -1, x.conv, x.turn, x.prev);
+  }
+}
+
 static void issue_due(rt *r, uint64_t now) {
   phase_run *ph = &r->phases[r->cur];
   const scn_phase *p = ph->p;
+  if (r->n_turns) issue_turns(r, now);
   if (!r->sending) return;
   if (p->kind == SCN_PHASE_RATE) {
     while (r->sending && r->next_arrival <= now) {
@@ -489,6 +558,8 @@ static uint64_t next_deadline(rt *r, uint64_t now) {
   uint64_t d = r->next_tick;
   if (r->next_sample < d) d = r->next_sample;
   if (!r->sim && r->o->progress != RUNNER_PROGRESS_NONE && r->next_line < d) d = r->next_line;
+  for (int i = 0; i < r->n_turns; i++)
+    if (r->turns[i].t < d) d = r->turns[i].t;
   if (r->sending) {
     const scn_phase *p = r->phases[r->cur].p;
     if (p->kind == SCN_PHASE_RATE) {
@@ -567,7 +638,10 @@ static sc_status run_phase(rt *r, int k) {
                 : p->kind == SCN_PHASE_RATE ? (p->duration_ns ? start + p->duration_ns : UINT64_MAX)
                                             : UINT64_MAX;
   r->n_users = ph->concurrency;
-  for (int u = 0; u < r->n_users; u++) r->user_next[u] = start;
+  for (int u = 0; u < r->n_users; u++) {
+    r->user_next[u] = start;
+    r->user_conv[u] = -1; // each phase's users begin new conversations
+  }
   r->user_wake = start;
   if (p->kind == SCN_PHASE_RATE) {
     r->arrival_j = 0;
@@ -597,7 +671,7 @@ static sc_status run_phase(rt *r, int k) {
     // when it stopped: after this iteration's sends (a client behind its schedule sends its
     // backlog in one go, each send after the one before it, long past `now`)
     if (!r->sending && !ph->send_stop) ph->send_stop = now_rel(r);
-    if (!r->sending && r->reqs.inflight == 0) break;
+    if (!r->sending && r->reqs.inflight == 0 && (r->n_turns == 0 || r->stopping)) break;
     if (r->db_status != SC_OK) break;
     wait_until(r, next_deadline(r, now_rel(r)));
     drain_events(r);
@@ -611,6 +685,65 @@ static sc_status run_phase(rt *r, int k) {
   rec_unlock(r->rec);
   SC_TRY(s);
   return r->db_status;
+}
+
+// --- a ramp that stops at saturation (scn_phase.saturation, docs/scenarios.md)
+static int cmp_ms(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// Step ph's figures after its warm-up: output tokens of any of its requests seen in [warm-up
+// end, end] per second (what the step delivered), and the TTFT p95 (ms) of its completed
+// non-warm-up requests (NaN: none).
+static void step_figures(rt *r, phase_run *ph) {
+  size_t n = ph->end_seq - ph->first_seq;
+  double *ttft = malloc((n ? n : 1) * sizeof *ttft), tokens = 0;
+  int m = 0;
+  for (size_t k = ph->first_seq; k < ph->end_seq; k++) {
+    const req_rec *q = &r->reqs.v[k];
+    for (int i = 0; i < q->n_tok; i++)
+      tokens += q->tok[i] >= ph->warmup_end && q->tok[i] <= ph->end;
+    if (q->warmup) continue;
+    if (ttft && q->status == REQ_OK && q->n_tok > 0)
+      ttft[m++] = (double)(q->tok[0] - q->arrival) / 1e6;
+  }
+  ph->step_tok_s = ph->end > ph->warmup_end ? tokens / ((double)(ph->end - ph->warmup_end) / 1e9)
+                                            : NAN;
+  ph->step_ttft95 = NAN;
+  if (ttft && m) {
+    qsort(ttft, (size_t)m, sizeof *ttft, cmp_ms);
+    ph->step_ttft95 = mt_percentile(ttft, m, 95);
+  }
+  free(ttft);
+}
+
+// Whether ramp step k is saturated: its output tok/s below (1 + gain) x the best earlier step's
+// of the ramp while its TTFT p95 is past ttft_growth x the ramp's first step's. The knee (the
+// step before it) goes to dr; the caller skips the ramp's later steps.
+static bool ramp_saturated(rt *r, dep_result *dr, int k) {
+  phase_run *ph = &r->phases[k];
+  const scn_phase *p = ph->p;
+  if (p->kind != SCN_PHASE_RAMP || !p->saturation) return false;
+  step_figures(r, ph);
+  int first = k;
+  while (first > 0 && r->phases[first - 1].p == p) first--;
+  if (first == k) {
+    dr->has_sat = true;
+    dr->sat_knee = NAN;
+    return false;
+  }
+  double best = 0, base = r->phases[first].step_ttft95;
+  for (int j = first; j < k; j++)
+    if (r->phases[j].step_tok_s > best) best = r->phases[j].step_tok_s;
+  if (!(ph->step_tok_s < best * (1 + p->sat_gain) && ph->step_ttft95 > p->sat_ttft * base))
+    return false;
+  dr->sat_knee = r->phases[k - 1].concurrency;
+  rn_note(r, "%s: %s saturated: %.0f tok/s against %.0f before it, TTFT p95 %.0f ms against "
+          "%.0f ms at %d users; the knee is %d users and the ramp's later steps are skipped",
+          r->dep->label, ph->name, ph->step_tok_s, best, ph->step_ttft95, base,
+          r->phases[first].concurrency, r->phases[k - 1].concurrency);
+  return true;
 }
 
 // --- one deployment
@@ -655,6 +788,14 @@ static void free_deployment(rt *r) {
   r->n_phases = 0;
   free(r->user_next);
   r->user_next = NULL;
+  free(r->user_conv);
+  free(r->user_turn);
+  free(r->user_prev);
+  r->user_conv = NULL;
+  r->user_turn = NULL;
+  r->user_prev = NULL;
+  r->n_turns = 0;
+  r->next_conv = 0;
 }
 
 static sc_status build_phases(rt *r) {
@@ -682,7 +823,11 @@ static sc_status build_phases(rt *r) {
     }
   }
   r->user_next = calloc((size_t)max_users, sizeof *r->user_next);
-  if (!r->user_next) return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  r->user_conv = calloc((size_t)max_users, sizeof *r->user_conv);
+  r->user_turn = calloc((size_t)max_users, sizeof *r->user_turn);
+  r->user_prev = calloc((size_t)max_users, sizeof *r->user_prev);
+  if (!r->user_next || !r->user_conv || !r->user_turn || !r->user_prev)
+    return sc_fail(&r->err, SC_OOM, "runner: out of memory");
   return SC_OK;
 }
 
@@ -750,7 +895,9 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
   if (r->s->target.set) r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
   const scn_router *sr = &r->s->router;
-  router_config rc = {.policy = sr->policy,
+  router_config rc = {.policy = d->policy ? (router_policy)(d->policy - 1) : sr->policy,
+                      .load_bound = sr->load_bound,
+                      .affinity_tokens = sr->affinity_tokens,
                       .max_retries = sr->max_retries, .backoff_ns = sr->backoff_ns,
                       .resume = sr->resume, .probe_unhealthy = r->s->n_faults > 0};
   router_hooks rh = {
@@ -852,6 +999,8 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   for (int k = 0; k < r->n_phases && !r->stopping && !r->all_dead; k++) {
     s = run_phase(r, k);
     if (s != SC_OK) return s;
+    if (ramp_saturated(r, dr, k)) // the rest of the ramp is past its knee
+      while (k + 1 < r->n_phases && r->phases[k + 1].p == r->phases[k].p) k++;
   }
   settle(r);
   SC_TRY(fault_rt_end(r->fr, r->n_phases ? r->phases[r->n_phases - 1].end : now_rel(r),
@@ -946,6 +1095,11 @@ static sc_status refuse(const scenario *s, sc_error *err) {
                    t->api_key_env);
   if (s->mode == SCN_MODE_SIM && !s->have_hw)
     return sc_fail(err, SC_INVALID, "%s: mode sim needs a hardware profile", s->path);
+  for (int i = 0; i < s->workload.n_phases && s->n_faults; i++)
+    if (s->workload.phases[i].saturation)
+      return sc_fail(err, SC_INVALID, "%s:%d:%d: a ramp that stops at saturation cannot carry "
+                     "faults (a fault planned in a skipped step would never come)", s->path,
+                     s->workload.phases[i].line, s->workload.phases[i].col);
   if (s->mode == SCN_MODE_SIM) return SC_OK;
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];
@@ -1065,6 +1219,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   free(r.ttft_scratch);
   free(r.ev);
   free(r.ev_meta);
+  free(r.turns);
   free(drs);
   workload_free(r.wl);
   return st;

@@ -48,6 +48,9 @@ typedef struct phase_run {
   // achieved, and whether it fell behind (MT_CLIENT_LATE_MS)
   double late_p99_ms, arrival_rate, mean_concurrency;
   bool saturated;
+  // a ramp with saturation: the step's output tok/s and TTFT p95 (ms) after its warm-up, as the
+  // stop rule saw them
+  double step_tok_s, step_ttft95;
 } phase_run;
 
 
@@ -62,6 +65,9 @@ typedef struct dep_result {
   int limit_violations;
   int knee;                 // -1 none or not computed
   bool has_knee;
+  bool has_sat;             // a ramp with saturation ran: sat_knee holds its knee
+  double sat_knee;          // the concurrency of the step before the first saturated one (NaN:
+                            // the ramp never saturated)
   double speedup, efficiency;
   fault_result faults;      // what the verdicts after faults found (faults/runtime.h)
   // greedy outputs that differ from the first deployment's for the same request; NaN when
@@ -115,6 +121,17 @@ typedef struct rt {
   uint64_t *user_next;      // (n_users) next send time; UINT64_MAX: waiting for its request
   int n_users;
   uint64_t user_wake;       // min of user_next
+  // conversations (workload_conversations): a closed-loop user's, and the open loop's next turns
+  int64_t *user_conv;       // (n_users) the conversation it is in; -1: its next starts one
+  int *user_turn;           // (n_users) the turn it sends next
+  uint64_t *user_prev;      // (n_users) the key of its last turn (UINT64_MAX: none)
+  struct rn_turn {          // an open-loop conversation's next turn, due at t
+    uint64_t t, prev;
+    int64_t conv;
+    int turn;
+  } *turns;                 // (n_turns, capacity cap_turns) in no order
+  int n_turns, cap_turns;
+  int64_t next_conv;        // the deployment's next new conversation
   // open loop
   uint64_t arrival_j, next_arrival;
   bool sending;

@@ -124,6 +124,53 @@ static void client_figures(rt *r, phase_run *ph) {
 // The largest of a (NaN: none yet) and b (NaN: not exposed).
 static double max_known(double a, double b) { return isnan(a) ? b : isnan(b) ? a : fmax(a, b); }
 
+// --- the prefix cache
+// Prompt tokens served from the prefix cache over prompt tokens, of the completed non-warm-up
+// requests with keys in [from, to) of class cl (-1: every class) that reported theirs (their
+// count in *reported); NaN when none did.
+static double cache_hit_rate(const rt *r, size_t from, size_t to, int cl, int *reported) {
+  double cached = 0, prompt = 0;
+  int n = 0;
+  for (size_t k = from; k < to && k < r->reqs.n; k++) {
+    const req_rec *q = &r->reqs.v[k];
+    if (q->warmup || q->state != REQ_DONE || q->status != REQ_OK || !q->has_cached ||
+        (cl >= 0 && q->class_idx != cl))
+      continue;
+    cached += q->cached_tokens;
+    prompt += q->prompt_tokens;
+    n++;
+  }
+  *reported = n;
+  return n && prompt > 0 ? cached / prompt : NAN;
+}
+
+// prefix_cache_hit_rate of keys [from, to) (phase_id 0: the whole deployment, then kept for
+// its SLO), and of each prompt class that reported it. A deployment whose replicas cannot have
+// a prefix cache (limits.prefix_caching off, not a server) has no row; its SLO says why.
+static void cache_metrics(rt *r, dep_result *dr, int64_t phase_id, size_t from, size_t to) {
+  static const char *const name = "prefix_cache_hit_rate";
+  bool on = r->s->target.set || r->ec.prefix_caching;
+  int n = 0;
+  double v = cache_hit_rate(r, from, to, -1, &n);
+  const char *why = !on ? "prefix caching is off (limits.prefix_caching)"
+                    : r->s->target.set
+                        ? "the server sent no usage.prompt_tokens_details.cached_tokens"
+                        : "no request completed";
+  if (!on && !n) {
+    if (!phase_id) keep(dr, name, NAN, why);
+    return;
+  }
+  if (phase_id) phase_value(r, phase_id, name, v, why);
+  else dep_value(r, dr, name, v, why);
+  int nc = workload_n_classes(r->wl);
+  for (int cl = 0; nc > 1 && cl < nc; cl++) {
+    double cv = cache_hit_rate(r, from, to, cl, &n);
+    if (!n) continue;
+    emit_ctx cc = {.r = r, .phase_id = phase_id, .cls = workload_class_name(r->wl, cl)};
+    emit_metric(&cc, name, cv);
+  }
+}
+
 sc_status rn_deployment_summaries(rt *r, dep_result *dr, dep_sums *out) {
   size_t n = r->reqs.n;
   int n_classes = workload_n_classes(r->wl);
@@ -209,6 +256,7 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     phase_value(r, ph->id, "mean_concurrency", ph->mean_concurrency, "no request was sent");
     phase_value(r, ph->id, "client_late_p99_ms", ph->late_p99_ms, "no request was sent");
     phase_value(r, ph->id, "client_saturated", ph->saturated, NULL);
+    cache_metrics(r, dr, ph->id, ph->first_seq, ph->end_seq);
     late_max = max_known(late_max, ph->late_p99_ms);
     if (ph->saturated) {
       saturated++;
@@ -257,6 +305,11 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   dep_metric(r, dr, "peak_output_tok_s", dr->peak_tok_s);
   dep_value(r, dr, "client_late_p99_ms", late_max, "no request was sent");
   dep_metric(r, dr, "client_saturated", saturated);
+  if (dr->has_sat)
+    dep_value(r, dr, "saturation_concurrency", dr->sat_knee,
+              "the ramp never saturated: every step raised throughput past the gain or kept "
+              "TTFT p95 within the growth bound");
+  cache_metrics(r, dr, 0, 0, r->reqs.n);
   for (int i = 0; i < r->s->slo.n; i++)
     if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
       dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);

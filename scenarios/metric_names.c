@@ -172,6 +172,14 @@ static const mt_metric_info metrics[] = {
      MT_BY_RUN, 0, 0, {0}},
     {"efficiency", "fraction", MT_HIGHER_BETTER, "speedup / (GPUs / the fewest-GPU deployment's)",
      MT_BY_RUN, 0, 0, {0}},
+    {"prefix_cache_hit_rate", "fraction", MT_HIGHER_BETTER,
+     "prompt tokens served from the prefix cache / prompt tokens, of completed requests that "
+     "report it (the engine's; a server's usage.prompt_tokens_details.cached_tokens)",
+     D, 0, 0, {0}},
+    {"saturation_concurrency", "users", MT_NEUTRAL,
+     "a ramp with saturation: the concurrency of the step before its first saturated one (its "
+     "later steps are skipped)",
+     D, 0, 0, {0}},
     {"knee_concurrency", "users", MT_HIGHER_BETTER,
      "highest ramp concurrency meeting the TTFT p95 SLO", D, 0, 0, {0}},
     {"gpus", "GPUs", MT_NEUTRAL, "GPUs (ranks) of the deployment", D, 0, 0, {0}},

@@ -57,6 +57,8 @@ void scn_set_defaults(scenario *s) {
       .collective_timeout_ns = 30ull * 1000000000ull,
   };
   s->router.policy = ROUTER_LEAST_OUTSTANDING;
+  s->router.load_bound = ROUTER_LOAD_BOUND;
+  s->router.affinity_tokens = ROUTER_AFFINITY_TOKENS;
   s->router.detect_timeout_ns = 2000000000ull;
   s->router.max_retries = 3;
   s->router.backoff_ns = 50000000ull;

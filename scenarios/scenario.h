@@ -23,6 +23,8 @@
 enum {
   SCN_MAX_DEPLOYMENTS = 32,
   SCN_MAX_CLASSES = 16,
+  SCN_MAX_PREFIXES = 4096,
+  SCN_MAX_TURNS = 256,
   SCN_MAX_PHASES = 16,
   SCN_MAX_RAMP = 32,
   SCN_MAX_FAULTS = 64,
@@ -65,6 +67,8 @@ typedef struct scn_hardware {
 
 typedef struct scn_deployment {
   int tp, pp, dp;
+  int policy;     // key policy (a deployment's, or scaling's list): 1 + its router_policy; 0:
+                  // router.policy's. A deployment with its own has it in its label ("dp4-sticky")
   char label[32]; // "tp2", "dp4", "tp2-pp2", "tp2-dp2", "tp1" (1 GPU): made by the parser
   int line, col;  // where it was declared (or the scaling block it came from)
 } scn_deployment;
@@ -124,12 +128,40 @@ typedef struct scn_phase {
   int requests;                    // RATE or FIXED: how many to send (0 when duration is given)
   uint64_t warmup_ns;              // requests arriving in the first warmup_ns of the phase (of
                                    // each RAMP step) are run but excluded from metrics
+  bool saturation;                 // RAMP key saturation: the ramp ends at the first saturated
+                                   // step (runner/runner.c, docs/scenarios.md)
+  double sat_gain;                 // saturation.gain: a step whose output tok/s is below
+                                   // (1 + gain) x the best earlier step's no longer rises (0.05)
+  double sat_ttft;                 // saturation.ttft_growth: ... while its TTFT p95 is past
+                                   // ttft_growth x the first step's (3)
   int line, col;
 } scn_phase;
+
+// Shared prefixes (key workload.prefixes): `count` prompts (system prompts, documents) of
+// their own lengths; each request (each conversation) starts with one of them, picked by Zipf
+// popularity, followed by its own tokens (its class's input length).
+typedef struct scn_prefixes {
+  int count;       // key count: how many (0: no shared prefixes; at most SCN_MAX_PREFIXES)
+  scn_dist length; // key length: each prefix's length in tokens (a distribution, drawn once
+                   // per prefix)
+  double zipf;     // key zipf: popularity exponent s, P(prefix i) ~ 1 / (i + 1)^s (1; 0:
+                   // every prefix equally often)
+} scn_prefixes;
+
+// Multi-turn conversations (key workload.conversations): each conversation has `turns` turns;
+// turn t's prompt is the whole history (the prefix, every earlier message and reply) plus a
+// new message (its class's input length); the next turn leaves think_ns after a turn ends.
+typedef struct scn_conversations {
+  bool set;          // the key was given
+  scn_dist turns;    // key turns: turns per conversation (a distribution, drawn per conversation)
+  uint64_t think_ns; // key think: a user's pause between a turn's end and the next turn (0)
+} scn_conversations;
 
 typedef struct scn_workload {
   scn_class classes[SCN_MAX_CLASSES]; // key prompts (when no dataset)
   int n_classes;
+  scn_prefixes prefixes;              // key prefixes (with prompts only)
+  scn_conversations conversations;    // key conversations (with prompts only)
   char dataset[1024];   // key dataset: a .jsonl path as written, resolved against the
                         // scenario's directory ("" when prompts are given); exactly one of
                         // prompts / dataset
@@ -271,6 +303,10 @@ typedef struct scn_router {
                               // on another replica from prompt + tokens sent (true); false:
                               // it fails with reason replica_lost
   bool restart;               // key restart: a dead replica is restarted (true)
+  double load_bound;          // key load_bound: prefix-affinity, sticky and cache-aware's bound
+                              // on a replica's load against the mean, >= 1 (1.25)
+  int affinity_tokens;        // key affinity_tokens: prefix-affinity hashes this many of the
+                              // prompt's first tokens (256)
 } scn_router;
 
 // --- an external target (key target.openai): an OpenAI-compatible server instead of

@@ -358,7 +358,9 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
                               F_INT("max_retries", &r->max_retries),
                               F_DUR("backoff", &r->backoff_ns),
                               F_BOOL("resume", &r->resume),
-                              F_BOOL("restart", &r->restart)};
+                              F_BOOL("restart", &r->restart),
+                              F_DBL("load_bound", &r->load_bound),
+                              F_INT("affinity_tokens", &r->affinity_tokens)};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "router", k, f, COUNT(f), none, 0, &m));
   int p = 0;
@@ -369,6 +371,10 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
     SC_TRY(yaml_map_pick_key(&c->doc, &m, "isolation", isolation, isolations, 2, &i));
     r->isolation = i ? SCN_ISOLATION_THREAD : SCN_ISOLATION_PROCESS;
   }
+  SC_TRY(yaml_map_check(&c->doc, &m, "load_bound", r->load_bound >= 1 && r->load_bound <= 100,
+                        "a factor in [1, 100] (a replica's load against the mean)"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "affinity_tokens", r->affinity_tokens >= 1,
+                        "an integer >= 1 (the prompt's first tokens prefix-affinity hashes)"));
   SC_TRY(yaml_map_check(&c->doc, &m, "detect_timeout", r->detect_timeout_ns > 0,
                         "a duration > 0 (a lost replica must be noticed)"));
   SC_TRY(yaml_map_check(&c->doc, &m, "max_retries",
@@ -393,10 +399,15 @@ static void deployment_label(int tp, int pp, int dp, char *buf, size_t cap) {
 
 // Appends (tp, pp, dp) declared at node unless the same layout is already there.
 sc_status scn_add_deployment(scn_ctx *c, struct fy_node *at, int tp, int pp, int dp) {
+  return scn_add_deployment_policy(c, at, tp, pp, dp, -1);
+}
+
+sc_status scn_add_deployment_policy(scn_ctx *c, struct fy_node *at, int tp, int pp, int dp,
+                                    int policy) {
   scenario *s = c->s;
   for (int i = 0; i < s->n_deployments; i++) {
     const scn_deployment *d = &s->deployments[i];
-    if (d->tp == tp && d->pp == pp && d->dp == dp) return SC_OK;
+    if (d->tp == tp && d->pp == pp && d->dp == dp && d->policy == policy + 1) return SC_OK;
   }
   if (s->n_deployments == SCN_MAX_DEPLOYMENTS)
     return yaml_map_fail(&c->doc, at, NULL,
@@ -404,8 +415,12 @@ sc_status scn_add_deployment(scn_ctx *c, struct fy_node *at, int tp, int pp, int
                          "expanding scaling items), got more",
                          SCN_MAX_DEPLOYMENTS);
   scn_deployment *d = &s->deployments[s->n_deployments++];
-  *d = (scn_deployment){.tp = tp, .pp = pp, .dp = dp};
+  *d = (scn_deployment){.tp = tp, .pp = pp, .dp = dp, .policy = policy + 1};
   deployment_label(tp, pp, dp, d->label, sizeof d->label);
+  if (policy >= 0) {
+    size_t len = strlen(d->label);
+    snprintf(d->label + len, sizeof d->label - len, "-%s", router_policy_name(policy));
+  }
   yaml_map_pos(at, &d->line, &d->col);
   return SC_OK;
 }
@@ -413,7 +428,7 @@ sc_status scn_add_deployment(scn_ctx *c, struct fy_node *at, int tp, int pp, int
 // Appends the planner's recommendation for up to g GPUs (declared at item); an error at the
 // GPU count `at` (of key k) when none fits.
 static sc_status auto_layout(scn_ctx *c, struct fy_node *item, struct fy_node *at,
-                             struct fy_node *k, int g) {
+                             struct fy_node *k, int g, int policy) {
   const scenario *s = c->s;
   const model_config *m = &s->model.config;
   if (!s->have_hw)
@@ -432,16 +447,46 @@ static sc_status auto_layout(scn_ctx *c, struct fy_node *item, struct fy_node *a
                        g, s->hw.name, g > 1 ? "s" : "", m->name, sc_dtype_name(s->mp.weight_dtype),
                        m->max_seq_len);
   else
-    st = scn_add_deployment(c, item, l[best].tp, l[best].pp, l[best].dp);
+    st = scn_add_deployment_policy(c, item, l[best].tp, l[best].pp, l[best].dp, policy);
   free(l);
   return st;
 }
 
+// A deployment's `policy` (a name) or a scaling block's (a name or a list of names): router
+// policies into pol (at most ROUTER_POLICY_N, each once), their count in *n.
+static sc_status parse_policies(scn_ctx *c, struct fy_node *v, struct fy_node *k, int *pol,
+                                int *n) {
+  const char *names[ROUTER_POLICY_N];
+  for (int i = 0; i < ROUTER_POLICY_N; i++) names[i] = router_policy_name((router_policy)i);
+  const char *expect = "a routing policy or a list of them (serving/router.c's names)";
+  if (v && fy_node_get_type(v) == FYNT_SEQUENCE) {
+    struct fy_node *items[ROUTER_POLICY_N];
+    SC_TRY(yaml_map_enum_list(&c->doc, v, k, expect, names, ROUTER_POLICY_N, ROUTER_POLICY_N,
+                              pol, n, items));
+    for (int i = 0; i < *n; i++)
+      for (int j = 0; j < i; j++)
+        if (pol[i] == pol[j])
+          return yaml_map_fail(&c->doc, items[i], k, "key 'policy': '%s' is listed twice",
+                               names[pol[i]]);
+    return SC_OK;
+  }
+  char text[32] = "";
+  yaml_map_field f = F_STR("policy", text);
+  SC_TRY(yaml_map_read_scalar(&c->doc, k, v, &f));
+  SC_TRY(yaml_map_pick(&c->doc, v, k, text, names, ROUTER_POLICY_N, &pol[0]));
+  *n = 1;
+  return SC_OK;
+}
+
 static sc_status parse_scaling(scn_ctx *c, struct fy_node *v, struct fy_node *k,
                                struct fy_node *item) {
-  static const char *const nested[] = {"gpus", "pattern"};
+  static const char *const nested[] = {"gpus", "pattern", "policy"};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "scaling", k, NULL, 0, nested, COUNT(nested), &m));
+  int pol[ROUTER_POLICY_N], npol = 1;
+  pol[0] = -1;
+  if (yaml_map_has(&m, "policy"))
+    SC_TRY(parse_policies(c, yaml_map_val(&m, "policy"), yaml_map_key(&m, "policy"), pol, &npol));
   SC_TRY(yaml_map_need(&c->doc, &m, "gpus", "a list of GPU counts, e.g. [1, 2, 4]"));
   SC_TRY(yaml_map_need(&c->doc, &m, "pattern", "dp, tp, pp, auto or a list of them"));
   int gpus[32], ng = 0;
@@ -467,27 +512,32 @@ static sc_status parse_scaling(scn_ctx *c, struct fy_node *v, struct fy_node *k,
     SC_TRY(yaml_map_pick(&c->doc, pv, pk, text, patterns, 4, &pat[0]));
     np = 1;
   }
-  for (int p = 0; p < np; p++)
-    for (int i = 0; i < ng; i++) {
-      int g = gpus[i];
-      switch (pat[p]) {
-      case 0: SC_TRY(scn_add_deployment(c, item, 1, 1, g)); break;
-      case 1: SC_TRY(scn_add_deployment(c, item, g, 1, 1)); break;
-      case 2: SC_TRY(scn_add_deployment(c, item, 1, g, 1)); break;
-      default: SC_TRY(auto_layout(c, item, gitems[i], gk, g)); break;
+  for (int q = 0; q < npol; q++)
+    for (int p = 0; p < np; p++)
+      for (int i = 0; i < ng; i++) {
+        int g = gpus[i];
+        switch (pat[p]) {
+        case 0: SC_TRY(scn_add_deployment_policy(c, item, 1, 1, g, pol[q])); break;
+        case 1: SC_TRY(scn_add_deployment_policy(c, item, g, 1, 1, pol[q])); break;
+        case 2: SC_TRY(scn_add_deployment_policy(c, item, 1, g, 1, pol[q])); break;
+        default: SC_TRY(auto_layout(c, item, gitems[i], gk, g, pol[q])); break;
+        }
       }
-    }
   return SC_OK;
 }
 
 sc_status scn_parse_deployment_item(scn_ctx *c, struct fy_node *item, struct fy_node *k) {
-  static const char *const nested[] = {"scaling"};
+  static const char *const nested[] = {"scaling", "policy"};
   int tp = 1, pp = 1, dp = 1;
   const yaml_map_field f[] = {F_INT("tp", &tp), F_INT("pp", &pp), F_INT("dp", &dp)};
   yaml_map_view m;
   SC_TRY(
       yaml_map_read_view(&c->doc, item, "deployments", k, f, COUNT(f), nested, COUNT(nested), &m));
   if (yaml_map_has(&m, "scaling")) {
+    if (yaml_map_has(&m, "policy"))
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "policy"), NULL,
+                           "key 'policy': inside the scaling block (scaling: {gpus, pattern, "
+                           "policy}), not beside it");
     if (yaml_map_has(&m, "tp") || yaml_map_has(&m, "pp") || yaml_map_has(&m, "dp"))
       return yaml_map_fail(&c->doc, yaml_map_key(&m, "scaling"), NULL,
                            "key 'scaling': expected either tp/pp/dp or scaling in one deployment, "
@@ -497,7 +547,15 @@ sc_status scn_parse_deployment_item(scn_ctx *c, struct fy_node *item, struct fy_
   SC_TRY(yaml_map_check(&c->doc, &m, "tp", tp >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "pp", pp >= 1, "an integer >= 1"));
   SC_TRY(yaml_map_check(&c->doc, &m, "dp", dp >= 1, "an integer >= 1"));
-  return scn_add_deployment(c, item, tp, pp, dp);
+  int pol[ROUTER_POLICY_N] = {-1}, npol = 1;
+  if (yaml_map_has(&m, "policy")) {
+    struct fy_node *pv = yaml_map_val(&m, "policy"), *pk = yaml_map_key(&m, "policy");
+    if (pv && fy_node_get_type(pv) == FYNT_SEQUENCE)
+      return yaml_map_expect_at(&c->doc, pv, pk, "policy",
+                                "one routing policy (a list goes in a scaling block)");
+    SC_TRY(parse_policies(c, pv, pk, pol, &npol));
+  }
+  return scn_add_deployment_policy(c, item, tp, pp, dp, pol[0]);
 }
 
 // The planner's check of every deployment, and the GPU limit. A real scenario simulated with

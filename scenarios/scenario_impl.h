@@ -70,6 +70,9 @@ void scn_apply_engine_knobs(scn_limits *l, const sim_engine *e);
 sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 // Appends (tp, pp, dp) declared at node `at` unless the same layout is already there.
 sc_status scn_add_deployment(scn_ctx *c, struct fy_node *at, int tp, int pp, int dp);
+// The same with its own routing policy (-1: router.policy's).
+sc_status scn_add_deployment_policy(scn_ctx *c, struct fy_node *at, int tp, int pp, int dp,
+                                    int policy);
 // One item of `deployments` (key node k): {tp, pp, dp} or {scaling: ...}.
 sc_status scn_parse_deployment_item(scn_ctx *c, struct fy_node *item, struct fy_node *k);
 // `deployments` (v NULL: the one deployment of one GPU that a fixed-url target implies,

@@ -5,6 +5,7 @@
 // lines (scenarios/workload.c); running phases (runner/).
 #include <errno.h>
 #include <libfyaml.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,15 +130,93 @@ static sc_status parse_classes(scn_ctx *c, struct fy_node *v, struct fy_node *k)
   return SC_OK;
 }
 
+_Static_assert(SCN_MAX_PREFIXES == 4096, "the message of prefixes.count names the bound");
+
+// workload.prefixes: {count, length, zipf}; the longest prefix must leave the model's context
+// room for one token of its own and one output token.
+static sc_status parse_prefixes(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
+  scn_prefixes *px = &c->s->workload.prefixes;
+  px->zipf = 1.0;
+  static const char *const nested[] = {"length"};
+  const yaml_map_field f[] = {F_INT("count", &px->count), F_DBL("zipf", &px->zipf)};
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "prefixes", k, f, COUNT(f), nested, COUNT(nested), &m));
+  SC_TRY(yaml_map_need(&c->doc, &m, "count", "how many shared prefixes, an integer >= 1"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "count", px->count >= 1 && px->count <= SCN_MAX_PREFIXES,
+                        "an integer in [1, 4096]"));
+  SC_TRY(yaml_map_check(&c->doc, &m, "zipf", px->zipf >= 0 && px->zipf <= 100,
+                        "a Zipf exponent in [0, 100] (0: every prefix equally popular)"));
+  SC_TRY(yaml_map_need(&c->doc, &m, "length", "each prefix's length in tokens"));
+  SC_TRY(parse_dist(c, yaml_map_val(&m, "length"), yaml_map_key(&m, "length"), &px->length));
+  const model_config *mc = &c->s->model.config;
+  double hi = workload_dist_bound(&px->length);
+  if (mc->max_seq_len > 0 && hi > mc->max_seq_len - 2)
+    return yaml_map_fail(&c->doc, yaml_map_val(&m, "length"), yaml_map_key(&m, "length"),
+                         "key 'length': a shared prefix of up to %.0f tokens does not fit the "
+                         "context of model '%s' (%d tokens; a request needs one token of its "
+                         "own and one output token after it)",
+                         hi, mc->name, mc->max_seq_len);
+  return SC_OK;
+}
+
+// workload.conversations: {turns, think}; with a dataset (whose lines give the turns) {think}.
+static sc_status parse_conversations(scn_ctx *c, struct fy_node *v, struct fy_node *k,
+                                     bool dataset) {
+  scn_conversations *cv = &c->s->workload.conversations;
+  static const char *const nested[] = {"turns"};
+  const yaml_map_field f[] = {F_DUR("think", &cv->think_ns)};
+  yaml_map_view m;
+  SC_TRY(yaml_map_read_view(&c->doc, v, "conversations", k, f, COUNT(f), nested, COUNT(nested),
+                            &m));
+  cv->set = true;
+  if (dataset) {
+    if (yaml_map_has(&m, "turns"))
+      return yaml_map_fail(&c->doc, yaml_map_key(&m, "turns"), NULL,
+                           "key 'turns': not with a dataset (its lines give each "
+                           "conversation's turns)");
+    return SC_OK;
+  }
+  SC_TRY(yaml_map_need(&c->doc, &m, "turns", "turns per conversation (a token-count form: an "
+                                              "integer >= 1 or a distribution)"));
+  SC_TRY(parse_dist(c, yaml_map_val(&m, "turns"), yaml_map_key(&m, "turns"), &cv->turns));
+  if (workload_dist_bound(&cv->turns) > SCN_MAX_TURNS)
+    return yaml_map_fail(&c->doc, yaml_map_val(&m, "turns"), yaml_map_key(&m, "turns"),
+                         "key 'turns': expected at most %d turns, got up to %.0f", SCN_MAX_TURNS,
+                         workload_dist_bound(&cv->turns));
+  return SC_OK;
+}
+
+// The longest conversation the workload can make must fit the model's context: the prefix,
+// then per turn its message and reply (each distribution's workload_dist_bound).
+static sc_status check_conversation_fits(scn_ctx *c, struct fy_node *v) {
+  const scn_workload *w = &c->s->workload;
+  const model_config *mc = &c->s->model.config;
+  double pre = w->prefixes.count ? workload_dist_bound(&w->prefixes.length) : 0, turn = 0;
+  for (int i = 0; i < w->n_classes; i++) {
+    double t = workload_dist_bound(&w->classes[i].input) +
+               workload_dist_bound(&w->classes[i].output);
+    if (t > turn) turn = t;
+  }
+  double turns = floor(workload_dist_bound(&w->conversations.turns) + 0.5);
+  double need = pre + turns * turn;
+  if (need <= mc->max_seq_len) return SC_OK;
+  return yaml_map_fail(&c->doc, v, NULL,
+                       "key 'conversations': a conversation can grow to %.0f tokens (prefix "
+                       "%.0f + %.0f turns x %.0f tokens of message and reply), past the context "
+                       "of model '%s' (%d tokens): fewer turns or shorter messages",
+                       need, pre, turns, turn, mc->name, mc->max_seq_len);
+}
+
 // Phase keys each kind takes (besides the kind key itself).
-static const char *const ramp_keys[] = {"name", "ramp", "hold", "think", "warmup"};
+static const char *const ramp_keys[] = {"name",   "ramp",   "hold",
+                                        "think", "warmup", "saturation"};
 static const char *const rate_keys[] = {"name",     "rate",     "arrival", "burstiness",
                                         "duration", "requests", "warmup"};
 static const char *const fixed_keys[] = {"name", "fixed", "think", "warmup"};
 
 static sc_status parse_phase(scn_ctx *c, struct fy_node *item, struct fy_node *k, scn_phase *p,
                              bool *named) {
-  static const char *const nested[] = {"ramp", "fixed"};
+  static const char *const nested[] = {"ramp", "fixed", "saturation"};
   char arrival[16] = "poisson";
   p->burstiness = 1;
   const yaml_map_field f[] = {
@@ -204,6 +283,21 @@ static sc_status parse_phase(scn_ctx *c, struct fy_node *item, struct fy_node *k
     SC_TRY(yaml_map_check(&c->doc, &m, "hold", p->hold_ns > 0, "a duration > 0"));
     SC_TRY(yaml_map_check(&c->doc, &m, "warmup", p->warmup_ns < p->hold_ns,
                           "a duration shorter than hold (warm-up is excluded from each step)"));
+    if (yaml_map_has(&m, "saturation")) {
+      static const char *const none[] = {NULL};
+      p->saturation = true;
+      p->sat_gain = 0.05;
+      p->sat_ttft = 3;
+      const yaml_map_field sf[] = {F_DBL("gain", &p->sat_gain),
+                                   F_DBL("ttft_growth", &p->sat_ttft)};
+      yaml_map_view sm;
+      SC_TRY(yaml_map_read_view(&c->doc, yaml_map_val(&m, "saturation"), "saturation",
+                                yaml_map_key(&m, "saturation"), sf, 2, none, 0, &sm));
+      SC_TRY(yaml_map_check(&c->doc, &sm, "gain", p->sat_gain >= 0 && p->sat_gain <= 10,
+                            "a fraction in [0, 10] (0.05: throughput up by less than 5%)"));
+      SC_TRY(yaml_map_check(&c->doc, &sm, "ttft_growth", p->sat_ttft >= 1 && p->sat_ttft <= 1e6,
+                            "a factor >= 1 (TTFT p95 against the ramp's first step's)"));
+    }
     if (!*named) snprintf(p->name, sizeof p->name, "ramp");
     break;
   }
@@ -344,11 +438,20 @@ static sc_status parse_trace(scn_ctx *c, yaml_map_view *m, const char *trace) {
 sc_status scn_parse_workload(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   scn_workload *w = &c->s->workload;
   char dataset[1024] = "", trace[1024] = "";
-  static const char *const nested[] = {"prompts", "phases", "sampling"};
+  static const char *const nested[] = {"prompts", "phases", "sampling", "prefixes",
+                                       "conversations"};
   const yaml_map_field f[] = {F_STR("dataset", dataset), F_STR("trace", trace),
                               F_BOOL("stop_at_eos", &w->stop_at_eos)};
   yaml_map_view m;
   SC_TRY(yaml_map_read_view(&c->doc, v, "workload", k, f, COUNT(f), nested, COUNT(nested), &m));
+  if (yaml_map_has(&m, "prefixes") && !yaml_map_has(&m, "prompts"))
+    return yaml_map_fail(&c->doc, yaml_map_key(&m, "prefixes"), NULL,
+                         "key 'prefixes': only with 'prompts' (its classes give each request's "
+                         "own message), not with a dataset or a trace");
+  if (yaml_map_has(&m, "conversations") && yaml_map_has(&m, "trace"))
+    return yaml_map_fail(&c->doc, yaml_map_key(&m, "conversations"), NULL,
+                         "key 'conversations': not with a trace (its lines name their "
+                         "conversations and arrive at their own times)");
   if (yaml_map_has(&m, "trace")) {
     if (yaml_map_has(&m, "prompts") || yaml_map_has(&m, "dataset")) {
       const char *o = yaml_map_has(&m, "prompts") ? "prompts" : "dataset";
@@ -377,6 +480,14 @@ sc_status scn_parse_workload(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
       yaml_map_need(&c->doc, &m, "phases", "a list of phases (each one of ramp, rate or fixed)"));
   if (yaml_map_has(&m, "prompts"))
     SC_TRY(parse_classes(c, yaml_map_val(&m, "prompts"), yaml_map_key(&m, "prompts")));
+  if (yaml_map_has(&m, "prefixes"))
+    SC_TRY(parse_prefixes(c, yaml_map_val(&m, "prefixes"), yaml_map_key(&m, "prefixes")));
+  if (yaml_map_has(&m, "conversations")) {
+    bool ds = !yaml_map_has(&m, "prompts");
+    SC_TRY(parse_conversations(c, yaml_map_val(&m, "conversations"),
+                               yaml_map_key(&m, "conversations"), ds));
+    if (!ds) SC_TRY(check_conversation_fits(c, yaml_map_key(&m, "conversations")));
+  }
   if (yaml_map_has(&m, "dataset")) {
     struct fy_node *dv = yaml_map_val(&m, "dataset");
     if (!dataset[0])

@@ -22,6 +22,12 @@ typedef struct wl_request {
   int n_prompt;
   int max_tokens;        // output tokens asked for (>= 1)
   int class_idx;         // index into the classes (dataset: 0)
+  int prefix;            // the shared prefix it starts with (index into workload.prefixes), -1
+  int n_prefix;          // of n_prompt, the shared prefix's tokens (0: none)
+  int64_t conv;          // its conversation (workload.conversations), -1: none
+  int turn;              // its turn in the conversation (0 first; 0 without conversations)
+  int64_t prev;          // a trace's conversation: the request index of its turn before, -1:
+                         // none (workload.conversations: the runner knows, -1 here)
 } wl_request;
 
 // Builds the generator for s (reads s->workload.dataset when set: one JSON object per line,
@@ -41,6 +47,23 @@ sc_status workload_trace_scan(const char *path, int *n, uint64_t *last_ns, sc_er
 // Request `index` (0, 1, 2, ... within one deployment; any order, any number of times: the
 // result depends only on seed and index). Dataset lines are used in file order, cycling.
 void workload_request(workload *w, uint64_t index, wl_request *out);
+
+// The prompt of a request the runner keeps: turn `turn` of conversation conv when conv >= 0
+// (workload_turn), else request key (workload_request).
+void workload_prompt(workload *w, uint64_t key, int64_t conv, int turn, wl_request *out);
+
+// --- multi-turn conversations (workload.conversations; docs/scenarios.md)
+// Whether the workload is made of conversations: the runner then asks for turns, not requests.
+bool workload_conversations(const workload *w);
+// Turns of conversation conv (>= 1): its drawn count, cut to the turns whose prompt and output
+// fit the model's context (the parser refuses a scenario whose conversations can outgrow it).
+int workload_turns(workload *w, uint64_t conv);
+// Turn `turn` (in [0, workload_turns)) of conversation conv: the shared prefix, every earlier
+// message followed by its reply (synthetic tokens as long as that turn's output), then the new
+// message; a pure function of (seed, conv, turn), valid like workload_request's.
+void workload_turn(workload *w, uint64_t conv, int turn, wl_request *out);
+// The pause between a turn's end and the conversation's next turn (workload.conversations.think).
+uint64_t workload_think_ns(const workload *w);
 
 int workload_n_classes(const workload *w);
 const char *workload_class_name(const workload *w, int idx); // "dataset" for a dataset
@@ -79,6 +102,10 @@ typedef struct wl_arrival_info {
 const wl_dist_info *workload_dist(scn_dist_kind k);
 const wl_arrival_info *workload_arrival(scn_arrival a);
 const char *workload_arrival_name(scn_arrival a); // "poisson", ...; "unknown" outside the enum
+// The largest token count a draw of d gives in practice, before clamping: a bounded
+// distribution's largest value; normal mean + 6 stddev; lognormal median * e^(6 sigma). What
+// the scenario language checks prefixes and conversations against the model's context with.
+double workload_dist_bound(const scn_dist *d);
 
 // --- the deterministic random numbers the generator (and others: chaos faults) draw from
 // splitmix64 of (seed, stream, index): independent streams without state.

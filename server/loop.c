@@ -221,11 +221,15 @@ static void emit_end(server *s, gen *g, const req_rec *q, const char *finish) {
   if (g->req.stream) {
     if (!g->final_sent) emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
     if (g->req.include_usage)
-      emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
+      emit(s, g,
+           oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok,
+                         q->has_cached ? q->cached_tokens : -1),
+           false, 0);
     emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
   } else {
     emit(s, g,
-         oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish, g->req.n_prompt),
+         oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish, g->req.n_prompt,
+                  q->has_cached ? q->cached_tokens : -1),
          true, 200);
   }
 }
@@ -580,6 +584,8 @@ static void on_event(server *s, int rep, const replica_event *ev) {
     if (!g->cancelling) on_token(s, g, q, ev);
     break;
   case REPLICA_EV_FINISHED:
+    q->has_cached = ev->has_cached;
+    q->cached_tokens = ev->cached_tokens;
     if (ev->reason == FINISH_CANCELLED)
       finish_gen(s, ev->key, g->finish[0] ? g->finish : NULL, 499, "cancelled",
                  g->finish[0] ? REQ_OK : REQ_CANCELLED);

@@ -651,17 +651,26 @@ static json_t *usage(int prompt_tokens, int completion_tokens) {
                    prompt_tokens + completion_tokens, "completion_tokens", completion_tokens);
 }
 
-char *oai_sse_usage(const oai_resp *r, int prompt_tokens, int completion_tokens) {
+// prompt_tokens_details: {cached_tokens} when known, else null.
+static json_t *details(int cached_tokens) {
+  return cached_tokens >= 0 ? json_pack("{s:i}", "cached_tokens", cached_tokens) : json_null();
+}
+
+char *oai_sse_usage(const oai_resp *r, int prompt_tokens, int completion_tokens,
+                    int cached_tokens) {
   json_t *o = head(r, chunk_object(r->kind));
   if (o) {
     json_object_set_new(o, "choices", json_array());
-    json_object_set_new(o, "usage", usage(prompt_tokens, completion_tokens));
+    json_t *u = usage(prompt_tokens, completion_tokens);
+    if (u && cached_tokens >= 0)
+      json_object_set_new(u, "prompt_tokens_details", details(cached_tokens));
+    json_object_set_new(o, "usage", u);
   }
   return sse(o);
 }
 
 char *oai_body(const oai_resp *r, const char *text, const int32_t *ids, int n, const char *finish,
-               int prompt_tokens) {
+               int prompt_tokens, int cached_tokens) {
   json_t *o = head(r, r->kind == OAI_CHAT ? "chat.completion" : "text_completion");
   json_t *c;
   if (r->kind == OAI_CHAT)
@@ -684,7 +693,7 @@ char *oai_body(const oai_resp *r, const char *text, const int32_t *ids, int n, c
   if (o) {
     json_object_set_new(o, "choices", ch ? ch : json_array());
     json_t *u = usage(prompt_tokens, n);
-    if (u) json_object_set_new(u, "prompt_tokens_details", json_null());
+    if (u) json_object_set_new(u, "prompt_tokens_details", details(cached_tokens));
     json_object_set_new(o, "usage", u);
     if (r->kind == OAI_CHAT) json_object_set_new(o, "prompt_logprobs", json_null());
   } else {

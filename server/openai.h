@@ -101,10 +101,12 @@ char *oai_sse_content(const oai_resp *r, const char *text, const int32_t *ids, i
 char *oai_sse_head(const oai_resp *r);
 size_t oai_sse_content_to(const char *sse_head, oai_kind kind, const char *text,
                           const int32_t *ids, int n, const char *finish, char *buf, size_t cap);
-// The usage chunk (choices: []).
-char *oai_sse_usage(const oai_resp *r, int prompt_tokens, int completion_tokens);
+// The usage chunk (choices: []); cached_tokens >= 0 adds prompt_tokens_details.cached_tokens
+// (the prompt tokens the prefix cache served, as vLLM reports them).
+char *oai_sse_usage(const oai_resp *r, int prompt_tokens, int completion_tokens,
+                    int cached_tokens);
 // An error after streaming began: data: {"error": {"message", "type", "code"}}.
 char *oai_sse_error(int status, const char *msg);
-// The whole non-streamed response.
+// The whole non-streamed response (prompt_tokens_details null when cached_tokens < 0).
 char *oai_body(const oai_resp *r, const char *text, const int32_t *ids, int n, const char *finish,
-               int prompt_tokens);
+               int prompt_tokens, int cached_tokens);

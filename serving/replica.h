@@ -79,6 +79,9 @@ typedef struct replica_event {
   uint64_t t_ns;               // when the replica produced the event, on its clock
   int http_status;             // FAILED with REPLICA_FAIL_HTTP: the status
   int prompt_tokens;           // FINISHED: the prompt's tokens as the server counted them
+  bool has_cached;             // FINISHED: cached_tokens is known
+  int cached_tokens;           // FINISHED: prompt tokens served from the prefix cache (the
+                               // engine's, a server's usage.prompt_tokens_details.cached_tokens)
   uint64_t text_hash;          // FINISHED from a server: FNV-1a of the text it streamed (0: none)
                                // (0: not known; the request keeps the workload's count)
   const char *what;            // FAILED: this request's own message, owned by the replica and

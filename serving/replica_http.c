@@ -169,6 +169,7 @@ static bool on_event(void *ud, const char *data, size_t len, bool error) {
   if (c.has_usage) {
     q->usage_completion = c.usage_completion;
     if (c.usage_prompt >= 0) q->prompt_tokens = c.usage_prompt;
+    if (c.usage_cached >= 0) q->usage_cached = c.usage_cached;
   }
   int n = c.n_token_ids >= 0 ? c.n_token_ids : (c.has_content ? 1 : 0);
   int n_ids = c.n_token_ids > 64 ? 64 : c.n_token_ids;
@@ -266,7 +267,8 @@ static void on_done(hrep *h, hreq *q, CURLcode rc) {
   replica_event ev = {.kind = REPLICA_EV_FINISHED, .key = q->key, .reason = FINISH_LENGTH,
                       .n_generated = q->n_tok,
                       .prompt_tokens = q->prompt_tokens > 0 ? q->prompt_tokens : 0, .t_ns = t,
-                      .text_hash = q->text_hash};
+                      .text_hash = q->text_hash, .has_cached = q->usage_cached >= 0,
+                      .cached_tokens = q->usage_cached >= 0 ? q->usage_cached : 0};
   emit(h, &ev);
 }
 
@@ -371,6 +373,7 @@ static void start_req(hrep *h, uint64_t key, char *body) {
   q->body = body;
   q->rep = h;
   q->prompt_tokens = -1;
+  q->usage_cached = -1;
   q->usage_completion = -1;
   q->text_hash = OAI_TEXT_HASH0;
   sse_init(&q->sse);

@@ -55,6 +55,7 @@ typedef struct hreq {
   char msg[256];
   int prompt_tokens;     // usage.prompt_tokens (-1: not seen)
   int usage_completion;  // usage.completion_tokens (-1: not seen)
+  int usage_cached;      // usage.prompt_tokens_details.cached_tokens (-1: not seen)
   uint64_t text_hash;    // FNV-1a of the streamed text so far (oai_text_hash)
   int slot;              // its index in hrep.reqs
   int shard;             // the multi handle it is in (hrep.sh)

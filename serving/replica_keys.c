@@ -111,6 +111,8 @@ replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t) {
     ev.kind = REPLICA_EV_FINISHED;
     ev.reason = e->reason;
     ev.n_generated = e->n_generated;
+    ev.has_cached = e->cached_tokens >= 0;
+    ev.cached_tokens = e->cached_tokens >= 0 ? e->cached_tokens : 0;
     rk_del(m, key);
   }
   return ev;

@@ -34,6 +34,8 @@ typedef struct req_rec {
   bool waiting;      // waiting for a retry (not dispatched)
   bool storm;        // cancelled by a cancel storm: its replica's ack is awaited
   int prompt_tokens, max_tokens, class_idx;
+  bool has_cached;   // cached_tokens is known (its FINISHED event said)
+  int cached_tokens; // prompt tokens served from the prefix cache
   int phase;   // index into the deployment's phase runs
   int replica; // -1: never dispatched
   int epoch;   // the replica's incarnation when it was sent there
@@ -42,6 +44,11 @@ typedef struct req_rec {
   bool loss_seen;
   int version; // the weights that serve it (0: the initial ones, +1 per hot swap)
   int user;    // closed loop: the user who sent it; -1: open loop
+  // Conversations (zero: none, so a row made without them has none):
+  uint64_t conv; // 1 + the workload's conversation it is a turn of; 0: not a turn of one
+  int turn;      // its turn in the conversation
+  uint64_t prev; // 1 + the key of the conversation's turn before it; 0: none (the router's
+                 // sticky policy sends a turn where the one before went)
   req_state state;
   bool warmup, dispatched;
   req_status status;

@@ -3,6 +3,7 @@
 // replica that is coming back, and the half-open probe.
 #include "serving/router.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,62 @@ struct router {
   int probe_rr;        // which unhealthy replica probes next (round robin)
   uint64_t *retry;     // (n_retry) keys waiting for a retry, in the order they began waiting
   size_t n_retry, cap_retry;
+  // prefix-affinity: the hash ring, ROUTER_RING_POINTS points per replica, sorted by point
+  uint64_t *ring_pt;   // (n * ROUTER_RING_POINTS)
+  int *ring_rep;       // (n * ROUTER_RING_POINTS) the replica of each point
+  // cache-aware: block-chain hashes sent to each replica (direct-mapped, newest wins)
+  uint64_t *seen;      // (n * ROUTER_CACHE_SLOTS), 0: empty; NULL for the other policies
+  uint64_t *chain;     // (ROUTER_CACHE_BLOCKS) scratch: the prompt's block-chain hashes
+  int n_chain;
+  // the prompt of the request being picked (router_pick_prompt), NULL: none
+  const int32_t *prompt;
+  int n_prompt;
 };
+
+// --- hashing prompts: FNV-1a over the token ids, then the splitmix64 finalizer
+static uint64_t fin64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t hash_tokens(uint64_t h, const int32_t *t, int n) {
+  for (int i = 0; i < n; i++) {
+    uint32_t v = (uint32_t)t[i];
+    for (int b = 0; b < 4; b++) h = (h ^ ((v >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+  }
+  h = fin64(h);
+  return h ? h : 1; // 0 is "none"
+}
+
+static int cmp_point(const void *a, const void *b, void *pts) {
+  uint64_t x = ((const uint64_t *)pts)[*(const int *)a], y = ((const uint64_t *)pts)[*(const int *)b];
+  return x < y ? -1 : x > y;
+}
+
+// The ring: point k of replica i at fin64 of (i, k), sorted (ties by replica, so the ring is
+// the same on every machine).
+static bool build_ring(router *r) {
+  int m = r->n * ROUTER_RING_POINTS;
+  uint64_t *pts = malloc((size_t)m * sizeof *pts);
+  int *ord = malloc((size_t)m * sizeof *ord);
+  r->ring_pt = malloc((size_t)m * sizeof *r->ring_pt);
+  r->ring_rep = malloc((size_t)m * sizeof *r->ring_rep);
+  bool ok = pts && ord && r->ring_pt && r->ring_rep;
+  for (int j = 0; ok && j < m; j++) {
+    pts[j] = fin64(((uint64_t)(j / ROUTER_RING_POINTS) << 32 | (uint64_t)(j % ROUTER_RING_POINTS)) +
+                   0x9e3779b97f4a7c15ull);
+    ord[j] = j;
+  }
+  if (ok) qsort_r(ord, (size_t)m, sizeof *ord, cmp_point, pts);
+  for (int j = 0; ok && j < m; j++) {
+    r->ring_pt[j] = pts[ord[j]];
+    r->ring_rep[j] = ord[j] / ROUTER_RING_POINTS;
+  }
+  free(pts);
+  free(ord);
+  return ok;
+}
 
 router *router_new(const router_config *c, replica *const *reps, int n, req_table *reqs,
                    router_hooks hooks) {
@@ -43,6 +99,19 @@ router *router_new(const router_config *c, replica *const *reps, int n, req_tabl
     return NULL;
   }
   r->c = *c;
+  if (!(r->c.load_bound >= 1.0)) r->c.load_bound = ROUTER_LOAD_BOUND;
+  if (r->c.affinity_tokens < 1) r->c.affinity_tokens = ROUTER_AFFINITY_TOKENS;
+  r->n = n;
+  bool ok = c->policy != ROUTER_PREFIX_AFFINITY || n <= 0 || build_ring(r);
+  if (ok && c->policy == ROUTER_CACHE_AWARE) {
+    r->seen = calloc(m * ROUTER_CACHE_SLOTS, sizeof *r->seen);
+    r->chain = calloc(ROUTER_CACHE_BLOCKS, sizeof *r->chain);
+    ok = r->seen && r->chain;
+  }
+  if (!ok) {
+    router_free(r);
+    return NULL;
+  }
   r->reps = reps;
   r->n = n;
   r->reqs = reqs;
@@ -58,6 +127,10 @@ void router_free(router *r) {
   free(r->version);
   free(r->eligible);
   free(r->retry);
+  free(r->ring_pt);
+  free(r->ring_rep);
+  free(r->seen);
+  free(r->chain);
   free(r);
 }
 
@@ -73,12 +146,105 @@ static bool round_robin(const router *r, int i, int best) {
   return best < 0;
 }
 
+
+// The load bound: whether eligible replica i may take one more request (see router_config).
+static bool under_bound(const router *r, const bool *eligible, int i) {
+  int total = 0, m = 0;
+  for (int j = 0; j < r->n; j++)
+    if (eligible[j]) total += r->outstanding[j], m++;
+  double cap = ceil(r->c.load_bound * (double)(total + 1) / (double)(m ? m : 1) - 1e-9);
+  return (double)(r->outstanding[i] + 1) <= cap;
+}
+
+static int scan(const router *r, const bool *eligible,
+                bool (*beats)(const router *r, int i, int best)) {
+  int best = -1;
+  for (int k = 0; k < r->n; k++) {
+    int i = (r->next + k) % r->n;
+    if (eligible[i] && beats(r, i, best)) best = i;
+  }
+  return best;
+}
+
+// prefix-affinity: the first replica clockwise on the ring from the hash of the prompt's first
+// affinity_tokens tokens that is eligible and under the load bound (Mirrokni, Thorup and
+// Zadimoghaddam, "Consistent Hashing with Bounded Loads", 2018); least-outstanding without a
+// prompt.
+static int pick_prefix_affinity(router *r, const req_rec *q, const bool *eligible) {
+  (void)q;
+  if (!r->prompt || r->n_prompt < 1) return scan(r, eligible, least_outstanding);
+  int n = r->n_prompt < r->c.affinity_tokens ? r->n_prompt : r->c.affinity_tokens;
+  uint64_t h = hash_tokens(0xcbf29ce484222325ull, r->prompt, n);
+  int m = r->n * ROUTER_RING_POINTS, lo = 0, hi = m; // the first point >= h (m: wrap to 0)
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (r->ring_pt[mid] < h) lo = mid + 1;
+    else hi = mid;
+  }
+  for (int k = 0; k < m; k++) {
+    int i = r->ring_rep[(lo + k) % m];
+    if (eligible[i] && under_bound(r, eligible, i)) return i;
+  }
+  return scan(r, eligible, least_outstanding);
+}
+
+// sticky: a conversation's turn goes where its turn before went while that replica is eligible
+// and under the load bound; a first turn (or a request of no conversation), least-outstanding.
+static int pick_sticky(router *r, const req_rec *q, const bool *eligible) {
+  if (q->prev && q->prev - 1 < r->reqs->n) {
+    int i = r->reqs->v[q->prev - 1].replica;
+    if (i >= 0 && i < r->n && eligible[i] && under_bound(r, eligible, i)) return i;
+  }
+  return scan(r, eligible, least_outstanding);
+}
+
+// cache-aware: the prompt's leading full blocks' chain hashes, into r->chain.
+static void prompt_chain(router *r, const int32_t *p, int n) {
+  r->n_chain = 0;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int b = 0; b < ROUTER_CACHE_BLOCKS && (b + 1) * ROUTER_CACHE_BLOCK <= n; b++) {
+    h = hash_tokens(h, p + b * ROUTER_CACHE_BLOCK, ROUTER_CACHE_BLOCK);
+    r->chain[r->n_chain++] = h;
+  }
+}
+
+static int chain_hits(const router *r, int i) {
+  const uint64_t *t = r->seen + (size_t)i * ROUTER_CACHE_SLOTS;
+  int k = 0;
+  while (k < r->n_chain && t[r->chain[k] % ROUTER_CACHE_SLOTS] == r->chain[k]) k++;
+  return k;
+}
+
+// cache-aware: among the eligible under the load bound, the most leading blocks of the prompt
+// sent there before (an estimate of its prefix cache: what was sent, not what it evicted),
+// then the fewest outstanding, then round-robin order.
+static int pick_cache_aware(router *r, const req_rec *q, const bool *eligible) {
+  (void)q;
+  if (!r->prompt) return scan(r, eligible, least_outstanding);
+  prompt_chain(r, r->prompt, r->n_prompt);
+  int best = -1, best_hits = -1;
+  for (int k = 0; k < r->n; k++) {
+    int i = (r->next + k) % r->n;
+    if (!eligible[i] || !under_bound(r, eligible, i)) continue;
+    int h = chain_hits(r, i);
+    if (h > best_hits || (h == best_hits && r->outstanding[i] < r->outstanding[best]))
+      best = i, best_hits = h;
+  }
+  return best >= 0 ? best : scan(r, eligible, least_outstanding);
+}
+
+// A policy's row: `beats` compares two replicas in a scan from the round-robin cursor (the
+// first of equals wins), or `pick` chooses on its own (reading the request and its prompt).
 static const struct {
   const char *name; // router.policy in a scenario
   bool (*beats)(const router *r, int i, int best);
+  int (*pick)(router *r, const req_rec *q, const bool *eligible);
 } policies[ROUTER_POLICY_N] = {
-    [ROUTER_LEAST_OUTSTANDING] = {"least-outstanding", least_outstanding},
-    [ROUTER_ROUND_ROBIN] = {"round-robin", round_robin},
+    [ROUTER_LEAST_OUTSTANDING] = {.name = "least-outstanding", .beats = least_outstanding},
+    [ROUTER_ROUND_ROBIN] = {.name = "round-robin", .beats = round_robin},
+    [ROUTER_PREFIX_AFFINITY] = {.name = "prefix-affinity", .pick = pick_prefix_affinity},
+    [ROUTER_STICKY] = {.name = "sticky", .pick = pick_sticky},
+    [ROUTER_CACHE_AWARE] = {.name = "cache-aware", .pick = pick_cache_aware},
 };
 
 const char *router_policy_name(router_policy p) {
@@ -95,13 +261,12 @@ bool router_policy_parse(const char *text, router_policy *out) {
 }
 
 // --- which replica
-static int pick_among(router *r, const bool *eligible) {
-  int best = -1;
-  bool (*beats)(const router *, int, int) = policies[r->c.policy].beats;
-  for (int k = 0; k < r->n; k++) {
-    int i = (r->next + k) % r->n;
-    if (eligible[i] && beats(r, i, best)) best = i;
-  }
+static int pick_among(router *r, const req_rec *q, const bool *eligible) {
+  bool any = false;
+  for (int i = 0; i < r->n; i++) any |= eligible[i];
+  if (!any) return -1;
+  int best = policies[r->c.policy].pick ? policies[r->c.policy].pick(r, q, eligible)
+                                        : scan(r, eligible, policies[r->c.policy].beats);
   if (best < 0) return -1;
   r->outstanding[best]++;
   r->next = (best + 1) % r->n;
@@ -114,9 +279,29 @@ int router_pick(router *r, const req_rec *q) {
     bool weights = q->n_tok == 0 || r->version[j] == q->version; // a resume stays on its weights
     r->eligible[j] = (h == REPLICA_HEALTHY || (h == REPLICA_UNHEALTHY && j == r->probe)) && weights;
   }
-  int i = pick_among(r, r->eligible);
+  int i = pick_among(r, q, r->eligible);
   if (i >= 0 && i == r->probe) r->probe = -1;
   return i;
+}
+
+int router_pick_prompt(router *r, const req_rec *q, const int32_t *prompt, int n) {
+  r->prompt = prompt;
+  r->n_prompt = n;
+  int i = router_pick(r, q);
+  if (i >= 0 && r->seen) { // cache-aware remembers what it sent where
+    prompt_chain(r, prompt, n);
+    uint64_t *t = r->seen + (size_t)i * ROUTER_CACHE_SLOTS;
+    for (int k = 0; k < r->n_chain; k++) t[r->chain[k] % ROUTER_CACHE_SLOTS] = r->chain[k];
+  }
+  r->prompt = NULL;
+  r->n_prompt = 0;
+  return i;
+}
+
+int router_cached_estimate(router *r, int i, const int32_t *prompt, int n) {
+  if (!r->seen || i < 0 || i >= r->n) return 0;
+  prompt_chain(r, prompt, n);
+  return chain_hits(r, i) * ROUTER_CACHE_BLOCK;
 }
 
 void router_done(router *r, int i) {
@@ -143,7 +328,7 @@ int router_version(const router *r, int i) { return i >= 0 && i < r->n ? r->vers
 router_sent router_send(router *r, uint64_t key, const engine_request *er, uint64_t t,
                         sc_error *err) {
   req_rec *q = &r->reqs->v[key];
-  int i = router_pick(r, q);
+  int i = router_pick_prompt(r, q, er->prompt, er->n_prompt);
   if (i < 0) return ROUTER_NONE;
   // A resume sends the prompt followed by the tokens the client already has.
   engine_request sub = *er;

@@ -2,8 +2,11 @@
 //
 // - Which replica a request goes to: among the eligible replicas (healthy and not owned by a
 //   restart, or the one unhealthy replica on probation; for a resume, one serving the weights
-//   the request started on), least-outstanding (default: the fewest requests in flight, ties
-//   broken round-robin) or round-robin (the next eligible in turn).
+//   the request started on), by the policy's row: least-outstanding (default: the fewest
+//   requests in flight, ties broken round-robin), round-robin (the next eligible in turn),
+//   prefix-affinity (consistent hashing of the prompt's first tokens with bounded loads),
+//   sticky (a conversation's turn where the turn before went) or cache-aware (the longest
+//   prefix sent there before, under the load bound); docs/scenarios.md has each.
 // - What happens when a replica is lost under a request: a retry after a backoff that doubles
 //   with each retry, a resume from the tokens already delivered (router.resume), or a final
 //   failure once max_retries are spent.
@@ -28,6 +31,12 @@
 
 typedef struct router_config {
   router_policy policy;
+  // The load bound of prefix-affinity, sticky and cache-aware (consistent hashing with bounded
+  // loads): a replica may take a request while its outstanding + 1 <= ceil(load_bound *
+  // (outstanding of all the eligible + 1) / eligible count); >= 1 (0: ROUTER_LOAD_BOUND).
+  double load_bound;
+  int affinity_tokens; // prefix-affinity hashes the prompt's first this many tokens (0:
+                       // ROUTER_AFFINITY_TOKENS)
   int max_retries;      // resubmissions of a request whose replica was lost
   uint64_t backoff_ns;  // wait before the first; doubles with each retry
   bool resume;          // a request lost mid-stream continues from its tokens (else fails)
@@ -47,6 +56,13 @@ typedef struct router_hooks {
   void (*before_submit)(void *ud, int i);
 } router_hooks;
 
+enum {
+  ROUTER_RING_POINTS = 64,  // points per replica on prefix-affinity's hash ring
+  ROUTER_CACHE_BLOCK = 16,  // tokens per block of cache-aware's estimate
+  ROUTER_CACHE_SLOTS = 65536, // block hashes remembered per replica (direct-mapped)
+  ROUTER_CACHE_BLOCKS = 1024, // leading blocks of a prompt cache-aware looks at
+};
+
 typedef struct router router;
 
 // A router over reps[0..n) and the request table reqs (both outlive it). NULL when memory
@@ -57,8 +73,14 @@ void router_free(router *r); // NULL is a no-op
 
 // --- which replica
 // The replica for request q among the eligible ones, or -1 when none is. Counts q as
-// outstanding on the replica picked; picking the probe ends its probation turn.
+// outstanding on the replica picked; picking the probe ends its probation turn. Without its
+// prompt (router_send gives it), prefix-affinity and cache-aware pick as least-outstanding.
 int router_pick(router *r, const req_rec *q);
+// router_pick with request q's prompt (n tokens) for the policies that read it.
+int router_pick_prompt(router *r, const req_rec *q, const int32_t *prompt, int n);
+// Tokens of prompt (n) that cache-aware estimates replica i holds: its leading full blocks of
+// ROUTER_CACHE_BLOCK tokens that were sent there before (0 for other policies).
+int router_cached_estimate(router *r, int i, const int32_t *prompt, int n);
 // A request on replica i ended (any way).
 void router_done(router *r, int i);
 int router_outstanding(const router *r, int i);

@@ -10,10 +10,17 @@
 typedef enum router_policy {
   ROUTER_LEAST_OUTSTANDING, // the fewest requests in flight, ties broken round-robin (default)
   ROUTER_ROUND_ROBIN,       // the next eligible in turn
+  ROUTER_PREFIX_AFFINITY,   // consistent hashing of the prompt's first tokens, load-bounded
+  ROUTER_STICKY,            // a conversation's turn where its turn before went, load-bounded
+  ROUTER_CACHE_AWARE,       // the longest estimated cached prefix among the load-bounded
   ROUTER_POLICY_N           // not a policy: how many there are
 } router_policy;
 
-// "least-outstanding", "round-robin" (static); NULL outside the enum.
+// The defaults of router.load_bound and router.affinity_tokens (serving/router.h's config).
+#define ROUTER_LOAD_BOUND 1.25     // Mirrokni, Thorup and Zadimoghaddam's c = 1.25
+#define ROUTER_AFFINITY_TOKENS 256 // the prompt's first tokens prefix-affinity hashes
+
+// "least-outstanding", "round-robin", ... (static); NULL outside the enum.
 const char *router_policy_name(router_policy p);
 // The policy named text into *out; false (and *out untouched) when none is.
 bool router_policy_parse(const char *text, router_policy *out);

@@ -160,6 +160,7 @@ void oai_chunk_parse_text(const char *data, size_t len, uint64_t *text_state, oa
   memset(out, 0, sizeof *out);
   out->n_token_ids = -1;
   out->usage_prompt = -1;
+  out->usage_cached = -1;
   // [DONE], with whatever whitespace a server puts around it
   size_t a = 0, b = len;
   while (a < b && (data[a] == ' ' || data[a] == '\t' || data[a] == '\n')) a++;
@@ -230,6 +231,11 @@ void oai_chunk_parse_text(const char *data, size_t len, uint64_t *text_state, oa
       out->usage_completion = (int)json_integer_value(ct);
     }
     if (json_is_integer(pt)) out->usage_prompt = (int)json_integer_value(pt);
+    json_t *det = json_object_get(usage, "prompt_tokens_details");
+    json_t *cached = json_is_object(det) ? json_object_get(det, "cached_tokens") : NULL;
+    if (json_is_integer(cached) && json_integer_value(cached) >= 0 &&
+        json_integer_value(cached) <= INT32_MAX)
+      out->usage_cached = (int)json_integer_value(cached);
   }
   json_decref(root);
 }
@@ -239,6 +245,7 @@ void oai_error_parse(const char *data, size_t len, oai_chunk *out) {
   out->kind = OAI_CHUNK_ERROR;
   out->n_token_ids = -1;
   out->usage_prompt = -1;
+  out->usage_cached = -1;
   json_t *root = json_loadb(data, len, 0, NULL);
   json_t *e = json_is_object(root) && json_is_object(json_object_get(root, "error"))
                   ? json_object_get(root, "error")

@@ -62,6 +62,7 @@ typedef struct oai_chunk {
   char finish_reason[24]; // choices[0].finish_reason ("" while null or absent)
   bool has_usage;         // a usage object with completion_tokens
   int usage_prompt;       // usage.prompt_tokens (-1 when absent)
+  int usage_cached;       // usage.prompt_tokens_details.cached_tokens (-1 when absent)
   int usage_completion;   // usage.completion_tokens
   char error[256];        // ERROR: error.message (or the payload); BAD: why
 } oai_chunk;

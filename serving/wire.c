@@ -487,6 +487,7 @@ bool wire_put_events(wire_buf *b, uint32_t epoch, const replica_event *ev, int n
     case REPLICA_EV_FINISHED:
       put_u8(&w, (uint8_t)e->reason);
       put_i32(&w, e->n_generated);
+      put_i32(&w, e->has_cached ? e->cached_tokens : -1);
       break;
     case REPLICA_EV_FAILED:
       put_u32(&w, (uint32_t)e->status);
@@ -533,6 +534,9 @@ bool wire_get_event(wire_reader *r, replica_event *out) {
     if (reason > FINISH_CANCELLED) return false;
     out->reason = (engine_finish_reason)reason;
     out->n_generated = get_i32(r);
+    int32_t cached = get_i32(r);
+    out->has_cached = cached >= 0;
+    out->cached_tokens = cached >= 0 ? cached : 0;
     break;
   }
   case REPLICA_EV_FAILED: {

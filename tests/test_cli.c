@@ -207,3 +207,35 @@ Test(cli, serve_refuses_bad_deployments_in_one_line) {
   cr_expect_eq(rc, 2, "%s", out);
   cr_expect(strstr(out, "--tensor-parallel-size"), "%s", out);
 }
+
+// --- traffic: a prefix or a conversation past the context, a trace line without its
+// conversation, an unknown routing policy: one line, exit 2
+
+Test(cli, traffic_bad_input_is_one_line_and_exit_2) {
+  static const char *const bodies[] = {
+      "deployments: [{dp: 2, policy: prefix-afinity}]\nworkload:\n"
+      "  prompts: [{input: 8, output: 4}]\n  phases: [{fixed: {requests: 1}}]\n",
+      "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 8, output: 4}]\n"
+      "  prefixes: {count: 2, length: 1000}\n  phases: [{fixed: {requests: 1}}]\n",
+      "deployments: [{dp: 1}]\nworkload:\n  prompts: [{input: 100, output: 100}]\n"
+      "  conversations: {turns: 3}\n  phases: [{fixed: {requests: 1}}]\n",
+      "deployments: [{dp: 1}]\nworkload:\n  trace: t.jsonl\n",
+  };
+  static const char *const needles[] = {"key 'policy': expected one of", "key 'length'",
+                                        "key 'conversations'", "key 'conversation': missing"};
+  const char *dir = sc_test_tmpdir("cli-traffic");
+  char path[600];
+  snprintf(path, sizeof path, "%s/t.jsonl", dir);
+  static const char trace[] = "{\"arrival_s\": 0, \"conversation\": 1, \"prompt_tokens\": 8}\n"
+                              "{\"arrival_s\": 1, \"prompt_tokens\": 8}\n";
+  cr_assert_eq(sc_test_write_file(path, trace, strlen(trace)), 0);
+  for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+    char text[1024], name[32], cmd[700];
+    snprintf(text, sizeof text, "name: bad\nmodel: {preset: llama-tiny}\n%s", bodies[i]);
+    snprintf(name, sizeof name, "bad%zu.yaml", i);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+    snprintf(cmd, sizeof cmd, "validate %s", path);
+    expect_bad_input(cmd, name, needles[i]);
+  }
+}

@@ -332,6 +332,25 @@ Test(report, every_plot_has_data_and_script_with_expected_columns_and_rows) {
   }
 }
 
+Test(report, ttft_against_the_cache_hit_rate_is_plotted_only_where_a_phase_measured_it) {
+  report_result res;
+  const char *db = make_db();
+  const char *dir = write_report(db, "/nonexistent/gnuplot", &res);
+  cr_expect_not(exists(dir, "cache.dat"), "no cache plot without prefix_cache_hit_rate");
+  cr_expect_not(exists(dir, "cache.gp"));
+  sc_test_exec(db, "INSERT INTO metric(run_id, deployment_id, phase_id, class, name, value) "
+                   "SELECT run_id, deployment_id, id, '', 'prefix_cache_hit_rate', 0.25 + "
+                   "0.1 * idx FROM phase");
+  dir = write_report(db, "/nonexistent/gnuplot", &res);
+  // a point per phase (two deployments x three concurrencies), a block per deployment
+  expect_dat(dir, "cache.dat", "# hit_pct ttft_mean_ms ttft_p95_ms phase", 4, 6, 2);
+  char *gp = read_file(dir, "cache.gp", NULL);
+  cr_assert_not_null(gp);
+  cr_expect(strstr(gp, "\"cache.dat\" index 1 using 1:3"), "%s", gp);
+  cr_expect(strstr(gp, "set output \"cache.\".fmt"));
+  free(gp);
+}
+
 Test(report, scaling_points_carry_efficiency_and_an_ideal_line_from_the_fewest_gpus) {
   report_result res;
   const char *dir = write_report(make_db(), "/nonexistent/gnuplot", &res);
@@ -750,8 +769,9 @@ Test(report, index_html_has_verdict_tables_and_escaped_scenario) {
   cr_expect_not(strstr(html, "sensitivity"), "no sensitivity columns without the rows");
   cr_expect(strstr(html, "<td>1.74x</td>"), "dp2 speed-up");
   cr_expect(strstr(html, "Deployments x phases"));
-  cr_expect(strstr(html, "<th>KV peak</th><th>busy</th></tr>"));
-  cr_expect(strstr(html, "<td>37.5%</td><td>81.3%</td></tr>"), "KV peak and busy of a row");
+  cr_expect(strstr(html, "<th>KV peak</th><th>busy</th><th>cache hits</th></tr>"));
+  cr_expect(strstr(html, "<td>37.5%</td><td>81.3%</td><td>-</td></tr>"),
+            "KV peak and busy of a row, and no cache hits without prefix caching");
   cr_expect(strstr(html, "TTFT p95 (ms) per prompt class"));
   cr_expect(strstr(html, "<th>long</th>") && strstr(html, "<th>short</th>"));
   cr_expect(strstr(html, "<h3>Faults</h3>"));

@@ -3,6 +3,7 @@
 // Each test runs the real binary on the CPU backend and then reads the results database.
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -610,4 +611,101 @@ Test(run, a_client_that_falls_behind_its_schedule_is_marked_saturated, .timeout 
               "the latency verdict says the client fell behind");
     cr_expect(strstr(table, "client saturated: tp1 open ("), "%s", table);
   }
+}
+
+// --- conversations (workload.conversations) in virtual time
+
+// Runs text (a sim scenario) in-process into a fresh database under tag; the database's path.
+static const char *sim_run(const char *text, const char *tag) {
+  static char path[600];
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_parse(text, strlen(text), "c.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  snprintf(path, sizeof path, "%s/c.db", sc_test_tmpdir(tag));
+  store *db = NULL;
+  cr_assert_eq(store_open(path, &db, &err), SC_OK, "%s", err.msg);
+  runner_options o = runner_options_defaults();
+  o.progress = RUNNER_PROGRESS_NONE;
+  runner_result res;
+  cr_assert_eq(runner_run(s, db, &o, &res, &err), SC_OK, "%s", err.msg);
+  scenario_free(s);
+  store_close(db);
+  return path;
+}
+
+Test(run, a_conversations_turns_arrive_think_time_after_the_turn_before_and_carry_its_history) {
+  static const char text[] =
+      "name: conv\nmodel: {preset: llama-tiny}\nmode: sim\n"
+      "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+      "limits: {prefix_caching: true}\nslo: {prefix_cache_hit_rate: 0.2}\n"
+      "workload:\n  prompts: [{input: 20, output: 10}]\n"
+      "  prefixes: {count: 1, length: 64}\n"
+      "  conversations: {turns: 3, think: 2s}\n"
+      "  phases:\n    - {name: open, rate: 1, requests: 1}\n"
+      "    - {name: closed, fixed: {requests: 6, concurrency: 2}}\n";
+  const char *db = sim_run(text, "conv");
+  // open loop: one conversation of three turns, each 2 s after the one before ended
+  const char *open = "FROM request r JOIN phase p ON p.id = r.phase_id WHERE p.name = 'open'";
+  char sql[512];
+  snprintf(sql, sizeof sql, "SELECT count(*) %s", open);
+  cr_assert_eq(q1(db, sql), 3);
+  for (int t = 1; t < 3; t++) {
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT arrival_ns %s ORDER BY seq LIMIT 1 OFFSET %d) - "
+             "(SELECT finish_ns %s ORDER BY seq LIMIT 1 OFFSET %d)", open, t, open, t - 1);
+    cr_expect_eq(q1(db, sql), 2000000000ll, "turn %d", t);
+    snprintf(sql, sizeof sql, "SELECT prompt_tokens %s ORDER BY seq LIMIT 1 OFFSET %d", open, t);
+    cr_expect_eq(q1(db, sql), 64 + 20 + t * 30, "turn %d: the history, then 20 new tokens", t);
+  }
+  // closed loop: two users, each in its own conversation; 6 requests are two conversations of
+  // three turns, every later turn 2 s after a turn ended
+  const char *closed = "FROM request r JOIN phase p ON p.id = r.phase_id WHERE p.name = 'closed'";
+  snprintf(sql, sizeof sql, "SELECT count(*) %s", closed);
+  cr_assert_eq(q1(db, sql), 6);
+  snprintf(sql, sizeof sql, "SELECT count(*) %s AND prompt_tokens = 84", closed);
+  cr_expect_eq(q1(db, sql), 2);
+  snprintf(sql, sizeof sql,
+           "SELECT count(*) %s AND prompt_tokens > 84 AND arrival_ns - 2000000000 IN "
+           "(SELECT finish_ns FROM request)", closed);
+  cr_expect_eq(q1(db, sql), 4);
+  // the prefix cache: each later turn finds the full blocks of the turn before's prompt (the
+  // reply in its history is the workload's, not the tokens generated): 0, then 80 of 84, then
+  // 112 of 114
+  snprintf(sql, sizeof sql, "SELECT group_concat(cached_tokens) FROM (SELECT cached_tokens %s "
+           "ORDER BY seq)", open);
+  cr_expect_str_eq(q1s(db, sql), "0,80,112");
+  cr_expect_eq(q1(db, "SELECT round(m.value * 1e6) FROM metric m JOIN phase p ON p.id = "
+                     "m.phase_id WHERE p.name = 'open' AND m.name = 'prefix_cache_hit_rate'"),
+               llround(192.0 / 342.0 * 1e6), "the open phase's hit rate");
+  cr_expect_eq(q1(db, "SELECT pass FROM verdict WHERE slo = 'prefix_cache_hit_rate'"), 1);
+}
+
+// --- a ramp that stops at saturation
+
+Test(run, a_ramp_with_saturation_ends_after_its_first_saturated_step_and_records_the_knee) {
+  static const char text[] =
+      "name: sat\nmodel: {preset: llama3-8b, dtype: bf16}\nmode: sim\n"
+      "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+      "workload:\n  prompts: [{input: {uniform: [512, 2048]}, output: {uniform: [64, 256]}}]\n"
+      "  phases:\n    - {name: ramp, ramp: {concurrency: [1, 4, 16, 64, 256, 512, 1024, 2048]},"
+      " hold: 10s, warmup: 2s, saturation: {gain: 0.05, ttft_growth: 3}}\n"
+      "seed: 3\n";
+  const char *db = sim_run(text, "sat");
+  // 512 users: throughput within 5% of 256's while TTFT p95 is past 3x the first step's
+  cr_expect_eq(q1(db, "SELECT count(*) FROM phase"), 6, "1024 and 2048 users were skipped");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM phase WHERE name = 'ramp-c512'"), 1);
+  cr_expect_eq(sc_test_metric(db, "saturation_concurrency"), 256);
+  // the same ramp stopped at 64 users never saturates: no knee, and the row says why
+  char cut[1024];
+  snprintf(cut, sizeof cut, "%s", text);
+  char *at = strstr(cut, "64, 256, 512, 1024, 2048");
+  cr_assert(at);
+  snprintf(at, sizeof cut - (size_t)(at - cut),
+           "64]}, hold: 10s, warmup: 2s, saturation: {}}\nseed: 3\n");
+  db = sim_run(cut, "sat-never");
+  cr_expect_eq(q1(db, "SELECT count(*) FROM phase"), 4);
+  cr_expect_str_eq(q1s(db, "SELECT coalesce(value, 'NULL') || '|' || note FROM metric WHERE "
+                           "name = 'saturation_concurrency'"),
+                   "NULL|the ramp never saturated: every step raised throughput past the gain "
+                   "or kept TTFT p95 within the growth bound");
 }

@@ -1473,3 +1473,74 @@ Test(scenario, an_slo_key_the_deployments_cannot_measure_is_a_warning_naming_why
                       "clock sends every request on schedule)"));
   scenario_free(s);
 }
+
+// --- shared prefixes and conversations (workload.prefixes, workload.conversations)
+
+#define STRUCTURED(keys)                                                                           \
+  "name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"                                \
+  "  prompts: [{input: {uniform: [8, 24]}, output: 16}]\n" keys                                    \
+  "  phases: [{fixed: {requests: 10}}]\n"
+
+Test(scenario_parse, prefixes_and_conversations_read_every_key) {
+  scenario *s = parse_ok(STRUCTURED("  prefixes: {count: 12, length: {uniform: [64, 128]}, "
+                                    "zipf: 0.8}\n"
+                                    "  conversations: {turns: {uniform: [2, 5]}, think: 1500ms}\n"));
+  const scn_workload *w = &s->workload;
+  cr_expect_eq(w->prefixes.count, 12);
+  cr_expect_eq(w->prefixes.length.kind, SCN_DIST_UNIFORM);
+  cr_expect_eq(w->prefixes.length.b, 128);
+  cr_expect_eq(w->prefixes.zipf, 0.8);
+  cr_expect(w->conversations.set);
+  cr_expect_eq(w->conversations.turns.b, 5);
+  cr_expect_eq(w->conversations.think_ns, 1500 * MS);
+  scenario_free(s);
+  s = parse_ok(STRUCTURED("  prefixes: {count: 3, length: 100}\n"));
+  cr_expect_eq(s->workload.prefixes.zipf, 1.0); // the default
+  cr_expect(!s->workload.conversations.set);
+  scenario_free(s);
+}
+
+Test(scenario_errors, a_prefix_or_conversation_past_the_context_is_one_line_at_its_key) {
+  // llama-tiny's context is 512 tokens
+  parse_bad(STRUCTURED("  prefixes: {count: 2, length: 600}\n"),
+            "t.yaml:6:32: key 'length': a shared prefix of up to 600 tokens does not fit the "
+            "context of model 'llama-tiny' (512 tokens;", NULL);
+  parse_bad(STRUCTURED("  prefixes: {count: 2, length: {normal: {mean: 300, stddev: 50}}}\n"),
+            "t.yaml:6:33: key 'length': a shared prefix of up to 600 tokens", NULL);
+  parse_bad(STRUCTURED("  prefixes: {count: 2, length: 200}\n"
+                       "  conversations: {turns: 10, think: 1s}\n"),
+            "t.yaml:7:3: key 'conversations': a conversation can grow to 600 tokens (prefix 200 "
+            "+ 10 turns x 40 tokens of message and reply), past the context of model "
+            "'llama-tiny' (512 tokens)", NULL);
+  parse_bad(STRUCTURED("  conversations: {turns: 300}\n"),
+            "t.yaml:6:26: key 'turns': expected at most 256 turns, got up to 300", NULL);
+  parse_bad(STRUCTURED("  prefixes: {count: 0, length: 10}\n"), "t.yaml:6:21: key 'count'", NULL);
+  parse_bad(STRUCTURED("  prefixes: {length: 10}\n"), "t.yaml:6:14: missing required key 'count'",
+            NULL);
+  parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  dataset: ok.jsonl\n  conversations: {turns: 2}\n"
+            "  phases: [{fixed: {requests: 10}}]\n",
+            "t.yaml:6:19: key 'turns': not with a dataset", NULL);
+  parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  dataset: ok.jsonl\n  prefixes: {count: 2, length: 8}\n"
+            "  phases: [{fixed: {requests: 10}}]\n",
+            "t.yaml:6:3: key 'prefixes': only with 'prompts'", NULL);
+}
+
+Test(scenario_errors, ramp_saturation_keys_are_checked) {
+  scenario *s = parse_ok("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+                         "  prompts: [{input: 10, output: 5}]\n"
+                         "  phases: [{ramp: {concurrency: [1, 2]}, hold: 1s, saturation: {}}]\n");
+  cr_expect(s->workload.phases[0].saturation);
+  cr_expect_eq(s->workload.phases[0].sat_gain, 0.05);
+  cr_expect_eq(s->workload.phases[0].sat_ttft, 3);
+  scenario_free(s);
+  parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  prompts: [{input: 10, output: 5}]\n"
+            "  phases: [{ramp: {concurrency: [1, 2]}, hold: 1s, saturation: {ttft_growth: 0.5}}]\n",
+            "t.yaml:6:", "key 'ttft_growth': expected a factor >= 1");
+  parse_bad("name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\nworkload:\n"
+            "  prompts: [{input: 10, output: 5}]\n"
+            "  phases: [{rate: 5, requests: 3, saturation: {}}]\n",
+            "t.yaml:6:", "key 'saturation': not part of a rate phase");
+}

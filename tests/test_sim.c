@@ -1048,3 +1048,65 @@ Test(sim_run, a_class_slo_is_judged_on_its_own_requests_and_stored_as_class_colo
   free(rows);
   store_close(db);
 }
+
+// --- prefix caching: what a request finds cached, as its FINISHED event says
+
+// Submits key with prompt p (n tokens), drives to idle and returns the cached tokens its
+// FINISHED event reports (-1: it reported none).
+static int cached_of(simbed *b, replica *r, uint64_t key, const int32_t *p, int n) {
+  engine_request q = {.prompt = p, .n_prompt = n, .max_tokens = 4};
+  sc_error err = {{0}};
+  cr_assert_eq(replica_submit(r, key, &q, &err), SC_OK, "%s", err.msg);
+  int cached = -2;
+  for (int guard = 0; guard < 100000 && cached == -2; guard++) {
+    uint64_t next = replica_next_ns(r);
+    if (next != UINT64_MAX) {
+      b->now = next;
+      replica_advance(r, b->now);
+    }
+    replica_event ev[64];
+    int m = replica_poll(r, ev, 64);
+    for (int i = 0; i < m; i++)
+      if (ev[i].kind == REPLICA_EV_FINISHED && ev[i].key == key)
+        cached = ev[i].has_cached ? ev[i].cached_tokens : -1;
+    if (next == UINT64_MAX && m == 0 && cached == -2) break;
+  }
+  cr_assert_neq(cached, -2, "request %llu never finished", (unsigned long long)key);
+  return cached;
+}
+
+Test(sim, the_cache_hit_count_equals_the_full_blocks_shared_with_an_earlier_request) {
+  simbed *b = sc_test_simbed_new("llama3-8b", "h100-sxm", 1, 1, 4096);
+  b->cfg.prefix_caching = true;
+  int bs = b->cfg.block_size;
+  cr_assert_eq(bs, 16);
+  replica *r = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
+  int32_t a[200], p[200];
+  sc_test_prompt(a, 200, 1);
+  cr_expect_eq(cached_of(b, r, 0, a, 200), 0, "nothing is cached before the first request");
+  // shares 100 tokens: 6 full blocks (96 tokens) of the first request's prompt
+  memcpy(p, a, sizeof p);
+  for (int i = 100; i < 200; i++) p[i] = 3 + (p[i] + 1) % 400;
+  cr_expect_eq(cached_of(b, r, 1, p, 200), 96);
+  // shares 128 tokens with the first: 8 blocks, whatever the second shared
+  for (int i = 128; i < 200; i++) p[i] = a[i] == 5 ? 6 : 5;
+  memcpy(p, a, 128 * sizeof *p);
+  cr_expect_eq(cached_of(b, r, 2, p, 150), 128);
+  // the whole prompt again: every full block but the one holding the last token (computed anew
+  // to give the first output)
+  cr_expect_eq(cached_of(b, r, 3, a, 200), 192);
+  cr_expect_eq(cached_of(b, r, 4, a, 192), 176, "the last token's block is computed again");
+  // unrelated tokens: nothing
+  sc_test_prompt(p, 200, 77);
+  cr_expect_eq(cached_of(b, r, 5, p, 200), 0);
+  replica_free(r);
+  // without prefix caching the engine reports no cached count at all
+  b->cfg.prefix_caching = false;
+  cr_assert_eq(replica_sim_new(&b->cfg, 0, &r, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(cached_of(b, r, 0, a, 200), -1);
+  cr_expect_eq(cached_of(b, r, 1, a, 200), -1);
+  replica_free(r);
+  sc_test_simbed_free(b);
+}

@@ -274,6 +274,17 @@ static const plant plants[] = {
      "  phases: [{ramp: {concurrency: [1, 2]}, hold: 2500ms}]\n"
      "faults: [{at: 1s, hot_swap: {launch: \"@SWAP@\"}}]\n"
      "router: {detect_timeout: 1s}\n"},
+    // prefix caching on, prompts that share nothing: a measured hit rate of 0 (serve with
+    // --enable-prefix-caching reports usage.prompt_tokens_details.cached_tokens; the stand-in
+    // sends none)
+    {"cache", ALL,
+     "deployments: [{dp: 1}]\nlimits: {prefix_caching: true}\n"
+     "workload:\n  prompts: [{input: 16, output: 8}]\n"
+     "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n",
+     "@CACHE@", 0, "0 --enable-prefix-caching", "", "", NULL,
+     "deployments: [{dp: 1}]\n"
+     "workload:\n  prompts: [{input: 16, output: 8}]\n"
+     "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n"},
 };
 
 // Pairs planted elsewhere: the key, the kinds, and where and why.
@@ -323,6 +334,8 @@ static const char *keys_of(const plant *p, mt_kind k) {
   snprintf(buf, sizeof buf, "%s", keys);
   // a text-only server gives no token ids to compare a swap's weights by
   replace(buf, sizeof buf, "@AGREE@", k == MT_KIND_TEXT ? "swap_agreement?" : "swap_agreement");
+  replace(buf, sizeof buf, "@CACHE@",
+          k == MT_KIND_TEXT ? "prefix_cache_hit_rate?" : "prefix_cache_hit_rate");
   return buf;
 }
 
@@ -543,3 +556,8 @@ PLANT_TEST(swap_on_local, 7, MT_KIND_LOCAL, 120)
 PLANT_TEST(swap_on_process, 7, MT_KIND_PROCESS, 120)
 PLANT_TEST(swap_on_serve, 7, MT_KIND_SERVE, 120)
 PLANT_TEST(swap_on_text, 7, MT_KIND_TEXT, 120)
+PLANT_TEST(cache_on_sim, 8, MT_KIND_SIM, 60)
+PLANT_TEST(cache_on_local, 8, MT_KIND_LOCAL, 120)
+PLANT_TEST(cache_on_process, 8, MT_KIND_PROCESS, 120)
+PLANT_TEST(cache_on_serve, 8, MT_KIND_SERVE, 120)
+PLANT_TEST(cache_on_text, 8, MT_KIND_TEXT, 120)

@@ -16,6 +16,7 @@
 
 #include "config/presets.h"
 #include "engine/model.h"
+#include "engine/tokenizer.h"
 #include "scenarios/workload.h"
 #include "tests/helpers.h"
 
@@ -442,7 +443,7 @@ Test(workload, dataset_bad_lines_name_file_line_and_key) {
       {"{\"prompt_tokens\": 5}\n\n{\"prompt_tokens\": \"5\"}\n",
        "3: key 'prompt_tokens': expected an integer >= 1, got a string"},
       {"{\"prompt_tokens\": 5, \"max_tokens\": 3}\n",
-       "1: key 'max_tokens': expected one of prompt_tokens, prompt, output_tokens"},
+       "1: key 'max_tokens': expected one of prompt_tokens, prompt, output_tokens, turns"},
       {"{\"prompt_tokens\": 5}\n{\"prompt_tokens\": 4, \"output_tokens\": 0}\n",
        "2: key 'output_tokens': expected an integer >= 1, got 0"},
       {"{\"prompt_tokens\": 2.5}\n",
@@ -631,3 +632,274 @@ Test(workload, bad_rate_phase_is_refused) {
 }
 
 Test(workload, free_of_null_is_a_no_op) { workload_free(NULL); }
+
+// --- shared prefixes and conversations
+
+static scenario *prefix_scenario(int count, double zipf, scn_dist len) {
+  scenario *s = tiny_scenario();
+  add_class(s, "chat", 1, dist(SCN_DIST_UNIFORM, 8, 24), fixed(16));
+  s->workload.prefixes = (scn_prefixes){.count = count, .length = len, .zipf = zipf};
+  return s;
+}
+
+Test(workload, prefix_popularity_follows_zipf_within_sampling_error_and_prefixes_repeat_exactly) {
+  enum { N = 8, DRAWS = 20000 };
+  scenario *s = prefix_scenario(N, 1.0, dist(SCN_DIST_UNIFORM, 40, 80));
+  workload *w = make(s, 5);
+  int count[N] = {0}, len[N] = {0};
+  int32_t head[N][80];
+  for (uint64_t i = 0; i < DRAWS; i++) {
+    wl_request r;
+    workload_request(w, i, &r);
+    cr_assert(r.prefix >= 0 && r.prefix < N, "prefix %d", r.prefix);
+    cr_assert(r.n_prefix >= 40 && r.n_prefix <= 80, "prefix length %d", r.n_prefix);
+    int own = r.n_prompt - r.n_prefix;
+    cr_assert(own >= 8 && own <= 24, "own tokens %d", own);
+    cr_assert_eq(r.conv, -1);
+    int p = r.prefix;
+    if (!count[p]++) {
+      len[p] = r.n_prefix;
+      memcpy(head[p], r.prompt, (size_t)r.n_prefix * sizeof *r.prompt);
+    } else {
+      cr_assert_eq(r.n_prefix, len[p]);
+      cr_assert(!memcmp(head[p], r.prompt, (size_t)len[p] * sizeof *r.prompt),
+                "request %" PRIu64 " has prefix %d's length but not its tokens", i, p);
+    }
+  }
+  double h = 0;
+  for (int i = 0; i < N; i++) h += 1.0 / (i + 1);
+  for (int i = 0; i < N; i++) {
+    double pi = 1.0 / (i + 1) / h, sd = sqrt(DRAWS * pi * (1 - pi));
+    cr_expect(fabs(count[i] - DRAWS * pi) < 4.5 * sd, "prefix %d: %d draws, expected %.0f +- %.0f",
+              i, count[i], DRAWS * pi, sd);
+  }
+  for (int i = 1; i < N; i++)
+    cr_expect(len[i] != len[0] || memcmp(head[i], head[0], (size_t)len[0] * sizeof **head),
+              "prefixes 0 and %d are the same tokens", i);
+  workload_free(w);
+  // zipf 0: every prefix equally often
+  s->workload.prefixes.zipf = 0;
+  w = make(s, 5);
+  int flat[N] = {0};
+  for (uint64_t i = 0; i < DRAWS; i++) {
+    wl_request r;
+    workload_request(w, i, &r);
+    flat[r.prefix]++;
+  }
+  double sd = sqrt(DRAWS * (1.0 / N) * (1 - 1.0 / N));
+  for (int i = 0; i < N; i++)
+    cr_expect(fabs(flat[i] - DRAWS / (double)N) < 4.5 * sd, "prefix %d: %d draws", i, flat[i]);
+  workload_free(w);
+  free(s);
+}
+
+Test(workload, conversation_turns_extend_the_history_and_follow_the_turns_distribution) {
+  enum { CONVS = 4000 };
+  scenario *s = prefix_scenario(4, 1.0, fixed(64));
+  s->workload.classes[0].input = dist(SCN_DIST_UNIFORM, 4, 12);
+  s->workload.classes[0].output = dist(SCN_DIST_UNIFORM, 4, 12);
+  s->workload.conversations = (scn_conversations){
+      .set = true, .turns = dist(SCN_DIST_UNIFORM, 2, 6), .think_ns = 1500000000ull};
+  workload *w = make(s, 9);
+  cr_assert(workload_conversations(w));
+  cr_assert_eq(workload_think_ns(w), 1500000000ull);
+  double sum = 0, sum2 = 0;
+  int seen[7] = {0};
+  int32_t *prev = malloc(CTX * sizeof *prev);
+  cr_assert(prev);
+  for (uint64_t c = 0; c < CONVS; c++) {
+    int k = workload_turns(w, c);
+    cr_assert(k >= 2 && k <= 6, "conversation %" PRIu64 ": %d turns", c, k);
+    seen[k]++;
+    sum += k;
+    sum2 += (double)k * k;
+    if (c >= 50) continue; // the history check on the first 50
+    int n_prev = 0, out_prev = 0;
+    for (int t = 0; t < k; t++) {
+      wl_request r;
+      workload_turn(w, c, t, &r);
+      cr_assert_eq(r.conv, (int64_t)c);
+      cr_assert_eq(r.turn, t);
+      cr_assert_eq(r.n_prefix, 64);
+      cr_assert(r.n_prompt + r.max_tokens <= CTX);
+      if (t > 0) {
+        int added = r.n_prompt - n_prev - out_prev; // the new message
+        cr_assert(added >= 4 && added <= 12, "turn %d adds %d tokens after the reply", t, added);
+        cr_assert(!memcmp(prev, r.prompt, (size_t)n_prev * sizeof *prev),
+                  "turn %d does not begin with turn %d's prompt", t, t - 1);
+      }
+      memcpy(prev, r.prompt, (size_t)r.n_prompt * sizeof *prev);
+      n_prev = r.n_prompt;
+      out_prev = r.max_tokens;
+    }
+  }
+  double mean = sum / CONVS, var = sum2 / CONVS - mean * mean;
+  // uniform integers 2..6: mean 4, variance 2
+  cr_expect(fabs(mean - 4.0) < 4.5 * sqrt(2.0 / CONVS), "mean turns %.3f", mean);
+  cr_expect(fabs(var - 2.0) < 0.15, "variance of turns %.3f", var);
+  for (int k = 2; k <= 6; k++)
+    cr_expect(fabs(seen[k] - CONVS / 5.0) < 4.5 * sqrt(CONVS * 0.2 * 0.8), "%d turns: %d", k,
+              seen[k]);
+  // the same seed gives the same conversation; another seed another
+  workload *again = make(s, 9), *other = make(s, 10);
+  wl_request a, b;
+  workload_turn(w, 17, 1, &a);
+  uint64_t fa = fingerprint(&a);
+  workload_turn(again, 17, 1, &b);
+  cr_expect_eq(fingerprint(&b), fa);
+  workload_turn(other, 17, 1, &b);
+  cr_expect_neq(fingerprint(&b), fa);
+  // a request index is its conversation's first turn (what validate and serve's warm-up use)
+  workload_request(w, 17, &b);
+  workload_turn(again, 17, 0, &a);
+  cr_expect_eq(fingerprint(&a), fingerprint(&b));
+  free(prev);
+  workload_free(w);
+  workload_free(again);
+  workload_free(other);
+  free(s);
+}
+
+Test(workload, a_conversation_that_would_outgrow_the_context_ends_at_the_last_turn_that_fits) {
+  scenario *s = prefix_scenario(1, 1.0, fixed(100));
+  s->workload.classes[0].input = fixed(50);
+  s->workload.classes[0].output = fixed(50);
+  s->workload.conversations = (scn_conversations){.set = true, .turns = fixed(40)};
+  workload *w = make(s, 1);
+  // 100 + 4 x 100 = 500 fits the context of 512; a fifth turn would need 600
+  cr_assert_eq(workload_turns(w, 0), 4);
+  wl_request r;
+  workload_turn(w, 0, 3, &r);
+  cr_expect_eq(r.n_prompt, 100 + 3 * 100 + 50);
+  cr_expect_eq(r.max_tokens, 50);
+  workload_free(w);
+  free(s);
+}
+
+Test(workload, without_prefixes_or_conversations_a_request_has_neither) {
+  // (that such a workload's requests did not change is ci/same-rows.sh's to prove)
+  scenario *s = tiny_scenario();
+  add_class(s, "a", 1, dist(SCN_DIST_UNIFORM, 8, 64), dist(SCN_DIST_UNIFORM, 4, 16));
+  workload *w = make(s, 42);
+  wl_request r;
+  workload_request(w, 3, &r);
+  cr_expect_eq(r.prefix, -1);
+  cr_expect_eq(r.n_prefix, 0);
+  cr_expect_eq(r.conv, -1);
+  cr_expect(!workload_conversations(w));
+  cr_expect_eq(workload_turns(w, 3), 1);
+  workload_free(w);
+  free(s);
+}
+
+// --- a trace's conversations ("conversation" on every line)
+
+static scenario *trace_scenario(const char *path) {
+  scenario *s = dataset_scenario(path);
+  s->workload.trace = true;
+  s->workload.phases[0] = (scn_phase){.kind = SCN_PHASE_RATE, .arrival = SCN_ARRIVAL_TRACE,
+                                      .rate = 1, .requests = 4};
+  s->workload.n_phases = 1;
+  return s;
+}
+
+Test(workload, a_traces_conversation_turn_carries_the_turn_before_and_names_it) {
+  const char *path = sc_test_write_tmp(
+      "wl-conv", "t.jsonl",
+      "{\"arrival_s\": 0, \"conversation\": \"x\", \"prompt_tokens\": 40, \"output_tokens\": 10}\n"
+      "{\"arrival_s\": 0.5, \"conversation\": 7, \"prompt_tokens\": 30, \"output_tokens\": 5}\n"
+      "{\"arrival_s\": 1, \"conversation\": \"x\", \"prompt_tokens\": 70, \"output_tokens\": 8}\n"
+      "{\"arrival_s\": 2, \"conversation\": \"x\", \"prompt_tokens\": 50, \"output_tokens\": 8}\n");
+  scenario *s = trace_scenario(path);
+  workload *w = make(s, 3);
+  int32_t first[40];
+  wl_request r;
+  workload_request(w, 0, &r);
+  cr_expect_eq(r.conv, 0);
+  cr_expect_eq(r.prev, -1);
+  memcpy(first, r.prompt, sizeof first);
+  workload_request(w, 1, &r);
+  cr_expect_eq(r.conv, 1);
+  cr_expect_eq(r.prev, -1);
+  workload_request(w, 2, &r);
+  cr_expect_eq(r.conv, 0);
+  cr_expect_eq(r.prev, 0, "line 3 follows line 1 of conversation x");
+  cr_expect_eq(r.n_prompt, 70);
+  cr_expect(!memcmp(first, r.prompt, sizeof first), "its prompt begins with line 1's");
+  int32_t third[70];
+  memcpy(third, r.prompt, sizeof third);
+  workload_request(w, 3, &r); // shorter than the turn before: its first 50 tokens
+  cr_expect_eq(r.prev, 2);
+  cr_expect_eq(r.n_prompt, 50);
+  cr_expect(!memcmp(third, r.prompt, 50 * sizeof *third));
+  workload_free(w);
+  free(s);
+}
+
+Test(workload, a_trace_line_without_its_conversation_is_refused_naming_the_line) {
+  const char *path = sc_test_write_tmp(
+      "wl-conv-missing", "t.jsonl",
+      "{\"arrival_s\": 0, \"conversation\": \"x\", \"prompt_tokens\": 40}\n"
+      "{\"arrival_s\": 1, \"prompt_tokens\": 30}\n");
+  int n = 0;
+  uint64_t last = 0;
+  sc_error err = {{0}};
+  cr_assert_eq(workload_trace_scan(path, &n, &last, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "t.jsonl:2: key 'conversation': missing"), "%s", err.msg);
+  cr_expect_null(strchr(err.msg, '\n'));
+  path = sc_test_write_tmp("wl-conv-late", "t.jsonl",
+                           "{\"arrival_s\": 0, \"prompt_tokens\": 40}\n"
+                           "{\"arrival_s\": 1, \"conversation\": \"\", \"prompt_tokens\": 30}\n");
+  cr_assert_eq(workload_trace_scan(path, &n, &last, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "t.jsonl:2: key 'conversation': expected a non-empty string"), "%s",
+            err.msg);
+  path = sc_test_write_tmp("wl-conv-late2", "t.jsonl",
+                           "{\"arrival_s\": 0, \"prompt_tokens\": 40}\n"
+                           "{\"arrival_s\": 1, \"conversation\": 3, \"prompt_tokens\": 30}\n");
+  cr_assert_eq(workload_trace_scan(path, &n, &last, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "t.jsonl:2: key 'conversation': the lines above name none"), "%s",
+            err.msg);
+}
+
+// --- a dataset of conversations ("turns" on every line)
+
+Test(workload, a_conversation_datasets_turns_carry_the_history_and_cycle_by_line) {
+  const char *path = sc_test_write_tmp(
+      "wl-dsconv", "c.jsonl",
+      "{\"turns\": [{\"prompt_tokens\": 20, \"output_tokens\": 5}, {\"prompt\": \"hello there\", "
+      "\"output_tokens\": 4}]}\n"
+      "{\"turns\": [{\"prompt_tokens\": 10}]}\n");
+  scenario *s = dataset_scenario(path);
+  s->workload.conversations = (scn_conversations){.set = true, .think_ns = 7};
+  workload *w = make(s, 2);
+  cr_assert(workload_conversations(w));
+  cr_expect_eq(workload_think_ns(w), 7);
+  cr_expect_eq(workload_turns(w, 0), 2);
+  cr_expect_eq(workload_turns(w, 1), 1);
+  cr_expect_eq(workload_turns(w, 2), 2, "conversation 2 is line 1 again");
+  wl_request r;
+  workload_turn(w, 0, 0, &r);
+  cr_expect_eq(r.n_prompt, 20);
+  cr_expect_eq(r.max_tokens, 5);
+  int32_t first[20];
+  memcpy(first, r.prompt, sizeof first);
+  workload_turn(w, 0, 1, &r);
+  int32_t text[32];
+  int n_text = tokenizer_encode(&s->model.config, "hello there", text, 32);
+  cr_expect_eq(r.n_prompt, 20 + 5 + n_text, "the history, its reply, then the new message");
+  cr_expect_eq(r.max_tokens, 4);
+  cr_expect(!memcmp(first, r.prompt, sizeof first));
+  cr_expect(!memcmp(text, r.prompt + 25, (size_t)n_text * sizeof *text));
+  workload_turn(w, 1, 0, &r);
+  cr_expect_eq(r.max_tokens, 128, "output_tokens defaults to 128");
+  workload_free(w);
+  // every line a conversation or none
+  path = sc_test_write_tmp("wl-dsconv-mixed", "c.jsonl",
+                           "{\"turns\": [{\"prompt_tokens\": 20}]}\n{\"prompt_tokens\": 10}\n");
+  snprintf(s->workload.dataset, sizeof s->workload.dataset, "%s", path);
+  workload *bad = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(workload_new(s, 2, &bad, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "c.jsonl:2: key 'turns': missing"), "%s", err.msg);
+  free(s);
+}
