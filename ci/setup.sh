@@ -20,6 +20,7 @@ pkgs=(
   python3                            # tests/openai_standin.py, the HTTP targets' stand-in server
   file dpkg-dev                      # ci/package.sh: CPack's DEB generator (file types, dpkg-shlibdeps)
   groff-base                         # tests/test_help.c: the man page renders without warnings
+  openmpi-bin libopenmpi-dev         # MPI: ranks as processes, many clients, sweeps (optional build)
 )
 
 # The official `openai` npm package, pinned (tests/clients/package.json), for the serve tests
