@@ -12,10 +12,27 @@
 //             >= 5,000 streams, >= 50,000 chunks/s, step ends within 1 ms of their deadline at
 //             p99.
 //
+//   hostile   sim mode with default flags: 2,000 slowloris connections (half a request, then a
+//             byte a second) and 1,000 idle ones held open (each reopened when the server closes
+//             it) while a legitimate client probes /health and runs completions. Target: every
+//             completion succeeds, /health answers within 100 ms.
+//   flood     sim mode with default flags: 5,000 streams at once; each completes or is refused
+//             with 503, and the refusals equal shardcheck:requests_rejected_total.
+//   aborts    sim mode: 10 rounds of 1,000 streams each aborted by its client after two chunks;
+//             RSS (this process: server and client) after each round. Target: round 10 within
+//             10% of round 1.
+//
 // Prints one table per mode; numbers go to docs/benchmarks.md with the machine.
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,16 +80,24 @@ static size_t on_data(char *p, size_t sz, size_t n, void *ud) {
   return k;
 }
 
-static CURL *easy(int port, const char *body, stream *s, struct curl_slist *hl) {
+// A POST of body to url, its response to fn(ud), for a multi handle.
+static CURL *post(const char *url, const char *body, struct curl_slist *hl,
+                  size_t (*fn)(char *, size_t, size_t, void *), void *ud) {
   CURL *c = curl_easy_init();
-  char url[128];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, fn);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, ud);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 600L);
+  return c;
+}
+
+static CURL *easy(int port, const char *body, stream *s, struct curl_slist *hl) {
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
+  CURL *c = post(url, body, hl, on_data, s); // (libcurl copies the URL)
   curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
   return c;
 }
@@ -416,6 +441,351 @@ static void capacity(int n, int tokens, const char *model, int tp, int dp, int s
   serve_deploy_free(keep);
 }
 
+// --- hostile, flood, aborts: a server with serve's default flags
+static server *start_defaults(const char *model, int tp, void **keep, int *port) {
+  serve_deploy d = {.model = model, .sim = true, .profile = "h100-sxm", .tp = tp, .pp = 1, .dp = 1};
+  server_config c = server_config_defaults();
+  sc_error err = {{0}};
+  if (serve_deploy_config(&d, &c, keep, &err) != SC_OK) {
+    fprintf(stderr, "bench_serve: %s\n", err.msg);
+    exit(2);
+  }
+  c.port = 0;
+  c.served_name = d.model;
+  server *s = NULL;
+  if (server_new(&c, &s, &err) != SC_OK || server_wait_ready(s, &err) != SC_OK) {
+    fprintf(stderr, "bench_serve: %s\n", err.msg);
+    exit(3);
+  }
+  *port = server_port(s);
+  return s;
+}
+
+static void raise_nofile(void) { // as `shardcheck serve` does
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+static int connect_to(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(0x7f000001)};
+  if (fd >= 0) (void)connect(fd, (struct sockaddr *)&a, sizeof a); // EINPROGRESS
+  return fd;
+}
+
+// One blocking request on a fresh connection; its status (0: failed), its wall time in ms.
+static long one_request(int port, const char *path, const char *body, double *ms) {
+  CURL *c = curl_easy_init();
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  FILE *sink = fopen("/dev/null", "w");
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  struct curl_slist *hl = NULL;
+  if (body) {
+    hl = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+  }
+  uint64_t t0 = sc_monotonic_ns();
+  CURLcode rc = curl_easy_perform(c);
+  *ms = (double)(sc_monotonic_ns() - t0) / 1e6;
+  long status = 0;
+  if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(c);
+  curl_slist_free_all(hl);
+  fclose(sink);
+  return status;
+}
+
+typedef struct attack {
+  int port, n_slow, n_idle;
+  volatile int stop;
+  long reopened; // connections the server closed, opened again
+} attack;
+
+// Holds n_slow slowloris and n_idle idle connections open until stop: every second each slow
+// one sends one more byte of a request it never finishes; a closed one is opened again.
+static void *attacker(void *arg) {
+  attack *a = arg;
+  int n = a->n_slow + a->n_idle;
+  int *fd = calloc((size_t)n, sizeof *fd);
+  static const char half[] = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  for (int i = 0; i < n; i++) fd[i] = -1;
+  while (!a->stop) {
+    for (int i = 0; i < n && !a->stop; i++) {
+      if (fd[i] >= 0) { // closed by the server?
+        char b[256];
+        ssize_t r = recv(fd[i], b, sizeof b, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINPROGRESS &&
+                       errno != ENOTCONN)) {
+          close(fd[i]);
+          fd[i] = -1;
+          a->reopened++;
+        }
+      }
+      if (fd[i] < 0) {
+        fd[i] = connect_to(a->port);
+        if (i < a->n_slow) (void)send(fd[i], half, sizeof half - 1, MSG_NOSIGNAL);
+      } else if (i < a->n_slow) {
+        (void)send(fd[i], "x", 1, MSG_NOSIGNAL);
+      }
+    }
+    for (int k = 0; k < 10 && !a->stop; k++) usleep(100000);
+  }
+  for (int i = 0; i < n; i++)
+    if (fd[i] >= 0) close(fd[i]);
+  free(fd);
+  return NULL;
+}
+
+static void hostile(int n_slow, int n_idle, int seconds) {
+  raise_nofile();
+  void *keep = NULL;
+  int port = 0;
+  server *s = start_defaults("llama3-70b", 4, &keep, &port);
+  attack a = {.port = port, .n_slow = n_slow, .n_idle = n_idle};
+  pthread_t t;
+  pthread_create(&t, NULL, attacker, &a);
+  sleep(2); // the connections are open
+  enum { MAXP = 4096 };
+  static double health[MAXP], comp[MAXP];
+  int nh = 0, nc = 0, h_ok = 0, c_ok = 0;
+  uint64_t end = sc_monotonic_ns() + (uint64_t)seconds * 1000000000ull;
+  while (sc_monotonic_ns() < end && nh < MAXP) {
+    double ms;
+    h_ok += one_request(port, "/health", NULL, &ms) == 200;
+    if (ms > 100)
+      fprintf(stderr, "bench_serve: /health took %.1f ms at %.2f s\n", ms,
+              (double)(sc_monotonic_ns() - (end - (uint64_t)seconds * 1000000000ull)) / 1e9);
+    health[nh++] = ms;
+    if (nh % 10 == 0 && nc < MAXP) {
+      c_ok +=
+          one_request(port, "/v1/completions",
+                      "{\"prompt\":\"legit\",\"max_tokens\":16,\"ignore_eos\":true}", &ms) == 200;
+      comp[nc++] = ms;
+    }
+    usleep(100000);
+  }
+  FILE *f = scrape(port);
+  double timed_out = metric_in(f, "shardcheck:connections_timed_out_total");
+  fclose(f);
+  a.stop = 1;
+  pthread_join(t, NULL);
+  server_free(s);
+  serve_deploy_free(keep);
+  qsort(health, (size_t)nh, sizeof *health, cmp_d);
+  qsort(comp, (size_t)nc, sizeof *comp, cmp_d);
+  printf("hostile: sim llama3-70b tp4 on h100-sxm, default flags (--request-timeout 10); %d "
+         "slowloris + %d idle connections held for %d s (reopened when closed)\n\n",
+         n_slow, n_idle, seconds);
+  printf("| what | count | ok | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|\n");
+  printf("| GET /health | %d | %d | %.2f | %.2f | %.2f |\n", nh, h_ok, health[nh / 2],
+         health[(nh * 99) / 100], health[nh - 1]);
+  printf("| completion, 16 tokens | %d | %d | %.2f | %.2f | %.2f |\n\n", nc, c_ok,
+         nc ? comp[nc / 2] : 0, nc ? comp[(nc * 99) / 100] : 0, nc ? comp[nc - 1] : 0);
+  printf("hostile connections closed by the server (request timeout): %.0f; reopened by the "
+         "attacker: %ld\n",
+         timed_out, a.reopened);
+}
+
+typedef struct flood_one {
+  long status;
+  bool done;
+  char tail[16];
+} flood_one;
+
+static size_t flood_data(char *p, size_t sz, size_t n, void *ud) {
+  flood_one *f = ud;
+  size_t k = sz * n, keep = strlen(f->tail);
+  char buf[16 + 64];
+  size_t take = k < 64 ? k : 64;
+  memcpy(buf, f->tail, keep);
+  memcpy(buf + keep, p + k - take, take);
+  buf[keep + take] = 0;
+  if (strstr(buf, "[DONE]")) f->done = true;
+  size_t tl = keep + take < 12 ? keep + take : 12;
+  memcpy(f->tail, buf + keep + take - tl, tl);
+  f->tail[tl] = 0;
+  return k;
+}
+
+static void flood(int n, int tokens) {
+  raise_nofile();
+  void *keep = NULL;
+  int port = 0;
+  server *s = start_defaults("llama3-70b", 4, &keep, &port);
+  CURLM *m = curl_multi_init();
+  struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
+  char body[256];
+  snprintf(body, sizeof body,
+           "{\"prompt\":\"flood\",\"max_tokens\":%d,\"ignore_eos\":true,\"stream\":true}", tokens);
+  flood_one *st = calloc((size_t)n, sizeof *st);
+  CURL **e = calloc((size_t)n, sizeof *e);
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
+  uint64_t t0 = sc_monotonic_ns();
+  for (int i = 0; i < n; i++)
+    curl_multi_add_handle(m, e[i] = post(url, body, hl, flood_data, &st[i]));
+  int running = n;
+  while (running) {
+    curl_multi_perform(m, &running);
+    if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+  }
+  double wall = (double)(sc_monotonic_ns() - t0) / 1e9;
+  int done = 0, refused = 0, other = 0;
+  for (int i = 0; i < n; i++) {
+    curl_easy_getinfo(e[i], CURLINFO_RESPONSE_CODE, &st[i].status);
+    if (st[i].status == 200 && st[i].done)
+      done++;
+    else if (st[i].status == 503)
+      refused++;
+    else
+      other++;
+    curl_multi_remove_handle(m, e[i]);
+    curl_easy_cleanup(e[i]);
+  }
+  FILE *f = scrape(port);
+  double rejected = metric_in(f, "shardcheck:requests_rejected_total");
+  fclose(f);
+  curl_multi_cleanup(m);
+  curl_slist_free_all(hl);
+  free(st);
+  free(e);
+  server_free(s);
+  serve_deploy_free(keep);
+  printf("flood: sim llama3-70b tp4 on h100-sxm, default flags (--max-num-seqs 256, --max-pending "
+         "4096, --max-connections 4416); %d streams of %d tokens at once\n\n",
+         n, tokens);
+  printf("| streams | completed | refused 503 | other | requests_rejected_total | wall s |\n"
+         "|---:|---:|---:|---:|---:|---:|\n| %d | %d | %d | %d | %.0f | %.1f |\n",
+         n, done, refused, other, rejected, wall);
+}
+
+static long rss_kb(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  char line[256];
+  long v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6)) v = atol(line + 6);
+  if (f) fclose(f);
+  return v;
+}
+
+typedef struct abort_one {
+  int chunks;
+} abort_one;
+
+static size_t abort_data(char *p, size_t sz, size_t n, void *ud) {
+  abort_one *a = ud;
+  for (const char *q = p; (q = memchr(q, '\n', (size_t)(p + sz * n - q))); q++) a->chunks++;
+  return a->chunks >= 4 ? 0 : sz * n; // two chunks: "data: ...\n\n" twice
+}
+
+// The server of `aborts` in a child process of its own, so that its RSS is the server's alone
+// (libcurl's buffers live in this one): the child writes its port to the pipe and serves until
+// the pipe's other end closes.
+static pid_t serve_child(int *port, int *ctl) {
+  int up[2], down[2];
+  if (pipe(up) || pipe(down)) exit(3);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    void *keep = NULL;
+    int p = 0;
+    server *s = start_defaults("llama3-70b", 4, &keep, &p);
+    if (write(up[1], &p, sizeof p) != sizeof p) _exit(3);
+    char c;
+    while (read(down[0], &c, 1) > 0) {
+    } // until the parent closes it
+    server_free(s);
+    serve_deploy_free(keep);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  if (read(up[0], port, sizeof *port) != sizeof *port) exit(3);
+  close(up[0]);
+  *ctl = down[1];
+  return pid;
+}
+
+static void aborts(int rounds, int n) {
+  raise_nofile();
+  int port = 0, ctl = -1;
+  pid_t child = serve_child(&port, &ctl);
+  struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
+  const char *body =
+      "{\"prompt\":\"abort me\",\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}";
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", port);
+  long rss[64];
+  printf("aborts: sim llama3-70b tp4 on h100-sxm, default flags; %d rounds of %d streams, each "
+         "aborted by its client after two chunks; RSS of the server's process 1.5 s after the "
+         "round's last cancel\n\n",
+         rounds, n);
+  printf("| round | aborted | cancelled (server) | KV blocks used after | RSS kB |\n"
+         "|---:|---:|---:|---:|---:|\n");
+  for (int r = 0; r < rounds && r < 64; r++) {
+    CURLM *m = curl_multi_init();
+    abort_one *st = calloc((size_t)n, sizeof *st);
+    CURL **e = calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++)
+      curl_multi_add_handle(m, e[i] = post(url, body, hl, abort_data, &st[i]));
+    int running = n, aborted = 0;
+    while (running) {
+      curl_multi_perform(m, &running);
+      if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(m, &left)))
+      aborted += msg->msg == CURLMSG_DONE && msg->data.result == CURLE_WRITE_ERROR;
+    for (int i = 0; i < n; i++) {
+      curl_multi_remove_handle(m, e[i]);
+      curl_easy_cleanup(e[i]);
+    }
+    curl_multi_cleanup(m);
+    free(st);
+    free(e);
+    double cancelled = 0, kv = -1;
+    uint64_t dl = sc_monotonic_ns() + 30000000000ull; // the server has them all cancelled
+    while (sc_monotonic_ns() < dl) {
+      FILE *f = scrape(port);
+      cancelled = metric_in(f, "shardcheck:requests_cancelled_total");
+      kv = metric_in(f, "shardcheck:kv_blocks_used{replica=\"0\"}");
+      fclose(f);
+      if (cancelled >= (double)(r + 1) * n && kv == 0) break;
+      usleep(20000);
+    }
+    usleep(1500000); // an idle server trims its heap within a second (server/loop.c)
+    rss[r] = rss_kb(child);
+    for (int k = 0; k < 10; k++) { // settled: two reads 200 ms apart within 1%
+      usleep(200000);
+      long again = rss_kb(child);
+      bool same = labs(again - rss[r]) * 100 <= rss[r];
+      rss[r] = again;
+      if (same) break;
+    }
+    printf("| %d | %d | %.0f | %.0f | %ld |\n", r + 1, aborted, cancelled, kv, rss[r]);
+  }
+  printf("\nRSS after the last round / after the first: %.3f\n",
+         (double)rss[rounds - 1] / (double)rss[0]);
+  curl_slist_free_all(hl);
+  close(ctl);
+  waitpid(child, NULL, 0);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -428,8 +798,18 @@ int main(int argc, char **argv) {
     int tp = argc > 5 ? atoi(argv[5]) : 4, dp = argc > 6 ? atoi(argv[6]) : 2;
     int spread_ms = argc > 7 ? atoi(argv[7]) : 0;
     capacity(n, tokens, model, tp, dp, spread_ms);
+  } else if (!strcmp(mode, "hostile")) {
+    hostile(argc > 2 ? atoi(argv[2]) : 2000, argc > 3 ? atoi(argv[3]) : 1000,
+            argc > 4 ? atoi(argv[4]) : 30);
+  } else if (!strcmp(mode, "flood")) {
+    flood(argc > 2 ? atoi(argv[2]) : 5000, argc > 3 ? atoi(argv[3]) : 32);
+  } else if (!strcmp(mode, "aborts")) {
+    aborts(argc > 2 ? atoi(argv[2]) : 10, argc > 3 ? atoi(argv[3]) : 1000);
   } else {
-    fprintf(stderr, "usage: bench_serve overhead [REQUESTS] | capacity [STREAMS] [TOKENS] [MODEL TP DP] [SPREAD_MS]\n");
+    fprintf(stderr, "usage: bench_serve overhead [REQUESTS] | capacity [STREAMS] [TOKENS] [MODEL "
+                    "TP DP] [SPREAD_MS]\n"
+                    "       | hostile [SLOW] [IDLE] [SECONDS] | flood [STREAMS] [TOKENS] | aborts "
+                    "[ROUNDS] [STREAMS]\n");
     return 2;
   }
   curl_global_cleanup();

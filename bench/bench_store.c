@@ -1,11 +1,12 @@
 // Results-database benchmark: records token events through the store's public writer
-// (store_request_add, store_step_add, store_flush) into a fresh file, as a run would, and
+// (store_request_add, store_steps_add, store_flush) into a fresh file, as a run would, and
 // prints rows, seconds, rows/s and the file size, against the target of 1,000,000 token events
 // in under 3 s. A benchmark, never a test: nothing here asserts a time.
 //
 // Default shape: 10,000 requests x 100 tokens = 1,000,000 token times (each request's in one
 // token_times row, docs/schema.md), plus one step row per 10 tokens (100,000) and the 10,000
 // request rows; store_flush every 50,000 events written (token times + step + request rows).
+// The steps go to the store 256 at a time and before each flush, as the recorder hands them.
 // "record" is from the first write to the last flush's commit; "close" is store_close (it
 // checkpoints the WAL into the database file).
 //
@@ -88,6 +89,11 @@ int main(int argc, char **argv) {
   uint64_t *tok = malloc((size_t)n_tok * sizeof *tok); // (n_tok) ns from the run start
   if (!tok) return fail("malloc", &(sc_error){{"out of memory"}});
   long long rows = 0, since_flush = 0, steps = 0, flushes = 0;
+  enum { STEP_RUN = 256 };
+  store_step held[STEP_RUN];
+  const store_step *held_p[STEP_RUN];
+  int n_held = 0;
+  for (int k = 0; k < STEP_RUN; k++) held_p[k] = &held[k];
   double t0 = sc_monotonic_s();
   for (int i = 0; i < n_req; i++) {
     uint64_t arrival = (uint64_t)i * 1000000; // 1 ms apart
@@ -103,20 +109,27 @@ int main(int argc, char **argv) {
     rows += 1 + n_tok;
     since_flush += 1 + n_tok;
     for (int k = 0; k < n_tok; k += 10) { // one step row per 10 tokens
-      store_step st = {.run_id = run, .deployment_id = dep, .replica = 0, .t_ns = tok[k],
-                       .duration_ns = 20000000, .seqs = 64, .decode_tokens = 64,
-                       .queue_len = 3, .running = 64, .kv_used = 1200, .kv_total = 4096};
-      if (store_step_add(s, &st, &err) != SC_OK) return fail("step", &err);
+      held[n_held++] = (store_step){.run_id = run, .deployment_id = dep, .replica = 0,
+                                    .t_ns = tok[k], .duration_ns = 20000000, .seqs = 64,
+                                    .decode_tokens = 64, .queue_len = 3, .running = 64,
+                                    .kv_used = 1200, .kv_total = 4096};
+      if (n_held == STEP_RUN) {
+        if (store_steps_add(s, held_p, n_held, &err) != SC_OK) return fail("step", &err);
+        n_held = 0;
+      }
       steps++;
       rows++;
       since_flush++;
     }
     if (since_flush >= FLUSH_ROWS) {
+      if (n_held && store_steps_add(s, held_p, n_held, &err) != SC_OK) return fail("step", &err);
+      n_held = 0;
       if (store_flush(s, &err) != SC_OK) return fail("flush", &err);
       since_flush = 0;
       flushes++;
     }
   }
+  if (n_held && store_steps_add(s, held_p, n_held, &err) != SC_OK) return fail("step", &err);
   if (store_flush(s, &err) != SC_OK) return fail("flush", &err);
   flushes++;
   double t1 = sc_monotonic_s();

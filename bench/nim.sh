@@ -99,5 +99,5 @@ awk -v ttft="$ttft1" -v itl="$itl1" 'BEGIN { t = 0
 sweep calibrated "$out/fit.yaml"
 # the fitted factors alone (TensorRT-LLM's offline runs have their own knobs), for
 # bench/trtllm.sh SHARDCHECK ENGINE.yaml
-{ echo "engine:"; grep -E '^  (step_s|seq_s|prefill_eff|decode_eff):' "$out/fit.yaml"; } >"$out/engine.yaml"
+{ echo "engine:"; grep -E '^  (step_s|seq_s|tp_step_s|prefill_eff|decode_eff):' "$out/fit.yaml"; } >"$out/engine.yaml"
 echo "the fitted factors as an engine block: $out/engine.yaml"

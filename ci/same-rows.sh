@@ -49,11 +49,12 @@ dump() {
       cat "$tmp/$n.cli"
       if [ -f "$db" ]; then
         local t
-        # Tables and views, the token view in place of the table it replaced (token_times,
-        # its storage, is the same rows).
+        # Tables and views, the token and step views in place of the tables they replaced
+        # (token_times and step_block, their storage, are the same rows; token_second counts
+        # the token view's rows per second).
         for t in $(sqlite3 "$db" "SELECT name FROM sqlite_master WHERE type IN ('table', \
-                                  'view') AND name NOT IN ('run','meta','token_times') \
-                                  ORDER BY name"); do
+                                  'view') AND name NOT IN ('run','meta','token_times', \
+                                  'step_block','token_second') ORDER BY name"); do
           echo "== $t"
           sqlite3 -header "$db" "SELECT * FROM $t" | sort
         done

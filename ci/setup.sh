@@ -20,31 +20,35 @@ pkgs=(
   python3                            # tests/openai_standin.py, the HTTP targets' stand-in server
   file dpkg-dev                      # ci/package.sh: CPack's DEB generator (file types, dpkg-shlibdeps)
   groff-base                         # tests/test_help.c: the man page renders without warnings
+  python3-prometheus-client          # tests/prom_check.py: serve's /metrics through its parser
   openmpi-bin libopenmpi-dev         # MPI: ranks as processes, many clients, sweeps (optional build)
 )
 
-# The official `openai` npm package, pinned (tests/clients/package.json), for the serve tests
-# that drive the server with a client nobody here wrote (tests/clients/openai_client.mjs). Into
-# tests/clients/node_modules (ignored); skipped when node or npm is missing (the test then says
-# "skipped"). Run after the packages below, and only when the pinned version is not there yet.
+# The npm clients the serve tests drive the server with (tests/clients/package.json, pinned):
+# the official `openai` package and the Vercel AI SDK (`ai` with `@ai-sdk/openai-compatible`),
+# into tests/clients/node_modules (ignored). Skipped when node or npm is missing (the tests then
+# say "skipped"). Run after the packages below, and only when a pinned version is not there yet.
 install_node_clients() {
-  local dir want have
+  local dir
   dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/clients"
-  want="$(sed -n 's/.*"openai": *"\([^"]*\)".*/\1/p' "$dir/package.json")"
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "setup: no node/npm: the openai client test will be skipped"
+    echo "setup: no node/npm: the npm client tests will be skipped"
     return 0
   fi
-  have=""
-  if [ -f "$dir/node_modules/openai/package.json" ]; then
-    have="$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$dir/node_modules/openai/package.json" |
-      head -1)"
-  fi
-  if [ "$have" = "$want" ]; then
-    echo "setup: openai npm package $want present"
+  # every dependency at its pinned version?
+  if node -e '
+    const fs = require("fs"), dir = process.argv[1];
+    const deps = JSON.parse(fs.readFileSync(dir + "/package.json")).dependencies;
+    for (const [name, want] of Object.entries(deps)) {
+      let have = "";
+      try { have = JSON.parse(fs.readFileSync(`${dir}/node_modules/${name}/package.json`)).version; }
+      catch (e) {}
+      if (have !== want) process.exit(1);
+    }' "$dir"; then
+    echo "setup: npm clients present (tests/clients/package.json)"
     return 0
   fi
-  echo "setup: installing the openai npm package $want into tests/clients/node_modules"
+  echo "setup: installing the npm clients of tests/clients/package.json into node_modules"
   npm install --prefix "$dir" --no-package-lock --no-audit --no-fund --loglevel=error
 }
 

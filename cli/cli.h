@@ -21,6 +21,7 @@ int cmd_validate(int argc, char **argv);
 int cmd_runs(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_profile_import(int argc, char **argv); // `shardcheck profile import`
 int cmd_worker(int argc, char **argv);
 int cmd_gate(int argc, char **argv);
 int cmd_baseline(int argc, char **argv);

@@ -18,13 +18,18 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: shardcheck capacity FILE [--gpus KIND:N,...] [--rate R | --rate-range A:B]\n"
              "                           [--cost KIND=PRICE,...] [--iters N]\n"
-             "                           [--record requests|summary|tokens] [--db PATH]\n"
-             "                           [--out DIR] [--jobs N] [--quiet]\n\n"
+             "                           [--error F] [--record requests|summary|tokens]\n"
+             "                           [--db PATH]"
+             " [--out DIR] [--jobs N] [--quiet]\n\n"
              "Finds by simulation, for each GPU kind and every tp x pp x dp layout the memory\n"
              "planner admits on up to N of them, the highest request rate whose SLOs hold\n"
              "(simulated runs of FILE from the target rate, doubled or halved until a rate that\n"
              "holds and one that fails bracket it, then bisected), then recommends the cheapest\n"
-             "layout that serves the target rate, with the runner-up and why it lost. FILE is a\n"
+             "layout whose pessimistic bound serves the target rate, with the runner-up and why\n"
+             "it lost, or says when the interval is too wide to choose. Each layout's capacity\n"
+             "is searched again with the profile's prices at either end of its interval (its\n"
+             "engine block's `error`, which `shardcheck calibrate` writes; without one the\n"
+             "idealized engine's documented error, +-50%%). FILE is a\n"
              "scenario with an slo and rate phases only; each probe runs it in mode sim with one\n"
              "deployment, every rate phase scaled to the probed rate (the first phase's rate\n"
              "is the one named). Every point is stored in the database; the table is printed\n"
@@ -37,6 +42,8 @@ static void usage(FILE *f) {
              "  --rate-range A:B    the search range, requests/s (default: R/8 to 4R)\n"
              "  --cost KIND=P,...   cost per GPU-hour of each kind (default 1 each: the table's\n"
              "                      cost is then GPU-hours)\n"
+             "  --error F           the interval's relative half-width for every kind (0: no\n"
+             "                      interval; default: each profile's)\n"
              "  --iters N           simulations per layout, less 2 (0..20, default 6): what the\n"
              "                      bracket leaves of N + 2 bisects it (a layout far from the\n"
              "                      target takes more to bracket, and is not bisected)\n"
@@ -48,7 +55,8 @@ static void usage(FILE *f) {
              "  --out DIR           report directory (default reports/out/capacity-<id>/)\n"
              "  --quiet             no progress lines\n\n"
              "exit codes: 0 a layout serves the target, 1 none does (the message names the best\n"
-             "found), 2 bad input, 3 runtime failure.\n");
+             "found, or says the interval is too wide to choose), 2 bad input, 3 runtime\n"
+             "failure.\n");
 }
 
 // "h100-sxm:8,h200:8" into o->kinds (costs 1).
@@ -124,6 +132,9 @@ int cmd_capacity(int argc, char **argv) {
         return cli_usage_error("capacity", "--rate-range needs A:B with 0 < A < B, got", v);
     } else if (!strcmp(a, "--cost") && has_val) {
       costs = argv[++i];
+    } else if (!strcmp(a, "--error") && has_val) {
+      if (!cli_parse_double(argv[++i], 0, 0.9, &o.error))
+        return cli_usage_error("capacity", "--error needs a fraction in [0, 0.9], got", argv[i]);
     } else if (!strcmp(a, "--iters") && has_val) {
       if (!cli_parse_int(argv[++i], 0, 20, &o.iters))
         return cli_usage_error("capacity", "--iters needs a count from 0 to 20, got", argv[i]);

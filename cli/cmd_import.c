@@ -11,7 +11,9 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: shardcheck import TRACE [--db PATH] [--name NAME] [--model NAME]\n\n"
+          "usage: shardcheck import TRACE [--db PATH] [--name NAME] [--model NAME]\n"
+          "                         [--tp N] [--pp N] [--dp N]\n"
+          "                         [--batch-size B --input-len I --output-len O]\n\n"
           "Stores a published per-request trace as one complete run, to report, gate and\n"
           "calibrate against (shardcheck calibrate) like a run of shardcheck's own.\n"
           "Formats, detected from the content:\n"
@@ -20,10 +22,17 @@ static void usage(FILE *f) {
           "    queued_ts; tokens between the first and the last stored evenly spaced)\n"
           "  vllm bench serve --save-result --save-detailed (one JSON object): input_lens,\n"
           "    output_lens, ttfts, itls, request_rate; no arrival times in the file: with\n"
-          "    request_rate inf all arrive at 0, else request i at i / request_rate (printed)\n\n"
+          "    request_rate inf all arrive at 0, else request i at i / request_rate (printed)\n"
+          "  vLLM's benchmark_latency.py --output-json (one JSON object with avg_latency): one\n"
+          "    batch's seconds; --batch-size, --input-len and --output-len say the batch. Every\n"
+          "    request arrives at 0 and finishes at avg_latency; its first token is not\n"
+          "    measured, so calibrate fits the run's E2E\n\n"
           "  -d, --db PATH     the results database (default results.db)\n"
           "      --name NAME   the run's scenario name (default import:BASENAME)\n"
           "      --model NAME  the model recorded (default: the trace's, or unknown)\n"
+          "      --tp N, --pp N, --dp N  the layout the trace was measured at (stored as the\n"
+          "                    run's deployment; calibrate replays the run at it)\n"
+          "      --batch-size B, --input-len I, --output-len O  a latency benchmark's batch\n"
           "  -h, --help        this text\n\n"
           "Prints the new run's id. exit codes: 0 ok, 2 a malformed trace (FILE:LINE: key\n"
           "'FIELD': ...; nothing is stored) or bad usage, 3 runtime failure.\n");
@@ -31,9 +40,16 @@ static void usage(FILE *f) {
 
 int cmd_import(int argc, char **argv) {
   const char *db_path = "results.db", *name = NULL, *model = NULL;
+  import_options io = {0};
   static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                        {"name", required_argument, 0, 'N'},
                                        {"model", required_argument, 0, 'm'},
+                                       {"tp", required_argument, 0, 'T'},
+                                       {"pp", required_argument, 0, 'P'},
+                                       {"dp", required_argument, 0, 'D'},
+                                       {"batch-size", required_argument, 0, 'B'},
+                                       {"input-len", required_argument, 0, 'I'},
+                                       {"output-len", required_argument, 0, 'O'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   optind = 1;
@@ -44,6 +60,18 @@ int cmd_import(int argc, char **argv) {
     case 'd': db_path = optarg; break;
     case 'N': name = optarg; break;
     case 'm': model = optarg; break;
+    case 'T':
+    case 'P':
+    case 'D':
+    case 'B':
+    case 'I':
+    case 'O': {
+      int *dst = c == 'T' ? &io.tp : c == 'P' ? &io.pp : c == 'D' ? &io.dp
+               : c == 'B' ? &io.batch : c == 'I' ? &io.input_len : &io.output_len;
+      if (!cli_parse_int(optarg, 1, c == 'T' || c == 'P' || c == 'D' ? 64 : 10000000, dst))
+        return cli_usage_error("import", "expected a positive integer", optarg);
+      break;
+    }
     case 'h': usage(stdout); return CLI_OK;
     default: return cli_usage_error("import", "unknown option", argv[optind - 1]);
     }
@@ -55,7 +83,7 @@ int cmd_import(int argc, char **argv) {
   sc_status s = store_open(db_path, &db, &err);
   if (s != SC_OK) return cli_fail("import", s, &err);
   import_result r;
-  s = import_trace(db, trace, name, model, &r, &err);
+  s = import_trace(db, trace, name, model, &io, &r, &err);
   store_close(db);
   if (s != SC_OK) return cli_fail("import", s, &err);
   printf("imported %s (%s): %d requests as run %lld in %s\n", trace, r.format, r.requests,

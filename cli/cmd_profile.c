@@ -173,6 +173,7 @@ static void command_line(int argc, char **argv, char *buf, size_t cap) {
 }
 
 int cmd_profile(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "import")) return cmd_profile_import(argc - 1, argv + 1);
   enum { OPT_BACKEND = 1000, OPT_TP_LIST, OPT_QUICK, OPT_NAME, OPT_DESCRIPTION };
   static const struct option opts[] = {
       {"backend", required_argument, NULL, OPT_BACKEND},

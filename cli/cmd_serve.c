@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -28,9 +29,10 @@ static void usage(FILE *f) {
          "                        [--max-model-len N] [--drain-timeout SECONDS]\n"
          "                        [--max-pending N] [--max-connections N]\n"
          "                        [--max-body-bytes N] [--idle-timeout SECONDS]\n"
+         "                        [--request-timeout SECONDS]\n"
          "                        [--threads N] [--weights-seed S]\n"
          "                        [--enable-prefix-caching] [--scheduler-reserve-full-isl]\n"
-         "                        [--num-gpu-blocks-override N]\n\n"
+         "                        [--num-gpu-blocks-override N] [--sim-output-len SPEC]\n\n"
          "Serves the model over an OpenAI-compatible HTTP API (/v1/completions,\n"
          "/v1/chat/completions, /v1/models, /health, /metrics): dp replicas of tp x pp ranks\n"
          "behind the router, on the CPU or CUDA backend (mode real) or on simulated GPUs whose\n"
@@ -66,16 +68,25 @@ static void usage(FILE *f) {
          "                             on before they are cut off (default 30)\n"
          "  --max-pending N            requests without a first token yet, past which new\n"
          "                             ones get 503 (default 4096)\n"
-         "  --max-connections N        connections past which requests get 503 (default 1024)\n"
+         "  --max-connections N        requests in progress past which new ones get 503\n"
+         "                             (default: --max-pending + dp x --max-num-seqs + 64)\n"
          "  --max-body-bytes N         larger request bodies get 413 (default 1048576)\n"
          "  --idle-timeout SECONDS     a connection idle this long is closed (default 30)\n"
+         "  --request-timeout SECONDS  a request's headers and body must arrive within this\n"
+         "                             long of the connection opening (or its previous\n"
+         "                             request ending); else it is closed (default 10)\n"
          "  --threads N                real cpu: BLAS threads per rank (default: cores/ranks)\n"
          "  --weights-seed S           seed of a preset's random weights (default 0)\n"
          "  --enable-prefix-caching    keep full KV blocks by content and reuse them for\n"
          "                             prompts that begin alike (default off)\n"
          "  --scheduler-reserve-full-isl  admit a request only when the free KV blocks hold\n"
          "                             all of its prompt, not just its first chunk (default off)\n"
-         "  --num-gpu-blocks-override N KV blocks per replica instead of the planner's\n\n"
+         "  --num-gpu-blocks-override N KV blocks per replica instead of the planner's\n"
+         "  --sim-output-len SPEC      mode sim: where a simulated answer's EOS falls: a length\n"
+         "                             (200), a workload output distribution ('{uniform: [50,\n"
+         "                             400]}', '{lognormal: {median: 200, sigma: 0.9}}'),\n"
+         "                             dataset:FILE.jsonl (its output_tokens) or none (never);\n"
+         "                             default " SERVE_SIM_OUTPUT_LEN "\n\n"
          "Startup prints one line with the URL, the layout and the KV capacity; /health\n"
          "answers 200 once every replica is ready. SIGTERM or SIGINT drains: new requests get\n"
          "503, requests in flight finish (up to --drain-timeout), then the server exits 0.\n"
@@ -115,6 +126,16 @@ static const char *flag_val(int argc, char **argv, int *i, const char *name, con
     }
   }
   return NULL;
+}
+
+// As vLLM's server does at startup (set_ulimit): the soft limit on open files up to the hard
+// one, so that --max-connections and the connections still sending a request fit.
+static void raise_open_files(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -169,6 +190,9 @@ int cmd_serve(int argc, char **argv) {
     } else if (FLAG("--dtype", NULL)) {
       NEED();
       d.dtype = v;
+    } else if (FLAG("--sim-output-len", NULL)) {
+      NEED();
+      d.sim_output_len = v;
     } else if (FLAG("--kv-cache-dtype", NULL)) {
       NEED();
       d.kv_cache_dtype = v;
@@ -217,6 +241,13 @@ int cmd_serve(int argc, char **argv) {
       if (!cli_parse_int(v, 1, 86400, &t))
         return cli_usage_error("serve", "--idle-timeout needs whole seconds in [1, 86400], got", v);
       c.idle_timeout_s = (unsigned)t;
+    } else if (FLAG("--request-timeout", NULL)) {
+      NEED();
+      int t;
+      if (!cli_parse_int(v, 1, 86400, &t))
+        return cli_usage_error("serve", "--request-timeout needs whole seconds in [1, 86400], got",
+                               v);
+      c.request_timeout_s = (unsigned)t;
     } else if (FLAG("--max-body-bytes", NULL)) {
       NEED();
       uint64_t b;
@@ -252,6 +283,7 @@ int cmd_serve(int argc, char **argv) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   signal(SIGPIPE, SIG_IGN);
+  raise_open_files();
   server *srv = NULL;
   st = server_new(&c, &srv, &err);
   if (st == SC_OK) st = server_wait_ready(srv, &err);

@@ -281,8 +281,10 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
   const yaml_map_field f[] = {
       {"step_s", YAML_MAP_DOUBLE, &e->step_s, 0, false, NULL, NULL, NULL, NULL},
       {"seq_s", YAML_MAP_DOUBLE, &e->seq_s, 0, false, NULL, NULL, NULL, NULL},
+      {"tp_step_s", YAML_MAP_DOUBLE, &e->tp_step_s, 0, false, NULL, NULL, NULL, NULL},
       {"prefill_eff", YAML_MAP_DOUBLE, &e->prefill_eff, 0, false, NULL, NULL, NULL, NULL},
       {"decode_eff", YAML_MAP_DOUBLE, &e->decode_eff, 0, false, NULL, NULL, NULL, NULL},
+      {"error", YAML_MAP_DOUBLE, &e->error, 0, false, NULL, NULL, NULL, NULL},
       {"mixed_attn", YAML_MAP_NODE, e, 0, false, NULL,
        "a list of {heads, kv_heads, head_dim, decodes, factor: [[context, factor], ...]}", NULL,
        node_mixed_attn},
@@ -294,14 +296,19 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
   char where[300];
   yaml_map_where(v, file, where, sizeof where);
   if (!(e->step_s >= 0 && e->step_s <= HW_STEP_OVERHEAD_MAX_S && e->seq_s >= 0 &&
-        e->seq_s <= HW_STEP_OVERHEAD_MAX_S))
-    return sc_fail(err, SC_INVALID, "%s: engine: keys 'step_s' and 'seq_s' must be seconds in "
-                   "[0, %d], got %g and %g", where, HW_STEP_OVERHEAD_MAX_S, e->step_s, e->seq_s);
+        e->seq_s <= HW_STEP_OVERHEAD_MAX_S && e->tp_step_s >= 0 &&
+        e->tp_step_s <= HW_STEP_OVERHEAD_MAX_S))
+    return sc_fail(err, SC_INVALID, "%s: engine: keys 'step_s', 'seq_s' and 'tp_step_s' must be "
+                   "seconds in [0, %d], got %g, %g and %g", where, HW_STEP_OVERHEAD_MAX_S,
+                   e->step_s, e->seq_s, e->tp_step_s);
   if (!(e->prefill_eff > 0 && e->prefill_eff <= HW_ENGINE_EFF_MAX && e->decode_eff > 0 &&
         e->decode_eff <= HW_ENGINE_EFF_MAX))
     return sc_fail(err, SC_INVALID, "%s: engine: keys 'prefill_eff' and 'decode_eff' must be in "
                    "(0, %d], got %g and %g", where, HW_ENGINE_EFF_MAX, e->prefill_eff,
                    e->decode_eff);
+  if (!(e->error >= 0 && e->error <= 10))
+    return sc_fail(err, SC_INVALID, "%s: engine: key 'error' must be a relative half-width in "
+                   "[0, 10], got %g", where, e->error);
   SC_KNOBS(KNOB_SET)
   return SC_OK;
 }
@@ -320,6 +327,7 @@ static sc_status node_engine(struct fy_node *v, void *dst, const char *file, sc_
 void hw_profile_write_engine(FILE *o, const sim_engine *e) {
   fprintf(o, "engine:\n  step_s: %.6g\n  seq_s: %.6g\n  prefill_eff: %.6g\n  decode_eff: %.6g\n",
           e->step_s, e->seq_s, e->prefill_eff, e->decode_eff);
+  if (e->tp_step_s > 0) fprintf(o, "  tp_step_s: %.6g\n", e->tp_step_s);
   if (e->n_mixed_attn > 0) fprintf(o, "  mixed_attn:\n");
   for (int i = 0; i < e->n_mixed_attn && i < SIM_MIXED_MAX; i++) {
     const sim_mixed_attn *m = &e->mixed_attn[i];
@@ -329,6 +337,7 @@ void hw_profile_write_engine(FILE *o, const sim_engine *e) {
       fprintf(o, "%s[%.6g, %.6g]", k ? ", " : "", m->factor.x[k], m->factor.y[k]);
     fprintf(o, "]}\n");
   }
+  if (e->error > 0) fprintf(o, "  error: %.4g\n", e->error);
   if (e->logits_bytes > 0) // the bytes are what is priced: an f16 block comes back as bf16
     fprintf(o, "  logits_dtype: %s\n", e->logits_bytes == 2 ? "bf16" : "f32");
   SC_KNOBS(KNOB_WRITE)
@@ -386,7 +395,7 @@ static sc_status hw_profile_read(const char *name_or_path, hw_profile *p, sc_err
   // what `engine` takes, for a value that is not a mapping: the costs, then the knobs
   char engine_expect[400];
   size_t len = (size_t)snprintf(engine_expect, sizeof engine_expect,
-                                "a mapping {step_s, seq_s, prefill_eff, decode_eff");
+                                "a mapping {step_s, seq_s, tp_step_s, prefill_eff, decode_eff, error");
 #define KNOB_KEY(name, type, dflt, en, s, pf, pkey, ok, ex, j)                                     \
   len += (size_t)snprintf(engine_expect + len, sizeof engine_expect - len, ", " #pkey);
   SC_KNOBS(KNOB_KEY)

@@ -38,6 +38,10 @@
 typedef struct eseq {
   seq s;
   exec_seq_mem *mem; // NULL until first scheduled (and always for backend sim)
+  uint64_t sim_key;  // backend sim: engine_request's
+  int sim_len;
+  uint64_t sched_ns; // engine clock: the start of the first step that scheduled it
+  bool scheduled;    // sched_ns is set
 } eseq;
 
 // --- the step seam: how a step's planned sequences are computed
@@ -361,6 +365,8 @@ sc_status engine_submit(engine *e, const engine_request *r, uint64_t *id, sc_err
   q->blocks_cap = blocks;
   q->sampling = r->sampling;
   q->stop_at_eos = r->stop_at_eos;
+  es->sim_key = r->sim_key;
+  es->sim_len = r->sim_len;
   sc_status s = sched_add(e->sched, q);
   if (s != SC_OK) {
     seq_free(e, q);
@@ -408,9 +414,12 @@ sc_status engine_cancel(engine *e, uint64_t id) {
 // from the request.
 static int32_t sim_token(const engine *e, const seq *q) {
   const model_config *m = &e->cfg.model;
+  const eseq *es = (const eseq *)q;
+  if (es->sim_len > 0 && q->n_generated == es->sim_len - 1) return m->eos_token_id;
   // Two odd 64-bit multipliers (splitmix64's) spread id and index over all the bits.
   const uint64_t mul_id = 0x9E3779B97F4A7C15ull, mul_index = 0xBF58476D1CE4E5B9ull;
-  uint64_t h = (q->id * mul_id) ^ ((uint64_t)q->n_generated * mul_index);
+  uint64_t key = es->sim_key ? es->sim_key : q->id;
+  uint64_t h = (key * mul_id) ^ ((uint64_t)q->n_generated * mul_index);
   h ^= h >> 31;
   int32_t tok = (int32_t)(h % (uint64_t)m->vocab_size);
   if (tok == m->eos_token_id) tok = (tok + 1) % m->vocab_size;
@@ -435,7 +444,8 @@ static sc_status emit_token(engine *e, seq *q, const float *logits, const int32_
   }
   q->tokens[q->n_tokens++] = tok;
   SC_TRY(push_event(e, (engine_event){.kind = ENGINE_EV_TOKEN, .req_id = q->id, .token = tok,
-                                      .index = q->n_generated}));
+                                      .index = q->n_generated,
+                                      .sched_ns = ((const eseq *)q)->sched_ns}));
   q->n_generated++;
   e->generated++;
   if (q->stop_at_eos && tok == m->eos_token_id) return finish(e, q, FINISH_STOP);
@@ -511,7 +521,61 @@ static sc_status sim_run(engine *e, int n, engine_step_info *info, sc_error *err
     return sc_fail(err, SC_INVALID, "engine: the cost model refused a step of %d sequences", n);
   double ns = c.total_s * 1e9;
   info->duration_ns = ns < 1 ? 1 : (uint64_t)(ns + 0.5);
+  info->host_ns = (uint64_t)(c.host_s * 1e9 + 0.5);
   info->bubble_frac = c.bubble_frac;
+  return SC_OK;
+}
+
+// Runs the planned items[0..n) (n > 0) on the backend and emits their tokens; adds the step's
+// tokens to info and sets its duration. The engine is broken when the backend fails.
+static sc_status run_items(engine *e, int n, engine_step_info *info, sc_error *err) {
+  for (int i = 0; i < n; i++) {
+    const sched_item *it = &e->items[i];
+    eseq *es = (eseq *)it->s;
+    if (!es->scheduled) { // vLLM's scheduled time: its queue time ends, its prefill begins
+      es->scheduled = true;
+      es->sched_ns = info->t_start_ns;
+    }
+    e->eseqs[i] = (exec_seq){.start = it->start, .n = it->n, .tokens = it->s->tokens + it->start,
+                             .blocks = it->s->blocks, .n_blocks = it->s->n_blocks,
+                             .want_logits = it->sample, .mem = ((eseq *)it->s)->mem};
+    // One token past the prompt is a decode token; anything else is (re)prefill.
+    if (it->n == 1 && it->start >= it->s->n_prompt)
+      info->decode_tokens++;
+    else
+      info->prefill_tokens += it->n;
+  }
+  // Every row greedy and nobody watching the logits: the devices pick the tokens, and only
+  // the tokens cross to the host (no logits copy; under TP no logits all-gather either).
+  e->picked = e->can_pick && !e->cfg.on_logits; // can_pick: never on sim
+  e->drawn = false;
+  for (int i = 0, row = 0; e->picked && i < n; i++) {
+    if (!e->items[i].sample) continue;
+    const seq *q = e->items[i].s;
+    e->draws[row++] = (dev_sample_row){
+        .temperature = q->sampling.temperature, .top_p = q->sampling.top_p,
+        .u = sampler_uniform(q->sampling.seed, (uint64_t)q->n_generated)};
+    if (q->sampling.temperature > 0.0f) e->drawn = true;
+  }
+  if (e->drawn && !e->can_draw) e->picked = e->drawn = false;
+  sc_status s = e->be->run(e, n, info, err);
+  if (s != SC_OK) {
+    e->broken = s;
+    return s;
+  }
+  e->steps++;
+  int row = 0;
+  for (int i = 0; i < n; i++) {
+    sched_item *it = &e->items[i];
+    it->s->n_computed += it->n;
+    sched_computed(e->sched, it->s);
+    if (!it->sample) continue;
+    size_t V = (size_t)e->cfg.model.vocab_size;
+    const float *lg = !e->logits || e->picked ? NULL : e->logits + (size_t)row * V;
+    const int32_t *pk = e->picked ? e->picks + row : NULL;
+    row++;
+    SC_TRY(emit_token(e, it->s, lg, pk));
+  }
   return SC_OK;
 }
 
@@ -532,49 +596,21 @@ sc_status engine_step(engine *e, engine_step_result *out, sc_error *err) {
       return s;
     }
   }
-  if (n > 0) {
-    for (int i = 0; i < n; i++) {
-      const sched_item *it = &e->items[i];
-      e->eseqs[i] = (exec_seq){.start = it->start, .n = it->n, .tokens = it->s->tokens + it->start,
-                               .blocks = it->s->blocks, .n_blocks = it->s->n_blocks,
-                               .want_logits = it->sample, .mem = ((eseq *)it->s)->mem};
-      // One token past the prompt is a decode token; anything else is (re)prefill.
-      if (it->n == 1 && it->start >= it->s->n_prompt)
-        info->decode_tokens++;
-      else
-        info->prefill_tokens += it->n;
-    }
-    // Every row greedy and nobody watching the logits: the devices pick the tokens, and only
-    // the tokens cross to the host (no logits copy; under TP no logits all-gather either).
-    e->picked = e->can_pick && !e->cfg.on_logits; // can_pick: never on sim
-    e->drawn = false;
-    for (int i = 0, row = 0; e->picked && i < n; i++) {
-      if (!e->items[i].sample) continue;
-      const seq *q = e->items[i].s;
-      e->draws[row++] = (dev_sample_row){
-          .temperature = q->sampling.temperature, .top_p = q->sampling.top_p,
-          .u = sampler_uniform(q->sampling.seed, (uint64_t)q->n_generated)};
-      if (q->sampling.temperature > 0.0f) e->drawn = true;
-    }
-    if (e->drawn && !e->can_draw) e->picked = e->drawn = false;
-    sc_status s = e->be->run(e, n, info, err);
-    if (s != SC_OK) {
-      e->broken = s;
-      return s;
-    }
-    e->steps++;
-    int row = 0;
-    for (int i = 0; i < n; i++) {
-      sched_item *it = &e->items[i];
-      it->s->n_computed += it->n;
-      sched_computed(e->sched, it->s);
-      if (!it->sample) continue;
-      size_t V = (size_t)e->cfg.model.vocab_size;
-      const float *lg = !e->logits || e->picked ? NULL : e->logits + (size_t)row * V;
-      const int32_t *pk = e->picked ? e->picks + row : NULL;
-      row++;
-      SC_TRY(emit_token(e, it->s, lg, pk));
-    }
+  bool decode_only = n > 0;
+  for (int i = 0; i < n; i++) decode_only &= e->items[i].n == 1 && e->items[i].sample;
+  if (n > 0) SC_TRY(run_items(e, n, info, err));
+  // decode_steps: a decode-only step goes on for up to decode_steps steps before the next
+  // plan (vLLM's multi-step scheduling): the running sequences decode again without admission
+  // or preemption, the host's part of each further step is not paid again (its price says
+  // which part that is; a real backend reports none), and every token comes out at the end.
+  for (int k = 1; decode_only && k < e->cfg.decode_steps; k++) {
+    int m = sched_plan_continue(e->sched, e->items);
+    if (m <= 0) break;
+    engine_step_info sub = {.t_start_ns = sc_clock_now(&e->cfg.clock)};
+    SC_TRY(run_items(e, m, &sub, err));
+    info->decode_tokens += sub.decode_tokens;
+    info->duration_ns += sub.duration_ns - (sub.host_ns < sub.duration_ns ? sub.host_ns : 0);
+    if (m > n) n = m;
   }
   info->n_seqs = n;
   info->queue_len = sched_n_waiting(e->sched);

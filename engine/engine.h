@@ -80,6 +80,13 @@ typedef struct engine_request {
   int max_tokens;        // generated tokens at most (>= 1)
   sampling_params sampling;
   bool stop_at_eos;      // finish when the model's eos_token_id is generated
+  // Backend sim (the model computes nothing): what stands for the model's choices. 0 and 0
+  // (what every scenario sends): tokens are a fixed function of (the engine's request id,
+  // index), never EOS. `shardcheck serve` sets both, so that the same request gives the same
+  // tokens and ends at EOS like a model's answer. Other backends ignore them; the worker
+  // protocol does not carry them (simulated replicas run in-process).
+  uint64_t sim_key; // nonzero: tokens are a function of (sim_key, index)
+  int sim_len;      // > 0: the sim_len-th generated token is EOS, the answer's own end
 } engine_request;
 
 typedef enum engine_event_kind {
@@ -103,6 +110,8 @@ typedef struct engine_event {
   uint64_t req_id;
   int32_t token;              // ENGINE_EV_TOKEN: the id
   int index;                  // ENGINE_EV_TOKEN: 0 for the first generated token
+  uint64_t sched_ns;          // ENGINE_EV_TOKEN index 0: when the request was first scheduled
+                              // (the start of its first step, engine clock)
   engine_finish_reason reason; // ENGINE_EV_FINISHED
   int n_generated;            // ENGINE_EV_FINISHED, ENGINE_EV_FAILED: tokens generated in all
   sc_status status;           // ENGINE_EV_FAILED: SC_OOM (its device allocation failed) or
@@ -112,6 +121,8 @@ typedef struct engine_event {
 typedef struct engine_step_info {
   uint64_t t_start_ns;   // engine clock
   uint64_t duration_ns;  // of the executor run (0 when nothing ran); sim: the priced time
+  uint64_t host_ns;      // sim: the host's part of duration_ns (the step overhead and the
+                         // engine block's step_s and seq_s); a real backend: 0
   double bubble_frac;    // sim with pp > 1: the pipeline's idle fraction (else 0)
   int n_seqs;            // sequences in the step
   int prefill_tokens;    // prompt (or recomputed) tokens computed

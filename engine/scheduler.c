@@ -201,8 +201,48 @@ static bool admissible(const scheduler *s, const seq *q, int n) {
   return want + keep <= room;
 }
 
+// Admits waiting sequences FCFS into items[n_items..) while the running limit, the budget and
+// free blocks allow; returns the new item count.
+static int admit_waiting(scheduler *s, sched_item *items, int n_items, int *budget) {
+  while (s->waiting.n > 0 && s->running.n < s->cfg.max_running && *budget > 0) {
+    seq *q = s->waiting.v[0];
+    if (s->cfg.no_evict && s->reserved + full_blocks(s, q) > kv_cache_total(s->kv)) break;
+    if (s->cfg.prefix_caching && q->n_blocks == 0) match_prefix(s, q);
+    int n = step_tokens(s, q, *budget);
+    // whole_prompts: no chunk of a new prompt beside other work (a prompt larger than the
+    // whole budget still goes in chunks, alone, rather than never)
+    if (s->cfg.whole_prompts && n < q->n_tokens - q->n_computed &&
+        *budget < s->cfg.token_budget)
+      break;
+    if (!admissible(s, q, n) || grow_blocks(s, q, n) != SC_OK) {
+      release_blocks(s, q); // blocks a prefix match took go back to the cache
+      break;
+    }
+    if (s->cfg.prefix_caching) {
+      s->hit_tokens += (uint64_t)q->n_computed;
+      s->query_tokens += (uint64_t)q->n_tokens;
+    }
+    if (s->cfg.no_evict) s->reserved += full_blocks(s, q);
+    list_erase(&s->waiting, 0);
+    list_insert(&s->running, s->running.n, q);
+    q->state = SEQ_RUNNING;
+    items[n_items++] = (sched_item){q, q->n_computed, n, q->n_computed + n == q->n_tokens};
+    *budget -= n;
+  }
+  return n_items;
+}
+
 int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
   int budget = s->cfg.token_budget, n_items = 0, preempted = 0;
+  // prefill_first: admit first; a step that admitted anything computes those prompts only
+  // (vLLM V0's _schedule_default: running sequences are scheduled only when no prefill was)
+  if (s->cfg.prefill_first) {
+    n_items = admit_waiting(s, items, 0, &budget);
+    if (n_items > 0) {
+      *n_preempted = 0;
+      return n_items;
+    }
+  }
   for (int i = 0; i < s->running.n && budget > 0; i++) {
     seq *q = s->running.v[i];
     int n = step_tokens(s, q, budget);
@@ -225,27 +265,26 @@ int sched_plan(scheduler *s, sched_item *items, int *n_preempted) {
     items[n_items++] = (sched_item){q, q->n_computed, n, q->n_computed + n == q->n_tokens};
     budget -= n;
   }
-  // Admit from the queue, FCFS, unless this step had to preempt (no room to spare).
-  while (!preempted && s->waiting.n > 0 && s->running.n < s->cfg.max_running && budget > 0) {
-    seq *q = s->waiting.v[0];
-    if (s->cfg.no_evict && s->reserved + full_blocks(s, q) > kv_cache_total(s->kv)) break;
-    if (s->cfg.prefix_caching && q->n_blocks == 0) match_prefix(s, q);
-    int n = step_tokens(s, q, budget);
-    if (!admissible(s, q, n) || grow_blocks(s, q, n) != SC_OK) {
-      release_blocks(s, q); // blocks a prefix match took go back to the cache
-      break;
-    }
-    if (s->cfg.prefix_caching) {
-      s->hit_tokens += (uint64_t)q->n_computed;
-      s->query_tokens += (uint64_t)q->n_tokens;
-    }
-    if (s->cfg.no_evict) s->reserved += full_blocks(s, q);
-    list_erase(&s->waiting, 0);
-    list_insert(&s->running, s->running.n, q);
-    q->state = SEQ_RUNNING;
-    items[n_items++] = (sched_item){q, q->n_computed, n, q->n_computed + n == q->n_tokens};
-    budget -= n;
-  }
+  // Admit from the queue, FCFS, unless this step had to preempt (no room to spare) or
+  // prefill_first already tried.
+  if (!preempted && !s->cfg.prefill_first) n_items = admit_waiting(s, items, n_items, &budget);
   *n_preempted = preempted;
   return n_items;
+}
+
+int sched_plan_continue(scheduler *s, sched_item *items) {
+  for (int i = 0; i < s->running.n; i++)
+    if (s->running.v[i]->n_tokens - s->running.v[i]->n_computed != 1) return 0;
+  int want = 0; // blocks the step needs, taken only when all are there
+  for (int i = 0; i < s->running.n; i++) {
+    const seq *q = s->running.v[i];
+    want += kv_cache_blocks_for(s->kv, q->n_computed + 1) - q->n_blocks;
+  }
+  if (want > kv_cache_total(s->kv) - kv_cache_used(s->kv)) return 0;
+  for (int i = 0; i < s->running.n; i++) {
+    seq *q = s->running.v[i];
+    if (grow_blocks(s, q, 1) != SC_OK) return 0; // cannot happen: counted above
+    items[i] = (sched_item){q, q->n_computed, 1, true};
+  }
+  return s->running.n;
 }

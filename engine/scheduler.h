@@ -59,6 +59,16 @@ typedef struct seq {
 //   under the hash of its tokens and all before them (kv_cache.h), and a sequence admitted
 //   without blocks (new, or preempted) first takes every registered block its tokens begin
 //   with, computing only the rest (always its last token, whose logits it needs).
+// - prefill_first: waiting sequences are admitted before the running ones are looked at, and a
+//   step that admitted any computes their prompts only; the running sequences decode in the
+//   steps that admit nothing (vLLM V0's default scheduler without chunked prefill:
+//   vllm/core/scheduler.py, _schedule_default; SGLang's without mixed chunks). Without it a
+//   step computes the running sequences first and fills the rest of the budget with prompts.
+// - whole_prompts: a waiting sequence is admitted only when all of its prompt fits what is left
+//   of the step's budget (and the chunk), FCFS, so a prompt is never cut to fill a step (vLLM
+//   V0 without chunked prefill; TensorRT-LLM without chunked context, whose scheduler
+//   docs show the prompt that does not fit the rest of max_num_tokens waiting for the next
+//   step). A prompt larger than the whole budget still goes, in chunks, in a step of its own.
 typedef struct sched_config {
   SC_KNOBS(SC_KNOB_SCHED_FIELD)
   // vLLM's watermark (kv_watermark x the cache): blocks an admission must leave free while any
@@ -88,6 +98,11 @@ void sched_remove(scheduler *s, seq *q);
 // Plans one step into items (capacity max_running) and returns how many; *n_preempted says
 // how many sequences were preempted to make room.
 int sched_plan(scheduler *s, sched_item *items, int *n_preempted);
+// The next step of a multi-step decode (decode_steps, engine.c): one token of every running
+// sequence, with no admission and no preemption. Returns how many items (the running ones), or
+// 0 when one of them has more than one token to compute or the free blocks do not hold the
+// step (the caller ends the multi-step run and plans anew).
+int sched_plan_continue(scheduler *s, sched_item *items);
 // After a step computed some of q's tokens (q->n_computed grew): registers the blocks that
 // became full (prefix caching; a no-op without it).
 void sched_computed(scheduler *s, seq *q);

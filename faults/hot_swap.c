@@ -145,6 +145,10 @@ void frt_swap_tick(fault_rt *f, int fi, uint64_t now) {
       } else {
         frt_note(f, "%s: hot swap: replica%d failed to load weights v%d: %s", f->c.dep->label, i,
                  fr->version, rs->restart_err.msg);
+        // a replica that could not change its weights but still lives serves the old ones:
+        // left draining, it would take nothing more for the rest of the run
+        if (replica_health_get(f->c.reps[i]) != REPLICA_DEAD)
+          replica_set_admitting(f->c.reps[i], true);
       }
       fr->sw_rep = -1;
       fr->sw_stage = SW_NEXT;
@@ -211,27 +215,32 @@ void fault_rt_replicas_ready(fault_rt *f) {
              f->c.dep->label, f->swap_ref_rep, FQ_PROMPTS);
 }
 
+// The quality delta of swap fr was not measured: why, said and kept for the metrics' notes.
+static void quality_unmeasured(fault_rt *f, fault_run *fr, const char *why) {
+  snprintf(fr->quality_why, sizeof fr->quality_why, "%.159s", why);
+  frt_note(f, "%s: hot swap v%d: quality delta not measured: %s", f->c.dep->label, fr->version,
+           why);
+}
+
 // An external target's quality delta (swap fi, the plan's last done one): the greedy tokens
 // taken before the workload against the server the swaps left on the same replica.
 static void swap_quality_http(fault_rt *f, int fi) {
   fault_run *fr = &f->fr[fi];
   const char *label = f->c.dep->label;
   if (fi != last_swap(f, true)) {
-    frt_note(f,
-             "%s: hot swap v%d: quality delta not measured (a server's weights can be probed "
-             "only before the first swap and after the last)",
-             label, fr->version);
+    quality_unmeasured(f, fr, "a server's weights can be probed only before the first swap and "
+                              "after the last");
     return;
   }
   if (!f->swap_ref.n) {
-    frt_note(f, "%s: hot swap: quality delta not measured: %s", label, f->swap_ref_why);
+    quality_unmeasured(f, fr, f->swap_ref_why);
     return;
   }
   fq_result q;
   sc_error e = {{0}};
   if (fq_replica_agreement(f->c.reps[f->swap_ref_rep], &f->swap_ref, f->swap_ref_prompts.p,
                            f->swap_ref_prompts.n, probe_timeout(f), &q, &e) != SC_OK) {
-    frt_note(f, "%s: hot swap: quality delta not measured: %s", label, e.msg);
+    quality_unmeasured(f, fr, e.msg);
     return;
   }
   fr->agreement = q.agreement;
@@ -254,7 +263,7 @@ void frt_swap_quality(fault_rt *f, int fi) {
   if (n == 0) return;
   fq_prompts p;
   if (!quality_prompts(f, n, &p)) {
-    frt_note(f, "%s: hot swap: quality delta not measured: out of memory", f->c.dep->label);
+    quality_unmeasured(f, fr, "out of memory");
     return;
   }
   fq_result q;
@@ -263,7 +272,7 @@ void frt_swap_quality(fault_rt *f, int fi) {
       fq_compare(&f->vcfg[fr->version - 1], &f->vcfg[fr->version], p.p, p.n, n, FQ_TOKENS, &q, &e);
   free(p.buf);
   if (st != SC_OK) {
-    frt_note(f, "%s: hot swap: quality delta not measured: %s", f->c.dep->label, e.msg);
+    quality_unmeasured(f, fr, e.msg);
     return;
   }
   fr->agreement = q.agreement;
@@ -296,22 +305,30 @@ void frt_swap_detail(const fault_run *fr, char *d, size_t cap) {
 // swap_* metrics: the worst over the deployment's swaps (agreement: the lowest).
 void frt_swap_metrics(fault_rt *f) {
   double drain = NAN, load = NAN, dip = NAN, agree = NAN, kl = NAN;
-  bool any = false;
+  bool any = false, done = false;
+  const char *why_q = "no swap finished", *why_dip = "no swap finished";
   for (int i = 0; i < f->plan.n; i++) {
     const fault_run *fr = &f->fr[i];
     if (f->plan.v[i].kind != SCN_FAULT_HOT_SWAP || !fr->injected) continue;
     any = true;
     if (!fr->swap_done) continue;
+    done = true;
     if (!(drain >= fr->drain_ms)) drain = fr->drain_ms;
     if (!(load >= fr->load_ms)) load = fr->load_ms;
     if (!isnan(fr->dip) && !(dip >= fr->dip)) dip = fr->dip;
     if (!isnan(fr->agreement) && !(agree <= fr->agreement)) agree = fr->agreement;
     if (!isnan(fr->kl) && !(kl >= fr->kl)) kl = fr->kl;
+    if (fr->quality_why[0]) why_q = fr->quality_why;
+    why_dip = "no token rate before the swap to measure a dip against";
   }
   if (!any) return;
-  frt_add_metric(f, "swap_drain_ms", drain);
-  frt_add_metric(f, "swap_load_ms", load);
-  frt_add_metric(f, "swap_dip", dip);
-  frt_add_metric(f, "swap_agreement", agree);
-  frt_add_metric(f, "swap_kl", kl);
+  if (done && f->c.sim) why_q = "simulated tokens carry no model output";
+  else if (done && isnan(kl) && !isnan(agree))
+    why_q = "a server sends tokens, not next-token distributions";
+  const char *why_done = done ? "not measured" : "no swap finished";
+  frt_add_value(f, "swap_drain_ms", drain, why_done);
+  frt_add_value(f, "swap_load_ms", load, why_done);
+  frt_add_value(f, "swap_dip", dip, why_dip);
+  frt_add_value(f, "swap_agreement", agree, why_q);
+  frt_add_value(f, "swap_kl", kl, why_q);
 }

@@ -120,15 +120,22 @@ static bool rep_ok(fault_rt *f, int i) {
          replica_health_get(f->c.reps[i]) != REPLICA_DEAD;
 }
 
+// A fault that did not reach replica rep explains none of its losses (frt_loss_fault).
 static void inject_one(fault_rt *f, int fi, int rep, const replica_fault *rf) {
   fault_run *fr = &f->fr[fi];
+  bool *explained = rep >= 0 && rep < f->n_rs ? &f->explained[(size_t)fi * (size_t)f->n_rs +
+                                                              (size_t)rep]
+                                              : NULL;
   if (!rep_ok(f, rep)) {
     snprintf(fr->note, sizeof fr->note, "replica%d was already lost: nothing injected", rep);
+    if (explained && rf->kind != RFAULT_CLEAR && rf->kind != RFAULT_RESUME) *explained = true;
     return;
   }
   sc_error e = {{0}};
-  if (replica_inject(f->c.reps[rep], rf, &e) != SC_OK)
+  if (replica_inject(f->c.reps[rep], rf, &e) != SC_OK) {
     snprintf(fr->note, sizeof fr->note, "not injected: %.140s", e.msg);
+    if (explained && rf->kind != RFAULT_CLEAR && rf->kind != RFAULT_RESUME) *explained = true;
+  }
 }
 
 // Requests in flight whose stage is in the mask: queued and prefill cannot be told apart by a

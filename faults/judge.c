@@ -22,30 +22,38 @@ static const uint64_t REF_DEADLINE_NS = 120000000000ull; // the reference engine
 // its keys start here, past any request's.
 static const uint64_t REF_KEY = 1ull << 62;
 
-// An external target: a live replica to ask again, or -1 (why says) when none is, or when the
-// server sent no token ids for the requests compared.
-static int live_reference(fault_rt *f, int version, char *why, size_t cap) {
-  for (size_t k = 0; k < f->c.reqs->n; k++) {
-    const req_rec *q = &f->c.reqs->v[k];
-    if (q->status != REQ_OK || (q->retries == 0 && q->fault < 0) || q->version != version) continue;
-    for (int i = 0; i < q->n_tok; i++)
-      if (q->ids[i] < 0) {
-        snprintf(why, cap, "the server sends no token ids");
-        return -1;
-      }
-  }
+// An external target: a live replica to ask again, or -1 (why says) when none is.
+static int live_reference(fault_rt *f, char *why, size_t cap) {
   for (int i = 0; i < f->c.n_reps; i++)
     if (!router_busy(f->c.rt, i) && replica_health_get(f->c.reps[i]) == REPLICA_HEALTHY) return i;
   snprintf(why, cap, "no live replica to ask again");
   return -1;
 }
 
-void frt_add_metric(fault_rt *f, const char *name, double v) {
-  db_ok(f, store_metric_add(f->c.db, f->c.run_id, f->c.dep_id, 0, NULL, name, v, &f->err));
+// Whether every token of q came with its id (a server may stream text only).
+static bool ids_known(const req_rec *q) {
+  for (int i = 0; i < q->n_tok; i++)
+    if (q->ids[i] < 0) return false;
+  return true;
+}
+
+void frt_add_value(fault_rt *f, const char *name, double v, const char *why) {
+  // what this kind of replica cannot give is absent, whatever was computed (the metric table)
+  const char *absent =
+      mt_metric_absent(name, f->c.sim ? MT_KIND_SIM : scenario_metric_kind(f->c.s));
+  if (absent) {
+    v = NAN;
+    why = absent;
+  }
+  if (!isnan(v)) why = NULL;
+  else if (!why || !why[0]) why = "not measured";
+  db_ok(f, store_metric_add_note(f->c.db, f->c.run_id, f->c.dep_id, 0, NULL, name, v, why,
+                                 &f->err));
   fault_result *res = f->res;
   if (res && res->n_fm < (int)(sizeof res->fm / sizeof res->fm[0])) {
     res->fm[res->n_fm].name = name;
-    res->fm[res->n_fm++].v = v;
+    res->fm[res->n_fm].v = v;
+    snprintf(res->fm[res->n_fm++].why, sizeof res->fm[0].why, "%s", why ? why : "");
   }
 }
 
@@ -122,7 +130,7 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
   const bool live = f->c.s->target.set;
   const uint64_t base = live ? REF_KEY : 0;
   if (live) {
-    int i = live_reference(f, version, why, cap);
+    int i = live_reference(f, why, cap);
     if (i < 0) return -1;
     ref = f->c.reps[i];
   } else if (replica_local_new(&ec, 0, &ref, &e) != SC_OK) {
@@ -132,10 +140,11 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
   int32_t **got = calloc(f->c.reqs->n, sizeof *got);
   int *n_got = calloc(f->c.reqs->n, sizeof *n_got);
   bool *done = calloc(f->c.reqs->n, sizeof *done);
+  uint64_t *text = calloc(f->c.reqs->n, sizeof *text); // the reference's streamed text (a server)
   replica_event *ev = malloc(REF_EVENTS * sizeof *ev);
   int mismatches = 0;
   size_t left = 0;
-  if (!got || !n_got || !done || !ev) {
+  if (!got || !n_got || !done || !ev || !text) {
     snprintf(why, cap, "out of memory");
     mismatches = -1;
     goto out;
@@ -172,6 +181,7 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
         if (k >= f->c.reqs->n || !got[k] || done[k]) continue;
         if (ev[i].kind == REPLICA_EV_TOKEN && n_got[k] < f->c.reqs->v[k].max_tokens)
           got[k][n_got[k]++] = ev[i].token;
+        if (ev[i].kind == REPLICA_EV_FINISHED) text[k] = ev[i].text_hash;
         if (ev[i].kind == REPLICA_EV_FINISHED || ev[i].kind == REPLICA_EV_FAILED) {
           done[k] = true;
           left--;
@@ -184,12 +194,30 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
     mismatches = -1;
     goto out;
   }
+  // token ids where both sides have them, else the streamed text (a server that sends none)
+  int on_text = 0, blind = 0;
   for (size_t k = 0; k < f->c.reqs->n; k++) {
     if (!got[k]) continue;
     const req_rec *q = &f->c.reqs->v[k];
-    if (n_got[k] != q->n_tok ||
-        fv_output_hash(got[k], n_got[k]) != fv_output_hash(q->ids, q->n_tok))
-      mismatches++;
+    bool ids = ids_known(q);
+    for (int i = 0; i < n_got[k] && ids; i++) ids = got[k][i] >= 0;
+    if (ids) {
+      mismatches += n_got[k] != q->n_tok ||
+                    fv_output_hash(got[k], n_got[k]) != fv_output_hash(q->ids, q->n_tok);
+    } else if (q->text_hash && text[k]) {
+      on_text++;
+      mismatches += q->text_hash != text[k];
+    } else {
+      blind++;
+    }
+  }
+  if (blind > 0 && on_text == 0 && mismatches == 0 && blind == (int)n) {
+    snprintf(why, cap, "the server sends neither token ids nor text to compare");
+    mismatches = -1;
+  } else if (on_text > 0) {
+    snprintf(f->equiv_how, sizeof f->equiv_how,
+             "%d of the requests compared on the streamed text (the server sent no token ids)",
+             on_text);
   }
 out:
   if (!live) replica_free(ref);
@@ -198,6 +226,7 @@ out:
   free(got);
   free(n_got);
   free(done);
+  free(text);
   free(ev);
   return mismatches;
 }
@@ -207,18 +236,24 @@ out:
 static const char *const window_metrics[] = {"requests", "ttft_p95_ms", "tpot_p95_ms",
                                              "output_tok_s", "error_rate"};
 
-// The summary of the non-warmup requests arriving in [t0, t1); false when there are none.
-static bool window_summary(fault_rt *f, uint64_t t0, uint64_t t1, mt_summary *out) {
+// The summary of the non-warmup requests that ended in window w of span [t0, t1]: before
+// [t0, t1), during [t0, t1] (a request the fault failed at its instant is its, however short
+// the fault's effect), after (t0, t1]; false when there are none. A request belongs to the
+// window of its outcome, not of its arrival: a request a kill failed is the kill's.
+static bool window_summary(fault_rt *f, int w, uint64_t t0, uint64_t t1, mt_summary *out) {
   size_t n = 0;
-  for (size_t k = 0; k < f->c.reqs->n; k++)
-    n += f->c.reqs->v[k].arrival >= t0 && f->c.reqs->v[k].arrival < t1;
+#define IN_WINDOW(q)                                                                               \
+  (w == 0 ? (q)->finish >= t0 && (q)->finish < t1                                                \
+   : w == 1 ? (q)->finish >= t0 && (q)->finish <= t1                                             \
+            : (q)->finish > t0 && (q)->finish <= t1)
+  for (size_t k = 0; k < f->c.reqs->n; k++) n += IN_WINDOW(&f->c.reqs->v[k]);
   if (n == 0) return false;
   mt_request *m = calloc(n, sizeof *m);
   if (!m) return false;
   n = 0;
   for (size_t k = 0; k < f->c.reqs->n; k++) {
     const req_rec *q = &f->c.reqs->v[k];
-    if (q->arrival < t0 || q->arrival >= t1) continue;
+    if (!IN_WINDOW(q)) continue;
     m[n++] = (mt_request){.arrival_ns = q->arrival,
                           .finish_ns = q->finish,
                           .token_ns = q->tok,
@@ -229,21 +264,26 @@ static bool window_summary(fault_rt *f, uint64_t t0, uint64_t t1, mt_summary *ou
                           .class_idx = q->class_idx,
                           .warmup = q->warmup};
   }
+#undef IN_WINDOW
   sc_status s = mt_summarize(m, (int)n, -1, f->c.good, t0, t1, out);
   free(m);
   return s == SC_OK && out->requests > 0;
 }
 
 // The three windows of fault fi: before = [its phase's start, injected), during = [injected,
-// the end of its effect), after = [that end, end). The effect ends when the fault's duration is
-// over, else when a swap is done, else when throughput recovered; a fault that never recovered
-// has no after window.
+// the end of its effect], after = (that end, end]. The effect ends when the fault's duration is
+// over, else when a swap is done, else when throughput recovered, else at the deployment's end;
+// and not before every request the fault touched (failed, retried, resumed, cancelled) ended.
 static void fault_spans(fault_rt *f, int fi, uint64_t end, uint64_t span[3][2]) {
   const fault_run *fr = &f->fr[fi];
   uint64_t effect = fr->ended       ? fr->ended_ns
                     : fr->swap_done ? fr->swap_done_ns
                     : fr->recovered ? fr->recovered_ns
                                     : end;
+  for (size_t k = 0; k < f->c.reqs->n; k++) {
+    const req_rec *q = &f->c.reqs->v[k];
+    if (q->fault == fi && q->state == REQ_DONE && q->finish > effect) effect = q->finish;
+  }
   if (effect < fr->injected_ns) effect = fr->injected_ns;
   if (effect > end) effect = end;
   uint64_t v[3][2] = {{frt_phase_start_at(f, fr->injected_ns), fr->injected_ns},
@@ -261,7 +301,8 @@ static void fault_windows(fault_rt *f, int fi, int64_t fault_id, uint64_t end) {
   char bad[200] = "";
   for (int w = 0; w < 3; w++) {
     mt_summary sum;
-    if (span[w][1] <= span[w][0] || !window_summary(f, span[w][0], span[w][1], &sum)) continue;
+    if ((w != 1 && span[w][1] <= span[w][0]) || !window_summary(f, w, span[w][0], span[w][1], &sum))
+      continue;
     store_fault_window row = {
         .fault_id = fault_id, .window = names[w], .start_ns = span[w][0], .end_ns = span[w][1]};
     for (size_t i = 0; i < sizeof window_metrics / sizeof *window_metrics; i++) {
@@ -295,7 +336,7 @@ static void fault_windows(fault_rt *f, int fi, int64_t fault_id, uint64_t end) {
     row.op = NULL;
   }
   if (bad[0])
-    frt_note(f, "%s: around %s %s: SLO missed: %s", f->c.dep->label,
+    frt_note(f, "%s: around %s %s: SLO missed (requests by when they ended): %s", f->c.dep->label,
              scenario_fault_kind_name(f->plan.v[fi].kind), f->plan.v[fi].target, bad);
 }
 
@@ -306,32 +347,46 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   if (!f->faulted) return SC_OK;
   dr->faulted = true;
   f->res = dr;
-  // KV blocks still held on live replicas now that every request has ended. An external
-  // server says so on its /metrics, scraped now: blocks where it counts them (shardcheck
-  // serve), else only its KV usage (kv_leak_frac); a server with neither is not measured.
-  double leak = 0, leak_frac = NAN;
-  bool measured = true;
+  // KV still held on live replicas now that every request has ended. Blocks: shardcheck's
+  // engines (their stats) and shardcheck serve (its /metrics counts them). Usage
+  // (kv_leak_frac): every replica; a server's read after clearing a prompt cache it keeps in
+  // its slots (llama.cpp), since that cache may keep what it keeps. A live replica that cannot
+  // say leaves the figure unmeasured (with its reason): no replica's silence passes as 0.
+  double leak = 0, leak_frac = 0;
+  char leak_why[200] = "", frac_why[200] = "";
   for (int i = 0; i < f->c.n_reps; i++) {
     if (replica_health_get(f->c.reps[i]) == REPLICA_DEAD) continue;
     if (replica_has_server_metrics(f->c.reps[i])) {
       replica_server_metrics m;
-      bool got = replica_server_metrics_get(f->c.reps[i], true, &m);
-      if (got && isfinite(m.kv_usage))
-        leak_frac = fmax(isnan(leak_frac) ? 0 : leak_frac, m.kv_usage);
-      if (got && isfinite(m.kv_blocks))
+      bool got = replica_server_metrics_get(f->c.reps[i], REPLICA_SM_DRAINED, &m);
+      if (got && isfinite(m.kv_blocks)) {
         leak += m.kv_blocks;
-      else
-        measured = false;
+      } else if (!leak_why[0]) {
+        snprintf(leak_why, sizeof leak_why, "replica%d: %.180s", i,
+                 got ? "the server counts no KV blocks (only shardcheck serve does)" : m.why);
+      }
+      if (got && isfinite(m.kv_usage) && m.beyond_cache) {
+        leak_frac = fmax(leak_frac, m.kv_usage);
+      } else if (!frac_why[0]) {
+        snprintf(frac_why, sizeof frac_why, "replica%d: %.180s", i,
+                 !got                   ? m.why
+                 : !isfinite(m.kv_usage) ? "the server's /metrics has no KV-cache usage"
+                                         : m.why);
+      }
       continue;
     }
     engine_stats st;
     replica_stats(f->c.reps[i], &st);
     leak += st.kv_used;
+    if (st.kv_total > 0) leak_frac = fmax(leak_frac, (double)st.kv_used / st.kv_total);
   }
-  if (!measured) {
+  if (leak_why[0]) {
     leak = NAN;
-    frt_note(f, "%s: KV leak (blocks) not measured: the server's /metrics counts no KV blocks%s",
-             f->c.dep->label, isnan(leak_frac) ? " and no KV usage" : "");
+    frt_note(f, "%s: KV leak (blocks) not measured: %s", f->c.dep->label, leak_why);
+  }
+  if (frac_why[0]) {
+    leak_frac = NAN;
+    frt_note(f, "%s: KV leak (usage) not measured: %s", f->c.dep->label, frac_why);
   }
   dr->kv_leak = leak;
   // History over the recorded rows.
@@ -356,6 +411,7 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   uint64_t *tok = all_token_times(f, &n_tok);
   double detect_ms = NAN, recover_ms = NAN, reload_ms = NAN;
   bool all_recovered = true;
+  char recover_why[200] = "no fault was injected";
   int n_injected = 0;
   for (int i = 0; i < f->plan.n; i++) {
     fault_run *fr = &f->fr[i];
@@ -367,8 +423,10 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
       fr->dip = fv_dip(tok, n_tok, frt_phase_start_at(f, fr->injected_ns), fr->injected_ns,
                        fr->swap_done_ns, end, RECOVERY_WINDOW_NS);
     if (ft->kind != SCN_FAULT_CANCEL_STORM && tok && (!swap || fr->swap_done)) {
-      // a swap has recovered once it is over and throughput is back
+      // a swap has recovered once it is over and throughput is back; a fault that took
+      // replicas, once they are back (restarted) and throughput is back
       uint64_t after = swap ? fr->swap_done_ns : fr->detected ? fr->detected_ns : fr->injected_ns;
+      if (fr->back_ns > after) after = fr->back_ns;
       uint64_t rec_at = 0;
       if (fv_recovered_at(tok, n_tok, frt_phase_start_at(f, fr->injected_ns), fr->injected_ns,
                           after, end, RECOVERY_WINDOW_NS, RECOVERY_FRAC, &rec_at)) {
@@ -383,8 +441,14 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
     if (fr->recovered) {
       double ms = (double)(fr->recovered_ns - fr->injected_ns) / 1e6;
       if (!(recover_ms >= ms)) recover_ms = ms;
-    } else {
+    } else if (all_recovered) {
       all_recovered = false;
+      snprintf(recover_why, sizeof recover_why, "%s %s never recovered%s",
+               scenario_fault_kind_name(ft->kind), ft->target,
+               ft->kind == SCN_FAULT_CANCEL_STORM
+                   ? ": a storm's cancels were never all acknowledged"
+               : !tok ? ": no token was delivered"
+                      : " (throughput never back at 90% of its level before, or no level before)");
     }
     if (fr->reload_ms > 0 && !(reload_ms >= fr->reload_ms)) reload_ms = fr->reload_ms;
   }
@@ -397,6 +461,7 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   int mm = equivalence(f, why, sizeof why);
   dr->mismatches = mm >= 0 ? mm : NAN;
   if (mm < 0) frt_note(f, "%s: outputs not compared: %s", f->c.dep->label, why);
+  if (mm >= 0 && f->equiv_how[0]) frt_note(f, "%s: outputs: %s", f->c.dep->label, f->equiv_how);
   if (mm > 0)
     frt_note(f, "%s: %d output%s differ from a fault-free run", f->c.dep->label, mm,
              mm == 1 ? "" : "s");
@@ -436,16 +501,16 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   }
   rec_unlock(f->c.rec);
   frt_add_metric(f, "faults_injected", n_injected);
-  frt_add_metric(f, "detect_ms", detect_ms);
-  frt_add_metric(f, "recover_ms", recover_ms);
-  frt_add_metric(f, "reload_ms", reload_ms);
+  frt_add_value(f, "detect_ms", detect_ms, "no fault was detected");
+  frt_add_value(f, "recover_ms", recover_ms, recover_why);
+  frt_add_value(f, "reload_ms", reload_ms, "no lost replica was restarted");
   frt_add_metric(f, "lost_requests", dr->lost);
   frt_add_metric(f, "history_violations",
                  (double)(h.double_done + h.bad_status + h.dup_tokens + h.token_gaps +
                           h.bad_times));
-  frt_add_metric(f, "kv_leak_blocks", leak);
-  if (f->c.s->target.set) frt_add_metric(f, "kv_leak_frac", leak_frac);
-  frt_add_metric(f, "output_mismatches", dr->mismatches);
+  frt_add_value(f, "kv_leak_blocks", leak, leak_why);
+  frt_add_value(f, "kv_leak_frac", leak_frac, frac_why);
+  frt_add_value(f, "output_mismatches", dr->mismatches, why);
   int retried = 0, resumed = 0, affected = 0;
   for (size_t k = 0; k < f->c.reqs->n; k++) {
     const req_rec *q = &f->c.reqs->v[k];

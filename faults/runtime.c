@@ -42,7 +42,8 @@ sc_status fault_rt_begin(const fault_ctx *c, fault_rt **out, sc_error *err) {
   SC_TRY(ft_plan_build(f->c.s, f->c.dep, f->c.sweep, f->c.seed, &f->plan, err));
   f->fr = calloc((size_t)f->plan.n + 1, sizeof *f->fr);
   f->vcfg = calloc((size_t)f->plan.n + 1, sizeof *f->vcfg);
-  if (!f->fr || !f->vcfg) return sc_fail(err, SC_OOM, "runner: out of memory");
+  f->explained = calloc(((size_t)f->plan.n + 1) * (size_t)f->n_rs, sizeof *f->explained);
+  if (!f->fr || !f->vcfg || !f->explained) return sc_fail(err, SC_OOM, "runner: out of memory");
   f->vcfg[f->n_vcfg++] = f->c.ec;
   for (int i = 0; i < f->plan.n; i++) {
     f->fr[i].at = f->fr[i].end = UINT64_MAX;
@@ -93,6 +94,18 @@ int frt_fault_of(fault_rt *f, int rep, unsigned kinds) {
   return -1;
 }
 
+int frt_loss_fault(const fault_rt *f, int rep) {
+  if (!f->faulted || rep < 0 || rep >= f->n_rs) return -1;
+  unsigned kinds = fk_detected_by(FK_LOST);
+  for (int i = f->plan.n - 1; i >= 0; i--) {
+    const ft_fault *ft = &f->plan.v[i];
+    if (!f->fr[i].injected || !(kinds & (1u << ft->kind))) continue;
+    if (ft->replica >= 0 && ft->replica != rep) continue;
+    if (!f->explained[(size_t)i * (size_t)f->n_rs + (size_t)rep]) return i;
+  }
+  return -1;
+}
+
 void frt_detect(fault_rt *f, int fi, uint64_t t, const char *how) {
   if (fi < 0) return;
   fault_run *fr = &f->fr[fi];
@@ -134,8 +147,9 @@ void fault_rt_on_failed(fault_rt *f, int rep, const replica_event *ev, uint64_t 
   } else if (ev->failure == REPLICA_FAIL_NUMERICAL) {
     fi = frt_fault_of(f, rep, fk_detected_by(FK_NUMERICAL));
     frt_detect(f, fi, t, "NaN/inf logits failed a request");
-  } else if (replica_failure_is_loss(ev->failure)) {
-    fi = frt_fault_of(f, rep, fk_detected_by(FK_LOST));
+  } else if (replica_failure_is_loss(ev->failure) && rep < f->n_rs) {
+    // the loss being handled (its replica found dead), else the fault that would explain it
+    fi = f->rs[rep].dead_seen ? f->rs[rep].fault : frt_loss_fault(f, rep);
   }
   if (fi >= 0 && q->fault != fi) {
     q->fault = fi;
@@ -210,6 +224,7 @@ void fault_rt_free(fault_rt *f) {
   free(f->swap_ref_prompts.buf);
   free(f->fr);
   free(f->vcfg);
+  free(f->explained);
   if (f->clock_dir[0]) {
     char tmp[128];
     snprintf(tmp, sizeof tmp, "%s.new", f->clock_file);

@@ -80,6 +80,7 @@ typedef struct fault_result {
   struct {
     const char *name; // static
     double v;
+    char why[160]; // NaN: why it was not measured
   } fm[32]; // every metric the fault verdicts wrote
   int n_fm;
 } fault_result;

@@ -49,6 +49,7 @@ typedef struct fault_run {
   int affected;
   int acks;         // cancel storm: cancels not acknowledged yet
   double reload_ms; // a restart after it: how long the replica took to come back
+  uint64_t back_ns; // when the last replica it took came back (restarted); 0: none did
   char note[160];
   // exec: the commands started (one per target replica), reaped by the loop
   struct launch_proc **exec; // (c.n_reps) NULL where none runs
@@ -66,6 +67,7 @@ typedef struct fault_run {
   uint64_t swap_done_ns;
   double dip;           // 1 - the lowest 1 s throughput during the swap / the pre-swap level
   double agreement, kl; // quality delta between the old and new weights (NaN: not measured)
+  char quality_why[160]; // why the quality delta was not measured ("": it was, or not tried)
 } fault_run;
 
 enum { SW_NEXT, SW_DRAIN, SW_LOAD };
@@ -95,7 +97,9 @@ struct fault_rt {
   char env_buf[5][600];
   const char *env[6];
   int64_t clock_offset_ns;
-  int unexplained;     // replicas lost with no kill or hang fault to explain it
+  int unexplained;     // replica losses no kill, hang or exec fault explains
+  char equiv_how[160]; // how the outputs were compared when it is worth saying ("" else)
+  bool *explained;     // (plan.n x n_rs) fault i explained a loss of replica r: [i * n_rs + r]
   fault_result *res;   // from fault_rt_end on: where the metrics written are kept for the SLOs
   sc_status db_status; // the first database error, and why
   sc_error err;
@@ -124,6 +128,11 @@ static inline bool db_ok(fault_rt *f, sc_status s) {
 // replica rep belongs to: the latest on it (or on every replica) not detected yet, else the
 // latest detected; -1: none.
 int frt_fault_of(fault_rt *f, int rep, unsigned kinds);
+// The fault that explains a loss of replica rep: the latest injected fault of a kind a loss
+// detects (kill, hang, exec) on rep (or on every replica) that has not explained a loss of rep
+// already. A fault explains one loss per replica it reaches, so a second loss of a replica it
+// already took, after the restart, is another loss. -1: none explains it.
+int frt_loss_fault(const fault_rt *f, int rep);
 // Fault fi (-1: none, a no-op) was detected at t, by `how`.
 void frt_detect(fault_rt *f, int fi, uint64_t t, const char *how);
 
@@ -169,7 +178,11 @@ void frt_swap_detail(const fault_run *fr, char *d, size_t cap);
 void frt_swap_metrics(fault_rt *f);
 
 // --- faults/judge.c
-// Stores a deployment metric (and keeps it for the SLOs once fault_rt_end began).
-void frt_add_metric(fault_rt *f, const char *name, double v);
+// Stores a deployment metric (and keeps it for the SLOs once fault_rt_end began); a NaN value
+// is stored with why (NULL: "not measured") as its note.
+void frt_add_value(fault_rt *f, const char *name, double v, const char *why);
+static inline void frt_add_metric(fault_rt *f, const char *name, double v) {
+  frt_add_value(f, name, v, NULL);
+}
 // The start of the phase run in progress at time t.
 uint64_t frt_phase_start_at(const fault_rt *f, uint64_t t);

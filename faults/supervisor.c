@@ -17,6 +17,8 @@ static void restart_finished(fault_rt *f, int i, uint64_t now) {
   rep_state *rs = &f->rs[i];
   double ms = (double)(now - rs->restart_begin) / 1e6;
   if (rs->restart_st == SC_OK) {
+    // the fault that took it is not over before it is back (recover_ms, docs/faults.md)
+    if (rs->fault >= 0 && now > f->fr[rs->fault].back_ns) f->fr[rs->fault].back_ns = now;
     rs->dead_seen = false;
     rs->unhealthy_seen = false;
     rs->n_hist = 0;
@@ -42,11 +44,19 @@ bool frt_ask_supervisor(fault_rt *f, int i) {
 void frt_on_dead(fault_rt *f, int i, uint64_t now) {
   rep_state *rs = &f->rs[i];
   rs->dead_seen = true;
-  int fi = frt_fault_of(f, i, fk_detected_by(FK_LOST));
+  // Every loss is said and counted: the first a fault explains detects it; a later one of the
+  // same fault (an exec that took several replicas) is said as its; one no fault explains is
+  // a false detection.
+  int fi = frt_loss_fault(f, i);
   char how[200];
   snprintf(how, sizeof how, "replica%d lost: %.150s", i, replica_error(f->c.reps[i]));
   if (fi >= 0) {
-    frt_detect(f, fi, now, how);
+    f->explained[(size_t)fi * (size_t)f->n_rs + (size_t)i] = true;
+    if (!f->fr[fi].detected)
+      frt_detect(f, fi, now, how);
+    else
+      frt_note(f, "%s: %s (the %s fault's)", f->c.dep->label, how,
+               scenario_fault_kind_name(f->plan.v[fi].kind));
   } else {
     f->unexplained++;
     frt_note(f, "%s: %s (no kill, hang or exec fault explains it)", f->c.dep->label, how);

@@ -24,7 +24,8 @@
 //           whole prompt up to the token budget in one step)
 //   pkey    the profile's key and sim_engine's field
 //   ok      a limit's bound, an expression of its value v; expect says it in messages
-//   json    SC_KNOB_J_ALWAYS: always in the run's config JSON; SC_KNOB_J_SET: only when not 0
+//   json    SC_KNOB_J_ALWAYS: always in the run's config JSON; SC_KNOB_J_SET: only when not its
+//           default (so a new knob leaves the config of a run that does not set it as it was)
 #define SC_KNOBS(X)                                                                                \
   /* running sequences per replica */                                                              \
   X(max_running, int, 256, 1, 1, SC_KNOB_P_INT, max_running, v >= 1, "an integer >= 1",          \
@@ -50,7 +51,14 @@
     "a fraction in [0, 0.5] (vLLM keeps 0.01)", SC_KNOB_J_SET)                                     \
   /* KV blocks per replica instead of the planner's (0: the planner's) */                          \
   X(num_gpu_blocks_override, int, 0, 0, 0, SC_KNOB_P_INT, num_gpu_blocks, v >= 0,                 \
-    "an integer >= 0 (0 = the planner's)", SC_KNOB_J_SET)
+    "an integer >= 0 (0 = the planner's)", SC_KNOB_J_SET)                                          \
+  /* a step that admits prompts computes no decodes (vLLM V0 without chunked prefill) */           \
+  X(prefill_first, bool, false, 1, 1, SC_KNOB_P_BOOL, prefill_first, true, "", SC_KNOB_J_SET)      \
+  /* a new prompt is admitted only whole, within what is left of the step's budget */             \
+  X(whole_prompts, bool, false, 1, 1, SC_KNOB_P_BOOL, whole_prompts, true, "", SC_KNOB_J_SET)      \
+  /* decode steps per scheduling (vLLM's num_scheduler_steps): host work once, tokens in bursts */ \
+  X(decode_steps, int, 1, 1, 0, SC_KNOB_P_INT, decode_steps, v >= 1 && v <= 64,                   \
+    "an integer in [1, 64]", SC_KNOB_J_SET)
 
 // --- expansions every floor shares
 

@@ -180,6 +180,28 @@ static sc_status read_bench(json_t *doc, const char *path, imp *t, char *assumed
   return SC_OK;
 }
 
+// --- vllm-latency: one batch's latency
+
+static sc_status read_latency(json_t *doc, const char *path, const import_options *o, imp *t,
+                              char *assumed, size_t acap, sc_error *err) {
+  const json_t *v = json_object_get(doc, "avg_latency");
+  if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+    return sc_fail(err, SC_INVALID, "%s: key 'avg_latency': expected seconds > 0", path);
+  if (!o || o->batch < 1 || o->input_len < 1 || o->output_len < 1)
+    return sc_fail(err, SC_INVALID, "%s: vLLM's benchmark_latency output has no lengths: give "
+                   "--batch-size, --input-len and --output-len", path);
+  uint64_t end = ns_of(json_number_value(v));
+  for (int i = 0; i < o->batch; i++) {
+    imp_req r = {.prompt = o->input_len, .output = o->output_len, .arrival = 0, .first = end,
+                 .last = end, .ok = true};
+    if (push(t, &r) != SC_OK) return sc_fail(err, SC_OOM, "%s: out of memory", path);
+  }
+  snprintf(assumed, acap, "a batch of %d requests of %d + %d tokens, all at 0, each finishing at "
+           "avg_latency; first tokens not measured (E2E only)", o->batch, o->input_len,
+           o->output_len);
+  return SC_OK;
+}
+
 // --- writing
 
 typedef struct emit_ctx {
@@ -209,10 +231,19 @@ static void token_times(const imp_req *r, uint64_t *tok) {
 }
 
 static sc_status write_run(store *db, const char *path, const char *name, const char *model,
-                           imp *t, import_result *res, sc_error *err) {
+                           const import_options *o, imp *t, import_result *res, sc_error *err) {
   char config[1024];
   json_t *cfg = json_pack("{s:s, s:s, s:s}", "imported_from", path, "format", res->format,
                           "assumed", res->assumed);
+  int tp = o && o->tp > 0 ? o->tp : 1, pp = o && o->pp > 0 ? o->pp : 1;
+  int dp = o && o->dp > 0 ? o->dp : 1;
+  if (cfg && o && (o->tp || o->pp || o->dp)) { // the layout given: calibrate replays it there
+    char lay[64];
+    snprintf(lay, sizeof lay, "tp%d-pp%d-dp%d", tp, pp, dp);
+    json_object_set_new(cfg, "layout", json_string(lay));
+  }
+  if (cfg && !strcmp(res->format, "vllm-latency"))
+    json_object_set_new(cfg, "e2e_only", json_true());
   char *cs = cfg ? json_dumps(cfg, JSON_COMPACT) : NULL;
   snprintf(config, sizeof config, "%s", cs ? cs : "{}");
   free(cs);
@@ -227,7 +258,7 @@ static sc_status write_run(store *db, const char *path, const char *name, const 
   }
   SC_TRY(store_run_begin(db, &run, &res->run_id, err));
   SC_TRY(store_deployment_begin(db, &(store_deployment){.run_id = res->run_id, .label = "imported",
-                                                        .tp = 1, .pp = 1, .dp = 1},
+                                                        .tp = tp, .pp = pp, .dp = dp},
                                 &dep, err));
   SC_TRY(store_phase_begin(db, &(store_phase){.run_id = res->run_id, .deployment_id = dep,
                                               .name = "trace", .kind = "rate",
@@ -273,7 +304,7 @@ static sc_status write_run(store *db, const char *path, const char *name, const 
 }
 
 sc_status import_trace(store *db, const char *path, const char *name, const char *model,
-                       import_result *out, sc_error *err) {
+                       const import_options *o, import_result *out, sc_error *err) {
   memset(out, 0, sizeof *out);
   FILE *f = fopen(path, "rb");
   if (!f) return sc_fail(err, SC_IO, "%s: cannot read the trace: %s", path, strerror(errno));
@@ -285,6 +316,9 @@ sc_status import_trace(store *db, const char *path, const char *name, const char
   if (t.doc && json_is_object(t.doc) && json_object_get(t.doc, "input_lens")) {
     snprintf(out->format, sizeof out->format, "vllm-bench");
     st = read_bench(t.doc, path, &t, out->assumed, sizeof out->assumed, err);
+  } else if (t.doc && json_is_object(t.doc) && json_object_get(t.doc, "avg_latency")) {
+    snprintf(out->format, sizeof out->format, "vllm-latency");
+    st = read_latency(t.doc, path, o, &t, out->assumed, sizeof out->assumed, err);
   } else {
     snprintf(out->format, sizeof out->format, "llmservingsim");
     rewind(f);
@@ -297,7 +331,7 @@ sc_status import_trace(store *db, const char *path, const char *name, const char
     snprintf(base, sizeof base, "import:%s", b ? b + 1 : path);
     out->requests = t.n;
     st = write_run(db, path, name ? name : base,
-                   model ? model : t.model[0] ? t.model : "unknown", &t, out, err);
+                   model ? model : t.model[0] ? t.model : "unknown", o, &t, out, err);
   }
   json_decref(t.doc);
   free(t.v);

@@ -320,11 +320,23 @@ int mt_knee(const int *concurrency, const double *ttft_p95_ms, int n, double lim
 
 // --- verdicts
 
+const char *mt_summary_why(const mt_summary *s, const char *name) {
+  double v;
+  if (!s || !name || !mt_summary_value(s, name, &v) || !isnan(v)) return NULL;
+  if (s->requests == 0) return "no request was measured";
+  if (s->ok == 0) return "no request completed";
+  if (!strncmp(name, "ttft_", 5)) return "no completed request had a token";
+  if (!strncmp(name, "tpot_", 5) || !strncmp(name, "itl_", 4))
+    return "no completed request had two tokens or more";
+  if (!(s->window_s > 0)) return "the requests span no time";
+  return "no sample";
+}
+
 // One verdict per item of items[0..n) against s (and extra), named "CLS:KEY" when cls is
 // not NULL; returns how many were written (<= cap).
 static int verdicts_of(const scn_slo_item *items, int n_items, const char *cls,
-                       const mt_summary *s, bool (*extra)(void *ud, const char *name, double *out),
-                       void *ud, mt_verdict *out, int cap) {
+                       const mt_summary *s, mt_extra_fn extra, void *ud, mt_verdict *out,
+                       int cap) {
   int n = 0;
   for (int i = 0; i < n_items && i < SCN_MAX_SLO && n < cap; i++) {
     const scn_slo_item *it = &items[i];
@@ -334,8 +346,17 @@ static int verdicts_of(const scn_slo_item *items, int n_items, const char *cls,
     else snprintf(v->slo, sizeof v->slo, "%s", it->key);
     v->expected = it->limit;
     v->actual = NAN;
+    char why[MT_NOTE_MAX - 16] = "";
     double a;
-    if (mt_summary_value(s, it->key, &a) || (extra && extra(ud, it->key, &a))) v->actual = a;
+    if (mt_summary_value(s, it->key, &a)) {
+      v->actual = a;
+      const char *w = mt_summary_why(s, it->key);
+      if (w) snprintf(why, sizeof why, "%s", w);
+    } else if (extra && extra(ud, it->key, &a, why, sizeof why)) {
+      v->actual = a;
+    }
+    if (isnan(v->actual))
+      snprintf(v->note, sizeof v->note, "no data: %s", why[0] ? why : "not measured here");
     const mt_metric_info *m = mt_metric_find(it->key);
     if (m && m->dir == MT_LOWER_BETTER) {
       snprintf(v->op, sizeof v->op, "<=");
@@ -353,8 +374,7 @@ static int verdicts_of(const scn_slo_item *items, int n_items, const char *cls,
   return n;
 }
 
-int mt_verdicts(const scn_slo *slo, const mt_summary *s,
-                bool (*extra)(void *ud, const char *name, double *out), void *ud,
+int mt_verdicts(const scn_slo *slo, const mt_summary *s, mt_extra_fn extra, void *ud,
                 mt_verdict *out, int cap) {
   if (!slo || !out) return 0;
   return verdicts_of(slo->items, slo->n, NULL, s, extra, ud, out, cap);

@@ -88,20 +88,37 @@ void mt_scaling(const int *gpus, const double *tput, int n, double *speedup, dou
 // -1 when none meets it.
 int mt_knee(const int *concurrency, const double *ttft_p95_ms, int n, double limit_ms);
 
+// A phase's client is saturated when it sent its requests this late against its schedule at
+// the 99th percentile: its latencies then hold the client's delay (arrivals are stamped as
+// scheduled). docs/metrics.md, "The load that was asked for".
+#define MT_CLIENT_LATE_MS 50.0
+
 // --- verdicts
+enum { MT_NOTE_MAX = 200 };
+
 typedef struct mt_verdict {
   char slo[64];    // the SLO key; a prompt class's: "CLASS:KEY", e.g. "short:ttft_p95_ms"
   char op[3];      // "<=" for MT_LOWER_BETTER metrics, ">=" for MT_HIGHER_BETTER
   double expected;
   double actual;   // NaN: no data (fails)
   bool pass;
+  char note[MT_NOTE_MAX]; // "no data: why" when actual is NaN; else "" (the caller may add one)
 } mt_verdict;
 
+// A value the caller knows beyond the summary, by name (lost_requests, kv_leak_blocks,
+// detect_ms, ...): true when it has the name, *out set (NaN: not measured, why says why in
+// cap bytes); false when it has nothing by that name (why may say why: "no fault was
+// injected").
+typedef bool (*mt_extra_fn)(void *ud, const char *name, double *out, char *why, size_t cap);
+
+// Why summary s has no value (NaN) for `name`: "no request completed", "no completed request
+// had two tokens or more", ... (static); NULL when it has a value or does not carry the name.
+const char *mt_summary_why(const mt_summary *s, const char *name);
+
 // One verdict per SLO item against s (a deployment's pooled summary); extra names a caller
-// knows beyond the summary (lost_requests, kv_leak_blocks, detect_ms, ...) come from
-// extra(ud, name, &v) when not NULL. Returns how many were written (<= cap).
-int mt_verdicts(const scn_slo *slo, const mt_summary *s,
-                bool (*extra)(void *ud, const char *name, double *out), void *ud,
+// knows beyond the summary come from extra (may be NULL). A verdict with no value fails, its
+// note "no data: <why>". Returns how many were written (<= cap).
+int mt_verdicts(const scn_slo *slo, const mt_summary *s, mt_extra_fn extra, void *ud,
                 mt_verdict *out, int cap);
 // The verdicts of a prompt class's SLOs c against s, the pooled summary of that class's
 // requests (mt_summarize with its class index); each is named "CLASS:KEY". Returns how many

@@ -153,6 +153,21 @@ static bool row_verdict(void *ud, sqlite3_stmt *st) {
   v->expected = col_f64(st, 3);
   v->actual = col_f64(st, 4);
   v->pass = sqlite3_column_int(st, 5) != 0;
+  col_text(st, 6, v->note, sizeof v->note);
+  return true;
+}
+
+// One phase whose client fell behind, added to the run's list.
+static bool row_saturated(void *ud, sqlite3_stmt *st) {
+  rq_run *r = ((loader *)ud)->r;
+  size_t n = strlen(r->saturated);
+  if (n + 1 >= sizeof r->saturated) return true;
+  char label[64], phase[64];
+  col_text(st, 0, label, sizeof label);
+  col_text(st, 1, phase, sizeof phase);
+  double late = col_f64(st, 2);
+  snprintf(r->saturated + n, sizeof r->saturated - n, "%s%s %s (%.0f ms late)", n ? ", " : "",
+           label, phase, late);
   return true;
 }
 
@@ -191,6 +206,19 @@ static bool row_fault(void *ud, sqlite3_stmt *st) {
   " FROM fault_window w WHERE w.fault_id = f.id AND w.window = '" W "')"
 
 // Whether the database has table name (an older file may lack a newer table).
+// Whether table has column col (an older file may lack it).
+static bool has_column(sqlite3 *db, const char *table, const char *col) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &st,
+                         NULL) != SQLITE_OK)
+    return false;
+  sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, col, -1, SQLITE_STATIC);
+  bool yes = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return yes;
+}
+
 static bool has_table(sqlite3 *db, const char *name) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -260,11 +288,23 @@ sc_status rq_run_load(sqlite3 *db, int64_t id, rq_run *r, sc_error *err) {
   if (s == SC_OK) {
     l.cap = 0;
     s = each_row(db,
-                 "SELECT v.deployment_id, v.slo, v.op, v.expected, v.actual, v.pass "
-                 "FROM verdict v JOIN deployment d ON d.id = v.deployment_id "
-                 "WHERE v.run_id = ?1 ORDER BY d.idx, v.id",
+                 has_column(db, "verdict", "note")
+                     ? "SELECT v.deployment_id, v.slo, v.op, v.expected, v.actual, v.pass, "
+                       "v.note FROM verdict v JOIN deployment d ON d.id = v.deployment_id "
+                       "WHERE v.run_id = ?1 ORDER BY d.idx, v.id"
+                     : "SELECT v.deployment_id, v.slo, v.op, v.expected, v.actual, v.pass, "
+                       "NULL FROM verdict v JOIN deployment d ON d.id = v.deployment_id "
+                       "WHERE v.run_id = ?1 ORDER BY d.idx, v.id",
                  id, row_verdict, &l, "the verdict table", err);
   }
+  if (s == SC_OK)
+    s = each_row(db,
+                 "SELECT d.label, p.name, (SELECT l.value FROM metric l WHERE l.phase_id = "
+                 "m.phase_id AND l.name = 'client_late_p99_ms' AND l.class = '') FROM metric m "
+                 "JOIN phase p ON p.id = m.phase_id JOIN deployment d ON d.id = m.deployment_id "
+                 "WHERE m.run_id = ?1 AND m.name = 'client_saturated' AND m.value > 0 AND "
+                 "m.class = '' ORDER BY d.idx, p.idx",
+                 id, row_saturated, &l, "the metric table", err);
   if (s == SC_OK) {
     l.cap = 0;
     s = each_row(db,
@@ -349,23 +389,30 @@ void rq_metric_cache_free(rq_metric_cache *mc) {
 
 // --- a run's time series
 
-// A run's steps are read by their deployments: the step_by_deployment index finds them where
-// `step.run_id = ?1` would scan every run's steps in the file (a simulated hour writes 2.2
-// million).
+// A run's rows are read by their deployments: the deployment indexes find them where
+// `run_id = ?1` would scan every run's rows in the file (a simulated hour writes 2.2 million
+// steps).
 #define RUN_DEPLOYMENTS "(SELECT id FROM deployment WHERE run_id = ?1)"
 
 sc_status rq_run_span(sqlite3 *db, int64_t run_id, int64_t *span, sc_error *err) {
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(
-          db,
-          "SELECT max(t) FROM ("
-          " SELECT max(t_ns + duration_ns) AS t FROM step WHERE deployment_id IN " RUN_DEPLOYMENTS
-          " UNION ALL SELECT max(max(arrival_ns, coalesce(first_token_ns, 0),"
-          "   coalesce(finish_ns, 0))) FROM request WHERE run_id = ?1"
-          " UNION ALL SELECT max(coalesce(end_ns, start_ns)) FROM phase WHERE run_id = ?1"
-          " UNION ALL SELECT max(max(injected_ns, coalesce(detected_ns, 0),"
-          "   coalesce(recovered_ns, 0))) FROM fault WHERE run_id = ?1)",
-          -1, &st, NULL) != SQLITE_OK)
+  // Version 5 keeps each step block's latest end in the index it finds blocks by: one look-up
+  // per deployment. Older files hold a row per step.
+  const char *steps = has_table(db, "step_block")
+                          ? " SELECT (SELECT max(end_ns) FROM step_block WHERE deployment_id ="
+                            " d.id) AS t FROM deployment AS d WHERE d.run_id = ?1"
+                          : " SELECT max(t_ns + duration_ns) AS t FROM step WHERE deployment_id"
+                            " IN " RUN_DEPLOYMENTS;
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "SELECT max(t) FROM (%s"
+           " UNION ALL SELECT max(max(arrival_ns, coalesce(first_token_ns, 0),"
+           "   coalesce(finish_ns, 0))) FROM request WHERE run_id = ?1"
+           " UNION ALL SELECT max(coalesce(end_ns, start_ns)) FROM phase WHERE run_id = ?1"
+           " UNION ALL SELECT max(max(injected_ns, coalesce(detected_ns, 0),"
+           "   coalesce(recovered_ns, 0))) FROM fault WHERE run_id = ?1)",
+           steps);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
     return sc_fail(err, SC_IO, "reading the run's span: %s", sqlite3_errmsg(db));
   sqlite3_bind_int64(st, 1, run_id);
   *span = 0;
@@ -380,18 +427,44 @@ typedef struct typed_fn {
   void *ud;
 } typed_fn;
 
-static bool row_token_time(void *ud, sqlite3_stmt *st) {
+static bool row_token_count(void *ud, sqlite3_stmt *st) {
   typed_fn *t = ud;
-  return ((bool (*)(void *, int64_t))t->fn)(t->ud, sqlite3_column_int64(st, 0));
+  return ((bool (*)(void *, int64_t, int64_t))t->fn)(t->ud, sqlite3_column_int64(st, 0),
+                                                     sqlite3_column_int64(st, 1));
 }
 
-sc_status rq_token_times(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, int64_t t_ns),
-                         void *ud, sc_error *err) {
+// Whether run_id's token_second rows count every token row of the run: their sum is the run's
+// delivered output tokens (request.output_tokens, each request's count of token rows). Not so
+// in a file without the table, at level requests (no token rows, no counts), or where token
+// rows were written without the store.
+static bool token_seconds_whole(sqlite3 *db, int64_t run_id) {
+  if (!has_table(db, "token_second")) return false;
+  sqlite3_stmt *st = NULL;
+  bool whole = false;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT (SELECT coalesce(sum(tokens), 0) FROM token_second WHERE "
+                         "run_id = ?1) = (SELECT coalesce(sum(output_tokens), 0) FROM request "
+                         "WHERE deployment_id IN " RUN_DEPLOYMENTS ")",
+                         -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, run_id);
+    whole = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1;
+  }
+  sqlite3_finalize(st);
+  return whole;
+}
+
+sc_status rq_token_counts(sqlite3 *db, int64_t run_id, int64_t bin_ns,
+                          bool (*fn)(void *ud, int64_t t_ns, int64_t n), void *ud,
+                          sc_error *err) {
   typed_fn t = {(void (*)(void))fn, ud};
+  if (bin_ns > 0 && bin_ns % STORE_NS_PER_SECOND == 0 && token_seconds_whole(db, run_id))
+    return each_row(db,
+                    "SELECT second * 1000000000, tokens FROM token_second WHERE run_id = ?1",
+                    run_id, row_token_count, &t, "the token_second table", err);
   return each_row(db,
-                  "SELECT t.t_ns FROM token t JOIN request r ON r.id = t.request_id "
+                  "SELECT t.t_ns, 1 FROM token t JOIN request r ON r.id = t.request_id "
                   "WHERE r.run_id = ?1",
-                  run_id, row_token_time, &t, "the token table", err);
+                  run_id, row_token_count, &t, "the token table", err);
 }
 
 static bool row_first_token(void *ud, sqlite3_stmt *st) {
@@ -410,42 +483,201 @@ sc_status rq_first_tokens(sqlite3 *db, int64_t run_id,
                   run_id, row_first_token, &t, "the request table", err);
 }
 
-static bool row_step_queue(void *ud, sqlite3_stmt *st) {
+// --- steps
+
+// Reads an integer at *p (spaces before it skipped) into *v and moves *p past it; false when
+// there is none.
+static bool json_i64(const char **p, int64_t *v) {
+  const char *s = *p;
+  while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+  bool neg = *s == '-';
+  if (neg) s++;
+  if (*s < '0' || *s > '9') return false;
+  uint64_t u = 0;
+  for (; *s >= '0' && *s <= '9'; s++) u = u * 10 + (uint64_t)(*s - '0');
+  *v = neg ? (int64_t)(0 - u) : (int64_t)u;
+  *p = s;
+  return true;
+}
+
+// Moves *p past spaces and the character c; false when the next one is not c.
+static bool json_char(const char **p, char c) {
+  const char *s = *p;
+  while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+  if (*s != c) return false;
+  *p = s + 1;
+  return true;
+}
+
+enum { STEP_FIELDS = 11 }; // a step in a step_block: replica, t_ns, ..., kv_total
+
+// Calls fn for every step of deployment dep_id's step_block rows, in id order (what version 5
+// stores; the C reading of what the step view gives). SC_INVALID naming the block when its
+// steps are not the writer's JSON; SC_OOM when fn returns false; SC_IO on a database error.
+static sc_status block_steps_each(sqlite3 *db, int64_t dep_id,
+                                  bool (*fn)(void *ud, const rq_step *s), void *ud,
+                                  sc_error *err) {
+  sqlite3_stmt *st = NULL;
+  // the index's order: no sort of the blocks' text
+  if (sqlite3_prepare_v2(db,
+                         "SELECT first_id, steps FROM step_block WHERE deployment_id = ?1 "
+                         "ORDER BY first_id",
+                         -1, &st, NULL) != SQLITE_OK)
+    return db_fail(db, err, "the step_block table");
+  sqlite3_bind_int64(st, 1, dep_id);
+  sc_status s = SC_OK;
+  int rc;
+  while (s == SC_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t first = sqlite3_column_int64(st, 0);
+    rq_step x = {.deployment_id = dep_id};
+    const char *p = (const char *)sqlite3_column_text(st, 1);
+    bool ok = p && json_char(&p, '[');
+    bool end = ok && json_char(&p, ']');
+    for (int64_t k = 0; ok && !end; k++) {
+      int64_t v[STEP_FIELDS];
+      ok = json_char(&p, '[');
+      for (int i = 0; ok && i < STEP_FIELDS; i++)
+        ok = (!i || json_char(&p, ',')) && json_i64(&p, &v[i]);
+      ok = ok && json_char(&p, ']');
+      if (!ok) break;
+      x.id = first + k;
+      x.replica = (int)v[0];
+      x.t_ns = v[1];
+      x.duration_ns = v[2];
+      x.queue_len = (int)v[7];
+      x.kv_used = v[9];
+      x.kv_total = v[10];
+      if (!fn(ud, &x)) {
+        s = sc_fail(err, SC_OOM, "out of memory reading the step_block table");
+        break;
+      }
+      end = json_char(&p, ']');
+      ok = end || json_char(&p, ',');
+    }
+    if (s == SC_OK && !ok)
+      s = sc_fail(err, SC_INVALID, "reading the step_block table: block %lld: its steps are "
+                  "not an array of arrays of %d integers", (long long)first, STEP_FIELDS);
+  }
+  if (s == SC_OK && rc != SQLITE_DONE) s = db_fail(db, err, "the step_block table");
+  sqlite3_finalize(st);
+  return s;
+}
+
+static bool row_step(void *ud, sqlite3_stmt *st) {
   typed_fn *t = ud;
-  rq_step s = {.deployment_id = sqlite3_column_int64(st, 0),
-               .replica = sqlite3_column_int(st, 1),
-               .t_ns = sqlite3_column_int64(st, 2),
-               .queue_len = sqlite3_column_int(st, 3)};
+  rq_step s = {.id = sqlite3_column_int64(st, 0),
+               .deployment_id = sqlite3_column_int64(st, 1),
+               .replica = sqlite3_column_int(st, 2),
+               .t_ns = sqlite3_column_int64(st, 3),
+               .duration_ns = sqlite3_column_int64(st, 4),
+               .queue_len = sqlite3_column_int(st, 5),
+               .kv_used = sqlite3_column_int64(st, 6),
+               .kv_total = sqlite3_column_int64(st, 7)};
   return ((bool (*)(void *, const rq_step *))t->fn)(t->ud, &s);
+}
+
+#define STEP_COLUMNS "id, deployment_id, replica, t_ns, duration_ns, queue_len, kv_used, kv_total"
+
+// The steps of a block come in id order, and each replica's in time order: one row can come
+// after rows that started later than it, by about its own duration (a step is handed over when
+// it ends). A window of this much of the run's clock puts them back in time order as they come.
+#define STEP_REORDER_NS (INT64_C(30) * 1000000000)
+
+// Steps read in id order, handed on in time order (t_ns, then id): those more than
+// STEP_REORDER_NS before the latest seen wait in pend[head..n), sorted.
+typedef struct step_reorder {
+  rq_step *pend;
+  size_t head, n, cap;
+  int64_t hi;               // the latest t_ns seen
+  rq_step last;             // the last handed on
+  bool any_out;             // one was handed on
+  bool out_of_order;        // a step came after one later than it was handed on
+  bool (*fn)(void *ud, const rq_step *s);
+  void *ud;
+} step_reorder;
+
+static bool step_before(const rq_step *a, const rq_step *b) {
+  return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->id < b->id);
+}
+
+// Hands on the waiting steps that started at or before `upto`.
+static bool reorder_out(step_reorder *o, int64_t upto) {
+  while (o->head < o->n && o->pend[o->head].t_ns <= upto) {
+    o->last = o->pend[o->head++];
+    o->any_out = true;
+    if (!o->fn(o->ud, &o->last)) return false;
+  }
+  if (o->head == o->n) o->head = o->n = 0;
+  return true;
+}
+
+static bool reorder_in(void *ud, const rq_step *s) {
+  step_reorder *o = ud;
+  if (o->any_out && step_before(s, &o->last)) {
+    o->out_of_order = true;
+    return false;
+  }
+  if (o->n == o->cap) {
+    if (o->head) { // room at the front
+      memmove(o->pend, o->pend + o->head, (o->n - o->head) * sizeof *o->pend);
+      o->n -= o->head;
+      o->head = 0;
+    } else {
+      size_t cap = o->cap ? o->cap * 2 : 4096;
+      rq_step *p = realloc(o->pend, cap * sizeof *p);
+      if (!p) return false;
+      o->pend = p;
+      o->cap = cap;
+    }
+  }
+  size_t j = o->n; // from the end: a step is seldom more than a few places early
+  while (j > o->head && step_before(s, &o->pend[j - 1])) j--;
+  memmove(o->pend + j + 1, o->pend + j, (o->n - j) * sizeof *o->pend);
+  o->pend[j] = *s;
+  o->n++;
+  if (s->t_ns > o->hi) o->hi = s->t_ns;
+  // only what is a whole window behind the latest: a later step cannot start before it
+  return o->hi < INT64_MIN + STEP_REORDER_NS || reorder_out(o, o->hi - STEP_REORDER_NS - 1);
+}
+
+// Ids read by row_id.
+typedef struct id_list {
+  int64_t *v;               // (n)
+  int n, cap;
+} id_list;
+
+static bool row_id(void *ud, sqlite3_stmt *st) {
+  id_list *l = ud;
+  if (!grow((void **)&l->v, l->n, &l->cap, sizeof *l->v)) return false;
+  l->v[l->n++] = sqlite3_column_int64(st, 0);
+  return true;
 }
 
 sc_status rq_steps_by_time(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
-                           void *ud, sc_error *err) {
+                           void (*restart)(void *ud), void *ud, sc_error *err) {
   typed_fn t = {(void (*)(void))fn, ud};
+  if (has_table(db, "step_block")) {
+    id_list deps = {0};
+    sc_status s = each_row(db, "SELECT id FROM deployment WHERE run_id = ?1 ORDER BY id", run_id,
+                           row_id, &deps, "the deployment table", err);
+    step_reorder o = {.fn = fn, .ud = ud};
+    for (int i = 0; s == SC_OK && i < deps.n; i++) {
+      o.hi = INT64_MIN;
+      o.any_out = false;
+      s = block_steps_each(db, deps.v[i], reorder_in, &o, err);
+      if (s == SC_OK && !reorder_out(&o, INT64_MAX))
+        s = sc_fail(err, SC_OOM, "out of memory reading the step_block table");
+    }
+    free(o.pend);
+    free(deps.v);
+    if (!o.out_of_order) return s;
+    // A step handed over more than the window late: SQLite sorts them all (slow, and exact).
+    restart(ud);
+  }
   return each_row(db,
-                  "SELECT deployment_id, replica, t_ns, queue_len FROM step "
-                  "WHERE deployment_id IN " RUN_DEPLOYMENTS " ORDER BY t_ns, id",
-                  run_id, row_step_queue, &t, "the step table", err);
-}
-
-static bool row_step_kv(void *ud, sqlite3_stmt *st) {
-  typed_fn *t = ud;
-  rq_step s = {.deployment_id = sqlite3_column_int64(st, 0),
-               .replica = sqlite3_column_int(st, 1),
-               .t_ns = sqlite3_column_int64(st, 2),
-               .kv_used = sqlite3_column_int64(st, 3),
-               .kv_total = sqlite3_column_int64(st, 4)};
-  return ((bool (*)(void *, const rq_step *))t->fn)(t->ud, &s);
-}
-
-sc_status rq_kv_steps(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
-                      void *ud, sc_error *err) {
-  typed_fn t = {(void (*)(void))fn, ud};
-  return each_row(db,
-                  "SELECT deployment_id, replica, t_ns, kv_used, kv_total FROM step "
-                  "WHERE deployment_id IN " RUN_DEPLOYMENTS " AND kv_total > 0 "
-                  "ORDER BY deployment_id, replica, t_ns, id",
-                  run_id, row_step_kv, &t, "the step table", err);
+                  "SELECT " STEP_COLUMNS " FROM step WHERE deployment_id IN " RUN_DEPLOYMENTS
+                  " ORDER BY deployment_id, t_ns, id",
+                  run_id, row_step, &t, "the step table", err);
 }
 
 static double col_real(sqlite3_stmt *st, int i) {
@@ -466,15 +698,7 @@ static bool row_server(void *ud, sqlite3_stmt *st) {
 sc_status rq_server_samples(sqlite3 *db, int64_t run_id,
                             bool (*fn)(void *ud, const rq_server_sample *s), void *ud,
                             sc_error *err) {
-  sqlite3_stmt *st = NULL;
-  bool have = false;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
-                         "'server_sample'",
-                         -1, &st, NULL) == SQLITE_OK)
-    have = sqlite3_step(st) == SQLITE_ROW;
-  sqlite3_finalize(st);
-  if (!have) return SC_OK;
+  if (!has_table(db, "server_sample")) return SC_OK;
   typed_fn t = {(void (*)(void))fn, ud};
   return each_row(db,
                   "SELECT deployment_id, replica, t_ns, running, waiting, kv_usage FROM "
@@ -925,7 +1149,7 @@ int rq_metrics_audit(sqlite3 *db, int64_t run_id, int64_t dep_id, bool token_row
   // one by one (a third of the time for an hour's 5 million).
   static const char *const sql =
       "SELECT count(*), "
-      "  sum(status = 'ok'), "
+      "  total(status = 'ok'), " // 0, not NULL, over no rows (every request a warm-up)
       "  total(CASE WHEN status = 'ok' THEN output_tokens END), "
       "  avg(CASE WHEN status = 'ok' AND output_tokens >= 1 "
       "      THEN (first_token_ns - arrival_ns) / 1e6 END), "
@@ -1066,10 +1290,16 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
   c->runner_up = sqlite3_column_type(st, 14) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 14);
   c->served = sqlite3_column_int(st, 15) != 0;
   sqlite3_finalize(st);
+  // a file of version 4 or older (opened read-only, not migrated) has no interval: its
+  // bounds are the prediction
   const char *ls = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
-                   "output_tok_s, cost_per_mtok, limit_text FROM capacity_layout "
-                   "WHERE capacity_id = ?1 ORDER BY idx";
-  if (sqlite3_prepare_v2(db, ls, -1, &st, NULL) != SQLITE_OK)
+                   "output_tok_s, cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error "
+                   "FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
+  const char *ls4 = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
+                    "output_tok_s, cost_per_mtok, limit_text, max_rate, max_rate, 0 "
+                    "FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
+  bool v5 = sqlite3_prepare_v2(db, ls, -1, &st, NULL) == SQLITE_OK;
+  if (!v5 && sqlite3_prepare_v2(db, ls4, -1, &st, NULL) != SQLITE_OK)
     return sc_fail(err, SC_IO, "reading capacity layouts: %s", sqlite3_errmsg(db));
   sqlite3_bind_int64(st, 1, c->id);
   int cap = 0;
@@ -1098,11 +1328,17 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
     l->output_tok_s = col_real(st, 9);
     l->cost_per_mtok = col_real(st, 10);
     col_str(st, 11, l->limit, sizeof l->limit);
+    l->max_rate_lo = col_real(st, 12);
+    l->max_rate_hi = col_real(st, 13);
+    l->error = sqlite3_column_double(st, 14);
   }
   sqlite3_finalize(st);
-  const char *ps = "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "
-                   "output_tok_s, error_rate, failed FROM capacity_point WHERE capacity_id = ?1 "
-                   "ORDER BY layout, idx";
+  const char *ps = v5 ? "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "
+                        "output_tok_s, error_rate, failed, bound FROM capacity_point WHERE "
+                        "capacity_id = ?1 ORDER BY layout, idx"
+                      : "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "
+                        "output_tok_s, error_rate, failed, 0 FROM capacity_point WHERE "
+                        "capacity_id = ?1 ORDER BY layout, idx";
   if (sqlite3_prepare_v2(db, ps, -1, &st, NULL) != SQLITE_OK) {
     rq_capacity_free(c);
     return sc_fail(err, SC_IO, "reading capacity points: %s", sqlite3_errmsg(db));
@@ -1131,6 +1367,7 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
     p->output_tok_s = col_real(st, 6);
     p->error_rate = col_real(st, 7);
     col_str(st, 8, p->failed, sizeof p->failed);
+    p->bound = sqlite3_column_int(st, 9);
   }
   sqlite3_finalize(st);
   return SC_OK;

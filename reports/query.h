@@ -50,6 +50,8 @@ typedef struct rq_verdict {
   double expected;
   double actual;            // NaN: no data
   bool pass;
+  char note[200];           // "no data: why", "client saturated (...)", ... ("": none, or an
+                            // older file)
 } rq_verdict;
 
 enum { RQ_FAULT_WINDOWS = 3 }; // before, during, after
@@ -82,6 +84,8 @@ typedef struct rq_run {
   int n_faults;
   char (*classes)[32];      // (n_classes) prompt class names with metric rows, sorted
   int n_classes;
+  char saturated[400];      // the phases whose client fell behind its schedule: "LABEL PHASE
+                            // (N ms late), ..." ("": none)
 } rq_run;
 
 // Loads run `id` with its deployments, phases, verdicts, faults and class names into *r
@@ -116,33 +120,38 @@ void rq_metric_cache_free(rq_metric_cache *mc);
 // The latest time any of the run's step, request, phase or fault rows mentions into *span (0
 // when none). SC_IO "reading the run's span: ..." when the query cannot be prepared.
 sc_status rq_run_span(sqlite3 *db, int64_t run_id, int64_t *span, sc_error *err);
-// Calls fn with the time of every token row of the run (in no particular order). SC_IO on a
+// Calls fn(ud, t_ns, n) for the run's token rows, n of them at t_ns, in no particular order. A
+// caller that counts them in bins of bin_ns from 0 gets the counts of the token rows: when
+// bin_ns is a whole number of seconds and the file's token_second rows count every token row
+// of the run, one call per second with a token (t_ns its start, n its count: an hour of
+// serving is 3,600 rows, not millions); otherwise one call per token row (n = 1). SC_IO on a
 // database error; SC_OOM when fn returns false.
-sc_status rq_token_times(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, int64_t t_ns),
-                         void *ud, sc_error *err);
+sc_status rq_token_counts(sqlite3 *db, int64_t run_id, int64_t bin_ns,
+                          bool (*fn)(void *ud, int64_t t_ns, int64_t n), void *ud,
+                          sc_error *err);
 // Calls fn for every request of the run with a first token, in first-token order: the first
-// token's time and the TTFT (first token - arrival), both ns. Errors as rq_token_times.
+// token's time and the TTFT (first token - arrival), both ns. Errors as rq_token_counts.
 sc_status rq_first_tokens(sqlite3 *db, int64_t run_id,
                           bool (*fn)(void *ud, int64_t first_token_ns, int64_t ttft_ns),
                           void *ud, sc_error *err);
 
 // One engine step row, the columns the plots read.
 typedef struct rq_step {
+  int64_t id;
   int64_t deployment_id;
   int replica;
-  int64_t t_ns;
-  int queue_len;            // rq_steps_by_time only
-  int64_t kv_used, kv_total; // rq_kv_steps only (blocks)
+  int64_t t_ns, duration_ns;
+  int queue_len;
+  int64_t kv_used, kv_total; // blocks
 } rq_step;
-// Calls fn for every step row of the run in time order (t_ns, then id). Errors as
-// rq_token_times.
+// Calls fn for every step row of the run, deployment by deployment (by id), each deployment's
+// in time order (t_ns, then id). The steps are read in id order and put in time order within a
+// window of 30 s of the run's clock (a step is recorded when it ends); should one come later
+// than that, restart(ud) is called and every step comes again, sorted by SQLite (exact, and
+// slow). Errors as rq_token_counts; SC_INVALID when a step_block row is not what the writer
+// writes.
 sc_status rq_steps_by_time(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
-                           void *ud, sc_error *err);
-// Calls fn for every step row of the run with a KV-cache size (kv_total > 0), by deployment id,
-// replica, then time. Errors as rq_token_times.
-sc_status rq_kv_steps(sqlite3 *db, int64_t run_id, bool (*fn)(void *ud, const rq_step *s),
-                      void *ud, sc_error *err);
-
+                           void (*restart)(void *ud), void *ud, sc_error *err);
 // One server_sample row: what an external server's /metrics said (NaN: not exposed).
 typedef struct rq_server_sample {
   int64_t deployment_id;

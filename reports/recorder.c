@@ -32,6 +32,9 @@ enum { WAKE_ITEMS = 512 };
 // dp=4 serving: 1.6 s against 3.1 s), and a long one would otherwise queue gigabytes; a real
 // run's rows come far slower than the writer's pace.
 enum { CHUNK_BYTES = 64 * 1024, SPARE_CHUNKS = 64, BATCH_CHUNKS = 32 };
+
+// Step rows handed to the store at once: one step_block row when they are of one deployment.
+enum { STEP_RUN = 256 };
 #define MAX_QUEUED_BYTES ((size_t)64 << 20)
 
 typedef struct item {
@@ -200,20 +203,24 @@ static sc_status write_item(recorder *r, const item *it, sc_error *err) {
   return SC_OK;
 }
 
-// Writes the chunks' items in order, consecutive step rows together, while *s is SC_OK.
+// Writes the chunks' items while *s is SC_OK: requests and samples as they come, step rows
+// STEP_RUN at a time (store_steps_add makes a step_block row of each run of one deployment's).
+// Holding steps back past a request changes no id: each table numbers its own rows in the order
+// they are written, and the batch is written whole before the writer commits.
 static void write_chunks(recorder *r, chunk *list, sc_status *s, sc_error *e) {
-  const store_step *steps[64];
+  const store_step *steps[STEP_RUN];
   int n_steps = 0;
   for (chunk *c = list; c; c = c->next)
     for (size_t off = 0; off < c->used;) {
       const item *it = (const item *)(c->data + off);
       off += it->size;
-      if (it->kind == IT_STEP) {
-        steps[n_steps++] = &it->u.step;
-        if (n_steps < 64) continue;
+      if (it->kind != IT_STEP) {
+        if (*s == SC_OK) *s = write_item(r, it, e);
+        continue;
       }
-      if (n_steps && *s == SC_OK) *s = store_steps_add(r->db, steps, n_steps, e);
-      if (it->kind != IT_STEP && *s == SC_OK) *s = write_item(r, it, e);
+      steps[n_steps++] = &it->u.step;
+      if (n_steps < STEP_RUN) continue;
+      if (*s == SC_OK) *s = store_steps_add(r->db, steps, n_steps, e);
       n_steps = 0;
     }
   if (n_steps && *s == SC_OK) *s = store_steps_add(r->db, steps, n_steps, e);

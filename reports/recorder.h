@@ -6,7 +6,9 @@
 // past 64 MiB queued, a new row waits for the writer (a simulation outruns SQLite).
 // Anything else the runner writes (run, deployment, phase rows, metrics, verdicts) goes straight
 // to the store between rec_lock and rec_unlock, which keeps the writer off the connection.
-// Write errors are kept and returned by rec_drain; rows after an error are dropped.
+// Write errors are kept and returned by rec_drain; rows after an error are dropped. Step rows
+// go to the store up to 256 at a time (a step_block row each): requests and samples queued
+// among them are written as they come, so one queued after a step that fails may be in.
 #pragma once
 
 #include <stddef.h>

@@ -200,11 +200,18 @@ sc_status report_print_verdicts(sqlite3 *db, int64_t run_id, FILE *f, sc_error *
       int len = (int)strlen(cells[i][c]);
       if (len > w[c]) w[c] = len;
     }
-  for (int i = 0; i <= r.n_verdicts; i++)
-    // Text columns left-aligned, numbers right-aligned.
-    fprintf(f, "%-*s  %-*s  %*s  %*s  %s\n", w[0], cells[i][0], w[1], cells[i][1], w[2],
-            cells[i][2], w[3], cells[i][3], cells[i][4]);
+  for (int i = 0; i <= r.n_verdicts; i++) {
+    // Text columns left-aligned, numbers right-aligned; then the verdict's note, if any.
+    const char *note = i > 0 ? r.verdicts[i - 1].note : "";
+    fprintf(f, "%-*s  %-*s  %*s  %*s  %-*s%s%s\n", w[0], cells[i][0], w[1], cells[i][1], w[2],
+            cells[i][2], w[3], cells[i][3], note[0] ? w[4] : 0, cells[i][4], note[0] ? "  " : "",
+            note);
+  }
   fputc('\n', f);
+  if (r.saturated[0])
+    fprintf(f, "client saturated: %s: the client sent its requests late against its schedule "
+            "(p99 past %.0f ms), so these phases' latencies hold the client's delay\n\n",
+            r.saturated, MT_CLIENT_LATE_MS);
   for (int d = 0; d < r.n_deps; d++) {
     int n = 0, bad = 0;
     for (int i = 0; i < r.n_verdicts; i++)

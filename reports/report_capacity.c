@@ -28,25 +28,32 @@ static double per_gpu(const store_cap_layout *l, double tok_s) {
 void report_capacity_print(const rq_capacity *c, FILE *f) {
   fprintf(f, "capacity of %s: target %.3g req/s, rates %.3g..%.3g (%d probes per layout), SLO %s\n",
           c->scenario, c->target_rate, c->rate_lo, c->rate_hi, c->iters + 2, c->slo);
-  fprintf(f, "%-2s %-10s %-14s %4s %8s %11s %11s %10s %9s  %s\n", "", "kind", "layout", "gpus",
-          "cost/h", "max req/s", "tok/s/GPU", "ttft p95", "$/M tok", "limit above");
+  fprintf(f, "%-2s %-10s %-14s %4s %8s %11s %17s %11s %10s %9s  %s\n", "", "kind", "layout", "gpus",
+          "cost/h", "max req/s", "interval", "tok/s/GPU", "ttft p95", "$/M tok", "limit above");
   for (int i = 0; i < c->n_layouts; i++) {
     const store_cap_layout *l = &c->layouts[i];
     const store_cap_point *at = NULL;
     for (int k = 0; k < c->n_points; k++)
-      if (c->points[k].layout == i && c->points[k].pass && c->points[k].rate == l->max_rate)
+      if (c->points[k].layout == i && c->points[k].pass && c->points[k].bound == 0 &&
+          c->points[k].rate == l->max_rate)
         at = &c->points[k];
-    char rate[24], tpg[24], ttft[24], cpm[24];
+    char rate[24], tpg[24], ttft[24], cpm[24], iv[48] = "-";
     if (isnan(l->max_rate))
       snprintf(rate, sizeof rate, "< %.3g", c->rate_lo);
     else
       snprintf(rate, sizeof rate, "%s%.3g", l->capped ? ">=" : "", l->max_rate);
+    if (l->error > 0) {
+      char a[16], b[16];
+      fmt(l->max_rate_lo, "%.3g", a, sizeof a);
+      fmt(l->max_rate_hi, "%.3g", b, sizeof b);
+      snprintf(iv, sizeof iv, "[%s, %s]", a, b);
+    }
     fmt(per_gpu(l, l->output_tok_s), "%.0f", tpg, sizeof tpg);
     fmt(at ? at->ttft_p95_ms : NAN, "%.0f ms", ttft, sizeof ttft);
     fmt(l->cost_per_mtok, "%.3f", cpm, sizeof cpm);
     const char *mark = i == c->best ? "*" : i == c->runner_up ? "2" : "";
-    fprintf(f, "%-2s %-10s %-14s %4d %8.2f %11s %11s %10s %9s  %s\n", mark, l->kind, l->label,
-            l->gpus, l->cost_per_hour, rate, tpg, ttft, cpm, l->limit[0] ? l->limit : "-");
+    fprintf(f, "%-2s %-10s %-14s %4d %8.2f %11s %17s %11s %10s %9s  %s\n", mark, l->kind, l->label,
+            l->gpus, l->cost_per_hour, rate, iv, tpg, ttft, cpm, l->limit[0] ? l->limit : "-");
   }
   fprintf(f, "%s\n", c->note);
 }
@@ -69,7 +76,8 @@ static sc_status write_dat(const rq_capacity *c, const char *dir, sc_error *err)
     int n = 0;
     for (int k = 0; k < c->n_points; k++) {
       const store_cap_point *p = &c->points[k];
-      if (p->layout != i || isnan(p->output_tok_s) || isnan(p->ttft_p95_ms)) continue;
+      if (p->layout != i || p->bound != 0 || isnan(p->output_tok_s) || isnan(p->ttft_p95_ms))
+        continue;
       fprintf(f, "%.6g %.6g %d %.6g\n", per_gpu(&c->layouts[i], p->output_tok_s), p->ttft_p95_ms,
               p->pass ? 1 : 0, p->rate);
       n++;
@@ -82,12 +90,13 @@ static sc_status write_dat(const rq_capacity *c, const char *dir, sc_error *err)
   int nf = 0;
   for (int k = 0; front && k < c->n_points; k++) {
     const store_cap_point *p = &c->points[k];
-    if (!p->pass || isnan(p->output_tok_s) || isnan(p->ttft_p95_ms)) continue;
+    if (!p->pass || p->bound != 0 || isnan(p->output_tok_s) || isnan(p->ttft_p95_ms)) continue;
     double x = per_gpu(&c->layouts[p->layout], p->output_tok_s);
     bool dominated = false;
     for (int j = 0; j < c->n_points && !dominated; j++) {
       const store_cap_point *q = &c->points[j];
-      if (j == k || !q->pass || isnan(q->output_tok_s) || isnan(q->ttft_p95_ms)) continue;
+      if (j == k || !q->pass || q->bound != 0 || isnan(q->output_tok_s) || isnan(q->ttft_p95_ms))
+        continue;
       double qx = per_gpu(&c->layouts[q->layout], q->output_tok_s);
       dominated = qx >= x && q->ttft_p95_ms <= p->ttft_p95_ms &&
                   (qx > x || q->ttft_p95_ms < p->ttft_p95_ms);
@@ -231,8 +240,8 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
     else
       fputs("<p>(no plot: gnuplot was not run; capacity.gp and capacity.dat are here)</p>\n", f);
     fputs("<table>\n<tr><th></th><th>kind</th><th>layout</th><th>GPUs</th><th>cost/h</th>"
-          "<th>max req/s</th><th>output tok/s</th><th>tok/s per GPU</th><th>cost per M tokens"
-          "</th><th>limit above</th></tr>\n",
+          "<th>max req/s</th><th>interval</th><th>output tok/s</th><th>tok/s per GPU</th>"
+          "<th>cost per M tokens</th><th>limit above</th></tr>\n",
           f);
     for (int i = 0; i < c.n_layouts; i++) {
       const store_cap_layout *l = &c.layouts[i];
@@ -250,6 +259,15 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
       else
         snprintf(b, sizeof b, "%s%.3g", l->capped ? "&ge; " : "", l->max_rate);
       fprintf(f, "<td>%s</td>", b);
+      if (l->error > 0) {
+        char lo[16], hi[16];
+        fmt(l->max_rate_lo, "%.3g", lo, sizeof lo);
+        fmt(l->max_rate_hi, "%.3g", hi, sizeof hi);
+        snprintf(b, sizeof b, "[%s, %s] (&plusmn;%.0f%%)", lo, hi, 100 * l->error);
+        fprintf(f, "<td>%s</td>", b);
+      } else {
+        td(f, "-");
+      }
       fmt(l->output_tok_s, "%.0f", b, sizeof b);
       td(f, b);
       fmt(per_gpu(l, l->output_tok_s), "%.0f", b, sizeof b);
@@ -260,7 +278,8 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
       fputs("</tr>\n", f);
     }
     fputs("</table>\n<h2>Every simulated point</h2>\n<table>\n<tr><th>kind</th><th>layout</th>"
-          "<th>req/s</th><th>SLO</th><th>TTFT p95 ms</th><th>TPOT p95 ms</th><th>output tok/s"
+          "<th>search</th><th>req/s</th><th>SLO</th><th>TTFT p95 ms</th><th>TPOT p95 "
+          "ms</th><th>output tok/s"
           "</th><th>error rate</th><th>failed</th></tr>\n",
           f);
     for (int k = 0; k < c.n_points; k++) {
@@ -270,6 +289,7 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
       fputs("<tr>", f);
       td(f, l->kind);
       td(f, l->label);
+      td(f, p->bound < 0 ? "pessimistic" : p->bound > 0 ? "optimistic" : "predicted");
       fprintf(f, "<td>%.4g</td><td>%s</td>", p->rate, p->pass ? "held" : "failed");
       fmt(p->ttft_p95_ms, "%.1f", b, sizeof b);
       td(f, b);

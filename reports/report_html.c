@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reports/metrics.h"
 #include "reports/report_impl.h"
 
 static const char css[] =
@@ -162,6 +163,7 @@ static void run_verdict(FILE *f, const rq_run *r) {
   th(f, "expected", false);
   th(f, "actual", false);
   th(f, "result", false);
+  th(f, "note", true);
   fputs("</tr>\n", f);
   for (int i = 0; i < r->n_verdicts; i++) {
     const rq_verdict *v = &r->verdicts[i];
@@ -178,10 +180,19 @@ static void run_verdict(FILE *f, const rq_run *r) {
     esc(f, e);
     fputs("</td><td>", f);
     esc(f, isnan(v->actual) ? "no data" : a);
-    fprintf(f, "</td><td class=\"%s\">%s</td></tr>\n", v->pass ? "pass" : "fail",
+    fprintf(f, "</td><td class=\"%s\">%s</td>", v->pass ? "pass" : "fail",
             v->pass ? "PASS" : "FAIL");
+    td_text(f, v->note);
+    fputs("</tr>\n", f);
   }
   fputs("</table>\n", f);
+  if (r->saturated[0]) {
+    fputs("<p class=\"fail\">Client saturated: ", f);
+    esc(f, r->saturated);
+    fprintf(f, ". The client sent its requests late against its schedule (p99 past %.0f ms), so "
+            "these phases' latencies hold the client's delay, not only the server's.</p>\n",
+            MT_CLIENT_LATE_MS);
+  }
 }
 
 // A ratio cell: "1.74x", "-" when missing.

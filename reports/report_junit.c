@@ -24,7 +24,11 @@ static void failure_message(const rq_verdict *v, char *buf, size_t n) {
   char e[48], a[48];
   rp_fmt_num(v->expected, e, sizeof e);
   rp_fmt_num(v->actual, a, sizeof a);
-  snprintf(buf, n, "expected %s %s, got %s", v->op, e, isnan(v->actual) ? "no data" : a);
+  if (isnan(v->actual) && v->note[0])
+    snprintf(buf, n, "expected %s %s, got %s", v->op, e, v->note); // "no data: why"
+  else
+    snprintf(buf, n, "expected %s %s, got %s%s%s", v->op, e, isnan(v->actual) ? "no data" : a,
+             v->note[0] ? "; " : "", v->note);
 }
 
 sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_error *err) {
@@ -71,7 +75,13 @@ sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_e
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)r.seed);
   fputs("      <property name=\"seed\"", f);
   attr(f, "value", seed);
-  fputs("/>\n    </properties>\n", f);
+  fputs("/>\n", f);
+  if (r.saturated[0]) { // phases whose client fell behind: their latencies hold its delay
+    fputs("      <property name=\"client_saturated\"", f);
+    attr(f, "value", r.saturated);
+    fputs("/>\n", f);
+  }
+  fputs("    </properties>\n", f);
 
   char cls[256];
   for (int i = 0; i < r.n_verdicts; i++) {
@@ -82,11 +92,17 @@ sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_e
     attr(f, "classname", cls);
     attr(f, "name", v->slo);
     fputs(" time=\"0\"", f);
-    if (v->pass) {
+    if (v->pass && !v->note[0]) {
       fputs("/>\n", f);
       continue;
     }
-    char msg[160], e[48], a[48];
+    if (v->pass) { // it holds, and says what it rests on ("client saturated", "on text")
+      fputs(">\n      <system-out>", f);
+      rp_put_esc(f, v->note);
+      fputs("</system-out>\n    </testcase>\n", f);
+      continue;
+    }
+    char msg[400], e[48], a[48];
     failure_message(v, msg, sizeof msg);
     rp_fmt_metric(v->slo, v->expected, e, sizeof e);
     rp_fmt_metric(v->slo, v->actual, a, sizeof a);
@@ -104,6 +120,11 @@ sc_status report_junit_write(sqlite3 *db, int64_t run_id, const char *path, sc_e
     rp_put_esc(f, e);
     fputs(", got ", f);
     rp_put_esc(f, isnan(v->actual) ? "no data" : a);
+    if (v->note[0]) {
+      fputs(" (", f);
+      rp_put_esc(f, v->note);
+      fputc(')', f);
+    }
     fputs("</failure>\n    </testcase>\n", f);
   }
   if (run_case) {

@@ -577,6 +577,80 @@ static int64_t bin_width_ns(int64_t span) {
   return w[i];
 }
 
+// One deployment x replica of the KV plot: its highest use in each bin.
+typedef struct kv_series {
+  int64_t dep_id;
+  int dep;                  // index into the run's deps
+  int replica;
+  double *max_pct;          // (nb) NaN: no step in the bin
+} kv_series;
+
+typedef struct kv_state {
+  const rq_run *r;
+  int64_t w_ns;             // bin width
+  int64_t nb;               // bins; a step at or past the run's span counts in the last
+  kv_series *series;        // (n_series) in the order first seen
+  int n_series, cap;
+  int last;                 // the series of the step before (a replica's steps come in runs)
+} kv_state;
+
+static bool kv_step(void *ud, const rq_step *st) {
+  kv_state *k = ud;
+  kv_series *x = k->n_series ? &k->series[k->last] : NULL;
+  if (!x || x->dep_id != st->deployment_id || x->replica != st->replica) {
+    x = NULL;
+    for (int i = 0; i < k->n_series && !x; i++)
+      if (k->series[i].dep_id == st->deployment_id && k->series[i].replica == st->replica) {
+        x = &k->series[i];
+        k->last = i;
+      }
+  }
+  if (!x) {
+    int dep = rq_dep_index(k->r, st->deployment_id);
+    if (dep < 0) return true;
+    if (!rp_grow((void **)&k->series, k->n_series, &k->cap, sizeof *k->series)) return false;
+    x = &k->series[k->n_series];
+    *x = (kv_series){.dep_id = st->deployment_id, .dep = dep, .replica = st->replica,
+                     .max_pct = malloc((size_t)k->nb * sizeof *x->max_pct)};
+    if (!x->max_pct) return false;
+    for (int64_t i = 0; i < k->nb; i++) x->max_pct[i] = NAN;
+    k->last = k->n_series++;
+  }
+  int64_t t = st->t_ns;
+  int64_t kb = (t < 0 ? 0 : t) / k->w_ns;
+  int64_t bin = kb >= k->nb ? k->nb - 1 : kb;
+  double pct = 100.0 * (double)st->kv_used / (double)st->kv_total;
+  if (!(x->max_pct[bin] >= pct)) x->max_pct[bin] = pct; // NaN: the first in the bin
+  return true;
+}
+
+static int kv_series_cmp(const void *a, const void *b) {
+  const kv_series *x = a, *y = b;
+  if (x->dep_id != y->dep_id) return x->dep_id < y->dep_id ? -1 : 1;
+  return (x->replica > y->replica) - (x->replica < y->replica);
+}
+
+// The series by deployment id and replica, one block each: a line per bin with a step.
+static void kv_write(FILE *f, kv_state *k) {
+  if (k->n_series) qsort(k->series, (size_t)k->n_series, sizeof *k->series, kv_series_cmp);
+  for (int i = 0; i < k->n_series; i++) {
+    const kv_series *x = &k->series[i];
+    fprintf(f, "%s# block %d: %s replica %d\n", i ? "\n\n" : "", i, k->r->deps[x->dep].label,
+            x->replica);
+    for (int64_t b = 0; b < k->nb; b++) {
+      if (isnan(x->max_pct[b])) continue;
+      fprintf(f, "%.10g", ((double)b + 0.5) * ((double)k->w_ns / NS_PER_S));
+      dat_num(f, x->max_pct[b]);
+      fputc('\n', f);
+    }
+  }
+}
+
+static void kv_free(kv_state *k) {
+  for (int i = 0; i < k->n_series; i++) free(k->series[i].max_pct);
+  free(k->series);
+}
+
 typedef struct tl_bins {
   int64_t w_ns;             // bin width
   int nb;                   // bins; bin b covers [b*w_ns, (b+1)*w_ns)
@@ -594,6 +668,7 @@ typedef struct tl_bins {
   int *q_dep_sum;           // (n_deps) sum of its replicas' last queue lengths
   const rq_run *r;
   bool any_token, any_ttft, any_queue, any_server;
+  kv_state kv_use;          // plot 5's bins, from the same reading of the steps
 } tl_bins;
 
 static int bin_of(const tl_bins *b, int64_t t) {
@@ -601,9 +676,9 @@ static int bin_of(const tl_bins *b, int64_t t) {
   return k >= b->nb ? b->nb - 1 : (int)k;
 }
 
-static bool tl_token(void *ud, int64_t t_ns) {
+static bool tl_token(void *ud, int64_t t_ns, int64_t n) {
   tl_bins *b = ud;
-  b->tokens[bin_of(b, t_ns)]++;
+  b->tokens[bin_of(b, t_ns)] += n;
   b->any_token = true;
   return true;
 }
@@ -650,6 +725,15 @@ static bool tl_step(void *ud, const rq_step *st) {
   return true;
 }
 
+// The steps start over (rq_steps_by_time): forgets what they said.
+static void tl_steps_restart(void *ud) {
+  tl_bins *b = ud;
+  for (int i = 0; i < b->nb; i++) b->queue[i] = -1;
+  for (int d = 0; d <= b->r->n_deps; d++) b->q_dep_sum[d] = 0;
+  b->n_q = 0;
+  b->any_queue = false;
+}
+
 // A server_sample row: its waiting requests count as the queue (as a step's queue length
 // does), its running requests and KV usage go to their own columns.
 static bool tl_server(void *ud, const rq_server_sample *sm) {
@@ -668,7 +752,14 @@ static bool tl_server(void *ud, const rq_server_sample *sm) {
   return true;
 }
 
+// A step row: the queue of its deployment and, when it has a KV-cache size, its replica's use.
+static bool tl_step_row(void *ud, const rq_step *st) {
+  tl_bins *b = ud;
+  return tl_step(ud, st) && (st->kv_total <= 0 || kv_step(&b->kv_use, st));
+}
+
 static void tl_free(tl_bins *b) {
+  kv_free(&b->kv_use);
   free(b->running);
   free(b->kv);
   free(b->tokens);
@@ -681,7 +772,9 @@ static void tl_free(tl_bins *b) {
 }
 
 // Fills the bins of run r: tokens per bin, TTFT p95 of the requests whose first token falls in
-// the bin, and the longest queue (per deployment: its replicas' latest queue lengths summed).
+// the bin, and the longest queue (per deployment: its replicas' latest queue lengths summed);
+// and the KV plot's (its bins are not capped). The steps are read once for both plots: an
+// hour of simulated serving has millions. On error nothing is left to free.
 static sc_status tl_read(rp_ctx *c, const rq_run *r, tl_bins *b, sc_error *err) {
   int64_t span;
   SC_TRY(run_span_ns(c, r, &span, err));
@@ -690,6 +783,7 @@ static sc_status tl_read(rp_ctx *c, const rq_run *r, tl_bins *b, sc_error *err) 
   b->w_ns = bin_width_ns(span);
   int64_t nb = span > 0 ? (span + b->w_ns - 1) / b->w_ns : 1; // a row at t == span: last bin
   b->nb = (int)(nb > 100000 ? 100000 : nb);
+  b->kv_use = (kv_state){.r = r, .w_ns = b->w_ns, .nb = nb};
   b->tokens = calloc((size_t)b->nb, sizeof *b->tokens);
   b->ttft_p95 = calloc((size_t)b->nb, sizeof *b->ttft_p95);
   b->queue = calloc((size_t)b->nb, sizeof *b->queue);
@@ -704,10 +798,10 @@ static sc_status tl_read(rp_ctx *c, const rq_run *r, tl_bins *b, sc_error *err) 
     b->ttft_p95[i] = b->running[i] = b->kv[i] = NAN;
     b->queue[i] = -1;
   }
-  sc_status s = rq_token_times(c->db, r->id, tl_token, b, err);
+  sc_status s = rq_token_counts(c->db, r->id, b->w_ns, tl_token, b, err);
   if (s == SC_OK) s = rq_first_tokens(c->db, r->id, tl_request, b, err);
   if (s == SC_OK) tl_ttft_flush(b);
-  if (s == SC_OK) s = rq_steps_by_time(c->db, r->id, tl_step, b, err);
+  if (s == SC_OK) s = rq_steps_by_time(c->db, r->id, tl_step_row, tl_steps_restart, b, err);
   if (s == SC_OK) s = rq_server_samples(c->db, r->id, tl_server, b, err);
   if (s != SC_OK) tl_free(b);
   return s;
@@ -756,31 +850,28 @@ static void fmt_width(int64_t w_ns, char *buf, size_t n) {
   rp_fmt_num((double)w_ns / NS_PER_S, buf, n);
 }
 
-static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, const gp_term *t,
-                               rp_plot *p, sc_error *err) {
+// The timeline of run r from its bins b (tl_read).
+static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const tl_bins *b, const char *dir,
+                               const gp_term *t, rp_plot *p, sc_error *err) {
   if (c->n_runs > 1) snprintf(p->name, sizeof p->name, "timeline-run%lld", (long long)r->id);
   else snprintf(p->name, sizeof p->name, "timeline");
-  tl_bins b;
-  SC_TRY(tl_read(c, r, &b, err));
   char wbuf[32];
-  fmt_width(b.w_ns, wbuf, sizeof wbuf);
+  fmt_width(b->w_ns, wbuf, sizeof wbuf);
   snprintf(p->title, sizeof p->title,
            "Timeline of run %lld: output tokens/s, TTFT p95 and queue length in %s s bins, "
            "with phase and fault markers",
            (long long)r->id, wbuf);
-  if (!b.any_token && !b.any_ttft && !b.any_queue) {
+  if (!b->any_token && !b->any_ttft && !b->any_queue) {
     snprintf(p->note, sizeof p->note,
              "no timeline for run %lld: it has no token, request or step rows", (long long)r->id);
-    tl_free(&b);
     return SC_OK;
   }
   char path[PATH_MAX];
   FILE *f = rp_open_out(dir, p->name, "dat", path, sizeof path, err);
   if (!f) {
-    tl_free(&b);
     return SC_IO;
   }
-  double w_s = (double)b.w_ns / NS_PER_S;
+  double w_s = (double)b->w_ns / NS_PER_S;
   // two more columns only when an external server's /metrics was sampled (a target run)
   fprintf(f,
           "# t_s output_tok_s ttft_p95_ms queue_len%s\n"
@@ -790,32 +881,31 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
           "# queue_len: the longest queue of a deployment in the bin, each step row counting\n"
           "# the latest queue lengths of that deployment's replicas summed%s. NaN: nothing in\n"
           "# the bin.\n",
-          b.any_server ? " server_running server_kv_usage" : "", p->name, (long long)r->id, wbuf,
-          b.any_server ? " (an external\n# server's waiting requests from its /metrics count as "
+          b->any_server ? " server_running server_kv_usage" : "", p->name, (long long)r->id, wbuf,
+          b->any_server ? " (an external\n# server's waiting requests from its /metrics count as "
                          "its queue); server_running,\n# server_kv_usage: the most running "
                          "requests and the highest KV usage (0..1) an\n# external server's "
                          "/metrics showed in the bin"
                        : "");
-  for (int i = 0; i < b.nb; i++) {
+  for (int i = 0; i < b->nb; i++) {
     fprintf(f, "%.10g", (i + 0.5) * w_s);
-    dat_num(f, (double)b.tokens[i] / w_s);
-    dat_num(f, b.ttft_p95[i]);
-    dat_num(f, b.queue[i] < 0 ? NAN : b.queue[i]);
-    if (b.any_server) {
-      dat_num(f, b.running[i]);
-      dat_num(f, b.kv[i]);
+    dat_num(f, (double)b->tokens[i] / w_s);
+    dat_num(f, b->ttft_p95[i]);
+    dat_num(f, b->queue[i] < 0 ? NAN : b->queue[i]);
+    if (b->any_server) {
+      dat_num(f, b->running[i]);
+      dat_num(f, b->kv[i]);
     }
     fputc('\n', f);
   }
   sc_status s = rp_close_out(f, path, err);
   if (s == SC_OK && !(f = rp_open_out(dir, p->name, "gp", path, sizeof path, err))) s = SC_IO;
   if (s != SC_OK) {
-    tl_free(&b);
     return s;
   }
-  double x1 = b.nb * w_s;
-  gp_begin(f, p, t, 1200, b.any_server ? 1150 : 900);
-  fprintf(f, "  set multiplot layout %d,1 title ", b.any_server ? 4 : 3);
+  double x1 = b->nb * w_s;
+  gp_begin(f, p, t, 1200, b->any_server ? 1150 : 900);
+  fprintf(f, "  set multiplot layout %d,1 title ", b->any_server ? 4 : 3);
   char title[256];
   snprintf(title, sizeof title, "Run %lld (%s): timeline in %s s bins", (long long)r->id,
            r->scenario, wbuf);
@@ -827,18 +917,18 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
   fprintf(f, "  set ylabel \"output tokens/s\"\n  set offsets 0, 0, graph 0.45, 0\n");
   fprintf(f, "  plot \"%s.dat\" using 1:2 with lines lw 2 lc 1 notitle\n", p->name);
   fprintf(f, "  unset label\n  set offsets 0, 0, 0, 0\n  set ylabel \"TTFT p95 (ms)\"\n");
-  if (b.any_ttft)
+  if (b->any_ttft)
     fprintf(f, "  plot \"%s.dat\" using 1:3 with linespoints lw 2 pt 7 ps 0.5 lc 2 notitle\n",
             p->name);
   else
     gp_empty_panel(f, 0, x1);
   fprintf(f, "  set ylabel \"queue length\"\n");
-  if (!b.any_server) fprintf(f, "  set xlabel \"time since the run's start (s)\"\n");
-  if (b.any_queue)
+  if (!b->any_server) fprintf(f, "  set xlabel \"time since the run's start (s)\"\n");
+  if (b->any_queue)
     fprintf(f, "  plot \"%s.dat\" using 1:4 with steps lw 2 lc 3 notitle\n", p->name);
   else
     gp_empty_panel(f, 0, x1);
-  if (b.any_server) { // an external server's own figures, from its /metrics
+  if (b->any_server) { // an external server's own figures, from its /metrics
     fprintf(f, "  set ylabel \"server: running\"\n  set y2label \"KV usage\"\n"
                "  set y2range [0:1]\n  set y2tics\n  set key top right\n"
                "  set xlabel \"time since the run's start (s)\"\n");
@@ -850,7 +940,6 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
   }
   fputs("  unset multiplot\n  unset arrow\n  unset label\n", f);
   gp_end(f);
-  tl_free(&b);
   SC_TRY(rp_close_out(f, path, err));
   p->written = true;
   return SC_OK;
@@ -858,92 +947,33 @@ static sc_status plot_timeline(rp_ctx *c, const rq_run *r, const char *dir, cons
 
 // --- plot 5: KV-cache use
 
-typedef struct kv_state {
-  FILE *f;
-  const rq_run *r;
-  int64_t w_ns;             // bin width
-  int64_t nb;               // bins; a step at or past the run's span counts in the last
-  int64_t dep_id;
-  int replica;
-  int bin;                  // bin being accumulated, -1 none
-  double max_pct;           // its highest use
-  char (*titles)[96];       // (n_series) "LABEL r<replica>"
-  int n_series, cap;
-  int64_t rows;
-} kv_state;
-
-static void kv_flush(kv_state *k) {
-  if (k->bin < 0) return;
-  fprintf(k->f, "%.10g", (k->bin + 0.5) * ((double)k->w_ns / NS_PER_S));
-  dat_num(k->f, k->max_pct);
-  fputc('\n', k->f);
-  k->rows++;
-  k->bin = -1;
-}
-
-static bool kv_step(void *ud, const rq_step *st) {
-  kv_state *k = ud;
-  int64_t dep_id = st->deployment_id;
-  int replica = st->replica;
-  int dep = rq_dep_index(k->r, dep_id);
-  if (dep < 0) return true;
-  if (k->n_series == 0 || dep_id != k->dep_id || replica != k->replica) {
-    kv_flush(k);
-    if (!rp_grow((void **)&k->titles, k->n_series, &k->cap, sizeof *k->titles)) return false;
-    snprintf(k->titles[k->n_series], sizeof *k->titles, "%s r%d", k->r->deps[dep].label,
-             replica);
-    fprintf(k->f, "%s# block %d: %s replica %d\n", k->n_series ? "\n\n" : "", k->n_series,
-            k->r->deps[dep].label, replica);
-    k->n_series++;
-    k->dep_id = dep_id;
-    k->replica = replica;
-  }
-  int64_t t = st->t_ns;
-  int64_t kb = (t < 0 ? 0 : t) / k->w_ns;
-  int bin = (int)(kb >= k->nb ? k->nb - 1 : kb);
-  double pct = 100.0 * (double)st->kv_used / (double)st->kv_total;
-  if (bin != k->bin) {
-    kv_flush(k);
-    k->bin = bin;
-    k->max_pct = pct;
-  } else if (pct > k->max_pct) {
-    k->max_pct = pct;
-  }
-  return true;
-}
-
-static sc_status plot_kv(rp_ctx *c, const rq_run *r, const char *dir, const gp_term *t,
-                         rp_plot *p, sc_error *err) {
+// The KV plot of run r from its bins k (tl_read).
+static sc_status plot_kv(rp_ctx *c, const rq_run *r, kv_state *k, const char *dir,
+                         const gp_term *t, rp_plot *p, sc_error *err) {
   if (c->n_runs > 1) snprintf(p->name, sizeof p->name, "kv-run%lld", (long long)r->id);
   else snprintf(p->name, sizeof p->name, "kv");
-  int64_t span;
-  SC_TRY(run_span_ns(c, r, &span, err));
-  kv_state k = {.r = r, .w_ns = bin_width_ns(span), .bin = -1};
-  k.nb = span > 0 ? (span + k.w_ns - 1) / k.w_ns : 1;
   char wbuf[32];
-  fmt_width(k.w_ns, wbuf, sizeof wbuf);
+  fmt_width(k->w_ns, wbuf, sizeof wbuf);
   snprintf(p->title, sizeof p->title,
            "KV-cache use of run %lld per deployment x replica (highest in each %s s bin)",
            (long long)r->id, wbuf);
   char path[PATH_MAX];
-  k.f = rp_open_out(dir, p->name, "dat", path, sizeof path, err);
-  if (!k.f) return SC_IO;
-  fprintf(k.f,
+  FILE *f = rp_open_out(dir, p->name, "dat", path, sizeof path, err);
+  if (!f) return SC_IO;
+  fprintf(f,
           "# t_s kv_used_pct\n"
           "# %s.dat: run %lld, one block per deployment x replica (separated by two blank\n"
           "# lines). t_s: the middle of a %s s bin (s since the run's start); kv_used_pct: the\n"
           "# highest kv_used / kv_total of the replica's steps in the bin, in percent.\n",
           p->name, (long long)r->id, wbuf);
-  sc_status s = rq_kv_steps(c->db, r->id, kv_step, &k, err);
-  kv_flush(&k);
-  if (s == SC_OK) s = rp_close_out(k.f, path, err);
-  else fclose(k.f);
-  if (s == SC_OK && k.n_series == 0) {
+  kv_write(f, k);
+  sc_status s = rp_close_out(f, path, err);
+  if (s == SC_OK && k->n_series == 0) {
     snprintf(p->note, sizeof p->note,
              "no KV-cache plot for run %lld: no step rows with a KV-cache size", (long long)r->id);
     remove(path);
   } else if (s == SC_OK) {
-    FILE *f = rp_open_out(dir, p->name, "gp", path, sizeof path, err);
+    f = rp_open_out(dir, p->name, "gp", path, sizeof path, err);
     if (!f) s = SC_IO;
     if (f) {
       gp_begin(f, p, t, 1200, 560);
@@ -958,14 +988,17 @@ static sc_status plot_kv(rp_ctx *c, const rq_run *r, const char *dir, const gp_t
               "  set xrange [0:%.10g]\n"
               "  set yrange [0:105]\n"
               "  set key outside right top\n",
-              (double)k.nb * ((double)k.w_ns / NS_PER_S));
+              (double)k->nb * ((double)k->w_ns / NS_PER_S));
       tl_markers(f, r, false);
       fputs("  plot \\\n", f);
-      for (int i = 0; i < k.n_series; i++) {
+      for (int i = 0; i < k->n_series; i++) {
         fprintf(f, "    \"%s.dat\" index %d using 1:2 with lines lw 1.5 lc %d title ", p->name, i,
                 i + 1);
-        rp_gp_str(f, k.titles[i]);
-        fputs(i + 1 < k.n_series ? ", \\\n" : "\n", f);
+        char key[96];
+        snprintf(key, sizeof key, "%s r%d", r->deps[k->series[i].dep].label,
+                 k->series[i].replica);
+        rp_gp_str(f, key);
+        fputs(i + 1 < k->n_series ? ", \\\n" : "\n", f);
       }
       fputs("  unset arrow\n", f);
       gp_end(f);
@@ -973,7 +1006,6 @@ static sc_status plot_kv(rp_ctx *c, const rq_run *r, const char *dir, const gp_t
       if (s == SC_OK) p->written = true;
     }
   }
-  free(k.titles);
   return s;
 }
 
@@ -1162,8 +1194,12 @@ sc_status rp_plots_write(rp_ctx *c, const char *dir, const char *gnuplot, rp_plo
   }
   cv_free(&cv);
   for (int i = 0; i < c->n_runs && s == SC_OK; i++) {
-    s = plot_timeline(c, &c->runs[i], dir, &t, &ps[n++], err);
-    if (s == SC_OK) s = plot_kv(c, &c->runs[i], dir, &t, &ps[n++], err);
+    tl_bins b;
+    s = tl_read(c, &c->runs[i], &b, err);
+    if (s != SC_OK) break;
+    s = plot_timeline(c, &c->runs[i], &b, dir, &t, &ps[n++], err);
+    if (s == SC_OK) s = plot_kv(c, &c->runs[i], &b.kv_use, dir, &t, &ps[n++], err);
+    tl_free(&b);
   }
   if (s != SC_OK) {
     free(ps);

@@ -6,7 +6,7 @@
 // This file holds only the DDL; reports/store.c opens, migrates and writes.
 #include "reports/store.h"
 
-const int store_schema_version = 4;
+const int store_schema_version = 5;
 
 // An external server's scraped figures (store_server_sample_add creates it on first use).
 const char *const store_server_sample_sql =
@@ -99,22 +99,40 @@ const char *const store_schema_sql =
     "  t_ns TEXT NOT NULL);\n"          // [t0, t1, ...]: when the client saw each token
     "CREATE VIEW IF NOT EXISTS token(request_id, idx, t_ns) AS\n"
     "  SELECT tt.request_id, j.key, j.value FROM token_times AS tt, json_each(tt.t_ns) AS j;\n"
-    "CREATE TABLE IF NOT EXISTS step(\n"
-    "  id INTEGER PRIMARY KEY,\n"
+    // How many token times clients saw in each second of the run's clock, per deployment: kept
+    // by the writer as it writes token_times (version 5), so that a plot over an hour's
+    // millions of token times reads a few thousand rows.
+    "CREATE TABLE IF NOT EXISTS token_second(\n"
     "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
     "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
-    "  replica INTEGER NOT NULL,\n"
-    "  t_ns INTEGER NOT NULL,\n"         // step start
-    "  duration_ns INTEGER NOT NULL,\n"
-    "  seqs INTEGER NOT NULL,\n"
-    "  prefill_tokens INTEGER NOT NULL,\n"
-    "  decode_tokens INTEGER NOT NULL,\n"
-    "  preempted INTEGER NOT NULL,\n"
-    "  queue_len INTEGER NOT NULL,\n"
-    "  running INTEGER NOT NULL,\n"
-    "  kv_used INTEGER NOT NULL,\n"      // blocks
-    "  kv_total INTEGER NOT NULL);\n"
-    "CREATE INDEX IF NOT EXISTS step_by_deployment ON step(deployment_id, t_ns);\n"
+    "  second INTEGER NOT NULL,\n"      // t_ns / 1e9 of the token times it counts
+    "  tokens INTEGER NOT NULL,\n"
+    "  PRIMARY KEY(run_id, deployment_id, second)) WITHOUT ROWID;\n"
+    // Engine steps in blocks (version 5): one row per run of consecutive step ids of one
+    // deployment, its steps as a JSON array of arrays; the step view gives a row per step, the
+    // ids and columns of the version 4 table. A row per step, with its index, was most of the
+    // writer's work and of the report's reading (docs/schema.md, step).
+    "CREATE TABLE IF NOT EXISTS step_block(\n"
+    "  first_id INTEGER PRIMARY KEY,\n"  // step.id of its first step; the others follow it
+    "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
+    "  deployment_id INTEGER NOT NULL REFERENCES deployment(id),\n"
+    "  n INTEGER NOT NULL,\n"            // steps in it
+    "  end_ns INTEGER NOT NULL,\n"       // the latest t_ns + duration_ns of its steps
+    "  steps TEXT NOT NULL);\n"          // [[replica, t_ns, duration_ns, seqs, prefill_tokens,
+                                         //   decode_tokens, preempted, queue_len, running,
+                                         //   kv_used, kv_total], ...] in id order
+    // a deployment's blocks in id order, and their latest end without reading them
+    "CREATE INDEX IF NOT EXISTS step_block_by_deployment ON step_block(deployment_id, first_id,\n"
+    "  end_ns);\n"
+    "CREATE VIEW IF NOT EXISTS step(id, run_id, deployment_id, replica, t_ns, duration_ns, seqs,\n"
+    "  prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, kv_total) AS\n"
+    "  SELECT b.first_id + j.key, b.run_id, b.deployment_id, json_extract(j.value, '$[0]'),\n"
+    "    json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'),\n"
+    "    json_extract(j.value, '$[3]'), json_extract(j.value, '$[4]'),\n"
+    "    json_extract(j.value, '$[5]'), json_extract(j.value, '$[6]'),\n"
+    "    json_extract(j.value, '$[7]'), json_extract(j.value, '$[8]'),\n"
+    "    json_extract(j.value, '$[9]'), json_extract(j.value, '$[10]')\n"
+    "  FROM step_block AS b, json_each(b.steps) AS j;\n"
     "CREATE TABLE IF NOT EXISTS device_sample(\n"
     "  id INTEGER PRIMARY KEY,\n"
     "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
@@ -139,20 +157,22 @@ const char *const store_schema_sql =
     "CREATE TABLE IF NOT EXISTS fault_window(\n"
     "  fault_id INTEGER NOT NULL REFERENCES fault(id),\n"
     "  window TEXT NOT NULL,\n"          // before | during | after
-    "  start_ns INTEGER NOT NULL,\n"     // requests arriving in [start_ns, end_ns)
+    "  start_ns INTEGER NOT NULL,\n"     // requests in [start_ns, end_ns), grouped as `by` says
     "  end_ns INTEGER NOT NULL,\n"
     "  name TEXT NOT NULL,\n"            // metric name
     "  value REAL,\n"
     "  op TEXT,\n"                       // <= | >= when the scenario has an SLO on it
     "  expected REAL,\n"
-    "  pass INTEGER);\n"
+    "  pass INTEGER,\n"
+    "  by TEXT);\n"                       // finish: by when they ended (v5); NULL: by arrival
     "CREATE TABLE IF NOT EXISTS metric(\n"
     "  run_id INTEGER NOT NULL REFERENCES run(id),\n"
     "  deployment_id INTEGER REFERENCES deployment(id),\n" // NULL: across deployments
     "  phase_id INTEGER REFERENCES phase(id),\n"           // NULL: the whole deployment
     "  class TEXT NOT NULL DEFAULT '',\n"                  // '' = every prompt class
     "  name TEXT NOT NULL,\n"
-    "  value REAL);\n"
+    "  value REAL,\n"                     // NULL: not measured (note says why)
+    "  note TEXT);\n"                     // why it has no value; NULL: nothing to say
     "CREATE INDEX IF NOT EXISTS metric_by_run ON metric(run_id, deployment_id, phase_id);\n"
     "CREATE TABLE IF NOT EXISTS verdict(\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -162,7 +182,8 @@ const char *const store_schema_sql =
     "  op TEXT NOT NULL,\n"              // <= or >=
     "  expected REAL NOT NULL,\n"
     "  actual REAL,\n"                   // NULL: no data (counts as a failure)
-    "  pass INTEGER NOT NULL);\n"
+    "  pass INTEGER NOT NULL,\n"
+    "  note TEXT);\n"                     // "no data: why", "client saturated: ..."; NULL: none
     // version 3: capacity searches (`shardcheck capacity`, docs/capacity.md)
     "CREATE TABLE IF NOT EXISTS capacity(\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -194,6 +215,10 @@ const char *const store_schema_sql =
     "  output_tok_s REAL,\n"             // at max_rate
     "  cost_per_mtok REAL,\n"            // cost per million output tokens at max_rate
     "  limit_text TEXT,\n"               // what failed just above max_rate
+    // version 5: the interval (docs/capacity.md, "The interval")
+    "  max_rate_lo REAL,\n"              // capacity at the pessimistic end of the interval
+    "  max_rate_hi REAL,\n"              // ... at the optimistic end
+    "  error REAL,\n"                    // the interval's relative half-width (0: none)
     "  PRIMARY KEY(capacity_id, idx)) WITHOUT ROWID;\n"
     "CREATE TABLE IF NOT EXISTS capacity_point(\n"
     "  capacity_id INTEGER NOT NULL REFERENCES capacity(id),\n"
@@ -205,4 +230,6 @@ const char *const store_schema_sql =
     "  output_tok_s REAL,\n"
     "  error_rate REAL,\n"
     "  failed TEXT,\n"                   // the first SLO that failed, or why the run failed
+    "  bound INTEGER NOT NULL DEFAULT 0,\n" // version 5: 0 the prediction's search, -1 the
+                                         // pessimistic bound's, 1 the optimistic's
     "  PRIMARY KEY(capacity_id, layout, idx)) WITHOUT ROWID;\n";

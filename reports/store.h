@@ -16,6 +16,9 @@
 typedef struct sqlite3 sqlite3;
 
 extern const int store_schema_version;
+
+// token_second.second counts the token times in [second, second + 1) of this many ns.
+#define STORE_NS_PER_SECOND INT64_C(1000000000)
 extern const char *const store_schema_sql;
 
 typedef struct store store;
@@ -103,7 +106,8 @@ typedef struct store_request {
   int weight_version;
 } store_request;
 // Inserts the request and its token times (token_ns[0..n_tokens), ns from the run start) in the
-// open transaction; *id (may be NULL) receives request.id.
+// open transaction; *id (may be NULL) receives request.id. The token times are counted per
+// second into token_second when the transaction commits (store_flush, store_close).
 sc_status store_request_add(store *s, const store_request *r, const uint64_t *token_ns,
                             int n_tokens, int64_t *id, sc_error *err);
 
@@ -113,8 +117,10 @@ typedef struct store_step {
   uint64_t t_ns, duration_ns;
   int seqs, prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, kv_total;
 } store_step;
+// A step row: a step_block row of its own (the step view shows it with the next step id).
 sc_status store_step_add(store *s, const store_step *st, sc_error *err);
-// Several step rows at once (8 per statement): what the recorder's writer uses.
+// Several step rows at once, what the recorder's writer uses: one step_block row per run of up
+// to 256 consecutive rows of one run and deployment, their step ids following the file's last.
 sc_status store_steps_add(store *s, const store_step *const *rows, int n, sc_error *err);
 
 typedef struct store_device_sample {
@@ -155,7 +161,7 @@ sc_status store_fault_add(store *s, const store_fault *f, int64_t *id, sc_error 
 typedef struct store_fault_window {
   int64_t fault_id;
   const char *window;            // "before" | "during" | "after"
-  uint64_t start_ns, end_ns;     // [start, end): requests arriving in it
+  uint64_t start_ns, end_ns;     // [start, end): requests that ended in it (by 'finish')
   const char *name;              // a metric name (reports/metrics.h)
   double value;
   const char *op;                // "<=" | ">=" | NULL
@@ -167,10 +173,15 @@ sc_status store_fault_window_add(store *s, const store_fault_window *w, sc_error
 // deployment_id / phase_id 0 -> NULL; class NULL -> ''. A NaN value is stored as NULL.
 sc_status store_metric_add(store *s, int64_t run_id, int64_t deployment_id, int64_t phase_id,
                            const char *class_name, const char *name, double value, sc_error *err);
-// actual NaN -> NULL. op: "<=" or ">=".
+// The same with a note (NULL or "": none): why a NaN value was not measured.
+sc_status store_metric_add_note(store *s, int64_t run_id, int64_t deployment_id,
+                                int64_t phase_id, const char *class_name, const char *name,
+                                double value, const char *note, sc_error *err);
+// actual NaN -> NULL. op: "<=" or ">=". note (NULL or "": none): what the verdict rests on
+// beyond its numbers ("no data: why", "client saturated: ...").
 sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, const char *slo,
                             const char *op, double expected, double actual, bool pass,
-                            sc_error *err);
+                            const char *note, sc_error *err);
 
 // --- capacity searches (`shardcheck capacity`, runner/capacity.h; docs/capacity.md)
 
@@ -184,6 +195,8 @@ typedef struct store_cap_point {
   double error_rate;
   char failed[160];    // when !pass: the first SLO that failed ("ttft_p95_ms 812 > 500"), or
                        // why the run did not complete
+  int bound;           // which search: 0 the prediction's, -1 the pessimistic bound's (the
+                       // profile's prices at the slow end of its interval), 1 the optimistic's
 } store_cap_point;
 
 // One layout searched: a GPU kind and tp x pp x dp, and what the bisection found.
@@ -197,6 +210,9 @@ typedef struct store_cap_layout {
   double output_tok_s;  // at max_rate
   double cost_per_mtok; // cost_per_hour / (output_tok_s x 3600) x 1e6 at max_rate
   char limit[160];      // the failure of the lowest failing point above max_rate ("" none)
+  double max_rate_lo;   // the capacity at the pessimistic end of the interval (= max_rate
+  double max_rate_hi;   // without one), and at the optimistic end; NaN: none passed
+  double error;         // the interval's relative half-width on this layout's kind (0: none)
 } store_cap_layout;
 
 typedef struct store_cap_search {

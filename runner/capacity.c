@@ -22,7 +22,7 @@ enum { MAX_LAYOUTS_PER_KIND = 256 };
 static bool write_all(int fd, const void *p, size_t n);
 
 capacity_options capacity_options_defaults(void) {
-  return (capacity_options){.iters = 6, .record = SCN_RECORD_SUMMARY};
+  return (capacity_options){.iters = 6, .record = SCN_RECORD_SUMMARY, .error = -1};
 }
 
 void capacity_result_free(capacity_result *r) {
@@ -72,6 +72,7 @@ typedef struct search {
   const capacity_options *o;
   capacity_result *res;
   int cap_points;
+  double error; // the kind's interval half-width (0: none)
 } search;
 
 static store_cap_point *new_point(search *x, sc_error *err) {
@@ -147,30 +148,25 @@ static void set_limit(store_cap_layout *l, const store_cap_point *p) {
   snprintf(l->limit, sizeof l->limit, "at %.3g req/s: %.120s", p->rate, p->failed);
 }
 
-// The search of one layout, in at most iters + 2 probes when its capacity is within a factor
-// of 2^(iters + 1) of the target: first the target rate (clamped to the range), then doubling
-// up while the SLOs hold, or halving down while they fail, until a rate that holds and one that
-// fails bracket the capacity (or the range ends), then geometric bisection of the bracket with
-// the probes left. Starting at the target keeps every failing probe within twice the
-// capacity: a heavily overloaded probe is the most expensive kind, and answers nothing more.
-static sc_status search_layout(search *x, int li, sc_error *err) {
+// One search of a layout's capacity on the working copy's profile as it is, in at most
+// iters + 2 probes when the capacity is within a factor of 2^(iters + 1) of `start`: first
+// `start` (clamped to the range), then doubling up while the SLOs hold, or halving down while
+// they fail, until a rate that holds and one that fails bracket the capacity (or the range
+// ends), then geometric bisection of the bracket with the probes left. Starting at the target
+// keeps every failing probe within twice the capacity: a heavily overloaded probe is the most
+// expensive kind, and answers nothing more. *best and *worst: the highest passing point and
+// the lowest failing one (-1 none). Its points are marked `bound`.
+static sc_status bisect(search *x, int li, double start, int bound, int *best_out, int *worst_out,
+                        sc_error *err) {
   capacity_result *r = x->res;
-  scenario *s = x->s;
-  store_cap_layout *l = &r->layouts[li];
-  s->deployments[0] = (scn_deployment){.tp = l->tp, .pp = l->pp, .dp = l->dp};
-  snprintf(s->deployments[0].label, sizeof s->deployments[0].label, "%s", l->label);
-  s->n_deployments = 1;
-  s->hardware.gpus = l->gpus;
-  s->hardware.nodes = 0;
-  l->max_rate = NAN;
-  l->output_tok_s = l->cost_per_mtok = NAN;
   int budget = r->iters + 2;
-  int best = -1, worst = -1; // the highest passing point, the lowest failing one
-  double rate = fmin(fmax(r->target_rate, r->rate_lo), r->rate_hi);
+  int best = -1, worst = -1;
+  double rate = fmin(fmax(start, r->rate_lo), r->rate_hi);
   store_cap_point *p;
   // bracket
   for (;;) {
     SC_TRY(probe(x, li, rate, &p, err));
+    p->bound = bound;
     budget--;
     int k = (int)(p - r->points);
     if (p->pass)
@@ -186,25 +182,67 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
   while (best >= 0 && worst >= 0 && budget > 0) {
     double mid = sqrt(r->points[best].rate * r->points[worst].rate);
     SC_TRY(probe(x, li, mid, &p, err));
+    p->bound = bound;
     budget--;
     if (p->pass)
       best = (int)(p - r->points);
     else
       worst = (int)(p - r->points);
   }
+  *best_out = best;
+  *worst_out = worst;
+  return SC_OK;
+}
+
+// A layout: its capacity as predicted, then, when the search has an interval (error w > 0),
+// its capacity with every price of the profile scaled by 1 / (1 - w) (the pessimistic bound:
+// throughput w lower) and by 1 / (1 + w) (the optimistic one), each search started from the
+// prediction's capacity moved by the same factor.
+static sc_status search_layout(search *x, int li, sc_error *err) {
+  capacity_result *r = x->res;
+  scenario *s = x->s;
+  store_cap_layout *l = &r->layouts[li];
+  s->deployments[0] = (scn_deployment){.tp = l->tp, .pp = l->pp, .dp = l->dp};
+  snprintf(s->deployments[0].label, sizeof s->deployments[0].label, "%s", l->label);
+  s->n_deployments = 1;
+  s->hardware.gpus = l->gpus;
+  s->hardware.nodes = 0;
+  l->max_rate = l->max_rate_lo = l->max_rate_hi = NAN;
+  l->output_tok_s = l->cost_per_mtok = NAN;
+  int best, worst;
+  SC_TRY(bisect(x, li, r->target_rate, 0, &best, &worst, err));
   l = &r->layouts[li];
   if (worst >= 0) set_limit(l, &r->points[worst]);
   if (best >= 0) {
     const store_cap_point *b = &r->points[best];
-    l->max_rate = b->rate;
+    l->max_rate = l->max_rate_lo = l->max_rate_hi = b->rate;
     l->capped = worst < 0;
     l->output_tok_s = b->output_tok_s;
     if (b->output_tok_s > 0) l->cost_per_mtok = l->cost_per_hour / (b->output_tok_s * 3600) * 1e6;
   }
+  double w = x->error;
+  r->layouts[li].error = w;
+  if (w > 0) {
+    const sim_hw nominal = s->hw.sim;
+    const double f[2] = {1 / (1 - fmin(w, 0.9)), 1 / (1 + w)};
+    for (int k = 0; k < 2; k++) {
+      sim_hw_scale(&s->hw.sim, f[k]);
+      double start = isnan(r->layouts[li].max_rate) ? r->rate_lo : r->layouts[li].max_rate / f[k];
+      sc_status st = bisect(x, li, start, k ? 1 : -1, &best, &worst, err);
+      s->hw.sim = nominal;
+      SC_TRY(st);
+      double cap = best >= 0 ? r->points[best].rate : NAN;
+      if (k)
+        r->layouts[li].max_rate_hi = cap;
+      else
+        r->layouts[li].max_rate_lo = cap;
+    }
+  }
+  l = &r->layouts[li];
   if (x->o->progress) {
-    if (best >= 0)
-      fprintf(x->o->progress, "  %-10s %-14s %s%.3g req/s\n", l->kind, l->label,
-              l->capped ? ">= " : "", l->max_rate);
+    if (!isnan(l->max_rate))
+      fprintf(x->o->progress, "  %-10s %-14s %s%.3g req/s [%.3g, %.3g]\n", l->kind, l->label,
+              l->capped ? ">= " : "", l->max_rate, l->max_rate_lo, l->max_rate_hi);
     else
       fprintf(x->o->progress, "  %-10s %-14s below %.3g req/s\n", l->kind, l->label, r->rate_lo);
     fflush(x->o->progress);
@@ -224,6 +262,7 @@ static sc_status use_kind(search *x, const capacity_kind *k, sc_error *err) {
   s->have_hw = true;
   snprintf(s->hardware.profile, sizeof s->hardware.profile, "%s", k->name);
   s->mp.kv_dtype = hw.sim.host_cores > 0 ? SC_F32 : s->model.kv_cache_dtype[0] ? SC_FP8 : SC_BF16;
+  x->error = x->o->error >= 0 ? x->o->error : sim_engine_error(&hw.sim.engine);
   return SC_OK;
 }
 
@@ -292,11 +331,17 @@ static bool better(const store_cap_layout *a, int ai, const store_cap_layout *b,
   return ai < bi;
 }
 
+// A layout serves the target when its pessimistic bound does (its prediction, without an
+// interval).
+static bool serves(const store_cap_layout *l, double target) {
+  return !isnan(l->max_rate_lo) && l->max_rate_lo >= target;
+}
+
 static void recommend(capacity_result *r) {
   r->best = r->runner_up = -1;
   for (int i = 0; i < r->n_layouts; i++) {
     const store_cap_layout *l = &r->layouts[i];
-    if (isnan(l->max_rate) || l->max_rate < r->target_rate) continue;
+    if (!serves(l, r->target_rate)) continue;
     if (r->best < 0 || better(l, i, &r->layouts[r->best], r->best)) {
       r->runner_up = r->best;
       r->best = i;
@@ -305,6 +350,25 @@ static void recommend(capacity_result *r) {
     }
   }
   char a[160], b[160];
+  // none is sure to: the cheapest whose prediction serves the target, if any, and why the
+  // interval leaves the choice open
+  int maybe = -1;
+  for (int i = 0; r->best < 0 && i < r->n_layouts; i++) {
+    const store_cap_layout *l = &r->layouts[i];
+    if (isnan(l->max_rate) || l->max_rate < r->target_rate) continue;
+    if (maybe < 0 || better(l, i, &r->layouts[maybe], maybe)) maybe = i;
+  }
+  if (maybe >= 0) {
+    const store_cap_layout *m = &r->layouts[maybe];
+    layout_name(m, a, sizeof a);
+    snprintf(r->note, sizeof r->note,
+             "the interval is too wide to choose: %s serves %.3g req/s by its prediction (up to "
+             "%.3g req/s) but its pessimistic bound is %.3g req/s (the profile's error is "
+             "+-%.0f%%), and no layout's pessimistic bound serves the target; calibrate the "
+             "profile on runs of the engine (docs/calibration.md) to narrow it",
+             a, r->target_rate, m->max_rate, m->max_rate_lo, 100 * m->error);
+    return;
+  }
   if (r->best < 0) {
     int top = -1; // the highest capacity found; ties: cheaper
     for (int i = 0; i < r->n_layouts; i++) {
@@ -334,10 +398,10 @@ static void recommend(capacity_result *r) {
   const store_cap_layout *w = &r->layouts[r->best];
   layout_name(w, a, sizeof a);
   int len = snprintf(r->note, sizeof r->note,
-                     "recommended: %s serves up to %s%.3g req/s (target "
+                     "recommended: %s serves up to %s%.3g req/s [%.3g, %.3g] (target "
                      "%.3g), %.3g output tok/s, %.3g per million output tokens",
-                     a, w->capped ? ">= " : "", w->max_rate, r->target_rate, w->output_tok_s,
-                     w->cost_per_mtok);
+                     a, w->capped ? ">= " : "", w->max_rate, w->max_rate_lo, w->max_rate_hi,
+                     r->target_rate, w->output_tok_s, w->cost_per_mtok);
   if (len < 0 || (size_t)len >= sizeof r->note) return;
   if (r->runner_up < 0) {
     snprintf(r->note + len, sizeof r->note - (size_t)len, "; no other layout serves the target");

@@ -35,6 +35,9 @@ typedef struct capacity_options {
   int iters;               // probes per layout, less 2 (default 6): what bracketing leaves bisects
   scn_record record;       // the probes' level (default summary; tokens is allowed)
   FILE *progress;          // a line per layout (NULL: none)
+  double error;            // the interval's relative half-width; < 0: each kind's profile's
+                           // (its engine block's `error`, or the idealized engine's documented
+                           // one: sim_engine_error); 0: no interval
   int jobs;                // worker processes searching layouts at once (<= 1: none, this process);
                            // the result is the same for any count
 } capacity_options;

@@ -102,9 +102,11 @@ static void send_req(rt *r, uint64_t arrival, int user) {
   wl_request w;
   workload_request(r->wl, k, &w);
   phase_run *ph = &r->phases[r->cur];
-  req_rec q = {.arrival = arrival, .prompt_tokens = w.n_prompt, .max_tokens = w.max_tokens,
-               .class_idx = w.class_idx, .phase = r->cur, .replica = -1, .user = user,
-               .fault = -1, .state = REQ_INFLIGHT, .warmup = arrival < ph->warmup_end};
+  uint64_t t = now_rel(r);
+  req_rec q = {.arrival = arrival, .sent = t, .prompt_tokens = w.n_prompt,
+               .max_tokens = w.max_tokens, .class_idx = w.class_idx, .phase = r->cur,
+               .replica = -1, .user = user, .fault = -1, .state = REQ_INFLIGHT,
+               .warmup = arrival < ph->warmup_end};
   if (!req_table_add(&r->reqs, &q, &k)) {
     db_ok(r, sc_fail(&r->err, SC_OOM, "runner: out of memory recording requests"));
     r->sending = false;
@@ -113,7 +115,6 @@ static void send_req(rt *r, uint64_t arrival, int user) {
   r->sent++;
   r->res->requests++;
   if (user >= 0) r->user_next[user] = UINT64_MAX;
-  uint64_t t = now_rel(r);
   if (!dispatch_req(r, k, t) && !router_hold(r->rt, k, t))
     finish_req(r, k, REQ_FAILED, "no_replica", "no healthy replica to send the request to", t);
 }
@@ -262,6 +263,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
     break;
   case REPLICA_EV_FINISHED:
     if (ev->prompt_tokens > 0) q->prompt_tokens = ev->prompt_tokens; // the server's own count
+    q->text_hash = ev->text_hash;
     if (ev->reason == FINISH_CANCELLED)
       finish_req(r, ev->key, REQ_CANCELLED, "cancelled", NULL, t);
     else
@@ -374,12 +376,26 @@ static void wait_until(rt *r, uint64_t deadline) {
 }
 
 // --- periodic work
-// An external server's latest scrape per replica (a row when it is new since the last).
-static void sample_servers(rt *r) {
+// An external server's scrapes per replica since the previous call: a server_sample row for
+// the latest when it is new, and what they showed (scrapes, busy ones, peaks) added to phase
+// ph's figures (NULL: between phases, dropped).
+static void sample_servers(rt *r, phase_run *ph) {
   for (int i = 0; i < r->n_reps; i++) {
     replica_server_metrics m;
-    if (router_busy(r->rt, i) || !replica_server_metrics_get(r->reps[i], false, &m)) continue;
-    if (m.t_ns == r->server_seen[i]) continue;
+    if (router_busy(r->rt, i)) continue;
+    bool got = replica_server_metrics_get(r->reps[i], REPLICA_SM_LATEST, &m);
+    if (ph && m.n_scrapes > 0) {
+      if (!ph->srv_scrapes) ph->srv_running = ph->srv_waiting = ph->srv_kv = NAN;
+      ph->srv_scrapes += m.n_scrapes;
+      ph->srv_busy += m.n_busy;
+      ph->srv_running = isnan(ph->srv_running) ? m.peak_running
+                                               : fmax(ph->srv_running, m.peak_running);
+      ph->srv_waiting = isnan(ph->srv_waiting) ? m.peak_waiting
+                                               : fmax(ph->srv_waiting, m.peak_waiting);
+      ph->srv_kv = isnan(ph->srv_kv) ? m.peak_kv : fmax(ph->srv_kv, m.peak_kv);
+    }
+    if (ph && m.why[0]) snprintf(ph->srv_why, sizeof ph->srv_why, "replica%d: %s", i, m.why);
+    if (!got || m.t_ns == r->server_seen[i]) continue;
     r->server_seen[i] = m.t_ns;
     store_server_sample row = {.run_id = r->run_id,
                                .deployment_id = r->dep_id,
@@ -415,7 +431,7 @@ static void periodic(rt *r, uint64_t now) {
   }
   if (now >= r->next_sample) {
     sample_devices(r, now);
-    if (r->server_seen) sample_servers(r);
+    if (r->server_seen) sample_servers(r, r->cur < r->n_phases ? &r->phases[r->cur] : NULL);
     r->next_sample = now + SAMPLE_NS;
     double el = (double)(now - r->tok_window_start) / 1e9;
     if (el > 0) r->tok_rate = (double)r->tok_window / el;
@@ -530,6 +546,7 @@ static bool deployment_dead(rt *r) {
 static sc_status run_phase(rt *r, int k) {
   phase_run *ph = &r->phases[k];
   const scn_phase *p = ph->p;
+  if (r->server_seen) sample_servers(r, NULL); // between phases: nobody's
   r->cur = k;
   uint64_t start = now_rel(r);
   ph->start = start;
@@ -577,6 +594,7 @@ static sc_status run_phase(rt *r, int k) {
               r->dep->label, replica_error(r->reps[0]), ph->name);
     }
     periodic(r, now);
+    if (!r->sending && !ph->send_stop) ph->send_stop = now;
     if (!r->sending && r->reqs.inflight == 0) break;
     if (r->db_status != SC_OK) break;
     wait_until(r, next_deadline(r, now_rel(r)));
@@ -584,6 +602,7 @@ static sc_status run_phase(rt *r, int k) {
   }
   ph->end = now_rel(r);
   ph->end_seq = r->reqs.n;
+  if (r->server_seen) sample_servers(r, ph); // the phase's last scrapes are its own
   rn_progress(r, ph->end, true);
   rec_lock(r->rec);
   s = store_phase_end(r->db, ph->id, ph->end, &r->err);
@@ -649,6 +668,7 @@ static sc_status build_phases(rt *r) {
     for (int k = 0; k < steps; k++) {
       phase_run *ph = &r->phases[r->n_phases++];
       ph->p = p;
+      ph->srv_running = ph->srv_waiting = ph->srv_kv = NAN; // no scrape yet
       if (p->kind == SCN_PHASE_RAMP) {
         ph->concurrency = p->concurrency[k];
         snprintf(ph->name, sizeof ph->name, "%s-c%d", p->name, ph->concurrency);
@@ -878,7 +898,7 @@ static char *config_json(const scenario *s, uint64_t seed) {
 #define KNOB_JSON_bool json_boolean
 #define KNOB_JSON_double json_real
 #define KNOB_JSON(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
-  if ((j) == SC_KNOB_J_ALWAYS || s->limits.name)                                                   \
+  if ((j) == SC_KNOB_J_ALWAYS || s->limits.name != (dflt))                                         \
     json_object_set_new(o, #name, KNOB_JSON_##type(s->limits.name));
   SC_KNOBS(KNOB_JSON)
 #undef KNOB_JSON
@@ -1039,6 +1059,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   req_table_free(&r.reqs);
   free(r.ref_hash);
   free(r.ref_ok);
+  free(r.ref_text);
   free(r.ttft_scratch);
   free(r.ev);
   free(r.ev_meta);

@@ -37,7 +37,19 @@ typedef struct phase_run {
   double busy_ns;            // sum of the step durations of every replica
   double ttft_p95_ms;       // filled by the metrics pass
   double output_tok_s;
+  uint64_t send_stop;       // when it stopped sending (ns since the run's start)
+  // an external server's own figures over the phase, from its /metrics scrapes (every
+  // replica's): the scrapes, those with a request running, and the largest running, waiting
+  // and KV usage (NaN: not exposed); srv_why: why one is missing
+  int srv_scrapes, srv_busy;
+  double srv_running, srv_waiting, srv_kv;
+  char srv_why[200];
+  // the client against its schedule: p99 of how late it sent, the rate and concurrency it
+  // achieved, and whether it fell behind (MT_CLIENT_LATE_MS)
+  double late_p99_ms, arrival_rate, mean_concurrency;
+  bool saturated;
 } phase_run;
+
 
 typedef struct dep_result {
   int64_t id;
@@ -60,8 +72,10 @@ typedef struct dep_result {
   struct {
     const char *name; // static
     double v;
-  } kept[16];
+    char why[160]; // NaN: why it was not measured
+  } kept[32];
   int n_kept;
+  char saturated[200]; // "" or which phases' client fell behind (the verdicts' note)
 } dep_result;
 
 typedef struct ev_meta {
@@ -123,7 +137,8 @@ typedef struct rt {
   sc_status db_status;
   fault_rt *fr;             // the faults of the current deployment (faults/runtime.h)
   // the first deployment's greedy outputs by request index (rn_layout_equivalence)
-  uint64_t *ref_hash;       // (n_ref) fv_output_hash of the request's tokens
+  uint64_t *ref_hash;       // (n_ref) fv_output_hash of the request's tokens (0: ids unknown)
+  uint64_t *ref_text;       // (n_ref) a server's: the hash of its streamed text (0: none)
   bool *ref_ok;             // (n_ref) it completed
   size_t n_ref;
   bool have_ref;
@@ -172,7 +187,10 @@ sc_status rn_deployment_summaries(rt *r, dep_result *dr, dep_sums *out);
 // Stores the summaries (rn_deployment_summaries) and the phases' own figures as metric rows.
 sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums);
 // Greedy outputs against the first deployment's (layout_mismatches); the first keeps them.
+// Where a server sent text without token ids the text is compared (and the note says so).
 sc_status rn_layout_equivalence(rt *r, dep_result *dr);
+// The kind of replica the deployment runs on, as the metric table's rows name it.
+mt_kind rn_kind(const rt *r);
 // The deployment's metrics against their rows; a disagreement fails the run (r->res->error).
 void rn_audit_metrics(rt *r);
 // After the last deployment: scaling metrics and every SLO verdict row of the n deployment

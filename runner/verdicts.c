@@ -1,8 +1,11 @@
 // What a deployment measured and the run's verdicts: a deployment's summaries from the runner's
-// own request records (mt_summarize per phase, class and deployment) and its metric rows, the
+// own request records (mt_summarize per phase, class and deployment) and its metric rows (each
+// measured, or absent with the reason: a row of the metric table that says the kind of replica
+// cannot give it, a server that does not expose it), the client against its schedule, the
 // layout equivalence of greedy outputs across deployments, the audit of the metrics against
 // their rows, and after the last deployment the scaling metrics and the SLO verdicts
-// (mt_verdicts, with extra_value for the keys a summary does not hold).
+// (mt_verdicts, with extra_value for the keys a summary does not hold; a verdict with no value
+// fails with "no data: why").
 // Not here: the loop that fills the records (runner/runner.c), the formulas (reports/metrics.c),
 // the fault verdicts (faults/runtime.h: fault_rt_end fills dep_result.faults).
 #include <math.h>
@@ -31,17 +34,51 @@ void rn_add_metric(rt *r, int64_t phase_id, const char *name, double v) {
   db_ok(r, store_metric_add(r->db, r->run_id, r->dep_id, phase_id, NULL, name, v, &r->err));
 }
 
-// Keeps a value of deployment dr for the SLO verdicts (extra_value).
-static void keep(dep_result *dr, const char *name, double v) {
+mt_kind rn_kind(const rt *r) { return r->sim ? MT_KIND_SIM : scenario_metric_kind(r->s); }
+
+// A value of the deployment's phase phase_id (0: the whole deployment), or NaN with why: the
+// metric table's reason when this kind of replica cannot give it, else why given here. A
+// measured value keeps why only when how says how it was measured ("compared on the streamed
+// text"). Stored as a metric row with its note; *v and *why are what was stored.
+static void put_value(rt *r, int64_t phase_id, const char *name, double *v, const char **why,
+                      bool how) {
+  const char *absent = mt_metric_absent(name, rn_kind(r));
+  if (absent) {
+    *v = NAN;
+    *why = absent;
+  }
+  if (!isnan(*v) && !how) *why = NULL;
+  else if (!*why) *why = "not measured";
+  db_ok(r, store_metric_add_note(r->db, r->run_id, r->dep_id, phase_id, NULL, name, *v, *why,
+                                 &r->err));
+}
+
+static void phase_value(rt *r, int64_t phase_id, const char *name, double v, const char *why) {
+  put_value(r, phase_id, name, &v, &why, false);
+}
+
+// Keeps a value of deployment dr for the SLO verdicts (extra_value), with why when NaN.
+static void keep(dep_result *dr, const char *name, double v, const char *why) {
   if (dr->n_kept == (int)(sizeof dr->kept / sizeof dr->kept[0])) return;
   dr->kept[dr->n_kept].name = name;
-  dr->kept[dr->n_kept++].v = v;
+  dr->kept[dr->n_kept].v = v;
+  snprintf(dr->kept[dr->n_kept++].why, sizeof dr->kept[0].why, "%s", why ? why : "");
 }
 
 // A metric row of the whole deployment dr (phase 0), kept for its SLOs too.
+static void dep_value(rt *r, dep_result *dr, const char *name, double v, const char *why) {
+  put_value(r, 0, name, &v, &why, false);
+  keep(dr, name, v, why);
+}
+
+// The same for a measured value whose note says how it was measured.
+static void dep_value_how(rt *r, dep_result *dr, const char *name, double v, const char *how) {
+  put_value(r, 0, name, &v, &how, true);
+  keep(dr, name, v, how);
+}
+
 static void dep_metric(rt *r, dep_result *dr, const char *name, double v) {
-  rn_add_metric(r, 0, name, v);
-  keep(dr, name, v);
+  dep_value(r, dr, name, v, NULL);
 }
 
 // The fraction of the replicas' time spent in steps: busy_ns (the summed step durations of every
@@ -49,6 +86,43 @@ static void dep_metric(rt *r, dep_result *dr, const char *name, double v) {
 static double busy_frac(const rt *r, double busy_ns, uint64_t span_ns) {
   return span_ns ? busy_ns / ((double)r->dep->dp * (double)span_ns) : NAN;
 }
+
+// --- the client against its schedule
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// Phase ph's client: how late it sent each request against its schedule (p99), the arrival
+// rate it achieved over its sending time, the requests in flight averaged over the phase, and
+// whether it fell behind (late p99 past MT_CLIENT_LATE_MS). Mode sim sends on the virtual
+// clock: never late.
+static void client_figures(rt *r, phase_run *ph) {
+  size_t n = ph->end_seq - ph->first_seq;
+  ph->late_p99_ms = ph->arrival_rate = ph->mean_concurrency = NAN;
+  ph->saturated = false;
+  if (n == 0) return;
+  double *late = malloc(n * sizeof *late);
+  double inflight_ns = 0;
+  for (size_t k = 0; k < n; k++) {
+    const req_rec *q = &r->reqs.v[ph->first_seq + k];
+    if (late) late[k] = q->sent > q->arrival ? (double)(q->sent - q->arrival) / 1e6 : 0;
+    if (q->finish > q->arrival) inflight_ns += (double)(q->finish - q->arrival);
+  }
+  if (late) {
+    qsort(late, n, sizeof *late, cmp_double);
+    ph->late_p99_ms = mt_percentile(late, (int)n, 99);
+    free(late);
+  }
+  uint64_t sending = (ph->send_stop > ph->start ? ph->send_stop : ph->end) - ph->start;
+  if (sending > 0) ph->arrival_rate = (double)n / ((double)sending / 1e9);
+  if (ph->end > ph->start) ph->mean_concurrency = inflight_ns / (double)(ph->end - ph->start);
+  ph->saturated = ph->late_p99_ms > MT_CLIENT_LATE_MS;
+}
+
+// --- an external server's own figures (its /metrics scrapes)
+// The largest of a (NaN: none yet) and b (NaN: not exposed).
+static double max_known(double a, double b) { return isnan(a) ? b : isnan(b) ? a : fmax(a, b); }
 
 sc_status rn_deployment_summaries(rt *r, dep_result *dr, dep_sums *out) {
   size_t n = r->reqs.n;
@@ -92,19 +166,60 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   int n_knee = 0;
   double busy_ns = 0;
   uint64_t span_ns = 0;
+  // an external server: the queue, batch, KV and busy figures are its /metrics'
+  const bool http = r->s->target.set;
+  int srv_scrapes = 0, srv_busy = 0;
+  double srv_running = NAN, srv_waiting = NAN, srv_kv = NAN;
+  char srv_why[200] = "";
+  double late_max = NAN;
+  int saturated = 0;
+  size_t sat_len = 0;
+  dr->saturated[0] = 0;
   for (int k = 0; k < r->n_phases; k++) {
     phase_run *ph = &r->phases[k];
     if (!ph->id) continue;
     const mt_summary *sum = sums->v + (size_t)k * (size_t)(1 + sums->nc);
     emit_ctx c = {.r = r, .phase_id = ph->id, .cls = NULL};
     mt_summary_each(&sum[0], emit_metric, &c);
-    rn_add_metric(r, ph->id, "peak_queue", ph->peak_queue);
-    rn_add_metric(r, ph->id, "peak_batch", ph->peak_batch);
-    rn_add_metric(r, ph->id, "limit_violations", ph->limit_violations);
-    rn_add_metric(r, ph->id, "kv_peak_frac", ph->kv_peak);
+    if (http) {
+      const char *why = ph->srv_why[0] ? ph->srv_why : "the server's /metrics was not read";
+      phase_value(r, ph->id, "peak_queue", ph->srv_waiting, why);
+      phase_value(r, ph->id, "peak_batch", ph->srv_running, why);
+      phase_value(r, ph->id, "kv_peak_frac", ph->srv_kv, why);
+      phase_value(r, ph->id, "busy_frac",
+                  ph->srv_scrapes ? (double)ph->srv_busy / ph->srv_scrapes : NAN, why);
+      srv_scrapes += ph->srv_scrapes;
+      srv_busy += ph->srv_busy;
+      srv_running = max_known(srv_running, ph->srv_running);
+      srv_waiting = max_known(srv_waiting, ph->srv_waiting);
+      srv_kv = max_known(srv_kv, ph->srv_kv);
+      if (ph->srv_why[0]) snprintf(srv_why, sizeof srv_why, "%s", ph->srv_why);
+    } else {
+      phase_value(r, ph->id, "peak_queue", ph->peak_queue, NULL);
+      phase_value(r, ph->id, "peak_batch", ph->peak_batch, NULL);
+      phase_value(r, ph->id, "kv_peak_frac", ph->kv_peak, NULL);
+      phase_value(r, ph->id, "busy_frac", busy_frac(r, ph->busy_ns, ph->end - ph->start),
+                  "the phase took no time");
+    }
+    phase_value(r, ph->id, "limit_violations", ph->limit_violations, NULL);
     if (r->sim && r->dep->pp > 1 && ph->busy_ns > 0)
       rn_add_metric(r, ph->id, "pp_bubble_frac", ph->bubble_ns / ph->busy_ns);
-    rn_add_metric(r, ph->id, "busy_frac", busy_frac(r, ph->busy_ns, ph->end - ph->start));
+    client_figures(r, ph);
+    phase_value(r, ph->id, "arrival_rate", ph->arrival_rate, "no request was sent");
+    phase_value(r, ph->id, "mean_concurrency", ph->mean_concurrency, "no request was sent");
+    phase_value(r, ph->id, "client_late_p99_ms", ph->late_p99_ms, "no request was sent");
+    phase_value(r, ph->id, "client_saturated", ph->saturated, NULL);
+    late_max = max_known(late_max, ph->late_p99_ms);
+    if (ph->saturated) {
+      saturated++;
+      if (sat_len < sizeof dr->saturated)
+        sat_len += (size_t)snprintf(dr->saturated + sat_len, sizeof dr->saturated - sat_len,
+                                    "%s%s %.0f ms", sat_len ? ", " : "", ph->name,
+                                    ph->late_p99_ms);
+      rn_note(r, "%s: phase %s: client saturated: it sent its requests %.0f ms late (p99; "
+              "threshold %.0f ms): its latencies hold the client's delay", r->dep->label,
+              ph->name, ph->late_p99_ms, MT_CLIENT_LATE_MS);
+    }
     busy_ns += ph->busy_ns;
     span_ns += ph->end - ph->start;
     ph->ttft_p95_ms = sum[0].ttft_ms.p95;
@@ -125,18 +240,30 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   }
   emit_ctx c = {.r = r, .phase_id = 0, .cls = NULL};
   mt_summary_each(&dr->pooled, emit_metric, &c);
-  dep_metric(r, dr, "peak_queue", dr->peak_queue);
-  dep_metric(r, dr, "peak_batch", dr->peak_batch);
+  if (http) {
+    const char *why = srv_why[0] ? srv_why : "the server's /metrics was not read";
+    dep_value(r, dr, "peak_queue", srv_waiting, why);
+    dep_value(r, dr, "peak_batch", srv_running, why);
+    dep_value(r, dr, "kv_peak_frac", srv_kv, why);
+    dep_value(r, dr, "busy_frac", srv_scrapes ? (double)srv_busy / srv_scrapes : NAN, why);
+  } else {
+    dep_metric(r, dr, "peak_queue", dr->peak_queue);
+    dep_metric(r, dr, "peak_batch", dr->peak_batch);
+    dep_metric(r, dr, "kv_peak_frac", dr->kv_peak);
+    dep_value(r, dr, "busy_frac", busy_frac(r, busy_ns, span_ns), "the phases took no time");
+  }
   dep_metric(r, dr, "limit_violations", dr->limit_violations);
-  dep_metric(r, dr, "kv_peak_frac", dr->kv_peak);
-  dep_metric(r, dr, "busy_frac", busy_frac(r, busy_ns, span_ns));
   dep_metric(r, dr, "gpus", dr->gpus);
   dep_metric(r, dr, "peak_output_tok_s", dr->peak_tok_s);
+  dep_value(r, dr, "client_late_p99_ms", late_max, "no request was sent");
+  dep_metric(r, dr, "client_saturated", saturated);
   for (int i = 0; i < r->s->slo.n; i++)
     if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
       dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);
       dr->has_knee = true;
-      dep_metric(r, dr, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN);
+      char why[96];
+      snprintf(why, sizeof why, "no ramp step met ttft_p95_ms <= %g", r->s->slo.items[i].limit);
+      dep_value(r, dr, "knee_concurrency", dr->knee >= 0 ? dr->knee : NAN, why);
     }
   for (int cl = 0; cl < sums->nc; cl++) {
     emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
@@ -151,36 +278,69 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
 // with those of the same request in the first deployment, by hash. The first deployment keeps
 // its outputs as the reference. Mode real, greedy sampling only (simulated tokens carry no
 // model output); layout_mismatches is stored for every later deployment.
+// Where a server streamed no token ids (llama.cpp, SGLang, chat) its text is compared instead
+// (the streamed text's FNV-1a hash): a placeholder id proves nothing. 0: the ids are unknown.
+static uint64_t ids_hash(const req_rec *q) {
+  for (int i = 0; i < q->n_tok; i++)
+    if (q->ids[i] < 0) return 0;
+  return fv_output_hash(q->ids, q->n_tok) | 1; // never 0
+}
+
 sc_status rn_layout_equivalence(rt *r, dep_result *dr) {
   dr->layout_mismatches = NAN;
   if (r->sim || r->s->workload.temperature > 0) return SC_OK;
   if (!r->have_ref) {
-    r->ref_hash = calloc(r->reqs.n ? r->reqs.n : 1, sizeof *r->ref_hash);
-    r->ref_ok = calloc(r->reqs.n ? r->reqs.n : 1, sizeof *r->ref_ok);
-    if (!r->ref_hash || !r->ref_ok)
+    size_t n = r->reqs.n ? r->reqs.n : 1;
+    r->ref_hash = calloc(n, sizeof *r->ref_hash);
+    r->ref_text = calloc(n, sizeof *r->ref_text);
+    r->ref_ok = calloc(n, sizeof *r->ref_ok);
+    if (!r->ref_hash || !r->ref_ok || !r->ref_text)
       return sc_fail(&r->err, SC_OOM, "runner: out of memory keeping the reference outputs");
     for (size_t k = 0; k < r->reqs.n; k++) {
       const req_rec *q = &r->reqs.v[k];
       r->ref_ok[k] = q->status == REQ_OK;
-      r->ref_hash[k] = fv_output_hash(q->ids, q->n_tok);
+      r->ref_hash[k] = ids_hash(q);
+      r->ref_text[k] = q->text_hash;
     }
     r->n_ref = r->reqs.n;
     r->have_ref = true;
     dr->layout_mismatches = 0;
-    keep(dr, "layout_mismatches", 0); // the reference itself: no row
+    keep(dr, "layout_mismatches", 0, NULL); // the reference itself: no row
     return SC_OK;
   }
-  int mm = 0;
+  int mm = 0, on_text = 0, compared = 0, unknown = 0;
   for (size_t k = 0; k < r->reqs.n && k < r->n_ref; k++) {
     const req_rec *q = &r->reqs.v[k];
-    if (q->status == REQ_OK && r->ref_ok[k] && fv_output_hash(q->ids, q->n_tok) != r->ref_hash[k])
-      mm++;
+    if (q->status != REQ_OK || !r->ref_ok[k]) continue;
+    uint64_t h = ids_hash(q);
+    if (h && r->ref_hash[k]) {
+      compared++;
+      mm += h != r->ref_hash[k];
+    } else if (q->text_hash && r->ref_text[k]) {
+      compared++;
+      on_text++;
+      mm += q->text_hash != r->ref_text[k];
+    } else {
+      unknown++; // neither ids nor text on both sides
+    }
   }
-  dr->layout_mismatches = mm;
+  double v = compared ? mm : NAN;
+  char why[160] = "";
+  if (on_text > 0)
+    snprintf(why, sizeof why, "compared on the streamed text for %d of %d requests (the server "
+             "sent no token ids)", on_text, compared);
+  if (!compared)
+    snprintf(why, sizeof why, "no request had token ids or streamed text to compare");
+  dr->layout_mismatches = v;
+  if (why[0]) rn_note(r, "%s: layout equivalence: %s", r->dep->label, why);
+  if (unknown > 0)
+    rn_note(r, "%s: layout equivalence: %d completed request%s had neither token ids nor text "
+            "to compare", r->dep->label, unknown, unknown == 1 ? "" : "s");
   if (mm > 0)
     rn_note(r, "%s: %d greedy output%s differ from the first deployment's", r->dep->label, mm,
             mm == 1 ? "" : "s");
-  dep_metric(r, dr, "layout_mismatches", mm);
+  if (on_text > 0) dep_value_how(r, dr, "layout_mismatches", v, why);
+  else dep_value(r, dr, "layout_mismatches", v, why);
   return r->db_status;
 }
 
@@ -206,19 +366,22 @@ typedef struct verdict_extra {
 } verdict_extra;
 
 // A metric a summary does not carry, by name: the deployment's own values and the fault
-// verdicts' as they were written; a metric the table marks MT_ZERO_UNFAULTED is 0 in a
-// deployment without faults. False: not measured here (the verdict fails with no value).
-static bool extra_value(void *ud, const char *name, double *out) {
+// verdicts' as they were written, with why when not measured; a metric the table marks
+// MT_ZERO_UNFAULTED is 0 in a deployment without faults. False: not measured here (the verdict
+// fails with no data; why says so when it knows).
+static bool extra_value(void *ud, const char *name, double *out, char *why, size_t cap) {
   const dep_result *d = ((verdict_extra *)ud)->d;
   const fault_result *f = &d->faults;
   for (int i = 0; i < d->n_kept; i++)
     if (!strcmp(name, d->kept[i].name)) {
       *out = d->kept[i].v;
+      if (isnan(*out)) snprintf(why, cap, "%s", d->kept[i].why);
       return true;
     }
   for (int i = 0; i < f->n_fm; i++)
     if (!strcmp(name, f->fm[i].name)) {
       *out = f->fm[i].v;
+      if (isnan(*out)) snprintf(why, cap, "%s", f->fm[i].why);
       return true;
     }
   const mt_metric_info *mi = mt_metric_find(name);
@@ -226,7 +389,32 @@ static bool extra_value(void *ud, const char *name, double *out) {
     *out = 0;
     return true;
   }
+  if (mi && mi->by == MT_BY_FAULTS && !f->faulted)
+    snprintf(why, cap, "no fault was injected in this deployment");
+  else if (mi && mi->by == MT_BY_FAULTS)
+    snprintf(why, cap, "none of its faults measures it");
+  else if (mi && mi->by == MT_BY_SENSITIVITY)
+    snprintf(why, cap, "measured by run --sensitivity in mode sim only");
   return false;
+}
+
+// A verdict on a value measured in a way worth saying ("compared on the streamed text") says it.
+static void note_how(const dep_result *d, mt_verdict *v) {
+  if (isnan(v->actual) || v->note[0]) return;
+  for (int i = 0; i < d->n_kept; i++)
+    if (!strcmp(v->slo, d->kept[i].name) && d->kept[i].why[0])
+      snprintf(v->note, sizeof v->note, "%s", d->kept[i].why);
+}
+
+// A verdict on a figure the client shaped (latencies, throughput) in a deployment whose client
+// fell behind its schedule says so: the server is not alone in that figure.
+static void note_saturated(const dep_result *d, mt_verdict *v) {
+  const mt_metric_info *mi = mt_metric_find(mt_metric_base(v->slo));
+  if (!d->saturated[0] || !mi || (mi->by != MT_BY_SUMMARY && strcmp(mi->name, "knee_concurrency")))
+    return;
+  size_t n = strlen(v->note);
+  snprintf(v->note + n, sizeof v->note - n, "%sclient saturated (%s late, p99)", n ? "; " : "",
+           d->saturated);
 }
 
 sc_status rn_finish_run(rt *r, dep_result *drs, int n) {
@@ -250,8 +438,9 @@ sc_status rn_finish_run(rt *r, dep_result *drs, int n) {
     d->speedup = sp[j];
     d->efficiency = ef[j];
     r->dep_id = d->id;
-    dep_metric(r, d, "speedup", sp[j]);
-    dep_metric(r, d, "efficiency", ef[j]);
+    const char *why = "the fewest-GPU deployment has no throughput";
+    dep_value(r, d, "speedup", sp[j], why);
+    dep_value(r, d, "efficiency", ef[j], why);
   }
   // Sim mode: its tokens carry no model output, so there is no equivalence or quality delta
   // to judge (the table's MT_MODEL_OUTPUT metrics).
@@ -285,8 +474,10 @@ sc_status rn_finish_run(rt *r, dep_result *drs, int n) {
       nv += mt_class_verdicts(&slo.classes[c], &d->cls_pooled[slo.classes[c].class_idx],
                               v + nv, cap - nv);
     for (int k = 0; k < nv; k++) {
+      note_how(d, &v[k]);
+      note_saturated(d, &v[k]);
       db_ok(r, store_verdict_add(r->db, r->run_id, d->id, v[k].slo, v[k].op, v[k].expected,
-                                 v[k].actual, v[k].pass, &r->err));
+                                 v[k].actual, v[k].pass, v[k].note, &r->err));
       r->res->n_verdicts++;
       r->res->n_failed += !v[k].pass;
     }
@@ -306,7 +497,7 @@ sc_status rn_finish_run(rt *r, dep_result *drs, int n) {
         else snprintf(name, sizeof name, "%.31s:%.31s", slo.classes[c].name, it->key);
         db_ok(r, store_verdict_add(r->db, r->run_id, drs[i].id, name,
                                    mi && mi->dir == MT_HIGHER_BETTER ? ">=" : "<=", it->limit,
-                                   NAN, false, &r->err));
+                                   NAN, false, "no data: the deployment never ran", &r->err));
         r->res->n_verdicts++;
         r->res->n_failed++;
       }

@@ -1,10 +1,10 @@
 // The metric table: every metric shardcheck computes or stores, one row each with its unit,
-// direction, who measures it, whether a prompt class has it, and whether the gate compares it
-// by default. SLO keys and gate metrics (scenarios/scenario_slo.c) are checked against it,
-// stored metric rows (reports/store.h) use it, the SLO verdicts (runner/verdicts.c) and the
-// gate (reports/gate.c) read it, and docs/metrics.md gives each formula. Computing the values
-// is reports/metrics.c's and the measuring files'. It sits with the scenario language because
-// a scenario names these.
+// direction, who measures it, the kinds of replica it cannot be measured on (and why), whether
+// a prompt class has it, and whether the gate compares it by default. SLO keys and gate
+// metrics (scenarios/scenario_slo.c) are checked against it, stored metric rows
+// (reports/store.h) use it, the SLO verdicts (runner/verdicts.c) and the gate (reports/gate.c)
+// read it, and docs/metrics.md gives each formula. Computing the values is reports/metrics.c's
+// and the measuring files'. It sits with the scenario language because a scenario names these.
 #pragma once
 
 #include <stdbool.h>
@@ -25,6 +25,17 @@ typedef enum mt_source {
   MT_BY_SENSITIVITY, // run --sensitivity, mode sim (runner/sensitivity.c)
 } mt_source;
 
+// The kinds of replica a deployment can run on, as the vacuity matrix (docs/metrics.md) lists
+// them: a metric is measured on each unless its row says why it cannot be.
+typedef enum mt_kind {
+  MT_KIND_LOCAL,   // shardcheck's engine in the runner's process (mode real, isolation thread)
+  MT_KIND_PROCESS, // shardcheck's engine in `shardcheck worker` processes
+  MT_KIND_SIM,     // simulated replicas (mode sim: priced steps, no model output)
+  MT_KIND_SERVE,   // an HTTP target that is shardcheck serve (token ids, its own /metrics)
+  MT_KIND_TEXT,    // an HTTP target that streams text only (no token ids: llama.cpp, SGLang)
+  MT_KIND_N,
+} mt_kind;
+
 enum {
   MT_PER_CLASS = 1,       // a prompt class's summary carries it: its SLOs and gate rows may
   MT_MODEL_OUTPUT = 2,    // compares model output: not measured in mode sim (tokens are priced)
@@ -40,11 +51,19 @@ typedef struct mt_metric_info {
   mt_source by;     // who measures it
   unsigned flags;   // MT_PER_CLASS | MT_MODEL_OUTPUT | MT_ZERO_UNFAULTED | MT_LATENCY
   int gate;         // its place in the gate's default list (1, 2, ...); 0: not gated by default
+  // Why it cannot be measured on a kind of replica (NULL: it is, or it is absent at run time
+  // with its own reason); an SLO on it there FAILs with "no data: <why>", and validate warns.
+  const char *absent[MT_KIND_N];
 } mt_metric_info;
 
 // The table of metrics (scenarios/metric_names.c): one row per metric, the one place to add
 // one (docs/design.md). NULL when no metric has that name.
 const mt_metric_info *mt_metric_find(const char *name);
+// The kind's name as the matrix and messages write it: "local", "process", "sim", "serve",
+// "text" (static).
+const char *mt_kind_name(mt_kind k);
+// Why metric `name` cannot be measured on kind k; NULL when it can (or is not in the table).
+const char *mt_metric_absent(const char *name, mt_kind k);
 // Whether a summary of any set of requests carries the metric and it has a direction
 // (latencies, output_tok_s, req_s, goodput_rps, error_rate, failed and timed-out requests):
 // the metrics a prompt class's SLOs and gate rows may name (the MT_PER_CLASS rows).

@@ -108,8 +108,10 @@ static sc_status parse_root(scn_ctx *c, struct fy_node *root) {
   // `hardware.profile`, the same deployments, workload and faults, simulated (the target is
   // checked, then set aside).
   c->predicting = target && s->mode == SCN_MODE_SIM;
+  bool fixed_url = false; // a prediction of one server already up: one deployment may be implied
   if (c->predicting) {
     SC_TRY(scn_parse_target(c, yaml_map_val(&m, "target"), yaml_map_key(&m, "target")));
+    fixed_url = !s->target.launch[0];
     memset(&s->target, 0, sizeof s->target);
     memset(&s->model, 0, sizeof s->model);
     if (!yaml_map_has(&m, "model"))
@@ -118,7 +120,8 @@ static sc_status parse_root(scn_ctx *c, struct fy_node *root) {
                            "its model on its hardware profile: add model: {preset: NAME} (and "
                            "hardware.profile)%s",
                            c->mode_from_ov ? " (--mode sim)" : "");
-    SC_TRY(yaml_map_need(&c->doc, &m, "deployments", "a list of {tp, pp, dp}"));
+    if (!fixed_url) // launched servers: the layouts to launch are the ones to simulate
+      SC_TRY(yaml_map_need(&c->doc, &m, "deployments", "a list of {tp, pp, dp}"));
   }
   if (target && !c->predicting) {
     // `model` and hardware.profile are --mode sim's (a prediction); checked, not used here
@@ -160,7 +163,10 @@ static sc_status parse_root(scn_ctx *c, struct fy_node *root) {
           s->hardware.profile);
     mp->kv_dtype = SC_FP8;
   }
-  if (!target || c->predicting) {
+  if (c->predicting && !yaml_map_has(&m, "deployments")) {
+    // a fixed url is one server of one replica (docs/targets.md): simulated as tp1
+    SC_TRY(scn_parse_deployments(c, NULL, root));
+  } else if (!target || c->predicting) {
     SC_TRY(
         scn_parse_deployments(c, yaml_map_val(&m, "deployments"), yaml_map_key(&m, "deployments")));
   } else {
@@ -196,6 +202,7 @@ static sc_status parse_root(scn_ctx *c, struct fy_node *root) {
     SC_TRY(scn_parse_slo(c, yaml_map_val(&m, "slo"), yaml_map_key(&m, "slo")));
   if (yaml_map_has(&m, "gate"))
     SC_TRY(scn_parse_gate(c, yaml_map_val(&m, "gate"), yaml_map_key(&m, "gate")));
+  scn_check_slo_measurable(c);
   return SC_OK;
 }
 

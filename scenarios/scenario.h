@@ -17,6 +17,7 @@
 #include "engine/model.h"
 #include "kernels/knobs.h"
 #include "kernels/status.h"
+#include "scenarios/metric_names.h"
 #include "serving/router_policy.h"
 
 enum {
@@ -364,6 +365,10 @@ uint64_t scenario_phase_duration_ns(const scn_phase *p);
 // Whether s's replicas run as `shardcheck worker` processes in mode real: router.isolation, or,
 // when it is not given, whether s has faults.
 bool scenario_isolates_processes(const scenario *s);
+// The kind of replica s's deployments run on, as the metric table's rows name it
+// (scenarios/metric_names.h): sim in mode sim; against a target, serve when its launch runs
+// `{shardcheck} serve`, else a server that may stream text only; else process or local.
+mt_kind scenario_metric_kind(const scenario *s);
 const char *scenario_phase_kind_name(scn_phase_kind k); // "ramp", "rate", "fixed"
 const char *scenario_fault_kind_name(scn_fault_kind k); // "kill", "hang", ..., "chaos"
 // The language's row of kind k (static); NULL outside the enum.

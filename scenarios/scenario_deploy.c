@@ -547,7 +547,10 @@ static sc_status check_deployments(scn_ctx *c) {
 }
 
 sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
-  if (v && fy_node_get_type(v) == FYNT_MAPPING) { // the form `deployments: {scaling: ...}`
+  if (!v) { // implied: one deployment of one GPU, declared at k
+    SC_TRY(scn_add_deployment(c, k, 1, 1, 1));
+    c->s->deployments[c->s->n_deployments - 1].line = 0;
+  } else if (fy_node_get_type(v) == FYNT_MAPPING) { // the form `deployments: {scaling: ...}`
     static const char *const nested[] = {"scaling"};
     yaml_map_view m;
     SC_TRY(yaml_map_read_view(&c->doc, v, "deployments", k, NULL, 0, nested, COUNT(nested), &m));
@@ -570,4 +573,11 @@ sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k
 bool scenario_isolates_processes(const scenario *s) {
   if (s->router.isolation == SCN_ISOLATION_DEFAULT) return s->n_faults > 0;
   return s->router.isolation == SCN_ISOLATION_PROCESS;
+}
+
+mt_kind scenario_metric_kind(const scenario *s) {
+  if (s->mode == SCN_MODE_SIM) return MT_KIND_SIM;
+  if (s->target.set)
+    return strstr(s->target.launch, "{shardcheck} serve") ? MT_KIND_SERVE : MT_KIND_TEXT;
+  return scenario_isolates_processes(s) ? MT_KIND_PROCESS : MT_KIND_LOCAL;
 }

@@ -72,7 +72,8 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 sc_status scn_add_deployment(scn_ctx *c, struct fy_node *at, int tp, int pp, int dp);
 // One item of `deployments` (key node k): {tp, pp, dp} or {scaling: ...}.
 sc_status scn_parse_deployment_item(scn_ctx *c, struct fy_node *item, struct fy_node *k);
-// `deployments`, then the planner's check of each.
+// `deployments` (v NULL: the one deployment of one GPU that a fixed-url target implies,
+// declared at k), then the planner's check of each.
 sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 
 // --- scenarios/scenario_workload.c
@@ -86,8 +87,14 @@ sc_status scn_check_fault_target(scn_ctx *c, const scn_fault *f);
 // --- scenarios/scenario_slo.c
 sc_status scn_parse_slo(scn_ctx *c, struct fy_node *v, struct fy_node *k);
 sc_status scn_parse_gate(scn_ctx *c, struct fy_node *v, struct fy_node *k);
+// Once every section is read: a warning for each SLO key the scenario's deployments cannot
+// measure (the metric table's absent[] for their kind of replica, a fault metric without
+// faults): at run time its verdict FAILs with "no data".
+void scn_check_slo_measurable(scn_ctx *c);
 
 // --- scenarios/scenario_target.c
+// Records a warning for `validate` and `run` to print (the first SCN_MAX_WARNINGS).
+void scn_warn(scn_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // An error unless text (the value v of key k) is a template serving/launch.h can expand.
 sc_status scn_check_template(scn_ctx *c, struct fy_node *v, struct fy_node *k, const char *text);
 sc_status scn_parse_target(scn_ctx *c, struct fy_node *v, struct fy_node *k);

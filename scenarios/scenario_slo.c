@@ -214,6 +214,37 @@ sc_status scn_parse_slo(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   return ck ? slo_classes(c, cv, ck) : SC_OK;
 }
 
+// --- what the scenario's deployments can measure
+
+static void check_key(scn_ctx *c, mt_kind kind, const char *key) {
+  const mt_metric_info *mi = mt_metric_find(key);
+  if (!mi) return;
+  const char *why = mi->absent[kind];
+  if (why && kind == MT_KIND_SIM && (mi->flags & MT_MODEL_OUTPUT)) {
+    scn_warn(c, "slo %s: not judged in mode sim (%s)", key, why);
+  } else if (why && kind == MT_KIND_TEXT && !mi->absent[MT_KIND_SERVE]) {
+    scn_warn(c,
+             "slo %s: unless this server gives it, it cannot be measured (%s): its verdict then "
+             "FAILs with no data",
+             key, why);
+  } else if (why) {
+    scn_warn(c,
+             "slo %s: cannot be measured on %s replicas (%s): its verdict will FAIL with no data",
+             key, mt_kind_name(kind), why);
+  } else if (mi->by == MT_BY_FAULTS && !(mi->flags & MT_ZERO_UNFAULTED) && c->s->n_faults == 0) {
+    scn_warn(c,
+             "slo %s: measured only in a deployment with faults, and the scenario has none: its "
+             "verdict will FAIL with no data",
+             key);
+  }
+}
+
+void scn_check_slo_measurable(scn_ctx *c) {
+  const scn_slo *slo = &c->s->slo;
+  mt_kind kind = c->predicting ? MT_KIND_SIM : scenario_metric_kind(c->s);
+  for (int i = 0; i < slo->n; i++) check_key(c, kind, slo->items[i].key);
+}
+
 // --- gate
 
 // "5%" or 0.05 -> 0.05 (a fraction in [0, 10]).

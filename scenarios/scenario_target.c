@@ -27,8 +27,7 @@
 
 // --- target: an external OpenAI-compatible server (docs/targets.md)
 
-// Records a warning for `validate` and `run` to print (the first SCN_MAX_WARNINGS).
-__attribute__((format(printf, 2, 3))) static void warn(scn_ctx *c, const char *fmt, ...) {
+void scn_warn(scn_ctx *c, const char *fmt, ...) {
   scenario *s = c->s;
   if (s->n_warnings == SCN_MAX_WARNINGS) return;
   va_list ap;
@@ -209,7 +208,7 @@ sc_status scn_parse_target(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
     if (!strchr(word, '{') && !launch_on_path(word)) {
       char w[300];
       yaml_map_where(lv, c->doc.file, w, sizeof w);
-      warn(c,
+      scn_warn(c,
            "%s: key 'launch': '%s' is not an executable on this machine's PATH (it may "
            "exist only where the scenario runs)",
            w, word);

@@ -10,6 +10,13 @@
 
 #include "scenarios/deployment.h"
 #include "scenarios/scenario.h"
+#include "scenarios/workload.h"
+
+// What the engine config points into, kept until serve_deploy_free.
+typedef struct deploy_keep {
+  scenario *s;
+  int *sim_lens; // (SERVE_SIM_LENS)
+} deploy_keep;
 
 // Appends s to the YAML text as a double-quoted scalar.
 static size_t quoted(char *out, size_t cap, const char *s) {
@@ -24,8 +31,55 @@ static size_t quoted(char *out, size_t cap, const char *s) {
   return n;
 }
 
+// The answers' lengths of --sim-output-len: SERVE_SIM_LENS draws of the workload the spec
+// writes (its output lengths, or a dataset's), made through the scenario language as a run's
+// workload is. *lens NULL with SC_OK: "none".
+static sc_status sim_lens(const char *spec, const char *model, const char *hw, int tp, int pp,
+                          int **lens, sc_error *err) {
+  *lens = NULL;
+  if (!strcmp(spec, "none")) return SC_OK;
+  char wl[2300];
+  if (!strncmp(spec, "dataset:", 8)) {
+    char q[2100];
+    quoted(q, sizeof q, spec + 8);
+    snprintf(wl, sizeof wl, "{dataset: %s, ", q);
+  } else {
+    snprintf(wl, sizeof wl, "{prompts: [{input: 1, output: %.2000s}], ", spec);
+  }
+  char text[8192];
+  snprintf(text, sizeof text,
+           "name: serve\nmode: sim\nmodel: %s\nhardware: %s\ndeployments: [{tp: %d, pp: %d}]\n"
+           "workload: %sphases: [{fixed: {requests: 1, concurrency: 1}}]}\n",
+           model, hw, tp, pp, wl);
+  scenario *s = NULL;
+  workload *w = NULL;
+  sc_error e = {{0}};
+  sc_status st = scenario_parse(text, strlen(text), "--sim-output-len", ".", &s, &e);
+  if (st == SC_OK) st = workload_new(s, 0, &w, &e);
+  int *v = st == SC_OK ? malloc(SERVE_SIM_LENS * sizeof *v) : NULL;
+  if (st == SC_OK && !v) st = sc_fail(&e, SC_OOM, "out of memory");
+  for (int i = 0; v && i < SERVE_SIM_LENS; i++) {
+    wl_request r;
+    workload_request(w, (uint64_t)i, &r);
+    v[i] = r.max_tokens;
+  }
+  workload_free(w);
+  scenario_free(s);
+  if (st != SC_OK)
+    return sc_fail(err, st,
+                   "--sim-output-len %.200s: %s (a length, {uniform: [A, B]}, "
+                   "{normal: {mean, stddev}}, {lognormal: {median, sigma}}, dataset:FILE.jsonl "
+                   "or none)",
+                   spec, e.msg);
+  *lens = v;
+  return SC_OK;
+}
+
 sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **keep, sc_error *err) {
   *keep = NULL;
+  if (!d->sim && d->sim_output_len)
+    return sc_fail(err, SC_INVALID,
+                   "--sim-output-len is a mode sim flag: a real model ends its answers itself");
   char model[2400], dtype[128] = "", profile[2200] = "", hw[2400], limits[256];
   struct stat st;
   bool dir = stat(d->model, &st) == 0 && S_ISDIR(st.st_mode);
@@ -114,6 +168,22 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
     return sc_fail(err, SC_INVALID, "--max-model-len %d is longer than the model's context (%d)", m,
                    ctx);
   }
+  deploy_keep *k = calloc(1, sizeof *k);
+  if (!k) {
+    scenario_free(s);
+    return sc_fail(err, SC_OOM, "out of memory");
+  }
+  k->s = s;
+  if (d->sim) {
+    rc = sim_lens(d->sim_output_len ? d->sim_output_len : SERVE_SIM_OUTPUT_LEN, model, hw, d->tp,
+                  d->pp, &k->sim_lens, err);
+    if (rc != SC_OK) {
+      serve_deploy_free(k);
+      return rc;
+    }
+  }
+  c->sim_lens = k->sim_lens;
+  c->n_sim_lens = k->sim_lens ? SERVE_SIM_LENS : 0;
   c->engine = ec;
   c->dp = d->dp;
   c->replicas = (replica_options){.kind = d->sim       ? REPLICA_SIM
@@ -123,8 +193,14 @@ sc_status serve_deploy_config(const serve_deploy *d, server_config *c, void **ke
   c->synthetic_text = d->sim;
   c->layout = dep->label; // lives as long as *keep
   c->policy = s->router.policy;
-  *keep = s;
+  *keep = k;
   return SC_OK;
 }
 
-void serve_deploy_free(void *keep) { scenario_free(keep); }
+void serve_deploy_free(void *keep) {
+  deploy_keep *k = keep;
+  if (!k) return;
+  scenario_free(k->s);
+  free(k->sim_lens);
+  free(k);
+}

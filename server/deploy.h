@@ -30,10 +30,19 @@ typedef struct serve_deploy {
   bool prefix_caching; // full KV blocks cached by content (limits.prefix_caching)
   bool reserve_full_isl;  // admit only what fits whole (limits.reserve_full_isl)
   int num_gpu_blocks;     // KV blocks per replica (limits.num_gpu_blocks_override; 0: planner's)
+  // sim: the answers' own lengths (where EOS falls): NULL for SERVE_SIM_OUTPUT_LEN; "none"
+  // (never EOS, as `shardcheck run` simulates); a workload output length as the scenario
+  // language writes it ("200", "{uniform: [50, 400]}", "{lognormal: {median: 200, sigma:
+  // 0.9}}"); or "dataset:FILE.jsonl", the output_tokens of a dataset's lines
+  const char *sim_output_len;
 } serve_deploy;
 
-// Fills c's deployment fields (engine, dp, replicas, max_model_len, synthetic_text, layout)
-// from d, through the scenario language's validation and the planner. *keep receives what the
+// The default of --sim-output-len: chat-like answers, median 256 tokens.
+#define SERVE_SIM_OUTPUT_LEN "{lognormal: {median: 256, sigma: 0.8}}"
+enum { SERVE_SIM_LENS = 16384 }; // draws kept (a dataset's first lines this many at most)
+
+// Fills c's deployment fields (engine, dp, replicas, max_model_len, synthetic_text, layout,
+// sim_lens) from d, through the scenario language's validation and the planner. *keep receives what the
 // engine config points into (free it with serve_deploy_free after the server). SC_INVALID with
 // the reason when the deployment is refused (a bad model, dtype, layout, a plan that does not
 // fit).

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/clock.h"
 #include "server/server_impl.h"
@@ -34,7 +35,8 @@ typedef struct conn_ctx {
   char *body; // (len) the request body so far
   size_t len, cap;
   bool too_big;
-  gen *g; // the generation it started (one reference)
+  bool answered; // a response was queued while the headers were read
+  gen *g;        // the generation it started (one reference)
 } conn_ctx;
 
 static route route_of(const server *s, const char *url, const char **method_wanted) {
@@ -86,6 +88,87 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, int status, char *buf,
 static enum MHD_Result send_error(struct MHD_Connection *c, int status, const char *param,
                                   const char *msg) {
   return send_buf(c, status, oai_error_body(status, param, msg), "application/json");
+}
+
+// A 503 refusal: counted (shardcheck:requests_rejected_total) and sent with Retry-After, as a
+// client's retry logic reads it.
+static enum MHD_Result refuse(server *s, struct MHD_Connection *c, const char *msg) {
+  pthread_mutex_lock(&s->mu);
+  s->m.rejected++;
+  pthread_mutex_unlock(&s->mu);
+  char *b = oai_error_body(503, "", msg);
+  struct MHD_Response *r =
+      b ? MHD_create_response_from_buffer(strlen(b), b, MHD_RESPMEM_MUST_FREE) : NULL;
+  if (!r) {
+    free(b);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", "application/json");
+  MHD_add_response_header(r, "Retry-After", "1");
+  enum MHD_Result ok = MHD_queue_response(c, 503, r);
+  MHD_destroy_response(r);
+  return ok;
+}
+
+// --- connection slots (server_impl.h)
+enum { SWEEP_MAX = 64 }; // connections a sweep shuts down at most (the loop sweeps every 50 ms)
+static conn_slot *slot_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+// The request's headers are in: it counts against --max-connections. Returns how many requests
+// are in progress with it.
+static int slot_begin(server *s, struct MHD_Connection *c) {
+  conn_slot *k = slot_of(c);
+  pthread_mutex_lock(&s->conn_mu);
+  if (k && !k->in_request) {
+    k->in_request = true;
+    s->n_requests++;
+  }
+  int n = s->n_requests;
+  pthread_mutex_unlock(&s->conn_mu);
+  return n;
+}
+
+// The whole request is in, or it was answered early: the request timeout no longer applies.
+static void slot_received(server *s, struct MHD_Connection *c) {
+  conn_slot *k = slot_of(c);
+  if (!k) return;
+  pthread_mutex_lock(&s->conn_mu);
+  k->received = true;
+  pthread_mutex_unlock(&s->conn_mu);
+}
+
+// Its request ended: a keep-alive connection's next request has the timeout from now.
+static void slot_end(server *s, conn_slot *k) {
+  pthread_mutex_lock(&s->conn_mu);
+  if (k->in_request) s->n_requests--;
+  k->in_request = k->received = false;
+  k->since_ns = sc_monotonic_ns();
+  pthread_mutex_unlock(&s->conn_mu);
+}
+
+int server_http_sweep(server *s) {
+  uint64_t now = sc_monotonic_ns(), limit = (uint64_t)s->c.request_timeout_s * 1000000000ull;
+  int n = 0;
+  pthread_mutex_lock(&s->conn_mu);
+  // at most SWEEP_MAX a pass: thousands of connections opened together (an attack) close spread
+  // over a few hundred ms, not in one burst that holds up libmicrohttpd's thread
+  for (conn_slot *k = s->conns; k && n < SWEEP_MAX; k = k->next) {
+    if (k->received || k->shut || now - k->since_ns < limit) continue;
+    k->shut = true; // libmicrohttpd reads the end and closes it (its CLOSED notice frees k)
+    shutdown(k->fd, SHUT_RDWR);
+    n++;
+  }
+  pthread_mutex_unlock(&s->conn_mu);
+  if (n) {
+    pthread_mutex_lock(&s->mu);
+    s->m.timed_out += (uint64_t)n;
+    pthread_mutex_unlock(&s->mu);
+  }
+  return n;
 }
 
 // Whether "Authorization: Bearer KEY" matches want (NULL: nothing is required), in time
@@ -168,18 +251,35 @@ static void new_id(gen *g, oai_kind k) {
            (unsigned long long)x, (unsigned long long)(counter & 0xffffffffu));
 }
 
+// Sim: what stands for the model's answer to g (engine_request.sim_key, sim_len): a function of
+// its prompt (and of its seed when it samples: temperature > 0), so the same request gives the
+// same tokens and the same length, drawn from --sim-output-len's lengths; EOS falls past
+// min_tokens, and never with ignore_eos.
+static void sim_answer(const server *s, gen *g) {
+  if (s->c.replicas.kind != REPLICA_SIM) return;
+  const oai_request *rq = &g->req;
+  uint64_t h = 0xcbf29ce484222325ull; // FNV-1a over the ids
+  for (int i = 0; i < rq->n_prompt; i++) h = (h ^ (uint32_t)rq->prompt[i]) * 0x100000001b3ull;
+  if (rq->temperature > 0) h ^= (rq->seed + 1) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
+  g->sim_key = h | 1;
+  if (rq->ignore_eos || s->c.n_sim_lens <= 0) return;
+  int len = s->c.sim_lens[(h >> 20) % (uint64_t)s->c.n_sim_lens];
+  g->sim_len = len > rq->min_tokens ? len : rq->min_tokens + 1;
+}
+
 static enum MHD_Result start_gen(server *s, struct MHD_Connection *c, conn_ctx *cc) {
   oai_kind kind = cc->r == R_CHAT ? OAI_CHAT : OAI_COMPLETION;
   pthread_mutex_lock(&s->mu);
   bool ready = s->ready, draining = s->draining || s->stopped;
   bool full = s->waiting >= s->c.max_pending;
   oai_limits lim = s->lim;
-  if (ready && !draining && full) s->m.rejected++;
   pthread_mutex_unlock(&s->mu);
-  if (draining) return send_error(c, 503, "", "the server is shutting down");
-  if (!ready) return send_error(c, 503, "", "the server is starting: its replicas are not ready");
-  if (full)
-    return send_error(c, 503, "", "too many requests are waiting for a replica (--max-pending)");
+  if (draining) return refuse(s, c, "the server is shutting down");
+  if (!ready) return refuse(s, c, "the server is starting: its replicas are not ready");
+  if (full) return refuse(s, c, "too many requests are waiting for a replica (--max-pending)");
   oai_error e = {0};
   gen *g = calloc(1, sizeof *g);
   if (!g) return send_error(c, 500, "", "out of memory");
@@ -189,6 +289,7 @@ static enum MHD_Result start_gen(server *s, struct MHD_Connection *c, conn_ctx *
     return send_error(c, e.status, e.param, e.msg);
   }
   new_id(g, kind);
+  sim_answer(s, g);
   g->resp =
       (oai_resp){.kind = kind, .id = g->id, .created = (long long)time(NULL), .model = s->name};
   g->arrival_ns = sc_monotonic_ns();
@@ -199,6 +300,7 @@ static enum MHD_Result start_gen(server *s, struct MHD_Connection *c, conn_ctx *
   g->refs = 2; // the connection's and the submit command's (then the loop's)
   cc->g = g;
   pthread_mutex_lock(&s->mu);
+  s->gen_conns++; // until its completion
   bool stopped = s->stopped || s->draining;
   if (!stopped) {
     s->inflight++;
@@ -225,7 +327,10 @@ static enum MHD_Result start_gen(server *s, struct MHD_Connection *c, conn_ctx *
     gen_unref(g); // the command's
     cc->g = NULL;
     gen_unref(g);
-    return send_error(c, 503, "", "the server is shutting down");
+    pthread_mutex_lock(&s->mu);
+    s->gen_conns--;
+    pthread_mutex_unlock(&s->mu);
+    return refuse(s, c, "the server is shutting down");
   }
   if (!g->req.stream) return MHD_YES;
   struct MHD_Response *r =
@@ -298,6 +403,48 @@ static enum MHD_Result metrics(server *s, struct MHD_Connection *c) {
   return send_buf(c, 200, t, "text/plain; version=0.0.4; charset=utf-8");
 }
 
+// The checks made once the headers are in: the cap on requests in progress, the route and
+// method, the keys, the body's announced size. MHD_YES with cc->answered false: go on and read
+// the body; otherwise the response queued (cc->answered) or MHD_NO (close).
+static enum MHD_Result header_checks(server *s, struct MHD_Connection *c, conn_ctx *cc,
+                                     const char *url, const char *method, const char *want) {
+  cc->answered = true;
+  int n = slot_begin(s, c);
+  // /health and /metrics are always answered: a probe must not read a full server as dead
+  if (n > s->c.max_connections && cc->r != R_HEALTH && cc->r != R_METRICS)
+    return refuse(s, c, "too many connections (--max-connections)");
+  if (cc->r == R_NONE) return send_error(c, 404, "", "Not Found");
+  if (strcmp(method, want)) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "Method %s not allowed; use %s", method, want);
+    struct MHD_Response *r = NULL;
+    char *b = oai_error_body(405, "", msg);
+    if (b) r = MHD_create_response_from_buffer(strlen(b), b, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+      free(b);
+      return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Allow", want);
+    enum MHD_Result ok = MHD_queue_response(c, 405, r);
+    MHD_destroy_response(r);
+    return ok;
+  }
+  if (!strncmp(url, "/v1/", 4) && !key_ok(s->key, c))
+    return send_error(c, 401, "", "missing or wrong API key (Authorization: Bearer KEY)");
+  if (cc->r >= R_ADMIN_FAULTS && !key_ok(s->admin, c))
+    return send_error(c, 401, "", "missing or wrong admin token (Authorization: Bearer TOKEN)");
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+  if (cl && strtoull(cl, NULL, 10) > s->c.max_body_bytes) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "the body of %s bytes is larger than the limit of %zu bytes", cl,
+             s->c.max_body_bytes);
+    return send_error(c, 413, "", msg);
+  }
+  cc->answered = false;
+  return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **req_cls) {
@@ -310,38 +457,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *req_cls = cc;
     const char *want = NULL;
     cc->r = route_of(s, url, &want);
-    if (s->n_conns > s->c.max_connections)
-      return send_error(c, 503, "", "too many connections (--max-connections)");
-    if (cc->r == R_NONE) return send_error(c, 404, "", "Not Found");
-    if (strcmp(method, want)) {
-      char msg[96];
-      snprintf(msg, sizeof msg, "Method %s not allowed; use %s", method, want);
-      struct MHD_Response *r = NULL;
-      char *b = oai_error_body(405, "", msg);
-      if (b) r = MHD_create_response_from_buffer(strlen(b), b, MHD_RESPMEM_MUST_FREE);
-      if (!r) {
-        free(b);
-        return MHD_NO;
-      }
-      MHD_add_response_header(r, "Content-Type", "application/json");
-      MHD_add_response_header(r, "Allow", want);
-      enum MHD_Result ok = MHD_queue_response(c, 405, r);
-      MHD_destroy_response(r);
-      return ok;
-    }
-    if (!strncmp(url, "/v1/", 4) && !key_ok(s->key, c))
-      return send_error(c, 401, "", "missing or wrong API key (Authorization: Bearer KEY)");
-    if (cc->r >= R_ADMIN_FAULTS && !key_ok(s->admin, c))
-      return send_error(c, 401, "",
-                        "missing or wrong admin token (Authorization: Bearer TOKEN)");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl && strtoull(cl, NULL, 10) > s->c.max_body_bytes) {
-      char msg[128];
-      snprintf(msg, sizeof msg, "the body of %s bytes is larger than the limit of %zu bytes", cl,
-               s->c.max_body_bytes);
-      return send_error(c, 413, "", msg);
-    }
-    return MHD_YES;
+    enum MHD_Result early = header_checks(s, c, cc, url, method, want);
+    if (early != MHD_YES || !cc->answered) return early;
+    slot_received(s, c); // answered before its body: no deadline for the rest
+    return early;
   }
   if (*upload_size) { // a piece of the body
     if (!cc->too_big && cc->len + *upload_size > s->c.max_body_bytes) {
@@ -367,6 +486,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return MHD_YES;
   }
   if (cc->g) return resumed(s, c, cc->g);
+  slot_received(s, c); // the whole request is in
   if (cc->too_big) {
     char msg[96];
     snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes",
@@ -395,15 +515,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 // cancelled.
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode why) {
-  (void)c;
   (void)why;
   server *s = cls;
+  conn_slot *k = slot_of(c);
+  if (k) slot_end(s, k);
   conn_ctx *cc = *req_cls;
   if (!cc) return;
   *req_cls = NULL;
   gen *g = cc->g;
   if (g) {
     pthread_mutex_lock(&s->mu);
+    s->gen_conns--;
+    pthread_cond_broadcast(&s->cv); // server_free may wait for the last of them
     g->gone = true;
     g->conn = NULL;
     bool cancel = !g->done;
@@ -416,15 +539,41 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
   free(cc);
 }
 
+// A connection opened: its slot, with the request timeout running from now. Closed (reported
+// before libmicrohttpd closes its descriptor): the slot leaves the list.
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode what) {
-  (void)c;
-  (void)socket_ctx;
   server *s = cls;
-  if (what == MHD_CONNECTION_NOTIFY_STARTED)
-    s->n_conns++;
-  else if (what == MHD_CONNECTION_NOTIFY_CLOSED)
-    s->n_conns--;
+  if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn_slot *k = ci ? calloc(1, sizeof *k) : NULL;
+    *socket_ctx = k;
+    if (!k) return; // out of memory: no deadline for this one (the idle timeout still holds)
+    k->fd = ci->connect_fd;
+    k->since_ns = sc_monotonic_ns();
+    pthread_mutex_lock(&s->conn_mu);
+    k->next = s->conns;
+    if (s->conns) s->conns->prev = k;
+    s->conns = k;
+    s->n_open++;
+    pthread_mutex_unlock(&s->conn_mu);
+  } else if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+    conn_slot *k = *socket_ctx;
+    *socket_ctx = NULL;
+    if (!k) return;
+    pthread_mutex_lock(&s->conn_mu);
+    if (k->in_request) s->n_requests--;
+    if (k->prev)
+      k->prev->next = k->next;
+    else
+      s->conns = k->next;
+    if (k->next) k->next->prev = k->prev;
+    s->n_open--;
+    s->conns_closed++;
+    pthread_mutex_unlock(&s->conn_mu);
+    free(k);
+  }
 }
 
 static void quiet_log(void *cls, const char *fmt, va_list ap) {
@@ -455,7 +604,7 @@ sc_status server_http_start(server *s, sc_error *err) {
   (void)sl;
   s->d = MHD_start_daemon(flags, (uint16_t)s->c.port, NULL, NULL, on_request, s,
                           MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-                          (unsigned)(s->c.max_connections + 64), MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned)s->c.conn_limit, MHD_OPTION_CONNECTION_TIMEOUT,
                           (unsigned)s->c.idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
                           (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                           MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,

@@ -15,6 +15,7 @@
 //
 // Parsing and formatting are server/openai.c's; the connections, server/http.c's.
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +28,22 @@
 #include "kernels/clock.h"
 #include "server/server_impl.h"
 
-static const uint64_t TICK_NS = 500000000ull; // gauges refresh at least this often
+static const uint64_t TICK_NS = 500000000ull;  // gauges refresh at least this often
+static const uint64_t SWEEP_NS = 50000000ull;  // connections past the request timeout close
+static const uint64_t TRIM_NS = 1000000000ull;  // an idle server trims its heap at most this often
 // SIM_EV_BATCH: events handed out between checks for a step that fell due (about 50 us);
 // RESUME_BURST: connections with new bytes resumed together
-enum { EV_BATCH = 256, SIM_EV_BATCH = 16, RESUME_BURST = 64, TABLE_RECYCLE = 4096 };
+enum { EV_BATCH = 256, SIM_EV_BATCH = 16, RESUME_BURST = 64, TABLE_RECYCLE = 512 };
 
 static uint64_t rel_now(const server *s) { return sc_monotonic_ns() - s->t0; }
+
+static uint64_t sim_mix(uint64_t x) { // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
 
 static uint64_t sim_clock_now(void *ctx) { return *(const uint64_t *)ctx; }
 
@@ -181,6 +192,44 @@ static const char *finish_name(engine_finish_reason r) {
   return r == FINISH_STOP ? "stop" : "length"; // vLLM says length at the context's end too
 }
 
+// A finished request's histograms, as vLLM observes them at its finish (mu held). Its phases
+// need the time its replica first scheduled it; without it (a worker process's replica does
+// not report it) only the end-to-end and token figures are observed.
+static void observe_finished(server *s, const gen *g, const req_rec *q, uint64_t end) {
+  srv_metrics *m = &s->m;
+  double e2e = (double)(end - g->arrival_ns) * 1e-9;
+  srv_observe(m, SRV_H_E2E, e2e);
+  srv_observe(m, SRV_H_PROMPT_TOKENS, g->req.n_prompt);
+  srv_observe(m, SRV_H_GEN_TOKENS, q->n_tok);
+  if (!g->first_ns) return;
+  uint64_t last = g->last_ns > g->first_ns ? g->last_ns : g->first_ns;
+  double decode = (double)(last - g->first_ns) * 1e-9;
+  srv_observe(m, SRV_H_DECODE, decode);
+  if (q->n_tok > 1) srv_observe(m, SRV_H_REQ_TPOT, decode / (q->n_tok - 1));
+  if (!g->sched_ns) return;
+  uint64_t sched = g->sched_ns < g->arrival_ns ? g->arrival_ns : g->sched_ns;
+  if (sched > g->first_ns) sched = g->first_ns;
+  srv_observe(m, SRV_H_QUEUE, (double)(sched - g->arrival_ns) * 1e-9);
+  srv_observe(m, SRV_H_PREFILL, (double)(g->first_ns - sched) * 1e-9);
+  srv_observe(m, SRV_H_INFERENCE, (double)(last - sched) * 1e-9);
+}
+
+// The end of a finished generation's output: a stream's finish chunk (unless its last token's
+// carried it), usage chunk and [DONE]; or the whole body.
+static void emit_end(server *s, gen *g, const req_rec *q, const char *finish) {
+  g->output_done = true;
+  if (g->req.stream) {
+    if (!g->final_sent) emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
+    if (g->req.include_usage)
+      emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
+    emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
+  } else {
+    emit(s, g,
+         oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish, g->req.n_prompt),
+         true, 200);
+  }
+}
+
 // Ends generation k: a normal finish (finish != NULL), or an error (status, msg). Closes the
 // stream or completes the body; updates the metrics.
 static void finish_gen(server *s, uint64_t k, const char *finish, int status, const char *msg,
@@ -203,7 +252,8 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
     int kind = !strcmp(finish, "stop") ? 0 : 1;
     s->m.success[kind]++;
     s->m.prompt_tokens += (uint64_t)g->req.n_prompt;
-    srv_hist_add(&s->m.e2e, srv_e2e_bounds, SRV_E2E_BUCKETS, (double)(now - g->arrival_ns) * 1e-9);
+    uint64_t end = g->end_ns ? g->end_ns : now; // a stop the server found: when it sent it
+    observe_finished(s, g, q, end);
   } else if (st == REQ_CANCELLED) {
     s->m.success[2]++; // vLLM counts an aborted request as finished_reason "abort"
     s->m.cancelled++;
@@ -213,23 +263,23 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   // output
-  if (finish) {
-    if (g->req.stream) {
-      if (!g->final_sent) emit(s, g, oai_sse_content(&g->resp, "", NULL, 0, finish), false, 0);
-      if (g->req.include_usage)
-        emit(s, g, oai_sse_usage(&g->resp, g->req.n_prompt, q->n_tok), false, 0);
-      emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
-    } else {
-      emit(s, g,
-           oai_body(&g->resp, g->text ? g->text : "", q->ids, q->n_tok, finish, g->req.n_prompt),
-           true, 200);
-    }
+  if (g->output_done) {
+    // sent already (a stop the server found)
+  } else if (finish) {
+    emit_end(s, g, q, finish);
   } else if (g->req.stream) {
     emit(s, g, oai_sse_error(status, msg), false, 0);
     emit(s, g, copy_str("data: [DONE]\n\n"), true, 200);
   } else {
     emit(s, g, oai_error_body(status, "", msg), true, status);
   }
+  // the row's token arrays served the response and resumes: nothing reads them now, and kept
+  // until the table recycles they pin the heap's pages (RSS climbs with every burst)
+  free(q->tok);
+  free(q->ids);
+  q->tok = NULL;
+  q->ids = NULL;
+  q->n_tok = q->cap_tok = 0;
   // the loop's reference
   g->live = false;
   if (g->prev)
@@ -242,20 +292,33 @@ static void finish_gen(server *s, uint64_t k, const char *finish, int status, co
 }
 
 // --- router hooks
+// Whether the engine ends rq at its EOS itself. min_tokens: EOS may not end the request before
+// it, so in real mode the loop ends it at an EOS past it; a simulated answer's EOS falls past
+// min_tokens already (gen.sim_len).
+static bool eos_stops_engine(const server *s, const oai_request *rq) {
+  return !rq->ignore_eos && (rq->min_tokens == 0 || s->sim);
+}
+
 // Sends generation k to a replica (router_send): its prompt, continued by the tokens the client
 // already has on a resume. False when no replica can take it (nothing changed).
 static bool dispatch(void *ud, uint64_t k, uint64_t t) {
   server *s = ud;
-  const oai_request *rq = &s->by_key[k]->req;
-  // min_tokens: EOS may not end the request before it, so the loop ends it at an EOS past it
-  bool eos_stops = !rq->ignore_eos && rq->min_tokens == 0;
+  const gen *g = s->by_key[k];
+  const oai_request *rq = &g->req;
   engine_request er = {.prompt = rq->prompt,
                        .n_prompt = rq->n_prompt,
                        .max_tokens = rq->max_tokens,
                        .sampling = {.temperature = (float)rq->temperature,
                                     .top_p = (float)rq->top_p,
                                     .seed = rq->seed},
-                       .stop_at_eos = eos_stops};
+                       .stop_at_eos = eos_stops_engine(s, rq),
+                       .sim_key = g->sim_key,
+                       .sim_len = g->sim_len};
+  int sent = s->reqs.v[k].n_tok;
+  if (sent > 0 && er.sim_key) { // a resume: the rest of the answer, drawn on from where it was
+    er.sim_key = sim_mix(er.sim_key + (uint64_t)sent) | 1;
+    er.sim_len = g->sim_len > sent ? g->sim_len - sent : g->sim_len ? 1 : 0;
+  }
   sc_error e = {{0}};
   switch (router_send(s->rt, k, &er, t, &e)) {
   case ROUTER_NONE: return false;
@@ -315,10 +378,13 @@ void server_loop_submit(server *s, void *ud) {
                  (errno == EEXIST && epoll_ctl(s->hup_ep, EPOLL_CTL_MOD, g->fd, &ev) == 0);
   }
   pthread_mutex_unlock(&s->mu);
-  if (g->req.stream && g->req.kind == OAI_CHAT) emit(s, g, oai_sse_role(&g->resp), false, 0);
   uint64_t t = rel_now(s);
-  if (!dispatch(s, k, t) && !router_hold(s->rt, k, t))
+  if (!dispatch(s, k, t) && !router_hold(s->rt, k, t)) {
+    pthread_mutex_lock(&s->mu);
+    s->m.rejected++; // a refusal like any 503 before the request ran
+    pthread_mutex_unlock(&s->mu);
     finish_gen(s, k, NULL, 503, "no healthy replica to send the request to", REQ_FAILED);
+  }
 }
 
 // The client went away: its request ends now (its KV blocks are freed before the next step).
@@ -360,24 +426,85 @@ static void run_commands(server *s) {
 }
 
 // --- events
+// Appends n bytes of t to g's text (NUL-terminated); out of memory: the text goes unkept.
+static void text_append(gen *g, const char *t, size_t n) {
+  if (g->text_len + n + 1 > g->text_cap) {
+    size_t cap = g->text_cap ? g->text_cap * 2 : 256;
+    while (cap < g->text_len + n + 1) cap *= 2;
+    char *p = realloc(g->text, cap);
+    if (!p) return;
+    g->text = p;
+    g->text_cap = cap;
+  }
+  memcpy(g->text + g->text_len, t, n);
+  g->text_len += n;
+  g->text[g->text_len] = 0;
+}
+
+// The earliest stop string in g's text that ends at or after byte `from` (the text before it
+// was searched already); its start in *at. NULL: none.
+static const char *find_stop(const gen *g, size_t from, size_t *at) {
+  const oai_request *rq = &g->req;
+  const char *hit = NULL;
+  size_t lo = from + 1 > rq->max_stop_len ? from + 1 - rq->max_stop_len : 0;
+  for (int i = 0; g->text && i < rq->n_stop; i++) {
+    const char *p = strstr(g->text + lo, rq->stop[i]);
+    if (p && (!hit || (size_t)(p - g->text) < *at)) {
+      hit = rq->stop[i];
+      *at = (size_t)(p - g->text);
+    }
+  }
+  return hit;
+}
+
+static bool is_stop_id(const oai_request *rq, int32_t id) {
+  for (int i = 0; i < rq->n_stop_ids; i++)
+    if (rq->stop_ids[i] == id) return true;
+  return false;
+}
+
+// One content chunk of a stream: `text` for the token ids ids[0..n).
+static void emit_chunk(server *s, gen *g, const char *text, const int32_t *ids, int n,
+                       const char *finish) {
+  if (!g->sse_head) g->sse_head = oai_sse_head(&g->resp);
+  char chunk[1024];
+  size_t k = g->sse_head ? oai_sse_content_to(g->sse_head, g->req.kind, text, ids, n, finish, chunk,
+                                              sizeof chunk)
+                         : 0;
+  if (k)
+    emit_bytes(s, g, chunk, k, false, 0);
+  else
+    emit(s, g, oai_sse_content(&g->resp, text, ids, n, finish), false, 0);
+  g->final_sent = finish != NULL;
+}
+
 static void on_token(server *s, gen *g, req_rec *q, const replica_event *ev) {
   const oai_request *rq = &g->req;
   (void)req_add_token(q, ev->token, rel_now(s)); // out of memory: the token goes out unkept
   int idx = q->n_tok - 1;
   uint64_t now = sc_monotonic_ns();
+  bool first = !g->first_ns;
   pthread_mutex_lock(&s->mu);
-  if (!g->first_ns) {
+  if (first) {
     g->first_ns = now;
     s->waiting--;
-    srv_hist_add(&s->m.ttft, srv_ttft_bounds, SRV_TTFT_BUCKETS,
-                 (double)(now - g->arrival_ns) * 1e-9);
+    srv_observe(&s->m, SRV_H_TTFT, (double)(now - g->arrival_ns) * 1e-9);
+    // when its replica scheduled it, on the replica's clock (sim: ns since t0)
+    if (ev->sched_ns) g->sched_ns = s->sim ? s->t0 + ev->sched_ns : ev->sched_ns;
+  } else {
+    double itl = (double)(now - g->last_ns) * 1e-9;
+    srv_observe(&s->m, SRV_H_ITL, itl);
+    srv_observe(&s->m, SRV_H_TPOT, itl);
   }
+  g->last_ns = now;
   s->m.generation_tokens++;
   pthread_mutex_unlock(&s->mu);
   const model_config *m = s->lim.model;
   bool eos = !rq->ignore_eos && ev->token == m->eos_token_id;
+  // vLLM checks EOS, stop token ids and stop strings only past min_tokens
+  bool stop_id = idx >= rq->min_tokens && is_stop_id(rq, ev->token);
   const char *finish = NULL;
-  if (eos && idx >= rq->min_tokens)
+  if ((eos || stop_id) && idx >= rq->min_tokens)
     finish = "stop";
   else if (q->n_tok >= rq->max_tokens)
     finish = "length";
@@ -385,42 +512,66 @@ static void on_token(server *s, gen *g, req_rec *q, const replica_event *ev) {
     finish = "length";
   char text[64];
   oai_token_text(m, s->c.synthetic_text, ev->token, text, sizeof text);
-  if (rq->stream) {
-    if (!g->sse_head) g->sse_head = oai_sse_head(&g->resp);
-    char chunk[1024];
-    size_t n = g->sse_head ? oai_sse_content_to(g->sse_head, rq->kind, text, &ev->token, 1, finish,
-                                                chunk, sizeof chunk)
-                           : 0;
-    if (n)
-      emit_bytes(s, g, chunk, n, false, 0);
-    else
-      emit(s, g, oai_sse_content(&g->resp, text, &ev->token, 1, finish), false, 0);
-    g->final_sent = finish != NULL;
-  } else {
-    size_t n = strlen(text);
-    if (g->text_len + n + 1 > g->text_cap) {
-      size_t cap = g->text_cap ? g->text_cap * 2 : 256;
-      while (cap < g->text_len + n + 1) cap *= 2;
-      char *p = realloc(g->text, cap);
-      if (p) {
-        g->text = p;
-        g->text_cap = cap;
+  if (stop_id) text[0] = 0; // a stop token's text is not sent (EOS prints nothing anyway)
+  // the engine stops by itself at its EOS and its length; past min_tokens at an EOS, at a stop
+  // token or a stop string it goes on, and the server ends the request
+  bool ours = stop_id || (eos && idx >= rq->min_tokens && !eos_stops_engine(s, rq));
+  const char *piece = text; // what this token's chunk carries
+  if (rq->n_stop || !rq->stream) {
+    size_t before = g->text_len;
+    text_append(g, text, strlen(text));
+    size_t at = 0;
+    if (rq->n_stop && !stop_id && idx >= rq->min_tokens && find_stop(g, before, &at)) {
+      size_t keep = at;
+      if (rq->include_stop_str) {
+        const char *hit = find_stop(g, before, &at);
+        keep = at + strlen(hit);
       }
+      if (g->text) g->text[keep] = 0;
+      g->text_len = keep < g->text_len ? keep : g->text_len;
+      finish = "stop";
+      ours = true;
     }
-    if (g->text_len + n + 1 <= g->text_cap) {
-      memcpy(g->text + g->text_len, text, n + 1);
-      g->text_len += n;
+    if (rq->stream) { // release what no stop string can still claim
+      size_t hold = rq->include_stop_str || finish || !rq->max_stop_len ? 0 : rq->max_stop_len - 1;
+      size_t upto = g->text_len > hold ? g->text_len - hold : 0;
+      if (upto < g->sent) upto = g->sent;
+      piece = g->text ? g->text + g->sent : "";
+      char saved = g->text ? g->text[upto] : 0;
+      if (g->text) g->text[upto] = 0;
+      if (first && rq->kind == OAI_CHAT) emit(s, g, oai_sse_role(&g->resp), false, 0);
+      emit_chunk(s, g, piece, &ev->token, 1, finish);
+      if (g->text) g->text[upto] = saved;
+      g->sent = upto;
+      piece = NULL;
     }
   }
+  if (rq->stream && piece) {
+    // chat: the role chunk goes out with the first token, as vLLM's first engine output carries
+    // it (chat_completion_stream_generator), so a client's TTFT is the engine's
+    if (first && rq->kind == OAI_CHAT) emit(s, g, oai_sse_role(&g->resp), false, 0);
+    emit_chunk(s, g, piece, &ev->token, 1, finish);
+  }
   if (finish) snprintf(g->finish, sizeof g->finish, "%s", finish);
-  if (finish && eos && rq->min_tokens > 0) { // the engine does not stop at it: end it here
-    g->cancelling = true;                    // its FINISHED (cancelled) event ends it, as a stop
+  if (ours) { // the client has its answer now; the cancel's FINISHED event ends the row
+    emit_end(s, g, q, finish);
+    g->end_ns = now;
+    g->cancelling = true;
     replica_cancel(s->reps[q->replica], g->key);
   }
 }
 
 static void on_event(server *s, int rep, const replica_event *ev) {
-  if (ev->kind == REPLICA_EV_STEP || ev->key >= s->reqs.n) return;
+  if (ev->kind == REPLICA_EV_STEP) {
+    int tokens = ev->step.prefill_tokens + ev->step.decode_tokens;
+    if (tokens > 0) {
+      pthread_mutex_lock(&s->mu);
+      srv_observe(&s->m, SRV_H_ITERATION, tokens);
+      pthread_mutex_unlock(&s->mu);
+    }
+    return;
+  }
+  if (ev->key >= s->reqs.n) return;
   req_rec *q = &s->reqs.v[ev->key];
   gen *g = s->by_key[ev->key];
   if (q->state == REQ_DONE || !g || q->replica != rep || q->waiting) return; // stale
@@ -757,7 +908,7 @@ void *server_loop_main(void *arg) {
   if (st == SC_OK) refresh_gauges(s);
 
   struct pollfd *fds = calloc(2 + (size_t)s->c.dp, sizeof *fds);
-  uint64_t next_tick = 0, seen_events = 0;
+  uint64_t next_tick = 0, next_sweep = 0, seen_events = 0, next_trim = 0, trimmed_at = 0;
   bool stop = st != SC_OK || !fds;
   while (!stop) {
     uint64_t wall = rel_now(s);
@@ -779,6 +930,24 @@ void *server_loop_main(void *arg) {
       refresh_gauges(s);
       next_tick = wall + TICK_NS;
     }
+    if (wall >= next_sweep) {
+      server_http_sweep(s);
+      next_sweep = wall + SWEEP_NS;
+    }
+    if (!s->live && wall >= next_trim) {
+      // idle after work (no generation, no request in progress, something ended since the last
+      // time): hand the allocator's free pages back (a burst of thousands of streams leaves them
+      // spread over the heaps of this thread and libmicrohttpd's), so RSS follows the load
+      pthread_mutex_lock(&s->conn_mu);
+      uint64_t work = s->n_events + s->conns_closed;
+      bool idle = s->n_requests == 0;
+      pthread_mutex_unlock(&s->conn_mu);
+      if (idle && work != trimmed_at) {
+        malloc_trim(0);
+        trimmed_at = work;
+        next_trim = wall + TRIM_NS;
+      }
+    }
     flush_resumes(s); // what commands and restarts emitted
     // what to sleep on: the wake fd, the clients' hang-ups, the replicas
     size_t n = 0;
@@ -790,7 +959,7 @@ void *server_loop_main(void *arg) {
       if (fd < 0) continue;
       fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
     }
-    uint64_t until = next_tick;
+    uint64_t until = next_tick < next_sweep ? next_tick : next_sweep;
     uint64_t r = router_next(s->rt);
     if (r < until) until = r;
     uint64_t step_due = UINT64_MAX;

@@ -2,7 +2,8 @@
 //
 // Validation follows vLLM's protocol.py where it has the same knob: unknown fields are
 // ignored; a known field of the wrong type or out of range is a 400 naming it; what this
-// engine cannot do (n > 1, best_of, logprobs, stop strings, echo) is a 400 saying so.
+// engine cannot do (n > 1, best_of, logprobs, echo, tools, structured outputs) is a 400 saying
+// so. Stop strings and stop token ids are parsed here and matched by the loop.
 #include "server/openai.h"
 
 #include <jansson.h>
@@ -248,6 +249,113 @@ static bool chat_prompt(json_t *o, const oai_limits *lim, oai_request *r, oai_er
   return ok;
 }
 
+// --- tools and structured outputs: serve has no tool parser and no structured decoding, so a
+// request that depends on them is refused naming the field, where a 200 that ignored them would
+// mislead an agent. vLLM refuses tool_choice "auto" without --enable-auto-tool-choice and
+// --tool-call-parser, and serves "required", named tools and response_format by structured
+// decoding (docs/serve.md).
+static bool no_structured_output(json_t *o, oai_error *e) {
+  json_t *tc = json_object_get(o, "tool_choice"), *tools = json_object_get(o, "tools");
+  bool none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
+  if (tc && !json_is_null(tc) && !none) {
+    if (json_is_string(tc) && !strcmp(json_string_value(tc), "auto"))
+      return fail(e, 400, "tool_choice",
+                  "\"auto\" tool choice requires --enable-auto-tool-choice and "
+                  "--tool-call-parser to be set (vLLM's answer); shardcheck serve has no tool "
+                  "parser: send tool_choice \"none\" or no tools");
+    return fail(e, 400, "tool_choice",
+                "tool_choice %s is not supported: shardcheck serve has no structured decoding "
+                "(vLLM serves \"required\" and named tools by it)",
+                json_is_string(tc) ? json_string_value(tc) : "(a named function)");
+  }
+  if (tools && !json_is_null(tools) && !(json_is_array(tools) && !json_array_size(tools)) && !none)
+    return fail(e, 400, "tools",
+                "tools are not supported: shardcheck serve has no tool parser (vLLM's default "
+                "tool_choice with tools is \"auto\", which needs --enable-auto-tool-choice and "
+                "--tool-call-parser); send tool_choice \"none\" or no tools");
+  static const char *const legacy[] = {"functions", "function_call"};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *v = json_object_get(o, legacy[i]);
+    if (v && !json_is_null(v))
+      return fail(e, 400, legacy[i],
+                  "%s is not supported: shardcheck serve has no tool parser or structured "
+                  "decoding",
+                  legacy[i]);
+  }
+  json_t *rf = json_object_get(o, "response_format");
+  if (rf && !json_is_null(rf)) {
+    json_t *ty = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+    if (!json_is_string(ty) || strcmp(json_string_value(ty), "text"))
+      return fail(e, 400, "response_format",
+                  "response_format %s is not supported: shardcheck serve has no structured "
+                  "decoding (vLLM serves json_object and json_schema by it); only {\"type\": "
+                  "\"text\"}",
+                  json_is_string(ty) ? json_string_value(ty) : "(no type)");
+  }
+  static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice",
+                                       "guided_grammar", "structured_outputs"};
+  for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
+    json_t *v = json_object_get(o, guided[i]);
+    if (v && !json_is_null(v))
+      return fail(e, 400, guided[i],
+                  "%s is not supported: shardcheck serve has no structured decoding", guided[i]);
+  }
+  return true;
+}
+
+// --- stop strings and stop token ids
+static bool get_stops(json_t *o, const oai_limits *lim, oai_request *r, oai_error *e) {
+  json_t *v = json_object_get(o, "stop");
+  if (v && !json_is_null(v)) {
+    if (!json_is_string(v) && !json_is_array(v))
+      return fail(e, 400, "stop", "'stop' must be a string or an array of strings, got %s",
+                  type_name(v));
+    size_t n = json_is_string(v) ? 1 : json_array_size(v);
+    if (n > OAI_MAX_STOP)
+      return fail(e, 400, "stop", "'stop' has %zu strings; at most %d", n, OAI_MAX_STOP);
+    r->stop = n ? calloc(n, sizeof *r->stop) : NULL;
+    if (n && !r->stop) return fail(e, 500, "stop", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+      json_t *x = json_is_string(v) ? v : json_array_get(v, i);
+      if (!json_is_string(x))
+        return fail(e, 400, "stop", "stop[%zu] must be a string, got %s", i, type_name(x));
+      size_t len = json_string_length(x);
+      if (len > OAI_MAX_STOP_LEN)
+        return fail(e, 400, "stop", "stop[%zu] is %zu bytes long; at most %d", i, len,
+                    OAI_MAX_STOP_LEN);
+      if (!len) continue; // matches nothing
+      if (memchr(json_string_value(x), 0, len))
+        return fail(e, 400, "stop", "stop[%zu] holds a NUL byte", i);
+      if (!(r->stop[r->n_stop] = strdup(json_string_value(x))))
+        return fail(e, 500, "stop", "out of memory");
+      r->n_stop++;
+      if (len > r->max_stop_len) r->max_stop_len = len;
+    }
+  }
+  if (!get_bool(o, "include_stop_str_in_output", &r->include_stop_str, e)) return false;
+  v = json_object_get(o, "stop_token_ids");
+  if (v && !json_is_null(v)) {
+    if (!json_is_array(v))
+      return fail(e, 400, "stop_token_ids",
+                  "'stop_token_ids' must be an array of token ids, got %s", type_name(v));
+    size_t n = json_array_size(v);
+    if (n > OAI_MAX_STOP)
+      return fail(e, 400, "stop_token_ids", "'stop_token_ids' has %zu ids; at most %d", n,
+                  OAI_MAX_STOP);
+    r->stop_ids = n ? malloc(n * sizeof *r->stop_ids) : NULL;
+    if (n && !r->stop_ids) return fail(e, 500, "stop_token_ids", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+      json_t *x = json_array_get(v, i);
+      long long id = json_is_integer(x) ? json_integer_value(x) : -1;
+      if (id < 0 || id >= lim->model->vocab_size)
+        return fail(e, 400, "stop_token_ids", "stop_token_ids[%zu] must be a token id in [0, %d)",
+                    i, lim->model->vocab_size);
+      r->stop_ids[r->n_stop_ids++] = (int32_t)id;
+    }
+  }
+  return true;
+}
+
 // --- fields this engine does not support: accepted only at their neutral values
 static bool unsupported(json_t *o, oai_kind kind, oai_error *e) {
   long long n = 1;
@@ -265,13 +373,7 @@ static bool unsupported(json_t *o, oai_kind kind, oai_error *e) {
   v = json_object_get(o, "prompt_logprobs");
   if (v && !json_is_null(v))
     return fail(e, 400, "prompt_logprobs", "prompt_logprobs are not supported");
-  v = json_object_get(o, "stop");
-  if (v && !json_is_null(v) && !(json_is_string(v) && !*json_string_value(v)) &&
-      !(json_is_array(v) && json_array_size(v) == 0))
-    return fail(e, 400, "stop", "stop strings are not supported");
-  v = json_object_get(o, "stop_token_ids");
-  if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-    return fail(e, 400, "stop_token_ids", "stop_token_ids are not supported");
+  if (!no_structured_output(o, e)) return false;
   if (kind == OAI_COMPLETION) {
     v = json_object_get(o, "echo");
     if (v && !json_is_null(v) && !json_is_false(v))
@@ -327,6 +429,7 @@ bool oai_parse(const char *body, size_t len, oai_kind kind, const oai_limits *li
     if (!ok && !strcmp(e->param, "include_usage"))
       snprintf(e->param, sizeof e->param, "stream_options");
   }
+  ok = ok && get_stops(o, lim, &r, e);
   if (ok) ok = kind == OAI_CHAT ? chat_prompt(o, lim, &r, e) : completion_prompt(o, lim, &r, e);
   json_decref(o);
   if (ok && r.n_prompt >= lim->max_model_len)
@@ -352,7 +455,7 @@ bool oai_parse(const char *body, size_t len, oai_kind kind, const oai_limits *li
     ok = fail(e, 400, "min_tokens", "'min_tokens' (%lld) must not exceed max_tokens (%lld)",
               min_tokens, max_tokens);
   if (!ok) {
-    free(r.prompt);
+    oai_request_free(&r);
     return false;
   }
   r.max_tokens = (int)max_tokens;
@@ -366,6 +469,13 @@ void oai_request_free(oai_request *r) {
   if (!r) return;
   free(r->prompt);
   r->prompt = NULL;
+  for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+  free(r->stop);
+  r->stop = NULL;
+  r->n_stop = 0;
+  free(r->stop_ids);
+  r->stop_ids = NULL;
+  r->n_stop_ids = 0;
 }
 
 // --- responses

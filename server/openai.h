@@ -43,7 +43,19 @@ typedef struct oai_request {
   double temperature, top_p;
   uint64_t seed;
   bool stream, include_usage;
+  // Stop strings (owned, n_stop; empty ones dropped), matched on the detokenized text as vLLM
+  // does: the text up to a match is sent, the match itself only with include_stop_str; and stop
+  // token ids (owned, n_stop_ids): the generated id ends the request (it is kept, its text is
+  // not sent).
+  char **stop;
+  int n_stop;
+  size_t max_stop_len; // the longest stop string: how much text a stream holds back
+  bool include_stop_str;
+  int32_t *stop_ids;
+  int n_stop_ids;
 } oai_request;
+
+enum { OAI_MAX_STOP = 64, OAI_MAX_STOP_LEN = 1024 }; // more or longer stop strings: 400
 
 // Parses and validates body (len bytes) of kind. On success *out is filled (free it with
 // oai_request_free) and true comes back; else e holds the status (400, or 404 for another

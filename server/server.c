@@ -5,19 +5,24 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/clock.h"
 #include "server/server_impl.h"
+
+// How long server_free lets the generations' connections send their last bytes.
+static const uint64_t DRAIN_FLUSH_NS = 2000000000ull;
 
 server_config server_config_defaults(void) {
   return (server_config){.host = "127.0.0.1",
                          .port = 8000,
                          .served_name = "model",
                          .max_body_bytes = 1u << 20,
-                         .max_connections = 1024,
                          .max_pending = 4096,
                          .idle_timeout_s = 30,
+                         .request_timeout_s = 10,
                          .engine = engine_config_defaults(),
                          .dp = 1,
                          .replicas = {.kind = REPLICA_LOCAL},
@@ -37,15 +42,28 @@ sc_status server_new(const server_config *c, server **out, sc_error *err) {
   server *s = calloc(1, sizeof *s);
   if (!s) return sc_fail(err, SC_OOM, "out of memory");
   s->c = *c;
+  if (s->c.max_connections <= 0) // every running and waiting stream fits, and some room
+    s->c.max_connections = s->c.max_pending + c->dp * c->engine.max_running + 64;
+  if (s->c.conn_limit <= 0) { // room for connections without a request yet (idle, slow)
+    long lim =
+        (long)s->c.max_connections + (s->c.max_connections > 4096 ? s->c.max_connections : 4096);
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+        (long)nofile.rlim_cur - 256 < lim) // descriptors for the replicas, logs and epoll
+      lim = (long)nofile.rlim_cur - 256;
+    s->c.conn_limit = lim > 16 ? (int)lim : 16;
+  }
   s->host = strdup(c->host ? c->host : "127.0.0.1");
   s->name = strdup(c->served_name ? c->served_name : "model");
   s->key = dup_or_null(c->api_key);
   s->admin = dup_or_null(c->admin_token);
   s->layout = strdup(c->layout ? c->layout : "");
   s->m.reps = calloc((size_t)c->dp, sizeof *s->m.reps);
+  srv_metrics_init(&s->m, c->max_model_len);
   s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   s->hup_ep = epoll_create1(EPOLL_CLOEXEC);
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->conn_mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->t0 = sc_monotonic_ns();
   s->lim = (oai_limits){
@@ -102,6 +120,23 @@ void server_free(server *s) {
     s->stopped = true;
     pthread_mutex_unlock(&s->mu);
   }
+  // Streams end whole: every generation's connection sends what the loop gave it (a cut-off
+  // stream's error event, [DONE] and the chunked terminator) before the daemon closes it; a
+  // client that does not read gets DRAIN_FLUSH_NS.
+  uint64_t flush_end = sc_monotonic_ns() + DRAIN_FLUSH_NS;
+  pthread_mutex_lock(&s->mu);
+  while (s->gen_conns > 0 && s->d) {
+    uint64_t now = sc_monotonic_ns();
+    if (now >= flush_end) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t wait = flush_end - now < 50000000ull ? flush_end - now : 50000000ull;
+    ts.tv_nsec += (long)wait;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+  }
+  pthread_mutex_unlock(&s->mu);
   server_http_stop(s); // every connection is closed: their commands are queued below
   // Commands the loop never ran: release what they hold.
   server_cmd *c = s->cmd_head;
@@ -125,6 +160,7 @@ void server_free(server *s) {
   if (s->wake_fd >= 0) close(s->wake_fd);
   if (s->hup_ep >= 0) close(s->hup_ep);
   pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->conn_mu);
   pthread_cond_destroy(&s->cv);
   free(s->host);
   free(s->name);

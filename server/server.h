@@ -39,15 +39,25 @@ typedef struct server_config {
   const char *served_name; // the model name the API reports and accepts
   const char *api_key;     // NULL or "": no key; else "Authorization: Bearer KEY" required
   size_t max_body_bytes;   // request bodies larger get 413 (default 1 MiB)
-  int max_connections;     // connections past it get 503 (default 1024)
+  int max_connections;     // requests in progress (headers in) past it get 503; 0 (default):
+                           // max_pending + dp x max_running + 64, so every running and
+                           // waiting stream fits
   int max_pending;         // generations waiting for a replica past it get 503 (default 4096)
   unsigned idle_timeout_s; // a connection with no traffic this long is closed (default 30)
+  unsigned request_timeout_s; // a request's headers and body must arrive within this many
+                              // seconds of its connection opening (or its previous request
+                              // ending); else the connection is closed (default 10)
+  int conn_limit; // open connections at most, requests or not (0: max_connections + the
+                  // larger of 4096 and max_connections, within the open-file limit); past it
+                  // new connections wait in the kernel's backlog
   // --- the deployment
   engine_config engine;     // every replica's config (clock ignored: the server sets it)
   int dp;                   // replicas
   replica_options replicas; // which implementation (local, process, sim)
   int max_model_len;        // the context the API admits (<= engine.model.max_seq_len)
   bool synthetic_text;      // sim: token ids become words of a fixed synthetic vocabulary
+  const int *sim_lens;      // sim: (n_sim_lens) answer lengths a request's EOS falls at, one
+  int n_sim_lens;           // picked by its prompt and seed (0: never EOS)
   const char *layout;       // for messages and /metrics labels, e.g. "tp2-pp1-dp2"
   router_policy policy;     // which replica a request goes to (default least-outstanding)
   // --- faults and recovery
@@ -59,8 +69,8 @@ typedef struct server_config {
                            // (process and sim replicas; default true)
 } server_config;
 
-// Defaults: 127.0.0.1:8000, 1 MiB bodies, 1024 connections, 4096 pending, 30 s idle, dp 1,
-// 3 retries, restarts on.
+// Defaults: 127.0.0.1:8000, 1 MiB bodies, connections sized to the deployment, 4096 pending,
+// 30 s idle, 10 s to send a request, dp 1, 3 retries, restarts on.
 server_config server_config_defaults(void);
 
 // Binds and starts the HTTP side, then the loop thread, which builds the replicas (/health

@@ -27,6 +27,9 @@ struct gen {
   oai_resp resp;
   char id[48];
   uint64_t arrival_ns;         // monotonic, when the body was complete
+  uint64_t sim_key;            // sim: what its tokens are drawn from (its prompt, and its seed
+                               // when sampled; engine_request.sim_key); 0 in mode real
+  int sim_len;                 // sim: the answer's length, EOS last (0: never EOS)
   struct MHD_Connection *conn; // its connection (NULL once closed (mu))
   int fd;                      // the client's socket, polled for a hang-up while suspended
   // (mu)
@@ -50,9 +53,14 @@ struct gen {
   bool cancelling; // a cancel was sent to its replica
   char finish[16]; // the finish reason once known
   char *sse_head;  // streamed: the start of its content chunks (oai_sse_head), once needed
-  char *text;      // non-streamed: the text so far (text_len)
+  char *text;      // non-streamed, or with stop strings: the text so far (text_len)
   size_t text_len, text_cap;
+  size_t sent;      // streamed with stop strings: bytes of text sent (the rest is held back)
+  bool output_done; // its last bytes are out (a stop the server found: the row ends later)
+  uint64_t end_ns;  // monotonic, when output_done was set that way (0: at its finish)
   uint64_t first_ns; // monotonic, its first token (0: none yet)
+  uint64_t last_ns;  // monotonic, its latest token
+  uint64_t sched_ns; // monotonic, when its replica first scheduled it (0: not known)
   gen *prev, *next;  // the loop's list of live generations
 };
 
@@ -72,11 +80,29 @@ struct server_cmd {
 bool server_post(server *s, void (*fn)(server *, void *), void (*drop)(server *, void *), void *ud);
 
 // --- metrics
-enum { SRV_TTFT_BUCKETS = 16, SRV_E2E_BUCKETS = 15, SRV_LATE_BUCKETS = 10, SRV_FINISH_KINDS = 3 };
+// vLLM's histograms, one row each in server/metrics.c (its name, help and buckets): the table
+// /metrics renders and srv_observe fills.
+typedef enum srv_hist_id {
+  SRV_H_TTFT,          // arrival (body complete) to first token
+  SRV_H_ITL,           // between a request's consecutive tokens
+  SRV_H_TPOT,          // the same, under the name vLLM kept until 0.11 (older dashboards)
+  SRV_H_REQ_TPOT,      // per request: decode time / (tokens - 1)
+  SRV_H_E2E,           // arrival to last token
+  SRV_H_QUEUE,         // arrival to first scheduled
+  SRV_H_INFERENCE,     // first scheduled to last token
+  SRV_H_PREFILL,       // first scheduled to first token
+  SRV_H_DECODE,        // first token to last token
+  SRV_H_ITERATION,     // tokens per engine step (prefill + decode)
+  SRV_H_PROMPT_TOKENS, // per finished request
+  SRV_H_GEN_TOKENS,    // per finished request
+  SRV_H_N              // not a histogram: how many there are
+} srv_hist_id;
+
+enum { SRV_MAX_BOUNDS = 24, SRV_LATE_BUCKETS = 10, SRV_FINISH_KINDS = 3 };
 typedef struct srv_hist {
   uint64_t count;
   double sum;
-  uint64_t le[20]; // cumulative at render time; here per bucket
+  uint64_t le[SRV_MAX_BOUNDS]; // per bucket (cumulated when rendered)
 } srv_hist;
 
 typedef struct srv_replica_gauges {
@@ -89,8 +115,12 @@ typedef struct srv_replica_gauges {
 typedef struct srv_metrics {
   uint64_t prompt_tokens, generation_tokens;
   uint64_t success[SRV_FINISH_KINDS]; // finished_reason stop, length, abort
-  uint64_t failed, cancelled, rejected;
-  srv_hist ttft, e2e;
+  uint64_t failed, cancelled;
+  uint64_t rejected;  // every request refused with 503 (connections, pending, draining, ...)
+  uint64_t timed_out; // connections shut down for missing --request-timeout
+  srv_hist h[SRV_H_N];
+  double len_bounds[SRV_MAX_BOUNDS]; // token-count buckets: 1, 2, 5, 10, ... to max_model_len
+  int n_len_bounds;
   srv_hist late;    // sim: how far past its priced end each step ended (srv_late_bounds)
   srv_hist handout; // sim: from a step's end to its events handed to the connections
   srv_replica_gauges *reps; // (n_reps)
@@ -98,9 +128,11 @@ typedef struct srv_metrics {
 
 // Renders /metrics (Prometheus text, vLLM's names) from m; malloc'd, NULL when out of memory.
 char *srv_metrics_render(const srv_metrics *m, int n_reps, const char *model, int pending);
+// The token-count buckets for a context of max_model_len (vLLM's build_1_2_5_buckets).
+void srv_metrics_init(srv_metrics *m, int max_model_len);
+// Adds v to histogram id (mu held).
+void srv_observe(srv_metrics *m, srv_hist_id id, double v);
 void srv_hist_add(srv_hist *h, const double *bounds, int n_bounds, double v);
-extern const double srv_ttft_bounds[SRV_TTFT_BUCKETS];
-extern const double srv_e2e_bounds[SRV_E2E_BUCKETS];
 extern const double srv_late_bounds[SRV_LATE_BUCKETS];
 
 // --- restarts: a dead replica rebuilt with a new epoch (the supervisor thread in real mode,
@@ -115,6 +147,26 @@ typedef struct srv_restart {
   double last_ms;    // the latest restart's duration
   char note[256];    // the latest restart's outcome ("" none yet)
 } srv_restart;
+
+// --- connections (server/http.c): every open connection has a slot, so that one whose request
+// does not arrive whole within --request-timeout (a slowloris, an idle keep-alive connection) is
+// closed from outside libmicrohttpd's thread: the loop thread's sweep shuts its socket down, and
+// libmicrohttpd sees the end and closes it. libmicrohttpd reports a connection closed before it
+// closes the descriptor, and the slot leaves the list under conn_mu then, so a descriptor in the
+// list is always the connection's own.
+typedef struct conn_slot conn_slot;
+struct conn_slot {
+  int fd;
+  uint64_t since_ns; // monotonic: accepted, or its previous request ended (the deadline's start)
+  bool in_request;   // its headers are in: the request counts against --max-connections
+  bool received;     // the whole request is in (or answered): no deadline until it ends
+  bool shut;         // the sweep shut it down
+  conn_slot *prev, *next;
+};
+
+// Shuts down the connections whose request has not arrived whole within the request timeout, a
+// bounded number a pass; returns how many (the loop thread calls it every 50 ms).
+int server_http_sweep(server *s);
 
 // The admin endpoints (server/admin.c), on the HTTP thread; each returns the HTTP status and a
 // malloc'd JSON body in *body (NULL: out of memory).
@@ -149,8 +201,13 @@ struct server {
   int waiting;   // of them, without a first token yet (--max-pending counts these)
   int kv_blocks; // per replica, once ready
   srv_metrics m;
-  // (http)
-  int n_conns;
+  int gen_conns; // connections holding a generation (a drain waits for their last bytes)
+  // (conn_mu) every open connection; n_requests of them with a request in progress
+  pthread_mutex_t conn_mu;
+  conn_slot *conns;
+  int n_open, n_requests;
+  uint64_t conns_closed; // ever (an idle server trims its heap once they stop closing)
+  unsigned conn_limit; // libmicrohttpd's hard cap on open connections
   // (loop)
   replica **reps;
   int n_reps;

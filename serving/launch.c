@@ -474,6 +474,7 @@ bool launch_exited(launch_proc *p, int *status) {
 
 void launch_log_tail(const char *path, int lines, char *buf, size_t cap) {
   buf[0] = 0;
+  if (cap < 8) return;
   FILE *f = fopen(path, "rb");
   if (!f) return;
   char tail[4096];
@@ -492,16 +493,27 @@ void launch_log_tail(const char *path, int lines, char *buf, size_t cap) {
     if (tail[start - 1] == '\n' && ++seen == lines) break;
     start--;
   }
+  // Joined with " | ", built from the end: what does not fit is the start, not the end (a
+  // server's last line, "error: unrecognized arguments: ...", follows its long usage line).
+  char joined[sizeof tail * 3 + 4];
   size_t len = 0;
-  for (size_t i = start; i < n && len + 4 < cap; i++) {
+  for (size_t i = start; i < n; i++) {
     if (tail[i] == '\r') continue;
     if (tail[i] == '\n') {
-      len += (size_t)snprintf(buf + len, cap - len, " | ");
+      memcpy(joined + len, " | ", 3);
+      len += 3;
       continue;
     }
-    buf[len++] = tail[i];
-    buf[len] = 0;
+    joined[len++] = tail[i];
   }
+  const char *cut = "... ";
+  if (len < cap) {
+    memcpy(buf, joined, len);
+    buf[len] = 0;
+    return;
+  }
+  size_t keep = cap - 1 - strlen(cut);
+  snprintf(buf, cap, "%s%.*s", cut, (int)keep, joined + len - keep);
 }
 
 static void status_text(int st, char *buf, size_t cap) {
@@ -524,7 +536,7 @@ sc_status launch_wait_ready(launch_proc *p, const char *url, uint64_t timeout_ns
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, READY_REQ_TIMEOUT_MS);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
   uint64_t deadline = p->t_start + timeout_ns;
-  char tail[300], why[64];
+  char tail[200], why[64]; // short enough for the caller's message to keep its end
   sc_status st = SC_OK;
   long code = 0;
   for (;;) {

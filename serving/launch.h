@@ -110,5 +110,6 @@ void launch_stop(launch_proc *p);
 // launch_stop, then frees. NULL is a no-op.
 void launch_free(launch_proc *p);
 
-// The last `lines` lines of the file at path joined with " | " into buf ("" when unreadable).
+// The last `lines` lines of the file at path joined with " | " into buf ("" when unreadable);
+// when they do not fit, their end is kept ("... " and the last bytes).
 void launch_log_tail(const char *path, int lines, char *buf, size_t cap);

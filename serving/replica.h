@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/engine.h"
 #include "kernels/status.h"
@@ -68,6 +69,8 @@ typedef struct replica_event {
   uint64_t key;
   int32_t token;               // TOKEN
   int index;                   // TOKEN: 0 for the first output token
+  uint64_t sched_ns;           // TOKEN index 0: when the engine first scheduled the request, on
+                               // the replica's clock (0: not known, e.g. over the worker protocol)
   engine_finish_reason reason; // FINISHED
   int n_generated;             // FINISHED
   sc_status status;            // FAILED
@@ -76,6 +79,7 @@ typedef struct replica_event {
   uint64_t t_ns;               // when the replica produced the event, on its clock
   int http_status;             // FAILED with REPLICA_FAIL_HTTP: the status
   int prompt_tokens;           // FINISHED: the prompt's tokens as the server counted them
+  uint64_t text_hash;          // FINISHED from a server: FNV-1a of the text it streamed (0: none)
                                // (0: not known; the request keeps the workload's count)
   const char *what;            // FAILED: this request's own message, owned by the replica and
                                // valid until it is freed (NULL: replica_error says why)
@@ -137,7 +141,26 @@ typedef struct replica_server_metrics {
   double kv_usage;  // KV-cache usage, 0..1 (NaN: not exposed)
   double kv_blocks; // KV blocks in use (shardcheck serve only; NaN: not exposed)
   uint64_t t_ns;    // when it was scraped, on the replica's clock
+  const char *server; // whose names the text had: "vLLM", "SGLang", "llama.cpp", "TGI",
+                      // "shardcheck serve" (static; NULL: none known)
+  // REPLICA_SM_LATEST only: since the previous such read, the scrapes that succeeded, how many
+  // of them showed a request running, and their largest figures (NaN: not exposed)
+  int n_scrapes, n_busy;
+  double peak_running, peak_waiting, peak_kv;
+  // REPLICA_SM_DRAINED: the KV usage is what the server holds beyond its prompt cache
+  // (cleared first where it keeps one); false: not known (why says)
+  bool beyond_cache;
+  char why[200]; // why a figure is missing: the scrape failed, the text names none of it, the
+                 // cache could not be cleared ("": nothing to say)
 } replica_server_metrics;
+
+// When replica_server_metrics_get reads.
+typedef enum replica_sm_when {
+  REPLICA_SM_LATEST,  // the latest scrape, with what accumulated since the previous such read
+  REPLICA_SM_NOW,     // a scrape now on the calling thread (blocks up to 2 s)
+  REPLICA_SM_DRAINED, // nothing runs: the server's prompt cache cleared where it keeps one
+                      // (llama.cpp: its slots erased), then a scrape now
+} replica_sm_when;
 
 typedef struct replica replica;
 
@@ -211,11 +234,11 @@ typedef struct replica_i {
   // Optional (NULL: 0). The port its requests go to (an HTTP replica's url; the scheme's default
   // when the url names none); 0: none.
   int (*port)(void *ctx);
-  // Optional (NULL: there is no server behind it to ask). What its server says about itself:
-  // the figures of the latest scrape (scrape_now false), or read now on the calling thread
-  // (true: blocks up to 2 s; the result is kept as the latest). False when there are none: no
-  // metrics URL, nothing scraped yet, no answer 200, or none of the figures named.
-  bool (*server_metrics)(void *ctx, bool scrape_now, replica_server_metrics *out);
+  // Optional (NULL: there is no server behind it to ask). What its server says about itself,
+  // read as `when` says (a read now is kept as the latest). False when there are none: no
+  // metrics URL, nothing scraped yet, no answer 200, or none of the figures named (out->why
+  // says which).
+  bool (*server_metrics)(void *ctx, replica_sm_when when, replica_server_metrics *out);
   // Optional (NULL: a swap needs nothing but the engine config). A hot swap's next incarnation,
   // before swap, on a drained replica: a launched server is relaunched from launch_template
   // (NULL: the current one) with {model} = model (NULL: the current one), and requests name
@@ -393,11 +416,14 @@ static inline bool replica_has_server_metrics(const replica *r) {
   return r->i->server_metrics != NULL;
 }
 // *out holds the figures when it returns true.
-static inline bool replica_server_metrics_get(replica *r, bool scrape_now,
+static inline bool replica_server_metrics_get(replica *r, replica_sm_when when,
                                               replica_server_metrics *out) {
-  if (r->i->server_metrics) return r->i->server_metrics(r->ctx, scrape_now, out);
+  if (r->i->server_metrics) return r->i->server_metrics(r->ctx, when, out);
   *out = (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN,
-                                  .kv_blocks = NAN};
+                                  .kv_blocks = NAN, .peak_running = NAN, .peak_waiting = NAN,
+                                  .peak_kv = NAN};
+  static const char why[] = "no server behind the replica";
+  memcpy(out->why, why, sizeof why);
   return false;
 }
 static inline sc_status replica_stage_swap(replica *r, const char *launch_template,

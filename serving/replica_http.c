@@ -150,7 +150,7 @@ static bool on_event(void *ud, const char *data, size_t len, bool error) {
   uint64_t t = now_ns(h);
   oai_chunk c;
   if (error) oai_error_parse(data, len, &c);
-  else oai_chunk_parse(data, len, &c);
+  else oai_chunk_parse_text(data, len, &q->text_hash, &c);
   switch (c.kind) {
   case OAI_CHUNK_DONE: q->done = true; return true;
   case OAI_CHUNK_ERROR:
@@ -265,7 +265,8 @@ static void on_done(hrep *h, hreq *q, CURLcode rc) {
     emit_tokens(h, q, extra, q->pend_ids, q->pend_ids_ok && extra == q->pending ? extra : 0, t);
   replica_event ev = {.kind = REPLICA_EV_FINISHED, .key = q->key, .reason = FINISH_LENGTH,
                       .n_generated = q->n_tok,
-                      .prompt_tokens = q->prompt_tokens > 0 ? q->prompt_tokens : 0, .t_ns = t};
+                      .prompt_tokens = q->prompt_tokens > 0 ? q->prompt_tokens : 0, .t_ns = t,
+                      .text_hash = q->text_hash};
   emit(h, &ev);
 }
 
@@ -371,6 +372,7 @@ static void start_req(hrep *h, uint64_t key, char *body) {
   q->rep = h;
   q->prompt_tokens = -1;
   q->usage_completion = -1;
+  q->text_hash = OAI_TEXT_HASH0;
   sse_init(&q->sse);
   q->easy = curl_easy_init();
   if (!q->easy) {

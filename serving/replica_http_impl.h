@@ -21,7 +21,7 @@
 #define ERR_BODY_MAX 2048        // bytes of a non-200 response kept for the message
 #define MAX_CONNECTS       65536L      // connections kept alive in the cache (more than streams)
 #define WATCH_MS           50          // the thread's longest sleep while it watches its server
-#define SCRAPE_NS          1000000000ull // how often the metrics URL is read
+#define SCRAPE_NS          500000000ull  // how often the metrics URL is read
 #define MSG_BLOCK          65536         // failure messages are kept in blocks of this many bytes
 #define EPOLL_BATCH        1024          // socket events taken per wait
 #define SHARDS             16            // libcurl multi handles the thread drives
@@ -55,6 +55,7 @@ typedef struct hreq {
   char msg[256];
   int prompt_tokens;     // usage.prompt_tokens (-1: not seen)
   int usage_completion;  // usage.completion_tokens (-1: not seen)
+  uint64_t text_hash;    // FNV-1a of the streamed text so far (oai_text_hash)
   int slot;              // its index in hrep.reqs
   int shard;             // the multi handle it is in (hrep.sh)
 } hreq;
@@ -126,7 +127,8 @@ typedef struct hrep {
   char *tmpl, *gpus, *exe;         // owned copies (tmpl NULL: no swap)
   launch_vars vars;                // gpus and exe point at the copies; model at model
   char *next_command, *next_model; // (lmu) staged by stage_swap
-  replica_server_metrics sm; // (mu) the latest scrape
+  replica_server_metrics sm; // (mu) the latest scrape, and what accumulated since the runner's
+                             // last read (n_scrapes, n_busy, peaks)
   // the thread's own
   int ep, wake_fd; // the thread's epoll set (libcurl's sockets) and its wake-up
   hreq **reqs;                // (cap_reqs) requests in flight
@@ -163,6 +165,6 @@ void hr_probe_done(hrep *h, CURLcode rc);
 void hr_scrape_done(hrep *h, CURLcode rc);
 // From now on the thread watches the server (probes from now). Any thread.
 void hr_start_watching(hrep *h);
-// The server_metrics slot (serving/replica.h): the latest scrape, or one now (the caller's
-// thread).
-bool hr_server_metrics(void *ctx, bool now, replica_server_metrics *out);
+// The server_metrics slot (serving/replica.h): the latest scrape and what accumulated since
+// the previous such read, or one now (the caller's thread), or the drained KV read.
+bool hr_server_metrics(void *ctx, replica_sm_when when, replica_server_metrics *out);

@@ -2,7 +2,9 @@
 // launched server's exit and readiness probes against the timeout (a lost server makes the
 // replica DEAD and fails its requests with replica_lost; a probe answering clears a suspect
 // connection and reads the server's wall clock from its Date header); with a metrics URL, a
-// scrape of /metrics every second (serving/prom.c reads it) kept as the latest figures.
+// scrape of /metrics every SCRAPE_NS (serving/prom.c reads it) kept as the latest figures,
+// their peaks and busy scrapes added up for the runner's next read; a drained read (the KV
+// leak) that first clears a prompt cache the server keeps in its slots (llama.cpp).
 // Not here: the streams, the thread's loop and the vtable (serving/replica_http.c), launching
 // and signalling the server (serving/launch.c).
 #include <math.h>
@@ -134,6 +136,36 @@ static void start_scrape(hrep *h) {
   if (curl_multi_add_handle(h->sh[0].multi, h->scrape) == CURLM_OK) h->scrape_busy = true;
 }
 
+// Keeps scrape m (from the thread's scrape or one now) as the latest: adds it to what the
+// runner's next REPLICA_SM_LATEST read takes. A scrape that failed (m->have false) keeps why.
+static void keep_scrape(hrep *h, replica_server_metrics *m) {
+  pthread_mutex_lock(&h->mu);
+  if (!m->have) {
+    snprintf(h->sm.why, sizeof h->sm.why, "%s", m->why);
+    h->sm.have = false;
+    pthread_mutex_unlock(&h->mu);
+    return;
+  }
+  replica_server_metrics acc = h->sm;
+  m->n_scrapes = acc.n_scrapes + 1;
+  m->n_busy = acc.n_busy + (m->running > 0);
+  m->peak_running = fmax(acc.n_scrapes ? acc.peak_running : NAN, m->running);
+  m->peak_waiting = fmax(acc.n_scrapes ? acc.peak_waiting : NAN, m->waiting);
+  m->peak_kv = fmax(acc.n_scrapes ? acc.peak_kv : NAN, m->kv_usage);
+  h->sm = *m;
+  pthread_mutex_unlock(&h->mu);
+}
+
+// Why a scrape got nothing: the transfer's error, a status other than 200, or no known name.
+static void scrape_failed(hrep *h, CURLcode rc, long code, replica_server_metrics *m) {
+  *m = (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN, .kv_blocks = NAN,
+                                .peak_running = NAN, .peak_waiting = NAN, .peak_kv = NAN};
+  if (rc != CURLE_OK)
+    snprintf(m->why, sizeof m->why, "%.100s: %.90s", h->metrics_url, curl_easy_strerror(rc));
+  else
+    snprintf(m->why, sizeof m->why, "%.100s answered HTTP %ld", h->metrics_url, code);
+}
+
 void hr_scrape_done(hrep *h, CURLcode rc) {
   long code = 0;
   curl_easy_getinfo(h->scrape, CURLINFO_RESPONSE_CODE, &code);
@@ -141,11 +173,16 @@ void hr_scrape_done(hrep *h, CURLcode rc) {
   h->scrape_busy = false;
   h->scrape_next = sc_monotonic_ns() + SCRAPE_NS;
   replica_server_metrics m;
-  if (rc != CURLE_OK || code != 200 || !h->scrape_text.p || !prom_parse(h->scrape_text.p, &m)) return;
-  m.t_ns = now_ns(h);
-  pthread_mutex_lock(&h->mu);
-  h->sm = m;
-  pthread_mutex_unlock(&h->mu);
+  if (rc != CURLE_OK || code != 200 || !h->scrape_text.p) {
+    scrape_failed(h, rc, code, &m);
+  } else if (prom_parse(h->scrape_text.p, &m)) {
+    m.t_ns = now_ns(h);
+  } else {
+    char why[sizeof m.why];
+    snprintf(why, sizeof why, "%s", m.why);
+    snprintf(m.why, sizeof m.why, "%.60s: %.130s", h->metrics_url, why);
+  }
+  keep_scrape(h, &m);
 }
 
 // --- each turn of the thread
@@ -187,38 +224,140 @@ void hr_start_watching(hrep *h) {
 }
 
 // --- the figures, for the caller
-// A scrape now from the calling thread (blocks up to 2 s), kept as the latest.
-static bool scrape_now(hrep *h, replica_server_metrics *out) {
-  *out =
-      (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN, .kv_blocks = NAN};
-  if (!h->metrics_url) return false;
+// A body read into memory from url on the calling thread (post: an empty POST); the status in
+// *code. False when the transfer failed (why says so).
+static bool fetch_now(const char *url, bool post, grow_buf *b, long *code, char *why, size_t cap) {
   CURL *c = curl_easy_init();
-  if (!c) return false;
-  grow_buf b = {0};
-  curl_easy_setopt(c, CURLOPT_URL, h->metrics_url);
+  *code = 0;
+  if (!c) {
+    snprintf(why, cap, "out of memory");
+    return false;
+  }
+  curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, grow_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  long code = 0;
-  bool ok = curl_easy_perform(c) == CURLE_OK &&
-            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200 && b.p &&
-            prom_parse(b.p, out);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+  if (post) curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+  CURLcode rc = curl_easy_perform(c);
+  if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, code);
+  else snprintf(why, cap, "%.100s: %.90s", url, curl_easy_strerror(rc));
   curl_easy_cleanup(c);
+  return rc == CURLE_OK;
+}
+
+// A scrape now from the calling thread (blocks up to 2 s), kept as the latest.
+static bool scrape_now(hrep *h, replica_server_metrics *out) {
+  *out = (replica_server_metrics){.running = NAN, .waiting = NAN, .kv_usage = NAN,
+                                  .kv_blocks = NAN, .peak_running = NAN, .peak_waiting = NAN,
+                                  .peak_kv = NAN};
+  if (!h->metrics_url) {
+    snprintf(out->why, sizeof out->why, "no metrics URL (target.openai.metrics_path \"\")");
+    return false;
+  }
+  grow_buf b = {0};
+  long code = 0;
+  char why[sizeof out->why] = "";
+  bool ok = fetch_now(h->metrics_url, false, &b, &code, why, sizeof why);
+  if (!ok) {
+    snprintf(out->why, sizeof out->why, "%s", why);
+  } else if (code != 200 || !b.p) {
+    snprintf(out->why, sizeof out->why, "%.100s answered HTTP %ld", h->metrics_url, code);
+    ok = false;
+  } else if (!prom_parse(b.p, out)) {
+    snprintf(why, sizeof why, "%s", out->why);
+    snprintf(out->why, sizeof out->why, "%.60s: %.130s", h->metrics_url, why);
+    ok = false;
+  }
   free(b.p);
   if (!ok) return false;
   out->t_ns = now_ns(h);
   pthread_mutex_lock(&h->mu);
+  replica_server_metrics acc = h->sm; // what the runner's sampling has not taken stays
   h->sm = *out;
+  h->sm.n_scrapes = acc.n_scrapes;
+  h->sm.n_busy = acc.n_busy;
+  h->sm.peak_running = acc.peak_running;
+  h->sm.peak_waiting = acc.peak_waiting;
+  h->sm.peak_kv = acc.peak_kv;
   pthread_mutex_unlock(&h->mu);
   return true;
 }
 
-bool hr_server_metrics(void *ctx, bool now, replica_server_metrics *out) {
+// The server's root URL ("http://host:port") from the metrics URL, into buf.
+static void server_root(const hrep *h, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s", h->metrics_url);
+  char *p = strstr(buf, "://");
+  p = p ? strchr(p + 3, '/') : NULL;
+  if (p) *p = 0;
+}
+
+// llama.cpp's slots keep their prompts' KV once a request ends: erases every slot's (GET
+// /props says how many; POST /slots/ID?action=erase each, which the server takes when it was
+// started with --slot-save-path). False with why when it cannot.
+static bool erase_slots(hrep *h, char *why, size_t cap) {
+  char root[1400], url[1500];
+  server_root(h, root, sizeof root);
+  snprintf(url, sizeof url, "%s/props", root);
+  grow_buf b = {0};
+  long code = 0;
+  int n = -1;
+  if (fetch_now(url, false, &b, &code, why, cap) && code == 200 && b.p) {
+    json_t *j = json_loads(b.p, 0, NULL);
+    json_t *t = j ? json_object_get(j, "total_slots") : NULL;
+    if (json_is_integer(t)) n = (int)json_integer_value(t);
+    json_decref(j);
+  }
+  free(b.p);
+  if (n < 0) {
+    if (!why[0]) snprintf(why, cap, "GET %.80s gave no total_slots (HTTP %ld)", url, code);
+    return false;
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(url, sizeof url, "%s/slots/%d?action=erase", root, i);
+    grow_buf e = {0};
+    bool ok = fetch_now(url, true, &e, &code, why, cap);
+    free(e.p);
+    if (!ok) return false;
+    if (code != 200) {
+      snprintf(why, cap, "POST /slots/%d?action=erase answered HTTP %ld (start llama-server "
+               "with --slot-save-path)", i, code);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool hr_server_metrics(void *ctx, replica_sm_when when, replica_server_metrics *out) {
   hrep *h = ctx;
-  if (now) return scrape_now(h, out);
-  pthread_mutex_lock(&h->mu);
-  *out = h->sm;
-  pthread_mutex_unlock(&h->mu);
-  return out->have;
+  if (when == REPLICA_SM_LATEST) {
+    pthread_mutex_lock(&h->mu);
+    *out = h->sm;
+    h->sm.n_scrapes = h->sm.n_busy = 0; // taken: the next read counts from here
+    h->sm.peak_running = h->sm.peak_waiting = h->sm.peak_kv = NAN;
+    pthread_mutex_unlock(&h->mu);
+    if (!out->have && !out->why[0])
+      snprintf(out->why, sizeof out->why, "%s",
+               h->metrics_url ? "no scrape yet"
+                              : "no metrics URL (target.openai.metrics_path \"\")");
+    return out->have;
+  }
+  if (!scrape_now(h, out)) return false;
+  if (when != REPLICA_SM_DRAINED) return true;
+  const prom_server *ps = prom_server_named(out->server);
+  if (!ps || ps->cache == PROM_CACHE_FREE) {
+    out->beyond_cache = ps != NULL;
+    if (!ps)
+      snprintf(out->why, sizeof out->why, "a server whose KV cache shardcheck knows nothing of");
+    return true;
+  }
+  char why[sizeof out->why] = "";
+  if (!erase_slots(h, why, sizeof why)) {
+    snprintf(out->why, sizeof out->why, "%s keeps its prompts' KV; clearing it failed: %.140s",
+             ps->name, why);
+    return true;
+  }
+  if (!scrape_now(h, out)) return false;
+  out->beyond_cache = true;
+  return true;
 }

@@ -100,6 +100,7 @@ replica_event rk_event(replica_keys *m, const engine_event *e, uint64_t t) {
     ev.kind = REPLICA_EV_TOKEN;
     ev.token = e->token;
     ev.index = e->index;
+    ev.sched_ns = e->index == 0 ? e->sched_ns : 0;
   } else if (e->kind == ENGINE_EV_FAILED) {
     ev.kind = REPLICA_EV_FAILED;
     ev.status = e->status;

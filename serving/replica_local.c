@@ -92,13 +92,10 @@ static replica_health live_health(const local *l) {
   return l->stats.unhealthy ? REPLICA_UNHEALTHY : REPLICA_HEALTHY;
 }
 
-// Applies the inbox to the engine (mu held; engine calls here are cheap: no step runs).
+// Applies the inbox to the engine (mu held; engine calls here are cheap: no step runs). Its
+// submissions first, then a change of admitting: a request sent before a drain began is the
+// replica's to finish (the drain waits for it), not one the engine refuses as draining.
 static void apply_inbox(local *l) {
-  if (l->admitting_change) {
-    engine_set_admitting(l->e, l->admitting);
-    l->admitting_change = false;
-    if (l->health != REPLICA_DEAD) l->health = live_health(l);
-  }
   for (int i = 0; i < l->n_in; i++) {
     inbox_item *it = &l->in[i];
     if (it->cancel) {
@@ -117,6 +114,11 @@ static void apply_inbox(local *l) {
     free(it->prompt);
   }
   l->n_in = 0;
+  if (l->admitting_change) {
+    engine_set_admitting(l->e, l->admitting);
+    l->admitting_change = false;
+    if (l->health != REPLICA_DEAD) l->health = live_health(l);
+  }
 }
 
 // Publishes stats, rank memory and the health they imply (mu held).

@@ -21,7 +21,9 @@ typedef enum req_status { REQ_OK, REQ_CANCELLED, REQ_FAILED, REQ_TIMEOUT } req_s
 
 // One request. Times: ns since the run's start.
 typedef struct req_rec {
-  uint64_t arrival, dispatch, finish;
+  uint64_t arrival, dispatch, finish; // arrival: when the client's schedule had it sent
+  uint64_t sent;     // when the client sent it (>= arrival: how late the client was)
+  uint64_t text_hash; // a server's: FNV-1a of the text it streamed (0: none)
   uint64_t *tok; // (n_tok) when each output token was seen
   int32_t *ids;  // (n_tok) the tokens' ids (a resume continues from them)
   int n_tok, cap_tok;

@@ -135,7 +135,28 @@ static void set_why(oai_chunk *c, const char *fmt, const char *arg) {
 // Whether v is a non-empty JSON string.
 static bool nonempty(const json_t *v) { return json_is_string(v) && json_string_length(v) > 0; }
 
+uint64_t oai_text_hash(uint64_t state, const char *text, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    state ^= (unsigned char)text[i];
+    state *= 1099511628211ull; // FNV-1a, 64 bits
+  }
+  return state;
+}
+
+// The content string of a chunk's first choice (text, or delta.content); NULL when none.
+static json_t *content_of(json_t *c0) {
+  json_t *text = json_object_get(c0, "text");
+  if (json_is_string(text)) return text;
+  json_t *delta = json_object_get(c0, "delta");
+  json_t *content = json_is_object(delta) ? json_object_get(delta, "content") : NULL;
+  return json_is_string(content) ? content : NULL;
+}
+
 void oai_chunk_parse(const char *data, size_t len, oai_chunk *out) {
+  oai_chunk_parse_text(data, len, NULL, out);
+}
+
+void oai_chunk_parse_text(const char *data, size_t len, uint64_t *text_state, oai_chunk *out) {
   memset(out, 0, sizeof *out);
   out->n_token_ids = -1;
   out->usage_prompt = -1;
@@ -187,6 +208,10 @@ void oai_chunk_parse(const char *data, size_t len, oai_chunk *out) {
     if (nonempty(text)) out->has_content = true;
     if (json_is_object(delta) && nonempty(json_object_get(delta, "content")))
       out->has_content = true;
+    json_t *content = content_of(c0);
+    if (content && text_state)
+      *text_state = oai_text_hash(*text_state, json_string_value(content),
+                                  json_string_length(content));
     json_t *ids = json_object_get(c0, "token_ids");
     if (json_is_array(ids)) {
       out->n_token_ids = (int)json_array_size(ids);

@@ -68,6 +68,12 @@ typedef struct oai_chunk {
 
 // Reads data[0..len) into *out. Never fails: what cannot be read is OAI_CHUNK_BAD.
 void oai_chunk_parse(const char *data, size_t len, oai_chunk *out);
+// The same; with text_state (not NULL) the content's bytes continue the FNV-1a hash in it, so
+// a stream's text hashes the same however the server cuts it into chunks.
+void oai_chunk_parse_text(const char *data, size_t len, uint64_t *text_state, oai_chunk *out);
+// FNV-1a (64 bits) of text[0..n) continued from state (OAI_TEXT_HASH0 to start).
+uint64_t oai_text_hash(uint64_t state, const char *text, size_t n);
+#define OAI_TEXT_HASH0 14695981039346656037ull
 // Reads the data of an "error:" event (llama.cpp: {"code", "message", "type"}) into *out:
 // always OAI_CHUNK_ERROR, with the message when there is one, else the text itself.
 void oai_error_parse(const char *data, size_t len, oai_chunk *out);

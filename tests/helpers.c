@@ -94,16 +94,43 @@ int sc_test_run_scenario(char *out, size_t cap, const char *scenario, const char
   return sc_test_run_cli_clean(args, out, cap);
 }
 
-pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log) {
+// Starts SC_BINARY with argv (argv[0] included, NULL-terminated), stdout and stderr into log.
+static pid_t spawn_logged(const char *log, const char *const *argv) {
   pid_t pid = fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    execl(SC_BINARY, SC_BINARY, "run", scenario, "--db", db, "--out", out, (char *)NULL);
+    execv(SC_BINARY, (char *const *)argv);
     _exit(127);
   }
+  return pid;
+}
+
+pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log) {
+  const char *const argv[] = {SC_BINARY, "run", scenario, "--db", db, "--out", out, NULL};
+  return spawn_logged(log, argv);
+}
+
+pid_t sc_test_spawn_serve(const char *log, const char *const *args, int *port) {
+  const char *argv[40] = {SC_BINARY, "serve", "--port", "0"};
+  int n = 4;
+  for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = spawn_logged(log, argv);
+  char *text = NULL;
+  *port = 0;
+  uint64_t dl = sc_test_deadline(30);
+  while (!*port && sc_test_before(dl)) {
+    sc_test_sleep_ms(10);
+    free(text);
+    text = sc_test_read_file(log, NULL);
+    const char *p = text ? strstr(text, "http://127.0.0.1:") : NULL;
+    if (p) *port = atoi(p + strlen("http://127.0.0.1:"));
+  }
+  cr_assert_gt(*port, 0, "no startup line from serve: %s", text ? text : "");
+  free(text);
   return pid;
 }
 
@@ -247,6 +274,21 @@ const char *sc_test_q1s(const char *path, const char *sql) {
   sqlite3_close(db);
   return buf;
 }
+
+const char *const sc_test_v4_sql =
+    "ALTER TABLE metric DROP COLUMN note; ALTER TABLE verdict DROP COLUMN note; "
+    "ALTER TABLE fault_window DROP COLUMN by; ALTER TABLE capacity_layout DROP COLUMN "
+    "max_rate_lo; ALTER TABLE capacity_layout DROP COLUMN max_rate_hi; ALTER TABLE "
+    "capacity_layout DROP COLUMN error; ALTER TABLE capacity_point DROP COLUMN bound; "
+    "CREATE TEMP TABLE step_rows AS SELECT * FROM step; DROP VIEW step; DROP TABLE step_block; "
+    "DROP TABLE token_second; CREATE TABLE step(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL "
+    "REFERENCES run(id), deployment_id INTEGER NOT NULL REFERENCES deployment(id), replica "
+    "INTEGER NOT NULL, t_ns INTEGER NOT NULL, duration_ns INTEGER NOT NULL, seqs INTEGER NOT "
+    "NULL, prefill_tokens INTEGER NOT NULL, decode_tokens INTEGER NOT NULL, preempted INTEGER "
+    "NOT NULL, queue_len INTEGER NOT NULL, running INTEGER NOT NULL, kv_used INTEGER NOT NULL, "
+    "kv_total INTEGER NOT NULL); CREATE INDEX step_by_deployment ON step(deployment_id, t_ns); "
+    "INSERT INTO step SELECT * FROM step_rows; DROP TABLE step_rows; "
+    "UPDATE meta SET value = '4' WHERE key = 'schema_version';";
 
 const char *const sc_test_token_table_v3_sql =
     "DROP VIEW token; CREATE TABLE token(request_id INTEGER NOT NULL REFERENCES request(id), "

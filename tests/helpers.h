@@ -32,6 +32,9 @@ int sc_test_run_scenario(char *out, size_t cap, const char *scenario, const char
 // Starts `shardcheck run SCENARIO --db DB --out OUT` in the background with its stdout and
 // stderr in the file at log; returns its pid (the test fails when it cannot fork).
 pid_t sc_test_spawn_run(const char *scenario, const char *db, const char *out, const char *log);
+// Starts `shardcheck serve --port 0 ARGS...` (args NULL-terminated), stdout and stderr into log,
+// and waits (30 s at most) for its startup line; its port in *port. The caller reaps the child.
+pid_t sc_test_spawn_serve(const char *log, const char *const *args, int *port);
 // How many newlines text holds.
 int sc_test_count_lines(const char *text);
 // The whole file at path, NUL-terminated, in a malloc'd buffer (NULL when it cannot be
@@ -62,6 +65,11 @@ void sc_test_exec(const char *db, const char *sql);
 // token, key (request_id, idx)) in place of token_times and the token view, rows unchanged: how
 // the tests make the older files that the store migrates and the readers read as they are.
 extern const char *const sc_test_token_table_v3_sql;
+// The SQL that makes a file of this schema a file of schema version 4: no metric.note,
+// verdict.note, fault_window.by or capacity interval columns; the step table (a row per step, index step_by_deployment) in
+// place of step_block and the step view, rows and ids unchanged, and no token_second;
+// meta.schema_version 4.
+extern const char *const sc_test_v4_sql;
 
 // --- time: a test waits for a condition with a deadline, never a fixed sleep then an assert
 // (a loaded CI host stretches every sleep)

@@ -10,10 +10,28 @@ keep-alive. --mode picks a misbehaviour:
   error        two content chunks, then vLLM's mid-stream {"error": ...} payload and [DONE]
   never-ready  /health answers 503 forever
   exit         prints a line to stderr and exits 3 at once (a launch command that fails)
+  removed-flag prints argparse's one-line usage (long, as vLLM's is) and its error for a flag the
+               server no longer takes, and exits 2
 --token-ids sends each chunk's token_ids (as vLLM does with return_token_ids) with two tokens
 per chunk; --chunk-tokens N without --token-ids packs N tokens into each chunk and leaves their
 count to the usage chunk. --pid-file writes "PID PGID" once listening; --child starts a sleeping
 child in the same process group (as vLLM's workers are), to check a stop reaches the group.
+
+The text of each token is a word drawn from the prompt, its position and --weights W, so two
+stand-ins started with different weights answer the same prompt differently (text only, as
+llama.cpp's server streams it, unless --token-ids). --slots N serves N requests at a time (the
+others wait, "deferred"); each slot keeps its last prompt's cells once its request ends, as
+llama.cpp's prompt cache does, until POST /slots/ID?action=erase (taken only with
+--slot-save-path, as llama-server does; GET /props gives total_slots). --metrics picks /metrics:
+  llamacpp     llamacpp:requests_processing, requests_deferred, and with --kv-metric the older
+               builds' kv_cache_usage_ratio (cells in use, the slots' cache included, / --ctx)
+  vllm         vllm:num_requests_running, num_requests_waiting, kv_cache_usage_perc (cached
+               cells count as free)
+  none         404, as llama-server without --metrics
+  malformed    200 with text that is not the exposition format
+--leak-cells N keeps N cells of every request that ends for good (a leak no erase frees).
+--exit-after S exits (status 1) S seconds after it started listening: a server lost on its own.
+--model NAME is taken and ignored (a hot swap's relaunch names its new model).
 """
 import argparse
 import json
@@ -22,9 +40,37 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = None
+LOCK = threading.Lock()
+STATE = {"running": 0, "waiting": 0, "cells": 0, "leaked": 0, "slot_cells": {}}
+SLOTS = None  # threading.Semaphore(--slots)
+
+
+def word(prompt_key, pos):
+    # a deterministic word for this prompt, position and weights
+    h = (prompt_key * 1000003 + pos * 7919 + ARGS.weights * 104729) & 0xFFFFFFFF
+    return " w%d" % (h % 9973)
+
+
+def metrics_text():
+    with LOCK:
+        run, wait = STATE["running"], STATE["waiting"]
+        used = STATE["cells"] + STATE["leaked"] + sum(STATE["slot_cells"].values())
+    if ARGS.metrics == "malformed":
+        return "this is { not the exposition format\n\x00\x01 ==\n"
+    if ARGS.metrics == "vllm":
+        return ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running %d\n"
+                "vllm:num_requests_waiting %d\nvllm:kv_cache_usage_perc %g\n"
+                % (run, wait, (STATE["cells"] + STATE["leaked"]) / float(ARGS.ctx)))
+    out = ("# HELP llamacpp:requests_processing Number of requests processing.\n"
+           "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"
+           "llamacpp:requests_deferred %d\nllamacpp:n_decode_total 1\n" % (run, wait))
+    if ARGS.kv_metric:
+        out += "llamacpp:kv_cache_usage_ratio %g\n" % (used / float(ARGS.ctx))
+    return out
 
 
 def chunk_json(obj):
@@ -46,11 +92,25 @@ class Handler(BaseHTTPRequestHandler):
     def event(self, payload):
         self.send_chunk("data: " + payload + "\n\n")
 
+    def reply(self, code, body, ctype="application/json"):
+        b = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+
     def do_GET(self):
         if self.path == "/health" and ARGS.mode != "never-ready":
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if self.path == "/metrics" and ARGS.metrics != "none":
+            self.reply(200, metrics_text(), "text/plain; version=0.0.4")
+            return
+        if self.path == "/props":
+            self.reply(200, json.dumps({"total_slots": ARGS.slots}))
             return
         self.send_response(503 if self.path == "/health" else 404)
         self.send_header("Content-Length", "0")
@@ -58,7 +118,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length", "0"))
-        req = json.loads(self.rfile.read(n) or b"{}")
+        raw = self.rfile.read(n)
+        if self.path.startswith("/slots/"):  # llama-server's slot actions
+            if not ARGS.slot_save_path:
+                self.reply(501, json.dumps({"error": {"code": 501, "type": "not_supported_error",
+                    "message": "This server does not support slots action. Start it with "
+                               "`--slot-save-path`"}}))
+                return
+            sid = int(self.path[len("/slots/"):].split("?")[0])
+            with LOCK:
+                STATE["slot_cells"].pop(sid, None)
+            self.reply(200, json.dumps({"id_slot": sid, "n_erased": 1}))
+            return
+        req = json.loads(raw or b"{}")
         chat = self.path.endswith("/chat/completions")
         if not (chat or self.path.endswith("/completions")):
             body = b'{"error":{"message":"not found","type":"NotFoundError","param":null,"code":404}}'
@@ -71,6 +143,29 @@ class Handler(BaseHTTPRequestHandler):
         max_tokens = int(req.get("max_tokens", 16))
         prompt = req.get("prompt") if not chat else req["messages"][0]["content"].split()
         n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        prompt_key = zlib.crc32(json.dumps(prompt).encode())  # the same in every process
+        with LOCK:
+            STATE["waiting"] += 1
+        SLOTS.acquire()
+        with LOCK:
+            STATE["waiting"] -= 1
+            STATE["running"] += 1
+            slot = min(set(range(ARGS.slots)) - set(STATE.get("busy", set())))
+            STATE.setdefault("busy", set()).add(slot)
+            STATE["slot_cells"].pop(slot, None)
+            STATE["cells"] += n_prompt
+        try:
+            self.stream(req, chat, max_tokens, prompt_key, n_prompt)
+        finally:
+            with LOCK:
+                STATE["running"] -= 1
+                STATE["busy"].discard(slot)
+                STATE["cells"] -= n_prompt
+                STATE["slot_cells"][slot] = n_prompt + max_tokens  # the prompt cache keeps it
+                STATE["leaked"] += ARGS.leak_cells
+            SLOTS.release()
+
+    def stream(self, req, chat, max_tokens, prompt_key, n_prompt):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -112,7 +207,8 @@ class Handler(BaseHTTPRequestHandler):
                                                  "type": "InternalServerError", "param": None,
                                                  "code": 500}}))
                 break
-            self.event(chunk_json(choice(" tok" * m, "length" if last else None, ids)))
+            text = "".join(word(prompt_key, sent - m + i) for i in range(m))
+            self.event(chunk_json(choice(text, "length" if last else None, ids)))
             k += 1
             if not last:
                 time.sleep(ARGS.token_ms / 1000.0)
@@ -131,16 +227,34 @@ def main():
     p.add_argument("--port-file")
     p.add_argument("--pid-file")
     p.add_argument("--mode", default="normal",
-                   choices=["normal", "malformed", "error", "never-ready", "exit"])
+                   choices=["normal", "malformed", "error", "never-ready", "exit",
+                            "removed-flag"])
     p.add_argument("--ttft-ms", type=float, default=20)
     p.add_argument("--token-ms", type=float, default=5)
     p.add_argument("--token-ids", action="store_true")
     p.add_argument("--chunk-tokens", type=int, default=1)
     p.add_argument("--child", action="store_true")
+    p.add_argument("--weights", type=int, default=0)
+    p.add_argument("--slots", type=int, default=64)
+    p.add_argument("--ctx", type=int, default=65536)
+    p.add_argument("--metrics", default="llamacpp",
+                   choices=["llamacpp", "vllm", "none", "malformed"])
+    p.add_argument("--kv-metric", action="store_true")
+    p.add_argument("--slot-save-path")
+    p.add_argument("--leak-cells", type=int, default=0)
+    p.add_argument("--exit-after", type=float, default=0)
+    p.add_argument("--model")
     ARGS = p.parse_args()
+    global SLOTS
+    SLOTS = threading.Semaphore(ARGS.slots)
     if ARGS.mode == "exit":
         sys.stderr.write("standin: CUDA error: no device found (told to exit)\n")
         sys.exit(3)
+    if ARGS.mode == "removed-flag":  # argparse's words, on a usage line as long as vLLM's
+        opts = " ".join("[--option-%03d OPTION_%03d]" % (i, i) for i in range(120))
+        sys.stderr.write("usage: vllm serve [-h] %s [model_tag]\n" % opts)
+        sys.stderr.write("vllm serve: error: unrecognized arguments: --disable-log-requests\n")
+        sys.exit(2)
     if ARGS.child:
         subprocess.Popen(["sleep", "300"])
     srv = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
@@ -157,6 +271,11 @@ def main():
     sys.stderr.flush()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
+        if ARGS.exit_after > 0:
+            time.sleep(ARGS.exit_after)
+            sys.stderr.write("standin: exiting after %g s (told to)\n" % ARGS.exit_after)
+            sys.stderr.flush()
+            os._exit(1)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

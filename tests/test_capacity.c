@@ -54,6 +54,7 @@ Test(capacity, picks_the_known_best_layout_on_a_constructed_case) {
   o.iters = 5;
   o.rate_lo = 4;
   o.rate_hi = 256;
+  o.error = 0; // the predictions alone (the interval: the next test)
   capacity_result r;
   sc_error err = {{0}};
   cr_assert_eq(capacity_search(s, &o, &r, &err), SC_OK, "%s", err.msg);
@@ -77,12 +78,67 @@ Test(capacity, picks_the_known_best_layout_on_a_constructed_case) {
   scenario_free(s);
 }
 
+// With an interval of +-20% on the profile's prices, each layout's capacity has a pessimistic
+// and an optimistic bound around its prediction, the recommendation is the cheapest layout
+// whose pessimistic bound serves the target, and a target that only predictions serve is
+// refused as too wide an interval to choose.
+Test(capacity, picks_by_the_pessimistic_bound_and_says_when_the_interval_is_too_wide) {
+  scenario *s = load("400");
+  capacity_options o = capacity_options_defaults();
+  o.iters = 6;
+  o.rate_lo = 4;
+  o.rate_hi = 256;
+  o.error = 0.2;
+  capacity_result r;
+  sc_error err = {{0}};
+  cr_assert_eq(capacity_search(s, &o, &r, &err), SC_OK, "%s", err.msg);
+  int tp1 = find(&r, "tp1"), dp2 = find(&r, "dp2");
+  cr_assert(tp1 >= 0 && dp2 >= 0);
+  double top = 0;
+  for (int i = 0; i < r.n_layouts; i++) {
+    const store_cap_layout *l = &r.layouts[i];
+    cr_expect(l->max_rate_lo < l->max_rate && l->max_rate < l->max_rate_hi,
+              "%s: %g in [%g, %g]", l->label, l->max_rate, l->max_rate_lo, l->max_rate_hi);
+    cr_expect(l->max_rate_lo > 0.6 * l->max_rate && l->max_rate_hi < 1.6 * l->max_rate,
+              "%s: about +-20%%: [%g, %g] around %g", l->label, l->max_rate_lo, l->max_rate_hi,
+              l->max_rate);
+    cr_expect_float_eq(l->error, 0.2, 1e-12);
+    top = fmax(top, l->max_rate);
+  }
+  int lows = 0, highs = 0;
+  for (int k = 0; k < r.n_points; k++) {
+    lows += r.points[k].bound < 0;
+    highs += r.points[k].bound > 0;
+  }
+  cr_expect(lows > 0 && highs > 0, "the bounds' searches are points too");
+  cr_expect_eq(r.best, tp1, "%s", r.note);
+  cr_expect(strstr(r.note, "["), "the interval in the note: %s", r.note);
+  double c1 = r.layouts[tp1].max_rate, lo1 = r.layouts[tp1].max_rate_lo;
+  capacity_result_free(&r);
+  // tp1's prediction serves this target, its pessimistic bound does not: not tp1
+  o.target_rate = sqrt(c1 * lo1);
+  cr_assert_eq(capacity_search(s, &o, &r, &err), SC_OK, "%s", err.msg);
+  cr_expect(r.best >= 0 && r.best != tp1 && r.layouts[r.best].max_rate_lo >= o.target_rate,
+            "%s", r.note);
+  top = 0; // the highest capacity, from a search that started nearer it
+  for (int i = 0; i < r.n_layouts; i++) top = fmax(top, r.layouts[i].max_rate);
+  capacity_result_free(&r);
+  // only predictions serve it: too wide to choose
+  o.target_rate = top * 0.97;
+  cr_assert_eq(capacity_search(s, &o, &r, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(r.best, -1, "%s", r.note);
+  cr_expect(strstr(r.note, "the interval is too wide to choose"), "%s", r.note);
+  capacity_result_free(&r);
+  scenario_free(s);
+}
+
 Test(capacity, refuses_an_slo_no_layout_meets_naming_the_best_found) {
   scenario *s = load("400");
   capacity_options o = capacity_options_defaults();
   o.iters = 3;
   o.rate_lo = 4;
   o.rate_hi = 64;
+  o.error = 0;
   o.target_rate = 500; // beyond any layout of two GPUs
   capacity_result r;
   sc_error err = {{0}};
@@ -152,6 +208,13 @@ Test(capacity, the_search_is_deterministic_stored_and_reported) {
                               "WHERE capacity_id = 2)"),
                0);
   cr_expect_gt(sc_test_q1(db, "SELECT count(*) FROM capacity_point WHERE capacity_id = 1"), 0);
+  // the interval is stored: the profile's (the idealized engine's documented error)
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM capacity_layout WHERE capacity_id = 1 AND "
+                              "NOT (max_rate_lo <= max_rate AND max_rate <= max_rate_hi AND "
+                              "error = 0.5)"),
+               0);
+  cr_expect_gt(sc_test_q1(db, "SELECT count(*) FROM capacity_point WHERE bound = -1"), 0);
+  cr_expect(strstr(out[0], "interval"), "the table shows it: %s", out[0]);
   // a search no layout passes exits 1 naming the best found
   snprintf(args, sizeof args,
            "capacity %s --iters 2 --rate 500 --rate-range 4:64 --db %s/c.db "

@@ -77,6 +77,13 @@ Test(faults_real, kill_replica_retries_resumes_and_restarts, .timeout = 300) {
                       "WHERE (w.window = 'before' AND w.end_ns != f.injected_ns) OR w.start_ns "
                       ">= w.end_ns"),
                0);
+  // recover_ms counts from the kill until replica1 is back and throughput is too: never less
+  // than its detection plus its relaunch (a survivor carrying the load is not a recovery)
+  double recover = sc_test_metric(db, "recover_ms"), detect = sc_test_metric(db, "detect_ms"),
+         reload = sc_test_metric(db, "reload_ms");
+  cr_expect_gt(reload, 0, "replica1 was relaunched");
+  cr_expect_geq(recover + 1e-3, detect + reload, "recover_ms %.1f, detect_ms %.1f + reload_ms %.1f",
+                recover, detect, reload);
   // replica1 came back and served again after its restart
   cr_expect_gt(q1(db, "SELECT count(*) FROM request r JOIN fault f ON f.deployment_id = "
                       "r.deployment_id WHERE r.replica = 1 AND r.dispatch_ns > f.detected_ns + "

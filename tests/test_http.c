@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,9 +145,11 @@ Test(http, multi_token_chunks_count_every_token_and_chat_reads_the_prompt_from_u
 
 // --- failures
 
-Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines) {
-  const char *dir = sc_test_tmpdir("http-exit");
-  const char *sc = scenario(dir, "exit.yaml", launched("--mode exit"),
+// Runs a stand-in launched with args that make it exit before it is ready: the run fails
+// (exit 3) saying how it exited and the end of its log. The output is in out.
+static void launch_fails(const char *tag, const char *args, const char *how) {
+  const char *dir = sc_test_tmpdir(tag);
+  const char *sc = scenario(dir, "exit.yaml", launched(args),
                             "deployments: [{tp: 1}]\n"
                             "workload:\n  prompts: [{input: 8, output: 2}]\n"
                             "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n");
@@ -154,8 +157,20 @@ Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines
   snprintf(db, sizeof db, "%s/r.db", dir);
   int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out %s/rep --no-report --quiet", dir);
   cr_expect_eq(rc, 3, "%s", out);
-  cr_expect(strstr(out, "exited with status 3"), "%s", out);
+  cr_expect(strstr(out, how), "%s", out);
+}
+
+Test(http, a_launch_command_that_exits_at_once_fails_the_run_with_its_last_lines) {
+  launch_fails("http-exit", "--mode exit", "exited with status 3");
   cr_expect(strstr(out, "CUDA error: no device found"), "the log's last lines: %s", out);
+}
+
+// vLLM 0.11 refuses a flag it removed with argparse's one-line usage (thousands of bytes) and
+// then the error: the message keeps the end of the log, where the error is.
+Test(http, a_server_refusing_its_command_line_reports_the_error_after_a_long_usage_line) {
+  launch_fails("http-removed-flag", "--mode removed-flag", "exited with status 2");
+  cr_expect(strstr(out, "unrecognized arguments: --disable-log-requests"),
+            "the log's last line, after the usage: %s", out);
 }
 
 Test(http, a_server_never_ready_fails_after_the_timeout_naming_the_url) {
@@ -360,4 +375,126 @@ Test(http, a_launch_command_not_on_path_is_a_warning_naming_it) {
                                                     "'no-such-server-xyz' is not an executable"),
             "%s", out);
   cr_expect(strstr(out, "3 deployments (dp4, tp2-dp2, tp4)"), "%s", out);
+}
+
+// --- honest verdicts against servers (docs/metrics.md, "The vacuity matrix")
+
+// The verdict of `slo` in the run of db, of its last deployment: "PASS|actual|note" ("NULL" for
+// no value or note).
+static const char *verdict_of(const char *db, const char *slo) {
+  static char v[4][400];
+  static int slot;
+  char *p = v[slot++ % 4];
+  char sql[300];
+  snprintf(sql, sizeof sql,
+           "SELECT CASE pass WHEN 1 THEN 'PASS' ELSE 'FAIL' END || '|' || coalesce(actual, "
+           "'NULL') || '|' || coalesce(note, 'NULL') FROM verdict WHERE slo = '%s' "
+           "ORDER BY id DESC LIMIT 1",
+           slo);
+  snprintf(p, 400, "%s", q1s(db, sql));
+  return p;
+}
+
+// llama.cpp's server streams text without token ids: layouts are compared on the text, and a
+// replica serving other weights (here dp2's replica1) is caught.
+Test(http, a_replica_serving_other_weights_is_caught_on_text_without_token_ids) {
+  const char *dir = sc_test_tmpdir("http-text-layout");
+  const char *sc = scenario(dir, "text.yaml", launched("--weights {replica} --ttft-ms 5"),
+                            "deployments: [{tp: 1}, {dp: 2}]\n"
+                            "workload:\n  prompts: [{input: 8, output: 6}]\n"
+                            "  phases: [{fixed: {requests: 6, concurrency: 2}}]\n"
+                            "slo: {layout_mismatches: 0}\n");
+  char db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--no-report");
+  cr_expect_eq(rc, 1, "%s", out);
+  const char *v = verdict_of(db, "layout_mismatches");
+  cr_expect(!strncmp(v, "FAIL|", 5) && strstr(v, "compared on the streamed text"), "%s", v);
+  cr_expect_gt(atof(v + 5), 0, "replica1's answers differ: %s", v);
+  cr_expect(strstr(out, "compared on the streamed text"), "%s", out);
+}
+
+// The queue, batch, KV and busy figures of a server come from its /metrics (llama.cpp's names
+// here, two slots for four users): measured, so an SLO they break fails with the value.
+Test(http, a_server_s_batch_queue_kv_and_busy_figures_come_from_its_metrics) {
+  const char *dir = sc_test_tmpdir("http-server-figures");
+  const char *sc = scenario(dir, "fig.yaml",
+                            launched("--slots 2 --kv-metric --ctx 256 --ttft-ms 30 --token-ms 20"),
+                            "deployments: [{tp: 1}]\n"
+                            "workload:\n  prompts: [{input: 8, output: 20}]\n"
+                            "  phases: [{ramp: {concurrency: [4]}, hold: 2s}]\n"
+                            "slo: {kv_peak_frac: 0.001}\n");
+  char db[600];
+  snprintf(db, sizeof db, "%s/r.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--no-report");
+  cr_expect_eq(rc, 1, "%s", out);
+  cr_expect_eq(sc_test_metric(db, "peak_batch"), 2, "two slots run");
+  cr_expect_geq(sc_test_metric(db, "peak_queue"), 1, "the other users wait");
+  cr_expect_gt(sc_test_metric(db, "kv_peak_frac"), 0.001);
+  cr_expect_gt(sc_test_metric(db, "busy_frac"), 0.5);
+  cr_expect(isnan(sc_test_metric(db, "limit_violations")), "a server reports no engine steps");
+  cr_expect_str_eq(q1s(db, "SELECT note FROM metric WHERE name = 'limit_violations' AND "
+                           "phase_id IS NULL"),
+                   "the server reports no engine steps (only its /metrics)");
+  const char *v = verdict_of(db, "kv_peak_frac");
+  cr_expect(!strncmp(v, "FAIL|", 5) && strcmp(v + 5, "NULL|NULL") && atof(v + 5) > 0.001, "%s",
+            v);
+}
+
+// A server without /metrics, or with one shardcheck cannot read, leaves its figures absent
+// with the reason: an SLO on them fails "no data", and the run goes on.
+Test(http, a_missing_or_malformed_metrics_page_gives_absent_figures_and_no_data_verdicts) {
+  const char *dir = sc_test_tmpdir("http-bad-metrics");
+  static const struct {
+    const char *args, *want;
+  } cases[] = {{"--metrics none", "answered HTTP 404"},
+               {"--metrics malformed", "under any name shardcheck reads"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char name[32], db[600];
+    snprintf(name, sizeof name, "bad%zu.yaml", i);
+    const char *sc = scenario(dir, name, launched(cases[i].args),
+                              "deployments: [{tp: 1}]\n"
+                              "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                              "  phases: [{ramp: {concurrency: [2]}, hold: 1500ms}]\n"
+                              "slo: {kv_peak_frac: 1, error_rate: 0}\n");
+    snprintf(db, sizeof db, "%s/r%zu.db", dir, i);
+    int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--no-report");
+    cr_expect_eq(rc, 1, "%s: %s", cases[i].args, out);
+    const char *v = verdict_of(db, "kv_peak_frac");
+    cr_expect(!strncmp(v, "FAIL|NULL|no data: ", 19) && strstr(v, cases[i].want), "%s: %s",
+              cases[i].args, v);
+    cr_expect(!strncmp(verdict_of(db, "error_rate"), "PASS|0", 6), "the run went on");
+    cr_expect(strstr(out, "FAIL    no data: replica0: "), "the table says why: %s", out);
+  }
+}
+
+// llama.cpp's slots keep their prompts' KV once a request ends: a healthy, drained server's
+// usage is its prompt cache, not a leak. The leak check clears it through the server's own
+// endpoint first (POST /slots/ID?action=erase, which needs --slot-save-path); what is left is
+// a leak. Without the endpoint the leak is not measured, and says why.
+Test(http, a_prompt_cache_is_not_a_kv_leak_and_a_real_leak_still_fails) {
+  const char *dir = sc_test_tmpdir("http-kv-leak");
+  static const struct {
+    const char *args, *want;
+  } cases[] = {{"--kv-metric --slot-save-path /tmp", "PASS|0.0|NULL"},
+               {"--kv-metric --slot-save-path /tmp --leak-cells 64", "FAIL|"},
+               {"--kv-metric", "FAIL|NULL|no data: "}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char name[32], db[600], args[200];
+    snprintf(name, sizeof name, "leak%zu.yaml", i);
+    snprintf(args, sizeof args, "%s --ctx 2048 --slots 4", cases[i].args);
+    const char *sc = scenario(dir, name, launched(args),
+                              "deployments: [{tp: 1}]\n"
+                              "workload:\n  prompts: [{input: 32, output: 8}]\n"
+                              "  phases: [{ramp: {concurrency: [2]}, hold: 1500ms}]\n"
+                              "faults: [{at: 500ms, cancel_storm: {count: 1}}]\n"
+                              "slo: {kv_leak_frac: 0}\n");
+    snprintf(db, sizeof db, "%s/r%zu.db", dir, i);
+    int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--no-report");
+    cr_expect_eq(rc, i == 0 ? 0 : 1, "%s: %s", cases[i].args, out);
+    const char *v = verdict_of(db, "kv_leak_frac");
+    cr_expect(!strncmp(v, cases[i].want, strlen(cases[i].want)), "%s: %s", cases[i].args, v);
+    if (i == 2)
+      cr_expect(strstr(v, "--slot-save-path"), "says how to let it clear the cache: %s", v);
+  }
 }

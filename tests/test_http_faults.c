@@ -115,9 +115,10 @@ Test(http_faults, http_faults_kill_hang_and_cancel_storm_are_detected_relaunched
   }
 }
 
-Test(http_faults, the_vllm_and_sglang_scenarios_validate_here_with_only_a_path_warning) {
-  const char *names[] = {"vllm-llama3-8b-h100", "sglang-llama3-70b-h100"};
-  for (int i = 0; i < 2; i++) {
+Test(http_faults, the_vllm_sglang_and_llamacpp_scenarios_validate_here_with_only_a_path_warning) {
+  const char *names[] = {"vllm-llama3-8b-h100", "sglang-llama3-70b-h100",
+                         "llamacpp-llama3-8b-cpu"};
+  for (int i = 0; i < 3; i++) {
     char cmd[800];
     snprintf(cmd, sizeof cmd, "validate %s/scenarios/%s.yaml", SC_SOURCE_DIR, names[i]);
     int rc = sc_test_run_cli_clean(cmd, out, sizeof out);

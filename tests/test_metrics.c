@@ -465,9 +465,10 @@ Test(knee, none_meeting_the_limit_gives_minus_one) {
 
 // --- verdicts
 
-static bool extra_lost(void *ud, const char *name, double *out) {
+static bool extra_lost(void *ud, const char *name, double *out, char *why, size_t cap) {
   if (strcmp(name, "lost_requests")) return false;
   *out = *(const double *)ud;
+  if (isnan(*out)) snprintf(why, cap, "the history was not checked");
   return true;
 }
 
@@ -514,13 +515,15 @@ Test(verdicts, missing_metric_is_nan_and_fails_and_extra_supplies_names) {
   scn_slo slo = slo_of(keys, limits, 3);
   mt_verdict v[3];
   cr_assert_eq(mt_verdicts(&slo, &s, NULL, NULL, v, 3), 3);
-  // lost_requests: not in a summary, no extra -> NaN, fails
+  // lost_requests: not in a summary, no extra -> NaN, fails, and says so
   cr_assert(isnan(v[0].actual));
   cr_assert_str_eq(v[0].op, "<=");
   cr_assert_not(v[0].pass);
-  // tpot_p95_ms: the summary carries it as NaN (no 2-token request) -> fails
+  cr_expect_str_eq(v[0].note, "no data: not measured here");
+  // tpot_p95_ms: the summary carries it as NaN (no 2-token request) -> fails, saying why
   cr_assert(isnan(v[1].actual));
   cr_assert_not(v[1].pass);
+  cr_expect_str_eq(v[1].note, "no data: no completed request had two tokens or more");
   // a name outside the table: cannot be judged -> fails
   cr_assert_str_eq(v[2].op, "?");
   cr_assert_not(v[2].pass);
@@ -529,10 +532,16 @@ Test(verdicts, missing_metric_is_nan_and_fails_and_extra_supplies_names) {
   mt_verdicts(&slo, &s, extra_lost, &lost, v, 3);
   cr_assert_eq(v[0].actual, 0.0);
   cr_assert(v[0].pass);
+  cr_expect_str_eq(v[0].note, "", "a measured value needs no note");
   lost = 2;
   mt_verdicts(&slo, &s, extra_lost, &lost, v, 3);
   cr_assert_eq(v[0].actual, 2.0);
   cr_assert_not(v[0].pass);
+  // extra knows the name but could not measure it: no data, with its reason
+  lost = NAN;
+  mt_verdicts(&slo, &s, extra_lost, &lost, v, 3);
+  cr_assert_not(v[0].pass);
+  cr_expect_str_eq(v[0].note, "no data: the history was not checked");
 }
 
 // --- names

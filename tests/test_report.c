@@ -1,7 +1,9 @@
 // Reports from a results database: the plots' data and scripts, the PNGs (gnuplot is
 // installed), plots skipped without gnuplot, index.html, JUnit XML, the terminal verdict table
 // and `shardcheck report` exit codes. The databases are built here with plain SQL against the
-// schema (reports/schema.c), so the tests need neither the runner nor the store's writer.
+// schema (reports/schema.c), so the tests need neither the runner nor the store's writer; the
+// long runs of the time plots (a spike among 72,000 steps, steps out of order) are written
+// through the store, as the runner's rows are (step blocks, token counts per second).
 #include <criterion/criterion.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "reports/query.h"
 #include "reports/report.h"
 #include "reports/store.h"
 #include "tests/helpers.h"
@@ -32,7 +35,7 @@ static void exec(sqlite3 *db, const char *sql) {
 
 static void execf(sqlite3 *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void execf(sqlite3 *db, const char *fmt, ...) {
-  char sql[2048];
+  char sql[8192];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(sql, sizeof sql, fmt, ap);
@@ -135,14 +138,21 @@ static void add_run(sqlite3 *db, int64_t run, const char *status) {
       }
       summary_metrics(db, run, dep, phase, deps[d].ttft[ph], deps[d].toks[ph]);
     }
-    for (int rep = 0; rep < deps[d].dp; rep++)
+    for (int rep = 0; rep < deps[d].dp; rep++) {
+      char steps[60 * 64 + 4] = "[";
+      size_t len = 1;
       for (int k = 0; k < 60; k++)
-        execf(db,
-              "INSERT INTO step(run_id, deployment_id, replica, t_ns, duration_ns, seqs, "
-              "prefill_tokens, decode_tokens, preempted, queue_len, running, kv_used, kv_total) "
-              "VALUES(%lld, %lld, %d, %lld, 20000000, 2, 0, 2, 0, %d, 2, %d, 64)",
-              (long long)run, (long long)dep, rep, (long long)(t0 + k * 100 * MS_NS), k % 4,
-              (k * 3) % 64);
+        len += (size_t)snprintf(steps + len, sizeof steps - len,
+                                "%s[%d,%lld,20000000,2,0,2,0,%d,2,%d,64]", k ? "," : "", rep,
+                                (long long)(t0 + k * 100 * MS_NS), k % 4, (k * 3) % 64);
+      snprintf(steps + len, sizeof steps - len, "]");
+      execf(db,
+            "INSERT INTO step_block(first_id, run_id, deployment_id, n, end_ns, steps) "
+            "VALUES((SELECT coalesce(max(first_id + n), 1) FROM step_block), %lld, %lld, 60, "
+            "%lld, '%s')",
+            (long long)run, (long long)dep, (long long)(t0 + 59 * 100 * MS_NS + 20 * MS_NS),
+            steps);
+    }
     summary_metrics(db, run, dep, 0, deps[d].ttft_all, deps[d].peak / 1.5);
     metric(db, run, dep, 0, "", "gpus", deps[d].dp);
     metric(db, run, dep, 0, "", "peak_output_tok_s", deps[d].peak);
@@ -486,7 +496,7 @@ Test(report, sparse_runs_still_plot_with_empty_panels) {
   // No step rows (no queue panel data, no KV plot) and no TPOT values (an empty top panel).
   const char *db_path = make_db();
   sqlite3 *db = open_db(db_path);
-  exec(db, "DELETE FROM step");
+  exec(db, "DELETE FROM step_block");
   exec(db, "UPDATE metric SET value = NULL WHERE name LIKE 'tpot%'");
   sqlite3_close(db);
   need_gnuplot();
@@ -506,6 +516,198 @@ Test(report, sparse_runs_still_plot_with_empty_panels) {
   char *html = read_file(dir, "index.html", NULL);
   cr_expect(strstr(html, "no KV-cache plot for run 1"));
   free(html);
+}
+
+// --- long runs: the plots of millions of rows
+
+// A run of one deployment (dp 2) written through the store (step blocks, token counts): `secs`
+// seconds, a step of each replica every 100 ms (KV 25% or 50% used), replica 1's rows handed
+// over 50 ms after replica 0's later ones (a step is recorded when it ends); a request with 20
+// tokens every second. One step of replica 1 at spike_ns holds every KV block and queues 500,
+// the others a queue of 1. Without a spike (spike_ns 0) the queues tell the steps' order: each
+// replica queues 10 once every 5 s, 150 ms apart, which only a panel that takes the steps in
+// the order they were written adds up; and a step at late_ns (0: none), queueing 30, is handed
+// over 40 s after it started, with replica 1 queueing 25 from 5 to 15 s after it.
+static const char *make_long_db(const char *tag, int secs, int64_t spike_ns, int64_t late_ns) {
+  static char path[512];
+  const char *dir = sc_test_tmpdir(tag);
+  cr_assert_not_null(dir);
+  snprintf(path, sizeof path, "%s/results.db", dir);
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  store_run r = {.scenario = "long", .scenario_text = "name: long\n", .mode = "sim", .seed = 1};
+  int64_t run = 0, dep = 0, ph = 0;
+  cr_assert_eq(store_run_begin(s, &r, &run, &err), SC_OK, "%s", err.msg);
+  store_deployment d = {.run_id = run, .label = "dp2", .tp = 1, .pp = 1, .dp = 2};
+  cr_assert_eq(store_deployment_begin(s, &d, &dep, &err), SC_OK, "%s", err.msg);
+  store_phase p = {.run_id = run, .deployment_id = dep, .name = "steady", .kind = "rate",
+                   .rate = 1, .arrival = "constant"};
+  cr_assert_eq(store_phase_begin(s, &p, &ph, &err), SC_OK, "%s", err.msg);
+  store_step late = {0};
+  for (int64_t k = 0; k < (int64_t)secs * 10; k++) {
+    for (int rep = 0; rep < 2; rep++) {
+      // replica 1's step of time k goes after replica 0's of k + 1
+      int64_t kk = rep == 0 ? k + 1 : k;
+      if (rep == 0 && kk >= (int64_t)secs * 10) continue;
+      int64_t t = kk * 100 * MS_NS + rep * 50 * MS_NS;
+      store_step st = {.run_id = run, .deployment_id = dep, .replica = rep, .t_ns = (uint64_t)t,
+                       .duration_ns = 60 * MS_NS, .seqs = 1, .decode_tokens = 1,
+                       .queue_len = spike_ns ? 1 : 0, .running = 1,
+                       .kv_used = kk % 2 ? 25 : 50, .kv_total = 100};
+      if (!spike_ns && kk % 50 == (rep ? 10 : 12)) st.queue_len = 10;
+      if (!spike_ns && rep == 1 && late_ns && t >= late_ns + 5 * S_NS &&
+          t < late_ns + 15 * S_NS)
+        st.queue_len = 25;
+      if (rep == 1 && t == spike_ns) {
+        st.kv_used = 100;
+        st.queue_len = 500;
+      }
+      if (t == late_ns) {
+        late = st;
+        late.queue_len = 30;
+        continue;
+      }
+      if (late.kv_total && t >= late_ns + 40 * S_NS) {
+        cr_assert_eq(store_step_add(s, &late, &err), SC_OK, "%s", err.msg);
+        late.kv_total = 0;
+      }
+      cr_assert_eq(store_step_add(s, &st, &err), SC_OK, "%s", err.msg);
+    }
+    if (k == 0) {
+      store_step first = {.run_id = run, .deployment_id = dep, .replica = 0, .seqs = 1,
+                          .queue_len = spike_ns ? 1 : 0, .running = 1, .kv_used = 50,
+                          .kv_total = 100};
+      cr_assert_eq(store_step_add(s, &first, &err), SC_OK, "%s", err.msg);
+    }
+    if (k % 10 == 0) {
+      uint64_t arrival = (uint64_t)(k * 100 * MS_NS), t[20];
+      for (int i = 0; i < 20; i++) t[i] = arrival + (uint64_t)(200 * MS_NS + i * 45 * MS_NS);
+      store_request q = {.run_id = run, .deployment_id = dep, .phase_id = ph, .seq = k / 10,
+                         .class_name = "", .replica = (int)(k / 10 % 2), .prompt_tokens = 8,
+                         .max_tokens = 20, .output_tokens = 20, .arrival_ns = arrival,
+                         .dispatch_ns = arrival, .first_token_ns = t[0], .finish_ns = t[19],
+                         .has_dispatch = true, .has_first_token = true, .has_finish = true,
+                         .status = "ok", .reason = "length"};
+      cr_assert_eq(store_request_add(s, &q, t, 20, NULL, &err), SC_OK, "%s", err.msg);
+    }
+  }
+  uint64_t end = (uint64_t)secs * S_NS;
+  cr_assert_eq(store_phase_end(s, ph, end, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_deployment_end(s, dep, "complete", NULL, end, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_run_end(s, run, "complete", NULL, NULL, end, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  return path;
+}
+
+// The data line of dir/name whose first field is t_s: the text after it, at most n bytes ("" when
+// there is none).
+static void dat_line_at(const char *dir, const char *name, const char *t_s, char *out, size_t n) {
+  char *text = read_file(dir, name, NULL);
+  cr_assert_not_null(text);
+  char key[32];
+  snprintf(key, sizeof key, "\n%s ", t_s);
+  const char *at = strstr(text, key);
+  out[0] = 0;
+  if (at) {
+    at += strlen(key);
+    size_t len = strcspn(at, "\n");
+    snprintf(out, n, "%.*s", (int)(len < n ? len : n - 1), at);
+  }
+  free(text);
+}
+
+Test(report, a_single_step_spike_in_an_hour_survives_the_bins_of_the_kv_and_queue_plots) {
+  // 72,000 steps in 10 s bins: each bin shows the highest KV use and the longest queue of any
+  // step in it, so the one step at 1234.55 s is in the bin of 1230-1240 s.
+  const char *path = make_long_db("report-spike", 3600, 1234550 * MS_NS, 0);
+  report_result res;
+  const char *dir = write_report(path, "/nonexistent/gnuplot", &res);
+  expect_dat(dir, "kv.dat", "# t_s kv_used_pct", 2, 720, 2);
+  char line[128];
+  dat_line_at(dir, "timeline.dat", "1235", line, sizeof line);
+  cr_expect_str_eq(line, "20 200 501", "tokens/s, TTFT p95, queue (replica 1's 500 + 1)");
+  dat_line_at(dir, "timeline.dat", "1245", line, sizeof line);
+  cr_expect_str_eq(line, "20 200 2");
+  char *kv = read_file(dir, "kv.dat", NULL);
+  cr_assert_not_null(kv);
+  const char *r1 = strstr(kv, "# block 1: dp2 replica 1\n");
+  cr_assert_not_null(r1);
+  cr_expect(strstr(r1, "\n1235 100\n"), "the spike's bin at 100%%");
+  cr_expect_eq(count(kv, " 100\n"), 1, "only its bin");
+  cr_expect_eq(count(kv, " 50\n"), 719, "every other bin at the highest of 25 and 50");
+  free(kv);
+}
+
+// Writes the report of db_path, then of the same rows as a version 4 file holds them (a step
+// table, no token counts: the rows read one by one), and expects the same plot data.
+static void expect_same_plots_as_version_4(const char *db_path) {
+  report_result res;
+  char fast[512];
+  snprintf(fast, sizeof fast, "%s", write_report(db_path, "/nonexistent/gnuplot", &res));
+  sc_test_exec(db_path, sc_test_v4_sql);
+  const char *slow = write_report(db_path, "/nonexistent/gnuplot", &res);
+  const char *const files[] = {"timeline.dat", "kv.dat"};
+  for (size_t i = 0; i < 2; i++) {
+    long la = 0, lb = 0;
+    char *a = read_file(fast, files[i], &la), *b = read_file(slow, files[i], &lb);
+    cr_assert(a && b, "%s", files[i]);
+    cr_expect(la == lb && !memcmp(a, b, (size_t)la), "%s differs:\n%s\n---\n%s", files[i], a,
+              b);
+    free(a);
+    free(b);
+  }
+}
+
+// What rq_steps_by_time handed over: the steps after the last restart, how many of them came
+// before the one handed over before them, and the restarts.
+typedef struct step_order {
+  int64_t n, backwards;
+  int restarts;
+  int64_t last_t, last_id;
+} step_order;
+
+static bool order_step(void *ud, const rq_step *s) {
+  step_order *o = ud;
+  if (o->n && (s->t_ns < o->last_t || (s->t_ns == o->last_t && s->id < o->last_id)))
+    o->backwards++;
+  o->n++;
+  o->last_t = s->t_ns;
+  o->last_id = s->id;
+  return true;
+}
+
+static void order_restart(void *ud) {
+  step_order *o = ud;
+  *o = (step_order){.restarts = o->restarts + 1};
+}
+
+static step_order steps_by_time(const char *db_path) {
+  sqlite3 *db = open_db(db_path);
+  step_order o = {0};
+  sc_error err = {{0}};
+  cr_assert_eq(rq_steps_by_time(db, 1, order_step, order_restart, &o, &err), SC_OK, "%s",
+               err.msg);
+  sqlite3_close(db);
+  return o;
+}
+
+Test(report, plots_from_step_blocks_and_token_counts_are_those_of_the_rows_one_by_one) {
+  const char *path = make_long_db("report-same", 900, 0, 0);
+  step_order o = steps_by_time(path);
+  cr_expect_eq(o.n, 2 * 9000);
+  cr_expect_eq(o.backwards, 0, "every step in time order");
+  cr_expect_eq(o.restarts, 0, "within the window");
+  expect_same_plots_as_version_4(path);
+}
+
+Test(report, a_step_handed_over_later_than_the_window_puts_the_steps_in_order_all_the_same) {
+  const char *path = make_long_db("report-late", 900, 0, 400 * S_NS);
+  step_order o = steps_by_time(path);
+  cr_expect_eq(o.n, 2 * 9000);
+  cr_expect_eq(o.backwards, 0, "every step in time order");
+  cr_expect_eq(o.restarts, 1, "the late step sends them again, sorted by SQLite");
+  expect_same_plots_as_version_4(path);
 }
 
 // --- index.html

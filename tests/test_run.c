@@ -10,9 +10,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "reports/query.h"
+#include "reports/report.h"
 #include "reports/store.h"
 #include "runner/runner.h"
 #include "scenarios/scenario.h"
@@ -531,4 +533,81 @@ Test(run, every_layout_gives_the_first_layouts_greedy_tokens_and_a_wrong_one_fai
   cr_expect_eq(res.n_failed, 0, "tp1 and tp2 agree");
   cr_expect_eq(layout_run(true, "run-layouts-wrong", &res), 12, "every request differs at tp2");
   cr_expect_eq(res.n_failed, 1, "tp2's layout_mismatches SLO fails, tp1's (the reference) holds");
+}
+
+// --- the load that was asked for
+// A runner that stalls in every submission (here a local replica whose submit takes 80 ms)
+// falls behind its schedule: the phase is marked client saturated, its latency verdicts say so
+// rather than blame the server alone, and the client_saturated SLO fails.
+static replica_i stalling_i;
+static sc_status (*local_submit)(void *ctx, uint64_t key, const engine_request *r, sc_error *e);
+
+static sc_status stalling_submit(void *ctx, uint64_t key, const engine_request *r, sc_error *e) {
+  struct timespec ts = {0, 80000000};
+  nanosleep(&ts, NULL);
+  return local_submit(ctx, key, r, e);
+}
+
+static sc_status make_stalling(void *ud, const engine_config *cfg, int index, replica **rep,
+                               sc_error *err) {
+  SC_TRY(replica_local_new(cfg, index, rep, err));
+  if (*(const bool *)ud) {
+    stalling_i = *(*rep)->i;
+    local_submit = stalling_i.submit;
+    stalling_i.submit = stalling_submit;
+    (*rep)->i = &stalling_i;
+  }
+  return SC_OK;
+}
+
+Test(run, a_client_that_falls_behind_its_schedule_is_marked_saturated, .timeout = 120) {
+  static const char text[] = "name: late\nmodel: llama-tiny\nhardware: {backend: cpu}\n"
+                             "deployments: [{tp: 1}]\n"
+                             "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                             "  phases: [{name: open, rate: 20, duration: 2s, arrival: constant}]\n"
+                             "slo: {client_saturated: 0, ttft_p95_ms: 100000}\n";
+  for (int stall = 0; stall < 2; stall++) {
+    scenario *s = NULL;
+    sc_error err = {{0}};
+    cr_assert_eq(scenario_parse(text, strlen(text), "t.yaml", ".", &s, &err), SC_OK, "%s",
+                 err.msg);
+    char path[600];
+    snprintf(path, sizeof path, "%s/r.db", sc_test_tmpdir(stall ? "run-late" : "run-on-time"));
+    store *db = NULL;
+    cr_assert_eq(store_open(path, &db, &err), SC_OK, "%s", err.msg);
+    runner_options o = runner_options_defaults();
+    o.progress = RUNNER_PROGRESS_NONE;
+    bool on = stall;
+    o.make_replica = make_stalling;
+    o.make_replica_ud = &on;
+    runner_result res;
+    cr_assert_eq(runner_run(s, db, &o, &res, &err), SC_OK, "%s", err.msg);
+    scenario_free(s);
+    FILE *f = tmpfile();
+    cr_assert_eq(report_print_verdicts(store_db(db), res.run_id, f, &err), SC_OK, "%s", err.msg);
+    store_close(db);
+    char table[4096];
+    rewind(f);
+    table[fread(table, 1, sizeof table - 1, f)] = 0;
+    fclose(f);
+    double rate = atof(q1s(path, "SELECT value FROM metric WHERE name = 'arrival_rate' AND "
+                                 "phase_id IS NOT NULL"));
+    double late = atof(q1s(path, "SELECT value FROM metric WHERE name = 'client_late_p99_ms' "
+                                 "AND phase_id IS NOT NULL"));
+    if (!stall) { // the client kept its schedule: 20 requests/s, none of them late
+      cr_expect(rate > 15 && rate < 25, "arrival_rate %.2f", rate);
+      cr_expect_eq(res.n_failed, 0, "%s", table);
+      continue;
+    }
+    cr_expect_gt(late, 50, "sends %.1f ms late at p99", late);
+    cr_expect_lt(rate, 15, "it achieved %.2f of the 20 requests/s asked", rate);
+    cr_expect_eq(q1(path, "SELECT value FROM metric WHERE name = 'client_saturated' AND "
+                          "phase_id IS NULL"),
+                 1);
+    cr_expect_eq(q1(path, "SELECT pass FROM verdict WHERE slo = 'client_saturated'"), 0);
+    cr_expect(strstr(q1s(path, "SELECT note FROM verdict WHERE slo = 'ttft_p95_ms'"),
+                     "client saturated"),
+              "the latency verdict says the client fell behind");
+    cr_expect(strstr(table, "client saturated: tp1 open ("), "%s", table);
+  }
 }

@@ -57,8 +57,10 @@ static void parse_bad(const char *text, const char *prefix, const char *needle) 
   sc_status st = scenario_parse(text, strlen(text), "t.yaml", DATA, &s, &err);
   cr_assert_eq(st, SC_INVALID, "expected SC_INVALID, got %s (%s)", sc_status_name(st), err.msg);
   cr_assert_null(s, "*out must be NULL on error");
-  cr_expect_eq(strncmp(err.msg, prefix, strlen(prefix)), 0, "expected a message starting '%s', "
-               "got '%s'", prefix, err.msg);
+  cr_expect_eq(strncmp(err.msg, prefix, strlen(prefix)), 0,
+               "expected a message starting '%s', "
+               "got '%s'",
+               prefix, err.msg);
   if (needle) cr_expect(strstr(err.msg, needle), "'%s' missing from '%s'", needle, err.msg);
 }
 
@@ -1083,6 +1085,43 @@ Test(overrides, cuda_without_a_profile_needs_one_to_be_simulated) {
   scenario_free(s);
 }
 
+// A fixed-url target (one server already up) may leave out `deployments` (docs/targets.md): its
+// prediction (--mode sim) simulates that one server as one deployment of one GPU, as `validate`
+// reads it. A launched target still needs them: they are the layouts to launch.
+Test(overrides, a_fixed_url_target_without_deployments_is_predicted_as_tp1) {
+  const char *dir = sc_test_tmpdir("ov-fixed-url");
+  cr_assert_not_null(dir);
+  char path[512];
+  snprintf(path, sizeof path, "%s/fixed.yaml", dir);
+  const char *text = "name: t\ntarget:\n  openai: {url: \"http://127.0.0.1:8000/v1\", "
+                     "model: m, vocab_size: 512}\nmodel: {preset: llama-tiny}\n"
+                     "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                     "  phases: [{fixed: {requests: 1}}]\n";
+  cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
+  scenario *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(scenario_load_with(path, NULL, &s, &err), SC_OK, "%s", err.msg);
+  cr_expect_eq(s->n_deployments, 1);
+  scenario_free(s);
+  s = NULL;
+  scn_overrides ov = {.mode = "sim"};
+  cr_assert_eq(scenario_load_with(path, &ov, &s, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(s->n_deployments, 1);
+  cr_expect_eq(s->deployments[0].tp * s->deployments[0].pp * s->deployments[0].dp, 1);
+  cr_expect_str_eq(s->deployments[0].label, "tp1");
+  cr_expect_eq(s->mode, SCN_MODE_SIM);
+  scenario_free(s);
+  // launched: the deployments are still required
+  snprintf(path, sizeof path, "%s/launched.yaml", dir);
+  const char *launched = "name: t\ntarget:\n  openai: {url: \"http://127.0.0.1:{port}/v1\", "
+                         "launch: \"x --port {port}\", model: m, vocab_size: 512}\n"
+                         "model: {preset: llama-tiny}\n"
+                         "workload:\n  prompts: [{input: 10, output: 5}]\n"
+                         "  phases: [{fixed: {requests: 1}}]\n";
+  cr_assert_eq(sc_test_write_file(path, launched, strlen(launched)), 0);
+  load_with_bad(path, "sim", NULL, path, "missing required key 'deployments'");
+}
+
 Test(overrides, unknown_values_name_the_option) {
   load_with_bad(SHIPPED "/quickstart.yaml", "fake", NULL, "--mode: expected real or sim",
                 "'fake'");
@@ -1400,4 +1439,37 @@ Test(scenario_parse, gate_metrics_take_a_prompt_class_name) {
             "gate.metrics: unknown prompt class 'shrt'; the workload's classes are short and long");
   parse_bad(TWO_CLASSES "gate: {metrics: {short:lost_requests: 10%}}\n", "t.yaml:7:",
             "a prompt class's rows carry");
+}
+
+// --- SLO keys the scenario's deployments cannot measure: a warning at load (validate), a
+// "no data" FAIL at run time (docs/metrics.md, "The vacuity matrix")
+
+static bool warned(const scenario *s, const char *want) {
+  for (int i = 0; i < s->n_warnings; i++)
+    if (strstr(s->warnings[i], want)) return true;
+  return false;
+}
+
+Test(scenario, an_slo_key_the_deployments_cannot_measure_is_a_warning_naming_why) {
+  scenario *t = parse_ok("name: x\ntarget:\n  openai:\n    model: m\n    vocab_size: 100\n"
+                         "    url: \"http://127.0.0.1:{port}/v1\"\n"
+                         "    launch: \"llama-server -m m.gguf --port {port} --metrics\"\n"
+                         "deployments: [{tp: 1}]\nworkload:\n  prompts: [{input: 8, output: 4}]\n"
+                         "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n"
+                         "slo: {limit_violations: 0, ttft_p95_ms: 500, detect_ms: 100}\n");
+  cr_expect(warned(t, "slo limit_violations: cannot be measured on text replicas (the server "
+                      "reports no engine steps"),
+            "%d warnings: %s", t->n_warnings, t->n_warnings ? t->warnings[0] : "");
+  cr_expect(warned(t, "slo detect_ms: measured only in a deployment with faults"));
+  cr_expect_not(warned(t, "ttft_p95_ms"), "a latency is measured everywhere");
+  scenario_free(t);
+  scenario *s = parse_ok("name: x\nmode: sim\nmodel: {preset: llama3-8b}\n"
+                         "hardware: {profile: h100-sxm, gpus: 1}\ndeployments: [{tp: 1}]\n"
+                         "workload:\n  prompts: [{input: 8, output: 4}]\n"
+                         "  phases: [{fixed: {requests: 2, concurrency: 1}}]\n"
+                         "slo: {layout_mismatches: 0, client_saturated: 0}\n");
+  cr_expect(warned(s, "slo layout_mismatches: not judged in mode sim"));
+  cr_expect(warned(s, "slo client_saturated: cannot be measured on sim replicas (the virtual "
+                      "clock sends every request on schedule)"));
+  scenario_free(s);
 }

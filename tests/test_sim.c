@@ -881,6 +881,122 @@ Test(sim, requests_answered_by_the_failover_path_are_neither_lost_nor_timed_out)
   store_close(db);
 }
 
+// --- a replica lost a second time: after its restart, replica1 dies again on its own (no
+// fault explains it). The kill explains the first loss only.
+static replica_i relapsing_i;
+static int (*relapse_poll_orig)(void *ctx, replica_event *out, int cap);
+static int relapse_tokens; // tokens replica1 sent in its second incarnation; -1: it relapsed
+
+static int relapse_poll(void *ctx, replica_event *out, int cap) {
+  int n = relapse_poll_orig(ctx, out, cap);
+  if (relapse_tokens < 0 || relapsing_i.epoch(ctx) != 2) return n;
+  for (int i = 0; i < n; i++) relapse_tokens += out[i].kind == REPLICA_EV_TOKEN;
+  if (relapse_tokens >= 300) {
+    relapse_tokens = -1;
+    sc_error e = {{0}};
+    replica_fault kill = {.kind = RFAULT_KILL, .rank = -1};
+    cr_assert_eq(relapsing_i.inject(ctx, &kill, &e), SC_OK, "%s", e.msg);
+  }
+  return n;
+}
+
+static sc_status make_relapsing(void *ud, const engine_config *cfg, int index, replica **out,
+                                sc_error *err) {
+  (void)ud;
+  SC_TRY(replica_sim_new(cfg, index, out, err));
+  if (index == 1) {
+    relapsing_i = *(*out)->i;
+    relapse_poll_orig = relapsing_i.poll;
+    relapsing_i.poll = relapse_poll;
+    (*out)->i = &relapsing_i;
+  }
+  return SC_OK;
+}
+
+Test(sim, a_second_loss_of_a_replica_a_kill_already_took_is_counted_and_said) {
+  const char *text =
+      "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 2}\n"
+      "deployments: [{dp: 2}]\n"
+      "workload:\n  prompts: [{input: 64, output: 200}]\n"
+      "  phases: [{ramp: {concurrency: [8]}, hold: 8s}]\n"
+      "faults: [{at: 1s, kill: replica, target: replica1}]\n"
+      "slo: {unexplained_losses: 0}\n";
+  store *db = open_db("sim-relapse");
+  sc_error err = {{0}};
+  scenario *s = NULL;
+  cr_assert_eq(scenario_parse(text, strlen(text), "t.yaml", ".", &s, &err), SC_OK, "%s", err.msg);
+  runner_options o = runner_options_defaults();
+  o.progress = RUNNER_PROGRESS_LINES;
+  o.progress_out = tmpfile();
+  o.make_replica = make_relapsing;
+  relapse_tokens = 0;
+  runner_result res;
+  cr_assert_eq(runner_run(s, db, &o, &res, &err), SC_OK, "%s", err.msg);
+  scenario_free(s);
+  cr_assert_lt(relapse_tokens, 0, "replica1 relapsed after its restart");
+  cr_expect_float_eq(metric(db, res.run_id, "dp2", NULL, "unexplained_losses"), 1, 1e-9,
+                     "the second loss has no fault to explain it");
+  cr_expect_eq(res.n_failed, 1, "unexplained_losses: 0 fails");
+  char lines[1 << 15];
+  rewind(o.progress_out);
+  size_t n = fread(lines, 1, sizeof lines - 1, o.progress_out);
+  lines[n] = 0;
+  fclose(o.progress_out);
+  const char *first = strstr(lines, "replica1 lost");
+  cr_assert(first, "%s", lines);
+  cr_expect(strstr(first + 1, "replica1 lost") &&
+                strstr(lines, "(no kill, hang or exec fault explains it)"),
+            "each loss has its line: %s", lines);
+  cr_expect(strstr(lines, "restarted (epoch 3)"), "%s", lines);
+  store_close(db);
+}
+
+// A kill with no retry fails the requests its replica held: at the kill, so in the window
+// during it, not in the one before it where they arrived.
+Test(sim, the_requests_a_kill_failed_are_in_its_window_not_the_one_before) {
+  const char *text =
+      "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 2}\n"
+      "deployments: [{dp: 2}]\n"
+      "workload:\n  prompts: [{input: 64, output: 100}]\n"
+      "  phases: [{ramp: {concurrency: [8]}, hold: 4s}]\n"
+      "router: {max_retries: 0, resume: false, restart: false}\n"
+      "faults: [{at: 2s, kill: replica, target: replica0}]\n"
+      "slo: {failed_requests: 0}\n";
+  store *db = open_db("sim-window-outcome");
+  int64_t run = sim_run(db, text);
+  long long failed = count(db, "SELECT count(*) FROM request WHERE run_id = ? AND "
+                               "status = 'failed'", run);
+  cr_assert_gt(failed, 0, "the kill failed the requests replica0 held");
+  long n = 0;
+  char *rows = rows_text(db, "SELECT w.window, w.value, w.pass, w.by FROM fault_window w JOIN "
+                             "fault f ON f.id = w.fault_id WHERE f.run_id = ? AND w.name = "
+                             "'failed_requests' ORDER BY w.start_ns", run, &n);
+  char want[128];
+  snprintf(want, sizeof want, "before|0.0|1|finish\nduring|%lld.0|0|finish\n", failed);
+  cr_expect(!strncmp(rows, want, strlen(want)), "want %s got %s", want, rows);
+  free(rows);
+  store_close(db);
+}
+
+// On a slow host a ramp step's requests can all outlast its hold: every one it sent arrived
+// in its warm-up, and nothing is measured. That is no data (the SLO fails saying so), not a
+// disagreement between the metrics and their rows (which failed the run as a bug).
+Test(sim, a_deployment_whose_every_request_was_a_warm_up_has_no_data_not_a_failed_audit) {
+  const char *text =
+      "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n"
+      "deployments: [{tp: 1}]\n"
+      "workload:\n  prompts: [{input: 64, output: 16}]\n"
+      "  phases: [{fixed: {requests: 4, concurrency: 4}, warmup: 10s}]\n"
+      "slo: {ttft_p95_ms: 1000}\n";
+  store *db = open_db("sim-all-warmup");
+  int64_t run = sim_run(db, text); // asserts the run completed
+  long n = 0;
+  char *v = rows_text(db, "SELECT pass, note FROM verdict WHERE run_id = ?", run, &n);
+  cr_expect_str_eq(v, "0|no data: no request was measured\n");
+  free(v);
+  store_close(db);
+}
+
 Test(sim, a_request_slow_on_a_healthy_replica_times_out_as_slow) {
   const char *text =
       "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n"

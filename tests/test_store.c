@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "reports/query.h"
 #include "reports/store.h"
 #include "tests/helpers.h"
 
@@ -159,11 +160,16 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   cr_assert_eq(store_fault_add(s, &fa1, &f1, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_fault_add(s, &fa2, &f2, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_metric_add(s, run, dep, ph1, NULL, "ttft_p95_ms", 12.5, &err), SC_OK);
-  cr_assert_eq(store_metric_add(s, run, dep, 0, "", "ttft_mean_ms", NAN, &err), SC_OK);
+  cr_assert_eq(store_metric_add_note(s, run, dep, 0, "", "ttft_mean_ms", NAN,
+                                     "no request completed", &err),
+               SC_OK);
   cr_assert_eq(store_metric_add(s, run, dep, ph1, "short", "requests", 1, &err), SC_OK);
   cr_assert_eq(store_metric_add(s, run, 0, 0, NULL, "speedup", 1.75, &err), SC_OK);
-  cr_assert_eq(store_verdict_add(s, run, dep, "ttft_p95_ms", "<=", 500, 12.5, true, &err), SC_OK);
-  cr_assert_eq(store_verdict_add(s, run, dep, "error_rate", "<=", 0.01, NAN, false, &err), SC_OK);
+  cr_assert_eq(store_verdict_add(s, run, dep, "ttft_p95_ms", "<=", 500, 12.5, true, NULL, &err),
+               SC_OK);
+  cr_assert_eq(store_verdict_add(s, run, dep, "error_rate", "<=", 0.01, NAN, false,
+                                 "no data: no request was measured", &err),
+               SC_OK);
   cr_assert_eq(store_phase_end(s, ph1, 3900, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_phase_end(s, ph2, 5000, &err), SC_OK, "%s", err.msg);
   cr_assert_eq(store_deployment_end(s, dep, "complete", NULL, 5000, &err), SC_OK, "%s", err.msg);
@@ -174,7 +180,7 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   sqlite3 *db = store_db(s);
   char want[1024];
   expect_q(db, "PRAGMA journal_mode", "wal");
-  expect_q(db, "SELECT key, value FROM meta", "schema_version|4");
+  expect_q(db, "SELECT key, value FROM meta", "schema_version|5");
   snprintf(want, sizeof want,
            "%lld|rt|scenarios/rt.yaml|name: rt\nseed: 7\n|sim|sim|llama3-8b|abc1234|%s|%d|7|"
            "{\"block_size\":16}|NULL|complete|fail|0|0",
@@ -210,9 +216,11 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   expect_q(db, "SELECT request_id, idx, t_ns FROM token ORDER BY request_id, idx", want);
   snprintf(want, sizeof want, "%lld|[2000,2500,3000]", (long long)rq1);
   expect_q(db, "SELECT request_id, t_ns FROM token_times", want);
-  expect_q(db, "SELECT replica, t_ns, duration_ns, seqs, prefill_tokens, decode_tokens, "
+  snprintf(want, sizeof want, "%lld|%lld|0|3", (long long)run, (long long)dep);
+  expect_q(db, "SELECT run_id, deployment_id, second, tokens FROM token_second", want);
+  expect_q(db, "SELECT id, replica, t_ns, duration_ns, seqs, prefill_tokens, decode_tokens, "
                "preempted, queue_len, running, kv_used, kv_total FROM step ORDER BY t_ns",
-           "1|1500|400|2|64|1|0|3|2|5|100;0|2100|300|1|0|1|1|0|1|6|100");
+           "1|1|1500|400|2|64|1|0|3|2|5|100;2|0|2100|300|1|0|1|1|0|1|6|100");
   expect_q(db, "SELECT replica, rank, t_ns, mem_used, mem_total, link_bytes FROM device_sample "
                "ORDER BY t_ns",
            "0|1|1000|5000000000|80000000000|NULL;0|1|2000|5000000000|80000000000|12345");
@@ -223,13 +231,15 @@ Test(store, round_trip_keeps_every_column_of_every_table) {
   expect_q(db, "SELECT id, deployment_id, kind, target, injected_ns, detected_ns, recovered_ns, "
                "affected, detail FROM fault ORDER BY id", want);
   snprintf(want, sizeof want,
-           "%lld|%lld||ttft_p95_ms|12.5;%lld|NULL||ttft_mean_ms|NULL;"
-           "%lld|%lld|short|requests|1.0;NULL|NULL||speedup|1.75",
+           "%lld|%lld||ttft_p95_ms|12.5|NULL;%lld|NULL||ttft_mean_ms|NULL|no request completed;"
+           "%lld|%lld|short|requests|1.0|NULL;NULL|NULL||speedup|1.75|NULL",
            (long long)dep, (long long)ph1, (long long)dep, (long long)dep, (long long)ph1);
-  expect_q(db, "SELECT deployment_id, phase_id, class, name, value FROM metric ORDER BY rowid",
+  expect_q(db, "SELECT deployment_id, phase_id, class, name, value, note FROM metric "
+               "ORDER BY rowid",
            want);
-  expect_q(db, "SELECT slo, op, expected, actual, pass FROM verdict ORDER BY id",
-           "ttft_p95_ms|<=|500.0|12.5|1;error_rate|<=|0.01|NULL|0");
+  expect_q(db, "SELECT slo, op, expected, actual, pass, note FROM verdict ORDER BY id",
+           "ttft_p95_ms|<=|500.0|12.5|1|NULL;"
+           "error_rate|<=|0.01|NULL|0|no data: no request was measured");
   snprintf(want, sizeof want, "%lld", (long long)run);
   expect_q(db, "SELECT DISTINCT run_id FROM (SELECT run_id FROM deployment UNION ALL SELECT "
                "run_id FROM phase UNION ALL SELECT run_id FROM request UNION ALL SELECT run_id "
@@ -270,7 +280,8 @@ Test(store, bad_values_are_refused_with_the_reason) {
   cr_expect(strstr(err.msg, "'done'"), "%s", err.msg);
   cr_expect_eq(store_run_end(s, run + 100, "complete", NULL, NULL, 1, &err), SC_INVALID);
   cr_expect(strstr(err.msg, "no run"), "%s", err.msg);
-  cr_expect_eq(store_verdict_add(s, run, 1, "ttft_p95_ms", "<", 500, 1, true, &err), SC_INVALID);
+  cr_expect_eq(store_verdict_add(s, run, 1, "ttft_p95_ms", "<", 500, 1, true, NULL, &err),
+               SC_INVALID);
   // A request pointing at a phase that does not exist: the foreign key fails, nothing of it
   // (no request row, no tokens) stays, and the store keeps working. The savepoint's rollback
   // reads its sub-journal, which the writer keeps in memory (temp_store 2).
@@ -294,6 +305,182 @@ Test(store, bad_values_are_refused_with_the_reason) {
   cr_assert_eq(store_flush(s, &err), SC_OK, "%s", err.msg);
   expect_q(store_db(s), "SELECT (SELECT count(*) FROM request), (SELECT count(*) FROM token)",
            "1|2");
+  store_close(s);
+}
+
+// --- step blocks and token counts (schema version 5)
+
+// A run with deployments dep[0..1] and a phase each (ph[0..1]) in a new file at path.
+static store *file_with_two_deployments(const char *path, int64_t *run, int64_t dep[2],
+                                        int64_t ph[2]) {
+  store *s = open_rw(path);
+  sc_error err = {{0}};
+  *run = begin_run(s, "blocks", 1);
+  for (int d = 0; d < 2; d++) {
+    store_deployment sd = {.run_id = *run, .idx = d, .tp = 1, .pp = 1, .dp = 2};
+    cr_assert_eq(store_deployment_begin(s, &sd, &dep[d], &err), SC_OK, "%s", err.msg);
+    store_phase sp = {.run_id = *run, .deployment_id = dep[d], .name = "p", .kind = "fixed",
+                      .concurrency = 1};
+    cr_assert_eq(store_phase_begin(s, &sp, &ph[d], &err), SC_OK, "%s", err.msg);
+  }
+  return s;
+}
+
+static store_step step_of(int64_t run, int64_t dep, int i) {
+  return (store_step){.run_id = run, .deployment_id = dep, .replica = i % 3,
+                      .t_ns = (uint64_t)i * 1000, .duration_ns = (uint64_t)(i % 7) * 100,
+                      .seqs = i % 5, .prefill_tokens = i, .decode_tokens = i % 11,
+                      .preempted = i % 2, .queue_len = i % 13, .running = i % 4,
+                      .kv_used = i, .kv_total = 1000};
+}
+
+Test(store, steps_are_written_in_blocks_and_the_step_view_has_a_row_each_with_ids_in_write_order) {
+  const char *path = db_path("store-blocks");
+  int64_t run, dep[2], ph[2];
+  store *s = file_with_two_deployments(path, &run, dep, ph);
+  sc_error err = {{0}};
+  // 700 rows: runs of one deployment, then alternating, in calls of 600 and of 1, and a
+  // second connection's rows after the first's commit
+  enum { N = 700 };
+  static store_step rows[N];
+  const store_step *ptrs[N];
+  for (int i = 0; i < N; i++) {
+    rows[i] = step_of(run, dep[i < 400 ? 0 : i % 2], i);
+    ptrs[i] = &rows[i];
+  }
+  cr_assert_eq(store_steps_add(s, ptrs, 600, &err), SC_OK, "%s", err.msg);
+  for (int i = 600; i < 650; i++) cr_assert_eq(store_step_add(s, ptrs[i], &err), SC_OK);
+  store_close(s);
+  s = open_rw(path);
+  cr_assert_eq(store_steps_add(s, ptrs + 650, N - 650, &err), SC_OK, "%s", err.msg);
+  sqlite3 *db = store_db(s);
+  char want[64];
+  snprintf(want, sizeof want, "%d|1|%d|%d", N, N, N);
+  expect_q(db, "SELECT count(*), min(id), max(id), count(DISTINCT id) FROM step", want);
+  // every row as written, its id its place in the writing order
+  int bad = 0;
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, "SELECT id, run_id, deployment_id, replica, t_ns, "
+                                      "duration_ns, seqs, prefill_tokens, decode_tokens, "
+                                      "preempted, queue_len, running, kv_used, kv_total FROM "
+                                      "step ORDER BY id", -1, &st, NULL), SQLITE_OK);
+  for (int i = 0; sqlite3_step(st) == SQLITE_ROW; i++) {
+    const store_step *x = &rows[i];
+    const int64_t want_row[14] = {i + 1, x->run_id, x->deployment_id, x->replica,
+                                  (int64_t)x->t_ns, (int64_t)x->duration_ns, x->seqs,
+                                  x->prefill_tokens, x->decode_tokens, x->preempted,
+                                  x->queue_len, x->running, x->kv_used, x->kv_total};
+    for (int c = 0; c < 14; c++) bad += sqlite3_column_int64(st, c) != want_row[c];
+  }
+  sqlite3_finalize(st);
+  cr_expect_eq(bad, 0, "%d columns differ from what was written", bad);
+  // blocks: runs of one deployment, at most 256 steps, ids consecutive, end the latest end
+  expect_q(db, "SELECT count(*) FROM step_block WHERE n < 1 OR n > 256", "0");
+  expect_q(db, "SELECT count(*) FROM step_block b WHERE b.end_ns != (SELECT max(t_ns + "
+               "duration_ns) FROM step s WHERE s.id >= b.first_id AND s.id < b.first_id + b.n) "
+               "OR b.n != json_array_length(b.steps)",
+           "0");
+  expect_q(db, "SELECT count(*) FROM step_block a JOIN step_block b ON b.first_id > a.first_id "
+               "AND b.first_id < a.first_id + a.n", "0");
+  store_close(s);
+}
+
+Test(store, token_second_counts_the_token_times_of_each_second_and_commits_with_them) {
+  const char *path = db_path("store-tsec");
+  int64_t run, dep[2], ph[2];
+  store *s = file_with_two_deployments(path, &run, dep, ph);
+  sc_error err = {{0}};
+  const int64_t S = STORE_NS_PER_SECOND;
+  const uint64_t t1[5] = {S / 2, S - 1, S, 3 * S + 7, 3 * S + 8}; // seconds 0, 0, 1, 3, 3
+  const uint64_t t2[3] = {S + 5, 2 * S, 9 * S};                    // seconds 1, 2, 9
+  store_request q = {.run_id = run, .deployment_id = dep[0], .phase_id = ph[0], .class_name = "",
+                     .replica = 0, .output_tokens = 5, .status = "ok"};
+  cr_assert_eq(store_request_add(s, &q, t1, 5, NULL, &err), SC_OK, "%s", err.msg);
+  q.seq = 1;
+  q.output_tokens = 3;
+  cr_assert_eq(store_request_add(s, &q, t2, 3, NULL, &err), SC_OK, "%s", err.msg);
+  q.deployment_id = dep[1];
+  q.phase_id = ph[1];
+  cr_assert_eq(store_request_add(s, &q, t2, 3, NULL, &err), SC_OK, "%s", err.msg);
+  // a request whose row is refused (no such phase) counts nothing
+  q.phase_id = ph[1] + 100;
+  cr_assert_neq(store_request_add(s, &q, t2, 3, NULL, &err), SC_OK);
+  // nothing is committed before the flush; then the counts are there with the rows
+  char other[64];
+  snprintf(other, sizeof other, "%s", sc_test_q1s(path, "SELECT count(*) FROM token_second"));
+  cr_expect_str_eq(other, "0");
+  cr_assert_eq(store_flush(s, &err), SC_OK, "%s", err.msg);
+  char want[256];
+  snprintf(want, sizeof want, "%lld|0|2;%lld|1|2;%lld|2|1;%lld|3|2;%lld|9|1;%lld|1|1;%lld|2|1;"
+           "%lld|9|1", (long long)dep[0], (long long)dep[0], (long long)dep[0],
+           (long long)dep[0], (long long)dep[0], (long long)dep[1], (long long)dep[1],
+           (long long)dep[1]);
+  expect_q(store_db(s), "SELECT deployment_id, second, tokens FROM token_second ORDER BY "
+                        "deployment_id, second", want);
+  // more tokens in a second already counted add to it, in a later transaction
+  q.phase_id = ph[1];
+  q.seq = 2;
+  q.output_tokens = 1;
+  cr_assert_eq(store_request_add(s, &q, t2 + 2, 1, NULL, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  char got[32];
+  snprintf(got, sizeof got, "%s", sc_test_q1s(path, "SELECT tokens FROM token_second WHERE "
+                                                    "second = 9 ORDER BY deployment_id DESC"));
+  cr_expect_str_eq(got, "2");
+  snprintf(got, sizeof got, "%s", sc_test_q1s(path, "SELECT count(*) FROM (SELECT r.run_id, "
+                                                    "r.deployment_id, t.t_ns / 1000000000 AS "
+                                                    "second, count(*) AS tokens FROM token t "
+                                                    "JOIN request r ON r.id = t.request_id GROUP "
+                                                    "BY 1, 2, 3 EXCEPT SELECT * FROM "
+                                                    "token_second)"));
+  cr_expect_str_eq(got, "0", "the counts are those of the token view");
+}
+
+Test(store, a_version_4_files_steps_become_blocks_with_their_ids_and_its_tokens_are_counted) {
+  const char *path = db_path("store-v4");
+  int64_t run, dep[2], ph[2];
+  store *s = file_with_two_deployments(path, &run, dep, ph);
+  sc_error err = {{0}};
+  enum { N = 600 };
+  static store_step rows[N];
+  const store_step *ptrs[N];
+  for (int i = 0; i < N; i++) {
+    rows[i] = step_of(run, dep[i < 300 ? 0 : i % 2], i);
+    ptrs[i] = &rows[i];
+  }
+  cr_assert_eq(store_steps_add(s, ptrs, N, &err), SC_OK, "%s", err.msg);
+  const uint64_t t[3] = {10, STORE_NS_PER_SECOND + 1, STORE_NS_PER_SECOND + 2};
+  store_request q = {.run_id = run, .deployment_id = dep[1], .phase_id = ph[1], .class_name = "",
+                     .replica = 0, .output_tokens = 3, .status = "ok"};
+  cr_assert_eq(store_request_add(s, &q, t, 3, NULL, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  sc_test_exec(path, sc_test_v4_sql);
+  sc_test_exec(path, "DELETE FROM step WHERE id IN (7, 350)"); // gaps in the ids
+  char before[64];
+  snprintf(before, sizeof before, "%s", sc_test_q1s(path, "SELECT count(*) || ' ' || "
+                                                          "sum(id * (t_ns + kv_used + replica + "
+                                                          "deployment_id)) FROM step"));
+  // read as it is
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg);
+  expect_q(store_db(s), "SELECT type FROM sqlite_master WHERE name = 'step'", "table");
+  store_close(s);
+  // migrated when opened for writing
+  s = open_rw(path);
+  sqlite3 *db = store_db(s);
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
+  expect_q(db, "SELECT type FROM sqlite_master WHERE name = 'step'", "view");
+  expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name IN ('step_v4', "
+               "'step_by_deployment')", "0");
+  expect_q(db, "SELECT count(*) || ' ' || sum(id * (t_ns + kv_used + replica + deployment_id)) "
+               "FROM step", before);
+  expect_q(db, "SELECT count(*) FROM step_block b WHERE n > 256 OR b.end_ns != (SELECT "
+               "max(t_ns + duration_ns) FROM step s WHERE s.id >= b.first_id AND s.id < "
+               "b.first_id + b.n)", "0");
+  expect_q(db, "SELECT second, tokens FROM token_second", "0|1;1|2");
+  // the next step takes the id after the last
+  store_step x = step_of(run, dep[0], 1);
+  cr_assert_eq(store_step_add(s, &x, &err), SC_OK, "%s", err.msg);
+  expect_q(db, "SELECT max(id), count(*) FROM step", "601|599");
   store_close(s);
 }
 
@@ -326,6 +513,7 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
   const char *path = file_with_tokens("migrate");
   store *s = NULL;
   sc_error err = {{0}};
+  sc_test_exec(path, sc_test_v4_sql);
   sc_test_exec(path, "ALTER TABLE run DROP COLUMN repeat_group; ALTER TABLE run DROP COLUMN "
                      "repeat_index; DROP TABLE fault_window; UPDATE meta SET value = '1' "
                      "WHERE key = 'schema_version'");
@@ -335,7 +523,7 @@ Test(store, a_version_1_file_is_migrated_when_opened_for_writing) {
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(db, "SELECT count(*) FROM pragma_table_info('run') WHERE name IN ('repeat_group', "
                "'repeat_index')", "2");
   expect_q(db, "SELECT count(*) FROM sqlite_master WHERE name = 'fault_window'", "1");
@@ -348,6 +536,7 @@ Test(store, a_version_2_file_gets_the_capacity_tables_when_opened_for_writing) {
   const char *path = file_with_tokens("migrate2");
   store *s = NULL;
   sc_error err = {{0}};
+  sc_test_exec(path, sc_test_v4_sql);
   sc_test_exec(path, "DROP TABLE capacity_point; DROP TABLE capacity_layout; DROP TABLE "
                      "capacity; UPDATE meta SET value = '2' WHERE key = 'schema_version'");
   sc_test_exec(path, sc_test_token_table_v3_sql);
@@ -355,13 +544,49 @@ Test(store, a_version_2_file_gets_the_capacity_tables_when_opened_for_writing) {
   expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "2");
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
-  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(store_db(s), "SELECT count(*) FROM sqlite_master WHERE name LIKE 'capacity%'", "3");
+  expect_q(store_db(s), "SELECT count(*) FROM pragma_table_info('capacity_layout') WHERE name "
+                        "IN ('max_rate_lo', 'max_rate_hi', 'error')", "3");
+  store_close(s);
+}
+
+// Version 4's capacity tables (no interval): read as they are, each layout's bounds its
+// prediction; opened for writing, they gain the interval's columns, the old points bound 0.
+Test(store, a_version_4_files_capacity_tables_gain_the_interval_when_opened_for_writing) {
+  const char *path = file_with_tokens("migrate4");
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  store_cap_search cs = {.scenario = "c", .record = "summary", .target_rate = 1, .rate_lo = 1,
+                         .rate_hi = 2, .best = 0, .runner_up = -1, .served = true, .note = "n"};
+  store_cap_layout l = {.kind = "h100-sxm", .tp = 1, .pp = 1, .dp = 1, .gpus = 1, .label = "tp1",
+                        .cost_per_hour = 1, .max_rate = 1.5, .output_tok_s = 10,
+                        .cost_per_mtok = 1, .max_rate_lo = 1.2, .max_rate_hi = 1.8, .error = 0.2};
+  store_cap_point p = {.layout = 0, .rate = 1.5, .pass = true, .ttft_p95_ms = 1, .tpot_p95_ms = 1,
+                       .e2el_p95_ms = 1, .output_tok_s = 10, .error_rate = 0, .bound = -1};
+  int64_t id = 0;
+  cr_assert_eq(store_capacity_add(s, &cs, &l, 1, &p, 1, &id, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  sc_test_exec(path, sc_test_v4_sql);
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg);
+  rq_capacity c;
+  cr_assert_eq(rq_capacity_load(store_db(s), id, &c, &err), SC_OK, "%s", err.msg);
+  cr_expect(c.n_layouts == 1 && c.layouts[0].max_rate_lo == 1.5 && c.layouts[0].error == 0,
+            "no interval: the bounds are the prediction");
+  cr_expect(c.n_points == 1 && c.points[0].bound == 0);
+  rq_capacity_free(&c);
+  store_close(s);
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  expect_q(store_db(s), "SELECT value FROM meta WHERE key = 'schema_version'", "5");
+  expect_q(store_db(s), "SELECT bound FROM capacity_point", "0");
+  expect_q(store_db(s), "SELECT count(*) FROM capacity_layout WHERE max_rate_lo IS NULL", "1");
   store_close(s);
 }
 
 Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_order) {
   const char *path = file_with_tokens("migrate3");
+  sc_test_exec(path, sc_test_v4_sql);
   sc_test_exec(path, "UPDATE meta SET value = '3' WHERE key = 'schema_version'");
   sc_test_exec(path, sc_test_token_table_v3_sql);
   // A second request whose rows went in out of index order, and one with none.
@@ -381,7 +606,7 @@ Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_o
   store_close(s);
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   sqlite3 *db = store_db(s);
-  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "4");
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
   expect_q(db, "SELECT type FROM sqlite_master WHERE name = 'token'", "view");
   expect_q(db, "SELECT r.seq, tt.t_ns FROM token_times tt JOIN request r ON r.id = "
                "tt.request_id ORDER BY r.seq", "0|[10,20,30];1|[5,6,7]");
@@ -391,6 +616,28 @@ Test(store, a_version_3_files_token_rows_become_one_array_per_request_in_index_o
   // Opened again, nothing is left to do.
   cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
   expect_q(store_db(s), "SELECT count(*) FROM token_times", "2");
+  store_close(s);
+}
+
+Test(store, a_version_4_file_gains_the_notes_and_the_window_grouping) {
+  const char *path = file_with_tokens("migrate4");
+  sc_test_exec(path, sc_test_v4_sql);
+  sc_test_exec(path, "INSERT INTO metric(run_id, name, value) VALUES(1, 'requests', 1); "
+                     "UPDATE meta SET value = '4' WHERE key = 'schema_version'");
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open_readonly(path, &s, &err), SC_OK, "%s", err.msg); // read as it is
+  expect_q(store_db(s), "SELECT count(*) FROM pragma_table_info('metric') WHERE name = 'note'",
+           "0");
+  store_close(s);
+  cr_assert_eq(store_open(path, &s, &err), SC_OK, "%s", err.msg);
+  sqlite3 *db = store_db(s);
+  expect_q(db, "SELECT value FROM meta WHERE key = 'schema_version'", "5");
+  expect_q(db, "SELECT (SELECT count(*) FROM pragma_table_info('metric') WHERE name = 'note') + "
+               "(SELECT count(*) FROM pragma_table_info('verdict') WHERE name = 'note') + "
+               "(SELECT count(*) FROM pragma_table_info('fault_window') WHERE name = 'by')",
+           "3");
+  expect_q(db, "SELECT name, value, note IS NULL FROM metric", "requests|1.0|1");
   store_close(s);
 }
 

@@ -11,7 +11,7 @@
 // What it leaves to others: the public wrappers and the backend registry (kernels/device.c),
 // fault injection (faults/, at the wrapper layer), the KV block allocator and block tables
 // (engine/kv_cache.c), and any parallelism across ranks (the engine runs one thread per rank;
-// BLAS may add its own threads, see device_cpu_set_threads). Every op is synchronous, so
+// BLAS runs one thread per call, its products split over the pool: device_cpu_set_threads). Every op is synchronous, so
 // synchronize is a no-op. Nothing here prints or exits; bad arguments give SC_INVALID.
 //
 // Thread safety: a cpu device keeps no state but its allocation counter (atomic), its kernels'
@@ -192,6 +192,9 @@ sc_status device_cpu_open(device **out, sc_error *err) {
   atomic_init(&c->used, 0);
   c->total = cpu_physical_bytes();
   c->threads = atomic_load(&cpu_threads);
+#ifdef OPENBLAS_VERSION
+  openblas_set_num_threads(1); // the pool splits BLAS's products (cpu_matmul.c, blas_split)
+#endif
   if (pthread_mutex_init(&c->pool_mu, NULL)) {
     free(c);
     return sc_fail(err, SC_OOM, "cpu device: cannot create a mutex");
@@ -211,9 +214,10 @@ sc_status device_cpu_open(device **out, sc_error *err) {
 
 void device_cpu_set_threads(int n) {
   if (n < 1) n = 1;
-  atomic_store(&cpu_threads, n); // the int8 matmul's pools (devices opened from now on)
+  atomic_store(&cpu_threads, n); // the matmuls' pools (devices opened from now on)
 #ifdef OPENBLAS_VERSION
-  openblas_set_num_threads(n);
+  // BLAS runs one thread per call: the pool splits its products (cpu_matmul.c, blas_split)
+  openblas_set_num_threads(1);
 #endif
 }
 

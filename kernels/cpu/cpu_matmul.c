@@ -1,7 +1,8 @@
-// The cpu device's matmuls: y = x * w^T through CBLAS (OpenBLAS), or, for 1 to 128 rows on a
-// CPU with AVX-512, kernels of their own that stream the weights once; and the int8
-// weight-only matmul (its own kernels: AVX-512, AVX2 or portable C, chosen at run time; or
-// dequantized tiles through CBLAS). The device's scratch buffer (dequantized int8 tiles, x
+// The cpu device's matmuls: y = x * w^T through CBLAS (OpenBLAS, one thread per call, the
+// weight rows split over the device's pool), or, for 1 to 128 rows on a CPU with AVX-512,
+// kernels of their own that stream the weights once; and the int8 weight-only matmul (its own
+// kernels: AVX-512, AVX2 or portable C, chosen at run time; or dequantized tiles through
+// CBLAS). The device's scratch buffer (dequantized int8 tiles, x
 // transposed for the f32 outer-product kernel) is taken and given back here.
 //
 // What it leaves to others: the pool the kernels split over (cpu_pool.c), the choice of build
@@ -20,6 +21,8 @@
 
 static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const float *w,
                        float beta, float *y);
+static void blas_split(cpu_ctx *c, int m, int n, int k, const float *x, const float *w,
+                       float beta, float *y, int ldy);
 
 // y(m,n) = x(m,k) * w(n,k)^T + beta * y. x and y must not overlap. With beta == 0, y is
 // written without being read (NaN in y does not leak through).
@@ -58,7 +61,7 @@ sc_status cpu_matmul(void *ctx, int m, int n, int k, const float *x, const float
 // tails), AVX2 + FMA (8 lanes, scalar tails) and portable C. The vector builds are compiled
 // with target attributes, so the file needs no -m flags and runs on any x86-64 (elsewhere, the
 // portable build only). The weight rows are split over the device's pool (below): as many
-// threads as device_cpu_set_threads gives BLAS for the f32 matmul, the caller being one of them.
+// threads as device_cpu_set_threads gives the device, the caller being one of them.
 //
 // More rows (prefill): tiles of weight rows are dequantized into an f32 scratch kept by the
 // device and multiplied by CBLAS sgemm (so on BLAS's threads, like the f32 matmul). A tile is
@@ -615,11 +618,7 @@ static sc_status q8_gemm_tiles(cpu_ctx *c, const q8_job *jb) {
   for (int j0 = 0; j0 < jb->n; j0 += (int)rows) {
     int nt = jb->n - j0 < (int)rows ? jb->n - j0 : (int)rows;
     q8_dequant(jb, j0, nt, tile);
-    if (jb->beta == 0.0f)
-      for (size_t r = 0; r < (size_t)jb->m; r++)
-        memset(jb->y + r * (size_t)jb->n + j0, 0, (size_t)nt * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, jb->m, nt, jb->k, 1.0f, jb->x, jb->k,
-                tile, jb->k, jb->beta, jb->y + j0, jb->n);
+    blas_split(c, jb->m, nt, jb->k, jb->x, tile, jb->beta, jb->y + j0, jb->n);
   }
   scratch_put(c, &sc);
   return SC_OK;
@@ -661,11 +660,58 @@ enum {
   F32_DIRECT_M = 128, // rows of x up to which the kernel runs
 };
 
-// The product through the small-M kernel when it applies (k > 0); false: use CBLAS.
+// --- CBLAS over the pool
+//
+// BLAS is told to use one thread (device_cpu_set_threads), and the weight rows of a product
+// are split over the device's pool instead, each chunk one single-threaded BLAS call: the pool
+// hands chunks out first come first served, so on a busy host a pool thread the OS has not
+// scheduled costs only its share, where BLAS's own threads split the work evenly up front and
+// wait for the slowest (llama-small at tp 1 on 2 cores beside two CPU-bound loops: 2 tok/s on
+// BLAS's two threads against 14 on one; docs/benchmarks.md, "A busy host").
+typedef struct blas_par {
+  int m, n, k;
+  const float *x; // (m, k)
+  const float *w; // (n, k)
+  float beta;
+  float *y; // (m, ldy): columns [0, n) written
+  int ldy;
+} blas_par;
+
+static void blas_chunk(void *arg, int chunk, int chunks) {
+  const blas_par *b = arg;
+  int j0 = (int)((int64_t)b->n * chunk / chunks), j1 = (int)((int64_t)b->n * (chunk + 1) / chunks);
+  if (j0 >= j1) return;
+  const float *w = b->w + (size_t)j0 * (size_t)b->k;
+  float *y = b->y + j0;
+  if (b->beta == 0.0f) // BLAS scales y by beta: NaN in y would leak through
+    for (int r = 0; r < b->m; r++)
+      memset(y + (size_t)r * (size_t)b->ldy, 0, (size_t)(j1 - j0) * sizeof *y);
+  if (b->m == 1)
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, j1 - j0, b->k, 1.0f, w, b->k, b->x, 1, b->beta, y, 1);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->m, j1 - j0, b->k, 1.0f, b->x, b->k,
+                w, b->k, b->beta, y, b->ldy);
+}
+
+// y(m, n), row stride ldy, = x(m, k) * w(n, k)^T + beta * y, through CBLAS in chunks of weight
+// rows over the device's pool (one call when the product is small).
+static void blas_split(cpu_ctx *c, int m, int n, int k, const float *x, const float *w,
+                       float beta, float *y, int ldy) {
+  blas_par b = {m, n, k, x, w, beta, y, ldy};
+  cpu_pool *p = (size_t)n * (size_t)k >= Q8_PAR_MIN && n > 1 ? cpu_pool_get(c) : NULL;
+  int chunks = p ? CPU_CHUNKS_PER_THREAD * (cpu_pool_workers(p) + 1) : 1;
+  cpu_pool_run(p, blas_chunk, &b, chunks < n ? chunks : n);
+}
+
+// The product through the small-M kernel when it applies, else through CBLAS over the pool
+// (k > 0); false only when the kernel's scratch could not be had (then one CBLAS call).
 static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const float *w,
                        float beta, float *y) {
 #ifdef CPU_X86
-  if (m > F32_DIRECT_M || cpu_isa_now() != DEV_CPU_ISA_AVX512) return false;
+  if (m > F32_DIRECT_M || cpu_isa_now() != DEV_CPU_ISA_AVX512) {
+    blas_split(c, m, n, k, x, w, beta, y, n);
+    return true;
+  }
   q8_job jb = {.m = m, .n = n, .k = k, .x = x, .w = w, .beta = beta, .y = y};
   if (m < F32_OUT_MIN_M || m > F32_OUT_LANES) {
     q8_cols_fn fn = m == 1 ? f32_gemv_avx512 : m == 2 ? f32_rows2_avx512 : q8_cols_avx512;
@@ -681,7 +727,7 @@ static bool f32_direct(cpu_ctx *c, int m, int n, int k, const float *x, const fl
   scratch_put(c, &sc);
   return true;
 #else
-  (void)c, (void)m, (void)n, (void)k, (void)x, (void)w, (void)beta, (void)y;
-  return false;
+  blas_split(c, m, n, k, x, w, beta, y, n);
+  return true;
 #endif
 }

@@ -452,6 +452,8 @@ sim_engine sim_engine_defaults(void) {
   return (sim_engine){.prefill_eff = 1, .decode_eff = 1};
 }
 
+double sim_engine_error(const sim_engine *e) { return e->error > 0 ? e->error : SIM_IDEALIZED_ERROR; }
+
 // The engine block's kernel-time factor for a step: the token-weighted mean of 1 / prefill_eff
 // over prefill tokens and 1 / decode_eff over decode tokens (a sequence computing one token).
 // Exactly 1 when neither efficiency is set.
@@ -486,6 +488,7 @@ void sim_hw_scale(sim_hw *hw, double f) {
   hw->step_overhead_s *= f;
   hw->engine.step_s *= f;
   hw->engine.seq_s *= f;
+  hw->engine.tp_step_s *= f;
   scale_link(&hw->intra, f);
   scale_link(&hw->inter, f);
   for (int i = 0; i < hw->n_gemm; i++) scale_curve(&hw->gemm[i].t, f);
@@ -553,7 +556,7 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
   }
   double ef = engine_factor(&hw->engine, seqs, n);
   double ov = step_overhead(hw, l, decodes, prompt, last.end) + hw->engine.step_s +
-              hw->engine.seq_s * n;
+              hw->engine.seq_s * n + hw->engine.tp_step_s * (tp * pp - 1);
   // The factor is the engine's use of the GPU (its kernels, their launches); a collective's
   // price is the link's, which a profile sets or measures on its own.
   *out = (sim_step_cost){
@@ -561,6 +564,7 @@ int sim_step_price(const sim_hw *hw, const sim_model *m, const sim_layout *l, co
       .compute_s = last.busy * ef,
       .comm_s = last.comm,
       .overhead_s = last.launch * ef + ov,
+      .host_s = ov,
       .bubble_frac = pp > 1 && last.end > 0 ? 1 - busy_sum / (pp * last.end) : 0,
       .n_microbatches = n_mb,
   };

@@ -105,11 +105,17 @@ typedef struct sim_mixed_attn {
 typedef struct sim_engine {
   double step_s;      // fixed host time per step, s (added to the step overhead)
   double seq_s;       // host time per scheduled sequence of a step, s
+  double tp_step_s;   // host time per step per rank of the replica beyond the first, s: the
+                      // driver handing each step to its workers (vLLM V0's Ray or
+                      // multiprocessing workers); a run at tp 1 cannot see it
   double prefill_eff; // kernel time of prefill tokens is divided by this (collectives are
                       // not); <= 0: 1
   double decode_eff;  // kernel time of decode tokens (a sequence computing 1 token); <= 0: 1
   sim_mixed_attn mixed_attn[SIM_MIXED_MAX]; // by attention shape; none: decodes priced alike
   int n_mixed_attn;
+  double error;       // the relative half-width of the intervals of what this block predicts
+                      // (`shardcheck calibrate` writes its fit's); 0: unknown, read as
+                      // SIM_IDEALIZED_ERROR (the idealized engine's documented error)
   int logits_bytes;   // bytes a logit takes in the TP all-gather of the sampled rows' logits: 2
                       // for an engine that gathers them in the model's dtype (vLLM), 4 for f32
                       // (shardcheck's engine); 0: 4
@@ -120,6 +126,14 @@ typedef struct sim_engine {
   // one step); a value replaces the scenario's when its has_ flag is set.
   SC_KNOBS(SC_KNOB_PROFILE_FIELD)
 } sim_engine;
+
+// The idealized engine's error on the published runs of docs/calibration.md ("Validation
+// across layouts"): the half-width of the interval put around what a profile without a fitted
+// engine block predicts.
+#define SIM_IDEALIZED_ERROR 0.5
+
+// The relative half-width of e's predictions: its error, or SIM_IDEALIZED_ERROR when unknown.
+double sim_engine_error(const sim_engine *e);
 
 // The idealized engine: no engine costs, efficiencies 1, the scenario's limits.
 sim_engine sim_engine_defaults(void);
@@ -194,6 +208,8 @@ typedef struct sim_step_cost {
   double comm_s;       // collectives and PP transfers on the critical path
   double overhead_s;   // the step overhead (step_overhead_s or its table) + launches + the
                        // engine block's step_s + seq_s per sequence
+  double host_s;       // the host's part of overhead_s: the step overhead and the engine
+                       // block's step_s and seq_s (not the launches)
   double bubble_frac;  // pp > 1: idle fraction of the stages between the step's start and end
   int n_microbatches;
 } sim_step_cost;

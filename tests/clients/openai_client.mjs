@@ -7,6 +7,7 @@
 //   BASE_URL: http://127.0.0.1:PORT (the server's root, without /v1)
 // Prints one line per check; exits 0 when every check passed, 1 at the first that did not.
 import OpenAI from "openai";
+import { check } from "./check.mjs";
 
 const [base, key] = process.argv.slice(2);
 if (!base || !key) {
@@ -14,13 +15,6 @@ if (!base || !key) {
   process.exit(2);
 }
 
-function check(ok, what, detail) {
-  if (!ok) {
-    console.error(`FAIL: ${what}${detail === undefined ? "" : ": " + JSON.stringify(detail)}`);
-    process.exit(1);
-  }
-  console.log(`ok: ${what}`);
-}
 
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60000 });
 
