@@ -320,6 +320,14 @@ static sc_status migrate_steps(store *s, sc_error *err) {
     rows[n] = x;
     ptrs[n] = &rows[n];
     n++;
+  }
+  if (r == SC_OK && rc != SQLITE_DONE)
+    r = db_fail(s, rc, "migrating the step rows to version 5", err);
+  if (r == SC_OK && n) r = write_step_block(s, first, ptrs, n, err);
+  sqlite3_finalize(st);
+  free(rows);
+  free(ptrs);
+  return r;
 }
 
 // Migrates an older file to the current version in one transaction, each version's steps in
