@@ -87,6 +87,11 @@ sc_status sc_mpi_gather(const void *send, void *recv, size_t n, int root, uint64
 sc_status sc_mpi_max_int(int *v, uint64_t deadline_ns, sc_error *err) {
   return sc_fail(err, SC_INVALID, "%s", NO_MPI);
 }
+sc_status sc_mpi_gather_bytes(const void *send, size_t n, int root, void **out, size_t *counts,
+                              uint64_t deadline_ns, sc_error *err) {
+  if (out) *out = NULL;
+  return sc_fail(err, SC_INVALID, "%s", NO_MPI);
+}
 sc_status sc_mpi_check_same_build(uint64_t deadline_ns, sc_error *err) {
   return sc_fail(err, SC_INVALID, "%s", NO_MPI);
 }
@@ -252,6 +257,59 @@ sc_status sc_mpi_max_int(int *v, uint64_t deadline_ns, sc_error *err) {
   int rc = MPI_Iallreduce(&in, v, 1, MPI_INT, MPI_MAX, job, &req);
   if (rc != MPI_SUCCESS) return sc_fail(err, SC_IO, "mpi: MPI_Iallreduce failed");
   return job_wait(&req, deadline_ns, "agreement", err);
+}
+
+sc_status sc_mpi_gather_bytes(const void *send, size_t n, int root, void **out, size_t *counts,
+                              uint64_t deadline_ns, sc_error *err) {
+  *out = NULL;
+  if (!sc_mpi_active()) return not_active(err);
+  int64_t mine = n > (size_t)INT32_MAX ? -1 : (int64_t)n;
+  int64_t *all = NULL; // (size) root: every rank's count
+  int *cnt = NULL, *dsp = NULL;
+  if (world_rank == root) {
+    all = calloc((size_t)world_size, sizeof *all);
+    cnt = calloc((size_t)world_size, sizeof *cnt);
+    dsp = calloc((size_t)world_size, sizeof *dsp);
+  }
+  sc_status s = world_rank == root && (!all || !cnt || !dsp)
+                    ? sc_fail(err, SC_OOM, "mpi: out of memory")
+                    : SC_OK;
+  // every rank takes part in the count's gather, even after an error of its own
+  sc_error e2 = {{0}};
+  sc_status s2 = sc_mpi_gather(&mine, all, sizeof mine, root, deadline_ns, &e2);
+  if (s == SC_OK && s2 != SC_OK) s = sc_fail(err, s2, "%s", e2.msg);
+  int64_t total = 0;
+  for (int r = 0; all && s == SC_OK && r < world_size; r++) {
+    if (all[r] < 0 || total + all[r] > INT32_MAX) {
+      s = sc_fail(err, SC_INVALID, "mpi: gather of more than 2 GiB (rank %d)", r);
+      break;
+    }
+    cnt[r] = (int)all[r];
+    dsp[r] = (int)total;
+    total += all[r];
+    if (counts) counts[r] = (size_t)all[r];
+  }
+  char *buf = NULL;
+  if (world_rank == root && s == SC_OK && !(buf = malloc(total ? (size_t)total : 1)))
+    s = sc_fail(err, SC_OOM, "mpi: out of memory for %lld bytes", (long long)total);
+  // the root cannot take the bytes: it stops here, and the job fails stop (its caller's error)
+  if (s == SC_OK && mine >= 0) {
+    MPI_Request req;
+    int rc = MPI_Igatherv(send, (int)mine, MPI_BYTE, buf, cnt, dsp, MPI_BYTE, root, job, &req);
+    s = rc != MPI_SUCCESS ? sc_fail(err, SC_IO, "mpi: MPI_Igatherv failed")
+                          : job_wait(&req, deadline_ns, "gather", err);
+  } else if (s == SC_OK) {
+    s = sc_fail(err, SC_INVALID, "mpi: gather of %zu bytes from one rank", n);
+  }
+  free(all);
+  free(cnt);
+  free(dsp);
+  if (s != SC_OK) {
+    free(buf);
+    return s;
+  }
+  *out = buf;
+  return SC_OK;
 }
 
 // --- the build check

@@ -53,6 +53,11 @@ sc_status sc_mpi_gather(const void *send, void *recv, size_t n, int root, uint64
                         sc_error *err);
 // The largest of every rank's *v, on every rank.
 sc_status sc_mpi_max_int(int *v, uint64_t deadline_ns, sc_error *err);
+// Every rank's n bytes (each its own n, up to 2 GiB in all) to root: on root *out (malloc'd, the
+// caller frees it) holds them in rank order and counts[0..size) each rank's n; elsewhere *out
+// is NULL and counts unused (may be NULL). On error *out is NULL.
+sc_status sc_mpi_gather_bytes(const void *send, size_t n, int root, void **out, size_t *counts,
+                              uint64_t deadline_ns, sc_error *err);
 
 // Checks that every rank runs the same build of shardcheck (the GNU build id of the running
 // executable). SC_INVALID on every rank, err one line naming the first rank that differs and
