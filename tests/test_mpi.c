@@ -27,13 +27,12 @@ static void allow_root(void) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
 }
 
-// Runs `mpirun --oversubscribe -np N mpi_check ARGS`; its stdout and stderr in out, its exit
-// code back.
-static int run_mpi(int np, const char *args, char *out, size_t cap) {
+// Runs `mpirun --oversubscribe LAUNCH` (LAUNCH: -np N and the program with its arguments); its
+// stdout and stderr in out, its exit code back.
+static int run_launch(const char *launch, char *out, size_t cap) {
   allow_root();
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "'%s' --oversubscribe -np %d '%s' %s 2>&1 </dev/null", SC_MPIEXEC, np,
-           SC_MPI_CHECK, args);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' --oversubscribe %s 2>&1 </dev/null", SC_MPIEXEC, launch);
   FILE *p = popen(cmd, "r");
   cr_assert_not_null(p);
   size_t n = 0;
@@ -51,6 +50,13 @@ static int run_mpi(int np, const char *args, char *out, size_t cap) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+// `mpirun --oversubscribe -np N mpi_check ARGS`.
+static int run_mpi(int np, const char *args, char *out, size_t cap) {
+  char launch[2048];
+  snprintf(launch, sizeof launch, "-np %d '%s' %s", np, SC_MPI_CHECK, args);
+  return run_launch(launch, out, cap);
+}
+
 // Every rank said "ok" and none failed.
 static void expect_all_ok(int np, const char *out) {
   cr_expect(!strstr(out, "FAIL"), "%s", out);
@@ -63,6 +69,8 @@ static void expect_all_ok(int np, const char *out) {
 
 static void no_orphans(void) {
   sc_test_await(!sc_test_process_with(SC_MPI_CHECK), 10, "a process of the job outlived it");
+  sc_test_await(!sc_test_process_with(SC_BINARY " capacity"), 10,
+                "a shardcheck rank outlived its job");
 }
 
 TestSuite(mpi, .fini = no_orphans);
@@ -110,5 +118,85 @@ Test(mpi, a_rank_that_fails_ends_rank_0s_step_with_its_own_reason) {
   cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
   cr_expect(strstr(out, "rank 0: ok"), "%s", out);
   cr_expect(strstr(out, "step failed with: rank 3 (tp_rank=1 pp_rank=1)"), "%s", out);
+}
+
+// --- sweeps across ranks: `mpirun -np N shardcheck capacity`
+
+// Small and quick: llama3-8b on up to 2 H100s (4 layouts), 20 simulated seconds per probe.
+static const char *CAP_SCN = "name: cap\n"
+                             "mode: sim\n"
+                             "model: {preset: llama3-8b}\n"
+                             "hardware: {profile: h100-sxm, gpus: 2}\n"
+                             "deployments: [{tp: 1}]\n"
+                             "workload:\n"
+                             "  prompts:\n"
+                             "    - {input: {uniform: [128, 512]}, output: {uniform: [16, 64]}}\n"
+                             "  phases:\n"
+                             "    - {name: steady, rate: 20, arrival: poisson, duration: 20s}\n"
+                             "limits: {request_timeout: 30s}\n"
+                             "slo: {ttft_p95_ms: 300, error_rate: 0}\n"
+                             "seed: 5\n";
+
+#define CAP_FLAGS "--iters 3 --rate-range 4:64 --cost h100-sxm=2.5 --quiet"
+// Every stored point of the search, by layout and probe, as one line.
+#define POINTS                                                                                     \
+  "SELECT group_concat(layout || ',' || idx || ',' || rate || ',' || pass || ',' || "              \
+  "ttft_p95_ms, ';') FROM (SELECT * FROM capacity_point ORDER BY layout, idx)"
+
+// The table, the report and every stored point of a search over 2 and over 3 ranks (4 layouts:
+// shares of 2 + 2 and 2 + 1 + 1) are those of --jobs 1, byte for byte.
+Test(mpi, capacity_over_2_and_3_ranks_prints_stores_and_reports_what_jobs_1_does) {
+  const char *sc = sc_test_write_tmp("mpi-cap", "cap.yaml", CAP_SCN);
+  const char *dir = sc_test_tmpdir("mpi-cap-out");
+  char one[16384], args[2048];
+  snprintf(args, sizeof args, "capacity %s " CAP_FLAGS " --jobs 1 --db %s/one.db --out %s/r1", sc,
+           dir, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, one, sizeof one), 0, "%s", one);
+  cr_assert(strstr(one, "recommended:"), "%s", one);
+  snprintf(args, sizeof args, "%s/r1/index.html", dir);
+  char *html1 = sc_test_read_file(args, NULL);
+  cr_assert_not_null(html1);
+  char points1[8192];
+  snprintf(args, sizeof args, "%s/one.db", dir);
+  snprintf(points1, sizeof points1, "%s", sc_test_q1s(args, POINTS));
+  cr_assert(points1[0]);
+  for (int np = 2; np <= 3; np++) {
+    char out[16384], launch[2048], db[1100];
+    snprintf(db, sizeof db, "%s/np%d.db", dir, np);
+    snprintf(launch, sizeof launch, "-np %d '%s' capacity %s " CAP_FLAGS " --db %s --out %s/r%d",
+             np, SC_BINARY, sc, db, dir, np);
+    cr_assert_eq(run_launch(launch, out, sizeof out), 0, "%s", out);
+    cr_expect_str_eq(out, one, "%d ranks printed another table", np);
+    snprintf(args, sizeof args, "%s/r%d/index.html", dir, np);
+    char *html = sc_test_read_file(args, NULL);
+    cr_assert_not_null(html);
+    cr_expect_str_eq(html, html1, "%d ranks wrote another report", np);
+    free(html);
+    char mine[8192];
+    snprintf(mine, sizeof mine, "%s", sc_test_q1s(db, POINTS));
+    cr_expect_str_eq(mine, points1, "%d ranks stored other points", np);
+  }
+  free(html1);
+}
+
+// A rank that runs another build (here the same binary without its build id) is refused before
+// anything is searched: one line naming the rank and its host, exit 2.
+Test(mpi, ranks_of_another_build_are_refused_with_one_line_and_exit_2) {
+  const char *sc = sc_test_write_tmp("mpi-build", "cap.yaml", CAP_SCN);
+  const char *dir = sc_test_tmpdir("mpi-build-out");
+  char cmd[2048], out[16384];
+  snprintf(cmd, sizeof cmd, "objcopy --remove-section .note.gnu.build-id '%s' '%s/other' 2>&1",
+           SC_BINARY, dir);
+  cr_assert_eq(system(cmd), 0, "objcopy (binutils) failed: %s", cmd);
+  snprintf(cmd, sizeof cmd,
+           "-np 1 '%s' capacity %s --quiet --db %s/x.db : -np 1 '%s/other' capacity %s "
+           "--quiet --db %s/x.db",
+           SC_BINARY, sc, dir, dir, sc, dir);
+  cr_expect_eq(run_launch(cmd, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "shardcheck capacity: mpi: rank 1 on ") &&
+                strstr(out, "runs another build of shardcheck"),
+            "%s", out);
+  char *line = strstr(out, "shardcheck capacity:");
+  cr_expect(!line || !strstr(line + 1, "shardcheck capacity:"), "one line, from rank 0: %s", out);
 }
 #endif
