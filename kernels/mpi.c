@@ -1,7 +1,7 @@
 // The MPI job (see mpi.h): initialising MPI, the job's rank and size, collectives over the whole
 // job polled with a deadline, the build check, and fail-stop. The communicator whose ranks are
-// the job's processes is kernels/comm_mpi.c; how the engine and the runner use both is theirs
-// (engine/exec_dist.c, serving/replica_mpi.c, runner/clients.c).
+// the job's processes is kernels/comm_mpi.c; how the engine and the capacity search use both is
+// theirs (engine/exec_dist.c, runner/capacity.c).
 //
 // Without SHARDCHECK_HAVE_MPI (a build without MPI, first-class) every function is here and
 // answers that the build has no MPI.
@@ -57,6 +57,16 @@ const char *sc_mpi_build_id(void) {
 bool sc_mpi_launched(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
          (getenv("PMI_SIZE") && getenv("PMI_RANK"));
+}
+
+int sc_mpi_launched_size(void) {
+  if (!sc_mpi_launched()) return 1;
+  const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    const char *v = getenv(names[i]);
+    if (v && atoi(v) > 0) return atoi(v);
+  }
+  return 0;
 }
 
 #ifndef SHARDCHECK_HAVE_MPI

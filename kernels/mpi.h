@@ -26,6 +26,10 @@ bool sc_mpi_built(void);
 // OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, Slurm's PMI_SIZE with PMI_RANK). Read only; nothing
 // is initialised.
 bool sc_mpi_launched(void);
+// How many processes the launcher started (OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS), read
+// from the environment without initialising anything: 1 when not launched, 0 when launched but
+// the environment does not say.
+int sc_mpi_launched_size(void);
 // Initialises MPI once (MPI_THREAD_MULTIPLE); later calls return SC_OK at once. SC_INVALID with
 // one line in err when the build has no MPI or the library cannot give the thread level.
 sc_status sc_mpi_init(sc_error *err);
