@@ -1,6 +1,6 @@
 // The step protocol of an executor whose ranks are the processes of an MPI job (internal to
-// engine/; engine/executor.c uses it when exec_config.mpi is set, docs/engine.md "Ranks as
-// processes"). Rank 0 holds the scheduler: for each step it sends every other rank an order
+// engine/; engine/executor.c uses it when exec_config.mpi is set, docs/scaling-out.md "A
+// replica's ranks as processes"). Rank 0 holds the scheduler: for each step it sends every other rank an order
 // (the batch, and the faults queued for that rank since the last step), runs its own shard,
 // and collects each rank's result (its status, its device memory, and from the last stage the
 // greedy picks or the logits). The others wait for orders, run their shard and answer. A rank
