@@ -57,6 +57,9 @@ ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1 run_tests asan -E '^(install|completion|readme)$'
 
 build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread
+# test_mpi is not among them: its ranks are processes (what TSan sees of them is one thread
+# each plus Open MPI's own progress threads, uninstrumented, which TSan reports on its own);
+# it runs under ASan + UBSan above, leaks checked (tests/lsan.supp).
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan -R '^test_(comm|engine|faults_engine|quant|recorder|replica_http|serve|serve_client)$'
 # The profile's step-overhead replicas (threads side by side) under TSan: the test that measures
 # every layout of tp 1,2,4. Its other tests compare timings, which TSan's slowdown makes noise.
