@@ -417,8 +417,10 @@ static void check_engine_fault(int tp, int pp, int victim) {
   CHECK(s == SC_DEVICE && strstr(err.msg, want) && strstr(err.msg, "device lost"),
         "the step fails with rank %d's reason: %s '%s'", victim, sc_status_name(s), err.msg);
   printf("rank 0: the step failed with: %s\n", err.msg);
-  engine_free(e);
-  // fail-stop, as a replica's job does: the victim's peers still wait in their collectives
+  // fail-stop, as a replica's job does: the victim's peers still wait in their collectives.
+  // No rank leaves its loop first (engine_free would tell them to): a rank in MPI_Finalize
+  // while the launcher tears the job down can crash Open MPI 4.1's mpirun.
+  (void)e;
   if (!failures) printf("rank 0: ok (%d checks)\n", checks);
   fflush(stdout);
   sc_mpi_abort(failures ? 1 : 0);

@@ -46,11 +46,13 @@ static void allow_root(void) {
 }
 
 // Runs `mpirun --oversubscribe LAUNCH` (LAUNCH: -np N and the program with its arguments); its
-// stdout and stderr in out, its exit code back.
+// stdout and stderr in out, its exit code back. A job that has not ended after 300 s (a hang:
+// every job here takes seconds, under ASan tens of seconds) is ended by timeout(1), exit 124.
 static int run_launch(const char *launch, char *out, size_t cap) {
   allow_root();
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "'%s' --oversubscribe %s 2>&1 </dev/null", SC_MPIEXEC, launch);
+  snprintf(cmd, sizeof cmd, "timeout -k 10 300 '%s' --oversubscribe %s 2>&1 </dev/null",
+           SC_MPIEXEC, launch);
   FILE *p = popen(cmd, "r");
   cr_assert_not_null(p);
   size_t n = 0;
