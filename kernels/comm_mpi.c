@@ -7,8 +7,10 @@
 // buffers and requests are parked in a list that lives as long as the process (the job fails
 // stop right after), and nothing MPI still writes can land in the caller's memory.
 //
-// all-reduce: small buffers (the other ranks' copies fit in SMALL_BYTES) are all-gathered
-// whole and summed in rank order on every rank: one exchange. Larger ones: each rank's slice
+// all-reduce: small buffers (the other ranks' copies fit in SMALL_BYTES), and any buffer
+// between two ranks (each then receives the other's whole buffer: the bytes of the two-step
+// exchange, in one step), are all-gathered whole and summed in rank order on every rank: one
+// exchange. Larger ones: each rank's slice
 // of every rank's buffer (MPI_Ialltoallv), summed in rank order, then the sums all-gathered
 // in place (MPI_Iallgatherv): 2 (n - 1) / n of the buffer on the link per rank. Both sum in
 // the shm communicator's order, so every rank gets the bits ranks as threads would.
@@ -225,7 +227,7 @@ static sc_status m_allreduce(void *ctx, float *buf, size_t n) {
   uint64_t t = comm_link_clock(slow);
   int N = g->n, me = g->self, rc;
   MPI_Request req;
-  if (n * sizeof(float) * (size_t)(N - 1) <= SMALL_BYTES) {
+  if (N == 2 || n * sizeof(float) * (size_t)(N - 1) <= SMALL_BYTES) {
     // every rank's whole buffer, then the same sum everywhere
     SC_TRY(reserve_f(g, &g->b, &g->cap_b, n * (size_t)N));
     if (n) memcpy(g->b + (size_t)me * n, buf, n * sizeof(float));

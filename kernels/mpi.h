@@ -78,7 +78,8 @@ const char *sc_mpi_build_id(void);
 //   all-reduce: each rank's slice of every rank's buffer is exchanged (MPI_Ialltoallv), summed
 //     in rank order 0..n-1, and the sums gathered (MPI_Iallgatherv): the shm communicator's
 //     order, so the result is the same bits as with ranks as threads, on every rank; bytes on
-//     the link 2 (n - 1) / n x the buffer, as a ring all-reduce;
+//     the link 2 (n - 1) / n x the buffer, as a ring all-reduce (small buffers, and any between
+//     two ranks: every buffer all-gathered whole, then the same sum, in one exchange);
 //   all-gather: MPI_Iallgather;
 //   send/recv: buffered (the message is copied, MPI_Isend; a send never blocks), and a recv of
 //     a message whose size is not `bytes` returns SC_INVALID and leaves it queued, as shm;
