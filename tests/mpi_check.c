@@ -12,6 +12,9 @@
 //   mpi_check engine-size TP PP      a job of another size than tp x pp is refused everywhere
 //   mpi_check engine-fault TP PP R   rank R's device is lost: rank 0's step fails at once with
 //                                    rank R's own reason
+//   mpi_check engine-stop TP PP R    rank R's process is stopped: rank 0's step ends at the
+//                                    collective deadline
+//   mpi_check engine-kill TP PP R    rank R's process is killed: the launcher ends the job
 //
 // Not a Criterion program: Criterion forks each test, and MPI does not survive a fork.
 #include <math.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -426,6 +430,47 @@ static void check_engine_fault(int tp, int pp, int victim) {
   sc_mpi_abort(failures ? 1 : 0);
 }
 
+// Rank `victim`'s process is stopped (SIGSTOP) or killed (SIGKILL) by rank 0 between two steps
+// (every rank runs on this host). Stopped: rank 0's next step ends with SC_TIMEOUT at the
+// collective deadline (2 s here), never later; then the job fails stop. Killed: the launcher
+// ends the whole job (rank 0 with it), as a replica's job is lost; test_mpi.c checks that.
+static void check_engine_signal(int tp, int pp, int victim, int sig) {
+  int pids[64] = {0}, mine = (int)getpid();
+  sc_error err = {{0}};
+  CHECK(sc_mpi_gather(&mine, pids, sizeof mine, 0, 0, &err) == SC_OK, "pids: %s", err.msg);
+  engine_config c = tiny(tp, pp, "cpu", true);
+  c.collective_timeout_ns = 2000 * MS;
+  if (me != 0) {
+    engine_follow(&c, &err); // the victim never comes back; the others end with the job
+    return;
+  }
+  engine *e = NULL;
+  if (engine_new(&c, &e, &err) != SC_OK) {
+    fail("engine_new: %s", err.msg);
+    return;
+  }
+  int32_t prompt[8] = {3, 4, 5, 6, 7, 8, 9, 10};
+  engine_request r = {.prompt = prompt, .n_prompt = 8, .max_tokens = 100};
+  uint64_t id;
+  engine_step_result res;
+  CHECK(engine_submit(e, &r, &id, &err) == SC_OK, "submit: %s", err.msg);
+  CHECK(engine_step(e, &res, &err) == SC_OK, "a step before the signal: %s", err.msg);
+  printf("rank 0: signal %d to rank %d (pid %d)\n", sig, victim, pids[victim]);
+  fflush(stdout);
+  kill(pids[victim], sig);
+  uint64_t t0 = sc_monotonic_ns();
+  sc_status s = engine_step(e, &res, &err);
+  double took = (double)(sc_monotonic_ns() - t0) / 1e9;
+  printf("rank 0: the step ended after %.2f s: %s: %s\n", took, sc_status_name(s), err.msg);
+  CHECK(s == SC_TIMEOUT, "a stopped rank ends the step with a timeout: %s '%s'",
+        sc_status_name(s), err.msg);
+  CHECK(took < 30, "the step ended at the deadline (2 s), not %.1f s later", took);
+  kill(pids[victim], SIGCONT);
+  if (!failures) printf("rank 0: ok (%d checks)\n", checks);
+  fflush(stdout);
+  sc_mpi_abort(failures ? 1 : 0); // fail-stop: the victim's peers still wait
+}
+
 int main(int argc, char **argv) {
   sc_error err = {{0}};
   if (sc_mpi_init(&err) != SC_OK) {
@@ -440,6 +485,10 @@ int main(int argc, char **argv) {
     check_engine(atoi(argv[2]), atoi(argv[3]), argc >= 5 ? argv[4] : "cpu");
   } else if (argc >= 4 && !strcmp(argv[1], "engine-size")) {
     check_engine_size(atoi(argv[2]), atoi(argv[3]));
+  } else if (argc >= 5 && !strcmp(argv[1], "engine-stop")) {
+    check_engine_signal(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), SIGSTOP);
+  } else if (argc >= 5 && !strcmp(argv[1], "engine-kill")) {
+    check_engine_signal(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), SIGKILL);
   } else if (argc >= 5 && !strcmp(argv[1], "engine-fault")) {
     check_engine_fault(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
   } else {

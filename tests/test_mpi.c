@@ -141,6 +141,27 @@ Test(mpi, a_rank_that_fails_ends_rank_0s_step_with_its_own_reason) {
   cr_expect(strstr(out, "step failed with: rank 3 (tp_rank=1 pp_rank=1)"), "%s", out);
 }
 
+// Rank 1 of tp 2 is stopped (SIGSTOP) between steps: rank 0's next step ends with a timeout at
+// the 2 s collective deadline, then the job fails stop and no process is left (stopped ones
+// included: the launcher's SIGKILL ends them).
+Test(mpi, a_stopped_rank_ends_rank_0s_step_at_the_collective_deadline) {
+  char out[16384];
+  int rc = run_mpi(2, "engine-stop 2 1 1", out, sizeof out);
+  cr_expect_neq(rc, 124, "the job hung:\n%s", out);
+  cr_expect(strstr(out, "rank 0: ok"), "%s", out);
+  cr_expect(strstr(out, "rank 0: the step ended after"), "%s", out);
+}
+
+// Rank 3 of tp 2 x pp 2 is killed (SIGKILL) between steps: the launcher ends the whole job,
+// rank 0 with it (the replica is lost, fail-stop), exits non-zero, and leaves no process.
+Test(mpi, a_killed_rank_ends_the_whole_job_and_leaves_no_process) {
+  char out[16384];
+  int rc = run_mpi(4, "engine-kill 2 2 3", out, sizeof out);
+  cr_expect(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "rank 0: signal 9 to rank 3"), "%s", out);
+  cr_expect(!strstr(out, "rank 0: ok"), "rank 0 outlived its job:\n%s", out);
+}
+
 // --- sweeps across ranks: `mpirun -np N shardcheck capacity`
 
 // Small and quick: llama3-8b on up to 2 H100s (4 layouts), 20 simulated seconds per probe.
