@@ -21,6 +21,7 @@ all="scenario:scenario hardware:hardware config_json:json_config safetensors:saf
 echo "== fuzz: configure and build (clang, libFuzzer + ASan + UBSan)"
 mkdir -p build
 CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_WERROR=ON \
+  -DSHARDCHECK_CUDA=OFF -DSHARDCHECK_BENCH=OFF \
   -DSHARDCHECK_FUZZ=ON >build/fuzz.configure.log 2>&1 || { cat build/fuzz.configure.log; exit 1; }
 cmake --build build/fuzz -j"$(nproc)" --target fuzz_all
 

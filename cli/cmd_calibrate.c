@@ -31,7 +31,7 @@ static void usage(FILE *f) {
           "                            [--dtype D] [--kv-cache-dtype D] --out FILE.yaml\n"
           "                            [--check ID[:SPEC] ...] [--no-fit] [--strict]\n\n");
   // the knobs are the table's (kernels/knobs.h): each row's profile key and limits name
-  char knobs[600] = "", names[600] = "", para[2400];
+  char knobs[600] = "", names[600] = "", para[3200];
   size_t len = 0, ln = 0;
 #define KNOB_NAME(name, type, dflt, e, sch, pf, pkey, ok, ex, j)                                   \
   len += (size_t)snprintf(knobs + len, sizeof knobs - len, "%s" #pkey, len ? ", " : "");          \

@@ -124,22 +124,24 @@ static int check_out(const char *path) {
   return CLI_OK;
 }
 
-// The backend named by --backend: 0 for cpu, and for cuda in a build with it; else the exit
-// code of the refusal.
+// The backend named by --backend: 0 for cpu or cuda, else the exit code of the refusal.
 static int check_backend(const char *b) {
-  if (!strcmp(b, "cpu")) return CLI_OK;
-  if (!strcmp(b, "cuda")) {
-#ifndef SHARDCHECK_HAVE_CUDA
-    fprintf(stderr,
-            "shardcheck profile: --backend cuda: this build has no CUDA backend (it was built "
-            "without CUDA: configure with -DSHARDCHECK_CUDA=ON where the CUDA toolkit, cuBLAS "
-            "and NCCL are installed); --backend cpu measures this host\n");
-    return CLI_USAGE;
-#else
-    return CLI_OK;
-#endif
-  }
+  if (!strcmp(b, "cpu") || !strcmp(b, "cuda")) return CLI_OK;
   return cli_usage_error(CMD, "--backend must be cpu or cuda, got", b);
+}
+
+// --backend cuda in a build without it: refused (exit 2) once every other argument is checked,
+// so a bad argument is named the same in every build.
+static int check_cuda_build(void) {
+#ifndef SHARDCHECK_HAVE_CUDA
+  fprintf(stderr,
+          "shardcheck profile: --backend cuda: this build has no CUDA backend (it was built "
+          "without CUDA: configure with -DSHARDCHECK_CUDA=ON where the CUDA toolkit, cuBLAS "
+          "and NCCL are installed); --backend cpu measures this host\n");
+  return CLI_USAGE;
+#else
+  return CLI_OK;
+#endif
 }
 
 // --backend cuda: GPU 0 must be there before anything is measured. 0 when it is, else
@@ -242,7 +244,8 @@ int cmd_profile(int argc, char **argv) {
     if (s != SC_OK) return cli_fail("profile --tp-list", s, &err);
   }
   if (!strcmp(backend, "cuda")) {
-    rc = check_cuda_device();
+    rc = check_cuda_build();
+    if (rc == CLI_OK) rc = check_cuda_device();
     if (rc != CLI_OK) return rc;
   }
   memcpy(o.tp, tp, sizeof tp);

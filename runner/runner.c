@@ -394,7 +394,7 @@ static void sample_servers(rt *r, phase_run *ph) {
                                                : fmax(ph->srv_waiting, m.peak_waiting);
       ph->srv_kv = isnan(ph->srv_kv) ? m.peak_kv : fmax(ph->srv_kv, m.peak_kv);
     }
-    if (ph && m.why[0]) snprintf(ph->srv_why, sizeof ph->srv_why, "replica%d: %s", i, m.why);
+    if (ph && m.why[0]) snprintf(ph->srv_why, sizeof ph->srv_why, "replica%d: %.180s", i, m.why);
     if (!got || m.t_ns == r->server_seen[i]) continue;
     r->server_seen[i] = m.t_ns;
     store_server_sample row = {.run_id = r->run_id,
@@ -594,7 +594,9 @@ static sc_status run_phase(rt *r, int k) {
               r->dep->label, replica_error(r->reps[0]), ph->name);
     }
     periodic(r, now);
-    if (!r->sending && !ph->send_stop) ph->send_stop = now;
+    // when it stopped: after this iteration's sends (a client behind its schedule sends its
+    // backlog in one go, each send after the one before it, long past `now`)
+    if (!r->sending && !ph->send_stop) ph->send_stop = now_rel(r);
     if (!r->sending && r->reqs.inflight == 0) break;
     if (r->db_status != SC_OK) break;
     wait_until(r, next_deadline(r, now_rel(r)));

@@ -436,6 +436,11 @@ Test(profile_cli, cuda_backend_bad_arguments_exit_2_before_looking_for_a_gpu) {
                  "/nonexistent-sc-dir/p.yaml", NULL);
   expect_refused("profile --backend cuda --tp-list 1,,2 --out /tmp/sc-never.yaml", "--tp-list",
                  NULL);
+#ifndef SHARDCHECK_HAVE_CUDA
+  // good arguments in a build without the backend: refused as such, after they were checked
+  expect_refused("profile --backend cuda --model llama-tiny --quick --out /tmp/sc-never.yaml",
+                 "this build has no CUDA backend", NULL);
+#endif
 }
 
 Test(profile_cli, quick_run_writes_a_profile_that_loads_with_progress_on_stderr) {
