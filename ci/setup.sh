@@ -21,6 +21,7 @@ pkgs=(
   file dpkg-dev                      # ci/package.sh: CPack's DEB generator (file types, dpkg-shlibdeps)
   groff-base                         # tests/test_help.c: the man page renders without warnings
   python3-prometheus-client          # tests/prom_check.py: serve's /metrics through its parser
+  openmpi-bin libopenmpi-dev         # MPI: ranks as processes, many clients, sweeps (optional build)
 )
 
 # The npm clients the serve tests drive the server with (tests/clients/package.json, pinned):

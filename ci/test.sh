@@ -81,6 +81,9 @@ build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undef
 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1 run_tests asan -E '^(install|completion|readme)$'
 
+# test_mpi is not among them: its ranks are processes (what TSan sees of them is one thread
+# each plus Open MPI's own progress threads, uninstrumented, which TSan reports on its own);
+# it runs under ASan + UBSan above, leaks checked (tests/lsan.supp).
 # Under TSan only what runs there: the binary, and the tests named below.
 tsan_tests="comm engine faults_engine quant recorder replica_http serve serve_client"
 TARGETS="shardcheck $(printf 'test_%s ' $tsan_tests profile run http http_faults)" \

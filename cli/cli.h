@@ -39,6 +39,13 @@ int cli_fail(const char *cmd, sc_status s, const sc_error *err);
 // returns CLI_USAGE.
 int cli_usage_error(const char *cmd, const char *msg, const char *arg);
 
+// A command an MPI launcher started (mpirun, srun, the Kubernetes MPI Operator; kernels/mpi.h,
+// docs/scaling-out.md): initialises MPI (finalized at exit) and checks that every rank runs the
+// same build. *mpi: whether this process is a rank of an MPI job of more than one. CLI_OK, or
+// CLI_USAGE after one line on stderr (rank 0's only, for a check every rank fails): a build
+// without MPI under a launcher, MPI that will not start, another build on some rank.
+int cli_mpi_begin(const char *cmd, bool *mpi);
+
 // Whole-string number parsers: false for empty input, trailing characters or out of range.
 bool cli_parse_int(const char *s, long lo, long hi, int *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "kernels/clock.h"
+#include "kernels/mpi.h"
 #include "reports/query.h"
 #include "reports/report.h"
 #include "reports/store.h"
@@ -48,7 +49,9 @@ static void usage(FILE *f) {
              "                      bracket leaves of N + 2 bisects it (a layout far from the\n"
              "                      target takes more to bracket, and is not bisected)\n"
              "  --jobs N            worker processes searching layouts at once (1..64,\n"
-             "                      default: the CPUs online); the result is the same\n"
+             "                      default: the CPUs online); the result is the same.\n"
+             "                      Under mpirun or srun the job's ranks share the layouts\n"
+             "                      instead, on any number of hosts (docs/scaling-out.md)\n"
              "  --record L          what each probe records in its scratch database (default\n"
              "                      summary; requests and tokens are slower, same points)\n"
              "  --db PATH           results database (default results.db)\n"
@@ -162,6 +165,10 @@ int cmd_capacity(int argc, char **argv) {
     }
   }
   if (!file) return cli_usage_error("capacity", "missing the scenario FILE", NULL);
+  int mc = cli_mpi_begin("capacity", &o.mpi);
+  if (mc != CLI_OK) return mc;
+  bool quiet_rank = o.mpi && sc_mpi_rank() != 0; // it searches its share and writes nothing
+  if (o.mpi) o.jobs = 1;                           // the ranks share the layouts instead
   sc_error err = {{0}};
   scenario *s = NULL;
   scn_overrides ov = {.mode = "sim"};
@@ -181,8 +188,9 @@ int cmd_capacity(int argc, char **argv) {
     return cli_usage_error("capacity", "--cost needs KIND=PRICE[,...] for kinds of --gpus, got",
                            bad);
   }
-  if (!quiet) {
-    fprintf(stderr, "capacity: searching %d kind%s of GPU\n", o.n_kinds, o.n_kinds > 1 ? "s" : "");
+  if (!quiet && !quiet_rank) {
+    fprintf(stderr, "capacity: searching %d kind%s of GPU%s\n", o.n_kinds, o.n_kinds > 1 ? "s" : "",
+            o.mpi ? " over the MPI job's ranks" : "");
     o.progress = stderr;
   }
   uint64_t t0 = sc_monotonic_ns();
@@ -191,7 +199,12 @@ int cmd_capacity(int argc, char **argv) {
   if (st != SC_OK) {
     capacity_result_free(&r);
     scenario_free(s);
-    return cli_fail("capacity", st, &err);
+    return quiet_rank ? cli_exit_code(st) : cli_fail("capacity", st, &err); // rank 0 says why
+  }
+  if (quiet_rank) { // rank 0 stores, prints and reports the whole search
+    capacity_result_free(&r);
+    scenario_free(s);
+    return CLI_OK;
   }
   double wall = (double)(sc_monotonic_ns() - t0) / 1e9;
   store *db = NULL;

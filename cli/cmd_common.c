@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "config/yaml_map.h"
+#include "kernels/mpi.h"
 #include "kernels/paths.h"
 
 int cli_exit_code(sc_status s) {
@@ -34,6 +35,31 @@ int cli_usage_error(const char *cmd, const char *msg, const char *arg) {
           arg ? "'" : "");
   fprintf(stderr, "`shardcheck %s --help` for usage.\n", cmd);
   return CLI_USAGE;
+}
+
+static void mpi_end(void) { sc_mpi_finalize(); }
+
+int cli_mpi_begin(const char *cmd, bool *mpi) {
+  *mpi = false;
+  if (!sc_mpi_launched()) return CLI_OK;
+  sc_error err = {{0}};
+  if (!sc_mpi_built()) {
+    fprintf(stderr,
+            "shardcheck %s: started by an MPI launcher, but this build has no MPI "
+            "(install libopenmpi-dev and build with SHARDCHECK_MPI=ON; docs/scaling-out.md)\n",
+            cmd);
+    return CLI_USAGE;
+  }
+  if (sc_mpi_init(&err) != SC_OK) return cli_fail(cmd, SC_INVALID, &err);
+  atexit(mpi_end);
+  // the first collective: a rank that never gets here holds the others until the launcher
+  // ends the job; 120 s covers a slow host's start
+  if (sc_mpi_check_same_build(120000000000ull, &err) != SC_OK) {
+    if (sc_mpi_rank() == 0) cli_fail(cmd, SC_INVALID, &err);
+    return CLI_USAGE;
+  }
+  *mpi = sc_mpi_size() > 1;
+  return CLI_OK;
 }
 
 bool cli_parse_int(const char *s, long lo, long hi, int *out) {

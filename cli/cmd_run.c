@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "kernels/mpi.h"
 #include "reports/report.h"
 #include "reports/store.h"
 #include "runner/runner.h"
@@ -150,6 +151,12 @@ int cmd_run(int argc, char **argv) {
     }
   }
   if (!file) return cli_usage_error("run", "missing the scenario FILE", NULL);
+  if (sc_mpi_launched_size() != 1) { // each rank would run the whole scenario into one database
+    fprintf(stderr, "shardcheck run: started by an MPI launcher with more than one rank; run does "
+                    "not split a workload across client ranks yet (docs/scaling-out.md): start "
+                    "it as one process\n");
+    return CLI_USAGE;
+  }
   sc_error err = {{0}};
   scenario *s = NULL;
   char path[PATH_MAX];

@@ -24,12 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/exec_dist.h"
 #include "engine/executor.h"
 #include "engine/kv_cache.h"
 #include "engine/scheduler.h"
 #include "engine/shard.h"
 #include "engine/weights.h"
 #include "kernels/device.h"
+#include "kernels/mpi.h"
 
 // What the engine keeps per request: the scheduler's seq first (the scheduler hands back
 // seq pointers, which are eseq pointers), then its device memory.
@@ -157,20 +159,22 @@ static sc_status check_config(engine_config *c, sc_error *err) {
   return SC_OK;
 }
 
-// The real backends: BLAS threads, weights loaded onto the ranks, the executor.
-static sc_status real_init(engine *e, sc_error *err) {
-  const engine_config *c = &e->cfg;
+// The real backends' executor: BLAS threads, weights loaded onto the ranks (this process's
+// only, with ranks as processes).
+static sc_status make_executor(const engine_config *c, executor **out, sc_error *err) {
   if (strcmp(c->backend, "cpu") == 0) {
     // BLAS threads x ranks stay within the cores unless the caller asks for more.
     int threads = c->threads;
     if (threads <= 0) {
-      threads = device_cpu_cores() / (c->tp * c->pp);
+      threads = device_cpu_cores() / (c->mpi ? sc_mpi_local_size() : c->tp * c->pp);
       if (threads < 1) threads = 1;
     }
     device_cpu_set_threads(threads);
   }
   weight_source *weights = NULL; // needed only while the ranks load their slices
-  SC_TRY(weight_source_open(&c->model, c->weights_dir, c->weights_seed, &weights, err));
+  sc_status ws = weight_source_open(&c->model, c->weights_dir, c->weights_seed, &weights, err);
+  if (ws != SC_OK && c->mpi && sc_mpi_active()) return exec_dist_agree(ws, err); // tell the rest
+  SC_TRY(ws);
   exec_config xc = {.model = c->model,
                     .weights = weights,
                     .backend = c->backend,
@@ -184,10 +188,17 @@ static sc_status real_init(engine *e, sc_error *err) {
                     .max_tokens = c->token_budget,
                     .max_seqs = c->max_running,
                     .comm_deadline_ns = c->collective_timeout_ns,
-                    .weight_dtype = c->weight_dtype};
-  sc_status s = executor_new(&xc, &e->ex, err);
+                    .weight_dtype = c->weight_dtype,
+                    .mpi = c->mpi};
+  sc_status s = executor_new(&xc, out, err);
   weight_source_free(weights); // the weights are on the ranks now
-  SC_TRY(s);
+  return s;
+}
+
+// The real backends: the executor and the step buffers.
+static sc_status real_init(engine *e, sc_error *err) {
+  const engine_config *c = &e->cfg;
+  SC_TRY(make_executor(c, &e->ex, err));
   size_t R = (size_t)c->max_running, V = (size_t)c->model.vocab_size;
   e->logits = malloc(R * V * sizeof(float));
   e->picks = malloc(R * sizeof(int32_t));
@@ -250,6 +261,19 @@ sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err) {
   }
   *out = e;
   return SC_OK;
+}
+
+sc_status engine_follow(const engine_config *cfg, sc_error *err) {
+  if (!cfg->mpi || !strcmp(cfg->backend, "sim"))
+    return sc_fail(err, SC_INVALID, "engine_follow: only for ranks as processes (mpi) of a real "
+                   "backend");
+  engine_config c = *cfg;
+  executor *ex = NULL;
+  SC_TRY(check_config(&c, err)); // rank 0's checks and KV sizing: they fail there too
+  SC_TRY(make_executor(&c, &ex, err));
+  sc_status s = executor_follow(ex, err);
+  executor_free(ex);
+  return s;
 }
 
 // Frees q and its device memory (q must be out of the scheduler).

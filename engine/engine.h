@@ -59,6 +59,9 @@ typedef struct engine_config {
   // what each does: engine/scheduler.h)
   SC_KNOBS(SC_KNOB_ENGINE_FIELD)
   int threads;              // cpu backend: BLAS threads per rank; 0: cores / (tp * pp), >= 1
+                            // (ranks as processes: cores / the job's ranks on this host)
+  bool mpi;                 // ranks are the processes of this MPI job (exec_config.mpi): the
+                            // engine runs on rank 0, every other rank calls engine_follow
   uint64_t collective_timeout_ns; // deadline of one collective (30 s)
   sc_clock clock;           // step timing; monotonic by default
   // backend "sim": no weights are loaded and no math runs (see engine_sim).
@@ -157,6 +160,11 @@ typedef struct engine engine;
 // workspace, starts the rank threads. On error *out is NULL and err says why.
 sc_status engine_new(const engine_config *cfg, engine **out, sc_error *err);
 void engine_free(engine *e); // NULL is a no-op
+// Ranks as processes (cfg->mpi), on every rank of the job but 0, while rank 0 runs engine_new
+// with the same cfg: builds this rank's part and serves rank 0's steps until rank 0 frees its
+// engine (SC_OK) or the job fails (the status, err says why). Collective with rank 0's
+// engine_new and engine_free.
+sc_status engine_follow(const engine_config *cfg, sc_error *err);
 
 // Queues a request; *id identifies it in events. SC_INVALID (err says why) for an empty
 // prompt, a token id outside the vocabulary, a prompt that leaves no room in the context, or

@@ -5,7 +5,10 @@
 // thread, started by the first hang fault set through executor_set_fault (so an engine that
 // never sees one pays nothing). Deciding which faults to inject is faults/'s; the hooks
 // themselves live in kernels/device.c and the communicators, which the comm registry
-// (kernels/comm.c) picks for the backend: nothing here names a backend.
+// (kernels/comm.c) picks for the backend: nothing here names a backend. With ranks as processes
+// (exec_config.mpi) this process holds one rank: the groups are MPI's, rank 0 sends each step
+// to the others and collects their answers, the others serve (executor_follow); the protocol
+// is engine/exec_dist.c.
 #include "engine/executor.h"
 
 #include <math.h>
@@ -16,10 +19,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/exec_dist.h"
 #include "engine/shard.h"
 #include "kernels/clock.h"
 #include "kernels/comm.h"
 #include "kernels/device.h"
+#include "kernels/mpi.h"
 
 #define ALIGN 64
 #define DEFAULT_DEADLINE_NS 60000000000ull // comm_deadline_ns 0, as the shm communicator
@@ -154,7 +159,16 @@ struct executor {
   float *h_amax_v;     // (tp, S) their logits
   sc_status broken;    // first failure; the executor refuses work after one
   sc_error broken_err;
+
+  // ranks as processes (cfg.mpi); self -1 and the rest NULL otherwise
+  int self;                     // the one rank this process holds (its job rank)
+  comm_group *world;            // every rank of the job: orders, answers and alarms
+  exec_dist *dist;              // the step protocol
+  size_t *mem_used, *mem_total; // (n_ranks) rank 0: the others' device memory, as they answered
 };
+
+// Whether rank i lives in this process (every rank does, unless ranks are processes).
+static bool held(const executor *ex, int i) { return ex->self < 0 || ex->self == i; }
 
 // --- arenas
 
@@ -617,6 +631,7 @@ static sc_status rank_forward(rank *r) {
 static void abort_groups(executor *ex) {
   for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_group_abort(ex->tp_groups[i]);
   for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_group_abort(ex->pp_groups[i]);
+  comm_group_abort(ex->world);
   for (int i = 0; i < ex->n_ranks; i++) device_fault_release(ex->ranks[i].dev);
 }
 
@@ -655,11 +670,42 @@ static sc_status group_open(executor *ex, int first, int stride, int n, comm_gro
   return s;
 }
 
+// Ranks as processes: the world group, then this rank's TP group and PP group (the same order
+// on every rank, so the collective creations never wait on each other in a cycle). Rank 0's
+// groups watch the world for alarms, so a rank that failed ends rank 0's waits at once.
+static sc_status make_mpi_groups(executor *ex, sc_error *err) {
+  int tp = ex->cfg.tp, pp = ex->cfg.pp, n = ex->n_ranks;
+  rank *r = &ex->ranks[ex->self];
+  int *m = malloc((size_t)n * sizeof *m); // (n) members of the group being made
+  if (!m) return sc_fail(err, SC_OOM, "executor: out of memory");
+  const char *be = ex->cfg.backend;
+  uint64_t dl = ex->cfg.comm_deadline_ns;
+  for (int i = 0; i < n; i++) m[i] = i;
+  sc_status s = comm_group_open_mpi("cpu", n, m, r->dev, dl, &ex->world, err); // host buffers
+  for (int j = 0; s == SC_OK && tp > 1 && j < tp; j++) m[j] = r->sh.pp_rank * tp + j;
+  if (s == SC_OK && tp > 1)
+    s = comm_group_open_mpi(be, tp, m, r->dev, dl, &ex->tp_groups[r->sh.pp_rank], err);
+  for (int j = 0; s == SC_OK && pp > 1 && j < pp; j++) m[j] = r->sh.tp_rank + j * tp;
+  if (s == SC_OK && pp > 1)
+    s = comm_group_open_mpi(be, pp, m, r->dev, dl, &ex->pp_groups[r->sh.tp_rank], err);
+  free(m);
+  SC_TRY(s);
+  if (tp > 1) r->tp_comm = comm_group_rank(ex->tp_groups[r->sh.pp_rank], r->sh.tp_rank);
+  if (pp > 1) r->pp_comm = comm_group_rank(ex->pp_groups[r->sh.tp_rank], r->sh.pp_rank);
+  if (ex->self == 0) {
+    comm_group_watch(ex->world, ex->world);
+    if (tp > 1) comm_group_watch(ex->tp_groups[r->sh.pp_rank], ex->world);
+    if (pp > 1) comm_group_watch(ex->pp_groups[r->sh.tp_rank], ex->world);
+  }
+  return SC_OK;
+}
+
 static sc_status make_groups(executor *ex, sc_error *err) {
   int tp = ex->cfg.tp, pp = ex->cfg.pp;
   ex->tp_groups = calloc((size_t)pp, sizeof *ex->tp_groups);
   ex->pp_groups = calloc((size_t)tp, sizeof *ex->pp_groups);
   if (!ex->tp_groups || !ex->pp_groups) return sc_fail(err, SC_OOM, "executor: out of memory");
+  if (ex->self >= 0) return make_mpi_groups(ex, err);
   for (int s = 0; tp > 1 && s < pp; s++) // stage s: ranks s * tp .. s * tp + tp - 1
     SC_TRY(group_open(ex, s * tp, 1, tp, &ex->tp_groups[s], err));
   for (int t = 0; pp > 1 && t < tp; t++) // TP index t: ranks t, t + tp, ...
@@ -726,6 +772,25 @@ static sc_status rank_init(executor *ex, rank *r, float **staging, size_t *stagi
   return SC_OK;
 }
 
+// Ranks as processes: this process holds the rank of its job rank; the job must have exactly
+// one process per rank.
+static sc_status mpi_begin(executor *ex, sc_error *err) {
+  if (!sc_mpi_active())
+    return sc_fail(err, SC_INVALID, "executor: ranks as processes need MPI: start the job with "
+                   "mpirun or srun (%s)", sc_mpi_built() ? "MPI is not initialised here" :
+                   "and a build with MPI");
+  if (sc_mpi_size() != ex->n_ranks)
+    return sc_fail(err, SC_INVALID, "executor: the MPI job has %d processes; tp %d x pp %d needs "
+                   "%d", sc_mpi_size(), ex->cfg.tp, ex->cfg.pp, ex->n_ranks);
+  ex->self = sc_mpi_rank();
+  ex->mem_used = calloc((size_t)ex->n_ranks, sizeof *ex->mem_used);
+  ex->mem_total = calloc((size_t)ex->n_ranks, sizeof *ex->mem_total);
+  if (!ex->mem_used || !ex->mem_total || exec_dist_new(ex->n_ranks, ex->cfg.model.vocab_size,
+                                                        &ex->dist) != SC_OK)
+    return sc_fail(err, SC_OOM, "executor: out of memory");
+  return SC_OK;
+}
+
 sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
   *out = NULL;
   SC_TRY(shard_layout_check(&cfg->model, cfg->tp, cfg->pp, err));
@@ -735,6 +800,7 @@ sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
   if (!ex) return SC_OOM;
   ex->cfg = *cfg;
   ex->n_ranks = cfg->tp * cfg->pp;
+  ex->self = -1;
   ex->max_blocks = (cfg->model.max_seq_len + cfg->block_size - 1) / cfg->block_size;
   pthread_mutex_init(&ex->mu, NULL);
   pthread_cond_init(&ex->cv_go, NULL);
@@ -762,16 +828,18 @@ sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
     s = sc_fail(err, SC_OOM, "executor: out of host memory");
   float *staging = NULL;
   size_t staging_cap = 0;
+  if (s == SC_OK && cfg->mpi) s = mpi_begin(ex, err);
   for (int i = 0; s == SC_OK && i < ex->n_ranks; i++) {
     rank *r = &ex->ranks[i];
     r->ex = ex;
     r->index = i;
     r->sh = shard_rank_plan(&cfg->model, cfg->tp, cfg->pp, i % cfg->tp, i / cfg->tp);
-    s = rank_init(ex, r, &staging, &staging_cap, err);
+    if (held(ex, i)) s = rank_init(ex, r, &staging, &staging_cap, err);
   }
   free(staging);
+  if (ex->self >= 0) s = exec_dist_agree(s, err); // every rank built, or none goes on
   if (s == SC_OK) s = make_groups(ex, err);
-  for (int i = 0; s == SC_OK && ex->n_ranks > 1 && i < ex->n_ranks; i++) {
+  for (int i = 0; s == SC_OK && ex->n_ranks > 1 && ex->self < 0 && i < ex->n_ranks; i++) {
     if (pthread_create(&ex->ranks[i].thread, NULL, rank_main, &ex->ranks[i]) != 0)
       s = sc_fail(err, SC_OOM, "executor: cannot start the thread of rank %d", i);
     else
@@ -787,6 +855,7 @@ sc_status executor_new(const exec_config *cfg, executor **out, sc_error *err) {
 
 void executor_free(executor *ex) {
   if (!ex) return;
+  if (ex->self == 0 && ex->world) exec_dist_send_quit(ex->dist, comm_group_rank(ex->world, 0));
   pthread_mutex_lock(&ex->mu);
   ex->quit = true;
   pthread_cond_broadcast(&ex->cv_go);
@@ -809,6 +878,10 @@ void executor_free(executor *ex) {
   }
   for (int i = 0; ex->tp_groups && i < ex->cfg.pp; i++) comm_group_free(ex->tp_groups[i]);
   for (int i = 0; ex->pp_groups && i < ex->cfg.tp; i++) comm_group_free(ex->pp_groups[i]);
+  comm_group_free(ex->world);
+  exec_dist_free(ex->dist);
+  free(ex->mem_used);
+  free(ex->mem_total);
   free(ex->tp_groups);
   free(ex->pp_groups);
   free(ex->ranks);
@@ -994,8 +1067,8 @@ static sc_status watchdog_start(executor *ex) {
 static int run_ranks(executor *ex) {
   for (int i = 0; i < ex->n_ranks; i++)
     atomic_store_explicit(&ex->ranks[i].busy, true, memory_order_relaxed);
-  if (ex->n_ranks == 1) {
-    rank *r = &ex->ranks[0];
+  if (ex->n_ranks == 1 || ex->self >= 0) { // one rank here: on the caller's thread
+    rank *r = &ex->ranks[ex->self < 0 ? 0 : ex->self];
     atomic_store(&ex->wd_gave_up, -1);
     r->status = rank_forward(r);
     atomic_store_explicit(&r->busy, false, memory_order_relaxed);
@@ -1030,17 +1103,40 @@ static void merge_picks(const executor *ex, int n_sample, int32_t *tokens) {
   }
 }
 
+// Rank i's device, or for a rank in another process this one's (the job runs one backend).
+static const device *dev_like(const executor *ex, int i) {
+  return held(ex, i) ? ex->ranks[i].dev : ex->ranks[ex->self].dev;
+}
+
 bool executor_picks_greedy(const executor *ex) {
   for (int i = 0; i < ex->n_ranks; i++)
-    if (ex->ranks[i].sh.last_stage && !dev_has_argmax(ex->ranks[i].dev)) return false;
+    if (ex->ranks[i].sh.last_stage && !dev_has_argmax(dev_like(ex, i))) return false;
   return true;
 }
 
 bool executor_picks_sampled(const executor *ex) {
   if (ex->cfg.tp != 1) return false;
   for (int i = 0; i < ex->n_ranks; i++)
-    if (ex->ranks[i].sh.last_stage && !dev_has_sample(ex->ranks[i].dev)) return false;
+    if (ex->ranks[i].sh.last_stage && !dev_has_sample(dev_like(ex, i))) return false;
   return true;
+}
+
+// Rank 0 of processes: every other rank's answer to the step, into the picks, the logits and
+// the memory figures.
+static sc_status collect(executor *ex, const exec_batch *b, sc_error *err) {
+  dist_sink sink = {.tp = ex->cfg.tp, .max_seqs = (size_t)ex->cfg.max_seqs,
+                    .amax_i = ex->h_amax_i, .amax_v = ex->h_amax_v,
+                    .logits = b->tokens ? NULL : b->logits, .mem_used = ex->mem_used,
+                    .mem_total = ex->mem_total};
+  return exec_dist_collect(ex->dist, comm_group_rank(ex->world, 0), &sink, hang_limit(ex), err);
+}
+
+// Rank 0 of processes, its own part of the step failed (bad): when that failure only followed
+// another rank's (an alarm ended its wait, or it waited for a rank that had failed), the other
+// rank's alarm is the cause: true with it in *s and err.
+static bool remote_cause(executor *ex, const rank *bad, sc_status *s, sc_error *err) {
+  if (!bad || (bad->status != SC_ABORTED && bad->status != SC_TIMEOUT)) return false;
+  return exec_dist_take_alarm(comm_group_rank(ex->world, 0), s, err);
 }
 
 sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
@@ -1056,7 +1152,12 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
                    "rank with dev_sample only; ask for logits");
   SC_TRY(flatten(ex, b, err));
   ex->batch = b;
-  int gave_up = run_ranks(ex);
+  sc_status ds = SC_OK; // rank 0 of processes: sending the step, collecting the answers
+  sc_error de = {{0}};
+  if (ex->self == 0) ds = exec_dist_send_step(ex->dist, comm_group_rank(ex->world, 0), b, &de);
+  int gave_up = ds == SC_OK ? run_ranks(ex) : -1;
+  if (ex->self == 0 && ds == SC_OK && gave_up < 0 && ex->ranks[0].status == SC_OK)
+    ds = collect(ex, b, &de);
   ex->batch = NULL;
   // Report the root cause: the first failure that is not a consequence of the abort.
   const rank *bad = NULL;
@@ -1065,7 +1166,7 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
     if (r->status != SC_OK && (!bad || (bad->status == SC_ABORTED && r->status != SC_ABORTED)))
       bad = r;
   }
-  if (!bad && gave_up < 0) {
+  if (!bad && gave_up < 0 && ds == SC_OK) {
     if (b->tokens) merge_picks(ex, ex->n_want, b->tokens);
     return SC_OK;
   }
@@ -1076,7 +1177,10 @@ sc_status executor_run(executor *ex, const exec_batch *b, sc_error *err) {
       hung = &ex->ranks[i];
   sc_error e = {{0}};
   sc_status s;
-  if (gave_up >= 0 && (!bad || bad->status == SC_ABORTED)) {
+  if (ex->self == 0 && (ds != SC_OK || remote_cause(ex, bad, &ds, &de))) {
+    s = ds; // another rank's failure (its alarm), or no answer from one
+    e = de;
+  } else if (gave_up >= 0 && (!bad || bad->status == SC_ABORTED)) {
     uint64_t dl = hang_limit(ex);
     s = sc_fail(&e, SC_TIMEOUT,
                 "rank %d (tp_rank=%d pp_rank=%d): device hung: no progress for %.3f s (the "
@@ -1111,6 +1215,7 @@ sc_status executor_seq_mem_new(executor *ex, exec_seq_mem **out, sc_error *err) 
   }
   for (int i = 0; i < ex->n_ranks; i++) {
     rank *r = &ex->ranks[i];
+    if (!held(ex, i)) continue; // a rank in another process uploads its block tables each step
     sc_status s = dev_alloc(r->dev, row_bytes, (void **)&m->rows[i]);
     if (s != SC_OK) {
       char what[64];
@@ -1135,9 +1240,12 @@ void executor_seq_mem_free(executor *ex, exec_seq_mem *m) {
 
 sc_status executor_set_fault(executor *ex, int r, const dev_fault *f) {
   if (!f || r < -1 || r >= ex->n_ranks) return SC_INVALID;
-  if (f->hang && ex->n_ranks == 1) SC_TRY(watchdog_start(ex));
-  for (int i = r < 0 ? 0 : r; i < (r < 0 ? ex->n_ranks : r + 1); i++)
-    device_set_fault(ex->ranks[i].dev, f);
+  if (f->hang && (ex->n_ranks == 1 || (ex->self >= 0 && (r < 0 || r == ex->self))))
+    SC_TRY(watchdog_start(ex));
+  for (int i = r < 0 ? 0 : r; i < (r < 0 ? ex->n_ranks : r + 1); i++) {
+    if (held(ex, i)) device_set_fault(ex->ranks[i].dev, f);
+    else if (ex->self == 0) exec_dist_queue_fault(ex->dist, &(dist_fault){.rank = i, .dev = *f});
+  }
   return SC_OK;
 }
 
@@ -1146,11 +1254,67 @@ void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, d
     comm_group_set_slow(ex->tp_groups[i], factor, latency_ns, bandwidth);
   for (int i = 0; i < ex->cfg.tp; i++)
     comm_group_set_slow(ex->pp_groups[i], factor, latency_ns, bandwidth);
+  for (int i = 1; ex->self == 0 && i < ex->n_ranks; i++) // the others' ends of their links
+    exec_dist_queue_fault(ex->dist, &(dist_fault){.rank = i, .link = true, .factor = factor,
+                                                  .latency_ns = latency_ns,
+                                                  .bandwidth = bandwidth});
 }
 
 int executor_n_ranks(const executor *ex) { return ex->n_ranks; }
 
 sc_status executor_rank_mem(executor *ex, int r, size_t *used, size_t *total) {
   if (r < 0 || r >= ex->n_ranks) return SC_INVALID;
-  return dev_mem_info(ex->ranks[r].dev, used, total);
+  if (held(ex, r)) return dev_mem_info(ex->ranks[r].dev, used, total);
+  if (ex->self != 0) return SC_INVALID;
+  *used = ex->mem_used[r]; // as of its latest answer
+  *total = ex->mem_total[r];
+  return SC_OK;
+}
+
+// --- ranks as processes: serving rank 0's steps
+
+// This rank's answer to a step that ran: the last stage's picks (tokens) or logits (TP rank 0).
+static sc_status answer(executor *ex, const exec_batch *b) {
+  rank *r = &ex->ranks[ex->self];
+  comm *w = comm_group_rank(ex->world, ex->self);
+  size_t used = 0, total = 0;
+  dev_mem_info(r->dev, &used, &total);
+  int n_picks = 0;
+  size_t n_logits = 0;
+  size_t at = (size_t)r->sh.tp_rank * (size_t)ex->cfg.max_seqs;
+  if (r->sh.last_stage && b->tokens) n_picks = ex->n_want;
+  else if (r->sh.last_stage && r->sh.tp_rank == 0)
+    n_logits = (size_t)ex->n_want * (size_t)ex->cfg.model.vocab_size;
+  return exec_dist_send_result(w, ex->h_amax_i + at, ex->h_amax_v + at, n_picks, b->logits,
+                               n_logits, used, total);
+}
+
+sc_status executor_follow(executor *ex, sc_error *err) {
+  if (ex->self <= 0)
+    return sc_fail(err, SC_INVALID, "executor_follow: only ranks other than 0 of processes");
+  comm *w = comm_group_rank(ex->world, ex->self);
+  for (;;) {
+    bool quit = false;
+    const exec_batch *b = NULL;
+    const dist_fault *f = NULL;
+    int nf = 0;
+    SC_TRY(exec_dist_recv_step(ex->dist, w, &quit, &b, &f, &nf, err));
+    if (quit) return SC_OK;
+    for (int i = 0; i < nf; i++) {
+      if (!f[i].link) {
+        executor_set_fault(ex, ex->self, &f[i].dev);
+        continue;
+      }
+      rank *r = &ex->ranks[ex->self];
+      if (ex->cfg.tp > 1) comm_group_set_slow(ex->tp_groups[r->sh.pp_rank], f[i].factor,
+                                              f[i].latency_ns, f[i].bandwidth);
+      if (ex->cfg.pp > 1) comm_group_set_slow(ex->pp_groups[r->sh.tp_rank], f[i].factor,
+                                              f[i].latency_ns, f[i].bandwidth);
+    }
+    if (ex->broken != SC_OK) continue; // it raised its alarm already: wait to be stopped
+    sc_error e = {{0}};
+    sc_status s = executor_run(ex, b, &e);
+    if (s == SC_OK) s = answer(ex, b);
+    if (s != SC_OK) exec_dist_send_alarm(w, s, e.msg[0] ? e.msg : sc_status_name(s));
+  }
 }

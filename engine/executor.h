@@ -1,8 +1,9 @@
 // The executor: runs one scheduled step of a replica on all of its TP x PP ranks.
 //
-// Ranks are threads (one per rank when the replica has more than one), each with its own
-// device, its weight slices in one arena, its KV storage in one arena, and its activations
-// in one arena. TP collectives (two all-reduces per layer, an all-gather of the vocab-split
+// Ranks are threads (one per rank when the replica has more than one) or the processes of an
+// MPI job (exec_config.mpi: one rank each, the steps carried by engine/exec_dist.c), each with
+// its own device, its weight slices in one arena, its KV storage in one arena, and its
+// activations in one arena. TP collectives (two all-reduces per layer, an all-gather of the vocab-split
 // logits) go through a comm group per PP stage; activations move stage to stage through a
 // comm group per TP index, in micro-batches so that stages overlap. What to run comes from
 // engine/scheduler.c; which block holds what is engine/kv_cache.c's. Sampling is the
@@ -45,6 +46,10 @@ typedef struct exec_config {
   sc_dtype weight_dtype;     // linear layers' weights: SC_F32, SC_I8 (weight-only, per-row
                              // scales; needs a backend with matmul_q8) or SC_BF16 (needs
                              // matmul_bf16: cuda)
+  bool mpi; // ranks are the processes of this MPI job (kernels/mpi.h), which has exactly tp x pp
+            // of them: this process holds rank i = its job rank only, its groups are MPI's
+            // (comm_group_open_mpi); rank 0 runs the steps (executor_run) and the others
+            // serve them (executor_follow). executor_new is collective over the job.
 } exec_config;
 
 // One sequence's device memory on every rank (see the file comment); opaque.
@@ -118,6 +123,12 @@ void executor_seq_mem_free(executor *ex, exec_seq_mem *m); // NULL is a no-op
 sc_status executor_set_fault(executor *ex, int r, const dev_fault *f);
 // Throttles every TP and PP group (comm_shm_group_set_slow); any thread, any time.
 void executor_set_link_fault(executor *ex, double factor, uint64_t latency_ns, double bandwidth);
+
+// Ranks as processes (exec_config.mpi), every rank but 0: serves rank 0's steps (each runs
+// this rank's shard and answers; a step that fails raises an alarm to rank 0 with the error)
+// until rank 0's executor_free tells it to stop (SC_OK), or the job's world group fails (its
+// status). SC_INVALID on rank 0 or without mpi. Call from the thread that made the executor.
+sc_status executor_follow(executor *ex, sc_error *err);
 
 int executor_n_ranks(const executor *ex);
 // Device memory of rank r (pp_rank * tp + tp_rank): bytes in use through it and in total.

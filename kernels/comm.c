@@ -2,14 +2,16 @@
 // communicator that moves its buffers, and wraps each backend's group in one comm_group
 // behind a small vtable, so that callers never name a backend's own group type.
 //
-// What it leaves to others: the collectives themselves (kernels/comm_shm.c; the cuda group in
-// kernels/cuda/comm_cuda.c, reached through the table of the backend's library,
-// kernels/cuda_api.h) and the device registry (kernels/device.c). Optional backends are CMake
+// What it leaves to others: the collectives themselves (kernels/comm_shm.c; kernels/comm_mpi.c;
+// the cuda group in kernels/cuda/comm_cuda.c, reached through the table of the backend's
+// library, kernels/cuda_api.h) and the device registry (kernels/device.c). Optional backends are CMake
 // options plus this one place (docs/design.md).
 #include "kernels/comm.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernels/mpi.h"
 
 #ifdef SHARDCHECK_HAVE_CUDA
 #include "kernels/cuda_api.h"
@@ -25,6 +27,8 @@ typedef struct comm_group_i {
   void (*free)(void *g);
   void (*set_slow)(void *g, double factor, uint64_t latency_ns, double bandwidth);
   const char *(*error)(void *g); // optional (NULL: the backend keeps no failure text)
+  int (*self)(const void *g);     // optional (NULL: every rank is here; -1)
+  void (*watch)(void *g, void *world); // optional (NULL: no alarms); world: the same backend's
 } comm_group_i;
 
 struct comm_group {
@@ -56,6 +60,29 @@ static sc_status shm_open(int n_ranks, uint64_t deadline_ns, void **out, sc_erro
   *out = g;
   return SC_OK;
 }
+
+// --- mpi (ranks are processes)
+
+static comm *mpi_rank(void *g, int r) { return comm_mpi_group_rank(g, r); }
+static void mpi_abort(void *g) { comm_mpi_group_abort(g); }
+static void mpi_free(void *g) { comm_mpi_group_free(g); }
+static void mpi_set_slow(void *g, double factor, uint64_t latency_ns, double bandwidth) {
+  comm_mpi_group_set_slow(g, factor, latency_ns, bandwidth);
+}
+static const char *mpi_error(void *g) { return comm_mpi_group_error(g); }
+static int mpi_self(const void *g) { return comm_mpi_group_self(g); }
+static void mpi_watch(void *g, void *world) { comm_mpi_group_watch(g, world); }
+
+static const comm_group_i mpi_iface = {
+    .name = "mpi",
+    .rank = mpi_rank,
+    .abort = mpi_abort,
+    .free = mpi_free,
+    .set_slow = mpi_set_slow,
+    .error = mpi_error,
+    .self = mpi_self,
+    .watch = mpi_watch,
+};
 
 // --- cuda (the backend's library is loaded: its devices were opened through it)
 
@@ -90,6 +117,20 @@ static sc_status cuda_open(int n_ranks, device *const *devs, uint64_t deadline_n
   SC_TRY(cu->group_new(n_ranks, devs, deadline_ns, &g, err));
   *out = g;
   return SC_OK;
+}
+#endif
+
+// --- cuda over MPI: one rank per process, NCCL's unique id broadcast over MPI
+
+#ifdef SHARDCHECK_HAVE_CUDA
+static sc_status cuda_mpi_open(int n, const int *members, device *dev, uint64_t deadline_ns,
+                               const comm_group_i **iface, void **out, sc_error *err) {
+  return sc_fail(err, SC_INVALID, "comm: cuda ranks as MPI processes are not built yet");
+}
+#else
+static sc_status cuda_mpi_open(int n, const int *members, device *dev, uint64_t deadline_ns,
+                               const comm_group_i **iface, void **out, sc_error *err) {
+  return sc_fail(err, SC_INVALID, "comm: backend cuda is not built in");
 }
 #endif
 
@@ -140,4 +181,36 @@ void comm_group_set_slow(comm_group *g, double factor, uint64_t latency_ns, doub
 
 const char *comm_group_error(comm_group *g) {
   return g && g->iface->error ? g->iface->error(g->g) : "";
+}
+
+sc_status comm_group_open_mpi(const char *backend, int n, const int *members, device *dev,
+                              uint64_t deadline_ns, comm_group **out, sc_error *err) {
+  if (!out) return sc_fail(err, SC_INVALID, "comm_group_open_mpi: out is NULL");
+  *out = NULL;
+  if (!backend) return sc_fail(err, SC_INVALID, "comm_group_open_mpi: backend name is NULL");
+  comm_group *cg = calloc(1, sizeof *cg);
+  if (!cg) return sc_fail(err, SC_OOM, "comm: out of memory");
+  sc_status s;
+  if (strcmp(backend, "cuda") != 0) { // cpu: host buffers over MPI
+    comm_mpi_group *g = NULL;
+    cg->iface = &mpi_iface;
+    s = comm_mpi_group_new(n, members, deadline_ns, &g, err);
+    cg->g = g;
+  } else {
+    s = cuda_mpi_open(n, members, dev, deadline_ns, &cg->iface, &cg->g, err);
+  }
+  if (s != SC_OK) {
+    free(cg);
+    return s;
+  }
+  *out = cg;
+  return SC_OK;
+}
+
+int comm_group_self(const comm_group *g) {
+  return g && g->iface->self ? g->iface->self(g->g) : -1;
+}
+
+void comm_group_watch(comm_group *g, comm_group *world) {
+  if (g && world && g->iface->watch && g->iface == world->iface) g->iface->watch(g->g, world->g);
 }

@@ -1,7 +1,8 @@
 // The communicator seam: collectives among the ranks of one group, with deadlines and abort.
 //
-// Backends: shm (ranks are threads in one process; kernels/comm_shm.c) and cuda (loopback on one
-// GPU or NCCL; kernels/cuda/comm_cuda.c, below). Sim mode prices collectives instead
+// Backends: shm (ranks are threads in one process; kernels/comm_shm.c), cuda (loopback on one
+// GPU or NCCL; kernels/cuda/comm_cuda.c, below) and mpi (ranks are processes of an MPI job;
+// kernels/comm_mpi.c, declared in kernels/mpi.h). Sim mode prices collectives instead
 // (kernels/sim/).
 // A comm is one rank's endpoint. Every blocking call returns SC_TIMEOUT once the group's
 // deadline has passed since the call began, and SC_ABORTED (within 100 ms) once any thread
@@ -114,3 +115,18 @@ void comm_group_set_slow(comm_group *g, double factor, uint64_t latency_ns, doub
 // The text of the failure that broke the group, or "" while it is not broken or when its
 // backend keeps none (shm); "" for NULL.
 const char *comm_group_error(comm_group *g);
+
+// Ranks as processes (kernels/mpi.h): opens this process's endpoint of a group whose ranks are
+// processes of the MPI job, members[0..n) their job ranks in group order, this process one of
+// them with its device dev (backend `backend`, owned by the caller): "cpu" gets the mpi
+// communicator (kernels/comm_mpi.c); "cuda" gets NCCL, its unique id broadcast over MPI.
+// Collective over the members. comm_group_rank(g, r) is NULL for every r but comm_group_self's.
+// On error returns a status, fills err, and *out is NULL.
+sc_status comm_group_open_mpi(const char *backend, int n, const int *members, device *dev,
+                              uint64_t deadline_ns, comm_group **out, sc_error *err);
+// This process's rank in g: its own for a group of processes, -1 for one whose ranks are
+// threads of this process (every endpoint is here).
+int comm_group_self(const comm_group *g);
+// Processes only (NULL slots elsewhere, a no-op): from now on a blocking call of g also ends,
+// with SC_ABORTED, once an alarm (comm_mpi_send_alarm) is pending on `world`'s endpoint.
+void comm_group_watch(comm_group *g, comm_group *world);

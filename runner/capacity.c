@@ -14,12 +14,22 @@
 
 #include "config/hardware.h"
 #include "engine/memplan.h"
+#include "kernels/mpi.h"
 #include "reports/query.h"
 #include "runner/runner.h"
 
 enum { MAX_LAYOUTS_PER_KIND = 256 };
 
-static bool write_all(int fd, const void *p, size_t n);
+// Where a share of the search writes its layouts (search_share): a pipe (fd >= 0: a forked
+// worker) or memory (fd -1: an MPI rank; p grows, oom set when it cannot).
+typedef struct share_out {
+  int fd;
+  char *p; // (n of cap) bytes
+  size_t n, cap;
+  bool oom;
+} share_out;
+
+static bool out_put(share_out *o, const void *p, size_t n);
 
 capacity_options capacity_options_defaults(void) {
   return (capacity_options){.iters = 6, .record = SCN_RECORD_SUMMARY, .error = -1};
@@ -429,10 +439,10 @@ static void recommend(capacity_result *r) {
 
 // --- searching the layouts, in this process or in worker processes
 
-// Searches layouts w, w + jobs, ... (the kind's profile put in first). With fd >= 0 (a worker)
-// each layout is written to fd as it is done: its index, the layout, its point count and
+// Searches layouts w, w + jobs, ... (the kind's profile put in first). With out (a worker)
+// each layout is written to it as it is done: its index, the layout, its point count and
 // points; then -1, or on error -2, the status and the error.
-static sc_status search_share(search *x, const int *kind_of, int w, int jobs, int fd,
+static sc_status search_share(search *x, const int *kind_of, int w, int jobs, share_out *out,
                               sc_error *err) {
   capacity_result *r = x->res;
   int cur = -1;
@@ -445,19 +455,19 @@ static sc_status search_share(search *x, const int *kind_of, int w, int jobs, in
     }
     int first = r->n_points;
     st = search_layout(x, i, err);
-    if (st == SC_OK && fd >= 0) {
+    if (st == SC_OK && out) {
       int n = r->n_points - first;
-      bool ok = write_all(fd, &i, sizeof i) &&
-                write_all(fd, &r->layouts[i], sizeof r->layouts[i]) &&
-                write_all(fd, &n, sizeof n) &&
-                write_all(fd, r->points + first, (size_t)n * sizeof *r->points);
+      bool ok = out_put(out, &i, sizeof i) &&
+                out_put(out, &r->layouts[i], sizeof r->layouts[i]) &&
+                out_put(out, &n, sizeof n) &&
+                out_put(out, r->points + first, (size_t)n * sizeof *r->points);
       if (!ok) st = sc_fail(err, SC_IO, "capacity: a worker could not write its results");
     }
   }
-  if (fd >= 0) {
+  if (out) {
     int end = st == SC_OK ? -1 : -2;
-    if (write_all(fd, &end, sizeof end) && st != SC_OK)
-      (void)(write_all(fd, &st, sizeof st) && write_all(fd, err, sizeof *err));
+    if (out_put(out, &end, sizeof end) && st != SC_OK)
+      (void)(out_put(out, &st, sizeof st) && out_put(out, err, sizeof *err));
   }
   return st;
 }
@@ -478,10 +488,69 @@ static bool take(const wbuf *b, size_t *off, void *dst, size_t n) {
   return true;
 }
 
+// Puts the shares' records (w[0..n), each read whole) back in layout order: layouts by index,
+// each one's points after those of the layouts before it, the same result as one process
+// gives. A share that failed gives its status and error; one cut short, SC_IO.
+static sc_status merge_shares(search *x, const wbuf *w, int n_shares, sc_error *err) {
+  capacity_result *r = x->res;
+  sc_status st = SC_OK;
+  store_cap_point **pts = calloc((size_t)r->n_layouts, sizeof *pts);
+  int *npts = calloc((size_t)r->n_layouts, sizeof *npts);
+  bool *done = calloc((size_t)r->n_layouts, sizeof *done);
+  if (st == SC_OK && (!pts || !npts || !done)) st = sc_fail(err, SC_OOM, "capacity: out of memory");
+  for (int k = 0; k < n_shares && st == SC_OK; k++) {
+    size_t off = 0;
+    for (;;) {
+      int li;
+      if (!take(&w[k], &off, &li, sizeof li)) {
+        st = sc_fail(err, SC_IO, "capacity: worker %d ended early (killed?)", k);
+        break;
+      }
+      if (li == -1) break;
+      if (li == -2) {
+        sc_status ws = SC_IO;
+        if (take(&w[k], &off, &ws, sizeof ws) && take(&w[k], &off, err, sizeof *err))
+          st = ws;
+        else
+          st = sc_fail(err, SC_IO, "capacity: worker %d failed", k);
+        break;
+      }
+      int n = 0;
+      if (li < 0 || li >= r->n_layouts ||
+          !take(&w[k], &off, &r->layouts[li], sizeof r->layouts[li]) ||
+          !take(&w[k], &off, &n, sizeof n) || n < 0 ||
+          !(pts[li] = malloc((size_t)(n ? n : 1) * sizeof **pts)) ||
+          !take(&w[k], &off, pts[li], (size_t)n * sizeof **pts)) {
+        st = sc_fail(err, SC_IO, "capacity: worker %d wrote a short record", k);
+        break;
+      }
+      npts[li] = n;
+      done[li] = true;
+    }
+  }
+  for (int i = 0; i < r->n_layouts && st == SC_OK; i++) {
+    if (!done[i]) {
+      st = sc_fail(err, SC_IO, "capacity: layout %d was not searched", i);
+      break;
+    }
+    for (int j = 0; j < npts[i] && st == SC_OK; j++) {
+      store_cap_point *p = new_point(x, err);
+      if (!p)
+        st = SC_OOM;
+      else
+        *p = pts[i][j];
+    }
+  }
+  for (int i = 0; pts && i < r->n_layouts; i++) free(pts[i]);
+  free(pts);
+  free(npts);
+  free(done);
+  return st;
+}
+
 // Forks `jobs` workers over fork-time copies of the search, reads what each writes, and puts
 // the layouts and points back in layout order: the same result as one process gives.
 static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_error *err) {
-  capacity_result *r = x->res;
   wbuf *w = calloc((size_t)jobs, sizeof *w);
   if (!w) return sc_fail(err, SC_OOM, "capacity: out of memory");
   if (x->o->progress) fflush(x->o->progress);
@@ -506,7 +575,8 @@ static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_err
       close(pfd[0]);
       for (int k = 0; k < started; k++) close(w[k].fd);
       sc_error e = {{0}};
-      sc_status s = search_share(x, kind_of, started, jobs, pfd[1], &e);
+      share_out o = {.fd = pfd[1]};
+      sc_status s = search_share(x, kind_of, started, jobs, &o, &e);
       close(pfd[1]);
       _exit(s == SC_OK ? 0 : 1);
     }
@@ -555,73 +625,73 @@ static sc_status search_parallel(search *x, const int *kind_of, int jobs, sc_err
     while (waitpid(w[k].pid, &ws, 0) < 0 && errno == EINTR) {
     }
   }
-  // merge: layouts by index, each one's points after those of the layouts before it
-  store_cap_point **pts = calloc((size_t)r->n_layouts, sizeof *pts);
-  int *npts = calloc((size_t)r->n_layouts, sizeof *npts);
-  bool *done = calloc((size_t)r->n_layouts, sizeof *done);
-  if (st == SC_OK && (!pts || !npts || !done)) st = sc_fail(err, SC_OOM, "capacity: out of memory");
-  for (int k = 0; k < started && st == SC_OK; k++) {
-    size_t off = 0;
-    for (;;) {
-      int li;
-      if (!take(&w[k], &off, &li, sizeof li)) {
-        st = sc_fail(err, SC_IO, "capacity: worker %d ended early (killed?)", k);
-        break;
-      }
-      if (li == -1) break;
-      if (li == -2) {
-        sc_status ws = SC_IO;
-        if (take(&w[k], &off, &ws, sizeof ws) && take(&w[k], &off, err, sizeof *err))
-          st = ws;
-        else
-          st = sc_fail(err, SC_IO, "capacity: worker %d failed", k);
-        break;
-      }
-      int n = 0;
-      if (li < 0 || li >= r->n_layouts ||
-          !take(&w[k], &off, &r->layouts[li], sizeof r->layouts[li]) ||
-          !take(&w[k], &off, &n, sizeof n) || n < 0 ||
-          !(pts[li] = malloc((size_t)(n ? n : 1) * sizeof **pts)) ||
-          !take(&w[k], &off, pts[li], (size_t)n * sizeof **pts)) {
-        st = sc_fail(err, SC_IO, "capacity: worker %d wrote a short record", k);
-        break;
-      }
-      npts[li] = n;
-      done[li] = true;
-    }
-  }
-  for (int i = 0; i < r->n_layouts && st == SC_OK; i++) {
-    if (!done[i]) {
-      st = sc_fail(err, SC_IO, "capacity: layout %d was not searched", i);
-      break;
-    }
-    for (int j = 0; j < npts[i] && st == SC_OK; j++) {
-      store_cap_point *p = new_point(x, err);
-      if (!p)
-        st = SC_OOM;
-      else
-        *p = pts[i][j];
-    }
-  }
-  for (int i = 0; pts && i < r->n_layouts; i++) free(pts[i]);
-  free(pts);
-  free(npts);
-  free(done);
+  if (st == SC_OK) st = merge_shares(x, w, started, err);
   for (int k = 0; k < jobs; k++) free(w[k].p);
   free(w);
   return st;
 }
 
-static bool write_all(int fd, const void *p, size_t n) {
+static bool out_put(share_out *o, const void *p, size_t n) {
+  if (o->fd < 0) { // memory
+    if (o->cap - o->n < n) {
+      size_t cap = o->cap ? o->cap : 1 << 16;
+      while (cap - o->n < n) cap *= 2;
+      char *q = realloc(o->p, cap);
+      if (!q) return !(o->oom = true);
+      o->p = q;
+      o->cap = cap;
+    }
+    memcpy(o->p + o->n, p, n);
+    o->n += n;
+    return true;
+  }
   const char *c = p;
   while (n > 0) {
-    ssize_t k = write(fd, c, n);
+    ssize_t k = write(o->fd, c, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
     c += k;
     n -= (size_t)k;
   }
   return true;
+}
+
+// The ranks of the MPI job: rank r searches layouts r, r + size, ... into memory, rank 0
+// gathers every rank's records (waiting as long as the slowest rank searches) and merges them.
+// A rank whose search failed sends its error, which rank 0 returns. Every other rank's result
+// is left empty.
+static sc_status search_mpi(search *x, const int *kind_of, sc_error *err) {
+  int me = sc_mpi_rank(), n = sc_mpi_size();
+  share_out mine = {.fd = -1};
+  sc_error e = {{0}};
+  (void)search_share(x, kind_of, me, n, &mine, &e); // a failure travels in the records
+  if (mine.oom) mine.n = 0; // an empty share: rank 0 says it ended early
+  void *all = NULL;
+  size_t *counts = me == 0 ? calloc((size_t)n, sizeof *counts) : NULL;
+  sc_status st = me == 0 && !counts ? sc_fail(err, SC_OOM, "capacity: out of memory") : SC_OK;
+  sc_error ge = {{0}};
+  sc_status gs = sc_mpi_gather_bytes(mine.p, mine.n, 0, &all, counts, 0, &ge);
+  free(mine.p);
+  if (st == SC_OK && gs != SC_OK) st = sc_fail(err, gs, "capacity: %s", ge.msg);
+  if (me != 0 || st != SC_OK) {
+    free(all);
+    free(counts);
+    if (me != 0) capacity_result_free(x->res);
+    return st;
+  }
+  wbuf *w = calloc((size_t)n, sizeof *w);
+  if (!w) st = sc_fail(err, SC_OOM, "capacity: out of memory");
+  size_t at = 0;
+  for (int k = 0; w && k < n; k++) { // views into the gathered bytes
+    w[k] = (wbuf){.fd = -1, .p = (char *)all + at, .n = counts[k], .eof = true};
+    at += counts[k];
+  }
+  x->res->n_points = 0; // rank 0's own points come back in its share, in layout order
+  if (st == SC_OK) st = merge_shares(x, w, n, err);
+  free(w);
+  free(all);
+  free(counts);
+  return st;
 }
 
 // --- the search
@@ -682,12 +752,14 @@ sc_status capacity_search(const scenario *base, const capacity_options *o, capac
   }
   int jobs = opt.jobs > 1 ? opt.jobs : 1;
   if (jobs > out->n_layouts) jobs = out->n_layouts;
-  if (st == SC_OK)
+  if (st == SC_OK && opt.mpi && sc_mpi_size() > 1)
+    st = search_mpi(&x, kind_of, err);
+  else if (st == SC_OK)
     st = jobs > 1 ? search_parallel(&x, kind_of, jobs, err)
-                  : search_share(&x, kind_of, 0, 1, -1, err);
+                  : search_share(&x, kind_of, 0, 1, NULL, err);
   free(kind_of);
   free(s);
-  if (st != SC_OK) return st;
+  if (st != SC_OK || (opt.mpi && sc_mpi_rank() != 0)) return st; // its share went to rank 0
   recommend(out);
   return SC_OK;
 }

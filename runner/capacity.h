@@ -8,7 +8,8 @@
 // on the kind's profile, every rate phase at the probed rate, at a recording level below tokens
 // (default summary), into a scratch in-memory database. The search is deterministic: the same
 // scenario, seed and options give the same points, with any number of worker processes
-// (capacity_options.jobs: forked, each searching every jobs-th layout). Storing a search (reports/store.h,
+// (capacity_options.jobs: forked, each searching every jobs-th layout) or MPI ranks on any
+// number of hosts (capacity_options.mpi, docs/scaling-out.md). Storing a search (reports/store.h,
 // store_capacity_add) and its report (reports/report.h) are the caller's.
 #pragma once
 
@@ -40,6 +41,10 @@ typedef struct capacity_options {
                            // one: sim_engine_error); 0: no interval
   int jobs;                // worker processes searching layouts at once (<= 1: none, this process);
                            // the result is the same for any count
+  bool mpi;                // the processes of this MPI job share the layouts instead (rank r
+                           // searches every size-th from r; kernels/mpi.h, MPI initialised):
+                           // rank 0 gets the whole result, the same as one process's; every
+                           // other rank an empty one (n_layouts 0). Collective over the job.
 } capacity_options;
 
 capacity_options capacity_options_defaults(void);

@@ -1,0 +1,257 @@
+// Ranks as MPI processes, on loopback: `mpirun --oversubscribe -np N` over tests/mpi_check.c
+// (the mpi communicator against the rank-order sums of shm, deadlines, aborts, alarms; the
+// engine's greedy tokens with its ranks as processes against the same engine as threads).
+// After every test no process of the job is left.
+//
+// Without MPI in the build nothing here can run: the binary prints "skipped: no MPI" and exits
+// 77, which ctest reports as skipped, never as passed.
+#include <stdio.h>
+
+#ifndef SC_MPI_CHECK
+int main(void) {
+  puts("skipped: no MPI (this build has no MPI: install libopenmpi-dev, see ci/setup.sh)");
+  return 77;
+}
+#else
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+// Open MPI refuses to run as root unless told; CI and this host run tests as root. Under
+// AddressSanitizer the ranks record full stacks (fast_unwind_on_malloc=0): MPI's libraries
+// have no frame pointers, and tests/lsan.supp names MPI's allocations by the library they
+// pass through (kernels/mpi.c runs the leak check before MPI_Finalize); the list of the
+// suppressions used is not printed, as it would join the output the tests compare.
+static void allow_root(void) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+#if defined(__SANITIZE_ADDRESS__)
+  const char *a = getenv("ASAN_OPTIONS");
+  if (!a || !strstr(a, "fast_unwind_on_malloc")) {
+    char opts[1024];
+    snprintf(opts, sizeof opts, "%s%sfast_unwind_on_malloc=0", a ? a : "", a && *a ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+  }
+  const char *l = getenv("LSAN_OPTIONS"); // the used suppressions' list would join the output
+  if (!l || !strstr(l, "print_suppressions")) {
+    char opts[1024];
+    snprintf(opts, sizeof opts, "%s%sprint_suppressions=0", l ? l : "", l && *l ? ":" : "");
+    setenv("LSAN_OPTIONS", opts, 1);
+  }
+#endif
+}
+
+// Runs `mpirun --oversubscribe LAUNCH` (LAUNCH: -np N and the program with its arguments); its
+// stdout and stderr in out, its exit code back. A job that has not ended after 300 s (a hang:
+// every job here takes seconds, under ASan tens of seconds) is ended by timeout(1), exit 124.
+static int run_launch(const char *launch, char *out, size_t cap) {
+  allow_root();
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "timeout -k 10 300 '%s' --oversubscribe %s 2>&1 </dev/null",
+           SC_MPIEXEC, launch);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  size_t n = 0;
+  while (n + 1 < cap) {
+    size_t got = fread(out + n, 1, cap - 1 - n, p);
+    if (!got) break;
+    n += got;
+  }
+  out[n] = 0;
+  char sink[4096];
+  while (fread(sink, 1, sizeof sink, p)) {
+  }
+  int st = pclose(p);
+  sc_test_no_sanitizer_reports(out);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// `mpirun --oversubscribe -np N mpi_check ARGS`.
+static int run_mpi(int np, const char *args, char *out, size_t cap) {
+  char launch[2048];
+  snprintf(launch, sizeof launch, "-np %d '%s' %s", np, SC_MPI_CHECK, args);
+  return run_launch(launch, out, cap);
+}
+
+// Every rank said "ok" and none failed.
+static void expect_all_ok(int np, const char *out) {
+  cr_expect(!strstr(out, "FAIL"), "%s", out);
+  for (int r = 0; r < np; r++) {
+    char want[32];
+    snprintf(want, sizeof want, "rank %d: ok", r);
+    cr_expect(strstr(out, want), "no '%s' in:\n%s", want, out);
+  }
+}
+
+static void no_orphans(void) {
+  sc_test_await(!sc_test_process_with(SC_MPI_CHECK), 10, "a process of the job outlived it");
+  // every shardcheck rank (and mpirun) these tests start names a path under a directory of
+  // theirs, sc-mpi-*: none outlives its job
+  sc_test_await(!sc_test_process_with("/sc-mpi-"), 10, "a shardcheck rank outlived its job");
+}
+
+TestSuite(mpi, .fini = no_orphans);
+
+static void comm_at(int np) {
+  char out[16384];
+  int rc = run_mpi(np, "comm", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(np, out);
+}
+
+Test(mpi, comm_collectives_match_rank_order_sums_on_2_ranks) { comm_at(2); }
+Test(mpi, comm_collectives_match_rank_order_sums_on_3_ranks) { comm_at(3); }
+Test(mpi, comm_collectives_match_rank_order_sums_on_4_ranks) { comm_at(4); }
+
+// --- the engine with its ranks as processes
+
+static void engine_at(int tp, int pp) {
+  char out[16384], args[64];
+  snprintf(args, sizeof args, "engine %d %d", tp, pp);
+  int rc = run_mpi(tp * pp, args, out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(tp * pp, out);
+  char want[96]; // the logits line mpi_check prints
+  snprintf(want, sizeof want, "tp %d pp %d: 73728 logits, 0 not bit-identical", tp, pp);
+  cr_expect(strstr(out, want), "no '%s' in:\n%s", want, out);
+}
+
+Test(mpi, tp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(2, 1); }
+Test(mpi, pp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(1, 2); }
+Test(mpi, tp2_pp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(2, 2); }
+
+Test(mpi, a_job_of_another_size_than_tp_x_pp_is_refused_on_every_rank) {
+  char out[8192];
+  int rc = run_mpi(3, "engine-size 2 1", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(3, out);
+}
+
+// Rank 3's device is lost: rank 0's step fails with rank 3's own line (its alarm), not at the
+// collective deadline (600 s in mpi_check, past ctest's limit); rank 0 then ends the job.
+Test(mpi, a_rank_that_fails_ends_rank_0s_step_with_its_own_reason) {
+  char out[16384];
+  int rc = run_mpi(4, "engine-fault 2 2 3", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "rank 0: ok"), "%s", out);
+  cr_expect(strstr(out, "step failed with: rank 3 (tp_rank=1 pp_rank=1)"), "%s", out);
+}
+
+// Rank 1 of tp 2 is stopped (SIGSTOP) between steps: rank 0's next step ends with a timeout at
+// the 2 s collective deadline, then the job fails stop and no process is left (stopped ones
+// included: the launcher's SIGKILL ends them).
+Test(mpi, a_stopped_rank_ends_rank_0s_step_at_the_collective_deadline) {
+  char out[16384];
+  int rc = run_mpi(2, "engine-stop 2 1 1", out, sizeof out);
+  cr_expect_neq(rc, 124, "the job hung:\n%s", out);
+  cr_expect(strstr(out, "rank 0: ok"), "%s", out);
+  cr_expect(strstr(out, "rank 0: the step ended after"), "%s", out);
+}
+
+// Rank 3 of tp 2 x pp 2 is killed (SIGKILL) between steps: the launcher ends the whole job,
+// rank 0 with it (the replica is lost, fail-stop), exits non-zero, and leaves no process.
+Test(mpi, a_killed_rank_ends_the_whole_job_and_leaves_no_process) {
+  char out[16384];
+  int rc = run_mpi(4, "engine-kill 2 2 3", out, sizeof out);
+  cr_expect(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "rank 0: signal 9 to rank 3"), "%s", out);
+  cr_expect(!strstr(out, "rank 0: ok"), "rank 0 outlived its job:\n%s", out);
+}
+
+// --- sweeps across ranks: `mpirun -np N shardcheck capacity`
+
+// Small and quick: llama3-8b on up to 2 H100s (4 layouts), 20 simulated seconds per probe.
+static const char *CAP_SCN = "name: cap\n"
+                             "mode: sim\n"
+                             "model: {preset: llama3-8b}\n"
+                             "hardware: {profile: h100-sxm, gpus: 2}\n"
+                             "deployments: [{tp: 1}]\n"
+                             "workload:\n"
+                             "  prompts:\n"
+                             "    - {input: {uniform: [128, 512]}, output: {uniform: [16, 64]}}\n"
+                             "  phases:\n"
+                             "    - {name: steady, rate: 20, arrival: poisson, duration: 20s}\n"
+                             "limits: {request_timeout: 30s}\n"
+                             "slo: {ttft_p95_ms: 300, error_rate: 0}\n"
+                             "seed: 5\n";
+
+#define CAP_FLAGS "--iters 3 --rate-range 4:64 --cost h100-sxm=2.5 --quiet"
+// Every stored point of the search, by layout and probe, as one line.
+#define POINTS                                                                                     \
+  "SELECT group_concat(layout || ',' || idx || ',' || rate || ',' || pass || ',' || "              \
+  "ttft_p95_ms, ';') FROM (SELECT * FROM capacity_point ORDER BY layout, idx)"
+
+// The table, the report and every stored point of a search over 2 and over 3 ranks (4 layouts:
+// shares of 2 + 2 and 2 + 1 + 1) are those of --jobs 1, byte for byte.
+Test(mpi, capacity_over_2_and_3_ranks_prints_stores_and_reports_what_jobs_1_does) {
+  const char *sc = sc_test_write_tmp("mpi-cap", "cap.yaml", CAP_SCN);
+  const char *dir = sc_test_tmpdir("mpi-cap-out");
+  char one[16384], args[2048];
+  snprintf(args, sizeof args, "capacity %s " CAP_FLAGS " --jobs 1 --db %s/one.db --out %s/r1", sc,
+           dir, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, one, sizeof one), 0, "%s", one);
+  cr_assert(strstr(one, "recommended:"), "%s", one);
+  snprintf(args, sizeof args, "%s/r1/index.html", dir);
+  char *html1 = sc_test_read_file(args, NULL);
+  cr_assert_not_null(html1);
+  char points1[8192];
+  snprintf(args, sizeof args, "%s/one.db", dir);
+  snprintf(points1, sizeof points1, "%s", sc_test_q1s(args, POINTS));
+  cr_assert(points1[0]);
+  for (int np = 2; np <= 3; np++) {
+    char out[16384], launch[2048], db[1100];
+    snprintf(db, sizeof db, "%s/np%d.db", dir, np);
+    snprintf(launch, sizeof launch, "-np %d '%s' capacity %s " CAP_FLAGS " --db %s --out %s/r%d",
+             np, SC_BINARY, sc, db, dir, np);
+    cr_assert_eq(run_launch(launch, out, sizeof out), 0, "%s", out);
+    cr_expect_str_eq(out, one, "%d ranks printed another table", np);
+    snprintf(args, sizeof args, "%s/r%d/index.html", dir, np);
+    char *html = sc_test_read_file(args, NULL);
+    cr_assert_not_null(html);
+    cr_expect_str_eq(html, html1, "%d ranks wrote another report", np);
+    free(html);
+    char mine[8192];
+    snprintf(mine, sizeof mine, "%s", sc_test_q1s(db, POINTS));
+    cr_expect_str_eq(mine, points1, "%d ranks stored other points", np);
+  }
+  free(html1);
+}
+
+// A rank that runs another build (here the same binary without its build id) is refused before
+// anything is searched: one line naming the rank and its host, exit 2.
+Test(mpi, ranks_of_another_build_are_refused_with_one_line_and_exit_2) {
+  const char *sc = sc_test_write_tmp("mpi-build", "cap.yaml", CAP_SCN);
+  const char *dir = sc_test_tmpdir("mpi-build-out");
+  char cmd[2048], out[16384];
+  snprintf(cmd, sizeof cmd, "objcopy --remove-section .note.gnu.build-id '%s' '%s/other' 2>&1",
+           SC_BINARY, dir);
+  cr_assert_eq(system(cmd), 0, "objcopy (binutils) failed: %s", cmd);
+  snprintf(cmd, sizeof cmd,
+           "-np 1 '%s' capacity %s --quiet --db %s/x.db : -np 1 '%s/other' capacity %s "
+           "--quiet --db %s/x.db",
+           SC_BINARY, sc, dir, dir, sc, dir);
+  cr_expect_eq(run_launch(cmd, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "shardcheck capacity: mpi: rank 1 on ") &&
+                strstr(out, "runs another build of shardcheck"),
+            "%s", out);
+  char *line = strstr(out, "shardcheck capacity:");
+  cr_expect(!line || !strstr(line + 1, "shardcheck capacity:"), "one line, from rank 0: %s", out);
+}
+
+// `run` does not split a workload across client ranks yet: under a launcher of more than one
+// rank it refuses in one line, exit 2, instead of running the scenario once per rank.
+Test(mpi, run_under_a_launcher_of_2_ranks_is_refused_with_one_line_and_exit_2) {
+  const char *dir = sc_test_tmpdir("mpi-run");
+  char launch[2048], out[16384];
+  snprintf(launch, sizeof launch, "-np 2 '%s' run quickstart --db %s/x.db", SC_BINARY, dir);
+  cr_expect_eq(run_launch(launch, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "shardcheck run: started by an MPI launcher with more than one rank"), "%s",
+            out);
+  snprintf(launch, sizeof launch, "%s/x.db", dir);
+  cr_expect_eq(sc_test_file_size(launch), -1, "no database was made: %s", out);
+}
+#endif
