@@ -1131,12 +1131,17 @@ Test(serve, sim_ttft_and_tpot_are_within_5_percent_of_run) {
   }
   fprintf(stderr, "test_serve: sim: TTFT %.3f ms served vs %.3f ms run; TPOT %.3f ms vs %.3f ms\n",
           best_ttft / 1e6, ttft_run / 1e6, best_tpot / 1e6, tpot_run / 1e6);
-  cr_assert_lt(fabs(best_ttft / ttft_run - 1), 0.05, "TTFT %.3f ms served, %.3f ms run",
-               best_ttft / 1e6, ttft_run / 1e6);
-  cr_assert_lt(fabs(best_tpot / tpot_run - 1), 0.05, "TPOT %.3f ms served, %.3f ms run",
-               best_tpot / 1e6, tpot_run / 1e6);
   free(body);
   bed_free(b);
+  // Under a sanitizer the server's own work (parsing 1,024 ids, streaming) takes many times
+  // longer and adds to the served TTFT (+11% under TSan): the requests above still run for what
+  // the sanitizer checks, and the 5% comparison is the optimized build's.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  cr_expect_lt(fabs(best_ttft / ttft_run - 1), 0.05, "TTFT %.3f ms served, %.3f ms run",
+               best_ttft / 1e6, ttft_run / 1e6);
+  cr_expect_lt(fabs(best_tpot / tpot_run - 1), 0.05, "TPOT %.3f ms served, %.3f ms run",
+               best_tpot / 1e6, tpot_run / 1e6);
+#endif
 }
 
 // --- --max-pending: requests without a first token past it get 503
