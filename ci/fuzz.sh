@@ -9,8 +9,12 @@
 #   build/fuzz/fuzz_T -merge=1 fuzz/corpus/T build/fuzz/corpus/T
 #
 # usage: ci/fuzz.sh [SECONDS] [TARGET...]   (TARGET without the fuzz_ prefix; default all)
+#        ci/fuzz.sh --build                  (only configure and build; ci/test.sh does this
+#                                             while other tests run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [ "${1:-}" = --build ]; then build_only=1; shift; fi
 
 secs=${1:-20}
 shift || true
@@ -24,6 +28,7 @@ CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK
   -DSHARDCHECK_CUDA=OFF -DSHARDCHECK_BENCH=OFF \
   -DSHARDCHECK_FUZZ=ON >build/fuzz.configure.log 2>&1 || { cat build/fuzz.configure.log; exit 1; }
 cmake --build build/fuzz -j"$(nproc)" --target fuzz_all
+[ $build_only -eq 0 ] || exit 0
 
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"

@@ -21,7 +21,10 @@ took() { # $1: when the stage began (seconds since the epoch), $2: its name
   echo "== took $line"
   echo "$line" >>build/ci-times.txt
 }
-trap 'echo "== stage times (total $(($(date +%s) - t_start)) s)"; cat build/ci-times.txt' EXIT
+# (and the background builds below are stopped if the script ends before them)
+sanitizer_builds=""
+trap 'echo "== stage times (total $(($(date +%s) - t_start)) s)"; cat build/ci-times.txt
+  [ -z "$sanitizer_builds" ] || kill -- "-$sanitizer_builds" 2>/dev/null || true' EXIT
 
 t0=$(date +%s)
 bash ci/setup.sh
@@ -64,6 +67,33 @@ run_tests() {
 }
 
 build release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+# The sanitizer and fuzz builds are compiled while the release tests run, at the lowest CPU
+# priority: most of those tests wait on real time (a scenario's holds), and what they do compute
+# must keep its verdicts on a busy host anyway (docs/benchmarks.md, "A busy host"). The builds
+# take what the tests leave; their output goes to build/sanitizer-builds.log, printed if one fails.
+# The sanitizer builds leave out what they never run: the benchmarks, and the CUDA backend
+# (its kernels need a GPU; the release build above compiles it with warnings as errors).
+nosan=(-DSHARDCHECK_BENCH=OFF -DSHARDCHECK_CUDA=OFF)
+# test_mpi is not among the TSan tests: its ranks are processes (what TSan sees of them is one
+# thread each plus Open MPI's own progress threads, uninstrumented, which TSan reports on its
+# own); it runs under ASan + UBSan, leaks checked (tests/lsan.supp).
+# Under TSan only what runs there: the binary, and the tests named below.
+tsan_tests="comm engine faults_engine quant recorder replica_http serve serve_client"
+set -m # its own process group, so that the trap above can stop the compilers too
+(
+  renice -n 19 -p "$BASHPID" >/dev/null
+  build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undefined \
+    "${nosan[@]}"
+  TARGETS="shardcheck $(printf 'test_%s ' $tsan_tests profile run http http_faults)" \
+    build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread "${nosan[@]}"
+  t0=$(date +%s)
+  bash ci/fuzz.sh --build
+  took "$t0" "fuzz build"
+) >build/sanitizer-builds.log 2>&1 &
+sanitizer_builds=$!
+set +m
+
 run_tests release
 # The Debian packages of that build, installed with apt-get and run from outside the checkout,
 # then removed (the DESTDIR install is a test of its own above: tests/install.sh).
@@ -71,23 +101,23 @@ t0=$(date +%s)
 bash ci/package.sh build/release
 took "$t0" package
 
+t0=$(date +%s)
+echo "== waiting for the sanitizer and fuzz builds"
+if ! wait "$sanitizer_builds"; then
+  tail -n 60 build/sanitizer-builds.log
+  echo "== the sanitizer or fuzz builds failed (build/sanitizer-builds.log)"
+  exit 1
+fi
+grep -E '^== took|shardcheck:' build/sanitizer-builds.log || true
+sanitizer_builds=""
+took "$t0" "waiting for the sanitizer and fuzz builds"
+
 # Under the sanitizers every test but the three bash ones that check the tool as shipped (the
 # install tree, the completion, the README's commands): what they check is files, paths and
 # documented commands, not memory or threads, so they run once, on the release build above.
-# The sanitizer builds leave out what they never run: the benchmarks, and the CUDA backend
-# (its kernels need a GPU; the release build above compiles it with warnings as errors).
-nosan=(-DSHARDCHECK_BENCH=OFF -DSHARDCHECK_CUDA=OFF)
-build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDCHECK_SANITIZE=address,undefined "${nosan[@]}"
 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1 run_tests asan -E '^(install|completion|readme)$'
 
-# test_mpi is not among them: its ranks are processes (what TSan sees of them is one thread
-# each plus Open MPI's own progress threads, uninstrumented, which TSan reports on its own);
-# it runs under ASan + UBSan above, leaks checked (tests/lsan.supp).
-# Under TSan only what runs there: the binary, and the tests named below.
-tsan_tests="comm engine faults_engine quant recorder replica_http serve serve_client"
-TARGETS="shardcheck $(printf 'test_%s ' $tsan_tests profile run http http_faults)" \
-  build tsan -DCMAKE_BUILD_TYPE=Debug -DSHARDCHECK_SANITIZE=thread "${nosan[@]}"
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run_tests tsan \
   -R "^test_($(echo $tsan_tests | tr ' ' '|'))\$"
 # The profile's step-overhead replicas (threads side by side) under TSan: the test that measures
