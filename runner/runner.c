@@ -668,7 +668,8 @@ static bool deployment_dead(rt *r) {
 static sc_status run_phase(rt *r, int k) {
   phase_run *ph = &r->phases[k];
   const scn_phase *p = ph->p;
-  if (r->server_seen && k == 0) scrape_servers_now(r, false); // where the first phase's counters start
+  if (r->server_seen && k == 0) // where the first phase's prefix-cache counters start
+    scrape_servers_now(r, false);
   if (r->server_seen) sample_servers(r, NULL); // between phases: nobody's
   r->cur = k;
   uint64_t start = now_rel(r);

@@ -108,7 +108,8 @@ static const struct {
      "vllm:gpu_prefix_cache_hits / vllm:gpu_prefix_cache_queries",
      "vllm:gpu_prefix_cache_{hits,queries}"},
 };
-static const char *const cache_gauges[] = {"vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"};
+static const char *const cache_gauges[] = {"vllm:gpu_prefix_cache_hit_rate",
+                                           "sglang:cache_hit_rate"};
 
 bool prom_cache_counters(const char *text, replica_server_metrics *m) {
   m->has_cache = m->has_gauge = false;

@@ -102,15 +102,16 @@ Test(prom, vllm_prefix_cache_counters_of_a_real_scrape) {
   cr_expect_float_eq(m.cache_hits, 0, 1e-9);
   cr_expect_float_eq(m.cache_queries, 0, 1e-9);
   cr_expect_str_eq(m.cache_names, "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total");
-  char *a = replaced(text,
-                     "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0",
-                     "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} "
-                     "5120.0\nvllm:prefix_cache_queries_total{engine=\"1\",model_name=\"Qwen/"
-                     "Qwen3-0.6B\"} 1.024e+03");
-  char *b = replaced(a, "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0",
-                     "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} "
-                     "3840.0\nvllm:prefix_cache_hits_total{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} "
-                     "768");
+  char *a = replaced(
+      text, "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0",
+      "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} "
+      "5120.0\nvllm:prefix_cache_queries_total{engine=\"1\",model_name=\"Qwen/"
+      "Qwen3-0.6B\"} 1.024e+03");
+  char *b =
+      replaced(a, "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0",
+               "vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} "
+               "3840.0\nvllm:prefix_cache_hits_total{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} "
+               "768");
   cr_assert(prom_parse(b, &m));
   cr_assert(m.has_cache);
   cr_expect_float_eq(m.cache_hits, 4608, 1e-9);
@@ -152,9 +153,11 @@ Test(prom, malformed_prefix_cache_counters_are_not_read_and_say_why) {
   static const struct {
     const char *text, *why;
   } in[] = {
-      {"vllm:prefix_cache_queries_total{engine=\"0\"} 100\nvllm:prefix_cache_hits_total{engine=\"0\"} NaN\n",
+      {"vllm:prefix_cache_queries_total{engine=\"0\"} "
+       "100\nvllm:prefix_cache_hits_total{engine=\"0\"} NaN\n",
        "not a finite number"},
-      {"vllm:prefix_cache_queries_total{engine=\"0\"} 100\nvllm:prefix_cache_hits_total{engine=\"0\"} x\n",
+      {"vllm:prefix_cache_queries_total{engine=\"0\"} "
+       "100\nvllm:prefix_cache_hits_total{engine=\"0\"} x\n",
        "not a finite number"},
       {"vllm:prefix_cache_queries_total{engine=\"0\"} 100\n", "one of the pair only"},
       {"vllm:prefix_cache_queries_total 10\nvllm:prefix_cache_hits_total 11\n",
