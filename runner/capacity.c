@@ -203,7 +203,8 @@ static void set_limit(store_cap_layout *l, const store_cap_point *p) {
 // ends), then geometric bisection of the bracket with the probes left. Starting at the target
 // keeps every failing probe within twice the capacity: a heavily overloaded probe is the most
 // expensive kind, and answers nothing more. A point past the knee (past_knee) fails whatever
-// its SLOs said, so the search never probes above it. *best and *worst: the highest passing
+// its SLOs said, so the search never probes above it, and a bracket it tops ends once within
+// the gain (probes left unspent). *best and *worst: the highest passing
 // point and the lowest failing one (-1 none); *knee the highest rate probed below the lowest
 // point past the knee (NaN: none was). Its points are marked `bound`.
 static sc_status bisect(search *x, int li, double start, int bound, int *best_out, int *worst_out,
@@ -234,8 +235,10 @@ static sc_status bisect(search *x, int li, double start, int bound, int *best_ou
     if (!p->pass && rate <= r->rate_lo) break; // fails at the bottom: none
     rate = p->pass ? fmin(rate * 2, r->rate_hi) : fmax(rate / 2, r->rate_lo);
   }
-  // bisect
-  while (best >= 0 && worst >= 0 && budget > 0) {
+  // bisect; a bracket whose top is past the knee ends within the gain: the rule tells no rates
+  // closer than that apart (a probe up to (1 + gain) x the knee's rate is not past it)
+  while (best >= 0 && worst >= 0 && budget > 0 &&
+         !(worst == sat && r->points[worst].rate <= r->points[best].rate * (1 + x->o->sat_gain))) {
     double mid = sqrt(r->points[best].rate * r->points[worst].rate);
     SC_TRY(probe(x, li, mid, &p, err));
     p->bound = bound;

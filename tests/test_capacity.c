@@ -174,6 +174,21 @@ Test(capacity, a_loose_slo_stops_at_the_knee_and_says_so) {
   }
   double c1 = on.layouts[find(&on, "tp1")].max_rate;
   cr_expect(c1 > 32 && c1 < 256, "tp1 stops inside the range: %g", c1);
+  capacity_result_free(&on);
+  // a budget that would bisect finer than the gain: a bracket topped by a probe past the knee
+  // ends within 1 + gain, its probes left unspent
+  o.iters = 9;
+  cr_assert_eq(capacity_search(s, &o, &on, &err), SC_OK, "%s", err.msg);
+  cr_expect_lt(on.n_points, on.n_layouts * (o.iters + 2));
+  for (int i = 0; i < on.n_layouts; i++) {
+    const store_cap_layout *l = &on.layouts[i];
+    double above = INFINITY;
+    for (int k = 0; k < on.n_points; k++)
+      if (on.points[k].layout == i && on.points[k].rate > l->max_rate)
+        above = fmin(above, on.points[k].rate);
+    cr_expect(strstr(l->limit, "past the knee") && above <= l->max_rate * (1 + o.sat_gain),
+              "%s: %g then %g (%s)", l->label, l->max_rate, above, l->limit);
+  }
   capacity_result_free(&off);
   capacity_result_free(&on);
   scenario_free(s);
