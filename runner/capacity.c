@@ -190,6 +190,18 @@ static bool past_knee(const capacity_result *r, const capacity_options *o, int f
   return true;
 }
 
+// Point k of a search (its points from `first` on) past the knee fails, saying why when its
+// SLOs held; *sat: the lowest such point so far (-1 none).
+static void judge(search *x, int first, int k, int *sat) {
+  capacity_result *r = x->res;
+  store_cap_point *p = &r->points[k];
+  char why[sizeof p->failed];
+  if (!past_knee(r, x->o, first, k, why, sizeof why)) return;
+  if (p->pass) snprintf(p->failed, sizeof p->failed, "%s", why);
+  p->pass = false;
+  if (*sat < 0 || p->rate < r->points[*sat].rate) *sat = k;
+}
+
 // --- one layout: the bisection
 
 static void set_limit(store_cap_layout *l, const store_cap_point *p) {
@@ -202,11 +214,11 @@ static void set_limit(store_cap_layout *l, const store_cap_point *p) {
 // they fail, until a rate that holds and one that fails bracket the capacity (or the range
 // ends), then geometric bisection of the bracket with the probes left. Starting at the target
 // keeps every failing probe within twice the capacity: a heavily overloaded probe is the most
-// expensive kind, and answers nothing more. A point past the knee (past_knee) fails whatever
-// its SLOs said, so the search never probes above it, and a bracket it tops ends once within
-// the gain (probes left unspent). *best and *worst: the highest passing
-// point and the lowest failing one (-1 none); *knee the highest rate probed below the lowest
-// point past the knee (NaN: none was). Its points are marked `bound`.
+// expensive kind, and answers nothing more. A point past the knee (judge) fails whatever its
+// SLOs said, so the search never probes above it, and a bracket it tops ends once within the
+// gain (probes left unspent). *best and *worst: the highest passing point and the lowest
+// failing one (-1 none); *knee the highest rate probed below the lowest point past the knee
+// (NaN: none was). Its points are marked `bound`.
 static sc_status bisect(search *x, int li, double start, int bound, int *best_out, int *worst_out,
                         double *knee, sc_error *err) {
   capacity_result *r = x->res;
@@ -220,12 +232,7 @@ static sc_status bisect(search *x, int li, double start, int bound, int *best_ou
     p->bound = bound;
     budget--;
     int k = (int)(p - r->points);
-    char why[sizeof p->failed];
-    if (past_knee(r, x->o, first, k, why, sizeof why)) {
-      if (p->pass) snprintf(p->failed, sizeof p->failed, "%s", why);
-      p->pass = false;
-      if (sat < 0 || p->rate < r->points[sat].rate) sat = k;
-    }
+    judge(x, first, k, &sat);
     if (p->pass)
       best = k;
     else
@@ -244,12 +251,7 @@ static sc_status bisect(search *x, int li, double start, int bound, int *best_ou
     p->bound = bound;
     budget--;
     int k = (int)(p - r->points);
-    char why[sizeof p->failed];
-    if (past_knee(r, x->o, first, k, why, sizeof why)) {
-      if (p->pass) snprintf(p->failed, sizeof p->failed, "%s", why);
-      p->pass = false;
-      if (sat < 0 || p->rate < r->points[sat].rate) sat = k;
-    }
+    judge(x, first, k, &sat);
     if (p->pass)
       best = k;
     else
