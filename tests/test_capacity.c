@@ -290,29 +290,38 @@ Test(capacity, a_scenario_without_slo_or_with_a_ramp_is_refused_naming_it) {
 }
 
 // The CLI twice on the same inputs, in one process and in two workers: the same table, the
-// same stored points, the same report.
+// same stored points, the same report. No probe of this search is past a knee: without the
+// knee rule (--saturation off, the search as it was before it) the table and report are the
+// same too.
 Test(capacity, the_search_is_deterministic_stored_and_reported) {
   char text[2048];
   snprintf(text, sizeof text, SCN, "400");
   const char *sc = sc_test_write_tmp("cap-cli", "cap.yaml", text);
   const char *dir = sc_test_tmpdir("cap-cli-out");
-  char out[2][16384], args[2048], html[2][1200];
-  for (int k = 0; k < 2; k++) {
+  char out[3][16384], args[2048], html[3][1200];
+  for (int k = 0; k < 3; k++) {
     snprintf(args, sizeof args,
              "capacity %s --iters 3 --rate-range 4:64 --cost h100-sxm=2.5 "
-             "--db %s/c.db --out %s/r%d --quiet --jobs %d",
-             sc, dir, dir, k, k + 1);
+             "--db %s/%s --out %s/r%d --quiet --jobs %d%s",
+             sc, dir, k < 2 ? "c.db" : "off.db", dir, k, k == 1 ? 2 : 1,
+             k == 2 ? " --saturation off" : "");
     cr_assert_eq(sc_test_run_cli_clean(args, out[k], sizeof out[k]), 0, "%s", out[k]);
     snprintf(html[k], sizeof html[k], "%s/r%d/index.html", dir, k);
   }
   cr_expect_str_eq(out[0], out[1]);
+  cr_expect_str_eq(out[0], out[2], "the knee rule changed a search that never reached a knee");
+  cr_expect(!strstr(out[0], "knee"), "%s", out[0]);
+  char *c = sc_test_read_file(html[2], NULL);
+  cr_assert(c);
   cr_expect(strstr(out[0], "recommended: h100-sxm") != NULL, "%s", out[0]);
   char *a = sc_test_read_file(html[0], NULL), *b = sc_test_read_file(html[1], NULL);
   cr_assert(a && b);
   cr_expect_str_eq(a, b, "the two reports differ");
+  cr_expect_str_eq(a, c, "the report without the knee rule differs");
   cr_expect(strstr(a, "Every simulated point") != NULL);
   free(a);
   free(b);
+  free(c);
   char db[1200];
   snprintf(db, sizeof db, "%s/c.db", dir);
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM capacity"), 2);
