@@ -731,8 +731,9 @@ static sc_status run_phase(rt *r, int k) {
   }
   ph->end = now_rel(r);
   ph->end_seq = r->reqs.n;
-  if (r->server_seen) { // the phase's last scrapes are its own, the last one now
-    scrape_servers_now(r, true);
+  if (r->server_seen) { // the phase's last scrapes are its own; the last one now, unless a
+    // fault may have hung a server (a scrape now would hold the loop up to 2 s)
+    if (r->s->n_faults == 0) scrape_servers_now(r, true);
     sample_servers(r, ph);
   }
   rn_progress(r, ph->end, true);
