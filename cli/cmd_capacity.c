@@ -20,6 +20,7 @@ static void usage(FILE *f) {
   fprintf(f, "usage: shardcheck capacity FILE [--gpus KIND:N,...] [--rate R | --rate-range A:B]\n"
              "                           [--cost KIND=PRICE,...] [--iters N]\n"
              "                           [--error F] [--record requests|summary|tokens]\n"
+             "                           [--saturation GAIN:GROWTH|off]\n"
              "                           [--db PATH]"
              " [--out DIR] [--jobs N] [--quiet]\n\n"
              "Finds by simulation, for each GPU kind and every tp x pp x dp layout the memory\n"
@@ -48,6 +49,10 @@ static void usage(FILE *f) {
              "  --iters N           simulations per layout, less 2 (0..20, default 6): what the\n"
              "                      bracket leaves of N + 2 bisects it (a layout far from the\n"
              "                      target takes more to bracket, and is not bisected)\n"
+             "  --saturation G:T    the knee: a probe whose output tok/s fell short of its rate\n"
+             "                      (against a lower one's) by more than G while its TTFT p95\n"
+             "                      is past T x the lowest rate's fails, and nothing above it\n"
+             "                      is probed (default 0.05:3, a ramp's; off: probe past it)\n"
              "  --jobs N            worker processes searching layouts at once (1..64,\n"
              "                      default: the CPUs online); the result is the same.\n"
              "                      Under mpirun or srun the job's ranks share the layouts\n"
@@ -60,6 +65,25 @@ static void usage(FILE *f) {
              "exit codes: 0 a layout serves the target, 1 none does (the message names the best\n"
              "found, or says the interval is too wide to choose), 2 bad input, 3 runtime\n"
              "failure.\n");
+}
+
+// "0.05:3" into o's knee rule, "off" turns it off.
+static bool parse_saturation(const char *v, capacity_options *o) {
+  if (!strcmp(v, "off")) {
+    o->saturation = false;
+    return true;
+  }
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", v);
+  char *colon = strchr(buf, ':');
+  if (!colon) return false;
+  *colon = 0;
+  double g, t;
+  if (!cli_parse_double(buf, 0, 10, &g) || !cli_parse_double(colon + 1, 1, 1e9, &t)) return false;
+  o->saturation = true;
+  o->sat_gain = g;
+  o->sat_ttft = t;
+  return true;
 }
 
 // "h100-sxm:8,h200:8" into o->kinds (costs 1).
@@ -141,6 +165,12 @@ int cmd_capacity(int argc, char **argv) {
     } else if (!strcmp(a, "--iters") && has_val) {
       if (!cli_parse_int(argv[++i], 0, 20, &o.iters))
         return cli_usage_error("capacity", "--iters needs a count from 0 to 20, got", argv[i]);
+    } else if (!strcmp(a, "--saturation") && has_val) {
+      if (!parse_saturation(argv[++i], &o))
+        return cli_usage_error("capacity",
+                               "--saturation needs GAIN:GROWTH (GAIN in [0, 10], GROWTH >= 1) "
+                               "or off, got",
+                               argv[i]);
     } else if (!strcmp(a, "--jobs") && has_val) {
       if (!cli_parse_int(argv[++i], 1, 64, &o.jobs))
         return cli_usage_error("capacity", "--jobs needs a count from 1 to 64, got", argv[i]);

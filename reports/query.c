@@ -1291,14 +1291,18 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
   c->served = sqlite3_column_int(st, 15) != 0;
   sqlite3_finalize(st);
   // a file of version 4 or older (opened read-only, not migrated) has no interval: its
-  // bounds are the prediction
+  // bounds are the prediction; one written before the knee has none (NULL)
   const char *ls = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
-                   "output_tok_s, cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error "
-                   "FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
+                   "output_tok_s, cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error, "
+                   "knee_rate FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
+  const char *ls5 = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
+                    "output_tok_s, cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error, "
+                    "NULL FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
   const char *ls4 = "SELECT kind, tp, pp, dp, gpus, label, cost_per_hour, max_rate, capped, "
-                    "output_tok_s, cost_per_mtok, limit_text, max_rate, max_rate, 0 "
+                    "output_tok_s, cost_per_mtok, limit_text, max_rate, max_rate, 0, NULL "
                     "FROM capacity_layout WHERE capacity_id = ?1 ORDER BY idx";
-  bool v5 = sqlite3_prepare_v2(db, ls, -1, &st, NULL) == SQLITE_OK;
+  bool v5 = sqlite3_prepare_v2(db, ls, -1, &st, NULL) == SQLITE_OK ||
+            sqlite3_prepare_v2(db, ls5, -1, &st, NULL) == SQLITE_OK;
   if (!v5 && sqlite3_prepare_v2(db, ls4, -1, &st, NULL) != SQLITE_OK)
     return sc_fail(err, SC_IO, "reading capacity layouts: %s", sqlite3_errmsg(db));
   sqlite3_bind_int64(st, 1, c->id);
@@ -1331,6 +1335,7 @@ sc_status rq_capacity_load(sqlite3 *db, int64_t id, rq_capacity *c, sc_error *er
     l->max_rate_lo = col_real(st, 12);
     l->max_rate_hi = col_real(st, 13);
     l->error = sqlite3_column_double(st, 14);
+    l->knee_rate = col_real(st, 15);
   }
   sqlite3_finalize(st);
   const char *ps = v5 ? "SELECT layout, rate, pass, ttft_p95_ms, tpot_p95_ms, e2el_p95_ms, "

@@ -25,11 +25,22 @@ static double per_gpu(const store_cap_layout *l, double tok_s) {
   return l->gpus > 0 ? tok_s / l->gpus : NAN;
 }
 
+// Whether a layout of c reached its knee: the tables show a knee column only then, so a search
+// that never did prints as it did before the knee was kept.
+static bool any_knee(const rq_capacity *c) {
+  for (int i = 0; i < c->n_layouts; i++)
+    if (!isnan(c->layouts[i].knee_rate)) return true;
+  return false;
+}
+
 void report_capacity_print(const rq_capacity *c, FILE *f) {
+  bool knees = any_knee(c);
   fprintf(f, "capacity of %s: target %.3g req/s, rates %.3g..%.3g (%d probes per layout), SLO %s\n",
           c->scenario, c->target_rate, c->rate_lo, c->rate_hi, c->iters + 2, c->slo);
-  fprintf(f, "%-2s %-10s %-14s %4s %8s %11s %17s %11s %10s %9s  %s\n", "", "kind", "layout", "gpus",
-          "cost/h", "max req/s", "interval", "tok/s/GPU", "ttft p95", "$/M tok", "limit above");
+  fprintf(f, "%-2s %-10s %-14s %4s %8s %11s %17s ", "", "kind", "layout", "gpus", "cost/h",
+          "max req/s", "interval");
+  if (knees) fprintf(f, "%10s ", "knee req/s");
+  fprintf(f, "%11s %10s %9s  %s\n", "tok/s/GPU", "ttft p95", "$/M tok", "limit above");
   for (int i = 0; i < c->n_layouts; i++) {
     const store_cap_layout *l = &c->layouts[i];
     const store_cap_point *at = NULL;
@@ -52,8 +63,14 @@ void report_capacity_print(const rq_capacity *c, FILE *f) {
     fmt(at ? at->ttft_p95_ms : NAN, "%.0f ms", ttft, sizeof ttft);
     fmt(l->cost_per_mtok, "%.3f", cpm, sizeof cpm);
     const char *mark = i == c->best ? "*" : i == c->runner_up ? "2" : "";
-    fprintf(f, "%-2s %-10s %-14s %4d %8.2f %11s %17s %11s %10s %9s  %s\n", mark, l->kind, l->label,
-            l->gpus, l->cost_per_hour, rate, iv, tpg, ttft, cpm, l->limit[0] ? l->limit : "-");
+    fprintf(f, "%-2s %-10s %-14s %4d %8.2f %11s %17s ", mark, l->kind, l->label, l->gpus,
+            l->cost_per_hour, rate, iv);
+    if (knees) {
+      char kn[24];
+      fmt(l->knee_rate, "%.3g", kn, sizeof kn);
+      fprintf(f, "%10s ", kn);
+    }
+    fprintf(f, "%11s %10s %9s  %s\n", tpg, ttft, cpm, l->limit[0] ? l->limit : "-");
   }
   fprintf(f, "%s\n", c->note);
 }
@@ -239,9 +256,13 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
       fputs("<p><img src=\"capacity.svg\" alt=\"throughput per GPU against TTFT p95\"></p>\n", f);
     else
       fputs("<p>(no plot: gnuplot was not run; capacity.gp and capacity.dat are here)</p>\n", f);
+    bool knees = any_knee(&c);
     fputs("<table>\n<tr><th></th><th>kind</th><th>layout</th><th>GPUs</th><th>cost/h</th>"
-          "<th>max req/s</th><th>interval</th><th>output tok/s</th><th>tok/s per GPU</th>"
-          "<th>cost per M tokens</th><th>limit above</th></tr>\n",
+          "<th>max req/s</th><th>interval</th>",
+          f);
+    if (knees) fputs("<th>knee req/s</th>", f);
+    fputs("<th>output tok/s</th><th>tok/s per GPU</th><th>cost per M tokens</th>"
+          "<th>limit above</th></tr>\n",
           f);
     for (int i = 0; i < c.n_layouts; i++) {
       const store_cap_layout *l = &c.layouts[i];
@@ -267,6 +288,10 @@ sc_status report_capacity_write(sqlite3 *db, int64_t id, const char *dir, const 
         fprintf(f, "<td>%s</td>", b);
       } else {
         td(f, "-");
+      }
+      if (knees) {
+        fmt(l->knee_rate, "%.3g", b, sizeof b);
+        td(f, b);
       }
       fmt(l->output_tok_s, "%.0f", b, sizeof b);
       td(f, b);

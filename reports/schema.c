@@ -221,6 +221,8 @@ const char *const store_schema_sql =
     "  max_rate_lo REAL,\n"              // capacity at the pessimistic end of the interval
     "  max_rate_hi REAL,\n"              // ... at the optimistic end
     "  error REAL,\n"                    // the interval's relative half-width (0: none)
+    "  knee_rate REAL,\n"                // the prediction's knee (docs/capacity.md); NULL: not
+                                         // reached
     "  PRIMARY KEY(capacity_id, idx)) WITHOUT ROWID;\n"
     "CREATE TABLE IF NOT EXISTS capacity_point(\n"
     "  capacity_id INTEGER NOT NULL REFERENCES capacity(id),\n"

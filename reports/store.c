@@ -371,6 +371,7 @@ static sc_status migrate(store *s, sc_error *err) {
                {"capacity_layout", "max_rate_lo REAL", 3},
                {"capacity_layout", "max_rate_hi REAL", 3},
                {"capacity_layout", "error REAL", 3},
+               {"capacity_layout", "knee_rate REAL", 3},
                {"capacity_point", "bound INTEGER NOT NULL DEFAULT 0", 3},
                {"request", "cached_tokens INTEGER", 1}};
   for (size_t k = 0; r == SC_OK && version <= 4 && k < sizeof added / sizeof *added; k++)
@@ -1220,8 +1221,8 @@ sc_status store_capacity_add(store *s, const store_cap_search *c, const store_ca
     rc = sqlite3_prepare_v2(s->db,
                             "INSERT INTO capacity_layout(capacity_id, idx, kind, tp, pp, dp, "
                             "gpus, label, cost_per_hour, max_rate, capped, output_tok_s, "
-                            "cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error) "
-                            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                            "cost_per_mtok, limit_text, max_rate_lo, max_rate_hi, error, "
+                            "knee_rate) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                             -1, &st, NULL);
     if (rc != SQLITE_OK) r = db_fail(s, rc, "preparing a capacity_layout row", err);
   }
@@ -1246,6 +1247,7 @@ sc_status store_capacity_add(store *s, const store_cap_search *c, const store_ca
     bind_real_opt(st, 15, l->max_rate_lo);
     bind_real_opt(st, 16, l->max_rate_hi);
     sqlite3_bind_double(st, 17, l->error);
+    bind_real_opt(st, 18, l->knee_rate);
     r = exec_stmt(s, st, "inserting a capacity_layout row", err);
   }
   sqlite3_finalize(st);

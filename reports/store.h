@@ -191,7 +191,7 @@ sc_status store_verdict_add(store *s, int64_t run_id, int64_t deployment_id, con
 typedef struct store_cap_point {
   int layout;          // index into the search's layouts
   double rate;         // requests/s offered
-  bool pass;           // every SLO held and the run completed
+  bool pass;           // every SLO held, the run completed and it was not past the knee
   double ttft_p95_ms, tpot_p95_ms, e2el_p95_ms; // pooled, NaN when none
   double output_tok_s; // output tokens/s delivered
   double error_rate;
@@ -215,6 +215,8 @@ typedef struct store_cap_layout {
   double max_rate_lo;   // the capacity at the pessimistic end of the interval (= max_rate
   double max_rate_hi;   // without one), and at the optimistic end; NaN: none passed
   double error;         // the interval's relative half-width on this layout's kind (0: none)
+  double knee_rate;     // the prediction's knee: the highest rate probed below the first one
+                        // past it (runner/capacity.h, saturation); NaN: not reached
 } store_cap_layout;
 
 typedef struct store_cap_search {

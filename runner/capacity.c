@@ -32,7 +32,12 @@ typedef struct share_out {
 static bool out_put(share_out *o, const void *p, size_t n);
 
 capacity_options capacity_options_defaults(void) {
-  return (capacity_options){.iters = 6, .record = SCN_RECORD_SUMMARY, .error = -1};
+  return (capacity_options){.iters = 6,
+                            .record = SCN_RECORD_SUMMARY,
+                            .error = -1,
+                            .saturation = true,
+                            .sat_gain = 0.05,
+                            .sat_ttft = 3};
 }
 
 void capacity_result_free(capacity_result *r) {
@@ -152,6 +157,51 @@ static sc_status probe(search *x, int li, double rate, store_cap_point **out, sc
   return st;
 }
 
+// --- the knee: the saturation rule of a ramp (runner/runner.c, ramp_saturated) on rates
+
+// Whether point k of one search (its points from `first` on) is past the knee: its output
+// tok/s no longer rises with the load, while its TTFT p95 is past ttft_growth x the
+// lowest-rate point's. A ramp's load is its users; an open loop's is its rate, and below the
+// knee the throughput follows it: so "no longer rises" is its throughput below the best
+// lower-rate point's x (the rates' ratio) / (1 + gain): short of the load by more than the
+// gain. (Read as a ramp reads it, flat within the gain, a rate twice the knee's still rises
+// and passes.) Says why in why (when not NULL).
+static bool past_knee(const capacity_result *r, const capacity_options *o, int first, int k,
+                      char *why, size_t n) {
+  const store_cap_point *p = &r->points[k];
+  if (!o->saturation || isnan(p->output_tok_s) || isnan(p->ttft_p95_ms)) return false;
+  int best = -1, low = -1;
+  for (int j = first; j < r->n_points; j++) {
+    const store_cap_point *q = &r->points[j];
+    if (j == k || !(q->rate < p->rate)) continue;
+    if (low < 0 || q->rate < r->points[low].rate) low = j;
+    if (!isnan(q->output_tok_s) && (best < 0 || q->output_tok_s > r->points[best].output_tok_s))
+      best = j;
+  }
+  if (best < 0 || low < 0 || isnan(r->points[low].ttft_p95_ms)) return false;
+  const store_cap_point *b = &r->points[best], *l = &r->points[low];
+  double load = p->rate / b->rate / (1 + o->sat_gain);
+  if (!(p->output_tok_s < b->output_tok_s * load && p->ttft_p95_ms > o->sat_ttft * l->ttft_p95_ms))
+    return false;
+  if (why)
+    snprintf(why, n, "past the knee: %.0f tok/s against %.0f at %.3g req/s, TTFT p95 %.0f ms "
+             "against %.0f ms at %.3g req/s", p->output_tok_s, b->output_tok_s, b->rate,
+             p->ttft_p95_ms, l->ttft_p95_ms, l->rate);
+  return true;
+}
+
+// Point k of a search (its points from `first` on) past the knee fails, saying why when its
+// SLOs held; *sat: the lowest such point so far (-1 none).
+static void judge(search *x, int first, int k, int *sat) {
+  capacity_result *r = x->res;
+  store_cap_point *p = &r->points[k];
+  char why[sizeof p->failed];
+  if (!past_knee(r, x->o, first, k, why, sizeof why)) return;
+  if (p->pass) snprintf(p->failed, sizeof p->failed, "%s", why);
+  p->pass = false;
+  if (*sat < 0 || p->rate < r->points[*sat].rate) *sat = k;
+}
+
 // --- one layout: the bisection
 
 static void set_limit(store_cap_layout *l, const store_cap_point *p) {
@@ -164,13 +214,16 @@ static void set_limit(store_cap_layout *l, const store_cap_point *p) {
 // they fail, until a rate that holds and one that fails bracket the capacity (or the range
 // ends), then geometric bisection of the bracket with the probes left. Starting at the target
 // keeps every failing probe within twice the capacity: a heavily overloaded probe is the most
-// expensive kind, and answers nothing more. *best and *worst: the highest passing point and
-// the lowest failing one (-1 none). Its points are marked `bound`.
+// expensive kind, and answers nothing more. A point past the knee (judge) fails whatever its
+// SLOs said, so the search never probes above it, and a bracket it tops ends once within the
+// gain (probes left unspent). *best and *worst: the highest passing point and the lowest
+// failing one (-1 none); *knee the highest rate probed below the lowest point past the knee
+// (NaN: none was). Its points are marked `bound`.
 static sc_status bisect(search *x, int li, double start, int bound, int *best_out, int *worst_out,
-                        sc_error *err) {
+                        double *knee, sc_error *err) {
   capacity_result *r = x->res;
   int budget = r->iters + 2;
-  int best = -1, worst = -1;
+  int best = -1, worst = -1, first = r->n_points, sat = -1;
   double rate = fmin(fmax(start, r->rate_lo), r->rate_hi);
   store_cap_point *p;
   // bracket
@@ -179,6 +232,7 @@ static sc_status bisect(search *x, int li, double start, int bound, int *best_ou
     p->bound = bound;
     budget--;
     int k = (int)(p - r->points);
+    judge(x, first, k, &sat);
     if (p->pass)
       best = k;
     else
@@ -188,19 +242,27 @@ static sc_status bisect(search *x, int li, double start, int bound, int *best_ou
     if (!p->pass && rate <= r->rate_lo) break; // fails at the bottom: none
     rate = p->pass ? fmin(rate * 2, r->rate_hi) : fmax(rate / 2, r->rate_lo);
   }
-  // bisect
-  while (best >= 0 && worst >= 0 && budget > 0) {
+  // bisect; a bracket whose top is past the knee ends within the gain: the rule tells no rates
+  // closer than that apart (a probe up to (1 + gain) x the knee's rate is not past it)
+  while (best >= 0 && worst >= 0 && budget > 0 &&
+         !(worst == sat && r->points[worst].rate <= r->points[best].rate * (1 + x->o->sat_gain))) {
     double mid = sqrt(r->points[best].rate * r->points[worst].rate);
     SC_TRY(probe(x, li, mid, &p, err));
     p->bound = bound;
     budget--;
+    int k = (int)(p - r->points);
+    judge(x, first, k, &sat);
     if (p->pass)
-      best = (int)(p - r->points);
+      best = k;
     else
-      worst = (int)(p - r->points);
+      worst = k;
   }
   *best_out = best;
   *worst_out = worst;
+  *knee = NAN;
+  for (int j = first; sat >= 0 && j < r->n_points; j++)
+    if (r->points[j].rate < r->points[sat].rate && !(r->points[j].rate <= *knee))
+      *knee = r->points[j].rate;
   return SC_OK;
 }
 
@@ -220,8 +282,10 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
   l->max_rate = l->max_rate_lo = l->max_rate_hi = NAN;
   l->output_tok_s = l->cost_per_mtok = NAN;
   int best, worst;
-  SC_TRY(bisect(x, li, r->target_rate, 0, &best, &worst, err));
+  double knee;
+  SC_TRY(bisect(x, li, r->target_rate, 0, &best, &worst, &knee, err));
   l = &r->layouts[li];
+  l->knee_rate = knee;
   if (worst >= 0) set_limit(l, &r->points[worst]);
   if (best >= 0) {
     const store_cap_point *b = &r->points[best];
@@ -238,7 +302,7 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
     for (int k = 0; k < 2; k++) {
       sim_hw_scale(&s->hw.sim, f[k]);
       double start = isnan(r->layouts[li].max_rate) ? r->rate_lo : r->layouts[li].max_rate / f[k];
-      sc_status st = bisect(x, li, start, k ? 1 : -1, &best, &worst, err);
+      sc_status st = bisect(x, li, start, k ? 1 : -1, &best, &worst, &knee, err);
       s->hw.sim = nominal;
       SC_TRY(st);
       double cap = best >= 0 ? r->points[best].rate : NAN;
@@ -251,10 +315,12 @@ static sc_status search_layout(search *x, int li, sc_error *err) {
   l = &r->layouts[li];
   if (x->o->progress) {
     if (!isnan(l->max_rate))
-      fprintf(x->o->progress, "  %-10s %-14s %s%.3g req/s [%.3g, %.3g]\n", l->kind, l->label,
+      fprintf(x->o->progress, "  %-10s %-14s %s%.3g req/s [%.3g, %.3g]", l->kind, l->label,
               l->capped ? ">= " : "", l->max_rate, l->max_rate_lo, l->max_rate_hi);
     else
-      fprintf(x->o->progress, "  %-10s %-14s below %.3g req/s\n", l->kind, l->label, r->rate_lo);
+      fprintf(x->o->progress, "  %-10s %-14s below %.3g req/s", l->kind, l->label, r->rate_lo);
+    if (!isnan(l->knee_rate)) fprintf(x->o->progress, ", knee %.3g req/s", l->knee_rate);
+    fputc('\n', x->o->progress);
     fflush(x->o->progress);
   }
   return SC_OK;

@@ -41,6 +41,11 @@ typedef struct capacity_options {
                            // one: sim_engine_error); 0: no interval
   int jobs;                // worker processes searching layouts at once (<= 1: none, this process);
                            // the result is the same for any count
+  bool saturation;         // the knee rule (docs/capacity.md): a probe past the knee counts as
+                           // failing, so no later probe of the layout goes above it; false: off
+  double sat_gain;         // a probe's output tok/s no longer rises when it is below the best
+                           // lower-rate probe's x their rates' ratio / (1 + gain) (0.05) ...
+  double sat_ttft;         // ... while its TTFT p95 is past this x the lowest-rate probe's (3)
   bool mpi;                // the processes of this MPI job share the layouts instead (rank r
                            // searches every size-th from r; kernels/mpi.h, MPI initialised):
                            // rank 0 gets the whole result, the same as one process's; every

@@ -430,6 +430,56 @@ static void wait_until(rt *r, uint64_t deadline) {
 }
 
 // --- periodic work
+// Replica i's new scrape m into its prefix-cache figures: its counters' growth since the
+// previous scrape taken goes to phase ph (NULL: between phases, dropped), or its gauge to ph's
+// mean. A counter that went down (the server restarted) or counters that stopped parsing leave
+// ph without the figure, saying why.
+static void sample_cache(rt *r, phase_run *ph, int i, const replica_server_metrics *m) {
+  srv_cache *c = &r->cache_seen[i];
+  if (m->has_cache) {
+    if (ph && c->have) {
+      if (m->cache_hits < c->hits || m->cache_queries < c->queries) {
+        snprintf(ph->cache_bad, sizeof ph->cache_bad,
+                 "replica%d: its prefix-cache counters went down (%.0f / %.0f after %.0f / "
+                 "%.0f: the server restarted?)", i, m->cache_hits, m->cache_queries, c->hits,
+                 c->queries);
+      } else {
+        ph->cache_hits += m->cache_hits - c->hits;
+        ph->cache_queries += m->cache_queries - c->queries;
+        ph->cache_names = m->cache_names;
+        if (c->ph != ph) ph->cache_reps++;
+        c->ph = ph;
+      }
+    }
+    c->have = true;
+    c->hits = m->cache_hits;
+    c->queries = m->cache_queries;
+    return;
+  }
+  if (ph && m->cache_why[0])
+    snprintf(ph->cache_bad, sizeof ph->cache_bad, "replica%d: %.140s", i, m->cache_why);
+  else if (ph && c->have && !m->has_gauge)
+    snprintf(ph->cache_bad, sizeof ph->cache_bad,
+             "replica%d: its prefix-cache counters are gone from /metrics", i);
+  c->have = false;
+  if (ph && m->has_gauge) {
+    ph->gauge_sum += m->cache_gauge;
+    ph->gauge_n++;
+    ph->cache_names = m->cache_names;
+  }
+}
+
+// A scrape now (blocking, up to 2 s each) of every external server, or (counters_only) of
+// those whose scrapes had prefix-cache counters, kept as its latest: what the next
+// sample_servers takes, so that a phase's counters start and end with it.
+static void scrape_servers_now(rt *r, bool counters_only) {
+  for (int i = 0; i < r->n_reps; i++) {
+    replica_server_metrics m;
+    if (router_busy(r->rt, i) || (counters_only && !r->cache_seen[i].have)) continue;
+    (void)replica_server_metrics_get(r->reps[i], REPLICA_SM_NOW, &m);
+  }
+}
+
 // An external server's scrapes per replica since the previous call: a server_sample row for
 // the latest when it is new, and what they showed (scrapes, busy ones, peaks) added to phase
 // ph's figures (NULL: between phases, dropped).
@@ -451,6 +501,7 @@ static void sample_servers(rt *r, phase_run *ph) {
     if (ph && m.why[0]) snprintf(ph->srv_why, sizeof ph->srv_why, "replica%d: %.180s", i, m.why);
     if (!got || m.t_ns == r->server_seen[i]) continue;
     r->server_seen[i] = m.t_ns;
+    sample_cache(r, ph, i, &m);
     store_server_sample row = {.run_id = r->run_id,
                                .deployment_id = r->dep_id,
                                .replica = i,
@@ -617,6 +668,8 @@ static bool deployment_dead(rt *r) {
 static sc_status run_phase(rt *r, int k) {
   phase_run *ph = &r->phases[k];
   const scn_phase *p = ph->p;
+  if (r->server_seen && k == 0) // where the first phase's prefix-cache counters start
+    scrape_servers_now(r, false);
   if (r->server_seen) sample_servers(r, NULL); // between phases: nobody's
   r->cur = k;
   uint64_t start = now_rel(r);
@@ -678,7 +731,11 @@ static sc_status run_phase(rt *r, int k) {
   }
   ph->end = now_rel(r);
   ph->end_seq = r->reqs.n;
-  if (r->server_seen) sample_servers(r, ph); // the phase's last scrapes are its own
+  if (r->server_seen) { // the phase's last scrapes are its own; the last one now, unless a
+    // fault may have hung a server (a scrape now would hold the loop up to 2 s)
+    if (r->s->n_faults == 0) scrape_servers_now(r, true);
+    sample_servers(r, ph);
+  }
   rn_progress(r, ph->end, true);
   rec_lock(r->rec);
   s = store_phase_end(r->db, ph->id, ph->end, &r->err);
@@ -780,6 +837,8 @@ static void free_deployment(rt *r) {
   r->fds = NULL;
   free(r->server_seen);
   r->server_seen = NULL;
+  free(r->cache_seen);
+  r->cache_seen = NULL;
   router_free(r->rt);
   r->rt = NULL;
   req_table_clear(&r->reqs);
@@ -893,7 +952,12 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   r->reps = calloc((size_t)d->dp, sizeof *r->reps);
   r->held = calloc((size_t)d->dp, sizeof *r->held);
   r->fds = calloc((size_t)d->dp, sizeof *r->fds);
-  if (r->s->target.set) r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
+  if (r->s->target.set) {
+    r->server_seen = calloc((size_t)d->dp, sizeof *r->server_seen);
+    r->cache_seen = calloc((size_t)d->dp, sizeof *r->cache_seen);
+    if (!r->server_seen || !r->cache_seen)
+      return sc_fail(&r->err, SC_OOM, "runner: out of memory");
+  }
   const scn_router *sr = &r->s->router;
   router_config rc = {.policy = d->policy ? (router_policy)(d->policy - 1) : sr->policy,
                       .load_bound = sr->load_bound,

@@ -51,8 +51,24 @@ typedef struct phase_run {
   // a ramp with saturation: the step's output tok/s and TTFT p95 (ms) after its warm-up, as the
   // stop rule saw them
   double step_tok_s, step_ttft95;
+  // an external server's prefix cache over the phase (docs/metrics.md, the prefix cache): the
+  // growth of its counters of prompt tokens found and looked up, summed over the replicas, from
+  // the latest scrape before the phase to its last (cache_reps replicas gave it), or the mean
+  // of its hit-rate gauge over the phase's scrapes (gauge_n of them); cache_names: whose (static);
+  // cache_bad: why it cannot be told (a counter went down, the counters are malformed)
+  double cache_hits, cache_queries, gauge_sum;
+  int cache_reps, gauge_n;
+  const char *cache_names;
+  char cache_bad[160];
 } phase_run;
 
+
+// An HTTP replica's prefix-cache counters at the runner's latest sample of its scrapes.
+typedef struct srv_cache {
+  bool have;
+  double hits, queries;
+  const void *ph; // the phase its counters' growth last went to (counted in its cache_reps)
+} srv_cache;
 
 typedef struct dep_result {
   int64_t id;
@@ -163,6 +179,7 @@ typedef struct rt {
   int sweep;                // every-rank sweeps: which run of the deployment this is
   char log_dir[1024];       // launched servers' and exec faults' logs (the run's report directory)
   uint64_t *server_seen;    // (dp) an HTTP replica's latest scrape recorded (its t_ns); NULL: none
+  srv_cache *cache_seen;    // (dp) an HTTP replica's prefix-cache counters at the latest sample
 } rt;
 
 static inline uint64_t now_rel(rt *r) { return sc_clock_now(&r->clock) - r->t0; }

@@ -144,10 +144,60 @@ static double cache_hit_rate(const rt *r, size_t from, size_t to, int cl, int *r
   return n && prompt > 0 ? cached / prompt : NAN;
 }
 
+// An external server's prefix_cache_hit_rate over phases ph[0..n) from its /metrics when its
+// responses gave no cached_tokens (docs/metrics.md): its counters' growth, hits over queries,
+// summed over the phases and replicas; else its hit-rate gauge's mean over their scrapes. NaN
+// with why (a counter that went down, malformed or missing counters, no prompt token looked up);
+// how names the source when measured. Static text, or buf.
+static double server_cache_rate(const phase_run *ph, int n, char *buf, size_t len,
+                                const char **how) {
+  double hits = 0, queries = 0, gsum = 0;
+  int gn = 0, reps = 0;
+  const char *names = NULL, *bad = NULL;
+  for (int k = 0; k < n; k++) {
+    if (!ph[k].id) continue;
+    if (ph[k].cache_bad[0] && !bad) bad = ph[k].cache_bad;
+    hits += ph[k].cache_hits;
+    queries += ph[k].cache_queries;
+    reps = ph[k].cache_reps > reps ? ph[k].cache_reps : reps;
+    gsum += ph[k].gauge_sum;
+    gn += ph[k].gauge_n;
+    if (ph[k].cache_names) names = ph[k].cache_names;
+  }
+  *how = NULL;
+  if (bad) {
+    snprintf(buf, len, "no cached_tokens in the responses, and /metrics: %.150s", bad);
+    return NAN;
+  }
+  if (reps && queries > 0) {
+    snprintf(buf, len, "from the server's /metrics: %s, their growth over the phase (%d "
+             "replica%s; warm-up included)", names, reps, reps > 1 ? "s" : "");
+    *how = buf;
+    return hits / queries;
+  }
+  if (reps) {
+    snprintf(buf, len, "no cached_tokens in the responses, and /metrics' %s did not grow",
+             names);
+    return NAN;
+  }
+  if (gn) {
+    snprintf(buf, len, "from the server's /metrics: %s, the mean of %d scrape%s (the "
+             "server's own window, not the phase's)", names, gn, gn > 1 ? "s" : "");
+    *how = buf;
+    return gsum / gn;
+  }
+  snprintf(buf, len, "no cached_tokens in the responses, and /metrics gave no prefix-cache "
+           "counters (vllm:prefix_cache_hits/queries) or hit-rate gauge");
+  return NAN;
+}
+
 // prefix_cache_hit_rate of keys [from, to) (phase_id 0: the whole deployment, then kept for
-// its SLO), and of each prompt class that reported it. A deployment whose replicas cannot have
-// a prefix cache (limits.prefix_caching off, not a server) has no row; its SLO says why.
-static void cache_metrics(rt *r, dep_result *dr, int64_t phase_id, size_t from, size_t to) {
+// its SLO), and of each prompt class that reported it; the requests of phases ph[0..n_ph) (an
+// external server's /metrics stand in when no request reported its cached tokens). A
+// deployment whose replicas cannot have a prefix cache (limits.prefix_caching off, not a
+// server) has no row; its SLO says why.
+static void cache_metrics(rt *r, dep_result *dr, int64_t phase_id, size_t from, size_t to,
+                          const phase_run *ph, int n_ph) {
   static const char *const name = "prefix_cache_hit_rate";
   bool on = r->s->target.set || r->ec.prefix_caching;
   int n = 0;
@@ -158,6 +208,20 @@ static void cache_metrics(rt *r, dep_result *dr, int64_t phase_id, size_t from, 
                         : "no request completed";
   if (!on && !n) {
     if (!phase_id) keep(dr, name, NAN, why);
+    return;
+  }
+  if (r->s->target.set && !n && r->server_seen) { // the server's own counters stand in
+    char buf[300];
+    const char *how;
+    v = server_cache_rate(ph, n_ph, buf, sizeof buf, &how);
+    if (how) {
+      put_value(r, phase_id, name, &v, &how, true);
+      if (!phase_id) keep(dr, name, v, how);
+    } else if (phase_id) {
+      phase_value(r, phase_id, name, v, buf);
+    } else {
+      dep_value(r, dr, name, v, buf);
+    }
     return;
   }
   if (phase_id) phase_value(r, phase_id, name, v, why);
@@ -256,7 +320,7 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     phase_value(r, ph->id, "mean_concurrency", ph->mean_concurrency, "no request was sent");
     phase_value(r, ph->id, "client_late_p99_ms", ph->late_p99_ms, "no request was sent");
     phase_value(r, ph->id, "client_saturated", ph->saturated, NULL);
-    cache_metrics(r, dr, ph->id, ph->first_seq, ph->end_seq);
+    cache_metrics(r, dr, ph->id, ph->first_seq, ph->end_seq, ph, 1);
     late_max = max_known(late_max, ph->late_p99_ms);
     if (ph->saturated) {
       saturated++;
@@ -309,7 +373,7 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     dep_value(r, dr, "saturation_concurrency", dr->sat_knee,
               "the ramp never saturated: every step raised throughput past the gain or kept "
               "TTFT p95 within the growth bound");
-  cache_metrics(r, dr, 0, 0, r->reqs.n);
+  cache_metrics(r, dr, 0, 0, r->reqs.n, r->phases, r->n_phases);
   for (int i = 0; i < r->s->slo.n; i++)
     if (!strcmp(r->s->slo.items[i].key, "ttft_p95_ms") && n_knee > 0) {
       dr->knee = mt_knee(conc, ttft95, n_knee, r->s->slo.items[i].limit);

@@ -48,10 +48,12 @@ static const char *server_of_name(const char *metric) {
 }
 
 // --- reading the text
-bool prom_sum(const char *text, const char *name, double *sum) {
+// Every sample of metric `name` in text: the sum of those whose value parses as a finite
+// number (*ok of them) and how many do not (*bad: "NaN", "+Inf", a word).
+static double scan(const char *text, const char *name, int *ok, int *bad) {
   size_t nl = strlen(name);
-  bool found = false;
   double v = 0;
+  *ok = *bad = 0;
   for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
     if (*l == '#' || strncmp(l, name, nl) != 0) continue;
     const char *p = l + nl;
@@ -71,12 +73,89 @@ bool prom_sum(const char *text, const char *name, double *sum) {
     if (*p != ' ' && *p != '\t') continue; // a longer name that starts with this one
     char *end;
     double x = strtod(p, &end);
-    if (end == p || !isfinite(x)) continue;
+    if (end == p || !isfinite(x)) {
+      (*bad)++;
+      continue;
+    }
     v += x;
-    found = true;
+    (*ok)++;
   }
-  if (found) *sum = v;
-  return found;
+  return v;
+}
+
+bool prom_sum(const char *text, const char *name, double *sum) {
+  int ok, bad;
+  double v = scan(text, name, &ok, &bad);
+  if (ok) *sum = v;
+  return ok > 0;
+}
+
+// --- the prefix cache
+// Pairs of counters (hits, queries, both in prompt tokens; the oldest vLLM V1 counted blocks,
+// the same fraction), in order of preference, then the hit-rate gauges.
+static const struct {
+  const char *hits, *queries, *names, *family; // family: both in short, for the reasons
+} cache_pairs[] = {
+    {"vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+     "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+     "vllm:prefix_cache_{hits,queries}_total"},
+    {"vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
+     "vllm:prefix_cache_hits / vllm:prefix_cache_queries", "vllm:prefix_cache_{hits,queries}"},
+    {"vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total",
+     "vllm:gpu_prefix_cache_hits_total / vllm:gpu_prefix_cache_queries_total",
+     "vllm:gpu_prefix_cache_{hits,queries}_total"},
+    {"vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries",
+     "vllm:gpu_prefix_cache_hits / vllm:gpu_prefix_cache_queries",
+     "vllm:gpu_prefix_cache_{hits,queries}"},
+};
+static const char *const cache_gauges[] = {"vllm:gpu_prefix_cache_hit_rate",
+                                           "sglang:cache_hit_rate"};
+
+bool prom_cache_counters(const char *text, replica_server_metrics *m) {
+  m->has_cache = m->has_gauge = false;
+  m->cache_hits = m->cache_queries = m->cache_gauge = NAN;
+  m->cache_names = NULL;
+  m->cache_why[0] = 0;
+  for (size_t i = 0; i < sizeof cache_pairs / sizeof *cache_pairs; i++) {
+    int hok, hbad, qok, qbad;
+    double h = scan(text, cache_pairs[i].hits, &hok, &hbad);
+    double q = scan(text, cache_pairs[i].queries, &qok, &qbad);
+    if (!hok && !hbad && !qok && !qbad) continue;
+    const char *bad = NULL;
+    if (!(hok || hbad) || !(qok || qbad))
+      bad = "one of the pair only";
+    else if (hbad || qbad)
+      bad = "a sample that is not a finite number";
+    else if (h < 0 || q < 0)
+      bad = "a negative count";
+    else if (h > q)
+      bad = "more hits than queries";
+    if (bad) {
+      snprintf(m->cache_why, sizeof m->cache_why, "%.60s: %s", cache_pairs[i].family, bad);
+      return false;
+    }
+    m->has_cache = true;
+    m->cache_hits = h;
+    m->cache_queries = q;
+    m->cache_names = cache_pairs[i].names;
+    return true;
+  }
+  for (size_t i = 0; i < sizeof cache_gauges / sizeof *cache_gauges; i++) {
+    int ok, bad;
+    double g = scan(text, cache_gauges[i], &ok, &bad);
+    if (!ok && !bad) continue;
+    g = ok ? g / ok : NAN;
+    if (bad || !(g >= 0 && g <= 1)) {
+      snprintf(m->cache_why, sizeof m->cache_why, "%s: %s", cache_gauges[i],
+               bad ? "a sample that is not a finite number" : "not a fraction in [0, 1]");
+      return false;
+    }
+    m->has_gauge = true;
+    m->cache_gauge = g;
+    m->cache_names = cache_gauges[i];
+    return true;
+  }
+  return false; // none of the names: nothing to say
 }
 
 bool prom_parse(const char *text, replica_server_metrics *m) {
@@ -103,5 +182,6 @@ bool prom_parse(const char *text, replica_server_metrics *m) {
   if (len && len < sizeof m->why)
     snprintf(m->why + len, sizeof m->why - len, " under any name shardcheck reads");
   if (isfinite(m->kv_blocks)) m->server = "shardcheck serve"; // it also writes vLLM's names
+  prom_cache_counters(text, m);
   return m->have;
 }

@@ -24,6 +24,18 @@ bool prom_sum(const char *text, const char *name, double *sum);
 // left as they were cleared (0, NaN).
 bool prom_parse(const char *text, replica_server_metrics *m);
 
+// The server's prefix-cache figures in text into m (has_cache, has_gauge, their values and
+// names, cache_why), nothing else touched: the first pair of counters it has of vLLM's prompt
+// tokens looked up in and served from its prefix cache (vllm:prefix_cache_queries and
+// vllm:prefix_cache_hits, their older vllm:gpu_ names, each with or without prometheus_client's
+// _total), summed over every series (one per engine); else the first hit-rate gauge it has
+// (vLLM v0's vllm:gpu_prefix_cache_hit_rate, SGLang's sglang:cache_hit_rate), averaged over its
+// series. A pair with one name only, a counter whose samples do not all parse as finite
+// numbers >= 0, hits above queries, or a gauge outside [0, 1] (older SGLang wrote percent) is
+// not read: cache_why says which ("" when the text has none of the names). Returns has_cache ||
+// has_gauge.
+bool prom_cache_counters(const char *text, replica_server_metrics *m);
+
 // How a server's KV usage reads once nothing runs (docs/targets.md says which server is which).
 typedef enum prom_cache {
   PROM_CACHE_FREE,  // blocks its prefix cache keeps count as free: the drained usage is a leak

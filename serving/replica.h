@@ -155,6 +155,15 @@ typedef struct replica_server_metrics {
   bool beyond_cache;
   char why[200]; // why a figure is missing: the scrape failed, the text names none of it, the
                  // cache could not be cleared ("": nothing to say)
+  // the server's prefix cache (prom_cache_counters; docs/targets.md): its counters of prompt
+  // tokens looked up and found, each summed over its series (has_cache: both read; cache_hits
+  // and cache_queries name them), or else its own hit-rate gauge (has_gauge); cache_why: why
+  // they could not be read (malformed; "": read, or none there)
+  bool has_cache, has_gauge;
+  double cache_hits, cache_queries, cache_gauge;
+  const char *cache_names; // "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total"
+                           // or the gauge's name (static; NULL: none)
+  char cache_why[120];
 } replica_server_metrics;
 
 // When replica_server_metrics_get reads.

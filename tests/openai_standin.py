@@ -27,6 +27,12 @@ llama.cpp's prompt cache does, until POST /slots/ID?action=erase (taken only wit
                builds' kv_cache_usage_ratio (cells in use, the slots' cache included, / --ctx)
   vllm         vllm:num_requests_running, num_requests_waiting, kv_cache_usage_perc (cached
                cells count as free)
+  vllm-cache   as vllm, with vLLM V1's prefix-cache counters (engine-labelled, as vLLM writes
+               them): vllm:prefix_cache_queries_total grows by each prompt's tokens, and
+               vllm:prefix_cache_hits_total by its longest common prefix with an earlier prompt
+  vllm-cache-bad  as vllm-cache with a hits sample that is not a number
+  sglang-cache SGLang's names: num_running_reqs, num_queue_reqs, token_usage and its
+               cache_hit_rate gauge (the hits over the queries so far)
   none         404, as llama-server without --metrics
   malformed    200 with text that is not the exposition format
 --leak-cells N keeps N cells of every request that ends for good (a leak no erase frees).
@@ -45,7 +51,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = None
 LOCK = threading.Lock()
-STATE = {"running": 0, "waiting": 0, "cells": 0, "leaked": 0, "slot_cells": {}}
+STATE = {"running": 0, "waiting": 0, "cells": 0, "leaked": 0, "slot_cells": {},
+         "pc_queries": 0, "pc_hits": 0}
+PROMPTS = []  # the prompts seen, for the prefix-cache counters
 SLOTS = None  # threading.Semaphore(--slots)
 
 
@@ -61,10 +69,29 @@ def metrics_text():
         used = STATE["cells"] + STATE["leaked"] + sum(STATE["slot_cells"].values())
     if ARGS.metrics == "malformed":
         return "this is { not the exposition format\n\x00\x01 ==\n"
-    if ARGS.metrics == "vllm":
-        return ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running %d\n"
-                "vllm:num_requests_waiting %d\nvllm:kv_cache_usage_perc %g\n"
-                % (run, wait, (STATE["cells"] + STATE["leaked"]) / float(ARGS.ctx)))
+    if ARGS.metrics.startswith("vllm"):
+        out = ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running %d\n"
+               "vllm:num_requests_waiting %d\nvllm:kv_cache_usage_perc %g\n"
+               % (run, wait, (STATE["cells"] + STATE["leaked"]) / float(ARGS.ctx)))
+        if ARGS.metrics != "vllm":
+            lbl = '{engine="0",model_name="standin"}'
+            hits = "NaN" if ARGS.metrics == "vllm-cache-bad" else "%.1f" % STATE["pc_hits"]
+            out += ("# TYPE vllm:prefix_cache_queries_total counter\n"
+                    "vllm:prefix_cache_queries_total%s %.1f\n"
+                    "vllm:prefix_cache_queries_created%s 1.79e+09\n"
+                    "# TYPE vllm:prefix_cache_hits_total counter\n"
+                    "vllm:prefix_cache_hits_total%s %s\n"
+                    % (lbl, STATE["pc_queries"], lbl, lbl, hits))
+        return out
+    if ARGS.metrics == "sglang-cache":
+        q = STATE["pc_queries"]
+        return ('sglang:num_running_reqs{model_name="standin"} %d\n'
+                'sglang:num_queue_reqs{model_name="standin"} %d\n'
+                'sglang:token_usage{model_name="standin"} %g\n'
+                '# TYPE sglang:cache_hit_rate gauge\n'
+                'sglang:cache_hit_rate{model_name="standin"} %g\n'
+                % (run, wait, STATE["cells"] / float(ARGS.ctx),
+                   STATE["pc_hits"] / float(q) if q else 0.0))
     out = ("# HELP llamacpp:requests_processing Number of requests processing.\n"
            "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n"
            "llamacpp:requests_deferred %d\nllamacpp:n_decode_total 1\n" % (run, wait))
@@ -144,8 +171,18 @@ class Handler(BaseHTTPRequestHandler):
         prompt = req.get("prompt") if not chat else req["messages"][0]["content"].split()
         n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
         prompt_key = zlib.crc32(json.dumps(prompt).encode())  # the same in every process
+        toks = prompt if isinstance(prompt, list) else str(prompt).split()
         with LOCK:
             STATE["waiting"] += 1
+            lcp = 0
+            for seen in PROMPTS:
+                k = 0
+                while k < min(len(seen), len(toks)) and seen[k] == toks[k]:
+                    k += 1
+                lcp = max(lcp, k)
+            STATE["pc_queries"] += len(toks)
+            STATE["pc_hits"] += lcp
+            PROMPTS.append(list(toks))
         SLOTS.acquire()
         with LOCK:
             STATE["waiting"] -= 1
@@ -238,7 +275,8 @@ def main():
     p.add_argument("--slots", type=int, default=64)
     p.add_argument("--ctx", type=int, default=65536)
     p.add_argument("--metrics", default="llamacpp",
-                   choices=["llamacpp", "vllm", "none", "malformed"])
+                   choices=["llamacpp", "vllm", "vllm-cache", "vllm-cache-bad", "sglang-cache",
+                            "none", "malformed"])
     p.add_argument("--kv-metric", action="store_true")
     p.add_argument("--slot-save-path")
     p.add_argument("--leak-cells", type=int, default=0)

@@ -132,6 +132,120 @@ Test(capacity, picks_by_the_pessimistic_bound_and_says_when_the_interval_is_too_
   scenario_free(s);
 }
 
+// An SLO loose enough to hold past the throughput's knee (TTFT p95 30 s on 20 s phases: a
+// queue that grows still answers in time): without the knee rule every layout "serves" the top
+// of the range; with it each layout's capacity stops at its knee, the probe above fails saying
+// why, and its throughput there is the most the layout delivered.
+Test(capacity, a_loose_slo_stops_at_the_knee_and_says_so) {
+  scenario *s = load("30000");
+  capacity_options o = capacity_options_defaults();
+  o.iters = 5;
+  o.rate_lo = 4;
+  o.rate_hi = 256;
+  o.error = 0;
+  o.saturation = false;
+  capacity_result off, on;
+  sc_error err = {{0}};
+  cr_assert_eq(capacity_search(s, &o, &off, &err), SC_OK, "%s", err.msg);
+  int tp1 = find(&off, "tp1");
+  cr_assert(tp1 >= 0);
+  cr_expect(off.layouts[tp1].capped && off.layouts[tp1].max_rate == 256,
+            "without the knee tp1 holds the SLO at the top: %g", off.layouts[tp1].max_rate);
+  cr_expect(isnan(off.layouts[tp1].knee_rate));
+  o.saturation = true;
+  cr_assert_eq(capacity_search(s, &o, &on, &err), SC_OK, "%s", err.msg);
+  for (int i = 0; i < on.n_layouts; i++) {
+    const store_cap_layout *l = &on.layouts[i];
+    cr_expect(!isnan(l->knee_rate) && !isnan(l->max_rate), "%s: knee %g", l->label, l->knee_rate);
+    cr_expect(l->max_rate <= l->knee_rate, "%s: capacity %g past its knee %g", l->label,
+              l->max_rate, l->knee_rate);
+    cr_expect(strstr(l->limit, "past the knee"), "%s: %s", l->label, l->limit);
+    // the knee's throughput is the most any probe of the layout delivered, within the gain
+    double top = 0, at = NAN;
+    for (int k = 0; k < on.n_points; k++) {
+      const store_cap_point *p = &on.points[k];
+      if (p->layout != i) continue;
+      top = fmax(top, p->output_tok_s);
+      if (p->rate == l->knee_rate) at = p->output_tok_s;
+      if (p->rate > l->knee_rate) cr_expect_not(p->pass, "%s: %g req/s above the knee held",
+                                                l->label, p->rate);
+    }
+    cr_expect(at >= top / 1.1, "%s: %g tok/s at the knee, %g at most", l->label, at, top);
+  }
+  double c1 = on.layouts[find(&on, "tp1")].max_rate;
+  cr_expect(c1 > 32 && c1 < 256, "tp1 stops inside the range: %g", c1);
+  capacity_result_free(&on);
+  // a budget that would bisect finer than the gain: a bracket topped by a probe past the knee
+  // ends within 1 + gain, its probes left unspent
+  o.iters = 9;
+  cr_assert_eq(capacity_search(s, &o, &on, &err), SC_OK, "%s", err.msg);
+  cr_expect_lt(on.n_points, on.n_layouts * (o.iters + 2));
+  for (int i = 0; i < on.n_layouts; i++) {
+    const store_cap_layout *l = &on.layouts[i];
+    double above = INFINITY;
+    for (int k = 0; k < on.n_points; k++)
+      if (on.points[k].layout == i && on.points[k].rate > l->max_rate)
+        above = fmin(above, on.points[k].rate);
+    cr_expect(strstr(l->limit, "past the knee") && above <= l->max_rate * (1 + o.sat_gain),
+              "%s: %g then %g (%s)", l->label, l->max_rate, above, l->limit);
+  }
+  capacity_result_free(&off);
+  capacity_result_free(&on);
+  scenario_free(s);
+}
+
+// The knee in the table, the report and the database, the same with one process and two;
+// --saturation off and bad values of it.
+Test(capacity, the_knee_is_stored_shown_and_the_same_with_workers) {
+  char text[2048];
+  snprintf(text, sizeof text, SCN, "30000");
+  const char *sc = sc_test_write_tmp("cap-knee", "cap.yaml", text);
+  const char *dir = sc_test_tmpdir("cap-knee-out");
+  char out[3][16384], args[2048], html[2][1200];
+  for (int k = 0; k < 2; k++) {
+    snprintf(args, sizeof args,
+             "capacity %s --iters 3 --rate-range 4:256 --error 0.2 --db %s/c.db --out %s/r%d "
+             "--quiet --jobs %d",
+             sc, dir, dir, k, k + 1);
+    cr_assert_eq(sc_test_run_cli_clean(args, out[k], sizeof out[k]), 0, "%s", out[k]);
+    snprintf(html[k], sizeof html[k], "%s/r%d/index.html", dir, k);
+  }
+  cr_expect_str_eq(out[0], out[1]);
+  cr_expect(strstr(out[0], "knee req/s") && strstr(out[0], "past the knee"), "%s", out[0]);
+  char *a = sc_test_read_file(html[0], NULL), *b = sc_test_read_file(html[1], NULL);
+  cr_assert(a && b);
+  cr_expect_str_eq(a, b, "the two reports differ");
+  cr_expect(strstr(a, "<th>knee req/s</th>") != NULL);
+  free(a);
+  free(b);
+  char db[1200];
+  snprintf(db, sizeof db, "%s/c.db", dir);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM capacity_layout WHERE capacity_id = 1 AND "
+                              "knee_rate IS NOT NULL AND max_rate <= knee_rate"),
+               sc_test_q1(db, "SELECT count(*) FROM capacity_layout WHERE capacity_id = 1"));
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM (SELECT layout, idx, rate, pass, failed "
+                              "FROM capacity_point WHERE capacity_id = 1 EXCEPT SELECT layout, "
+                              "idx, rate, pass, failed FROM capacity_point WHERE capacity_id = "
+                              "2)"),
+               0);
+  // off: the table as before the knee, no knee stored
+  snprintf(args, sizeof args,
+           "capacity %s --iters 3 --rate-range 4:256 --error 0 --saturation off --db %s/c.db "
+           "--out %s/r2 --quiet",
+           sc, dir, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, out[2], sizeof out[2]), 0, "%s", out[2]);
+  cr_expect(!strstr(out[2], "knee"), "%s", out[2]);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM capacity_layout WHERE capacity_id = 3 AND "
+                              "knee_rate IS NOT NULL"),
+               0);
+  static const char *const bad[] = {"0.05", "x:3", "0.05:0.5", "-1:3", "11:3", "0.05:"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(args, sizeof args, "capacity %s --saturation %s --db %s/c.db", sc, bad[i], dir);
+    cr_expect_eq(sc_test_run_cli_clean(args, out[2], sizeof out[2]), 2, "%s: %s", bad[i], out[2]);
+    cr_expect(strstr(out[2], "--saturation") != NULL, "%s", out[2]);
+  }
+}
+
 Test(capacity, refuses_an_slo_no_layout_meets_naming_the_best_found) {
   scenario *s = load("400");
   capacity_options o = capacity_options_defaults();
@@ -176,29 +290,38 @@ Test(capacity, a_scenario_without_slo_or_with_a_ramp_is_refused_naming_it) {
 }
 
 // The CLI twice on the same inputs, in one process and in two workers: the same table, the
-// same stored points, the same report.
+// same stored points, the same report. No probe of this search is past a knee: without the
+// knee rule (--saturation off, the search as it was before it) the table and report are the
+// same too.
 Test(capacity, the_search_is_deterministic_stored_and_reported) {
   char text[2048];
   snprintf(text, sizeof text, SCN, "400");
   const char *sc = sc_test_write_tmp("cap-cli", "cap.yaml", text);
   const char *dir = sc_test_tmpdir("cap-cli-out");
-  char out[2][16384], args[2048], html[2][1200];
-  for (int k = 0; k < 2; k++) {
+  char out[3][16384], args[2048], html[3][1200];
+  for (int k = 0; k < 3; k++) {
     snprintf(args, sizeof args,
              "capacity %s --iters 3 --rate-range 4:64 --cost h100-sxm=2.5 "
-             "--db %s/c.db --out %s/r%d --quiet --jobs %d",
-             sc, dir, dir, k, k + 1);
+             "--db %s/%s --out %s/r%d --quiet --jobs %d%s",
+             sc, dir, k < 2 ? "c.db" : "off.db", dir, k, k == 1 ? 2 : 1,
+             k == 2 ? " --saturation off" : "");
     cr_assert_eq(sc_test_run_cli_clean(args, out[k], sizeof out[k]), 0, "%s", out[k]);
     snprintf(html[k], sizeof html[k], "%s/r%d/index.html", dir, k);
   }
   cr_expect_str_eq(out[0], out[1]);
+  cr_expect_str_eq(out[0], out[2], "the knee rule changed a search that never reached a knee");
+  cr_expect(!strstr(out[0], "knee"), "%s", out[0]);
+  char *c = sc_test_read_file(html[2], NULL);
+  cr_assert(c);
   cr_expect(strstr(out[0], "recommended: h100-sxm") != NULL, "%s", out[0]);
   char *a = sc_test_read_file(html[0], NULL), *b = sc_test_read_file(html[1], NULL);
   cr_assert(a && b);
   cr_expect_str_eq(a, b, "the two reports differ");
+  cr_expect_str_eq(a, c, "the report without the knee rule differs");
   cr_expect(strstr(a, "Every simulated point") != NULL);
   free(a);
   free(b);
+  free(c);
   char db[1200];
   snprintf(db, sizeof db, "%s/c.db", dir);
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM capacity"), 2);

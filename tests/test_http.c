@@ -468,6 +468,60 @@ Test(http, a_missing_or_malformed_metrics_page_gives_absent_figures_and_no_data_
   }
 }
 
+// A server whose responses carry no usage.prompt_tokens_details.cached_tokens: the phase's
+// prefix_cache_hit_rate comes from its /metrics (vLLM's counters' growth over the phase, or
+// SGLang's hit-rate gauge), its note naming them; counters that are malformed or missing leave
+// it absent with the reason, never 0. Each request shares a 64-token prefix: after the first,
+// the stand-in's cache finds 64 of its 80 prompt tokens (its own 16 by chance at most).
+Test(http, a_server_s_prefix_cache_counters_give_the_hit_rate_when_usage_has_none) {
+  const char *dir = sc_test_tmpdir("http-cache-counters");
+  static const struct {
+    const char *args, *note; // note: in the metric's note (either case)
+    bool measured;
+    double lo, hi; // where a measured value must be
+  } cases[] = {
+      // the counters from just before the phase to its end: all 30 requests, (29 x 64 + the
+      // suffixes' chance matches) / (30 x 80) = 0.773 and a little
+      {"--metrics vllm-cache", "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+       true, 0.773, 0.79},
+      // the server's gauge (its hits so far over its queries so far) at each scrape: below
+      {"--metrics sglang-cache", "sglang:cache_hit_rate, the mean of", true, 0.4, 0.79},
+      {"--metrics vllm-cache-bad", "not a finite number", false, 0, 0},
+      {"--metrics vllm", "gave no prefix-cache counters", false, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char name[32], db[600], args[256];
+    snprintf(name, sizeof name, "pc%zu.yaml", i);
+    snprintf(args, sizeof args, "%s --ttft-ms 30 --token-ms 10", cases[i].args);
+    const char *sc = scenario(dir, name, launched(args),
+                              "deployments: [{tp: 1}]\n"
+                              "workload:\n  prompts: [{input: 16, output: 4}]\n"
+                              "  prefixes: {count: 1, length: 64}\n"
+                              "  phases: [{rate: 10, arrival: constant, duration: 3s}]\n"
+                              "slo: {prefix_cache_hit_rate: 0.5, error_rate: 0}\n");
+    snprintf(db, sizeof db, "%s/r%zu.db", dir, i);
+    int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--no-report");
+    cr_expect_eq(rc, cases[i].measured ? 0 : 1, "%s: %s", cases[i].args, out);
+    cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE cached_tokens IS NOT NULL"), 0,
+                 "%s: the stand-in sends no cached_tokens", cases[i].args);
+    double v = atof(q1s(db, "SELECT coalesce(m.value, -1) FROM metric m JOIN phase p ON "
+                            "p.id = m.phase_id WHERE m.name = 'prefix_cache_hit_rate'"));
+    const char *note = q1s(db, "SELECT coalesce(m.note, '') FROM metric m JOIN phase p ON "
+                               "p.id = m.phase_id WHERE m.name = 'prefix_cache_hit_rate'");
+    cr_expect(strstr(note, cases[i].note), "%s: %s", cases[i].args, note);
+    if (cases[i].measured) {
+      cr_expect(v > cases[i].lo && v < cases[i].hi, "%s: %g", cases[i].args, v);
+      cr_expect(!strncmp(verdict_of(db, "prefix_cache_hit_rate"), "PASS|0.", 7), "%s: %s",
+                cases[i].args, verdict_of(db, "prefix_cache_hit_rate"));
+    } else {
+      cr_expect_eq(v, -1, "%s: absent, not %g", cases[i].args, v);
+      const char *vd = verdict_of(db, "prefix_cache_hit_rate");
+      cr_expect(!strncmp(vd, "FAIL|NULL|no data: ", 19) && strstr(vd, cases[i].note), "%s: %s",
+                cases[i].args, vd);
+    }
+  }
+}
+
 // llama.cpp's slots keep their prompts' KV once a request ends: a healthy, drained server's
 // usage is its prompt cache, not a leak. The leak check clears it through the server's own
 // endpoint first (POST /slots/ID?action=erase, which needs --slot-save-path); what is left is

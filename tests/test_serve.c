@@ -30,6 +30,7 @@
 #include "server/deploy.h"
 #include "server/openai.h"
 #include "server/server.h"
+#include "serving/prom.h"
 #include "tests/helpers.h"
 
 // --- a server in this process
@@ -414,6 +415,22 @@ Test(serve, prefix_caching_counts_queries_and_hits_like_vllm) {
       metric_becomes(b->port, "vllm:prefix_cache_queries_total{model_name=\"llama-tiny\"} ", 80));
   cr_assert(
       metric_becomes(b->port, "vllm:prefix_cache_hits_total{model_name=\"llama-tiny\"} ", 32));
+  // the runner's reader of a target's counters (serving/prom.c) reads this page as vLLM's, and
+  // its counters agree with the requests' usage: 0 then 32 cached tokens of 40 + 40
+  resp m = http(b->port, "GET", "/metrics", NULL, NULL);
+  cr_assert_eq(m.status, 200);
+  replica_server_metrics sm;
+  cr_assert(prom_parse(m.body, &sm));
+  cr_expect(sm.has_cache, "%s", sm.cache_why);
+  cr_expect_str_eq(sm.cache_names,
+                   "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total");
+  cr_expect_float_eq(sm.cache_hits, 32, 1e-9);
+  cr_expect_float_eq(sm.cache_queries, 80, 1e-9);
+  resp_free(&m);
+  resp r = http(b->port, "POST", "/v1/completions", body, NULL);
+  cr_assert_eq(r.status, 200, "%s", r.body);
+  cr_expect(strstr(r.body, "\"cached_tokens\":32"), "%s", r.body);
+  resp_free(&r);
   bed_free(b);
 }
 
