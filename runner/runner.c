@@ -955,7 +955,10 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
   replica_options ro = {.kind = replica_kind_of(r->s),
                         .proc = {.exe = r->o->worker_exe,
                                  .detect_timeout_ns = r->s->router.detect_timeout_ns,
-                                 .env = fault_rt_worker_env(r->fr)}};
+                                 .env = fault_rt_worker_env(r->fr),
+                                 .mpi = scenario_mpi_replicas(r->s),
+                                 .hostfile = r->s->hardware.hostfile[0] ? r->s->hardware.hostfile
+                                                                        : NULL}};
   http_strings *hs = ro.kind == REPLICA_HTTP ? calloc(1, sizeof *hs) : NULL;
   if (ro.kind == REPLICA_HTTP && !hs) bs = sc_fail(&be, SC_OOM, "runner: out of memory");
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
@@ -1057,7 +1060,9 @@ static char *config_json(const scenario *s, uint64_t seed) {
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)
     json_object_set_new(o, "isolation",
-                        json_string(scenario_isolates_processes(s) ? "process" : "thread"));
+                        json_string(scenario_mpi_replicas(s)          ? "mpi"
+                                    : scenario_isolates_processes(s) ? "process"
+                                                                     : "thread"));
   if (s->target.set) { // what was measured; never the API key
     const scn_target *t = &s->target;
     json_object_set_new(o, "backend", json_string("openai"));
@@ -1101,6 +1106,7 @@ static sc_status refuse(const scenario *s, sc_error *err) {
                      "faults (a fault planned in a skipped step would never come)", s->path,
                      s->workload.phases[i].line, s->workload.phases[i].col);
   if (s->mode == SCN_MODE_SIM) return SC_OK;
+  SC_TRY(rn_refuse_mpi(s, err));
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];
     if (f->kind != SCN_FAULT_CLOCK_JUMP) continue;
