@@ -51,8 +51,8 @@ static void allow_root(void) {
 static int run_launch(const char *launch, char *out, size_t cap) {
   allow_root();
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "timeout -k 10 300 '%s' --oversubscribe %s 2>&1 </dev/null",
-           SC_MPIEXEC, launch);
+  snprintf(cmd, sizeof cmd, "timeout -k 10 300 '%s' --oversubscribe %s 2>&1 </dev/null", SC_MPIEXEC,
+           launch);
   FILE *p = popen(cmd, "r");
   cr_assert_not_null(p);
   size_t n = 0;
@@ -160,6 +160,149 @@ Test(mpi, a_killed_rank_ends_the_whole_job_and_leaves_no_process) {
   cr_expect(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
   cr_expect(strstr(out, "rank 0: signal 9 to rank 3"), "%s", out);
   cr_expect(!strstr(out, "rank 0: ok"), "rank 0 outlived its job:\n%s", out);
+}
+
+// --- a replica as an MPI job: `router.isolation: mpi` in a scenario
+
+// Every layout of llama-tiny up to 4 ranks, each replica one MPI job on this host
+// (--oversubscribe), or the same replicas as threads; 12 closed-loop greedy requests each.
+static const char *LAYOUTS_SCN = "name: mpi-layouts\n"
+                                 "model: {preset: llama-tiny}\n"
+                                 "hardware: {backend: cpu}\n"
+                                 "deployments: [{tp: 1}, {tp: 2}, {pp: 2}, {tp: 2, pp: 2}]\n"
+                                 "workload:\n"
+                                 "  prompts:\n"
+                                 "    - {input: {uniform: [16, 64]}, output: {uniform: [8, 24]}}\n"
+                                 "  phases:\n"
+                                 "    - {fixed: {requests: 12, concurrency: 4}}\n"
+                                 "router: {isolation: %s}\n"
+                                 "slo: {failed_requests: 0}\n"
+                                 "seed: 3\n";
+
+// Each request's output length, deployment by deployment, in arrival order.
+#define OUTPUTS                                                                                    \
+  "SELECT group_concat(output_tokens || '/' || status, ',') FROM (SELECT r.output_tokens, "        \
+  "r.status FROM request r JOIN deployment d ON d.id = r.deployment_id ORDER BY d.idx, r.seq)"
+#define MISMATCHES                                                                                 \
+  "SELECT count(*) || ':' || coalesce(CAST(sum(value) AS INTEGER), -1) FROM metric WHERE name = "                   \
+  "'layout_mismatches' AND phase_id IS NULL AND class = ''"
+
+// The runner launches each replica as an MPI job of tp x pp processes: tp 2, pp 2 and
+// tp 2 x pp 2 give the greedy tokens of tp 1 (layout_mismatches 0 on each of the three, by the
+// hash of every request's token ids), and every request ends as with the replicas as threads.
+Test(mpi, a_replica_as_an_mpi_job_gives_the_threads_greedy_tokens_in_every_layout) {
+  allow_root();
+  char text[2048], out[16384];
+  const char *dir = sc_test_tmpdir("mpi-layouts");
+  char sc_mpi[1100], sc_thr[1100], db_mpi[1100], db_thr[1100];
+  snprintf(sc_mpi, sizeof sc_mpi, "%s/mpi.yaml", dir);
+  snprintf(sc_thr, sizeof sc_thr, "%s/thread.yaml", dir);
+  snprintf(db_mpi, sizeof db_mpi, "%s/mpi.db", dir);
+  snprintf(db_thr, sizeof db_thr, "%s/thread.db", dir);
+  snprintf(text, sizeof text, LAYOUTS_SCN, "mpi");
+  cr_assert_eq(sc_test_write_file(sc_mpi, text, strlen(text)), 0);
+  snprintf(text, sizeof text, LAYOUTS_SCN, "thread");
+  cr_assert_eq(sc_test_write_file(sc_thr, text, strlen(text)), 0);
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc_mpi, db_mpi, "--out '%s/r1'", dir), 0, "%s",
+               out);
+  cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+  cr_expect(strstr(out, "deployment 4/4: tp2-pp2"), "%s", out);
+  cr_expect_str_eq(sc_test_q1s(db_mpi, MISMATCHES), "3:0",
+                   "tp2, pp2 and tp2-pp2 as MPI jobs against tp1:\n%s", out);
+  cr_expect_str_eq(sc_test_q1s(db_mpi, "SELECT json_extract(config, '$.isolation') FROM run"),
+                   "mpi");
+  char mpi_rows[4096];
+  snprintf(mpi_rows, sizeof mpi_rows, "%s", sc_test_q1s(db_mpi, OUTPUTS));
+  cr_assert_eq(sc_test_run_scenario(out, sizeof out, sc_thr, db_thr, "--out '%s/r2'", dir), 0, "%s",
+               out);
+  cr_expect_str_eq(mpi_rows, sc_test_q1s(db_thr, OUTPUTS), "MPI jobs and threads differ");
+  cr_expect_str_eq(sc_test_q1s(db_thr, MISMATCHES), "3:0");
+}
+
+// kill: gpu SIGKILLs rank 1's own process of replica 1 (tp 2, an MPI job of 2): MPI ends the
+// job, the runner sees the replica lost at once (not at the detect timeout), fails over to
+// replica 0 and relaunches the job; no request is lost or fails. The suite's end checks that no
+// process of any job (an `/sc-mpi-` socket on its command line) is left.
+Test(mpi, a_killed_rank_of_an_mpi_replica_is_detected_and_its_job_relaunched_no_request_lost) {
+  allow_root();
+  const char *sc = sc_test_write_tmp(
+      "mpi-kill", "kill.yaml",
+      "name: mpi-kill\n"
+      "model: {preset: llama-tiny}\n"
+      "hardware: {backend: cpu}\n"
+      "deployments: [{tp: 2, dp: 2}]\n"
+      "workload:\n"
+      "  prompts:\n"
+      "    - {input: {uniform: [16, 64]}, output: {uniform: [24, 64]}}\n"
+      "  phases:\n"
+      "    - {ramp: {concurrency: [4]}, hold: 8s}\n"
+      "faults:\n"
+      "  - {at: 3s, kill: gpu, target: replica1.rank1}\n"
+      "router: {detect_timeout: 5s, isolation: mpi}\n"
+      "slo: {lost_requests: 0, failed_requests: 0, history_violations: 0, output_mismatches: 0, "
+      "detect_ms: 4000}\n"
+      "seed: 6\n");
+  const char *dir = sc_test_tmpdir("mpi-kill-out");
+  char db[1100], out[32768];
+  snprintf(db, sizeof db, "%s/k.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out '%s/r'", dir);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "kill replica1.rank1: gpu"), "%s", out);
+  cr_expect(strstr(out, "replica1 lost: MPI job exited"), "the job, not a heartbeat:\n%s", out);
+  cr_expect(strstr(out, "replica1 restarted (epoch 2)"), "%s", out);
+  cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0, "%s", out);
+  cr_expect_gt(sc_test_q1(db, "SELECT count(*) FROM request WHERE replica = 1 AND dispatch_ns > "
+                              "(SELECT recovered_ns FROM fault)"),
+               0, "the relaunched replica served nothing:\n%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM request r WHERE r.status = 'ok' AND "
+                              "r.output_tokens != (SELECT count(*) FROM token t WHERE "
+                              "t.request_id = r.id)"),
+               0, "a request's tokens were lost");
+}
+
+// A hostfile naming fewer slots than one replica's tp x pp: one line, exit 2, nothing run.
+Test(mpi, a_hostfile_with_fewer_slots_than_tp_x_pp_is_refused_with_one_line_and_exit_2) {
+  const char *hosts = sc_test_write_tmp("mpi-hosts", "hosts",
+                                        "# two hosts\nlocalhost slots=1\n"
+                                        "127.0.0.1 slots=2\n");
+  char text[2048], out[8192];
+  snprintf(text, sizeof text,
+           "name: h\nmodel: {preset: llama-tiny}\nhardware: {backend: cpu, hostfile: '%s'}\n"
+           "deployments: [{tp: 2, pp: 2}]\nworkload:\n  prompts: [{input: 16, output: 8}]\n"
+           "  phases: [{fixed: {requests: 2, concurrency: 1}}]\nrouter: {isolation: mpi}\n",
+           hosts);
+  const char *sc = sc_test_write_tmp("mpi-hosts-scn", "h.yaml", text);
+  const char *dir = sc_test_tmpdir("mpi-hosts-out");
+  char db[1100];
+  snprintf(db, sizeof db, "%s/h.db", dir);
+  cr_expect_eq(sc_test_run_scenario(out, sizeof out, sc, db, NULL), 2, "%s", out);
+  cr_expect(strstr(out, "deployment 'tp2-pp2' (tp=2 pp=2) runs each replica as an MPI job of 4 "
+                        "processes; hardware.hostfile ") &&
+                strstr(out, "names 3 slots"),
+            "%s", out);
+  cr_expect_eq(sc_test_count_lines(out), 1, "%s", out);
+  cr_expect_eq(sc_test_file_size(db), -1, "no database was made");
+}
+
+// No MPI launcher on PATH (MPI not installed): one line, exit 2, nothing run.
+Test(mpi, an_mpi_replica_without_a_launcher_on_path_is_refused_with_one_line_and_exit_2) {
+  const char *sc = sc_test_write_tmp(
+      "mpi-nolaunch", "n.yaml",
+      "name: n\nmodel: {preset: llama-tiny}\nhardware: {backend: cpu}\n"
+      "deployments: [{tp: 2}]\nworkload:\n  prompts: [{input: 16, output: 8}]\n"
+      "  phases: [{fixed: {requests: 2, concurrency: 1}}]\nrouter: {isolation: mpi}\n");
+  const char *dir = sc_test_tmpdir("mpi-nolaunch-out");
+  char db[1100], out[8192];
+  snprintf(db, sizeof db, "%s/n.db", dir);
+  setenv("PATH", dir, 1); // a directory with no mpirun (this test's own process: Criterion forks)
+  cr_expect_eq(sc_test_run_scenario(out, sizeof out, sc, db, NULL), 2, "%s", out);
+  cr_expect(strstr(out, "router.isolation mpi: no MPI launcher (mpirun or mpiexec) on PATH"), "%s",
+            out);
+  cr_expect_eq(sc_test_count_lines(out), 1, "%s", out);
+  long long runs = -1; // the database may be made before the check: no run in it
+  if (sc_test_file_size(db) > 0) sc_test_q1_try(db, "SELECT count(*) FROM run", &runs);
+  cr_expect(runs <= 0, "a run was recorded");
 }
 
 // --- sweeps across ranks: `mpirun -np N shardcheck capacity`
