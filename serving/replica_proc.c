@@ -754,6 +754,22 @@ static int mpi_inject(proc *p, const replica_fault *f, sc_error *err) {
     return 0;
   }
   case RFAULT_HANG: signal_ranks(p, p->pid, SIGSTOP); return 0;
+  case RFAULT_HANG_RANK: // the rank's process stops: its peers' collective deadline ends the
+                         // step (rank 0 stopped: its heartbeats stop, the detect timeout)
+    if (f->rank < 0) {
+      signal_ranks(p, p->pid, SIGSTOP);
+      return 0;
+    }
+    replica_mpi_local_ranks(p->pid, pids, n);
+    if (f->rank >= n || pids[f->rank] <= 0) {
+      sc_fail(err, SC_INVALID,
+              "replica %d: rank %d's process is not on this host (a rank "
+              "on another host cannot be signalled)",
+              p->index, f->rank);
+      return -1;
+    }
+    kill(pids[f->rank], SIGSTOP);
+    return 0;
   case RFAULT_RESUME:
     signal_ranks(p, p->pid, SIGCONT);
     for (int i = 0; i < p->n_fenced; i++) signal_ranks(p, p->fenced[i], SIGCONT);

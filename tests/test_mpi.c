@@ -184,7 +184,7 @@ static const char *LAYOUTS_SCN = "name: mpi-layouts\n"
   "SELECT group_concat(output_tokens || '/' || status, ',') FROM (SELECT r.output_tokens, "        \
   "r.status FROM request r JOIN deployment d ON d.id = r.deployment_id ORDER BY d.idx, r.seq)"
 #define MISMATCHES                                                                                 \
-  "SELECT count(*) || ':' || coalesce(CAST(sum(value) AS INTEGER), -1) FROM metric WHERE name = "                   \
+  "SELECT count(*) || ':' || coalesce(CAST(sum(value) AS INTEGER), -1) FROM metric WHERE name = "  \
   "'layout_mismatches' AND phase_id IS NULL AND class = ''"
 
 // The runner launches each replica as an MPI job of tp x pp processes: tp 2, pp 2 and
@@ -259,6 +259,44 @@ Test(mpi, a_killed_rank_of_an_mpi_replica_is_detected_and_its_job_relaunched_no_
                               "r.output_tokens != (SELECT count(*) FROM token t WHERE "
                               "t.request_id = r.id)"),
                0, "a request's tokens were lost");
+}
+
+// hang: rank SIGSTOPs rank 1's own process of replica 1: rank 0's step ends at the 1 s
+// collective deadline with that reason, rank 0 ends the job (the stopped rank with it), and the
+// replica is lost and relaunched; no request is lost or fails, and no process of the stopped job
+// is left (the suite's end).
+Test(mpi, a_stopped_rank_of_an_mpi_replica_ends_its_job_at_the_collective_deadline) {
+  allow_root();
+  const char *sc = sc_test_write_tmp(
+      "mpi-hang", "hang.yaml",
+      "name: mpi-hang\n"
+      "model: {preset: llama-tiny}\n"
+      "hardware: {backend: cpu}\n"
+      "deployments: [{tp: 2, dp: 2}]\n"
+      "workload:\n"
+      "  prompts:\n"
+      "    - {input: {uniform: [16, 64]}, output: {uniform: [24, 64]}}\n"
+      "  phases:\n"
+      "    - {ramp: {concurrency: [4]}, hold: 8s}\n"
+      "faults:\n"
+      "  - {at: 3s, hang: rank, target: replica1.rank1}\n"
+      "limits: {collective_timeout: 1s}\n"
+      "router: {detect_timeout: 5s, isolation: mpi}\n"
+      "slo: {lost_requests: 0, failed_requests: 0, history_violations: 0, detect_ms: 4000}\n"
+      "seed: 7\n");
+  const char *dir = sc_test_tmpdir("mpi-hang-out");
+  char db[1100], out[32768];
+  snprintf(db, sizeof db, "%s/h.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db, "--out '%s/r'", dir);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  // rank 0's step ends in an all-reduce (or, stopped between its last one and its answer,
+  // waiting for rank 1's answer) at the deadline
+  cr_expect(strstr(out, "replica1 lost: MPI job exited with status 3: ") &&
+                (strstr(out, "deadline 1.000 s passed") || strstr(out, "rank 1: no answer")),
+            "%s", out);
+  cr_expect(strstr(out, "replica1 restarted (epoch 2)"), "%s", out);
+  cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+  cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0, "%s", out);
 }
 
 // A hostfile naming fewer slots than one replica's tp x pp: one line, exit 2, nothing run.
