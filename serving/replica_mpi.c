@@ -238,8 +238,8 @@ sc_status replica_mpi_lead(const engine_config *cfg, int index, uint64_t heartbe
     return sc_fail(err, SC_OOM, "mpi: out of memory");
   }
   n = cfg ? b.n : 0;
-  sc_status s = sc_mpi_bcast(&n, sizeof n, 0, sc_monotonic_ns() + CONFIG_BCAST_NS, err);
-  if (s == SC_OK && n) s = sc_mpi_bcast(b.p, n, 0, sc_monotonic_ns() + CONFIG_BCAST_NS, err);
+  sc_status s = sc_mpi_bcast(&n, sizeof n, 0, CONFIG_BCAST_NS, err);
+  if (s == SC_OK && n) s = sc_mpi_bcast(b.p, n, 0, CONFIG_BCAST_NS, err);
   wire_buf_free(&b);
   return s;
 }
@@ -301,7 +301,7 @@ int replica_mpi_serve(const char *path) {
   }
   // a job of mixed builds is refused before anything runs; rank 0 tells the runner why
   char refuse[512] = "";
-  if (sc_mpi_check_same_build(sc_monotonic_ns() + BUILD_CHECK_NS, &err) != SC_OK)
+  if (sc_mpi_check_same_build(BUILD_CHECK_NS, &err) != SC_OK)
     snprintf(refuse, sizeof refuse, "%s", err.msg);
   int rc;
   if (sc_mpi_rank() != 0) {
