@@ -50,14 +50,14 @@
 #include "serving/wire.h"
 #include "kernels/clock.h"
 
-#define NS_PER_S          1000000000ull
+#define NS_PER_S 1000000000ull
 #define DEFAULT_DETECT_NS (2 * NS_PER_S)
-#define READY_TIMEOUT_NS  (120 * NS_PER_S)   // building the engine may take a while
-#define EXIT_WAIT_NS      (1 * NS_PER_S)     // a worker that closed its socket is exiting
-#define DEAD_WAIT_NS      (250 * 1000000ull) // a worker that reported DEAD frees, then exits
-#define FREE_WAIT_NS      (2 * NS_PER_S)     // free: grace before SIGKILL
+#define READY_TIMEOUT_NS (120 * NS_PER_S) // building the engine may take a while
+#define EXIT_WAIT_NS (1 * NS_PER_S)       // a worker that closed its socket is exiting
+#define DEAD_WAIT_NS (250 * 1000000ull)   // a worker that reported DEAD frees, then exits
+#define FREE_WAIT_NS (2 * NS_PER_S)       // free: grace before SIGKILL
 #define FREE_WAIT_MPI_NS  (10 * NS_PER_S)    // an MPI job ends every rank and finalizes
-#define WORKER_FD         3                  // the socket's fd in the worker
+#define WORKER_FD 3                       // the socket's fd in the worker
 #define READ_MAX_PER_CALL (16u << 20) // bytes read by one update at most (the rest next time)
 
 static void sleep_ns(uint64_t ns) {
@@ -101,7 +101,7 @@ typedef struct proc {
   // what every incarnation is built from (strings owned)
   engine_config cfg;
   char *weights_dir, *backend, *exe;
-  char **env; // (NULL-terminated) extra environment entries of the worker
+  char **env;           // (NULL-terminated) extra environment entries of the worker
   uint64_t detect_ns, heartbeat_ns;
   int index, n_ranks;
   bool mpi;                // the worker is an MPI job of n_ranks processes
@@ -114,7 +114,7 @@ typedef struct proc {
   uint64_t last_msg_ns; // monotonic: when the latest message from the worker was read
   bool dead;
   bool admitting;
-  bool held;                    // replica_hold: submissions stay in out until released
+  bool held; // replica_hold: submissions stay in out until released
   replica_health worker_health; // as the latest report says
   engine_stats stats;           // as the latest report says
   size_t *mem_used, *mem_total; // (n_ranks) bytes, as the latest report says
@@ -130,7 +130,7 @@ typedef struct proc {
   // stale workers: fenced (socket closed), not reaped yet
   pid_t *fenced;
   int n_fenced, cap_fenced;
-  uint64_t stale_msgs;  // messages dropped because their epoch was not the current one
+  uint64_t stale_msgs; // messages dropped because their epoch was not the current one
   int64_t wall_skew_ns; // the worker's wall clock minus ours, at its latest report
   bool have_skew;
 } proc;
@@ -158,8 +158,8 @@ static void arm_timer(proc *p) {
   struct itimerspec its = {{0, 0}, {0, 0}};
   if (!p->dead) {
     uint64_t t = p->last_msg_ns + p->detect_ns;
-    its.it_value =
-        (struct timespec){.tv_sec = (time_t)(t / NS_PER_S), .tv_nsec = (long)(t % NS_PER_S)};
+    its.it_value = (struct timespec){.tv_sec = (time_t)(t / NS_PER_S),
+                                     .tv_nsec = (long)(t % NS_PER_S)};
     if (t == 0) its.it_value.tv_nsec = 1; // zero would disarm
   }
   timerfd_settime(p->tfd, TFD_TIMER_ABSTIME, &its, NULL);
@@ -196,10 +196,8 @@ static void reap_fenced(proc *p) {
   for (int i = 0; i < p->n_fenced;) {
     int st;
     bool known;
-    if (reap(p->fenced[i], 0, &st, &known))
-      p->fenced[i] = p->fenced[--p->n_fenced];
-    else
-      i++;
+    if (reap(p->fenced[i], 0, &st, &known)) p->fenced[i] = p->fenced[--p->n_fenced];
+    else i++;
   }
 }
 
@@ -215,8 +213,8 @@ static void close_socket(proc *p) {
 
 static void fail_outstanding(void *ud, uint64_t key) {
   proc *p = ud;
-  replica_event ev = {
-      .kind = REPLICA_EV_FAILED, .key = key, .status = SC_ABORTED, .t_ns = sc_monotonic_ns()};
+  replica_event ev = {.kind = REPLICA_EV_FAILED, .key = key, .status = SC_ABORTED,
+                      .t_ns = sc_monotonic_ns()};
   ev.failure = REPLICA_FAIL_LOST;
   rq_push(&p->evq, &ev);
 }
@@ -375,10 +373,8 @@ static void update(proc *p) {
   loss why = read_in(p);
   if (why == LOSS_NONE && !sent_ok) why = LOSS_EOF;
   if (why == LOSS_NONE && sc_monotonic_ns() - p->last_msg_ns >= p->detect_ns) why = LOSS_HUNG;
-  if (why != LOSS_NONE)
-    lose(p, why);
-  else
-    arm_timer(p);
+  if (why != LOSS_NONE) lose(p, why);
+  else arm_timer(p);
   signal_events(p);
 }
 
@@ -419,12 +415,9 @@ static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_bu
     size_t off = 0;
     while (off < out->n) {
       ssize_t w = send(fd, out->p + off, out->n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0)
-        off += (size_t)w;
-      else if (w < 0 && errno == EINTR)
-        continue;
-      else
-        break; // full: later; failed: the read below sees the end
+      if (w > 0) off += (size_t)w;
+      else if (w < 0 && errno == EINTR) continue;
+      else break; // full: later; failed: the read below sees the end
     }
     wire_consume(out, off);
     // whole frames?
@@ -454,8 +447,8 @@ static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_bu
         return sc_fail(err, ws == SC_OK ? SC_IO : ws, "replica %d: %s", p->index,
                        msg[0] ? msg : "the worker failed to start");
       } else {
-        return sc_fail(err, SC_IO, "replica %d: unexpected message %d from the worker", p->index,
-                       type);
+        return sc_fail(err, SC_IO, "replica %d: unexpected message %d from the worker",
+                       p->index, type);
       }
       wire_consume(in, frame_n);
     }
@@ -467,8 +460,9 @@ static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_bu
         if (known && WIFSIGNALED(st))
           return sc_fail(err, SC_IO, "replica %d: worker killed by signal %d before it was ready",
                          p->index, WTERMSIG(st));
-        return sc_fail(err, SC_IO, "replica %d: worker exited with status %d before it was ready",
-                       p->index, known && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return sc_fail(err, SC_IO,
+                       "replica %d: worker exited with status %d before it was ready", p->index,
+                       known && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
       }
       return sc_fail(err, SC_IO, "replica %d: worker closed its socket before it was ready",
                      p->index);
@@ -484,10 +478,8 @@ static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_bu
     if (!wire_reserve(in, WIRE_READ_CHUNK))
       return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
     ssize_t r = recv(fd, in->p + in->n, in->cap - in->n, MSG_DONTWAIT);
-    if (r > 0)
-      in->n += (size_t)r;
-    else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-      eof = true;
+    if (r > 0) in->n += (size_t)r;
+    else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) eof = true;
   }
 }
 
@@ -784,12 +776,11 @@ static sc_status p_inject(void *ctx, const replica_fault *f, sc_error *err) {
   if (!fi)
     return sc_fail(err, SC_INVALID, "replica %d: unknown fault kind %d", p->index, (int)f->kind);
   if (fi->names_rank && (f->rank < -1 || f->rank >= p->n_ranks))
-    return sc_fail(err, SC_INVALID,
-                   "replica %d: rank %d is out of range: the replica has ranks "
-                   "0..%d (-1: every rank)",
-                   p->index, f->rank, p->n_ranks - 1);
+    return sc_fail(err, SC_INVALID, "replica %d: rank %d is out of range: the replica has ranks "
+                   "0..%d (-1: every rank)", p->index, f->rank, p->n_ranks - 1);
   update(p);
-  if (p->dead) return sc_fail(err, SC_ABORTED, "replica %d: dead (%s)", p->index, p->error);
+  if (p->dead)
+    return sc_fail(err, SC_ABORTED, "replica %d: dead (%s)", p->index, p->error);
   if (p->mpi) {
     int done = mpi_inject(p, f, err);
     if (done <= 0) return done < 0 ? SC_INVALID : SC_OK;
@@ -820,7 +811,8 @@ static char *dup_str(const char *s, bool *ok) {
 static sc_status p_restart(void *ctx, sc_error *err) {
   proc *p = ctx;
   update(p);
-  if (!p->dead) return sc_fail(err, SC_INVALID, "replica %d: restart of a live replica", p->index);
+  if (!p->dead)
+    return sc_fail(err, SC_INVALID, "replica %d: restart of a live replica", p->index);
   SC_TRY(spawn(p, p->epoch + 1, err));
   p->epoch++;
   p->dead = false;
@@ -1044,3 +1036,5 @@ fail:
 bool replica_is_proc(const replica *r) { return r && r->i == &proc_i; }
 
 int replica_proc_pid(const replica *r) { return replica_is_proc(r) ? p_pid(r->ctx) : 0; }
+
+

@@ -51,8 +51,8 @@ static void allow_root(void) {
 static int run_launch(const char *launch, char *out, size_t cap) {
   allow_root();
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "timeout -k 10 300 '%s' --oversubscribe %s 2>&1 </dev/null", SC_MPIEXEC,
-           launch);
+  snprintf(cmd, sizeof cmd, "timeout -k 10 300 '%s' --oversubscribe %s 2>&1 </dev/null",
+           SC_MPIEXEC, launch);
   FILE *p = popen(cmd, "r");
   cr_assert_not_null(p);
   size_t n = 0;

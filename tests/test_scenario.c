@@ -25,8 +25,8 @@
 #include "tests/helpers.h"
 
 #define DATA SC_SOURCE_DIR "/tests/data/scenarios"
-#define SEC  1000000000ull
-#define MS   1000000ull
+#define SEC 1000000000ull
+#define MS 1000000ull
 
 // --- helpers
 
@@ -417,7 +417,8 @@ Test(scenario_parse, model_directory_resolves_against_the_scenario_dir) {
   const char *text2 = "name: t\nmodel: {path: config-only}\ndeployments: [{tp: 1}]\n"
                       "workload:\n  prompts: [{input: 10, output: 5}]\n"
                       "  phases: [{fixed: {requests: 1}}]\n";
-  cr_assert_eq(scenario_parse(text2, strlen(text2), "t.yaml", dir, &s, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(scenario_parse(text2, strlen(text2), "t.yaml", dir, &s, &err), SC_OK, "%s",
+               err.msg);
   cr_expect_not(s->model.has_weights, "a directory without safetensors has no weights");
   scenario_free(s);
 }
@@ -498,7 +499,7 @@ Test(scaling, explicit_duplicates_are_kept_once_and_hybrids_are_labelled) {
 // Deployments of llama3-70b at bf16 on h100-sxm with scaling `auto` over gpus.
 #define SEVENTY_B(gpus)                                                                            \
   "name: t\nmodel: {preset: llama3-70b}\nhardware: {backend: cuda, profile: h100-sxm}\n"           \
-  "deployments: {scaling: {gpus: " gpus ", pattern: auto}}\nworkload:\n"                           \
+  "deployments: {scaling: {gpus: " gpus ", pattern: auto}}\nworkload:\n"                          \
   "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n"
 
 Test(scaling, auto_picks_the_planners_layout) {
@@ -509,7 +510,7 @@ Test(scaling, auto_picks_the_planners_layout) {
   cr_assert_eq(hw_profile_load("h100-sxm", &hw, &err), SC_OK);
   memplan_params p = memplan_defaults(); // the scenario's limits are the defaults
   p.weight_dtype = s->model.config.dtype;
-  p.kv_dtype = SC_BF16; // backend cuda
+  p.kv_dtype = SC_BF16;                  // backend cuda
   const int gpus[2] = {4, 8};
   for (int i = 0; i < 2; i++) {
     memplan_layout l[64];
@@ -661,7 +662,8 @@ Test(scenario_errors, planner_refuses_an_invalid_layout) {
 Test(scenario_errors, deployment_larger_than_hardware_gpus) {
   parse_bad("name: t\nmodel: llama-tiny\nhardware: {gpus: 2}\ndeployments:\n  - {dp: 4}\n"
             "workload:\n  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n",
-            "t.yaml:5:6: deployment 'dp4' (tp=1 pp=1 dp=4) needs 4 GPUs; hardware.gpus is 2", NULL);
+            "t.yaml:5:6: deployment 'dp4' (tp=1 pp=1 dp=4) needs 4 GPUs; hardware.gpus is 2",
+            NULL);
 }
 
 Test(scenario_errors, mode_is_real_or_sim) {
@@ -794,7 +796,7 @@ Test(validate_cli, help_exits_0) {
 
 // A sim scenario of llama3-8b with the given hardware mapping and deployments.
 #define SIM(hardware, deployments)                                                                 \
-  "name: t\nmodel: {preset: llama3-8b}\nmode: sim\nhardware: " hardware "\n"                       \
+  "name: t\nmodel: {preset: llama3-8b}\nmode: sim\nhardware: " hardware "\n"                      \
   "deployments: " deployments "\nworkload:\n"                                                      \
   "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n"
 
@@ -945,10 +947,8 @@ Test(sim_mode, a_tp_group_larger_than_a_node_must_span_whole_nodes) {
            "deployments:\n  - {tp: 4, dp: 2}\n  - {tp: 8}\nworkload:\n"
            "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n",
            six);
-  parse_bad(text,
-            "t.yaml:7:6: deployment 'tp8' (tp=8 pp=1 dp=1): a TP group larger than a node "
-            "must span whole nodes (tp a multiple of 6",
-            "inter-node link");
+  parse_bad(text, "t.yaml:7:6: deployment 'tp8' (tp=8 pp=1 dp=1): a TP group larger than a node "
+            "must span whole nodes (tp a multiple of 6", "inter-node link");
   // 8 GPUs over two rtx5090 workstations of 4: whole nodes
   scenario *s = parse_ok("name: t\nmodel: {preset: llama3-70b, dtype: int4}\nmode: sim\n"
                          "hardware: {profile: rtx5090, gpus: 8}\ndeployments: [{tp: 8}]\n"
@@ -977,8 +977,8 @@ Test(sim_mode_errors, hardware_profile_and_gpus_are_required) {
   parse_bad("name: t\nmodel: llama3-8b\nmode: sim\ndeployments: [{tp: 1}]\nworkload:\n"
             "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n",
             "t.yaml:1:1: missing required key 'hardware' (mode: sim", "h100-sxm, h200");
-  parse_bad(SIM("{gpus: 2}", "[{tp: 1}]"), "t.yaml:4:12: missing required key 'profile' (mode: sim",
-            "a100-80g, cpu, h100-sxm");
+  parse_bad(SIM("{gpus: 2}", "[{tp: 1}]"),
+            "t.yaml:4:12: missing required key 'profile' (mode: sim", "a100-80g, cpu, h100-sxm");
   parse_bad(SIM("{profile: h100-sxm}", "[{tp: 1}]"), "t.yaml:4:12: missing required key 'gpus'",
             NULL);
   parse_bad(SIM("{profile: h100-sxm, gpus: 0}", "[{tp: 1}]"),
@@ -995,15 +995,16 @@ Test(sim_mode_errors, real_mode_keys_are_refused) {
 }
 
 Test(sim_mode_errors, sim_mode_keys_are_refused_in_real_mode) {
-  parse_bad(BASE "hardware: {link: pcie4}\n", "t.yaml:7:12: key 'link': only in mode: sim", NULL);
+  parse_bad(BASE "hardware: {link: pcie4}\n", "t.yaml:7:12: key 'link': only in mode: sim",
+            NULL);
   parse_bad(BASE "hardware: {gpus: 2, nodes: 1}\n", "t.yaml:7:21: key 'nodes': only in mode: sim",
             NULL);
 }
 
 Test(sim_mode_errors, unknown_link_lists_the_known_ones) {
-  parse_bad(
-      SIM("{profile: h100-sxm, gpus: 2, link: nvlink9}", "[{tp: 1}]"),
-      "t.yaml:4:46: key 'link': unknown link 'nvlink9'; known links: ", "nvlink4, nvlink5, pcie4");
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2, link: nvlink9}", "[{tp: 1}]"),
+            "t.yaml:4:46: key 'link': unknown link 'nvlink9'; known links: ",
+            "nvlink4, nvlink5, pcie4");
 }
 
 Test(sim_mode_errors, unknown_profile_lists_the_embedded_ones) {
@@ -1012,18 +1013,17 @@ Test(sim_mode_errors, unknown_profile_lists_the_embedded_ones) {
 }
 
 Test(sim_mode_errors, clock_jump_is_refused_other_faults_are_checked) {
-  parse_bad(SIM("{profile: h100-sxm, gpus: 2}",
-                "[{dp: 2}]") "faults:\n  - {at: 1s, clock_jump: {offset: +1h}}\n",
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2}", "[{dp: 2}]")
+                "faults:\n  - {at: 1s, clock_jump: {offset: +1h}}\n",
             "t.yaml:10:14: clock_jump: not available in mode: sim (the virtual clock has no wall "
             "clock to jump)",
             NULL);
-  parse_bad(SIM("{profile: h100-sxm, gpus: 2}",
-                "[{dp: 2}]") "faults:\n  - {at: 1s, kill: gpu, target: replica2.rank0}\n",
+  parse_bad(SIM("{profile: h100-sxm, gpus: 2}", "[{dp: 2}]")
+                "faults:\n  - {at: 1s, kill: gpu, target: replica2.rank0}\n",
             "t.yaml:10:33: key 'target': 'replica2.rank0' exists in no deployment", NULL);
-  scenario *s =
-      parse_ok(SIM("{profile: h100-sxm, gpus: 2}",
-                   "[{dp: 2}]") "faults:\n  - {at: 1s, kill: gpu, target: replica1.rank0}\n"
-                                "  - {at: 2s, slow: {on: link, latency: 50us}}\n");
+  scenario *s = parse_ok(SIM("{profile: h100-sxm, gpus: 2}", "[{dp: 2}]")
+                             "faults:\n  - {at: 1s, kill: gpu, target: replica1.rank0}\n"
+                             "  - {at: 2s, slow: {on: link, latency: 50us}}\n");
   cr_assert_eq(s->n_faults, 2);
   cr_expect_eq(s->faults[0].kind, SCN_FAULT_KILL);
   cr_expect_eq(s->faults[1].latency_ns, 50000);
@@ -1051,7 +1051,8 @@ Test(overrides, mode_sim_simulates_a_real_cpu_scenario_on_the_cpu_profile) {
   scenario *s = NULL;
   sc_error err = {{0}};
   scn_overrides ov = {.mode = "sim"};
-  cr_assert_eq(scenario_load_with(SHIPPED "/quickstart.yaml", &ov, &s, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(scenario_load_with(SHIPPED "/quickstart.yaml", &ov, &s, &err), SC_OK, "%s",
+               err.msg);
   cr_expect_eq(s->mode, SCN_MODE_SIM);
   cr_expect_str_eq(s->hardware.backend, "", "the backend is cleared");
   cr_expect_str_eq(s->hardware.profile, "cpu", "a real CPU scenario's profile");
@@ -1066,7 +1067,8 @@ Test(overrides, profile_replaces_the_files_and_resolves_against_the_cwd) {
   scenario *s = NULL;
   sc_error err = {{0}};
   scn_overrides ov = {.mode = "sim", .profile = "h100-sxm"};
-  cr_assert_eq(scenario_load_with(SHIPPED "/quickstart.yaml", &ov, &s, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(scenario_load_with(SHIPPED "/quickstart.yaml", &ov, &s, &err), SC_OK, "%s",
+               err.msg);
   cr_expect_str_eq(s->hardware.profile, "h100-sxm");
   cr_expect_str_eq(s->hw.name, "h100-sxm");
   cr_expect_eq(s->mp.kv_dtype, SC_BF16);
@@ -1104,10 +1106,8 @@ Test(overrides, mode_real_on_a_sim_scenario_plans_for_the_cpu_backend) {
   const char *text = SIM("{profile: h100-sxm, gpus: 2, link: pcie4}", "[{tp: 2}]");
   cr_assert_eq(sc_test_write_file(path, text, strlen(text)), 0);
   char want[600];
-  snprintf(want, sizeof want,
-           "%s:4:40: key 'link': only in mode: sim (the mode is real: --mode "
-           "real)",
-           path);
+  snprintf(want, sizeof want, "%s:4:40: key 'link': only in mode: sim (the mode is real: --mode "
+           "real)", path);
   load_with_bad(path, "real", NULL, want, NULL);
 }
 
@@ -1176,7 +1176,8 @@ Test(overrides, a_fixed_url_target_without_deployments_is_predicted_as_tp1) {
 }
 
 Test(overrides, unknown_values_name_the_option) {
-  load_with_bad(SHIPPED "/quickstart.yaml", "fake", NULL, "--mode: expected real or sim", "'fake'");
+  load_with_bad(SHIPPED "/quickstart.yaml", "fake", NULL, "--mode: expected real or sim",
+                "'fake'");
   load_with_bad(SHIPPED "/quickstart.yaml", "sim", "h900",
                 "--profile: unknown hardware profile 'h900'", "h100-sxm");
   load_with_bad(SHIPPED "/quickstart.yaml", NULL, "",
@@ -1256,8 +1257,9 @@ Test(shipped, sim_scenarios_have_their_layouts) {
 
 // Phases shorter than a few minutes of simulated time, so a run takes seconds.
 Test(shipped, sim_scenarios_are_short) {
-  static const char *const files[] = {"scaling-llama3-8b-h100.yaml", "scaling-llama3-70b-h100.yaml",
-                                      "rtx5090-70b-int4.yaml", "long-context.yaml"};
+  static const char *const files[] = {"scaling-llama3-8b-h100.yaml",
+                                      "scaling-llama3-70b-h100.yaml", "rtx5090-70b-int4.yaml",
+                                      "long-context.yaml"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", SHIPPED, files[i]);
@@ -1289,7 +1291,8 @@ Test(shipped, long_context_ramps_past_the_kv_capacity) {
   double fit = (double)l.kv_tokens / (cl->input.a + cl->output.a);
   const scn_phase *p = &s->workload.phases[0];
   cr_expect_lt(p->concurrency[0], fit);
-  cr_expect_gt(p->concurrency[p->n_concurrency - 1], fit, "the ramp ends past %.1f sequences", fit);
+  cr_expect_gt(p->concurrency[p->n_concurrency - 1], fit, "the ramp ends past %.1f sequences",
+               fit);
   scenario_free(s);
 }
 
@@ -1317,8 +1320,7 @@ Test(shipped, validate_refuses_70b_on_one_h100_for_memory) {
                            out, sizeof out);
   cr_expect_eq(rc, 2, "output: %s", out);
   cr_expect(strstr(out, "deployment 'tp1' (tp=1 pp=1 dp=1) refused by the planner on h100-sxm: "
-                        "weights 141.11 GB"),
-            "%s", out);
+                        "weights 141.11 GB"), "%s", out);
   cr_expect(strstr(out, "exceed 77.31 GB usable"), "%s", out);
 }
 
@@ -1329,8 +1331,7 @@ Test(shipped, validate_refuses_70b_int4_on_one_rtx5090_for_memory) {
                            sizeof out);
   cr_expect_eq(rc, 2, "output: %s", out);
   cr_expect(strstr(out, "deployment 'tp1' (tp=1 pp=1 dp=1) refused by the planner on rtx5090: "
-                        "weights "),
-            "%s", out);
+                        "weights "), "%s", out);
   cr_expect(strstr(out, "exceed 30.92 GB usable"), "%s", out);
 }
 
@@ -1339,8 +1340,7 @@ Test(shipped, validate_summarizes_a_sim_scenario) {
   cr_expect_eq(rc, 0, "output: %s", out);
   cr_expect(strstr(out, "mode sim, model llama3-70b (bf16, shapes only), 8 simulated GPUs "
                         "(profile h100-sxm), 6 deployments (tp2, tp4, tp2-dp2, tp2-pp2, tp8, "
-                        "tp4-dp2)"),
-            "%s", out);
+                        "tp4-dp2)"), "%s", out);
 }
 
 // --- gate defaults
@@ -1458,26 +1458,23 @@ Test(scenario_errors, slo_class_unknown_is_named_with_the_workloads_classes) {
 Test(scenario_errors, slo_class_refuses_a_metric_of_the_whole_deployment) {
   parse_bad(TWO_CLASSES "slo: {classes: {short: {lost_requests: 0}}}\n", "t.yaml:7:25:",
             "key 'lost_requests': expected a metric of a prompt class's own requests");
-  parse_bad(TWO_CLASSES "slo: {classes: {short: {kv_peak_frac: 0.5}}}\n",
-            "t.yaml:7:25:", "kv_peak_frac");
-  parse_bad(TWO_CLASSES "slo: {classes: {short: {requests: 3}}}\n",
-            "t.yaml:7:25:", "a count with neither");
-  parse_bad(TWO_CLASSES "slo: {classes: {short: {ttft_p59_ms: 3}}}\n",
-            "t.yaml:7:25:", "unknown SLO key 'ttft_p59_ms'");
-  parse_bad(TWO_CLASSES "slo: {classes: {short: 300}}\n", "t.yaml:7:",
-            "key 'short': expected "
+  parse_bad(TWO_CLASSES "slo: {classes: {short: {kv_peak_frac: 0.5}}}\n", "t.yaml:7:25:",
+            "kv_peak_frac");
+  parse_bad(TWO_CLASSES "slo: {classes: {short: {requests: 3}}}\n", "t.yaml:7:25:",
+            "a count with neither");
+  parse_bad(TWO_CLASSES "slo: {classes: {short: {ttft_p59_ms: 3}}}\n", "t.yaml:7:25:",
+            "unknown SLO key 'ttft_p59_ms'");
+  parse_bad(TWO_CLASSES "slo: {classes: {short: 300}}\n", "t.yaml:7:", "key 'short': expected "
             "a mapping of metric names to limits");
-  parse_bad(TWO_CLASSES "slo: {classes: [short]}\n", "t.yaml:7:",
-            "key 'classes': expected a "
+  parse_bad(TWO_CLASSES "slo: {classes: [short]}\n", "t.yaml:7:", "key 'classes': expected a "
             "mapping of prompt class names to SLOs");
 }
 
 Test(scenario_errors, slo_classes_on_a_one_class_workload_or_a_dataset_say_why) {
-  parse_bad(BASE "slo: {classes: {class0: {ttft_p95_ms: 300}}}\n",
-            "t.yaml:7:7:", "more than one prompt class, and this one has one ('class0')");
+  parse_bad(BASE "slo: {classes: {class0: {ttft_p95_ms: 300}}}\n", "t.yaml:7:7:",
+            "more than one prompt class, and this one has one ('class0')");
   char text[512];
-  snprintf(text, sizeof text,
-           "name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\n"
+  snprintf(text, sizeof text, "name: t\nmodel: llama-tiny\ndeployments: [{tp: 1}]\n"
            "workload:\n  dataset: prompts.jsonl\n  phases: [{fixed: {requests: 10}}]\n"
            "slo: {classes: {a: {ttft_p95_ms: 300}}}\n");
   parse_bad(text, "t.yaml:7:7:", "reads its prompts from a dataset"); // tests/data/scenarios
@@ -1493,8 +1490,8 @@ Test(scenario_parse, gate_metrics_take_a_prompt_class_name) {
   scenario_free(s);
   parse_bad(TWO_CLASSES "gate: {metrics: {shrt:ttft_p95_ms: 10%}}\n", "t.yaml:7:",
             "gate.metrics: unknown prompt class 'shrt'; the workload's classes are short and long");
-  parse_bad(TWO_CLASSES "gate: {metrics: {short:lost_requests: 10%}}\n",
-            "t.yaml:7:", "a prompt class's rows carry");
+  parse_bad(TWO_CLASSES "gate: {metrics: {short:lost_requests: 10%}}\n", "t.yaml:7:",
+            "a prompt class's rows carry");
 }
 
 // --- SLO keys the scenario's deployments cannot measure: a warning at load (validate), a
@@ -1538,10 +1535,9 @@ Test(scenario, an_slo_key_the_deployments_cannot_measure_is_a_warning_naming_why
   "  phases: [{fixed: {requests: 10}}]\n"
 
 Test(scenario_parse, prefixes_and_conversations_read_every_key) {
-  scenario *s =
-      parse_ok(STRUCTURED("  prefixes: {count: 12, length: {uniform: [64, 128]}, "
-                          "zipf: 0.8}\n"
-                          "  conversations: {turns: {uniform: [2, 5]}, think: 1500ms}\n"));
+  scenario *s = parse_ok(STRUCTURED("  prefixes: {count: 12, length: {uniform: [64, 128]}, "
+                                    "zipf: 0.8}\n"
+                                    "  conversations: {turns: {uniform: [2, 5]}, think: 1500ms}\n"));
   const scn_workload *w = &s->workload;
   cr_expect_eq(w->prefixes.count, 12);
   cr_expect_eq(w->prefixes.length.kind, SCN_DIST_UNIFORM);
@@ -1561,16 +1557,14 @@ Test(scenario_errors, a_prefix_or_conversation_past_the_context_is_one_line_at_i
   // llama-tiny's context is 512 tokens
   parse_bad(STRUCTURED("  prefixes: {count: 2, length: 600}\n"),
             "t.yaml:6:32: key 'length': a shared prefix of up to 600 tokens does not fit the "
-            "context of model 'llama-tiny' (512 tokens;",
-            NULL);
+            "context of model 'llama-tiny' (512 tokens;", NULL);
   parse_bad(STRUCTURED("  prefixes: {count: 2, length: {normal: {mean: 300, stddev: 50}}}\n"),
             "t.yaml:6:33: key 'length': a shared prefix of up to 600 tokens", NULL);
   parse_bad(STRUCTURED("  prefixes: {count: 2, length: 200}\n"
                        "  conversations: {turns: 10, think: 1s}\n"),
             "t.yaml:7:3: key 'conversations': a conversation can grow to 600 tokens (prefix 200 "
             "+ 10 turns x 40 tokens of message and reply), past the context of model "
-            "'llama-tiny' (512 tokens)",
-            NULL);
+            "'llama-tiny' (512 tokens)", NULL);
   parse_bad(STRUCTURED("  conversations: {turns: 300}\n"),
             "t.yaml:6:26: key 'turns': expected at most 256 turns, got up to 300", NULL);
   parse_bad(STRUCTURED("  prefixes: {count: 0, length: 10}\n"), "t.yaml:6:21: key 'count'", NULL);
