@@ -1,6 +1,8 @@
 // The runner's MPI pieces (docs/scaling-out.md): what a scenario whose replicas are MPI jobs
 // (router.isolation mpi) needs of this host before anything runs. The replicas themselves are
 // process replicas started through the MPI launcher (serving/replica_mpi.c).
+#include <jansson.h>
+
 #include "kernels/mpi.h"
 #include "runner/runner_impl.h"
 #include "serving/replica_mpi.h"
@@ -26,4 +28,16 @@ sc_status rn_refuse_mpi(const scenario *s, sc_error *err) {
                      "not carry to its ranks)",
                      s->path, s->faults[i].line, s->faults[i].col);
   return SC_OK;
+}
+
+void rn_clients_config(const runner_options *o, void *conf) {
+  if (o->n_clients <= 1 || !o->clients) return;
+  json_t *a = json_array();
+  for (int k = 0; k < o->n_clients; k++) {
+    const replica_client_rank *c = &o->clients[k];
+    json_array_append_new(a, json_pack("{s:i, s:s, s:I, s:I}", "rank", c->rank, "host", c->host,
+                                       "offset_ns", (json_int_t)c->offset_ns, "rtt_ns",
+                                       (json_int_t)c->rtt_ns));
+  }
+  json_object_set_new((json_t *)conf, "clients", a);
 }

@@ -952,13 +952,13 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
       bs = sc_fail(&be, SC_OOM, "%s", fe.msg);
     }
   }
-  replica_options ro = {.kind = replica_kind_of(r->s),
-                        .proc = {.exe = r->o->worker_exe,
-                                 .detect_timeout_ns = r->s->router.detect_timeout_ns,
-                                 .env = fault_rt_worker_env(r->fr),
-                                 .mpi = scenario_mpi_replicas(r->s),
-                                 .hostfile = r->s->hardware.hostfile[0] ? r->s->hardware.hostfile
-                                                                        : NULL}};
+  replica_options ro = {
+      .kind = replica_kind_of(r->s),
+      .proc = {.exe = r->o->worker_exe,
+               .detect_timeout_ns = r->s->router.detect_timeout_ns,
+               .env = fault_rt_worker_env(r->fr),
+               .mpi = scenario_mpi_replicas(r->s),
+               .hostfile = r->s->hardware.hostfile[0] ? r->s->hardware.hostfile : NULL}};
   http_strings *hs = ro.kind == REPLICA_HTTP ? calloc(1, sizeof *hs) : NULL;
   if (ro.kind == REPLICA_HTTP && !hs) bs = sc_fail(&be, SC_OOM, "runner: out of memory");
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
@@ -968,6 +968,9 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
     if (bs != SC_OK) break;
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
                             : replica_new(&ro, &ec, i, &r->reps[i], &be);
+    if (bs == SC_OK && hs && r->o->n_clients > 1) // its requests dealt out among client ranks
+      bs = replica_clients_wrap(r->reps[i], &ro.http, r->o->n_clients, r->o->clients, &r->reps[i],
+                                &be);
     if (bs == SC_OK) r->n_reps++;
   }
   free(hs);
@@ -1035,7 +1038,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
 }
 
 // --- the run
-static char *config_json(const scenario *s, uint64_t seed) {
+static char *config_json(const scenario *s, uint64_t seed, const runner_options *ro) {
   json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:f, s:s, s:I, s:i, s:f, s:f}",
                         "backend", s->hardware.backend[0] ? s->hardware.backend : "cpu", "profile",
                         s->hardware.profile,
@@ -1060,7 +1063,7 @@ static char *config_json(const scenario *s, uint64_t seed) {
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)
     json_object_set_new(o, "isolation",
-                        json_string(scenario_mpi_replicas(s)          ? "mpi"
+                        json_string(scenario_mpi_replicas(s)         ? "mpi"
                                     : scenario_isolates_processes(s) ? "process"
                                                                      : "thread"));
   if (s->target.set) { // what was measured; never the API key
@@ -1087,6 +1090,7 @@ static char *config_json(const scenario *s, uint64_t seed) {
     json_object_set_new(gj, "metrics", gm);
     json_object_set_new(o, "gate", gj);
   }
+  rn_clients_config(ro, o);
   char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(o);
   return txt;
@@ -1170,7 +1174,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   mt_goodput_from_slo(&s->slo, &r.good);
   sc_status st = workload_new(s, r.seed, &r.wl, err);
   if (st != SC_OK) return st;
-  char *cfg = config_json(s, r.seed);
+  char *cfg = config_json(s, r.seed, o);
   store_run sr = {.scenario = s->name, .scenario_path = s->path[0] ? s->path : NULL,
                   .scenario_text = s->text ? s->text : "", .mode = r.sim ? "sim" : "real",
                   .backend = r.sim ? "sim" : s->target.set ? "openai"

@@ -423,15 +423,92 @@ Test(mpi, ranks_of_another_build_are_refused_with_one_line_and_exit_2) {
   cr_expect(!line || !strstr(line + 1, "shardcheck capacity:"), "one line, from rank 0: %s", out);
 }
 
-// `run` does not split a workload across client ranks yet: under a launcher of more than one
-// rank it refuses in one line, exit 2, instead of running the scenario once per rank.
-Test(mpi, run_under_a_launcher_of_2_ranks_is_refused_with_one_line_and_exit_2) {
+// --- load from many clients: `mpirun -np N shardcheck run` against an external target
+
+// A launched `shardcheck serve --mode sim` (dp 2), a closed-loop and an open-loop phase.
+static const char *CLIENTS_SCN =
+    "name: clients\n"
+    "target:\n"
+    "  openai:\n"
+    "    url: \"http://127.0.0.1:{port}/v1\"\n"
+    "    launch: \"{shardcheck} serve --model llama-tiny --mode sim --profile h100-sxm --port "
+    "{port}\"\n"
+    "    model: llama-tiny\n"
+    "    vocab_size: 512\n"
+    "    extra_body: {ignore_eos: true}\n"
+    "    ready: {path: /health, timeout: 30s}\n"
+    "    stop_grace: 2s\n"
+    "model: {preset: llama-tiny}\n"
+    "deployments: [{dp: 2}]\n"
+    "workload:\n"
+    "  prompts:\n"
+    "    - {input: {uniform: [16, 64]}, output: {uniform: [8, 32]}}\n"
+    "  phases:\n"
+    "    - {name: batch, fixed: {requests: 40, concurrency: 8}}\n"
+    "    - {name: open, rate: 50, arrival: poisson, duration: 2s}\n"
+    "slo: {error_rate: 0, ttft_p95_ms: 2000}\n"
+    "seed: 4\n";
+
+// What two runs of one seed must share, whoever sent the requests: the requests by phase and
+// status, their tokens (recorded stamps included), and which metrics and verdicts were written.
+#define SHARED_ROWS                                                                                \
+  "SELECT (SELECT group_concat(x, ';') FROM (SELECT p.name || ':' || r.status || ':' || "          \
+  "count(*) || ':' || sum(r.output_tokens) AS x FROM request r JOIN phase p ON p.id = "            \
+  "r.phase_id GROUP BY p.name, r.status ORDER BY p.name, r.status)) || '|' || (SELECT "            \
+  "sum(json_array_length(t_ns)) FROM token_times) || '|' || (SELECT group_concat(n, ',') FROM "    \
+  "(SELECT DISTINCT name AS n FROM metric ORDER BY name)) || '|' || (SELECT group_concat(v, "      \
+  "',') FROM (SELECT slo || '=' || pass AS v FROM verdict ORDER BY slo))"
+
+// Two client ranks deal the requests out between them (each streams its share from its own
+// process, its stamps brought onto rank 0's clock): rank 0 writes one database whose requests,
+// tokens, metrics and verdicts are those of one process with the same seed.
+Test(mpi, two_client_ranks_send_and_record_what_one_process_does) {
+  const char *sc = sc_test_write_tmp("mpi-clients", "c.yaml", CLIENTS_SCN);
+  const char *dir = sc_test_tmpdir("mpi-clients-out");
+  char db1[1100], db2[1100], out[32768], launch[4096];
+  snprintf(db1, sizeof db1, "%s/one.db", dir);
+  snprintf(db2, sizeof db2, "%s/two.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, sc, db1, "--no-report");
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  snprintf(launch, sizeof launch, "-np 2 '%s' run %s --db %s --no-report", SC_BINARY, sc, db2);
+  rc = run_launch(launch, out, sizeof out);
+  cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+  const char *r1 = strstr(out, "client rank 1 on ");
+  cr_expect(r1 && strstr(out, "client rank 0 on "), "%s", out);
+  long sent1 = 0;
+  if (r1) sscanf(strchr(r1, ':') + 1, " %ld requests", &sent1);
+  cr_expect_gt(sent1, 40, "rank 1 sent a share of the 124 requests:\n%s", out);
+  char one[4096];
+  snprintf(one, sizeof one, "%s", sc_test_q1s(db1, SHARED_ROWS));
+  cr_expect(strstr(one, "batch:ok:40:"), "%s", one);
+  cr_expect_str_eq(sc_test_q1s(db2, SHARED_ROWS), one);
+  cr_expect_eq(sc_test_q1(db2, "SELECT count(*) FROM run"), 1);
+  cr_expect_eq(sc_test_q1(db2, "SELECT json_array_length(config, '$.clients') FROM run"), 2);
+  cr_expect_eq(sc_test_q1(db2, "SELECT json_extract(config, '$.clients[1].rank') FROM run"), 1);
+  // the same host: one monotonic clock, so the measured offset is within its round trip
+  cr_expect(sc_test_q1(db2, "SELECT abs(json_extract(config, '$.clients[1].offset_ns')) <= "
+                            "json_extract(config, '$.clients[1].rtt_ns') FROM run"),
+            "%s", sc_test_q1s(db2, "SELECT json_extract(config, '$.clients') FROM run"));
+  // every stamp on rank 0's clock: no token before its request's arrival or after the run's end
+  cr_expect_eq(sc_test_q1(db2, "SELECT count(*) FROM token t JOIN request r ON r.id = "
+                               "t.request_id WHERE t.t_ns < r.arrival_ns OR t.t_ns > (SELECT "
+                               "duration_ns FROM run)"),
+               0);
+}
+
+// Client ranks drive an external target's servers; a scenario whose replicas run in this
+// process is refused under a launcher of 2 ranks: one line (rank 0's), exit 2, no database.
+Test(mpi, run_of_replicas_in_process_under_a_launcher_of_2_ranks_is_refused_with_one_line) {
   const char *dir = sc_test_tmpdir("mpi-run");
   char launch[2048], out[16384];
   snprintf(launch, sizeof launch, "-np 2 '%s' run quickstart --db %s/x.db", SC_BINARY, dir);
   cr_expect_eq(run_launch(launch, out, sizeof out), 2, "%s", out);
-  cr_expect(strstr(out, "shardcheck run: started by an MPI launcher with more than one rank"), "%s",
-            out);
+  cr_expect(strstr(out, "2 client ranks share the requests to an external target's servers") &&
+                strstr(out, "this one runs its replicas in this process"),
+            "%s", out);
+  char *line = strstr(out, "shardcheck run:"); // the launcher adds its own notice
+  cr_expect(!line || !strstr(line + 1, "shardcheck run:"), "one line, from rank 0: %s", out);
   snprintf(launch, sizeof launch, "%s/x.db", dir);
   cr_expect_eq(sc_test_file_size(launch), -1, "no database was made: %s", out);
 }
