@@ -68,6 +68,9 @@ static void usage(FILE *f) {
           "                 (docs/schema.md)\n\n"
           "Ctrl-C stops cleanly: requests in flight are recorded as cancelled and the run as\n"
           "interrupted.\n"
+          "Under `mpirun -np N` (a scenario with a target, mode real, no faults) the N ranks\n"
+          "share the requests: each streams its share from its own process, and rank 0 writes\n"
+          "the one database (docs/scaling-out.md).\n"
           "exit codes: 0 every SLO holds, 1 an SLO failed, 2 bad input, 3 the run failed,\n"
           "130 interrupted.\n");
 }
