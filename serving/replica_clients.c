@@ -44,6 +44,7 @@
 #define SYNC_ROUNDS  16
 #define WAIT_NS      (30 * 1000000000ull) // an answer (OPENED, SYNC) from a client rank
 #define EV_BATCH     256
+#define CLOSED       UINT32_MAX // an EVENTS count: the rank freed its replica, nothing follows
 
 enum { M_OPEN = 1, M_SUBMIT, M_CANCEL, M_CLOSE, M_SYNC, M_QUIT };
 
@@ -268,6 +269,7 @@ static void take_remote(clients *c) {
     if (sc_mpi_try_recv_bytes(-1, TAG_EV + c->index, &buf, &len, &from, NULL, &e) != SC_OK) return;
     rd r = {.p = buf, .n = len};
     uint32_t n = get_u32(&r);
+    if (n == CLOSED) n = 0; // (not expected while the wrapper lives)
     int64_t off = from > 0 && from < c->n ? c->ranks[from].offset_ns : 0;
     for (uint32_t i = 0; i < n && !r.bad; i++) {
       replica_event ev;
@@ -329,8 +331,18 @@ static void c_free(void *ctx) {
     put_u32(&m, M_CLOSE);
     put_u32(&m, (uint32_t)c->index);
     sc_error e = {{0}};
-    send_msg(k, TAG_CTL, &m, &e);
+    sc_status s = send_msg(k, TAG_CTL, &m, &e);
     free(m.p);
+    // what the rank sent before it closed is taken and dropped here, so that the next
+    // deployment's replica of this index never sees it
+    for (bool closed = s != SC_OK; !closed;) {
+      void *buf = NULL;
+      size_t len = 0;
+      if (await_msg(k, TAG_EV + c->index, &buf, &len, &e) != SC_OK) break;
+      rd r = {.p = buf, .n = len};
+      closed = get_u32(&r) == CLOSED;
+      free(buf);
+    }
   }
   replica_free(c->inner);
   rk_free(&c->where);
@@ -526,10 +538,16 @@ static bool apply(served *sv, const uint8_t *buf, size_t len) {
     if (*slot) replica_cancel(*slot, key);
     return true;
   }
-  case M_CLOSE:
+  case M_CLOSE: {
     replica_free(*slot);
     *slot = NULL;
+    msg m = {0};
+    put_u32(&m, CLOSED);
+    sc_error e = {{0}};
+    send_msg(0, TAG_EV + (int)index, &m, &e);
+    free(m.p);
     return true;
+  }
   case M_SYNC: {
     sv->synced_ns = sc_monotonic_ns();
     msg m = {0};
