@@ -304,16 +304,10 @@ static int run_one(int argc, char **argv, int n_clients, replica_client_rank *cl
 // (another rank once rank 0 lets it go; any rank when the job cannot start).
 static int clients_begin(int *n, replica_client_rank **ranks) {
   sc_error err = {{0}};
-  if (sc_mpi_init(&err) != SC_OK) {
-    fprintf(stderr, "shardcheck run: %s\n", err.msg);
-    return CLI_USAGE;
-  }
+  bool several = false;
+  int mc = cli_mpi_begin("run", &several); // a build without MPI, ranks of different builds
+  if (mc != CLI_OK) return mc;
   *n = sc_mpi_size();
-  if (sc_mpi_check_same_build(60000000000ull, &err) != SC_OK) {
-    if (sc_mpi_rank() == 0) fprintf(stderr, "shardcheck run: %s\n", err.msg);
-    sc_mpi_finalize();
-    return CLI_USAGE;
-  }
   if (sc_mpi_rank() != 0) {
     int rc = replica_clients_serve();
     sc_mpi_finalize();
