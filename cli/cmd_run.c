@@ -68,6 +68,9 @@ static void usage(FILE *f) {
           "                 (docs/schema.md)\n\n"
           "Ctrl-C stops cleanly: requests in flight are recorded as cancelled and the run as\n"
           "interrupted.\n"
+          "Under `mpirun -np N` (a scenario with a target, mode real, no faults) the N ranks\n"
+          "share the requests: each streams its share from its own process, and rank 0 writes\n"
+          "the one database (docs/scaling-out.md).\n"
           "exit codes: 0 every SLO holds, 1 an SLO failed, 2 bad input, 3 the run failed,\n"
           "130 interrupted.\n");
 }
@@ -88,13 +91,16 @@ static void print_sensitivity(const runner_sensitivity *sv, FILE *f) {
   }
 }
 
-int cmd_run(int argc, char **argv) {
+// One run; under an MPI launcher, rank 0's, its requests dealt out among n_clients ranks.
+static int run_one(int argc, char **argv, int n_clients, replica_client_rank *clients) {
   const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *junit = NULL;
   bool quiet = false, no_report = false;
   int repeat = 1;
   double sens = 0; // --sensitivity: the price change, 0 none
   int64_t join = 0; // --group: a run of the group to add to
   runner_options ro = runner_options_defaults();
+  ro.n_clients = n_clients;
+  ro.clients = clients;
   scn_overrides ov = {0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -151,12 +157,6 @@ int cmd_run(int argc, char **argv) {
     }
   }
   if (!file) return cli_usage_error("run", "missing the scenario FILE", NULL);
-  if (sc_mpi_launched_size() != 1) { // each rank would run the whole scenario into one database
-    fprintf(stderr, "shardcheck run: started by an MPI launcher with more than one rank; run does "
-                    "not split a workload across client ranks yet (docs/scaling-out.md): start "
-                    "it as one process\n");
-    return CLI_USAGE;
-  }
   sc_error err = {{0}};
   scenario *s = NULL;
   char path[PATH_MAX];
@@ -164,6 +164,18 @@ int cmd_run(int argc, char **argv) {
   if (st == SC_OK) st = scenario_load_with(path, &ov, &s, &err);
   if (st != SC_OK) return cli_fail("run", st, &err);
   for (int i = 0; i < s->n_warnings; i++) fprintf(stderr, "warning: %s\n", s->warnings[i]);
+  if (n_clients > 1 && (!s->target.set || s->mode == SCN_MODE_SIM || s->n_faults > 0)) {
+    fprintf(stderr,
+            "shardcheck run: %s: %d client ranks share the requests to an external "
+            "target's servers (a scenario with `target` in mode real, without faults); "
+            "this one %s: start it as one process (docs/scaling-out.md)\n",
+            path, n_clients,
+            !s->target.set ? "runs its replicas in this process"
+            : s->n_faults  ? "has faults"
+                           : "is simulated");
+    scenario_free(s);
+    return CLI_USAGE;
+  }
   if (sens > 0 && s->mode != SCN_MODE_SIM) {
     scenario_free(s);
     return cli_usage_error("run", "--sensitivity prices a sim run; this run is real (use --mode "
@@ -285,4 +297,50 @@ int cmd_run(int argc, char **argv) {
   store_close(db);
   scenario_free(s);
   return code;
+}
+
+// Under an MPI launcher of N ranks: MPI, the same build everywhere, every other rank's clock
+// against rank 0's. -1 on rank 0 (*n and *ranks set: it runs the scenario), else the exit status
+// (another rank once rank 0 lets it go; any rank when the job cannot start).
+static int clients_begin(int *n, replica_client_rank **ranks) {
+  sc_error err = {{0}};
+  bool several = false;
+  int mc = cli_mpi_begin("run", &several); // a build without MPI, ranks of different builds
+  if (mc != CLI_OK) return mc;
+  *n = sc_mpi_size();
+  if (sc_mpi_rank() != 0) {
+    int rc = replica_clients_serve();
+    sc_mpi_finalize();
+    return rc;
+  }
+  *ranks = calloc((size_t)*n, sizeof **ranks);
+  sc_status s =
+      *ranks ? replica_clients_sync(*ranks, *n, &err) : sc_fail(&err, SC_OOM, "out of memory");
+  if (s != SC_OK) {
+    fprintf(stderr, "shardcheck run: %s\n", err.msg);
+    replica_clients_quit(*n);
+    free(*ranks);
+    sc_mpi_finalize();
+    return CLI_RUNTIME;
+  }
+  return -1;
+}
+
+int cmd_run(int argc, char **argv) {
+  if (sc_mpi_launched_size() == 1) return run_one(argc, argv, 1, NULL);
+  int n = 1;
+  replica_client_rank *ranks = NULL;
+  int rc = clients_begin(&n, &ranks);
+  if (rc >= 0) return rc;
+  rc = run_one(argc, argv, n, ranks);
+  bool quiet = false;
+  for (int i = 1; i < argc; i++) quiet |= !strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q");
+  for (int k = 0; k < n && !quiet && rc != CLI_USAGE; k++)
+    fprintf(stderr, "client rank %d on %s: %llu requests (clock %+.1f us from rank 0's, round "
+            "trip %.1f us)\n", k, ranks[k].host, (unsigned long long)ranks[k].requests,
+            (double)ranks[k].offset_ns / 1e3, (double)ranks[k].rtt_ns / 1e3);
+  replica_clients_quit(n);
+  free(ranks);
+  sc_mpi_finalize();
+  return rc;
 }

@@ -105,6 +105,14 @@ sc_status sc_mpi_gather_bytes(const void *send, size_t n, int root, void **out, 
 sc_status sc_mpi_check_same_build(uint64_t deadline_ns, sc_error *err) {
   return sc_fail(err, SC_INVALID, "%s", NO_MPI);
 }
+sc_status sc_mpi_send_bytes(int dst, int tag, const void *buf, size_t n, sc_error *err) {
+  return sc_fail(err, SC_INVALID, "%s", NO_MPI);
+}
+sc_status sc_mpi_try_recv_bytes(int src, int tag, void **buf, size_t *n, int *from, int *tag_out,
+                                sc_error *err) {
+  *buf = NULL;
+  return sc_fail(err, SC_INVALID, "%s", NO_MPI);
+}
 #else
 // --- with MPI
 
@@ -373,6 +381,46 @@ sc_status sc_mpi_check_same_build(uint64_t deadline_ns, sc_error *err) {
   if (s != SC_OK) return s;
   SC_TRY(sc_mpi_bcast(msg, sizeof msg, 0, deadline_ns, err));
   if (msg[0]) return sc_fail(err, SC_INVALID, "%s", msg);
+  return SC_OK;
+}
+
+// --- messages between two ranks (on MPI_COMM_WORLD: the job's collectives use a duplicate)
+
+sc_status sc_mpi_send_bytes(int dst, int tag, const void *buf, size_t n, sc_error *err) {
+  if (!sc_mpi_active()) return not_active(err);
+  if (n > (size_t)INT32_MAX) return sc_fail(err, SC_INVALID, "mpi: a message of %zu bytes", n);
+  int rc = MPI_Send(buf, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) {
+    char why[MPI_MAX_ERROR_STRING];
+    sc_mpi_error_text(rc, why, sizeof why);
+    return sc_fail(err, SC_IO, "mpi: a message to rank %d: %s", dst, why);
+  }
+  return SC_OK;
+}
+
+sc_status sc_mpi_try_recv_bytes(int src, int tag, void **buf, size_t *n, int *from, int *tag_out,
+                                sc_error *err) {
+  *buf = NULL;
+  *n = 0;
+  if (!sc_mpi_active()) return not_active(err);
+  int flag = 0, count = 0;
+  MPI_Status st;
+  int rc = MPI_Iprobe(src < 0 ? MPI_ANY_SOURCE : src, tag < 0 ? MPI_ANY_TAG : tag, MPI_COMM_WORLD,
+                      &flag, &st);
+  if (rc != MPI_SUCCESS) return sc_fail(err, SC_IO, "mpi: MPI_Iprobe failed");
+  if (!flag) return SC_TIMEOUT;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  void *b = malloc(count > 0 ? (size_t)count : 1);
+  if (!b) return sc_fail(err, SC_OOM, "mpi: out of memory for a message of %d bytes", count);
+  rc = MPI_Recv(b, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    free(b);
+    return sc_fail(err, SC_IO, "mpi: MPI_Recv failed");
+  }
+  *buf = b;
+  *n = (size_t)count;
+  if (from) *from = st.MPI_SOURCE;
+  if (tag_out) *tag_out = st.MPI_TAG;
   return SC_OK;
 }
 #endif

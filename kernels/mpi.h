@@ -63,6 +63,15 @@ sc_status sc_mpi_max_int(int *v, uint64_t deadline_ns, sc_error *err);
 sc_status sc_mpi_gather_bytes(const void *send, size_t n, int root, void **out, size_t *counts,
                               uint64_t deadline_ns, sc_error *err);
 
+// Messages between two ranks, outside the collectives: n bytes to rank dst on tag (>= 0),
+// returning once MPI holds them (small ones at once; a large one once dst takes it).
+sc_status sc_mpi_send_bytes(int dst, int tag, const void *buf, size_t n, sc_error *err);
+// Takes the oldest message from src (-1: any rank) on tag (-1: any) if one is pending: SC_OK with
+// *buf (malloc'd, the caller frees it), *n, *from and *tag_out (each may be NULL but buf and n);
+// SC_TIMEOUT when none is. Never waits for one.
+sc_status sc_mpi_try_recv_bytes(int src, int tag, void **buf, size_t *n, int *from, int *tag_out,
+                                sc_error *err);
+
 // Checks that every rank runs the same build of shardcheck (the GNU build id of the running
 // executable). SC_INVALID on every rank, err one line naming the first rank that differs and
 // its host, when they do not; collective.

@@ -1016,10 +1016,13 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
       bs = sc_fail(&be, SC_OOM, "%s", fe.msg);
     }
   }
-  replica_options ro = {.kind = replica_kind_of(r->s),
-                        .proc = {.exe = r->o->worker_exe,
-                                 .detect_timeout_ns = r->s->router.detect_timeout_ns,
-                                 .env = fault_rt_worker_env(r->fr)}};
+  replica_options ro = {
+      .kind = replica_kind_of(r->s),
+      .proc = {.exe = r->o->worker_exe,
+               .detect_timeout_ns = r->s->router.detect_timeout_ns,
+               .env = fault_rt_worker_env(r->fr),
+               .mpi = scenario_mpi_replicas(r->s),
+               .hostfile = r->s->hardware.hostfile[0] ? r->s->hardware.hostfile : NULL}};
   http_strings *hs = ro.kind == REPLICA_HTTP ? calloc(1, sizeof *hs) : NULL;
   if (ro.kind == REPLICA_HTTP && !hs) bs = sc_fail(&be, SC_OOM, "runner: out of memory");
   for (int i = 0; i < d->dp && bs == SC_OK; i++) {
@@ -1029,6 +1032,9 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
     if (bs != SC_OK) break;
     bs = r->o->make_replica ? r->o->make_replica(r->o->make_replica_ud, &ec, i, &r->reps[i], &be)
                             : replica_new(&ro, &ec, i, &r->reps[i], &be);
+    if (bs == SC_OK && hs && r->o->n_clients > 1) // its requests dealt out among client ranks
+      bs = replica_clients_wrap(r->reps[i], &ro.http, r->o->n_clients, r->o->clients, &r->reps[i],
+                                &be);
     if (bs == SC_OK) r->n_reps++;
   }
   free(hs);
@@ -1096,7 +1102,7 @@ static sc_status run_deployment(rt *r, int idx, int sweep, dep_result *dr) {
 }
 
 // --- the run
-static char *config_json(const scenario *s, uint64_t seed) {
+static char *config_json(const scenario *s, uint64_t seed, const runner_options *ro) {
   json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:f, s:s, s:I, s:i, s:f, s:f}",
                         "backend", s->hardware.backend[0] ? s->hardware.backend : "cpu", "profile",
                         s->hardware.profile,
@@ -1121,7 +1127,9 @@ static char *config_json(const scenario *s, uint64_t seed) {
     json_object_set_new(o, "record", json_string(scenario_record_name(s->record)));
   if (s->mode != SCN_MODE_SIM && !s->target.set)
     json_object_set_new(o, "isolation",
-                        json_string(scenario_isolates_processes(s) ? "process" : "thread"));
+                        json_string(scenario_mpi_replicas(s)         ? "mpi"
+                                    : scenario_isolates_processes(s) ? "process"
+                                                                     : "thread"));
   if (s->target.set) { // what was measured; never the API key
     const scn_target *t = &s->target;
     json_object_set_new(o, "backend", json_string("openai"));
@@ -1146,6 +1154,7 @@ static char *config_json(const scenario *s, uint64_t seed) {
     json_object_set_new(gj, "metrics", gm);
     json_object_set_new(o, "gate", gj);
   }
+  rn_clients_config(ro, o);
   char *txt = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(o);
   return txt;
@@ -1165,6 +1174,7 @@ static sc_status refuse(const scenario *s, sc_error *err) {
                      "faults (a fault planned in a skipped step would never come)", s->path,
                      s->workload.phases[i].line, s->workload.phases[i].col);
   if (s->mode == SCN_MODE_SIM) return SC_OK;
+  SC_TRY(rn_refuse_mpi(s, err));
   for (int i = 0; i < s->n_faults; i++) {
     const scn_fault *f = &s->faults[i];
     if (f->kind != SCN_FAULT_CLOCK_JUMP) continue;
@@ -1228,7 +1238,7 @@ sc_status runner_run(const scenario *s, store *db, const runner_options *o, runn
   mt_goodput_from_slo(&s->slo, &r.good);
   sc_status st = workload_new(s, r.seed, &r.wl, err);
   if (st != SC_OK) return st;
-  char *cfg = config_json(s, r.seed);
+  char *cfg = config_json(s, r.seed, o);
   store_run sr = {.scenario = s->name, .scenario_path = s->path[0] ? s->path : NULL,
                   .scenario_text = s->text ? s->text : "", .mode = r.sim ? "sim" : "real",
                   .backend = r.sim ? "sim" : s->target.set ? "openai"

@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "serving/replica.h"
+#include "serving/replica_clients.h"
 #include "kernels/clock.h"
 #include "kernels/status.h"
 #include "reports/store.h"
@@ -45,6 +46,11 @@ typedef struct runner_options {
   // An external target's launched servers write their output to DIR/LABEL-replicaI.log; "{run}"
   // in it becomes the run's id. NULL: reports/out/run-{run} (where `run` writes its report).
   const char *log_dir;
+  // Load from many clients (`mpirun -np N shardcheck run`, rank 0; docs/scaling-out.md): the
+  // job's n_clients ranks, each one's clock against this one's (replica_clients_sync); an
+  // external target's replicas deal their requests out among them. 0 or 1: this process alone.
+  int n_clients;
+  replica_client_rank *clients;
 } runner_options;
 
 runner_options runner_options_defaults(void);

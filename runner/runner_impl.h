@@ -199,6 +199,12 @@ void rn_progress(rt *r, uint64_t now, bool done);
 // A line of its own (a deployment starting, a replica lost): clears a rewritten progress line
 // first. Nothing when progress is off.
 void rn_note(rt *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Refuses (SC_INVALID, one line) a scenario whose replicas are MPI jobs when this build has no
+// MPI, no launcher is on PATH, or it asks what such replicas cannot do (runner/mpi_run.c).
+sc_status rn_refuse_mpi(const scenario *s, sc_error *err);
+// The client ranks of a run from many clients into the run's config JSON (an object, conf):
+// "clients": [{rank, host, offset_ns, rtt_ns}, ...]; nothing for a run of one process.
+void rn_clients_config(const runner_options *o, void *conf);
 
 // --- metrics and verdicts (runner/verdicts.c)
 // The summaries of a deployment's requests (mt_summarize): per started phase k, sums[k * (1 +

@@ -63,6 +63,9 @@ typedef struct scn_hardware {
   int threads;       // real cpu: BLAS threads per rank; 0 = cores / ranks of the deployment
   char link[32];     // sim: intra-node link replacing the profile's ("" = the profile's)
   int nodes;         // sim: nodes of gpus_per_node GPUs (0 = as many as the GPUs need)
+  char hostfile[1024]; // real, router.isolation mpi: the MPI hostfile placing each replica's
+                       // ranks (resolved against the scenario's directory; "" = this host)
+  int hostfile_slots;  // the slots it names (a line `HOST slots=N` or `HOST:N`; a bare HOST 1)
 } scn_hardware;
 
 typedef struct scn_deployment {
@@ -289,12 +292,14 @@ typedef enum scn_isolation {
   SCN_ISOLATION_DEFAULT, // not given: process when the scenario has faults, else thread
   SCN_ISOLATION_PROCESS, // each replica a `shardcheck worker` process (SIGKILL, SIGSTOP real)
   SCN_ISOLATION_THREAD,  // each replica in this process, stepped by a thread of its own
+  SCN_ISOLATION_MPI,     // each replica one MPI job of tp x pp `shardcheck worker` processes
 } scn_isolation;
 
 typedef struct scn_router {
   router_policy policy;       // key router.policy: a name of serving/router.h's table
                               // (least-outstanding by default)
-  scn_isolation isolation;    // key isolation: process | thread (default: see scn_isolation)
+  scn_isolation isolation;    // key isolation: process | thread | mpi (default: see
+                              // scn_isolation)
   uint64_t detect_timeout_ns; // key detect_timeout: no heartbeat this long = replica lost (2 s)
   int max_retries;            // key max_retries: resubmissions of one request at most (3)
   uint64_t backoff_ns;        // key backoff: wait before the first retry, doubled per retry
@@ -401,6 +406,9 @@ uint64_t scenario_phase_duration_ns(const scn_phase *p);
 // Whether s's replicas run as `shardcheck worker` processes in mode real: router.isolation, or,
 // when it is not given, whether s has faults.
 bool scenario_isolates_processes(const scenario *s);
+// Whether s's replicas run as MPI jobs in mode real (router.isolation mpi): each replica's
+// tp x pp ranks the processes of one job, placed by hardware.hostfile.
+bool scenario_mpi_replicas(const scenario *s);
 // The kind of replica s's deployments run on, as the metric table's rows name it
 // (scenarios/metric_names.h): sim in mode sim; against a target, serve when its launch runs
 // `{shardcheck} serve`, else a server that may stream text only; else process or local.

@@ -6,6 +6,7 @@
 // deployment's engine config (scenarios/deployment.c); an external target's hardware and
 // deployments (scenarios/scenario_target.c).
 #include <dirent.h>
+#include <errno.h>
 #include <libfyaml.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +191,47 @@ static sc_status hardware_real(scn_ctx *c, const yaml_map_view *m, const char *b
                         "an integer no larger than the number of devices listed");
 }
 
+// hardware.hostfile (the value given, in m): resolved against the scenario's directory, read,
+// and its slots counted into s->hardware (Open MPI's `HOST slots=N`, MPICH's `HOST:N`; a bare
+// HOST is one slot; # starts a comment).
+static sc_status read_hostfile(scn_ctx *c, const yaml_map_view *m, const char *given) {
+  scn_hardware *h = &c->s->hardware;
+  struct fy_node *hv = yaml_map_val(m, "hostfile"), *hk = yaml_map_key(m, "hostfile");
+  if (!given[0]) return yaml_map_fail(&c->doc, hv, hk, "key 'hostfile': an MPI hostfile's path");
+  if (!scn_resolve_path(c, given, h->hostfile, sizeof h->hostfile))
+    return yaml_map_fail(&c->doc, hv, hk, "key 'hostfile': path too long");
+  FILE *f = fopen(h->hostfile, "r");
+  if (!f)
+    return yaml_map_fail(&c->doc, hv, hk, "key 'hostfile': cannot read %s: %s", h->hostfile,
+                         strerror(errno));
+  char line[1024];
+  int slots = 0, lineno = 0;
+  sc_status s = SC_OK;
+  while (s == SC_OK && fgets(line, sizeof line, f)) {
+    lineno++;
+    line[strcspn(line, "#\r\n")] = 0;
+    char host[256];
+    int off = 0;
+    if (sscanf(line, " %255s%n", host, &off) != 1) continue; // blank
+    int n = 1;
+    const char *sl = strstr(line + off, "slots=");
+    char *colon = strchr(host, ':');
+    if (sl) n = atoi(sl + 6);
+    else if (colon) n = atoi(colon + 1);
+    if (n < 1 || n > 1 << 20)
+      s = yaml_map_fail(&c->doc, hv, hk, "key 'hostfile': %s:%d: a host's slots must be an "
+                        "integer >= 1", h->hostfile, lineno);
+    else
+      slots += n;
+  }
+  fclose(f);
+  SC_TRY(s);
+  if (slots == 0)
+    return yaml_map_fail(&c->doc, hv, hk, "key 'hostfile': %s names no host", h->hostfile);
+  h->hostfile_slots = slots;
+  return SC_OK;
+}
+
 // hardware (value v of key k; NULL when absent) in the scenario's mode. root is the document's
 // root mapping, where a missing `hardware` is reported.
 sc_status scn_parse_hardware(scn_ctx *c, struct fy_node *v, struct fy_node *k,
@@ -199,7 +241,7 @@ sc_status scn_parse_hardware(scn_ctx *c, struct fy_node *v, struct fy_node *k,
   const bool sim = s->mode == SCN_MODE_SIM;
   const bool sim_file = sim && !c->switched; // the file itself is a sim scenario
   const bool ov_profile = c->ov && c->ov->profile;
-  char backend[16] = "cpu", profile[1024] = "cpu", link[32] = "", names[300];
+  char backend[16] = "cpu", profile[1024] = "cpu", link[32] = "", names[300], hostfile[1024] = "";
   hw_profile_names_list(names, sizeof names);
   yaml_map_view m;
   memset(&m, 0, sizeof m);
@@ -213,11 +255,13 @@ sc_status scn_parse_hardware(scn_ctx *c, struct fy_node *v, struct fy_node *k,
     const yaml_map_field f[] = {
         F_STR("backend", backend),     F_STR("profile", profile), F_INT("gpus", &h->gpus),
         F_INT("threads", &h->threads), F_STR("link", link),       F_INT("nodes", &h->nodes),
+        F_STR("hostfile", hostfile),
     };
     SC_TRY(yaml_map_read_view(&c->doc, v, "hardware", k, f, COUNT(f), nested, COUNT(nested), &m));
     for (int i = 0; i < m.n; i++) { // keys of the other mode
       const char *n = m.name[i];
-      bool real_only = !strcmp(n, "backend") || !strcmp(n, "devices") || !strcmp(n, "threads");
+      bool real_only = !strcmp(n, "backend") || !strcmp(n, "devices") || !strcmp(n, "threads") ||
+                       !strcmp(n, "hostfile");
       bool sim_only = !strcmp(n, "link") || !strcmp(n, "nodes");
       if (sim_file && real_only)
         return yaml_map_fail(&c->doc, m.key[i], NULL,
@@ -232,6 +276,7 @@ sc_status scn_parse_hardware(scn_ctx *c, struct fy_node *v, struct fy_node *k,
                           "a hardware profile name or .yaml path"));
     if (!sim_file) {
       SC_TRY(hardware_real(c, &m, backend, profile));
+      if (yaml_map_has(&m, "hostfile") && !c->switched) SC_TRY(read_hostfile(c, &m, hostfile));
     } else {
       if (!yaml_map_has(&m, "profile") && !ov_profile)
         return yaml_map_fail(&c->doc, v, k,
@@ -346,7 +391,7 @@ void scn_apply_engine_knobs(scn_limits *l, const sim_engine *e) {
 
 sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   static const char *const none[] = {NULL};
-  static const char *const isolations[] = {"process", "thread"};
+  static const char *const isolations[] = {"process", "thread", "mpi"};
   scn_router *r = &c->s->router;
   const char *policies[ROUTER_POLICY_N]; // the router's table (serving/router.h)
   for (int i = 0; i < ROUTER_POLICY_N; i++) policies[i] = router_policy_name((router_policy)i);
@@ -368,8 +413,8 @@ sc_status scn_parse_router(scn_ctx *c, struct fy_node *v, struct fy_node *k) {
   r->policy = (router_policy)p;
   if (yaml_map_val(&m, "isolation")) {
     int i = 0;
-    SC_TRY(yaml_map_pick_key(&c->doc, &m, "isolation", isolation, isolations, 2, &i));
-    r->isolation = i ? SCN_ISOLATION_THREAD : SCN_ISOLATION_PROCESS;
+    SC_TRY(yaml_map_pick_key(&c->doc, &m, "isolation", isolation, isolations, 3, &i));
+    r->isolation = i == 2 ? SCN_ISOLATION_MPI : i ? SCN_ISOLATION_THREAD : SCN_ISOLATION_PROCESS;
   }
   SC_TRY(yaml_map_check(&c->doc, &m, "load_bound", r->load_bound >= 1 && r->load_bound <= 100,
                         "a factor in [1, 100] (a replica's load against the mean)"));
@@ -567,6 +612,11 @@ static sc_status check_deployments(scn_ctx *c) {
       const scn_deployment *d = &s->deployments[i];
       if (d->tp * d->pp * d->dp > s->hardware.gpus) s->hardware.gpus = d->tp * d->pp * d->dp;
     }
+  bool mpi = s->mode == SCN_MODE_REAL && !c->switched && s->router.isolation == SCN_ISOLATION_MPI;
+  if (s->mode == SCN_MODE_REAL && !c->switched && s->hardware.hostfile[0] && !mpi)
+    return sc_fail(c->doc.err, SC_INVALID,
+                   "%s: hardware.hostfile places the ranks of MPI jobs: it needs "
+                   "router.isolation: mpi", c->doc.file);
   for (int i = 0; i < s->n_deployments; i++) {
     const scn_deployment *d = &s->deployments[i];
     char w[300];
@@ -575,6 +625,12 @@ static sc_status check_deployments(scn_ctx *c) {
     else
       snprintf(w, sizeof w, "%s", c->doc.file);
     int n = d->tp * d->pp * d->dp;
+    if (mpi && s->hardware.hostfile[0] && d->tp * d->pp > s->hardware.hostfile_slots)
+      return sc_fail(c->doc.err, SC_INVALID,
+                     "%s: deployment '%s' (tp=%d pp=%d) runs each replica as an MPI job of %d "
+                     "processes; hardware.hostfile %s names %d slot%s",
+                     w, d->label, d->tp, d->pp, d->tp * d->pp, s->hardware.hostfile,
+                     s->hardware.hostfile_slots, s->hardware.hostfile_slots == 1 ? "" : "s");
     if (s->hardware.gpus > 0 && n > s->hardware.gpus)
       return sc_fail(c->doc.err, SC_INVALID,
                      "%s: deployment '%s' (tp=%d pp=%d dp=%d) needs %d GPUs; hardware.gpus is %d",
@@ -630,7 +686,11 @@ sc_status scn_parse_deployments(scn_ctx *c, struct fy_node *v, struct fy_node *k
 
 bool scenario_isolates_processes(const scenario *s) {
   if (s->router.isolation == SCN_ISOLATION_DEFAULT) return s->n_faults > 0;
-  return s->router.isolation == SCN_ISOLATION_PROCESS;
+  return s->router.isolation == SCN_ISOLATION_PROCESS || s->router.isolation == SCN_ISOLATION_MPI;
+}
+
+bool scenario_mpi_replicas(const scenario *s) {
+  return s->mode == SCN_MODE_REAL && !s->target.set && s->router.isolation == SCN_ISOLATION_MPI;
 }
 
 mt_kind scenario_metric_kind(const scenario *s) {

@@ -290,6 +290,10 @@ typedef struct replica_proc_options {
   uint64_t heartbeat_ns;     // how often the worker reports (0: 100 ms)
   const char *const *env;    // NULL-terminated "NAME=value" entries added to (or replacing
                              // in) the worker's environment; NULL: none
+  bool mpi;                  // the replica's tp x pp ranks are the processes of one MPI job
+                             // (serving/replica_mpi.c), started by mpirun or mpiexec on PATH
+  const char *hostfile;      // mpi: the hostfile placing the ranks (NULL: all on this host,
+                             // --oversubscribe)
 } replica_proc_options;
 
 // Starts the worker (killed with the caller: PR_SET_PDEATHSIG), sends it cfg, waits until its

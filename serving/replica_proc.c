@@ -21,6 +21,13 @@
 // wakes for each. The worker runs in its own process group: a terminal's ^C reaches the runner
 // only, which stops cleanly and frees its replicas (free closes the socket; the worker exits 0).
 //
+// A replica whose ranks are the processes of an MPI job (options.mpi, router.isolation mpi) is
+// the same replica with another child: the MPI launcher running tp x pp `EXE worker --connect
+// SOCKET` ranks, rank 0 of which connects to a socket this side listens on and speaks the same
+// protocol (serving/replica_mpi.c). Its faults reach the ranks' processes on this host: kill
+// (replica) SIGKILLs rank 0, kill: gpu the named rank, hang and resume stop and continue every
+// rank; MPI ends a job one of whose ranks died, so each is a lost replica as with a worker.
+//
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -39,6 +46,7 @@
 
 #include "serving/replica.h"
 #include "serving/replica_keys.h"
+#include "serving/replica_mpi.h"
 #include "serving/wire.h"
 #include "kernels/clock.h"
 
@@ -48,6 +56,7 @@
 #define EXIT_WAIT_NS (1 * NS_PER_S)       // a worker that closed its socket is exiting
 #define DEAD_WAIT_NS (250 * 1000000ull)   // a worker that reported DEAD frees, then exits
 #define FREE_WAIT_NS (2 * NS_PER_S)       // free: grace before SIGKILL
+#define FREE_WAIT_MPI_NS  (10 * NS_PER_S)    // an MPI job ends every rank and finalizes
 #define WORKER_FD 3                       // the socket's fd in the worker
 #define READ_MAX_PER_CALL (16u << 20) // bytes read by one update at most (the rest next time)
 
@@ -95,6 +104,8 @@ typedef struct proc {
   char **env;           // (NULL-terminated) extra environment entries of the worker
   uint64_t detect_ns, heartbeat_ns;
   int index, n_ranks;
+  bool mpi;                // the worker is an MPI job of n_ranks processes
+  char *mpirun, *hostfile; // its launcher; the hostfile that places its ranks (NULL: here)
   // the incarnation serving now
   int epoch;            // 1 at start, +1 per restart
   pid_t pid;            // its worker (0: none)
@@ -219,11 +230,11 @@ static void lose(proc *p, loss why) {
   const char *msg = p->dead_msg;
   const char *sep = msg[0] ? ": " : "";
   if (reaped && known && WIFEXITED(st))
-    snprintf(p->error, sizeof p->error, "worker exited with status %d%s%.400s", WEXITSTATUS(st),
-             sep, msg);
+    snprintf(p->error, sizeof p->error, "%s exited with status %d%s%.400s",
+             p->mpi ? "MPI job" : "worker", WEXITSTATUS(st), sep, msg);
   else if (reaped && known && WIFSIGNALED(st))
-    snprintf(p->error, sizeof p->error, "worker killed by signal %d%s%.400s", WTERMSIG(st), sep,
-             msg);
+    snprintf(p->error, sizeof p->error, "%s killed by signal %d%s%.400s",
+             p->mpi ? "MPI launcher" : "worker", WTERMSIG(st), sep, msg);
   else if (why == LOSS_HUNG)
     snprintf(p->error, sizeof p->error, "no heartbeat for %.3f s (hung?)",
              (double)p->detect_ns / 1e9);
@@ -477,23 +488,52 @@ static sc_status await_ready(proc *p, int fd, pid_t pid, uint32_t epoch, wire_bu
 // on error nothing is left running and err says why.
 static sc_status spawn(proc *p, int epoch, sc_error *err) {
   p->have_skew = false;
-  int sv[2], xp[2]; // the socket; a pipe that carries exec's errno
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+  int sv[2] = {-1, -1}, xp[2]; // the socket (a plain worker); a pipe that carries exec's errno
+  replica_mpi_rendezvous rv = {.fd = -1};
+  if (p->mpi) {
+    sc_error re = {{0}};
+    if (replica_mpi_listen(&rv, &re) != SC_OK)
+      return sc_fail(err, SC_IO, "replica %d: %s", p->index, re.msg);
+  } else if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return sc_fail(err, SC_IO, "replica %d: socketpair: %s", p->index, strerror(errno));
+  }
   if (pipe2(xp, O_CLOEXEC) != 0) {
     int e = errno;
-    close(sv[0]);
-    close(sv[1]);
+    if (sv[0] >= 0) close(sv[0]);
+    if (sv[1] >= 0) close(sv[1]);
+    replica_mpi_rendezvous_end(&rv);
     return sc_fail(err, SC_IO, "replica %d: pipe: %s", p->index, strerror(e));
   }
   // everything the child needs is built before fork: it only makes async-signal-safe calls
-  char fd_arg[16];
+  char fd_arg[16], np_arg[16];
   snprintf(fd_arg, sizeof fd_arg, "%d", WORKER_FD);
-  char *argv[] = {p->exe, "worker", "--fd", fd_arg, NULL};
+  snprintf(np_arg, sizeof np_arg, "%d", p->n_ranks);
+  char *plain_argv[] = {p->exe, "worker", "--fd", fd_arg, NULL};
+  // the MPI launcher: every rank in this process's environment, unbound (a host may hold
+  // several replicas' ranks, and each engine sizes its own threads), placed by the hostfile
+  // or all on this host
+  char *mpi_argv[] = {p->mpirun,
+                      "-np",
+                      np_arg,
+                      "--bind-to",
+                      "none",
+                      p->hostfile ? "--hostfile" : "--oversubscribe",
+                      p->hostfile ? p->hostfile : p->exe,
+                      p->exe,
+                      "worker",
+                      "--connect",
+                      rv.path,
+                      NULL};
+  if (!p->hostfile) { // drop the second slot of "--hostfile FILE"
+    for (int i = 6; mpi_argv[i]; i++) mpi_argv[i] = mpi_argv[i + 1];
+  }
+  char **argv = p->mpi ? mpi_argv : plain_argv;
+  const char *path = p->mpi ? p->mpirun : p->exe;
   char **envp = worker_env(p);
   if (!envp) {
-    close(sv[0]);
-    close(sv[1]);
+    if (sv[0] >= 0) close(sv[0]);
+    if (sv[1] >= 0) close(sv[1]);
+    replica_mpi_rendezvous_end(&rv);
     close(xp[0]);
     close(xp[1]);
     return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
@@ -505,8 +545,9 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
   if (pid < 0) {
     int e = errno;
     free(envp);
-    close(sv[0]);
-    close(sv[1]);
+    if (sv[0] >= 0) close(sv[0]);
+    if (sv[1] >= 0) close(sv[1]);
+    replica_mpi_rendezvous_end(&rv);
     close(xp[0]);
     close(xp[1]);
     return sc_fail(err, SC_IO, "replica %d: fork: %s", p->index, strerror(e));
@@ -520,11 +561,16 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
     setpgid(0, 0);
     sigprocmask(SIG_SETMASK, &none, NULL);
     int efd = fcntl(xp[1], F_DUPFD_CLOEXEC, WORKER_FD + 1);
-    int sfd = fcntl(sv[1], F_DUPFD_CLOEXEC, WORKER_FD + 1);
-    if (efd < 0 || sfd < 0 || dup2(sfd, WORKER_FD) < 0) e = e ? e : errno;
+    if (sv[1] >= 0) {
+      int sfd = fcntl(sv[1], F_DUPFD_CLOEXEC, WORKER_FD + 1);
+      if (efd < 0 || sfd < 0 || dup2(sfd, WORKER_FD) < 0) e = e ? e : errno;
+    } else { // the launcher reads no input of ours (Open MPI forwards stdin to rank 0)
+      int nfd = open("/dev/null", O_RDONLY);
+      if (efd < 0 || nfd < 0 || dup2(nfd, 0) < 0) e = e ? e : errno;
+    }
     if (efd > WORKER_FD + 1) close_range(WORKER_FD + 1, (unsigned)efd - 1, 0);
     if (efd >= 0) close_range((unsigned)efd + 1, ~0u, 0);
-    if (!e) execve(p->exe, argv, envp);
+    if (!e) execve(path, argv, envp);
     e = e ? e : errno;
     if (efd >= 0) {
       ssize_t w = write(efd, &e, sizeof e);
@@ -533,7 +579,7 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
     _exit(127);
   }
   free(envp);
-  close(sv[1]);
+  if (sv[1] >= 0) close(sv[1]);
   close(xp[1]);
   int child_errno = 0;
   ssize_t got;
@@ -542,11 +588,26 @@ static sc_status spawn(proc *p, int epoch, sc_error *err) {
   close(xp[0]);
   int fd = sv[0];
   if (got == (ssize_t)sizeof child_errno) {
-    close(fd);
+    if (fd >= 0) close(fd);
+    replica_mpi_rendezvous_end(&rv);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
     }
-    return sc_fail(err, SC_IO, "replica %d: cannot run worker '%s': %s", p->index, p->exe,
-                   strerror(child_errno));
+    return sc_fail(err, SC_IO, "replica %d: cannot run %s '%s': %s", p->index,
+                   p->mpi ? "the MPI launcher" : "worker", path, strerror(child_errno));
+  }
+  if (p->mpi) { // rank 0 connects to the socket: from then on it is the worker
+    bool gone = false;
+    sc_error ae = {{0}};
+    sc_status as = replica_mpi_accept(&rv, pid, READY_TIMEOUT_NS, &fd, &gone, &ae);
+    replica_mpi_rendezvous_end(&rv);
+    if (as != SC_OK) {
+      if (!gone) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+      }
+      return sc_fail(err, as, "replica %d: %s", p->index, ae.msg);
+    }
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 
@@ -655,6 +716,60 @@ static sc_status p_rank_mem(void *ctx, int r, size_t *used, size_t *total) {
 
 static const char *p_error(void *ctx) { return ((proc *)ctx)->error; }
 
+// Signals every rank of launcher's job that runs on this host.
+static void signal_ranks(proc *p, pid_t launcher, int sig) {
+  pid_t pids[256];
+  int n = p->n_ranks < 256 ? p->n_ranks : 256;
+  replica_mpi_local_ranks(launcher, pids, n);
+  for (int r = 0; r < n; r++)
+    if (pids[r] > 0) kill(pids[r], sig);
+}
+
+// A fault on an MPI job's ranks, signalled to their processes on this host: 0 when done, 1
+// when it is to be forwarded to rank 0 as with a plain worker, -1 when it cannot be (err).
+static int mpi_inject(proc *p, const replica_fault *f, sc_error *err) {
+  pid_t pids[256];
+  int n = p->n_ranks < 256 ? p->n_ranks : 256;
+  switch (f->kind) {
+  case RFAULT_KILL:        // the replica dies: its rank 0 (MPI ends the rest of the job)
+  case RFAULT_KILL_RANK: { // the rank's process is SIGKILLed, and MPI ends the job
+    int r = f->kind == RFAULT_KILL || f->rank < 0 ? 0 : f->rank;
+    replica_mpi_local_ranks(p->pid, pids, n);
+    if (r >= n || pids[r] <= 0) {
+      sc_fail(err, SC_INVALID,
+              "replica %d: rank %d's process is not on this host (a rank "
+              "on another host cannot be signalled)",
+              p->index, r);
+      return -1;
+    }
+    kill(pids[r], SIGKILL);
+    return 0;
+  }
+  case RFAULT_HANG: signal_ranks(p, p->pid, SIGSTOP); return 0;
+  case RFAULT_HANG_RANK: // the rank's process stops: its peers' collective deadline ends the
+                         // step (rank 0 stopped: its heartbeats stop, the detect timeout)
+    if (f->rank < 0) {
+      signal_ranks(p, p->pid, SIGSTOP);
+      return 0;
+    }
+    replica_mpi_local_ranks(p->pid, pids, n);
+    if (f->rank >= n || pids[f->rank] <= 0) {
+      sc_fail(err, SC_INVALID,
+              "replica %d: rank %d's process is not on this host (a rank "
+              "on another host cannot be signalled)",
+              p->index, f->rank);
+      return -1;
+    }
+    kill(pids[f->rank], SIGSTOP);
+    return 0;
+  case RFAULT_RESUME:
+    signal_ranks(p, p->pid, SIGCONT);
+    for (int i = 0; i < p->n_fenced; i++) signal_ranks(p, p->fenced[i], SIGCONT);
+    return 1;
+  default: return 1;
+  }
+}
+
 static sc_status p_inject(void *ctx, const replica_fault *f, sc_error *err) {
   proc *p = ctx;
   const replica_fault_info *fi = replica_fault_kind_info(f->kind);
@@ -666,14 +781,19 @@ static sc_status p_inject(void *ctx, const replica_fault *f, sc_error *err) {
   update(p);
   if (p->dead)
     return sc_fail(err, SC_ABORTED, "replica %d: dead (%s)", p->index, p->error);
-  switch (f->kind) {
-  case RFAULT_KILL: kill(p->pid, SIGKILL); return SC_OK;
-  case RFAULT_HANG: kill(p->pid, SIGSTOP); return SC_OK;
-  case RFAULT_RESUME:
-    kill(p->pid, SIGCONT);
-    for (int i = 0; i < p->n_fenced; i++) kill(p->fenced[i], SIGCONT);
-    break; // and forwarded: it also ends a hung rank
-  default: break;
+  if (p->mpi) {
+    int done = mpi_inject(p, f, err);
+    if (done <= 0) return done < 0 ? SC_INVALID : SC_OK;
+  } else {
+    switch (f->kind) {
+    case RFAULT_KILL: kill(p->pid, SIGKILL); return SC_OK;
+    case RFAULT_HANG: kill(p->pid, SIGSTOP); return SC_OK;
+    case RFAULT_RESUME:
+      kill(p->pid, SIGCONT);
+      for (int i = 0; i < p->n_fenced; i++) kill(p->fenced[i], SIGCONT);
+      break; // and forwarded: it also ends a hung rank
+    default: break;
+    }
   }
   if (!wire_put_inject(&p->out, (uint32_t)p->epoch, f))
     return sc_fail(err, SC_OOM, "replica %d: out of memory", p->index);
@@ -758,8 +878,13 @@ static void p_free(void *ctx) {
   p->pid = 0;
   // stopped workers are continued so they can exit by themselves; whatever is left at the
   // deadline is killed
-  for (int i = 0; i < p->n_fenced; i++) kill(p->fenced[i], SIGCONT);
-  uint64_t deadline = sc_monotonic_ns() + FREE_WAIT_NS;
+  for (int i = 0; i < p->n_fenced; i++) { // (an MPI launcher would forward it to the ranks)
+    if (p->mpi)
+      signal_ranks(p, p->fenced[i], SIGCONT);
+    else
+      kill(p->fenced[i], SIGCONT);
+  }
+  uint64_t deadline = sc_monotonic_ns() + (p->mpi ? FREE_WAIT_MPI_NS : FREE_WAIT_NS);
   for (;;) {
     reap_fenced(p);
     if (p->n_fenced == 0 || sc_monotonic_ns() >= deadline) break;
@@ -783,6 +908,8 @@ static void p_free(void *ctx) {
   free(p->weights_dir);
   free(p->backend);
   free(p->exe);
+  free(p->mpirun);
+  free(p->hostfile);
   for (size_t i = 0; p->env && p->env[i]; i++) free(p->env[i]);
   free(p->env);
   free(p);
@@ -841,11 +968,36 @@ sc_status replica_proc_new(const engine_config *cfg, const replica_proc_options 
   p->weights_dir = dup_str(cfg->weights_dir, &ok);
   p->backend = dup_str(cfg->backend, &ok);
   p->exe = dup_str(opt.exe ? opt.exe : "/proc/self/exe", &ok);
+  if (opt.mpi) { // the ranks exec the binary by its real path (the launcher's /proc/self/exe
+                 // is the launcher)
+    char launcher[4096], *real = realpath(p->exe, NULL);
+    if (!replica_mpi_launcher(launcher, sizeof launcher)) {
+      free(real);
+      p_free(p);
+      free(r);
+      return sc_fail(err, SC_INVALID,
+                     "replica %d: router.isolation mpi needs an MPI launcher "
+                     "(mpirun or mpiexec) on PATH, and there is none (Debian: apt-get install "
+                     "openmpi-bin)",
+                     index);
+    }
+    free(p->exe);
+    p->exe = real;
+    if (!real) ok = false;
+    p->mpi = true;
+    p->mpirun = dup_str(launcher, &ok);
+    p->hostfile = dup_str(opt.hostfile, &ok);
+  }
   size_t n_env = 0;
   while (opt.env && opt.env[n_env]) n_env++;
-  p->env = calloc(n_env + 1, sizeof *p->env);
+  p->env = calloc(n_env + 2, sizeof *p->env);
   if (!p->env) ok = false;
   for (size_t i = 0; p->env && i < n_env; i++) p->env[i] = dup_str(opt.env[i], &ok);
+  // an MPI job fails stop at once: Open MPI's launcher waits 1 s after its SIGTERM to the
+  // other ranks of a job one of whose ranks died before it sends SIGKILL; a replica lost is
+  // one to notice as soon as a worker's death
+  if (p->env && p->mpi && !getenv("OMPI_MCA_odls_base_sigkill_timeout"))
+    p->env[n_env] = dup_str("OMPI_MCA_odls_base_sigkill_timeout=0", &ok);
   p->cfg.weights_dir = p->weights_dir;
   p->cfg.backend = p->backend;
   p->detect_ns = opt.detect_timeout_ns ? opt.detect_timeout_ns : DEFAULT_DETECT_NS;

@@ -21,6 +21,7 @@
 #include "kernels/clock.h"
 #include "serving/replica.h"
 #include "serving/replica_keys.h"
+#include "serving/replica_mpi.h"
 #include "serving/wire.h"
 
 typedef struct worker {
@@ -33,6 +34,7 @@ typedef struct worker {
   int n_ranks;
   size_t *mem_used, *mem_total; // (n_ranks) bytes, for reports
   bool failed;                  // a swap could not build its replica: ERROR sent, exit 3
+  bool mpi;                     // rank 0 of an MPI job: the replica's ranks are its processes
   replica_event ev[WIRE_EVENTS_MAX];
 } worker;
 
@@ -84,6 +86,17 @@ static bool w_size_ranks(worker *w) {
   return true;
 }
 
+// Builds the local replica from wc. Rank 0 of an MPI job first sends the config to every other
+// rank, and the engine's ranks are the job's processes.
+static sc_status w_build(worker *w, wire_config *wc, sc_error *err) {
+  wc->cfg.clock = sc_clock_monotonic();
+  if (w->mpi) {
+    wc->cfg.mpi = true;
+    SC_TRY(replica_mpi_lead(&wc->cfg, wc->index, wc->heartbeat_ns, err));
+  }
+  return replica_local_new(&wc->cfg, wc->index, &w->rep, err);
+}
+
 // A SWAP (at epoch, the next one): the local replica is rebuilt on the new weights. The old
 // one is freed first, so two sets of weights are never held at once (the runner drained it
 // and has failed whatever it still held). Answers READY at the new epoch, or ERROR and sets
@@ -95,12 +108,11 @@ static bool w_swap(worker *w, wire_reader *r, uint32_t epoch) {
     free(wc);
     return false;
   }
-  wc->cfg.clock = sc_clock_monotonic();
   replica_free(w->rep);
   w->rep = NULL;
   w->epoch = epoch;
   sc_error err = {{0}};
-  sc_status s = replica_local_new(&wc->cfg, wc->index, &w->rep, &err);
+  sc_status s = w_build(w, wc, &err);
   free(wc);
   if (s == SC_OK && !w_size_ranks(w)) s = sc_fail(&err, SC_OOM, "worker: out of memory");
   if (s != SC_OK) {
@@ -242,10 +254,13 @@ static int w_die(worker *w, const char *msg) {
   return 3;
 }
 
-int replica_proc_serve(int fd) {
+// Serves on fd (see replica_proc_serve); mpi: as rank 0 of an MPI job (replica_proc_serve_mpi),
+// refuse: the reason to answer CONFIG with ERROR (NULL: none).
+static int serve(int fd, bool mpi, const char *refuse) {
   worker *w = calloc(1, sizeof *w);
   if (!w) return 3;
   w->fd = fd;
+  w->mpi = mpi;
   wire_config *wc = calloc(1, sizeof *wc);
   if (!wc) {
     free(w);
@@ -263,10 +278,9 @@ int replica_proc_serve(int fd) {
     free(w);
     return got < 0 ? 3 : 0;
   }
-  wc->cfg.clock = sc_clock_monotonic();
   uint64_t hb = wc->heartbeat_ns ? wc->heartbeat_ns : WIRE_HEARTBEAT_NS;
   sc_error err = {{0}};
-  sc_status s = replica_local_new(&wc->cfg, wc->index, &w->rep, &err);
+  sc_status s = refuse ? sc_fail(&err, SC_INVALID, "%s", refuse) : w_build(w, wc, &err);
   if (s == SC_OK && !w_size_ranks(w)) s = sc_fail(&err, SC_OOM, "worker: out of memory");
   free(wc);
   if (s != SC_OK) {
@@ -330,3 +344,7 @@ int replica_proc_serve(int fd) {
   free(w);
   return rc;
 }
+
+int replica_proc_serve(int fd) { return serve(fd, false, NULL); }
+
+int replica_proc_serve_mpi(int fd, const char *refuse) { return serve(fd, true, refuse); }

@@ -289,6 +289,59 @@ Test(scenario_errors, router_detect_timeout_and_retries_are_checked) {
   parse_bad(text, "t.yaml:7:", "resume");
 }
 
+// router.isolation mpi with a hostfile resolved against the scenario's directory: its slots
+// are counted (slots=N, HOST:N, a bare HOST one; comments and blank lines skipped); one
+// replica's tp x pp beyond them, a hostfile without isolation mpi, an unreadable one and a
+// host of 0 slots are refused.
+Test(scenario_parse, mpi_isolation_and_the_hostfile_slots) {
+  const char *dir = sc_test_tmpdir("scn-hosts");
+  char path[600];
+  snprintf(path, sizeof path, "%s/hosts", dir);
+  const char *hosts = "# the cluster\nnode1 slots=2\n\nnode2:3  # MPICH's form\nnode3\n";
+  cr_assert_eq(sc_test_write_file(path, hosts, strlen(hosts)), 0);
+  snprintf(path, sizeof path, "%s/zero", dir);
+  cr_assert_eq(sc_test_write_file(path, "node1 slots=0\n", 14), 0);
+  const char *fmt = "name: t\nmodel: {preset: llama-tiny}\nhardware: {backend: cpu, hostfile: %s}\n"
+                    "deployments: [{tp: 2, pp: %d, dp: 3}]\nworkload:\n"
+                    "  prompts: [{input: 10, output: 5}]\n  phases: [{fixed: {requests: 1}}]\n"
+                    "router: {isolation: %s}\n";
+  char text[1024];
+  sc_error err = {{0}};
+  scenario *s = NULL;
+  snprintf(text, sizeof text, fmt, "hosts", 3, "mpi"); // 6 slots: one replica's 6 ranks fit
+  cr_assert_eq(scenario_parse(text, strlen(text), "t.yaml", dir, &s, &err), SC_OK, "%s", err.msg);
+  cr_expect(scenario_mpi_replicas(s));
+  cr_expect(scenario_isolates_processes(s));
+  cr_expect_eq(s->hardware.hostfile_slots, 6);
+  snprintf(path, sizeof path, "%s/hosts", dir);
+  cr_expect_str_eq(s->hardware.hostfile, path);
+  scenario_free(s);
+  s = NULL;
+  const struct {
+    const char *file, *iso;
+    int pp;
+    const char *needle;
+  } bad[] = {
+      {.file = "hosts",
+       .iso = "mpi",
+       .pp = 4,
+       .needle = "deployment 'tp2-pp4-dp3' (tp=2 pp=4) runs each replica as an MPI job of 8 "
+                 "processes; hardware.hostfile "},
+      {.file = "hosts", .iso = "process", .pp = 1, .needle = "it needs router.isolation: mpi"},
+      {.file = "nothere", .iso = "mpi", .pp = 1, .needle = "key 'hostfile': cannot read"},
+      {.file = "zero", .iso = "mpi", .pp = 1, .needle = "slots must be an integer >= 1"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(text, sizeof text, fmt, bad[i].file, bad[i].pp, bad[i].iso);
+    err.msg[0] = 0;
+    cr_expect_eq(scenario_parse(text, strlen(text), "t.yaml", dir, &s, &err), SC_INVALID,
+                 "%s: accepted", bad[i].needle);
+    cr_expect(strstr(err.msg, bad[i].needle), "'%s' not in '%s'", bad[i].needle, err.msg);
+    scenario_free(s);
+    s = NULL;
+  }
+}
+
 Test(scenario_parse, rate_phase_defaults_to_poisson_with_burstiness_1) {
   scenario *s = parse_ok("name: t\nmodel: {preset: llama-tiny}\ndeployments: [{dp: 1}]\n"
                          "workload:\n  prompts: [{input: 10, output: 5}]\n"
