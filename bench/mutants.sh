@@ -11,6 +11,10 @@
 #   # where: <file(s)>
 #   # catch: scenario <scenario.yaml> [run options]   the verdict of that run should fail (exit 1)
 #   # catch: gate <scenario.yaml> [run options]       the gate against a baseline should flag it
+#   # catch: capacity <scenario.yaml> [capacity options]  `gate --capacity` against a baseline
+#                                                       search should flag it
+#   # catch: test <test_name> [criterion filter]      that shipped test, built from the mutated
+#                                                       tree, should fail
 # For each patch: a scratch copy of the tree (a detached git worktree under a temp dir, removed
 # after), git apply, build shardcheck (RelWithDebInfo, CUDA off), then every catch line:
 #   scenario: run the shipped scenario with the mutated binary; exit 1 = CAUGHT, 0 = missed,
@@ -23,6 +27,16 @@
 #             start, marked with `shardcheck baseline`; give real-mode lines `--repeat 5`, see
 #             docs/gate.md), then `shardcheck gate --run <that run>`; exit 1 = CAUGHT (a run
 #             that fails as above is CAUGHT before any gate).
+#   capacity: `shardcheck capacity` of the scenario (options as given) with the mutated binary
+#             into a copy of a database holding the same search by the unmutated build, then
+#             `shardcheck gate --capacity` (the new search against the one before); exit 1 =
+#             CAUGHT. A search exits 0 or 1 (whether a layout serves the target); anything
+#             else is an error.
+#   test:     build the Criterion test tests/<test_name>.c in the mutated tree and run it
+#             (--filter <criterion filter> when given; it runs the mutated shardcheck where it
+#             calls the binary); a failure = CAUGHT. The unmutated build must pass it, else
+#             "invalid (fails unmutated)". For regressions of the checking itself (the gate's
+#             own logic), which no run of a scenario can show.
 # A mutant is CAUGHT when any of its lines caught it, else MISSED; a patch that no longer
 # applies reads NOT APPLIED, one that does not build BUILD FAILED. Prints one markdown table
 # (mutant | caught by | verdict | time) and writes it to --out (default
@@ -81,12 +95,17 @@ if [ "$LIST" = 1 ]; then
   exit 0
 fi
 
-# Every catch line must be "scenario|gate FILE.yaml [options]" naming a shipped scenario.
+# Every catch line must be "scenario|gate|capacity FILE.yaml [options]" naming a shipped
+# scenario, or "test NAME [filter]" naming a shipped test.
 for p in "${PATCHES[@]}"; do
   [ -n "$(header "$p" catch)" ] || die "$(name_of "$p"): no '# catch:' line"
   while read -r kind file _; do
-    case $kind in scenario|gate) ;; *) die "$(name_of "$p"): catch kind '$kind' (scenario or gate)" ;; esac
-    [ -f "$REPO/scenarios/$file" ] || die "$(name_of "$p"): no scenario scenarios/$file"
+    case $kind in
+      scenario|gate|capacity)
+        [ -f "$REPO/scenarios/$file" ] || die "$(name_of "$p"): no scenario scenarios/$file" ;;
+      test) [ -f "$REPO/tests/$file.c" ] || die "$(name_of "$p"): no test tests/$file.c" ;;
+      *) die "$(name_of "$p"): catch kind '$kind' (scenario, gate, capacity or test)" ;;
+    esac
   done < <(header "$p" catch)
 done
 
@@ -132,6 +151,27 @@ run_scenario() {
     --no-report) </dev/null >>"$log" 2>&1 || rc=$?
   echo "$rc"
 }
+# run_capacity BIN TREE DB LOG FILE [options]: a capacity search within LIMIT seconds; prints
+# its exit code.
+run_capacity() {
+  local bin=$1 tree=$2 db=$3 log=$4 file=$5 rc=0
+  shift 5
+  (cd "$tree" && timeout "$LIMIT" "$bin" capacity "scenarios/$file" "$@" --db "$db" --quiet \
+    --out "$T/capacity-out") </dev/null >>"$log" 2>&1 || rc=$?
+  echo "$rc"
+}
+# run_test TREE LOG NAME [filter]: builds test NAME in TREE/build and runs it within LIMIT
+# seconds; prints its exit code (-1: it did not build).
+run_test() {
+  local tree=$1 log=$2 name=$3 filter=${4:-} rc=0
+  if ! cmake --build "$tree/build" -j"$JOBS" --target "$name" </dev/null >>"$log" 2>&1; then
+    echo -1
+    return
+  fi
+  (cd "$tree" && timeout "$LIMIT" "build/$name" --jobs 1 ${filter:+--filter "$filter"}) \
+    </dev/null >>"$log" 2>&1 || rc=$?
+  echo "$rc"
+}
 # result RC [DB]: the cell of a catch line from an exit code (1 = caught). Exit 3 with DB's
 # latest run recorded as failed is the run reporting what broke (every replica died with no
 # fault injected, or the metrics disagreed with their rows): caught too, with the run's error.
@@ -166,7 +206,19 @@ while read -r kind file opts; do
   k=$(key_of "$line")
   [ -n "${LIMITS[$line]+x}" ] && continue
   t0=$SECONDS
-  if [ "$kind" = gate ]; then
+  if [ "$kind" = capacity ]; then
+    echo "mutants.sh: baseline search for '$line' (unmutated build)" >&2
+    db=$T/$k.db
+    # shellcheck disable=SC2086
+    rc=$(run_capacity "$BASEBIN" "$BASE" "$db" "$LOGS/base.$k.log" "$file" $opts)
+    if [ "$rc" -le 1 ] && [ -f "$db" ]; then BASEDB[$line]=$db; else
+      BASEDB[$line]=""
+      echo "mutants.sh: no baseline search for '$line' (exit $rc), see $LOGS/base.$k.log" >&2
+    fi
+  elif [ "$kind" = test ]; then
+    echo "mutants.sh: control run of '$line' (unmutated build)" >&2
+    CONTROL[$line]=$(run_test "$BASE" "$LOGS/base.$k.log" "$file" "$opts") # one filter, unglobbed
+  elif [ "$kind" = gate ]; then
     echo "mutants.sh: baseline for '$line' (unmutated build)" >&2
     db=$T/$k.db
     # shellcheck disable=SC2086
@@ -213,10 +265,36 @@ for p in "${PATCHES[@]}"; do
       echo "mutants.sh: [$i/$n_total] $name: $line" >&2
       echo "== $line" >>"$log"
       LIMIT=${LIMITS[$line]}
-      if [ "$kind" = scenario ]; then
+      if [ "$kind" = test ]; then
         ctl=${CONTROL[$line]}
-        # shellcheck disable=SC2086
+        rc=$(run_test "$wt" "$log" "$file" "$opts")
+        case $rc in
+          0) cell=missed ;; -1) cell="error (the test does not build)" ;;
+          124|137) cell="error (timeout)" ;; *) cell="CAUGHT (exit $rc)" ;;
+        esac
+        if [ "$ctl" != 0 ]; then cell="invalid (fails unmutated)"; fi
+      elif [ "$kind" = capacity ]; then
+        if [ -z "${BASEDB[$line]}" ]; then
+          cell="error (no baseline)"
+        else
+          db=$T/$name.capacity.db
+          cp "${BASEDB[$line]}" "$db"
+          # shellcheck disable=SC2086
+          rc=$(run_capacity "$bin" "$wt" "$db" "$log" "$file" $opts)
+          if [ "$rc" -gt 1 ]; then
+            cell="$(result "$rc") in the search"
+          else
+            rc=0
+            (cd "$wt" && timeout "$LIMIT" "$bin" gate --capacity --db "$db") </dev/null \
+              >>"$log" 2>&1 || rc=$?
+            cell=$(result "$rc")
+          fi
+          rm -f "$db"
+        fi
+      elif [ "$kind" = scenario ]; then
+        ctl=${CONTROL[$line]}
         rm -f "$T/$name.db"
+        # shellcheck disable=SC2086
         rc=$(run_scenario "$bin" "$wt" "$T/$name.db" "$log" "$file" $opts)
         cell=$(result "$rc" "$T/$name.db")
         if [ "$ctl" = 1 ]; then

@@ -989,13 +989,29 @@ static int expected_dir(const mt_metric_info *m) {
   return -1;
 }
 
+// A complete sim run of scenario "x" whose deployment dp1 has metric `name` = v, and, when a
+// prompt class carries it, class short's pooled row of it = v too; its id.
+static int64_t add_dir_run(store *s, const char *name, double v) {
+  sc_error err = {{0}};
+  store_run r = {.scenario = "x", .scenario_text = "name: x\n", .mode = "sim", .backend = "sim",
+                 .model = "m", .seed = 1};
+  int64_t id = 0, dep = 0;
+  cr_assert_eq(store_run_begin(s, &r, &id, &err), SC_OK, "%s", err.msg);
+  store_deployment sd = {.run_id = id, .idx = 0, .label = "dp1", .tp = 1, .pp = 1, .dp = 1};
+  cr_assert_eq(store_deployment_begin(s, &sd, &dep, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_metric_add(s, id, dep, 0, NULL, name, v, &err), SC_OK, "%s", err.msg);
+  if (mt_metric_per_class(name))
+    cr_assert_eq(store_metric_add(s, id, dep, 0, "short", name, v, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_run_end(s, id, "complete", NULL, NULL, 1, &err), SC_OK, "%s", err.msg);
+  return id;
+}
+
 Test(gate, every_metric_direction_matches_its_unit_and_a_loss_regresses) {
   const mt_metric_info *all = NULL;
   int n = mt_metric_all(&all);
   cr_assert_gt(n, 50);
   char path[600];
   store *s = fresh("gate-dirs", path, sizeof path);
-  const char *nm[1];
   int checked = 0;
   for (int i = 0; i < n; i++) {
     const mt_metric_info *m = &all[i];
@@ -1006,23 +1022,27 @@ Test(gate, every_metric_direction_matches_its_unit_and_a_loss_regresses) {
                  "higher belongs in expected_dir's list", m->name, m->unit,
                  m->dir == MT_HIGHER_BETTER ? "higher" : "lower");
     // the gate, asked for this metric: 100 -> 120 is a loss when lower is better, 100 -> 80
-    // when higher is
-    nm[0] = m->name;
+    // when higher is, on the deployment's row and on a prompt class's
     double b = 100, c = want > 0 ? 80 : 120;
-    int64_t base = add_run(s, "x", "sim", one, 1, nm, &b, 1);
-    int64_t cur = add_run(s, "x", "sim", one, 1, nm, &c, 1);
+    int64_t base = add_dir_run(s, m->name, b), cur = add_dir_run(s, m->name, c);
+    char cls[80];
+    snprintf(cls, sizeof cls, "short:%s", m->name);
     gate_options o = gate_options_defaults();
     o.n_metrics = 1;
     snprintf(o.metrics[0].name, sizeof o.metrics[0].name, "%s", m->name);
     o.metrics[0].tol = -1;
-    cr_expect_eq(verdict_of(s, cur, base, &o, m->name, NULL), GATE_REGRESSED,
-                 "%s: %g -> %g is a loss", m->name, b, c);
-    o.accept_improvements = true;
-    cr_expect_eq(verdict_of(s, base, cur, &o, m->name, NULL), GATE_IMPROVED,
-                 "%s: %g -> %g is a gain", m->name, c, b);
-    checked++;
+    for (int k = 0; k < (mt_metric_per_class(m->name) ? 2 : 1); k++) {
+      const char *rn = k ? cls : m->name;
+      o.accept_improvements = false;
+      cr_expect_eq(verdict_of(s, cur, base, &o, rn, NULL), GATE_REGRESSED,
+                   "%s: %g -> %g is a loss", rn, b, c);
+      o.accept_improvements = true;
+      cr_expect_eq(verdict_of(s, base, cur, &o, rn, NULL), GATE_IMPROVED, "%s: %g -> %g is a gain",
+                   rn, c, b);
+      checked++;
+    }
   }
-  cr_expect_gt(checked, 30);
+  cr_expect_gt(checked, 45, "the directed metrics and the prompt classes' rows of them");
   // the throughput rows by name, the ones a flipped direction would turn into gains
   static const char *const throughput[] = {"output_tok_s", "req_s", "goodput_rps",
                                            "peak_output_tok_s"};
