@@ -2,8 +2,8 @@
 # Mutation suite (docs/benchmarks.md "Mutation suite"): how many realistic regressions do the
 # shipped scenarios and the gate catch?
 #
-#   bench/mutants.sh [--only NAME] [--list] [--out FILE] [--jobs N] [--timeout S]
-#                    [--cmake-arg ARG]...
+#   bench/mutants.sh [--only NAME[,NAME...]] [--list] [--out FILE] [--jobs N] [--timeout S]
+#                    [--reuse-build] [--cmake-arg ARG]...
 #
 # Each bench/mutants/NAME.patch is a small regression (a unified diff against this tree) whose
 # header names what should catch it:
@@ -42,13 +42,16 @@
 # (mutant | caught by | verdict | time) and writes it to --out (default
 # $TMPDIR/shardcheck-mutants.md), with each build's and run's output under FILE.logs/.
 #
-#   --only NAME      run the mutant NAME only (the patch's file name without .patch)
+#   --only NAMES     run these mutants only (patch file names without .patch, comma-separated)
 #   --list           list the mutants with their catch lines, run nothing
 #   --out FILE       where the table goes (also printed)
 #   --jobs N         build parallelism (default 2)
 #   --timeout S      most seconds one run or gate may take (default 600); a mutated run gets
 #                    10x the unmutated run of its line, at least 60 s, at most S; past it:
 #                    "error (timeout)"
+#   --reuse-build    apply each mutant to the unmutated tree in turn (after its baselines and
+#                    controls are recorded) and rebuild it incrementally, reverting the patch
+#                    after: minutes less per mutant than a fresh tree and build each
 #   --cmake-arg ARG  one more option for the cmake configure step (repeatable)
 # Runs are sequential (one mutant at a time). Exit codes: 0 the suite ran (MISSED mutants
 # included), 2 bad options, 3 the unmutated build failed.
@@ -59,11 +62,12 @@ die() { echo "mutants.sh: $*" >&2; exit 2; }
 
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 MDIR=$REPO/bench/mutants
-ONLY="" LIST=0 OUT="${TMPDIR:-/tmp}/shardcheck-mutants.md" JOBS=2 TMO=600
+ONLY="" LIST=0 REUSE=0 OUT="${TMPDIR:-/tmp}/shardcheck-mutants.md" JOBS=2 TMO=600
 CMAKE_ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --only) [ $# -ge 2 ] || die "--only needs a mutant name"; ONLY=$2; shift 2 ;;
+    --reuse-build) REUSE=1; shift ;;
     --list) LIST=1; shift ;;
     --out) [ $# -ge 2 ] || die "--out needs a file"; OUT=$2; shift 2 ;;
     --jobs) if [ $# -lt 2 ] || ! [[ $2 =~ ^[1-9][0-9]*$ ]]; then die "--jobs needs a positive integer"; fi
@@ -80,8 +84,12 @@ shopt -s nullglob
 PATCHES=("$MDIR"/*.patch)
 [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $MDIR"
 if [ -n "$ONLY" ]; then
-  [ -f "$MDIR/$ONLY.patch" ] || die "no mutant '$ONLY' (see --list)"
-  PATCHES=("$MDIR/$ONLY.patch")
+  PATCHES=()
+  IFS=, read -r -a names <<<"$ONLY"
+  for n in "${names[@]}"; do
+    [ -f "$MDIR/$n.patch" ] || die "no mutant '$n' (see --list)"
+    PATCHES+=("$MDIR/$n.patch")
+  done
 fi
 
 header() { sed -n "s/^# $2: *//p" "$1"; } # header PATCH KEY: the values of that header line
@@ -250,9 +258,10 @@ for p in "${PATCHES[@]}"; do
   name=$(name_of "$p")
   t0=$SECONDS
   wt=$T/m-$name
+  [ "$REUSE" = 1 ] && wt=$BASE
   log=$LOGS/$name.log
   : >"$log"
-  worktree "$wt"
+  [ "$REUSE" = 1 ] || worktree "$wt"
   cells=() verdict=MISSED
   if ! git -C "$wt" apply "$p" </dev/null >>"$log" 2>&1; then
     verdict="NOT APPLIED"
@@ -326,7 +335,11 @@ for p in "${PATCHES[@]}"; do
   fi
   [ "$verdict" = CAUGHT ] && n_caught=$((n_caught + 1))
   rm -f "$T/$name.db"
-  unworktree "$wt"
+  if [ "$REUSE" = 1 ]; then
+    git -C "$wt" checkout --quiet -- . # the patch reverted; the next build recompiles its files
+  else
+    unworktree "$wt"
+  fi
   dt=$((SECONDS - t0))
   caught_by=""
   for c in ${cells[@]+"${cells[@]}"}; do caught_by+="${caught_by:+<br>}\`${c%%: *}\`: ${c#*: }"; done
