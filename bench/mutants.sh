@@ -26,7 +26,9 @@
 #             baseline of the same line recorded with the unmutated build (recorded once at the
 #             start, marked with `shardcheck baseline`; give real-mode lines `--repeat 5`, see
 #             docs/gate.md), then `shardcheck gate --run <that run>`; exit 1 = CAUGHT (a run
-#             that fails as above is CAUGHT before any gate).
+#             that fails as above is CAUGHT before any gate). The unmutated build is run and
+#             gated the same way once first: a line whose unmutated rerun fails the gate reads
+#             "invalid (the unmutated rerun fails the gate)" (capacity lines too).
 #   capacity: `shardcheck capacity` of the scenario (options as given) with the mutated binary
 #             into a copy of a database holding the same search by the unmutated build, then
 #             `shardcheck gate --capacity` (the new search against the one before); exit 1 =
@@ -180,6 +182,28 @@ run_test() {
     </dev/null >>"$log" 2>&1 || rc=$?
   echo "$rc"
 }
+# gate_control LINE LOG [options]: the unmutated build run again into a copy of LINE's baseline
+# database and gated against it: prints the gate's exit code, which must be 0 (a line the
+# unmutated build already fails proves nothing).
+gate_control() {
+  local line=$1 log=$2 kind file db=$T/control-gate.db rc=0
+  shift 2
+  read -r kind file _ <<<"$line"
+  echo "mutants.sh: control gate of '$line' (unmutated build, again)" >&2
+  cp "${BASEDB[$line]}" "$db"
+  if [ "$kind" = capacity ]; then
+    rc=$(run_capacity "$BASEBIN" "$BASE" "$db" "$log" "$file" "$@")
+    [ "$rc" -le 1 ] && rc=0
+    [ "$rc" = 0 ] && { (cd "$BASE" && "$BASEBIN" gate --capacity --db "$db") </dev/null >>"$log" 2>&1 || rc=$?; }
+  else
+    rc=$(run_scenario "$BASEBIN" "$BASE" "$db" "$log" "$file" "$@")
+    [ "$rc" -le 1 ] && rc=0
+    [ "$rc" = 0 ] && { (cd "$BASE" && "$BASEBIN" gate --db "$db" --run "$(latest_run "$db")") \
+      </dev/null >>"$log" 2>&1 || rc=$?; }
+  fi
+  rm -f "$db"
+  echo "$rc"
+}
 # result RC [DB]: the cell of a catch line from an exit code (1 = caught). Exit 3 with DB's
 # latest run recorded as failed is the run reporting what broke (every replica died with no
 # fault injected, or the metrics disagreed with their rows): caught too, with the run's error.
@@ -223,6 +247,8 @@ while read -r kind file opts; do
       BASEDB[$line]=""
       echo "mutants.sh: no baseline search for '$line' (exit $rc), see $LOGS/base.$k.log" >&2
     fi
+    # shellcheck disable=SC2086
+    [ -n "${BASEDB[$line]}" ] && CONTROL[$line]=$(gate_control "$line" "$LOGS/base.$k.log" $opts)
   elif [ "$kind" = test ]; then
     echo "mutants.sh: control run of '$line' (unmutated build)" >&2
     CONTROL[$line]=$(run_test "$BASE" "$LOGS/base.$k.log" "$file" "$opts") # one filter, unglobbed
@@ -234,6 +260,8 @@ while read -r kind file opts; do
     if [ "$rc" -le 1 ] && [ -f "$db" ] &&
       "$BASEBIN" baseline --db "$db" --run "$(latest_run "$db")" </dev/null >>"$LOGS/base.$k.log" 2>&1; then
       BASEDB[$line]=$db
+      # shellcheck disable=SC2086
+      CONTROL[$line]=$(gate_control "$line" "$LOGS/base.$k.log" $opts)
     else
       BASEDB[$line]=""
       echo "mutants.sh: no baseline for '$line' (exit $rc), see $LOGS/base.$k.log" >&2
@@ -285,6 +313,8 @@ for p in "${PATCHES[@]}"; do
       elif [ "$kind" = capacity ]; then
         if [ -z "${BASEDB[$line]}" ]; then
           cell="error (no baseline)"
+        elif [ "${CONTROL[$line]:-0}" != 0 ]; then
+          cell="invalid (the unmutated rerun fails the gate: exit ${CONTROL[$line]})"
         else
           db=$T/$name.capacity.db
           cp "${BASEDB[$line]}" "$db"
@@ -313,6 +343,8 @@ for p in "${PATCHES[@]}"; do
         fi
       elif [ -z "${BASEDB[$line]}" ]; then
         cell="error (no baseline)"
+      elif [ "${CONTROL[$line]:-0}" != 0 ]; then
+        cell="invalid (the unmutated rerun fails the gate: exit ${CONTROL[$line]})"
       else
         db=$T/$name.gate.db
         cp "${BASEDB[$line]}" "$db"
