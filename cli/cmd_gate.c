@@ -459,6 +459,10 @@ int cmd_gate(int argc, char **argv) {
   gate_args a = {.db = "results.db", .o = gate_options_defaults()};
   int rc = parse_gate(argc, argv, &a);
   if (rc) return rc < 0 ? CLI_OK : rc;
+  if (a.capacity && (a.set & 4))
+    return cli_usage_error("gate", "--capacity compares its own rows (recommendation, max_rate, "
+                           "max_rate_lo, max_rate_hi, cost_per_mtok); --metric is for runs, got",
+                           a.o.metrics[0].name);
   sc_error err = {{0}};
   store *cur = NULL, *base = NULL;
   sc_status st = store_open_readonly(a.db, &cur, &err);

@@ -125,13 +125,13 @@ void gate_result_free(gate_result *r);
 int64_t gate_capacity_latest(sqlite3 *db, const char *scen, int64_t before);
 
 // Compares capacity search cur in cur_db with search base in base_db: the recommendation and
-// whether one serves the target, and per layout (matched by kind and label) max_rate and its
-// interval's ends (max_rate_lo, max_rate_hi; higher is better) and cost_per_mtok (lower is
-// better), each against o->tol_sim (or the --metric tolerance of that name), in both
-// directions as in sim runs (searches are simulated: deterministic). SC_INVALID when a
-// search is missing, is its own baseline, or the two answer
-// different questions (another scenario or scenario text, SLO, target rate, search range,
-// iterations, seed, costs or set of layouts: err says which, in one line).
+// whether one serves the target, and per layout max_rate and its interval's ends (max_rate_lo,
+// max_rate_hi; higher is better) and cost_per_mtok (lower is better), each against
+// o->tol_sim in both directions as in sim runs (searches are simulated: deterministic;
+// o->accept_improvements accepts the better ones). SC_INVALID when a search is missing, is
+// its own baseline, or the two ask different questions (another scenario or scenario text,
+// SLO, target rate, search range, iterations, seed, costs or set of layouts: err says which,
+// in one line).
 sc_status gate_capacity_compare(sqlite3 *cur_db, int64_t cur, sqlite3 *base_db, int64_t base,
                                 const gate_options *o, gate_result *out, sc_error *err);
 

@@ -80,13 +80,6 @@ static bool different_question(const rq_capacity *c, const rq_capacity *b, const
   return true;
 }
 
-// The tolerance of a capacity row: --metric NAME[:PCT] when given for it, else dflt.
-static double cap_tol(const gate_options *o, const char *name, double dflt) {
-  for (int i = 0; i < o->n_metrics; i++)
-    if (!strcmp(o->metrics[i].name, name) && o->metrics[i].tol >= 0) return o->metrics[i].tol;
-  return dflt;
-}
-
 // Judges one number: higher: whether higher is better. A value on one side only (NaN on the
 // other: no rate held, so no cost either) moved past every tolerance.
 static void judge_value(gate_row *r, bool higher, bool accept) {
@@ -213,7 +206,7 @@ sc_status gate_capacity_compare(sqlite3 *cur_db, int64_t cur, sqlite3 *base_db, 
       gate_row *r = add_row(out, dep, cols[k].name);
       r->base = vb[k];
       r->cur = vc[k];
-      r->tol = cap_tol(o, cols[k].name, o->tol_sim);
+      r->tol = o->tol_sim;
       judge_value(r, cols[k].higher, o->accept_improvements);
       if (k == 0 && lc->capped != lb->capped)
         snprintf(r->note, sizeof r->note, "%s", lc->capped ? "now held at the top of the range"

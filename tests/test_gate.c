@@ -1199,4 +1199,6 @@ Test(gate_cli, capacity_gate_picks_the_previous_search_and_refuses_another_quest
   int lines = 0;
   for (const char *p = out; *p; p++) lines += *p == '\n';
   cr_expect_eq(lines, 1, "one line: %s", out);
+  cr_expect_eq(cli("gate --capacity --db %s --metric ttft_p95_ms%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "--metric is for runs"), "%s", out);
 }
