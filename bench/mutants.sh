@@ -222,7 +222,8 @@ result() {
 }
 
 start=$SECONDS
-echo "mutants.sh: building the unmutated tree ($(git -C "$REPO" rev-parse --short HEAD))" >&2
+REV=$(git -C "$REPO" rev-parse --short HEAD) # the tree built; HEAD may move while the suite runs
+echo "mutants.sh: building the unmutated tree ($REV)" >&2
 BASE=$T/base
 worktree "$BASE"
 if ! build "$BASE" "$LOGS/base.build.log"; then
@@ -384,6 +385,6 @@ done
   echo "|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
   echo
-  echo "$n_caught of $n_total caught; $(git -C "$REPO" rev-parse --short HEAD), $(date -u +%Y-%m-%d), $((SECONDS - start)) s in all, $SETUP s of them the unmutated build, baselines and control runs."
+  echo "$n_caught of $n_total caught; $REV, $(date -u +%Y-%m-%d), $((SECONDS - start)) s in all, $SETUP s of them the unmutated build, baselines and control runs."
 } | tee "$OUT"
 echo "mutants.sh: table in $OUT, logs in $LOGS" >&2
