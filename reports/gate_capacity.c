@@ -15,8 +15,10 @@
 int64_t gate_capacity_latest(sqlite3 *db, const char *scen, int64_t before) {
   sqlite3_stmt *st = NULL;
   int64_t id = 0;
-  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM capacity WHERE (?1 IS NULL OR scenario = ?1) "
-                             "AND id < ?2", -1, &st, NULL) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db,
+                         "SELECT max(id) FROM capacity WHERE (?1 IS NULL OR scenario = ?1) "
+                         "AND id < ?2",
+                         -1, &st, NULL) != SQLITE_OK)
     return 0; // a file without capacity tables (version 2) has no searches
   if (scen) sqlite3_bind_text(st, 1, scen, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(st, 2, before);
@@ -56,8 +58,8 @@ static bool different_question(const rq_capacity *c, const rq_capacity *b, const
   else if (c->target_rate != b->target_rate)
     snprintf(why, cap, "target rate %g against %g req/s", c->target_rate, b->target_rate);
   else if (c->rate_lo != b->rate_lo || c->rate_hi != b->rate_hi)
-    snprintf(why, cap, "search range %g:%g against %g:%g req/s", c->rate_lo, c->rate_hi,
-             b->rate_lo, b->rate_hi);
+    snprintf(why, cap, "search range %g:%g against %g:%g req/s", c->rate_lo, c->rate_hi, b->rate_lo,
+             b->rate_hi);
   else if (c->iters != b->iters)
     snprintf(why, cap, "--iters %d against %d", c->iters, b->iters);
   else if (c->seed != b->seed)
@@ -65,14 +67,12 @@ static bool different_question(const rq_capacity *c, const rq_capacity *b, const
   else if (strcmp(c->costs, b->costs))
     snprintf(why, cap, "costs '%.150s' against '%.150s'", c->costs, b->costs);
   else if (c->n_layouts != b->n_layouts)
-    snprintf(why, cap, "%d layouts searched against %d (other --gpus)", c->n_layouts,
-             b->n_layouts);
+    snprintf(why, cap, "%d layouts searched against %d (other --gpus)", c->n_layouts, b->n_layouts);
   else {
     for (int i = 0; i < c->n_layouts; i++)
       if (!same_layout(&c->layouts[i], &b->layouts[i])) {
         snprintf(why, cap, "layout %d is %.31s %.100s against %.31s %.100s (other --gpus)", i,
-                 c->layouts[i].label, c->layouts[i].kind, b->layouts[i].label,
-                 b->layouts[i].kind);
+                 c->layouts[i].label, c->layouts[i].kind, b->layouts[i].label, b->layouts[i].kind);
         return true;
       }
     return false;
@@ -102,9 +102,12 @@ static void judge_value(gate_row *r, bool higher, bool accept) {
     // had means the layout no longer serves any rate (worse), and the other way better
     r->worse = hb ? INFINITY : -INFINITY;
   }
-  if (fabs(r->worse) <= r->tol) r->v = GATE_SAME;
-  else if (r->worse > 0) r->v = GATE_REGRESSED;
-  else r->v = accept ? GATE_IMPROVED : GATE_CHANGED;
+  if (fabs(r->worse) <= r->tol)
+    r->v = GATE_SAME;
+  else if (r->worse > 0)
+    r->v = GATE_REGRESSED;
+  else
+    r->v = accept ? GATE_IMPROVED : GATE_CHANGED;
 }
 
 static gate_row *add_row(gate_result *g, const char *dep, const char *metric) {
@@ -118,8 +121,10 @@ static gate_row *add_row(gate_result *g, const char *dep, const char *metric) {
 
 // "tp2-dp2 (h100-sxm)", or "none" for index -1.
 static void layout_name(const rq_capacity *c, int idx, char *buf, size_t cap) {
-  if (idx < 0 || idx >= c->n_layouts) snprintf(buf, cap, "none");
-  else snprintf(buf, cap, "%s (%s)", c->layouts[idx].label, c->layouts[idx].kind);
+  if (idx < 0 || idx >= c->n_layouts)
+    snprintf(buf, cap, "none");
+  else
+    snprintf(buf, cap, "%s (%s)", c->layouts[idx].label, c->layouts[idx].kind);
 }
 
 // The recommendation's row: same when it names the same layout; when it changed, better
@@ -146,8 +151,8 @@ static void recommendation_row(gate_result *g, const rq_capacity *c, const rq_ca
   bool better = (c->served && !b->served) ||
                 (c->served == b->served && lb && lc && lc->cost_per_hour < lb->cost_per_hour);
   r->v = better ? (accept ? GATE_IMPROVED : GATE_CHANGED) : GATE_REGRESSED;
-  snprintf(r->note, sizeof r->note, "%.60s%s -> %.60s%s", nb, b->served ? "" : " (not served)",
-           nc, c->served ? "" : " (not served)");
+  snprintf(r->note, sizeof r->note, "%.60s%s -> %.60s%s", nb, b->served ? "" : " (not served)", nc,
+           c->served ? "" : " (not served)");
 }
 
 sc_status gate_capacity_compare(sqlite3 *cur_db, int64_t cur, sqlite3 *base_db, int64_t base,
@@ -165,11 +170,15 @@ sc_status gate_capacity_compare(sqlite3 *cur_db, int64_t cur, sqlite3 *base_db, 
     s = sc_fail(err, SC_IO, "gate: reading the capacity searches' scenario text");
   char why[400];
   if (s == SC_OK && cur_db == base_db && cur == base)
-    s = sc_fail(err, SC_INVALID, "gate: capacity search %lld is its own baseline: nothing to "
-                "compare", (long long)cur);
+    s = sc_fail(err, SC_INVALID,
+                "gate: capacity search %lld is its own baseline: nothing to "
+                "compare",
+                (long long)cur);
   if (s == SC_OK && different_question(&c, &b, tc, tb, why, sizeof why))
-    s = sc_fail(err, SC_INVALID, "gate: capacity search %lld and the baseline search %lld ask "
-                "different questions (%s): not compared", (long long)cur, (long long)base, why);
+    s = sc_fail(err, SC_INVALID,
+                "gate: capacity search %lld and the baseline search %lld ask "
+                "different questions (%s): not compared",
+                (long long)cur, (long long)base, why);
   free(tc);
   free(tb);
   // a recommendation row, then 4 per layout
@@ -194,8 +203,8 @@ sc_status gate_capacity_compare(sqlite3 *cur_db, int64_t cur, sqlite3 *base_db, 
   static const struct {
     const char *name;
     bool higher;
-  } cols[] = {{"max_rate", true}, {"max_rate_lo", true}, {"max_rate_hi", true},
-              {"cost_per_mtok", false}};
+  } cols[] = {
+      {"max_rate", true}, {"max_rate_lo", true}, {"max_rate_hi", true}, {"cost_per_mtok", false}};
   for (int i = 0; i < c.n_layouts; i++) { // the same layouts, in the same order (checked)
     const store_cap_layout *lc = &c.layouts[i], *lb = &b.layouts[i];
     char dep[96];
@@ -209,9 +218,10 @@ sc_status gate_capacity_compare(sqlite3 *cur_db, int64_t cur, sqlite3 *base_db, 
       r->tol = o->tol_sim;
       judge_value(r, cols[k].higher, o->accept_improvements);
       if (k == 0 && lc->capped != lb->capped)
-        snprintf(r->note, sizeof r->note, "%s", lc->capped ? "now held at the top of the range"
-                                                           : "no longer holds at the top of "
-                                                             "the range");
+        snprintf(r->note, sizeof r->note, "%s",
+                 lc->capped ? "now held at the top of the range"
+                            : "no longer holds at the top of "
+                              "the range");
     }
   }
   for (int i = 0; i < out->n; i++) {
