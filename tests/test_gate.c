@@ -541,6 +541,7 @@ Test(gate_cli, bad_input_exits_2_with_a_reason) {
   snprintf(args, sizeof args, "gate --db %s --run %lld --baseline-run 1", db, (long long)id);
   cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
   cr_expect(strstr(out, "runs of different scenarios are not compared"), "%s", out);
+  cr_expect(strchr(out, '\n') == out + strlen(out) - 1, "one line: %s", out);
   cr_expect_eq(cli("gate --db %s --tolerance lots%s", db, ""), 2, "%s", out);
   cr_expect_eq(cli("gate --db %s --metric requests%s", db, ""), 2, "%s", out);
   cr_expect(strstr(out, "no better direction"), "%s", out);
