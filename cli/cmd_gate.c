@@ -75,8 +75,9 @@ static void usage(FILE *f) {
           "runs with repetitions on both sides regress only when the median moved past the\n"
           "tolerance AND a one-sided Mann-Whitney U test finds the shift significant; their\n"
           "improvements pass (docs/gate.md).\n"
-          "A scenario with no baseline yet is reported and passes; so are deployments, phases\n"
-          "and metrics only the current run has. What only the baseline has is MISSING.\n"
+          "A scenario with no baseline yet is reported and passes, unless its run did not\n"
+          "complete; so are deployments, phases and metrics only the current run has. What\n"
+          "only the baseline has is MISSING.\n"
           "exit codes: 0 nothing failed, 1 something regressed, is missing, changed (sim) or\n"
           "the run is incomplete, 2 bad input (a missing run or database, no runs, runs of\n"
           "different scenarios or of sim and real mode, a schema newer than this\n"
@@ -159,7 +160,10 @@ static void print_noise(const gate_result *g) {
 }
 
 static void print_table(const gate_result *g) {
-  if (g->capacity)
+  if (!g->base_run)
+    printf("scenario %s: run %lld, no baseline: nothing compared\n", g->scenario,
+           (long long)g->cur_run);
+  else if (g->capacity)
     printf("scenario %s: capacity search %lld against baseline search %lld, simulated: exact "
            "comparison, the tolerance decides\n", g->scenario, (long long)g->cur_run,
            (long long)g->base_run);
@@ -377,6 +381,7 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
 // the exit code of the first failure (what was gated before it stays in g).
 static int gate_all(const gate_args *a, sqlite3 *cdb, sqlite3 *bdb, const int64_t *runs,
                     int n_runs, gate_result *g, int *n) {
+  // (a run without a baseline gets a result only when it did not complete: it fails)
   sc_error err = {{0}};
   for (int i = 0; i < n_runs; i++) {
     int64_t b = a->base_run ? a->base_run : find_baseline(cdb, runs[i], bdb);
@@ -385,6 +390,24 @@ static int gate_all(const gate_args *a, sqlite3 *cdb, sqlite3 *bdb, const int64_
               "with `shardcheck baseline`): nothing to compare\n", (long long)runs[i],
               a->base_db ? a->base_db : a->db);
       if (a->run) return CLI_USAGE;
+      // nothing to compare, but a run that did not complete still fails
+      gate_result *r = &g[*n];
+      memset(r, 0, sizeof *r);
+      int64_t grp[GATE_MAX_REPS];
+      int ng = gate_group(cdb, runs[i], grp, GATE_MAX_REPS);
+      gate_check_complete(cdb, grp, ng, r);
+      if (r->incomplete[0]) {
+        char mode[16] = "";
+        rq_run_scenario_mode(cdb, runs[i], r->scenario, sizeof r->scenario, mode, sizeof mode);
+        r->sim = !strcmp(mode, "sim");
+        r->cur_run = ng > 0 ? grp[0] : runs[i];
+        r->n_cur_reps = ng;
+        r->noisiest = -1;
+        r->alpha = a->o.alpha;
+        r->noise_base = r->noise_cur = NAN;
+        r->failed = 1;
+        (*n)++;
+      }
       continue;
     }
     gate_options o = a->o; // the scenario's `gate:` defaults where the command line is silent

@@ -354,9 +354,7 @@ static sc_status check_runs(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, 
   return SC_OK;
 }
 
-// Fills g->incomplete when a run of the current group ids[0..n) is not complete: its rows are
-// partial or absent, so what the gate did not see cannot pass.
-static void check_complete(sqlite3 *db, const int64_t *ids, int n, gate_result *g) {
+void gate_check_complete(sqlite3 *db, const int64_t *ids, int n, gate_result *g) {
   for (int i = 0; i < n; i++) {
     char status[32] = "", error[160] = "";
     if (!rq_run_status(db, ids[i], status, sizeof status, error, sizeof error) ||
@@ -385,7 +383,7 @@ sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64
   int64_t gb[GATE_MAX_REPS], gc[GATE_MAX_REPS];
   int nb = gate_group(base_db, base_run, gb, GATE_MAX_REPS);
   int nc = gate_group(cur_db, cur_run, gc, GATE_MAX_REPS);
-  check_complete(cur_db, gc, nc, out);
+  gate_check_complete(cur_db, gc, nc, out);
   double dflt = out->sim ? o->tol_sim : o->tol_real;
   table t = {0};
   s = load_group(base_db, gb, &nb, 0, o, dflt, &t, err);

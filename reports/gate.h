@@ -117,6 +117,10 @@ int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap);
 sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
                        const gate_options *o, gate_result *out, sc_error *err);
 void gate_result_free(gate_result *r);
+// Fills g->incomplete (and leaves the rest of g as it is) when a run of the current group
+// ids[0..n) did not complete: its rows are partial or absent, so what the gate did not see
+// cannot pass.
+void gate_check_complete(sqlite3 *db, const int64_t *ids, int n, gate_result *g);
 
 // --- capacity searches (`shardcheck capacity`, the capacity tables; docs/gate.md)
 

@@ -942,6 +942,17 @@ Test(gate_cli, the_default_run_is_the_latest_even_crashed_and_an_empty_database_
   cr_expect(json_is_string(json_object_get(g, "incomplete")), "%s", out);
   cr_expect_eq(json_integer_value(json_object_get(j, "failed")), 4, "%s", out);
   json_decref(j);
+  // a crashed run with no baseline to compare with: nothing compared, still a failure
+  char lone[600];
+  snprintf(lone, sizeof lone, "%s/l.db", dir);
+  cr_assert_eq(store_open(lone, &s, &err), SC_OK, "%s", err.msg);
+  add_run(s, "y", "sim", one, 1, names, v, 4);
+  add_crashed_run(s, "sim");
+  store_close(s);
+  cr_expect_eq(cli("gate --db %s%s", lone, ""), 1, "%s", out);
+  cr_expect(strstr(out, "no baseline") && strstr(out, "INCOMPLETE: run 2 has status 'running'") &&
+                strstr(out, "gate: FAIL"),
+            "scenario y's complete run passes unjudged, x's crashed one fails: %s", out);
   // a database without a run has nothing to pass
   char empty[600];
   snprintf(empty, sizeof empty, "%s/e.db", dir);
