@@ -26,7 +26,8 @@
 # Exit code: the gate's. 0: no metric regressed and every SLO held; 1: a metric regressed, is
 # missing or changed unasked (sim), or a run did not complete (gate.xml says which), or a
 # scenario's SLO failed; 2: bad input (a scenario or the database);
-# 3: a run failed. A scenario without a baseline yet is reported and passes.
+# 3: a run failed. A scenario without a baseline yet is reported and passes (a run that
+# did not complete fails all the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
