@@ -192,7 +192,7 @@ gate() { # CURRENT-RUN, BASELINE-RUN, JSONL-FILE: appends the gate's JSON as one
 # compare nothing and are left out).
 count() { # FILE, METRIC-REGEX
   jq -rs --arg re "$2" '[.[].gates[].rows[] | select(.metric | test($re))
-      | select(.verdict != "new (no baseline)" and .verdict != "missing")]
+      | select(.verdict != "new (no baseline)" and .verdict != "MISSING")]
       | "\(length) \(map(select(.verdict == "REGRESSED")) | length)"
         + " \(map(select(.verdict == "worse within noise")) | length)"' "$1"
 }

@@ -18,12 +18,16 @@
 #   GATE_REPEAT       repetitions of each real scenario (5)
 #   GATE_ACCEPT=1     with --mark-baseline: mark the new runs even though the gate failed (a
 #                     regression accepted on purpose)
+#   GATE_ACCEPT_IMPROVEMENTS=1  gate with --accept-improvements: sim metrics better past the
+#                     tolerance pass (a change made on purpose) instead of failing as CHANGED
 #   GATE_BUILD        the build directory (build/release, as ci/quickstart.sh)
 #   SHARDCHECK_GIT_REV  the revision stored with each run (default: git rev-parse --short HEAD)
 #
-# Exit code: the gate's. 0: no metric regressed and every SLO held; 1: a metric regressed
-# (gate.xml says which), or a scenario's SLO failed; 2: bad input (a scenario or the database);
-# 3: a run failed. A scenario without a baseline yet is reported and passes.
+# Exit code: the gate's. 0: no metric regressed and every SLO held; 1: a metric regressed, is
+# missing or changed unasked (sim), or a run did not complete (gate.xml says which), or a
+# scenario's SLO failed; 2: bad input (a scenario or the database);
+# 3: a run failed. A scenario without a baseline yet is reported and passes (a run that
+# did not complete fails all the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,7 +97,9 @@ for f in $sim; do run_scenario "$f"; done
 echo
 echo "== shardcheck gate --db $db --junit $junit"
 gate=0
-"$sc" gate --db "$db" --junit "$junit" || gate=$?
+accept=()
+[ "${GATE_ACCEPT_IMPROVEMENTS:-0}" = 1 ] && accept=(--accept-improvements)
+"$sc" gate --db "$db" --junit "$junit" ${accept[@]+"${accept[@]}"} || gate=$?
 if [ "$gate" -gt 1 ]; then
   echo "ci/gate.sh: shardcheck gate exited $gate" >&2
   exit "$gate"

@@ -21,18 +21,25 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: shardcheck gate --db CURRENT.db [--baseline BASE.db] [--run ID]\n"
           "                       [--baseline-run ID] [--tolerance PCT] [--metric NAME[:PCT]]...\n"
-          "                       [--alpha A] [--junit PATH] [--json]\n\n"
+          "                       [--alpha A] [--accept-improvements] [--junit PATH] [--json]\n"
+          "       shardcheck gate --capacity --db CURRENT.db [--baseline BASE.db] [--run ID]\n"
+          "                       [--baseline-run ID] [--tolerance PCT] [--accept-improvements]\n\n"
           "Compares a run with its baseline, deployment by deployment (matched by label) and\n"
-          "phase by phase, and says per metric: improved, same, worse within noise, or\n"
-          "REGRESSED. A run recorded with `run --repeat N` stands for its N repetitions.\n\n"
+          "phase by phase, and says per metric: improved, same, worse within noise,\n"
+          "REGRESSED, MISSING (the baseline has it, the run does not) or, in sim, CHANGED\n"
+          "(better past the tolerance, not accepted). A run recorded with `run --repeat N`\n"
+          "stands for its N repetitions. A run that did not complete (crashed, killed,\n"
+          "interrupted or failed) never passes.\n\n"
           "  --db PATH          the current results database (default results.db)\n"
           "  --baseline PATH    where the baseline run is (default: the same database)\n"
-          "  --run ID           the run to judge (default: the latest complete run of every\n"
-          "                     scenario and mode in --db, each judged on its own)\n"
+          "  --run ID           the run to judge (default: the latest run, whatever its\n"
+          "                     status, of every scenario and mode in --db, each judged on\n"
+          "                     its own)\n"
           "  --baseline-run ID  the baseline (default: the latest run of the same scenario and\n"
           "                     mode marked with `shardcheck baseline`, earlier than the run\n"
           "                     judged when both are in one database)\n"
-          "  --tolerance PCT    allowed change in the worse direction, e.g. 5%% or 0.05\n"
+          "  --tolerance PCT    allowed change (real runs: the worse way; sim runs and\n"
+          "                     capacity searches: either way), e.g. 5%% or 0.05\n"
           "                     (default 5%% for real runs, 1%% for sim runs)\n"
           "  --metric N[:PCT]   ");
   // the default list is the metric table's (scenarios/metric_names.h)
@@ -47,18 +54,34 @@ static void usage(FILE *f) {
   fprintf(f,
           "  --alpha A          significance level of the one-sided test across repetitions\n"
           "                     (0.01; with 5 vs 5 repetitions the smallest p is 1/252 = 0.004)\n"
+          "  --capacity         compare `shardcheck capacity` searches instead of runs: the\n"
+          "                     recommendation, and per layout max_rate, max_rate_lo,\n"
+          "                     max_rate_hi (higher is better) and cost_per_mtok (lower);\n"
+          "                     --run and --baseline-run then name search ids (default: the\n"
+          "                     newest search in --db, against the newest search of its\n"
+          "                     scenario in --baseline, or the one before it in --db).\n"
+          "                     Searches of another question (scenario, SLO, rates,\n"
+          "                     --iters, seed, costs, GPUs) are refused\n"
+          "  --accept-improvements\n"
+          "                     sim runs and capacity searches: a row better by more than\n"
+          "                     the tolerance is 'improved' and passes (without it: CHANGED,\n"
+          "                     a failure, as an unexplained change of a deterministic run\n"
+          "                     is a finding)\n"
           "  --junit PATH       also write JUnit XML: one testcase per deployment x metric\n"
           "  --json             print JSON instead of the table\n\n"
           "A scenario's `gate:` section (tolerance, alpha, metrics) gives the defaults; the\n"
           "options above override it.\n"
-          "Sim runs are deterministic: the tolerance alone decides. Real runs with repetitions\n"
-          "on both sides regress only when the median moved past the tolerance AND a one-sided\n"
-          "Mann-Whitney U test finds the shift significant (docs/gate.md).\n"
-          "A scenario with no baseline yet is reported and passes; so are deployments, phases\n"
-          "and metrics that only one side has.\n"
-          "exit codes: 0 nothing regressed, 1 something regressed, 2 bad input (a missing\n"
-          "run or database, runs of different scenarios or of sim and real mode, a schema\n"
-          "newer than this shardcheck), 3 runtime failure.\n");
+          "Sim runs are deterministic: the tolerance alone decides, in both directions. Real\n"
+          "runs with repetitions on both sides regress only when the median moved past the\n"
+          "tolerance AND a one-sided Mann-Whitney U test finds the shift significant; their\n"
+          "improvements pass (docs/gate.md).\n"
+          "A scenario with no baseline yet is reported and passes, unless its run did not\n"
+          "complete; so are deployments, phases and metrics only the current run has. What\n"
+          "only the baseline has is MISSING.\n"
+          "exit codes: 0 nothing failed, 1 something regressed, is missing, changed (sim) or\n"
+          "the run is incomplete, 2 bad input (a missing run or database, no runs, runs of\n"
+          "different scenarios or of sim and real mode, a schema newer than this\n"
+          "shardcheck), 3 runtime failure.\n");
 }
 
 static void baseline_usage(FILE *f) {
@@ -113,9 +136,9 @@ static void print_row(const gate_row *r, int wm) {
   fmt_pct(r->noise_cur, "%.1f", nc, sizeof nc);
   if (isnan(r->noise) && isnan(r->noise_cur)) snprintf(nz, sizeof nz, "-");
   else snprintf(nz, sizeof nz, "%s/%s%%", nb, nc);
-  printf("%-14s %-12s %-*s %12s %12s %9s %6s %6s %11s  %s\n", r->deployment,
+  printf("%-14s %-12s %-*s %12s %12s %9s %6s %6s %11s  %s%s%s\n", r->deployment,
          r->phase[0] ? r->phase : "(all)", wm, r->metric, b, c, ch, tol, p, nz,
-         gate_verdict_name(r->v));
+         gate_verdict_name(r->v), r->note[0] ? ": " : "", r->note);
 }
 
 // The noise the gate measured, in one line.
@@ -137,9 +160,17 @@ static void print_noise(const gate_result *g) {
 }
 
 static void print_table(const gate_result *g) {
-  printf("scenario %s: run %lld (%d repetition%s) against baseline run %lld (%d), %s\n",
-         g->scenario, (long long)g->cur_run, g->n_cur_reps, g->n_cur_reps == 1 ? "" : "s",
-         (long long)g->base_run, g->n_base_reps, how_judged(g));
+  if (!g->base_run)
+    printf("scenario %s: run %lld, no baseline: nothing compared\n", g->scenario,
+           (long long)g->cur_run);
+  else if (g->capacity)
+    printf("scenario %s: capacity search %lld against baseline search %lld, simulated: exact "
+           "comparison, the tolerance decides\n", g->scenario, (long long)g->cur_run,
+           (long long)g->base_run);
+  else
+    printf("scenario %s: run %lld (%d repetition%s) against baseline run %lld (%d), %s\n",
+           g->scenario, (long long)g->cur_run, g->n_cur_reps, g->n_cur_reps == 1 ? "" : "s",
+           (long long)g->base_run, g->n_base_reps, how_judged(g));
   int wm = 14; // wider for a prompt class's "short:ttft_p95_ms"
   for (int i = 0; i < g->n; i++)
     if ((int)strlen(g->rows[i].metric) > wm) wm = (int)strlen(g->rows[i].metric);
@@ -147,19 +178,22 @@ static void print_table(const gate_result *g) {
          "metric", "baseline", "current", "change", "tol", "p", "noise b/c", "verdict");
   for (int i = 0; i < g->n; i++) print_row(&g->rows[i], wm);
   print_noise(g);
-  printf("%s: %d of %d comparisons regressed\n\n", g->scenario, g->regressed, g->n);
+  if (g->incomplete[0]) printf("INCOMPLETE: %s\n", g->incomplete);
+  printf("%s: %d of %d comparisons regressed, %d missing, %d changed", g->scenario, g->regressed,
+         g->n, g->missing, g->changed);
+  printf("%s\n\n", g->incomplete[0] ? "; the run is incomplete" : "");
 }
 
 static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 static json_t *row_json(const gate_row *r) {
-  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:i, s:i, s:s}",
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:i, s:i, s:s, s:s}",
                    "deployment", r->deployment, "phase", r->phase, "metric", r->metric,
                    "baseline", num_or_null(r->base), "current", num_or_null(r->cur), "change",
                    num_or_null(r->change), "tolerance", r->tol, "p", num_or_null(r->p), "noise",
                    num_or_null(r->noise), "noise_current", num_or_null(r->noise_cur),
                    "n_baseline", r->n_base, "n_current", r->n_cur, "verdict",
-                   gate_verdict_name(r->v));
+                   gate_verdict_name(r->v), "note", r->note);
 }
 
 static json_t *noise_json(const gate_result *g) {
@@ -173,11 +207,15 @@ static json_t *noise_json(const gate_result *g) {
 static json_t *gate_json(const gate_result *g) {
   json_t *rows = json_array();
   for (int i = 0; i < g->n; i++) json_array_append_new(rows, row_json(&g->rows[i]));
-  return json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:f, s:o, s:i, s:o}", "scenario", g->scenario,
-                   "mode", g->sim ? "sim" : "real", "current_run", (json_int_t)g->cur_run,
-                   "baseline_run", (json_int_t)g->base_run, "current_repetitions",
-                   g->n_cur_reps, "baseline_repetitions", g->n_base_reps, "alpha", g->alpha,
-                   "noise", noise_json(g), "regressed", g->regressed, "rows", rows);
+  return json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:f, s:o, s:i, s:i, s:i, s:i, s:o, s:o}",
+                   "scenario", g->scenario, "mode",
+                   g->capacity ? "capacity" : g->sim ? "sim" : "real", "current_run",
+                   (json_int_t)g->cur_run, "baseline_run", (json_int_t)g->base_run,
+                   "current_repetitions", g->n_cur_reps, "baseline_repetitions", g->n_base_reps,
+                   "alpha", g->alpha, "noise", noise_json(g), "regressed", g->regressed,
+                   "missing", g->missing, "changed", g->changed, "failed", g->failed,
+                   "incomplete", g->incomplete[0] ? json_string(g->incomplete) : json_null(),
+                   "rows", rows);
 }
 
 static void attr(FILE *f, const char *name, const char *v) {
@@ -186,7 +224,8 @@ static void attr(FILE *f, const char *name, const char *v) {
   fputc('"', f);
 }
 
-// One <testcase>: a <failure> when REGRESSED, <skipped> when only one side has the metric.
+// One <testcase>: a <failure> when REGRESSED, MISSING or CHANGED, <skipped> when only the
+// current run has the metric.
 static void junit_case(FILE *f, const gate_result *g, const gate_row *r) {
   char cls[256], name[160], msg[320], b[32], c[32], ch[32];
   snprintf(cls, sizeof cls, "%.127s.%.95s", g->scenario, r->deployment);
@@ -194,26 +233,33 @@ static void junit_case(FILE *f, const gate_result *g, const gate_row *r) {
   fputs("  <testcase", f);
   attr(f, "classname", cls);
   attr(f, "name", name);
-  if (r->v != GATE_REGRESSED && r->v != GATE_NEW && r->v != GATE_MISSING) {
+  if (r->v != GATE_REGRESSED && r->v != GATE_CHANGED && r->v != GATE_NEW &&
+      r->v != GATE_MISSING) {
     fputs("/>\n", f);
     return;
   }
   fputs(">\n", f);
-  if (r->v == GATE_REGRESSED) {
+  if (r->v == GATE_REGRESSED || r->v == GATE_CHANGED) {
     fmt(r->base, b, sizeof b);
     fmt(r->cur, c, sizeof c);
     fmt_pct(r->change, "%+.1f%%", ch, sizeof ch);
-    int k = snprintf(msg, sizeof msg, "REGRESSED: %s -> %s (%s, tolerance %.1f%%", b, c, ch,
-                     100 * r->tol);
+    int k = snprintf(msg, sizeof msg, "%s: %s -> %s (%s, tolerance %.1f%%",
+                     r->v == GATE_REGRESSED ? "REGRESSED" : "CHANGED (better, not accepted)", b,
+                     c, ch, 100 * r->tol);
     if (!isnan(r->p))
       snprintf(msg + k, sizeof msg - (size_t)k, ", p = %.4f < alpha %g over %d vs %d "
                "repetitions)", r->p, g->alpha, r->n_base, r->n_cur);
     else
       snprintf(msg + k, sizeof msg - (size_t)k, ")");
-    fputs("    <failure type=\"regression\"", f);
+    fputs(r->v == GATE_REGRESSED ? "    <failure type=\"regression\""
+                                 : "    <failure type=\"changed\"", f);
+  } else if (r->v == GATE_MISSING) {
+    snprintf(msg, sizeof msg, "MISSING: the baseline has it, the run does not%s%.200s",
+             g->incomplete[0] ? " (" : "", g->incomplete[0] ? g->incomplete : "");
+    if (g->incomplete[0]) snprintf(msg + strlen(msg), sizeof msg - strlen(msg), ")");
+    fputs("    <failure type=\"missing\"", f);
   } else {
-    snprintf(msg, sizeof msg, "%s", r->v == GATE_NEW ? "no baseline value: reported, not judged"
-                                                     : "no current value: reported, not judged");
+    snprintf(msg, sizeof msg, "no baseline value: reported, not judged");
     fputs("    <skipped", f);
   }
   attr(f, "message", msg);
@@ -226,11 +272,10 @@ static bool write_junit(const char *path, const gate_result *g, int n) {
   fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n", f);
   for (int k = 0; k < n; k++) {
     int skipped = 0;
-    for (int i = 0; i < g[k].n; i++) skipped += g[k].rows[i].v == GATE_NEW ||
-                                                g[k].rows[i].v == GATE_MISSING;
+    for (int i = 0; i < g[k].n; i++) skipped += g[k].rows[i].v == GATE_NEW;
     char count[32], fails[32], skips[32];
-    snprintf(count, sizeof count, "%d", g[k].n);
-    snprintf(fails, sizeof fails, "%d", g[k].regressed);
+    snprintf(count, sizeof count, "%d", g[k].n + (g[k].incomplete[0] != 0));
+    snprintf(fails, sizeof fails, "%d", g[k].failed);
     snprintf(skips, sizeof skips, "%d", skipped);
     fputs("<testsuite", f);
     attr(f, "name", g[k].scenario);
@@ -238,6 +283,14 @@ static bool write_junit(const char *path, const gate_result *g, int n) {
     attr(f, "failures", fails);
     attr(f, "skipped", skips);
     fputs(">\n", f);
+    if (g[k].incomplete[0]) { // the run itself: one more case, failed
+      fputs("  <testcase", f);
+      attr(f, "classname", g[k].scenario);
+      attr(f, "name", "run complete");
+      fputs(">\n    <failure type=\"incomplete\"", f);
+      attr(f, "message", g[k].incomplete);
+      fputs("/>\n  </testcase>\n", f);
+    }
     for (int i = 0; i < g[k].n; i++) junit_case(f, &g[k], &g[k].rows[i]);
     fputs("</testsuite>\n", f);
   }
@@ -250,7 +303,7 @@ static bool write_junit(const char *path, const gate_result *g, int n) {
 typedef struct gate_args {
   const char *db, *base_db, *junit;
   int64_t run, base_run;
-  bool json;
+  bool json, capacity;
   gate_options o;
   unsigned set; // given on the command line: 1 tolerance, 2 alpha, 4 metrics
 } gate_args;
@@ -309,6 +362,10 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
       a->set |= 4;
     } else if (!strcmp(s, "--junit") && v) {
       a->junit = argv[++i];
+    } else if (!strcmp(s, "--capacity")) {
+      a->capacity = true;
+    } else if (!strcmp(s, "--accept-improvements")) {
+      a->o.accept_improvements = true;
     } else if (!strcmp(s, "--json")) {
       a->json = true;
     } else {
@@ -324,6 +381,7 @@ static int parse_gate(int argc, char **argv, gate_args *a) {
 // the exit code of the first failure (what was gated before it stays in g).
 static int gate_all(const gate_args *a, sqlite3 *cdb, sqlite3 *bdb, const int64_t *runs,
                     int n_runs, gate_result *g, int *n) {
+  // (a run without a baseline gets a result only when it did not complete: it fails)
   sc_error err = {{0}};
   for (int i = 0; i < n_runs; i++) {
     int64_t b = a->base_run ? a->base_run : find_baseline(cdb, runs[i], bdb);
@@ -332,6 +390,24 @@ static int gate_all(const gate_args *a, sqlite3 *cdb, sqlite3 *bdb, const int64_
               "with `shardcheck baseline`): nothing to compare\n", (long long)runs[i],
               a->base_db ? a->base_db : a->db);
       if (a->run) return CLI_USAGE;
+      // nothing to compare, but a run that did not complete still fails
+      gate_result *r = &g[*n];
+      memset(r, 0, sizeof *r);
+      int64_t grp[GATE_MAX_REPS];
+      int ng = gate_group(cdb, runs[i], grp, GATE_MAX_REPS);
+      gate_check_complete(cdb, grp, ng, r);
+      if (r->incomplete[0]) {
+        char mode[16] = "";
+        rq_run_scenario_mode(cdb, runs[i], r->scenario, sizeof r->scenario, mode, sizeof mode);
+        r->sim = !strcmp(mode, "sim");
+        r->cur_run = ng > 0 ? grp[0] : runs[i];
+        r->n_cur_reps = ng;
+        r->noisiest = -1;
+        r->alpha = a->o.alpha;
+        r->noise_base = r->noise_cur = NAN;
+        r->failed = 1;
+        (*n)++;
+      }
       continue;
     }
     gate_options o = a->o; // the scenario's `gate:` defaults where the command line is silent
@@ -345,31 +421,73 @@ static int gate_all(const gate_args *a, sqlite3 *cdb, sqlite3 *bdb, const int64_
 
 // Prints the table or the JSON and writes the JUnit file; returns the exit code.
 static int emit(const gate_args *a, const gate_result *g, int n) {
-  int regressed = 0;
-  for (int i = 0; i < n; i++) regressed += g[i].regressed;
+  int regressed = 0, failed = 0;
+  for (int i = 0; i < n; i++) regressed += g[i].regressed, failed += g[i].failed;
   if (a->json) {
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(arr, gate_json(&g[i]));
-    json_t *o = json_pack("{s:i, s:o}", "regressed", regressed, "gates", arr);
+    json_t *o = json_pack("{s:i, s:i, s:o}", "regressed", regressed, "failed", failed, "gates",
+                          arr);
     char *txt = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
     if (txt) puts(txt);
     free(txt);
     json_decref(o);
   } else {
     for (int i = 0; i < n; i++) print_table(&g[i]);
-    printf("gate: %s (%d regressed)\n", regressed ? "FAIL" : "PASS", regressed);
+    printf("gate: %s (%d regressed, %d failed in all)\n", failed ? "FAIL" : "PASS", regressed,
+           failed);
   }
   if (a->junit && !write_junit(a->junit, g, n)) {
     fprintf(stderr, "shardcheck gate: cannot write %s\n", a->junit);
     return CLI_RUNTIME;
   }
-  return regressed ? CLI_SLO_FAIL : CLI_OK;
+  return failed ? CLI_SLO_FAIL : CLI_OK;
+}
+
+// --capacity: the search to judge (--run, else the newest in cdb) against its baseline
+// (--baseline-run, else the newest earlier search of its scenario in bdb) into g[0].
+static int gate_capacity(const gate_args *a, sqlite3 *cdb, sqlite3 *bdb, gate_result *g,
+                         int *n) {
+  int64_t cur = a->run ? a->run : gate_capacity_latest(cdb, NULL, INT64_MAX);
+  if (!cur) {
+    fprintf(stderr, "shardcheck gate: no capacity searches in %s: nothing to gate\n", a->db);
+    return CLI_USAGE;
+  }
+  char scen[128] = "";
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(cdb, "SELECT scenario FROM capacity WHERE id = ?1", -1, &st, NULL) ==
+      SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, cur);
+    if (sqlite3_step(st) == SQLITE_ROW)
+      snprintf(scen, sizeof scen, "%s", (const char *)sqlite3_column_text(st, 0));
+  }
+  sqlite3_finalize(st);
+  if (!scen[0]) {
+    fprintf(stderr, "shardcheck gate: no capacity search %lld in %s\n", (long long)cur, a->db);
+    return CLI_USAGE;
+  }
+  int64_t base = a->base_run ? a->base_run
+                             : gate_capacity_latest(bdb, scen, bdb == cdb ? cur : INT64_MAX);
+  if (!base) {
+    fprintf(stderr, "shardcheck gate: capacity search %lld: no earlier search of scenario %s in "
+            "%s: nothing to compare\n", (long long)cur, scen, a->base_db ? a->base_db : a->db);
+    return CLI_USAGE;
+  }
+  sc_error err = {{0}};
+  sc_status s = gate_capacity_compare(cdb, cur, bdb, base, &a->o, &g[0], &err);
+  if (s != SC_OK) return cli_fail("gate", s, &err);
+  *n = 1;
+  return CLI_OK;
 }
 
 int cmd_gate(int argc, char **argv) {
   gate_args a = {.db = "results.db", .o = gate_options_defaults()};
   int rc = parse_gate(argc, argv, &a);
   if (rc) return rc < 0 ? CLI_OK : rc;
+  if (a.capacity && (a.set & 4))
+    return cli_usage_error("gate", "--capacity compares its own rows (recommendation, max_rate, "
+                           "max_rate_lo, max_rate_hi, cost_per_mtok); --metric is for runs, got",
+                           a.o.metrics[0].name);
   sc_error err = {{0}};
   store *cur = NULL, *base = NULL;
   sc_status st = store_open_readonly(a.db, &cur, &err);
@@ -381,17 +499,24 @@ int cmd_gate(int argc, char **argv) {
   sqlite3 *cdb = store_db(cur), *bdb = base ? store_db(base) : cdb;
   int64_t runs[MAX_GATES];
   char scen[128];
-  int n_runs = a.run ? 1 : rq_latest_complete_runs(cdb, runs, MAX_GATES), n = 0;
+  int n_runs = a.capacity ? 0 : a.run ? 1 : rq_latest_runs(cdb, runs, MAX_GATES), n = 0;
   if (a.run) runs[0] = a.run;
   gate_result *g = calloc(MAX_GATES, sizeof *g);
   int code = g ? CLI_OK : CLI_RUNTIME;
   if (!g) fprintf(stderr, "shardcheck gate: out of memory\n");
-  if (g && a.run && !rq_run_scenario_mode(cdb, a.run, scen, sizeof scen, NULL, 0)) {
+  if (g && a.capacity) {
+    code = gate_capacity(&a, cdb, bdb, g, &n);
+    if (code == CLI_OK) code = emit(&a, g, n);
+  } else if (g && a.run && !rq_run_scenario_mode(cdb, a.run, scen, sizeof scen, NULL, 0)) {
     fprintf(stderr, "shardcheck gate: no run %lld in %s\n", (long long)a.run, a.db);
     code = CLI_USAGE;
   }
-  if (code == CLI_OK) code = gate_all(&a, cdb, bdb, runs, n_runs, g, &n);
-  if (code == CLI_OK) code = emit(&a, g, n);
+  if (code == CLI_OK && !a.capacity && n_runs == 0) {
+    fprintf(stderr, "shardcheck gate: no runs in %s: nothing to gate\n", a.db);
+    code = CLI_USAGE;
+  }
+  if (code == CLI_OK && !a.capacity) code = gate_all(&a, cdb, bdb, runs, n_runs, g, &n);
+  if (code == CLI_OK && !a.capacity) code = emit(&a, g, n);
   for (int i = 0; i < n; i++) gate_result_free(&g[i]);
   free(g);
   store_close(base);

@@ -54,7 +54,8 @@ const char *gate_verdict_name(gate_verdict v) {
   case GATE_WORSE_NOISE: return "worse within noise";
   case GATE_REGRESSED: return "REGRESSED";
   case GATE_NEW: return "new (no baseline)";
-  case GATE_MISSING: return "missing";
+  case GATE_MISSING: return "MISSING";
+  case GATE_CHANGED: return "CHANGED (better)";
   }
   return "?";
 }
@@ -271,7 +272,9 @@ static double shift_p(const series *se, bool lower_better) {
   return gate_mann_whitney_greater(a, se->n[0], b, se->n[1]);
 }
 
-static void judge(series *se, double alpha) {
+// sim: whether the runs are deterministic (a change past the tolerance either way is judged);
+// accept: a sim change the better way is an improvement asked for.
+static void judge(series *se, double alpha, bool sim, bool accept) {
   gate_row *r = &se->row;
   describe(se);
   if (se->n[0] == 0 || se->n[1] == 0) {
@@ -280,6 +283,10 @@ static void judge(series *se, double alpha) {
   }
   if (fabs(r->worse) <= r->tol) {
     r->v = GATE_SAME;
+    return;
+  }
+  if (sim) { // deterministic: any change past the tolerance is one the code made
+    r->v = r->worse > 0 ? GATE_REGRESSED : accept ? GATE_IMPROVED : GATE_CHANGED;
     return;
   }
   if (se->n[0] < 2 || se->n[1] < 2) { // no noise estimate: the tolerance alone
@@ -347,6 +354,24 @@ static sc_status check_runs(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, 
   return SC_OK;
 }
 
+void gate_check_complete(sqlite3 *db, const int64_t *ids, int n, gate_result *g) {
+  for (int i = 0; i < n; i++) {
+    char status[32] = "", error[160] = "";
+    if (!rq_run_status(db, ids[i], status, sizeof status, error, sizeof error) ||
+        !strcmp(status, "complete"))
+      continue;
+    const char *why = !strcmp(status, "running")
+                          ? "it never ended: the process crashed or was killed (or is still "
+                            "running), so its rows are partial"
+                      : !strcmp(status, "interrupted") ? "it was stopped early, so its rows "
+                                                         "are partial"
+                                                       : "it stopped on an error";
+    snprintf(g->incomplete, sizeof g->incomplete, "run %lld has status '%s': %s%s%.120s",
+             (long long)ids[i], status, why, error[0] ? ": " : "", error);
+    return;
+  }
+}
+
 sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
                        const gate_options *o, gate_result *out, sc_error *err) {
   memset(out, 0, sizeof *out);
@@ -358,6 +383,7 @@ sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64
   int64_t gb[GATE_MAX_REPS], gc[GATE_MAX_REPS];
   int nb = gate_group(base_db, base_run, gb, GATE_MAX_REPS);
   int nc = gate_group(cur_db, cur_run, gc, GATE_MAX_REPS);
+  gate_check_complete(cur_db, gc, nc, out);
   double dflt = out->sim ? o->tol_sim : o->tol_real;
   table t = {0};
   s = load_group(base_db, gb, &nb, 0, o, dflt, &t, err);
@@ -375,10 +401,14 @@ sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64
   out->n_cur_reps = nc;
   out->alpha = o->alpha;
   for (int i = 0; i < t.n; i++) {
-    judge(&t.s[i], o->alpha);
+    judge(&t.s[i], o->alpha, out->sim, o->accept_improvements);
+    gate_verdict v = t.s[i].row.v;
     out->rows[out->n++] = t.s[i].row;
-    out->regressed += t.s[i].row.v == GATE_REGRESSED;
+    out->regressed += v == GATE_REGRESSED;
+    out->missing += v == GATE_MISSING;
+    out->changed += v == GATE_CHANGED;
   }
+  out->failed = out->regressed + out->missing + out->changed + (out->incomplete[0] != 0);
   free(t.s);
   summarize_noise(out);
   return SC_OK;

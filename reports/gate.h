@@ -37,6 +37,8 @@ typedef struct gate_options {
   double alpha;     // significance level of the one-sided test (0.01)
   gate_metric_tol metrics[GATE_MAX_METRICS]; // the metrics compared; none: the defaults
   int n_metrics;
+  bool accept_improvements; // sim: a change past the tolerance the better way is IMPROVED
+                            // (passes) instead of CHANGED (fails)
 } gate_options;
 
 gate_options gate_options_defaults(void);
@@ -53,7 +55,11 @@ typedef enum gate_verdict {
   GATE_WORSE_NOISE, // worse by more than the tolerance, but not significant across repetitions
   GATE_REGRESSED,
   GATE_NEW,         // no baseline value (a new deployment, phase or metric): reported only
-  GATE_MISSING,     // no current value: reported only
+  GATE_MISSING,     // no current value (the run crashed or stopped early, or the deployment,
+                    // phase or metric is gone): a failure
+  GATE_CHANGED,     // sim: better by more than the tolerance, not accepted
+                    // (gate_options.accept_improvements): a failure, as deterministic runs
+                    // change only when the code, the profile or the scenario did
 } gate_verdict;
 const char *gate_verdict_name(gate_verdict v); // "improved", "same", ..., "REGRESSED"
 
@@ -71,17 +77,27 @@ typedef struct gate_row {
   double noise_cur;    // the same over the current repetitions
   int n_base, n_cur;   // repetitions with a value
   gate_verdict v;
+  char note[160];      // what changed, in words, where numbers cannot say ("" none): a
+                       // capacity search's recommendation
 } gate_row;
 
 typedef struct gate_result {
   char scenario[128];
   bool sim;            // both runs are sim runs
+  bool capacity;       // a comparison of two capacity searches (their ids in base_run and
+                       // cur_run; gate_capacity_compare)
   int64_t base_run, cur_run; // the groups' first runs
   int n_base_reps, n_cur_reps; // repetitions used: of a group, its complete runs
   double alpha;        // the significance level applied
   gate_row *rows;      // (n) owned
   int n;
   int regressed;       // rows REGRESSED
+  int missing;         // rows MISSING
+  int changed;         // rows CHANGED (sim improvements not accepted)
+  int failed;          // regressed + missing + changed, + 1 when the current side is incomplete:
+                       // the gate fails when it is > 0
+  char incomplete[256]; // why the current side is not complete ("run 7 has status 'running':
+                        // ..."); "" when every run of its group is complete
   double noise_base, noise_cur; // medians of the rows' noise (NaN: no repetitions)
   int noisiest;        // the row with the largest noise on either side; -1: none
 } gate_result;
@@ -101,6 +117,27 @@ int gate_group(sqlite3 *db, int64_t run_id, int64_t *out, int cap);
 sc_status gate_compare(sqlite3 *cur_db, int64_t cur_run, sqlite3 *base_db, int64_t base_run,
                        const gate_options *o, gate_result *out, sc_error *err);
 void gate_result_free(gate_result *r);
+// Fills g->incomplete (and leaves the rest of g as it is) when a run of the current group
+// ids[0..n) did not complete: its rows are partial or absent, so what the gate did not see
+// cannot pass.
+void gate_check_complete(sqlite3 *db, const int64_t *ids, int n, gate_result *g);
+
+// --- capacity searches (`shardcheck capacity`, the capacity tables; docs/gate.md)
+
+// The newest capacity search in db of scenario scen (NULL: of any) with an id below before;
+// 0 when there is none.
+int64_t gate_capacity_latest(sqlite3 *db, const char *scen, int64_t before);
+
+// Compares capacity search cur in cur_db with search base in base_db: the recommendation and
+// whether one serves the target, and per layout max_rate and its interval's ends (max_rate_lo,
+// max_rate_hi; higher is better) and cost_per_mtok (lower is better), each against
+// o->tol_sim in both directions as in sim runs (searches are simulated: deterministic;
+// o->accept_improvements accepts the better ones). SC_INVALID when a search is missing, is
+// its own baseline, or the two ask different questions (another scenario or scenario text,
+// SLO, target rate, search range, iterations, seed, costs or set of layouts: err says which,
+// in one line).
+sc_status gate_capacity_compare(sqlite3 *cur_db, int64_t cur, sqlite3 *base_db, int64_t base,
+                                const gate_options *o, gate_result *out, sc_error *err);
 
 // One-sided exact Mann-Whitney U: the probability, under no difference, that the rank sum of
 // b (n_b values) is at least the observed one, i.e. that b is at least this much larger than

@@ -784,6 +784,20 @@ bool rq_run_complete(sqlite3 *db, int64_t id) {
   return ok;
 }
 
+bool rq_run_status(sqlite3 *db, int64_t id, char *status, size_t status_cap, char *error,
+                   size_t error_cap) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT status, coalesce(error, '') FROM run WHERE id = ?1", -1,
+                         &st, NULL) != SQLITE_OK)
+    return false;
+  sqlite3_bind_int64(st, 1, id);
+  bool ok = sqlite3_step(st) == SQLITE_ROW;
+  if (ok && status) snprintf(status, status_cap, "%s", (const char *)sqlite3_column_text(st, 0));
+  if (ok && error) snprintf(error, error_cap, "%s", (const char *)sqlite3_column_text(st, 1));
+  sqlite3_finalize(st);
+  return ok;
+}
+
 bool rq_run_scenario_mode(sqlite3 *db, int64_t id, char *scen, size_t scen_cap, char *mode,
                           size_t mode_cap) {
   sqlite3_stmt *st = NULL;
@@ -810,11 +824,11 @@ char *rq_run_config(sqlite3 *db, int64_t id) {
   return config;
 }
 
-int rq_latest_complete_runs(sqlite3 *db, int64_t *out, int cap) {
+int rq_latest_runs(sqlite3 *db, int64_t *out, int cap) {
   sqlite3_stmt *st = NULL;
   int n = 0;
-  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run WHERE status = 'complete' GROUP BY "
-                             "scenario, mode ORDER BY scenario, mode", -1, &st, NULL) != SQLITE_OK)
+  if (sqlite3_prepare_v2(db, "SELECT max(id) FROM run GROUP BY scenario, mode ORDER BY scenario, "
+                             "mode", -1, &st, NULL) != SQLITE_OK)
     return 0;
   while (sqlite3_step(st) == SQLITE_ROW && n < cap) out[n++] = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);

@@ -191,6 +191,10 @@ bool rq_has_repeat_groups(sqlite3 *db);
 int rq_group_runs(sqlite3 *db, int64_t run_id, bool grouped, int64_t *out, int cap);
 // Whether run id ended complete (not interrupted, failed or still running).
 bool rq_run_complete(sqlite3 *db, int64_t id);
+// run id's status as stored ("running", "complete", "interrupted", "failed") and its error
+// ("" none); false when there is no such run.
+bool rq_run_status(sqlite3 *db, int64_t id, char *status, size_t status_cap, char *error,
+                   size_t error_cap);
 // The scenario name and mode of run id into scen[scen_cap] and mode[mode_cap] (either may be
 // NULL); false when there is no such run (the buffers untouched).
 bool rq_run_scenario_mode(sqlite3 *db, int64_t id, char *scen, size_t scen_cap, char *mode,
@@ -198,9 +202,10 @@ bool rq_run_scenario_mode(sqlite3 *db, int64_t id, char *scen, size_t scen_cap, 
 // Run id's config column (the JSON text the runner stored), malloc'd: the caller frees it. NULL
 // when there is no such run, no config, or no memory.
 char *rq_run_config(sqlite3 *db, int64_t id);
-// The latest complete run of every scenario and mode, ordered by scenario then mode, at most
-// cap into out; returns how many (0 as well on a database error).
-int rq_latest_complete_runs(sqlite3 *db, int64_t *out, int cap);
+// The latest run of every scenario and mode whatever its status (a crashed or interrupted one
+// included: the gate fails it), ordered by scenario then mode, at most cap into out; returns
+// how many (0 as well on a database error).
+int rq_latest_runs(sqlite3 *db, int64_t *out, int cap);
 // The latest run marked as a baseline of scenario scen in mode `mode` with an id below before;
 // 0 when there is none (or on a database error).
 int64_t rq_latest_baseline(sqlite3 *db, const char *scen, const char *mode, int64_t before);

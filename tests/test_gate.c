@@ -14,6 +14,7 @@
 
 #include "reports/gate.h"
 #include "reports/store.h"
+#include "scenarios/metric_names.h"
 #include "tests/helpers.h"
 
 static char out[1 << 17];
@@ -113,11 +114,25 @@ Test(gate, sim_changes_are_judged_by_direction_and_tolerance_alone) {
   cr_expect_eq(g.n, 3, "requests is not a gated metric");
   cr_expect_eq(g.regressed, 2);
   gate_result_free(&g);
-  // the other way round: lower latency and higher throughput improve
+  // the other way round: lower latency and higher throughput are better, and in a
+  // deterministic run a change nobody asked for: CHANGED, a failure, unless accepted
+  cr_assert_eq(gate_compare(store_db(s), base, store_db(s), cur, &o, &g, &err), SC_OK);
+  cr_expect_eq(row(&g, "dp1", "output_tok_s")->v, GATE_CHANGED);
+  cr_expect_eq(row(&g, "dp1", "error_rate")->v, GATE_CHANGED, "errors gone");
+  cr_expect_eq(g.regressed, 0);
+  cr_expect_eq(g.changed, 2);
+  cr_expect_eq(g.failed, 2);
+  gate_result_free(&g);
+  o.accept_improvements = true;
   cr_assert_eq(gate_compare(store_db(s), base, store_db(s), cur, &o, &g, &err), SC_OK);
   cr_expect_eq(row(&g, "dp1", "output_tok_s")->v, GATE_IMPROVED);
-  cr_expect_eq(g.regressed, 0);
+  cr_expect_eq(g.failed, 0);
   gate_result_free(&g);
+  cr_assert_eq(gate_compare(store_db(s), cur, store_db(s), base, &o, &g, &err), SC_OK);
+  cr_expect_eq(g.regressed, 2, "accepting improvements accepts no regression");
+  cr_expect_eq(g.failed, 2);
+  gate_result_free(&g);
+  o.accept_improvements = false;
   // a wider tolerance for one metric
   o.n_metrics = 1;
   snprintf(o.metrics[0].name, sizeof o.metrics[0].name, "output_tok_s");
@@ -129,7 +144,7 @@ Test(gate, sim_changes_are_judged_by_direction_and_tolerance_alone) {
   store_close(s);
 }
 
-Test(gate, new_deployments_and_missing_metrics_are_reported_not_failed) {
+Test(gate, new_deployments_are_reported_and_missing_metrics_fail) {
   char path[600];
   store *s = fresh("gate-new", path, sizeof path);
   const char *const two[] = {"dp1", "tp2"};
@@ -144,6 +159,9 @@ Test(gate, new_deployments_and_missing_metrics_are_reported_not_failed) {
   cr_expect_eq(row(&g, "dp1", "output_tok_s")->v, GATE_MISSING);
   cr_expect_eq(row(&g, "dp1", "tpot_p50_ms")->v, GATE_SAME);
   cr_expect_eq(g.regressed, 0);
+  cr_expect_eq(g.missing, 2, "output_tok_s and error_rate");
+  cr_expect_eq(g.failed, 2);
+  cr_expect_str_eq(g.incomplete, "", "the run itself completed");
   gate_result_free(&g);
   int64_t other = add_run(s, "y", "sim", one, 1, names, v, 4);
   cr_expect_eq(gate_compare(store_db(s), other, store_db(s), base, &o, &g, &err), SC_INVALID);
@@ -309,6 +327,8 @@ Test(gate, an_interrupted_repetition_is_left_out_of_its_group) {
   const gate_row *r = row(&g, "dp1", "tpot_p50_ms");
   cr_expect_eq(r->n_cur, 4);
   cr_expect_float_eq(r->noise_cur, (10.3 - 9.9) / 2 / 10.05, 1e-9, "30.0 left out");
+  cr_expect(strstr(g.incomplete, "has status 'interrupted'"), "%s", g.incomplete);
+  cr_expect_eq(g.failed, 1, "the group is incomplete: it does not pass");
   gate_result_free(&g);
   store_close(s);
 }
@@ -479,6 +499,8 @@ Test(gate_cli, an_unchanged_sim_rerun_passes_exactly_and_a_2pct_slower_profile_f
   cr_expect(tpot >= 4 && flagged == tpot, "every TPOT row: %d of %d: %s", flagged, tpot, out);
   count_rows(j, "", "improved", &better);
   cr_expect_eq(better, 0, "a slower device improves nothing: %s", out);
+  count_rows(j, "", "CHANGED (better)", &better);
+  cr_expect_eq(better, 0, "a slower device improves nothing: %s", out);
   int unused = 0, rows = count_rows(j, "", "", &unused);
   json_decref(j);
   cr_expect_eq(cli("gate --db %s --junit %s", db, junit), 1, "%s", out);
@@ -519,6 +541,7 @@ Test(gate_cli, bad_input_exits_2_with_a_reason) {
   snprintf(args, sizeof args, "gate --db %s --run %lld --baseline-run 1", db, (long long)id);
   cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 2, "%s", out);
   cr_expect(strstr(out, "runs of different scenarios are not compared"), "%s", out);
+  cr_expect(strchr(out, '\n') == out + strlen(out) - 1, "one line: %s", out);
   cr_expect_eq(cli("gate --db %s --tolerance lots%s", db, ""), 2, "%s", out);
   cr_expect_eq(cli("gate --db %s --metric requests%s", db, ""), 2, "%s", out);
   cr_expect(strstr(out, "no better direction"), "%s", out);
@@ -797,7 +820,7 @@ Test(gate, a_starved_prompt_class_regresses_by_name_while_the_overall_metric_hol
   cr_expect_eq(sh->v, GATE_REGRESSED, "short TTFT p95 doubled");
   cr_expect_str_eq(sh->phase, "", "the class's pooled row");
   cr_expect_eq(row(&g, "dp1", "ttft_p95_ms")->v, GATE_SAME);
-  cr_expect_eq(row(&g, "dp1", "long:ttft_p95_ms")->v, GATE_IMPROVED);
+  cr_expect_eq(row(&g, "dp1", "long:ttft_p95_ms")->v, GATE_CHANGED, "better, and unasked");
   cr_expect_eq(g.regressed, 1);
   gate_result_free(&g);
   // chosen by name: CLASS:NAME picks that class's row with its own tolerance; a bare name
@@ -837,4 +860,357 @@ Test(gate_cli, metric_takes_a_prompt_class_name_with_or_without_a_tolerance) {
   cr_expect(strstr(out, "short:lost_requests") != NULL, "%s", out);
   cr_expect_eq(cli("gate --db %s %s --metric ttft_p95_ms:fast", path, ids), 2, "%s", out);
   cr_expect(strstr(out, "needs a percentage after ':'") != NULL, "%s", out);
+}
+
+// --- a crashed or incomplete run never passes
+
+// A run of scenario "x" that began, wrote its deployment and no metric (the process aborted
+// before the end): status stays 'running'; its id.
+static int64_t add_crashed_run(store *s, const char *mode) {
+  sc_error err = {{0}};
+  store_run r = {.scenario = "x", .scenario_text = "name: x\n", .mode = mode, .backend = mode,
+                 .model = "m", .seed = 1};
+  int64_t id = 0, dep = 0;
+  cr_assert_eq(store_run_begin(s, &r, &id, &err), SC_OK, "%s", err.msg);
+  store_deployment sd = {.run_id = id, .idx = 0, .label = "dp1", .tp = 1, .pp = 1, .dp = 1};
+  cr_assert_eq(store_deployment_begin(s, &sd, &dep, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_flush(s, &err), SC_OK, "%s", err.msg);
+  return id;
+}
+
+Test(gate, a_crashed_run_fails_with_every_row_missing_and_the_reason) {
+  char path[600];
+  store *s = fresh("gate-crash", path, sizeof path);
+  double v[] = {10, 1000, 0, 50};
+  int64_t base = add_run(s, "x", "sim", one, 1, names, v, 4);
+  int64_t cur = add_crashed_run(s, "sim");
+  gate_options o = gate_options_defaults();
+  gate_result g;
+  sc_error err = {{0}};
+  cr_assert_eq(gate_compare(store_db(s), cur, store_db(s), base, &o, &g, &err), SC_OK, "%s",
+               err.msg);
+  cr_expect_eq(g.n, 3);
+  cr_expect_eq(g.missing, 3, "every row the baseline has");
+  for (int i = 0; i < g.n; i++) cr_expect_eq(g.rows[i].v, GATE_MISSING);
+  cr_expect(strstr(g.incomplete, "has status 'running'") && strstr(g.incomplete, "crashed"),
+            "%s", g.incomplete);
+  cr_expect_eq(g.failed, 4, "3 missing rows and the incomplete run");
+  gate_result_free(&g);
+  // a run that failed on an error, its metrics written: still not a pass, and the error named
+  int64_t failed = add_run(s, "x", "sim", one, 1, names, v, 4);
+  sc_test_exec(path, "UPDATE run SET status = 'failed', error = 'invariant: kv block freed "
+                     "twice' WHERE id = 3");
+  cr_assert_eq(failed, 3);
+  cr_assert_eq(gate_compare(store_db(s), failed, store_db(s), base, &o, &g, &err), SC_OK);
+  cr_expect_eq(g.missing + g.regressed + g.changed, 0, "every number the same");
+  cr_expect(strstr(g.incomplete, "'failed'") && strstr(g.incomplete, "freed twice"), "%s",
+            g.incomplete);
+  cr_expect_eq(g.failed, 1);
+  gate_result_free(&g);
+  store_close(s);
+}
+
+Test(gate_cli, the_default_run_is_the_latest_even_crashed_and_an_empty_database_is_refused) {
+  const char *dir = sc_test_tmpdir("gate-crash-cli");
+  char db[600], junit[600];
+  snprintf(db, sizeof db, "%s/c.db", dir);
+  snprintf(junit, sizeof junit, "%s/gate.xml", dir);
+  store *s = NULL;
+  sc_error err = {{0}};
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  double v[] = {10, 1000, 0, 50};
+  add_run(s, "x", "sim", one, 1, names, v, 4);
+  add_run(s, "x", "sim", one, 1, names, v, 4);
+  store_close(s);
+  sc_test_exec(db, "UPDATE run SET baseline = 1 WHERE id = 1");
+  cr_expect_eq(cli("gate --db %s%s", db, ""), 0, "%s", out);
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  add_crashed_run(s, "sim"); // run 3: aborted, as with SIGABRT
+  store_close(s);
+  cr_expect_eq(cli("gate --db %s --junit %s", db, junit), 1, "not run 2, the complete one: %s",
+               out);
+  cr_expect(strstr(out, "run 3") && strstr(out, "MISSING") && strstr(out, "INCOMPLETE: run 3 "
+            "has status 'running'") && strstr(out, "gate: FAIL"), "%s", out);
+  read_file(junit);
+  cr_expect(strstr(out, "type=\"incomplete\"") && strstr(out, "type=\"missing\"") &&
+                strstr(out, "failures=\"4\""),
+            "%s", out);
+  cr_expect_eq(cli("gate --db %s --json%s", db, ""), 1, "%s", out);
+  json_t *j = parse_json();
+  json_t *g = json_array_get(json_object_get(j, "gates"), 0);
+  cr_expect_eq(json_integer_value(json_object_get(g, "missing")), 3, "%s", out);
+  cr_expect(json_is_string(json_object_get(g, "incomplete")), "%s", out);
+  cr_expect_eq(json_integer_value(json_object_get(j, "failed")), 4, "%s", out);
+  json_decref(j);
+  // a crashed run with no baseline to compare with: nothing compared, still a failure
+  char lone[600];
+  snprintf(lone, sizeof lone, "%s/l.db", dir);
+  cr_assert_eq(store_open(lone, &s, &err), SC_OK, "%s", err.msg);
+  add_run(s, "y", "sim", one, 1, names, v, 4);
+  add_crashed_run(s, "sim");
+  store_close(s);
+  cr_expect_eq(cli("gate --db %s%s", lone, ""), 1, "%s", out);
+  cr_expect(strstr(out, "no baseline") && strstr(out, "INCOMPLETE: run 2 has status 'running'") &&
+                strstr(out, "gate: FAIL"),
+            "scenario y's complete run passes unjudged, x's crashed one fails: %s", out);
+  // a database without a run has nothing to pass
+  char empty[600];
+  snprintf(empty, sizeof empty, "%s/e.db", dir);
+  cr_assert_eq(store_open(empty, &s, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  cr_expect_eq(cli("gate --db %s%s", empty, ""), 2, "%s", out);
+  cr_expect(strstr(out, "no runs in") && strstr(out, "nothing to gate"), "%s", out);
+}
+
+Test(gate_cli, sim_improvements_fail_unless_accepted) {
+  const char *dir = sc_test_tmpdir("gate-accept");
+  char db[600];
+  const char *const modes[] = {"sim", "sim"};
+  double vals[] = {10, 8}; // tpot 20% lower: better, and unexplained
+  int mark[] = {1, 0};
+  synthetic_db(dir, "a.db", 2, modes, vals, mark, db, sizeof db);
+  cr_expect_eq(cli("gate --db %s%s", db, ""), 1, "%s", out);
+  cr_expect(strstr(out, "CHANGED (better)") && strstr(out, "1 changed") &&
+                strstr(out, "gate: FAIL"),
+            "%s", out);
+  cr_expect_eq(cli("gate --db %s --accept-improvements%s", db, ""), 0, "%s", out);
+  cr_expect(strstr(out, "improved") && strstr(out, "gate: PASS"), "%s", out);
+  cr_expect_eq(cli("gate --help%s%s", "", ""), 0, "%s", out);
+  cr_expect(strstr(out, "--accept-improvements") && strstr(out, "--capacity"), "%s", out);
+  // real runs are noisy: an improvement there passes as it did
+  const char *const real[] = {"real", "real"};
+  synthetic_db(dir, "r.db", 2, real, vals, mark, db, sizeof db);
+  cr_expect_eq(cli("gate --db %s%s", db, ""), 0, "%s", out);
+  cr_expect(strstr(out, "improved"), "%s", out);
+}
+
+// --- the direction table: derived here independently, and checked through the gate
+
+// The better direction of a metric from its unit and name, not from the table: latencies and
+// times are better lower, rates of tokens or requests higher (unless the metric only
+// describes the load: arrival_rate), and of the rest, counts of bad events (errors, leaks,
+// losses, mismatches, violations) and fractions of harm lower, except the few measures of
+// goodness listed. -1 lower, 1 higher.
+static int expected_dir(const mt_metric_info *m) {
+  static const char *const higher[] = {"efficiency", "speedup", "prefix_cache_hit_rate",
+                                       "swap_agreement", "knee_concurrency"};
+  for (size_t i = 0; i < sizeof higher / sizeof *higher; i++)
+    if (!strcmp(m->name, higher[i])) return 1;
+  if (!strcmp(m->unit, "ms") || !strcmp(m->unit, "s")) return -1;
+  if (!strcmp(m->unit, "tok/s") || !strcmp(m->unit, "req/s")) return 1;
+  return -1;
+}
+
+// A complete sim run of scenario "x" whose deployment dp1 has metric `name` = v, and, when a
+// prompt class carries it, class short's pooled row of it = v too; its id.
+static int64_t add_dir_run(store *s, const char *name, double v) {
+  sc_error err = {{0}};
+  store_run r = {.scenario = "x", .scenario_text = "name: x\n", .mode = "sim", .backend = "sim",
+                 .model = "m", .seed = 1};
+  int64_t id = 0, dep = 0;
+  cr_assert_eq(store_run_begin(s, &r, &id, &err), SC_OK, "%s", err.msg);
+  store_deployment sd = {.run_id = id, .idx = 0, .label = "dp1", .tp = 1, .pp = 1, .dp = 1};
+  cr_assert_eq(store_deployment_begin(s, &sd, &dep, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_metric_add(s, id, dep, 0, NULL, name, v, &err), SC_OK, "%s", err.msg);
+  if (mt_metric_per_class(name))
+    cr_assert_eq(store_metric_add(s, id, dep, 0, "short", name, v, &err), SC_OK, "%s", err.msg);
+  cr_assert_eq(store_run_end(s, id, "complete", NULL, NULL, 1, &err), SC_OK, "%s", err.msg);
+  return id;
+}
+
+Test(gate, every_metric_direction_matches_its_unit_and_a_loss_regresses) {
+  const mt_metric_info *all = NULL;
+  int n = mt_metric_all(&all);
+  cr_assert_gt(n, 50);
+  char path[600];
+  store *s = fresh("gate-dirs", path, sizeof path);
+  int checked = 0;
+  for (int i = 0; i < n; i++) {
+    const mt_metric_info *m = &all[i];
+    if (m->dir == MT_NEUTRAL) continue;
+    int want = expected_dir(m);
+    cr_expect_eq(m->dir == MT_HIGHER_BETTER ? 1 : -1, want,
+                 "%s (%s) is %s better in the table; a new metric of this unit that is better "
+                 "higher belongs in expected_dir's list", m->name, m->unit,
+                 m->dir == MT_HIGHER_BETTER ? "higher" : "lower");
+    // the gate, asked for this metric: 100 -> 120 is a loss when lower is better, 100 -> 80
+    // when higher is, on the deployment's row and on a prompt class's
+    double b = 100, c = want > 0 ? 80 : 120;
+    int64_t base = add_dir_run(s, m->name, b), cur = add_dir_run(s, m->name, c);
+    char cls[80];
+    snprintf(cls, sizeof cls, "short:%s", m->name);
+    gate_options o = gate_options_defaults();
+    o.n_metrics = 1;
+    snprintf(o.metrics[0].name, sizeof o.metrics[0].name, "%s", m->name);
+    o.metrics[0].tol = -1;
+    for (int k = 0; k < (mt_metric_per_class(m->name) ? 2 : 1); k++) {
+      const char *rn = k ? cls : m->name;
+      o.accept_improvements = false;
+      cr_expect_eq(verdict_of(s, cur, base, &o, rn, NULL), GATE_REGRESSED,
+                   "%s: %g -> %g is a loss", rn, b, c);
+      o.accept_improvements = true;
+      cr_expect_eq(verdict_of(s, base, cur, &o, rn, NULL), GATE_IMPROVED, "%s: %g -> %g is a gain",
+                   rn, c, b);
+      checked++;
+    }
+  }
+  cr_expect_gt(checked, 45, "the directed metrics and the prompt classes' rows of them");
+  // the throughput rows by name, the ones a flipped direction would turn into gains
+  static const char *const throughput[] = {"output_tok_s", "req_s", "goodput_rps",
+                                           "peak_output_tok_s"};
+  for (size_t i = 0; i < sizeof throughput / sizeof *throughput; i++)
+    cr_expect_eq(mt_metric_find(throughput[i])->dir, MT_HIGHER_BETTER, "%s", throughput[i]);
+  store_close(s);
+}
+
+// --- capacity searches
+
+// A capacity search of scenario "cap" with slo, and two layouts on h100-sxm: tp1 (cost 1/h)
+// and tp2 (2/h), whose max_rate are r1 and r2 (NaN: none held; max_rate_lo/hi = x0.9/x1.1);
+// best: the layout recommended (-1 none); its id.
+static int64_t add_search(store *s, const char *slo, double r1, double r2, int best) {
+  store_cap_search c = {.scenario = "cap", .scenario_text = "name: cap\n", .record = "summary",
+                        .seed = 1, .target_rate = 10, .rate_lo = 1.25, .rate_hi = 40, .iters = 6,
+                        .slo = slo, .costs = "h100-sxm=1", .best = best, .runner_up = -1,
+                        .served = best >= 0, .note = "n"};
+  store_cap_layout l[2];
+  memset(l, 0, sizeof l);
+  for (int i = 0; i < 2; i++) {
+    double r = i ? r2 : r1;
+    snprintf(l[i].kind, sizeof l[i].kind, "h100-sxm");
+    l[i].tp = i + 1;
+    l[i].pp = l[i].dp = 1;
+    l[i].gpus = i + 1;
+    snprintf(l[i].label, sizeof l[i].label, "tp%d", i + 1);
+    l[i].cost_per_hour = i + 1;
+    l[i].max_rate = r;
+    l[i].max_rate_lo = r * 0.9;
+    l[i].max_rate_hi = r * 1.1;
+    l[i].output_tok_s = r * 100;
+    l[i].cost_per_mtok = l[i].cost_per_hour / (r * 100 * 3600) * 1e6;
+    l[i].error = 0.1;
+  }
+  store_cap_point p = {.layout = 0, .rate = 10, .pass = true, .ttft_p95_ms = 1, .tpot_p95_ms = 1,
+                       .e2el_p95_ms = 1, .output_tok_s = 1000, .error_rate = 0};
+  int64_t id = 0;
+  sc_error err = {{0}};
+  cr_assert_eq(store_capacity_add(s, &c, l, 2, &p, 1, &id, &err), SC_OK, "%s", err.msg);
+  return id;
+}
+
+static const gate_row *cap_row(const gate_result *g, const char *dep, const char *metric) {
+  return row(g, dep, metric);
+}
+
+Test(gate, capacity_answers_are_compared_both_ways_and_the_recommendation_by_name) {
+  char path[600];
+  store *s = fresh("gate-cap", path, sizeof path);
+  const char *slo = "ttft_p95_ms 500, tpot_p95_ms 40";
+  int64_t a = add_search(s, slo, 12, 30, 0);
+  int64_t same = add_search(s, slo, 12, 30, 0);
+  int64_t faster = add_search(s, slo, 12, 36, 0);  // tp2 +20%
+  int64_t other = add_search(s, slo, 8, 30, 1);    // tp1 below the target: tp2 recommended
+  int64_t none = add_search(s, slo, NAN, 30, 1);   // tp1 holds no rate at all
+  gate_options o = gate_options_defaults();
+  gate_result g;
+  sc_error err = {{0}};
+  cr_assert_eq(gate_capacity_compare(store_db(s), same, store_db(s), a, &o, &g, &err), SC_OK,
+               "%s", err.msg);
+  cr_expect(g.capacity && g.sim);
+  cr_expect_eq(g.n, 9, "the recommendation and 4 rows per layout");
+  cr_expect_eq(g.failed, 0);
+  cr_expect_eq(cap_row(&g, "(search)", "recommendation")->v, GATE_SAME);
+  cr_expect(strstr(cap_row(&g, "(search)", "recommendation")->note, "tp1 (h100-sxm)"), "%s",
+            cap_row(&g, "(search)", "recommendation")->note);
+  gate_result_free(&g);
+  cr_assert_eq(gate_capacity_compare(store_db(s), faster, store_db(s), a, &o, &g, &err), SC_OK);
+  cr_expect_eq(cap_row(&g, "tp2 h100-sxm", "max_rate")->v, GATE_CHANGED, "+20%% unasked");
+  cr_expect_float_eq(cap_row(&g, "tp2 h100-sxm", "max_rate")->change, 0.2, 1e-9);
+  cr_expect_eq(cap_row(&g, "tp2 h100-sxm", "cost_per_mtok")->v, GATE_CHANGED);
+  cr_expect_eq(cap_row(&g, "tp1 h100-sxm", "max_rate")->v, GATE_SAME);
+  cr_expect_eq(g.changed, 4);
+  cr_expect_eq(g.failed, 4);
+  gate_result_free(&g);
+  cr_assert_eq(gate_capacity_compare(store_db(s), a, store_db(s), faster, &o, &g, &err), SC_OK);
+  cr_expect_eq(cap_row(&g, "tp2 h100-sxm", "max_rate")->v, GATE_REGRESSED);
+  cr_expect_eq(cap_row(&g, "tp2 h100-sxm", "cost_per_mtok")->v, GATE_REGRESSED);
+  cr_expect_eq(g.regressed, 4);
+  gate_result_free(&g);
+  o.accept_improvements = true;
+  cr_assert_eq(gate_capacity_compare(store_db(s), faster, store_db(s), a, &o, &g, &err), SC_OK);
+  cr_expect_eq(g.failed, 0, "accepted");
+  gate_result_free(&g);
+  o.accept_improvements = false;
+  // the recommendation moved to the dearer layout: regressed, with both names
+  cr_assert_eq(gate_capacity_compare(store_db(s), other, store_db(s), a, &o, &g, &err), SC_OK);
+  const gate_row *rec = cap_row(&g, "(search)", "recommendation");
+  cr_expect_eq(rec->v, GATE_REGRESSED);
+  cr_expect(strstr(rec->note, "tp1 (h100-sxm) -> tp2 (h100-sxm)"), "%s", rec->note);
+  cr_expect_eq(cap_row(&g, "tp1 h100-sxm", "max_rate")->v, GATE_REGRESSED);
+  gate_result_free(&g);
+  // no rate held any more: the worst change there is
+  cr_assert_eq(gate_capacity_compare(store_db(s), none, store_db(s), a, &o, &g, &err), SC_OK);
+  cr_expect_eq(cap_row(&g, "tp1 h100-sxm", "max_rate")->v, GATE_REGRESSED);
+  cr_expect_eq(cap_row(&g, "tp1 h100-sxm", "cost_per_mtok")->v, GATE_REGRESSED);
+  gate_result_free(&g);
+  // another question is refused
+  int64_t q = add_search(s, "ttft_p95_ms 200, tpot_p95_ms 40", 12, 30, 0);
+  cr_expect_eq(gate_capacity_compare(store_db(s), q, store_db(s), a, &o, &g, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "ask different questions (SLO"), "%s", err.msg);
+  cr_expect_eq(g.n, 0);
+  cr_expect_eq(gate_capacity_compare(store_db(s), 99, store_db(s), a, &o, &g, &err), SC_INVALID);
+  cr_expect(strstr(err.msg, "no capacity search 99"), "%s", err.msg);
+  store_close(s);
+}
+
+Test(gate_cli, capacity_gate_picks_the_previous_search_and_refuses_another_question) {
+  const char *dir = sc_test_tmpdir("gate-cap-cli");
+  char db[600], base[600], args[1400];
+  snprintf(db, sizeof db, "%s/c.db", dir);
+  snprintf(base, sizeof base, "%s/b.db", dir);
+  store *s = NULL;
+  sc_error err = {{0}};
+  const char *slo = "ttft_p95_ms 500";
+  cr_assert_eq(store_open(base, &s, &err), SC_OK, "%s", err.msg);
+  add_search(s, slo, 12, 30, 0);
+  store_close(s);
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  store_close(s);
+  cr_expect_eq(cli("gate --capacity --db %s%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "no capacity searches"), "%s", out);
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  add_search(s, slo, 12, 30, 0);
+  store_close(s);
+  cr_expect_eq(cli("gate --capacity --db %s%s", db, ""), 2, "one search: %s", out);
+  cr_expect(strstr(out, "no earlier search of scenario cap"), "%s", out);
+  snprintf(args, sizeof args, "gate --capacity --db %s --baseline %s", db, base);
+  cr_expect_eq(sc_test_run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "capacity search 1 against baseline search 1") &&
+                strstr(out, "recommendation") && strstr(out, "gate: PASS"),
+            "%s", out);
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  add_search(s, slo, 12, 24, 0); // tp2's capacity down 20%
+  store_close(s);
+  cr_expect_eq(cli("gate --capacity --db %s --json%s", db, ""), 1, "%s", out);
+  json_t *j = parse_json();
+  json_t *g = json_array_get(json_object_get(j, "gates"), 0);
+  cr_expect_str_eq(json_string_value(json_object_get(g, "mode")), "capacity");
+  cr_expect_eq(json_integer_value(json_object_get(g, "current_run")), 2);
+  cr_expect_eq(json_integer_value(json_object_get(g, "baseline_run")), 1);
+  cr_expect_eq(json_integer_value(json_object_get(g, "regressed")), 4, "%s", out);
+  json_decref(j);
+  cr_expect_eq(cli("gate --capacity --db %s --run 2 --baseline-run 1 --tolerance 30%s", db, "%"),
+               0, "%s", out);
+  cr_assert_eq(store_open(db, &s, &err), SC_OK, "%s", err.msg);
+  add_search(s, "ttft_p95_ms 400", 12, 30, 0);
+  store_close(s);
+  cr_expect_eq(cli("gate --capacity --db %s --baseline-run 1%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "ask different questions (SLO 'ttft_p95_ms 400' against 'ttft_p95_ms "
+                        "500')"),
+            "%s", out);
+  int lines = 0;
+  for (const char *p = out; *p; p++) lines += *p == '\n';
+  cr_expect_eq(lines, 1, "one line: %s", out);
+  cr_expect_eq(cli("gate --capacity --db %s --metric ttft_p95_ms%s", db, ""), 2, "%s", out);
+  cr_expect(strstr(out, "--metric is for runs"), "%s", out);
 }
