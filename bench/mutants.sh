@@ -2,7 +2,7 @@
 # Mutation suite (docs/benchmarks.md "Mutation suite"): how many realistic regressions do the
 # shipped scenarios and the gate catch?
 #
-#   bench/mutants.sh [--only NAME] [--list] [--out FILE] [--jobs N] [--timeout S]
+#   bench/mutants.sh [--only NAME]... [--list] [--out FILE] [--jobs N] [--timeout S]
 #                    [--cmake-arg ARG]...
 #
 # Each bench/mutants/NAME.patch is a small regression (a unified diff against this tree) whose
@@ -28,7 +28,8 @@
 # (mutant | caught by | verdict | time) and writes it to --out (default
 # $TMPDIR/shardcheck-mutants.md), with each build's and run's output under FILE.logs/.
 #
-#   --only NAME      run the mutant NAME only (the patch's file name without .patch)
+#   --only NAME      run the mutant NAME only (the patch's file name without .patch);
+#                    repeatable: those mutants only, one unmutated build for all
 #   --list           list the mutants with their catch lines, run nothing
 #   --out FILE       where the table goes (also printed)
 #   --jobs N         build parallelism (default 2)
@@ -45,11 +46,11 @@ die() { echo "mutants.sh: $*" >&2; exit 2; }
 
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 MDIR=$REPO/bench/mutants
-ONLY="" LIST=0 OUT="${TMPDIR:-/tmp}/shardcheck-mutants.md" JOBS=2 TMO=600
+ONLY=() LIST=0 OUT="${TMPDIR:-/tmp}/shardcheck-mutants.md" JOBS=2 TMO=600
 CMAKE_ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --only) [ $# -ge 2 ] || die "--only needs a mutant name"; ONLY=$2; shift 2 ;;
+    --only) [ $# -ge 2 ] || die "--only needs a mutant name"; ONLY+=("$2"); shift 2 ;;
     --list) LIST=1; shift ;;
     --out) [ $# -ge 2 ] || die "--out needs a file"; OUT=$2; shift 2 ;;
     --jobs) if [ $# -lt 2 ] || ! [[ $2 =~ ^[1-9][0-9]*$ ]]; then die "--jobs needs a positive integer"; fi
@@ -65,9 +66,12 @@ done
 shopt -s nullglob
 PATCHES=("$MDIR"/*.patch)
 [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $MDIR"
-if [ -n "$ONLY" ]; then
-  [ -f "$MDIR/$ONLY.patch" ] || die "no mutant '$ONLY' (see --list)"
-  PATCHES=("$MDIR/$ONLY.patch")
+if [ ${#ONLY[@]} -gt 0 ]; then
+  PATCHES=()
+  for o in "${ONLY[@]}"; do
+    [ -f "$MDIR/$o.patch" ] || die "no mutant '$o' (see --list)"
+    PATCHES+=("$MDIR/$o.patch")
+  done
 fi
 
 header() { sed -n "s/^# $2: *//p" "$1"; } # header PATCH KEY: the values of that header line
