@@ -208,6 +208,26 @@ static void replica_shares(rt *r, dep_result *dr) {
   else dep_value(r, dr, name, v, "no request was dispatched");
 }
 
+// --- prompt classes against each other
+// class_ttft_ratio: the slowest prompt class's TTFT p95 over the fastest's, of the classes with a
+// first token in the deployment's pooled summaries (docs/metrics.md). Near 1 when the classes
+// wait alike; a class starved behind another takes it far past. Unlike a class's own TTFT limit
+// it does not move with the host's speed: a slower host makes both classes wait longer.
+static void class_ratio(rt *r, dep_result *dr, int nc) {
+  double lo = NAN, hi = NAN;
+  int n = 0;
+  for (int cl = 0; cl < nc; cl++) {
+    double p = dr->cls_pooled[cl].ttft_ms.n > 0 ? dr->cls_pooled[cl].ttft_ms.p95 : NAN;
+    if (!(p > 0)) continue;
+    lo = n ? fmin(lo, p) : p;
+    hi = n ? fmax(hi, p) : p;
+    n++;
+  }
+  dep_value(r, dr, "class_ttft_ratio", n >= 2 ? hi / lo : NAN,
+            nc < 2 ? "the workload has one prompt class"
+                   : "fewer than two prompt classes had a first token");
+}
+
 sc_status rn_deployment_summaries(rt *r, dep_result *dr, dep_sums *out) {
   size_t n = r->reqs.n;
   int n_classes = workload_n_classes(r->wl);
@@ -363,6 +383,7 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
     mt_summary_each(&dr->cls_pooled[cl], emit_metric, &cc);
   }
+  class_ratio(r, dr, sums->nc);
   return r->db_status;
 }
 

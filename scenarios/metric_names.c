@@ -149,6 +149,10 @@ static const mt_metric_info metrics[] = {
      "1 - the least-used replica's requests over the mean per replica (0: even; 1: a replica "
      "took none); its note gives each replica's share of requests and tokens",
      D, 0, 0, {0}},
+    {"class_ttft_ratio", "x", MT_LOWER_BETTER,
+     "the slowest prompt class's TTFT p95 over the fastest's (near 1: the classes wait alike; "
+     "far past it: one starves behind another)",
+     D, 0, 0, {0}},
     {"kv_peak_frac", "fraction", MT_LOWER_BETTER,
      "highest KV-cache use of any replica (a server's: its /metrics)", D, 0, 13, {0}},
     {"pp_bubble_frac", "fraction", MT_NEUTRAL,

@@ -173,6 +173,12 @@ Test(run, mixed_prompts_reports_ttft_p95_per_prompt_class, .timeout = 900) {
   cr_assert_eq(q1(db, "SELECT count(*) FROM verdict WHERE slo IN ('short:ttft_max_ms', "
                       "'long:ttft_max_ms')"),
                2);
+  // the classes against each other: the slower class's TTFT p95 over the faster's
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric m WHERE name = 'class_ttft_ratio' AND "
+                      "phase_id IS NULL AND abs(value - (SELECT max(value) / min(value) FROM "
+                      "metric WHERE name = 'ttft_p95_ms' AND phase_id IS NULL AND class != '')) "
+                      "< 1e-9"),
+               1);
 }
 
 Test(run, kv_pressure_preempts_and_resumes_with_the_same_greedy_outputs, .timeout = 300) {

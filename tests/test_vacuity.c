@@ -287,6 +287,12 @@ static const plant plants[] = {
      "deployments: [{dp: 1}]\n"
      "workload:\n  prompts: [{input: 16, output: 8}]\n"
      "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n"},
+    // two prompt classes, one with prompts 25x longer: their TTFT p95 differ, a ratio past 1
+    {"classes", ALL,
+     "deployments: [{dp: 1}]\n"
+     "workload:\n  prompts: [{name: a, input: 8, output: 4}, {name: b, input: 200, output: 4}]\n"
+     "  phases: [{fixed: {requests: 12, concurrency: 2}}]\n",
+     "class_ttft_ratio", 0, "0", "--ttft-ms 20", "", NULL, NULL},
 };
 
 // Pairs planted elsewhere: the key, the kinds, and where and why.
@@ -563,3 +569,8 @@ PLANT_TEST(cache_on_local, 8, MT_KIND_LOCAL, 120)
 PLANT_TEST(cache_on_process, 8, MT_KIND_PROCESS, 120)
 PLANT_TEST(cache_on_serve, 8, MT_KIND_SERVE, 120)
 PLANT_TEST(cache_on_text, 8, MT_KIND_TEXT, 120)
+PLANT_TEST(classes_on_sim, 9, MT_KIND_SIM, 60)
+PLANT_TEST(classes_on_local, 9, MT_KIND_LOCAL, 120)
+PLANT_TEST(classes_on_process, 9, MT_KIND_PROCESS, 120)
+PLANT_TEST(classes_on_serve, 9, MT_KIND_SERVE, 120)
+PLANT_TEST(classes_on_text, 9, MT_KIND_TEXT, 120)
