@@ -44,7 +44,8 @@
 # (mutant | caught by | verdict | time) and writes it to --out (default
 # $TMPDIR/shardcheck-mutants.md), with each build's and run's output under FILE.logs/.
 #
-#   --only NAMES     run these mutants only (patch file names without .patch, comma-separated)
+#   --only NAMES     run these mutants only (patch file names without .patch, comma-separated;
+#                    repeatable)
 #   --list           list the mutants with their catch lines, run nothing
 #   --out FILE       where the table goes (also printed)
 #   --jobs N         build parallelism (default 2)
@@ -68,7 +69,7 @@ ONLY="" LIST=0 REUSE=0 OUT="${TMPDIR:-/tmp}/shardcheck-mutants.md" JOBS=2 TMO=60
 CMAKE_ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --only) [ $# -ge 2 ] || die "--only needs a mutant name"; ONLY=$2; shift 2 ;;
+    --only) [ $# -ge 2 ] || die "--only needs a mutant name"; ONLY=${ONLY:+$ONLY,}$2; shift 2 ;;
     --reuse-build) REUSE=1; shift ;;
     --list) LIST=1; shift ;;
     --out) [ $# -ge 2 ] || die "--out needs a file"; OUT=$2; shift 2 ;;

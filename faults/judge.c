@@ -78,10 +78,11 @@ uint64_t frt_phase_start_at(const fault_rt *f, uint64_t t) {
   return s;
 }
 
-// Greedy outputs of the requests a fault touched (retried, resumed, or in flight through a
-// cancel storm) and that completed, compared with a fresh fault-free engine of the same
-// layout. Returns the number that differ; -1 when not checked (sampling, sim, no such
-// request, or the reference could not run: why says).
+// Greedy outputs of the requests a fault touched (retried, resumed, in flight through a
+// cancel storm, or served by weights a hot swap installed) and that completed, compared with a
+// fresh fault-free engine of the same layout and the weights that served them. Returns the
+// number that differ; -1 when not checked (sampling, sim, no such request, or the reference
+// could not run: why says).
 static int equivalence_of(fault_rt *f, int version, char *why, size_t cap);
 
 static int equivalence(fault_rt *f, char *why, size_t cap) {
@@ -97,10 +98,18 @@ static int equivalence(fault_rt *f, char *why, size_t cap) {
   return total;
 }
 
-// Whether request q is compared: it completed after a fault touched it, on weights version.
-static bool touched(const req_rec *q, int version) {
-  return q->status == REQ_OK && q->state == REQ_DONE && (q->retries > 0 || q->fault >= 0) &&
-         q->version == version;
+// Requests that only new weights touched (served by a swapped replica, no fault on their path)
+// compared per version: the first this many of them by key, the ones nearest the swap. All of
+// a busy phase would cost a reference run as long as the phase.
+enum { SWAP_SAMPLE = 64 };
+
+// Whether request q is compared: it completed on weights version after a fault touched it, or
+// it is one of the first SWAP_SAMPLE requests served by a swap's weights (*n_swap counts them;
+// call in key order from 0).
+static bool touched(const req_rec *q, int version, int *n_swap) {
+  if (q->status != REQ_OK || q->state != REQ_DONE || q->version != version) return false;
+  if (q->retries > 0 || q->fault >= 0) return true;
+  return q->version > 0 && (*n_swap)++ < SWAP_SAMPLE;
 }
 
 // The same for the requests served by one weight version, against a fresh engine of it.
@@ -115,9 +124,10 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
     return -1;
   }
   size_t n = 0;
+  int n_swap = 0;
   for (size_t k = 0; k < f->c.reqs->n; k++) {
     const req_rec *q = &f->c.reqs->v[k];
-    if (touched(q, version)) n++;
+    if (touched(q, version, &n_swap)) n++;
   }
   if (n == 0) {
     snprintf(why, cap, "no request that a fault touched completed");
@@ -149,9 +159,10 @@ static int equivalence_of(fault_rt *f, int version, char *why, size_t cap) {
     mismatches = -1;
     goto out;
   }
+  n_swap = 0;
   for (size_t k = 0; k < f->c.reqs->n; k++) {
     const req_rec *q = &f->c.reqs->v[k];
-    if (!touched(q, version)) continue;
+    if (!touched(q, version, &n_swap)) continue;
     wl_request w;
     workload_prompt(f->c.wl, k, (int64_t)q->conv - 1, q->turn, &w);
     engine_request er = {.prompt = w.prompt,
@@ -511,9 +522,10 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   frt_add_value(f, "kv_leak_blocks", leak, leak_why);
   frt_add_value(f, "kv_leak_frac", leak_frac, frac_why);
   frt_add_value(f, "output_mismatches", dr->mismatches, why);
-  int retried = 0, resumed = 0, affected = 0;
+  int retried = 0, resumed = 0, affected = 0, mixed = 0;
   for (size_t k = 0; k < f->c.reqs->n; k++) {
     const req_rec *q = &f->c.reqs->v[k];
+    mixed += q->mixed_versions;
     retried += q->retries > 0;
     resumed += q->resumed > 0;
     affected += !q->warmup && (q->status == REQ_FAILED || q->retries > 0);
@@ -521,6 +533,10 @@ static sc_status judge(fault_rt *f, uint64_t end, fault_result *dr) {
   frt_add_metric(f, "fault_affected", affected);
   frt_add_metric(f, "retried_requests", retried);
   frt_add_metric(f, "resumed_requests", resumed);
+  frt_add_metric(f, "version_mixes", mixed);
+  if (mixed > 0)
+    frt_note(f, "%s: %d request%s got tokens from more than one weight version", f->c.dep->label,
+             mixed, mixed == 1 ? "" : "s");
   frt_add_metric(f, "unexplained_losses", f->unexplained);
   frt_swap_metrics(f);
   return f->db_status;

@@ -286,6 +286,7 @@ static void on_event(rt *r, int rep, const replica_event *ev, uint64_t t) {
       if (si->n_seqs > r->s->limits.max_running ||
           si->prefill_tokens + si->decode_tokens > r->s->limits.token_budget)
         ph->limit_violations++;
+      ph->preemptions += si->n_preempted;
       double kv = si->kv_total ? (double)si->kv_used / si->kv_total : 0;
       if (kv > ph->kv_peak) ph->kv_peak = kv;
       ph->bubble_ns += si->bubble_frac * (double)si->duration_ns;

@@ -32,6 +32,7 @@ typedef struct phase_run {
   uint64_t first_seq, end_seq; // requests [first_seq, end_seq)
   int peak_queue, peak_batch;
   int limit_violations;     // steps past limits.max_running or limits.token_budget
+  int preemptions;          // sequences preempted to make room in the KV cache (steps' sums)
   double kv_peak;
   double bubble_ns;          // sim, pp > 1: sum of bubble x duration over the steps
   double busy_ns;            // sum of the step durations of every replica
@@ -79,6 +80,7 @@ typedef struct dep_result {
   double peak_tok_s, kv_peak;
   int peak_queue, peak_batch;
   int limit_violations;
+  int preemptions;
   int knee;                 // -1 none or not computed
   bool has_knee;
   bool has_sat;             // a ramp with saturation ran: sat_knee holds its knee

@@ -235,6 +235,63 @@ static void cache_metrics(rt *r, dep_result *dr, int64_t phase_id, size_t from, 
   }
 }
 
+// --- how requests spread over the replicas
+// Each replica's share of the deployment's requests and of their output tokens: the measured
+// (non-warm-up) requests, each counted on the replica that served it last (a retried or
+// resumed request on the one that finished it). replica_imbalance = 1 - the fewest requests of
+// a replica over the mean count (docs/metrics.md): 0 when every replica took as many, 1 when
+// one took none. Its row's note gives the shares, replica by replica.
+static void replica_shares(rt *r, dep_result *dr) {
+  static const char *const name = "replica_imbalance";
+  int n = r->dep->dp;
+  double *req = calloc((size_t)(n > 0 ? 2 * n : 1), sizeof *req);
+  if (!req) {
+    dep_value(r, dr, name, NAN, "out of memory counting the replicas' requests");
+    return;
+  }
+  double *tok = req + n, total = 0, total_tok = 0;
+  for (size_t k = 0; k < r->reqs.n; k++) {
+    const req_rec *q = &r->reqs.v[k];
+    if (q->warmup || !q->dispatched || q->replica < 0 || q->replica >= n) continue;
+    req[q->replica]++;
+    tok[q->replica] += q->n_tok;
+    total++;
+    total_tok += q->n_tok;
+  }
+  double fewest = total;
+  for (int i = 0; i < n; i++) fewest = fmin(fewest, req[i]);
+  double v = total > 0 ? 1 - fewest / (total / n) : NAN;
+  char how[160];
+  size_t len = (size_t)snprintf(how, sizeof how,
+                                "shares of requests / output tokens, replica 0..%d:", n - 1);
+  for (int i = 0; i < n && len < sizeof how; i++)
+    len += (size_t)snprintf(how + len, sizeof how - len, " %.2f/%.2f", total ? req[i] / total : 0,
+                            total_tok ? tok[i] / total_tok : 0);
+  free(req);
+  if (total > 0 && n > 1) dep_value_how(r, dr, name, v, how);
+  else dep_value(r, dr, name, v, "no request was dispatched");
+}
+
+// --- prompt classes against each other
+// class_ttft_ratio: the slowest prompt class's TTFT p95 over the fastest's, of the classes with a
+// first token in the deployment's pooled summaries (docs/metrics.md). Near 1 when the classes
+// wait alike; a class starved behind another takes it far past. Unlike a class's own TTFT limit
+// it does not move with the host's speed: a slower host makes both classes wait longer.
+static void class_ratio(rt *r, dep_result *dr, int nc) {
+  double lo = NAN, hi = NAN;
+  int n = 0;
+  for (int cl = 0; cl < nc; cl++) {
+    double p = dr->cls_pooled[cl].ttft_ms.n > 0 ? dr->cls_pooled[cl].ttft_ms.p95 : NAN;
+    if (!(p > 0)) continue;
+    lo = n ? fmin(lo, p) : p;
+    hi = n ? fmax(hi, p) : p;
+    n++;
+  }
+  dep_value(r, dr, "class_ttft_ratio", n >= 2 ? hi / lo : NAN,
+            nc < 2 ? "the workload has one prompt class"
+                   : "fewer than two prompt classes had a first token");
+}
+
 sc_status rn_deployment_summaries(rt *r, dep_result *dr, dep_sums *out) {
   size_t n = r->reqs.n;
   int n_classes = workload_n_classes(r->wl);
@@ -313,6 +370,7 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
                   "the phase took no time");
     }
     phase_value(r, ph->id, "limit_violations", ph->limit_violations, NULL);
+    phase_value(r, ph->id, "preemptions", ph->preemptions, NULL);
     if (r->sim && r->dep->pp > 1 && ph->busy_ns > 0)
       rn_add_metric(r, ph->id, "pp_bubble_frac", ph->bubble_ns / ph->busy_ns);
     client_figures(r, ph);
@@ -340,6 +398,7 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     if (ph->peak_queue > dr->peak_queue) dr->peak_queue = ph->peak_queue;
     if (ph->peak_batch > dr->peak_batch) dr->peak_batch = ph->peak_batch;
     dr->limit_violations += ph->limit_violations;
+    dr->preemptions += ph->preemptions;
     if (ph->kv_peak > dr->kv_peak) dr->kv_peak = ph->kv_peak;
     if (ph->concurrency) {
       conc[n_knee] = ph->concurrency;
@@ -365,6 +424,8 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     dep_value(r, dr, "busy_frac", busy_frac(r, busy_ns, span_ns), "the phases took no time");
   }
   dep_metric(r, dr, "limit_violations", dr->limit_violations);
+  dep_metric(r, dr, "preemptions", dr->preemptions);
+  replica_shares(r, dr);
   dep_metric(r, dr, "gpus", dr->gpus);
   dep_metric(r, dr, "peak_output_tok_s", dr->peak_tok_s);
   dep_value(r, dr, "client_late_p99_ms", late_max, "no request was sent");
@@ -386,6 +447,7 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     emit_ctx cc = {.r = r, .phase_id = 0, .cls = workload_class_name(r->wl, cl)};
     mt_summary_each(&dr->cls_pooled[cl], emit_metric, &cc);
   }
+  class_ratio(r, dr, sums->nc);
   return r->db_status;
 }
 

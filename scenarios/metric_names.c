@@ -82,7 +82,8 @@ static const mt_metric_info metrics[] = {
      "request (every layout computes the same tokens)",
      D, MT_MODEL_OUTPUT, 0, .absent = {[MT_KIND_SIM] = NO_OUTPUT}},
     {"output_mismatches", "requests", MT_LOWER_BETTER,
-     "greedy outputs a fault touched that differ from a fault-free engine's", F, MT_MODEL_OUTPUT,
+     "greedy outputs a fault touched (or new weights served) that differ from a fault-free "
+     "engine's", F, MT_MODEL_OUTPUT,
      0, .absent = {[MT_KIND_SIM] = NO_OUTPUT}},
     {"history_violations", "rows", MT_LOWER_BETTER,
      "requests completed twice, statuses outside the four, token indexes delivered twice or "
@@ -115,6 +116,10 @@ static const mt_metric_info metrics[] = {
      "hot swap: mean KL divergence of next-token distributions, old || new", F, MT_MODEL_OUTPUT, 0,
      .absent = {[MT_KIND_SIM] = NO_OUTPUT, [MT_KIND_LOCAL] = NO_SWAP, [MT_KIND_SERVE] = NO_DIST,
                 [MT_KIND_TEXT] = NO_DIST}},
+    {"version_mixes", "requests", MT_LOWER_BETTER,
+     "requests whose output tokens came from more than one weight version (a resume or retry "
+     "that crossed a hot swap)",
+     F, MT_ZERO_UNFAULTED, 0, .absent = {[MT_KIND_LOCAL] = NO_SWAP}},
     {"leaked_threads", "threads", MT_LOWER_BETTER,
      "runner threads after the deployment's replicas were freed, minus before", F, 0, 0, {0}},
     {"leaked_fds", "fds", MT_LOWER_BETTER, "runner file descriptors after, minus before", F, 0, 0,
@@ -135,6 +140,19 @@ static const mt_metric_info metrics[] = {
      "engine steps that ran more sequences than limits.max_running or more tokens than "
      "limits.token_budget",
      D, 0, 0, HTTP_AB(NO_STEPS)},
+    {"preemptions", "preemptions", MT_HIGHER_BETTER,
+     "sequences preempted by recompute to make room in the KV cache (each preemption counted); "
+     "an SLO on it is a floor a scenario made for KV pressure sets, so it cannot pass without "
+     "preempting",
+     D, 0, 0, HTTP_AB(NO_STEPS)},
+    {"replica_imbalance", "fraction", MT_LOWER_BETTER,
+     "1 - the least-used replica's requests over the mean per replica (0: even; 1: a replica "
+     "took none); its note gives each replica's share of requests and tokens",
+     D, 0, 0, {0}},
+    {"class_ttft_ratio", "x", MT_LOWER_BETTER,
+     "the slowest prompt class's TTFT p95 over the fastest's (near 1: the classes wait alike; "
+     "far past it: one starves behind another)",
+     D, 0, 0, {0}},
     {"kv_peak_frac", "fraction", MT_LOWER_BETTER,
      "highest KV-cache use of any replica (a server's: its /metrics)", D, 0, 13, {0}},
     {"pp_bubble_frac", "fraction", MT_NEUTRAL,

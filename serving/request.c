@@ -50,6 +50,8 @@ bool req_add_token(req_rec *q, int32_t id, uint64_t t) {
     q->ids = d;
     q->cap_tok = cap;
   }
+  if (q->n_tok == 0) q->tok_version = q->version;
+  else if (q->version != q->tok_version) q->mixed_versions = true;
   q->ids[q->n_tok] = id;
   q->tok[q->n_tok++] = t;
   return true;

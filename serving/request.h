@@ -43,6 +43,10 @@ typedef struct req_rec {
   // loss): the router must retry, resume or fail it.
   bool loss_seen;
   int version; // the weights that serve it (0: the initial ones, +1 per hot swap)
+  // The weights of its first output token, and whether a later token came from other weights
+  // (req_add_token stamps both from version): a resume must never cross versions.
+  int tok_version;
+  bool mixed_versions;
   int user;    // closed loop: the user who sent it; -1: open loop
   // Conversations (zero: none, so a row made without them has none):
   uint64_t conv; // 1 + the workload's conversation it is a turn of; 0: not a turn of one
@@ -71,5 +75,7 @@ void req_table_clear(req_table *t);
 // req_table_clear, then the rows' memory; the table is empty and may be reused.
 void req_table_free(req_table *t);
 
-// Appends token id, seen at t, to q's output. False when memory runs out (q unchanged).
+// Appends token id, seen at t, to q's output, and notes the weights that made it (q->version):
+// a token from other weights than the first one's marks q->mixed_versions. False when memory
+// runs out (q unchanged).
 bool req_add_token(req_rec *q, int32_t id, uint64_t t);

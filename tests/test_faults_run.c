@@ -170,6 +170,24 @@ Test(faults_real, hot_swap_rolls_the_replicas_to_int8_one_at_a_time, .timeout = 
   cr_expect_eq(q1(db, "SELECT value > 0 FROM metric WHERE name = 'swap_kl'"), 1);
 }
 
+Test(faults_real, a_swap_under_loss_resumes_every_request_on_the_weights_of_its_tokens,
+     .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *db = run_shipped("hot-swap-loss", "");
+  history_holds(db);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0);
+  // replica0 alone moved to the int8 weights; replica1 was killed on f32 and came back on f32
+  cr_expect_eq(q1(db, "SELECT count(DISTINCT replica) FROM request WHERE weight_version = 1"), 1);
+  cr_expect_eq(q1(db, "SELECT min(replica) FROM request WHERE weight_version = 1"), 0);
+  cr_expect_eq(q1(db, "SELECT count(*) FROM fault WHERE kind = 'kill' AND detected_ns IS NOT "
+                      "NULL"),
+               1);
+  // the kill caught requests mid-stream, and each resumed on its own weights
+  cr_expect_gt(sc_test_metric(db, "resumed_requests"), 0);
+  cr_expect_eq(sc_test_metric(db, "version_mixes"), 0);
+  cr_expect_eq(sc_test_metric(db, "output_mismatches"), 0);
+}
+
 Test(faults_real, clock_jumps_of_the_workers_change_nothing, .timeout = 300) {
   SKIP_UNDER_SANITIZERS();
   if (!getenv("SHARDCHECK_LIBFAKETIME") &&
@@ -188,7 +206,7 @@ Test(faults_real, clock_jumps_of_the_workers_change_nothing, .timeout = 300) {
 
 Test(faults_sim, every_shipped_fault_scenario_runs_in_sim_mode, .timeout = 300) {
   const char *names[] = {"kill-replica", "kill-gpu", "hang-rank", "slow-link", "cancel-storm",
-                         "oom", "chaos", "hot-swap-int8"};
+                         "oom", "chaos", "hot-swap-int8", "hot-swap-loss"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     const char *db = run_shipped(names[i], "--mode sim");
     history_holds(db);

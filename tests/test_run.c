@@ -99,7 +99,7 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
   cr_assert_gt(q1(db, "SELECT count(*) FROM step"), 100);
   cr_assert_gt(q1(db, "SELECT count(*) FROM device_sample"), 5);
   cr_assert_gt(q1(db, "SELECT count(*) FROM metric"), 500);
-  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict"), 5 * 4); // 5 deployments x 4 SLOs
+  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict"), 5 * 6); // 5 deployments x 6 SLOs
   cr_assert_eq(q1(db, "SELECT count(*) FROM meta"), 1);
   // per-class rows exist (two prompt classes) and scaling rows for every deployment
   cr_assert_eq(q1(db, "SELECT count(DISTINCT class) FROM metric WHERE class != ''"), 2);
@@ -120,7 +120,14 @@ Test(run, quickstart_end_to_end_fills_every_table_and_writes_every_plot, .timeou
   char html[700];
   snprintf(html, sizeof html, "%s/index.html", rep);
   cr_assert_gt(count_substr(html, "ttft_p95_ms"), 0);
-  cr_assert_eq(count_substr(junit, "<testcase "), 5 * 4); // one per deployment x SLO
+  cr_assert_eq(count_substr(junit, "<testcase "), 5 * 6); // one per deployment x SLO
+  // every deployment's balance over its replicas, each replica's share in the note
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'replica_imbalance' AND "
+                      "phase_id IS NULL AND value >= 0 AND value <= 1"),
+               5);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'replica_imbalance' AND "
+                      "phase_id IS NULL AND note LIKE 'shares of requests%'"),
+               2); // dp2, dp4
   cr_assert_eq(count_substr(junit, "<failure "), (int)q1(db, "SELECT count(*) FROM verdict "
                                                              "WHERE pass = 0"));
 }
@@ -152,15 +159,50 @@ Test(run, mixed_prompts_reports_ttft_p95_per_prompt_class, .timeout = 900) {
   int rc = sc_test_run_scenario(out, sizeof out, SC_SOURCE_DIR "/scenarios/mixed-prompts.yaml", db,
                                 "--out %s/report --quiet", dir);
   cr_assert(rc == 0 || rc == 1, "exit %d: %s", rc, out);
-  // one TTFT p95 per deployment x class, and the short class was not starved: every short
-  // request completed
+  // one TTFT p95 per class, and neither class was starved: every request of both completed
   cr_assert_eq(q1(db, "SELECT count(*) FROM metric WHERE name = 'ttft_p95_ms' AND phase_id IS "
                       "NULL AND class IN ('short', 'long') AND value > 0"),
-               4);
-  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE class = 'short' AND status != 'ok'"), 0);
+               2);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0);
   cr_assert_gt(q1(db, "SELECT count(*) FROM request WHERE class = 'long'"), 0);
-  // open loop: arrivals follow the Poisson schedule, not the engine's pace
-  cr_assert_eq(q1(db, "SELECT count(*) FROM phase WHERE kind = 'rate' AND arrival = 'poisson'"),
+  // the classes contend in a queue: 10 users, 4 running
+  cr_assert_gt(q1(db, "SELECT value FROM metric WHERE name = 'peak_queue' AND phase_id IS NULL"),
+               0);
+  cr_assert_eq(q1(db, "SELECT max(seqs) FROM step"), 4);
+  // each class's own verdict
+  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict WHERE slo IN ('short:ttft_max_ms', "
+                      "'long:ttft_max_ms')"),
+               2);
+  // the classes against each other: the slower class's TTFT p95 over the faster's
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric m WHERE name = 'class_ttft_ratio' AND "
+                      "phase_id IS NULL AND abs(value - (SELECT max(value) / min(value) FROM "
+                      "metric WHERE name = 'ttft_p95_ms' AND phase_id IS NULL AND class != '')) "
+                      "< 1e-9"),
+               1);
+}
+
+Test(run, kv_pressure_preempts_and_resumes_with_the_same_greedy_outputs, .timeout = 300) {
+  SKIP_UNDER_SANITIZERS();
+  const char *dir = sc_test_tmpdir("run-kv-pressure");
+  char db[600];
+  snprintf(db, sizeof db, "%s/results.db", dir);
+  int rc = sc_test_run_scenario(out, sizeof out, SC_SOURCE_DIR "/scenarios/kv-pressure.yaml", db,
+                                "--no-report --quiet");
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+  // both deployments preempted (the step rows say so, and the metric is their sum), the cache
+  // filled, and every request completed
+  cr_assert_eq(q1(db, "SELECT count(*) FROM (SELECT deployment_id FROM step GROUP BY "
+                      "deployment_id HAVING sum(preempted) > 0)"),
+               2);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM metric m WHERE name = 'preemptions' AND phase_id IS "
+                      "NULL AND value != (SELECT sum(preempted) FROM step s WHERE "
+                      "s.deployment_id = m.deployment_id)"),
+               0);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0);
+  cr_assert_eq(q1(db, "SELECT count(*) FROM request"), 2 * 48);
+  // the second deployment's greedy outputs were compared with the first's, request by request
+  cr_assert_eq(q1(db, "SELECT count(*) FROM verdict WHERE slo = 'layout_mismatches' AND "
+                      "actual = 0 AND pass = 1"),
                2);
 }
 

@@ -198,7 +198,7 @@ static const plant plants[] = {
      "faults: [@LOSS@]\n"
      "router: {@ISO@detect_timeout: 1s, max_retries: 0, resume: false}\n",
      "error_rate failed_requests detect_ms recover_ms reload_ms kv_leak_blocks kv_leak_frac "
-     "leaked_threads leaked_fds leaked_processes limit_violations",
+     "leaked_threads leaked_fds leaked_processes limit_violations preemptions replica_imbalance",
      W_KV_LEAK | W_LIMITS | W_RESOURCES, "0",
      "--slots 2 --kv-metric --ctx 512 --leak-cells 40 --slot-save-path /tmp --ttft-ms 40 "
      "--token-ms 20", "", NULL, NULL},
@@ -266,9 +266,11 @@ static const plant plants[] = {
      "  phases: [{ramp: {concurrency: [2, 3]}, hold: 2s}]\n"
      "faults: [{at: 1s, hot_swap: {dtype: int8}}]\n"
      "router: {@ISO@detect_timeout: 1s}\n",
-     "swap_drain_ms swap_load_ms swap_dip swap_agreement swap_kl knee_concurrency", W_SLOW_SWAP,
+     "swap_drain_ms swap_load_ms swap_dip swap_agreement swap_kl knee_concurrency version_mixes",
+     W_SLOW_SWAP,
      "0",
-     "--ttft-ms 100 --token-ms 30", "", "swap_drain_ms swap_load_ms swap_dip @AGREE@ swap_kl knee_concurrency",
+     "--ttft-ms 100 --token-ms 30", "",
+     "swap_drain_ms swap_load_ms swap_dip @AGREE@ swap_kl knee_concurrency version_mixes",
      "deployments: [{dp: 1}]\n"
      "workload:\n  prompts: [{input: 16, output: 24}]\n"
      "  phases: [{ramp: {concurrency: [1, 2]}, hold: 2500ms}]\n"
@@ -285,6 +287,12 @@ static const plant plants[] = {
      "deployments: [{dp: 1}]\n"
      "workload:\n  prompts: [{input: 16, output: 8}]\n"
      "  phases: [{fixed: {requests: 4, concurrency: 2}}]\n"},
+    // two prompt classes, one with prompts 25x longer: their TTFT p95 differ, a ratio past 1
+    {"classes", ALL,
+     "deployments: [{dp: 1}]\n"
+     "workload:\n  prompts: [{name: a, input: 8, output: 4}, {name: b, input: 200, output: 4}]\n"
+     "  phases: [{fixed: {requests: 12, concurrency: 2}}]\n",
+     "class_ttft_ratio", 0, "0", "--ttft-ms 20", "", NULL, NULL},
 };
 
 // Pairs planted elsewhere: the key, the kinds, and where and why.
@@ -561,3 +569,8 @@ PLANT_TEST(cache_on_local, 8, MT_KIND_LOCAL, 120)
 PLANT_TEST(cache_on_process, 8, MT_KIND_PROCESS, 120)
 PLANT_TEST(cache_on_serve, 8, MT_KIND_SERVE, 120)
 PLANT_TEST(cache_on_text, 8, MT_KIND_TEXT, 120)
+PLANT_TEST(classes_on_sim, 9, MT_KIND_SIM, 60)
+PLANT_TEST(classes_on_local, 9, MT_KIND_LOCAL, 120)
+PLANT_TEST(classes_on_process, 9, MT_KIND_PROCESS, 120)
+PLANT_TEST(classes_on_serve, 9, MT_KIND_SERVE, 120)
+PLANT_TEST(classes_on_text, 9, MT_KIND_TEXT, 120)
