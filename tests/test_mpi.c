@@ -299,6 +299,72 @@ Test(mpi, a_stopped_rank_of_an_mpi_replica_ends_its_job_at_the_collective_deadli
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0, "%s", out);
 }
 
+// A slow link set on rank 0's engine (as a replica's worker sets it) reaches the other ranks'
+// processes with the next step, and so does its end: a pp stage other than 0 pays the link's
+// latency on every receive (mpi_check prints the step times); tp 2 x pp 2 also in its
+// all-reduces.
+Test(mpi, a_slow_link_reaches_every_rank_of_pp2_and_its_end_too) {
+  char out[16384];
+  int rc = run_mpi(2, "engine-link 1 2", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(2, out);
+}
+
+Test(mpi, a_slow_link_reaches_every_rank_of_tp2_pp2_and_its_end_too) {
+  char out[16384];
+  int rc = run_mpi(4, "engine-link 2 2", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(4, out);
+}
+
+// The shipped slow-link scenario (a slow link on replica1, then a slow rank 0 of it, tp 2 x dp 2)
+// with its replicas as MPI jobs, and as threads: the same requests, the same verdicts, every
+// request served; as MPI jobs both faults are caught as stragglers within their 4 s windows,
+// as with threads (tests/test_faults_run.c). No process of a job is left (the suite's end).
+#define VERDICTS                                                                                   \
+  "SELECT group_concat(slo || ' ' || op || ' ' || expected || ' ' || actual || ' ' || pass, "     \
+  "'; ') FROM (SELECT * FROM verdict ORDER BY id)"
+Test(mpi, the_slow_link_scenario_as_mpi_jobs_gives_the_verdicts_of_threads) {
+  allow_root();
+  char path[1100];
+  snprintf(path, sizeof path, "%s/scenarios/slow-link.yaml", SC_SOURCE_DIR);
+  char *shipped = sc_test_read_file(path, NULL);
+  cr_assert_not_null(shipped, "%s", path);
+  cr_assert_null(strstr(shipped, "router:"), "the shipped scenario names a router: merge it here");
+  const char *dir = sc_test_tmpdir("mpi-slow-link");
+  char db[2][1100], verdicts[2][4096];
+  long long requests[2];
+  for (int mpi = 0; mpi < 2; mpi++) {
+    size_t n = strlen(shipped) + 64;
+    char *text = malloc(n), sc[1100], out[32768];
+    cr_assert_not_null(text);
+    snprintf(text, n, "%s\nrouter: {isolation: %s}\n", shipped, mpi ? "mpi" : "thread");
+    snprintf(sc, sizeof sc, "%s/%s.yaml", dir, mpi ? "mpi" : "thread");
+    cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
+    free(text);
+    snprintf(db[mpi], sizeof db[mpi], "%s/%s.db", dir, mpi ? "mpi" : "thread");
+    int rc = sc_test_run_scenario(out, sizeof out, sc, db[mpi], "--out '%s/r%d'", dir, mpi);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+    if (mpi) cr_expect(strstr(out, "slow replica1: link +1000 us"), "%s", out);
+    snprintf(verdicts[mpi], sizeof verdicts[mpi], "%s", sc_test_q1s(db[mpi], VERDICTS));
+    requests[mpi] = sc_test_q1(db[mpi], "SELECT count(*) FROM request");
+    cr_expect_eq(sc_test_q1(db[mpi], "SELECT count(*) FROM request WHERE status != 'ok'"), 0,
+                 "%s", out);
+  }
+  free(shipped);
+  cr_expect(verdicts[0][0], "no verdicts");
+  cr_expect_str_eq(verdicts[1], verdicts[0], "MPI jobs and threads judge differently");
+  cr_expect_eq(requests[1], requests[0], "the same seed sent other requests");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) // real-time detection
+  cr_expect_eq(sc_test_q1(db[1], "SELECT count(*) FROM fault WHERE kind = 'slow' AND detected_ns "
+                                 "IS NOT NULL AND detected_ns < injected_ns + 4000000000"),
+               2, "detected after (ms): %s",
+               sc_test_q1s(db[1], "SELECT group_concat(detail || ': ' || coalesce((detected_ns - "
+                                  "injected_ns) / 1000000, 'never'), '; ') FROM fault"));
+#endif
+}
+
 // A hostfile naming fewer slots than one replica's tp x pp: one line, exit 2, nothing run.
 Test(mpi, a_hostfile_with_fewer_slots_than_tp_x_pp_is_refused_with_one_line_and_exit_2) {
   const char *hosts = sc_test_write_tmp("mpi-hosts", "hosts",
