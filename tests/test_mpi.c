@@ -478,6 +478,118 @@ Test(mpi, capacity_over_2_and_3_ranks_prints_stores_and_reports_what_jobs_1_does
   }
 }
 
+// --- sensitivity sweeps across ranks: `mpirun -np N shardcheck run --sensitivity PCT`
+
+// Two deployments, a closed loop and an open one near saturation, simulated in a fraction of a
+// second each.
+static const char *SENS_SCN = "name: sens\n"
+                              "mode: sim\n"
+                              "model: {preset: llama3-8b}\n"
+                              "hardware: {profile: h100-sxm, gpus: 2}\n"
+                              "deployments: [{tp: 1}, {tp: 2}]\n"
+                              "workload:\n"
+                              "  prompts:\n"
+                              "    - {input: {uniform: [128, 512]}, output: {uniform: [16, 64]}}\n"
+                              "  phases:\n"
+                              "    - {fixed: {requests: 40, concurrency: 4}}\n"
+                              "    - {rate: 24, arrival: poisson, duration: 10s}\n"
+                              "slo: {ttft_p95_ms: 3000, error_rate: 0}\n"
+                              "seed: 4\n";
+
+#define SENS_FLAGS "--sensitivity 3%% --no-report --quiet" // only ever inside a format
+#define SENSITIVITIES                                                                              \
+  "SELECT group_concat(name || '=' || value, ';') FROM (SELECT m.name, m.value FROM metric m "     \
+  "JOIN deployment d ON d.id = m.deployment_id WHERE m.name LIKE '%_sensitivity' ORDER BY "       \
+  "d.idx, m.name)"
+
+// The run and its two scaled runs shared among 2 and 3 ranks (rank p mod N runs point p: at 2
+// ranks, rank 1 the prices x 0.97) print the verdicts and the sensitivity table of one process
+// byte for byte, and store the same sensitivities.
+Test(mpi, sensitivity_over_2_and_3_ranks_prints_and_stores_what_one_process_does) {
+  const char *sc = sc_test_write_tmp("mpi-sens", "sens.yaml", SENS_SCN);
+  const char *dir = sc_test_tmpdir("mpi-sens-out");
+  char one[16384], args[2048], db[1100];
+  snprintf(args, sizeof args, "run %s " SENS_FLAGS " --db %s/one.db", sc, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, one, sizeof one), 0, "%s", one);
+  cr_assert(strstr(one, "\nsensitivity: every price x0.97 and x1.03"), "%s", one);
+  snprintf(db, sizeof db, "%s/one.db", dir);
+  char sens1[4096];
+  snprintf(sens1, sizeof sens1, "%s", sc_test_q1s(db, SENSITIVITIES));
+  cr_assert(strstr(sens1, "tpot_sensitivity="), "%s", sens1);
+  for (int np = 2; np <= 3; np++) {
+    char out[16384], launch[2048];
+    snprintf(db, sizeof db, "%s/np%d.db", dir, np);
+    snprintf(launch, sizeof launch, "-np %d '%s' run %s " SENS_FLAGS " --db %s", np, SC_BINARY,
+             sc, db);
+    cr_assert_eq(run_launch(launch, out, sizeof out), 0, "%s", out);
+    cr_expect_str_eq(out, one, "%d ranks printed another table", np);
+    cr_expect_str_eq(sc_test_q1s(db, SENSITIVITIES), sens1, "%d ranks stored others", np);
+  }
+}
+
+// The scaled runs are run where they are shared out: rank 1, given another seed, changes the
+// x 0.97 column alone (its run), not the verdicts of rank 0's own run.
+Test(mpi, sensitivity_over_ranks_takes_each_scaled_run_from_the_rank_that_ran_it) {
+  const char *sc = sc_test_write_tmp("mpi-sens-own", "sens.yaml", SENS_SCN);
+  const char *dir = sc_test_tmpdir("mpi-sens-own-out");
+  char one[16384], out[16384], args[2048], launch[4096];
+  snprintf(args, sizeof args, "run %s " SENS_FLAGS " --db %s/one.db", sc, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, one, sizeof one), 0, "%s", one);
+  snprintf(launch, sizeof launch,
+           "-np 1 '%s' run %s " SENS_FLAGS " --db %s/a.db : -np 1 '%s' run %s --seed 99 " SENS_FLAGS
+           " --db %s/b.db",
+           SC_BINARY, sc, dir, SC_BINARY, sc, dir);
+  cr_assert_eq(run_launch(launch, out, sizeof out), 0, "%s", out);
+  char *t1 = strstr(one, "\nsensitivity:"), *t2 = strstr(out, "\nsensitivity:");
+  cr_assert(t1 && t2, "%s", out);
+  cr_expect_eq(t1 - one, t2 - out, "the verdicts differ:\n%s", out);
+  cr_expect_eq(strncmp(one, out, (size_t)(t1 - one)), 0, "the verdicts differ:\n%s", out);
+  cr_expect_str_neq(t1, t2, "rank 1's run (another seed) was not the one used:\n%s", out);
+  // each row: "  LABEL  TTFT lo / hi  TPOT lo / hi  ...": the x 1.03 halves (rank 0's) agree
+  const char *rows1 = strchr(t1 + 1, '\n'), *rows2 = strchr(t2 + 1, '\n');
+  rows1 = rows1 ? strchr(rows1 + 1, '\n') : NULL; // past the header
+  rows2 = rows2 ? strchr(rows2 + 1, '\n') : NULL;
+  cr_assert(rows1 && rows2);
+  for (int d = 0; d < 2; d++) {
+    char a[256], b[256], l1[64], l2[64], hi1[2][32], hi2[2][32];
+    sscanf(rows1 + 1, "%255[^\n]", a);
+    sscanf(rows2 + 1, "%255[^\n]", b);
+    cr_assert_eq(sscanf(a, "%63s %*s / %31s %*s / %31s", l1, hi1[0], hi1[1]), 3, "%s", a);
+    cr_assert_eq(sscanf(b, "%63s %*s / %31s %*s / %31s", l2, hi2[0], hi2[1]), 3, "%s", b);
+    cr_expect_str_eq(l1, l2);
+    cr_expect_str_eq(hi1[0], hi2[0], "x1.03 TTFT: %s vs %s", a, b);
+    cr_expect_str_eq(hi1[1], hi2[1], "x1.03 TPOT: %s vs %s", a, b);
+    rows1 = strchr(rows1 + 1, '\n');
+    rows2 = strchr(rows2 + 1, '\n');
+    cr_assert(rows1 && rows2);
+  }
+}
+
+// A rank that refuses its arguments (its scenario is not there) runs nothing: rank 0 says which
+// scaled run is missing, in one line, and the job ends (no rank waits for ever); a rank 0 that
+// cannot open its database releases the others the same way.
+Test(mpi, sensitivity_over_ranks_with_a_rank_that_refuses_ends_with_one_line) {
+  const char *sc = sc_test_write_tmp("mpi-sens-bad", "sens.yaml", SENS_SCN);
+  const char *dir = sc_test_tmpdir("mpi-sens-bad-out");
+  char out[16384], launch[4096];
+  snprintf(launch, sizeof launch,
+           "-np 1 '%s' run %s " SENS_FLAGS " --db %s/a.db : -np 1 '%s' run %s/absent.yaml "
+           SENS_FLAGS " --db %s/b.db",
+           SC_BINARY, sc, dir, SC_BINARY, dir, dir);
+  int rc = run_launch(launch, out, sizeof out);
+  cr_expect(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "shardcheck run: sensitivity: rank 1 of the MPI job ran no run with "
+                        "prices x0.97"),
+            "%s", out);
+  snprintf(launch, sizeof launch,
+           "-np 1 '%s' run %s " SENS_FLAGS " --db %s/no/such/dir/a.db : -np 1 '%s' run %s "
+           SENS_FLAGS " --db %s/b.db",
+           SC_BINARY, sc, dir, SC_BINARY, sc, dir);
+  rc = run_launch(launch, out, sizeof out);
+  cr_expect(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "cannot open the results database"), "%s", out);
+}
+
 // A rank that runs another build (here the same binary without its build id) is refused before
 // anything is searched: one line naming the rank and its host, exit 2.
 Test(mpi, ranks_of_another_build_are_refused_with_one_line_and_exit_2) {
