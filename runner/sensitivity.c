@@ -133,8 +133,9 @@ static sc_status collect_sides(scenario *s, double frac, const runner_options *o
     size_t *counts = calloc((size_t)size, sizeof *counts);
     sc_error ge = {{0}};
     sc_status gs = sc_mpi_gather_bytes(NULL, 0, 0, &all, counts, 0, &ge); // rank 0's are here
-    if (st == SC_OK && (gs != SC_OK || !counts)) st = sc_fail(err, gs != SC_OK ? gs : SC_OOM, "sensitivity: %s",
-                                             gs != SC_OK ? ge.msg : "out of memory");
+    if (st == SC_OK && (gs != SC_OK || !counts))
+      st = sc_fail(err, gs != SC_OK ? gs : SC_OOM, "sensitivity: %s",
+                   gs != SC_OK ? ge.msg : "out of memory");
     const char *at = all;
     for (int k = 1; st == SC_OK && k < size; k++) {
       at += counts[k - 1];
