@@ -15,6 +15,8 @@
 //   mpi_check engine-stop TP PP R    rank R's process is stopped: rank 0's step ends at the
 //                                    collective deadline
 //   mpi_check engine-kill TP PP R    rank R's process is killed: the launcher ends the job
+//   mpi_check comm-cuda-nodev        NCCL's bootstrap over MPI where no rank has a device: every
+//                                    member joins the id's broadcast and fails at once
 //   mpi_check engine-link TP PP      a slow link set on rank 0's engine reaches every rank's
 //                                    end of its links, and clearing it reaches them too
 //
@@ -535,6 +537,30 @@ static void check_engine_link(int tp, int pp) {
   engine_free(e);
 }
 
+// A cuda group of processes (comm_group_open_mpi, backend cuda) whose members have no device:
+// each still joins the broadcast of NCCL's unique id (rank 0 sends its failure, the others take
+// it), so every rank fails at once with its own line instead of waiting for the 30 s deadline.
+// Needs the CUDA build (its library), not a GPU.
+static void check_comm_cuda_nodev(void) {
+  int members[64];
+  for (int i = 0; i < n_ranks; i++) members[i] = i;
+  comm_group *g = NULL;
+  sc_error err = {{0}};
+  uint64_t t0 = sc_monotonic_ns();
+  sc_status s = comm_group_open_mpi("cuda", n_ranks, members, NULL, 30000 * MS, &g, &err);
+  double took = (double)(sc_monotonic_ns() - t0) / 1e9;
+  printf("rank %d: %s after %.2f s: %s\n", me, sc_status_name(s), took, err.msg);
+  CHECK(s == SC_INVALID && !g, "a member without a device is refused: %s", sc_status_name(s));
+  char want[64];
+  snprintf(want, sizeof want, "rank %d has no device", me);
+  CHECK(strstr(err.msg, want), "the line names this rank: '%s'", err.msg);
+  CHECK(took < 10, "no rank waited for the deadline (%.2f s)", took);
+  // the job's ranks are still in step: a world collective after it completes
+  int v = me;
+  CHECK(sc_mpi_max_int(&v, 10000 * MS, &err) == SC_OK && v == n_ranks - 1, "max after: %s",
+        err.msg);
+}
+
 int main(int argc, char **argv) {
   sc_error err = {{0}};
   if (sc_mpi_init(&err) != SC_OK) {
@@ -553,13 +579,15 @@ int main(int argc, char **argv) {
     check_engine_signal(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), SIGSTOP);
   } else if (argc >= 5 && !strcmp(argv[1], "engine-kill")) {
     check_engine_signal(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), SIGKILL);
+  } else if (argc >= 2 && !strcmp(argv[1], "comm-cuda-nodev") && n_ranks <= 64) {
+    check_comm_cuda_nodev();
   } else if (argc >= 4 && !strcmp(argv[1], "engine-link")) {
     check_engine_link(atoi(argv[2]), atoi(argv[3]));
   } else if (argc >= 5 && !strcmp(argv[1], "engine-fault")) {
     check_engine_fault(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
   } else {
     fail("usage: mpi_check comm | engine TP PP [BACKEND] | engine-size TP PP | engine-fault TP "
-         "PP RANK | engine-link TP PP (under mpirun, 2..64 ranks)");
+         "PP RANK | engine-link TP PP | comm-cuda-nodev (under mpirun, 2..64 ranks)");
   }
   if (!failures) printf("rank %d: ok (%d checks)\n", me, checks);
   fflush(stdout);

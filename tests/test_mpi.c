@@ -19,6 +19,7 @@ int main(void) {
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/device.h"
 #include "tests/helpers.h"
 
 // Open MPI refuses to run as root unless told; CI and this host run tests as root. Under
@@ -123,6 +124,37 @@ static void engine_at(int tp, int pp) {
 Test(mpi, tp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(2, 1); }
 Test(mpi, pp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(1, 2); }
 Test(mpi, tp2_pp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(2, 2); }
+
+// On CUDA, each rank's process on a GPU of its own: the tp group is NCCL, bootstrapped over MPI
+// (group rank 0 makes the unique id, the members' mpi group carries it), and the greedy tokens
+// and logits are those of the same engine as threads on the same GPUs (NCCL there too). Two
+// GPUs at least (NCCL refuses two ranks of one communicator on one GPU).
+Test(mpi, tp2_on_cuda_as_processes_bootstraps_nccl_over_mpi_and_gives_the_threads_tokens) {
+  int gpus = device_backend_count("cuda");
+  if (gpus == 0) cr_skip_test("skipped: no CUDA device");
+  if (gpus < 2) cr_skip_test("skipped: NCCL across processes needs 2 CUDA devices, 1 is here");
+  char out[16384];
+  int rc = run_mpi(2, "engine 2 1 cuda", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(2, out);
+  cr_expect(strstr(out, "tp 2 pp 1: 73728 logits, 0 not bit-identical"), "%s", out);
+}
+
+// NCCL's bootstrap over MPI without a GPU: members without a device each join the broadcast of
+// the unique id and fail at once with their own line; the job goes on in step (mpi_check).
+Test(mpi, nccl_bootstrap_over_mpi_releases_every_member_when_none_has_a_device) {
+#ifndef SHARDCHECK_HAVE_CUDA
+  cr_skip_test("skipped: this build has no CUDA backend");
+#else
+  if (device_backend_count("cuda") > 0) cr_skip_test("a GPU is here: the tp 2 check above runs");
+  for (int np = 2; np <= 3; np++) {
+    char out[16384];
+    int rc = run_mpi(np, "comm-cuda-nodev", out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+    expect_all_ok(np, out);
+  }
+#endif
+}
 
 Test(mpi, a_job_of_another_size_than_tp_x_pp_is_refused_on_every_rank) {
   char out[8192];
