@@ -70,7 +70,8 @@ static void usage(FILE *f) {
           "interrupted.\n"
           "Under `mpirun -np N` (a scenario with a target, mode real, no faults) the N ranks\n"
           "share the requests: each streams its share from its own process, and rank 0 writes\n"
-          "the one database (docs/scaling-out.md).\n"
+          "the one database (docs/scaling-out.md). With --sensitivity (mode sim) they share\n"
+          "the run and its two scaled runs instead; the output is that of one process.\n"
           "exit codes: 0 every SLO holds, 1 an SLO failed, 2 bad input, 3 the run failed,\n"
           "130 interrupted.\n");
 }
@@ -91,7 +92,14 @@ static void print_sensitivity(const runner_sensitivity *sv, FILE *f) {
   }
 }
 
-// One run; under an MPI launcher, rank 0's, its requests dealt out among n_clients ranks.
+// Under an MPI launcher with --sensitivity (sim): this rank of the job (0 runs the scenario;
+// every rank runs its share of the scaled runs, runner_sensitivity_share), and whether this rank
+// took part in the sharing's gather already (else it must, to release the others).
+static int sens_rank = -1; // -1: not shared
+static bool sens_gathered;
+
+// One run; under an MPI launcher, rank 0's, its requests dealt out among n_clients ranks (or,
+// with --sensitivity, its scaled runs shared among the job's ranks).
 static int run_one(int argc, char **argv, int n_clients, replica_client_rank *clients) {
   const char *file = NULL, *db_path = "results.db", *out_dir = NULL, *junit = NULL;
   bool quiet = false, no_report = false;
@@ -163,7 +171,8 @@ static int run_one(int argc, char **argv, int n_clients, replica_client_rank *cl
   sc_status st = cli_scenario_path(file, path, sizeof path, &err);
   if (st == SC_OK) st = scenario_load_with(path, &ov, &s, &err);
   if (st != SC_OK) return cli_fail("run", st, &err);
-  for (int i = 0; i < s->n_warnings; i++) fprintf(stderr, "warning: %s\n", s->warnings[i]);
+  for (int i = 0; i < s->n_warnings && sens_rank <= 0; i++)
+    fprintf(stderr, "warning: %s\n", s->warnings[i]);
   if (n_clients > 1 && (!s->target.set || s->mode == SCN_MODE_SIM || s->n_faults > 0)) {
     fprintf(stderr,
             "shardcheck run: %s: %d client ranks share the requests to an external "
@@ -180,6 +189,12 @@ static int run_one(int argc, char **argv, int n_clients, replica_client_rank *cl
     scenario_free(s);
     return cli_usage_error("run", "--sensitivity prices a sim run; this run is real (use --mode "
                            "sim)", NULL);
+  }
+  if (sens_rank > 0) { // its share of the scaled runs; rank 0 stores, prints and reports
+    sens_gathered = true;
+    st = runner_sensitivity_share(sens > 0 ? s : NULL, sens, &ro, &err);
+    scenario_free(s);
+    return st == SC_OK ? CLI_OK : cli_exit_code(st); // a failed run's text travels to rank 0
   }
   store *db = NULL;
   st = store_open(db_path, &db, &err);
@@ -254,10 +269,11 @@ static int run_one(int argc, char **argv, int n_clients, replica_client_rank *cl
   if (sens > 0 && !strcmp(res.status, "complete")) { // of the last repetition
     runner_sensitivity sv;
     if (!quiet)
-      fprintf(stderr, "sensitivity: running the scenario twice more, every price x%g and x%g\n",
-              1 - sens, 1 + sens);
+      fprintf(stderr, "sensitivity: running the scenario twice more, every price x%g and x%g%s\n",
+              1 - sens, 1 + sens, sens_rank == 0 ? ", over the MPI job's ranks" : "");
+    sens_gathered = true;
     if (runner_sensitivity_run(s, db, res.run_id, sens, &ro, &sv, &err) != SC_OK) {
-      fprintf(stderr, "shardcheck run: sensitivity: %s\n", err.msg);
+      fprintf(stderr, "shardcheck run: %s\n", err.msg); // its text says "sensitivity: ..."
       code = CLI_RUNTIME;
     } else {
       print_sensitivity(&sv, stdout);
@@ -326,8 +342,27 @@ static int clients_begin(int *n, replica_client_rank **ranks) {
   return -1;
 }
 
+// `mpirun -np N shardcheck run --sensitivity PCT`: the run and its scaled runs shared among the
+// job's ranks (runner_sensitivity_run); rank 0 alone writes and prints.
+static int run_sensitivity_ranks(int argc, char **argv) {
+  bool several = false;
+  int mc = cli_mpi_begin("run", &several); // a build without MPI, ranks of different builds
+  if (mc != CLI_OK) return mc;
+  if (!several) return run_one(argc, argv, 1, NULL);
+  sens_rank = sc_mpi_rank();
+  int rc = run_one(argc, argv, 1, NULL);
+  if (!sens_gathered) { // refused, or the run did not complete: the other ranks wait for this
+    sc_error err = {{0}};
+    runner_sensitivity_share(NULL, 0, NULL, &err);
+  }
+  sc_mpi_finalize();
+  return rc;
+}
+
 int cmd_run(int argc, char **argv) {
   if (sc_mpi_launched_size() == 1) return run_one(argc, argv, 1, NULL);
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--sensitivity")) return run_sensitivity_ranks(argc, argv);
   int n = 1;
   replica_client_rank *ranks = NULL;
   int rc = clients_begin(&n, &ranks);

@@ -123,9 +123,49 @@ static sc_status cuda_open(int n_ranks, device *const *devs, uint64_t deadline_n
 // --- cuda over MPI: one rank per process, NCCL's unique id broadcast over MPI
 
 #ifdef SHARDCHECK_HAVE_CUDA
+static int cuda_self(const void *g) { return cuda_api_get(NULL)->group_self(g); }
+
+static const comm_group_i cuda_mpi_iface = {
+    .name = "cuda",
+    .rank = cuda_rank,
+    .abort = cuda_abort,
+    .free = cuda_free,
+    .set_slow = cuda_set_slow,
+    .error = cuda_error,
+    .self = cuda_self,
+};
+
+// The members' host communicator (an mpi group of the same members) that carries NCCL's
+// unique id: group rank 0 sends it to every other member, which receives it.
+typedef struct id_bcast {
+  comm *c; // this process's endpoint of the mpi group
+} id_bcast;
+
+static sc_status bcast_over_mpi(void *ud, void *buf, size_t n, sc_error *err) {
+  comm *c = ((id_bcast *)ud)->c;
+  sc_status s = SC_OK;
+  if (c->rank == 0)
+    for (int r = 1; r < c->n_ranks && s == SC_OK; r++) s = comm_send(c, buf, n, r);
+  else
+    s = comm_recv(c, buf, n, 0);
+  return s == SC_OK ? SC_OK : sc_fail(err, s, "over MPI: %s", sc_status_name(s));
+}
+
 static sc_status cuda_mpi_open(int n, const int *members, device *dev, uint64_t deadline_ns,
                                const comm_group_i **iface, void **out, sc_error *err) {
-  return sc_fail(err, SC_INVALID, "comm: cuda ranks as MPI processes are not built yet");
+  const cuda_api *cu = cuda_api_get(err);
+  if (!cu) return SC_INVALID;
+  comm_mpi_group *mg = NULL; // collective over the members, as the cuda group after it
+  SC_TRY(comm_mpi_group_new(n, members, deadline_ns, &mg, err));
+  id_bcast b = {.c = comm_mpi_group_rank(mg, comm_mpi_group_self(mg))};
+  comm_cuda_group *g = NULL;
+  sc_status s = cu->group_new_member(n, comm_mpi_group_self(mg), dev, deadline_ns,
+                                     bcast_over_mpi, &b, &g, err);
+  comm_mpi_group_free(mg); // the id has reached every member (or the group failed)
+  if (s != SC_OK) return s;
+  *iface = &cuda_mpi_iface;
+  *out = g;
+  return SC_OK;
 }
 #else
 static sc_status cuda_mpi_open(int n, const int *members, device *dev, uint64_t deadline_ns,

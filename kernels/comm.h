@@ -93,6 +93,21 @@ void comm_cuda_group_set_slow(comm_cuda_group *g, double factor, uint64_t latenc
 // The text of the failure that broke the group (the call, file, line and library message of
 // the CUDA/NCCL error, or the deadline), or "" while it is not broken.
 const char *comm_cuda_group_error(comm_cuda_group *g);
+// Ranks as processes (kernels/comm.c opens these for comm_group_open_mpi with backend cuda):
+// a broadcast among a group's member processes, moving n bytes from group rank 0's buf into
+// every other member's buf. Collective over the members; SC_OK, or the failure in err.
+typedef sc_status (*comm_cuda_bcast_fn)(void *ud, void *buf, size_t n, sc_error *err);
+// This process's endpoint of a group of n_ranks processes, this one rank `self` on its device
+// dev (cuda, a GPU of its own: NCCL refuses two ranks of one communicator on one GPU). Always
+// nccl: group rank 0 makes NCCL's unique id, bcast(ud, ...) carries it to every member, and each
+// creates its own communicator, as nccl-tests bootstrap over MPI. Collective over the members;
+// every member calls bcast once, also when its own part fails (so none waits for it).
+// comm_cuda_group_rank gives NULL for every rank but self. deadline_ns as comm_cuda_group_new.
+sc_status comm_cuda_group_new_member(int n_ranks, int self, device *dev, uint64_t deadline_ns,
+                                     comm_cuda_bcast_fn bcast, void *ud, comm_cuda_group **out,
+                                     sc_error *err);
+// The rank this process holds in a group of processes; -1 when every rank is a thread here.
+int comm_cuda_group_self(const comm_cuda_group *g);
 
 // --- registry: a group of any backend, opened by the device backend of its ranks
 // (kernels/comm.c). The one place that knows which communicator serves which device backend,

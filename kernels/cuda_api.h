@@ -20,7 +20,7 @@
 #include "kernels/device.h"
 #include "kernels/status.h"
 
-#define SC_CUDA_API_VERSION 1
+#define SC_CUDA_API_VERSION 2
 #define SC_CUDA_LIBRARY "libshardcheck_cuda.so"
 
 typedef struct cuda_api {
@@ -37,6 +37,11 @@ typedef struct cuda_api {
   void (*group_set_slow)(comm_cuda_group *g, double factor, uint64_t latency_ns,
                          double bandwidth);
   const char *(*group_error)(comm_cuda_group *g);
+  // ranks as processes (kernels/comm.h): one member's endpoint, NCCL's id broadcast by bcast
+  sc_status (*group_new_member)(int n_ranks, int self, device *dev, uint64_t deadline_ns,
+                                comm_cuda_bcast_fn bcast, void *ud, comm_cuda_group **out,
+                                sc_error *err);
+  int (*group_self)(const comm_cuda_group *g);
 } cuda_api;
 
 // The table, loading the library on the first call (thread-safe; later calls return the same

@@ -103,5 +103,15 @@ typedef struct runner_sensitivity {
 // (no progress lines), and stores on the pooled deployment rows of run `run_id` in db the
 // metrics ttft_sensitivity and tpot_sensitivity (docs/metrics.md). SC_INVALID for a real
 // scenario, frac outside (0, 0.5), or a scaled run that did not complete.
+// Under MPI (active, several ranks, o->n_clients <= 1) this is rank 0's part of a collective:
+// the run itself was point 0, the scaled runs are points 1 and 2, and rank p mod N runs point p
+// (capacity's split); rank 0 gathers the others' means (waiting as long as they run) and alone
+// stores and returns what one process would. Every other rank calls runner_sensitivity_share.
 sc_status runner_sensitivity_run(scenario *s, store *db, int64_t run_id, double frac,
                                  const runner_options *o, runner_sensitivity *out, sc_error *err);
+// A rank other than 0 of such a job: runs its points of scenario s (its own copy) and sends
+// their means, or their failures, to rank 0. s NULL: runs nothing and sends nothing (its own
+// arguments were refused; rank 0 then says which scaled run is missing). Rank 0 calls it (s NULL)
+// only when it will not call runner_sensitivity_run, to release the others. Collective.
+sc_status runner_sensitivity_share(scenario *s, double frac, const runner_options *o,
+                                   sc_error *err);

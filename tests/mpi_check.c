@@ -15,6 +15,10 @@
 //   mpi_check engine-stop TP PP R    rank R's process is stopped: rank 0's step ends at the
 //                                    collective deadline
 //   mpi_check engine-kill TP PP R    rank R's process is killed: the launcher ends the job
+//   mpi_check comm-cuda-nodev        NCCL's bootstrap over MPI where no rank has a device: every
+//                                    member joins the id's broadcast and fails at once
+//   mpi_check engine-link TP PP      a slow link set on rank 0's engine reaches every rank's
+//                                    end of its links, and clearing it reaches them too
 //
 // Not a Criterion program: Criterion forks each test, and MPI does not survive a fork.
 #include <math.h>
@@ -471,6 +475,92 @@ static void check_engine_signal(int tp, int pp, int victim, int sig) {
   sc_mpi_abort(failures ? 1 : 0); // fail-stop: the victim's peers still wait
 }
 
+// The slow-link fault set on rank 0's engine (engine_set_link_fault, as a replica's worker
+// does) reaches the other ranks with the next step, and so does its end. With pp > 1 only the
+// receiving stage (a rank other than 0) pays a slow link's latency (a send never waits), so a
+// step slowed by at least the latency shows that the fault reached that rank's process; with
+// tp > 1 every all-reduce pays it. Steps are timed by their fastest, as the host is shared.
+#define LINK_LATENCY_NS (150 * MS)
+#define LINK_STEPS      3
+
+// The fastest of LINK_STEPS steps of e, in ns; UINT64_MAX when a step fails.
+static uint64_t fastest_step(engine *e) {
+  uint64_t best = UINT64_MAX;
+  for (int i = 0; i < LINK_STEPS; i++) {
+    engine_step_result res;
+    sc_error err = {{0}};
+    uint64_t t0 = sc_monotonic_ns();
+    if (engine_step(e, &res, &err) != SC_OK) {
+      fail("step: %s", err.msg);
+      return UINT64_MAX;
+    }
+    uint64_t dt = sc_monotonic_ns() - t0;
+    if (dt < best) best = dt;
+  }
+  return best;
+}
+
+static void check_engine_link(int tp, int pp) {
+  engine_config c = tiny(tp, pp, "cpu", true);
+  if (tp * pp != n_ranks || pp < 2) {
+    fail("engine-link: run tp %d x pp %d (pp >= 2) with %d processes", tp, pp, tp * pp);
+    return;
+  }
+  if (me != 0) {
+    follow(c);
+    return;
+  }
+  engine *e = NULL;
+  sc_error err = {{0}};
+  if (engine_new(&c, &e, &err) != SC_OK) {
+    fail("engine_new: %s", err.msg);
+    return;
+  }
+  int32_t prompt[8] = {3, 4, 5, 6, 7, 8, 9, 10};
+  engine_request r = {.prompt = prompt, .n_prompt = 8, .max_tokens = 100};
+  uint64_t id;
+  CHECK(engine_submit(e, &r, &id, &err) == SC_OK, "submit: %s", err.msg);
+  uint64_t before = fastest_step(e);
+  CHECK(engine_set_link_fault(e, 0, LINK_LATENCY_NS, 0) == SC_OK, "the link fault is set");
+  uint64_t slowed = fastest_step(e);
+  CHECK(engine_set_link_fault(e, 0, 0, 0) == SC_OK, "the link fault is cleared");
+  uint64_t after = fastest_step(e); // the clear travels with the first of these steps
+  printf("rank 0: tp %d pp %d: fastest step %.1f ms, %.1f ms with a %.0f ms link, %.1f ms "
+         "after\n", tp, pp, (double)before / 1e6, (double)slowed / 1e6,
+         (double)LINK_LATENCY_NS / 1e6, (double)after / 1e6);
+  CHECK(slowed != UINT64_MAX && slowed >= LINK_LATENCY_NS,
+        "every slowed step waits for the link at the receiving stage (%.1f ms)",
+        (double)slowed / 1e6);
+  CHECK(after < LINK_LATENCY_NS && before < LINK_LATENCY_NS,
+        "steps without the fault are faster than its latency (%.1f ms before, %.1f ms after)",
+        (double)before / 1e6, (double)after / 1e6);
+  engine_free(e);
+}
+
+// A cuda group of processes (comm_group_open_mpi, backend cuda) whose members have no device:
+// each still joins the broadcast of NCCL's unique id (rank 0 sends its failure, the others take
+// it), so every rank fails at once with its own line instead of waiting for the 30 s deadline.
+// Needs the CUDA build (its library), not a GPU.
+static void check_comm_cuda_nodev(void) {
+  int members[64];
+  for (int i = 0; i < n_ranks; i++) members[i] = i;
+  comm_group *g = NULL;
+  sc_error err = {{0}};
+  uint64_t t0 = sc_monotonic_ns();
+  sc_status s = comm_group_open_mpi("cuda", n_ranks, members, NULL, 30000 * MS, &g, &err);
+  double took = (double)(sc_monotonic_ns() - t0) / 1e9;
+  printf("rank %d: %s after %.2f s: %s\n", me, sc_status_name(s), took, err.msg);
+  CHECK(s == SC_INVALID && !g, "a member without a device is refused: %s", sc_status_name(s));
+  char want[64];
+  snprintf(want, sizeof want, "rank %d has no device", me);
+  CHECK(strstr(err.msg, want), "the line names this rank: '%s'", err.msg);
+  CHECK(took < 10, "no rank waited for the deadline (%.2f s)", took);
+  // the job's ranks are still in step: a world collective after it completes
+  int v = me;
+  CHECK(sc_mpi_max_int(&v, 10000 * MS, &err) == SC_OK && v == n_ranks - 1, "max after: %s",
+        err.msg);
+}
+
 int main(int argc, char **argv) {
   sc_error err = {{0}};
   if (sc_mpi_init(&err) != SC_OK) {
@@ -489,11 +579,15 @@ int main(int argc, char **argv) {
     check_engine_signal(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), SIGSTOP);
   } else if (argc >= 5 && !strcmp(argv[1], "engine-kill")) {
     check_engine_signal(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), SIGKILL);
+  } else if (argc >= 2 && !strcmp(argv[1], "comm-cuda-nodev") && n_ranks <= 64) {
+    check_comm_cuda_nodev();
+  } else if (argc >= 4 && !strcmp(argv[1], "engine-link")) {
+    check_engine_link(atoi(argv[2]), atoi(argv[3]));
   } else if (argc >= 5 && !strcmp(argv[1], "engine-fault")) {
     check_engine_fault(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
   } else {
     fail("usage: mpi_check comm | engine TP PP [BACKEND] | engine-size TP PP | engine-fault TP "
-         "PP RANK (under mpirun, 2..64 ranks)");
+         "PP RANK | engine-link TP PP | comm-cuda-nodev (under mpirun, 2..64 ranks)");
   }
   if (!failures) printf("rank %d: ok (%d checks)\n", me, checks);
   fflush(stdout);

@@ -19,6 +19,7 @@ int main(void) {
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/device.h"
 #include "tests/helpers.h"
 
 // Open MPI refuses to run as root unless told; CI and this host run tests as root. Under
@@ -123,6 +124,37 @@ static void engine_at(int tp, int pp) {
 Test(mpi, tp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(2, 1); }
 Test(mpi, pp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(1, 2); }
 Test(mpi, tp2_pp2_as_processes_gives_the_threads_greedy_tokens_and_logits) { engine_at(2, 2); }
+
+// On CUDA, each rank's process on a GPU of its own: the tp group is NCCL, bootstrapped over MPI
+// (group rank 0 makes the unique id, the members' mpi group carries it), and the greedy tokens
+// and logits are those of the same engine as threads on the same GPUs (NCCL there too). Two
+// GPUs at least (NCCL refuses two ranks of one communicator on one GPU).
+Test(mpi, tp2_on_cuda_as_processes_bootstraps_nccl_over_mpi_and_gives_the_threads_tokens) {
+  int gpus = device_backend_count("cuda");
+  if (gpus == 0) cr_skip_test("skipped: no CUDA device");
+  if (gpus < 2) cr_skip_test("skipped: NCCL across processes needs 2 CUDA devices, 1 is here");
+  char out[16384];
+  int rc = run_mpi(2, "engine 2 1 cuda", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(2, out);
+  cr_expect(strstr(out, "tp 2 pp 1: 73728 logits, 0 not bit-identical"), "%s", out);
+}
+
+// NCCL's bootstrap over MPI without a GPU: members without a device each join the broadcast of
+// the unique id and fail at once with their own line; the job goes on in step (mpi_check).
+Test(mpi, nccl_bootstrap_over_mpi_releases_every_member_when_none_has_a_device) {
+#ifndef SHARDCHECK_HAVE_CUDA
+  cr_skip_test("skipped: this build has no CUDA backend");
+#else
+  if (device_backend_count("cuda") > 0) cr_skip_test("a GPU is here: the tp 2 check above runs");
+  for (int np = 2; np <= 3; np++) {
+    char out[16384];
+    int rc = run_mpi(np, "comm-cuda-nodev", out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+    expect_all_ok(np, out);
+  }
+#endif
+}
 
 Test(mpi, a_job_of_another_size_than_tp_x_pp_is_refused_on_every_rank) {
   char out[8192];
@@ -299,6 +331,72 @@ Test(mpi, a_stopped_rank_of_an_mpi_replica_ends_its_job_at_the_collective_deadli
   cr_expect_eq(sc_test_q1(db, "SELECT count(*) FROM request WHERE status != 'ok'"), 0, "%s", out);
 }
 
+// A slow link set on rank 0's engine (as a replica's worker sets it) reaches the other ranks'
+// processes with the next step, and so does its end: a pp stage other than 0 pays the link's
+// latency on every receive (mpi_check prints the step times); tp 2 x pp 2 also in its
+// all-reduces.
+Test(mpi, a_slow_link_reaches_every_rank_of_pp2_and_its_end_too) {
+  char out[16384];
+  int rc = run_mpi(2, "engine-link 1 2", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(2, out);
+}
+
+Test(mpi, a_slow_link_reaches_every_rank_of_tp2_pp2_and_its_end_too) {
+  char out[16384];
+  int rc = run_mpi(4, "engine-link 2 2", out, sizeof out);
+  cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+  expect_all_ok(4, out);
+}
+
+// The shipped slow-link scenario (a slow link on replica1, then a slow rank 0 of it, tp 2 x dp 2)
+// with its replicas as MPI jobs, and as threads: the same requests, the same verdicts, every
+// request served; as MPI jobs both faults are caught as stragglers within their 4 s windows,
+// as with threads (tests/test_faults_run.c). No process of a job is left (the suite's end).
+#define VERDICTS                                                                                   \
+  "SELECT group_concat(slo || ' ' || op || ' ' || expected || ' ' || actual || ' ' || pass, "     \
+  "'; ') FROM (SELECT * FROM verdict ORDER BY id)"
+Test(mpi, the_slow_link_scenario_as_mpi_jobs_gives_the_verdicts_of_threads) {
+  allow_root();
+  char path[1100];
+  snprintf(path, sizeof path, "%s/scenarios/slow-link.yaml", SC_SOURCE_DIR);
+  char *shipped = sc_test_read_file(path, NULL);
+  cr_assert_not_null(shipped, "%s", path);
+  cr_assert_null(strstr(shipped, "router:"), "the shipped scenario names a router: merge it here");
+  const char *dir = sc_test_tmpdir("mpi-slow-link");
+  char db[2][1100], verdicts[2][4096];
+  long long requests[2];
+  for (int mpi = 0; mpi < 2; mpi++) {
+    size_t n = strlen(shipped) + 64;
+    char *text = malloc(n), sc[1100], out[32768];
+    cr_assert_not_null(text);
+    snprintf(text, n, "%s\nrouter: {isolation: %s}\n", shipped, mpi ? "mpi" : "thread");
+    snprintf(sc, sizeof sc, "%s/%s.yaml", dir, mpi ? "mpi" : "thread");
+    cr_assert_eq(sc_test_write_file(sc, text, strlen(text)), 0);
+    free(text);
+    snprintf(db[mpi], sizeof db[mpi], "%s/%s.db", dir, mpi ? "mpi" : "thread");
+    int rc = sc_test_run_scenario(out, sizeof out, sc, db[mpi], "--out '%s/r%d'", dir, mpi);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, "verdict: PASS"), "%s", out);
+    if (mpi) cr_expect(strstr(out, "slow replica1: link +1000 us"), "%s", out);
+    snprintf(verdicts[mpi], sizeof verdicts[mpi], "%s", sc_test_q1s(db[mpi], VERDICTS));
+    requests[mpi] = sc_test_q1(db[mpi], "SELECT count(*) FROM request");
+    cr_expect_eq(sc_test_q1(db[mpi], "SELECT count(*) FROM request WHERE status != 'ok'"), 0,
+                 "%s", out);
+  }
+  free(shipped);
+  cr_expect(verdicts[0][0], "no verdicts");
+  cr_expect_str_eq(verdicts[1], verdicts[0], "MPI jobs and threads judge differently");
+  cr_expect_eq(requests[1], requests[0], "the same seed sent other requests");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) // real-time detection
+  cr_expect_eq(sc_test_q1(db[1], "SELECT count(*) FROM fault WHERE kind = 'slow' AND detected_ns "
+                                 "IS NOT NULL AND detected_ns < injected_ns + 4000000000"),
+               2, "detected after (ms): %s",
+               sc_test_q1s(db[1], "SELECT group_concat(detail || ': ' || coalesce((detected_ns - "
+                                  "injected_ns) / 1000000, 'never'), '; ') FROM fault"));
+#endif
+}
+
 // A hostfile naming fewer slots than one replica's tp x pp: one line, exit 2, nothing run.
 Test(mpi, a_hostfile_with_fewer_slots_than_tp_x_pp_is_refused_with_one_line_and_exit_2) {
   const char *hosts = sc_test_write_tmp("mpi-hosts", "hosts",
@@ -410,6 +508,118 @@ Test(mpi, capacity_over_2_and_3_ranks_prints_stores_and_reports_what_jobs_1_does
     }
     free(html1);
   }
+}
+
+// --- sensitivity sweeps across ranks: `mpirun -np N shardcheck run --sensitivity PCT`
+
+// Two deployments, a closed loop and an open one near saturation, simulated in a fraction of a
+// second each.
+static const char *SENS_SCN = "name: sens\n"
+                              "mode: sim\n"
+                              "model: {preset: llama3-8b}\n"
+                              "hardware: {profile: h100-sxm, gpus: 2}\n"
+                              "deployments: [{tp: 1}, {tp: 2}]\n"
+                              "workload:\n"
+                              "  prompts:\n"
+                              "    - {input: {uniform: [128, 512]}, output: {uniform: [16, 64]}}\n"
+                              "  phases:\n"
+                              "    - {fixed: {requests: 40, concurrency: 4}}\n"
+                              "    - {rate: 24, arrival: poisson, duration: 10s}\n"
+                              "slo: {ttft_p95_ms: 3000, error_rate: 0}\n"
+                              "seed: 4\n";
+
+#define SENS_FLAGS "--sensitivity 3%% --no-report --quiet" // only ever inside a format
+#define SENSITIVITIES                                                                              \
+  "SELECT group_concat(name || '=' || value, ';') FROM (SELECT m.name, m.value FROM metric m "     \
+  "JOIN deployment d ON d.id = m.deployment_id WHERE m.name LIKE '%_sensitivity' ORDER BY "       \
+  "d.idx, m.name)"
+
+// The run and its two scaled runs shared among 2 and 3 ranks (rank p mod N runs point p: at 2
+// ranks, rank 1 the prices x 0.97) print the verdicts and the sensitivity table of one process
+// byte for byte, and store the same sensitivities.
+Test(mpi, sensitivity_over_2_and_3_ranks_prints_and_stores_what_one_process_does) {
+  const char *sc = sc_test_write_tmp("mpi-sens", "sens.yaml", SENS_SCN);
+  const char *dir = sc_test_tmpdir("mpi-sens-out");
+  char one[16384], args[2048], db[1100];
+  snprintf(args, sizeof args, "run %s " SENS_FLAGS " --db %s/one.db", sc, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, one, sizeof one), 0, "%s", one);
+  cr_assert(strstr(one, "\nsensitivity: every price x0.97 and x1.03"), "%s", one);
+  snprintf(db, sizeof db, "%s/one.db", dir);
+  char sens1[4096];
+  snprintf(sens1, sizeof sens1, "%s", sc_test_q1s(db, SENSITIVITIES));
+  cr_assert(strstr(sens1, "tpot_sensitivity="), "%s", sens1);
+  for (int np = 2; np <= 3; np++) {
+    char out[16384], launch[2048];
+    snprintf(db, sizeof db, "%s/np%d.db", dir, np);
+    snprintf(launch, sizeof launch, "-np %d '%s' run %s " SENS_FLAGS " --db %s", np, SC_BINARY,
+             sc, db);
+    cr_assert_eq(run_launch(launch, out, sizeof out), 0, "%s", out);
+    cr_expect_str_eq(out, one, "%d ranks printed another table", np);
+    cr_expect_str_eq(sc_test_q1s(db, SENSITIVITIES), sens1, "%d ranks stored others", np);
+  }
+}
+
+// The scaled runs are run where they are shared out: rank 1, given another seed, changes the
+// x 0.97 column alone (its run), not the verdicts of rank 0's own run.
+Test(mpi, sensitivity_over_ranks_takes_each_scaled_run_from_the_rank_that_ran_it) {
+  const char *sc = sc_test_write_tmp("mpi-sens-own", "sens.yaml", SENS_SCN);
+  const char *dir = sc_test_tmpdir("mpi-sens-own-out");
+  char one[16384], out[16384], args[2048], launch[4096];
+  snprintf(args, sizeof args, "run %s " SENS_FLAGS " --db %s/one.db", sc, dir);
+  cr_assert_eq(sc_test_run_cli_clean(args, one, sizeof one), 0, "%s", one);
+  snprintf(launch, sizeof launch,
+           "-np 1 '%s' run %s " SENS_FLAGS " --db %s/a.db : -np 1 '%s' run %s --seed 99 " SENS_FLAGS
+           " --db %s/b.db",
+           SC_BINARY, sc, dir, SC_BINARY, sc, dir);
+  cr_assert_eq(run_launch(launch, out, sizeof out), 0, "%s", out);
+  char *t1 = strstr(one, "\nsensitivity:"), *t2 = strstr(out, "\nsensitivity:");
+  cr_assert(t1 && t2, "%s", out);
+  cr_expect_eq(t1 - one, t2 - out, "the verdicts differ:\n%s", out);
+  cr_expect_eq(strncmp(one, out, (size_t)(t1 - one)), 0, "the verdicts differ:\n%s", out);
+  cr_expect_str_neq(t1, t2, "rank 1's run (another seed) was not the one used:\n%s", out);
+  // each row: "  LABEL  TTFT lo / hi  TPOT lo / hi  ...": the x 1.03 halves (rank 0's) agree
+  const char *rows1 = strchr(t1 + 1, '\n'), *rows2 = strchr(t2 + 1, '\n');
+  rows1 = rows1 ? strchr(rows1 + 1, '\n') : NULL; // past the header
+  rows2 = rows2 ? strchr(rows2 + 1, '\n') : NULL;
+  cr_assert(rows1 && rows2);
+  for (int d = 0; d < 2; d++) {
+    char a[256], b[256], l1[64], l2[64], hi1[2][32], hi2[2][32];
+    sscanf(rows1 + 1, "%255[^\n]", a);
+    sscanf(rows2 + 1, "%255[^\n]", b);
+    cr_assert_eq(sscanf(a, "%63s %*s / %31s %*s / %31s", l1, hi1[0], hi1[1]), 3, "%s", a);
+    cr_assert_eq(sscanf(b, "%63s %*s / %31s %*s / %31s", l2, hi2[0], hi2[1]), 3, "%s", b);
+    cr_expect_str_eq(l1, l2);
+    cr_expect_str_eq(hi1[0], hi2[0], "x1.03 TTFT: %s vs %s", a, b);
+    cr_expect_str_eq(hi1[1], hi2[1], "x1.03 TPOT: %s vs %s", a, b);
+    rows1 = strchr(rows1 + 1, '\n');
+    rows2 = strchr(rows2 + 1, '\n');
+    cr_assert(rows1 && rows2);
+  }
+}
+
+// A rank that refuses its arguments (its scenario is not there) runs nothing: rank 0 says which
+// scaled run is missing, in one line, and the job ends (no rank waits for ever); a rank 0 that
+// cannot open its database releases the others the same way.
+Test(mpi, sensitivity_over_ranks_with_a_rank_that_refuses_ends_with_one_line) {
+  const char *sc = sc_test_write_tmp("mpi-sens-bad", "sens.yaml", SENS_SCN);
+  const char *dir = sc_test_tmpdir("mpi-sens-bad-out");
+  char out[16384], launch[4096];
+  snprintf(launch, sizeof launch,
+           "-np 1 '%s' run %s " SENS_FLAGS " --db %s/a.db : -np 1 '%s' run %s/absent.yaml "
+           SENS_FLAGS " --db %s/b.db",
+           SC_BINARY, sc, dir, SC_BINARY, dir, dir);
+  int rc = run_launch(launch, out, sizeof out);
+  cr_expect(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "shardcheck run: sensitivity: rank 1 of the MPI job ran no run with "
+                        "prices x0.97"),
+            "%s", out);
+  snprintf(launch, sizeof launch,
+           "-np 1 '%s' run %s " SENS_FLAGS " --db %s/no/such/dir/a.db : -np 1 '%s' run %s "
+           SENS_FLAGS " --db %s/b.db",
+           SC_BINARY, sc, dir, SC_BINARY, sc, dir);
+  rc = run_launch(launch, out, sizeof out);
+  cr_expect(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+  cr_expect(strstr(out, "cannot open the results database"), "%s", out);
 }
 
 // A rank that runs another build (here the same binary without its build id) is refused before

@@ -73,6 +73,15 @@
 // rank's stream after the stream has drained, which includes waiting for the peers. The
 // sleeps end early on abort or break.
 //
+// Ranks as processes (comm_cuda_group_new_member): a group of which this process holds one
+// rank, the others being other processes (of an MPI job; kernels/comm.c opens it). Always nccl:
+// group rank 0 makes NCCL's unique id and the caller's broadcast carries it to every member
+// (nccl-tests' bootstrap), then each process creates its own communicator
+// (ncclCommInitRankConfig, non-blocking, polled as above). The other ranks' slots hold no
+// communicator, and everything that walks the ranks (settle, finalize, abort) skips them.
+// An abort or a failure aborts this process's communicator only; its peers see NCCL's
+// asynchronous error or their deadline.
+//
 // Not done: ncclCommShrink (NCCL >= 2.27) to drop a dead rank and go on with the survivors;
 // after any failure the group stays broken and the caller builds a new one. Left to other
 // files: the device (kernels/cuda/cuda_device.c), the kernels (cuda_*.cu), the shm
@@ -187,6 +196,7 @@ typedef struct cuda_rank {
 struct comm_cuda_group {
   cc_transport transport;
   int n_ranks;
+  int self; // -1: every rank is a thread here; else the one rank this process holds (nccl)
   uint64_t deadline_ns; // per blocking call, measured from the call's start
   atomic_bool aborted;  // set once by abort; checked by every call and every wait
   atomic_int broken;    // SC_OK, or the first status that broke the group (sticky)
@@ -671,6 +681,7 @@ static sc_status nccl_settle_all(comm_cuda_group *g, const char *what, cuda_err 
   uint64_t deadline = call_deadline(g);
   for (int r = 0; r < g->n_ranks; r++) {
     cuda_rank *k = &g->ranks[r];
+    if (g->self >= 0 && r != g->self) continue; // another process's
     if (!k->nccl) {
       snprintf(e->msg, sizeof e->msg, "%s: rank %d has no communicator", what, r);
       return SC_DEVICE;
@@ -731,6 +742,68 @@ static sc_status nccl_create(comm_cuda_group *g, cuda_err *e) {
   return s;
 }
 
+// What group rank 0 broadcasts to the members of a group of processes: NCCL's unique id, or
+// that it could not make one (the members then fail at once instead of at their deadline).
+typedef struct member_boot {
+  int32_t ok;
+  char why[256]; // when not ok: rank 0's failure
+  ncclUniqueId id;
+} member_boot;
+
+// Ranks as processes: this process's communicator, rank g->self of g->n_ranks, from the unique
+// id group rank 0 makes and bcast carries. Returns SC_OK with it ready, or the failure with its
+// text in e (the communicator, if made, aborted and nccl_gone set).
+static sc_status nccl_create_member(comm_cuda_group *g, comm_cuda_bcast_fn bcast, void *ud,
+                                    cuda_err *e) {
+  cuda_rank *k = &g->ranks[g->self];
+  member_boot *b = calloc(1, sizeof *b); // rank 0's answer, or the place for it
+  if (!b) {
+    snprintf(e->msg, sizeof e->msg, "out of host memory");
+    return SC_OOM;
+  }
+  sc_status s = SC_OK;
+  if (g->self == 0) {
+    s = NCCL_CHECK(e, ncclGetUniqueId(&b->id));
+    b->ok = s == SC_OK;
+    if (s != SC_OK) snprintf(b->why, sizeof b->why, "%.255s", e->msg);
+  }
+  sc_error be = {{0}};
+  sc_status bs = bcast(ud, b, sizeof *b, &be); // also after a failure: it releases the members
+  if (s == SC_OK && bs != SC_OK) {
+    s = bs;
+    snprintf(e->msg, sizeof e->msg, "the broadcast of NCCL's unique id: %.300s", be.msg);
+  }
+  if (s == SC_OK && !b->ok) {
+    s = SC_DEVICE;
+    snprintf(e->msg, sizeof e->msg, "group rank 0 could not make NCCL's unique id: %s", b->why);
+  }
+  int saved = 0;
+  if (s == SC_OK) s = CU_CHECK(e, cudaGetDevice(&saved));
+  if (s == SC_OK) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; // as nccl_create: no thread ever waits inside NCCL
+    s = CU_CHECK(e, cudaSetDevice(k->gpu));
+    if (s == SC_OK)
+      s = NCCL_CHECK_NB(e, NULL,
+                        ncclCommInitRankConfig(&k->nccl, g->n_ranks, b->id, g->self, &cfg));
+    cuda_err e_dev = {{0}};
+    sc_status s_dev = CU_CHECK(&e_dev, cudaSetDevice(saved));
+    if (s == SC_OK && s_dev != SC_OK) {
+      s = s_dev;
+      *e = e_dev;
+    }
+  }
+  free(b);
+  if (s == SC_OK) s = nccl_settle_all(g, "ncclCommInitRankConfig", e);
+  if (s != SC_OK) {
+    atomic_store(&g->nccl_gone, true);
+    pthread_mutex_lock(&g->nccl_life_mu);
+    nccl_abort_comms(g);
+    pthread_mutex_unlock(&g->nccl_life_mu);
+  }
+  return s;
+}
+
 // Finalizes (in one group, polled within the deadline) and destroys every communicator of a
 // healthy group. Returns SC_OK with every handle NULL, or the failure (handles left for the
 // caller to abort).
@@ -739,12 +812,14 @@ static sc_status nccl_finalize(comm_cuda_group *g) {
   SC_TRY(NCCL_CHECK(&e, ncclGroupStart()));
   sc_status s = SC_OK;
   for (int r = 0; r < g->n_ranks && s == SC_OK; r++)
-    s = NCCL_CHECK_NB(&e, NULL, ncclCommFinalize(g->ranks[r].nccl));
+    if (g->ranks[r].nccl) // none in another process's slot
+      s = NCCL_CHECK_NB(&e, NULL, ncclCommFinalize(g->ranks[r].nccl));
   sc_status s_end = NCCL_CHECK_NB(&e, NULL, ncclGroupEnd());
   if (s == SC_OK) s = s_end;
   if (s == SC_OK) s = nccl_settle_all(g, "ncclCommFinalize", &e);
   if (s != SC_OK) return s;
   for (int r = 0; r < g->n_ranks; r++) { // local now: nothing is in flight
+    if (!g->ranks[r].nccl) continue;
     (void)NCCL_CHECK(&e, ncclCommDestroy(g->ranks[r].nccl));
     g->ranks[r].nccl = NULL;
   }
@@ -1007,24 +1082,14 @@ static void group_destroy(comm_cuda_group *g) {
   free(g);
 }
 
-// Returns SC_OK and *out; or, with *out NULL, nothing left allocated and the reason in err:
-// SC_INVALID (out or devs NULL, n_ranks outside 1..CC_MAX_RANKS, a device that is not cuda, a
-// mix of shared and own GPUs, more than SCK_SUM_MAX ranks on one GPU), SC_OOM, or the failure
-// of NCCL's setup (SC_DEVICE, SC_TIMEOUT past the deadline). deadline_ns 0 means 60 s.
-sc_status comm_cuda_group_new(int n_ranks, device *const *devs, uint64_t deadline_ns,
-                              comm_cuda_group **out, sc_error *err) {
-  if (!out) return sc_fail(err, SC_INVALID, "comm_cuda_group_new: out is NULL");
-  *out = NULL;
-  if (n_ranks < 1 || n_ranks > CC_MAX_RANKS || !devs)
-    return sc_fail(err, SC_INVALID, "comm_cuda_group_new: n_ranks %d (1..%d) and %d devices",
-                   n_ranks, CC_MAX_RANKS, devs ? n_ranks : 0);
-  cc_transport t = CC_LOOPBACK;
-  SC_TRY(pick_transport(n_ranks, devs, &t, err));
-
+// A group of n_ranks endpoints on transport t, everything built but the ranks' devices and the
+// transport itself; self as in the group. NULL when host memory runs out (nothing left).
+static comm_cuda_group *group_alloc(cc_transport t, int n_ranks, int self, uint64_t deadline_ns) {
   comm_cuda_group *g = calloc(1, sizeof *g);
-  if (!g) return sc_fail(err, SC_OOM, "comm_cuda_group_new: out of host memory");
+  if (!g) return NULL;
   g->transport = t;
   g->n_ranks = n_ranks;
+  g->self = self;
   g->deadline_ns = deadline_ns ? deadline_ns : CC_DEFAULT_DEADLINE_NS;
   atomic_init(&g->aborted, false);
   atomic_init(&g->broken, SC_OK);
@@ -1048,12 +1113,39 @@ sc_status comm_cuda_group_new(int n_ranks, device *const *devs, uint64_t deadlin
     k->c = (comm){
         .i = t == CC_LOOPBACK ? &lb_comm_i : &nccl_comm_i, .ctx = k, .rank = r, .n_ranks = n_ranks};
     k->g = g;
-    k->dev = devs[r];
-    k->gpu = cuda_device_gpu(devs[r]);
-    k->stream = cuda_device_stream(devs[r]);
+    k->gpu = -1; // another process's, until a device is set
     if (pthread_mutex_init(&k->nccl_mu, NULL)) goto oom;
     g->built_rank_mu++;
   }
+  return g;
+oom:
+  group_destroy(g);
+  return NULL;
+}
+
+static void rank_set_device(cuda_rank *k, device *dev) {
+  k->dev = dev;
+  k->gpu = cuda_device_gpu(dev);
+  k->stream = cuda_device_stream(dev);
+}
+
+// Returns SC_OK and *out; or, with *out NULL, nothing left allocated and the reason in err:
+// SC_INVALID (out or devs NULL, n_ranks outside 1..CC_MAX_RANKS, a device that is not cuda, a
+// mix of shared and own GPUs, more than SCK_SUM_MAX ranks on one GPU), SC_OOM, or the failure
+// of NCCL's setup (SC_DEVICE, SC_TIMEOUT past the deadline). deadline_ns 0 means 60 s.
+sc_status comm_cuda_group_new(int n_ranks, device *const *devs, uint64_t deadline_ns,
+                              comm_cuda_group **out, sc_error *err) {
+  if (!out) return sc_fail(err, SC_INVALID, "comm_cuda_group_new: out is NULL");
+  *out = NULL;
+  if (n_ranks < 1 || n_ranks > CC_MAX_RANKS || !devs)
+    return sc_fail(err, SC_INVALID, "comm_cuda_group_new: n_ranks %d (1..%d) and %d devices",
+                   n_ranks, CC_MAX_RANKS, devs ? n_ranks : 0);
+  cc_transport t = CC_LOOPBACK;
+  SC_TRY(pick_transport(n_ranks, devs, &t, err));
+
+  comm_cuda_group *g = group_alloc(t, n_ranks, -1, deadline_ns);
+  if (!g) return sc_fail(err, SC_OOM, "comm_cuda_group_new: out of host memory");
+  for (int r = 0; r < n_ranks; r++) rank_set_device(&g->ranks[r], devs[r]);
 
   if (t == CC_LOOPBACK) {
     sc_status s = comm_shm_group_new(n_ranks, g->deadline_ns, &g->shm);
@@ -1073,13 +1165,50 @@ sc_status comm_cuda_group_new(int n_ranks, device *const *devs, uint64_t deadlin
   }
   *out = g;
   return SC_OK;
-oom:
-  group_destroy(g);
-  return sc_fail(err, SC_OOM, "comm_cuda_group_new: out of host memory");
 }
 
+sc_status comm_cuda_group_new_member(int n_ranks, int self, device *dev, uint64_t deadline_ns,
+                                     comm_cuda_bcast_fn bcast, void *ud, comm_cuda_group **out,
+                                     sc_error *err) {
+  if (!out) return sc_fail(err, SC_INVALID, "comm_cuda_group_new_member: out is NULL");
+  *out = NULL;
+  if (n_ranks < 1 || n_ranks > CC_MAX_RANKS || self < 0 || self >= n_ranks || !bcast)
+    return sc_fail(err, SC_INVALID,
+                   "comm_cuda_group_new_member: rank %d of %d ranks (1..%d), bcast %s", self,
+                   n_ranks, CC_MAX_RANKS, bcast ? "set" : "NULL");
+  // a member that cannot take part still broadcasts (rank 0) or takes rank 0's broadcast, so
+  // that the others are not left waiting for it
+  const char *bad = !dev                     ? "has no device"
+                    : cuda_device_gpu(dev) < 0 ? "is on a device that is not cuda"
+                                               : NULL;
+  comm_cuda_group *g = bad ? NULL : group_alloc(CC_NCCL, n_ranks, self, deadline_ns);
+  if (bad || !g) {
+    member_boot *b = calloc(1, sizeof *b);
+    if (b) {
+      snprintf(b->why, sizeof b->why, "rank %d %s", self, bad ? bad : "is out of host memory");
+      sc_error be = {{0}};
+      (void)bcast(ud, b, sizeof *b, &be);
+      free(b);
+    }
+    if (bad)
+      return sc_fail(err, SC_INVALID, "comm_cuda_group_new_member: rank %d %s", self, bad);
+    return sc_fail(err, SC_OOM, "comm_cuda_group_new_member: out of host memory");
+  }
+  rank_set_device(&g->ranks[self], dev);
+  cuda_err e = {{0}};
+  sc_status s = nccl_create_member(g, bcast, ud, &e);
+  if (s != SC_OK) {
+    group_destroy(g);
+    return sc_fail(err, s, "comm_cuda_group_new_member: rank %d of %d: %s", self, n_ranks, e.msg);
+  }
+  *out = g;
+  return SC_OK;
+}
+
+int comm_cuda_group_self(const comm_cuda_group *g) { return g ? g->self : -1; }
+
 comm *comm_cuda_group_rank(comm_cuda_group *g, int r) {
-  if (!g || r < 0 || r >= g->n_ranks) return NULL;
+  if (!g || r < 0 || r >= g->n_ranks || (g->self >= 0 && r != g->self)) return NULL;
   return &g->ranks[r].c;
 }
 

@@ -638,6 +638,8 @@ const cuda_api *shardcheck_cuda_api(void) {
       .group_free = comm_cuda_group_free,
       .group_set_slow = comm_cuda_group_set_slow,
       .group_error = comm_cuda_group_error,
+      .group_new_member = comm_cuda_group_new_member,
+      .group_self = comm_cuda_group_self,
   };
   return &api;
 }
