@@ -22,6 +22,7 @@ pkgs=(
   groff-base                         # tests/test_help.c: the man page renders without warnings
   python3-prometheus-client          # tests/prom_check.py: serve's /metrics through its parser
   openmpi-bin libopenmpi-dev         # MPI: ranks as processes, many clients, sweeps (optional build)
+  iproute2                           # tests/mpi_netns.sh: two network namespaces as two hosts (as root)
 )
 
 # The npm clients the serve tests drive the server with (tests/clients/package.json, pinned):
