@@ -498,7 +498,12 @@ static void check_plant(const plant *p, mt_kind k) {
       // of 0; a swap that finds nothing in flight drains in 0 ms). Anything else must fail
       // with its value.
       bool zero = !strncmp(v, "1|0.0|", 6) && mi->dir != MT_HIGHER_BETTER;
-      cr_expect(zero || (!strncmp(v, "0|", 2) && strncmp(v, "0|NULL", 6)),
+      // A recovery that was looked for in the token times and never came is a measured
+      // failure too (an unbounded recover_ms): on a busy host the rate after the restart can
+      // stay under 90% of a fast second before the fault (docs/faults.md, Recovery).
+      bool never = !strcmp(key, "recover_ms") && !strncmp(v, "0|NULL|", 7) &&
+                   strstr(v, " never recovered (throughput never back");
+      cr_expect(zero || never || (!strncmp(v, "0|", 2) && strncmp(v, "0|NULL", 6)),
                 "%s on %s (%s): a measured value breaking its limit must fail: %s", key, where,
                 p->name, v);
     }
