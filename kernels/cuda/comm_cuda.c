@@ -702,6 +702,19 @@ static sc_status nccl_settle_all(comm_cuda_group *g, const char *what, cuda_err 
   return SC_OK;
 }
 
+// The end of a group's NCCL set-up (in one process or across an MPI job): wait for every
+// communicator's init; on any failure mark NCCL gone and abort the communicators made.
+static sc_status nccl_init_settle(comm_cuda_group *g, sc_status s, cuda_err *e) {
+  if (s == SC_OK) s = nccl_settle_all(g, "ncclCommInitRankConfig", e);
+  if (s != SC_OK) {
+    atomic_store(&g->nccl_gone, true);
+    pthread_mutex_lock(&g->nccl_life_mu);
+    nccl_abort_comms(g);
+    pthread_mutex_unlock(&g->nccl_life_mu);
+  }
+  return s;
+}
+
 // Creates one non-blocking communicator per rank, from this thread, in one group. Returns
 // SC_OK with every k->nccl ready, or the failure with its text in e and every communicator
 // that was made aborted (nccl_gone set).
@@ -732,14 +745,7 @@ static sc_status nccl_create(comm_cuda_group *g, cuda_err *e) {
     s = s_dev;
     *e = e_dev;
   }
-  if (s == SC_OK) s = nccl_settle_all(g, "ncclCommInitRankConfig", e);
-  if (s != SC_OK) {
-    atomic_store(&g->nccl_gone, true);
-    pthread_mutex_lock(&g->nccl_life_mu);
-    nccl_abort_comms(g);
-    pthread_mutex_unlock(&g->nccl_life_mu);
-  }
-  return s;
+  return nccl_init_settle(g, s, e);
 }
 
 // What group rank 0 broadcasts to the members of a group of processes: NCCL's unique id, or
@@ -794,14 +800,7 @@ static sc_status nccl_create_member(comm_cuda_group *g, comm_cuda_bcast_fn bcast
     }
   }
   free(b);
-  if (s == SC_OK) s = nccl_settle_all(g, "ncclCommInitRankConfig", e);
-  if (s != SC_OK) {
-    atomic_store(&g->nccl_gone, true);
-    pthread_mutex_lock(&g->nccl_life_mu);
-    nccl_abort_comms(g);
-    pthread_mutex_unlock(&g->nccl_life_mu);
-  }
-  return s;
+  return nccl_init_settle(g, s, e);
 }
 
 // Finalizes (in one group, polled within the deadline) and destroys every communicator of a
