@@ -290,9 +290,14 @@ void frt_act(fault_rt *f, int fi, bool end, uint64_t now) {
     fr->ended_ns = now;
   }
   replica_fault rf = fault_replica_fault(ft, end);
+  bool rearm = !end && (fk_of(ft->kind)->symptoms & FK_STRAGGLER);
   if (ft->replica >= 0) {
+    if (rearm) frt_straggler_rearm(f, ft->replica);
     inject_one(f, fi, ft->replica, &rf);
   } else {
-    for (int i = 0; i < f->c.n_reps; i++) inject_one(f, fi, i, &rf);
+    for (int i = 0; i < f->c.n_reps; i++) {
+      if (rearm) frt_straggler_rearm(f, i);
+      inject_one(f, fi, i, &rf);
+    }
   }
 }

@@ -136,6 +136,12 @@ int frt_loss_fault(const fault_rt *f, int rep);
 // Fault fi (-1: none, a no-op) was detected at t, by `how`.
 void frt_detect(fault_rt *f, int fi, uint64_t t, const char *how);
 
+// --- faults/straggler.c
+// A fault a straggler score detects begins on replica rep: a flag already up (from host noise,
+// or from an earlier fault it did not drop below STRAGGLER_OFF after) must not hide it, so the
+// replica is scored afresh: PERSIST steps above STRAGGLER_ON from now on flag it again.
+void frt_straggler_rearm(fault_rt *f, int rep);
+
 // --- faults/inject.c
 // Real mode with a clock jump planned: the clock file and the workers' environment.
 sc_status frt_clock_setup(fault_rt *f);

@@ -57,3 +57,9 @@ void fault_rt_on_step(fault_rt *f, int rep, const engine_step_info *si, uint64_t
     rs->flagged = false;
   }
 }
+
+void frt_straggler_rearm(fault_rt *f, int rep) {
+  if (rep < 0 || rep >= f->n_rs) return;
+  f->rs[rep].flagged = false;
+  f->rs[rep].above = 0;
+}

@@ -1015,6 +1015,26 @@ Test(sim, a_request_slow_on_a_healthy_replica_times_out_as_slow) {
   store_close(db);
 }
 
+// A straggler flag already up when a slow fault begins does not hide it: the replica is scored
+// afresh from the fault's start (faults/straggler.c). Here replica1 is still flagged for its slow
+// rank when its link slows too; both faults are detected, the link one after it began.
+Test(sim, a_slow_fault_on_a_replica_already_flagged_is_detected_too) {
+  const char *text =
+      "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 4}\n"
+      "deployments: [{tp: 2, dp: 2}]\n"
+      "workload:\n  prompts: [{input: 64, output: 64}]\n"
+      "  phases: [{rate: 40, duration: 6s}]\n"
+      "faults:\n"
+      "  - {at: 1s, slow: {on: rank, factor: 6}, target: replica1.rank0, duration: 3s}\n"
+      "  - {at: 2s, slow: {on: link, latency: 1ms}, target: replica1, duration: 3s}\n"
+      "slo: {lost_requests: 0}\nseed: 3\n";
+  store *db = open_db("sim-slow-twice");
+  int64_t run = sim_run(db, text);
+  cr_expect_eq(count(db, "SELECT count(*) FROM fault WHERE run_id = ? AND detected_ns IS NOT NULL "
+                         "AND detected_ns > injected_ns", run), 2, "both faults detected");
+  store_close(db);
+}
+
 // --- per-class SLOs judged in a whole run
 
 Test(sim_run, a_class_slo_is_judged_on_its_own_requests_and_stored_as_class_colon_key) {
