@@ -751,23 +751,29 @@ static int cmp_ms(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-// Step ph's figures after its warm-up: output tokens of any of its requests seen in [warm-up
-// end, end] per second (what the step delivered), and the TTFT p95 (ms) of its completed
-// non-warm-up requests (NaN: none).
+double rn_step_tok_s(const rt *r, const phase_run *ph, double *tokens) {
+  double n = 0;
+  for (size_t k = ph->first_seq; k < ph->end_seq; k++) {
+    const req_rec *q = &r->reqs.v[k];
+    for (int i = 0; i < q->n_tok; i++) n += q->tok[i] >= ph->warmup_end && q->tok[i] <= ph->end;
+  }
+  if (tokens) *tokens = n;
+  return ph->end > ph->warmup_end ? n / ((double)(ph->end - ph->warmup_end) / 1e9) : NAN;
+}
+
+// Step ph's figures after its warm-up: its delivered output tok/s (rn_step_tok_s), and the TTFT
+// p95 (ms) of its completed non-warm-up requests (NaN: none).
 static void step_figures(rt *r, phase_run *ph) {
   size_t n = ph->end_seq - ph->first_seq;
-  double *ttft = malloc((n ? n : 1) * sizeof *ttft), tokens = 0;
+  double *ttft = malloc((n ? n : 1) * sizeof *ttft);
   int m = 0;
   for (size_t k = ph->first_seq; k < ph->end_seq; k++) {
     const req_rec *q = &r->reqs.v[k];
-    for (int i = 0; i < q->n_tok; i++)
-      tokens += q->tok[i] >= ph->warmup_end && q->tok[i] <= ph->end;
     if (q->warmup) continue;
     if (ttft && q->status == REQ_OK && q->n_tok > 0)
       ttft[m++] = (double)(q->tok[0] - q->arrival) / 1e6;
   }
-  ph->step_tok_s = ph->end > ph->warmup_end ? tokens / ((double)(ph->end - ph->warmup_end) / 1e9)
-                                            : NAN;
+  ph->step_tok_s = rn_step_tok_s(r, ph, NULL);
   ph->step_ttft95 = NAN;
   if (ttft && m) {
     qsort(ttft, (size_t)m, sizeof *ttft, cmp_ms);

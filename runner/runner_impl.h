@@ -77,7 +77,8 @@ typedef struct dep_result {
   bool built;
   mt_summary pooled;
   mt_summary cls_pooled[SCN_MAX_CLASSES]; // per prompt class, when the workload has several
-  double peak_tok_s, kv_peak;
+  double peak_tok_s, kv_peak; // peak_tok_s: NaN until a phase delivered (rn_step_tok_s)
+  char peak_how[200];         // the phase it came from (its metric row's note)
   int peak_queue, peak_batch;
   int limit_violations;
   int preemptions;
@@ -201,6 +202,14 @@ void rn_progress(rt *r, uint64_t now, bool done);
 // A line of its own (a deployment starting, a replica lost): clears a rewritten progress line
 // first. Nothing when progress is off.
 void rn_note(rt *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// --- runner/runner.c
+// What phase ph delivered after its warm-up: the output tokens of any of its requests (warm-up
+// ones too) received in [warm-up end, end], per second (NaN: no such window); *tokens (may be
+// NULL) gets the count. A ramp's saturation rule and peak_output_tok_s read it: a closed-loop
+// step whose requests outlast its hold has no request arriving after its warm-up, yet it
+// delivers (docs/metrics.md).
+double rn_step_tok_s(const rt *r, const phase_run *ph, double *tokens);
+
 // Refuses (SC_INVALID, one line) a scenario whose replicas are MPI jobs when this build has no
 // MPI, no launcher is on PATH, or it asks what such replicas cannot do (runner/mpi_run.c).
 sc_status rn_refuse_mpi(const scenario *s, sc_error *err);

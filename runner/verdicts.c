@@ -343,6 +343,8 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   int saturated = 0;
   size_t sat_len = 0;
   dr->saturated[0] = 0;
+  dr->peak_tok_s = NAN;
+  dr->peak_how[0] = 0;
   for (int k = 0; k < r->n_phases; k++) {
     phase_run *ph = &r->phases[k];
     if (!ph->id) continue;
@@ -394,7 +396,13 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
     span_ns += ph->end - ph->start;
     ph->ttft_p95_ms = sum[0].ttft_ms.p95;
     ph->output_tok_s = sum[0].output_tok_s;
-    if (sum[0].output_tok_s > dr->peak_tok_s) dr->peak_tok_s = sum[0].output_tok_s;
+    double delivered = 0, tok_s = rn_step_tok_s(r, ph, &delivered);
+    if (tok_s > dr->peak_tok_s || (isnan(dr->peak_tok_s) && !isnan(tok_s))) {
+      dr->peak_tok_s = tok_s;
+      snprintf(dr->peak_how, sizeof dr->peak_how,
+               "%.63s: %.0f tokens delivered in %.2f s after its warm-up", ph->name, delivered,
+               (double)(ph->end - ph->warmup_end) / 1e9);
+    }
     if (ph->peak_queue > dr->peak_queue) dr->peak_queue = ph->peak_queue;
     if (ph->peak_batch > dr->peak_batch) dr->peak_batch = ph->peak_batch;
     dr->limit_violations += ph->limit_violations;
@@ -427,7 +435,10 @@ sc_status rn_deployment_metrics(rt *r, dep_result *dr, const dep_sums *sums) {
   dep_metric(r, dr, "preemptions", dr->preemptions);
   replica_shares(r, dr);
   dep_metric(r, dr, "gpus", dr->gpus);
-  dep_metric(r, dr, "peak_output_tok_s", dr->peak_tok_s);
+  if (isnan(dr->peak_tok_s))
+    dep_value(r, dr, "peak_output_tok_s", NAN, "no phase ran past its warm-up");
+  else
+    dep_value_how(r, dr, "peak_output_tok_s", dr->peak_tok_s, dr->peak_how);
   dep_value(r, dr, "client_late_p99_ms", late_max, "no request was sent");
   dep_metric(r, dr, "client_saturated", saturated);
   if (dr->has_sat)

@@ -1015,6 +1015,32 @@ Test(sim, a_request_slow_on_a_healthy_replica_times_out_as_slow) {
   store_close(db);
 }
 
+// A closed-loop step whose requests outlast its hold has no request arriving after its warm-up,
+// so its arrival-counted output_tok_s is 0; yet it delivers, and peak_output_tok_s (what a step
+// delivered after its warm-up, of any of its requests) counts that: here the c64 step, whose
+// 64 requests each outlast the whole ramp.
+Test(sim, peak_throughput_counts_what_a_step_delivered_when_its_requests_outlast_the_hold) {
+  const char *text =
+      "name: t\nmode: sim\nmodel: {preset: llama3-8b}\nhardware: {profile: h100-sxm, gpus: 1}\n"
+      "deployments: [{dp: 1}]\n"
+      "workload:\n  prompts: [{input: 64, output: 4000}]\n"
+      "  phases: [{name: ramp, ramp: {concurrency: [1, 64]}, hold: 1s, warmup: 500ms}]\n"
+      "slo: {lost_requests: 0}\nseed: 3\n";
+  store *db = open_db("sim-peak-delivered");
+  int64_t run = sim_run(db, text);
+  cr_expect_float_eq(metric(db, run, "tp1", "ramp-c64", "output_tok_s"), 0, 1e-9,
+                     "no request arrived after the warm-up");
+  double peak = metric(db, run, "tp1", NULL, "peak_output_tok_s");
+  // 64 sequences decoding for the 0.5 s after the warm-up: far more than one sequence's rate
+  cr_expect_gt(peak, 1000, "peak %g tok/s", peak);
+  long n = 0;
+  char *how = rows_text(db, "SELECT note FROM metric WHERE run_id = ? AND phase_id IS NULL AND "
+                            "name = 'peak_output_tok_s'", run, &n);
+  cr_expect(strstr(how, "ramp-c64: ") == how, "%s", how);
+  free(how);
+  store_close(db);
+}
+
 // A straggler flag already up when a slow fault begins does not hide it: the replica is scored
 // afresh from the fault's start (faults/straggler.c). Here replica1 is still flagged for its slow
 // rank when its link slows too; both faults are detected, the link one after it began.
