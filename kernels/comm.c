@@ -96,7 +96,10 @@ static void cuda_set_slow(void *g, double factor, uint64_t latency_ns, double ba
   cuda_api_get(NULL)->group_set_slow(g, factor, latency_ns, bandwidth);
 }
 static const char *cuda_error(void *g) { return cuda_api_get(NULL)->group_error(g); }
+// -1 for a group whose ranks are all threads here; the one rank this process holds over MPI
+static int cuda_self(const void *g) { return cuda_api_get(NULL)->group_self(g); }
 
+// One table for both set-ups: in one process, and one rank per process over MPI.
 static const comm_group_i cuda_iface = {
     .name = "cuda",
     .rank = cuda_rank,
@@ -104,6 +107,7 @@ static const comm_group_i cuda_iface = {
     .free = cuda_free,
     .set_slow = cuda_set_slow,
     .error = cuda_error,
+    .self = cuda_self,
 };
 
 static sc_status cuda_open(int n_ranks, device *const *devs, uint64_t deadline_ns, void **out,
@@ -123,18 +127,6 @@ static sc_status cuda_open(int n_ranks, device *const *devs, uint64_t deadline_n
 // --- cuda over MPI: one rank per process, NCCL's unique id broadcast over MPI
 
 #ifdef SHARDCHECK_HAVE_CUDA
-static int cuda_self(const void *g) { return cuda_api_get(NULL)->group_self(g); }
-
-static const comm_group_i cuda_mpi_iface = {
-    .name = "cuda",
-    .rank = cuda_rank,
-    .abort = cuda_abort,
-    .free = cuda_free,
-    .set_slow = cuda_set_slow,
-    .error = cuda_error,
-    .self = cuda_self,
-};
-
 // The members' host communicator (an mpi group of the same members) that carries NCCL's
 // unique id: group rank 0 sends it to every other member, which receives it.
 typedef struct id_bcast {
@@ -163,7 +155,7 @@ static sc_status cuda_mpi_open(int n, const int *members, device *dev, uint64_t 
                                      bcast_over_mpi, &b, &g, err);
   comm_mpi_group_free(mg); // the id has reached every member (or the group failed)
   if (s != SC_OK) return s;
-  *iface = &cuda_mpi_iface;
+  *iface = &cuda_iface;
   *out = g;
   return SC_OK;
 }
